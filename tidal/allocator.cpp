@@ -1,0 +1,204 @@
+#include "tidal/allocator.h"
+
+#include <algorithm>
+
+#include "tidal/base/clock.h"
+#include "tidal/memory_scope.h"
+
+namespace tidal {
+namespace {
+
+constexpr int64_t kSmall = int64_t(1) << 20;        // blocks up to 1 MiB round to 512 B
+constexpr int64_t kSmallRound = 512;
+constexpr int64_t kLargeRound = int64_t(64) << 10;  // larger blocks round to 64 KiB
+
+int64_t round_block(int64_t n) {
+  const int64_t r = n <= kSmall ? kSmallRound : kLargeRound;
+  return (n + r - 1) / r * r;
+}
+
+// A cached block is reused for a request if it wastes at most 1/8 of it (plus one rounding unit).
+int64_t max_reuse(int64_t block) { return block + block / 8 + (block <= kSmall ? kSmallRound : kLargeRound); }
+
+}  // namespace
+
+Allocator::Allocator(std::string name, Device device, Backing backing)
+    : name_(std::move(name)), device_(device), backing_(backing) {}
+
+Allocator::~Allocator() {
+  std::lock_guard<std::mutex> lock(mu_);
+  release_cached_locked();
+  // Live blocks at exit belong to static tensors; the OS reclaims them.
+}
+
+void Allocator::account(int64_t delta, int64_t block_delta, MemoryCategory c) {
+  CategoryStats& cs = stats_.category[size_t(c)];
+  cs.allocated += delta;
+  cs.blocks += block_delta;
+  cs.peak = std::max(cs.peak, cs.allocated);
+  stats_.allocated += delta;
+  if (stats_.allocated > stats_.peak_allocated) {
+    stats_.peak_allocated = stats_.allocated;
+    for (int i = 0; i < kNumMemoryCategories; ++i) stats_.at_peak[size_t(i)] = stats_.category[size_t(i)].allocated;
+  }
+}
+
+void Allocator::log(int64_t delta, MemoryCategory c) {
+  if (!log_on_) return;
+  const MemoryContext& ctx = memory_context();
+  events_.push_back({now_ns(), delta, c, ctx.op, ctx.layer, stats_.allocated, stats_.reserved});
+}
+
+void* Allocator::allocate(int64_t nbytes, MemoryCategory category) {
+  TIDAL_ASSERT(nbytes >= 0);
+  if (nbytes == 0) return nullptr;
+  std::lock_guard<std::mutex> lock(mu_);
+  const int64_t want = round_block(nbytes);
+  void* ptr = nullptr;
+  int64_t block = 0;
+  auto it = free_blocks_.lower_bound(want);
+  if (it != free_blocks_.end() && it->first <= max_reuse(want)) {
+    block = it->first;
+    ptr = it->second;
+    free_blocks_.erase(it);
+    ++stats_.cache_hits;
+  } else {
+    if (stats_.limit > 0 && stats_.reserved + want > stats_.limit) release_cached_locked();
+    if (stats_.limit > 0 && stats_.reserved + want > stats_.limit) throw_oom(nbytes, category);
+    ptr = backing_.alloc(want);
+    if (ptr == nullptr) {
+      release_cached_locked();
+      ptr = backing_.alloc(want);
+    }
+    if (ptr == nullptr) throw_oom(nbytes, category);
+    block = want;
+    stats_.reserved += block;
+    stats_.peak_reserved = std::max(stats_.peak_reserved, stats_.reserved);
+    ++stats_.system_allocs;
+  }
+  live_blocks_.emplace(ptr, block);
+  ++stats_.num_allocs;
+  ++stats_.total_allocs;
+  CategoryStats& cs = stats_.category[size_t(category)];
+  ++cs.count;
+  ++cs.total_count;
+  account(nbytes, block, category);
+  log(nbytes, category);
+  return ptr;
+}
+
+void Allocator::deallocate(void* ptr, int64_t nbytes, MemoryCategory category) {
+  if (ptr == nullptr) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = live_blocks_.find(ptr);
+  TIDAL_ASSERT(it != live_blocks_.end(), "free of a pointer the ", name_, " allocator does not own");
+  const int64_t block = it->second;
+  live_blocks_.erase(it);
+  free_blocks_.emplace(block, ptr);
+  --stats_.num_allocs;
+  --stats_.category[size_t(category)].count;
+  account(-nbytes, -block, category);
+  log(-nbytes, category);
+}
+
+void Allocator::recategorize(void* ptr, int64_t nbytes, MemoryCategory from, MemoryCategory to) {
+  if (ptr == nullptr || from == to) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = live_blocks_.find(ptr);
+  TIDAL_ASSERT(it != live_blocks_.end(), "recategorize of a pointer the ", name_, " allocator does not own");
+  CategoryStats& f = stats_.category[size_t(from)];
+  CategoryStats& t = stats_.category[size_t(to)];
+  f.allocated -= nbytes;
+  f.blocks -= it->second;
+  --f.count;
+  t.allocated += nbytes;
+  t.blocks += it->second;
+  ++t.count;
+  ++t.total_count;
+  t.peak = std::max(t.peak, t.allocated);
+  if (stats_.allocated == stats_.peak_allocated)
+    for (int i = 0; i < kNumMemoryCategories; ++i) stats_.at_peak[size_t(i)] = stats_.category[size_t(i)].allocated;
+  if (log_on_) {
+    log(-nbytes, from);
+    log(nbytes, to);
+  }
+}
+
+void Allocator::release_cached_locked() {
+  for (auto& [block, ptr] : free_blocks_) {
+    backing_.free(ptr, block);
+    stats_.reserved -= block;
+    ++stats_.system_frees;
+  }
+  free_blocks_.clear();
+}
+
+void Allocator::throw_oom(int64_t nbytes, MemoryCategory c) {
+  ++stats_.num_ooms;
+  const MemoryContext& ctx = memory_context();
+  std::string where = std::string(category_name(c));
+  if (ctx.op != nullptr) where += detail::str_cat(", op ", ctx.op);
+  if (ctx.layer >= 0) where += detail::str_cat(", layer ", ctx.layer);
+  std::string msg = detail::str_cat(
+      "[memory] out of memory on ", name_, ": tried to allocate ", format_bytes(nbytes), " (", where, ") with ",
+      format_bytes(stats_.allocated), " allocated and ", format_bytes(stats_.reserved), " reserved of the ",
+      stats_.limit > 0 ? format_bytes(stats_.limit) + " limit" : std::string("system's memory"), ".\n",
+      format_breakdown(stats_),
+      "What to try: a smaller --micro-batch-size or --seq-length, activation recompute, activation offload, "
+      "or a larger limit (TIDAL_DEVICE_MEMORY).");
+  throw OutOfMemory(msg, nbytes, stats_);
+}
+
+MemoryStats Allocator::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stats_;
+}
+
+void Allocator::reset_peak_stats() {
+  std::lock_guard<std::mutex> lock(mu_);
+  stats_.peak_allocated = stats_.allocated;
+  stats_.peak_reserved = stats_.reserved;
+  for (int i = 0; i < kNumMemoryCategories; ++i) {
+    stats_.category[size_t(i)].peak = stats_.category[size_t(i)].allocated;
+    stats_.at_peak[size_t(i)] = stats_.category[size_t(i)].allocated;
+  }
+}
+
+void Allocator::set_limit(int64_t bytes) {
+  TIDAL_CHECK(bytes >= 0, "[memory] the capacity limit must be >= 0 bytes, got ", bytes);
+  std::lock_guard<std::mutex> lock(mu_);
+  stats_.limit = bytes;
+}
+
+int64_t Allocator::limit() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stats_.limit;
+}
+
+void Allocator::empty_cache() {
+  std::lock_guard<std::mutex> lock(mu_);
+  release_cached_locked();
+}
+
+void Allocator::set_event_log(bool on) {
+  std::lock_guard<std::mutex> lock(mu_);
+  log_on_ = on;
+  if (on) events_.reserve(1 << 16);
+}
+
+std::vector<MemoryEvent> Allocator::events() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return events_;
+}
+
+void Allocator::clear_events() {
+  std::lock_guard<std::mutex> lock(mu_);
+  events_.clear();
+}
+
+MemoryContext& memory_context() {
+  thread_local MemoryContext ctx;
+  return ctx;
+}
+
+}  // namespace tidal

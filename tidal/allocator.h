@@ -1,0 +1,90 @@
+#pragma once
+// A caching allocator per device, with exact accounting (see docs/memory-accounting.md).
+// Freed blocks are cached and reused, so a training step in steady state asks the system for nothing.
+// An optional capacity limit emulates a smaller device: exceeding it throws tidal::OutOfMemory.
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "tidal/base/error.h"
+#include "tidal/device.h"
+#include "tidal/memory_stats.h"
+
+namespace tidal {
+
+// Thrown when an allocation would take the reserved bytes past the capacity limit.
+class OutOfMemory : public Error {
+ public:
+  OutOfMemory(std::string message, int64_t requested, MemoryStats stats)
+      : Error(std::move(message)), requested_(requested), stats_(stats) {}
+  int64_t requested() const { return requested_; }
+  const MemoryStats& stats() const { return stats_; }  // at the moment of the failure
+
+ private:
+  int64_t requested_;
+  MemoryStats stats_;
+};
+
+class Allocator {
+ public:
+  // Where blocks come from. `touches_memory` is false for meta: addresses are fake, never read.
+  struct Backing {
+    void* (*alloc)(int64_t bytes);
+    void (*free)(void* ptr, int64_t bytes);
+    bool touches_memory;
+  };
+
+  Allocator(std::string name, Device device, Backing backing);
+  ~Allocator();
+  Allocator(const Allocator&) = delete;
+  Allocator& operator=(const Allocator&) = delete;
+
+  // nbytes == 0 returns nullptr and records nothing.
+  void* allocate(int64_t nbytes, MemoryCategory category);
+  void deallocate(void* ptr, int64_t nbytes, MemoryCategory category);
+  // Moves a live allocation's bytes from one category to another.
+  void recategorize(void* ptr, int64_t nbytes, MemoryCategory from, MemoryCategory to);
+
+  MemoryStats stats() const;
+  void reset_peak_stats();  // peaks := current values
+  void set_limit(int64_t bytes);  // 0 removes the limit
+  int64_t limit() const;
+  void empty_cache();  // returns cached free blocks to the system
+
+  void set_event_log(bool on);
+  std::vector<MemoryEvent> events() const;
+  void clear_events();
+
+  const std::string& name() const { return name_; }
+  Device device() const { return device_; }
+  bool touches_memory() const { return backing_.touches_memory; }
+
+ private:
+  void account(int64_t delta, int64_t block_delta, MemoryCategory c);
+  void log(int64_t delta, MemoryCategory c);
+  void release_cached_locked();
+  [[noreturn]] void throw_oom(int64_t nbytes, MemoryCategory c);
+
+  std::string name_;
+  Device device_;
+  Backing backing_;
+  mutable std::mutex mu_;
+  std::multimap<int64_t, void*> free_blocks_;      // block size -> cached block
+  std::unordered_map<void*, int64_t> live_blocks_;  // ptr -> block size
+  MemoryStats stats_;
+  bool log_on_ = false;
+  std::vector<MemoryEvent> events_;
+};
+
+// The allocator of a device (cpu or meta). The cpu allocator takes its limit from
+// TIDAL_DEVICE_MEMORY (e.g. "8GiB") when set.
+Allocator& device_allocator(Device device);
+// Host memory, the offload target: separate accounting from the device pool (on the CPU backend
+// both live in the same RAM).
+Allocator& host_allocator();
+
+}  // namespace tidal

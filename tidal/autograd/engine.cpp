@@ -1,0 +1,119 @@
+#include "tidal/autograd/engine.h"
+
+#include <queue>
+#include <unordered_map>
+
+#include "tidal/autograd/grad_mode.h"
+#include "tidal/autograd/node.h"
+#include "tidal/memory_scope.h"
+#include "tidal/ops/elementwise.h"
+
+namespace tidal::autograd {
+namespace {
+
+struct ReadyOrder {
+  bool operator()(const Node* a, const Node* b) const { return a->sequence_nr() < b->sequence_nr(); }
+};
+
+// Adds `g` into a gradient slot, in place when the slot owns its bytes alone.
+void accumulate(Tensor& slot, Tensor&& g) {
+  if (!slot.defined()) {
+    slot = std::move(g);
+  } else if (slot.impl().use_count() == 1 && slot.storage().use_count() == 1 && slot.is_contiguous()) {
+    slot.add_(g);
+  } else {
+    slot = add(slot, g);
+  }
+}
+
+void check_grad(const Node& node, size_t i, const Tensor& g) {
+  const OutputMeta& m = node.output_meta(i);
+  TIDAL_ASSERT(g.shape() == m.shape && g.dtype() == m.dtype, "gradient for output ", i, " of ", node.name(),
+               " is ", g.shape(), " ", g.dtype(), " but the output was ", m.shape, " ", m.dtype);
+}
+
+}  // namespace
+
+void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads, bool retain_graph) {
+  TIDAL_CHECK(roots.size() == grads.size(), "[backward] got ", roots.size(), " outputs but ", grads.size(),
+              " gradients");
+  GradModeGuard no_grad(false);
+  OpScope op("backward");
+
+  // Dependencies: how many edges of the reachable graph point at each node.
+  std::unordered_map<Node*, int> deps;
+  std::unordered_map<Node*, TensorList> buffers;
+  std::vector<Node*> stack;
+  std::vector<std::shared_ptr<Node>> keep_alive;  // roots' nodes, for the duration of the walk
+  for (size_t r = 0; r < roots.size(); ++r) {
+    Edge e = gradient_edge(roots[r]);
+    TIDAL_CHECK(e.fn != nullptr, "[backward] tensor ", r, " ", roots[r].shape(),
+                " does not require grad and has no grad_fn: nothing to differentiate");
+    TIDAL_CHECK(grads[r].shape() == roots[r].shape(), "[backward] gradient ", grads[r].shape(),
+                " does not match its output ", roots[r].shape());
+    keep_alive.push_back(e.fn);
+    if (!deps.count(e.fn.get())) {
+      deps[e.fn.get()] = 0;
+      stack.push_back(e.fn.get());
+    }
+    TensorList& buf = buffers[e.fn.get()];
+    buf.resize(e.fn->num_outputs());
+    accumulate(buf[e.input_nr], grads[r].to(roots[r].dtype()));
+  }
+  while (!stack.empty()) {
+    Node* n = stack.back();
+    stack.pop_back();
+    for (const Edge& e : n->next_edges()) {
+      if (!e.fn) continue;
+      auto [it, inserted] = deps.emplace(e.fn.get(), 0);
+      ++it->second;
+      if (inserted) stack.push_back(e.fn.get());
+    }
+  }
+
+  std::priority_queue<Node*, std::vector<Node*>, ReadyOrder> ready;
+  for (size_t r = 0; r < roots.size(); ++r) {
+    Node* n = roots[r].impl()->grad_fn ? roots[r].impl()->grad_fn.get() : nullptr;
+    if (n == nullptr) n = gradient_edge(roots[r]).fn.get();
+    if (deps[n] == 0) {
+      deps[n] = -1;  // queued
+      ready.push(n);
+    }
+  }
+
+  while (!ready.empty()) {
+    Node* node = ready.top();
+    ready.pop();
+    TensorList in = std::move(buffers[node]);
+    buffers.erase(node);
+    in.resize(node->num_outputs());
+    bool any = false;
+    for (size_t i = 0; i < in.size(); ++i) {
+      if (!in[i].defined()) continue;
+      any = true;
+      check_grad(*node, i, in[i]);
+      if (auto t = node->retained()[i].lock()) Tensor(t).set_grad(in[i].clone());
+    }
+    TensorList out;
+    if (any) {
+      LayerScope layer(node->layer());
+      out = node->apply(std::move(in));
+      TIDAL_ASSERT(out.size() == node->next_edges().size() || out.empty(), node->name(), " returned ", out.size(),
+                   " gradients for ", node->next_edges().size(), " inputs");
+    }
+    if (!retain_graph) node->release_saved();
+    const std::vector<Edge>& edges = node->next_edges();
+    for (size_t i = 0; i < edges.size(); ++i) {
+      Node* next = edges[i].fn.get();
+      if (next == nullptr) continue;
+      if (i < out.size() && out[i].defined()) {
+        TensorList& buf = buffers[next];
+        buf.resize(next->num_outputs());
+        accumulate(buf[edges[i].input_nr], std::move(out[i]));
+      }
+      if (--deps[next] == 0) ready.push(next);
+    }
+  }
+}
+
+}  // namespace tidal::autograd

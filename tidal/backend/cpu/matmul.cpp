@@ -1,0 +1,113 @@
+#include "tidal/backend/cpu/matmul.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "tidal/backend/cpu/blas.h"
+#include "tidal/backend/cpu/dispatch.h"
+#include "tidal/backend/cpu/parallel.h"
+
+namespace tidal::cpu {
+namespace {
+
+struct MatLayout {
+  bool trans = false;
+  int64_t ld = 0;
+};
+
+bool layout_of(int64_t rows, int64_t cols, int64_t sr, int64_t sc, MatLayout& m) {
+  const int64_t r1 = std::max<int64_t>(rows, 1), c1 = std::max<int64_t>(cols, 1);
+  if (sc == 1 || cols == 1) {
+    const int64_t ld = rows == 1 ? c1 : sr;
+    if (ld >= c1) {
+      m = {false, ld};
+      return true;
+    }
+  }
+  if (sr == 1 || rows == 1) {
+    const int64_t ld = cols == 1 ? r1 : sc;
+    if (ld >= r1) {
+      m = {true, ld};
+      return true;
+    }
+  }
+  return false;
+}
+
+// Byte-free element strides of the batch dims of `t` broadcast to `batch`.
+std::vector<int64_t> batch_strides(const Tensor& t, const Shape& batch) {
+  std::vector<int64_t> s(size_t(batch.size()), 0);
+  const int tb = t.dim() - 2, off = batch.size() - tb;
+  for (int d = 0; d < batch.size(); ++d) {
+    const int td = d - off;
+    s[size_t(d)] = (td < 0 || t.shape()[td] == 1) ? 0 : t.strides()[td];
+  }
+  return s;
+}
+
+// Whether the batch dims of `a` fold into its row dim: a (..., m, k) is then one (B*m, k) matrix.
+bool rows_fold(const Tensor& a, const Shape& batch) {
+  if (a.dim() - 2 != batch.size()) return false;
+  int64_t expected = a.strides()[a.dim() - 2] * a.shape()[a.dim() - 2];
+  for (int d = a.dim() - 3; d >= 0; --d) {
+    if (a.shape()[d] != 1 && a.strides()[d] != expected) return false;
+    expected *= a.shape()[d];
+  }
+  return true;
+}
+
+template <typename T>
+void matmul_typed(const Tensor& out, const Tensor& a, const Tensor& b, double alpha, double beta) {
+  const int64_t m = a.size(-2), k = a.size(-1), n = b.size(-1);
+  Shape batch;
+  for (int d = 0; d < out.dim() - 2; ++d) batch.push_back(out.shape()[d]);
+  const int64_t nbatch = batch.numel();
+  MatLayout la, lb;
+  TIDAL_ASSERT(layout_of(m, k, a.stride(-2), a.stride(-1), la) && layout_of(k, n, b.stride(-2), b.stride(-1), lb),
+               "matmul operands need a unit stride");
+  const T* ap = static_cast<const T*>(a.raw_data());
+  const T* bp = static_cast<const T*>(b.raw_data());
+  T* cp = static_cast<T*>(out.raw_data());
+  const std::vector<int64_t> sa = batch_strides(a, batch), sb = batch_strides(b, batch);
+  const bool b_shared = std::all_of(sb.begin(), sb.end(), [](int64_t s) { return s == 0; });
+  if (nbatch > 1 && b_shared && !la.trans && rows_fold(a, batch)) {
+    blas::gemm(false, lb.trans, nbatch * m, n, k, T(alpha), ap, la.ld, bp, lb.ld, T(beta), cp, n);
+    return;
+  }
+  auto one = [&](int64_t i) {
+    int64_t oa = 0, ob = 0, rem = i;
+    for (int d = batch.size() - 1; d >= 0; --d) {
+      const int64_t idx = rem % batch[d];
+      rem /= batch[d];
+      oa += idx * sa[size_t(d)];
+      ob += idx * sb[size_t(d)];
+    }
+    blas::gemm(la.trans, lb.trans, m, n, k, T(alpha), ap + oa, la.ld, bp + ob, lb.ld, T(beta), cp + i * m * n, n);
+  };
+  // Many small products: one per thread, each single-threaded. Few large ones: threaded GEMMs.
+  const double flops = 2.0 * double(m) * double(n) * double(k);
+  if (nbatch >= 2 && flops < 32e6) {
+    parallel_for(0, nbatch, 1, [&](int64_t b0, int64_t b1) {
+      for (int64_t i = b0; i < b1; ++i) one(i);
+    });
+  } else {
+    for (int64_t i = 0; i < nbatch; ++i) one(i);
+  }
+}
+
+}  // namespace
+
+bool blas_compatible(int64_t rows, int64_t cols, int64_t stride_r, int64_t stride_c) {
+  MatLayout m;
+  return layout_of(rows, cols, stride_r, stride_c, m);
+}
+
+void matmul_kernel(const Tensor& out, const Tensor& a, const Tensor& b, double alpha, double beta) {
+  switch (a.dtype()) {
+    case DType::f32: return matmul_typed<float>(out, a, b, alpha, beta);
+    case DType::f64: return matmul_typed<double>(out, a, b, alpha, beta);
+    default: TIDAL_ASSERT(false, "matmul kernel got ", a.dtype());
+  }
+}
+
+}  // namespace tidal::cpu

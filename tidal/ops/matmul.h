@@ -1,0 +1,14 @@
+#pragma once
+// Matrix products through the BLAS wrapper (backend/cpu/blas.h). f32 and f64 run natively; bf16 is
+// converted to f32 around the product.
+#include "tidal/tensor.h"
+
+namespace tidal {
+
+// a (..., m, k) @ b (..., k, n) -> (..., m, n), batch dims broadcast. 1-D operands are treated as a
+// row (a) or column (b) vector and that dim is dropped from the result.
+Tensor matmul(const Tensor& a, const Tensor& b);
+// x (..., in) @ w^T + bias: w is (out, in), bias (out) or undefined.
+Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias = Tensor());
+
+}  // namespace tidal
