@@ -1,5 +1,6 @@
 // The gradient checker must catch a wrong backward; otherwise every gradcheck test is worthless.
 #include "tests/support/gradcheck.h"
+#include "tidal/autograd/grad_mode.h"
 #include "tidal/ops/common.h"
 #include "tidal/ops/elementwise.h"
 
