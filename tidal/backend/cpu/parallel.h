@@ -10,6 +10,7 @@
 #include "tidal/base/threads.h"
 
 namespace tidal {
+bool in_stream_worker();  // stream.h: stream workers run kernels single-threaded
 namespace cpu {
 
 // Calls f(chunk_begin, chunk_end) over [begin, end) on up to num_threads() threads; serial when the
@@ -20,7 +21,7 @@ void parallel_for(int64_t begin, int64_t end, int64_t grain, F&& f) {
   if (n <= 0) return;
   const int threads = int(std::min<int64_t>(num_threads(), (n + std::max<int64_t>(grain, 1) - 1) /
                                                                std::max<int64_t>(grain, 1)));
-  if (threads <= 1 || omp_in_parallel()) {
+  if (threads <= 1 || omp_in_parallel() || in_stream_worker()) {
     f(begin, end);
     return;
   }

@@ -1,0 +1,183 @@
+#include <gtest/gtest.h>
+
+#include "tidal/allocator.h"
+#include "tidal/memory_scope.h"
+#include "tidal/storage.h"
+#include "tidal/tensor.h"
+
+namespace tidal {
+namespace {
+
+// A private allocator so the numbers are exact regardless of other tests.
+void* sys_alloc(int64_t n) { return std::malloc(size_t(n)); }
+void sys_free(void* p, int64_t) { std::free(p); }
+Allocator make_test_allocator() { return Allocator("test", Device::cpu(), {sys_alloc, sys_free, true}); }
+
+}  // namespace
+
+TEST(Allocator, AccountsPerCategoryWithPeaks) {
+  Allocator a("test", Device::cpu(), {sys_alloc, sys_free, true});
+  void* p1 = a.allocate(1000, MemoryCategory::parameter);
+  void* p2 = a.allocate(3000, MemoryCategory::activation);
+  MemoryStats s = a.stats();
+  EXPECT_EQ(s.allocated, 4000);
+  EXPECT_EQ(s[MemoryCategory::parameter].allocated, 1000);
+  EXPECT_EQ(s[MemoryCategory::activation].allocated, 3000);
+  EXPECT_EQ(s.num_allocs, 2);
+  EXPECT_EQ(s.reserved, 1024 + 3072);  // blocks round up to 512 bytes
+  EXPECT_EQ(s.fragmentation(), 96);
+  a.deallocate(p2, 3000, MemoryCategory::activation);
+  s = a.stats();
+  EXPECT_EQ(s.allocated, 1000);
+  EXPECT_EQ(s.peak_allocated, 4000);
+  EXPECT_EQ(s.at_peak[size_t(MemoryCategory::activation)], 3000);
+  EXPECT_EQ(s[MemoryCategory::activation].peak, 3000);
+  EXPECT_EQ(s.reserved, 1024 + 3072);  // the freed block stays cached
+  // A request of the same size reuses the cached block: no new system allocation.
+  const int64_t sys = s.system_allocs;
+  void* p3 = a.allocate(2900, MemoryCategory::temporary);
+  EXPECT_EQ(p3, p2);
+  EXPECT_EQ(a.stats().system_allocs, sys);
+  EXPECT_EQ(a.stats().cache_hits, 1);
+  a.recategorize(p3, 2900, MemoryCategory::temporary, MemoryCategory::activation);
+  EXPECT_EQ(a.stats()[MemoryCategory::activation].allocated, 2900);
+  EXPECT_EQ(a.stats()[MemoryCategory::temporary].allocated, 0);
+  a.deallocate(p3, 2900, MemoryCategory::activation);
+  a.deallocate(p1, 1000, MemoryCategory::parameter);
+  a.empty_cache();
+  EXPECT_EQ(a.stats().reserved, 0);
+  a.reset_peak_stats();
+  EXPECT_EQ(a.stats().peak_allocated, 0);
+}
+
+TEST(Allocator, CapacityLimitThrowsOutOfMemoryWithBreakdown) {
+  Allocator a = make_test_allocator();
+  a.set_limit(1 << 20);
+  void* p = a.allocate(600 << 10, MemoryCategory::parameter);
+  try {
+    OpScope op("matmul");
+    LayerScope layer(3);
+    a.allocate(600 << 10, MemoryCategory::activation);
+    FAIL() << "expected OutOfMemory";
+  } catch (const OutOfMemory& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("tried to allocate 600.00 KiB"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("1.00 MiB limit"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("op matmul"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("layer 3"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("parameter"), std::string::npos) << msg;
+    EXPECT_EQ(e.requested(), 600 << 10);
+    EXPECT_EQ(e.stats()[MemoryCategory::parameter].allocated, 600 << 10);
+  }
+  EXPECT_EQ(a.stats().num_ooms, 1);
+  EXPECT_EQ(a.stats().allocated, 600 << 10);  // the failed request left no trace
+  // Cached blocks are released before giving up.
+  a.deallocate(p, 600 << 10, MemoryCategory::parameter);
+  void* small = a.allocate(100 << 10, MemoryCategory::temporary);
+  void* big = a.allocate(800 << 10, MemoryCategory::temporary);  // needs the cache emptied
+  EXPECT_NE(big, nullptr);
+  a.deallocate(small, 100 << 10, MemoryCategory::temporary);
+  a.deallocate(big, 800 << 10, MemoryCategory::temporary);
+  EXPECT_THROW(a.set_limit(-1), Error);
+}
+
+TEST(Allocator, EventLogRecordsOpAndLayer) {
+  Allocator a = make_test_allocator();
+  a.set_event_log(true);
+  void* p;
+  {
+    OpScope op("gelu");
+    LayerScope layer(5);
+    p = a.allocate(4096, MemoryCategory::activation);
+  }
+  a.deallocate(p, 4096, MemoryCategory::activation);
+  std::vector<MemoryEvent> ev = a.events();
+  ASSERT_EQ(ev.size(), 2u);
+  EXPECT_EQ(ev[0].delta, 4096);
+  EXPECT_STREQ(ev[0].op, "gelu");
+  EXPECT_EQ(ev[0].layer, 5);
+  EXPECT_EQ(ev[0].allocated, 4096);
+  EXPECT_EQ(ev[1].delta, -4096);
+  EXPECT_EQ(ev[1].allocated, 0);
+  EXPECT_LE(ev[0].time_ns, ev[1].time_ns);
+}
+
+TEST(Allocator, ParsesAndFormatsByteCounts) {
+  EXPECT_EQ(parse_bytes("8GiB"), int64_t(8) << 30);
+  EXPECT_EQ(parse_bytes("512 MiB"), int64_t(512) << 20);
+  EXPECT_EQ(parse_bytes("1.5GB"), int64_t(1500000000));
+  EXPECT_EQ(parse_bytes("4096"), 4096);
+  EXPECT_EQ(parse_bytes("2k"), 2048);
+  EXPECT_THROW(parse_bytes("lots"), Error);
+  EXPECT_THROW(parse_bytes("8 parsecs"), Error);
+  EXPECT_THROW(parse_bytes("-1GiB"), Error);
+  EXPECT_EQ(format_bytes(17), "17 B");
+  EXPECT_EQ(format_bytes(int64_t(3) << 29), "1.50 GiB");
+}
+
+TEST(Storage, ReleasesAndRematerializesInPlace) {
+  Allocator& dev = device_allocator(Device::cpu());
+  const int64_t before = dev.stats().allocated;
+  Tensor t = full({256}, 3.0);
+  Tensor view = t.narrow(0, 10, 5);
+  std::shared_ptr<Storage> s = t.storage();
+  EXPECT_EQ(dev.stats().allocated - before, 1024);
+  s->release();
+  EXPECT_FALSE(s->is_materialized());
+  EXPECT_EQ(dev.stats().allocated, before);
+  EXPECT_THROW(view.data<float>(), Error);  // a released storage cannot be read
+  s->rematerialize();
+  EXPECT_EQ(dev.stats().allocated - before, 1024);
+  EXPECT_EQ(view.storage().get(), s.get());  // same identity: views stay valid
+  view.fill_(7.0);
+  EXPECT_EQ(t.to_vector<float>()[12], 7.0f);
+}
+
+TEST(Storage, SavedForBackwardCountsAsActivation) {
+  Allocator& dev = device_allocator(Device::cpu());
+  auto act = [&] { return dev.stats()[MemoryCategory::activation].allocated; };
+  const int64_t base = act();
+  Tensor t = full({100}, 1.0);
+  EXPECT_EQ(t.storage()->category(), MemoryCategory::temporary);
+  t.storage()->mark_saved();
+  EXPECT_EQ(t.storage()->category(), MemoryCategory::activation);
+  EXPECT_EQ(act() - base, 400);
+  t.storage()->unmark_saved();
+  EXPECT_EQ(act(), base);
+  // Parameters stay parameters when saved.
+  Tensor w;
+  {
+    MemoryScope scope(MemoryCategory::parameter);
+    w = zeros({10});
+  }
+  w.storage()->mark_saved();
+  EXPECT_EQ(w.storage()->category(), MemoryCategory::parameter);
+  w.storage()->unmark_saved();
+}
+
+TEST(Storage, HostAndMetaAllocatorsAccountSeparately) {
+  Allocator& host = host_allocator();
+  Allocator& meta = device_allocator(Device::meta());
+  const int64_t h0 = host.stats()[MemoryCategory::host_offload].allocated;
+  const int64_t m0 = meta.stats().allocated;
+  const int64_t c0 = device_allocator(Device::cpu()).stats().allocated;
+  {
+    Tensor h = empty_host({1000});
+    Tensor m = empty({1 << 20}, DType::f32, Device::meta());
+    EXPECT_EQ(host.stats()[MemoryCategory::host_offload].allocated - h0, 4000);
+    EXPECT_EQ(meta.stats().allocated - m0, 4 << 20);
+    EXPECT_EQ(device_allocator(Device::cpu()).stats().allocated, c0);
+    EXPECT_TRUE(m.is_meta());
+    EXPECT_THROW(m.data<float>(), Error);
+  }
+  EXPECT_EQ(host.stats()[MemoryCategory::host_offload].allocated, h0);
+  EXPECT_EQ(meta.stats().allocated, m0);
+}
+
+TEST(Device, ParsesNames) {
+  EXPECT_EQ(Device::parse("cpu"), Device::cpu());
+  EXPECT_EQ(Device::parse("meta"), Device::meta());
+  EXPECT_THROW(Device::parse("gpu"), Error);
+}
+
+}  // namespace tidal

@@ -1,0 +1,136 @@
+// Note [Checkpoint]
+// The first run of fn happens under CheckpointHooks: each save becomes an index (k for the k-th
+// save) and the tensor is not kept, so everything fn computes is freed as soon as nothing else
+// holds it; the frame keeps only the region's inputs (saved through the hooks that were active
+// outside the region, so an offload hook can move them off the device). The backward graph is the
+// normal one. When a node of the region first unpacks index k, the frame replays fn on detached
+// copies of the inputs (same requires_grad flags, so the ops save the same tensors in the same
+// order), with grad mode on, the first run's RNG state and layer scope, under RecomputeHooks that
+// collect the replay's saves; the replay's own graph is then dropped. Index k is served from that
+// list and dropped from the frame, so recomputed activations die as their consumers finish. A
+// second backward (retain_graph) finds an index already served and replays again.
+#include "tidal/autograd/checkpoint.h"
+
+#include <atomic>
+
+#include "tidal/autograd/grad_mode.h"
+#include "tidal/autograd/saved_tensor.h"
+#include "tidal/memory_scope.h"
+#include "tidal/ops/random.h"
+
+namespace tidal::autograd {
+namespace {
+
+std::atomic<int64_t> g_replays{0};
+
+struct Frame {
+  CheckpointFn fn;
+  std::vector<SavedTensor> inputs;
+  std::vector<bool> input_requires_grad;
+  RngState rng;
+  int layer = -1;
+  size_t num_saved = 0;           // saves during the first run
+  std::vector<Tensor> recomputed;  // saves of the latest replay, served once each
+  std::vector<bool> served;
+
+  void replay();
+  ~Frame() {
+    for (Tensor& t : recomputed)
+      if (t.defined()) t.storage()->unmark_saved();
+  }
+};
+
+// Collects what the replay saves.
+class RecomputeHooks : public SavedTensorHooks {
+ public:
+  explicit RecomputeHooks(std::vector<Tensor>& out) : out_(out) {}
+  std::shared_ptr<void> pack(const Tensor& t) override {
+    t.storage()->mark_saved();  // a recomputed activation, until its consumer takes it
+    out_.push_back(t);
+    return nullptr;
+  }
+  Tensor unpack(const std::shared_ptr<void>&) override {
+    TIDAL_ASSERT(false, "the replay graph of a checkpoint is never differentiated");
+    return Tensor();
+  }
+
+ private:
+  std::vector<Tensor>& out_;
+};
+
+class CheckpointHooks : public SavedTensorHooks {
+ public:
+  explicit CheckpointHooks(std::shared_ptr<Frame> frame) : frame_(std::move(frame)) {}
+  std::shared_ptr<void> pack(const Tensor&) override { return std::make_shared<size_t>(frame_->num_saved++); }
+  Tensor unpack(const std::shared_ptr<void>& packed) override {
+    const size_t k = *static_cast<const size_t*>(packed.get());
+    if (frame_->recomputed.empty() || frame_->served[k]) frame_->replay();
+    TIDAL_ASSERT(k < frame_->recomputed.size());
+    Tensor t = std::move(frame_->recomputed[k]);
+    frame_->recomputed[k] = Tensor();
+    frame_->served[k] = true;
+    t.storage()->unmark_saved();
+    return t;
+  }
+
+ private:
+  std::shared_ptr<Frame> frame_;
+};
+
+void Frame::replay() {
+  for (Tensor& t : recomputed)
+    if (t.defined()) t.storage()->unmark_saved();
+  recomputed.clear();
+  recomputed.reserve(num_saved);
+  std::vector<Tensor> ins;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    Tensor t = inputs[i].unpack("checkpoint");
+    if (t.defined()) {
+      t = t.detach();
+      if (input_requires_grad[i]) t.set_requires_grad(true);
+    }
+    ins.push_back(t);
+  }
+  const RngState outer = get_rng_state();
+  set_rng_state(rng);
+  struct RestoreRng {
+    RngState s;
+    ~RestoreRng() { set_rng_state(s); }
+  } restore{outer};
+  {
+    GradModeGuard grad(true);
+    LayerScope scope(layer);
+    OpScope op("checkpoint_replay");
+    SavedTensorHooksGuard hooks(std::make_shared<RecomputeHooks>(recomputed));
+    fn(ins);
+  }
+  ++g_replays;
+  TIDAL_CHECK(recomputed.size() == num_saved, "[checkpoint] the replay saved ", recomputed.size(),
+              " tensors for backward but the first run saved ", num_saved,
+              ": the checkpointed function must run the same ops when replayed");
+  served.assign(num_saved, false);
+}
+
+}  // namespace
+
+std::vector<Tensor> checkpoint(const CheckpointFn& fn, const std::vector<Tensor>& inputs) {
+  if (!grad_enabled()) return fn(inputs);
+  auto frame = std::make_shared<Frame>();
+  frame->fn = fn;
+  frame->rng = get_rng_state();
+  frame->layer = memory_context().layer;
+  for (const Tensor& t : inputs) {
+    frame->inputs.emplace_back(t);  // through the hooks active outside the region
+    frame->input_requires_grad.push_back(t.defined() && t.requires_grad());
+  }
+  SavedTensorHooksGuard hooks(std::make_shared<CheckpointHooks>(frame));
+  return fn(inputs);
+}
+
+Tensor checkpoint(const std::function<Tensor(const Tensor&)>& fn, const Tensor& input) {
+  return checkpoint([fn](const std::vector<Tensor>& in) { return std::vector<Tensor>{fn(in[0])}; }, {input})[0];
+}
+
+int64_t checkpoint_replay_count() { return g_replays.load(); }
+
+}  // namespace tidal::autograd

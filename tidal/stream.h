@@ -1,0 +1,61 @@
+#pragma once
+// In-order work queues (CUDA semantics). On the CPU backend the compute stream is the calling
+// thread: work enqueued on it runs immediately. Every other stream owns a worker thread, so copies
+// on a copy stream really overlap compute. See docs/streams.md.
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "tidal/device.h"
+#include "tidal/event.h"
+
+namespace tidal {
+
+class Tensor;
+namespace detail {
+struct StreamWorker;
+}
+
+class Stream {
+ public:
+  // A side stream with its own worker thread, e.g. Stream d2h("d2h").
+  explicit Stream(std::string name, Device device = Device::cpu());
+  ~Stream();  // finishes the queued work, then joins the worker
+  Stream(const Stream&) = delete;
+  Stream& operator=(const Stream&) = delete;
+
+  // The device's compute stream (runs work inline on the calling thread).
+  static Stream& compute(Device device = Device::cpu());
+
+  // Queues `task` after all earlier work on this stream. `label` (a static string) names it in traces.
+  void enqueue(std::function<void()> task, const char* label = nullptr);
+  // Work queued on this stream after this call starts only once `event` has completed. On the
+  // compute stream this blocks the calling thread now (and rethrows the event's error).
+  void wait(const Event& event);
+  // Blocks until all work queued so far has run; rethrows the first error since the last report.
+  void synchronize();
+  // Whether all work queued so far has run.
+  bool query();
+
+  bool is_compute() const { return worker_ == nullptr; }
+  const std::string& name() const { return name_; }
+  Device device() const { return device_; }
+
+  // Completes `state` (an Event's) after the work queued so far; used by Event::record.
+  void record(const std::shared_ptr<detail::EventState>& state);
+
+ private:
+  Stream(std::string name, Device device, bool compute);
+  std::string name_;
+  Device device_;
+  std::unique_ptr<detail::StreamWorker> worker_;  // null for the compute stream
+};
+
+// Copies src into dst (same shape and dtype, both contiguous) on `stream`, asynchronously: both
+// tensors are kept alive until the copy ran. Record an event after it to know when it is done.
+void copy_async(const Tensor& dst, const Tensor& src, Stream& stream);
+
+// Whether the calling thread is a stream worker (kernels then run single-threaded).
+bool in_stream_worker();
+
+}  // namespace tidal
