@@ -112,7 +112,7 @@ void StreamWorker::loop() {
       if (queue.empty()) return;  // stopped and drained
       t = std::move(queue.front());
       queue.pop_front();
-      busy = true;
+      busy = t.kind != Kind::record;  // a record is a marker: whoever it wakes sees the stream idle
     }
     run(t);
     {
