@@ -19,17 +19,20 @@ Tensor blas_operand(const Tensor& t) {
   return t.detach().contiguous();
 }
 
-// out = alpha * a @ b + beta * out, for any floating dtype (bf16 through f32).
+// out = alpha * a @ b + beta * out, for any floating dtype (bf16 through f32). Operand copies are
+// made on meta tensors too, so meta accounting matches a real run byte for byte.
 void matmul_into(const Tensor& out, const Tensor& a, const Tensor& b, double alpha, double beta) {
-  if (out.is_meta()) return;
   if (a.dtype() == DType::bf16) {
     Tensor o32 = out.detach().to(DType::f32);
-    cpu::matmul_kernel(o32, blas_operand(a.detach().to(DType::f32)), blas_operand(b.detach().to(DType::f32)), alpha,
-                       beta);
+    Tensor a32 = blas_operand(a.detach().to(DType::f32)), b32 = blas_operand(b.detach().to(DType::f32));
+    if (out.is_meta()) return;
+    cpu::matmul_kernel(o32, a32, b32, alpha, beta);
     cpu::copy(out, o32);
     return;
   }
-  cpu::matmul_kernel(out, blas_operand(a), blas_operand(b), alpha, beta);
+  Tensor ac = blas_operand(a), bc = blas_operand(b);
+  if (out.is_meta()) return;
+  cpu::matmul_kernel(out, ac, bc, alpha, beta);
 }
 
 Shape matmul_shape(const Tensor& a, const Tensor& b) {

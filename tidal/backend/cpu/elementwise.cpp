@@ -6,6 +6,7 @@
 
 #include "tidal/backend/cpu/dispatch.h"
 #include "tidal/backend/cpu/elementwise_loops.h"
+#include "tidal/backend/cpu/vec_math.h"
 
 namespace tidal::cpu {
 
@@ -28,14 +29,14 @@ void unary_typed(Unary op, const Tensor& out, const Tensor& in, double sd) {
   const A s = A(sd);
   switch (op) {
     case Unary::neg: return unary_loop<T>(out, in, [](A x) { return -x; });
-    case Unary::exp: return unary_loop<T>(out, in, [](A x) { return std::exp(x); });
+    case Unary::exp: return unary_loop<T>(out, in, [](A x) { return vexp(x); });
     case Unary::log: return unary_loop<T>(out, in, [](A x) { return std::log(x); });
     case Unary::sqrt: return unary_loop<T>(out, in, [](A x) { return std::sqrt(x); });
     case Unary::rsqrt: return unary_loop<T>(out, in, [](A x) { return A(1) / std::sqrt(x); });
     case Unary::abs: return unary_loop<T>(out, in, [](A x) { return std::abs(x); });
     case Unary::sign: return unary_loop<T>(out, in, [](A x) { return A((x > A(0)) - (x < A(0))); });
     case Unary::tanh: return unary_loop<T>(out, in, [](A x) { return std::tanh(x); });
-    case Unary::sigmoid: return unary_loop<T>(out, in, [](A x) { return A(1) / (A(1) + std::exp(-x)); });
+    case Unary::sigmoid: return unary_loop<T>(out, in, [](A x) { return vsigmoid(x); });
     case Unary::relu: return unary_loop<T>(out, in, [](A x) { return x > A(0) ? x : A(0); });
     case Unary::square: return unary_loop<T>(out, in, [](A x) { return x * x; });
     case Unary::reciprocal: return unary_loop<T>(out, in, [](A x) { return A(1) / x; });
