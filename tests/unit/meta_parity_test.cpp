@@ -42,3 +42,14 @@ TEST(MetaParity, HarnessCatchesADifference) {
                                 {{{8, 8}}}));
 }
 }  // namespace tidal
+
+namespace tidal {
+TEST(EmptyTensors, ElementwiseOpsVisitNothing) {
+  Tensor z = zeros({0});
+  EXPECT_EQ(z.numel(), 0);
+  Tensor e = zeros({3, 0, 2});
+  EXPECT_EQ(add(e, e).shape(), (Shape{3, 0, 2}));
+  EXPECT_EQ(e.transpose(0, 2).contiguous().shape(), (Shape{2, 0, 3}));
+  EXPECT_EQ(sum(e).item<float>(), 0.0f);
+}
+}  // namespace tidal

@@ -47,6 +47,7 @@ StridedLoop<N> make_loop(const Shape& shape, const std::array<char*, N>& base, c
 template <int N, typename F>
 void for_each(const StridedLoop<N>& loop, int64_t grain, F&& inner) {
   const int nd = loop.shape.size();
+  if (loop.shape.numel() == 0) return;  // an empty tensor: nothing to visit
   if (nd == 0) {
     std::array<int64_t, N> zero{};
     inner(loop.base, zero, int64_t(1));
