@@ -23,7 +23,8 @@ std::vector<float> reference_grad(const std::vector<int64_t>& ids, const std::ve
   std::vector<bool> seen(size_t(vocab), false);
   for (size_t n = 0; n < ids.size(); ++n) {
     float* row = out.data() + ids[n] * c;
-    for (int64_t j = 0; j < c; ++j) row[j] = seen[size_t(ids[n])] ? row[j] + g[n * size_t(c) + size_t(j)] : g[n * size_t(c) + size_t(j)];
+    const float* gr = g.data() + n * size_t(c);
+    for (int64_t j = 0; j < c; ++j) row[j] = seen[size_t(ids[n])] ? row[j] + gr[j] : gr[j];
     seen[size_t(ids[n])] = true;
   }
   return out;

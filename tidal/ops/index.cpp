@@ -94,7 +94,9 @@ struct IndexedBackward : Node {
 
 // gather, index_select and topk: scatter the gradient into zeros of x's shape.
 struct ScatterGradBackward : IndexedBackward {
-  TensorList apply(TensorList&& g) override { return {scatter_into_zeros(shape, dim, index_over(g[0].shape()), g[0])}; }
+  TensorList apply(TensorList&& g) override {
+    return {scatter_into_zeros(shape, dim, index_over(g[0].shape()), g[0])};
+  }
 };
 
 // scatter_add and index_add: identity for self, a gather of the gradient for src (of `shape`).

@@ -269,7 +269,9 @@ void gather_kernel(const Tensor& out, const Tensor& x, const Tensor& index, int 
                      io = index_operand(index, iter, dim);
   dispatch_index(index.dtype(), "gather", [&](auto itag) {
     using IT = typename decltype(itag)::type;
-    dispatch_bits(x.itemsize(), [&](auto dtag) { gather_typed<typename decltype(dtag)::type, IT>(oo, xo, io, iter[dim]); });
+    dispatch_bits(x.itemsize(), [&](auto dtag) {
+      gather_typed<typename decltype(dtag)::type, IT>(oo, xo, io, iter[dim]);
+    });
   });
 }
 
