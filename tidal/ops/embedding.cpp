@@ -1,0 +1,55 @@
+#include "tidal/ops/embedding.h"
+
+#include "tidal/backend/cpu/embedding.h"
+#include "tidal/ops/common.h"
+#include "tidal/ops/index.h"
+
+namespace tidal {
+namespace {
+
+using autograd::Node;
+using autograd::SavedTensor;
+using autograd::TensorList;
+
+struct EmbeddingBackward : Node {
+  Shape weight_shape;  // (V, C)
+  SavedTensor ids;
+  const char* name() const override { return "EmbeddingBackward"; }
+  TensorList apply(TensorList&& g) override {
+    Tensor idv = ids.unpack(name());
+    Tensor gw = empty(weight_shape, g[0].dtype(), g[0].device());  // (V, C), every row written
+    if (!gw.is_meta()) {
+      const Tensor gc = g[0].contiguous().reshape(Shape{idv.numel(), weight_shape[1]});  // (N, C)
+      cpu::embedding_backward(gw, gc, idv.contiguous());
+    }
+    return {gw};
+  }
+  void release_saved() override { ids.reset(); }
+};
+
+}  // namespace
+
+Tensor embedding(const Tensor& weight, const Tensor& ids) {
+  OpScope scope("embedding");
+  detail::check_floating("embedding", weight);
+  detail::check_dim("embedding", weight, 2, "the weight (V, C)");
+  detail::check_defined("embedding", ids, "the ids");
+  detail::check_same_device("embedding", weight, ids);
+  const int64_t vocab = weight.shape()[0];
+  detail::check_index_range("embedding", ids, vocab, "id",
+                            detail::str_cat(" (V = ", vocab, ", the rows of the weight ", weight.shape(), ")"));
+  Shape out_shape = ids.shape();
+  TIDAL_CHECK(out_shape.size() < Shape::kMaxDims, "[embedding] ids ", ids.shape(), " have too many dims");
+  out_shape.push_back(weight.shape()[1]);
+  Tensor out = empty(out_shape, weight.dtype(), weight.device());  // (..., C)
+  if (!out.is_meta()) cpu::embedding_forward(out, weight.detach(), ids.detach().contiguous());
+  if (autograd::needs_grad(weight)) {
+    auto node = autograd::make_node<EmbeddingBackward>({&weight});
+    node->weight_shape = weight.shape();
+    node->ids = SavedTensor(ids);
+    autograd::set_history(out, node);
+  }
+  return out;
+}
+
+}  // namespace tidal
