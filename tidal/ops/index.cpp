@@ -37,11 +37,6 @@ Tensor broadcast_index(const Tensor& index, const Shape& iter, int dim) {
   return Tensor(index.storage(), iter, strides, index.offset(), index.dtype());
 }
 
-// zeros() that skips the fill of an empty tensor (the shared fill loop divides by a zero-size dim).
-Tensor zeros_of(const Shape& shape, DType dtype, Device device) {
-  return shape.numel() == 0 ? empty(shape, dtype, device) : zeros(shape, dtype, device);
-}
-
 // No-autograd building blocks, shared by forwards and backwards.
 // out (index_iter's shape) = x gathered along `dim`.
 Tensor gather_raw(const Tensor& x, int dim, const Tensor& index_iter) {
@@ -51,7 +46,7 @@ Tensor gather_raw(const Tensor& x, int dim, const Tensor& index_iter) {
 }
 // zeros(shape) with src (index_iter's shape) scatter-added along `dim`.
 Tensor scatter_into_zeros(const Shape& shape, int dim, const Tensor& index_iter, const Tensor& src) {
-  Tensor out = zeros_of(shape, src.dtype(), src.device());
+  Tensor out = zeros(shape, src.dtype(), src.device());
   if (!out.is_meta()) cpu::scatter_add_kernel(out, src.detach(), index_iter, dim);
   return out;
 }
@@ -67,7 +62,7 @@ Tensor scatter_into_copy(const Tensor& base, int dim, const Tensor& index_iter, 
 // t placed at the start of zeros(shape) (t is no larger than shape in any dim).
 Tensor pad_to(const Tensor& t, const Shape& shape) {
   if (t.shape() == shape) return t;
-  Tensor out = zeros_of(shape, t.dtype(), t.device());
+  Tensor out = zeros(shape, t.dtype(), t.device());
   if (t.numel() == 0) return out;
   Tensor piece = out;
   for (int d = 0; d < shape.size(); ++d) piece = piece.narrow(d, 0, t.shape()[d]);
@@ -244,7 +239,7 @@ Tensor index_add(const Tensor& self, int64_t dim_in, const Tensor& index, const 
 Tensor argsort(const Tensor& x, int64_t dim_in, bool descending) {
   OpScope scope("argsort");
   detail::check_defined("argsort", x, "the input");
-  if (x.dim() == 0) return zeros_of(Shape{}, DType::i64, x.device());
+  if (x.dim() == 0) return zeros(Shape{}, DType::i64, x.device());
   const int dim = normalize_dim(dim_in, x.dim(), "argsort");
   Tensor out = empty(x.shape(), DType::i64, x.device());
   if (!out.is_meta()) cpu::argsort_kernel(out, x.detach(), dim, descending);
@@ -266,7 +261,7 @@ Tensor bincount(const Tensor& index, int64_t minlength) {
                 " at position (", neg, ") of the ", index.shape(), " index is negative: bincount counts values >= 0");
     length = std::max(length, cpu::index_max(flat, nullptr) + 1);
   }
-  Tensor counts = zeros_of(Shape{length}, DType::i64, index.device());
+  Tensor counts = zeros(Shape{length}, DType::i64, index.device());
   cpu::bincount_kernel(counts, flat);
   return counts;
 }
