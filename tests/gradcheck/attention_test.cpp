@@ -90,7 +90,7 @@ TEST(GradcheckAttention, CausalAndNotGqa) {
 TEST(GradcheckAttention, LengthsDifferAndContiguousInputs) {
   // T < S (a query chunk after a cache), T > S (rows that see no key under the causal mask).
   for (AttentionKernel kernel : kKernels)
-    for (auto [t, s] : {std::pair<int64_t, int64_t>{3, 6}, {6, 4}}) {
+    for (auto [t, s] : {std::pair<int64_t, int64_t>{3, 6}, {6, 4}, {1, 5}}) {  // T = 1: decoding
       SCOPED_TRACE(::testing::Message() << "kernel " << int(kernel) << " T " << t << " S " << s);
       Tensor q = uniform({1, 4, t, 3}, 20), k = uniform({1, 2, s, 3}, 21), v = uniform({1, 2, s, 2}, 22);
       const AttentionOptions opt = options(kernel, true, 0, 0.7);
@@ -196,13 +196,21 @@ TEST(Attention, RowsWithoutKeysAreZero) {
 
 TEST(Attention, BF16ComputesInF32) {
   Qkv x = make_qkv(1, 4, 2, 40, 40, 16, 16, DType::f32, 95);
-  Tensor ref = reference_attention(x.qh(), x.kh(), x.vh(), options(AttentionKernel::flash, true));
+  Tensor g = uniform({1, 4, 40, 16}, 96, -1, 1, false, DType::f32);
+  Tensor ref = scaled_dot_product_attention(x.qh(), x.kh(), x.vh(), options(AttentionKernel::flash, true));
+  ref.backward(g);
+  const std::vector<Tensor> ref_grads = {x.q.grad(), x.k.grad(), x.v.grad()};
+  Qkv xb{x.q.detach().to(DType::bf16).set_requires_grad(true), x.k.detach().to(DType::bf16).set_requires_grad(true),
+         x.v.detach().to(DType::bf16).set_requires_grad(true)};
   for (AttentionKernel kernel : kKernels) {
-    Tensor out = scaled_dot_product_attention(x.qh().to(DType::bf16), x.kh().to(DType::bf16), x.vh().to(DType::bf16),
-                                              options(kernel, true));
+    SCOPED_TRACE(::testing::Message() << "kernel " << int(kernel));
+    for (const Tensor* t : {&xb.q, &xb.k, &xb.v}) t->zero_grad();
+    Tensor out = scaled_dot_product_attention(xb.qh(), xb.kh(), xb.vh(), options(kernel, true));
     EXPECT_EQ(out.dtype(), DType::bf16);
     EXPECT_TRUE(all_close(out.to(DType::f32), ref, 2e-2, 2e-2));
-    out.backward(ones_like(out));
+    out.backward(g.to(DType::bf16));
+    const std::vector<Tensor> grads = {xb.q.grad(), xb.k.grad(), xb.v.grad()};
+    for (size_t i = 0; i < 3; ++i) EXPECT_TRUE(all_close(grads[i].to(DType::f32), ref_grads[i], 3e-2, 3e-2));
   }
 }
 

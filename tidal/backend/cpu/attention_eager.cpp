@@ -2,7 +2,7 @@
 
 #include <algorithm>
 #include <limits>
-#include <type_traits>
+#include <vector>
 
 #include "tidal/backend/cpu/dispatch.h"
 #include "tidal/backend/cpu/parallel.h"
@@ -18,28 +18,18 @@ void softmax_forward_typed(const Tensor& probs, const Tensor& scores, double sca
   const T* xp = scores.data<T>();
   T* pp = probs.data<T>();
   parallel_for(0, rows, std::max<int64_t>(1, 16384 / std::max<int64_t>(s_len, 1)), [&](int64_t r0, int64_t r1) {
+    std::vector<A> buf(static_cast<size_t>(s_len));  // the row in the accumulate type
     for (int64_t r = r0; r < r1; ++r) {
       const T* x = xp + r * s_len;
       T* p = pp + r * s_len;
       const int64_t n = visible_keys(causal, r % t_len, t_len, s_len);
-      A mx = -std::numeric_limits<A>::infinity();
-#pragma omp simd reduction(max : mx)
-      for (int64_t j = 0; j < n; ++j) mx = std::max(mx, A(x[j]) * scale);
-      A sum = 0;
-#pragma omp simd reduction(+ : sum)
-      for (int64_t j = 0; j < n; ++j) {
-        const A e = softmax_exp(A(x[j]) * scale - mx);
-        p[j] = T(e);
-        sum += e;
-      }
+#pragma omp simd
+      for (int64_t j = 0; j < n; ++j) buf[size_t(j)] = A(x[j]) * scale;
+      const A mx = row_max(buf.data(), n, -std::numeric_limits<A>::infinity());
+      const A sum = exp_row(buf.data(), n, mx);
       const A inv = n > 0 ? A(1) / sum : A(0);
-      if constexpr (std::is_same_v<T, A>) {
 #pragma omp simd
-        for (int64_t j = 0; j < n; ++j) p[j] *= inv;
-      } else {  // bf16: recompute rather than round twice
-#pragma omp simd
-        for (int64_t j = 0; j < n; ++j) p[j] = T(softmax_exp(A(x[j]) * scale - mx) * inv);
-      }
+      for (int64_t j = 0; j < n; ++j) p[j] = T(buf[size_t(j)] * inv);
       std::fill(p + n, p + s_len, T(A(0)));
     }
   });

@@ -29,6 +29,41 @@ inline float softmax_exp(float x) {
 }
 inline double softmax_exp(double x) { return std::exp(x); }
 
+// max(init, x[0..n)) and, below, the exp-sum of a row, with 16 independent lanes so that they
+// vectorize (an omp simd max-reduction compiles to a shuffle tree per row); tails run scalar.
+template <typename A>
+A row_max(const A* x, int64_t n, A init) {
+  A acc[16];
+  for (int k = 0; k < 16; ++k) acc[k] = init;
+  int64_t c = 0;
+  for (; c + 16 <= n; c += 16)
+    for (int k = 0; k < 16; ++k) acc[k] = acc[k] > x[c + k] ? acc[k] : x[c + k];
+  for (; c < n; ++c) acc[0] = acc[0] > x[c] ? acc[0] : x[c];
+  for (int w = 8; w >= 1; w /= 2)
+    for (int k = 0; k < w; ++k) acc[k] = acc[k] > acc[k + w] ? acc[k] : acc[k + w];
+  return acc[0];
+}
+
+// x[j] = exp(x[j] - shift) over [0, n); returns the sum of the new x.
+template <typename A>
+A exp_row(A* x, int64_t n, A shift) {
+  A acc[16] = {};
+  int64_t c = 0;
+  for (; c + 16 <= n; c += 16)
+    for (int k = 0; k < 16; ++k) {
+      const A e = softmax_exp(x[c + k] - shift);
+      x[c + k] = e;
+      acc[k] += e;
+    }
+  for (; c < n; ++c) {
+    x[c] = softmax_exp(x[c] - shift);
+    acc[0] += x[c];
+  }
+  for (int w = 8; w >= 1; w /= 2)
+    for (int k = 0; k < w; ++k) acc[k] += acc[k + w];
+  return acc[0];
+}
+
 // Keys a query row sees: all S, or under the bottom-right-aligned causal mask those j <= i + S - T
 // (flash-attention's convention; rows with i < T - S see none and get probability 0).
 inline int64_t visible_keys(bool causal, int64_t i, int64_t t, int64_t s) {
