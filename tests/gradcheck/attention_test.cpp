@@ -165,6 +165,27 @@ TEST(Attention, EagerAndFlashAgreeInF32) {
   EXPECT_FALSE(all_close(plain, dropped, 1e-3, 1e-3));
 }
 
+TEST(Attention, ManyTilesAgreeInF64) {
+  // Several query and key tiles (partial last ones) exercise the online-softmax rescaling.
+  for (bool causal : {true, false})
+    for (double p : {0.0, 0.25}) {
+      SCOPED_TRACE(::testing::Message() << "causal " << causal << " dropout " << p);
+      Qkv x = make_qkv(1, 2, 1, 300, 333, 8, 6, DType::f64, 110);
+      Tensor g = uniform({1, 2, 300, 6}, 113);
+      std::vector<Tensor> results[2];
+      manual_seed(4);
+      const RngState st = get_rng_state();
+      for (int kk = 0; kk < 2; ++kk) {
+        set_rng_state(st);
+        for (const Tensor* t : {&x.q, &x.k, &x.v}) t->zero_grad();
+        Tensor out = scaled_dot_product_attention(x.qh(), x.kh(), x.vh(), options(kKernels[kk], causal, p));
+        out.backward(g);
+        results[kk] = {out, x.q.grad(), x.k.grad(), x.v.grad()};
+      }
+      for (size_t i = 0; i < 4; ++i) EXPECT_TRUE(all_close(results[1][i], results[0][i], 1e-10, 1e-12));
+    }
+}
+
 TEST(Attention, FlashLayoutAndDeterminism) {
   Qkv x = make_qkv(2, 4, 1, 70, 70, 16, 8, DType::f32, 80);
   Tensor g = uniform({2, 4, 70, 8}, 83, -1, 1, false, DType::f32);
@@ -182,6 +203,18 @@ TEST(Attention, FlashLayoutAndDeterminism) {
   }
   set_num_threads(saved);
   for (size_t i = 0; i < 4; ++i) EXPECT_TRUE(bitwise_equal(runs[0][i], runs[1][i]));
+}
+
+TEST(Attention, BroadcastOutputGradient) {
+  // sum(out).backward() hands the backward a stride-0 gradient.
+  Qkv x = make_qkv(1, 4, 2, 20, 20, 8, 8, DType::f64, 85);
+  std::vector<Tensor> grads[2];
+  for (int kk = 0; kk < 2; ++kk) {
+    for (const Tensor* t : {&x.q, &x.k, &x.v}) t->zero_grad();
+    sum(scaled_dot_product_attention(x.qh(), x.kh(), x.vh(), options(kKernels[kk], true))).backward();
+    grads[kk] = {x.q.grad(), x.k.grad(), x.v.grad()};
+  }
+  for (size_t i = 0; i < 3; ++i) EXPECT_TRUE(all_close(grads[1][i], grads[0][i], 1e-12, 1e-12));
 }
 
 TEST(Attention, RowsWithoutKeysAreZero) {
