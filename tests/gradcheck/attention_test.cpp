@@ -1,3 +1,4 @@
+#include <array>
 #include <cmath>
 #include <limits>
 
@@ -73,6 +74,20 @@ struct Recorder : autograd::SavedTensorHooks {
   Tensor unpack(const std::shared_ptr<void>& p) override { return *std::static_pointer_cast<Tensor>(p); }
 };
 
+// Output and q/k/v gradients of one call from RNG state `st`, each kernel: {eager, flash} x
+// {out, dq, dk, dv}.
+std::array<std::vector<Tensor>, 2> run_both(const Qkv& x, const Tensor& g, bool causal, double p, const RngState& st) {
+  std::array<std::vector<Tensor>, 2> results;
+  for (int kk = 0; kk < 2; ++kk) {
+    set_rng_state(st);
+    for (const Tensor* t : {&x.q, &x.k, &x.v}) t->zero_grad();
+    Tensor out = scaled_dot_product_attention(x.qh(), x.kh(), x.vh(), options(kKernels[kk], causal, p));
+    out.backward(g);
+    results[size_t(kk)] = {out, x.q.grad(), x.k.grad(), x.v.grad()};
+  }
+  return results;
+}
+
 }  // namespace
 
 TEST(GradcheckAttention, CausalAndNotGqa) {
@@ -142,15 +157,8 @@ TEST(Attention, EagerAndFlashAgreeInF32) {
     SCOPED_TRACE(::testing::Message() << "dropout " << p);
     Qkv x = make_qkv(2, 4, 2, 100, 100, 32, 32, DType::f32, 60);
     Tensor g = uniform({2, 4, 100, 32}, 63, -1, 1, false, DType::f32);
-    std::vector<Tensor> results[2];
     const RngState st = get_rng_state();
-    for (int kk = 0; kk < 2; ++kk) {
-      set_rng_state(st);
-      for (const Tensor* t : {&x.q, &x.k, &x.v}) t->zero_grad();
-      Tensor out = scaled_dot_product_attention(x.qh(), x.kh(), x.vh(), options(kKernels[kk], true, p));
-      out.backward(g);
-      results[kk] = {out, x.q.grad(), x.k.grad(), x.v.grad()};
-    }
+    const auto results = run_both(x, g, true, p, st);
     EXPECT_EQ(get_rng_state().offset, st.offset + (p > 0 ? 2 * 4 * 100 * 100 : 0));  // B*Hq*T*S per call
     const char* names[] = {"out", "dq", "dk", "dv"};
     for (int i = 0; i < 4; ++i) {
@@ -172,16 +180,8 @@ TEST(Attention, ManyTilesAgreeInF64) {
       SCOPED_TRACE(::testing::Message() << "causal " << causal << " dropout " << p);
       Qkv x = make_qkv(1, 2, 1, 300, 333, 8, 6, DType::f64, 110);
       Tensor g = uniform({1, 2, 300, 6}, 113);
-      std::vector<Tensor> results[2];
       manual_seed(4);
-      const RngState st = get_rng_state();
-      for (int kk = 0; kk < 2; ++kk) {
-        set_rng_state(st);
-        for (const Tensor* t : {&x.q, &x.k, &x.v}) t->zero_grad();
-        Tensor out = scaled_dot_product_attention(x.qh(), x.kh(), x.vh(), options(kKernels[kk], causal, p));
-        out.backward(g);
-        results[kk] = {out, x.q.grad(), x.k.grad(), x.v.grad()};
-      }
+      const auto results = run_both(x, g, causal, p, get_rng_state());
       for (size_t i = 0; i < 4; ++i) EXPECT_TRUE(all_close(results[1][i], results[0][i], 1e-10, 1e-12));
     }
 }
