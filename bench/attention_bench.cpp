@@ -94,7 +94,13 @@ void BM_Rope(benchmark::State& state) {
   const double bytes = 2.0 * double(x.nbytes()) * (backward ? 2.0 : 1.0);
   state.counters["GB/s"] = benchmark::Counter(bytes * double(state.iterations()) / 1e9, benchmark::Counter::kIsRate);
 }
-BENCHMARK(BM_Rope)->ArgNames({"T", "H", "D", "fwd_bwd"})->Args({2048, 32, 128, 0})->Args({2048, 32, 128, 1})->Args({1024, 12, 64, 0})->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(BM_Rope)
+    ->ArgNames({"T", "H", "D", "fwd_bwd"})
+    ->Args({2048, 32, 128, 0})
+    ->Args({2048, 32, 128, 1})
+    ->Args({1024, 12, 64, 0})
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime();
 
 }  // namespace
 }  // namespace tidal

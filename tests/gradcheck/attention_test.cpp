@@ -64,6 +64,11 @@ Qkv make_qkv(int64_t b, int64_t hq, int64_t hkv, int64_t t, int64_t s, int64_t d
   return x;
 }
 
+// Attention over (B, T, H, D) tensors seen as (B, H, T, D), as a gradcheck function.
+Tensor attend_bthd(const std::vector<Tensor>& t, const AttentionOptions& opt) {
+  return scaled_dot_product_attention(t[0].transpose(1, 2), t[1].transpose(1, 2), t[2].transpose(1, 2), opt);
+}
+
 // Saved-tensor hooks that record what is packed.
 struct Recorder : autograd::SavedTensorHooks {
   std::vector<Tensor> saved;
@@ -96,9 +101,7 @@ TEST(GradcheckAttention, CausalAndNotGqa) {
       SCOPED_TRACE(::testing::Message() << "kernel " << int(kernel) << " causal " << causal);
       Qkv x = make_qkv(2, 4, 2, 5, 5, 3, 4, DType::f64, 10);
       const AttentionOptions opt = options(kernel, causal);
-      EXPECT_TRUE(gradcheck(
-          [&](auto& t) { return scaled_dot_product_attention(t[0].transpose(1, 2), t[1].transpose(1, 2), t[2].transpose(1, 2), opt); },
-          {x.q, x.k, x.v}));
+      EXPECT_TRUE(gradcheck([&](auto& t) { return attend_bthd(t, opt); }, {x.q, x.k, x.v}));
     }
 }
 
@@ -125,7 +128,7 @@ TEST(GradcheckAttention, Dropout) {
     EXPECT_TRUE(gradcheck(
         [&](auto& t) {
           set_rng_state(st);  // every evaluation draws the same mask
-          return scaled_dot_product_attention(t[0].transpose(1, 2), t[1].transpose(1, 2), t[2].transpose(1, 2), opt);
+          return attend_bthd(t, opt);
         },
         {x.q, x.k, x.v}));
   }
@@ -134,7 +137,8 @@ TEST(GradcheckAttention, Dropout) {
 TEST(GradcheckAttention, ScaledMaskedSoftmax) {
   Tensor x = uniform({2, 3, 5}, 40, -2, 2);
   EXPECT_TRUE(gradcheck([](auto& t) { return scaled_masked_softmax(t[0], 0.8, true); }, {x}));
-  EXPECT_TRUE(gradcheck([](auto& t) { return scaled_masked_softmax(t[0].transpose(1, 2), 1.3, false); }, {uniform({2, 5, 3}, 41)}));
+  Tensor xt = uniform({2, 5, 3}, 41);
+  EXPECT_TRUE(gradcheck([](auto& t) { return scaled_masked_softmax(t[0].transpose(1, 2), 1.3, false); }, {xt}));
 }
 
 TEST(Attention, MatchesNaiveReference) {

@@ -107,7 +107,9 @@ struct Arena {
     p += (n + 15) / 16 * 16;
     return r;
   }
-  uint32_t* take_bits(int64_t n) { return reinterpret_cast<uint32_t*>(take((n * 4 + int64_t(sizeof(A)) - 1) / int64_t(sizeof(A)))); }
+  uint32_t* take_bits(int64_t n) {
+    return reinterpret_cast<uint32_t*>(take((n * 4 + int64_t(sizeof(A)) - 1) / int64_t(sizeof(A))));
+  }
 };
 inline int64_t arena_size(std::initializer_list<int64_t> pieces) {
   int64_t n = 0;
@@ -155,12 +157,14 @@ void forward_typed(const FlashConfig& cfg, const Tensor& out, const Tensor& lse,
   const bool dropout = cfg.dropout_p > 0;
   const int64_t nqb = (n.t + kFwdBlockQ - 1) / kFwdBlockQ, tasks = n.b * n.hq * nqb;
   const int64_t slots = slots_for(tasks, n.flops());
-  const int64_t per_slot = arena_size({kFwdBlockQ * n.d, kFwdBlockK * n.d, kFwdBlockK * n.dv, kFwdBlockQ * kFwdBlockK,
-                                       kFwdBlockQ * n.dv, kFwdBlockQ, kFwdBlockQ, kFwdBlockK, kFwdBlockK + 8});
+  const int64_t per_slot = arena_size({kFwdBlockQ * n.d, kFwdBlockK * n.d, kFwdBlockK * n.dv,
+                                       kFwdBlockQ * kFwdBlockK, kFwdBlockQ * n.dv, kFwdBlockQ, kFwdBlockQ,
+                                       kFwdBlockK, kFwdBlockK + 8});
   Tensor ws = empty({slots, per_slot}, dtype_v<A>);
   for_tasks(tasks, slots, [&](int64_t task, int64_t slot) {
     Arena<A> arena{ws.data<A>() + slot * per_slot};
-    A *qbuf = arena.take(kFwdBlockQ * n.d), *kbuf = arena.take(kFwdBlockK * n.d), *vbuf = arena.take(kFwdBlockK * n.dv);
+    A *qbuf = arena.take(kFwdBlockQ * n.d), *kbuf = arena.take(kFwdBlockK * n.d);
+    A* vbuf = arena.take(kFwdBlockK * n.dv);
     A *s = arena.take(kFwdBlockQ * kFwdBlockK), *o = arena.take(kFwdBlockQ * n.dv), *m = arena.take(kFwdBlockQ);
     A *l = arena.take(kFwdBlockQ), *z = arena.take(kFwdBlockK);
     uint32_t* bits = arena.take_bits(kFwdBlockK + 8);
@@ -227,7 +231,8 @@ void backward_typed(const FlashConfig& cfg, const Tensor& dq, const Tensor& dk, 
   // delta[b, h, i] = rowsum(dO * O): the softmax backward's rowsum(P * dP), dropout included.
   Tensor delta = empty({n.b, n.hq, n.t}, dtype_v<A>);
   A* dp = delta.data<A>();
-  parallel_for(0, n.b * n.hq * n.t, std::max<int64_t>(1, 16384 / std::max<int64_t>(n.dv, 1)), [&](int64_t r0, int64_t r1) {
+  const int64_t rows = n.b * n.hq * n.t, row_grain = std::max<int64_t>(1, 16384 / std::max<int64_t>(n.dv, 1));
+  parallel_for(0, rows, row_grain, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       const int64_t b = r / (n.hq * n.t), h = (r / n.t) % n.hq, i = r % n.t;
       const T* g = dov.row(b, h, i);
@@ -247,14 +252,16 @@ void backward_typed(const FlashConfig& cfg, const Tensor& dq, const Tensor& dk, 
   const bool dq_in_place = dq.defined() && std::is_same_v<T, A> && dqv.s3 == 1 && (dqv.s2 >= n.d || n.t == 1);
   const bool dq_buffered = dq.defined() && !dq_in_place;
   const int64_t tasks = n.b * n.hkv, slots = slots_for(tasks, 2.5 * n.flops());
-  const int64_t per_slot =
-      arena_size({kBwdBlockQ * n.d, kBwdBlockQ * n.dv, kBwdBlockK * n.d, kBwdBlockK * n.dv, kBwdBlockQ * kBwdBlockK, kBwdBlockQ * kBwdBlockK,
-                  kBwdBlockK * n.d, kBwdBlockK * n.dv, kBwdBlockK, kBwdBlockK + 8, dq_buffered ? n.g * n.t * n.d : 0});
+  const int64_t per_slot = arena_size({kBwdBlockQ * n.d, kBwdBlockQ * n.dv, kBwdBlockK * n.d, kBwdBlockK * n.dv,
+                                       kBwdBlockQ * kBwdBlockK, kBwdBlockQ * kBwdBlockK, kBwdBlockK * n.d,
+                                       kBwdBlockK * n.dv, kBwdBlockK, kBwdBlockK + 8,
+                                       dq_buffered ? n.g * n.t * n.d : 0});
   Tensor ws = empty({slots, per_slot}, dtype_v<A>);
   for_tasks(tasks, slots, [&](int64_t task, int64_t slot) {
     Arena<A> arena{ws.data<A>() + slot * per_slot};
-    A *qbuf = arena.take(kBwdBlockQ * n.d), *dobuf = arena.take(kBwdBlockQ * n.dv), *kbuf = arena.take(kBwdBlockK * n.d);
-    A *vbuf = arena.take(kBwdBlockK * n.dv), *p = arena.take(kBwdBlockQ * kBwdBlockK), *ds = arena.take(kBwdBlockQ * kBwdBlockK);
+    A *qbuf = arena.take(kBwdBlockQ * n.d), *dobuf = arena.take(kBwdBlockQ * n.dv);
+    A *kbuf = arena.take(kBwdBlockK * n.d), *vbuf = arena.take(kBwdBlockK * n.dv);
+    A *p = arena.take(kBwdBlockQ * kBwdBlockK), *ds = arena.take(kBwdBlockQ * kBwdBlockK);
     A *dk_acc = arena.take(kBwdBlockK * n.d), *dv_acc = arena.take(kBwdBlockK * n.dv), *z = arena.take(kBwdBlockK);
     uint32_t* bits = arena.take_bits(kBwdBlockK + 8);
     A* dq_buf = arena.take(dq_buffered ? n.g * n.t * n.d : 0);
@@ -307,11 +314,12 @@ void backward_typed(const FlashConfig& cfg, const Tensor& dq, const Tensor& dk, 
             std::fill(pr + nv, pr + nk, A(0));
             std::fill(dr + nv, dr + nk, A(0));
           }
-          blas::gemm(true, false, nk, n.dv, nq, A(1), p, kBwdBlockK, dot.p, dot.ld, A(1), dv_acc, n.dv);  // dV += P^T dO
-          blas::gemm(true, false, nk, n.d, nq, scale, ds, kBwdBlockK, qt.p, qt.ld, A(1), dk_acc, n.d);    // dK += dS^T Q
+          // dV += P^T dO, dK += scale dS^T Q, dQ += scale dS K
+          blas::gemm(true, false, nk, n.dv, nq, A(1), p, kBwdBlockK, dot.p, dot.ld, A(1), dv_acc, n.dv);
+          blas::gemm(true, false, nk, n.d, nq, scale, ds, kBwdBlockK, qt.p, qt.ld, A(1), dk_acc, n.d);
           if (dq.defined()) {
             const auto [dqp, ld] = dq_rows(g, i0);
-            blas::gemm(false, false, nq, n.d, nk, scale, ds, kBwdBlockK, kt.p, kt.ld, A(1), dqp, ld);  // dQ += dS K
+            blas::gemm(false, false, nq, n.d, nk, scale, ds, kBwdBlockK, kt.p, kt.ld, A(1), dqp, ld);
           }
         }
       }
