@@ -180,7 +180,7 @@ TEST(Attention, EagerAndFlashAgreeInF32) {
 TEST(Attention, ManyTilesAgreeInF64) {
   // Several query and key tiles (partial last ones) exercise the online-softmax rescaling.
   for (bool causal : {true, false})
-    for (double p : {0.0, 0.25}) {
+    for (double p : {0.0, 0.1}) {
       SCOPED_TRACE(::testing::Message() << "causal " << causal << " dropout " << p);
       Qkv x = make_qkv(1, 2, 1, 300, 333, 8, 6, DType::f64, 110);
       Tensor g = uniform({1, 2, 300, 6}, 113);

@@ -93,7 +93,7 @@ Tensor flash_attention(const Tensor& q, const Tensor& k, const Tensor& v, double
   cpu::FlashConfig cfg;
   cfg.scale = scale;
   cfg.causal = opt.causal;
-  cfg.dropout_p = float(opt.dropout_p);
+  cfg.dropout_p = opt.dropout_p;
   if (opt.dropout_p > 0) {
     cfg.seed = get_rng_state().seed;
     cfg.rng_start = reserve_random(uint64_t(b * hq * t * s));

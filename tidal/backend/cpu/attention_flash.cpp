@@ -153,7 +153,7 @@ void forward_typed(const FlashConfig& cfg, const Tensor& out, const Tensor& lse,
   const View4<const T> qv = view4<const T>(q), kv = view4<const T>(k), vv = view4<const T>(v);
   const View4<T> ov = view4<T>(out);
   A* lp = lse.defined() ? lse.data<A>() : nullptr;
-  const A scale = A(cfg.scale), keep_scale = A(1.0 / (1.0 - double(cfg.dropout_p)));
+  const A scale = A(cfg.scale), keep_scale = A(1.0 / (1.0 - cfg.dropout_p));
   const bool dropout = cfg.dropout_p > 0;
   const int64_t nqb = (n.t + kFwdBlockQ - 1) / kFwdBlockQ, tasks = n.b * n.hq * nqb;
   const int64_t slots = slots_for(tasks, n.flops());
@@ -202,7 +202,7 @@ void forward_typed(const FlashConfig& cfg, const Tensor& out, const Tensor& lse,
           for (int64_t c = 0; c < n.dv; ++c) orow[c] *= corr;
         }
         if (dropout) {
-          dropout_factors(cfg.seed, n.rng_pos(cfg, b, h, i, j0), nv, cfg.dropout_p, keep_scale, z, bits);
+          dropout_factors(cfg.seed, n.rng_pos(cfg, b, h, i, j0), nv, float(cfg.dropout_p), keep_scale, z, bits);
 #pragma omp simd
           for (int64_t c = 0; c < nv; ++c) sr[c] *= z[c];  // masked keys are 0 already
         }
@@ -225,7 +225,7 @@ void backward_typed(const FlashConfig& cfg, const Tensor& dq, const Tensor& dk, 
   const View4<const T> qv = view4<const T>(q), kv = view4<const T>(k), vv = view4<const T>(v);
   const View4<const T> dov = view4<const T>(dout), ov = view4<const T>(out);
   const A* lp = lse.data<A>();
-  const A scale = A(cfg.scale), keep_scale = A(1.0 / (1.0 - double(cfg.dropout_p)));
+  const A scale = A(cfg.scale), keep_scale = A(1.0 / (1.0 - cfg.dropout_p));
   const bool dropout = cfg.dropout_p > 0;
 
   // delta[b, h, i] = rowsum(dO * O): the softmax backward's rowsum(P * dP), dropout included.
@@ -296,7 +296,7 @@ void backward_typed(const FlashConfig& cfg, const Tensor& dq, const Tensor& dk, 
             A* dr = ds + r * kBwdBlockK;
             const A row_lse = lp[(b * n.hq + h) * n.t + i], row_delta = dp[(b * n.hq + h) * n.t + i];
             if (dropout && nv > 0) {
-              dropout_factors(cfg.seed, n.rng_pos(cfg, b, h, i, j0), nv, cfg.dropout_p, keep_scale, z, bits);
+              dropout_factors(cfg.seed, n.rng_pos(cfg, b, h, i, j0), nv, float(cfg.dropout_p), keep_scale, z, bits);
 #pragma omp simd
               for (int64_t c = 0; c < nv; ++c) {
                 const A e = softmax_exp(pr[c] - row_lse);

@@ -10,10 +10,12 @@ namespace tidal::cpu {
 
 struct FlashConfig {
   double scale = 1.0;
-  bool causal = true;    // bottom-right aligned: query i sees keys j <= i + S - T
-  float dropout_p = 0;   // 0: no dropout
-  uint64_t seed = 0;     // Philox key and first stream position of this call: probability
-  uint64_t rng_start = 0;  // (b, h, i, j) draws position rng_start + ((b*Hq + h)*T + i)*S + j
+  bool causal = true;  // bottom-right aligned: query i sees keys j <= i + S - T
+  // Dropout as tidal::dropout draws it (keep where uniform >= float(p), scale 1/(1-p)); 0: none.
+  // Probability (b, h, i, j) uses Philox key `seed` at position rng_start + ((b*Hq + h)*T + i)*S + j.
+  double dropout_p = 0;
+  uint64_t seed = 0;
+  uint64_t rng_start = 0;
 };
 
 // q (B, Hq, T, D), k (B, Hkv, S, D), v (B, Hkv, S, Dv), out (B, Hq, T, Dv): any strides, one dtype.
