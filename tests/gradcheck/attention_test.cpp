@@ -275,8 +275,15 @@ TEST(Attention, FlashSavesNoScoreMatrix) {
       EXPECT_EQ(rec->saved[4].shape(), (Shape{1, 4, t}));
       EXPECT_EQ(bytes, x.q.nbytes() + x.k.nbytes() + x.v.nbytes() + out.nbytes() + 4 * t * 4);
     } else {
-      EXPECT_TRUE(has_scores);  // probabilities, the u8 mask and the dropped probabilities
-      EXPECT_GE(bytes, 4 * t * s * (4 + 1 + 4));
+      // Korthikanti et al.'s list: q, k (scores GEMM), probabilities (softmax), the u8 mask (dropout),
+      // dropped probabilities and v (second GEMM).
+      EXPECT_TRUE(has_scores);
+      ASSERT_EQ(rec->saved.size(), 6u);
+      EXPECT_TRUE(rec->saved[0].is_alias_of(x.q) && rec->saved[1].is_alias_of(x.k) && rec->saved[5].is_alias_of(x.v));
+      EXPECT_EQ(rec->saved[2].dtype(), DType::f32);
+      EXPECT_EQ(rec->saved[3].dtype(), DType::u8);
+      EXPECT_EQ(rec->saved[4].dtype(), DType::f32);
+      EXPECT_EQ(bytes, x.q.nbytes() + x.k.nbytes() + x.v.nbytes() + 4 * t * s * (4 + 1 + 4));
     }
     out.backward(ones_like(out));
   }
