@@ -1,0 +1,110 @@
+#include "tidal/backend/cpu/rope.h"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <vector>
+
+#include "tidal/backend/cpu/dispatch.h"
+#include "tidal/backend/cpu/parallel.h"
+
+namespace tidal::cpu {
+namespace {
+
+template <typename T>
+void tables_typed(const Tensor& cos, const Tensor& sin, double theta, int64_t position_offset) {
+  const int64_t seq = cos.size(0), dim = cos.size(1), half = dim / 2;
+  std::vector<double> inv_freq(static_cast<size_t>(half));
+  for (int64_t i = 0; i < half; ++i) inv_freq[size_t(i)] = 1.0 / std::pow(theta, double(2 * i) / double(dim));
+  T* cp = cos.data<T>();
+  T* sp = sin.data<T>();
+  parallel_for(0, seq, std::max<int64_t>(1, 4096 / std::max<int64_t>(half, 1)), [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      const double pos = double(position_offset + t);
+      for (int64_t i = 0; i < half; ++i) {
+        const double angle = pos * inv_freq[size_t(i)];
+        const T c = T(acc_t<T>(std::cos(angle))), s = T(acc_t<T>(std::sin(angle)));
+        cp[t * dim + i] = cp[t * dim + half + i] = c;
+        sp[t * dim + i] = sp[t * dim + half + i] = s;
+      }
+    }
+  });
+}
+
+// One row of D elements. Forward: lo' = lo*c_lo - hi*s_lo, hi' = hi*c_hi + lo*s_hi. Transpose:
+// lo' = lo*c_lo + hi*s_hi, hi' = hi*c_hi - lo*s_lo. Written once with (sa, sign) and (sb, -sign).
+template <typename T>
+struct RopeRow {
+  int64_t half;
+  bool transpose;
+
+  void contiguous(T* o, const T* x, const T* c, const T* s) const {
+    using A = acc_t<T>;
+    const T* sa = transpose ? s + half : s;
+    const T* sb = transpose ? s : s + half;
+    const A sign = transpose ? A(1) : A(-1);
+#pragma omp simd
+    for (int64_t i = 0; i < half; ++i) {
+      const A lo = A(x[i]), hi = A(x[i + half]);
+      o[i] = T(lo * A(c[i]) + sign * hi * A(sa[i]));
+      o[i + half] = T(hi * A(c[i + half]) - sign * lo * A(sb[i]));
+    }
+  }
+
+  void strided(T* o, int64_t so, const T* x, int64_t sx, const T* c, int64_t sc, const T* s, int64_t ss) const {
+    using A = acc_t<T>;
+    const int64_t a_off = transpose ? half : 0, b_off = transpose ? 0 : half;
+    const A sign = transpose ? A(1) : A(-1);
+    for (int64_t i = 0; i < half; ++i) {
+      const A lo = A(x[i * sx]), hi = A(x[(i + half) * sx]);
+      o[i * so] = T(lo * A(c[i * sc]) + sign * hi * A(s[(i + a_off) * ss]));
+      o[(i + half) * so] = T(hi * A(c[(i + half) * sc]) - sign * lo * A(s[(i + b_off) * ss]));
+    }
+  }
+};
+
+template <typename T>
+void rope_typed(const Tensor& out, const Tensor& x, const Tensor& cos, const Tensor& sin, bool transpose) {
+  const int64_t dim = x.size(3);
+  // Walk the rows in the output's memory order (outer dims sorted by stride) for sequential access.
+  std::array<int, 3> order{0, 1, 2};
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return out.stride(a) > out.stride(b); });
+  const int64_t n1 = out.size(order[1]), n2 = out.size(order[2]);
+  const int64_t rows = out.size(0) * out.size(1) * out.size(2);
+  const T* xp = x.data<T>();
+  T* op = out.data<T>();
+  const T* cp = cos.data<T>();
+  const T* sp = sin.data<T>();
+  const int64_t sxd = x.stride(3), sod = out.stride(3), scd = cos.stride(1), ssd = sin.stride(1);
+  const bool unit = sxd == 1 && sod == 1 && scd == 1 && ssd == 1;
+  const RopeRow<T> row{dim / 2, transpose};
+  parallel_for(0, rows, std::max<int64_t>(1, 16384 / std::max<int64_t>(dim, 1)), [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      int64_t idx[3];
+      idx[order[2]] = r % n2;
+      idx[order[1]] = (r / n2) % n1;
+      idx[order[0]] = r / (n2 * n1);
+      const int64_t t = idx[2];
+      const T* xr = xp + idx[0] * x.stride(0) + idx[1] * x.stride(1) + t * x.stride(2);
+      T* orow = op + idx[0] * out.stride(0) + idx[1] * out.stride(1) + t * out.stride(2);
+      const T* cr = cp + t * cos.stride(0);
+      const T* sr = sp + t * sin.stride(0);
+      if (unit) row.contiguous(orow, xr, cr, sr);
+      else row.strided(orow, sod, xr, sxd, cr, scd, sr, ssd);
+    }
+  });
+}
+
+}  // namespace
+
+void rope_tables_kernel(const Tensor& cos, const Tensor& sin, double theta, int64_t position_offset) {
+  dispatch_float(cos.dtype(), "rope_tables",
+                 [&](auto tag) { tables_typed<typename decltype(tag)::type>(cos, sin, theta, position_offset); });
+}
+
+void rope_kernel(const Tensor& out, const Tensor& x, const Tensor& cos, const Tensor& sin, bool transpose) {
+  dispatch_float(x.dtype(), "apply_rope",
+                 [&](auto tag) { rope_typed<typename decltype(tag)::type>(out, x, cos, sin, transpose); });
+}
+
+}  // namespace tidal::cpu

@@ -1,0 +1,144 @@
+#include "tidal/ops/attention.h"
+
+#include <cmath>
+
+#include "tidal/backend/cpu/attention_eager.h"
+#include "tidal/backend/cpu/attention_flash.h"
+#include "tidal/ops/common.h"
+#include "tidal/ops/matmul.h"
+#include "tidal/ops/random.h"
+#include "tidal/ops/rope.h"
+
+namespace tidal {
+namespace {
+
+using autograd::Node;
+using autograd::SavedTensor;
+using autograd::TensorList;
+
+struct ScaledMaskedSoftmaxBackward : Node {
+  SavedTensor probs;
+  double scale = 1.0;
+  const char* name() const override { return "ScaledMaskedSoftmaxBackward"; }
+  TensorList apply(TensorList&& g) override {
+    Tensor p = probs.unpack(name());
+    Tensor gi = empty(p.shape(), p.dtype(), p.device());
+    if (!gi.is_meta()) cpu::scaled_masked_softmax_backward(gi, g[0].detach().contiguous(), p, scale);
+    return {gi};
+  }
+  void release_saved() override { probs.reset(); }
+};
+
+struct FlashAttentionBackward : Node {
+  SavedTensor q, k, v, out, lse;
+  cpu::FlashConfig cfg;
+  const char* name() const override { return "FlashAttentionBackward"; }
+  TensorList apply(TensorList&& grads) override {
+    const Tensor& g = grads[0];
+    if (!g.defined()) return {Tensor(), Tensor(), Tensor()};
+    Tensor qv = q.unpack(name()), kv = k.unpack(name()), vv = v.unpack(name());
+    // Gradients in their inputs' memory order: the transposes back to (B, T, H, D) stay free.
+    Tensor dq = needs_input_grad(0) ? detail::empty_like_order(qv, qv.dtype()) : Tensor();
+    Tensor dk = needs_input_grad(1) ? detail::empty_like_order(kv, kv.dtype()) : Tensor();
+    Tensor dv = needs_input_grad(2) ? detail::empty_like_order(vv, vv.dtype()) : Tensor();
+    if (!g.is_meta())
+      cpu::flash_attention_backward(cfg, dq, dk, dv, g.detach(), qv, kv, vv, out.unpack(name()), lse.unpack(name()));
+    return {dq, dk, dv};
+  }
+  void release_saved() override { autograd::reset_all(q, k, v, out, lse); }
+};
+
+void check_inputs(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& opt) {
+  const char* op = "scaled_dot_product_attention";
+  detail::check_dim(op, q, 4, "q (B, Hq, T, D)");
+  detail::check_dim(op, k, 4, "k (B, Hkv, S, D)");
+  detail::check_dim(op, v, 4, "v (B, Hkv, S, Dv)");
+  detail::check_floating(op, q);
+  detail::check_same(op, q, k);
+  detail::check_same(op, q, v);
+  const auto shapes = [&] { return detail::str_cat("q ", q.shape(), ", k ", k.shape(), ", v ", v.shape()); };
+  TIDAL_CHECK(k.size(0) == q.size(0) && v.size(0) == q.size(0), "[", op, "] batch sizes differ: ", shapes());
+  TIDAL_CHECK(v.size(1) == k.size(1) && v.size(2) == k.size(2), "[", op,
+              "] k and v must have the same heads and length: ", shapes());
+  TIDAL_CHECK(k.size(1) > 0 && q.size(1) % k.size(1) == 0, "[", op,
+              "] query heads must be a multiple of kv heads (GQA): ", shapes());
+  TIDAL_CHECK(k.size(3) == q.size(3), "[", op, "] q and k head dims differ: ", shapes());
+  TIDAL_CHECK(q.size(3) > 0, "[", op, "] the head dim must be positive: ", shapes());
+  TIDAL_CHECK(opt.dropout_p >= 0.0 && opt.dropout_p < 1.0, "[", op, "] dropout_p must be in [0, 1), got ",
+              opt.dropout_p);
+  TIDAL_CHECK(std::isfinite(opt.scale), "[", op, "] scale must be finite, got ", opt.scale);
+}
+
+Tensor eager_attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale, const AttentionOptions& opt) {
+  const int64_t b = q.size(0), hq = q.size(1), t = q.size(2), d = q.size(3);
+  const int64_t hkv = k.size(1), s = k.size(2), dv = v.size(3), g = hq / hkv;
+  // GQA without repeating k/v: fold the group's query heads into rows when q's layout allows (one
+  // GEMM per kv head), else broadcast k over a group dim (one GEMM per query head).
+  Tensor scores;  // (B, Hq, T, S)
+  if (g == 1) {
+    scores = matmul(q, k.mT());
+  } else if (t == 1 || q.stride(1) == t * q.stride(2)) {
+    scores = matmul(q.view({b, hkv, g * t, d}), k.mT()).view({b, hq, t, s});
+  } else {
+    scores = matmul(q.view({b, hkv, g, t, d}), k.unsqueeze(2).mT()).view({b, hq, t, s});
+  }
+  Tensor probs = scaled_masked_softmax(scores, scale, opt.causal);  // (B, Hq, T, S)
+  Tensor dropped = dropout(probs, opt.dropout_p);                   // (B, Hq, T, S), saves a u8 mask
+  if (g == 1) return matmul(dropped, v);
+  return matmul(dropped.view({b, hkv, g * t, s}), v).view({b, hq, t, dv});  // (B, Hq, T, Dv)
+}
+
+Tensor flash_attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale, const AttentionOptions& opt) {
+  const int64_t b = q.size(0), hq = q.size(1), t = q.size(2), s = k.size(2), dv = v.size(3);
+  cpu::FlashConfig cfg;
+  cfg.scale = scale;
+  cfg.causal = opt.causal;
+  cfg.dropout_p = opt.dropout_p;
+  if (opt.dropout_p > 0) {
+    cfg.seed = get_rng_state().seed;
+    cfg.rng_start = reserve_random(uint64_t(b * hq * t * s));
+  }
+  Tensor out = empty({b, t, hq, dv}, q.dtype(), q.device()).transpose(1, 2);  // (B, Hq, T, Dv) view
+  const bool grad = autograd::needs_grad(q, k, v);
+  const DType acc = q.dtype() == DType::f64 ? DType::f64 : DType::f32;
+  Tensor lse = grad ? empty({b, hq, t}, acc, q.device()) : Tensor();  // (B, Hq, T)
+  if (!out.is_meta()) cpu::flash_attention_forward(cfg, out, lse, q.detach(), k.detach(), v.detach());
+  if (grad) {
+    auto node = autograd::make_node<FlashAttentionBackward>({&q, &k, &v});
+    node->q = SavedTensor(q);
+    node->k = SavedTensor(k);
+    node->v = SavedTensor(v);
+    node->out = SavedTensor(out);
+    node->lse = SavedTensor(lse);
+    node->cfg = cfg;
+    autograd::set_history(out, node);
+  }
+  return out;
+}
+
+}  // namespace
+
+Tensor scaled_masked_softmax(const Tensor& scores, double scale, bool causal) {
+  OpScope scope("scaled_masked_softmax");
+  detail::check_floating("scaled_masked_softmax", scores);
+  TIDAL_CHECK(scores.dim() >= 2, "[scaled_masked_softmax] scores must be (..., T, S), got ", scores.shape());
+  Tensor probs = empty(scores.shape(), scores.dtype(), scores.device());
+  if (!probs.is_meta()) cpu::scaled_masked_softmax_forward(probs, scores.detach().contiguous(), scale, causal);
+  if (autograd::needs_grad(scores)) {
+    auto node = autograd::make_node<ScaledMaskedSoftmaxBackward>({&scores});
+    node->probs = SavedTensor(probs);
+    node->scale = scale;
+    autograd::set_history(probs, node);
+  }
+  return probs;
+}
+
+Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& opt) {
+  OpScope scope("scaled_dot_product_attention");
+  check_inputs(q, k, v, opt);
+  const double scale = opt.scale != 0 ? opt.scale : 1.0 / std::sqrt(double(q.size(3)));
+  return opt.kernel == AttentionKernel::eager ? eager_attention(q, k, v, scale, opt)
+                                              : flash_attention(q, k, v, scale, opt);
+}
+
+}  // namespace tidal

@@ -1,0 +1,89 @@
+#include "tidal/ops/rope.h"
+
+#include <algorithm>
+#include <numeric>
+#include <vector>
+
+#include "tidal/backend/cpu/rope.h"
+#include "tidal/ops/common.h"
+
+namespace tidal {
+namespace {
+
+Tensor rope_op(const Tensor& x, const Tensor& cos, const Tensor& sin, bool transpose);
+
+// Note [RoPE tables are not saved tensors]: cos/sin are constants shared by every layer, so the node
+// keeps plain references instead of SavedTensors: offload and recompute hooks would otherwise copy
+// or track the same tables once per layer. Nothing else is saved (backward is linear in g).
+struct RopeBackward : autograd::Node {
+  Tensor cos, sin;  // (T, D)
+  bool transpose = false;
+  const char* name() const override { return "RopeBackward"; }
+  autograd::TensorList apply(autograd::TensorList&& g) override { return {rope_op(g[0], cos, sin, !transpose)}; }
+  void release_saved() override {
+    cos = Tensor();
+    sin = Tensor();
+  }
+};
+
+// transpose = false: apply_rope; true: its adjoint (the backward), itself differentiable.
+Tensor rope_op(const Tensor& x, const Tensor& cos, const Tensor& sin, bool transpose) {
+  Tensor out = detail::empty_like_order(x, x.dtype());
+  if (!out.is_meta()) cpu::rope_kernel(out, x, cos, sin, transpose);
+  if (autograd::needs_grad(x)) {
+    auto node = autograd::make_node<RopeBackward>({&x});
+    node->cos = cos.detach();
+    node->sin = sin.detach();
+    node->transpose = transpose;
+    autograd::set_history(out, node);
+  }
+  return out;
+}
+
+}  // namespace
+
+namespace detail {
+Tensor empty_like_order(const Tensor& t, DType dtype) {
+  const int nd = t.dim();
+  if (nd <= 1) return empty(t.shape(), dtype, t.device());
+  std::vector<int64_t> order(static_cast<size_t>(nd));
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end() - 1, [&](int64_t a, int64_t b) { return t.stride(a) > t.stride(b); });
+  Shape shape;
+  for (int64_t d : order) shape.push_back(t.size(d));
+  std::vector<int64_t> inverse(static_cast<size_t>(nd));
+  for (int i = 0; i < nd; ++i) inverse[size_t(order[size_t(i)])] = i;
+  return empty(shape, dtype, t.device()).permute(inverse);
+}
+}  // namespace detail
+
+RopeTables rope_tables(int64_t seq_len, int64_t head_dim, double theta, DType dtype, Device device,
+                       int64_t position_offset) {
+  OpScope scope("rope_tables");
+  TIDAL_CHECK(seq_len >= 0, "[rope_tables] seq_len must be >= 0, got ", seq_len);
+  TIDAL_CHECK(head_dim > 0 && head_dim % 2 == 0, "[rope_tables] head_dim must be a positive even number, got ",
+              head_dim);
+  TIDAL_CHECK(theta > 0, "[rope_tables] theta must be positive, got ", theta);
+  TIDAL_CHECK(position_offset >= 0, "[rope_tables] position_offset must be >= 0, got ", position_offset);
+  TIDAL_CHECK(is_floating(dtype), "[rope_tables] tables must be floating (f32, bf16 or f64), got ", dtype);
+  RopeTables t{empty({seq_len, head_dim}, dtype, device), empty({seq_len, head_dim}, dtype, device)};
+  if (!t.cos.is_meta()) cpu::rope_tables_kernel(t.cos, t.sin, theta, position_offset);
+  return t;
+}
+
+Tensor apply_rope(const Tensor& x, const Tensor& cos, const Tensor& sin) {
+  OpScope scope("apply_rope");
+  detail::check_dim("apply_rope", x, 4, "x (B, H, T, D)");
+  detail::check_floating("apply_rope", x);
+  detail::check_dim("apply_rope", cos, 2, "cos (T, D)");
+  detail::check_dim("apply_rope", sin, 2, "sin (T, D)");
+  detail::check_same("apply_rope", x, cos);
+  detail::check_same("apply_rope", x, sin);
+  TIDAL_CHECK(x.size(3) % 2 == 0, "[apply_rope] the head dim must be even: x ", x.shape());
+  const Shape table{x.size(2), x.size(3)};
+  TIDAL_CHECK(cos.shape() == table && sin.shape() == table, "[apply_rope] cos ", cos.shape(), " and sin ",
+              sin.shape(), " must be (T, D) = ", table, " for x (B, H, T, D) = ", x.shape());
+  return rope_op(x, cos, sin, false);
+}
+
+}  // namespace tidal

@@ -1,0 +1,33 @@
+#pragma once
+// Rotary position embedding (Su et al., RoFormer) in the Hugging Face Llama layout: the head dim is
+// split in two halves that rotate against each other (rotate_half), not interleaved pairs.
+#include <cstdint>
+
+#include "tidal/tensor.h"
+
+namespace tidal {
+
+struct RopeTables {
+  Tensor cos, sin;  // each (T, D)
+};
+
+// cos/sin of emb = cat(freqs, freqs), freqs[t, i] = (position_offset + t) * theta^(-2i/D), i < D/2.
+// Computed in f64 and rounded once to `dtype` (HF computes inv_freq and freqs in f32, so at large
+// positions its angles carry up to ~pos * 2^-24 rad of rounding that ours do not).
+RopeTables rope_tables(int64_t seq_len, int64_t head_dim, double theta, DType dtype = DType::f32,
+                       Device device = Device::cpu(), int64_t position_offset = 0);
+
+// x (B, H, T, D) with any strides (a transposed view of a (B, T, H, D) projection is the common
+// input), cos/sin (T, D) of x's dtype: x * cos + rotate_half(x) * sin, rotate_half(x) = cat(-x2, x1).
+// The output has x's memory order (its outer dims ordered by x's strides, D innermost), so a
+// transposed (B, T, H, D) input gives a (B, T, H, D)-ordered output and the caller's transpose back
+// is free. Differentiable in x (also twice); cos/sin are constants and get no gradient.
+Tensor apply_rope(const Tensor& x, const Tensor& cos, const Tensor& sin);
+
+namespace detail {
+// A fresh tensor of t's shape, laid out in t's memory order: the outer dims ordered by t's strides
+// (stable for ties), the last dim innermost. Not differentiable (a plain buffer).
+Tensor empty_like_order(const Tensor& t, DType dtype);
+}  // namespace detail
+
+}  // namespace tidal
