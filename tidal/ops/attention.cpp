@@ -1,5 +1,7 @@
 #include "tidal/ops/attention.h"
 
+#include "tidal/ops/view.h"
+
 #include <cmath>
 
 #include "tidal/backend/cpu/attention_eager.h"
@@ -38,9 +40,9 @@ struct FlashAttentionBackward : Node {
     if (!g.defined()) return {Tensor(), Tensor(), Tensor()};
     Tensor qv = q.unpack(name()), kv = k.unpack(name()), vv = v.unpack(name());
     // Gradients in their inputs' memory order: the transposes back to (B, T, H, D) stay free.
-    Tensor dq = needs_input_grad(0) ? detail::empty_like_order(qv, qv.dtype()) : Tensor();
-    Tensor dk = needs_input_grad(1) ? detail::empty_like_order(kv, kv.dtype()) : Tensor();
-    Tensor dv = needs_input_grad(2) ? detail::empty_like_order(vv, vv.dtype()) : Tensor();
+    Tensor dq = needs_input_grad(0) ? empty_like_layout(qv, qv.dtype()) : Tensor();
+    Tensor dk = needs_input_grad(1) ? empty_like_layout(kv, kv.dtype()) : Tensor();
+    Tensor dv = needs_input_grad(2) ? empty_like_layout(vv, vv.dtype()) : Tensor();
     if (!g.is_meta())
       cpu::flash_attention_backward(cfg, dq, dk, dv, g.detach(), qv, kv, vv, out.unpack(name()), lse.unpack(name()));
     return {dq, dk, dv};

@@ -118,11 +118,17 @@ Tensor dropout(const Tensor& x, double p, bool training) {
       T* op = out.data<T>();
       uint8_t* mp = mask.data<uint8_t>();
       const A sc = A(scale);
-      cpu::parallel_for(0, x.numel(), 16384, [&](int64_t b, int64_t e) {
-        for (int64_t i = b; i < e; ++i) {
-          const uint8_t keep = cpu::philox_uniform(st.seed, start + uint64_t(i)) >= pf;
-          mp[i] = keep;
-          op[i] = T(keep ? A(xp[i]) * sc : A(0));
+      // One Philox block gives 4 consecutive positions (start is a multiple of 4).
+      const int64_t n = x.numel(), blocks = (n + 3) / 4;
+      cpu::parallel_for(0, blocks, 4096, [&](int64_t b0, int64_t b1) {
+        for (int64_t blk = b0; blk < b1; ++blk) {
+          const std::array<uint32_t, 4> r = cpu::philox4x32(start / 4 + uint64_t(blk), st.seed);
+          for (int64_t lane = 0; lane < 4 && blk * 4 + lane < n; ++lane) {
+            const int64_t i = blk * 4 + lane;
+            const uint8_t keep = cpu::u32_to_unit(r[size_t(lane)]) >= pf;
+            mp[i] = keep;
+            op[i] = T(keep ? A(xp[i]) * sc : A(0));
+          }
         }
       });
     });

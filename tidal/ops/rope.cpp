@@ -6,6 +6,7 @@
 
 #include "tidal/backend/cpu/rope.h"
 #include "tidal/ops/common.h"
+#include "tidal/ops/view.h"
 
 namespace tidal {
 namespace {
@@ -28,7 +29,7 @@ struct RopeBackward : autograd::Node {
 
 // transpose = false: apply_rope; true: its adjoint (the backward), itself differentiable.
 Tensor rope_op(const Tensor& x, const Tensor& cos, const Tensor& sin, bool transpose) {
-  Tensor out = detail::empty_like_order(x, x.dtype());
+  Tensor out = empty_like_layout(x, x.dtype());
   if (!out.is_meta()) cpu::rope_kernel(out, x, cos, sin, transpose);
   if (autograd::needs_grad(x)) {
     auto node = autograd::make_node<RopeBackward>({&x});
@@ -41,21 +42,6 @@ Tensor rope_op(const Tensor& x, const Tensor& cos, const Tensor& sin, bool trans
 }
 
 }  // namespace
-
-namespace detail {
-Tensor empty_like_order(const Tensor& t, DType dtype) {
-  const int nd = t.dim();
-  if (nd <= 1) return empty(t.shape(), dtype, t.device());
-  std::vector<int64_t> order(static_cast<size_t>(nd));
-  std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end() - 1, [&](int64_t a, int64_t b) { return t.stride(a) > t.stride(b); });
-  Shape shape;
-  for (int64_t d : order) shape.push_back(t.size(d));
-  std::vector<int64_t> inverse(static_cast<size_t>(nd));
-  for (int i = 0; i < nd; ++i) inverse[size_t(order[size_t(i)])] = i;
-  return empty(shape, dtype, t.device()).permute(inverse);
-}
-}  // namespace detail
 
 RopeTables rope_tables(int64_t seq_len, int64_t head_dim, double theta, DType dtype, Device device,
                        int64_t position_offset) {

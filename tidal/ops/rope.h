@@ -24,10 +24,4 @@ RopeTables rope_tables(int64_t seq_len, int64_t head_dim, double theta, DType dt
 // is free. Differentiable in x (also twice); cos/sin are constants and get no gradient.
 Tensor apply_rope(const Tensor& x, const Tensor& cos, const Tensor& sin);
 
-namespace detail {
-// A fresh tensor of t's shape, laid out in t's memory order: the outer dims ordered by t's strides
-// (stable for ties), the last dim innermost. Not differentiable (a plain buffer).
-Tensor empty_like_order(const Tensor& t, DType dtype);
-}  // namespace detail
-
 }  // namespace tidal

@@ -424,6 +424,19 @@ Tensor stack(const std::vector<Tensor>& tensors, int64_t dim) {
   return cat(parts, d);
 }
 
+Tensor empty_like_layout(const Tensor& t, DType dtype) {
+  const int nd = t.dim();
+  if (nd <= 1) return empty(t.shape(), dtype, t.device());
+  std::vector<int64_t> order(static_cast<size_t>(nd));
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end() - 1, [&](int64_t a, int64_t b) { return t.stride(a) > t.stride(b); });
+  Shape shape;
+  for (int64_t d : order) shape.push_back(t.size(d));
+  std::vector<int64_t> inverse(static_cast<size_t>(nd));
+  for (int i = 0; i < nd; ++i) inverse[size_t(order[size_t(i)])] = i;
+  return empty(shape, dtype, t.device()).detach().permute(inverse);
+}
+
 // --- Tensor members
 
 Tensor Tensor::view(const Shape& s) const { return tidal::view(*this, s); }

@@ -24,6 +24,11 @@ std::vector<Tensor> split(const Tensor& t, const std::vector<int64_t>& sizes, in
 // `chunks` equal pieces (the dim must divide evenly).
 std::vector<Tensor> chunk(const Tensor& t, int64_t chunks, int64_t dim);
 Tensor cat(const std::vector<Tensor>& tensors, int64_t dim);
+
+// A new (uninitialized, no history) tensor of t's shape laid out in t's memory order: the outer dims
+// ordered by t's strides (stable for ties), the last dim innermost. Gradients of strided views use
+// it so they come back in their input's layout.
+Tensor empty_like_layout(const Tensor& t, DType dtype);
 Tensor stack(const std::vector<Tensor>& tensors, int64_t dim);
 
 }  // namespace tidal
