@@ -1,3 +1,4 @@
+#include <bit>
 #include <cmath>
 #include <limits>
 
@@ -122,6 +123,15 @@ TEST(Activation, FastMathAccuracyAndSpecialValues) {
     worst_erf = std::max(worst_erf, std::abs(double(cpu::fast_erf(x)) - std::erf(double(x))));
   }
   EXPECT_LT(worst_erf, 5e-7);  // A&S 7.1.26's 1.5e-7 plus f32 rounding
+  // store_as<BFloat16> is BFloat16's rounding, bit for bit (ties, NaN, inf, subnormals).
+  int mismatches = 0;
+  for (uint64_t u = 0; u <= 0xffffffffull; u += 0x10001ull) {  // ~65k patterns over the whole range
+    for (uint32_t low : {0x0000u, 0x7fffu, 0x8000u, 0x8001u, 0xffffu}) {
+      const float f = std::bit_cast<float>((uint32_t(u) & 0xffff0000u) | low);
+      if (cpu::store_as<BFloat16>(f).bits != BFloat16(f).bits) ++mismatches;
+    }
+  }
+  EXPECT_EQ(mismatches, 0);
   // Saturation: no NaN from inf / inf at large |x|.
   Tensor big = from_vector({-1e4, -80, 80, 1e4}, Shape{4});
   EXPECT_EQ(gelu(big).to_vector<float>(), (std::vector<float>{-0.0f, -0.0f, 80, 1e4}));

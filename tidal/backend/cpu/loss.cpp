@@ -34,10 +34,8 @@ CrossEntropySums forward_typed(const Tensor& loss, const Tensor& lse, const Tens
         lp[r] = sp[r] = A(0);
         continue;
       }
-      // Two passes: the max streams the row from memory, the exp sum reads it again from cache.
       const T* xr = x + r * a.row_stride;
-      const A m = row_max(xr, a.vocab);
-      const A l = m + std::log(row_sum_exp(xr, a.vocab, m));
+      const A l = row_logsumexp(xr, a.vocab);
       sp[r] = l;
       lp[r] = l - A(xr[target]);
     }
@@ -67,14 +65,14 @@ void backward_typed(const Tensor& dlogits, const Tensor& logits, const Tensor& l
       T* dr = d + r * V;
       if (target == a.ignore_index) {
 #pragma omp simd
-        for (int64_t j = 0; j < V; ++j) dr[j] = T(A(0));
+        for (int64_t j = 0; j < V; ++j) dr[j] = store_as<T>(A(0));
         continue;
       }
       const T* xr = x + r * a.row_stride;
       const A l = sp[r], s = A(rg ? scale * double(A(rg[r])) : scale);
 #pragma omp simd
-      for (int64_t j = 0; j < V; ++j) dr[j] = T(fast_exp(A(xr[j]) - l) * s);
-      dr[target] = T((fast_exp(A(xr[target]) - l) - A(1)) * s);
+      for (int64_t j = 0; j < V; ++j) dr[j] = store_as<T>(fast_exp(A(xr[j]) - l) * s);
+      dr[target] = store_as<T>((fast_exp(A(xr[target]) - l) - A(1)) * s);
     }
   });
 }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <type_traits>
+#include <vector>
 
 #include "tidal/backend/cpu/dispatch.h"
 #include "tidal/backend/cpu/parallel.h"
@@ -11,7 +12,9 @@ namespace tidal::cpu {
 namespace {
 
 constexpr int64_t kGrainElems = 16384;
-constexpr int64_t kInnerBlock = 64;  // inner columns handled together when inner > 1
+// Inner columns handled together when inner > 1: whole rows of up to this many columns, so each of
+// the n rows is read as one contiguous run (short runs at a power-of-two stride thrash the caches).
+constexpr int64_t kInnerBlock = 1024;
 
 int64_t grain_for(int64_t elems_per_task) {
   return std::max<int64_t>(1, kGrainElems / std::max<int64_t>(elems_per_task, 1));
@@ -22,29 +25,30 @@ void softmax_rows(T* y, const T* x, const SoftmaxArgs& a) {
   using A = acc_t<T>;
   const int64_t n = a.n;
   parallel_for(0, a.outer, grain_for(n), [&](int64_t b, int64_t e) {
+    std::vector<A> buf(std::is_same_v<T, A> ? 0 : size_t(n));  // bf16: the row in f32
     for (int64_t r = b; r < e; ++r) {
-      const T* xr = x + r * n;
+      const A* xr = acc_row(x + r * n, n, buf.data());
       T* yr = y + r * n;
       const A m = row_max(xr, n);
       if (a.log) {
         const A lse = m + std::log(row_sum_exp(xr, n, m));
 #pragma omp simd
-        for (int64_t i = 0; i < n; ++i) yr[i] = T(A(xr[i]) - lse);
-      } else if constexpr (std::is_same_v<T, A>) {  // keep exp(x - m) in y, then scale: one exp each
-        A s = 0;
-#pragma omp simd reduction(+ : s)
-        for (int64_t i = 0; i < n; ++i) {
-          yr[i] = fast_exp(xr[i] - m);
-          s += yr[i];
-        }
-        const A inv = A(1) / s;
-#pragma omp simd
-        for (int64_t i = 0; i < n; ++i) yr[i] *= inv;
-      } else {  // bf16: recompute exp rather than round it twice
-        const A inv = A(1) / row_sum_exp(xr, n, m);
-#pragma omp simd
-        for (int64_t i = 0; i < n; ++i) yr[i] = T(fast_exp(A(xr[i]) - m) * inv);
+        for (int64_t i = 0; i < n; ++i) yr[i] = store_as<T>(xr[i] - lse);
+        continue;
       }
+      // exp(x - m) is kept (in y for f32/f64, over the f32 row for bf16), then scaled: one exp each.
+      A* ex;
+      if constexpr (std::is_same_v<T, A>) ex = yr;
+      else ex = buf.data();
+      A s = 0;
+#pragma omp simd reduction(+ : s)
+      for (int64_t i = 0; i < n; ++i) {
+        ex[i] = fast_exp(xr[i] - m);
+        s += ex[i];
+      }
+      const A inv = A(1) / s;
+#pragma omp simd
+      for (int64_t i = 0; i < n; ++i) yr[i] = store_as<T>(ex[i] * inv);
     }
   });
 }
@@ -82,10 +86,10 @@ void softmax_strided(T* y, const T* x, const SoftmaxArgs& a) {
         T* yr = yb + i * inner;
         if (a.log) {
 #pragma omp simd
-          for (int64_t j = 0; j < w; ++j) yr[j] = T(A(xr[j]) - mx[j]);
+          for (int64_t j = 0; j < w; ++j) yr[j] = store_as<T>(A(xr[j]) - mx[j]);
         } else {
 #pragma omp simd
-          for (int64_t j = 0; j < w; ++j) yr[j] = T(fast_exp(A(xr[j]) - mx[j]) * sm[j]);
+          for (int64_t j = 0; j < w; ++j) yr[j] = store_as<T>(fast_exp(A(xr[j]) - mx[j]) * sm[j]);
         }
       }
     }
@@ -106,12 +110,12 @@ void softmax_backward_rows(T* dx, const T* g, const T* y, const SoftmaxArgs& a) 
 #pragma omp simd reduction(+ : s)
         for (int64_t i = 0; i < n; ++i) s += A(gr[i]);
 #pragma omp simd
-        for (int64_t i = 0; i < n; ++i) dr[i] = T(A(gr[i]) - fast_exp(A(yr[i])) * s);
+        for (int64_t i = 0; i < n; ++i) dr[i] = store_as<T>(A(gr[i]) - fast_exp(A(yr[i])) * s);
       } else {
 #pragma omp simd reduction(+ : s)
         for (int64_t i = 0; i < n; ++i) s += A(gr[i]) * A(yr[i]);
 #pragma omp simd
-        for (int64_t i = 0; i < n; ++i) dr[i] = T(A(yr[i]) * (A(gr[i]) - s));
+        for (int64_t i = 0; i < n; ++i) dr[i] = store_as<T>(A(yr[i]) * (A(gr[i]) - s));
       }
     }
   });
@@ -144,10 +148,10 @@ void softmax_backward_strided(T* dx, const T* g, const T* y, const SoftmaxArgs& 
         T* dr = dx + base + i * inner;
         if (a.log) {
 #pragma omp simd
-          for (int64_t j = 0; j < w; ++j) dr[j] = T(A(gr[j]) - fast_exp(A(yr[j])) * s[j]);
+          for (int64_t j = 0; j < w; ++j) dr[j] = store_as<T>(A(gr[j]) - fast_exp(A(yr[j])) * s[j]);
         } else {
 #pragma omp simd
-          for (int64_t j = 0; j < w; ++j) dr[j] = T(A(yr[j]) * (A(gr[j]) - s[j]));
+          for (int64_t j = 0; j < w; ++j) dr[j] = store_as<T>(A(yr[j]) * (A(gr[j]) - s[j]));
         }
       }
     }
