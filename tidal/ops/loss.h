@@ -14,6 +14,8 @@ enum class Reduction { mean, sum, none };
 // count for nothing: `mean` divides by the number of other rows (NaN when there are none, like
 // PyTorch), `none` gives 0 for them. Any other target outside [0, V) throws tidal::Error.
 // mean/sum return a 0-dim tensor, none a tensor of the targets' shape, in the logits' dtype.
+// Logits are read in place when their rows have a unit inner stride and one row stride (contiguous,
+// or narrowed along V); other layouts (e.g. a (B, T, V) tensor narrowed along T) are copied.
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index = -100,
                      Reduction reduction = Reduction::mean);
 
