@@ -61,6 +61,24 @@ template <typename T>
 void swiglu_backward_both(const Tensor& dgate, const Tensor& dup, const Tensor& g, const Tensor& gate,
                           const Tensor& up) {
   using A = acc_t<T>;
+  // One contiguous run: dg/du out, gp/a/b in.
+  const auto run = [](T* dg, T* du, const T* gp, const T* a, const T* b, int64_t n) __attribute__((flatten)) {
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i) {
+      const A x = A(a[i]), gv = A(gp[i]), sg = fast_sigmoid(x);
+      dg[i] = store_as<T>(gv * A(b[i]) * sg * (A(1) + x * (A(1) - sg)));
+      du[i] = store_as<T>(gv * x * sg);
+    }
+  };
+  if (all_contiguous({&dgate, &dup, &g, &gate, &up})) {  // split the flat range (for_each would not)
+    T* dg = dgate.data<T>();
+    T* du = dup.data<T>();
+    const T *gp = g.data<T>(), *a = gate.data<T>(), *b = up.data<T>();
+    parallel_for(0, dgate.numel(), kElementwiseGrain, [&](int64_t i0, int64_t i1) {
+      run(dg + i0, du + i0, gp + i0, a + i0, b + i0, i1 - i0);
+    });
+    return;
+  }
   const Shape& shape = dgate.shape();
   const std::array<const Tensor*, 5> ops{&dgate, &dup, &g, &gate, &up};
   std::array<char*, 5> base;
@@ -69,33 +87,22 @@ void swiglu_backward_both(const Tensor& dgate, const Tensor& dup, const Tensor& 
     base[k] = static_cast<char*>(ops[k]->raw_data());
     strides[k] = broadcast_byte_strides(*ops[k], shape);
   }
-  auto loop = make_loop<5>(shape, base, strides);
-  const auto inner = [&](const std::array<char*, 5>& p, const std::array<int64_t, 5>& s, int64_t n)
-                         __attribute__((flatten)) {
-    bool unit = true;
-    for (size_t k = 0; k < 5; ++k) unit = unit && s[k] == int64_t(sizeof(T));
-    if (unit) {
-      T* dg = reinterpret_cast<T*>(p[0]);
-      T* du = reinterpret_cast<T*>(p[1]);
-      const T* gp = reinterpret_cast<const T*>(p[2]);
-      const T* a = reinterpret_cast<const T*>(p[3]);
-      const T* b = reinterpret_cast<const T*>(p[4]);
-#pragma omp simd
-      for (int64_t i = 0; i < n; ++i) {
-        const A x = A(a[i]), gv = A(gp[i]), sg = fast_sigmoid(x);
-        dg[i] = store_as<T>(gv * A(b[i]) * sg * (A(1) + x * (A(1) - sg)));
-        du[i] = store_as<T>(gv * x * sg);
-      }
-      return;
-    }
-    for (int64_t i = 0; i < n; ++i) {
-      const A x = load<T>(p[3] + i * s[3]), gv = load<T>(p[2] + i * s[2]), sg = fast_sigmoid(x);
-      const A dg = gv * load<T>(p[4] + i * s[4]) * sg * (A(1) + x * (A(1) - sg));
-      *reinterpret_cast<T*>(p[0] + i * s[0]) = store_as<T>(dg);
-      *reinterpret_cast<T*>(p[1] + i * s[1]) = store_as<T>(gv * x * sg);
-    }
-  };
-  for_each(loop, kElementwiseGrain, inner);
+  for_each(make_loop<5>(shape, base, strides), kElementwiseGrain,
+           [&](const std::array<char*, 5>& p, const std::array<int64_t, 5>& s, int64_t n) {
+             bool unit = true;
+             for (size_t k = 0; k < 5; ++k) unit = unit && s[k] == int64_t(sizeof(T));
+             if (unit) {
+               run(reinterpret_cast<T*>(p[0]), reinterpret_cast<T*>(p[1]), reinterpret_cast<const T*>(p[2]),
+                   reinterpret_cast<const T*>(p[3]), reinterpret_cast<const T*>(p[4]), n);
+               return;
+             }
+             for (int64_t i = 0; i < n; ++i) {
+               const A x = load<T>(p[3] + i * s[3]), gv = load<T>(p[2] + i * s[2]), sg = fast_sigmoid(x);
+               const A dg = gv * load<T>(p[4] + i * s[4]) * sg * (A(1) + x * (A(1) - sg));
+               *reinterpret_cast<T*>(p[0] + i * s[0]) = store_as<T>(dg);
+               *reinterpret_cast<T*>(p[1] + i * s[1]) = store_as<T>(gv * x * sg);
+             }
+           });
 }
 
 }  // namespace
