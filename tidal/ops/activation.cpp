@@ -1,0 +1,105 @@
+#include "tidal/ops/activation.h"
+
+#include "tidal/backend/cpu/activation.h"
+#include "tidal/ops/common.h"
+
+namespace tidal {
+namespace {
+
+using autograd::Node;
+using autograd::SavedTensor;
+using autograd::TensorList;
+
+// The gradient of an elementwise op has the input's shape; the kernels read any strides.
+Tensor grad_like(const Tensor& x) { return empty(x.shape(), x.dtype(), x.device()); }
+
+// Whether a kernel has work: not on meta, and not for empty tensors (the strided loops need numel > 0).
+bool runs(const Tensor& t) { return !t.is_meta() && t.numel() > 0; }
+
+struct GeluBackward : Node {
+  SavedTensor x;
+  bool tanh_approx = true;
+  const char* name() const override { return "GeluBackward"; }
+  TensorList apply(TensorList&& grads) override {
+    Tensor xv = x.unpack(name());
+    Tensor dx = grad_like(xv);
+    if (runs(dx)) cpu::gelu_backward(dx, grads[0], xv, tanh_approx);
+    return {dx};
+  }
+  void release_saved() override { x.reset(); }
+};
+
+struct SiluBackward : Node {
+  SavedTensor x;
+  const char* name() const override { return "SiluBackward"; }
+  TensorList apply(TensorList&& grads) override {
+    Tensor xv = x.unpack(name());
+    Tensor dx = grad_like(xv);
+    if (runs(dx)) cpu::silu_backward(dx, grads[0], xv);
+    return {dx};
+  }
+  void release_saved() override { x.reset(); }
+};
+
+struct SwigluBackward : Node {
+  SavedTensor gate, up;
+  const char* name() const override { return "SwigluBackward"; }
+  TensorList apply(TensorList&& grads) override {
+    Tensor gv = gate.unpack(name());
+    Tensor uv = needs_input_grad(0) ? up.unpack(name()) : Tensor();
+    Tensor dgate = needs_input_grad(0) ? grad_like(gv) : Tensor();
+    Tensor dup = needs_input_grad(1) ? grad_like(gv) : Tensor();
+    if (runs(gv)) cpu::swiglu_backward(dgate, dup, grads[0], gv, uv);
+    return {dgate, dup};
+  }
+  void release_saved() override { autograd::reset_all(gate, up); }
+};
+
+}  // namespace
+
+Tensor gelu(const Tensor& x, GeluApprox approx) {
+  OpScope scope("gelu");
+  detail::check_floating("gelu", x);
+  const bool tanh_approx = approx == GeluApprox::tanh;
+  Tensor out = empty(x.shape(), x.dtype(), x.device());
+  if (runs(out)) cpu::gelu_forward(out, x, tanh_approx);
+  if (autograd::needs_grad(x)) {
+    auto node = autograd::make_node<GeluBackward>({&x});
+    node->x = SavedTensor(x);
+    node->tanh_approx = tanh_approx;
+    autograd::set_history(out, node);
+  }
+  return out;
+}
+
+Tensor silu(const Tensor& x) {
+  OpScope scope("silu");
+  detail::check_floating("silu", x);
+  Tensor out = empty(x.shape(), x.dtype(), x.device());
+  if (runs(out)) cpu::silu_forward(out, x);
+  if (autograd::needs_grad(x)) {
+    auto node = autograd::make_node<SiluBackward>({&x});
+    node->x = SavedTensor(x);
+    autograd::set_history(out, node);
+  }
+  return out;
+}
+
+Tensor swiglu(const Tensor& gate, const Tensor& up) {
+  OpScope scope("swiglu");
+  detail::check_floating("swiglu", gate);
+  detail::check_same("swiglu", gate, up);
+  TIDAL_CHECK(gate.shape() == up.shape(), "[swiglu] gate and up must have one shape, got gate ", gate.shape(),
+              " and up ", up.shape());
+  Tensor out = empty(gate.shape(), gate.dtype(), gate.device());
+  if (runs(out)) cpu::swiglu_forward(out, gate, up);
+  if (autograd::needs_grad(gate, up)) {
+    auto node = autograd::make_node<SwigluBackward>({&gate, &up});
+    node->gate = SavedTensor(gate);                           // both gradients read gate
+    if (gate.requires_grad()) node->up = SavedTensor(up);     // only dgate reads up
+    autograd::set_history(out, node);
+  }
+  return out;
+}
+
+}  // namespace tidal

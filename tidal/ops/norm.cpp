@@ -1,0 +1,135 @@
+#include "tidal/ops/norm.h"
+
+#include "tidal/backend/cpu/norm.h"
+#include "tidal/ops/common.h"
+#include "tidal/ops/reduce.h"
+
+namespace tidal {
+namespace {
+
+using autograd::Node;
+using autograd::SavedTensor;
+using autograd::TensorList;
+
+DType acc_dtype(DType t) { return t == DType::f64 ? DType::f64 : DType::f32; }
+
+// x without its last dim: the shape of the per-row statistics.
+Shape rows_shape(const Tensor& x) {
+  Shape s = x.shape();
+  s.erase(s.size() - 1);
+  return s;
+}
+
+cpu::NormArgs norm_args(const Tensor& x, double eps) {
+  return {x.numel() / x.size(-1), x.size(-1), eps};
+}
+
+void check_input(const char* op, const Tensor& x, double eps) {
+  detail::check_floating(op, x);
+  TIDAL_CHECK(x.dim() >= 1 && x.size(-1) > 0, "[", op, "] needs an input with a non-empty last dim, got ", x.shape());
+  TIDAL_CHECK(eps >= 0.0, "[", op, "] eps must be >= 0, got ", eps);
+}
+
+void check_param(const char* op, const Tensor& x, const Tensor& p, const char* what) {
+  if (!p.defined()) return;
+  detail::check_same(op, x, p);
+  TIDAL_CHECK(p.dim() == 1 && p.size(0) == x.size(-1), "[", op, "] ", what, " must be (", x.size(-1),
+              ") to match the last dim of the input ", x.shape(), ", got ", p.shape());
+}
+
+// The bytes a kernel reads: contiguous (a copy only for strided views).
+Tensor dense(const Tensor& t) { return t.defined() ? t.detach().contiguous() : t; }
+
+struct LayerNormBackward : Node {
+  SavedTensor x, mean, rstd, weight;
+  bool has_weight = false, has_bias = false;
+  const char* name() const override { return "LayerNormBackward"; }
+  TensorList apply(TensorList&& grads) override {
+    const Tensor& g = grads[0];
+    const bool want_dx = needs_input_grad(0), want_dw = has_weight && needs_input_grad(1);
+    const bool want_db = has_bias && needs_input_grad(2);
+    if (!want_dx && !want_dw) return {Tensor(), Tensor(), want_db ? sum_to(g, Shape{g.size(-1)}) : Tensor()};
+    Tensor xv = x.unpack(name());
+    const int64_t C = xv.size(-1);
+    const cpu::NormArgs a = norm_args(xv, 0.0);
+    Tensor dx = want_dx ? empty(xv.shape(), xv.dtype(), xv.device()) : Tensor();
+    Tensor dw = want_dw ? empty(Shape{C}, xv.dtype(), xv.device()) : Tensor();
+    Tensor db = want_db ? empty(Shape{C}, xv.dtype(), xv.device()) : Tensor();
+    Tensor ws;  // (chunks, 2, C) partial dweight/dbias, Note [Deterministic parameter gradients]
+    if (want_dw || want_db) ws = empty(Shape{cpu::norm_row_chunks(a.rows), 2, C}, acc_dtype(xv.dtype()), xv.device());
+    if (!xv.is_meta()) {
+      cpu::layer_norm_backward(dx, dw, db, ws, dense(g), dense(xv), mean.unpack(name()), rstd.unpack(name()),
+                               want_dx ? dense(weight.unpack(name())) : Tensor(), a);
+    }
+    return {dx, dw, db};
+  }
+  void release_saved() override { autograd::reset_all(x, mean, rstd, weight); }
+};
+
+struct RmsNormBackward : Node {
+  SavedTensor x, rstd, weight;
+  bool has_weight = false;
+  const char* name() const override { return "RmsNormBackward"; }
+  TensorList apply(TensorList&& grads) override {
+    const bool want_dx = needs_input_grad(0), want_dw = has_weight && needs_input_grad(1);
+    Tensor xv = x.unpack(name());
+    const int64_t C = xv.size(-1);
+    const cpu::NormArgs a = norm_args(xv, 0.0);
+    Tensor dx = want_dx ? empty(xv.shape(), xv.dtype(), xv.device()) : Tensor();
+    Tensor dw = want_dw ? empty(Shape{C}, xv.dtype(), xv.device()) : Tensor();
+    Tensor ws = want_dw ? empty(Shape{cpu::norm_row_chunks(a.rows), C}, acc_dtype(xv.dtype()), xv.device()) : Tensor();
+    if (!xv.is_meta()) {
+      cpu::rms_norm_backward(dx, dw, ws, dense(grads[0]), dense(xv), rstd.unpack(name()),
+                             want_dx ? dense(weight.unpack(name())) : Tensor(), a);
+    }
+    return {dx, dw};
+  }
+  void release_saved() override { autograd::reset_all(x, rstd, weight); }
+};
+
+}  // namespace
+
+Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
+  OpScope scope("layer_norm");
+  check_input("layer_norm", x, eps);
+  check_param("layer_norm", x, weight, "weight");
+  check_param("layer_norm", x, bias, "bias");
+  Tensor out = empty(x.shape(), x.dtype(), x.device());                     // (..., C)
+  Tensor mean = empty(rows_shape(x), acc_dtype(x.dtype()), x.device());     // (...)
+  Tensor rstd = empty(rows_shape(x), acc_dtype(x.dtype()), x.device());     // (...)
+  if (!out.is_meta()) cpu::layer_norm_forward(out, mean, rstd, dense(x), dense(weight), dense(bias), norm_args(x, eps));
+  if (autograd::needs_grad(x, weight, bias)) {
+    auto node = autograd::make_node<LayerNormBackward>({&x, &weight, &bias});
+    node->has_weight = weight.defined();
+    node->has_bias = bias.defined();
+    const bool need_x = x.requires_grad(), need_w = weight.defined() && weight.requires_grad();
+    if (need_x || need_w) {  // dbias alone needs only the incoming gradient
+      node->x = SavedTensor(x);
+      node->mean = SavedTensor(mean);
+      node->rstd = SavedTensor(rstd);
+    }
+    if (need_x) node->weight = SavedTensor(weight);
+    autograd::set_history(out, node);
+  }
+  return out;
+}
+
+Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps) {
+  OpScope scope("rms_norm");
+  check_input("rms_norm", x, eps);
+  check_param("rms_norm", x, weight, "weight");
+  Tensor out = empty(x.shape(), x.dtype(), x.device());                  // (..., C)
+  Tensor rstd = empty(rows_shape(x), acc_dtype(x.dtype()), x.device());  // (...)
+  if (!out.is_meta()) cpu::rms_norm_forward(out, rstd, dense(x), dense(weight), norm_args(x, eps));
+  if (autograd::needs_grad(x, weight)) {
+    auto node = autograd::make_node<RmsNormBackward>({&x, &weight});
+    node->has_weight = weight.defined();
+    node->x = SavedTensor(x);
+    node->rstd = SavedTensor(rstd);
+    if (x.requires_grad()) node->weight = SavedTensor(weight);
+    autograd::set_history(out, node);
+  }
+  return out;
+}
+
+}  // namespace tidal
