@@ -193,7 +193,7 @@ void forward_typed(const FlashConfig& cfg, const Tensor& out, const Tensor& lse,
         std::fill(sr + nv, sr + nk16, -std::numeric_limits<A>::infinity());
         const A mx = row_max(sr, nk16, m[r]);
         const A sum = exp_row(sr, nk16, mx);
-        const A corr = softmax_exp(m[r] - mx);  // 0 on the first visible tile (m = -inf)
+        const A corr = fast_exp(m[r] - mx);  // 0 on the first visible tile (m = -inf)
         l[r] = l[r] * corr + sum;
         m[r] = mx;
         if (corr != A(1)) {
@@ -299,14 +299,14 @@ void backward_typed(const FlashConfig& cfg, const Tensor& dq, const Tensor& dk, 
               dropout_factors(cfg.seed, n.rng_pos(cfg, b, h, i, j0), nv, float(cfg.dropout_p), keep_scale, z, bits);
 #pragma omp simd
               for (int64_t c = 0; c < nv; ++c) {
-                const A e = softmax_exp(pr[c] - row_lse);
+                const A e = fast_exp(pr[c] - row_lse);
                 pr[c] = e * z[c];                     // dropped probabilities, for dV
                 dr[c] = e * (dr[c] * z[c] - row_delta);  // dS
               }
             } else {
 #pragma omp simd
               for (int64_t c = 0; c < nv; ++c) {
-                const A e = softmax_exp(pr[c] - row_lse);
+                const A e = fast_exp(pr[c] - row_lse);
                 pr[c] = e;
                 dr[c] = e * (dr[c] - row_delta);
               }

@@ -29,14 +29,14 @@ void unary_typed(Unary op, const Tensor& out, const Tensor& in, double sd) {
   const A s = A(sd);
   switch (op) {
     case Unary::neg: return unary_loop<T>(out, in, [](A x) { return -x; });
-    case Unary::exp: return unary_loop<T>(out, in, [](A x) { return vexp(x); });
+    case Unary::exp: return unary_loop<T>(out, in, [](A x) { return fast_exp(x); });
     case Unary::log: return unary_loop<T>(out, in, [](A x) { return std::log(x); });
     case Unary::sqrt: return unary_loop<T>(out, in, [](A x) { return std::sqrt(x); });
     case Unary::rsqrt: return unary_loop<T>(out, in, [](A x) { return A(1) / std::sqrt(x); });
     case Unary::abs: return unary_loop<T>(out, in, [](A x) { return std::abs(x); });
     case Unary::sign: return unary_loop<T>(out, in, [](A x) { return A((x > A(0)) - (x < A(0))); });
     case Unary::tanh: return unary_loop<T>(out, in, [](A x) { return std::tanh(x); });
-    case Unary::sigmoid: return unary_loop<T>(out, in, [](A x) { return vsigmoid(x); });
+    case Unary::sigmoid: return unary_loop<T>(out, in, [](A x) { return fast_sigmoid(x); });
     case Unary::relu: return unary_loop<T>(out, in, [](A x) { return x > A(0) ? x : A(0); });
     case Unary::square: return unary_loop<T>(out, in, [](A x) { return x * x; });
     case Unary::reciprocal: return unary_loop<T>(out, in, [](A x) { return A(1) / x; });

@@ -42,32 +42,40 @@ StridedLoop<N> make_loop(const Shape& shape, const std::array<char*, N>& base, c
   return loop;
 }
 
-// Calls inner(ptrs, inner_strides, n) over runs of the innermost dim; in parallel when the loop has
-// more than `grain` elements.
+// Calls inner(ptrs, inner_strides, n) over runs of the innermost dim. The flat element range is
+// split evenly across threads when the loop has more than `grain` elements, so a single long
+// contiguous run is shared too (runs are cut at the split points).
 template <int N, typename F>
 void for_each(const StridedLoop<N>& loop, int64_t grain, F&& inner) {
   const int nd = loop.shape.size();
-  if (loop.shape.numel() == 0) return;  // an empty tensor: nothing to visit
+  const int64_t total = loop.shape.numel();
+  if (total == 0) return;  // an empty tensor: nothing to visit
   if (nd == 0) {
     std::array<int64_t, N> zero{};
     inner(loop.base, zero, int64_t(1));
     return;
   }
   const int64_t n_inner = loop.shape[nd - 1];
-  const int64_t n_outer = loop.shape.numel() / n_inner;
   std::array<int64_t, N> inner_strides;
   for (int k = 0; k < N; ++k) inner_strides[k] = loop.strides[k][nd - 1];
-  parallel_for(0, n_outer, std::max<int64_t>(1, grain / n_inner), [&](int64_t begin, int64_t end) {
+  parallel_for(0, total, grain, [&](int64_t begin, int64_t end) {
     int64_t idx[Shape::kMaxDims] = {};
     int64_t rem = begin;
     std::array<char*, N> ptrs = loop.base;
-    for (int d = nd - 2; d >= 0; --d) {
+    for (int d = nd - 1; d >= 0; --d) {
       idx[d] = rem % loop.shape[d];
       rem /= loop.shape[d];
       for (int k = 0; k < N; ++k) ptrs[k] += idx[d] * loop.strides[k][d];
     }
-    for (int64_t o = begin; o < end; ++o) {
-      inner(ptrs, inner_strides, n_inner);
+    for (int64_t pos = begin; pos < end;) {
+      const int64_t run = std::min(n_inner - idx[nd - 1], end - pos);
+      inner(ptrs, inner_strides, run);
+      pos += run;
+      idx[nd - 1] += run;
+      for (int k = 0; k < N; ++k) ptrs[k] += run * inner_strides[k];
+      if (idx[nd - 1] < n_inner) continue;
+      for (int k = 0; k < N; ++k) ptrs[k] -= n_inner * inner_strides[k];
+      idx[nd - 1] = 0;
       for (int d = nd - 2; d >= 0; --d) {
         for (int k = 0; k < N; ++k) ptrs[k] += loop.strides[k][d];
         if (++idx[d] < loop.shape[d]) break;
