@@ -50,7 +50,11 @@ void* Tensor::raw_data() const {
 template <typename T>
 T Tensor::item() const {
   TIDAL_CHECK(numel() == 1, "[item] needs a tensor with one element, got ", shape());
-  return to_vector<T>()[0];
+  const void* p = raw_data();  // reads in place: no allocation
+  return cpu::dispatch_all(dtype(), "item", [&](auto tag) {
+    using S = typename decltype(tag)::type;
+    return T(acc_t<S>(*static_cast<const S*>(p)));
+  });
 }
 
 template <typename T>

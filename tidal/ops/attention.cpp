@@ -43,8 +43,11 @@ struct FlashAttentionBackward : Node {
     Tensor dq = needs_input_grad(0) ? empty_like_layout(qv, qv.dtype()) : Tensor();
     Tensor dk = needs_input_grad(1) ? empty_like_layout(kv, kv.dtype()) : Tensor();
     Tensor dv = needs_input_grad(2) ? empty_like_layout(vv, vv.dtype()) : Tensor();
+    const DType acc = qv.dtype() == DType::f64 ? DType::f64 : DType::f32;
+    Tensor ws = empty({cpu::flash_backward_workspace(dq, qv, kv, vv)}, acc, qv.device());
     if (!g.is_meta())
-      cpu::flash_attention_backward(cfg, dq, dk, dv, g.detach(), qv, kv, vv, out.unpack(name()), lse.unpack(name()));
+      cpu::flash_attention_backward(cfg, dq, dk, dv, g.detach(), qv, kv, vv, out.unpack(name()), lse.unpack(name()),
+                                    ws);
     return {dq, dk, dv};
   }
   void release_saved() override { autograd::reset_all(q, k, v, out, lse); }
@@ -104,7 +107,8 @@ Tensor flash_attention(const Tensor& q, const Tensor& k, const Tensor& v, double
   const bool grad = autograd::needs_grad(q, k, v);
   const DType acc = q.dtype() == DType::f64 ? DType::f64 : DType::f32;
   Tensor lse = grad ? empty({b, hq, t}, acc, q.device()) : Tensor();  // (B, Hq, T)
-  if (!out.is_meta()) cpu::flash_attention_forward(cfg, out, lse, q.detach(), k.detach(), v.detach());
+  Tensor ws = empty({cpu::flash_forward_workspace(q, k, v)}, acc, q.device());  // per-thread tiles
+  if (!out.is_meta()) cpu::flash_attention_forward(cfg, out, lse, q.detach(), k.detach(), v.detach(), ws);
   if (grad) {
     auto node = autograd::make_node<FlashAttentionBackward>({&q, &k, &v});
     node->q = SavedTensor(q);

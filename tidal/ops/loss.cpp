@@ -80,7 +80,7 @@ struct CrossEntropyBackward : Node {
     if (reduction == Reduction::none) {
       row_grad = g.contiguous();
     } else {
-      scale = g.to(DType::f64).item<double>();
+      scale = g.item<double>();
       if (reduction == Reduction::mean) scale /= double(count);  // count 0: every row is ignored anyway
     }
     LogitRows rows = logit_rows(lv);

@@ -145,9 +145,39 @@ struct Dims {
   }
 };
 
+// How the kernels carve their workspace (elements of the accumulate type). The op layer sizes the
+// workspace with the same functions, on meta tensors too, so a planner run accounts for it.
+struct ForwardLayout {
+  int64_t tasks, slots, per_slot;
+};
+ForwardLayout forward_layout(const Dims& n) {
+  const int64_t nqb = (n.t + kFwdBlockQ - 1) / kFwdBlockQ, tasks = n.b * n.hq * nqb;
+  return {tasks, slots_for(tasks, n.flops()),
+          arena_size({kFwdBlockQ * n.d, kFwdBlockK * n.d, kFwdBlockK * n.dv, kFwdBlockQ * kFwdBlockK,
+                      kFwdBlockQ * n.dv, kFwdBlockQ, kFwdBlockQ, kFwdBlockK, kFwdBlockK + 8})};
+}
+
+struct BackwardLayout {
+  int64_t delta;  // rowsum(dO * O), (B, Hq, T), rounded up to a 64-byte multiple
+  bool dq_buffered;
+  int64_t tasks, slots, per_slot;
+  int64_t total() const { return delta + slots * per_slot; }
+};
+// dq is accumulated in place when it is a plain accumulate-type tensor with unit inner stride,
+// else in a per-task buffer.
+BackwardLayout backward_layout(const Dims& n, const Tensor& dq, bool acc_dtype) {
+  const bool dq_in_place = dq.defined() && acc_dtype && dq.stride(3) == 1 && (dq.stride(2) >= n.d || n.t == 1);
+  const bool dq_buffered = dq.defined() && !dq_in_place;
+  const int64_t tasks = n.b * n.hkv;
+  return {(n.b * n.hq * n.t + 15) / 16 * 16, dq_buffered, tasks, slots_for(tasks, 2.5 * n.flops()),
+          arena_size({kBwdBlockQ * n.d, kBwdBlockQ * n.dv, kBwdBlockK * n.d, kBwdBlockK * n.dv,
+                      kBwdBlockQ * kBwdBlockK, kBwdBlockQ * kBwdBlockK, kBwdBlockK * n.d, kBwdBlockK * n.dv,
+                      kBwdBlockK, kBwdBlockK + 8, dq_buffered ? n.g * n.t * n.d : 0})};
+}
+
 template <typename T>
 void forward_typed(const FlashConfig& cfg, const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k,
-                   const Tensor& v) {
+                   const Tensor& v, const Tensor& workspace) {
   using A = acc_t<T>;
   const Dims n(q, k, v);
   const View4<const T> qv = view4<const T>(q), kv = view4<const T>(k), vv = view4<const T>(v);
@@ -155,12 +185,11 @@ void forward_typed(const FlashConfig& cfg, const Tensor& out, const Tensor& lse,
   A* lp = lse.defined() ? lse.data<A>() : nullptr;
   const A scale = A(cfg.scale), keep_scale = A(1.0 / (1.0 - cfg.dropout_p));
   const bool dropout = cfg.dropout_p > 0;
-  const int64_t nqb = (n.t + kFwdBlockQ - 1) / kFwdBlockQ, tasks = n.b * n.hq * nqb;
-  const int64_t slots = slots_for(tasks, n.flops());
-  const int64_t per_slot = arena_size({kFwdBlockQ * n.d, kFwdBlockK * n.d, kFwdBlockK * n.dv,
-                                       kFwdBlockQ * kFwdBlockK, kFwdBlockQ * n.dv, kFwdBlockQ, kFwdBlockQ,
-                                       kFwdBlockK, kFwdBlockK + 8});
-  Tensor ws = empty({slots, per_slot}, dtype_v<A>);
+  const int64_t nqb = (n.t + kFwdBlockQ - 1) / kFwdBlockQ;
+  const ForwardLayout lay = forward_layout(n);
+  const int64_t tasks = lay.tasks, slots = lay.slots, per_slot = lay.per_slot;
+  TIDAL_ASSERT(workspace.numel() >= slots * per_slot && workspace.dtype() == dtype_v<A>, "flash workspace too small");
+  const Tensor& ws = workspace;
   for_tasks(tasks, slots, [&](int64_t task, int64_t slot) {
     Arena<A> arena{ws.data<A>() + slot * per_slot};
     A *qbuf = arena.take(kFwdBlockQ * n.d), *kbuf = arena.take(kFwdBlockK * n.d);
@@ -219,7 +248,8 @@ void forward_typed(const FlashConfig& cfg, const Tensor& out, const Tensor& lse,
 
 template <typename T>
 void backward_typed(const FlashConfig& cfg, const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dout,
-                    const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse) {
+                    const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
+                    const Tensor& workspace) {
   using A = acc_t<T>;
   const Dims n(q, k, v);
   const View4<const T> qv = view4<const T>(q), kv = view4<const T>(k), vv = view4<const T>(v);
@@ -229,8 +259,9 @@ void backward_typed(const FlashConfig& cfg, const Tensor& dq, const Tensor& dk, 
   const bool dropout = cfg.dropout_p > 0;
 
   // delta[b, h, i] = rowsum(dO * O): the softmax backward's rowsum(P * dP), dropout included.
-  Tensor delta = empty({n.b, n.hq, n.t}, dtype_v<A>);
-  A* dp = delta.data<A>();
+  const BackwardLayout lay = backward_layout(n, dq, std::is_same_v<T, A>);
+  TIDAL_ASSERT(workspace.numel() >= lay.total() && workspace.dtype() == dtype_v<A>, "flash workspace too small");
+  A* dp = workspace.data<A>();  // (B, Hq, T) first, then the per-slot tile buffers
   const int64_t rows = n.b * n.hq * n.t, row_grain = std::max<int64_t>(1, 16384 / std::max<int64_t>(n.dv, 1));
   parallel_for(0, rows, row_grain, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
@@ -249,16 +280,11 @@ void backward_typed(const FlashConfig& cfg, const Tensor& dq, const Tensor& dk, 
   });
 
   View4<T> dqv = dq.defined() ? view4<T>(dq) : View4<T>{};
-  const bool dq_in_place = dq.defined() && std::is_same_v<T, A> && dqv.s3 == 1 && (dqv.s2 >= n.d || n.t == 1);
-  const bool dq_buffered = dq.defined() && !dq_in_place;
-  const int64_t tasks = n.b * n.hkv, slots = slots_for(tasks, 2.5 * n.flops());
-  const int64_t per_slot = arena_size({kBwdBlockQ * n.d, kBwdBlockQ * n.dv, kBwdBlockK * n.d, kBwdBlockK * n.dv,
-                                       kBwdBlockQ * kBwdBlockK, kBwdBlockQ * kBwdBlockK, kBwdBlockK * n.d,
-                                       kBwdBlockK * n.dv, kBwdBlockK, kBwdBlockK + 8,
-                                       dq_buffered ? n.g * n.t * n.d : 0});
-  Tensor ws = empty({slots, per_slot}, dtype_v<A>);
+  const bool dq_buffered = lay.dq_buffered;
+  const int64_t tasks = lay.tasks, slots = lay.slots, per_slot = lay.per_slot;
+  A* ws_base = dp + lay.delta;
   for_tasks(tasks, slots, [&](int64_t task, int64_t slot) {
-    Arena<A> arena{ws.data<A>() + slot * per_slot};
+    Arena<A> arena{ws_base + slot * per_slot};
     A *qbuf = arena.take(kBwdBlockQ * n.d), *dobuf = arena.take(kBwdBlockQ * n.dv);
     A *kbuf = arena.take(kBwdBlockK * n.d), *vbuf = arena.take(kBwdBlockK * n.dv);
     A *p = arena.take(kBwdBlockQ * kBwdBlockK), *ds = arena.take(kBwdBlockQ * kBwdBlockK);
@@ -340,17 +366,26 @@ void backward_typed(const FlashConfig& cfg, const Tensor& dq, const Tensor& dk, 
 
 }  // namespace
 
+int64_t flash_forward_workspace(const Tensor& q, const Tensor& k, const Tensor& v) {
+  const ForwardLayout lay = forward_layout(Dims(q, k, v));
+  return lay.slots * lay.per_slot;
+}
+
+int64_t flash_backward_workspace(const Tensor& dq, const Tensor& q, const Tensor& k, const Tensor& v) {
+  return backward_layout(Dims(q, k, v), dq, q.dtype() != DType::bf16).total();
+}
+
 void flash_attention_forward(const FlashConfig& cfg, const Tensor& out, const Tensor& lse, const Tensor& q,
-                             const Tensor& k, const Tensor& v) {
+                             const Tensor& k, const Tensor& v, const Tensor& workspace) {
   dispatch_float(q.dtype(), "flash_attention",
-                 [&](auto tag) { forward_typed<typename decltype(tag)::type>(cfg, out, lse, q, k, v); });
+                 [&](auto tag) { forward_typed<typename decltype(tag)::type>(cfg, out, lse, q, k, v, workspace); });
 }
 
 void flash_attention_backward(const FlashConfig& cfg, const Tensor& dq, const Tensor& dk, const Tensor& dv,
                               const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
-                              const Tensor& out, const Tensor& lse) {
+                              const Tensor& out, const Tensor& lse, const Tensor& workspace) {
   dispatch_float(q.dtype(), "flash_attention", [&](auto tag) {
-    backward_typed<typename decltype(tag)::type>(cfg, dq, dk, dv, dout, q, k, v, out, lse);
+    backward_typed<typename decltype(tag)::type>(cfg, dq, dk, dv, dout, q, k, v, out, lse, workspace);
   });
 }
 
