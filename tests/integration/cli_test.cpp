@@ -1,0 +1,77 @@
+// The `tidal` command line as a user runs it: exit codes and messages.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <string>
+
+namespace {
+
+struct Result {
+  int code = -1;
+  std::string output;  // stdout and stderr
+};
+
+Result run(const std::string& env_and_args) {
+  const std::string cmd = env_and_args.empty() ? std::string(TIDAL_BINARY_DIR "/tidal") : env_and_args;
+  Result r;
+  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
+  if (p == nullptr) return r;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.output.append(buf, n);
+  const int status = pclose(p);
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+const std::string kTidal = TIDAL_BINARY_DIR "/tidal";
+const std::string kSmall = " demo --steps 3 --layers 1 --dim 32 --ffn 32 --seq-length 16 --batch 2 --log-interval 1";
+
+}  // namespace
+
+TEST(Cli, DemoTrainsAndCheckpointingChangesNothingButMemory) {
+  Result r = run(kTidal + kSmall);
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("step     3"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("gradients bitwise identical"), std::string::npos) << r.output;
+}
+
+TEST(Cli, DeviceMemoryLimitGivesOutOfMemoryWithBreakdown) {
+  Result r = run("TIDAL_DEVICE_MEMORY=256KiB " + kTidal + kSmall);
+  EXPECT_EQ(r.code, 3) << r.output;
+  EXPECT_NE(r.output.find("out of memory"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("256.00 KiB limit"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("What to try"), std::string::npos) << r.output;
+}
+
+TEST(Cli, BadEnvironmentAndArgumentsAreExplained) {
+  Result bad_limit = run("TIDAL_DEVICE_MEMORY=lots " + kTidal + " info");
+  EXPECT_EQ(bad_limit.code, 1) << bad_limit.output;
+  EXPECT_NE(bad_limit.output.find("TIDAL_DEVICE_MEMORY"), std::string::npos) << bad_limit.output;
+
+  Result bad_number = run(kTidal + " demo --steps many");
+  EXPECT_EQ(bad_number.code, 1);
+  EXPECT_NE(bad_number.output.find("--steps must be an integer"), std::string::npos) << bad_number.output;
+
+  Result unknown = run(kTidal + " demo --stepz 3");
+  EXPECT_EQ(unknown.code, 1);
+  EXPECT_NE(unknown.output.find("unknown option '--stepz'"), std::string::npos) << unknown.output;
+  EXPECT_NE(unknown.output.find("--steps"), std::string::npos) << unknown.output;
+
+  Result heads = run(kTidal + " demo --heads 4 --kv-heads 3");
+  EXPECT_EQ(heads.code, 1);
+  EXPECT_NE(heads.output.find("multiple of --kv-heads"), std::string::npos) << heads.output;
+
+  Result command = run(kTidal + " frobnicate");
+  EXPECT_EQ(command.code, 2);
+  EXPECT_NE(command.output.find("unknown command"), std::string::npos) << command.output;
+}
+
+TEST(Cli, InfoAndHelp) {
+  Result info = run("TIDAL_DEVICE_MEMORY=8GiB " + kTidal + " info");
+  EXPECT_EQ(info.code, 0) << info.output;
+  EXPECT_NE(info.output.find("oneDNN"), std::string::npos) << info.output;
+  EXPECT_NE(info.output.find("8.00 GiB limit"), std::string::npos) << info.output;
+  EXPECT_EQ(run(kTidal + " help").code, 0);
+}

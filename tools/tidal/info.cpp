@@ -1,0 +1,24 @@
+#include <cstdio>
+#include <thread>
+
+#include "tidal/allocator.h"
+#include "tidal/backend/cpu/blas.h"
+#include "tidal/base/threads.h"
+#include "tools/tidal/cli.h"
+
+namespace tidal::cli {
+
+int run_info(const std::vector<std::string>& argv) {
+  Args args(argv, {}, {}, "info");
+  const int64_t limit = device_allocator(Device::cpu()).limit();
+  std::printf("tidal 0.1.0\n");
+  std::printf("  devices        cpu, meta\n");
+  std::printf("  gemm           %s (f32); reference kernel (f64)\n", cpu::blas::backend_name());
+  std::printf("  threads        %d kernel threads (OpenMP), %u hardware threads\n", num_threads(),
+              std::thread::hardware_concurrency());
+  std::printf("  device memory  %s\n", limit > 0 ? (format_bytes(limit) + " limit (TIDAL_DEVICE_MEMORY)").c_str()
+                                                  : "no limit (set TIDAL_DEVICE_MEMORY to emulate a smaller device)");
+  return kOk;
+}
+
+}  // namespace tidal::cli

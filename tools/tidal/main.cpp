@@ -1,0 +1,56 @@
+// The `tidal` command line. Each subcommand lives in its own file; errors a user can cause are
+// printed with what to do, never as a crash.
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "tidal/allocator.h"
+#include "tidal/base/error.h"
+#include "tools/tidal/cli.h"
+
+namespace {
+
+void usage(std::FILE* out) {
+  std::fprintf(out,
+               "usage: tidal <command> [options]\n\n"
+               "commands:\n"
+               "  demo   train a tiny transformer on generated text with the engine core; shows the\n"
+               "         loss falling and what activation checkpointing saves (the default)\n"
+               "  info   build and machine facts: BLAS, threads, device memory limit\n"
+               "  help   this text\n\n"
+               "environment:\n"
+               "  TIDAL_DEVICE_MEMORY=8GiB   emulate a device of that size (out of memory past it)\n"
+               "  TIDAL_NUM_THREADS=N        kernel threads (default: all cores)\n");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  const std::string command = args.empty() ? "demo" : args[0];
+  if (!args.empty()) args.erase(args.begin());
+  try {
+    if (command == "demo") return tidal::cli::run_demo(args);
+    if (command == "info") return tidal::cli::run_info(args);
+    if (command == "help" || command == "--help" || command == "-h") {
+      usage(stdout);
+      return tidal::cli::kOk;
+    }
+    std::fprintf(stderr, "tidal: unknown command '%s'\n\n", command.c_str());
+    usage(stderr);
+    return tidal::cli::kUsage;
+  } catch (const tidal::OutOfMemory& e) {
+    std::fprintf(stderr, "tidal %s: %s\n", command.c_str(), e.what());
+    return tidal::cli::kOutOfMemory;
+  } catch (const tidal::InternalError& e) {
+    std::fprintf(stderr, "tidal %s: %s\n", command.c_str(), e.what());
+    return tidal::cli::kError;
+  } catch (const tidal::Error& e) {
+    std::fprintf(stderr, "tidal %s: error: %s\n(run 'tidal help' for the commands and options)\n", command.c_str(),
+                 e.what());
+    return tidal::cli::kError;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "tidal %s: unexpected error: %s\n", command.c_str(), e.what());
+    return tidal::cli::kError;
+  }
+}
