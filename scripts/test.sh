@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The test command (README, .ci/run): installs dependencies, builds in build/, runs every test, then
-# the sanitizer builds: ASan+UBSan on the unit tests (build-asan/), TSan on the stream tests
+# the sanitizer builds: ASan+UBSan on the unit and gradcheck tests (build-asan/), TSan on the stream tests
 # (build-tsan/). TIDAL_TEST_QUICK=1 skips the sanitizer builds.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,11 +19,13 @@ if [ "${TIDAL_TEST_QUICK:-0}" = "1" ]; then
   exit 0
 fi
 
-echo "== ASan + UBSan: unit tests"
+echo "== ASan + UBSan: unit and gradient-check tests"
 cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTIDAL_SANITIZE=address,undefined \
   -DTIDAL_BUILD_BENCH=OFF >/dev/null
-cmake --build build-asan -j "$jobs" --target tidal_unit_tests
-ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 build-asan/tidal_unit_tests
+cmake --build build-asan -j "$jobs" --target tidal_unit_tests tidal_gradcheck_tests
+export ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
+build-asan/tidal_unit_tests
+build-asan/tidal_gradcheck_tests
 
 echo "== TSan: stream and event tests"
 cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTIDAL_SANITIZE=thread \
