@@ -29,3 +29,20 @@ TEST(Loops, EveryElementOnceForAnyLayoutAndThreadCount) {
 }
 
 }  // namespace tidal
+
+namespace tidal {
+TEST(Loops, TiledTransposeCopyForEveryItemSize) {
+  for (DType dt : {DType::u8, DType::bf16, DType::f32, DType::i64}) {
+    Tensor a = arange(0, 3 * 45 * 70, 1, DType::i64).reshape({3, 45, 70});
+    if (dt == DType::u8) a = a.to(DType::f32);
+    Tensor src = (dt == DType::u8 ? a.to(DType::i64) : a).to(dt);
+    Tensor t = src.permute({0, 2, 1}).contiguous();  // (3, 70, 45)
+    std::vector<double> v = t.to_vector<double>();
+    std::vector<double> s = src.to_vector<double>();
+    for (int64_t b = 0; b < 3; ++b)
+      for (int64_t i = 0; i < 70; ++i)
+        for (int64_t j = 0; j < 45; ++j)
+          ASSERT_EQ(v[size_t((b * 70 + i) * 45 + j)], s[size_t((b * 45 + j) * 70 + i)]) << dtype_name(dt);
+  }
+}
+}  // namespace tidal

@@ -5,6 +5,7 @@
 #include "tidal/backend/cpu/dispatch.h"
 #include "tidal/backend/cpu/parallel.h"
 #include "tidal/backend/cpu/philox.h"
+#include "tidal/backend/cpu/vec_math.h"
 #include "tidal/ops/common.h"
 #include "tidal/ops/elementwise.h"
 
@@ -32,13 +33,29 @@ Tensor generate(const char* op, const Shape& shape, DType dtype, Device device, 
   return out;
 }
 
+// grad_in = g * mask * scale in one pass (no f32 copy of the mask).
 struct DropoutBackward : autograd::Node {
   autograd::SavedTensor mask;
   double scale = 1.0;
   const char* name() const override { return "DropoutBackward"; }
-  autograd::TensorList apply(autograd::TensorList&& g) override {
+  autograd::TensorList apply(autograd::TensorList&& grads) override {
     Tensor m = mask.unpack(name());
-    return {mul(mul(g[0], m.to(g[0].dtype())), scale)};
+    Tensor g = grads[0].contiguous();
+    Tensor out = empty(g.shape(), g.dtype(), g.device());
+    if (out.is_meta()) return {out};
+    cpu::dispatch_float(g.dtype(), "dropout", [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      using A = acc_t<T>;
+      const T* gp = g.data<T>();
+      const uint8_t* mp = m.data<uint8_t>();
+      T* op = out.data<T>();
+      const A sc = A(scale);
+      cpu::parallel_for(0, g.numel(), 32768, [&](int64_t b, int64_t e) {
+#pragma omp simd
+        for (int64_t i = b; i < e; ++i) op[i] = cpu::store_as<T>(mp[i] ? A(gp[i]) * sc : A(0));
+      });
+    });
+    return {out};
   }
   void release_saved() override { mask.reset(); }
 };

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "tidal/backend/cpu/dispatch.h"
 #include "tidal/backend/cpu/elementwise_loops.h"
@@ -84,6 +85,69 @@ void compare_with(Compare op, F&& run) {
     case Compare::le: return run([](A x, A y) { return uint8_t(x <= y); });
     case Compare::gt: return run([](A x, A y) { return uint8_t(x > y); });
     case Compare::ge: return run([](A x, A y) { return uint8_t(x >= y); });
+  }
+}
+
+// A same-dtype copy whose source is unit-stride along some dim p but not along the destination's
+// innermost dim (a transpose): walking it element by element reads one cache line per element.
+// Copies (p, last) panels in 32 x 32 tiles instead, so both sides touch whole cache lines.
+template <typename W>
+void tiled_transpose_copy(const StridedLoop<2>& loop, int p) {
+  constexpr int64_t kTile = 16;
+  const int nd = loop.shape.size(), last = nd - 1;
+  const int64_t rows = loop.shape[p], cols = loop.shape[last];
+  const int64_t dr = loop.strides[0][p] / int64_t(sizeof(W)), dc = loop.strides[0][last] / int64_t(sizeof(W));
+  const int64_t sr = loop.strides[1][p] / int64_t(sizeof(W)), sc = loop.strides[1][last] / int64_t(sizeof(W));
+  Shape outer;  // every other dim
+  std::vector<int> outer_dims;
+  for (int d = 0; d < nd; ++d)
+    if (d != p && d != last) {
+      outer.push_back(loop.shape[d]);
+      outer_dims.push_back(d);
+    }
+  const int64_t row_tiles = (rows + kTile - 1) / kTile, col_tiles = (cols + kTile - 1) / kTile;
+  const int64_t tasks = outer.numel() * row_tiles;
+  parallel_for(0, tasks, std::max<int64_t>(1, kElementwiseGrain / (kTile * cols)), [&](int64_t t0, int64_t t1) {
+    for (int64_t task = t0; task < t1; ++task) {
+      int64_t rem = task / row_tiles;
+      char* dbase = loop.base[0];
+      const char* sbase = loop.base[1];
+      for (int k = int(outer_dims.size()) - 1; k >= 0; --k) {
+        const int d = outer_dims[size_t(k)];
+        const int64_t idx = rem % loop.shape[d];
+        rem /= loop.shape[d];
+        dbase += idx * loop.strides[0][d];
+        sbase += idx * loop.strides[1][d];
+      }
+      W* dst = reinterpret_cast<W*>(dbase);
+      const W* src = reinterpret_cast<const W*>(sbase);
+      const int64_t r0 = (task % row_tiles) * kTile, r1 = std::min(rows, r0 + kTile);
+      for (int64_t ct = 0; ct < col_tiles; ++ct) {
+        const int64_t c0 = ct * kTile, c1 = std::min(cols, c0 + kTile);
+        for (int64_t r = r0; r < r1; ++r)
+          for (int64_t c = c0; c < c1; ++c) dst[r * dr + c * dc] = src[r * sr + c * sc];
+      }
+    }
+  });
+}
+
+bool try_tiled_copy(const Tensor& dst, const Tensor& src) {
+  const Shape& shape = dst.shape();
+  const int64_t item = dst.itemsize();
+  auto loop = make_loop<2>(shape, {static_cast<char*>(dst.raw_data()), static_cast<char*>(src.raw_data())},
+                           {broadcast_byte_strides(dst, shape), broadcast_byte_strides(src, shape)});
+  const int nd = loop.shape.size();
+  if (nd < 2 || loop.strides[1][nd - 1] == item || loop.shape[nd - 1] < 8) return false;
+  int p = -1;
+  for (int d = nd - 2; d >= 0; --d)
+    if (loop.strides[1][d] == item && loop.shape[d] >= 8) p = d;
+  if (p < 0) return false;
+  switch (item) {
+    case 1: tiled_transpose_copy<uint8_t>(loop, p); return true;
+    case 2: tiled_transpose_copy<uint16_t>(loop, p); return true;
+    case 4: tiled_transpose_copy<uint32_t>(loop, p); return true;
+    case 8: tiled_transpose_copy<uint64_t>(loop, p); return true;
+    default: return false;
   }
 }
 
@@ -199,6 +263,7 @@ void copy(const Tensor& dst, const Tensor& src) {
     parallel_for(0, bytes, int64_t(1) << 20, [&](int64_t b, int64_t e) { std::memcpy(d + b, s + b, size_t(e - b)); });
     return;
   }
+  if (dst.dtype() == src.dtype() && try_tiled_copy(dst, src)) return;
   dispatch_all(src.dtype(), "copy", [&](auto stag) {
     using S = typename decltype(stag)::type;
     dispatch_all(dst.dtype(), "copy", [&](auto dtag) {
