@@ -36,6 +36,7 @@ void Allocator::account(int64_t delta, int64_t block_delta, MemoryCategory c) {
   cs.allocated += delta;
   cs.blocks += block_delta;
   cs.peak = std::max(cs.peak, cs.allocated);
+  cs.peak_blocks = std::max(cs.peak_blocks, cs.blocks);
   stats_.allocated += delta;
   if (stats_.allocated > stats_.peak_allocated) {
     stats_.peak_allocated = stats_.allocated;
@@ -116,6 +117,7 @@ void Allocator::recategorize(void* ptr, int64_t nbytes, MemoryCategory from, Mem
   ++t.count;
   ++t.total_count;
   t.peak = std::max(t.peak, t.allocated);
+  t.peak_blocks = std::max(t.peak_blocks, t.blocks);
   if (stats_.allocated == stats_.peak_allocated)
     for (int i = 0; i < kNumMemoryCategories; ++i) stats_.at_peak[size_t(i)] = stats_.category[size_t(i)].allocated;
   if (log_on_) {
@@ -160,6 +162,7 @@ void Allocator::reset_peak_stats() {
   stats_.peak_reserved = stats_.reserved;
   for (int i = 0; i < kNumMemoryCategories; ++i) {
     stats_.category[size_t(i)].peak = stats_.category[size_t(i)].allocated;
+    stats_.category[size_t(i)].peak_blocks = stats_.category[size_t(i)].blocks;
     stats_.at_peak[size_t(i)] = stats_.category[size_t(i)].allocated;
   }
 }

@@ -24,6 +24,7 @@ struct CategoryStats {
   int64_t allocated = 0;  // bytes requested by live allocations
   int64_t peak = 0;       // highest `allocated` of this category alone
   int64_t blocks = 0;     // bytes of the cache blocks those allocations occupy (>= allocated)
+  int64_t peak_blocks = 0;
   int64_t count = 0;      // live allocations
   int64_t total_count = 0;
 };

@@ -32,6 +32,8 @@ TEST(Allocator, AccountsPerCategoryWithPeaks) {
   EXPECT_EQ(s.peak_allocated, 4000);
   EXPECT_EQ(s.at_peak[size_t(MemoryCategory::activation)], 3000);
   EXPECT_EQ(s[MemoryCategory::activation].peak, 3000);
+  EXPECT_EQ(s[MemoryCategory::activation].blocks, 0);
+  EXPECT_EQ(s[MemoryCategory::activation].peak_blocks, 3072);
   EXPECT_EQ(s.reserved, 1024 + 3072);  // the freed block stays cached
   // A request of the same size reuses the cached block: no new system allocation.
   const int64_t sys = s.system_allocs;

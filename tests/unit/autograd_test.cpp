@@ -159,3 +159,25 @@ TEST(Autograd, MetaTensorsRunForwardAndBackwardWithAccounting) {
 }
 
 }  // namespace tidal
+
+namespace tidal {
+TEST(BadInput, DeviceAndDtypeMismatchesNameTheOp) {
+  Tensor c = zeros({2, 3});
+  Tensor m = empty({2, 3}, DType::f32, Device::meta());
+  try {
+    add(c, m);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("[add] tensors on different devices"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(matmul(c, m.t()), Error);
+  EXPECT_THROW(mul(c, zeros({2, 3}, DType::f64)), Error);
+  EXPECT_THROW(add(c, zeros({4})), Error);  // not broadcastable
+  EXPECT_THROW(c.copy_(m), Error);
+  EXPECT_THROW(c.to(Device::meta()).to(Device::cpu()), Error);  // a meta tensor has no data to copy
+  EXPECT_THROW(sum(c, {2}), Error);
+  EXPECT_THROW(c.narrow(1, 2, 2), Error);
+  EXPECT_THROW(c.permute({0, 0}), Error);
+  EXPECT_THROW(Tensor().shape(), Error);
+}
+}  // namespace tidal
