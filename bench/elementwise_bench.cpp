@@ -1,6 +1,8 @@
 // Memory-bound kernels: GB/s = bytes read + written per second (docs/performance.md).
 #include <benchmark/benchmark.h>
 
+#include "bench/bench_util.h"
+
 #include "tidal/ops/elementwise.h"
 #include "tidal/ops/random.h"
 #include "tidal/ops/reduce.h"
@@ -8,59 +10,54 @@
 namespace tidal {
 namespace {
 
-void set_bytes(benchmark::State& state, double bytes_per_iter) {
-  state.counters["GB/s"] = benchmark::Counter(bytes_per_iter * double(state.iterations()) / 1e9,
-                                              benchmark::Counter::kIsRate);
-}
-
 // Output buffers come from the caching allocator, so steady state measures the kernel, not page faults.
 void BM_Add(benchmark::State& state) {
   const int64_t n = state.range(0);
   Tensor a = randn({n}), b = randn({n});
   for (auto _ : state) benchmark::DoNotOptimize(add(a, b));
-  set_bytes(state, 3.0 * 4 * double(n));
+  bench::set_gbps(state, 3.0 * 4 * double(n));
 }
 
 void BM_AddBiasBroadcast(benchmark::State& state) {
   const int64_t rows = state.range(0), cols = 768;
   Tensor a = randn({rows, cols}), b = randn({cols});
   for (auto _ : state) benchmark::DoNotOptimize(add(a, b));
-  set_bytes(state, 2.0 * 4 * double(rows * cols));
+  bench::set_gbps(state, 2.0 * 4 * double(rows * cols));
 }
 
 void BM_Exp(benchmark::State& state) {
   const int64_t n = state.range(0);
   Tensor a = randn({n});
   for (auto _ : state) benchmark::DoNotOptimize(exp(a));
-  set_bytes(state, 2.0 * 4 * double(n));
+  bench::set_gbps(state, 2.0 * 4 * double(n));
 }
 
 void BM_MulScalar(benchmark::State& state) {
   const int64_t n = state.range(0);
   Tensor a = randn({n});
   for (auto _ : state) benchmark::DoNotOptimize(mul(a, 0.5));
-  set_bytes(state, 2.0 * 4 * double(n));
+  bench::set_gbps(state, 2.0 * 4 * double(n));
 }
 
 void BM_TransposeCopy(benchmark::State& state) {
   const int64_t n = state.range(0);
   Tensor a = randn({n, n});
   for (auto _ : state) benchmark::DoNotOptimize(a.t().contiguous());
-  set_bytes(state, 2.0 * 4 * double(n * n));
+  bench::set_gbps(state, 2.0 * 4 * double(n * n));
 }
 
 void BM_SumRows(benchmark::State& state) {  // (rows, 768) -> (768): bias gradient
   const int64_t rows = state.range(0);
   Tensor a = randn({rows, 768});
   for (auto _ : state) benchmark::DoNotOptimize(sum(a, {0}));
-  set_bytes(state, 4.0 * double(rows * 768));
+  bench::set_gbps(state, 4.0 * double(rows * 768));
 }
 
 void BM_SumLastDim(benchmark::State& state) {
   const int64_t rows = state.range(0);
   Tensor a = randn({rows, 768});
   for (auto _ : state) benchmark::DoNotOptimize(sum(a, {1}));
-  set_bytes(state, 4.0 * double(rows * 768));
+  bench::set_gbps(state, 4.0 * double(rows * 768));
 }
 
 BENCHMARK(BM_Add)->Arg(1 << 16)->Arg(1 << 22)->Arg(1 << 24)->UseRealTime();

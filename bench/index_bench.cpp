@@ -2,6 +2,8 @@
 // ops (docs/performance.md). Memory-bound: GB/s counts the bytes each kernel must read and write.
 #include <benchmark/benchmark.h>
 
+#include "bench/bench_util.h"
+
 #include "tidal/backend/cpu/embedding.h"
 #include "tidal/ops/embedding.h"
 #include "tidal/ops/index.h"
@@ -10,11 +12,6 @@
 namespace tidal {
 namespace {
 
-void set_bytes(benchmark::State& state, double bytes_per_iter) {
-  state.counters["GB/s"] = benchmark::Counter(bytes_per_iter * double(state.iterations()) / 1e9,
-                                              benchmark::Counter::kIsRate);
-}
-
 constexpr int64_t kIds = 4096;
 
 // (V, C) table, 4096 ids -> (4096, C): reads and writes 4096 rows.
@@ -22,7 +19,7 @@ void BM_EmbeddingForward(benchmark::State& state) {
   const int64_t vocab = state.range(0), c = state.range(1);
   Tensor w = randn({vocab, c}), ids = randint(0, vocab, {kIds});
   for (auto _ : state) benchmark::DoNotOptimize(embedding(w, ids));
-  set_bytes(state, 2.0 * double(kIds * c) * 4);
+  bench::set_gbps(state, 2.0 * double(kIds * c) * 4);
 }
 
 // The dense (V, C) gradient from (4096, C): writes the whole table once, reads 4096 rows. The
@@ -34,7 +31,7 @@ void BM_EmbeddingBackward(benchmark::State& state) {
     cpu::embedding_backward(gw, g, ids);
     benchmark::DoNotOptimize(gw.data<float>());
   }
-  set_bytes(state, double(vocab * c + kIds * c) * 4);
+  bench::set_gbps(state, double(vocab * c + kIds * c) * 4);
 }
 
 // Router top-k: (tokens, experts) probabilities, k = 8.
@@ -42,7 +39,7 @@ void BM_TopK(benchmark::State& state) {
   const int64_t rows = state.range(0), experts = state.range(1);
   Tensor x = rand({rows, experts});
   for (auto _ : state) benchmark::DoNotOptimize(topk(x, 8).values);
-  set_bytes(state, double(rows * experts) * 4 + double(rows * 8) * 12);
+  bench::set_gbps(state, double(rows * experts) * 4 + double(rows * 8) * 12);
   state.SetItemsProcessed(state.iterations() * rows);  // rows/s
 }
 
@@ -55,7 +52,7 @@ void BM_IndexSelectRows(benchmark::State& state) {
   Tensor x = randn({kTokens, c});
   Tensor tokens = randint(0, kTokens, {kTokens * kTopK});
   for (auto _ : state) benchmark::DoNotOptimize(index_select(x, 0, tokens));
-  set_bytes(state, 2.0 * double(kTokens * kTopK * c) * 4);
+  bench::set_gbps(state, 2.0 * double(kTokens * kTopK * c) * 4);
 }
 
 // Combining expert outputs: (32768, C) rows added into (T, C) at their tokens.
@@ -64,7 +61,7 @@ void BM_IndexAddRows(benchmark::State& state) {
   Tensor out = randn({kTokens, c}), src = randn({kTokens * kTopK, c});
   Tensor tokens = randint(0, kTokens, {kTokens * kTopK});
   for (auto _ : state) benchmark::DoNotOptimize(index_add(out, 0, tokens, src));
-  set_bytes(state, double(kTokens * kTopK * c) * 4 * 3 + double(kTokens * c) * 4 * 2);
+  bench::set_gbps(state, double(kTokens * kTopK * c) * 4 * 3 + double(kTokens * c) * 4 * 2);
 }
 
 // Routing weights: probabilities (T, E) gathered at the top-k expert ids (T, 8).
@@ -73,7 +70,7 @@ void BM_GatherRouter(benchmark::State& state) {
   Tensor probs = rand({kTokens, experts});
   Tensor ids = topk(probs, kTopK).indices;
   for (auto _ : state) benchmark::DoNotOptimize(gather(probs, 1, ids));
-  set_bytes(state, double(kTokens * kTopK) * (8 + 4 + 4));
+  bench::set_gbps(state, double(kTokens * kTopK) * (8 + 4 + 4));
 }
 
 // Gradient of the routed rows back to tokens through gather's backward layout: scatter_add along
@@ -84,20 +81,20 @@ void BM_ScatterAddRows(benchmark::State& state) {
   Tensor index = randint(0, kTokens, {kTokens * kTopK, 1});
   Tensor full_index = index.expand(Shape{kTokens * kTopK, c}).contiguous();
   for (auto _ : state) benchmark::DoNotOptimize(scatter_add(out, 0, full_index, src));
-  set_bytes(state, double(kTokens * kTopK * c) * (4 * 3 + 8) + double(kTokens * c) * 4 * 2);
+  bench::set_gbps(state, double(kTokens * kTopK * c) * (4 * 3 + 8) + double(kTokens * c) * 4 * 2);
 }
 
 // Sorting the 32768 slot -> expert ids and counting tokens per expert.
 void BM_ArgsortExpertIds(benchmark::State& state) {
   Tensor ids = randint(0, state.range(0), {kTokens * kTopK});
   for (auto _ : state) benchmark::DoNotOptimize(argsort(ids));
-  set_bytes(state, double(kTokens * kTopK) * 16);
+  bench::set_gbps(state, double(kTokens * kTopK) * 16);
 }
 
 void BM_BincountExpertIds(benchmark::State& state) {
   Tensor ids = randint(0, state.range(0), {kTokens * kTopK});
   for (auto _ : state) benchmark::DoNotOptimize(bincount(ids, state.range(0)));
-  set_bytes(state, double(kTokens * kTopK) * 8);
+  bench::set_gbps(state, double(kTokens * kTopK) * 8);
 }
 
 #define EMBEDDING_SHAPES Args({50304, 768})->Args({50304, 1024})->Args({151936, 768})->Args({151936, 1024})

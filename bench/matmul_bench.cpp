@@ -1,17 +1,14 @@
 // GEMM through tidal's matmul/linear versus the BLAS called directly (docs/performance.md).
 #include <benchmark/benchmark.h>
 
+#include "bench/bench_util.h"
+
 #include "tidal/backend/cpu/blas.h"
 #include "tidal/ops/matmul.h"
 #include "tidal/ops/random.h"
 
 namespace tidal {
 namespace {
-
-void set_flops(benchmark::State& state, double flops_per_iter) {
-  state.counters["GFLOP/s"] = benchmark::Counter(flops_per_iter * double(state.iterations()) / 1e9,
-                                                 benchmark::Counter::kIsRate);
-}
 
 // Raw BLAS: C (m x n) = A (m x k) @ B^T (n x k)
 void BM_BlasSgemm(benchmark::State& state) {
@@ -21,7 +18,7 @@ void BM_BlasSgemm(benchmark::State& state) {
     cpu::blas::gemm(false, true, m, n, k, 1.f, a.data<float>(), k, b.data<float>(), k, 0.f, c.data<float>(), n);
     benchmark::DoNotOptimize(c.data<float>());
   }
-  set_flops(state, 2.0 * double(m * n * k));
+  bench::set_gflops(state, 2.0 * double(m * n * k));
 }
 
 // tidal::linear: x (m, k) @ w^T with w (n, k), allocation included.
@@ -29,7 +26,7 @@ void BM_Linear(benchmark::State& state) {
   const int64_t m = state.range(0), n = state.range(1), k = state.range(2);
   Tensor x = randn({m, k}), w = randn({n, k});
   for (auto _ : state) benchmark::DoNotOptimize(linear(x, w));
-  set_flops(state, 2.0 * double(m * n * k));
+  bench::set_gflops(state, 2.0 * double(m * n * k));
 }
 
 // Attention-style batched product: (B*H, T, D) @ (B*H, D, T).
@@ -37,7 +34,7 @@ void BM_BatchedMatmul(benchmark::State& state) {
   const int64_t bh = state.range(0), t = state.range(1), d = state.range(2);
   Tensor q = randn({bh, t, d}), k = randn({bh, t, d});
   for (auto _ : state) benchmark::DoNotOptimize(matmul(q, k.mT()));
-  set_flops(state, 2.0 * double(bh * t * t * d));
+  bench::set_gflops(state, 2.0 * double(bh * t * t * d));
 }
 
 #define GEMM_SHAPES Args({4096, 3072, 768})->Args({4096, 768, 3072})->Args({4096, 768, 768})->Args({1024, 1024, 1024})->Args({2048, 2048, 2048})

@@ -1,6 +1,8 @@
 // The machine's own limits, measured the same way as the kernels so docs/performance.md can put
 // each kernel against them: fp32 FMA throughput, and memory bandwidth (copy, triad).
 #include <benchmark/benchmark.h>
+
+#include "bench/bench_util.h"
 #include <omp.h>
 
 #include <cstring>
@@ -32,8 +34,7 @@ void BM_FmaPeak(benchmark::State& state) {
     }
     benchmark::DoNotOptimize(sink);
   }
-  state.counters["GFLOP/s"] = benchmark::Counter(double(threads) * kIters * 12 * 16 * 2 * double(state.iterations()) / 1e9,
-                                                 benchmark::Counter::kIsRate);
+  bench::set_gflops(state, double(threads) * kIters * 12 * 16 * 2);
 }
 
 void BM_MemcpyBandwidth(benchmark::State& state) {
@@ -48,8 +49,7 @@ void BM_MemcpyBandwidth(benchmark::State& state) {
     }
     benchmark::DoNotOptimize(dst.data());
   }
-  state.counters["GB/s"] = benchmark::Counter(2.0 * double(n) * double(state.iterations()) / 1e9,
-                                              benchmark::Counter::kIsRate);
+  bench::set_gbps(state, 2.0 * double(n));
 }
 
 void BM_TriadBandwidth(benchmark::State& state) {  // a[i] = b[i] + s * c[i], STREAM's triad
@@ -64,8 +64,7 @@ void BM_TriadBandwidth(benchmark::State& state) {  // a[i] = b[i] + s * c[i], ST
     for (int64_t i = 0; i < n; ++i) ap[i] = bp[i] + 0.5f * cp[i];
     benchmark::DoNotOptimize(a.data());
   }
-  state.counters["GB/s"] = benchmark::Counter(3.0 * 4 * double(n) * double(state.iterations()) / 1e9,
-                                              benchmark::Counter::kIsRate);
+  bench::set_gbps(state, 3.0 * 4 * double(n));
 }
 
 BENCHMARK(BM_FmaPeak)->Arg(1)->Arg(2)->UseRealTime();
