@@ -5,6 +5,9 @@ set -euo pipefail
 packages=(
   g++ cmake ninja-build pkg-config
   libdnnl-dev            # oneDNN: single-precision GEMM (docs/performance.md)
+  nlohmann-json3-dev     # config.json, tokenizer.json, metrics
+  libpcre2-dev           # the tokenizers' Unicode pre-tokenization regexes
+  fortunes               # the built-in training corpus of the main job
   libgtest-dev libgmock-dev libbenchmark-dev
   python3-torch python3-numpy   # PyTorch parity tests (system /usr/bin/python3)
 )
