@@ -23,6 +23,26 @@ namespace {
 
 std::atomic<int64_t> g_replays{0};
 
+struct Frame;
+// The innermost checkpoint running on this thread: recording its first run or replaying it.
+struct ActiveFrame {
+  Frame* frame = nullptr;
+  bool replay = false;
+  size_t cursor = 0;  // next decision to hand back on a replay
+};
+thread_local ActiveFrame t_active;
+
+class ActiveFrameGuard {
+ public:
+  ActiveFrameGuard(Frame* f, bool replay) : saved_(t_active) { t_active = {f, replay, 0}; }
+  ~ActiveFrameGuard() { t_active = saved_; }
+  ActiveFrameGuard(const ActiveFrameGuard&) = delete;
+  ActiveFrameGuard& operator=(const ActiveFrameGuard&) = delete;
+
+ private:
+  ActiveFrame saved_;
+};
+
 struct Frame {
   CheckpointFn fn;
   std::vector<SavedTensor> inputs;
@@ -32,6 +52,7 @@ struct Frame {
   size_t num_saved = 0;           // saves during the first run
   std::vector<Tensor> recomputed;  // saves of the latest replay, served once each
   std::vector<bool> served;
+  std::vector<Tensor> decisions;  // checkpoint_decision results of the first run, in order
 
   void replay();
   ~Frame() {
@@ -102,7 +123,10 @@ void Frame::replay() {
     LayerScope scope(layer);
     OpScope op("checkpoint_replay");
     SavedTensorHooksGuard hooks(std::make_shared<RecomputeHooks>(recomputed));
+    ActiveFrameGuard active(this, /*replay=*/true);
     fn(ins);
+    TIDAL_CHECK(t_active.cursor == decisions.size(), "[checkpoint] the replay took ", t_active.cursor,
+                " recorded decisions but the first run recorded ", decisions.size());
   }
   ++g_replays;
   TIDAL_CHECK(recomputed.size() == num_saved, "[checkpoint] the replay saved ", recomputed.size(),
@@ -124,8 +148,24 @@ std::vector<Tensor> checkpoint(const CheckpointFn& fn, const std::vector<Tensor>
     frame->input_requires_grad.push_back(t.defined() && t.requires_grad());
   }
   SavedTensorHooksGuard hooks(std::make_shared<CheckpointHooks>(frame));
+  ActiveFrameGuard active(frame.get(), /*replay=*/false);
   return fn(inputs);
 }
+
+Tensor checkpoint_decision(const std::function<Tensor()>& compute) {
+  Frame* f = t_active.frame;
+  if (f == nullptr) return compute();
+  if (!t_active.replay) {
+    Tensor t = compute();
+    f->decisions.push_back(t.detach());
+    return t;
+  }
+  TIDAL_CHECK(t_active.cursor < f->decisions.size(), "[checkpoint] the replay asked for more decisions than the ",
+              "first run recorded (", f->decisions.size(), ")");
+  return f->decisions[t_active.cursor++];
+}
+
+bool in_checkpoint_replay() { return t_active.frame != nullptr && t_active.replay; }
 
 Tensor checkpoint(const std::function<Tensor(const Tensor&)>& fn, const Tensor& input) {
   return checkpoint([fn](const std::vector<Tensor>& in) { return std::vector<Tensor>{fn(in[0])}; }, {input})[0];

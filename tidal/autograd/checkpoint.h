@@ -18,6 +18,14 @@ using CheckpointFn = std::function<std::vector<Tensor>(const std::vector<Tensor>
 std::vector<Tensor> checkpoint(const CheckpointFn& fn, const std::vector<Tensor>& inputs);
 Tensor checkpoint(const std::function<Tensor(const Tensor&)>& fn, const Tensor& input);
 
+// A decision a checkpointed function takes from data (e.g. which experts a token is routed to).
+// Inside a checkpoint's first run, compute() runs and its result is recorded; inside a replay the
+// recorded result is returned instead (compute() does not run), so the replay takes exactly the
+// decisions of the first run. Outside any checkpoint it just returns compute().
+Tensor checkpoint_decision(const std::function<Tensor()>& compute);
+// Whether the calling code runs inside a checkpoint replay (backward's recompute).
+bool in_checkpoint_replay();
+
 // Number of checkpoint replays run in this process (for tests and the profiler).
 int64_t checkpoint_replay_count();
 

@@ -1,0 +1,17 @@
+#pragma once
+// Writing files so that a crash never leaves a half-written file under the final name: write to a
+// temporary in the same directory, fsync it, rename over the target, fsync the directory.
+#include <functional>
+#include <string>
+
+namespace tidal::io {
+
+// Calls write(fd) on a temporary next to `path`, then atomically replaces `path`. On any error the
+// temporary is removed, `path` is untouched, and tidal::Error names the file.
+void write_atomically(const std::string& path, const std::function<void(int fd)>& write);
+// Writes all of buf to fd (retrying short writes); throws naming `path` on error.
+void write_all(int fd, const void* buf, size_t n, const std::string& path);
+// The whole file; throws naming the file when it cannot be read.
+std::string read_file(const std::string& path);
+
+}  // namespace tidal::io

@@ -1,0 +1,67 @@
+#pragma once
+// A decoder-only language model: token ids (B, T) -> logits (B, T, V). GPT-2 and the Llama family
+// (llama, qwen3, qwen3_moe) implement it with Hugging Face parameter names, so their safetensors
+// checkpoints load. Layers run through a LayerRunner, which recompute policies replace.
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tidal/models/config.h"
+#include "tidal/nn/layers.h"
+#include "tidal/ops/attention.h"
+
+namespace tidal::models {
+
+struct ModelOutput {
+  Tensor hidden;    // (B, T, C) final normalized hidden states (the LM head's input)
+  Tensor logits;    // (B, T, V), undefined from forward_hidden()
+  Tensor aux_loss;  // MoE load-balancing loss (0-dim), undefined for dense models
+};
+
+// One transformer layer as a function of its inputs ({hidden} for dense layers).
+using LayerFn = std::function<std::vector<Tensor>(const std::vector<Tensor>&)>;
+// Runs layer `index`: the default calls fn(inputs); a recompute policy may wrap it in a checkpoint.
+using LayerRunner =
+    std::function<std::vector<Tensor>(int64_t index, const LayerFn& fn, const std::vector<Tensor>& inputs)>;
+
+class CausalLM : public nn::Module {
+ public:
+  explicit CausalLM(ModelConfig config) : config_(std::move(config)) {}
+  const ModelConfig& config() const { return config_; }
+
+  // ids (B, T) i64 -> hidden states after the final norm, and the MoE auxiliary loss.
+  virtual ModelOutput forward_hidden(const Tensor& ids) const = 0;
+  // The LM head weight (V, C) (the embedding when tied).
+  virtual const Tensor& lm_head_weight() const = 0;
+  // forward_hidden + the LM head: logits (B, T, V), accounted as MemoryCategory::logits.
+  ModelOutput forward(const Tensor& ids) const;
+
+  // Loads a Hugging Face state dict, accepting the naming variants of published checkpoints
+  // (GPT-2 without the "transformer." prefix, attention-mask buffers, a tied lm_head copy).
+  void load_hf_state_dict(std::map<std::string, Tensor> state);
+
+  void set_layer_runner(LayerRunner runner) { runner_ = std::move(runner); }
+  void set_attention_kernel(AttentionKernel k) { attention_kernel_ = k; }
+  AttentionKernel attention_kernel() const { return attention_kernel_; }
+
+ protected:
+  std::vector<Tensor> run_layer(int64_t index, const LayerFn& fn, const std::vector<Tensor>& inputs) const;
+  ModelConfig config_;
+
+ private:
+  LayerRunner runner_;
+  AttentionKernel attention_kernel_ = AttentionKernel::flash;
+};
+
+// Builds the model of config.model_type with freshly initialized parameters (HF's init: normal
+// with initializer_range, GPT-2's residual projections scaled by 1/sqrt(2 * layers), norms at 1).
+// Parameters are created with init.dtype on init.device (meta: shapes and accounting only).
+std::unique_ptr<CausalLM> create_model(const ModelConfig& config, const nn::Init& init = {});
+
+// Mean cross-entropy of next-token prediction: logits (B, T, V) against targets (B, T) (ignore_index
+// -100), plus coef * aux_loss when the model produced one.
+Tensor causal_lm_loss(const ModelOutput& out, const Tensor& targets, double aux_coef);
+
+}  // namespace tidal::models

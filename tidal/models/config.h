@@ -1,0 +1,70 @@
+#pragma once
+// Model configuration: the fields of a Hugging Face config.json for the architectures tidal builds
+// (model_type gpt2, llama, qwen3, qwen3_moe), with HF's names and defaults, plus built-in presets.
+#include <cstdint>
+#include <nlohmann/json_fwd.hpp>
+#include <string>
+#include <vector>
+
+#include "tidal/dtype.h"
+
+namespace tidal::models {
+
+struct ModelConfig {
+  std::string model_type;             // gpt2 | llama | qwen3 | qwen3_moe
+  int64_t vocab_size = 0;
+  int64_t hidden_size = 0;            // gpt2: n_embd
+  int64_t intermediate_size = 0;      // gpt2: n_inner (null: 4 * n_embd)
+  int64_t num_hidden_layers = 0;      // gpt2: n_layer
+  int64_t num_attention_heads = 0;    // gpt2: n_head
+  int64_t num_key_value_heads = 0;    // grouped-query heads (0: = num_attention_heads)
+  int64_t head_dim = 0;               // 0: hidden_size / num_attention_heads (qwen3 sets it)
+  int64_t max_position_embeddings = 0;  // gpt2: n_positions
+  double rope_theta = 10000.0;
+  double norm_eps = 1e-5;             // rms_norm_eps / layer_norm_epsilon
+  bool tie_word_embeddings = false;
+  bool attention_bias = false;        // biases on q/k/v/o projections (llama attention_bias)
+  bool qk_norm = false;               // RMSNorm of each head's q and k (qwen3, qwen3_moe)
+  std::string hidden_act;             // gelu_new (gpt2) | silu
+  double attention_dropout = 0.0;     // gpt2: attn_pdrop
+  double hidden_dropout = 0.0;        // gpt2: resid_pdrop (and embd_pdrop)
+  double initializer_range = 0.02;
+  std::string torch_dtype = "float32";
+  // Mixture of experts (qwen3_moe).
+  int64_t num_experts = 0;
+  int64_t num_experts_per_tok = 0;
+  int64_t moe_intermediate_size = 0;
+  bool norm_topk_prob = false;
+  int64_t decoder_sparse_step = 1;
+  std::vector<int64_t> mlp_only_layers;
+  double router_aux_loss_coef = 0.001;
+
+  bool is_gpt2() const { return model_type == "gpt2"; }
+  bool is_moe() const { return num_experts > 0; }
+  int64_t kv_heads() const { return num_key_value_heads > 0 ? num_key_value_heads : num_attention_heads; }
+  int64_t head_size() const { return head_dim > 0 ? head_dim : hidden_size / num_attention_heads; }
+  // Hugging Face's Qwen3-MoE rule: layer l is sparse unless listed in mlp_only_layers, every
+  // decoder_sparse_step-th layer.
+  bool is_moe_layer(int64_t layer) const;
+  // Throws tidal::Error naming the first inconsistent field (e.g. heads not dividing hidden size).
+  void validate() const;
+};
+
+// From a parsed config.json / a file; unknown model types and missing fields are errors.
+ModelConfig config_from_json(const nlohmann::json& j);
+ModelConfig load_config(const std::string& path);
+// The config.json a Hugging Face loader understands.
+nlohmann::json config_to_json(const ModelConfig& c);
+
+struct Preset {
+  std::string name;
+  std::string description;
+  ModelConfig config;
+};
+// tiny-gpt2, tiny-llama, tiny-qwen3, tiny-qwen3-moe, small-gpt2, gpt2-124m, gpt2-350m, qwen3-0.6b,
+// qwen3-1.7b, qwen3-8b, qwen3-30b-a3b.
+const std::vector<Preset>& presets();
+// Throws listing the valid names.
+ModelConfig preset(const std::string& name);
+
+}  // namespace tidal::models

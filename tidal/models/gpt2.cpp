@@ -1,0 +1,79 @@
+#include "tidal/models/gpt2.h"
+
+#include <cmath>
+
+#include "tidal/memory_scope.h"
+#include "tidal/ops/elementwise.h"
+#include "tidal/ops/random.h"
+#include "tidal/ops/view.h"
+
+namespace tidal::models {
+namespace {
+
+// Holds the "attn" and "mlp" children of a block so their parameters get HF's names.
+class Holder : public nn::Module {
+ public:
+  template <typename M>
+  M* add(const std::string& name, std::unique_ptr<M> m) {
+    return &register_module(name, std::move(m));
+  }
+};
+
+}  // namespace
+
+Gpt2Block::Gpt2Block(const ModelConfig& c, const nn::Init& init) {
+  const int64_t d = c.hidden_size;
+  const double proj_std = c.initializer_range / std::sqrt(2.0 * double(c.num_hidden_layers));
+  ln_1_ = &register_module("ln_1", std::make_unique<nn::LayerNorm>(d, c.norm_eps, init));
+  Holder& attn = register_module("attn", std::make_unique<Holder>());
+  c_attn_ = attn.add("c_attn", std::make_unique<nn::Conv1D>(d, 3 * d, init));
+  attn_proj_ = attn.add("c_proj", std::make_unique<nn::Conv1D>(d, d, init, proj_std));
+  ln_2_ = &register_module("ln_2", std::make_unique<nn::LayerNorm>(d, c.norm_eps, init));
+  Holder& mlp = register_module("mlp", std::make_unique<Holder>());
+  c_fc_ = mlp.add("c_fc", std::make_unique<nn::Conv1D>(d, c.intermediate_size, init));
+  mlp_proj_ = mlp.add("c_proj", std::make_unique<nn::Conv1D>(c.intermediate_size, d, init, proj_std));
+}
+
+Tensor Gpt2Block::forward(const Tensor& x, const ModelConfig& c, AttentionKernel kernel, bool training) const {
+  const int64_t b = x.size(0), t = x.size(1), d = c.hidden_size, heads = c.num_attention_heads, hd = d / heads;
+  Tensor h = ln_1_->forward(x);                                                 // (B, T, C)
+  std::vector<Tensor> qkv = split(c_attn_->forward(h), {d, d, d}, -1);          // 3 x (B, T, C)
+  auto heads_of = [&](const Tensor& y) { return y.view({b, t, heads, hd}).transpose(1, 2); };  // (B, H, T, hd)
+  AttentionOptions opt;
+  opt.kernel = kernel;
+  opt.dropout_p = training ? c.attention_dropout : 0.0;
+  Tensor a = scaled_dot_product_attention(heads_of(qkv[0]), heads_of(qkv[1]), heads_of(qkv[2]), opt);
+  Tensor attn_out = attn_proj_->forward(a.transpose(1, 2).reshape({b, t, d}));  // (B, T, C)
+  Tensor x1 = add(x, dropout(attn_out, c.hidden_dropout, training));
+  GeluApprox approx = c.hidden_act == "gelu" ? GeluApprox::none : GeluApprox::tanh;
+  Tensor m = mlp_proj_->forward(gelu(c_fc_->forward(ln_2_->forward(x1)), approx));  // (B, T, C)
+  return add(x1, dropout(m, c.hidden_dropout, training));
+}
+
+Gpt2::Gpt2(const ModelConfig& c, const nn::Init& init) : CausalLM(c) {
+  Holder& tr = register_module("transformer", std::make_unique<Holder>());
+  wte_ = tr.add("wte", std::make_unique<nn::Embedding>(c.vocab_size, c.hidden_size, init));
+  wpe_ = tr.add("wpe", std::make_unique<nn::Embedding>(c.max_position_embeddings, c.hidden_size, init));
+  h_ = tr.add("h", std::make_unique<nn::ModuleList<Gpt2Block>>());
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) h_->add(std::make_unique<Gpt2Block>(c, init));
+  ln_f_ = tr.add("ln_f", std::make_unique<nn::LayerNorm>(c.hidden_size, c.norm_eps, init));
+}
+
+ModelOutput Gpt2::forward_hidden(const Tensor& ids) const {
+  TIDAL_CHECK(ids.dim() == 2, "[gpt2] token ids must be (batch, seq), got ", ids.shape());
+  const int64_t t = ids.size(1);
+  TIDAL_CHECK(t <= config_.max_position_embeddings, "[gpt2] sequence length ", t, " exceeds n_positions ",
+              config_.max_position_embeddings);
+  Tensor pos = arange(0, t, 1, DType::i64, ids.device());
+  Tensor x = dropout(add(wte_->forward(ids), wpe_->forward(pos)), config_.hidden_dropout, is_training());  // (B, T, C)
+  for (size_t l = 0; l < h_->size(); ++l) {
+    const Gpt2Block& block = (*h_)[l];
+    LayerFn fn = [&block, this](const std::vector<Tensor>& in) {
+      return std::vector<Tensor>{block.forward(in[0], config_, attention_kernel(), is_training())};
+    };
+    x = run_layer(int64_t(l), fn, {x})[0];
+  }
+  return {ln_f_->forward(x), Tensor(), Tensor()};
+}
+
+}  // namespace tidal::models

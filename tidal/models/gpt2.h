@@ -1,0 +1,36 @@
+#pragma once
+// GPT-2 (Radford et al., 2019) with Hugging Face's GPT2LMHeadModel names and layouts: learned
+// positions, pre-LayerNorm blocks, fused qkv Conv1D, GELU (tanh), tied embeddings, biases.
+#include "tidal/models/causal_lm.h"
+
+namespace tidal::models {
+
+class Gpt2Block : public nn::Module {
+ public:
+  Gpt2Block(const ModelConfig& c, const nn::Init& init);
+  // x (B, T, C) -> (B, T, C)
+  Tensor forward(const Tensor& x, const ModelConfig& c, AttentionKernel kernel, bool training) const;
+
+ private:
+  nn::LayerNorm* ln_1_;
+  nn::Conv1D* c_attn_;
+  nn::Conv1D* attn_proj_;
+  nn::LayerNorm* ln_2_;
+  nn::Conv1D* c_fc_;
+  nn::Conv1D* mlp_proj_;
+};
+
+class Gpt2 : public CausalLM {
+ public:
+  Gpt2(const ModelConfig& c, const nn::Init& init);
+  ModelOutput forward_hidden(const Tensor& ids) const override;
+  const Tensor& lm_head_weight() const override { return wte_->weight(); }
+
+ private:
+  nn::Embedding* wte_;
+  nn::Embedding* wpe_;
+  nn::ModuleList<Gpt2Block>* h_;
+  nn::LayerNorm* ln_f_;
+};
+
+}  // namespace tidal::models

@@ -1,0 +1,56 @@
+#pragma once
+// The Llama family with Hugging Face names: Llama (LlamaForCausalLM), Qwen3 (adds per-head QK
+// RMSNorm) and Qwen3-MoE (sparse MLP layers mixed with dense ones by config). Pre-RMSNorm blocks,
+// rotary embeddings (HF layout), grouped-query attention, SwiGLU MLPs, tied or untied embeddings.
+#include "tidal/models/causal_lm.h"
+#include "tidal/models/moe.h"
+#include "tidal/ops/rope.h"
+
+namespace tidal::models {
+
+class LlamaAttention : public nn::Module {
+ public:
+  LlamaAttention(const ModelConfig& c, const nn::Init& init);
+  // x (B, T, C) -> (B, T, C)
+  Tensor forward(const Tensor& x, const RopeTables& rope, const ModelConfig& c, AttentionKernel kernel,
+                 bool training) const;
+
+ private:
+  nn::Linear* q_proj_;
+  nn::Linear* k_proj_;
+  nn::Linear* v_proj_;
+  nn::Linear* o_proj_;
+  nn::RMSNorm* q_norm_ = nullptr;
+  nn::RMSNorm* k_norm_ = nullptr;
+};
+
+class LlamaDecoderLayer : public nn::Module {
+ public:
+  LlamaDecoderLayer(const ModelConfig& c, int64_t index, const nn::Init& init);
+  // {x (B, T, C)} -> {x} for dense layers, {x, router prob_sum (E), top-k counts (k, E)} for sparse.
+  std::vector<Tensor> forward(const Tensor& x, const RopeTables& rope, const ModelConfig& c, AttentionKernel kernel,
+                              bool training) const;
+  bool sparse() const { return moe_ != nullptr; }
+
+ private:
+  nn::RMSNorm* input_layernorm_;
+  LlamaAttention* self_attn_;
+  nn::RMSNorm* post_attention_layernorm_;
+  SwiGluMlp* mlp_ = nullptr;
+  SparseMoeBlock* moe_ = nullptr;
+};
+
+class Llama : public CausalLM {
+ public:
+  Llama(const ModelConfig& c, const nn::Init& init);
+  ModelOutput forward_hidden(const Tensor& ids) const override;
+  const Tensor& lm_head_weight() const override;
+
+ private:
+  nn::Embedding* embed_tokens_;
+  nn::ModuleList<LlamaDecoderLayer>* layers_;
+  nn::RMSNorm* norm_;
+  nn::Linear* lm_head_ = nullptr;  // untied only
+};
+
+}  // namespace tidal::models

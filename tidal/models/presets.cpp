@@ -1,0 +1,99 @@
+// Built-in model presets (`--model NAME`, `tidal presets`). The real sizes follow the published
+// Hugging Face config.json of each model; the tiny ones are for tests and demos.
+#include "tidal/base/error.h"
+#include "tidal/models/config.h"
+
+namespace tidal::models {
+namespace {
+
+ModelConfig gpt2(int64_t vocab, int64_t hidden, int64_t layers, int64_t heads, int64_t positions, double dropout) {
+  ModelConfig c;
+  c.model_type = "gpt2";
+  c.vocab_size = vocab;
+  c.hidden_size = hidden;
+  c.intermediate_size = 4 * hidden;
+  c.num_hidden_layers = layers;
+  c.num_attention_heads = heads;
+  c.max_position_embeddings = positions;
+  c.norm_eps = 1e-5;
+  c.hidden_act = "gelu_new";
+  c.attention_dropout = dropout;
+  c.hidden_dropout = dropout;
+  c.tie_word_embeddings = true;
+  return c;
+}
+
+ModelConfig llama_like(const char* type, int64_t vocab, int64_t hidden, int64_t ffn, int64_t layers, int64_t heads,
+                       int64_t kv_heads, int64_t head_dim, int64_t positions, double theta, bool tied) {
+  ModelConfig c;
+  c.model_type = type;
+  c.vocab_size = vocab;
+  c.hidden_size = hidden;
+  c.intermediate_size = ffn;
+  c.num_hidden_layers = layers;
+  c.num_attention_heads = heads;
+  c.num_key_value_heads = kv_heads;
+  c.head_dim = head_dim;
+  c.max_position_embeddings = positions;
+  c.rope_theta = theta;
+  c.norm_eps = 1e-6;
+  c.hidden_act = "silu";
+  c.tie_word_embeddings = tied;
+  c.qk_norm = std::string(type) != "llama";
+  return c;
+}
+
+ModelConfig moe(ModelConfig c, int64_t experts, int64_t top_k, int64_t moe_ffn, std::vector<int64_t> dense_layers) {
+  c.num_experts = experts;
+  c.num_experts_per_tok = top_k;
+  c.moe_intermediate_size = moe_ffn;
+  c.norm_topk_prob = true;
+  c.mlp_only_layers = std::move(dense_layers);
+  c.router_aux_loss_coef = 0.001;
+  return c;
+}
+
+std::vector<Preset> make_presets() {
+  std::vector<Preset> p = {
+      {"tiny-gpt2", "2 layers, hidden 64, 4 heads, vocab 512 (tests and demos)", gpt2(512, 64, 2, 4, 256, 0.0)},
+      {"tiny-llama", "2 layers, hidden 64, 4 heads / 2 kv heads, SwiGLU 176, vocab 512",
+       llama_like("llama", 512, 64, 176, 2, 4, 2, 0, 256, 10000.0, false)},
+      {"tiny-qwen3", "2 layers, hidden 64, 4 heads / 2 kv heads of 16, QK-norm, tied, vocab 512",
+       llama_like("qwen3", 512, 64, 192, 2, 4, 2, 16, 256, 1000000.0, true)},
+      {"tiny-qwen3-moe", "2 layers (dense, then 8 experts top-2 of 32), hidden 64, vocab 512",
+       moe(llama_like("qwen3_moe", 512, 64, 128, 2, 4, 2, 16, 256, 1000000.0, false), 8, 2, 32, {0})},
+      {"small-gpt2", "4 layers, hidden 256, 4 heads, vocab 8192, 1024 positions", gpt2(8192, 256, 4, 4, 1024, 0.0)},
+      {"gpt2-124m", "GPT-2 small: 12 layers, hidden 768, 12 heads, vocab 50257",
+       gpt2(50257, 768, 12, 12, 1024, 0.1)},
+      {"gpt2-350m", "GPT-2 medium: 24 layers, hidden 1024, 16 heads, vocab 50257",
+       gpt2(50257, 1024, 24, 16, 1024, 0.1)},
+      {"qwen3-0.6b", "Qwen3-0.6B: 28 layers, hidden 1024, 16 heads / 8 kv heads of 128, tied",
+       llama_like("qwen3", 151936, 1024, 3072, 28, 16, 8, 128, 40960, 1000000.0, true)},
+      {"qwen3-1.7b", "Qwen3-1.7B: 28 layers, hidden 2048, 16 heads / 8 kv heads of 128, tied",
+       llama_like("qwen3", 151936, 2048, 6144, 28, 16, 8, 128, 40960, 1000000.0, true)},
+      {"qwen3-8b", "Qwen3-8B: 36 layers, hidden 4096, 32 heads / 8 kv heads of 128",
+       llama_like("qwen3", 151936, 4096, 12288, 36, 32, 8, 128, 40960, 1000000.0, false)},
+      {"qwen3-30b-a3b", "Qwen3-30B-A3B: 48 layers, hidden 2048, 128 experts top-8 of 768, 32 heads / 4 kv heads",
+       moe(llama_like("qwen3_moe", 151936, 2048, 6144, 48, 32, 4, 128, 40960, 1000000.0, false), 128, 8, 768, {})},
+  };
+  for (Preset& x : p) x.config.validate();
+  return p;
+}
+
+}  // namespace
+
+const std::vector<Preset>& presets() {
+  static const std::vector<Preset> all = make_presets();
+  return all;
+}
+
+ModelConfig preset(const std::string& name) {
+  std::string names;
+  for (const Preset& p : presets()) {
+    if (p.name == name) return p.config;
+    names += (names.empty() ? "" : ", ") + p.name;
+  }
+  detail::throw_error(detail::str_cat("unknown model preset '", name, "'; valid presets are ", names));
+}
+
+}  // namespace tidal::models

@@ -1,0 +1,79 @@
+#include "tidal/nn/module.h"
+
+#include <set>
+
+#include "tidal/autograd/grad_mode.h"
+
+namespace tidal::nn {
+
+Tensor& Module::register_parameter(const std::string& name, Tensor t) {
+  TIDAL_ASSERT(t.defined() && t.is_leaf(), "parameter ", name, " must be a defined leaf tensor");
+  for (const auto& [n, p] : params_) TIDAL_ASSERT(n != name, "parameter ", name, " registered twice");
+  t.set_requires_grad(true);
+  params_.emplace_back(name, std::move(t));
+  return params_.back().second;
+}
+
+void Module::collect(const std::string& prefix, std::vector<std::pair<std::string, Tensor>>& out) const {
+  for (const auto& [name, p] : params_) out.emplace_back(prefix + name, p);
+  for (const auto& [name, child] : children_) child->collect(prefix + name + ".", out);
+}
+
+std::vector<std::pair<std::string, Tensor>> Module::named_parameters() const {
+  std::vector<std::pair<std::string, Tensor>> out;
+  collect("", out);
+  return out;
+}
+
+std::vector<Tensor> Module::parameters() const {
+  std::vector<Tensor> out;
+  for (auto& [name, p] : named_parameters()) out.push_back(p);
+  return out;
+}
+
+int64_t Module::num_parameters() const {
+  int64_t n = 0;
+  for (const Tensor& p : parameters()) n += p.numel();
+  return n;
+}
+
+void Module::zero_grad() const {
+  for (const Tensor& p : parameters()) p.zero_grad();
+}
+
+void Module::train(bool on) {
+  training_ = on;
+  for (auto& [name, child] : children_) child->train(on);
+}
+
+std::map<std::string, Tensor> Module::state_dict() const {
+  std::map<std::string, Tensor> out;
+  for (auto& [name, p] : named_parameters()) out.emplace(name, p.detach());
+  return out;
+}
+
+void Module::load_state_dict(const std::map<std::string, Tensor>& state, bool strict) {
+  NoGradGuard no_grad;
+  std::set<std::string> used;
+  std::string missing;
+  for (auto& [name, p] : named_parameters()) {
+    auto it = state.find(name);
+    if (it == state.end()) {
+      missing += (missing.empty() ? "" : ", ") + name;
+      continue;
+    }
+    TIDAL_CHECK(it->second.shape() == p.shape(), "[load_state_dict] ", name, " has shape ", it->second.shape(),
+                " in the checkpoint but ", p.shape(), " in the model (is the config the same?)");
+    p.copy_(it->second.to(p.dtype()));
+    used.insert(name);
+  }
+  TIDAL_CHECK(missing.empty(), "[load_state_dict] the checkpoint lacks parameters of the model: ", missing);
+  if (strict) {
+    std::string extra;
+    for (const auto& [name, t] : state)
+      if (!used.count(name)) extra += (extra.empty() ? "" : ", ") + name;
+    TIDAL_CHECK(extra.empty(), "[load_state_dict] the checkpoint has parameters the model does not: ", extra);
+  }
+}
+
+}  // namespace tidal::nn

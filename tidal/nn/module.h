@@ -1,0 +1,70 @@
+#pragma once
+// Modules: a tree of named parameters (Hugging Face names, e.g. "model.layers.0.mlp.up_proj.weight")
+// and submodules. A model is a Module; its state dict is what safetensors files hold.
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "tidal/tensor.h"
+
+namespace tidal::nn {
+
+class Module {
+ public:
+  virtual ~Module() = default;
+  Module() = default;
+  Module(const Module&) = delete;
+  Module& operator=(const Module&) = delete;
+
+  // Every parameter of this module and its descendants, with dotted names, in registration order.
+  std::vector<std::pair<std::string, Tensor>> named_parameters() const;
+  std::vector<Tensor> parameters() const;
+  int64_t num_parameters() const;
+  void zero_grad() const;
+
+  // Training mode turns dropout on (on by default).
+  void train(bool on = true);
+  bool is_training() const { return training_; }
+
+  // Copies values from `state` into the parameters (by name). Every parameter must be present with
+  // its shape; dtypes convert. Extra entries are an error when `strict`. Throws naming what is wrong.
+  void load_state_dict(const std::map<std::string, Tensor>& state, bool strict = true);
+  std::map<std::string, Tensor> state_dict() const;
+
+ protected:
+  // Registers a parameter (requires_grad is set; accounted as MemoryCategory::parameter when
+  // created under MemoryScope(parameter)) and returns it.
+  Tensor& register_parameter(const std::string& name, Tensor t);
+  // Registers a child; it must outlive nothing: the parent owns it.
+  template <typename M>
+  M& register_module(const std::string& name, std::unique_ptr<M> m) {
+    M& ref = *m;
+    children_.emplace_back(name, std::move(m));
+    return ref;
+  }
+
+ private:
+  void collect(const std::string& prefix, std::vector<std::pair<std::string, Tensor>>& out) const;
+  std::vector<std::pair<std::string, Tensor>> params_;
+  std::vector<std::pair<std::string, std::unique_ptr<Module>>> children_;
+  bool training_ = true;
+};
+
+// Children named "0", "1", ... (Hugging Face's nn.ModuleList naming).
+template <typename M>
+class ModuleList : public Module {
+ public:
+  M& add(std::unique_ptr<M> m) {
+    items_.push_back(&register_module(std::to_string(items_.size()), std::move(m)));
+    return *items_.back();
+  }
+  M& operator[](size_t i) const { return *items_[i]; }
+  size_t size() const { return items_.size(); }
+
+ private:
+  std::vector<M*> items_;
+};
+
+}  // namespace tidal::nn
