@@ -1,0 +1,184 @@
+#include "tidal/train/arguments.h"
+
+#include <nlohmann/json.hpp>
+
+#include "tidal/base/error.h"
+
+namespace tidal::train {
+
+Flags train_flags() {
+  Flags f("train");
+  f.option("model", "a built-in model preset (tidal presets lists them)", "NAME")
+      .option("config", "a Hugging Face config.json (model_type gpt2, llama, qwen3, qwen3_moe)", "FILE")
+      .option("num-layers", "number of transformer layers", "N")
+      .option("hidden-size", "hidden size", "N")
+      .option("ffn-hidden-size", "MLP hidden size", "N")
+      .option("num-attention-heads", "attention heads", "N")
+      .option("num-query-groups", "key/value heads (grouped-query attention)", "N")
+      .flag("group-query-attention", "accepted for Megatron compatibility (--num-query-groups enables GQA)")
+      .option("max-position-embeddings", "maximum sequence length the model supports", "N")
+      .option("vocab-size", "vocabulary size (with --mock-data; otherwise the tokenizer's)", "N")
+      .option("attention", "attention kernel: flash (default) or eager", "KIND")
+      .option("hidden-dropout", "dropout on the residual branches", "P")
+      .option("attention-dropout", "dropout on the attention probabilities", "P")
+      .multi("data-path", "Megatron indexed dataset prefix(es) (PREFIX.bin / PREFIX.idx)")
+      .option("tokenizer", "tokenizer.json (Hugging Face format)", "FILE")
+      .option("split", "train,validation,test weights over documents (default 98,2,0)", "A,B,C")
+      .flag("mock-data", "seeded random tokens instead of a corpus (needs --vocab-size or a model preset)")
+      .option("seq-length", "tokens per sample", "N")
+      .option("micro-batch-size", "samples per forward/backward", "N")
+      .option("global-batch-size", "samples per optimizer step (a multiple of --micro-batch-size)", "N")
+      .option("train-iters", "optimizer steps", "N")
+      .option("lr", "peak learning rate", "LR")
+      .option("min-lr", "learning rate at the end of the decay", "LR")
+      .option("lr-warmup-iters", "linear warmup steps", "N")
+      .option("lr-decay-iters", "steps of decay (default: --train-iters)", "N")
+      .option("lr-decay-style", "cosine (default), linear or constant", "STYLE")
+      .option("weight-decay", "decoupled weight decay (not applied to biases and norms)", "WD")
+      .option("adam-beta1", "AdamW beta1", "B1")
+      .option("adam-beta2", "AdamW beta2", "B2")
+      .option("adam-eps", "AdamW epsilon", "EPS")
+      .option("clip-grad", "clip the global gradient norm to this (0: off)", "NORM")
+      .option("seed", "random seed (initialization, data order, dropout)", "N")
+      .option("save", "directory to save checkpoints to", "DIR")
+      .option("load", "directory to resume from (its latest checkpoint)", "DIR")
+      .option("save-interval", "save every N steps (default: only at the end)", "N")
+      .option("log-interval", "print a log line every N steps", "N")
+      .option("eval-interval", "evaluate on the validation split every N steps (0: never)", "N")
+      .option("eval-iters", "validation batches per evaluation", "N")
+      .option("metrics-json", "keep a JSON file of settings, per-step metrics and the summary", "FILE")
+      .flag("no-progress", "no progress bar")
+      .option("sample-prompt", "text to continue with the trained model at the end", "TEXT")
+      .option("sample-tokens", "tokens to generate for the sample (default 64 with a prompt)", "N");
+  return f;
+}
+
+namespace {
+
+int64_t override_int(const Flags& f, const char* name, int64_t current, int64_t lo, int64_t hi) {
+  return f.integer(name, current, lo, hi);
+}
+
+}  // namespace
+
+TrainArgs parse_train_args(const std::vector<std::string>& argv) {
+  Flags f = train_flags();
+  f.parse(argv);
+  TrainArgs a;
+  TIDAL_CHECK(!(f.has("model") && f.has("config")), "tidal train: --model and --config conflict: give one of them");
+  if (f.has("config")) {
+    a.model = models::load_config(f.str("config"));
+    a.model_source = "config " + f.str("config");
+  } else {
+    const std::string name = f.str("model", "small-gpt2");
+    a.model = models::preset(name);
+    a.model_source = "preset " + name;
+  }
+  models::ModelConfig& m = a.model;
+  constexpr int64_t kBig = int64_t(1) << 40;
+  m.num_hidden_layers = override_int(f, "num-layers", m.num_hidden_layers, 1, 100000);
+  m.hidden_size = override_int(f, "hidden-size", m.hidden_size, 1, kBig);
+  m.intermediate_size = override_int(f, "ffn-hidden-size", m.intermediate_size, 1, kBig);
+  m.num_attention_heads = override_int(f, "num-attention-heads", m.num_attention_heads, 1, 100000);
+  m.num_key_value_heads = override_int(f, "num-query-groups", m.kv_heads(), 1, 100000);
+  if (f.has("hidden-size") || f.has("num-attention-heads")) m.head_dim = 0;  // derive it again
+  m.max_position_embeddings = override_int(f, "max-position-embeddings", m.max_position_embeddings, 1, kBig);
+  m.hidden_dropout = f.number("hidden-dropout", m.hidden_dropout, 0.0, 0.99);
+  m.attention_dropout = f.number("attention-dropout", m.attention_dropout, 0.0, 0.99);
+
+  a.data_path = f.strs("data-path");
+  a.tokenizer = f.str("tokenizer");
+  a.split = f.str("split", a.split);
+  a.mock_data = f.flag_on("mock-data");
+  TIDAL_CHECK(!(a.mock_data && !a.data_path.empty()), "tidal train: --mock-data and --data-path conflict: give one");
+  TIDAL_CHECK(a.data_path.empty() || !a.tokenizer.empty(), "tidal train: --data-path needs --tokenizer FILE (the ",
+              "tokenizer.json the data was prepared with)");
+  if (f.has("vocab-size")) {
+    TIDAL_CHECK(a.mock_data, "tidal train: --vocab-size is only for --mock-data (otherwise the tokenizer decides)");
+    m.vocab_size = f.integer("vocab-size", m.vocab_size, 2, kBig);
+  }
+  a.builtin_corpus = !a.mock_data && a.data_path.empty();
+  TIDAL_CHECK(!(a.builtin_corpus && !a.tokenizer.empty()), "tidal train: --tokenizer needs --data-path (the data it",
+              " tokenized); without --data-path tidal trains on its built-in corpus with its own tokenizer");
+
+  a.seq_length = f.integer("seq-length", a.seq_length, 1, kBig);
+  a.micro_batch_size = f.integer("micro-batch-size", a.micro_batch_size, 1, kBig);
+  a.global_batch_size = f.integer("global-batch-size", a.micro_batch_size, 1, kBig);  // default: no accumulation
+  TIDAL_CHECK(a.global_batch_size % a.micro_batch_size == 0, "tidal train: --global-batch-size ", a.global_batch_size,
+              " must be a multiple of --micro-batch-size ", a.micro_batch_size);
+  TIDAL_CHECK(a.seq_length <= m.max_position_embeddings, "tidal train: --seq-length ", a.seq_length,
+              " exceeds the model's max position embeddings ", m.max_position_embeddings,
+              " (raise --max-position-embeddings)");
+  a.train_iters = f.integer("train-iters", a.train_iters, 0, kBig);
+  a.lr = f.number("lr", a.lr, 0.0, 10.0);
+  a.min_lr = f.number("min-lr", std::min(a.min_lr, a.lr), 0.0, 10.0);
+  TIDAL_CHECK(a.min_lr <= a.lr, "tidal train: --min-lr ", a.min_lr, " is above --lr ", a.lr);
+  a.lr_warmup_iters = f.integer("lr-warmup-iters", std::min(a.lr_warmup_iters, a.train_iters), 0, kBig);
+  a.lr_decay_iters = f.integer("lr-decay-iters", a.lr_decay_iters, 0, kBig);
+  a.lr_decay_style = f.str("lr-decay-style", a.lr_decay_style);
+  TIDAL_CHECK(a.lr_decay_style == "cosine" || a.lr_decay_style == "linear" || a.lr_decay_style == "constant",
+              "tidal train: --lr-decay-style must be cosine, linear or constant, got '", a.lr_decay_style, "'");
+  a.weight_decay = f.number("weight-decay", a.weight_decay, 0.0, 10.0);
+  a.adam_beta1 = f.number("adam-beta1", a.adam_beta1, 0.0, 0.999999);
+  a.adam_beta2 = f.number("adam-beta2", a.adam_beta2, 0.0, 0.999999);
+  a.adam_eps = f.number("adam-eps", a.adam_eps, 0.0, 1.0);
+  a.clip_grad = f.number("clip-grad", a.clip_grad, 0.0, 1e9);
+  a.seed = uint64_t(f.integer("seed", int64_t(a.seed), 0, int64_t(1) << 62));
+  a.attention = f.str("attention", a.attention);
+  TIDAL_CHECK(a.attention == "flash" || a.attention == "eager", "tidal train: --attention must be flash or eager, got '",
+              a.attention, "'");
+
+  a.save = f.str("save");
+  a.load = f.str("load");
+  a.save_interval = f.integer("save-interval", a.save_interval, 0, kBig);
+  TIDAL_CHECK(a.save_interval == 0 || !a.save.empty(), "tidal train: --save-interval needs --save DIR");
+  a.log_interval = f.integer("log-interval", a.log_interval, 1, kBig);
+  a.eval_interval = f.integer("eval-interval", a.eval_interval, 0, kBig);
+  a.eval_iters = f.integer("eval-iters", a.eval_iters, 1, kBig);
+  a.metrics_json = f.str("metrics-json");
+  a.progress = !f.flag_on("no-progress");
+  a.sample_prompt = f.str("sample-prompt");
+  a.sample_tokens = f.integer("sample-tokens", a.sample_prompt.empty() ? 0 : 64, 0, 100000);
+  if (a.builtin_corpus && !f.has("sample-prompt")) {
+    a.sample_prompt = "The";
+    a.sample_tokens = f.integer("sample-tokens", 64, 0, 100000);
+  }
+  return a;
+}
+
+nlohmann::json TrainArgs::to_json() const {
+  nlohmann::json j;
+  j["model"] = models::config_to_json(model);
+  j["model_source"] = model_source;
+  j["data_path"] = data_path;
+  j["tokenizer"] = tokenizer;
+  j["split"] = split;
+  j["mock_data"] = mock_data;
+  j["builtin_corpus"] = builtin_corpus;
+  j["seq_length"] = seq_length;
+  j["micro_batch_size"] = micro_batch_size;
+  j["global_batch_size"] = global_batch_size;
+  j["grad_accumulation_steps"] = grad_accumulation_steps();
+  j["train_iters"] = train_iters;
+  j["lr"] = lr;
+  j["min_lr"] = min_lr;
+  j["lr_warmup_iters"] = lr_warmup_iters;
+  j["lr_decay_iters"] = lr_decay_iters > 0 ? lr_decay_iters : train_iters;
+  j["lr_decay_style"] = lr_decay_style;
+  j["weight_decay"] = weight_decay;
+  j["adam_beta1"] = adam_beta1;
+  j["adam_beta2"] = adam_beta2;
+  j["adam_eps"] = adam_eps;
+  j["clip_grad"] = clip_grad;
+  j["seed"] = seed;
+  j["attention"] = attention;
+  j["save"] = save;
+  j["load"] = load;
+  j["save_interval"] = save_interval;
+  j["log_interval"] = log_interval;
+  j["eval_interval"] = eval_interval;
+  j["eval_iters"] = eval_iters;
+  return j;
+}
+
+}  // namespace tidal::train

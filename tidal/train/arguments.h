@@ -1,0 +1,59 @@
+#pragma once
+// `tidal train` settings, with Megatron-LM's flag names (docs/training.md lists them all). The model
+// comes from --model PRESET or --config config.json, and any architecture flag overrides a field.
+#include <cstdint>
+#include <nlohmann/json_fwd.hpp>
+#include <string>
+#include <vector>
+
+#include "tidal/base/flags.h"
+#include "tidal/models/config.h"
+
+namespace tidal::train {
+
+struct TrainArgs {
+  models::ModelConfig model;     // resolved: preset/config + overrides (vocab from the tokenizer)
+  std::string model_source;      // "preset NAME" or "config PATH"
+  // data
+  std::vector<std::string> data_path;  // Megatron indexed-dataset prefixes
+  std::string tokenizer;               // tokenizer.json
+  std::string split = "98,2,0";        // train, validation, test weights (by document)
+  bool mock_data = false;
+  bool builtin_corpus = false;         // no data given: the fortunes corpus of the main job
+  // batch and schedule
+  int64_t seq_length = 256;
+  int64_t micro_batch_size = 8;
+  int64_t global_batch_size = 8;
+  int64_t train_iters = 300;
+  double lr = 6e-4;
+  double min_lr = 6e-5;
+  int64_t lr_warmup_iters = 30;
+  int64_t lr_decay_iters = 0;          // 0: train_iters
+  std::string lr_decay_style = "cosine";
+  double weight_decay = 0.1;
+  double adam_beta1 = 0.9, adam_beta2 = 0.95, adam_eps = 1e-8;
+  double clip_grad = 1.0;
+  uint64_t seed = 1234;
+  std::string attention = "flash";
+  // checkpoints, logging, evaluation
+  std::string save, load;
+  int64_t save_interval = 0;          // 0: only at the end (when --save is given)
+  int64_t log_interval = 10;
+  int64_t eval_interval = 100;
+  int64_t eval_iters = 10;
+  std::string metrics_json;
+  bool progress = true;               // a progress bar when stdout is a terminal
+  std::string sample_prompt;          // printed sample at the end ("" : none)
+  int64_t sample_tokens = 0;
+
+  int64_t grad_accumulation_steps() const { return global_batch_size / micro_batch_size; }
+  // Every resolved setting, for metrics and checkpoints.
+  nlohmann::json to_json() const;
+};
+
+// The flag table of `tidal train` (for parsing and help).
+Flags train_flags();
+// Parses and validates; throws tidal::Error naming the flag and what is wrong.
+TrainArgs parse_train_args(const std::vector<std::string>& argv);
+
+}  // namespace tidal::train
