@@ -29,5 +29,6 @@ class Args {
 
 int run_demo(const std::vector<std::string>& args);
 int run_info(const std::vector<std::string>& args);
+int run_presets(const std::vector<std::string>& args);
 
 }  // namespace tidal::cli

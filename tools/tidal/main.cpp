@@ -16,6 +16,7 @@ void usage(std::FILE* out) {
                "commands:\n"
                "  demo   train a tiny transformer on generated text with the engine core; shows the\n"
                "         loss falling and what activation checkpointing saves (the default)\n"
+               "  presets  the built-in model presets (--model NAME)\n"
                "  info   build and machine facts: BLAS, threads, device memory limit\n"
                "  help   this text\n\n"
                "environment:\n"
@@ -32,6 +33,7 @@ int main(int argc, char** argv) {
   try {
     if (command == "demo") return tidal::cli::run_demo(args);
     if (command == "info") return tidal::cli::run_info(args);
+    if (command == "presets") return tidal::cli::run_presets(args);
     if (command == "help" || command == "--help" || command == "-h") {
       usage(stdout);
       return tidal::cli::kOk;
