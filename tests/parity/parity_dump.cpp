@@ -1,4 +1,4 @@
-// tidal_parity_dump PRESET DIR: everything tests/parity/reference.py needs to check one tiny preset
+// tidal_parity_dump PRESET DIR [key=value ...]: everything tests/parity/reference.py needs to check one tiny preset
 // against an independent PyTorch implementation (see docs/parity.md):
 //   config.json          the model's Hugging Face config
 //   weights.safetensors  the seeded initial weights
@@ -45,10 +45,21 @@ Tensor loss_of(const CausalLM& model, const Tensor& tokens, ModelOutput* out = n
   return loss;
 }
 
-void dump(const std::string& name, const std::string& dir) {
+// The preset's config with `overrides` ("key=<JSON value>", config.json names) applied.
+ModelConfig config_of(const std::string& name, const std::vector<std::string>& overrides) {
+  nlohmann::json j = config_to_json(preset(name));
+  for (const std::string& o : overrides) {
+    const size_t eq = o.find('=');
+    TIDAL_CHECK(eq != std::string::npos && eq > 0, "override '", o, "' is not key=value");
+    j[o.substr(0, eq)] = nlohmann::json::parse(o.substr(eq + 1));
+  }
+  return config_from_json(j);
+}
+
+void dump(const std::string& name, const std::string& dir, const std::vector<std::string>& overrides) {
   std::filesystem::create_directories(dir);
   manual_seed(kModelSeed);
-  std::unique_ptr<CausalLM> model = create_model(preset(name));
+  std::unique_ptr<CausalLM> model = create_model(config_of(name, overrides));
   model->train(false);  // the tiny presets have no dropout; eval mode makes sure
   const ModelConfig& c = model->config();
   const std::string config = config_to_json(c).dump(2);
@@ -115,12 +126,15 @@ void dump(const std::string& name, const std::string& dir) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 3) {
-    std::fprintf(stderr, "usage: %s PRESET DIR   (e.g. tiny-llama /tmp/parity/tiny-llama)\n", argv[0]);
+  if (argc < 3) {
+    std::fprintf(stderr,
+                 "usage: %s PRESET DIR [key=value ...]   (e.g. tiny-llama /tmp/parity/tiny-llama "
+                 "attention_bias=true: config.json fields override the preset's)\n",
+                 argv[0]);
     return 2;
   }
   try {
-    dump(argv[1], argv[2]);
+    dump(argv[1], argv[2], std::vector<std::string>(argv + 3, argv + argc));
   } catch (const std::exception& e) {
     std::fprintf(stderr, "tidal_parity_dump: %s\n", e.what());
     return 1;
