@@ -1,0 +1,90 @@
+#pragma once
+// AdamW (Loshchilov & Hutter, 2019) exactly as torch.optim.AdamW (foreach=False) computes it, so a
+// tidal run and a PyTorch run on the same weights follow the same loss curve. For each parameter p
+// with gradient g, at its own step count t (1 at its first update):
+//   p  *= 1 - lr * weight_decay                       (decoupled decay; 0 for no-decay params)
+//   m   = beta1 * m + (1 - beta1) * g
+//   v   = beta2 * v + (1 - beta2) * g^2
+//   denom = sqrt(v) / sqrt(1 - beta2^t) + eps
+//   p  -= lr / (1 - beta1^t) * m / denom
+// One fused pass per parameter reads p, g, m, v once and writes them once (no temporaries).
+//
+// States (m, v, and an f32 master copy of a bf16 parameter) are created lazily at a parameter's
+// first update, in f32 (f64 for f64 parameters), under MemoryScope(optimizer_state), on the
+// parameter's device: on meta they are accounted but own no bytes and no kernel runs. A bf16
+// parameter is updated through its master copy and written back rounded to nearest even, so small
+// updates are not lost to bf16 rounding (mixed-precision training's fp32 master weights).
+//
+// Parameters without a gradient (an MoE expert no token was routed to) are skipped exactly as
+// PyTorch skips `p.grad is None`: no decay, no state change, their step count does not advance.
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "tidal/tensor.h"
+
+namespace tidal::optim {
+
+struct AdamWOptions {
+  double lr = 1e-3;  // used by step() without an argument
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 0.01;
+};
+
+// Megatron's and Hugging Face's rule: biases and 1-D parameters (norm weights, biases) get no weight
+// decay; matrices and embeddings do.
+bool default_weight_decay(const std::string& name, const Tensor& param);
+
+using NamedParameters = std::vector<std::pair<std::string, Tensor>>;
+using DecayRule = std::function<bool(const std::string& name, const Tensor& param)>;
+
+class AdamW {
+ public:
+  // `params` must have unique names; `decay` decides per parameter whether weight decay applies.
+  AdamW(NamedParameters params, AdamWOptions options = {}, const DecayRule& decay = default_weight_decay);
+
+  // One update of every parameter that has a gradient, with learning rate `lr`.
+  void step(double lr);
+  void step() { step(options_.lr); }
+  // Drops every parameter's gradient (PyTorch's zero_grad(set_to_none=True)).
+  void zero_grad() const;
+
+  const AdamWOptions& options() const { return options_; }
+  int64_t steps() const { return steps_; }  // calls of step()
+  size_t size() const { return slots_.size(); }
+  bool decays(const std::string& name) const;
+  // The parameter's own update count (0 before its first gradient).
+  int64_t param_steps(const std::string& name) const;
+  // Bytes of optimizer state created so far (what MemoryCategory::optimizer_state holds for us).
+  int64_t state_bytes() const;
+
+  // Checkpoint form: "<name>.exp_avg", "<name>.exp_avg_sq", "<name>.master" (bf16 parameters) and
+  // "<name>.step" (i64, shape ()) for each parameter updated at least once, plus "step" (i64, ()),
+  // the number of step() calls. Tensors are the live states (no copies).
+  std::map<std::string, Tensor> state_dict() const;
+  // Restores what state_dict() returned (values are copied into fresh optimizer_state tensors).
+  // Throws naming the entry on an unknown parameter, a missing tensor, or a shape or dtype mismatch.
+  void load_state_dict(const std::map<std::string, Tensor>& state);
+
+ private:
+  struct Slot {
+    std::string name;
+    Tensor param;
+    bool decay = true;
+    int64_t step = 0;
+    Tensor exp_avg, exp_avg_sq, master;  // undefined until the first update
+  };
+  const Slot& find(const std::string& name) const;
+  void init_state(Slot& s) const;
+
+  AdamWOptions options_;
+  std::vector<Slot> slots_;
+  int64_t steps_ = 0;
+};
+
+}  // namespace tidal::optim
