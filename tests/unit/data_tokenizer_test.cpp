@@ -115,6 +115,18 @@ TEST(DataTokenizer, CacheGivesTheSameIdsAsTheMergeLoop) {
   EXPECT_EQ(copy.encode(s), first);
 }
 
+TEST(DataTokenizer, EncodeBatchEqualsEncode) {
+  const Tokenizer t = qwen_like();
+  std::mt19937_64 rng(5);
+  std::vector<std::string> texts;
+  for (int i = 0; i < 64; ++i) texts.push_back(random_text(rng, 1 + int(rng() % 30)));
+  const std::vector<std::string_view> views(texts.begin(), texts.end());
+  const std::vector<Ids> batch = t.encode_batch(views);
+  ASSERT_EQ(batch.size(), texts.size());
+  for (size_t i = 0; i < texts.size(); ++i) EXPECT_EQ(batch[i], t.encode(texts[i])) << i;
+  EXPECT_TRUE(t.encode_batch({}).empty());
+}
+
 TEST(DataTokenizer, SaveLoadRoundTrip) {
   const std::string dir = testing::scratch_dir("tokenizer_save");
   const Tokenizer t = qwen_like();

@@ -175,9 +175,12 @@ IndexedDataset::IndexedDataset(std::string prefix) : prefix_(std::move(prefix)) 
   const std::string where = "[indexed dataset] '" + idx_path + "': ";
   std::string idx;
   {
-    std::ifstream in(idx_path, std::ios::binary);
+    std::ifstream in(idx_path, std::ios::binary | std::ios::ate);
     TIDAL_CHECK(in.good(), "[indexed dataset] cannot open '", idx_path, "': ", std::strerror(errno));
-    idx.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    idx.resize(size_t(in.tellg()));
+    in.seekg(0);
+    in.read(idx.data(), std::streamsize(idx.size()));
+    TIDAL_CHECK(in.good() || idx.empty(), "[indexed dataset] reading '", idx_path, "' failed");
   }
   TIDAL_CHECK(idx.size() >= kHeaderBytes, where, "truncated: ", idx.size(), " bytes, the header alone is ",
               kHeaderBytes);

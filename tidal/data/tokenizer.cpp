@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tidal/backend/cpu/parallel.h"
 #include "tidal/base/error.h"
 #include "tidal/data/bpe.h"
 #include "tidal/data/byte_level.h"
@@ -29,6 +30,7 @@ struct Tokenizer::Impl {
   PreTokenizer pretokenizer;
   int64_t num_merges = 0;
 
+  void encode(BpeModel::Session& session, std::string_view text, std::vector<int64_t>& out, bool allow_added) const;
   // Calls segment(text) for the text between added tokens and token(id) for each added token.
   template <typename Segment, typename Token>
   void split_added(std::string_view text, Segment&& segment, Token&& token) const;
@@ -232,8 +234,25 @@ void Tokenizer::save(const std::string& path) const {
 
 void Tokenizer::encode_into(std::string_view text, std::vector<int64_t>& out, bool allow_added) const {
   TIDAL_CHECK(impl_ != nullptr, "[tokenizer] encode with an empty tokenizer (load or train one first)");
-  const Impl& m = *impl_;
-  BpeModel::Session session(*m.bpe);
+  BpeModel::Session session(*impl_->bpe);
+  impl_->encode(session, text, out, allow_added);
+}
+
+std::vector<std::vector<int64_t>> Tokenizer::encode_batch(const std::vector<std::string_view>& texts,
+                                                         bool allow_added) const {
+  TIDAL_CHECK(impl_ != nullptr, "[tokenizer] encode with an empty tokenizer (load or train one first)");
+  std::vector<std::vector<int64_t>> out(texts.size());
+  // One cache session per thread's chunk: publishing new pieces takes the cache's write lock, once.
+  cpu::parallel_for(0, int64_t(texts.size()), 1, [&](int64_t b, int64_t e) {
+    BpeModel::Session session(*impl_->bpe);
+    for (int64_t i = b; i < e; ++i) impl_->encode(session, texts[size_t(i)], out[size_t(i)], allow_added);
+  });
+  return out;
+}
+
+void Tokenizer::Impl::encode(BpeModel::Session& session, std::string_view text, std::vector<int64_t>& out,
+                             bool allow_added) const {
+  const Impl& m = *this;
   std::string scratch;
   const PreTokenizer::Sink sink = [&](std::string_view piece) { session.encode_piece(piece, out); };
   auto segment = [&](std::string_view seg) { m.pretokenizer.split(m.normalizer.apply(seg, scratch), sink); };

@@ -64,6 +64,9 @@ class Tokenizer {
   std::vector<int64_t> encode_ordinary(std::string_view text) const;
   // Appends to `out` (no reallocation of a caller's buffer per call).
   void encode_into(std::string_view text, std::vector<int64_t>& out, bool allow_added = true) const;
+  // Many texts at once, in parallel over the kernel threads (TIDAL_NUM_THREADS); out[i] = encode(texts[i]).
+  std::vector<std::vector<int64_t>> encode_batch(const std::vector<std::string_view>& texts,
+                                                 bool allow_added = true) const;
   std::string decode(const std::vector<int64_t>& ids, bool skip_special = false) const;
 
   // 1 + the largest id (model vocabulary and added tokens): the embedding table's row count.

@@ -44,15 +44,24 @@ int run_prepare(const std::vector<std::string>& args) {
 
   const auto start = std::chrono::steady_clock::now();
   data::IndexedDatasetWriter writer(prefix, dtype);
-  std::vector<int64_t> ids;
   int64_t bytes = 0;
-  data::for_each_document(files, split, [&](std::string_view doc) {
-    ids.clear();
-    tok.encode_into(doc, ids);
-    if (eod) ids.push_back(eod_id);
-    writer.add_document(ids);
-    bytes += int64_t(doc.size());
-  });
+  // Documents are encoded in parallel (Tokenizer::encode_batch), about 32 MB of text at a time.
+  std::vector<std::vector<int64_t>> ids;
+  for (const std::string& path : files) {
+    const std::string text = data::read_file(path);
+    const std::vector<std::string_view> docs = data::split_text(text, split);
+    for (size_t first = 0; first < docs.size();) {
+      size_t last = first, batch_bytes = 0;
+      while (last < docs.size() && (last == first || batch_bytes < (size_t(32) << 20))) batch_bytes += docs[last++].size();
+      ids = tok.encode_batch(std::vector<std::string_view>(docs.begin() + long(first), docs.begin() + long(last)));
+      for (std::vector<int64_t>& doc_ids : ids) {
+        if (eod) doc_ids.push_back(eod_id);
+        writer.add_document(doc_ids);
+      }
+      bytes += int64_t(batch_bytes);
+      first = last;
+    }
+  }
   TIDAL_CHECK(writer.num_documents() > 0, "tidal prepare: the inputs hold no document (only empty text?)");
   writer.finish();
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

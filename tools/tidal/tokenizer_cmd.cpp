@@ -57,7 +57,8 @@ int train(std::vector<std::string> argv) {
   tok.save(output);
   const auto start = std::chrono::steady_clock::now();
   int64_t tokens = 0;
-  for (const std::string& d : docs) tokens += int64_t(tok.encode_ordinary(d).size());
+  for (const auto& ids : tok.encode_batch(std::vector<std::string_view>(docs.begin(), docs.end()), false))
+    tokens += int64_t(ids.size());
   const double encode_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::printf("trained a %lld-token vocabulary (%lld merges) on %zu files, %zu documents, %.2f MB "
               "(%lld words, %lld distinct) in %.2f s\n",
