@@ -59,6 +59,9 @@ TEST(DataBpeTrain, Deterministic) {
   const Tokenizer b = Tokenizer::train(texts, options(320));
   EXPECT_EQ(a.to_json_string(), b.to_json_string());
   EXPECT_EQ(a.decode(a.encode(texts[1])), texts[1]);
+  TrainOptions defaults;
+  defaults.vocab_size = 320;
+  EXPECT_EQ(Tokenizer::train(texts, 320).to_json_string(), Tokenizer::train(texts, defaults).to_json_string());
 }
 
 // The textbook algorithm: recount every pair of every word before each merge. The incremental

@@ -245,6 +245,14 @@ Tokenizer Tokenizer::train(const std::vector<std::string>& texts, const TrainOpt
   return train_from_counts(counter, options, stats, start);
 }
 
+Tokenizer Tokenizer::train(const std::vector<std::string>& texts, int64_t vocab_size,
+                           const std::vector<std::string>& special_tokens) {
+  TrainOptions opt;
+  opt.vocab_size = vocab_size;
+  opt.special_tokens = special_tokens;
+  return train(texts, opt);
+}
+
 Tokenizer Tokenizer::train_files(const std::vector<std::string>& paths, const TrainOptions& options,
                                  TrainStats* stats) {
   const auto start = std::chrono::steady_clock::now();

@@ -1,7 +1,7 @@
 #include "tidal/data/gpt_dataset.h"
 
 #include <cmath>
-#include <regex>
+#include <cstdlib>
 
 #include "tidal/backend/cpu/philox.h"
 #include "tidal/base/error.h"
@@ -11,14 +11,21 @@ namespace tidal::data {
 std::array<DocumentRange, 3> split_documents(const std::string& split, int64_t num_documents) {
   // megatron/core/datasets/utils.py: parse_and_normalize_split + _get_split_indices.
   std::vector<double> w;
-  const std::regex number("[.0-9]+");
-  for (auto it = std::sregex_iterator(split.begin(), split.end(), number); it != std::sregex_iterator(); ++it) {
+  auto number_char = [](char c) { return c == '.' || (c >= '0' && c <= '9'); };
+  for (size_t i = 0; i < split.size();) {  // the runs of [.0-9]+, as Megatron's re.findall
+    if (!number_char(split[i])) {
+      ++i;
+      continue;
+    }
+    size_t j = i;
+    while (j < split.size() && number_char(split[j])) ++j;
+    const std::string s = split.substr(i, j - i);
     char* end = nullptr;
-    const std::string s = it->str();
     const double v = std::strtod(s.c_str(), &end);
     TIDAL_CHECK(end == s.c_str() + s.size() && std::isfinite(v), "[data] --split '", split, "': '", s,
                 "' is not a number");
     w.push_back(v);
+    i = j;
   }
   TIDAL_CHECK(!w.empty() && w.size() <= 3, "[data] --split '", split,
               "' must be 1 to 3 comma-separated weights (train,valid,test), e.g. 98,2,0");

@@ -57,6 +57,8 @@ class Tokenizer {
                          TrainStats* stats = nullptr);
   static Tokenizer train_files(const std::vector<std::string>& paths, const TrainOptions& options,
                                TrainStats* stats = nullptr);
+  static Tokenizer train(const std::vector<std::string>& texts, int64_t vocab_size,
+                         const std::vector<std::string>& special_tokens = {"<|endoftext|>"});
 
   // Added tokens in the text become their ids (as Hugging Face does); encode_ordinary treats them
   // as plain text.
