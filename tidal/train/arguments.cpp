@@ -113,8 +113,11 @@ TrainArgs parse_train_args(const std::vector<std::string>& argv) {
   a.lr = f.number("lr", a.lr, 0.0, 10.0);
   a.min_lr = f.number("min-lr", std::min(a.min_lr, a.lr), 0.0, 10.0);
   TIDAL_CHECK(a.min_lr <= a.lr, "tidal train: --min-lr ", a.min_lr, " is above --lr ", a.lr);
-  a.lr_warmup_iters = f.integer("lr-warmup-iters", std::min(a.lr_warmup_iters, a.train_iters), 0, kBig);
+  a.lr_warmup_iters = f.integer("lr-warmup-iters", std::min(a.lr_warmup_iters, a.train_iters / 10), 0, kBig);
   a.lr_decay_iters = f.integer("lr-decay-iters", a.lr_decay_iters, 0, kBig);
+  const int64_t decay = a.lr_decay_iters > 0 ? a.lr_decay_iters : a.train_iters;
+  TIDAL_CHECK(a.lr_warmup_iters == 0 || a.lr_warmup_iters < decay, "tidal train: --lr-warmup-iters ",
+              a.lr_warmup_iters, " must be below the decay length ", decay, " (--lr-decay-iters, else --train-iters)");
   a.lr_decay_style = f.str("lr-decay-style", a.lr_decay_style);
   TIDAL_CHECK(a.lr_decay_style == "cosine" || a.lr_decay_style == "linear" || a.lr_decay_style == "constant",
               "tidal train: --lr-decay-style must be cosine, linear or constant, got '", a.lr_decay_style, "'");

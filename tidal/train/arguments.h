@@ -24,10 +24,10 @@ struct TrainArgs {
   int64_t seq_length = 256;
   int64_t micro_batch_size = 8;
   int64_t global_batch_size = 8;
-  int64_t train_iters = 300;
-  double lr = 6e-4;
-  double min_lr = 6e-5;
-  int64_t lr_warmup_iters = 30;
+  int64_t train_iters = 600;
+  double lr = 2e-3;
+  double min_lr = 2e-4;
+  int64_t lr_warmup_iters = 60;
   int64_t lr_decay_iters = 0;          // 0: train_iters
   std::string lr_decay_style = "cosine";
   double weight_decay = 0.1;
@@ -38,8 +38,8 @@ struct TrainArgs {
   // checkpoints, logging, evaluation
   std::string save, load;
   int64_t save_interval = 0;          // 0: only at the end (when --save is given)
-  int64_t log_interval = 10;
-  int64_t eval_interval = 100;
+  int64_t log_interval = 20;
+  int64_t eval_interval = 200;
   int64_t eval_iters = 10;
   std::string metrics_json;
   bool progress = true;               // a progress bar when stdout is a terminal

@@ -30,5 +30,7 @@ class Args {
 int run_demo(const std::vector<std::string>& args);
 int run_info(const std::vector<std::string>& args);
 int run_presets(const std::vector<std::string>& args);
+int run_train(const std::vector<std::string>& args);
+int run_generate(const std::vector<std::string>& args);
 
 }  // namespace tidal::cli

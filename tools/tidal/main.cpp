@@ -7,6 +7,7 @@
 #include "tidal/allocator.h"
 #include "tidal/base/error.h"
 #include "tools/tidal/cli.h"
+#include "tools/tidal/data_commands.h"
 
 namespace {
 
@@ -14,11 +15,17 @@ void usage(std::FILE* out) {
   std::fprintf(out,
                "usage: tidal <command> [options]\n\n"
                "commands:\n"
-               "  demo   train a tiny transformer on generated text with the engine core; shows the\n"
-               "         loss falling and what activation checkpointing saves (the default)\n"
-               "  presets  the built-in model presets (--model NAME)\n"
-               "  info   build and machine facts: BLAS, threads, device memory limit\n"
-               "  help   this text\n\n"
+               "  train      train a model (Megatron-LM flags); with no options: small-gpt2 on the\n"
+               "             built-in corpus; 'tidal train --help' lists the options\n"
+               "  generate   continue a prompt with a checkpoint: --load DIR --prompt TEXT\n"
+               "  tokenizer  train a byte-level BPE tokenizer on text files, or encode / decode with\n"
+               "             a tokenizer.json (GPT-2, Qwen or our own); 'tidal tokenizer help'\n"
+               "  prepare    tokenize text files into a Megatron indexed dataset PREFIX.bin/.idx\n"
+               "  presets    the built-in model presets (--model NAME)\n"
+               "  demo       the engine core on its own: a tiny transformer on generated text and what\n"
+               "             activation checkpointing saves\n"
+               "  info       build and machine facts: BLAS, threads, device memory limit\n"
+               "  help       this text\n\n"
                "environment:\n"
                "  TIDAL_DEVICE_MEMORY=8GiB   emulate a device of that size (out of memory past it)\n"
                "  TIDAL_NUM_THREADS=N        kernel threads (default: all cores)\n");
@@ -28,9 +35,13 @@ void usage(std::FILE* out) {
 
 int main(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
-  const std::string command = args.empty() ? "demo" : args[0];
+  const std::string command = args.empty() ? "help" : args[0];
   if (!args.empty()) args.erase(args.begin());
   try {
+    if (command == "train") return tidal::cli::run_train(args);
+    if (command == "generate") return tidal::cli::run_generate(args);
+    if (command == "prepare") return tidal::cli::run_prepare(args);
+    if (command == "tokenizer") return tidal::cli::run_tokenizer(args);
     if (command == "demo") return tidal::cli::run_demo(args);
     if (command == "info") return tidal::cli::run_info(args);
     if (command == "presets") return tidal::cli::run_presets(args);

@@ -1,0 +1,156 @@
+// `tidal train` through its API: flags, resuming bit for bit, metrics, and learning real text.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "tidal/base/error.h"
+#include "tidal/data/indexed_dataset.h"
+#include "tidal/data/tokenizer.h"
+#include "tidal/io/atomic_file.h"
+#include "tidal/train/arguments.h"
+#include "tidal/train/trainer.h"
+
+namespace tidal::train {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string fresh_dir(const std::string& name) {
+  const std::string d = ::testing::TempDir() + "tidal_train_" + name;
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d;
+}
+
+TrainResult train(std::vector<std::string> flags) {
+  flags.push_back("--no-progress");
+  std::FILE* quiet = std::fopen("/dev/null", "w");
+  TrainResult r = run_training(parse_train_args(flags), quiet);
+  std::fclose(quiet);
+  return r;
+}
+
+const std::vector<std::string> kTiny = {"--model", "tiny-gpt2", "--mock-data", "--seq-length", "32",
+                                        "--micro-batch-size", "2", "--global-batch-size", "4", "--lr", "3e-3",
+                                        "--hidden-dropout", "0.1", "--attention-dropout", "0.1", "--log-interval",
+                                        "100"};
+
+std::vector<std::string> with(std::vector<std::string> base, const std::vector<std::string>& more) {
+  base.insert(base.end(), more.begin(), more.end());
+  return base;
+}
+
+}  // namespace
+
+TEST(Train, ResumingGivesBitwiseIdenticalLosses) {
+  // Dropout, gradient accumulation and a cosine schedule: every piece of state must come back.
+  const std::string dir = fresh_dir("resume");
+  TrainResult full = train(with(kTiny, {"--train-iters", "8"}));
+  ASSERT_EQ(full.losses.size(), 8u);
+  train(with(kTiny, {"--train-iters", "8", "--save", dir, "--save-interval", "4", "--lr-decay-iters", "8"}));
+  // Resume from the iteration-4 checkpoint: drop the later one.
+  std::ofstream(dir + "/latest_checkpointed_iteration.txt") << "4\n";
+  TrainResult resumed = train(with(kTiny, {"--train-iters", "8", "--load", dir, "--lr-decay-iters", "8"}));
+  ASSERT_EQ(resumed.losses.size(), 4u);
+  for (size_t i = 0; i < 4; ++i) EXPECT_EQ(resumed.losses[i], full.losses[4 + i]) << "iteration " << 5 + i;
+  EXPECT_EQ(resumed.iterations, 8);
+}
+
+TEST(Train, ACheckpointOfAnotherModelIsRejected) {
+  const std::string dir = fresh_dir("mismatch");
+  train(with(kTiny, {"--train-iters", "2", "--save", dir}));
+  try {
+    train(with(kTiny, {"--train-iters", "4", "--load", dir, "--num-layers", "3"}));
+    FAIL() << "expected an error";
+  } catch (const tidal::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("different model"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Train, MetricsJsonHasTheDocumentedFields) {
+  const std::string dir = fresh_dir("metrics");
+  const std::string path = dir + "/metrics.json";
+  train(with(kTiny, {"--train-iters", "3", "--metrics-json", path, "--eval-interval", "3", "--eval-iters", "1"}));
+  const nlohmann::json j = nlohmann::json::parse(io::read_file(path));
+  EXPECT_EQ(j["config"]["train_iters"], 3);
+  ASSERT_EQ(j["steps"].size(), 3u);
+  for (const char* k : {"iteration", "loss", "lr", "grad_norm", "step_ms", "tokens_per_s", "device_peak_bytes"})
+    EXPECT_TRUE(j["steps"][0].contains(k)) << k;
+  const nlohmann::json& s = j["summary"];
+  for (const char* k : {"median_step_ms", "tokens_per_s", "final_loss", "final_val_loss", "device_peak_bytes",
+                        "host_peak_bytes", "peak_breakdown_bytes", "peak_bytes_by_category"})
+    EXPECT_TRUE(s.contains(k)) << k;
+  for (const char* c : {"parameter", "gradient", "optimizer_state", "activation", "logits", "temporary", "host_offload"}) {
+    EXPECT_TRUE(s["peak_breakdown_bytes"].contains(c)) << c;
+    EXPECT_TRUE(s["peak_bytes_by_category"].contains(c)) << c;
+  }
+  EXPECT_GT(s["peak_bytes_by_category"]["optimizer_state"].get<int64_t>(), 0);
+  EXPECT_GT(s["device_peak_bytes"].get<int64_t>(), s["peak_breakdown_bytes"]["parameter"].get<int64_t>());
+}
+
+TEST(Train, FlagErrorsNameTheProblem) {
+  auto message = [](std::vector<std::string> flags) {
+    try {
+      parse_train_args(flags);
+    } catch (const tidal::Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(message({"--num-layer", "2"}).find("did you mean --num-layers"), std::string::npos);
+  EXPECT_NE(message({"--model", "tiny-gpt2", "--config", "x.json"}).find("conflict"), std::string::npos);
+  EXPECT_NE(message({"--mock-data", "--data-path", "p"}).find("conflict"), std::string::npos);
+  EXPECT_NE(message({"--micro-batch-size", "3", "--global-batch-size", "8"}).find("multiple"), std::string::npos);
+  EXPECT_NE(message({"--model", "tiny-gpt2", "--seq-length", "4096"}).find("max position"), std::string::npos);
+  EXPECT_NE(message({"--data-path", "p"}).find("--tokenizer"), std::string::npos);
+  EXPECT_NE(message({"--model", "gpt5"}).find("valid presets"), std::string::npos);
+  EXPECT_NE(message({"--lr", "fast"}).find("--lr must be a number"), std::string::npos);
+  EXPECT_NE(message({"--attention", "sparse"}).find("flash or eager"), std::string::npos);
+  EXPECT_NE(message({"--num-attention-heads", "5", "--model", "tiny-llama"}).find("no error"), std::string::npos);
+}
+
+// The done-when test of the training issue: a tiny Llama learns tinyshakespeare. The threshold was
+// set from a measured run (docs/training.md): validation loss 3.91 after 150 steps, against a
+// unigram entropy of the tokenized text of 5.22 nats.
+TEST(Train, TinyLlamaLearnsTinyShakespeare) {
+  const std::string text_path = TIDAL_SOURCE_DIR "/../shared/data/tinyshakespeare.txt";
+  if (!fs::exists(text_path)) GTEST_SKIP() << "no " << text_path << " (the CI data set) on this machine";
+  const std::string dir = fresh_dir("shakespeare");
+  const std::string text = io::read_file(text_path);
+  // 512-token BPE; one document per blank-line-separated paragraph.
+  data::TrainOptions opt;
+  opt.vocab_size = 512;
+  const data::Tokenizer tok = data::Tokenizer::train({text}, opt);
+  tok.save(dir + "/tokenizer.json");
+  data::IndexedDatasetWriter w(dir + "/shakespeare", data::optimal_token_dtype(tok.vocab_size()));
+  std::map<int64_t, int64_t> freq;
+  int64_t total = 0;
+  size_t start = 0;
+  while (start < text.size()) {
+    size_t end = text.find("\n\n", start);
+    end = end == std::string::npos ? text.size() : end + 2;
+    std::vector<int64_t> ids = tok.encode(text.substr(start, end - start));
+    for (int64_t id : ids) ++freq[id], ++total;
+    ids.push_back(tok.eod_id());
+    w.add_document(ids);
+    start = end;
+  }
+  w.finish();
+  double unigram = 0;
+  for (auto& [id, n] : freq) unigram -= double(n) / double(total) * std::log(double(n) / double(total));
+
+  TrainResult r = train({"--model", "tiny-llama", "--data-path", dir + "/shakespeare", "--tokenizer",
+                         dir + "/tokenizer.json", "--split", "95,5", "--seq-length", "128", "--micro-batch-size", "8",
+                         "--train-iters", "150", "--lr", "3e-3", "--min-lr", "3e-4", "--lr-warmup-iters", "15",
+                         "--eval-interval", "150", "--eval-iters", "8", "--log-interval", "150", "--seed", "7"});
+  std::printf("unigram entropy %.3f nats; validation loss after 150 steps %.3f\n", unigram, r.final_val_loss);
+  EXPECT_GT(unigram, 5.0);
+  EXPECT_LT(r.final_val_loss, 4.2);
+  EXPECT_LT(r.final_val_loss, unigram - 1.0);
+}
+
+}  // namespace tidal::train

@@ -1,0 +1,259 @@
+#include "tidal/train/trainer.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <memory>
+#include <optional>
+
+#include "tidal/autograd/grad_mode.h"
+#include "tidal/data/gpt_dataset.h"
+#include "tidal/data/tokenizer.h"
+#include "tidal/memory_scope.h"
+#include "tidal/models/causal_lm.h"
+#include "tidal/models/generate.h"
+#include "tidal/ops/elementwise.h"
+#include "tidal/ops/random.h"
+#include "tidal/optim/adamw.h"
+#include "tidal/optim/grad_clip.h"
+#include "tidal/optim/lr_schedule.h"
+#include "tidal/train/builtin_corpus.h"
+#include "tidal/train/checkpoint.h"
+#include "tidal/train/metrics.h"
+
+namespace tidal::train {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+struct Data {
+  std::shared_ptr<const data::TokenDataset> train, valid;
+  std::optional<data::Tokenizer> tokenizer;
+  std::string tokenizer_path;
+  std::string description;
+};
+
+Data load_data(const TrainArgs& a, models::ModelConfig& config, std::FILE* out) {
+  Data d;
+  if (a.mock_data) {
+    d.train = std::make_shared<data::MockDataset>(config.vocab_size, a.seq_length, a.seed);
+    d.valid = std::make_shared<data::MockDataset>(config.vocab_size, a.seq_length, a.seed + 1);
+    d.description = "mock data (seeded random tokens, vocabulary " + std::to_string(config.vocab_size) + ")";
+    return d;
+  }
+  std::string prefix;
+  if (a.builtin_corpus) {
+    const auto t0 = Clock::now();
+    PreparedCorpus c = prepare_builtin_corpus(config.vocab_size);
+    std::fprintf(out, "built-in corpus: Debian's fortunes, %lld documents, %lld tokens (%s, %s in %.1f s)\n",
+                 (long long)c.documents, (long long)c.tokens, c.reused ? "cached" : "tokenizer trained and data prepared",
+                 c.data_prefix.c_str(), seconds_since(t0));
+    prefix = c.data_prefix;
+    d.tokenizer_path = c.tokenizer_path;
+  } else {
+    TIDAL_CHECK(a.data_path.size() == 1, "tidal train: give one --data-path prefix (blending several is not supported)");
+    prefix = a.data_path[0];
+    d.tokenizer_path = a.tokenizer;
+  }
+  d.tokenizer = data::Tokenizer::load(d.tokenizer_path);
+  config.vocab_size = d.tokenizer->vocab_size();
+  auto indexed = std::make_shared<data::IndexedDataset>(prefix);
+  d.train = data::GPTDataset::from_split(indexed, a.split, 0, a.seq_length, a.seed);
+  const auto ranges = data::split_documents(a.split, indexed->num_documents());
+  if (ranges[1].size() > 0) d.valid = data::GPTDataset::from_split(indexed, a.split, 1, a.seq_length, a.seed);
+  d.description = prefix + " (" + std::to_string(indexed->num_documents()) + " documents, " +
+                  std::to_string(indexed->num_tokens()) + " tokens; split " + a.split + ")";
+  return d;
+}
+
+// Architecture fields a checkpoint must agree on.
+void check_same_model(const nlohmann::json& saved, const models::ModelConfig& now, const std::string& path) {
+  const models::ModelConfig s = models::config_from_json(saved);
+  TIDAL_CHECK(s.model_type == now.model_type && s.num_hidden_layers == now.num_hidden_layers &&
+                  s.hidden_size == now.hidden_size && s.num_attention_heads == now.num_attention_heads &&
+                  s.kv_heads() == now.kv_heads() && s.vocab_size == now.vocab_size &&
+                  s.intermediate_size == now.intermediate_size && s.num_experts == now.num_experts,
+              "[checkpoint] ", path, " holds a different model (", s.model_type, ", ", s.num_hidden_layers,
+              " layers, hidden ", s.hidden_size, ", vocab ", s.vocab_size, ") than the one configured (",
+              now.model_type, ", ", now.num_hidden_layers, " layers, hidden ", now.hidden_size, ", vocab ",
+              now.vocab_size, "): use the same model flags as the run that saved it");
+}
+
+class Progress {
+ public:
+  Progress(bool on, int64_t total, std::FILE* out) : on_(on && ::isatty(fileno(out))), total_(total), out_(out) {}
+  void update(int64_t it, double loss, double ms) {
+    if (!on_) return;
+    const int width = 30, filled = int(double(width) * double(it) / double(std::max<int64_t>(total_, 1)));
+    std::fprintf(out_, "\r  [%.*s%*s] %lld/%lld  loss %.4f  %.0f ms/it ", filled, "==============================",
+                 width - filled, "", (long long)it, (long long)total_, loss, ms);
+    std::fflush(out_);
+  }
+  void clear() {
+    if (on_) std::fprintf(out_, "\r\033[K");
+  }
+
+ private:
+  bool on_;
+  int64_t total_;
+  std::FILE* out_;
+};
+
+double evaluate(const models::CausalLM& model, const data::TokenDataset& valid, int64_t batches, int64_t batch_size) {
+  NoGradGuard no_grad;
+  data::DataLoader loader(std::shared_ptr<const data::TokenDataset>(&valid, [](const data::TokenDataset*) {}));
+  double sum = 0;
+  for (int64_t i = 0; i < batches; ++i) {
+    const Tensor tokens = loader.next(batch_size).tokens;  // (B, T + 1)
+    const int64_t t = tokens.size(1) - 1;
+    const models::ModelOutput out = model.forward(tokens.narrow(1, 0, t));
+    sum += models::causal_lm_loss(out, tokens.narrow(1, 1, t), 0.0).item<double>();
+  }
+  return sum / double(batches);
+}
+
+}  // namespace
+
+TrainResult run_training(const TrainArgs& args, std::FILE* out) {
+  models::ModelConfig config = args.model;
+  Data data = load_data(args, config, out);
+  config.validate();
+
+  Allocator& device = device_allocator(Device::cpu());
+  Allocator& host = host_allocator();
+  device.reset_peak_stats();
+  host.reset_peak_stats();
+
+  manual_seed(args.seed);
+  std::unique_ptr<models::CausalLM> model = models::create_model(config);
+  model->set_attention_kernel(args.attention == "eager" ? AttentionKernel::eager : AttentionKernel::flash);
+  optim::AdamWOptions adam;
+  adam.lr = args.lr;
+  adam.beta1 = args.adam_beta1;
+  adam.beta2 = args.adam_beta2;
+  adam.eps = args.adam_eps;
+  adam.weight_decay = args.weight_decay;
+  optim::AdamW optimizer(model->named_parameters(), adam);
+  optim::LrSchedule schedule;
+  schedule.lr = args.lr;
+  schedule.min_lr = args.min_lr;
+  schedule.warmup_iters = args.lr_warmup_iters;
+  schedule.decay_iters = args.lr_decay_iters;
+  schedule.train_iters = args.train_iters;
+  schedule.style = optim::parse_lr_decay_style(args.lr_decay_style);
+  optim::validate(schedule);
+
+  data::DataLoader loader(data.train);
+  int64_t start = 0;
+  set_rng_state({args.seed, 0});
+  if (!args.load.empty()) {
+    Checkpoint ck = load_checkpoint(args.load);
+    check_same_model(ck.config, config, ck.path);
+    model->load_state_dict(ck.model);
+    optimizer.load_state_dict(ck.optimizer);
+    start = ck.state.iteration;
+    loader.set_position(ck.state.data_position);
+    set_rng_state(ck.state.rng);
+    std::fprintf(out, "resumed from %s at iteration %lld\n", ck.path.c_str(), (long long)start);
+  }
+
+  nlohmann::json settings = args.to_json();
+  settings["model"] = models::config_to_json(config);
+  settings["data"] = data.description;
+  MetricsWriter metrics(args.metrics_json, settings);
+  const int64_t accum = args.grad_accumulation_steps();
+  const int64_t tokens_per_step = args.global_batch_size * args.seq_length;
+  const double flops_per_token = training_flops_per_token(config, args.seq_length);
+  std::fprintf(out, "model: %s (%s), %lld parameters; data: %s\n", config.model_type.c_str(), args.model_source.c_str(),
+               (long long)model->num_parameters(), data.description.c_str());
+  std::fprintf(out, "training %lld iterations of %lld x %lld tokens (micro-batch %lld, %lld accumulation steps), "
+               "%s attention\n",
+               (long long)args.train_iters, (long long)args.global_batch_size, (long long)args.seq_length,
+               (long long)args.micro_batch_size, (long long)accum, args.attention.c_str());
+
+  TrainResult result;
+  result.iterations = start;
+  result.final_val_loss = std::nan("");
+  Progress progress(args.progress, args.train_iters, out);
+  const double aux_coef = config.router_aux_loss_coef;
+  auto save = [&](int64_t it) {
+    TrainingState st{it, get_rng_state(), loader.position(), settings, nlohmann::json::object()};
+    save_checkpoint(args.save, st, model->state_dict(), optimizer.state_dict(), models::config_to_json(config),
+                    data.tokenizer_path);
+    std::fprintf(out, " saved checkpoint at iteration %lld to %s\n", (long long)it, args.save.c_str());
+  };
+
+  for (int64_t it = start + 1; it <= args.train_iters; ++it) {
+    const auto t0 = Clock::now();
+    const double lr = optim::lr_at(it - 1, schedule);
+    double loss_sum = 0;
+    for (int64_t m = 0; m < accum; ++m) {
+      const Tensor tokens = loader.next(args.micro_batch_size).tokens;  // (B, T + 1)
+      const int64_t t = tokens.size(1) - 1;
+      const models::ModelOutput o = model->forward(tokens.narrow(1, 0, t));
+      Tensor loss = models::causal_lm_loss(o, tokens.narrow(1, 1, t), aux_coef);
+      const double value = loss.item<double>();
+      TIDAL_CHECK(std::isfinite(value), "the loss became ", value, " at iteration ", it,
+                  ": training diverged; try a lower --lr (now ", args.lr, ") or a longer --lr-warmup-iters");
+      loss_sum += value;
+      (accum == 1 ? loss : mul(loss, 1.0 / double(accum))).backward();
+    }
+    const double grad_norm = optim::clip_grad_norm(model->parameters(), args.clip_grad);
+    optimizer.step(lr);
+    optimizer.zero_grad();
+    const double loss = loss_sum / double(accum);
+    const double step_s = seconds_since(t0);
+    StepMetrics sm{it, loss, lr, grad_norm, step_s * 1e3, double(tokens_per_step) / step_s,
+                   device.stats().peak_allocated};
+    metrics.add_step(sm);
+    result.losses.push_back(loss);
+    result.final_loss = loss;
+    result.iterations = it;
+    progress.update(it, loss, step_s * 1e3);
+    if (it % args.log_interval == 0 || it == args.train_iters) {
+      progress.clear();
+      const MemoryStats s = device.stats();
+      std::fprintf(out,
+                   " iteration %8lld/%8lld | consumed samples: %10lld | elapsed time per iteration (ms): %8.1f | "
+                   "tokens/s: %8.0f | achieved GFLOP/s: %6.1f | learning rate: %.6E | global batch size: %5lld | "
+                   "lm loss: %.6E | grad norm: %.3f | mem alloc: %s | mem peak: %s\n",
+                   (long long)it, (long long)args.train_iters, (long long)loader.position(), sm.step_ms,
+                   sm.tokens_per_s, flops_per_token * sm.tokens_per_s / 1e9, lr, (long long)args.global_batch_size,
+                   loss, grad_norm, format_bytes(s.allocated).c_str(), format_bytes(s.peak_allocated).c_str());
+      std::fflush(out);
+      metrics.write();
+    }
+    if (data.valid && args.eval_interval > 0 && (it % args.eval_interval == 0 || it == args.train_iters)) {
+      progress.clear();
+      model->train(false);
+      result.final_val_loss = evaluate(*model, *data.valid, args.eval_iters, args.micro_batch_size);
+      model->train(true);
+      std::fprintf(out, " validation loss at iteration %lld | lm loss value: %.6E | lm loss PPL: %.3f\n",
+                   (long long)it, result.final_val_loss, std::exp(result.final_val_loss));
+    }
+    if (!args.save.empty() && ((args.save_interval > 0 && it % args.save_interval == 0) || it == args.train_iters))
+      save(it);
+  }
+  progress.clear();
+
+  const MemoryStats dev = device.stats();
+  metrics.set_summary(result.final_loss, result.final_val_loss, dev, host.stats());
+  metrics.write();
+  std::fprintf(out, "\nmemory at the device peak (%s of %s reserved):\n%s", format_bytes(dev.peak_allocated).c_str(),
+               format_bytes(dev.peak_reserved).c_str(), format_breakdown(dev).c_str());
+  if (data.tokenizer && !args.sample_prompt.empty() && args.sample_tokens > 0) {
+    models::SampleOptions so;
+    so.max_new_tokens = args.sample_tokens;
+    so.seed = args.seed;
+    so.stop_token = data.tokenizer->eod_id();
+    const std::vector<int64_t> ids = models::generate(*model, data.tokenizer->encode(args.sample_prompt), so);
+    result.sample = data.tokenizer->decode(ids, /*skip_special=*/true);
+    std::fprintf(out, "\nsample (temperature %.1f, top-k %lld):\n%s\n", so.temperature, (long long)so.top_k,
+                 result.sample.c_str());
+  }
+  return result;
+}
+
+}  // namespace tidal::train
