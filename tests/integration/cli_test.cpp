@@ -75,3 +75,21 @@ TEST(Cli, InfoAndHelp) {
   EXPECT_NE(info.output.find("8.00 GiB limit"), std::string::npos) << info.output;
   EXPECT_EQ(run(kTidal + " help").code, 0);
 }
+
+TEST(Cli, TrainSaveThenGenerate) {
+  const std::string dir = ::testing::TempDir() + "tidal_cli_generate";
+  std::system(("rm -rf " + dir).c_str());
+  Result t = run(kTidal + " train --model tiny-gpt2 --train-iters 3 --seq-length 32 --micro-batch-size 2 "
+                          "--save " + dir + " --no-progress --sample-tokens 0");
+  ASSERT_EQ(t.code, 0) << t.output;
+  EXPECT_NE(t.output.find("iteration        3/       3"), std::string::npos) << t.output;
+  EXPECT_NE(t.output.find("memory at the device peak"), std::string::npos) << t.output;
+  Result g = run(kTidal + " generate --load " + dir + " --prompt 'The ' --max-new-tokens 5 --temperature 0");
+  EXPECT_EQ(g.code, 0) << g.output;
+  EXPECT_EQ(g.output.rfind("The ", 0), 0u) << g.output;  // the prompt, then what the model adds
+  Result bad = run(kTidal + " generate --load " + dir + "/nothing --prompt x");
+  EXPECT_EQ(bad.code, 1) << bad.output;
+  Result flag = run(kTidal + " train --num-layer 2");
+  EXPECT_EQ(flag.code, 1);
+  EXPECT_NE(flag.output.find("did you mean --num-layers"), std::string::npos) << flag.output;
+}

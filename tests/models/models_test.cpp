@@ -3,11 +3,15 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "tests/support/gradcheck.h"
 #include "tidal/autograd/checkpoint.h"
+#include "tidal/autograd/grad_mode.h"
 #include "tidal/io/safetensors.h"
+#include "tidal/models/pretrained.h"
 #include "tidal/models/causal_lm.h"
 #include "tidal/ops/random.h"
 
@@ -159,4 +163,34 @@ TEST(Models, ConfigJsonRoundTripAndErrors) {
   EXPECT_THROW(config_from_json(j), Error);
 }
 
+}  // namespace tidal::models
+
+namespace tidal::models {
+TEST(Models, PretrainedDirectoriesSingleFileAndSharded) {
+  auto a = tiny("tiny-qwen3", 5);
+  const std::string dir = ::testing::TempDir() + "tidal_pretrained";
+  std::filesystem::remove_all(dir);
+  save_pretrained(*a, dir);
+  manual_seed(9);
+  Tensor ids = randint(0, a->config().vocab_size, {1, 8});
+  NoGradGuard no_grad;
+  Tensor want = a->forward(ids).logits;
+  EXPECT_TRUE(testing::bitwise_equal(load_pretrained_model(dir)->forward(ids).logits, want));
+  // The same weights as two shards with an index, as large Hub models come.
+  std::map<std::string, Tensor> sd = a->state_dict(), first, second;
+  nlohmann::json index;
+  int i = 0;
+  for (auto& [k, t] : sd) {
+    (i++ % 2 ? second : first)[k] = t;
+    index["weight_map"][k] = (i % 2 ? "model-00001-of-00002.safetensors" : "model-00002-of-00002.safetensors");
+  }
+  std::filesystem::remove(dir + "/model.safetensors");
+  io::save_safetensors(dir + "/model-00001-of-00002.safetensors", first);
+  io::save_safetensors(dir + "/model-00002-of-00002.safetensors", second);
+  std::ofstream(dir + "/model.safetensors.index.json") << index.dump();
+  EXPECT_TRUE(testing::bitwise_equal(load_pretrained_model(dir)->forward(ids).logits, want));
+  std::filesystem::remove(dir + "/model-00002-of-00002.safetensors");
+  EXPECT_THROW(load_pretrained_model(dir), Error);
+  EXPECT_THROW(load_pretrained_model(dir + "/missing"), Error);
+}
 }  // namespace tidal::models

@@ -10,6 +10,7 @@ Flags train_flags() {
   Flags f("train");
   f.option("model", "a built-in model preset (tidal presets lists them)", "NAME")
       .option("config", "a Hugging Face config.json (model_type gpt2, llama, qwen3, qwen3_moe)", "FILE")
+      .option("pretrained", "start from a Hugging Face model directory (config.json + safetensors weights)", "DIR")
       .option("num-layers", "number of transformer layers", "N")
       .option("hidden-size", "hidden size", "N")
       .option("ffn-hidden-size", "MLP hidden size", "N")
@@ -65,8 +66,13 @@ TrainArgs parse_train_args(const std::vector<std::string>& argv) {
   Flags f = train_flags();
   f.parse(argv);
   TrainArgs a;
-  TIDAL_CHECK(!(f.has("model") && f.has("config")), "tidal train: --model and --config conflict: give one of them");
-  if (f.has("config")) {
+  TIDAL_CHECK(int(f.has("model")) + int(f.has("config")) + int(f.has("pretrained")) <= 1,
+              "tidal train: --model, --config and --pretrained conflict: give one of them");
+  if (f.has("pretrained")) {
+    a.pretrained = f.str("pretrained");
+    a.model = models::load_config(a.pretrained + "/config.json");
+    a.model_source = "pretrained " + a.pretrained;
+  } else if (f.has("config")) {
     a.model = models::load_config(f.str("config"));
     a.model_source = "config " + f.str("config");
   } else {
@@ -153,6 +159,7 @@ nlohmann::json TrainArgs::to_json() const {
   nlohmann::json j;
   j["model"] = models::config_to_json(model);
   j["model_source"] = model_source;
+  j["pretrained"] = pretrained;
   j["data_path"] = data_path;
   j["tokenizer"] = tokenizer;
   j["split"] = split;

@@ -13,6 +13,7 @@
 #include "tidal/memory_scope.h"
 #include "tidal/models/causal_lm.h"
 #include "tidal/models/generate.h"
+#include "tidal/models/pretrained.h"
 #include "tidal/ops/elementwise.h"
 #include "tidal/ops/random.h"
 #include "tidal/optim/adamw.h"
@@ -58,7 +59,12 @@ Data load_data(const TrainArgs& a, models::ModelConfig& config, std::FILE* out) 
     d.tokenizer_path = a.tokenizer;
   }
   d.tokenizer = data::Tokenizer::load(d.tokenizer_path);
-  config.vocab_size = d.tokenizer->vocab_size();
+  if (a.pretrained.empty()) {
+    config.vocab_size = d.tokenizer->vocab_size();
+  } else {  // published models pad their vocabulary beyond the tokenizer's
+    TIDAL_CHECK(d.tokenizer->vocab_size() <= config.vocab_size, "tidal train: the tokenizer has ",
+                d.tokenizer->vocab_size(), " tokens but ", a.pretrained, " only ", config.vocab_size);
+  }
   auto indexed = std::make_shared<data::IndexedDataset>(prefix);
   d.train = data::GPTDataset::from_split(indexed, a.split, 0, a.seq_length, a.seed);
   const auto ranges = data::split_documents(a.split, indexed->num_documents());
@@ -129,6 +135,9 @@ TrainResult run_training(const TrainArgs& args, std::FILE* out) {
   manual_seed(args.seed);
   std::unique_ptr<models::CausalLM> model = models::create_model(config);
   model->set_attention_kernel(args.attention == "eager" ? AttentionKernel::eager : AttentionKernel::flash);
+  if (!args.pretrained.empty()) {
+    model->load_hf_state_dict(models::load_pretrained_dir(args.pretrained).weights);
+  }
   optim::AdamWOptions adam;
   adam.lr = args.lr;
   adam.beta1 = args.adam_beta1;

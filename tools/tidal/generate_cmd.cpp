@@ -4,6 +4,7 @@
 #include "tidal/base/flags.h"
 #include "tidal/data/tokenizer.h"
 #include "tidal/models/generate.h"
+#include "tidal/models/pretrained.h"
 #include "tidal/train/checkpoint.h"
 #include "tools/tidal/cli.h"
 
@@ -11,7 +12,7 @@ namespace tidal::cli {
 
 int run_generate(const std::vector<std::string>& argv) {
   Flags f("generate");
-  f.option("load", "checkpoint directory (what tidal train --save wrote)", "DIR")
+  f.option("load", "a tidal train --save directory, or a Hugging Face model directory", "DIR")
       .option("prompt", "text to continue", "TEXT")
       .option("max-new-tokens", "tokens to generate (default 100)", "N")
       .option("temperature", "sampling temperature; 0 is greedy (default 0.8)", "T")
@@ -21,13 +22,26 @@ int run_generate(const std::vector<std::string>& argv) {
   f.parse(argv);
   TIDAL_CHECK(f.has("load"), "tidal generate: --load DIR is required (a directory tidal train --save wrote)");
   TIDAL_CHECK(f.has("prompt"), "tidal generate: --prompt TEXT is required");
-  train::Checkpoint ck = train::load_checkpoint(f.str("load"));
-  const std::string tok_path = f.str("tokenizer", ck.tokenizer_path);
-  TIDAL_CHECK(!tok_path.empty(), "tidal generate: ", ck.path,
-              " has no tokenizer.json (trained on mock data?); pass --tokenizer FILE");
+  const std::string dir = f.str("load");
+  std::unique_ptr<models::CausalLM> model;
+  std::string saved_tokenizer, origin = dir;
+  if (train::latest_iteration(dir) >= 0) {  // a training checkpoint
+    train::Checkpoint ck = train::load_checkpoint(dir);
+    model = models::create_model(models::config_from_json(ck.config));
+    model->load_state_dict(ck.model);
+    saved_tokenizer = ck.tokenizer_path;
+    origin = ck.path;
+  } else {  // config.json + safetensors weights
+    models::PretrainedFiles files;
+    model = models::load_pretrained_model(dir, &files);
+    saved_tokenizer = files.tokenizer_path;
+  }
+  const std::string tok_path = f.str("tokenizer", saved_tokenizer);
+  TIDAL_CHECK(!tok_path.empty(), "tidal generate: ", origin, " has no tokenizer.json (trained on mock data?); ",
+              "pass --tokenizer FILE");
   const data::Tokenizer tok = data::Tokenizer::load(tok_path);
-  auto model = models::create_model(models::config_from_json(ck.config));
-  model->load_state_dict(ck.model);
+  TIDAL_CHECK(tok.vocab_size() <= model->config().vocab_size, "tidal generate: the tokenizer has ", tok.vocab_size(),
+              " tokens but the model only ", model->config().vocab_size, ": they do not belong together");
   models::SampleOptions so;
   so.max_new_tokens = f.integer("max-new-tokens", 100, 0, 1000000);
   so.temperature = f.number("temperature", so.temperature, 0.0, 100.0);

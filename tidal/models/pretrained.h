@@ -1,0 +1,26 @@
+#pragma once
+// A Hugging Face model directory (what save_pretrained writes and the Hub serves): config.json, the
+// weights as model.safetensors or shards listed in model.safetensors.index.json, and usually
+// tokenizer.json. tidal's own checkpoint directories hold the same files, so both load the same way.
+#include <map>
+#include <string>
+
+#include "tidal/models/causal_lm.h"
+
+namespace tidal::models {
+
+struct PretrainedFiles {
+  ModelConfig config;
+  std::map<std::string, Tensor> weights;  // Hugging Face names
+  std::string tokenizer_path;             // "" when the directory has no tokenizer.json
+};
+
+// Reads config.json, the weights (single file or shards) and finds tokenizer.json. Throws naming the
+// file that is missing or malformed.
+PretrainedFiles load_pretrained_dir(const std::string& dir);
+// Builds the model of the directory and loads its weights.
+std::unique_ptr<CausalLM> load_pretrained_model(const std::string& dir, PretrainedFiles* files = nullptr);
+// Writes config.json and model.safetensors (and copies tokenizer.json when given) into `dir`.
+void save_pretrained(const CausalLM& model, const std::string& dir, const std::string& tokenizer_path = "");
+
+}  // namespace tidal::models
