@@ -22,7 +22,7 @@ Flags train_flags() {
       .option("attention", "attention kernel: flash (default) or eager", "KIND")
       .option("hidden-dropout", "dropout on the residual branches", "P")
       .option("attention-dropout", "dropout on the attention probabilities", "P")
-      .multi("data-path", "Megatron indexed dataset prefix(es) (PREFIX.bin / PREFIX.idx)")
+      .option("data-path", "a Megatron indexed dataset: PREFIX.bin and PREFIX.idx (tidal prepare writes them)", "PREFIX")
       .option("tokenizer", "tokenizer.json (Hugging Face format)", "FILE")
       .option("split", "train,validation,test weights over documents (default 98,2,0)", "A,B,C")
       .flag("mock-data", "seeded random tokens instead of a corpus (needs --vocab-size or a model preset)")
@@ -92,7 +92,7 @@ TrainArgs parse_train_args(const std::vector<std::string>& argv) {
   m.hidden_dropout = f.number("hidden-dropout", m.hidden_dropout, 0.0, 0.99);
   m.attention_dropout = f.number("attention-dropout", m.attention_dropout, 0.0, 0.99);
 
-  a.data_path = f.strs("data-path");
+  if (f.has("data-path")) a.data_path = {f.str("data-path")};
   a.tokenizer = f.str("tokenizer");
   a.split = f.str("split", a.split);
   a.mock_data = f.flag_on("mock-data");

@@ -1,10 +1,10 @@
 #include "tidal/train/builtin_corpus.h"
 
-#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 
 #include "tidal/base/error.h"
+#include "tidal/data/corpus.h"
 #include "tidal/data/indexed_dataset.h"
 #include "tidal/data/tokenizer.h"
 #include "tidal/io/atomic_file.h"
@@ -25,32 +25,16 @@ std::vector<std::string> read_fortunes(const std::string& dir) {
   TIDAL_CHECK(fs::is_directory(dir), "the built-in corpus needs Debian's fortunes package (", dir,
               " is missing): run scripts/setup.sh, or apt-get install fortunes; or train on your own data with ",
               "--data-path and --tokenizer (see docs/training.md)");
-  std::vector<std::string> files;
-  for (const auto& e : fs::directory_iterator(dir)) {
-    const std::string name = e.path().filename().string();
-    if (e.is_regular_file() && e.path().extension().empty() && name[0] != '.') files.push_back(e.path().string());
-  }
-  std::sort(files.begin(), files.end());  // a fixed order: the corpus is the same on every machine
   std::vector<std::string> fortunes;
-  for (const std::string& f : files) {
-    const std::string text = io::read_file(f);
-    size_t start = 0;
-    while (start < text.size()) {
-      size_t end = text.find("\n%\n", start);
-      if (end == std::string::npos) end = text.size();
-      std::string entry = text.substr(start, end - start);
-      if (entry.rfind("%\n", 0) == 0) entry = entry.substr(2);
-      if (entry.find_first_not_of(" \t\r\n") != std::string::npos) fortunes.push_back(entry + "\n");
-      start = end + 3;
-    }
-  }
+  data::for_each_document(data::expand_inputs({dir}), data::DocumentSplit::fortune,
+                          [&](std::string_view doc) { fortunes.emplace_back(doc); });
   TIDAL_CHECK(!fortunes.empty(), "no fortunes found in ", dir);
   return fortunes;
 }
 
 PreparedCorpus prepare_builtin_corpus(int64_t vocab_size, const std::string& dir) {
   PreparedCorpus c;
-  const std::string base = dir + "/fortunes-bpe" + std::to_string(vocab_size);
+  const std::string base = dir + "/fortunes-v1-bpe" + std::to_string(vocab_size);  // v1: corpus.h splitting
   c.tokenizer_path = base + "/tokenizer.json";
   c.data_prefix = base + "/fortunes";
   if (fs::exists(c.tokenizer_path) && fs::exists(c.data_prefix + ".bin") && fs::exists(c.data_prefix + ".idx")) {
