@@ -1,14 +1,16 @@
 #pragma once
 // Thread-local context attached to every allocation: its category, the op and layer that made it.
-// Set with RAII scopes: MemoryScope (category), OpScope (op name), LayerScope (layer index).
+// Set with RAII scopes: MemoryScope (category), OpScope (op name), LayerScope (layer index),
+// ModuleScope (module name).
 #include "tidal/memory_stats.h"
 
 namespace tidal {
 
 struct MemoryContext {
   MemoryCategory category = MemoryCategory::temporary;
-  const char* op = nullptr;  // static string
+  const char* op = nullptr;      // static string
   int layer = -1;
+  const char* module = nullptr;  // dotted module name ("model.layers.0.mlp.up_proj"), owned by the module
 };
 
 MemoryContext& memory_context();
@@ -44,6 +46,17 @@ class LayerScope {
 
  private:
   int saved_;
+};
+
+class ModuleScope {
+ public:
+  explicit ModuleScope(const char* module) : saved_(memory_context().module) { memory_context().module = module; }
+  ~ModuleScope() { memory_context().module = saved_; }
+  ModuleScope(const ModuleScope&) = delete;
+  ModuleScope& operator=(const ModuleScope&) = delete;
+
+ private:
+  const char* saved_;
 };
 
 }  // namespace tidal

@@ -1,11 +1,17 @@
 #include "tidal/storage.h"
 
+#include <atomic>
+
 #include "tidal/memory_scope.h"
 
 namespace tidal {
 
+namespace {
+std::atomic<uint64_t> g_next_storage_id{1};
+}  // namespace
+
 Storage::Storage(int64_t nbytes, Allocator& allocator, MemoryCategory category)
-    : allocator_(&allocator), nbytes_(nbytes), category_(category) {
+    : allocator_(&allocator), nbytes_(nbytes), category_(category), id_(g_next_storage_id.fetch_add(1)) {
   TIDAL_ASSERT(nbytes >= 0);
   const MemoryContext& ctx = memory_context();
   op_ = ctx.op;
@@ -49,6 +55,16 @@ void Storage::rematerialize() {
   if (materialized_) return;
   ptr_ = allocator_->allocate(nbytes_, category());
   materialized_ = true;
+}
+
+void Storage::take_bytes(Storage& other) {
+  TIDAL_ASSERT(!materialized_ && other.materialized_ && other.nbytes_ == nbytes_ && other.allocator_ == allocator_,
+               "take_bytes needs a released storage and a materialized one of the same size and allocator");
+  allocator_->recategorize(other.ptr_, nbytes_, other.category(), category());
+  ptr_ = other.ptr_;
+  materialized_ = true;
+  other.ptr_ = nullptr;
+  other.materialized_ = false;
 }
 
 void Storage::mark_saved() {

@@ -40,6 +40,9 @@ class Storage {
   void release();
   // Allocates the bytes again (contents undefined). No-op if materialized.
   void rematerialize();
+  // Rematerializes by taking `other`'s bytes (same size and allocator), which leaves `other` released:
+  // a recomputed value moves into the original storage without a copy or a second allocation.
+  void take_bytes(Storage& other);
 
   // Autograd marks a storage while a node holds it for backward: temporaries count as activations.
   void mark_saved();
@@ -49,6 +52,9 @@ class Storage {
   // Bumped by every in-place write; saved tensors compare it at unpack.
   uint64_t version() const { return version_; }
   void bump_version() { ++version_; }
+
+  // A process-unique number (addresses get reused; ids do not).
+  uint64_t id() const { return id_; }
 
   // Where the bytes were first allocated (for the memory report).
   const char* op() const { return op_; }
@@ -62,6 +68,7 @@ class Storage {
   bool materialized_ = false;
   int saved_count_ = 0;
   uint64_t version_ = 0;
+  uint64_t id_;
   const char* op_ = nullptr;
   int layer_ = -1;
 };

@@ -14,6 +14,7 @@
 #include <atomic>
 
 #include "tidal/autograd/grad_mode.h"
+#include "tidal/base/clock.h"
 #include "tidal/autograd/saved_tensor.h"
 #include "tidal/memory_scope.h"
 #include "tidal/ops/random.h"
@@ -22,6 +23,7 @@ namespace tidal::autograd {
 namespace {
 
 std::atomic<int64_t> g_replays{0};
+std::atomic<int64_t> g_recompute_ns{0};
 
 struct Frame;
 // The innermost checkpoint running on this thread: recording its first run or replaying it.
@@ -83,6 +85,7 @@ class CheckpointHooks : public SavedTensorHooks {
  public:
   explicit CheckpointHooks(std::shared_ptr<Frame> frame) : frame_(std::move(frame)) {}
   std::shared_ptr<void> pack(const Tensor&) override { return std::make_shared<size_t>(frame_->num_saved++); }
+  const char* policy() const override { return "recomputed"; }
   Tensor unpack(const std::shared_ptr<void>& packed) override {
     const size_t k = *static_cast<const size_t*>(packed.get());
     if (frame_->recomputed.empty() || frame_->served[k]) frame_->replay();
@@ -112,6 +115,7 @@ void Frame::replay() {
     }
     ins.push_back(t);
   }
+  const int64_t t0 = now_ns();
   const RngState outer = get_rng_state();
   set_rng_state(rng);
   struct RestoreRng {
@@ -129,6 +133,7 @@ void Frame::replay() {
                 " recorded decisions but the first run recorded ", decisions.size());
   }
   ++g_replays;
+  g_recompute_ns += now_ns() - t0;
   TIDAL_CHECK(recomputed.size() == num_saved, "[checkpoint] the replay saved ", recomputed.size(),
               " tensors for backward but the first run saved ", num_saved,
               ": the checkpointed function must run the same ops when replayed");
@@ -143,10 +148,12 @@ std::vector<Tensor> checkpoint(const CheckpointFn& fn, const std::vector<Tensor>
   frame->fn = fn;
   frame->rng = get_rng_state();
   frame->layer = memory_context().layer;
+  OpScope op("checkpoint_input");
   for (const Tensor& t : inputs) {
     frame->inputs.emplace_back(t);  // through the hooks active outside the region
     frame->input_requires_grad.push_back(t.defined() && t.requires_grad());
   }
+  OpScope no_op(nullptr);
   SavedTensorHooksGuard hooks(std::make_shared<CheckpointHooks>(frame));
   ActiveFrameGuard active(frame.get(), /*replay=*/false);
   return fn(inputs);
@@ -172,5 +179,7 @@ Tensor checkpoint(const std::function<Tensor(const Tensor&)>& fn, const Tensor& 
 }
 
 int64_t checkpoint_replay_count() { return g_replays.load(); }
+int64_t recompute_time_ns() { return g_recompute_ns.load(); }
+void add_recompute_time(int64_t ns) { g_recompute_ns += ns; }
 
 }  // namespace tidal::autograd

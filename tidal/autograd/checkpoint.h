@@ -28,5 +28,8 @@ bool in_checkpoint_replay();
 
 // Number of checkpoint replays run in this process (for tests and the profiler).
 int64_t checkpoint_replay_count();
+// Time spent recomputing (checkpoint replays and output-discarding recomputes), in nanoseconds.
+int64_t recompute_time_ns();
+void add_recompute_time(int64_t ns);
 
 }  // namespace tidal::autograd

@@ -97,6 +97,7 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads
     TensorList out;
     if (any) {
       LayerScope layer(node->layer());
+      for (const auto& hook : node->pre_hooks()) hook();
       out = node->apply(std::move(in));
       TIDAL_ASSERT(out.size() == node->next_edges().size() || out.empty(), node->name(), " returned ", out.size(),
                    " gradients for ", node->next_edges().size(), " inputs");

@@ -3,6 +3,7 @@
 // outputs to the gradients of its inputs (one per next edge). Nodes hold what backward needs as
 // SavedTensor members and drop them in release_saved() as soon as their backward ran.
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -50,6 +51,10 @@ class Node : public std::enable_shared_from_this<Node> {
   void add_output(uint32_t nr, const Tensor& t);
   // Non-leaf tensors whose gradient is kept (Tensor::retain_grad), per output.
   std::vector<std::weak_ptr<TensorImpl>>& retained() { return retained_; }
+  // Functions the engine calls just before this node's backward (e.g. to bring back the bytes of a
+  // tensor it saved that an output-discarding checkpoint freed).
+  void add_pre_hook(std::function<void()> hook) { pre_hooks_.push_back(std::move(hook)); }
+  const std::vector<std::function<void()>>& pre_hooks() const { return pre_hooks_; }
 
  protected:
   uint64_t sequence_nr_;
@@ -58,6 +63,7 @@ class Node : public std::enable_shared_from_this<Node> {
   std::vector<Edge> next_edges_;
   std::vector<OutputMeta> outputs_;
   std::vector<std::weak_ptr<TensorImpl>> retained_;
+  std::vector<std::function<void()>> pre_hooks_;
   int layer_ = -1;
 };
 

@@ -2,6 +2,8 @@
 
 #include <vector>
 
+#include "tidal/autograd/saved_tensor_log.h"
+
 namespace tidal::autograd {
 namespace {
 thread_local std::vector<std::shared_ptr<SavedTensorHooks>> t_hooks;
@@ -26,11 +28,13 @@ SavedTensor::SavedTensor(const Tensor& t) {
   dtype_ = t.dtype();
   Tensor plain = t.detach();
   if (auto hooks = current_saved_tensor_hooks()) {
+    SavedTensorLog::note(plain, hooks->policy());
     packed_ = hooks->pack(plain);
     hooks_ = std::move(hooks);
     state_ = State::hooked;
     return;
   }
+  SavedTensorLog::note(plain, nullptr);
   tensor_ = std::move(plain);
   version_ = tensor_.storage()->version();
   tensor_.storage()->mark_saved();
@@ -45,6 +49,7 @@ SavedTensor& SavedTensor::operator=(SavedTensor&& other) noexcept {
     version_ = other.version_;
     hooks_ = std::move(other.hooks_);
     packed_ = std::move(other.packed_);
+    held_ = std::move(other.held_);
     shape_ = other.shape_;
     dtype_ = other.dtype_;
     other.state_ = State::empty;
@@ -66,6 +71,10 @@ Tensor SavedTensor::unpack(const char* node) const {
       TIDAL_ASSERT(t.defined() && t.shape() == shape_ && t.dtype() == dtype_, node,
                    ": saved-tensor hooks returned ", t.defined() ? t.shape().str() : "an undefined tensor",
                    " for a saved ", shape_, " ", dtype_);
+      if (!held_) {  // the node holds it until its backward ran: an activation meanwhile
+        held_ = t.storage();
+        held_->mark_saved();
+      }
       return t;
     }
     case State::released:
@@ -80,6 +89,10 @@ Tensor SavedTensor::unpack(const char* node) const {
 
 void SavedTensor::reset() {
   if (state_ == State::direct) tensor_.storage()->unmark_saved();
+  if (held_) {
+    held_->unmark_saved();
+    held_.reset();
+  }
   if (state_ == State::direct || state_ == State::hooked) state_ = State::released;
   tensor_ = Tensor();
   hooks_.reset();

@@ -16,7 +16,10 @@ class SavedTensorHooks {
   // Called when a node saves `t` (a view without history). Whatever is returned is handed to unpack.
   virtual std::shared_ptr<void> pack(const Tensor& t) = 0;
   // Called when the node's backward needs the tensor back; must return the same values, shape and dtype.
+  // The returned tensor counts as an activation until the node's backward has run.
   virtual Tensor unpack(const std::shared_ptr<void>& packed) = 0;
+  // What these hooks do to saved tensors, for the memory report ("recomputed", "offloaded", ...).
+  virtual const char* policy() const { return "hooked"; }
 };
 
 // Pushes hooks for the scope (RAII). The innermost hooks win. Pushing nullptr disables hooks in
@@ -56,6 +59,7 @@ class SavedTensor {
   uint64_t version_ = 0;
   std::shared_ptr<SavedTensorHooks> hooks_;
   std::shared_ptr<void> packed_;
+  mutable std::shared_ptr<Storage> held_;  // what hooks' unpack returned, an activation until reset
   Shape shape_;  // what unpack must return
   DType dtype_ = DType::f32;
 };

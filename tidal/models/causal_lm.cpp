@@ -1,5 +1,6 @@
 #include "tidal/models/causal_lm.h"
 
+#include "tidal/autograd/checkpoint.h"
 #include "tidal/memory_scope.h"
 #include "tidal/models/gpt2.h"
 #include "tidal/models/llama.h"
@@ -22,6 +23,56 @@ std::vector<Tensor> CausalLM::run_layer(int64_t index, const LayerFn& fn, const 
   return runner_ ? runner_(index, fn, inputs) : fn(inputs);
 }
 
+void CausalLM::set_recompute(std::vector<memory::LayerRecompute> plan) {
+  TIDAL_CHECK(plan.empty() || int64_t(plan.size()) == config_.num_hidden_layers, "[recompute] a plan of ",
+              plan.size(), " layers for a model of ", config_.num_hidden_layers);
+  plan_ = std::move(plan);
+}
+
+const memory::LayerRecompute& CausalLM::recompute_of(int64_t l) const {
+  static const memory::LayerRecompute none;
+  return plan_.empty() ? none : plan_[size_t(l)];
+}
+
+Tensor CausalLM::run_layers(Tensor x, const IndexedLayerFn& layer_fn, std::vector<std::vector<Tensor>>* extras) const {
+  const int64_t layers = config_.num_hidden_layers;
+  // What a layer returns besides h: a sparse MoE layer its router statistics (prob_sum, counts).
+  auto extras_of = [this](int64_t j) -> int64_t { return config_.is_moe_layer(j) ? 2 : 0; };
+  for (int64_t l = 0; l < layers;) {
+    const memory::LayerRecompute& rc = recompute_of(l);
+    const int64_t group = rc.full && rc.group_start ? rc.group_size : 1;
+    // One function for the group: layers [l, l + group) chained; returns {h, extras of each layer...}.
+    LayerFn fn = [l, group, layer_fn, extras_of](const std::vector<Tensor>& in) {  // by value: replayed later
+      std::vector<Tensor> out = {in[0]};
+      for (int64_t j = l; j < l + group; ++j) {
+        LayerScope scope(static_cast<int>(j));
+        std::vector<Tensor> o = layer_fn(j, {out[0]});
+        TIDAL_ASSERT(o.size() == size_t(1 + extras_of(j)), "layer ", j, " returned ", o.size(), " tensors");
+        out[0] = o[0];
+        out.insert(out.end(), o.begin() + 1, o.end());
+      }
+      return out;
+    };
+    std::vector<Tensor> out;
+    if (rc.full) {
+      LayerScope scope(static_cast<int>(l));
+      out = runner_ ? runner_(l, [&fn](const std::vector<Tensor>& in) { return autograd::checkpoint(fn, in); }, {x})
+                    : autograd::checkpoint(fn, {x});
+    } else {
+      out = run_layer(l, fn, {x});
+    }
+    x = out[0];
+    size_t pos = 1;
+    for (int64_t j = l; j < l + group; ++j) {
+      const int64_t n = extras_of(j);
+      if (extras != nullptr) extras->emplace_back(out.begin() + long(pos), out.begin() + long(pos) + n);
+      pos += size_t(n);
+    }
+    l += group;
+  }
+  return x;
+}
+
 void CausalLM::load_hf_state_dict(std::map<std::string, Tensor> state) {
   std::map<std::string, Tensor> mine;
   std::map<std::string, bool> ours;
@@ -41,8 +92,11 @@ std::unique_ptr<CausalLM> create_model(const ModelConfig& config, const nn::Init
   config.validate();
   nn::Init init = init_in;
   init.std = config.initializer_range;
-  if (config.is_gpt2()) return std::make_unique<Gpt2>(config, init);
-  return std::make_unique<Llama>(config, init);
+  std::unique_ptr<CausalLM> model;
+  if (config.is_gpt2()) model = std::make_unique<Gpt2>(config, init);
+  else model = std::make_unique<Llama>(config, init);
+  model->assign_names();
+  return model;
 }
 
 Tensor causal_lm_loss(const ModelOutput& out, const Tensor& targets, double aux_coef) {

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "tidal/memory/recompute.h"
 #include "tidal/models/config.h"
 #include "tidal/nn/layers.h"
 #include "tidal/ops/attention.h"
@@ -43,12 +44,23 @@ class CausalLM : public nn::Module {
   void load_hf_state_dict(std::map<std::string, Tensor> state);
 
   void set_layer_runner(LayerRunner runner) { runner_ = std::move(runner); }
+  // Activation recompute, one entry per layer (memory/recompute.h); empty: keep every activation.
+  void set_recompute(std::vector<memory::LayerRecompute> plan);
+  const std::vector<memory::LayerRecompute>& recompute_plan() const { return plan_; }
   void set_attention_kernel(AttentionKernel k) { attention_kernel_ = k; }
   AttentionKernel attention_kernel() const { return attention_kernel_; }
 
  protected:
   std::vector<Tensor> run_layer(int64_t index, const LayerFn& fn, const std::vector<Tensor>& inputs) const;
+  // Runs every layer on x (B, T, C): layer_fn(l, {h}) returns {h', extras...}. Layers under full
+  // recompute run in checkpointed groups. Returns the final h; the extras of each layer are appended
+  // to `extras` in layer order.
+  using IndexedLayerFn = std::function<std::vector<Tensor>(int64_t, const std::vector<Tensor>&)>;
+  Tensor run_layers(Tensor x, const IndexedLayerFn& layer_fn, std::vector<std::vector<Tensor>>* extras) const;
+  // The plan entry of layer l (a default, all-off entry when there is no plan).
+  const memory::LayerRecompute& recompute_of(int64_t l) const;
   ModelConfig config_;
+  std::vector<memory::LayerRecompute> plan_;
 
  private:
   LayerRunner runner_;

@@ -8,10 +8,13 @@ namespace tidal::models {
 class Gpt2Block : public nn::Module {
  public:
   Gpt2Block(const ModelConfig& c, const nn::Init& init);
-  // x (B, T, C) -> (B, T, C)
-  Tensor forward(const Tensor& x, const ModelConfig& c, AttentionKernel kernel, bool training) const;
+  // x (B, T, C) -> (B, T, C), with the layer's recompute policies (memory/recompute.h).
+  Tensor forward(const Tensor& x, const ModelConfig& c, AttentionKernel kernel, bool training,
+                 const memory::LayerRecompute& rc) const;
 
  private:
+  const nn::Module* attn_;  // "attn" and "mlp": name the ops in between (attention core, GELU)
+  const nn::Module* mlp_;
   nn::LayerNorm* ln_1_;
   nn::Conv1D* c_attn_;
   nn::Conv1D* attn_proj_;

@@ -1,5 +1,7 @@
 #include "tidal/models/llama.h"
 
+#include "tidal/autograd/checkpoint.h"
+#include "tidal/memory/checkpoint_without_output.h"
 #include "tidal/memory_scope.h"
 #include "tidal/ops/elementwise.h"
 #include "tidal/ops/random.h"
@@ -30,12 +32,17 @@ LlamaAttention::LlamaAttention(const ModelConfig& c, const nn::Init& init) {
   }
 }
 
-Tensor LlamaAttention::forward(const Tensor& x, const RopeTables& rope, const ModelConfig& c, AttentionKernel kernel,
-                               bool training) const {
-  const int64_t b = x.size(0), t = x.size(1), hd = c.head_size(), h = c.num_attention_heads, kv = c.kv_heads();
-  Tensor q = q_proj_->forward(x).view({b, t, h, hd});   // (B, T, H, hd)
-  Tensor k = k_proj_->forward(x).view({b, t, kv, hd});  // (B, T, Hkv, hd)
-  Tensor v = v_proj_->forward(x).view({b, t, kv, hd});  // (B, T, Hkv, hd)
+std::vector<Tensor> LlamaAttention::project(const Tensor& h, const ModelConfig& c) const {
+  const int64_t b = h.size(0), t = h.size(1), hd = c.head_size();
+  return {q_proj_->forward(h).view({b, t, c.num_attention_heads, hd}),  // (B, T, H, hd)
+          k_proj_->forward(h).view({b, t, c.kv_heads(), hd}),           // (B, T, Hkv, hd)
+          v_proj_->forward(h).view({b, t, c.kv_heads(), hd})};          // (B, T, Hkv, hd)
+}
+
+Tensor LlamaAttention::attend(const std::vector<Tensor>& qkv, const RopeTables& rope, const ModelConfig& c,
+                              AttentionKernel kernel, bool training, bool recompute_core) const {
+  const int64_t b = qkv[0].size(0), t = qkv[0].size(1), h = c.num_attention_heads, hd = c.head_size();
+  Tensor q = qkv[0], k = qkv[1];
   if (q_norm_ != nullptr) {
     q = q_norm_->forward(q);
     k = k_norm_->forward(k);
@@ -45,8 +52,15 @@ Tensor LlamaAttention::forward(const Tensor& x, const RopeTables& rope, const Mo
   AttentionOptions opt;
   opt.kernel = kernel;
   opt.dropout_p = training ? c.attention_dropout : 0.0;
-  Tensor a = scaled_dot_product_attention(q, k, v.transpose(1, 2), opt);  // (B, H, T, hd)
-  return o_proj_->forward(a.transpose(1, 2).reshape({b, t, h * hd}));    // (B, T, C)
+  auto core = [opt, module = name()](const std::vector<Tensor>& in) {
+    ModuleScope scope(module);
+    return std::vector<Tensor>{scaled_dot_product_attention(in[0], in[1], in[2], opt)};
+  };
+  const std::vector<Tensor> in = {q, k, qkv[2].transpose(1, 2)};
+  // Selective recompute of the core attention; the flash kernel keeps no (T, T) tensor to drop.
+  Tensor a = recompute_core && kernel == AttentionKernel::eager ? autograd::checkpoint(core, in)[0]
+                                                                : core(in)[0];  // (B, H, T, hd)
+  return o_proj_->forward(a.transpose(1, 2).reshape({b, t, h * hd}));          // (B, T, C)
 }
 
 LlamaDecoderLayer::LlamaDecoderLayer(const ModelConfig& c, int64_t index, const nn::Init& init) {
@@ -61,13 +75,39 @@ LlamaDecoderLayer::LlamaDecoderLayer(const ModelConfig& c, int64_t index, const 
 }
 
 std::vector<Tensor> LlamaDecoderLayer::forward(const Tensor& x, const RopeTables& rope, const ModelConfig& c,
-                                               AttentionKernel kernel, bool training) const {
-  Tensor x1 = add(x, self_attn_->forward(input_layernorm_->forward(x), rope, c, kernel, training));  // (B, T, C)
-  Tensor h = post_attention_layernorm_->forward(x1);                                                  // (B, T, C)
-  if (moe_ == nullptr) return {add(x1, mlp_->forward(h))};
-  RouterStats stats;
-  Tensor y = moe_->forward(h, stats);
-  return {add(x1, y), stats.prob_sum, stats.topk_counts};
+                                               AttentionKernel kernel, bool training,
+                                               const memory::LayerRecompute& rc) const {
+  // input_layernorm -> q/k/v projections; with norm recompute the norm's output is freed once the
+  // projections saved it, and comes back before the first of their backwards.
+  std::vector<Tensor> qkv = memory::with_discarded_outputs(
+      rc.norm, [this](const std::vector<Tensor>& in) { return std::vector<Tensor>{input_layernorm_->forward(in[0])}; },
+      {x}, [this, &c](const std::vector<Tensor>& h) { return self_attn_->project(h[0], c); });
+  Tensor x1 = add(x, self_attn_->attend(qkv, rope, c, kernel, training, rc.core_attn));  // (B, T, C)
+  auto norm2 = [this](const std::vector<Tensor>& in) {
+    return std::vector<Tensor>{post_attention_layernorm_->forward(in[0])};
+  };
+  if (moe_ == nullptr && rc.mlp) {  // the whole MLP in one checkpoint (the norm's consumer)
+    Tensor m = memory::with_discarded_outputs(rc.norm, norm2, {x1}, [this](const std::vector<Tensor>& h) {
+      return autograd::checkpoint(
+          [this](const std::vector<Tensor>& hh) { return std::vector<Tensor>{mlp_->forward(hh[0])}; }, h);
+    })[0];  // (B, T, C)
+    return {add(x1, m)};
+  }
+  if (moe_ == nullptr) {  // gate_proj and up_proj consume the norm's output
+    std::vector<Tensor> gate_up = memory::with_discarded_outputs(
+        rc.norm, norm2, {x1}, [this](const std::vector<Tensor>& h) { return mlp_->project(h[0]); });
+    return {add(x1, mlp_->finish(gate_up, rc.activation))};
+  }
+  // Sparse layer: the block returns {y, router prob_sum, top-k counts}.
+  auto block = [this, recompute_act = rc.moe_act](const std::vector<Tensor>& h) {
+    RouterStats stats;
+    Tensor y = moe_->forward(h[0], stats, recompute_act);
+    return std::vector<Tensor>{y, stats.prob_sum, stats.topk_counts};
+  };
+  std::vector<Tensor> out = memory::with_discarded_outputs(rc.norm, norm2, {x1}, [&](const std::vector<Tensor>& h) {
+    return rc.moe ? autograd::checkpoint(block, h) : block(h);
+  });
+  return {add(x1, out[0]), out[1], out[2]};
 }
 
 Llama::Llama(const ModelConfig& c, const nn::Init& init) : CausalLM(c) {
@@ -92,16 +132,17 @@ ModelOutput Llama::forward_hidden(const Tensor& ids) const {
   const RopeTables rope = rope_tables(t, config_.head_size(), config_.rope_theta, embed_tokens_->weight().dtype(),
                                       ids.device());
   Tensor x = embed_tokens_->forward(ids);  // (B, T, C)
+  std::vector<std::vector<Tensor>> extras;
+  x = run_layers(
+      x,
+      [this, rope](int64_t l, const std::vector<Tensor>& in) {
+        return (*layers_)[size_t(l)].forward(in[0], rope, config_, attention_kernel(), is_training(),
+                                             recompute_of(l));
+      },
+      &extras);
   std::vector<RouterStats> routers;
-  for (size_t l = 0; l < layers_->size(); ++l) {
-    const LlamaDecoderLayer& layer = (*layers_)[l];
-    LayerFn fn = [&layer, rope, this](const std::vector<Tensor>& in) {
-      return layer.forward(in[0], rope, config_, attention_kernel(), is_training());
-    };
-    std::vector<Tensor> out = run_layer(int64_t(l), fn, {x});
-    x = out[0];
-    if (layer.sparse()) routers.push_back({out[1], out[2], ids.numel()});
-  }
+  for (const std::vector<Tensor>& e : extras)
+    if (e.size() == 2) routers.push_back({e[0], e[1], ids.numel()});
   ModelOutput result{norm_->forward(x), Tensor(), Tensor()};
   if (!routers.empty()) result.aux_loss = load_balancing_loss(routers, config_.num_experts);
   return result;

@@ -11,9 +11,12 @@ namespace tidal::models {
 class LlamaAttention : public nn::Module {
  public:
   LlamaAttention(const ModelConfig& c, const nn::Init& init);
-  // x (B, T, C) -> (B, T, C)
-  Tensor forward(const Tensor& x, const RopeTables& rope, const ModelConfig& c, AttentionKernel kernel,
-                 bool training) const;
+  // The projections: h (B, T, C) normalized -> {q (B, T, H, hd), k (B, T, Hkv, hd), v (B, T, Hkv, hd)}.
+  std::vector<Tensor> project(const Tensor& h, const ModelConfig& c) const;
+  // The rest: QK-norm, RoPE, the attention core (checkpointed with `recompute_core` under the eager
+  // kernel) and the output projection -> (B, T, C).
+  Tensor attend(const std::vector<Tensor>& qkv, const RopeTables& rope, const ModelConfig& c, AttentionKernel kernel,
+                bool training, bool recompute_core) const;
 
  private:
   nn::Linear* q_proj_;
@@ -29,7 +32,7 @@ class LlamaDecoderLayer : public nn::Module {
   LlamaDecoderLayer(const ModelConfig& c, int64_t index, const nn::Init& init);
   // {x (B, T, C)} -> {x} for dense layers, {x, router prob_sum (E), top-k counts (k, E)} for sparse.
   std::vector<Tensor> forward(const Tensor& x, const RopeTables& rope, const ModelConfig& c, AttentionKernel kernel,
-                              bool training) const;
+                              bool training, const memory::LayerRecompute& rc) const;
   bool sparse() const { return moe_ != nullptr; }
 
  private:

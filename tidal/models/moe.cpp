@@ -2,6 +2,7 @@
 
 #include "tidal/autograd/checkpoint.h"
 #include "tidal/autograd/grad_mode.h"
+#include "tidal/memory/checkpoint_without_output.h"
 #include "tidal/memory_scope.h"
 #include "tidal/ops/activation.h"
 #include "tidal/ops/elementwise.h"
@@ -18,9 +19,16 @@ SwiGluMlp::SwiGluMlp(int64_t hidden, int64_t ffn, const nn::Init& init) {
   down_proj_ = &register_module("down_proj", std::make_unique<nn::Linear>(ffn, hidden, false, init));
 }
 
-Tensor SwiGluMlp::forward(const Tensor& x) const {
-  return down_proj_->forward(swiglu(gate_proj_->forward(x), up_proj_->forward(x)));
+std::vector<Tensor> SwiGluMlp::project(const Tensor& x) const { return {gate_proj_->forward(x), up_proj_->forward(x)}; }
+
+Tensor SwiGluMlp::finish(const std::vector<Tensor>& gate_up, bool recompute_act) const {
+  ModuleScope scope(name());  // the SwiGLU's saved inputs
+  return memory::with_discarded_outputs(
+      recompute_act, [](const std::vector<Tensor>& in) { return std::vector<Tensor>{swiglu(in[0], in[1])}; },
+      gate_up, [this](const std::vector<Tensor>& a) { return std::vector<Tensor>{down_proj_->forward(a[0])}; })[0];
 }
+
+Tensor SwiGluMlp::forward(const Tensor& x, bool recompute_act) const { return finish(project(x), recompute_act); }
 
 SparseMoeBlock::SparseMoeBlock(const ModelConfig& c, const nn::Init& init)
     : experts_(c.num_experts), top_k_(c.num_experts_per_tok), norm_topk_(c.norm_topk_prob) {
@@ -45,8 +53,9 @@ std::vector<int64_t> expert_counts(const Tensor& choices, int64_t experts) {
 
 }  // namespace
 
-Tensor SparseMoeBlock::forward(const Tensor& x, RouterStats& stats) const {
+Tensor SparseMoeBlock::forward(const Tensor& x, RouterStats& stats, bool recompute_act) const {
   OpScope op("moe");
+  ModuleScope scope(name());
   const int64_t b = x.size(0), t = x.size(1), c = x.size(2), n = b * t;
   Tensor flat = x.reshape({n, c});                                   // (N, C)
   Tensor probs = softmax(gate_->forward(flat).to(DType::f32), -1);   // (N, E) router probabilities
@@ -71,7 +80,7 @@ Tensor SparseMoeBlock::forward(const Tensor& x, RouterStats& stats) const {
     const int64_t m = counts[size_t(e)];
     if (m == 0) continue;
     Tensor tokens = slot_token.narrow(0, start, m);                  // (m)
-    Tensor y = (*experts_list_)[size_t(e)].forward(index_select(flat, 0, tokens));  // (m, C)
+    Tensor y = (*experts_list_)[size_t(e)].forward(index_select(flat, 0, tokens), recompute_act);  // (m, C)
     outs.push_back(mul(y, slot_weight.narrow(0, start, m).unsqueeze(1)));
     start += m;
   }

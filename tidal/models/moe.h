@@ -12,7 +12,13 @@ namespace tidal::models {
 class SwiGluMlp : public nn::Module {
  public:
   SwiGluMlp(int64_t hidden, int64_t ffn, const nn::Init& init);
-  Tensor forward(const Tensor& x) const;  // (..., C) -> (..., C)
+  // (..., C) -> (..., C); `recompute_act`: the SwiGLU output is freed once down_proj saved it and
+  // recomputed before down_proj's backward (activation-function / moe_act recompute).
+  Tensor forward(const Tensor& x, bool recompute_act = false) const;
+  // The two halves, for callers that need the projections' outputs: {gate (..., F), up (..., F)}, then
+  // down_proj(swiglu(gate, up)).
+  std::vector<Tensor> project(const Tensor& x) const;
+  Tensor finish(const std::vector<Tensor>& gate_up, bool recompute_act) const;
 
  private:
   nn::Linear* gate_proj_;
@@ -31,8 +37,8 @@ struct RouterStats {
 class SparseMoeBlock : public nn::Module {
  public:
   SparseMoeBlock(const ModelConfig& c, const nn::Init& init);
-  // x (B, T, C) -> (B, T, C); fills `stats` for the auxiliary loss.
-  Tensor forward(const Tensor& x, RouterStats& stats) const;
+  // x (B, T, C) -> (B, T, C); fills `stats` for the auxiliary loss. `recompute_act`: moe_act.
+  Tensor forward(const Tensor& x, RouterStats& stats, bool recompute_act = false) const;
 
  private:
   int64_t experts_, top_k_;

@@ -27,32 +27,47 @@ Linear::Linear(int64_t in, int64_t out, bool bias, const Init& init, double std_
   if (bias) bias_ = register_parameter("bias", constant_parameter({out}, 0.0, init));
 }
 
-Tensor Linear::forward(const Tensor& x) const { return linear(x, weight_, bias_); }
+Tensor Linear::forward(const Tensor& x) const {
+  ModuleScope scope(name());
+  return linear(x, weight_, bias_);
+}
 
 Conv1D::Conv1D(int64_t in, int64_t out, const Init& init, double std_override) {
   weight_ = register_parameter("weight", normal_parameter({in, out}, std_override > 0 ? std_override : init.std, init));
   bias_ = register_parameter("bias", constant_parameter({out}, 0.0, init));
 }
 
-Tensor Conv1D::forward(const Tensor& x) const { return linear(x, weight_.t(), bias_); }
+Tensor Conv1D::forward(const Tensor& x) const {
+  ModuleScope scope(name());
+  return linear(x, weight_.t(), bias_);
+}
 
 Embedding::Embedding(int64_t num, int64_t dim, const Init& init) {
   weight_ = register_parameter("weight", normal_parameter({num, dim}, init.std, init));
 }
 
-Tensor Embedding::forward(const Tensor& ids) const { return embedding(weight_, ids); }
+Tensor Embedding::forward(const Tensor& ids) const {
+  ModuleScope scope(name());
+  return embedding(weight_, ids);
+}
 
 LayerNorm::LayerNorm(int64_t dim, double eps, const Init& init) : eps_(eps) {
   weight_ = register_parameter("weight", constant_parameter({dim}, 1.0, init));
   bias_ = register_parameter("bias", constant_parameter({dim}, 0.0, init));
 }
 
-Tensor LayerNorm::forward(const Tensor& x) const { return layer_norm(x, weight_, bias_, eps_); }
+Tensor LayerNorm::forward(const Tensor& x) const {
+  ModuleScope scope(name());
+  return layer_norm(x, weight_, bias_, eps_);
+}
 
 RMSNorm::RMSNorm(int64_t dim, double eps, const Init& init) : eps_(eps) {
   weight_ = register_parameter("weight", constant_parameter({dim}, 1.0, init));
 }
 
-Tensor RMSNorm::forward(const Tensor& x) const { return rms_norm(x, weight_, eps_); }
+Tensor RMSNorm::forward(const Tensor& x) const {
+  ModuleScope scope(name());
+  return rms_norm(x, weight_, eps_);
+}
 
 }  // namespace tidal::nn

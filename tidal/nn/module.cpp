@@ -41,6 +41,11 @@ void Module::zero_grad() const {
   for (const Tensor& p : parameters()) p.zero_grad();
 }
 
+void Module::assign_names(const std::string& prefix) {
+  name_ = prefix;
+  for (auto& [n, child] : children_) child->assign_names(prefix.empty() ? n : prefix + "." + n);
+}
+
 void Module::train(bool on) {
   training_ = on;
   for (auto& [name, child] : children_) child->train(on);

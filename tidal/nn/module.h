@@ -33,6 +33,11 @@ class Module {
   void load_state_dict(const std::map<std::string, Tensor>& state, bool strict = true);
   std::map<std::string, Tensor> state_dict() const;
 
+  // Dotted names ("model.layers.0.mlp"), set for the whole tree by assign_names() on the root;
+  // forward() runs under a ModuleScope with it, so saved tensors and allocations know their module.
+  void assign_names(const std::string& prefix = "");
+  const char* name() const { return name_.c_str(); }
+
  protected:
   // Registers a parameter (requires_grad is set; accounted as MemoryCategory::parameter when
   // created under MemoryScope(parameter)) and returns it.
@@ -50,6 +55,7 @@ class Module {
   std::vector<std::pair<std::string, Tensor>> params_;
   std::vector<std::pair<std::string, std::unique_ptr<Module>>> children_;
   bool training_ = true;
+  std::string name_;
 };
 
 // Children named "0", "1", ... (Hugging Face's nn.ModuleList naming).

@@ -49,6 +49,15 @@ Flags train_flags() {
       .option("eval-iters", "validation batches per evaluation", "N")
       .option("metrics-json", "keep a JSON file of settings, per-step metrics and the summary", "FILE")
       .flag("no-progress", "no progress bar")
+      .option("recompute-granularity", "full or selective activation recompute (docs/recompute.md)", "G")
+      .option("recompute-method", "with full: uniform (groups of N layers) or block (the first N layers)", "M")
+      .option("recompute-num-layers", "N for --recompute-method", "N")
+      .flag("recompute-activation-function", "free MLP activation outputs, recompute them in backward")
+      .option("recompute-activation-function-num-layers", "how many layers (default: all)", "N")
+      .flag("recompute-norm", "free norm outputs, recompute them in backward")
+      .option("recompute-norm-num-layers", "how many layers (default: all)", "N")
+      .option("recompute-modules", "selective recompute of core_attn,mlp,norm,moe_act,moe", "LIST")
+      .flag("report-memory", "print the table of tensors saved for backward in the first step")
       .option("sample-prompt", "text to continue with the trained model at the end", "TEXT")
       .option("sample-tokens", "tokens to generate for the sample (default 64 with a prompt)", "N");
   return f;
@@ -145,6 +154,11 @@ TrainArgs parse_train_args(const std::vector<std::string>& argv) {
   a.eval_interval = f.integer("eval-interval", a.eval_interval, 0, kBig);
   a.eval_iters = f.integer("eval-iters", a.eval_iters, 1, kBig);
   a.metrics_json = f.str("metrics-json");
+  a.recompute = memory::parse_recompute(
+      f.str("recompute-granularity"), f.str("recompute-method"), f.integer("recompute-num-layers", -1, 0, kBig),
+      f.flag_on("recompute-activation-function"), f.integer("recompute-activation-function-num-layers", -1, 0, kBig),
+      f.flag_on("recompute-norm"), f.integer("recompute-norm-num-layers", -1, 0, kBig), f.str("recompute-modules"), m);
+  a.report_memory = f.flag_on("report-memory");
   a.progress = !f.flag_on("no-progress");
   a.sample_prompt = f.str("sample-prompt");
   a.sample_tokens = f.integer("sample-tokens", a.sample_prompt.empty() ? 0 : 64, 0, 100000);
@@ -188,6 +202,7 @@ nlohmann::json TrainArgs::to_json() const {
   j["log_interval"] = log_interval;
   j["eval_interval"] = eval_interval;
   j["eval_iters"] = eval_iters;
+  j["recompute"] = recompute.to_json();
   return j;
 }
 

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "tidal/base/flags.h"
+#include "tidal/memory/recompute.h"
 #include "tidal/models/config.h"
 
 namespace tidal::train {
@@ -44,6 +45,8 @@ struct TrainArgs {
   int64_t eval_iters = 10;
   std::string metrics_json;
   bool progress = true;               // a progress bar when stdout is a terminal
+  memory::RecomputeConfig recompute;  // --recompute-* (validated against the model)
+  bool report_memory = false;         // print the saved-tensor table of the first step
   std::string sample_prompt;          // printed sample at the end ("" : none)
   int64_t sample_tokens = 0;
 

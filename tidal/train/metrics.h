@@ -25,6 +25,8 @@ class MetricsWriter {
   void add_step(const StepMetrics& m);
   // The summary fields; memory from the device and host allocators' stats.
   void set_summary(double final_loss, double final_val_loss, const MemoryStats& device, const MemoryStats& host);
+  // An extra summary field (later features add theirs; the documented ones stay).
+  void set_summary_field(const std::string& key, nlohmann::json value) { summary_[key] = std::move(value); }
   void write() const;
   const std::vector<StepMetrics>& steps() const { return steps_; }
   double median_step_ms() const;

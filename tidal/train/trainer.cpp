@@ -7,7 +7,9 @@
 #include <memory>
 #include <optional>
 
+#include "tidal/autograd/checkpoint.h"
 #include "tidal/autograd/grad_mode.h"
+#include "tidal/autograd/saved_tensor_log.h"
 #include "tidal/data/gpt_dataset.h"
 #include "tidal/data/tokenizer.h"
 #include "tidal/memory_scope.h"
@@ -135,6 +137,8 @@ TrainResult run_training(const TrainArgs& args, std::FILE* out) {
   manual_seed(args.seed);
   std::unique_ptr<models::CausalLM> model = models::create_model(config);
   model->set_attention_kernel(args.attention == "eager" ? AttentionKernel::eager : AttentionKernel::flash);
+  const std::vector<memory::LayerRecompute> plan = memory::plan_recompute(args.recompute, config);
+  if (args.recompute.any()) model->set_recompute(plan);
   if (!args.pretrained.empty()) {
     model->load_hf_state_dict(models::load_pretrained_dir(args.pretrained).weights);
   }
@@ -178,9 +182,20 @@ TrainResult run_training(const TrainArgs& args, std::FILE* out) {
   std::fprintf(out, "model: %s (%s), %lld parameters; data: %s\n", config.model_type.c_str(), args.model_source.c_str(),
                (long long)model->num_parameters(), data.description.c_str());
   std::fprintf(out, "training %lld iterations of %lld x %lld tokens (micro-batch %lld, %lld accumulation steps), "
-               "%s attention\n",
+               "%s attention, recompute: %s\n",
                (long long)args.train_iters, (long long)args.global_batch_size, (long long)args.seq_length,
-               (long long)args.micro_batch_size, (long long)accum, args.attention.c_str());
+               (long long)args.micro_batch_size, (long long)accum, args.attention.c_str(),
+               args.recompute.describe().c_str());
+  if (args.recompute.any() && args.attention == "flash")
+    for (const memory::LayerRecompute& p : plan)
+      if (p.core_attn) {
+        std::fprintf(out, "note: core_attn recompute does nothing with flash attention, which keeps no (s x s) "
+                     "tensor for backward (only q, k, v, the output and the log-sum-exp); use --attention eager to "
+                     "see it matter\n");
+        break;
+      }
+  std::vector<autograd::SavedTensorRecord> saved_tensors;  // of the first micro-batch
+  const int64_t recompute_ns0 = autograd::recompute_time_ns();
 
   TrainResult result;
   result.iterations = start;
@@ -201,8 +216,19 @@ TrainResult run_training(const TrainArgs& args, std::FILE* out) {
     for (int64_t m = 0; m < accum; ++m) {
       const Tensor tokens = loader.next(args.micro_batch_size).tokens;  // (B, T + 1)
       const int64_t t = tokens.size(1) - 1;
-      const models::ModelOutput o = model->forward(tokens.narrow(1, 0, t));
-      Tensor loss = models::causal_lm_loss(o, tokens.narrow(1, 1, t), aux_coef);
+      Tensor loss;
+      {
+        std::optional<autograd::SavedTensorLog> log;
+        if (saved_tensors.empty()) log.emplace();
+        const models::ModelOutput o = model->forward(tokens.narrow(1, 0, t));
+        loss = models::causal_lm_loss(o, tokens.narrow(1, 1, t), aux_coef);
+        if (log) saved_tensors = log->snapshot();
+      }
+      if (args.report_memory && it == start + 1 && m == 0) {
+        progress.clear();
+        std::fprintf(out, "\ntensors saved for backward in the first micro-batch (recompute: %s):\n%s\n",
+                     args.recompute.describe().c_str(), autograd::saved_tensors_table(saved_tensors).c_str());
+      }
       const double value = loss.item<double>();
       TIDAL_CHECK(std::isfinite(value), "the loss became ", value, " at iteration ", it,
                   ": training diverged; try a lower --lr (now ", args.lr, ") or a longer --lr-warmup-iters");
@@ -249,6 +275,21 @@ TrainResult run_training(const TrainArgs& args, std::FILE* out) {
 
   const MemoryStats dev = device.stats();
   metrics.set_summary(result.final_loss, result.final_val_loss, dev, host.stats());
+  nlohmann::json rc;
+  rc["mode"] = args.recompute.describe();
+  rc["recomputed_layers"] = nlohmann::json::array();
+  for (size_t l = 0; l < plan.size(); ++l)
+    if (plan[l].any()) {
+      nlohmann::json what = nlohmann::json::array();
+      for (auto [on, name] : {std::pair{plan[l].full, "full"}, {plan[l].core_attn, "core_attn"}, {plan[l].mlp, "mlp"},
+                              {plan[l].moe, "moe"}, {plan[l].moe_act, "moe_act"}, {plan[l].activation, "activation"},
+                              {plan[l].norm, "norm"}})
+        if (on) what.push_back(name);
+      rc["recomputed_layers"].push_back({{"layer", l}, {"policies", what}});
+    }
+  rc["recompute_ms"] = double(autograd::recompute_time_ns() - recompute_ns0) / 1e6;
+  metrics.set_summary_field("recompute", rc);
+  metrics.set_summary_field("saved_tensors", autograd::saved_tensors_json(saved_tensors));
   metrics.write();
   std::fprintf(out, "\nmemory at the device peak (%s of %s reserved):\n%s", format_bytes(dev.peak_allocated).c_str(),
                format_bytes(dev.peak_reserved).c_str(), format_breakdown(dev).c_str());

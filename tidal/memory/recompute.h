@@ -1,0 +1,62 @@
+#pragma once
+// Activation recompute policies with Megatron-LM / MindSpeed-LLM's flags and rules (docs/recompute.md):
+//   --recompute-granularity full|selective   --recompute-method uniform|block   --recompute-num-layers N
+//   --recompute-activation-function [--recompute-activation-function-num-layers M]
+//   --recompute-norm [--recompute-norm-num-layers M]
+//   --recompute-modules core_attn,mlp,norm,moe_act,moe
+// A RecomputeConfig is validated against the model and turned into a per-layer plan the models follow.
+#include <cstdint>
+#include <nlohmann/json_fwd.hpp>
+#include <string>
+#include <vector>
+
+#include "tidal/models/config.h"
+
+namespace tidal::memory {
+
+enum class Granularity { none, full, selective };
+enum class RecomputeMethod { none, uniform, block };
+
+struct RecomputeConfig {
+  Granularity granularity = Granularity::none;
+  RecomputeMethod method = RecomputeMethod::none;
+  int64_t num_layers = -1;             // --recompute-num-layers (full only); -1: not given
+  bool activation_function = false;
+  int64_t activation_num_layers = -1;  // -1: every layer eligible
+  bool norm = false;
+  int64_t norm_num_layers = -1;
+  std::vector<std::string> modules;    // --recompute-modules (selective); empty: core_attn
+
+  bool any() const { return granularity != Granularity::none || activation_function || norm; }
+  // A short description: "full uniform 1", "selective core_attn", "activation-function (layers 0-3)", ...
+  std::string describe() const;
+  nlohmann::json to_json() const;
+};
+
+// What layer `index` does. A layer is either inside a full-recompute checkpoint (group_start says
+// where a group of `group_size` layers begins) or gets the finer policies.
+struct LayerRecompute {
+  bool full = false;
+  bool group_start = false;
+  int64_t group_size = 1;
+  bool core_attn = false;     // checkpoint the attention core (eager: scores, softmax, dropout, @v)
+  bool mlp = false;           // checkpoint the dense MLP
+  bool moe = false;           // checkpoint the whole sparse MoE block
+  bool moe_act = false;       // output-discarding recompute of each expert's activation
+  bool activation = false;    // output-discarding recompute of the dense MLP's activation
+  bool norm = false;          // output-discarding recompute of the layer's two norms
+  bool any() const { return full || core_attn || mlp || moe || moe_act || activation || norm; }
+};
+
+// Parses the flag values (as given; empty strings for absent flags) and validates them against the
+// model. Throws tidal::Error with the rule that was broken.
+RecomputeConfig parse_recompute(const std::string& granularity, const std::string& method, int64_t num_layers,
+                                bool activation_function, int64_t activation_num_layers, bool norm,
+                                int64_t norm_num_layers, const std::string& modules,
+                                const models::ModelConfig& model);
+
+// The per-layer plan (MindSpeed's layer choice: with full-block recompute of N layers, the next M
+// layers get activation / norm recompute; a layer never gets both).
+std::vector<LayerRecompute> plan_recompute(const RecomputeConfig& c, const models::ModelConfig& model);
+
+}  // namespace tidal::memory
