@@ -1,0 +1,37 @@
+#pragma once
+// Analytic activation memory (docs/memory.md): the bytes each layer keeps for backward under each
+// recompute policy, for GPT-2, Llama/Qwen3 and Qwen3-MoE, and the peak over a training step — in
+// the spirit of Korthikanti et al. (2022), but counting exactly what tidal's kernels save (f32
+// activations, fused norms, flash or eager attention). The peak comes from replaying the step's
+// saves and frees in order: the forward pass, then backward layer by layer with recomputes.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "tidal/memory/recompute.h"
+#include "tidal/models/config.h"
+#include "tidal/ops/attention.h"
+
+namespace tidal::memory {
+
+struct ActivationInputs {
+  int64_t batch = 1;
+  int64_t seq = 1;
+  AttentionKernel kernel = AttentionKernel::flash;
+  bool training = true;              // dropout active (where the config has it)
+  std::vector<LayerRecompute> plan;  // empty: no recompute
+  int64_t element_size = 4;          // activations' dtype (f32)
+};
+
+struct ActivationEstimate {
+  int64_t peak = 0;                      // highest activation bytes over forward + backward
+  int64_t after_forward = 0;             // held when the forward pass (and the loss) is done
+  std::vector<int64_t> layer_kept;       // held per layer after forward
+  std::vector<int64_t> layer_full;       // what each layer would hold without recompute
+  int64_t outside_layers = 0;            // embeddings, final norm, LM head input, loss (not logits)
+  std::string peak_at;                   // where the peak happens, in words
+};
+
+ActivationEstimate estimate_activations(const models::ModelConfig& config, const ActivationInputs& in);
+
+}  // namespace tidal::memory
