@@ -5,6 +5,7 @@
 
 #include "tidal/ops/elementwise.h"
 #include "tidal/ops/random.h"
+#include "tidal/ops/random.h"
 #include "tidal/ops/reduce.h"
 
 namespace tidal {
@@ -68,5 +69,17 @@ BENCHMARK(BM_TransposeCopy)->Arg(2048)->UseRealTime();
 BENCHMARK(BM_SumRows)->Arg(8192)->UseRealTime();
 BENCHMARK(BM_SumLastDim)->Arg(8192)->UseRealTime();
 
+}  // namespace
+}  // namespace tidal
+
+namespace tidal {
+namespace {
+// Dropout on eager attention's probabilities (12 heads x 1024 x 1024): mask generation dominates.
+void BM_Dropout(benchmark::State& state) {
+  Tensor x = rand({12, 1024, 1024});
+  for (auto _ : state) benchmark::DoNotOptimize(dropout(x, 0.1));
+  bench::set_gbps(state, double(x.numel()) * (4 + 4 + 1));
+}
+BENCHMARK(BM_Dropout)->UseRealTime()->Unit(benchmark::kMillisecond);
 }  // namespace
 }  // namespace tidal

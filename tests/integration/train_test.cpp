@@ -154,3 +154,35 @@ TEST(Train, TinyLlamaLearnsTinyShakespeare) {
 }
 
 }  // namespace tidal::train
+
+namespace tidal::train {
+TEST(Train, RecomputeFlagsReportAndMetrics) {
+  const std::string dir = fresh_dir("recompute");
+  const std::string path = dir + "/metrics.json";
+  TrainResult plain = train(with(kTiny, {"--train-iters", "3", "--attention", "eager"}));
+  TrainResult r = train(with(kTiny, {"--train-iters", "3", "--attention", "eager", "--metrics-json", path,
+                                     "--recompute-granularity", "full", "--recompute-method", "block",
+                                     "--recompute-num-layers", "1", "--recompute-activation-function"}));
+  EXPECT_EQ(r.losses, plain.losses);  // recompute changes memory and time, never numbers
+  const nlohmann::json j = nlohmann::json::parse(io::read_file(path));
+  const nlohmann::json& rc = j["summary"]["recompute"];
+  EXPECT_EQ(rc["mode"], "full block 1 + activation-function (all layers)");
+  ASSERT_EQ(rc["recomputed_layers"].size(), 2u);
+  EXPECT_EQ(rc["recomputed_layers"][0]["policies"][0], "full");
+  EXPECT_EQ(rc["recomputed_layers"][1]["policies"][0], "activation");
+  EXPECT_GT(rc["recompute_ms"].get<double>(), 0.0);
+  int64_t kept = 0, recomputed = 0, discarded = 0;
+  for (const nlohmann::json& t : j["summary"]["saved_tensors"]) {
+    for (const char* k : {"layer", "module", "name", "shape", "dtype", "bytes", "policy"}) ASSERT_TRUE(t.contains(k)) << k;
+    const std::string policy = t["policy"];
+    if (policy == "kept") kept += t["bytes"].get<int64_t>();
+    if (policy == "recomputed") ++recomputed;
+    if (policy == "discarded") ++discarded;
+  }
+  EXPECT_GT(kept, 0);
+  EXPECT_GT(recomputed, 5);  // layer 0's saves
+  EXPECT_EQ(discarded, 1);   // layer 1's GELU output
+  EXPECT_THROW(train(with(kTiny, {"--recompute-granularity", "full"})), Error);
+  EXPECT_THROW(train(with(kTiny, {"--recompute-modules", "moe"})), Error);
+}
+}  // namespace tidal::train

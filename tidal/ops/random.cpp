@@ -1,5 +1,6 @@
 #include "tidal/ops/random.h"
 
+#include <algorithm>
 #include <mutex>
 
 #include "tidal/backend/cpu/dispatch.h"
@@ -51,8 +52,12 @@ struct DropoutBackward : autograd::Node {
       T* op = out.data<T>();
       const A sc = A(scale);
       cpu::parallel_for(0, g.numel(), 32768, [&](int64_t b, int64_t e) {
+        const T* g_ = gp;  // locals, so the loop vectorizes
+        const uint8_t* m_ = mp;
+        T* o_ = op;
+        const A s_ = sc;
 #pragma omp simd
-        for (int64_t i = b; i < e; ++i) op[i] = cpu::store_as<T>(mp[i] ? A(gp[i]) * sc : A(0));
+        for (int64_t i = b; i < e; ++i) o_[i] = cpu::store_as<T>(m_[i] ? A(g_[i]) * s_ : A(0));
       });
     });
     return {out};
@@ -135,16 +140,26 @@ Tensor dropout(const Tensor& x, double p, bool training) {
       T* op = out.data<T>();
       uint8_t* mp = mask.data<uint8_t>();
       const A sc = A(scale);
-      // One Philox block gives 4 consecutive positions (start is a multiple of 4).
+      // One Philox block gives 4 consecutive positions (start is a multiple of 4); blocks are drawn
+      // 256 at a time into a buffer, then the mask and the scaling run as one vectorized loop.
       const int64_t n = x.numel(), blocks = (n + 3) / 4;
-      cpu::parallel_for(0, blocks, 4096, [&](int64_t b0, int64_t b1) {
-        for (int64_t blk = b0; blk < b1; ++blk) {
-          const std::array<uint32_t, 4> r = cpu::philox4x32(start / 4 + uint64_t(blk), st.seed);
-          for (int64_t lane = 0; lane < 4 && blk * 4 + lane < n; ++lane) {
-            const int64_t i = blk * 4 + lane;
-            const uint8_t keep = cpu::u32_to_unit(r[size_t(lane)]) >= pf;
-            mp[i] = keep;
-            op[i] = T(keep ? A(xp[i]) * sc : A(0));
+      constexpr int64_t kChunk = 256;  // blocks per buffer
+      cpu::parallel_for(0, (blocks + kChunk - 1) / kChunk, 16, [&](int64_t c0, int64_t c1) {
+        alignas(64) uint32_t bits[4 * kChunk];
+        const T* x_ = xp;  // locals: pointers read through the closure keep the loop scalar
+        T* o_ = op;
+        uint8_t* m_ = mp;
+        const float p_ = pf;
+        const A s_ = sc;
+        for (int64_t c = c0; c < c1; ++c) {
+          const int64_t b0 = c * kChunk, nb = std::min(kChunk, blocks - b0);
+          cpu::philox4x32_fill(start / 4 + uint64_t(b0), st.seed, nb, bits);
+          const int64_t i0 = b0 * 4, m = std::min(nb * 4, n - i0);
+#pragma omp simd
+          for (int64_t e = 0; e < m; ++e) {
+            const bool keep = cpu::u32_to_unit(bits[e]) >= p_;
+            m_[i0 + e] = uint8_t(keep);
+            o_[i0 + e] = cpu::store_as<T>(keep ? A(x_[i0 + e]) * s_ : A(0));
           }
         }
       });

@@ -90,10 +90,7 @@ template <typename A>
 void dropout_factors(uint64_t seed, uint64_t pos0, int64_t n, float p, A keep_scale, A* z, uint32_t* bits) {
   const uint64_t first = pos0 / 4;
   const int64_t lane0 = int64_t(pos0 % 4), blocks = (lane0 + n + 3) / 4;
-  for (int64_t blk = 0; blk < blocks; ++blk) {
-    const std::array<uint32_t, 4> r = philox4x32(first + uint64_t(blk), seed);
-    for (int e = 0; e < 4; ++e) bits[4 * blk + e] = r[size_t(e)];
-  }
+  philox4x32_fill(first, seed, blocks, bits);
 #pragma omp simd
   for (int64_t c = 0; c < n; ++c) z[c] = u32_to_unit(bits[lane0 + c]) >= p ? keep_scale : A(0);
 }
