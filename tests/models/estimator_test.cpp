@@ -109,3 +109,36 @@ TEST(Estimator, Qwen3Eager) { check("tiny-qwen3", AttentionKernel::eager, false)
 TEST(Estimator, Qwen3MoeFlash) { check("tiny-qwen3-moe", AttentionKernel::flash, false); }
 
 }  // namespace tidal::models
+
+namespace tidal::models {
+TEST(Estimator, OrderingNoneSelectiveFullAndFullUniformOneKeepsLayerInputs) {
+  ModelConfig c = preset("tiny-llama");
+  c.num_hidden_layers = 6;
+  c.max_position_embeddings = 512;
+  manual_seed(1);
+  auto model = create_model(c);
+  model->set_attention_kernel(AttentionKernel::eager);
+  manual_seed(2);
+  Tensor tokens = randint(0, c.vocab_size, {2, 129});
+  auto peak_of = [&](const std::string& g, const std::string& method, int64_t n) {
+    model->set_recompute(g.empty() ? std::vector<memory::LayerRecompute>{}
+                                   : memory::plan_recompute(memory::parse_recompute(g, method, n, false, -1, false,
+                                                                                    -1, "", c), c));
+    return measure(*model, tokens);
+  };
+  const Measured none = peak_of("", "", -1), selective = peak_of("selective", "", -1),
+                 full = peak_of("full", "uniform", 1);
+  EXPECT_GT(none.peak, selective.peak);
+  EXPECT_GT(selective.peak, full.peak);
+  // Full uniform 1: after forward, one layer input (4Nh bytes) per layer plus what lives outside the
+  // layers; the peak adds about one layer's working set.
+  memory::ActivationInputs in;
+  in.batch = 2;
+  in.seq = 128;
+  in.kernel = AttentionKernel::eager;
+  const memory::ActivationEstimate plain = memory::estimate_activations(c, in);
+  const int64_t input = 4 * 2 * 128 * c.hidden_size;
+  EXPECT_EQ(full.after_forward, c.num_hidden_layers * input + plain.outside_layers);
+  EXPECT_TRUE(within(full.peak, (c.num_hidden_layers - 1) * input + plain.layer_full.back(), 0.02));
+}
+}  // namespace tidal::models
