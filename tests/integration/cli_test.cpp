@@ -1,29 +1,15 @@
 // The `tidal` command line as a user runs it: exit codes and messages.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 
-#include <cstdio>
+#include <cstdlib>
 #include <string>
+
+#include "tests/integration/run_command.h"
 
 namespace {
 
-struct Result {
-  int code = -1;
-  std::string output;  // stdout and stderr
-};
-
-Result run(const std::string& env_and_args) {
-  const std::string cmd = env_and_args.empty() ? std::string(TIDAL_BINARY_DIR "/tidal") : env_and_args;
-  Result r;
-  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
-  if (p == nullptr) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.output.append(buf, n);
-  const int status = pclose(p);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
+using Result = tidal::testing::CommandResult;
+Result run(const std::string& cmd) { return tidal::testing::run_command(cmd); }
 
 const std::string kTidal = TIDAL_BINARY_DIR "/tidal";
 const std::string kSmall = " demo --steps 3 --layers 1 --dim 32 --ffn 32 --seq-length 16 --batch 2 --log-interval 1";

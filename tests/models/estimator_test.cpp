@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "tests/support/recompute_modes.h"
 #include "tidal/memory/estimator.h"
 #include "tidal/models/causal_lm.h"
 #include "tidal/ops/random.h"
@@ -16,16 +17,7 @@
 namespace tidal::models {
 namespace {
 
-struct Mode {
-  std::string name;
-  std::string granularity, method;
-  int64_t n = -1;
-  bool act = false;
-  int64_t act_n = -1;
-  bool norm = false;
-  int64_t norm_n = -1;
-  std::string modules;
-};
+using Mode = testing::RecomputeMode;
 
 struct Measured {
   int64_t peak = 0, after_forward = 0;
@@ -80,8 +72,7 @@ void check(const char* preset_name, AttentionKernel kernel, bool dropout) {
       {"activation + norm 2", "", "", -1, true, -1, true, 2},
   };
   for (const Mode& m : modes) {
-    const memory::RecomputeConfig rc =
-        memory::parse_recompute(m.granularity, m.method, m.n, m.act, m.act_n, m.norm, m.norm_n, m.modules, c);
+    const memory::RecomputeConfig rc = m.parse(c);
     std::vector<memory::LayerRecompute> plan = memory::plan_recompute(rc, c);
     model->set_recompute(m.name == "none" ? std::vector<memory::LayerRecompute>{} : plan);
     manual_seed(3);

@@ -7,9 +7,9 @@
 #pragma GCC diagnostic ignored "-Wmissing-field-initializers"
 
 #include "tests/support/gradcheck.h"
+#include "tests/support/recompute_modes.h"
 #include "tidal/autograd/checkpoint.h"
 #include "tidal/memory/checkpoint_without_output.h"
-#include "tidal/memory/recompute.h"
 #include "tidal/models/causal_lm.h"
 #include "tidal/ops/elementwise.h"
 #include "tidal/ops/random.h"
@@ -17,20 +17,9 @@
 namespace tidal::models {
 namespace {
 
-struct Mode {
-  std::string name;
-  std::string granularity, method;
-  int64_t n = -1;
-  bool act = false;
-  int64_t act_n = -1;
-  bool norm = false;
-  int64_t norm_n = -1;
-  std::string modules;
-};
+using Mode = testing::RecomputeMode;
 
-memory::RecomputeConfig parse(const Mode& m, const ModelConfig& c) {
-  return memory::parse_recompute(m.granularity, m.method, m.n, m.act, m.act_n, m.norm, m.norm_n, m.modules, c);
-}
+memory::RecomputeConfig parse(const Mode& m, const ModelConfig& c) { return m.parse(c); }
 
 std::vector<Mode> modes(bool moe) {
   std::vector<Mode> v = {
