@@ -85,7 +85,7 @@ class CheckpointHooks : public SavedTensorHooks {
  public:
   explicit CheckpointHooks(std::shared_ptr<Frame> frame) : frame_(std::move(frame)) {}
   std::shared_ptr<void> pack(const Tensor&) override { return std::make_shared<size_t>(frame_->num_saved++); }
-  const char* policy() const override { return "recomputed"; }
+  const char* policy(const std::shared_ptr<void>&) const override { return "recomputed"; }
   Tensor unpack(const std::shared_ptr<void>& packed) override {
     const size_t k = *static_cast<const size_t*>(packed.get());
     if (frame_->recomputed.empty() || frame_->served[k]) frame_->replay();

@@ -28,8 +28,8 @@ SavedTensor::SavedTensor(const Tensor& t) {
   dtype_ = t.dtype();
   Tensor plain = t.detach();
   if (auto hooks = current_saved_tensor_hooks()) {
-    SavedTensorLog::note(plain, hooks->policy());
     packed_ = hooks->pack(plain);
+    SavedTensorLog::note(plain, hooks->policy(packed_));
     hooks_ = std::move(hooks);
     state_ = State::hooked;
     return;

@@ -18,8 +18,9 @@ class SavedTensorHooks {
   // Called when the node's backward needs the tensor back; must return the same values, shape and dtype.
   // The returned tensor counts as an activation until the node's backward has run.
   virtual Tensor unpack(const std::shared_ptr<void>& packed) = 0;
-  // What these hooks do to saved tensors, for the memory report ("recomputed", "offloaded", ...).
-  virtual const char* policy() const { return "hooked"; }
+  // What these hooks did to a saved tensor (given what pack returned), for the memory report:
+  // "recomputed", "offloaded", "kept", ...
+  virtual const char* policy(const std::shared_ptr<void>& /*packed*/) const { return "hooked"; }
 };
 
 // Pushes hooks for the scope (RAII). The innermost hooks win. Pushing nullptr disables hooks in

@@ -28,10 +28,11 @@ void SavedTensorLog::note(const Tensor& t, const char* hooks_policy) {
   e.record.dtype = t.dtype();
   e.record.bytes = t.storage()->nbytes();
   e.record.policy = hooks_policy != nullptr ? hooks_policy : "kept";
+  // Kept by hooks is kept: its bytes stay and can be discarded later like any other.
   e.record.category = c == MemoryCategory::logits ? "logits" : "activation";
   e.storage = t.storage();
   e.storage_id = t.storage()->id();
-  e.hooked = hooks_policy != nullptr;
+  e.hooked = hooks_policy != nullptr && std::string(hooks_policy) != "kept";
   t_log->entries_.push_back(std::move(e));
 }
 

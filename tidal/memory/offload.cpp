@@ -1,0 +1,363 @@
+// Note [Offload lifetime]
+// Pack (forward, inside block b): a tensor the check accepts gets an Entry per storage (a storage saved
+// twice is copied once). Its storage is marked as saved (an activation on the device), an event on the
+// compute stream orders the copy after everything computed so far, and the D2H stream copies the bytes
+// to a host buffer (or, through the staging buffer, to the spill file). The saved tensor holds a Handle:
+// the entry plus the view (shape, strides, offset) it saved.
+// Release: when block b+1 starts, every entry of block b waits for its D2H event (normally done long
+// ago) and releases its device bytes: Storage::release keeps the object, so handles stay valid.
+// Unpack (backward): the first unpack of block b issues prefetches of blocks b-1 ... b-depth (device
+// bytes rematerialized, then an H2D copy each); the unpacked entry waits on its own H2D event only. The
+// last block keeps its tensors; its first unpack starts the prefetch of the blocks before it.
+// An entry ends with its last handle, after the backward of the nodes that saved it: it unmarks the
+// storage and gives back its host buffer or file region. Copies hold shared references to what they
+// read and write, so nothing is freed under a copy in flight. Errors of the copy streams surface at
+// the event waits above, as tidal::Error.
+#include "tidal/memory/offload.h"
+
+#include <atomic>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <vector>
+
+#include "tidal/base/clock.h"
+#include "tidal/memory/spill_file.h"
+#include "tidal/memory_scope.h"
+#include "tidal/stream.h"
+
+namespace tidal::memory {
+
+double OffloadStats::overlap_fraction() const {
+  const int64_t copy = d2h_ns + h2d_ns;
+  if (copy == 0) return 1.0;
+  return std::max(0.0, 1.0 - double(exposed_wait_ns) / double(copy));
+}
+
+namespace {
+
+struct Entry;
+
+struct Counters {
+  std::atomic<int64_t> offloaded_bytes{0}, kept_bytes{0}, offloaded_tensors{0}, d2h_ns{0}, h2d_ns{0},
+      exposed_wait_ns{0};
+};
+
+}  // namespace
+
+struct Offloader::Impl {
+  OffloadOptions options;
+  Stream d2h{"offload d2h"}, h2d{"offload h2d"};
+  std::unique_ptr<SpillFile> spill;
+  std::shared_ptr<Storage> d2h_staging, h2d_staging;  // disk tier, one per copy stream
+  Counters counters;
+  int64_t micro_batch = 0;
+  // The current micro-batch: entries by storage id (one copy per storage), and per block.
+  std::map<uint64_t, std::weak_ptr<Entry>> by_storage;
+  std::map<int64_t, std::vector<std::weak_ptr<Entry>>> blocks;
+  std::map<int64_t, bool> prefetched;
+
+  void release_block(int64_t block);
+  void prefetch_from(int64_t block);
+  void ensure_prefetched(Entry& e);
+  void wait(Event& ev) {
+    if (ev.query()) {
+      ev.synchronize();  // done: only rethrows a stored error
+      return;
+    }
+    const int64_t t0 = now_ns();
+    ev.synchronize();
+    counters.exposed_wait_ns += now_ns() - t0;
+  }
+};
+
+namespace {
+
+enum class State { copying_out, offloaded, prefetching, on_device };
+
+struct Entry {
+  Offloader::Impl* owner;
+  int64_t micro_batch, block, index;
+  std::shared_ptr<Storage> storage;   // device bytes: released while offloaded, same object throughout
+  std::shared_ptr<Storage> host;      // host tier
+  int64_t file_offset = -1;           // disk tier
+  Event d2h_done, h2d_done;
+  State state = State::copying_out;
+
+  ~Entry() {
+    // Copies in flight hold their own references; wait so the file region is not reused under them.
+    try {
+      if (state == State::copying_out) d2h_done.synchronize();
+      if (state == State::prefetching) h2d_done.synchronize();
+    } catch (...) {  // the error was (or will be) reported where the step waits
+    }
+    storage->unmark_saved();
+    if (file_offset >= 0) owner->spill->release(file_offset);
+  }
+};
+
+// What a hooked saved tensor holds: an entry and its view, or the tensor itself when it stays.
+struct Handle {
+  std::shared_ptr<Entry> entry;
+  Tensor kept;  // not offloaded (parameter, rejected, last block, host cap reached)
+  Shape shape, strides;
+  int64_t offset = 0;
+  DType dtype = DType::f32;
+  int64_t block = 0;
+  ~Handle() {
+    if (kept.defined()) kept.storage()->unmark_saved();
+  }
+};
+
+int64_t time_task(std::atomic<int64_t>& total, const std::function<void()>& f) {
+  const int64_t t0 = now_ns();
+  f();
+  const int64_t dt = now_ns() - t0;
+  total += dt;
+  return dt;
+}
+
+bool never_offloaded(const Tensor& t) {
+  const std::shared_ptr<Storage>& s = t.storage();
+  const MemoryCategory c = s->base_category();
+  return s->nbytes() == 0 || c == MemoryCategory::parameter || c == MemoryCategory::gradient ||
+         c == MemoryCategory::optimizer_state || !s->is_materialized() || t.is_meta();
+}
+
+class OffloadHooks : public autograd::SavedTensorHooks {
+ public:
+  OffloadHooks(Offloader::Impl& impl, int64_t block, bool last, OffloadCheck check)
+      : impl_(impl), block_(block), last_(last), check_(std::move(check)) {}
+
+  const char* policy(const std::shared_ptr<void>& packed) const override {
+    return static_cast<const Handle*>(packed.get())->kept.defined() ? "kept" : "offloaded";
+  }
+
+  std::shared_ptr<void> pack(const Tensor& t) override {
+    auto h = std::make_shared<Handle>();
+    h->block = block_;
+    if (last_ || never_offloaded(t) || (check_ && !check_(t))) return keep(h, t);
+    const std::shared_ptr<Storage>& s = t.storage();
+    std::shared_ptr<Entry> e = impl_.by_storage[s->id()].lock();
+    if (!e) {
+      const OffloadOptions& o = impl_.options;
+      if (o.target == OffloadTarget::host && o.host_limit > 0 &&
+          host_allocator().stats().allocated + s->nbytes() > o.host_limit) {
+        impl_.counters.kept_bytes += s->nbytes();
+        return keep(h, t);
+      }
+      e = start_copy(s);
+    }
+    h->entry = e;
+    h->shape = t.shape();
+    h->strides = t.strides();
+    h->offset = t.offset();
+    h->dtype = t.dtype();
+    return h;
+  }
+
+  Tensor unpack(const std::shared_ptr<void>& packed) override {
+    Handle& h = *static_cast<Handle*>(packed.get());
+    if (!impl_.prefetched[h.block]) {  // the block's first unpack: start bringing the earlier ones back
+      impl_.prefetched[h.block] = true;
+      impl_.prefetch_from(h.block);
+    }
+    if (h.kept.defined()) return h.kept;
+    Entry& e = *h.entry;
+    impl_.ensure_prefetched(e);
+    if (e.state == State::prefetching) {
+      impl_.wait(e.h2d_done);
+      e.state = State::on_device;
+    }
+    return Tensor(e.storage, h.shape, h.strides, h.offset, h.dtype);
+  }
+
+ private:
+  std::shared_ptr<void> keep(const std::shared_ptr<Handle>& h, const Tensor& t) {
+    h->kept = t;
+    t.storage()->mark_saved();
+    return h;
+  }
+
+  std::shared_ptr<Entry> start_copy(const std::shared_ptr<Storage>& s) {
+    auto e = std::make_shared<Entry>();
+    e->owner = &impl_;
+    e->micro_batch = impl_.micro_batch;
+    e->block = block_;
+    e->index = int64_t(impl_.blocks[block_].size());
+    e->storage = s;
+    s->mark_saved();
+    const int64_t n = s->nbytes();
+    Event computed;
+    computed.record(Stream::compute());
+    impl_.d2h.wait(computed);
+    Counters& c = impl_.counters;
+    if (impl_.options.target == OffloadTarget::host) {
+      e->host = Storage::make_host(n);
+      impl_.d2h.enqueue([s, host = e->host, n, &c] {
+        time_task(c.d2h_ns, [&] { std::memcpy(host->data(), s->data(), size_t(n)); });
+      }, "offload d2h");
+    } else {
+      e->file_offset = impl_.spill->allocate(n);
+      impl_.d2h.enqueue([s, n, off = e->file_offset, impl = &impl_, &c] {
+        time_task(c.d2h_ns, [&] {
+          impl->spill->write(off, s->data(), n, impl->d2h_staging->data(), impl->d2h_staging->nbytes());
+        });
+      }, "offload d2h (disk)");
+    }
+    e->d2h_done.record(impl_.d2h);
+    c.offloaded_bytes += n;
+    ++c.offloaded_tensors;
+    impl_.by_storage[s->id()] = e;
+    impl_.blocks[block_].push_back(e);
+    return e;
+  }
+
+  Offloader::Impl& impl_;
+  int64_t block_;
+  bool last_;
+  OffloadCheck check_;
+};
+
+}  // namespace
+
+void Offloader::Impl::release_block(int64_t block) {
+  auto it = blocks.find(block);
+  if (it == blocks.end()) return;
+  for (const std::weak_ptr<Entry>& w : it->second) {
+    std::shared_ptr<Entry> e = w.lock();
+    if (!e || e->state != State::copying_out) continue;
+    wait(e->d2h_done);
+    e->storage->release();
+    e->state = State::offloaded;
+  }
+}
+
+void Offloader::Impl::ensure_prefetched(Entry& e) {
+  if (e.state == State::copying_out) {  // backward reached it before its block was released
+    wait(e.d2h_done);
+    e.state = State::on_device;
+    return;
+  }
+  if (e.state != State::offloaded) return;
+  e.storage->rematerialize();
+  const std::shared_ptr<Storage> s = e.storage;
+  const int64_t n = s->nbytes();
+  Counters& c = counters;
+  if (options.target == OffloadTarget::host) {
+    h2d.enqueue([s, host = e.host, n, &c] {
+      time_task(c.h2d_ns, [&] { std::memcpy(s->data(), host->data(), size_t(n)); });
+    }, "offload h2d");
+  } else {
+    h2d.enqueue([s, n, off = e.file_offset, this, &c] {
+      time_task(c.h2d_ns, [&] { spill->read(off, s->data(), n, h2d_staging->data(), h2d_staging->nbytes()); });
+    }, "offload h2d (disk)");
+  }
+  e.h2d_done.record(h2d);
+  e.state = State::prefetching;
+}
+
+void Offloader::Impl::prefetch_from(int64_t block) {
+  for (int64_t b = block; b >= std::max<int64_t>(0, block - options.prefetch_depth); --b) {
+    auto it = blocks.find(b);
+    if (it == blocks.end()) continue;
+    for (const std::weak_ptr<Entry>& w : it->second)
+      if (std::shared_ptr<Entry> e = w.lock()) ensure_prefetched(*e);
+  }
+}
+
+Offloader::Offloader(OffloadOptions options) : options_(std::move(options)), impl_(std::make_unique<Impl>()) {
+  TIDAL_CHECK(options_.prefetch_depth >= 0, "[offload] prefetch depth must be >= 0, got ", options_.prefetch_depth);
+  TIDAL_CHECK(options_.host_limit >= 0, "[offload] the host limit must be >= 0 bytes");
+  impl_->options = options_;
+  if (options_.target == OffloadTarget::disk) {
+    TIDAL_CHECK(options_.staging_bytes > 0, "[offload] the staging buffer must be > 0 bytes");
+    impl_->spill = std::make_unique<SpillFile>(options_.dir);
+    impl_->d2h_staging = Storage::make_host(options_.staging_bytes);
+    impl_->h2d_staging = Storage::make_host(options_.staging_bytes);
+  }
+}
+
+Offloader::~Offloader() {
+  try {
+    impl_->d2h.synchronize();
+    impl_->h2d.synchronize();
+  } catch (...) {  // reported where the step waited; nothing more to do at teardown
+  }
+}
+
+void Offloader::begin_micro_batch() {
+  ++impl_->micro_batch;
+  impl_->by_storage.clear();
+  impl_->blocks.clear();
+  impl_->prefetched.clear();
+}
+
+OffloadStats Offloader::stats() const {
+  const Counters& c = impl_->counters;
+  OffloadStats s;
+  s.offloaded_bytes = c.offloaded_bytes;
+  s.kept_bytes = c.kept_bytes;
+  s.offloaded_tensors = c.offloaded_tensors;
+  s.d2h_ns = c.d2h_ns;
+  s.h2d_ns = c.h2d_ns;
+  s.exposed_wait_ns = c.exposed_wait_ns;
+  return s;
+}
+
+void Offloader::reset_stats() {
+  Counters& c = impl_->counters;
+  c.offloaded_bytes = c.kept_bytes = c.offloaded_tensors = c.d2h_ns = c.h2d_ns = c.exposed_wait_ns = 0;
+}
+
+AsyncOffload::AsyncOffload(Offloader& offloader, OffloadBlock block) {
+  TIDAL_CHECK(block.depth >= 1 && block.block_idx >= 0 && block.block_idx < block.depth, "[offload] block ",
+              block.block_idx, " is outside [0, ", block.depth, ")");
+  Offloader::Impl& impl = offloader.impl();
+  impl.release_block(block.block_idx - 1);
+  const bool last = block.block_idx == block.depth - 1;
+  guard_ = std::make_unique<autograd::SavedTensorHooksGuard>(
+      std::make_shared<OffloadHooks>(impl, block.block_idx, last, std::move(block.check)));
+}
+
+AsyncOffload::~AsyncOffload() = default;
+
+void validate_offload_policy(const std::string& name) {
+  if (name == "all" || name == "layer-input" || name == "core-attn") return;
+  if (name.rfind("min-bytes=", 0) == 0) {
+    size_t used = 0;
+    int64_t n = -1;
+    try {
+      n = std::stoll(name.substr(10), &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    TIDAL_CHECK(used == name.size() - 10 && used > 0 && n >= 0, "[offload] policy '", name,
+                "': min-bytes=N needs a byte count N >= 0");
+    return;
+  }
+  TIDAL_CHECK(false, "[offload] unknown policy '", name, "'; valid are layer-input, core-attn, all, min-bytes=N");
+}
+
+OffloadCheck make_offload_policy(const std::string& name, const Tensor& block_input) {
+  validate_offload_policy(name);
+  if (name == "all") return nullptr;
+  if (name == "layer-input") {
+    const uint64_t id = block_input.defined() ? block_input.storage()->id() : 0;
+    return [id](const Tensor& t) { return t.storage()->id() == id; };
+  }
+  if (name == "core-attn") {
+    return [](const Tensor&) {
+      const MemoryContext& ctx = memory_context();
+      const std::string module = ctx.module != nullptr ? ctx.module : "";
+      const std::string op = ctx.op != nullptr ? ctx.op : "";
+      const bool attn = module.size() >= 4 && module.compare(module.size() - 4, 4, "attn") == 0;
+      return attn && (op == "matmul" || op == "scaled_masked_softmax" || op == "dropout" ||
+                      op == "scaled_dot_product_attention");
+    };
+  }
+  const int64_t min_bytes = std::stoll(name.substr(10));
+  return [min_bytes](const Tensor& t) { return t.storage()->nbytes() >= min_bytes; };
+}
+
+}  // namespace tidal::memory

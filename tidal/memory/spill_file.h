@@ -1,0 +1,36 @@
+#pragma once
+// The disk tier of activation offload: one anonymous spill file (unlinked as soon as it is opened, so
+// nothing is left on disk when the process ends, however it ends), regions allocated first-fit, and
+// copies that go through a bounded staging buffer as they would from an accelerator's memory.
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+
+namespace tidal::memory {
+
+class SpillFile {
+ public:
+  explicit SpillFile(const std::string& dir);
+  ~SpillFile();
+  SpillFile(const SpillFile&) = delete;
+  SpillFile& operator=(const SpillFile&) = delete;
+
+  int64_t allocate(int64_t bytes);  // an offset; thread-safe
+  void release(int64_t offset);
+  // Copies through `staging` (staging_bytes large) in chunks; throws tidal::Error naming the
+  // directory on an I/O error. Safe to call from several threads on disjoint regions.
+  void write(int64_t offset, const void* src, int64_t bytes, void* staging, int64_t staging_bytes);
+  void read(int64_t offset, void* dst, int64_t bytes, void* staging, int64_t staging_bytes);
+  int64_t size() const;
+
+ private:
+  std::string dir_;
+  int fd_ = -1;
+  mutable std::mutex mu_;
+  std::map<int64_t, int64_t> used_;  // offset -> bytes
+  std::multimap<int64_t, int64_t> free_;  // bytes -> offset
+  int64_t end_ = 0;
+};
+
+}  // namespace tidal::memory
