@@ -49,6 +49,11 @@ class Storage {
   void unmark_saved();
   int saved_count() const { return saved_count_; }
 
+  // Set by output-discarding recompute on the outputs it will free and recompute: offload skips them
+  // (sending away bytes that are about to be freed and rebuilt buys nothing).
+  bool will_recompute() const { return will_recompute_; }
+  void set_will_recompute() { will_recompute_ = true; }
+
   // Bumped by every in-place write; saved tensors compare it at unpack.
   uint64_t version() const { return version_; }
   void bump_version() { ++version_; }
@@ -67,6 +72,7 @@ class Storage {
   MemoryCategory category_;
   bool materialized_ = false;
   int saved_count_ = 0;
+  bool will_recompute_ = false;
   uint64_t version_ = 0;
   uint64_t id_;
   const char* op_ = nullptr;

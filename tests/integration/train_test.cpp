@@ -44,6 +44,16 @@ std::vector<std::string> with(std::vector<std::string> base, const std::vector<s
   return base;
 }
 
+// What parse_train_args says about `flags`: its error message, or "no error".
+std::string message(const std::vector<std::string>& flags) {
+  try {
+    parse_train_args(flags);
+  } catch (const tidal::Error& e) {
+    return std::string(e.what());
+  }
+  return std::string("no error");
+}
+
 }  // namespace
 
 TEST(Train, ResumingGivesBitwiseIdenticalLosses) {
@@ -93,14 +103,6 @@ TEST(Train, MetricsJsonHasTheDocumentedFields) {
 }
 
 TEST(Train, FlagErrorsNameTheProblem) {
-  auto message = [](std::vector<std::string> flags) {
-    try {
-      parse_train_args(flags);
-    } catch (const tidal::Error& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
-  };
   EXPECT_NE(message({"--num-layer", "2"}).find("did you mean --num-layers"), std::string::npos);
   EXPECT_NE(message({"--model", "tiny-gpt2", "--config", "x.json"}).find("conflict"), std::string::npos);
   EXPECT_NE(message({"--mock-data", "--data-path", "p"}).find("conflict"), std::string::npos);
@@ -185,4 +187,52 @@ TEST(Train, RecomputeFlagsReportAndMetrics) {
   EXPECT_THROW(train(with(kTiny, {"--recompute-granularity", "full"})), Error);
   EXPECT_THROW(train(with(kTiny, {"--recompute-modules", "moe"})), Error);
 }
+
+TEST(Train, ActivationOffloadKeepsLossesAndReportsItsCopies) {
+  const std::string dir = fresh_dir("offload");
+  const std::string path = dir + "/metrics.json";
+  TrainResult plain = train(with(kTiny, {"--train-iters", "3"}));
+  for (const std::string target : {"host", "disk"}) {
+    std::vector<std::string> flags = with(kTiny, {"--train-iters", "3", "--metrics-json", path, "--activation-offload",
+                                                  "--offload-target", target, "--offload-prefetch-depth", "2"});
+    if (target == "disk") flags = with(flags, {"--offload-dir", dir});
+    TrainResult r = train(flags);
+    EXPECT_EQ(r.losses, plain.losses) << target;  // offload moves bytes, never changes numbers
+    const nlohmann::json j = nlohmann::json::parse(io::read_file(path));
+    const nlohmann::json& o = j["summary"]["offload"];
+    // tiny-gpt2 has 2 layers: layer 0 is offloaded, the last layer stays.
+    EXPECT_GT(o["offloaded_bytes_per_step"].get<double>(), 0.0) << target;
+    EXPECT_EQ(o["kept_on_device_bytes_per_step"].get<double>(), 0.0) << target;
+    EXPECT_GT(o["d2h_ms"].get<double>(), 0.0) << target;
+    EXPECT_GT(o["h2d_ms"].get<double>(), 0.0) << target;
+    EXPECT_GE(o["overlap_fraction"].get<double>(), 0.0) << target;
+    EXPECT_LE(o["overlap_fraction"].get<double>(), 1.0) << target;
+    int64_t offloaded = 0;
+    for (const nlohmann::json& t : j["summary"]["saved_tensors"])
+      if (t["policy"] == "offloaded") {
+        EXPECT_EQ(t["layer"], 0) << target;
+        offloaded += t["bytes"].get<int64_t>();
+      }
+    EXPECT_GT(offloaded, 0) << target;
+    EXPECT_EQ(j["config"]["offload"]["target"], target);
+  }
+  EXPECT_NE(message({"--offload-policy", "all"}).find("needs --activation-offload"), std::string::npos);
+  EXPECT_NE(message({"--activation-offload", "--offload-policy", "most"}).find("valid are"), std::string::npos);
+  EXPECT_NE(message({"--activation-offload", "--offload-policy", "min-bytes=x"}).find("byte count"), std::string::npos);
+  EXPECT_NE(message({"--activation-offload", "--offload-target", "gpu"}).find("host or disk"), std::string::npos);
+  EXPECT_NE(message({"--activation-offload", "--offload-target", "disk"}).find("--offload-dir"), std::string::npos);
+  EXPECT_NE(message({"--activation-offload", "--offload-dir", "/tmp"}).find("is for --offload-target disk"),
+            std::string::npos);
+  EXPECT_NE(message({"--activation-offload", "--offload-host-limit", "lots"}).find("lots"), std::string::npos);
+  EXPECT_NE(message({"--activation-offload", "--offload-policy", "core-attn", "--recompute-granularity", "selective"})
+                .find("nothing to offload"),
+            std::string::npos);
+  EXPECT_NE(message({"--activation-offload", "--offload-target", "disk", "--offload-dir", "/nonexistent/x"})
+                .find("no error"),
+            std::string::npos);  // checked when training starts (below)
+  EXPECT_THROW(train(with(kTiny, {"--train-iters", "1", "--activation-offload", "--offload-target", "disk",
+                                  "--offload-dir", "/nonexistent/x"})),
+               Error);
+}
+
 }  // namespace tidal::train

@@ -8,6 +8,7 @@
 
 #include "tests/support/gradcheck.h"
 #include "tests/support/recompute_modes.h"
+#include "tests/support/test_models.h"
 #include "tidal/autograd/checkpoint.h"
 #include "tidal/memory/checkpoint_without_output.h"
 #include "tidal/models/causal_lm.h"
@@ -75,13 +76,8 @@ Result run(CausalLM& model, const Tensor& batch) {
 }
 
 void check_all_modes(const char* preset_name, AttentionKernel kernel) {
-  ModelConfig c = preset(preset_name);
-  c.num_hidden_layers = 3;
-  c.mlp_only_layers = c.is_moe() ? std::vector<int64_t>{1} : std::vector<int64_t>{};  // dense in the middle
-  if (c.is_gpt2()) c.hidden_dropout = c.attention_dropout = 0.1;
-  manual_seed(1);
-  auto model = create_model(c);
-  model->set_attention_kernel(kernel);
+  auto model = testing::make_test_model(preset_name, 3, kernel);
+  const ModelConfig& c = model->config();
   manual_seed(2);
   Tensor batch = randint(0, c.vocab_size, {4, 13});
   const Result plain = run(*model, batch);

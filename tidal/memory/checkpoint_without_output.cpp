@@ -134,6 +134,7 @@ std::vector<Tensor> CheckpointWithoutOutput::run(const autograd::CheckpointFn& f
     s.output_dtypes.push_back(o.dtype());
   }
   if (!autograd::grad_enabled()) return outs;
+  for (const Tensor& o : outs) o.storage()->set_will_recompute();
   // One node, also when no input requires grad: fn may use parameters that do.
   auto node = std::make_shared<CheckpointWithoutOutputBackward>();
   node->state = state_;

@@ -23,6 +23,7 @@ struct Item {
   bool region_input = false;  // kept by the region's checkpoint as its input
   Discard discard = Discard::none;
   bool in_forward = true;     // false: only exists when recomputed (a discarded norm's statistics)
+  bool core = false;          // saved by the attention core (what offload's core-attn policy takes)
 };
 
 struct Dims {
@@ -36,18 +37,18 @@ std::vector<Item> gpt2_layer(const Dims& d, AttentionKernel kernel) {
       {"ln_1 input", n * c * el, Part::attn},
       {"ln_1 mean, rstd", 2 * n * 4, Part::attn, Region::none, false, Discard::norm1, false},
       {"c_attn input", n * c * el, Part::attn, Region::none, false, Discard::norm1},
-      {"q, k, v", n * 3 * c * el, Part::attn, Region::core_attn, true},
+      {"q, k, v", n * 3 * c * el, Part::attn, Region::core_attn, true, Discard::none, true, true},
   };
   if (kernel == AttentionKernel::eager) {
-    v.push_back({"probabilities", bhss * el, Part::attn, Region::core_attn});
+    v.push_back({"probabilities", bhss * el, Part::attn, Region::core_attn, false, Discard::none, true, true});
     if (d.drop_attn) {
-      v.push_back({"dropout mask", bhss, Part::attn, Region::core_attn});
-      v.push_back({"dropped probabilities", bhss * el, Part::attn, Region::core_attn});
+      v.push_back({"dropout mask", bhss, Part::attn, Region::core_attn, false, Discard::none, true, true});
+      v.push_back({"dropped probabilities", bhss * el, Part::attn, Region::core_attn, false, Discard::none, true, true});
     }
     v.push_back({"c_proj input", n * c * el, Part::attn});
   } else {
-    v.push_back({"attention output", n * c * el, Part::attn});
-    v.push_back({"log-sum-exp", d.b * d.h * d.s * 4, Part::attn});
+    v.push_back({"attention output", n * c * el, Part::attn, Region::none, false, Discard::none, true, true});
+    v.push_back({"log-sum-exp", d.b * d.h * d.s * 4, Part::attn, Region::none, false, Discard::none, true, true});
   }
   if (d.drop_hidden) v.push_back({"residual dropout mask", n * c, Part::attn});
   v.push_back({"ln_2 input", n * c * el, Part::mlp});
@@ -59,7 +60,8 @@ std::vector<Item> gpt2_layer(const Dims& d, AttentionKernel kernel) {
   return v;
 }
 
-std::vector<Item> llama_layer(const Dims& d, const models::ModelConfig& cfg, int64_t l, AttentionKernel kernel) {
+std::vector<Item> llama_layer(const Dims& d, const models::ModelConfig& cfg, int64_t l, AttentionKernel kernel,
+                              const std::vector<int64_t>& expert_tokens) {
   const int64_t el = d.el, n = d.n, c = d.c, bhss = d.b * d.h * d.s * d.s;
   std::vector<Item> v = {
       {"input_layernorm input", n * c * el, Part::attn},
@@ -72,31 +74,32 @@ std::vector<Item> llama_layer(const Dims& d, const models::ModelConfig& cfg, int
     v.push_back({"k_norm input", n * d.akv * el, Part::attn});
     v.push_back({"k_norm rstd", n * d.hkv * 4, Part::attn});
   }
-  v.push_back({"q (rotated)", n * d.a * el, Part::attn, Region::core_attn, true});
-  v.push_back({"k (rotated)", n * d.akv * el, Part::attn, Region::core_attn, true});
+  v.push_back({"q (rotated)", n * d.a * el, Part::attn, Region::core_attn, true, Discard::none, true, true});
+  v.push_back({"k (rotated)", n * d.akv * el, Part::attn, Region::core_attn, true, Discard::none, true, true});
   if (kernel == AttentionKernel::eager) {
-    v.push_back({"probabilities", bhss * el, Part::attn, Region::core_attn});
+    v.push_back({"probabilities", bhss * el, Part::attn, Region::core_attn, false, Discard::none, true, true});
     if (d.drop_attn) {
-      v.push_back({"dropout mask", bhss, Part::attn, Region::core_attn});
-      v.push_back({"dropped probabilities", bhss * el, Part::attn, Region::core_attn});
+      v.push_back({"dropout mask", bhss, Part::attn, Region::core_attn, false, Discard::none, true, true});
+      v.push_back({"dropped probabilities", bhss * el, Part::attn, Region::core_attn, false, Discard::none, true, true});
     }
-    v.push_back({"v", n * d.akv * el, Part::attn, Region::core_attn, true});
+    v.push_back({"v", n * d.akv * el, Part::attn, Region::core_attn, true, Discard::none, true, true});
     v.push_back({"o_proj input", n * d.a * el, Part::attn});
   } else {
-    v.push_back({"v", n * d.akv * el, Part::attn, Region::core_attn, true});
-    v.push_back({"attention output", n * d.a * el, Part::attn});
-    v.push_back({"log-sum-exp", d.b * d.h * d.s * 4, Part::attn});
+    v.push_back({"v", n * d.akv * el, Part::attn, Region::core_attn, true, Discard::none, true, true});
+    v.push_back({"attention output", n * d.a * el, Part::attn, Region::none, false, Discard::none, true, true});
+    v.push_back({"log-sum-exp", d.b * d.h * d.s * 4, Part::attn, Region::none, false, Discard::none, true, true});
   }
   v.push_back({"post_attention_layernorm input", n * c * el, Part::mlp});
   v.push_back({"post_attention_layernorm rstd", n * 4, Part::mlp, Region::none, false, Discard::norm2, false});
   if (!cfg.is_moe_layer(l)) {
     v.push_back({"gate/up_proj input", n * c * el, Part::mlp, Region::mlp, true, Discard::norm2});
-    v.push_back({"swiglu gate, up", 2 * n * d.f * el, Part::mlp, Region::mlp});
+    v.push_back({"gate_proj output", n * d.f * el, Part::mlp, Region::mlp});
+    v.push_back({"up_proj output", n * d.f * el, Part::mlp, Region::mlp});
     v.push_back({"down_proj input", n * d.f * el, Part::mlp, Region::mlp, false, Discard::act});
     return v;
   }
-  // Sparse MoE block (moe.cpp): router, top-k bookkeeping, then each expert on its tokens; N*k
-  // (token, expert) slots in all, whatever the routing.
+  // Sparse MoE block (moe.cpp): router, top-k bookkeeping, then each expert on its tokens (N*k
+  // (token, expert) slots in all); each expert's tensors are storages of their own.
   const int64_t slots = n * d.k;
   v.push_back({"router input", n * c * el, Part::mlp, Region::moe, true, Discard::norm2});
   v.push_back({"router probabilities", n * d.e * 4, Part::mlp, Region::moe});
@@ -107,11 +110,15 @@ std::vector<Item> llama_layer(const Dims& d, const models::ModelConfig& cfg, int
   }
   v.push_back({"slot order", slots * 8, Part::mlp, Region::moe});
   v.push_back({"slot tokens", slots * 8, Part::mlp, Region::moe});
-  v.push_back({"expert inputs", slots * c * el, Part::mlp, Region::moe});
-  v.push_back({"expert swiglu gate, up", 2 * slots * d.fm * el, Part::mlp, Region::moe});
-  v.push_back({"expert down_proj inputs", slots * d.fm * el, Part::mlp, Region::moe, false, Discard::act});
   v.push_back({"slot weights", slots * el, Part::mlp, Region::moe});
-  v.push_back({"expert outputs", slots * c * el, Part::mlp, Region::moe});
+  for (const int64_t m : expert_tokens) {
+    if (m == 0) continue;
+    v.push_back({"expert input", m * c * el, Part::mlp, Region::moe});
+    v.push_back({"expert gate_proj output", m * d.fm * el, Part::mlp, Region::moe});
+    v.push_back({"expert up_proj output", m * d.fm * el, Part::mlp, Region::moe});
+    v.push_back({"expert down_proj input", m * d.fm * el, Part::mlp, Region::moe, false, Discard::act});
+    v.push_back({"expert output", m * c * el, Part::mlp, Region::moe});
+  }
   return v;
 }
 
@@ -154,8 +161,26 @@ ActivationEstimate estimate_activations(const models::ModelConfig& cfg, const Ac
   auto plan_of = [&](int64_t l) -> const LayerRecompute& { return in.plan.empty() ? none : in.plan[size_t(l)]; };
 
   std::vector<std::vector<Item>> items(static_cast<size_t>(layers));
-  for (int64_t l = 0; l < layers; ++l)
-    items[size_t(l)] = cfg.is_gpt2() ? gpt2_layer(d, in.kernel) : llama_layer(d, cfg, l, in.kernel);
+  for (int64_t l = 0; l < layers; ++l) {
+    if (cfg.is_gpt2()) {
+      items[size_t(l)] = gpt2_layer(d, in.kernel);
+      continue;
+    }
+    std::vector<int64_t> routed;  // tokens per expert: given, or the even split the planner assumes
+    if (cfg.is_moe_layer(l)) {
+      const int64_t slots = d.n * d.k;
+      if (size_t(l) < in.expert_tokens.size() && !in.expert_tokens[size_t(l)].empty()) {
+        routed = in.expert_tokens[size_t(l)];
+        int64_t total = 0;
+        for (const int64_t m : routed) total += m;
+        TIDAL_CHECK(int64_t(routed.size()) == d.e && total == slots, "[estimator] layer ", l,
+                    ": expert_tokens needs ", d.e, " counts summing to ", slots, " (tokens x top-k)");
+      } else {
+        for (int64_t e = 0; e < d.e; ++e) routed.push_back(slots / d.e + (e < slots % d.e ? 1 : 0));
+      }
+    }
+    items[size_t(l)] = llama_layer(d, cfg, l, in.kernel, routed);
+  }
 
   // Outside the layers: token (and position) ids and the embedding dropout mask before; after, the
   // final norm's input and statistics, the LM head's input, the loss's log-sum-exp and targets (the
@@ -179,86 +204,152 @@ ActivationEstimate estimate_activations(const models::ModelConfig& cfg, const Ac
     }
   };
 
-  // Forward.
-  bump(before, "embedding");
+  // Blocks: what runs as one unit (a layer, or a full-recompute group), the unit offload works on.
+  struct Block {
+    int64_t first, last;  // layers
+    bool full;
+    int64_t offloaded = 0;  // bytes of its saves that leave the device
+  };
+  std::vector<Block> blocks;
   for (int64_t l = 0; l < layers;) {
     const LayerRecompute& p = plan_of(l);
-    if (p.full) {
-      const int64_t g = p.group_start ? p.group_size : 1;
-      const int64_t input = items[size_t(l)][0].bytes;
-      bump(input, "layer " + std::to_string(l) + " checkpoint input");
-      for (int64_t j = l; j < l + g; ++j) {
-        est.layer_kept.push_back(j == l ? input : 0);
+    const int64_t g = p.full && p.group_start ? p.group_size : 1;
+    blocks.push_back({l, l + g - 1, p.full});
+    l += g;
+  }
+  // Which saves offload sends away (memory/offload.cpp's policies; never in the last block).
+  const std::string& policy = in.offload_policy;
+  const int64_t min_bytes = policy.rfind("min-bytes=", 0) == 0 ? std::stoll(policy.substr(10)) : 0;
+  auto offloads = [&](const Item& it, bool block_input) {
+    if (policy.empty()) return false;
+    if (policy == "all") return true;
+    if (policy == "layer-input") return block_input;
+    if (policy == "core-attn") return it.core;
+    return it.bytes >= min_bytes;
+  };
+  auto held = [&](const Item& it, const LayerRecompute& p) {
+    return !(in_region(it, p) && !it.region_input) && !discarded(it, p);
+  };
+  for (size_t bi = 0; bi + 1 < blocks.size(); ++bi) {
+    Block& b = blocks[bi];
+    if (b.full) {
+      const Item& input = items[size_t(b.first)][0];
+      if (offloads(input, true) && !input.core) b.offloaded = input.bytes;
+      continue;
+    }
+    const LayerRecompute& p = plan_of(b.first);
+    const std::vector<Item>& v = items[size_t(b.first)];
+    for (size_t i = 0; i < v.size(); ++i)
+      if (held(v[i], p) && offloads(v[i], i == 0)) b.offloaded += v[i].bytes;
+  }
+
+  // Forward: starting block b releases what block b-1 offloaded.
+  bump(before, "embedding");
+  for (size_t bi = 0; bi < blocks.size(); ++bi) {
+    const Block& b = blocks[bi];
+    if (bi > 0) bump(-blocks[bi - 1].offloaded, "");
+    if (b.full) {
+      const int64_t input = items[size_t(b.first)][0].bytes;
+      bump(input, "layer " + std::to_string(b.first) + " checkpoint input");
+      for (int64_t j = b.first; j <= b.last; ++j) {
+        est.layer_kept.push_back(j == b.first ? input : 0);
         int64_t full = 0;
         for (const Item& it : items[size_t(j)]) full += it.bytes;
         est.layer_full.push_back(full);
       }
-      l += g;
       continue;
     }
-    int64_t kept = 0, full = 0;
+    const int64_t l = b.first;
+    const LayerRecompute& p = plan_of(l);
+    int64_t kept = 0, full = 0, pending = 0;
     for (const Item& it : items[size_t(l)]) {
       full += it.bytes;
       if (in_region(it, p) && !it.region_input) continue;
       if (discarded(it, p)) {  // exists only until its consumers saved it (statistics: not at all)
-        if (it.in_forward) bump(it.bytes, "layer " + std::to_string(l) + " " + it.name);
-        if (it.in_forward) bump(-it.bytes, "");
+        if (!it.in_forward) continue;
+        bump(it.bytes, "layer " + std::to_string(l) + " " + it.name);
+        // The router input's consumer is the whole sparse MoE block: it goes when the block is done.
+        if (it.region == Region::moe && !p.moe) pending += it.bytes;
+        else bump(-it.bytes, "");
         continue;
       }
       bump(it.bytes, "layer " + std::to_string(l) + " " + it.name);
       kept += it.bytes;
     }
+    bump(-pending, "");
     est.layer_kept.push_back(kept);
     est.layer_full.push_back(full);
-    ++l;
   }
   bump(after, "loss");
   est.after_forward = cur;
+  for (const Block& b : blocks) est.offloaded_per_step += b.offloaded;
 
-  // Backward: the loss and the head first, then layer by layer from the last.
+  // Backward: the loss and the head first, then block by block from the last. A block's first
+  // unpack brings back what it and the `prefetch depth` blocks before it offloaded.
   bump(-after, "");
-  for (int64_t l = layers - 1; l >= 0;) {
-    const LayerRecompute& p = plan_of(l);
-    if (p.full) {
-      int64_t first = l;  // the group this layer ends
-      while (!plan_of(first).group_start) --first;
+  std::vector<bool> back(blocks.size(), false);
+  for (size_t bi = blocks.size(); bi-- > 0;) {
+    const Block& b = blocks[bi];
+    for (int64_t j = int64_t(bi); j >= std::max<int64_t>(0, int64_t(bi) - in.offload_prefetch_depth); --j)
+      if (!back[size_t(j)]) {
+        back[size_t(j)] = true;
+        bump(blocks[size_t(j)].offloaded, "backward: block " + std::to_string(j) + " prefetched");
+      }
+    if (b.full) {
       // The replay brings back every item of the group's layers (the input is already held).
       int64_t group = 0;
-      for (int64_t j = first; j <= l; ++j)
+      for (int64_t j = b.first; j <= b.last; ++j)
         for (const Item& it : items[size_t(j)]) group += it.bytes;
-      group -= items[size_t(first)][0].bytes;
-      bump(group, "backward: replay of layers " + std::to_string(first) + "-" + std::to_string(l));
-      bump(-(group + items[size_t(first)][0].bytes), "");
-      l = first - 1;
+      group -= items[size_t(b.first)][0].bytes;
+      bump(group, "backward: replay of layers " + std::to_string(b.first) + "-" + std::to_string(b.last));
+      bump(-(group + items[size_t(b.first)][0].bytes), "");
       continue;
     }
+    const int64_t l = b.first;
+    const LayerRecompute& p = plan_of(l);
     const std::vector<Item>& v = items[size_t(l)];
+    // Items come back before their backward: a region's replay brings its internals (and a discarded
+    // region input), an output-discarding recompute brings the output with its norm's statistics.
+    std::vector<bool> back(v.size(), false);
+    int64_t bytes = 0;
+    auto bring = [&](size_t x) {
+      if (back[x]) return;
+      back[x] = true;
+      bytes += v[x].bytes;
+      if (v[x].discard == Discard::norm1 || v[x].discard == Discard::norm2)
+        for (size_t y = 0; y < v.size(); ++y)
+          if (v[y].discard == v[x].discard && !v[y].in_forward && !back[y]) {
+            back[y] = true;
+            bytes += v[y].bytes;
+          }
+    };
+    auto came_back = [&](const std::string& what) {
+      bump(bytes, "backward: layer " + std::to_string(l) + " " + what);
+      bytes = 0;
+    };
     Region replayed = Region::none;
-    Discard came_back = Discard::none;  // a norm output (and statistics) a region replay brought back
+    bool moe_started = false;
     for (size_t i = v.size(); i-- > 0;) {
       const Item& it = v[i];
       if (in_region(it, p) && replayed != it.region) {  // the region's last save: its replay
         replayed = it.region;
-        // A discarded region input (the norm before a checkpointed MLP) comes back first, through
-        // the pre-hook on the region's output, then the replay brings the internals.
-        int64_t back = 0;
-        Discard comes_back = Discard::none;
-        for (const Item& x : v)
-          if (x.region == it.region && (!x.region_input || discarded(x, p))) {
-            back += x.bytes;
-            if (x.region_input) comes_back = x.discard;
-          }
-        for (const Item& x : v)  // with it, the discarded norm's recomputed statistics
-          if (comes_back != Discard::none && x.discard == comes_back && !x.in_forward) back += x.bytes;
-        came_back = comes_back;
-        bump(back, "backward: layer " + std::to_string(l) + " replay of " +
-                       (it.region == Region::core_attn ? "core attention" : it.region == Region::mlp ? "MLP" : "MoE"));
-      } else if (discarded(it, p) && !(it.discard == came_back && !it.in_forward)) {
-        bump(it.bytes, "backward: layer " + std::to_string(l) + " recomputed " + it.name);
+        for (size_t x = 0; x < v.size(); ++x)
+          if (v[x].region == it.region && (!v[x].region_input || discarded(v[x], p))) bring(x);
+        came_back(std::string("replay of ") +
+                  (it.region == Region::core_attn ? "core attention" : it.region == Region::mlp ? "MLP" : "MoE"));
+      } else if (it.region == Region::moe && !p.moe && !moe_started) {
+        // A discarded router input comes back first, before the backward of the block's output.
+        moe_started = true;
+        for (size_t x = 0; x < v.size(); ++x)
+          if (v[x].region == Region::moe && v[x].region_input && discarded(v[x], p)) bring(x);
+        if (bytes > 0) came_back("recomputed router input");
+      }
+      if (!back[i] && discarded(it, p)) {
+        bring(i);
+        came_back(std::string("recomputed ") + it.name);
       }
       bump(-it.bytes, "");
     }
-    --l;
   }
   bump(-before, "");
   est.peak = peak;

@@ -21,6 +21,13 @@ struct ActivationInputs {
   bool training = true;              // dropout active (where the config has it)
   std::vector<LayerRecompute> plan;  // empty: no recompute
   int64_t element_size = 4;          // activations' dtype (f32)
+  // Activation offload (memory/offload.h): "" none, or the policy (all, layer-input, core-attn,
+  // min-bytes=N); blocks are layers, or full-recompute groups; the last block is never offloaded.
+  std::string offload_policy;
+  int64_t offload_prefetch_depth = 1;
+  // Sparse MoE layers: how many (token, expert) slots each expert got, per layer ([layer][expert]);
+  // a layer without counts assumes an even split (what a meta-device run of the model does).
+  std::vector<std::vector<int64_t>> expert_tokens;
 };
 
 struct ActivationEstimate {
@@ -29,6 +36,7 @@ struct ActivationEstimate {
   std::vector<int64_t> layer_kept;       // held per layer after forward
   std::vector<int64_t> layer_full;       // what each layer would hold without recompute
   int64_t outside_layers = 0;            // embeddings, final norm, LM head input, loss (not logits)
+  int64_t offloaded_per_step = 0;        // device bytes offload sends away in one micro-batch
   std::string peak_at;                   // where the peak happens, in words
 };
 

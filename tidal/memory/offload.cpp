@@ -54,6 +54,7 @@ struct Offloader::Impl {
   int64_t micro_batch = 0;
   // The current micro-batch: entries by storage id (one copy per storage), and per block.
   std::map<uint64_t, std::weak_ptr<Entry>> by_storage;
+  std::map<uint64_t, bool> kept_storage;  // storages whose first save kept them: later saves keep them too
   std::map<int64_t, std::vector<std::weak_ptr<Entry>>> blocks;
   std::map<int64_t, bool> prefetched;
 
@@ -120,7 +121,7 @@ int64_t time_task(std::atomic<int64_t>& total, const std::function<void()>& f) {
 bool never_offloaded(const Tensor& t) {
   const std::shared_ptr<Storage>& s = t.storage();
   const MemoryCategory c = s->base_category();
-  return s->nbytes() == 0 || c == MemoryCategory::parameter || c == MemoryCategory::gradient ||
+  return s->nbytes() == 0 || s->will_recompute() || c == MemoryCategory::parameter || c == MemoryCategory::gradient ||
          c == MemoryCategory::optimizer_state || !s->is_materialized() || t.is_meta();
 }
 
@@ -136,14 +137,20 @@ class OffloadHooks : public autograd::SavedTensorHooks {
   std::shared_ptr<void> pack(const Tensor& t) override {
     auto h = std::make_shared<Handle>();
     h->block = block_;
-    if (last_ || never_offloaded(t) || (check_ && !check_(t))) return keep(h, t);
     const std::shared_ptr<Storage>& s = t.storage();
+    // A storage has one fate in a micro-batch, decided at its first save: a later save of the same
+    // bytes (another op, another block) follows it, so kept bytes are never released under a handle.
     std::shared_ptr<Entry> e = impl_.by_storage[s->id()].lock();
+    if (!e && (impl_.kept_storage.count(s->id()) || last_ || never_offloaded(t) || (check_ && !check_(t)))) {
+      impl_.kept_storage[s->id()] = true;
+      return keep(h, t);
+    }
     if (!e) {
       const OffloadOptions& o = impl_.options;
       if (o.target == OffloadTarget::host && o.host_limit > 0 &&
           host_allocator().stats().allocated + s->nbytes() > o.host_limit) {
         impl_.counters.kept_bytes += s->nbytes();
+        impl_.kept_storage[s->id()] = true;
         return keep(h, t);
       }
       e = start_copy(s);
@@ -289,6 +296,7 @@ Offloader::~Offloader() {
 void Offloader::begin_micro_batch() {
   ++impl_->micro_batch;
   impl_->by_storage.clear();
+  impl_->kept_storage.clear();
   impl_->blocks.clear();
   impl_->prefetched.clear();
 }

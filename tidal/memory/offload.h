@@ -31,9 +31,10 @@ struct OffloadOptions {
   int64_t staging_bytes = 16 << 20; // disk: the bounded staging buffer between device and file
 };
 
-// Which saved tensors a block offloads. Parameters, views of parameters and empty storages are never
-// offloaded; for the others the check decides. It runs at save time, on the compute thread, so it may
-// read memory_context() (op, module, layer of the op that saves).
+// Which saved tensors a block offloads. Parameters, views of parameters, empty storages and outputs
+// that output-discarding recompute will free and rebuild are never offloaded; for the others the check
+// decides. It runs at save time, on the compute thread, so it may read memory_context() (op, module,
+// layer of the op that saves).
 using OffloadCheck = std::function<bool(const Tensor&)>;
 
 struct OffloadStats {

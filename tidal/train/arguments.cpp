@@ -3,6 +3,8 @@
 #include <nlohmann/json.hpp>
 
 #include "tidal/base/error.h"
+#include "tidal/memory/offload.h"
+#include "tidal/memory_stats.h"
 
 namespace tidal::train {
 
@@ -58,6 +60,12 @@ Flags train_flags() {
       .option("recompute-norm-num-layers", "how many layers (default: all)", "N")
       .option("recompute-modules", "selective recompute of core_attn,mlp,norm,moe_act,moe", "LIST")
       .flag("report-memory", "print the table of tensors saved for backward in the first step")
+      .flag("activation-offload", "offload saved activations to host (or disk) during forward (docs/offload.md)")
+      .option("offload-policy", "layer-input, core-attn, all (default) or min-bytes=N", "POLICY")
+      .option("offload-target", "host (default) or disk", "TARGET")
+      .option("offload-dir", "directory of the spill file for --offload-target disk", "DIR")
+      .option("offload-prefetch-depth", "blocks prefetched ahead in backward (default 1)", "K")
+      .option("offload-host-limit", "cap on host memory for offloaded activations, e.g. 4GiB", "BYTES")
       .option("sample-prompt", "text to continue with the trained model at the end", "TEXT")
       .option("sample-tokens", "tokens to generate for the sample (default 64 with a prompt)", "N");
   return f;
@@ -159,6 +167,28 @@ TrainArgs parse_train_args(const std::vector<std::string>& argv) {
       f.flag_on("recompute-activation-function"), f.integer("recompute-activation-function-num-layers", -1, 0, kBig),
       f.flag_on("recompute-norm"), f.integer("recompute-norm-num-layers", -1, 0, kBig), f.str("recompute-modules"), m);
   a.report_memory = f.flag_on("report-memory");
+  a.offload.enabled = f.flag_on("activation-offload");
+  for (const char* flag : {"offload-policy", "offload-target", "offload-dir", "offload-prefetch-depth", "offload-host-limit"})
+    TIDAL_CHECK(a.offload.enabled || !f.has(flag), "tidal train: --", flag, " needs --activation-offload");
+  a.offload.policy = f.str("offload-policy", a.offload.policy);
+  memory::validate_offload_policy(a.offload.policy);
+  a.offload.target = f.str("offload-target", a.offload.target);
+  TIDAL_CHECK(a.offload.target == "host" || a.offload.target == "disk",
+              "tidal train: --offload-target must be host or disk, got '", a.offload.target, "'");
+  a.offload.dir = f.str("offload-dir");
+  TIDAL_CHECK(a.offload.target != "disk" || !a.offload.dir.empty(),
+              "tidal train: --offload-target disk needs --offload-dir PATH (where the spill file goes)");
+  TIDAL_CHECK(a.offload.target == "disk" || a.offload.dir.empty(), "tidal train: --offload-dir is for --offload-target disk");
+  a.offload.prefetch_depth = f.integer("offload-prefetch-depth", a.offload.prefetch_depth, 0, 1 << 20);
+  if (f.has("offload-host-limit")) a.offload.host_limit = parse_bytes(f.str("offload-host-limit"));
+  TIDAL_CHECK(a.offload.host_limit == 0 || a.offload.target == "host",
+              "tidal train: --offload-host-limit is for --offload-target host");
+  if (a.offload.enabled && a.offload.policy == "core-attn") {
+    const std::vector<memory::LayerRecompute> plan = memory::plan_recompute(a.recompute, m);
+    for (const memory::LayerRecompute& p : plan)
+      TIDAL_CHECK(!p.full && !p.core_attn, "tidal train: --offload-policy core-attn has nothing to offload where the "
+                  "attention core is recomputed (", a.recompute.describe(), "); use layer-input, or drop the recompute");
+  }
   a.progress = !f.flag_on("no-progress");
   a.sample_prompt = f.str("sample-prompt");
   a.sample_tokens = f.integer("sample-tokens", a.sample_prompt.empty() ? 0 : 64, 0, 100000);
@@ -203,6 +233,8 @@ nlohmann::json TrainArgs::to_json() const {
   j["eval_interval"] = eval_interval;
   j["eval_iters"] = eval_iters;
   j["recompute"] = recompute.to_json();
+  j["offload"] = {{"enabled", offload.enabled}, {"policy", offload.policy}, {"target", offload.target},
+                  {"dir", offload.dir}, {"prefetch_depth", offload.prefetch_depth}, {"host_limit", offload.host_limit}};
   return j;
 }
 

@@ -46,6 +46,14 @@ struct TrainArgs {
   std::string metrics_json;
   bool progress = true;               // a progress bar when stdout is a terminal
   memory::RecomputeConfig recompute;  // --recompute-* (validated against the model)
+  struct Offload {
+    bool enabled = false;             // --activation-offload
+    std::string policy = "all";       // layer-input | core-attn | all | min-bytes=N
+    std::string target = "host";      // host | disk
+    std::string dir;                  // --offload-dir (disk)
+    int64_t prefetch_depth = 1;
+    int64_t host_limit = 0;           // bytes; 0: none
+  } offload;
   bool report_memory = false;         // print the saved-tensor table of the first step
   std::string sample_prompt;          // printed sample at the end ("" : none)
   int64_t sample_tokens = 0;

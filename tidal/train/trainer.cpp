@@ -12,9 +12,11 @@
 #include "tidal/autograd/saved_tensor_log.h"
 #include "tidal/data/gpt_dataset.h"
 #include "tidal/data/tokenizer.h"
+#include "tidal/memory/offload.h"
 #include "tidal/memory_scope.h"
 #include "tidal/models/causal_lm.h"
 #include "tidal/models/generate.h"
+#include "tidal/models/offload_runner.h"
 #include "tidal/models/pretrained.h"
 #include "tidal/ops/elementwise.h"
 #include "tidal/ops/random.h"
@@ -139,6 +141,17 @@ TrainResult run_training(const TrainArgs& args, std::FILE* out) {
   model->set_attention_kernel(args.attention == "eager" ? AttentionKernel::eager : AttentionKernel::flash);
   const std::vector<memory::LayerRecompute> plan = memory::plan_recompute(args.recompute, config);
   if (args.recompute.any()) model->set_recompute(plan);
+  std::unique_ptr<memory::Offloader> offloader;
+  if (args.offload.enabled) {
+    memory::OffloadOptions o;
+    o.target = args.offload.target == "disk" ? memory::OffloadTarget::disk : memory::OffloadTarget::host;
+    o.dir = args.offload.dir;
+    o.prefetch_depth = int(args.offload.prefetch_depth);
+    o.host_limit = args.offload.host_limit;
+    offloader = std::make_unique<memory::Offloader>(o);
+    model->set_layer_runner(
+        models::offload_layer_runner(*offloader, plan, config.num_hidden_layers, args.offload.policy));
+  }
   if (!args.pretrained.empty()) {
     model->load_hf_state_dict(models::load_pretrained_dir(args.pretrained).weights);
   }
@@ -182,10 +195,11 @@ TrainResult run_training(const TrainArgs& args, std::FILE* out) {
   std::fprintf(out, "model: %s (%s), %lld parameters; data: %s\n", config.model_type.c_str(), args.model_source.c_str(),
                (long long)model->num_parameters(), data.description.c_str());
   std::fprintf(out, "training %lld iterations of %lld x %lld tokens (micro-batch %lld, %lld accumulation steps), "
-               "%s attention, recompute: %s\n",
+               "%s attention, recompute: %s, offload: %s\n",
                (long long)args.train_iters, (long long)args.global_batch_size, (long long)args.seq_length,
                (long long)args.micro_batch_size, (long long)accum, args.attention.c_str(),
-               args.recompute.describe().c_str());
+               args.recompute.describe().c_str(),
+               args.offload.enabled ? (args.offload.policy + " to " + args.offload.target).c_str() : "none");
   if (args.recompute.any() && args.attention == "flash")
     for (const memory::LayerRecompute& p : plan)
       if (p.core_attn) {
@@ -217,6 +231,7 @@ TrainResult run_training(const TrainArgs& args, std::FILE* out) {
       const Tensor tokens = loader.next(args.micro_batch_size).tokens;  // (B, T + 1)
       const int64_t t = tokens.size(1) - 1;
       Tensor loss;
+      if (offloader) offloader->begin_micro_batch();
       {
         std::optional<autograd::SavedTensorLog> log;
         if (saved_tensors.empty()) log.emplace();
@@ -290,6 +305,22 @@ TrainResult run_training(const TrainArgs& args, std::FILE* out) {
   rc["recompute_ms"] = double(autograd::recompute_time_ns() - recompute_ns0) / 1e6;
   metrics.set_summary_field("recompute", rc);
   metrics.set_summary_field("saved_tensors", autograd::saved_tensors_json(saved_tensors));
+  if (offloader) {
+    const memory::OffloadStats os = offloader->stats();
+    const double steps = double(std::max<int64_t>(1, result.iterations - start));
+    metrics.set_summary_field("offload", {{"offloaded_bytes_per_step", double(os.offloaded_bytes) / steps},
+                                          {"kept_on_device_bytes_per_step", double(os.kept_bytes) / steps},
+                                          {"d2h_ms", double(os.d2h_ns) / 1e6}, {"h2d_ms", double(os.h2d_ns) / 1e6},
+                                          {"exposed_wait_ms", double(os.exposed_wait_ns) / 1e6},
+                                          {"overlap_fraction", os.overlap_fraction()},
+                                          {"host_peak_bytes", host.stats().peak_allocated}});
+    std::fprintf(out, "offload: %s per step to %s, copies %.0f ms, compute waited %.0f ms (overlap %.2f)%s\n",
+                 format_bytes(int64_t(double(os.offloaded_bytes) / steps)).c_str(), args.offload.target.c_str(),
+                 double(os.d2h_ns + os.h2d_ns) / 1e6, double(os.exposed_wait_ns) / 1e6, os.overlap_fraction(),
+                 os.kept_bytes > 0 ? (", host cap reached: " + format_bytes(int64_t(double(os.kept_bytes) / steps)) +
+                                      " per step stayed on the device").c_str()
+                                   : "");
+  }
   metrics.write();
   std::fprintf(out, "\nmemory at the device peak (%s of %s reserved):\n%s", format_bytes(dev.peak_allocated).c_str(),
                format_bytes(dev.peak_reserved).c_str(), format_breakdown(dev).c_str());

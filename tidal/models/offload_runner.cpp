@@ -1,0 +1,30 @@
+#include "tidal/models/offload_runner.h"
+
+namespace tidal::models {
+
+std::vector<int64_t> offload_blocks(const std::vector<memory::LayerRecompute>& plan, int64_t layers) {
+  TIDAL_CHECK(plan.empty() || int64_t(plan.size()) == layers, "[offload] recompute plan has ", plan.size(),
+              " layers, the model ", layers);
+  std::vector<int64_t> block_of(static_cast<size_t>(layers));
+  int64_t blocks = 0;
+  for (size_t l = 0; l < block_of.size(); ++l) {
+    const bool starts = plan.empty() || !plan[l].full || plan[l].group_start;
+    block_of[l] = starts ? blocks++ : block_of[l - 1];
+  }
+  return block_of;
+}
+
+LayerRunner offload_layer_runner(memory::Offloader& offloader, const std::vector<memory::LayerRecompute>& plan,
+                                 int64_t layers, const std::string& policy, LayerRunner inner) {
+  memory::validate_offload_policy(policy);
+  std::vector<int64_t> block_of = offload_blocks(plan, layers);
+  const int64_t blocks = block_of.empty() ? 0 : block_of.back() + 1;
+  return [&offloader, block_of = std::move(block_of), blocks, policy, inner = std::move(inner)](
+             int64_t index, const LayerFn& fn, const std::vector<Tensor>& in) {
+    memory::AsyncOffload guard(offloader,
+                               {block_of[size_t(index)], blocks, memory::make_offload_policy(policy, in[0])});
+    return inner ? inner(index, fn, in) : fn(in);
+  };
+}
+
+}  // namespace tidal::models
