@@ -92,7 +92,7 @@ TEST(Train, MetricsJsonHasTheDocumentedFields) {
     EXPECT_TRUE(j["steps"][0].contains(k)) << k;
   const nlohmann::json& s = j["summary"];
   for (const char* k : {"median_step_ms", "tokens_per_s", "final_loss", "final_val_loss", "device_peak_bytes",
-                        "host_peak_bytes", "peak_breakdown_bytes", "peak_bytes_by_category"})
+                        "device_peak_reserved_bytes", "host_peak_bytes", "peak_breakdown_bytes", "peak_bytes_by_category"})
     EXPECT_TRUE(s.contains(k)) << k;
   for (const char* c : {"parameter", "gradient", "optimizer_state", "activation", "logits", "temporary", "host_offload"}) {
     EXPECT_TRUE(s["peak_breakdown_bytes"].contains(c)) << c;

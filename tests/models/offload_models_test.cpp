@@ -44,15 +44,15 @@ void install(CausalLM& model, memory::Offloader& off, const std::vector<memory::
       }));
 }
 
-struct Run {
+struct Trained {
   std::vector<Tensor> grads;
   int64_t peak = 0;       // device activation bytes, first micro-batch
   int64_t offloaded = 0;  // bytes offloaded in the first micro-batch
 };
 
-Run run(CausalLM& model, const Tensor& batch, memory::Offloader* off) {
+Trained run(CausalLM& model, const Tensor& batch, memory::Offloader* off) {
   Allocator& dev = device_allocator(Device::cpu());
-  Run r;
+  Trained r;
   for (int64_t mb = 0; mb < 2; ++mb) {
     Tensor tokens = batch.narrow(0, mb * 2, 2);
     const int64_t t = tokens.size(1) - 1;
@@ -78,7 +78,7 @@ void check(const char* preset_name, AttentionKernel kernel) {
   const ModelConfig& c = model->config();
   manual_seed(2);
   Tensor batch = randint(0, c.vocab_size, {4, 33});
-  const Run plain = run(*model, batch, nullptr);
+  const Trained plain = run(*model, batch, nullptr);
   const std::vector<std::pair<Mode, Setup>> cases = {
       {{"none"}, {"all"}},
       {{"none"}, {"layer-input", memory::OffloadTarget::disk}},
@@ -102,7 +102,7 @@ void check(const char* preset_name, AttentionKernel kernel) {
     memory::Offloader off(o);
     std::vector<std::vector<int64_t>> routed;
     install(*model, off, plan, setup.policy, routed);
-    const Run r = run(*model, batch, &off);
+    const Trained r = run(*model, batch, &off);
     model->set_layer_runner(nullptr);
     model->set_recompute({});
     const std::string what = std::string(preset_name) + " " + mode.name + " + offload " + setup.policy +
@@ -134,5 +134,28 @@ TEST(OffloadModels, Gpt2Eager) { check("tiny-gpt2", AttentionKernel::eager); }
 TEST(OffloadModels, LlamaFlash) { check("tiny-llama", AttentionKernel::flash); }
 TEST(OffloadModels, LlamaEager) { check("tiny-llama", AttentionKernel::eager); }
 TEST(OffloadModels, Qwen3MoeFlash) { check("tiny-qwen3-moe", AttentionKernel::flash); }
+
+// The example: full uniform 1 keeps one input per layer; offloading those inputs leaves about
+// two on the device (the last block's, and the one prefetched for it) instead of L.
+TEST(OffloadModels, FullUniformOneWithLayerInputKeepsTwoLayerInputs) {
+  const int64_t layers = 8;
+  auto model = testing::make_test_model("tiny-llama", layers, AttentionKernel::flash);
+  const ModelConfig& c = model->config();
+  manual_seed(2);
+  Tensor batch = randint(0, c.vocab_size, {4, 33});
+  const std::vector<memory::LayerRecompute> plan =
+      memory::plan_recompute(Mode{"full uniform 1", "full", "uniform", 1}.parse(c), c);
+  model->set_recompute(plan);
+  const Trained recompute_only = run(*model, batch, nullptr);
+  memory::Offloader off;
+  std::vector<std::vector<int64_t>> routed;
+  install(*model, off, plan, "layer-input", routed);
+  const Trained offloaded = run(*model, batch, &off);
+  model->set_layer_runner(nullptr);
+  const int64_t input = 2 * 32 * c.hidden_size * 4;  // one layer input, (2, 32, h) f32
+  EXPECT_EQ(offloaded.offloaded, (layers - 1) * input);
+  EXPECT_EQ(recompute_only.peak - offloaded.peak, (layers - 2) * input);
+}
+
 
 }  // namespace tidal::models

@@ -41,6 +41,7 @@ void MetricsWriter::set_summary(double final_loss, double final_val_loss, const 
   summary_["final_loss"] = final_loss;
   summary_["final_val_loss"] = final_val_loss;
   summary_["device_peak_bytes"] = device.peak_allocated;
+  summary_["device_peak_reserved_bytes"] = device.peak_reserved;
   summary_["host_peak_bytes"] = host.peak_allocated;
   summary_["peak_breakdown_bytes"] = by_category(device.at_peak);
   std::array<int64_t, kNumMemoryCategories> peaks{};

@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# Activation offload, measured in one run (docs/offload.md and docs/performance.md, "Offload").
+# Three tables, each from `tidal train --metrics-json` runs side by side on mock data (vocabulary 8192):
+#   1. Overlap: GPT-2 124M shape, seq 1024, micro-batch 1, flash attention: step time and peak with
+#      and without offload, copy time, time compute waited, overlap fraction.
+#   2. Long sequence: the same model at seq 2048 with eager attention: core-attn offload versus
+#      selective (core attention) recompute, step times and peaks.
+#   3. Memory for throughput: under an emulated device limit (TIDAL_DEVICE_MEMORY) where micro-batch
+#      1 is the most that fits without offload, offload lets micro-batch 4 fit: tokens/s of both.
+# Usage: bench/offload_bench.sh [overlap|long|throughput|all] (default all). TIDAL_BENCH_ITERS sets
+# the steps per run (default 5; the first step is left out of the medians).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+cmake --build build --target tidal >/dev/null
+what=${1:-all}
+iters=${TIDAL_BENCH_ITERS:-5}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+base=(--model gpt2-124m --mock-data --vocab-size 8192 --micro-batch-size 1 --train-iters "$iters"
+      --lr-warmup-iters 0 --log-interval 1000 --eval-interval 0 --no-progress --sample-tokens 0)
+
+# run NAME [flags...]: one training run, its metrics in $tmp/NAME.json, its output in $tmp/NAME.log;
+# the exit status is kept in $tmp/NAME.rc (an out-of-memory run is a result, not a failure).
+run() {
+  local name=$1
+  shift
+  set +e
+  build/tidal train "${base[@]}" "$@" --metrics-json "$tmp/$name.json" >"$tmp/$name.log" 2>&1
+  echo $? >"$tmp/$name.rc"
+  set -e
+}
+
+# table TITLE NAME... : the markdown rows of the runs, the first one as the baseline.
+table() {
+  /usr/bin/python3 - "$tmp" "$@" <<'PY'
+import json, os, statistics, sys
+tmp, title, names = sys.argv[1], sys.argv[2], sys.argv[3:]
+MiB = 2 ** 20
+print(f"\n{title}\n")
+print("| run | median step (ms) | ratio | tokens/s | peak activations (MiB) | device peak (MiB) | offloaded / step (MiB) | copies (ms/step) | compute waited (ms/step) | overlap |")
+print("|---|---|---|---|---|---|---|---|---|---|")
+base = None
+for name in names:
+    rc = int(open(f"{tmp}/{name}.rc").read())
+    if rc != 0:
+        log = open(f"{tmp}/{name}.log").read()
+        why = "out of memory" if "out of memory" in log.lower() else f"failed (exit {rc})"
+        print(f"| {name} | {why} | | | | | | | | |")
+        continue
+    j = json.load(open(f"{tmp}/{name}.json"))
+    steps = [s["step_ms"] for s in j["steps"][1:]] or [s["step_ms"] for s in j["steps"]]
+    ms = statistics.median(steps)
+    tokens = statistics.median([s["tokens_per_s"] for s in j["steps"][1:]] or [j["summary"]["tokens_per_s"]])
+    base = base or ms
+    s = j["summary"]
+    o = s.get("offload")
+    n = len(j["steps"])
+    act = s["peak_bytes_by_category"]["activation"] / MiB
+    dev = s["device_peak_reserved_bytes"] / MiB
+    if o:
+        off = f'{o["offloaded_bytes_per_step"] / MiB:.0f}'
+        copies = f'{(o["d2h_ms"] + o["h2d_ms"]) / n:.0f}'
+        waited = f'{o["exposed_wait_ms"] / n:.0f}'
+        overlap = f'{o["overlap_fraction"]:.2f}'
+    else:
+        off = copies = waited = overlap = "-"
+    print(f"| {name} | {ms:.0f} | {ms / base:.2f} | {tokens:.0f} | {act:.0f} | {dev:.0f} | {off} | {copies} | {waited} | {overlap} |")
+PY
+}
+
+if [[ $what == all || $what == overlap ]]; then
+  o=(--seq-length 1024 --attention flash)
+  run none "${o[@]}"
+  run offload-all "${o[@]}" --activation-offload
+  run offload-all-depth-2 "${o[@]}" --activation-offload --offload-prefetch-depth 2
+  run full-uniform-1 "${o[@]}" --recompute-granularity full --recompute-method uniform --recompute-num-layers 1
+  run full-uniform-1+layer-input "${o[@]}" --recompute-granularity full --recompute-method uniform \
+    --recompute-num-layers 1 --activation-offload --offload-policy layer-input
+  run offload-all-to-disk "${o[@]}" --activation-offload --offload-target disk --offload-dir "$tmp"
+  table "Overlap: gpt2-124m shape, seq 1024, micro-batch 1, flash attention" none offload-all offload-all-depth-2 \
+    full-uniform-1 full-uniform-1+layer-input offload-all-to-disk
+fi
+
+if [[ $what == all || $what == long ]]; then
+  l=(--seq-length 2048 --max-position-embeddings 2048 --attention eager)
+  run eager-none "${l[@]}"
+  run selective-recompute "${l[@]}" --recompute-granularity selective
+  run core-attn-offload "${l[@]}" --activation-offload --offload-policy core-attn
+  table "Long sequence: gpt2-124m shape, seq 2048, micro-batch 1, eager attention, dropout 0.1" eager-none \
+    selective-recompute core-attn-offload
+fi
+
+if [[ $what == all || $what == throughput ]]; then
+  t=(--seq-length 1024 --attention flash --global-batch-size 4)
+  # Find the limit: what micro-batch 1 needs without offload, and micro-batch 4 with it.
+  run probe-mb1 "${t[@]}" --train-iters 2
+  run probe-mb4-offload "${t[@]}" --train-iters 2 --micro-batch-size 4 --activation-offload
+  limit=$(/usr/bin/python3 -c "
+import json, sys
+need = max(json.load(open(f'$tmp/{n}.json'))['summary']['device_peak_reserved_bytes'] for n in ('probe-mb1', 'probe-mb4-offload'))
+print(int(need * 1.05) + (8 << 20))")
+  export TIDAL_DEVICE_MEMORY=$limit
+  run mb1 "${t[@]}"
+  run mb4 "${t[@]}" --micro-batch-size 4
+  run mb4+offload "${t[@]}" --micro-batch-size 4 --activation-offload
+  unset TIDAL_DEVICE_MEMORY
+  table "Memory for throughput: TIDAL_DEVICE_MEMORY=$((limit >> 20))MiB, gpt2-124m shape, seq 1024, global batch 4" \
+    mb1 mb4 mb4+offload
+fi
