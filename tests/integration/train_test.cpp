@@ -203,6 +203,7 @@ TEST(Train, ActivationOffloadKeepsLossesAndReportsItsCopies) {
     // tiny-gpt2 has 2 layers: layer 0 is offloaded, the last layer stays.
     EXPECT_GT(o["offloaded_bytes_per_step"].get<double>(), 0.0) << target;
     EXPECT_EQ(o["kept_on_device_bytes_per_step"].get<double>(), 0.0) << target;
+    EXPECT_EQ(o["in_use_bytes_per_step"].get<double>(), 0.0) << target;  // the model holds nothing back
     EXPECT_GT(o["d2h_ms"].get<double>(), 0.0) << target;
     EXPECT_GT(o["h2d_ms"].get<double>(), 0.0) << target;
     EXPECT_GE(o["overlap_fraction"].get<double>(), 0.0) << target;

@@ -87,18 +87,52 @@ TEST(Offload, HostTierSameGradientsAndDeviceBytesGone) {
   expect_same(plain, all, "all");
   // Per block: linear saves x (16x32), gelu its input (16x64), mul its two operands (one storage,
   // 16x64), the second linear its input (16x64). Only the last block stays on the device, with the
-  // loss's saved input (16x32).
-  const int64_t per_block = 4 * (16 * 32 + 3 * 16 * 64), loss = 4 * 16 * 32;
+  // loss's saved input (16x32), and x: the caller still holds it, so its bytes cannot go (their copy
+  // is dropped, and counted as in use).
+  const int64_t per_block = 4 * (16 * 32 + 3 * 16 * 64), loss = 4 * 16 * 32, input = 4 * 16 * 32;
   EXPECT_EQ(plain.device_after_forward, 4 * per_block + loss);
-  EXPECT_EQ(all.device_after_forward, per_block + loss);
+  EXPECT_EQ(all.device_after_forward, per_block + loss + input);
   const OffloadStats st = off.stats();
-  EXPECT_EQ(st.offloaded_bytes, 3 * per_block);  // one copy per storage
+  EXPECT_EQ(st.offloaded_bytes, 3 * per_block - input);  // one copy per storage
+  EXPECT_EQ(st.in_use_bytes, input);
   EXPECT_GE(st.overlap_fraction(), 0.0);
   EXPECT_LE(st.overlap_fraction(), 1.0);
   // Steady state: a second step allocates no new host memory from the system.
   const int64_t sys = host_allocator().stats().system_allocs;
   expect_same(plain, run(net, x, &off, "all"), "second step");
   EXPECT_EQ(host_allocator().stats().system_allocs, sys);
+}
+
+TEST(Offload, ATensorEveryBlockUsesStaysOnTheDevice) {
+  // `scale` is not a parameter, so the check accepts it; every block saves it (mul saves the other
+  // operand). Releasing it after block 0 would pull it from under block 1: it must stay.
+  Net net(3, 16, 32, 5);
+  manual_seed(6);
+  Tensor x = randn({8, 16});
+  Tensor scale = add(mul(randn({8, 16}), 0.1), 1.0);
+  auto forward = [&](Offloader* off) {
+    if (off != nullptr) off->begin_micro_batch();
+    Tensor h = x;
+    for (int64_t i = 0; i < 3; ++i) {
+      std::unique_ptr<AsyncOffload> guard;
+      if (off != nullptr) guard = std::make_unique<AsyncOffload>(*off, OffloadBlock{i, 3, nullptr});
+      h = net.block(i, mul(h, scale));
+    }
+    sum(square(h)).backward();
+    std::vector<Tensor> grads;
+    for (const Tensor& p : net.params()) {
+      grads.push_back(p.grad().clone());
+      p.zero_grad();
+    }
+    return grads;
+  };
+  const std::vector<Tensor> plain = forward(nullptr);
+  Offloader off;
+  const std::vector<Tensor> offloaded = forward(&off);
+  for (size_t i = 0; i < plain.size(); ++i) EXPECT_TRUE(testing::bitwise_equal(plain[i], offloaded[i])) << i;
+  // scale, first saved by block 1 (block 0's mul needs no gradient); x is never saved.
+  EXPECT_EQ(off.stats().in_use_bytes, 8 * 16 * 4);
+  EXPECT_GT(off.stats().offloaded_bytes, 0);
 }
 
 TEST(Offload, PoliciesAndPrefetchDepths) {
@@ -115,7 +149,8 @@ TEST(Offload, PoliciesAndPrefetchDepths) {
       expect_same(plain, s, std::string(policy) + " depth " + std::to_string(depth));
       EXPECT_LT(s.device_after_forward, plain.device_after_forward) << policy;
       if (std::string(policy) == "layer-input") {
-        EXPECT_EQ(off.stats().offloaded_bytes, 4 * 8 * 16 * 4);
+        EXPECT_EQ(off.stats().offloaded_bytes, 3 * 8 * 16 * 4);  // block 0's input is x, which the caller holds
+        EXPECT_EQ(off.stats().in_use_bytes, 8 * 16 * 4);
       }
     }
   }

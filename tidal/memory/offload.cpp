@@ -5,7 +5,9 @@
 // to a host buffer (or, through the staging buffer, to the spill file). The saved tensor holds a Handle:
 // the entry plus the view (shape, strides, offset) it saved.
 // Release: when block b+1 starts, every entry of block b waits for its D2H event (normally done long
-// ago) and releases its device bytes: Storage::release keeps the object, so handles stay valid.
+// ago) and releases its device bytes: Storage::release keeps the object, so handles stay valid. A
+// storage some live tensor still refers to (a weight-like tensor every block uses, a value the caller
+// keeps) is not released: its bytes stay on the device and the copy is dropped (stats: in_use_bytes).
 // Unpack (backward): the first unpack of block b issues prefetches of blocks b-1 ... b-depth (device
 // bytes rematerialized, then an H2D copy each); the unpacked entry waits on its own H2D event only. The
 // last block keeps its tensors; its first unpack starts the prefetch of the blocks before it.
@@ -39,8 +41,8 @@ namespace {
 struct Entry;
 
 struct Counters {
-  std::atomic<int64_t> offloaded_bytes{0}, kept_bytes{0}, offloaded_tensors{0}, d2h_ns{0}, h2d_ns{0},
-      exposed_wait_ns{0};
+  std::atomic<int64_t> offloaded_bytes{0}, kept_bytes{0}, in_use_bytes{0}, offloaded_tensors{0}, d2h_ns{0},
+      h2d_ns{0}, exposed_wait_ns{0};
 };
 
 }  // namespace
@@ -235,6 +237,19 @@ void Offloader::Impl::release_block(int64_t block) {
     std::shared_ptr<Entry> e = w.lock();
     if (!e || e->state != State::copying_out) continue;
     wait(e->d2h_done);
+    if (e->storage.use_count() > 1) {
+      // A live tensor still refers to the bytes (a weight-like tensor shared by blocks, a value the
+      // caller holds on to): releasing them would pull them from under it. They stay; the copy is
+      // dropped.
+      e->state = State::on_device;
+      e->host.reset();
+      if (e->file_offset >= 0) spill->release(e->file_offset);
+      e->file_offset = -1;
+      counters.offloaded_bytes -= e->storage->nbytes();
+      --counters.offloaded_tensors;
+      counters.in_use_bytes += e->storage->nbytes();
+      continue;
+    }
     e->storage->release();
     e->state = State::offloaded;
   }
@@ -306,6 +321,7 @@ OffloadStats Offloader::stats() const {
   OffloadStats s;
   s.offloaded_bytes = c.offloaded_bytes;
   s.kept_bytes = c.kept_bytes;
+  s.in_use_bytes = c.in_use_bytes;
   s.offloaded_tensors = c.offloaded_tensors;
   s.d2h_ns = c.d2h_ns;
   s.h2d_ns = c.h2d_ns;
@@ -315,7 +331,7 @@ OffloadStats Offloader::stats() const {
 
 void Offloader::reset_stats() {
   Counters& c = impl_->counters;
-  c.offloaded_bytes = c.kept_bytes = c.offloaded_tensors = c.d2h_ns = c.h2d_ns = c.exposed_wait_ns = 0;
+  c.offloaded_bytes = c.kept_bytes = c.in_use_bytes = c.offloaded_tensors = c.d2h_ns = c.h2d_ns = c.exposed_wait_ns = 0;
 }
 
 AsyncOffload::AsyncOffload(Offloader& offloader, OffloadBlock block) {

@@ -40,6 +40,7 @@ using OffloadCheck = std::function<bool(const Tensor&)>;
 struct OffloadStats {
   int64_t offloaded_bytes = 0;   // device bytes sent away (one copy per storage)
   int64_t kept_bytes = 0;        // accepted by the check but kept on the device: the host cap was reached
+  int64_t in_use_bytes = 0;      // copied, then kept on the device: a live tensor still referred to them
   int64_t offloaded_tensors = 0;
   int64_t d2h_ns = 0, h2d_ns = 0;  // time the copy streams spent copying (disk: including file I/O)
   int64_t exposed_wait_ns = 0;     // time compute waited on copies

@@ -98,7 +98,7 @@ ModelOutput Gpt2::forward_hidden(const Tensor& ids) const {
   Tensor pos = arange(0, t, 1, DType::i64, ids.device());
   Tensor x = dropout(add(wte_->forward(ids), wpe_->forward(pos)), config_.hidden_dropout, is_training());  // (B, T, C)
   x = run_layers(
-      x,
+      std::move(x),  // the layers own it: offload may release it once block 0 is done
       [this](int64_t l, const std::vector<Tensor>& in) {
         return std::vector<Tensor>{(*h_)[size_t(l)].forward(in[0], config_, attention_kernel(), is_training(),
                                                             recompute_of(l))};

@@ -134,7 +134,7 @@ ModelOutput Llama::forward_hidden(const Tensor& ids) const {
   Tensor x = embed_tokens_->forward(ids);  // (B, T, C)
   std::vector<std::vector<Tensor>> extras;
   x = run_layers(
-      x,
+      std::move(x),  // the layers own it: offload may release it once block 0 is done
       [this, rope](int64_t l, const std::vector<Tensor>& in) {
         return (*layers_)[size_t(l)].forward(in[0], rope, config_, attention_kernel(), is_training(),
                                              recompute_of(l));

@@ -310,6 +310,7 @@ TrainResult run_training(const TrainArgs& args, std::FILE* out) {
     const double steps = double(std::max<int64_t>(1, result.iterations - start));
     metrics.set_summary_field("offload", {{"offloaded_bytes_per_step", double(os.offloaded_bytes) / steps},
                                           {"kept_on_device_bytes_per_step", double(os.kept_bytes) / steps},
+                                          {"in_use_bytes_per_step", double(os.in_use_bytes) / steps},
                                           {"d2h_ms", double(os.d2h_ns) / 1e6}, {"h2d_ms", double(os.h2d_ns) / 1e6},
                                           {"exposed_wait_ms", double(os.exposed_wait_ns) / 1e6},
                                           {"overlap_fraction", os.overlap_fraction()},
