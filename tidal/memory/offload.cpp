@@ -6,8 +6,10 @@
 // the entry plus the view (shape, strides, offset) it saved.
 // Release: when block b+1 starts, every entry of block b waits for its D2H event (normally done long
 // ago) and releases its device bytes: Storage::release keeps the object, so handles stay valid. A
-// storage some live tensor still refers to (a weight-like tensor every block uses, a value the caller
-// keeps) is not released: its bytes stay on the device and the copy is dropped (stats: in_use_bytes).
+// storage some live tensor still refers to (the next block's input, a tensor every block uses, a value
+// the caller keeps) is not released: its entry moves on to the next block and is tried again when that
+// one ends. One that is still on the device when backward reaches it never left: its copy is dropped
+// and its bytes count as in use, not offloaded.
 // Unpack (backward): the first unpack of block b issues prefetches of blocks b-1 ... b-depth (device
 // bytes rematerialized, then an H2D copy each); the unpacked entry waits on its own H2D event only. The
 // last block keeps its tensors; its first unpack starts the prefetch of the blocks before it.
@@ -233,32 +235,35 @@ class OffloadHooks : public autograd::SavedTensorHooks {
 void Offloader::Impl::release_block(int64_t block) {
   auto it = blocks.find(block);
   if (it == blocks.end()) return;
+  std::vector<std::weak_ptr<Entry>> still_used;
   for (const std::weak_ptr<Entry>& w : it->second) {
     std::shared_ptr<Entry> e = w.lock();
     if (!e || e->state != State::copying_out) continue;
     wait(e->d2h_done);
+    // A live tensor still refers to the bytes (the next block's input saved by this block, a tensor
+    // every block uses, a value the caller holds): releasing them would pull them from under it. The
+    // entry moves on to the next block and is tried again when that one ends.
     if (e->storage.use_count() > 1) {
-      // A live tensor still refers to the bytes (a weight-like tensor shared by blocks, a value the
-      // caller holds on to): releasing them would pull them from under it. They stay; the copy is
-      // dropped.
-      e->state = State::on_device;
-      e->host.reset();
-      if (e->file_offset >= 0) spill->release(e->file_offset);
-      e->file_offset = -1;
-      counters.offloaded_bytes -= e->storage->nbytes();
-      --counters.offloaded_tensors;
-      counters.in_use_bytes += e->storage->nbytes();
+      still_used.push_back(e);
       continue;
     }
     e->storage->release();
     e->state = State::offloaded;
   }
+  std::vector<std::weak_ptr<Entry>>& next = blocks[block + 1];
+  next.insert(next.end(), still_used.begin(), still_used.end());
 }
 
 void Offloader::Impl::ensure_prefetched(Entry& e) {
-  if (e.state == State::copying_out) {  // backward reached it before its block was released
+  if (e.state == State::copying_out) {  // backward reached it before its bytes could be released
     wait(e.d2h_done);
     e.state = State::on_device;
+    e.host.reset();  // the copy is not needed: the bytes never left
+    if (e.file_offset >= 0) spill->release(e.file_offset);
+    e.file_offset = -1;
+    counters.offloaded_bytes -= e.storage->nbytes();
+    --counters.offloaded_tensors;
+    counters.in_use_bytes += e.storage->nbytes();
     return;
   }
   if (e.state != State::offloaded) return;

@@ -3,8 +3,8 @@
 // stream during forward and come back, prefetched on another stream, before backward needs them.
 // Built on saved-tensor hooks: inside a model's block loop,
 //
-//   memory::Offloader offloader({.target = OffloadTarget::host, .prefetch_depth = 1});   // once
-//   ...
+//   memory::Offloader offloader(options);            // once: streams, host pool, spill file
+//   offloader.begin_micro_batch();                   // every micro-batch
 //   for (int i = 0; i < layers; ++i) {
 //     memory::AsyncOffload guard(offloader, {.block_idx = i, .depth = layers, .check = policy});
 //     x = layer(i, x);
