@@ -16,16 +16,18 @@ what=${1:-all}
 iters=${TIDAL_BENCH_ITERS:-5}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-base=(--model gpt2-124m --mock-data --vocab-size 8192 --micro-batch-size 1 --train-iters "$iters"
+base=(--model gpt2-124m --mock-data --vocab-size 8192
       --lr-warmup-iters 0 --log-interval 1000 --eval-interval 0 --no-progress --sample-tokens 0)
 
-# run NAME [flags...]: one training run, its metrics in $tmp/NAME.json, its output in $tmp/NAME.log;
-# the exit status is kept in $tmp/NAME.rc (an out-of-memory run is a result, not a failure).
+# run NAME [flags...]: one training run of $run_iters (default $iters) steps at micro-batch $mb
+# (default 1), its metrics in
+# $tmp/NAME.json, its output in $tmp/NAME.log; the exit status is kept in $tmp/NAME.rc (an
+# out-of-memory run is a result, not a failure).
 run() {
   local name=$1
   shift
   set +e
-  build/tidal train "${base[@]}" "$@" --metrics-json "$tmp/$name.json" >"$tmp/$name.log" 2>&1
+  build/tidal train "${base[@]}" --train-iters "${run_iters:-$iters}" --micro-batch-size "${mb:-1}" "$@" --metrics-json "$tmp/$name.json" >"$tmp/$name.log" 2>&1
   echo $? >"$tmp/$name.rc"
   set -e
 }
@@ -93,16 +95,16 @@ fi
 if [[ $what == all || $what == throughput ]]; then
   t=(--seq-length 1024 --attention flash --global-batch-size 4)
   # Find the limit: what micro-batch 1 needs without offload, and micro-batch 4 with it.
-  run probe-mb1 "${t[@]}" --train-iters 2
-  run probe-mb4-offload "${t[@]}" --train-iters 2 --micro-batch-size 4 --activation-offload
+  run_iters=2 run probe-mb1 "${t[@]}"
+  run_iters=2 mb=4 run probe-mb4-offload "${t[@]}" --activation-offload
   limit=$(/usr/bin/python3 -c "
 import json, sys
 need = max(json.load(open(f'$tmp/{n}.json'))['summary']['device_peak_reserved_bytes'] for n in ('probe-mb1', 'probe-mb4-offload'))
 print(int(need * 1.05) + (8 << 20))")
   export TIDAL_DEVICE_MEMORY=$limit
   run mb1 "${t[@]}"
-  run mb4 "${t[@]}" --micro-batch-size 4
-  run mb4+offload "${t[@]}" --micro-batch-size 4 --activation-offload
+  mb=4 run mb4 "${t[@]}"
+  mb=4 run mb4+offload "${t[@]}" --activation-offload
   unset TIDAL_DEVICE_MEMORY
   table "Memory for throughput: TIDAL_DEVICE_MEMORY=$((limit >> 20))MiB, gpt2-124m shape, seq 1024, global batch 4" \
     mb1 mb4 mb4+offload

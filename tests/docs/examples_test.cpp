@@ -10,6 +10,7 @@
 #include "tests/support/gradcheck.h"
 #include "tidal/autograd/checkpoint.h"
 #include "tidal/autograd/saved_tensor.h"
+#include "tidal/memory/offload.h"
 #include "tidal/memory_scope.h"
 #include "tidal/ops/elementwise.h"
 #include "tidal/ops/matmul.h"
@@ -162,6 +163,34 @@ EXPECT_EQ(activation() - base, 64 * 32 * 4);
 sum(ck).backward();  // replays block once, with the same dropout mask
 EXPECT_TRUE(testing::bitwise_equal(w1.grad(), g_plain));
 }
+
+TEST(DocsExamples, Offload) {
+Tensor w;
+{
+  MemoryScope params(MemoryCategory::parameter);  // parameters are never offloaded
+  w = mul(randn({64, 64}), 0.1).set_requires_grad(true);
+}
+Tensor x = randn({32, 64});
+Allocator& dev = device_allocator(Device::cpu());
+const int64_t base = dev.stats()[MemoryCategory::activation].allocated;
+
+memory::OffloadOptions options;  // host tier, prefetch depth 1, no host cap
+memory::Offloader offloader(options);
+offloader.begin_micro_batch();  // entries are keyed by (micro-batch, block, index)
+Tensor h = x;
+for (int64_t i = 0; i < 4; ++i) {
+  memory::AsyncOffload guard(offloader, {.block_idx = i, .depth = 4, .check = memory::make_offload_policy("all")});
+  h = tanh(matmul(h, w));  // (32, 64): matmul saves its input h, tanh its output (8 KiB each)
+}
+// Block b's tanh output is block b+1's input: it leaves the device once block b+1 is done with it.
+// Still here: x (the caller holds it), block 2's output (block 3's input) and block 3's output.
+EXPECT_EQ(dev.stats()[MemoryCategory::activation].allocated - base, 3 * 32 * 64 * 4);
+sum(h).backward();  // block 3's first unpack prefetches block 2, and so on down
+const memory::OffloadStats st = offloader.stats();
+EXPECT_EQ(st.offloaded_bytes, 2 * 32 * 64 * 4);  // blocks 0 and 1's outputs went to host and back
+EXPECT_EQ(st.in_use_bytes, 2 * 32 * 64 * 4);     // x and block 2's output never could
+EXPECT_GE(st.overlap_fraction(), 0.0);
+}
 // clang-format on
 
 namespace {
@@ -178,7 +207,8 @@ TEST(DocsExamples, InSync) {
   const std::string tests = read_file(root + "/tests/docs/examples_test.cpp");
   ASSERT_FALSE(tests.empty());
   int blocks = 0;
-  for (const char* doc : {"docs/tensors.md", "docs/memory-accounting.md", "docs/streams.md", "docs/autograd.md"}) {
+  for (const char* doc : {"docs/tensors.md", "docs/memory-accounting.md", "docs/streams.md", "docs/autograd.md",
+                          "docs/offload.md"}) {
     const std::string text = read_file(root + "/" + doc);
     ASSERT_FALSE(text.empty()) << doc;
     const std::regex block("```cpp example:([a-z_]+)\n([\\s\\S]*?)```");
@@ -188,7 +218,7 @@ TEST(DocsExamples, InSync) {
           << doc << ": example '" << (*it)[1] << "' is not in tests/docs/examples_test.cpp verbatim";
     }
   }
-  EXPECT_EQ(blocks, 8);
+  EXPECT_EQ(blocks, 9);
 }
 
 }  // namespace tidal
