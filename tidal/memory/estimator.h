@@ -21,6 +21,7 @@ struct ActivationInputs {
   bool training = true;              // dropout active (where the config has it)
   std::vector<LayerRecompute> plan;  // empty: no recompute
   int64_t element_size = 4;          // activations' dtype (f32)
+  int64_t loss_chunk = 0;            // --loss-compute-mode chunk's tokens per chunk; 0: default mode
 };
 
 struct ActivationEstimate {
@@ -28,7 +29,8 @@ struct ActivationEstimate {
   int64_t after_forward = 0;             // held when the forward pass (and the loss) is done
   std::vector<int64_t> layer_kept;       // held per layer after forward
   std::vector<int64_t> layer_full;       // what each layer would hold without recompute
-  int64_t outside_layers = 0;            // embeddings, final norm, LM head input, loss (not logits)
+  int64_t outside_layers = 0;            // embeddings, final norm, LM head input, loss (not logits);
+                                         // chunk mode: the loss's stored gradients instead of the last two
   std::string peak_at;                   // where the peak happens, in words
 };
 

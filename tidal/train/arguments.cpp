@@ -1,6 +1,7 @@
 #include "tidal/train/arguments.h"
 
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "tidal/base/error.h"
 
@@ -58,6 +59,11 @@ Flags train_flags() {
       .option("recompute-norm-num-layers", "how many layers (default: all)", "N")
       .option("recompute-modules", "selective recompute of core_attn,mlp,norm,moe_act,moe", "LIST")
       .flag("report-memory", "print the table of tensors saved for backward in the first step")
+      .option("loss-compute-mode", "default (all logits at once) or chunk (the LM head and loss by chunks of tokens)",
+              "MODE")
+      .option("loss-chunk-size", "tokens per chunk with --loss-compute-mode chunk (default 1024)", "N")
+      .flag("swap-optimizer", "keep AdamW's states in host memory, swap them in and out in windows at each step")
+      .option("swap-optimizer-times", "windows per step with --swap-optimizer (default 16)", "K")
       .option("sample-prompt", "text to continue with the trained model at the end", "TEXT")
       .option("sample-tokens", "tokens to generate for the sample (default 64 with a prompt)", "N");
   return f;
@@ -159,6 +165,11 @@ TrainArgs parse_train_args(const std::vector<std::string>& argv) {
       f.flag_on("recompute-activation-function"), f.integer("recompute-activation-function-num-layers", -1, 0, kBig),
       f.flag_on("recompute-norm"), f.integer("recompute-norm-num-layers", -1, 0, kBig), f.str("recompute-modules"), m);
   a.report_memory = f.flag_on("report-memory");
+  auto given = [&](const char* name) {
+    return f.has(name) ? std::optional<int64_t>(f.integer(name, 0, -kBig, kBig)) : std::nullopt;
+  };
+  a.loss = memory::parse_loss_compute(f.str("loss-compute-mode"), given("loss-chunk-size"));
+  a.swap_optimizer = memory::parse_swap_optimizer(f.flag_on("swap-optimizer"), given("swap-optimizer-times"));
   a.progress = !f.flag_on("no-progress");
   a.sample_prompt = f.str("sample-prompt");
   a.sample_tokens = f.integer("sample-tokens", a.sample_prompt.empty() ? 0 : 64, 0, 100000);
@@ -203,6 +214,10 @@ nlohmann::json TrainArgs::to_json() const {
   j["eval_interval"] = eval_interval;
   j["eval_iters"] = eval_iters;
   j["recompute"] = recompute.to_json();
+  j["loss_compute_mode"] = loss.chunked ? "chunk" : "default";
+  j["loss_chunk_size"] = loss.chunk_size;
+  j["swap_optimizer"] = swap_optimizer.on;
+  j["swap_optimizer_times"] = swap_optimizer.times;
   return j;
 }
 
