@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The test command (README, .ci/run): installs dependencies, builds in build/, runs every test, then
-# the sanitizer builds: ASan+UBSan on the unit and gradcheck tests (build-asan/), TSan on the stream and offload tests
-# (build-tsan/). TIDAL_TEST_QUICK=1 skips the sanitizer builds.
+# the sanitizer builds: ASan+UBSan on the unit and gradcheck tests (build-asan/), TSan on the stream, offload
+# and swap-optimizer tests (build-tsan/). TIDAL_TEST_QUICK=1 skips the sanitizer builds.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -27,8 +27,8 @@ export ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrac
 build-asan/tidal_unit_tests
 build-asan/tidal_gradcheck_tests
 
-echo "== TSan: stream, event and offload tests"
+echo "== TSan: stream, event, offload and swap-optimizer tests"
 cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTIDAL_SANITIZE=thread \
   -DTIDAL_BUILD_BENCH=OFF >/dev/null
 cmake --build build-tsan -j "$jobs" --target tidal_unit_tests
-TSAN_OPTIONS=halt_on_error=1 OMP_NUM_THREADS=1 TIDAL_NUM_THREADS=1 build-tsan/tidal_unit_tests --gtest_filter='Stream*:Event*:Offload*'
+TSAN_OPTIONS=halt_on_error=1 OMP_NUM_THREADS=1 TIDAL_NUM_THREADS=1 build-tsan/tidal_unit_tests --gtest_filter='Stream*:Event*:Offload*:SwapOptimizer*'

@@ -7,52 +7,16 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include "tests/integration/train_helpers.h"
 #include "tidal/base/error.h"
 #include "tidal/data/indexed_dataset.h"
 #include "tidal/data/tokenizer.h"
 #include "tidal/io/atomic_file.h"
-#include "tidal/train/arguments.h"
-#include "tidal/train/trainer.h"
 
 namespace tidal::train {
 namespace {
 
 namespace fs = std::filesystem;
-
-std::string fresh_dir(const std::string& name) {
-  const std::string d = ::testing::TempDir() + "tidal_train_" + name;
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d;
-}
-
-TrainResult train(std::vector<std::string> flags) {
-  flags.push_back("--no-progress");
-  std::FILE* quiet = std::fopen("/dev/null", "w");
-  TrainResult r = run_training(parse_train_args(flags), quiet);
-  std::fclose(quiet);
-  return r;
-}
-
-const std::vector<std::string> kTiny = {"--model", "tiny-gpt2", "--mock-data", "--seq-length", "32",
-                                        "--micro-batch-size", "2", "--global-batch-size", "4", "--lr", "3e-3",
-                                        "--hidden-dropout", "0.1", "--attention-dropout", "0.1", "--log-interval",
-                                        "100"};
-
-std::vector<std::string> with(std::vector<std::string> base, const std::vector<std::string>& more) {
-  base.insert(base.end(), more.begin(), more.end());
-  return base;
-}
-
-// What parse_train_args says about `flags`: its error message, or "no error".
-std::string message(const std::vector<std::string>& flags) {
-  try {
-    parse_train_args(flags);
-  } catch (const tidal::Error& e) {
-    return std::string(e.what());
-  }
-  return std::string("no error");
-}
 
 }  // namespace
 

@@ -191,6 +191,9 @@ ActivationEstimate estimate_activations(const models::ModelConfig& cfg, const Ac
     after += d.n * 4;  // layer_norm keeps mean and rstd
   }
   if (cfg.is_moe()) after += d.k * d.e * 4;
+  // Chunked loss saves the gradients w.r.t. the head input (N, C) and weight (V, C) instead of the
+  // head input, the log-sum-exp and the targets (ops/chunked_loss.cpp, Note [Chunked loss memory]).
+  if (in.loss_chunk > 0) after += cfg.vocab_size * d.c * d.el - d.n * 4 - d.n * 8;
 
   ActivationEstimate est;
   est.outside_layers = before + after;

@@ -40,27 +40,39 @@ void AdamW::init_state(Slot& s) const {
   if (s.param.dtype() == DType::bf16) s.master = s.param.detach().to(DType::f32);  // exact: bf16 is a prefix of f32
 }
 
+void AdamW::check_lr(double lr) { TIDAL_CHECK(lr >= 0, "[adamw] lr must be >= 0, got ", lr); }
+
+Tensor AdamW::begin_update(Slot& s) {
+  Tensor g = s.param.grad();
+  if (!g.defined()) return g;  // PyTorch: `if p.grad is None: continue`
+  TIDAL_CHECK(g.shape() == s.param.shape() && g.dtype() == s.param.dtype() && g.device() == s.param.device(),
+              "[adamw] gradient of '", s.name, "' is ", g.shape(), " ", g.dtype(), " on ", g.device(),
+              " but the parameter is ", s.param.shape(), " ", s.param.dtype(), " on ", s.param.device());
+  if (!s.exp_avg.defined()) init_state(s);
+  ++s.step;
+  return g.contiguous();
+}
+
+void AdamW::update(const Slot& s, const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
+                   const Tensor& exp_avg_sq, const Tensor& master, double lr) const {
+  cpu::AdamWArgs a;
+  a.lr = lr;
+  a.beta1 = options_.beta1;
+  a.beta2 = options_.beta2;
+  a.eps = options_.eps;
+  a.weight_decay = s.decay ? options_.weight_decay : 0.0;
+  a.step = s.step;
+  cpu::adamw_step(param, grad, exp_avg, exp_avg_sq, master, a);
+}
+
 void AdamW::step(double lr) {
-  TIDAL_CHECK(lr >= 0, "[adamw] lr must be >= 0, got ", lr);
+  check_lr(lr);
   OpScope op("adamw");
   NoGradGuard no_grad;
   for (Slot& s : slots_) {
-    const Tensor g = s.param.grad();
-    if (!g.defined()) continue;  // PyTorch: `if p.grad is None: continue`
-    TIDAL_CHECK(g.shape() == s.param.shape() && g.dtype() == s.param.dtype() && g.device() == s.param.device(),
-                "[adamw] gradient of '", s.name, "' is ", g.shape(), " ", g.dtype(), " on ", g.device(),
-                " but the parameter is ", s.param.shape(), " ", s.param.dtype(), " on ", s.param.device());
-    if (!s.exp_avg.defined()) init_state(s);
-    ++s.step;
-    if (s.param.is_meta()) continue;
-    cpu::AdamWArgs a;
-    a.lr = lr;
-    a.beta1 = options_.beta1;
-    a.beta2 = options_.beta2;
-    a.eps = options_.eps;
-    a.weight_decay = s.decay ? options_.weight_decay : 0.0;
-    a.step = s.step;
-    cpu::adamw_step(s.param, g.contiguous(), s.exp_avg, s.exp_avg_sq, s.master, a);
+    const Tensor g = begin_update(s);
+    if (!g.defined() || s.param.is_meta()) continue;
+    update(s, s.param, g, s.exp_avg, s.exp_avg_sq, s.master, lr);
   }
   ++steps_;
 }

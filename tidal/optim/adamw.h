@@ -43,13 +43,18 @@ bool default_weight_decay(const std::string& name, const Tensor& param);
 using NamedParameters = std::vector<std::pair<std::string, Tensor>>;
 using DecayRule = std::function<bool(const std::string& name, const Tensor& param)>;
 
+// Subclasses choose where the states live and how the step walks the parameters (the swap
+// optimizer, tidal/memory/swap_optimizer.h, keeps them in host memory); the arithmetic stays here.
 class AdamW {
  public:
   // `params` must have unique names; `decay` decides per parameter whether weight decay applies.
   AdamW(NamedParameters params, AdamWOptions options = {}, const DecayRule& decay = default_weight_decay);
+  virtual ~AdamW() = default;
+  AdamW(const AdamW&) = delete;
+  AdamW& operator=(const AdamW&) = delete;
 
   // One update of every parameter that has a gradient, with learning rate `lr`.
-  void step(double lr);
+  virtual void step(double lr);
   void step() { step(options_.lr); }
   // Drops every parameter's gradient (PyTorch's zero_grad(set_to_none=True)).
   void zero_grad() const;
@@ -71,7 +76,7 @@ class AdamW {
   // Throws naming the entry on an unknown parameter, a missing tensor, or a shape or dtype mismatch.
   void load_state_dict(const std::map<std::string, Tensor>& state);
 
- private:
+ protected:
   struct Slot {
     std::string name;
     Tensor param;
@@ -79,12 +84,24 @@ class AdamW {
     int64_t step = 0;
     Tensor exp_avg, exp_avg_sq, master;  // undefined until the first update
   };
-  const Slot& find(const std::string& name) const;
-  void init_state(Slot& s) const;
+  // Creates s's states: zeros, and the master copy of a bf16 parameter. Here: on the parameter's
+  // device, as optimizer_state.
+  virtual void init_state(Slot& s) const;
+  // Starts the update of s: its gradient, checked against the parameter, or undefined when it has
+  // none (then s is skipped). Otherwise creates s's states if needed and advances its step count.
+  Tensor begin_update(Slot& s);
+  // The fused AdamW update of (a contiguous range of) s's elements: param, grad and the states are
+  // views of the same elements; the arithmetic does not depend on the range.
+  void update(const Slot& s, const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
+              const Tensor& exp_avg_sq, const Tensor& master, double lr) const;
+  static void check_lr(double lr);
 
   AdamWOptions options_;
   std::vector<Slot> slots_;
   int64_t steps_ = 0;
+
+ private:
+  const Slot& find(const std::string& name) const;
 };
 
 }  // namespace tidal::optim

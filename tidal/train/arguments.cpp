@@ -1,6 +1,7 @@
 #include "tidal/train/arguments.h"
 
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "tidal/base/error.h"
 #include "tidal/memory/offload.h"
@@ -66,6 +67,11 @@ Flags train_flags() {
       .option("offload-dir", "directory of the spill file for --offload-target disk", "DIR")
       .option("offload-prefetch-depth", "blocks prefetched ahead in backward (default 1)", "K")
       .option("offload-host-limit", "cap on host memory for offloaded activations, e.g. 4GiB", "BYTES")
+      .option("loss-compute-mode", "default (all logits at once) or chunk (the LM head and loss by chunks of tokens)",
+              "MODE")
+      .option("loss-chunk-size", "tokens per chunk with --loss-compute-mode chunk (default 1024)", "N")
+      .flag("swap-optimizer", "keep AdamW's states in host memory, swap them in and out in windows at each step")
+      .option("swap-optimizer-times", "windows per step with --swap-optimizer (default 16)", "K")
       .option("sample-prompt", "text to continue with the trained model at the end", "TEXT")
       .option("sample-tokens", "tokens to generate for the sample (default 64 with a prompt)", "N");
   return f;
@@ -189,6 +195,11 @@ TrainArgs parse_train_args(const std::vector<std::string>& argv) {
       TIDAL_CHECK(!p.full && !p.core_attn, "tidal train: --offload-policy core-attn has nothing to offload where the "
                   "attention core is recomputed (", a.recompute.describe(), "); use layer-input, or drop the recompute");
   }
+  auto given = [&](const char* name) {
+    return f.has(name) ? std::optional<int64_t>(f.integer(name, 0, -kBig, kBig)) : std::nullopt;
+  };
+  a.loss = memory::parse_loss_compute(f.str("loss-compute-mode"), given("loss-chunk-size"));
+  a.swap_optimizer = memory::parse_swap_optimizer(f.flag_on("swap-optimizer"), given("swap-optimizer-times"));
   a.progress = !f.flag_on("no-progress");
   a.sample_prompt = f.str("sample-prompt");
   a.sample_tokens = f.integer("sample-tokens", a.sample_prompt.empty() ? 0 : 64, 0, 100000);
@@ -235,6 +246,10 @@ nlohmann::json TrainArgs::to_json() const {
   j["recompute"] = recompute.to_json();
   j["offload"] = {{"enabled", offload.enabled}, {"policy", offload.policy}, {"target", offload.target},
                   {"dir", offload.dir}, {"prefetch_depth", offload.prefetch_depth}, {"host_limit", offload.host_limit}};
+  j["loss_compute_mode"] = loss.chunked ? "chunk" : "default";
+  j["loss_chunk_size"] = loss.chunk_size;
+  j["swap_optimizer"] = swap_optimizer.on;
+  j["swap_optimizer_times"] = swap_optimizer.times;
   return j;
 }
 

@@ -7,7 +7,9 @@
 #include <vector>
 
 #include "tidal/base/flags.h"
+#include "tidal/memory/chunk_loss.h"
 #include "tidal/memory/recompute.h"
+#include "tidal/memory/swap_optimizer.h"
 #include "tidal/models/config.h"
 
 namespace tidal::train {
@@ -55,6 +57,8 @@ struct TrainArgs {
     int64_t host_limit = 0;           // bytes; 0: none
   } offload;
   bool report_memory = false;         // print the saved-tensor table of the first step
+  memory::LossComputeConfig loss;     // --loss-compute-mode, --loss-chunk-size (docs/memory.md)
+  memory::SwapOptimizerConfig swap_optimizer;  // --swap-optimizer, --swap-optimizer-times
   std::string sample_prompt;          // printed sample at the end ("" : none)
   int64_t sample_tokens = 0;
 

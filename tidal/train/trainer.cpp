@@ -13,6 +13,8 @@
 #include "tidal/data/gpt_dataset.h"
 #include "tidal/data/tokenizer.h"
 #include "tidal/memory/offload.h"
+#include "tidal/memory/chunk_loss.h"
+#include "tidal/memory/swap_optimizer.h"
 #include "tidal/memory_scope.h"
 #include "tidal/models/causal_lm.h"
 #include "tidal/models/generate.h"
@@ -111,15 +113,15 @@ class Progress {
   std::FILE* out_;
 };
 
-double evaluate(const models::CausalLM& model, const data::TokenDataset& valid, int64_t batches, int64_t batch_size) {
+double evaluate(const models::CausalLM& model, const data::TokenDataset& valid, int64_t batches, int64_t batch_size,
+                const memory::LossComputeConfig& loss) {
   NoGradGuard no_grad;
   data::DataLoader loader(std::shared_ptr<const data::TokenDataset>(&valid, [](const data::TokenDataset*) {}));
   double sum = 0;
   for (int64_t i = 0; i < batches; ++i) {
     const Tensor tokens = loader.next(batch_size).tokens;  // (B, T + 1)
     const int64_t t = tokens.size(1) - 1;
-    const models::ModelOutput out = model.forward(tokens.narrow(1, 0, t));
-    sum += models::causal_lm_loss(out, tokens.narrow(1, 1, t), 0.0).item<double>();
+    sum += memory::lm_loss(model, tokens.narrow(1, 0, t), tokens.narrow(1, 1, t), loss, 0.0).item<double>();
   }
   return sum / double(batches);
 }
@@ -161,7 +163,7 @@ TrainResult run_training(const TrainArgs& args, std::FILE* out) {
   adam.beta2 = args.adam_beta2;
   adam.eps = args.adam_eps;
   adam.weight_decay = args.weight_decay;
-  optim::AdamW optimizer(model->named_parameters(), adam);
+  std::unique_ptr<optim::AdamW> optimizer = memory::make_adamw(model->named_parameters(), adam, args.swap_optimizer);
   optim::LrSchedule schedule;
   schedule.lr = args.lr;
   schedule.min_lr = args.min_lr;
@@ -178,7 +180,7 @@ TrainResult run_training(const TrainArgs& args, std::FILE* out) {
     Checkpoint ck = load_checkpoint(args.load);
     check_same_model(ck.config, config, ck.path);
     model->load_state_dict(ck.model);
-    optimizer.load_state_dict(ck.optimizer);
+    optimizer->load_state_dict(ck.optimizer);
     start = ck.state.iteration;
     loader.set_position(ck.state.data_position);
     set_rng_state(ck.state.rng);
@@ -208,6 +210,10 @@ TrainResult run_training(const TrainArgs& args, std::FILE* out) {
                      "see it matter\n");
         break;
       }
+  const auto* swapped = dynamic_cast<const memory::SwapAdamW*>(optimizer.get());
+  if (args.loss.chunked || swapped)
+    std::fprintf(out, "loss compute mode: %s; optimizer states: %s\n", args.loss.describe().c_str(),
+                 swapped ? swapped->describe().c_str() : "on the device");
   std::vector<autograd::SavedTensorRecord> saved_tensors;  // of the first micro-batch
   const int64_t recompute_ns0 = autograd::recompute_time_ns();
 
@@ -218,7 +224,7 @@ TrainResult run_training(const TrainArgs& args, std::FILE* out) {
   const double aux_coef = config.router_aux_loss_coef;
   auto save = [&](int64_t it) {
     TrainingState st{it, get_rng_state(), loader.position(), settings, nlohmann::json::object()};
-    save_checkpoint(args.save, st, model->state_dict(), optimizer.state_dict(), models::config_to_json(config),
+    save_checkpoint(args.save, st, model->state_dict(), optimizer->state_dict(), models::config_to_json(config),
                     data.tokenizer_path);
     std::fprintf(out, " saved checkpoint at iteration %lld to %s\n", (long long)it, args.save.c_str());
   };
@@ -235,8 +241,7 @@ TrainResult run_training(const TrainArgs& args, std::FILE* out) {
       {
         std::optional<autograd::SavedTensorLog> log;
         if (saved_tensors.empty()) log.emplace();
-        const models::ModelOutput o = model->forward(tokens.narrow(1, 0, t));
-        loss = models::causal_lm_loss(o, tokens.narrow(1, 1, t), aux_coef);
+        loss = memory::lm_loss(*model, tokens.narrow(1, 0, t), tokens.narrow(1, 1, t), args.loss, aux_coef);
         if (log) saved_tensors = log->snapshot();
       }
       if (args.report_memory && it == start + 1 && m == 0) {
@@ -251,8 +256,8 @@ TrainResult run_training(const TrainArgs& args, std::FILE* out) {
       (accum == 1 ? loss : mul(loss, 1.0 / double(accum))).backward();
     }
     const double grad_norm = optim::clip_grad_norm(model->parameters(), args.clip_grad);
-    optimizer.step(lr);
-    optimizer.zero_grad();
+    optimizer->step(lr);
+    optimizer->zero_grad();
     const double loss = loss_sum / double(accum);
     const double step_s = seconds_since(t0);
     StepMetrics sm{it, loss, lr, grad_norm, step_s * 1e3, double(tokens_per_step) / step_s,
@@ -278,7 +283,7 @@ TrainResult run_training(const TrainArgs& args, std::FILE* out) {
     if (data.valid && args.eval_interval > 0 && (it % args.eval_interval == 0 || it == args.train_iters)) {
       progress.clear();
       model->train(false);
-      result.final_val_loss = evaluate(*model, *data.valid, args.eval_iters, args.micro_batch_size);
+      result.final_val_loss = evaluate(*model, *data.valid, args.eval_iters, args.micro_batch_size, args.loss);
       model->train(true);
       std::fprintf(out, " validation loss at iteration %lld | lm loss value: %.6E | lm loss PPL: %.3f\n",
                    (long long)it, result.final_val_loss, std::exp(result.final_val_loss));
@@ -322,6 +327,7 @@ TrainResult run_training(const TrainArgs& args, std::FILE* out) {
                                       " per step stayed on the device").c_str()
                                    : "");
   }
+  if (swapped) metrics.set_summary_field("swap_optimizer", swapped->stats_json());
   metrics.write();
   std::fprintf(out, "\nmemory at the device peak (%s of %s reserved):\n%s", format_bytes(dev.peak_allocated).c_str(),
                format_bytes(dev.peak_reserved).c_str(), format_breakdown(dev).c_str());
