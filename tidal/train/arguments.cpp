@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tidal/base/error.h"
+#include "tidal/profile/profiler.h"
 
 namespace tidal::train {
 
@@ -59,7 +60,9 @@ Flags train_flags() {
       .option("recompute-modules", "selective recompute of core_attn,mlp,norm,moe_act,moe", "LIST")
       .flag("report-memory", "print the table of tensors saved for backward in the first step")
       .option("sample-prompt", "text to continue with the trained model at the end", "TEXT")
-      .option("sample-tokens", "tokens to generate for the sample (default 64 with a prompt)", "N");
+      .option("sample-tokens", "tokens to generate for the sample (default 64 with a prompt)", "N")
+      .option("profile", "profile some steps into DIR: Chrome trace, memory timeline and report, plots (docs/profiling.md)", "DIR")
+      .option("profile-steps", "the iterations to profile, A:B or A (default: the second step of the run)", "A:B");
   return f;
 }
 
@@ -160,6 +163,13 @@ TrainArgs parse_train_args(const std::vector<std::string>& argv) {
       f.flag_on("recompute-norm"), f.integer("recompute-norm-num-layers", -1, 0, kBig), f.str("recompute-modules"), m);
   a.report_memory = f.flag_on("report-memory");
   a.progress = !f.flag_on("no-progress");
+  a.profile_dir = f.str("profile");
+  if (f.has("profile-steps")) {
+    TIDAL_CHECK(!a.profile_dir.empty(), "tidal train: --profile-steps needs --profile DIR");
+    std::tie(a.profile_first_step, a.profile_last_step) = profile::parse_step_range(f.str("profile-steps"));
+    TIDAL_CHECK(a.profile_first_step <= a.train_iters, "tidal train: --profile-steps ", f.str("profile-steps"),
+                " starts after the last iteration (--train-iters ", a.train_iters, ")");
+  }
   a.sample_prompt = f.str("sample-prompt");
   a.sample_tokens = f.integer("sample-tokens", a.sample_prompt.empty() ? 0 : 64, 0, 100000);
   if (a.builtin_corpus && !f.has("sample-prompt")) {
@@ -203,6 +213,7 @@ nlohmann::json TrainArgs::to_json() const {
   j["eval_interval"] = eval_interval;
   j["eval_iters"] = eval_iters;
   j["recompute"] = recompute.to_json();
+  j["profile"] = {{"dir", profile_dir}, {"first_step", profile_first_step}, {"last_step", profile_last_step}};
   return j;
 }
 
