@@ -28,11 +28,7 @@ struct Interval {
   int64_t a, b;
 };
 
-// Union of the compute thread's op and backward ranges (waits excluded): when compute was busy.
-std::vector<Interval> compute_busy(const ProfileData& d) {
-  std::vector<Interval> v;
-  for (const RangeRecord& r : d.ranges)
-    if (r.thread == 0 && (r.kind == kOp || r.kind == kBackward) && r.end_ns > r.start_ns) v.push_back({r.start_ns, r.end_ns});
+std::vector<Interval> union_of(std::vector<Interval> v) {
   std::sort(v.begin(), v.end(), [](const Interval& x, const Interval& y) { return x.a < y.a; });
   std::vector<Interval> u;
   for (const Interval& i : v) {
@@ -40,6 +36,29 @@ std::vector<Interval> compute_busy(const ProfileData& d) {
     else u.push_back(i);
   }
   return u;
+}
+
+// When the compute thread was working: inside an op or a node's backward, and not blocked in a
+// wait (a node that waits for its saved tensor's copy is not computing meanwhile).
+std::vector<Interval> compute_busy(const ProfileData& d) {
+  std::vector<Interval> ops, waits;
+  for (const RangeRecord& r : d.ranges) {
+    if (r.thread != 0 || r.end_ns <= r.start_ns) continue;
+    if (r.kind == kOp || r.kind == kBackward) ops.push_back({r.start_ns, r.end_ns});
+    if (r.kind == kWait) waits.push_back({r.start_ns, r.end_ns});
+  }
+  const std::vector<Interval> busy = union_of(std::move(ops)), idle = union_of(std::move(waits));
+  std::vector<Interval> out;
+  size_t w = 0;
+  for (Interval b : busy) {
+    while (w < idle.size() && idle[w].b <= b.a) ++w;
+    for (size_t k = w; k < idle.size() && idle[k].a < b.b; ++k) {
+      if (idle[k].a > b.a) out.push_back({b.a, idle[k].a});
+      b.a = std::max(b.a, idle[k].b);
+    }
+    if (b.a < b.b) out.push_back(b);
+  }
+  return out;
 }
 
 int64_t covered(const std::vector<Interval>& u, int64_t a, int64_t b) {

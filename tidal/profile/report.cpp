@@ -118,7 +118,8 @@ std::string format_summary(const nlohmann::json& s) {
       const int64_t kept = sv.value("kept_activation_bytes", int64_t(0)), at = act.value("total", int64_t(0));
       out += kept == at ? "  kept activations = activations at the peak (" + format_bytes(at) + "): the table accounts for every byte\n"
                         : "  kept activations " + format_bytes(kept) + " vs " + format_bytes(at) +
-                              " at the peak (the peak is not where forward ends: recompute, or another phase)\n";
+                              " at the peak: the peak is not where forward ends (backward frees saved tensors and "
+                              "holds recomputed or copied-back ones)\n";
     }
   }
   out += "\ntime by op (self time on the compute lane):\n";

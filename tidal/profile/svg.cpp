@@ -176,6 +176,24 @@ std::string memory_svg(const ProfileData& d) {
     col_reserved[size_t(c)] = std::max(best_reserved, cur_reserved);
     vmax = std::max({vmax, double(best_total), double(col_reserved[size_t(c)])});
   }
+  // Host memory (the offload target), a line of its own: its total per column, at the column's end.
+  const bool show_host = !d.host.empty();
+  std::vector<int64_t> host_col(static_cast<size_t>(cols), 0);
+  if (show_host) {
+    int64_t h = 0;
+    for (int64_t b : d.host_start) h += b;
+    size_t j = 0;
+    for (int c = 0; c < cols; ++c) {
+      const int64_t tb = w.t0 + int64_t(double(w.t1 - w.t0) * double(c + 1) / cols);
+      int64_t hmax = h;
+      for (; j < d.host.size() && d.host[j].time_ns < tb; ++j) {
+        if (d.host[j].settled()) h = d.host[j].allocated;
+        hmax = std::max(hmax, h);
+      }
+      host_col[size_t(c)] = hmax;
+      vmax = std::max(vmax, double(hmax));
+    }
+  }
   const bool show_limit = d.device_limit > 0 && double(d.device_limit) < 1.6 * vmax;
   if (show_limit) vmax = std::max(vmax, double(d.device_limit));
   const auto [unit, unit_name] = byte_unit(vmax);
@@ -211,6 +229,12 @@ std::string memory_svg(const ProfileData& d) {
   std::string res;
   for (int k = 0; k < cols; ++k) res += fmt("%s%.1f,%.1f", k == 0 ? "M" : " L", x0 + k + 0.5, Y(double(col_reserved[size_t(k)])));
   out += "<path d=\"" + res + "\" fill=\"none\" stroke=\"#333\" stroke-width=\"1.2\" stroke-dasharray=\"4 3\"/>\n";
+  if (show_host) {
+    std::string hp;
+    for (int k = 0; k < cols; ++k) hp += fmt("%s%.1f,%.1f", k == 0 ? "M" : " L", x0 + k + 0.5, Y(double(host_col[size_t(k)])));
+    out += "<path d=\"" + hp + "\" fill=\"none\" stroke=\"" + category_color(MemoryCategory::host_offload) +
+           "\" stroke-width=\"2\" stroke-dasharray=\"6 3\"/>\n";
+  }
   if (show_limit)
     out += fmt("<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#c00\" stroke-width=\"1.5\"/>"
                "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\" fill=\"#c00\">limit %s</text>\n",
@@ -267,6 +291,12 @@ std::string memory_svg(const ProfileData& d) {
   out += fmt("<line x1=\"810\" y1=\"%.1f\" x2=\"824\" y2=\"%.1f\" stroke=\"#333\" stroke-dasharray=\"4 3\"/>"
              "<text x=\"830\" y=\"%.1f\" fill=\"#222\">reserved</text>\n",
              ly - 4, ly - 4, ly);
+  if (show_host) {
+    ly += 20;
+    out += fmt("<line x1=\"810\" y1=\"%.1f\" x2=\"824\" y2=\"%.1f\" stroke=\"%s\" stroke-width=\"2\" "
+               "stroke-dasharray=\"6 3\"/><text x=\"830\" y=\"%.1f\" fill=\"#222\">host memory</text>\n",
+               ly - 4, ly - 4, category_color(MemoryCategory::host_offload), ly);
+  }
   ly += 28;
   for (const char* ph : {"forward", "backward", "optimizer"}) {
     out += fmt("<rect x=\"810\" y=\"%.1f\" width=\"14\" height=\"14\" fill=\"%s\" stroke=\"#bbb\"/>"
