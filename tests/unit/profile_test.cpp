@@ -230,40 +230,47 @@ TEST(OomAdvice, EachSuggestionComesFromTheEstimatorAndSkipsWhatIsOn) {
   s.seq = 64;
   s.global_batch = 8;
   s.attention = AttentionKernel::eager;
-  auto peak = [&](const memory::RecomputeConfig& rc, AttentionKernel k, int64_t b) {
+  // What forward keeps (the estimator): the step peaks as the loss's backward starts without recompute.
+  auto kept = [&](const memory::RecomputeConfig& rc, AttentionKernel k) {
     memory::ActivationInputs in;
-    in.batch = b;
+    in.batch = 4;
     in.seq = 64;
     in.kernel = k;
     if (rc.any()) in.plan = memory::plan_recompute(rc, m);
-    return memory::estimate_activations(m, in).peak;
+    return memory::estimate_activations(m, in).after_forward;
   };
   const memory::RecomputeConfig none;
-  const int64_t now = peak(none, AttentionKernel::eager, 4);
+  const int64_t now = kept(none, AttentionKernel::eager);
 
   std::map<std::string, Suggestion> by_flags;
   std::vector<std::string> order;
   for (const Suggestion& x : triage(m, s)) {
     by_flags[x.flags] = x;
     order.push_back(x.step);
+    // Every saving is the drop of the predicted step peak.
+    if (x.step == "recompute (full)") {
+      TriageSettings t = s;
+      t.recompute = memory::parse_recompute("full", "uniform", 1, false, -1, false, -1, "", m);
+      EXPECT_EQ(x.saving, predict_step_peak(m, s).total - predict_step_peak(m, t).total);
+    }
   }
   // The triage order.
   const std::vector<std::string> expected_steps = {"chunked loss", "fused ops", "sharding", "recompute (selective)"};
   ASSERT_GE(order.size(), 6u);
   for (size_t i = 0; i < expected_steps.size(); ++i) EXPECT_EQ(order[i], expected_steps[i]);
-  EXPECT_EQ(by_flags["--loss-compute-mode chunk --loss-chunk-size 64"].saving, (256 - 64) * 512 * 4);
-  EXPECT_EQ(by_flags["--attention flash"].saving, now - peak(none, AttentionKernel::flash, 4));
+  // 256 tokens of logits and their gradient become a chunk of 64 tokens.
+  EXPECT_EQ(by_flags["--loss-compute-mode chunk --loss-chunk-size 64"].saving, 2 * (256 - 64) * 512 * 4);
+  EXPECT_EQ(by_flags["--attention flash"].saving, now - kept(none, AttentionKernel::flash));
   const memory::RecomputeConfig selective = memory::parse_recompute("selective", "", -1, false, -1, false, -1, "", m);
-  EXPECT_EQ(by_flags["--recompute-granularity selective"].saving, now - peak(selective, AttentionKernel::eager, 4));
-  const memory::RecomputeConfig full = memory::parse_recompute("full", "uniform", 1, false, -1, false, -1, "", m);
+  EXPECT_EQ(by_flags["--recompute-granularity selective"].saving, now - kept(selective, AttentionKernel::eager));
   const std::string full_flags = "--recompute-granularity full --recompute-method uniform --recompute-num-layers 1";
   ASSERT_TRUE(by_flags.count(full_flags));
-  EXPECT_EQ(by_flags[full_flags].saving, now - peak(full, AttentionKernel::eager, 4));
   EXPECT_GT(by_flags[full_flags].saving, by_flags["--recompute-granularity selective"].saving);
   ASSERT_TRUE(by_flags.count("--activation-offload --offload-policy all"));
   EXPECT_GT(by_flags["--activation-offload --offload-policy all"].saving, 0);
   const int64_t params = models::create_model(m)->num_parameters();
   EXPECT_EQ(by_flags["--swap-optimizer --swap-optimizer-times 4"].saving, 8 * params - 2 * 8 * params / 4);
+  EXPECT_EQ(predict_step_peak(m, s).parameters, 4 * params);
   EXPECT_TRUE(by_flags.count("--micro-batch-size 2 --global-batch-size 8"));
   EXPECT_TRUE(by_flags.count(""));  // sharding: a line, no flags, no saving
   EXPECT_EQ(by_flags[""].saving, 0);
@@ -271,7 +278,7 @@ TEST(OomAdvice, EachSuggestionComesFromTheEstimatorAndSkipsWhatIsOn) {
   // What is on is skipped.
   s.attention = AttentionKernel::flash;
   s.chunked_loss = s.activation_offload = s.swap_optimizer = true;
-  s.recompute = full;
+  s.recompute = memory::parse_recompute("full", "uniform", 1, false, -1, false, -1, "", m);
   for (const Suggestion& x : triage(m, s)) {
     EXPECT_NE(x.step, "chunked loss");
     EXPECT_NE(x.step, "fused ops");

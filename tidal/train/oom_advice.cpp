@@ -66,17 +66,52 @@ memory::ActivationEstimate estimate(const models::ModelConfig& m, const TriageSe
   return memory::estimate_activations(m, in);
 }
 
-int64_t activation_peak(const models::ModelConfig& m, const TriageSettings& s, const memory::RecomputeConfig& rc) {
-  return estimate(m, s, rc, s.attention, s.micro_batch).peak;
+int64_t logits_bytes(const models::ModelConfig& m, int64_t tokens) { return tokens * m.vocab_size * 4; }
+
+// What the saved activations of layers 0..L-3 come to: what an offload of every block but the last
+// (which backward needs first) and the next (being prefetched) moves to host memory.
+int64_t offloadable(const memory::ActivationEstimate& e) {
+  int64_t bytes = 0;
+  for (size_t l = 0; l + 2 < e.layer_kept.size(); ++l) bytes += e.layer_kept[l];
+  return bytes;
 }
 
-int64_t logits_bytes(const models::ModelConfig& m, int64_t tokens) { return tokens * m.vocab_size * 4; }
+int64_t parameter_count(const models::ModelConfig& m, const TriageSettings& s) {
+  if (s.num_parameters > 0) return s.num_parameters;
+  nn::Init init;  // a meta-device model: shapes only, no bytes
+  init.device = Device::meta();
+  return models::create_model(m, init)->num_parameters();
+}
+
+// How much predict_step_peak drops from `s` to `t` (the same settings with one change).
+int64_t saving(const models::ModelConfig& m, const TriageSettings& s, const TriageSettings& t) {
+  return predict_step_peak(m, s).total - predict_step_peak(m, t).total;
+}
 
 std::string shape_str(int64_t b, int64_t s, int64_t v) {
   return std::to_string(b) + " x " + std::to_string(s) + " x " + std::to_string(v);
 }
 
 }  // namespace
+
+StepPeak predict_step_peak(const models::ModelConfig& m, const TriageSettings& s) {
+  StepPeak p;
+  const int64_t n = parameter_count(m, s);
+  p.parameters = 4 * n;
+  p.optimizer_states = 8 * n;  // AdamW's two f32 moments
+  if (s.swap_optimizer) p.optimizer_states = 2 * p.optimizer_states / std::max<int64_t>(s.swap_optimizer_times, 2);
+  const memory::ActivationEstimate a = estimate(m, s, s.recompute, s.attention, s.micro_batch);
+  const int64_t moved = s.activation_offload ? offloadable(a) : 0;
+  p.activations = a.peak - moved;
+  const int64_t tokens = s.micro_batch * s.seq;
+  p.logits = 2 * logits_bytes(m, s.chunked_loss ? std::min(tokens, s.loss_chunk_size) : tokens);
+  const int64_t states = p.parameters + p.optimizer_states;
+  // The loss's backward starts; a recompute replay later in backward, with gradients (at most all)
+  // already there; the optimizer step.
+  const int64_t replay = a.peak > a.after_forward ? states + p.activations + p.parameters : 0;
+  p.total = std::max({states + a.after_forward - moved + p.logits, replay, states + p.parameters});
+  return p;
+}
 
 TriageSettings triage_settings(const TrainArgs& args) {
   TriageSettings s;
@@ -92,19 +127,25 @@ TriageSettings triage_settings(const TrainArgs& args) {
 std::optional<Suggestion> suggest_chunked_loss(const models::ModelConfig& m, const TriageSettings& s) {
   if (s.chunked_loss) return std::nullopt;
   const int64_t tokens = s.micro_batch * s.seq;
-  const int64_t chunk = std::min<int64_t>(1024, std::max<int64_t>(1, tokens / 4));
-  const int64_t saving = logits_bytes(m, tokens) - logits_bytes(m, chunk);
-  if (saving <= 0) return std::nullopt;
-  return Suggestion{"chunked loss", "--loss-compute-mode chunk --loss-chunk-size " + std::to_string(chunk), saving,
-                    "the " + shape_str(s.micro_batch, s.seq, m.vocab_size) +
-                        " f32 logits never exist whole, one chunk of " + std::to_string(chunk) + " tokens does"};
+  TriageSettings t = s;
+  t.chunked_loss = true;
+  t.loss_chunk_size = std::min<int64_t>(1024, std::max<int64_t>(1, tokens / 4));
+  const int64_t saved = saving(m, s, t);
+  if (saved <= 0) return std::nullopt;
+  return Suggestion{"chunked loss", "--loss-compute-mode chunk --loss-chunk-size " + std::to_string(t.loss_chunk_size),
+                    saved,
+                    "the " + shape_str(s.micro_batch, s.seq, m.vocab_size) + " f32 logits (" +
+                        format_bytes(logits_bytes(m, tokens)) + ") and their gradient never exist whole, one chunk of " +
+                        std::to_string(t.loss_chunk_size) + " tokens does"};
 }
 
 std::optional<Suggestion> suggest_fused_attention(const models::ModelConfig& m, const TriageSettings& s) {
   if (s.attention == AttentionKernel::flash) return std::nullopt;
-  const int64_t saving = activation_peak(m, s, s.recompute) - estimate(m, s, s.recompute, AttentionKernel::flash, s.micro_batch).peak;
-  if (saving <= 0) return std::nullopt;
-  return Suggestion{"fused ops", "--attention flash", saving, "fused attention keeps no (s x s) tensor for backward"};
+  TriageSettings t = s;
+  t.attention = AttentionKernel::flash;
+  const int64_t saved = saving(m, s, t);
+  if (saved <= 0) return std::nullopt;
+  return Suggestion{"fused ops", "--attention flash", saved, "fused attention keeps no (s x s) tensor for backward"};
 }
 
 Suggestion suggest_sharding() {
@@ -114,7 +155,6 @@ Suggestion suggest_sharding() {
 
 std::vector<Suggestion> suggest_recompute(const models::ModelConfig& m, const TriageSettings& s) {
   const memory::RecomputeConfig& cur = s.recompute;
-  const int64_t now = activation_peak(m, s, cur);
   const RecomputeFlags base = RecomputeFlags::of(cur);
   const bool moe_only = [&] {
     for (int64_t l = 0; l < m.num_hidden_layers; ++l)
@@ -156,69 +196,48 @@ std::vector<Suggestion> suggest_recompute(const models::ModelConfig& m, const Tr
   for (const auto& [f, note] : candidates) {
     std::optional<memory::RecomputeConfig> rc = f.parse(m);
     if (!rc) continue;
-    const int64_t saving = now - activation_peak(m, s, *rc);
-    if (saving <= 0) continue;
+    TriageSettings t = s;
+    t.recompute = *rc;
+    const int64_t saved = saving(m, s, t);
+    if (saved <= 0) continue;
     out.push_back({f.granularity == "full" ? "recompute (full)" : "recompute (selective)",
-                   f.str(), saving, note + (cur.any() ? "; replaces the current --recompute-* flags" : "")});
+                   f.str(), saved, note + (cur.any() ? "; replaces the current --recompute-* flags" : "")});
   }
   return out;
 }
 
 std::optional<Suggestion> suggest_offload(const models::ModelConfig& m, const TriageSettings& s) {
   if (s.activation_offload) return std::nullopt;
-  // Block b's saved tensors leave the device while later blocks run; the last block stays (backward
-  // needs it first) and one more is on its way back (prefetch) when backward starts.
-  const memory::ActivationEstimate e = estimate(m, s, s.recompute, s.attention, s.micro_batch);
-  const int64_t layers = int64_t(e.layer_kept.size());
-  int64_t saving = 0;
-  for (int64_t l = 0; l + 2 < layers; ++l) saving += e.layer_kept[size_t(l)];
-  if (saving <= 0) return std::nullopt;
+  TriageSettings t = s;
+  t.activation_offload = true;
+  const int64_t saved = saving(m, s, t);
+  if (saved <= 0) return std::nullopt;
   const bool full = s.recompute.granularity == memory::Granularity::full;
   return Suggestion{"async offload", std::string("--activation-offload --offload-policy ") + (full ? "layer-input" : "all"),
-                    saving,
+                    saved,
                     std::string(full ? "the checkpointed layer inputs" : "the saved activations") + " of layers 0-" +
-                        std::to_string(layers - 3) + " wait in host memory; copies overlap compute"};
-}
-
-int64_t parameter_count(const models::ModelConfig& m, const TriageSettings& s) {
-  if (s.num_parameters > 0) return s.num_parameters;
-  nn::Init init;  // a meta-device model: shapes only, no bytes
-  init.device = Device::meta();
-  return models::create_model(m, init)->num_parameters();
-}
-
-StepPeak predict_step_peak(const models::ModelConfig& m, const TriageSettings& s) {
-  StepPeak p;
-  const int64_t n = parameter_count(m, s);
-  p.parameters = 4 * n;
-  p.optimizer_states = 8 * n;
-  const memory::ActivationEstimate a = estimate(m, s, s.recompute, s.attention, s.micro_batch);
-  p.activations = a.peak;
-  p.logits = 2 * logits_bytes(m, s.micro_batch * s.seq);
-  const int64_t states = p.parameters + p.optimizer_states;
-  p.total = std::max({states + a.after_forward + p.logits,  // the loss's backward starts
-                      states + a.peak + p.parameters,       // a recompute replay, gradients (at most all) kept
-                      states + p.parameters});              // the optimizer step
-  return p;
+                        std::to_string(m.num_hidden_layers - 3) + " wait in host memory; copies overlap compute"};
 }
 
 std::optional<Suggestion> suggest_swap_optimizer(const models::ModelConfig& m, const TriageSettings& s) {
   if (s.swap_optimizer) return std::nullopt;
-  const int64_t params = parameter_count(m, s);
-  const int64_t k = 4;
-  const int64_t states = 2 * 4 * params;  // AdamW's two f32 moments
-  const int64_t saving = states - 2 * states / k;
-  return Suggestion{"swap optimizer", "--swap-optimizer --swap-optimizer-times " + std::to_string(k), saving,
-                    "AdamW's moments (" + format_bytes(states) + ") live in host memory; about 2/K of them on the device"};
+  TriageSettings t = s;
+  t.swap_optimizer = true;
+  t.swap_optimizer_times = 4;
+  const int64_t saved = saving(m, s, t);
+  if (saved <= 0) return std::nullopt;
+  return Suggestion{"swap optimizer", "--swap-optimizer --swap-optimizer-times " + std::to_string(t.swap_optimizer_times),
+                    saved,
+                    "AdamW's moments (" + format_bytes(8 * parameter_count(m, s)) +
+                        ") live in host memory; about 2/K of them on the device"};
 }
 
 std::optional<Suggestion> suggest_smaller_micro_batch(const models::ModelConfig& m, const TriageSettings& s) {
   if (s.micro_batch < 2) return std::nullopt;
-  const int64_t half = s.micro_batch / 2;
-  const int64_t saving = activation_peak(m, s, s.recompute) - estimate(m, s, s.recompute, s.attention, half).peak +
-                         logits_bytes(m, s.micro_batch * s.seq) - logits_bytes(m, half * s.seq);
-  return Suggestion{"batch", "--micro-batch-size " + std::to_string(half) + " --global-batch-size " +
-                                 std::to_string(s.global_batch), saving,
+  TriageSettings t = s;
+  t.micro_batch = s.micro_batch / 2;
+  return Suggestion{"batch", "--micro-batch-size " + std::to_string(t.micro_batch) + " --global-batch-size " +
+                                 std::to_string(s.global_batch), saving(m, s, t),
                     "the same global batch by gradient accumulation"};
 }
 

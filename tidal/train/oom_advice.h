@@ -24,8 +24,10 @@ struct TriageSettings {
   AttentionKernel attention = AttentionKernel::flash;
   memory::RecomputeConfig recompute;
   bool chunked_loss = false;        // --loss-compute-mode chunk
+  int64_t loss_chunk_size = 1024;   // --loss-chunk-size
   bool activation_offload = false;  // --activation-offload
   bool swap_optimizer = false;      // --swap-optimizer
+  int64_t swap_optimizer_times = 4; // --swap-optimizer-times
   int64_t num_parameters = 0;       // 0: counted from the config (a meta-device model)
 };
 TriageSettings triage_settings(const TrainArgs& args);
@@ -54,6 +56,7 @@ struct StepPeak {
   int64_t total = 0, parameters = 0, optimizer_states = 0, activations = 0, logits = 0;
 };
 StepPeak predict_step_peak(const models::ModelConfig& m, const TriageSettings& s);
+// Each suggestion's saving is the drop of this prediction when its setting is turned on.
 
 // All of them in the triage order.
 std::vector<Suggestion> triage(const models::ModelConfig& m, const TriageSettings& s);
