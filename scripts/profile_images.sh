@@ -28,3 +28,8 @@ shot "$tmp/recompute/memory.svg" profile_recompute_memory.png
 shot "$tmp/recompute/timeline.svg" profile_recompute_timeline.png
 shot "$tmp/lanes/memory.svg" profile_offload_memory.png
 shot "$tmp/lanes/timeline.svg" profile_copy_lanes.png
+
+# The numbers docs/profiling.md quotes next to the pictures.
+build/tidal report "$tmp/main"
+build/tidal report "$tmp/recompute" | head -3
+build/tidal report "$tmp/lanes"

@@ -79,7 +79,7 @@ TEST(Profile, RecorderIsOffUntilStartedAndRecordsOpsWithLayerAndModule) {
   EXPECT_TRUE(take_ranges().empty());
 }
 
-TEST(Profile, SideStreamTasksAndComputeWaitsAreRecorded) {
+TEST(StreamProfile, SideStreamTasksAndComputeWaitsAreRecorded) {
   Stream d2h("d2h");
   Tensor src = full({1 << 16}, 2.0), dst = empty_host({1 << 16});
   start_recording();

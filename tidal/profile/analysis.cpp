@@ -234,6 +234,19 @@ nlohmann::json summarize(const ProfileData& d) {
     per_layer[r.layer][key] += r.bytes;
     per_policy[key] += r.bytes;
   }
+  std::map<std::string, std::pair<int64_t, int64_t>> by_op;  // op -> kept bytes, tensors
+  for (const autograd::SavedTensorRecord& r : d.saved_tensors)
+    if (r.policy == "kept") {
+      auto& v = by_op[r.op.empty() ? std::string("(no op)") : r.op];
+      v.first += r.bytes;
+      ++v.second;
+    }
+  std::vector<std::pair<std::string, std::pair<int64_t, int64_t>>> ops_sorted(by_op.begin(), by_op.end());
+  std::stable_sort(ops_sorted.begin(), ops_sorted.end(),
+                   [](const auto& a, const auto& b) { return a.second.first > b.second.first; });
+  saved["kept_by_op"] = nlohmann::json::array();
+  for (const auto& [op, v] : ops_sorted)
+    saved["kept_by_op"].push_back({{"op", op}, {"bytes", v.first}, {"tensors", v.second}});
   saved["kept_activation_bytes"] = kept_act;
   saved["kept_logits_bytes"] = kept_logits;
   saved["by_policy"] = per_policy;

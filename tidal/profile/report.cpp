@@ -1,5 +1,6 @@
 // The words of a profile: the summary `tidal report` prints and memory_report.md.
 #include <cstdarg>
+#include <algorithm>
 #include <cstdio>
 
 #include "tidal/profile/analysis.h"
@@ -42,8 +43,10 @@ std::string breakdown(const nlohmann::json& at, bool markdown) {
   std::string out;
   const int64_t total = at.value("allocated", int64_t(0));
   if (markdown) out += "| category | bytes | share |\n|---|---:|---:|\n";
-  for (const auto& [name, v] : at["by_category"].items()) {
-    const int64_t b = v.get<int64_t>();
+  std::vector<std::pair<int64_t, std::string>> rows;  // largest first: the hog on top
+  for (const auto& [name, v] : at["by_category"].items()) rows.push_back({v.get<int64_t>(), name});
+  std::stable_sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  for (const auto& [b, name] : rows) {
     if (b == 0) continue;
     out += markdown ? printf_str("| %s | %s | %s |\n", name.c_str(), format_bytes(b).c_str(), pct(b, total).c_str())
                     : printf_str("    %-16s %12s  %6s\n", name.c_str(), format_bytes(b).c_str(), pct(b, total).c_str());
@@ -114,6 +117,11 @@ std::string format_summary(const nlohmann::json& s) {
     for (const auto& [k, v] : sv["by_policy"].items()) policies += (policies.empty() ? "" : ", ") + k + " " + bytes(v);
     out += printf_str("saved tensors (step %lld, first micro-batch): %lld tensors; %s\n",
                       (long long)sv.value("step", int64_t(0)), (long long)sv.value("count", int64_t(0)), policies.c_str());
+    std::string ops;
+    int n = 0;
+    for (const nlohmann::json& o : sv["kept_by_op"])
+      if (n++ < 6) ops += (ops.empty() ? "" : ", ") + o.value("op", "") + " " + bytes(o["bytes"]);
+    if (!ops.empty()) out += "  kept, by the op that saved them: " + ops + "\n";
     if (act.is_object() && act.contains("total")) {
       const int64_t kept = sv.value("kept_activation_bytes", int64_t(0)), at = act.value("total", int64_t(0));
       out += kept == at ? "  kept activations = activations at the peak (" + format_bytes(at) + "): the table accounts for every byte\n"
@@ -165,9 +173,11 @@ std::string memory_report(const ProfileData& d, const nlohmann::json& s) {
       out += "| " + layer_name(l["layer"].get<int>()) + " | " + bytes(l["bytes"]) + " |\n";
     out += "| **total** | **" + bytes(act["total"]) + "** |\n\n### Activations at the peak, per module\n\n"
            "| module | layer | bytes |\n|---|---:|---:|\n";
-    for (const nlohmann::json& m : act["by_module"])
-      out += "| " + m.value("module", std::string("(no module)")) + " | " + std::to_string(m.value("layer", -1)) + " | " +
-             bytes(m["bytes"]) + " |\n";
+    for (const nlohmann::json& m : act["by_module"]) {
+      const std::string name = m.value("module", "");
+      out += "| " + (name.empty() ? std::string("(no module)") : name) + " | " + std::to_string(m.value("layer", -1)) +
+             " | " + bytes(m["bytes"]) + " |\n";
+    }
     out += "\n";
   }
   out += "## Tensors saved for backward (step " + std::to_string(d.saved_tensors_step) + ", first micro-batch)\n\n";
@@ -184,6 +194,9 @@ std::string memory_report(const ProfileData& d, const nlohmann::json& s) {
            bytes(row.value("recomputed", nlohmann::json(0))) + " | " + bytes(row.value("discarded", nlohmann::json(0))) +
            " | " + format_bytes(other) + " |\n";
   }
+  out += "\nKept, by the op that saved them (all layers):\n\n| op | tensors | bytes |\n|---|---:|---:|\n";
+  for (const nlohmann::json& o : sv["kept_by_op"])
+    out += "| " + o.value("op", "") + " | " + std::to_string(o.value("tensors", 0)) + " | " + bytes(o["bytes"]) + " |\n";
   out += "\n| layer | module | op | shape | dtype | bytes | policy |\n|---:|---|---|---|---|---:|---|\n";
   for (const autograd::SavedTensorRecord& r : d.saved_tensors)
     out += "| " + std::to_string(r.layer) + " | " + r.module + " | " + r.op + " | " + r.shape.str() + " | " +
