@@ -11,6 +11,7 @@ packages=(
   fortunes               # the built-in training corpus of the main job
   libgtest-dev libgmock-dev libbenchmark-dev
   python3-torch python3-numpy   # PyTorch parity tests (system /usr/bin/python3)
+  chromium               # the profiler's plots are checked in a real browser (headless)
 )
 
 missing=()

@@ -44,10 +44,11 @@ void Allocator::account(int64_t delta, int64_t block_delta, MemoryCategory c) {
   }
 }
 
-void Allocator::log(int64_t delta, MemoryCategory c) {
+void Allocator::log(int64_t delta, MemoryCategory c, const void* block, MemoryEventKind kind) {
   if (!log_on_) return;
   const MemoryContext& ctx = memory_context();
-  events_.push_back({now_ns(), delta, c, ctx.op, ctx.layer, stats_.allocated, stats_.reserved});
+  events_.push_back({now_ns(), delta, c, ctx.op, ctx.layer, stats_.allocated, stats_.reserved,
+                     stats_.category[size_t(c)].allocated, block, ctx.module, kind});
 }
 
 void* Allocator::allocate(int64_t nbytes, MemoryCategory category) {
@@ -84,7 +85,7 @@ void* Allocator::allocate(int64_t nbytes, MemoryCategory category) {
   ++cs.count;
   ++cs.total_count;
   account(nbytes, block, category);
-  log(nbytes, category);
+  log(nbytes, category, ptr, MemoryEventKind::allocate);
   return ptr;
 }
 
@@ -99,7 +100,7 @@ void Allocator::deallocate(void* ptr, int64_t nbytes, MemoryCategory category) {
   --stats_.num_allocs;
   --stats_.category[size_t(category)].count;
   account(-nbytes, -block, category);
-  log(-nbytes, category);
+  log(-nbytes, category, ptr, MemoryEventKind::free);
 }
 
 void Allocator::recategorize(void* ptr, int64_t nbytes, MemoryCategory from, MemoryCategory to) {
@@ -121,8 +122,8 @@ void Allocator::recategorize(void* ptr, int64_t nbytes, MemoryCategory from, Mem
   if (stats_.allocated == stats_.peak_allocated)
     for (int i = 0; i < kNumMemoryCategories; ++i) stats_.at_peak[size_t(i)] = stats_.category[size_t(i)].allocated;
   if (log_on_) {
-    log(-nbytes, from);
-    log(nbytes, to);
+    log(-nbytes, from, ptr, MemoryEventKind::recategorize_from);
+    log(nbytes, to, ptr, MemoryEventKind::recategorize_to);
   }
 }
 
@@ -137,6 +138,7 @@ void Allocator::release_cached_locked() {
 
 void Allocator::throw_oom(int64_t nbytes, MemoryCategory c) {
   ++stats_.num_ooms;
+  log(nbytes, c, nullptr, MemoryEventKind::failed);
   const MemoryContext& ctx = memory_context();
   std::string where = std::string(category_name(c));
   if (ctx.op != nullptr) where += detail::str_cat(", op ", ctx.op);
@@ -183,10 +185,11 @@ void Allocator::empty_cache() {
   release_cached_locked();
 }
 
-void Allocator::set_event_log(bool on) {
+MemoryStats Allocator::set_event_log(bool on) {
   std::lock_guard<std::mutex> lock(mu_);
   log_on_ = on;
   if (on) events_.reserve(1 << 16);
+  return stats_;
 }
 
 std::vector<MemoryEvent> Allocator::events() const {
@@ -197,6 +200,14 @@ std::vector<MemoryEvent> Allocator::events() const {
 void Allocator::clear_events() {
   std::lock_guard<std::mutex> lock(mu_);
   events_.clear();
+}
+
+std::vector<MemoryEvent> Allocator::take_events() {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<MemoryEvent> out = std::move(events_);
+  events_.clear();
+  if (log_on_) events_.reserve(1 << 16);
+  return out;
 }
 
 MemoryContext& memory_context() {

@@ -55,9 +55,11 @@ class Allocator {
   int64_t limit() const;
   void empty_cache();  // returns cached free blocks to the system
 
-  void set_event_log(bool on);
+  // Turns the event log on or off; returns the stats at that moment (the log's starting point).
+  MemoryStats set_event_log(bool on);
   std::vector<MemoryEvent> events() const;
   void clear_events();
+  std::vector<MemoryEvent> take_events();  // events() and clear_events() at once
 
   const std::string& name() const { return name_; }
   Device device() const { return device_; }
@@ -65,7 +67,7 @@ class Allocator {
 
  private:
   void account(int64_t delta, int64_t block_delta, MemoryCategory c);
-  void log(int64_t delta, MemoryCategory c);
+  void log(int64_t delta, MemoryCategory c, const void* block, MemoryEventKind kind);
   void release_cached_locked();
   [[noreturn]] void throw_oom(int64_t nbytes, MemoryCategory c);
 

@@ -1,8 +1,9 @@
 #pragma once
 // Thread-local context attached to every allocation: its category, the op and layer that made it.
 // Set with RAII scopes: MemoryScope (category), OpScope (op name), LayerScope (layer index),
-// ModuleScope (module name).
+// ModuleScope (module name). OpScope is also the profiler's op range.
 #include "tidal/memory_stats.h"
+#include "tidal/profile/recorder.h"
 
 namespace tidal {
 
@@ -26,15 +27,25 @@ class MemoryScope {
   MemoryCategory saved_;
 };
 
+// Also the profiler's op range (profile/recorder.h) of kind `kind`: one flag test when the recorder
+// is off. The autograd engine names each node's backward this way (kind profile::kBackward).
 class OpScope {
  public:
-  explicit OpScope(const char* op) : saved_(memory_context().op) { memory_context().op = op; }
-  ~OpScope() { memory_context().op = saved_; }
+  explicit OpScope(const char* op, const char* kind = profile::kOp) : saved_(memory_context().op), kind_(kind) {
+    memory_context().op = op;
+    if (profile::recording() && op != nullptr) t0_ = profile::detail::range_begin();
+  }
+  ~OpScope() {
+    if (t0_ >= 0) profile::detail::range_end(memory_context().op, kind_, t0_);
+    memory_context().op = saved_;
+  }
   OpScope(const OpScope&) = delete;
   OpScope& operator=(const OpScope&) = delete;
 
  private:
   const char* saved_;
+  const char* kind_;
+  int64_t t0_ = -1;
 };
 
 class LayerScope {

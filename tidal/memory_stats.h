@@ -49,6 +49,10 @@ struct MemoryStats {
   int64_t fragmentation() const { return reserved - allocated; }
 };
 
+// What a MemoryEvent records. A change of category is two events on the same block: out of the old
+// category (-bytes), then into the new one (+bytes); the totals of both are those after the change.
+enum class MemoryEventKind : uint8_t { allocate, free, recategorize_from, recategorize_to, failed };
+
 // One allocation (+bytes) or free (-bytes), with where it happened.
 struct MemoryEvent {
   int64_t time_ns = 0;
@@ -58,6 +62,11 @@ struct MemoryEvent {
   int layer = -1;
   int64_t allocated = 0;     // totals after the event
   int64_t reserved = 0;
+  int64_t category_allocated = 0;  // this category's allocated bytes after the event
+  const void* block = nullptr;     // the block's address: pairs an allocation with its free
+  const char* module = nullptr;    // dotted module name (owned by the module: read it while the model lives)
+  MemoryEventKind kind = MemoryEventKind::allocate;  // failed: a request that ran out of memory (delta is
+                                                    // the request; the totals did not change)
 };
 
 // "1.50 GiB", "312.0 KiB", "17 B".

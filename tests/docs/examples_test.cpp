@@ -3,6 +3,7 @@
 // verbatim, so the docs cannot drift from code that works.
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <fstream>
 #include <regex>
 #include <sstream>
@@ -17,6 +18,7 @@
 #include "tidal/ops/random.h"
 #include "tidal/ops/reduce.h"
 #include "tidal/ops/view.h"
+#include "tidal/profile/profiler.h"
 #include "tidal/stream.h"
 
 namespace tidal {
@@ -191,6 +193,25 @@ EXPECT_EQ(st.offloaded_bytes, 2 * 32 * 64 * 4);  // blocks 0 and 1's outputs wen
 EXPECT_EQ(st.in_use_bytes, 2 * 32 * 64 * 4);     // x and block 2's output never could
 EXPECT_GE(st.overlap_fraction(), 0.0);
 }
+
+TEST(DocsExamples, Profiler) {
+const std::string dir = ::testing::TempDir() + "tidal_docs_profile";
+profile::Profiler profiler({dir, 1, 1}, {{"model", "one matmul"}});  // steps 1 to 1 into dir
+Tensor w = randn({256, 256}).set_requires_grad(true);
+profiler.begin_step(1);
+Tensor y;
+{
+  profile::Range phase("forward", profile::kPhase);  // a phase band in memory.svg, a range in the trace
+  y = tanh(matmul(randn({64, 256}), w));
+}
+{
+  profile::Range phase("backward", profile::kPhase);
+  sum(y).backward();
+}
+profiler.end_step(1, nullptr);  // the window's last step: the files are written
+EXPECT_TRUE(std::filesystem::exists(dir + "/memory.svg"));
+EXPECT_GE(profiler.data().ranges.size(), 6u);  // 2 phases, matmul, tanh, sum, backward and its nodes
+}
 // clang-format on
 
 namespace {
@@ -208,7 +229,8 @@ TEST(DocsExamples, InSync) {
   ASSERT_FALSE(tests.empty());
   int blocks = 0;
   for (const char* doc : {"docs/tensors.md", "docs/memory-accounting.md", "docs/streams.md", "docs/autograd.md",
-                          "docs/offload.md"}) {
+                          "docs/offload.md",
+                          "docs/profiling.md"}) {
     const std::string text = read_file(root + "/" + doc);
     ASSERT_FALSE(text.empty()) << doc;
     const std::regex block("```cpp example:([a-z_]+)\n([\\s\\S]*?)```");
@@ -218,7 +240,7 @@ TEST(DocsExamples, InSync) {
           << doc << ": example '" << (*it)[1] << "' is not in tests/docs/examples_test.cpp verbatim";
     }
   }
-  EXPECT_EQ(blocks, 9);
+  EXPECT_EQ(blocks, 10);
 }
 
 }  // namespace tidal

@@ -148,10 +148,12 @@ std::vector<Tensor> checkpoint(const CheckpointFn& fn, const std::vector<Tensor>
   frame->fn = fn;
   frame->rng = get_rng_state();
   frame->layer = memory_context().layer;
-  OpScope op("checkpoint_input");
-  for (const Tensor& t : inputs) {
-    frame->inputs.emplace_back(t);  // through the hooks active outside the region
-    frame->input_requires_grad.push_back(t.defined() && t.requires_grad());
+  {
+    OpScope op("checkpoint_input");
+    for (const Tensor& t : inputs) {
+      frame->inputs.emplace_back(t);  // through the hooks active outside the region
+      frame->input_requires_grad.push_back(t.defined() && t.requires_grad());
+    }
   }
   OpScope no_op(nullptr);
   SavedTensorHooksGuard hooks(std::make_shared<CheckpointHooks>(frame));

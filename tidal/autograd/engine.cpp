@@ -97,6 +97,7 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads
     TensorList out;
     if (any) {
       LayerScope layer(node->layer());
+      OpScope op_scope(node->name(), profile::kBackward);  // memory and time of this node's backward
       for (const auto& hook : node->pre_hooks()) hook();
       out = node->apply(std::move(in));
       TIDAL_ASSERT(out.size() == node->next_edges().size() || out.empty(), node->name(), " returned ", out.size(),

@@ -6,6 +6,7 @@
 #include "tidal/base/error.h"
 #include "tidal/memory/offload.h"
 #include "tidal/memory_stats.h"
+#include "tidal/profile/profiler.h"
 
 namespace tidal::train {
 
@@ -73,7 +74,9 @@ Flags train_flags() {
       .flag("swap-optimizer", "keep AdamW's states in host memory, swap them in and out in windows at each step")
       .option("swap-optimizer-times", "windows per step with --swap-optimizer (default 16)", "K")
       .option("sample-prompt", "text to continue with the trained model at the end", "TEXT")
-      .option("sample-tokens", "tokens to generate for the sample (default 64 with a prompt)", "N");
+      .option("sample-tokens", "tokens to generate for the sample (default 64 with a prompt)", "N")
+      .option("profile", "profile some steps into DIR: Chrome trace, memory timeline and report, plots (docs/profiling.md)", "DIR")
+      .option("profile-steps", "the iterations to profile, A:B or A (default: the second step of the run)", "A:B");
   return f;
 }
 
@@ -201,6 +204,13 @@ TrainArgs parse_train_args(const std::vector<std::string>& argv) {
   a.loss = memory::parse_loss_compute(f.str("loss-compute-mode"), given("loss-chunk-size"));
   a.swap_optimizer = memory::parse_swap_optimizer(f.flag_on("swap-optimizer"), given("swap-optimizer-times"));
   a.progress = !f.flag_on("no-progress");
+  a.profile_dir = f.str("profile");
+  if (f.has("profile-steps")) {
+    TIDAL_CHECK(!a.profile_dir.empty(), "tidal train: --profile-steps needs --profile DIR");
+    std::tie(a.profile_first_step, a.profile_last_step) = profile::parse_step_range(f.str("profile-steps"));
+    TIDAL_CHECK(a.profile_first_step <= a.train_iters, "tidal train: --profile-steps ", f.str("profile-steps"),
+                " starts after the last iteration (--train-iters ", a.train_iters, ")");
+  }
   a.sample_prompt = f.str("sample-prompt");
   a.sample_tokens = f.integer("sample-tokens", a.sample_prompt.empty() ? 0 : 64, 0, 100000);
   if (a.builtin_corpus && !f.has("sample-prompt")) {
@@ -250,6 +260,7 @@ nlohmann::json TrainArgs::to_json() const {
   j["loss_chunk_size"] = loss.chunk_size;
   j["swap_optimizer"] = swap_optimizer.on;
   j["swap_optimizer_times"] = swap_optimizer.times;
+  j["profile"] = {{"dir", profile_dir}, {"first_step", profile_first_step}, {"last_step", profile_last_step}};
   return j;
 }
 

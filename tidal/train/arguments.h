@@ -61,6 +61,9 @@ struct TrainArgs {
   memory::SwapOptimizerConfig swap_optimizer;  // --swap-optimizer, --swap-optimizer-times
   std::string sample_prompt;          // printed sample at the end ("" : none)
   int64_t sample_tokens = 0;
+  // --profile DIR [--profile-steps A:B] (docs/profiling.md); steps 0: the default window
+  std::string profile_dir;
+  int64_t profile_first_step = 0, profile_last_step = 0;
 
   int64_t grad_accumulation_steps() const { return global_batch_size / micro_batch_size; }
   // Every resolved setting, for metrics and checkpoints.

@@ -25,9 +25,12 @@
 #include "tidal/optim/adamw.h"
 #include "tidal/optim/grad_clip.h"
 #include "tidal/optim/lr_schedule.h"
+#include "tidal/profile/profiler.h"
 #include "tidal/train/builtin_corpus.h"
 #include "tidal/train/checkpoint.h"
 #include "tidal/train/metrics.h"
+#include "tidal/train/oom_advice.h"
+#include "tidal/train/profiling.h"
 
 namespace tidal::train {
 namespace {
@@ -128,8 +131,9 @@ double evaluate(const models::CausalLM& model, const data::TokenDataset& valid, 
 
 }  // namespace
 
-TrainResult run_training(const TrainArgs& args, std::FILE* out) {
-  models::ModelConfig config = args.model;
+namespace {
+
+TrainResult train_loop(const TrainArgs& args, std::FILE* out, models::ModelConfig& config) {
   Data data = load_data(args, config, out);
   config.validate();
 
@@ -216,6 +220,7 @@ TrainResult run_training(const TrainArgs& args, std::FILE* out) {
                  swapped ? swapped->describe().c_str() : "on the device");
   std::vector<autograd::SavedTensorRecord> saved_tensors;  // of the first micro-batch
   const int64_t recompute_ns0 = autograd::recompute_time_ns();
+  profile::Profiler profiler(profile_options(args, start), profile_info(args, config, model->num_parameters()));
 
   TrainResult result;
   result.iterations = start;
@@ -231,6 +236,7 @@ TrainResult run_training(const TrainArgs& args, std::FILE* out) {
 
   for (int64_t it = start + 1; it <= args.train_iters; ++it) {
     const auto t0 = Clock::now();
+    profiler.begin_step(it);
     const double lr = optim::lr_at(it - 1, schedule);
     double loss_sum = 0;
     for (int64_t m = 0; m < accum; ++m) {
@@ -239,10 +245,14 @@ TrainResult run_training(const TrainArgs& args, std::FILE* out) {
       Tensor loss;
       if (offloader) offloader->begin_micro_batch();
       {
+        profile::Range phase("forward", profile::kPhase);
         std::optional<autograd::SavedTensorLog> log;
-        if (saved_tensors.empty()) log.emplace();
+        if (saved_tensors.empty() || profiler.wants_saved_tensors(it, m)) log.emplace();
         loss = memory::lm_loss(*model, tokens.narrow(1, 0, t), tokens.narrow(1, 1, t), args.loss, aux_coef);
-        if (log) saved_tensors = log->snapshot();
+        if (log) {
+          if (saved_tensors.empty()) saved_tensors = log->snapshot();
+          profiler.set_saved_tensors(it, log->snapshot());
+        }
       }
       if (args.report_memory && it == start + 1 && m == 0) {
         progress.clear();
@@ -253,13 +263,19 @@ TrainResult run_training(const TrainArgs& args, std::FILE* out) {
       TIDAL_CHECK(std::isfinite(value), "the loss became ", value, " at iteration ", it,
                   ": training diverged; try a lower --lr (now ", args.lr, ") or a longer --lr-warmup-iters");
       loss_sum += value;
+      profile::Range phase("backward", profile::kPhase);
       (accum == 1 ? loss : mul(loss, 1.0 / double(accum))).backward();
     }
-    const double grad_norm = optim::clip_grad_norm(model->parameters(), args.clip_grad);
-    optimizer->step(lr);
-    optimizer->zero_grad();
+    double grad_norm = 0;
+    {
+      profile::Range phase("optimizer", profile::kPhase);
+      grad_norm = optim::clip_grad_norm(model->parameters(), args.clip_grad);
+      optimizer->step(lr);
+      optimizer->zero_grad();
+    }
     const double loss = loss_sum / double(accum);
     const double step_s = seconds_since(t0);
+    profiler.end_step(it, out);
     StepMetrics sm{it, loss, lr, grad_norm, step_s * 1e3, double(tokens_per_step) / step_s,
                    device.stats().peak_allocated};
     metrics.add_step(sm);
@@ -342,6 +358,17 @@ TrainResult run_training(const TrainArgs& args, std::FILE* out) {
                  result.sample.c_str());
   }
   return result;
+}
+
+}  // namespace
+
+TrainResult run_training(const TrainArgs& args, std::FILE* out) {
+  models::ModelConfig config = args.model;  // load_data may take the tokenizer's vocabulary
+  try {
+    return train_loop(args, out, config);
+  } catch (const OutOfMemory& e) {  // the breakdown at that moment and what to try (oom_advice.h)
+    throw OutOfMemory(out_of_memory_message(e, config, triage_settings(args)), e.requested(), e.stats());
+  }
 }
 
 }  // namespace tidal::train

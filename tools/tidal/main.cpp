@@ -22,6 +22,7 @@ void usage(std::FILE* out) {
                "             a tokenizer.json (GPT-2, Qwen or our own); 'tidal tokenizer help'\n"
                "  prepare    tokenize text files into a Megatron indexed dataset PREFIX.bin/.idx\n"
                "  presets    the built-in model presets (--model NAME)\n"
+               "  report     summarize a profile: tidal report DIR (from tidal train --profile DIR)\n"
                "  demo       the engine core on its own: a tiny transformer on generated text and what\n"
                "             activation checkpointing saves\n"
                "  info       build and machine facts: BLAS, threads, device memory limit\n"
@@ -45,6 +46,7 @@ int main(int argc, char** argv) {
     if (command == "demo") return tidal::cli::run_demo(args);
     if (command == "info") return tidal::cli::run_info(args);
     if (command == "presets") return tidal::cli::run_presets(args);
+    if (command == "report") return tidal::cli::run_report(args);
     if (command == "help" || command == "--help" || command == "-h") {
       usage(stdout);
       return tidal::cli::kOk;

@@ -1,4 +1,5 @@
 // CPU streams: the compute stream runs work inline; side streams run it on a worker thread.
+#include <atomic>
 #include <condition_variable>
 #include <cstring>
 #include <deque>
@@ -35,6 +36,8 @@ struct EventState {
   }
 };
 
+std::atomic<StreamObserver> g_observer{nullptr};
+
 struct StreamWorker {
   enum class Kind { work, record, wait };
   struct Task {
@@ -52,6 +55,7 @@ struct StreamWorker {
   bool busy = false;
   std::exception_ptr pending;  // first error since the last event took it
   std::thread thread;
+  std::string name;
 
   void push(Task t) {
     {
@@ -68,12 +72,15 @@ struct StreamWorker {
           std::lock_guard<std::mutex> lock(mu);
           if (pending) return;  // work after a failure is skipped until the error is reported
         }
+        const StreamObserver observer = g_observer.load(std::memory_order_relaxed);
+        const int64_t start = observer != nullptr ? now_ns() : 0;
         try {
           t.fn();
         } catch (...) {
           std::lock_guard<std::mutex> lock(mu);
           pending = std::current_exception();
         }
+        if (observer != nullptr) observer(name, t.label, start, now_ns());
         return;
       }
       case Kind::record: {
@@ -130,6 +137,8 @@ using detail::StreamWorker;
 
 bool in_stream_worker() { return detail::t_in_worker; }
 
+void set_stream_observer(StreamObserver observer) { detail::g_observer.store(observer); }
+
 // --- Event
 
 void Event::record(Stream& stream) {
@@ -166,6 +175,7 @@ Stream::Stream(std::string name, Device device) : Stream(std::move(name), device
 Stream::Stream(std::string name, Device device, bool compute) : name_(std::move(name)), device_(device) {
   if (!compute) {
     worker_ = std::make_unique<StreamWorker>();
+    worker_->name = name_;
     worker_->thread = std::thread([w = worker_.get()] { w->loop(); });
   }
 }
@@ -197,7 +207,10 @@ void Stream::enqueue(std::function<void()> task, const char* label) {
 void Stream::wait(const Event& event) {
   if (!event.recorded()) return;
   if (!worker_) {
+    const StreamObserver observer = detail::g_observer.load(std::memory_order_relaxed);
+    const int64_t start = observer != nullptr ? now_ns() : 0;
     event.synchronize();
+    if (observer != nullptr) observer(name_, "wait", start, now_ns());
     return;
   }
   worker_->push({StreamWorker::Kind::wait, nullptr, nullptr, event.state()});

@@ -1,0 +1,320 @@
+#include "tidal/train/oom_advice.h"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "tidal/memory/estimator.h"
+#include "tidal/models/causal_lm.h"
+
+namespace tidal::train {
+namespace {
+
+// The recompute flags of a configuration, as a user types them.
+struct RecomputeFlags {
+  std::string granularity, method, modules;
+  int64_t num_layers = -1;
+  bool activation = false, norm = false;
+  int64_t activation_layers = -1, norm_layers = -1;
+
+  static RecomputeFlags of(const memory::RecomputeConfig& c) {
+    RecomputeFlags f;
+    if (c.granularity == memory::Granularity::full) f.granularity = "full";
+    if (c.granularity == memory::Granularity::selective) f.granularity = "selective";
+    if (c.method == memory::RecomputeMethod::uniform) f.method = "uniform";
+    if (c.method == memory::RecomputeMethod::block) f.method = "block";
+    for (const std::string& m : c.modules) f.modules += (f.modules.empty() ? "" : ",") + m;
+    f.num_layers = c.num_layers;
+    f.activation = c.activation_function;
+    f.activation_layers = c.activation_num_layers;
+    f.norm = c.norm;
+    f.norm_layers = c.norm_num_layers;
+    return f;
+  }
+  // nullopt when the rules reject it (memory/recompute.h).
+  std::optional<memory::RecomputeConfig> parse(const models::ModelConfig& m) const {
+    try {
+      return memory::parse_recompute(granularity, method, num_layers, activation, activation_layers, norm, norm_layers,
+                                     modules, m);
+    } catch (const Error&) {
+      return std::nullopt;
+    }
+  }
+  std::string str() const {
+    std::string s;
+    auto add = [&](const std::string& x) { s += (s.empty() ? "" : " ") + x; };
+    if (granularity == "selective")
+      add(modules.empty() || modules == "core_attn" ? "--recompute-granularity selective" : "--recompute-modules " + modules);
+    else if (!granularity.empty())
+      add("--recompute-granularity " + granularity);
+    if (!method.empty()) add("--recompute-method " + method + " --recompute-num-layers " + std::to_string(num_layers));
+    if (activation) add("--recompute-activation-function");
+    if (activation && activation_layers >= 0) add("--recompute-activation-function-num-layers " + std::to_string(activation_layers));
+    if (norm) add("--recompute-norm");
+    if (norm && norm_layers >= 0) add("--recompute-norm-num-layers " + std::to_string(norm_layers));
+    return s;
+  }
+};
+
+memory::ActivationEstimate estimate(const models::ModelConfig& m, const TriageSettings& s,
+                                    const memory::RecomputeConfig& rc, AttentionKernel kernel, int64_t batch) {
+  memory::ActivationInputs in;
+  in.batch = batch;
+  in.seq = s.seq;
+  in.kernel = kernel;
+  in.training = true;
+  if (rc.any()) in.plan = memory::plan_recompute(rc, m);
+  return memory::estimate_activations(m, in);
+}
+
+int64_t logits_bytes(const models::ModelConfig& m, int64_t tokens) { return tokens * m.vocab_size * 4; }
+
+// What the saved activations of layers 0..L-3 come to: what an offload of every block but the last
+// (which backward needs first) and the next (being prefetched) moves to host memory.
+int64_t offloadable(const memory::ActivationEstimate& e) {
+  int64_t bytes = 0;
+  for (size_t l = 0; l + 2 < e.layer_kept.size(); ++l) bytes += e.layer_kept[l];
+  return bytes;
+}
+
+int64_t parameter_count(const models::ModelConfig& m, const TriageSettings& s) {
+  if (s.num_parameters > 0) return s.num_parameters;
+  nn::Init init;  // a meta-device model: shapes only, no bytes
+  init.device = Device::meta();
+  return models::create_model(m, init)->num_parameters();
+}
+
+// How much predict_step_peak drops from `s` to `t` (the same settings with one change).
+int64_t saving(const models::ModelConfig& m, const TriageSettings& s, const TriageSettings& t) {
+  return predict_step_peak(m, s).total - predict_step_peak(m, t).total;
+}
+
+std::string shape_str(int64_t b, int64_t s, int64_t v) {
+  return std::to_string(b) + " x " + std::to_string(s) + " x " + std::to_string(v);
+}
+
+}  // namespace
+
+StepPeak predict_step_peak(const models::ModelConfig& m, const TriageSettings& s) {
+  StepPeak p;
+  const int64_t n = parameter_count(m, s);
+  p.parameters = 4 * n;
+  p.optimizer_states = 8 * n;  // AdamW's two f32 moments
+  if (s.swap_optimizer) p.optimizer_states = 2 * p.optimizer_states / std::max<int64_t>(s.swap_optimizer_times, 2);
+  const memory::ActivationEstimate a = estimate(m, s, s.recompute, s.attention, s.micro_batch);
+  const int64_t moved = s.activation_offload ? offloadable(a) : 0;
+  p.activations = a.peak - moved;
+  const int64_t tokens = s.micro_batch * s.seq;
+  p.logits = 2 * logits_bytes(m, s.chunked_loss ? std::min(tokens, s.loss_chunk_size) : tokens);
+  const int64_t states = p.parameters + p.optimizer_states;
+  // The loss's backward starts; a recompute replay later in backward, with gradients (at most all)
+  // already there; the optimizer step.
+  const int64_t replay = a.peak > a.after_forward ? states + p.activations + p.parameters : 0;
+  p.total = std::max({states + a.after_forward - moved + p.logits, replay, states + p.parameters});
+  return p;
+}
+
+TriageSettings triage_settings(const TrainArgs& args) {
+  TriageSettings s;
+  s.micro_batch = args.micro_batch_size;
+  s.seq = args.seq_length;
+  s.global_batch = args.global_batch_size;
+  s.attention = args.attention == "eager" ? AttentionKernel::eager : AttentionKernel::flash;
+  s.recompute = args.recompute;
+  // Chunked loss, swap optimizer (issue 7) and activation offload (issue 5) set theirs here.
+  return s;
+}
+
+std::optional<Suggestion> suggest_chunked_loss(const models::ModelConfig& m, const TriageSettings& s) {
+  if (s.chunked_loss) return std::nullopt;
+  const int64_t tokens = s.micro_batch * s.seq;
+  TriageSettings t = s;
+  t.chunked_loss = true;
+  t.loss_chunk_size = std::min<int64_t>(1024, std::max<int64_t>(1, tokens / 4));
+  const int64_t saved = saving(m, s, t);
+  if (saved <= 0) return std::nullopt;
+  return Suggestion{"chunked loss", "--loss-compute-mode chunk --loss-chunk-size " + std::to_string(t.loss_chunk_size),
+                    saved,
+                    "the " + shape_str(s.micro_batch, s.seq, m.vocab_size) + " f32 logits (" +
+                        format_bytes(logits_bytes(m, tokens)) + ") and their gradient never exist whole, one chunk of " +
+                        std::to_string(t.loss_chunk_size) + " tokens does"};
+}
+
+std::optional<Suggestion> suggest_fused_attention(const models::ModelConfig& m, const TriageSettings& s) {
+  if (s.attention == AttentionKernel::flash) return std::nullopt;
+  TriageSettings t = s;
+  t.attention = AttentionKernel::flash;
+  const int64_t saved = saving(m, s, t);
+  if (saved <= 0) return std::nullopt;
+  return Suggestion{"fused ops", "--attention flash", saved, "fused attention keeps no (s x s) tensor for backward"};
+}
+
+Suggestion suggest_sharding() {
+  return {"sharding", "", 0,
+          "not available: tidal trains on one device (sharding splits states or activations across devices)"};
+}
+
+std::vector<Suggestion> suggest_recompute(const models::ModelConfig& m, const TriageSettings& s) {
+  const memory::RecomputeConfig& cur = s.recompute;
+  const RecomputeFlags base = RecomputeFlags::of(cur);
+  const bool moe_only = [&] {
+    for (int64_t l = 0; l < m.num_hidden_layers; ++l)
+      if (!m.is_moe_layer(l)) return false;
+    return true;
+  }();
+  std::vector<std::pair<RecomputeFlags, std::string>> candidates;  // in order: selective ones, then full
+  if (cur.granularity == memory::Granularity::none) {
+    if (s.attention == AttentionKernel::eager) {
+      RecomputeFlags f = base;
+      f.granularity = "selective";
+      f.activation = f.norm = false;
+      f.activation_layers = f.norm_layers = -1;
+      candidates.push_back({f, "recomputes the attention core"});
+    }
+    if (!cur.activation_function || !cur.norm || cur.activation_num_layers >= 0 || cur.norm_num_layers >= 0) {
+      RecomputeFlags f = base;
+      f.activation = f.norm = true;
+      f.activation_layers = f.norm_layers = -1;
+      candidates.push_back({f, "nearly free: recomputes the MLP activation and the norms"});
+    }
+  }
+  if (cur.granularity != memory::Granularity::full) {
+    RecomputeFlags f;
+    f.granularity = "selective";
+    f.modules = std::string(s.attention == AttentionKernel::eager ? "core_attn," : "") + (moe_only ? "moe" : "mlp") +
+                (m.is_moe() && !moe_only ? ",moe" : "");
+    candidates.push_back({f, "checkpoints the MLP" + std::string(m.is_moe() ? " and MoE blocks" : "")});
+  }
+  if (!(cur.granularity == memory::Granularity::full && cur.method == memory::RecomputeMethod::uniform &&
+        cur.num_layers == 1)) {
+    RecomputeFlags f;
+    f.granularity = "full";
+    f.method = "uniform";
+    f.num_layers = 1;
+    candidates.push_back({f, "about one more forward pass per step; --recompute-method block N recomputes only N layers"});
+  }
+  std::vector<Suggestion> out;
+  for (const auto& [f, note] : candidates) {
+    std::optional<memory::RecomputeConfig> rc = f.parse(m);
+    if (!rc) continue;
+    TriageSettings t = s;
+    t.recompute = *rc;
+    const int64_t saved = saving(m, s, t);
+    if (saved <= 0) continue;
+    out.push_back({f.granularity == "full" ? "recompute (full)" : "recompute (selective)",
+                   f.str(), saved, note + (cur.any() ? "; replaces the current --recompute-* flags" : "")});
+  }
+  return out;
+}
+
+std::optional<Suggestion> suggest_offload(const models::ModelConfig& m, const TriageSettings& s) {
+  if (s.activation_offload) return std::nullopt;
+  TriageSettings t = s;
+  t.activation_offload = true;
+  const int64_t saved = saving(m, s, t);
+  if (saved <= 0) return std::nullopt;
+  const bool full = s.recompute.granularity == memory::Granularity::full;
+  return Suggestion{"async offload", std::string("--activation-offload --offload-policy ") + (full ? "layer-input" : "all"),
+                    saved,
+                    std::string(full ? "the checkpointed layer inputs" : "the saved activations") + " of layers 0-" +
+                        std::to_string(m.num_hidden_layers - 3) + " wait in host memory; copies overlap compute"};
+}
+
+std::optional<Suggestion> suggest_swap_optimizer(const models::ModelConfig& m, const TriageSettings& s) {
+  if (s.swap_optimizer) return std::nullopt;
+  TriageSettings t = s;
+  t.swap_optimizer = true;
+  t.swap_optimizer_times = 4;
+  const int64_t saved = saving(m, s, t);
+  if (saved <= 0) return std::nullopt;
+  return Suggestion{"swap optimizer", "--swap-optimizer --swap-optimizer-times " + std::to_string(t.swap_optimizer_times),
+                    saved,
+                    "AdamW's moments (" + format_bytes(8 * parameter_count(m, s)) +
+                        ") live in host memory; about 2/K of them on the device"};
+}
+
+std::optional<Suggestion> suggest_smaller_micro_batch(const models::ModelConfig& m, const TriageSettings& s) {
+  if (s.micro_batch < 2) return std::nullopt;
+  TriageSettings t = s;
+  t.micro_batch = s.micro_batch / 2;
+  return Suggestion{"batch", "--micro-batch-size " + std::to_string(t.micro_batch) + " --global-batch-size " +
+                                 std::to_string(s.global_batch), saving(m, s, t),
+                    "the same global batch by gradient accumulation"};
+}
+
+std::vector<Suggestion> triage(const models::ModelConfig& m, const TriageSettings& s) {
+  std::vector<Suggestion> out;
+  auto add = [&](std::optional<Suggestion> x) {
+    if (x) out.push_back(std::move(*x));
+  };
+  add(suggest_chunked_loss(m, s));
+  add(suggest_fused_attention(m, s));
+  out.push_back(suggest_sharding());
+  for (Suggestion& x : suggest_recompute(m, s)) out.push_back(std::move(x));
+  add(suggest_offload(m, s));
+  add(suggest_swap_optimizer(m, s));
+  add(suggest_smaller_micro_batch(m, s));
+  return out;
+}
+
+std::string oom_advice(const models::ModelConfig& m, const TriageSettings& s, int64_t limit) {
+  const StepPeak peak = predict_step_peak(m, s);
+  std::string out = "A training step of " + m.model_type + " with micro-batch " + std::to_string(s.micro_batch) + " x " +
+                    std::to_string(s.seq) + " tokens needs about " + format_bytes(peak.total) + " (parameters " +
+                    format_bytes(peak.parameters) + ", AdamW states " + format_bytes(peak.optimizer_states) +
+                    ", activations " + format_bytes(peak.activations) + ", logits and their gradient " +
+                    format_bytes(peak.logits) + ")" + (limit > 0 ? "; the limit is " + format_bytes(limit) : "") + ".\n";
+  out += "What to try, in the triage order (savings predicted by tidal's estimator):\n";
+  auto group = [](const std::string& step) {
+    if (step == "chunked loss" || step == "fused ops") return 1;
+    if (step == "sharding") return 2;
+    if (step.rfind("recompute", 0) == 0) return 3;
+    if (step == "async offload") return 4;
+    return 5;
+  };
+  int last_group = 0;
+  for (const Suggestion& x : triage(m, s)) {
+    if (x.step == "batch") {
+      out += "  also: " + x.flags + " would save " + format_bytes(x.saving) + " (" + x.note +
+             "); or a larger device (TIDAL_DEVICE_MEMORY)\n";
+      continue;
+    }
+    const int g = group(x.step);
+    char head[64];
+    std::snprintf(head, sizeof head, "  %-3s%-24s", g != last_group ? (std::to_string(g) + ".").c_str() : "",
+                  (x.step + ":").c_str());
+    last_group = g;
+    out += head;
+    const bool enough = limit > 0 && peak.total - x.saving <= limit;
+    out += x.flags.empty() ? x.note + "\n"
+                           : x.flags + " would save " + format_bytes(x.saving) + (enough ? ", enough alone" : "") +
+                                 " (" + x.note + ")\n";
+  }
+  std::vector<std::string> on;
+  if (s.chunked_loss) on.push_back("chunked loss");
+  if (s.attention == AttentionKernel::flash) on.push_back("fused (flash) attention");
+  if (s.recompute.any()) on.push_back("recompute " + s.recompute.describe());
+  if (s.activation_offload) on.push_back("activation offload");
+  if (s.swap_optimizer) on.push_back("swap optimizer");
+  if (!on.empty()) {
+    out += "  already on:";
+    for (size_t i = 0; i < on.size(); ++i) out += (i ? ", " : " ") + on[i];
+    out += "\n";
+  }
+  return out;
+}
+
+std::string out_of_memory_message(const OutOfMemory& e, const models::ModelConfig& m, const TriageSettings& s) {
+  std::string msg = e.what();
+  const size_t hint = msg.find("What to try:");
+  if (hint != std::string::npos) msg.resize(hint);
+  std::string advice;
+  try {
+    advice = oom_advice(m, s, e.stats().limit);
+  } catch (const std::exception& x) {  // the advice must never hide the error itself
+    advice = std::string("(no advice: ") + x.what() + ")\n";
+  }
+  return msg + advice + "Checkpoints already written are intact; 'tidal train --profile DIR --profile-steps 1' shows "
+                        "the timeline up to the failure.";
+}
+
+}  // namespace tidal::train

@@ -1,0 +1,70 @@
+#pragma once
+// Out-of-memory advice for `tidal train`: when the device limit is exceeded, the message shows the
+// breakdown at that moment and then the next steps in the triage order — chunked loss / fused ops,
+// sharding, recompute (selective, then full), async offload, swap optimizer — each with the saving
+// tidal's estimator predicts for this model and batch, skipping what is already on. Every
+// suggestion is a small function of the model config, the batch shape and the current settings, so
+// a feature that lands later only sets its "already on" field in triage_settings().
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tidal/allocator.h"
+#include "tidal/memory/recompute.h"
+#include "tidal/models/config.h"
+#include "tidal/ops/attention.h"
+#include "tidal/train/arguments.h"
+
+namespace tidal::train {
+
+// What is on now.
+struct TriageSettings {
+  int64_t micro_batch = 1, seq = 1, global_batch = 1;
+  AttentionKernel attention = AttentionKernel::flash;
+  memory::RecomputeConfig recompute;
+  bool chunked_loss = false;        // --loss-compute-mode chunk
+  int64_t loss_chunk_size = 1024;   // --loss-chunk-size
+  bool activation_offload = false;  // --activation-offload
+  bool swap_optimizer = false;      // --swap-optimizer
+  int64_t swap_optimizer_times = 4; // --swap-optimizer-times
+  int64_t num_parameters = 0;       // 0: counted from the config (a meta-device model)
+};
+TriageSettings triage_settings(const TrainArgs& args);
+
+struct Suggestion {
+  std::string step;    // "chunked loss", "fused ops", "sharding", "recompute", "async offload", "swap optimizer", "batch"
+  std::string flags;   // to add to the command line ("" when there is nothing to add)
+  int64_t saving = 0;  // predicted bytes saved at the step's peak
+  std::string note;    // where the number comes from, or why it is not available
+};
+
+// The suggestions, one small function each (nullopt: already on, or it would save nothing).
+std::optional<Suggestion> suggest_chunked_loss(const models::ModelConfig& m, const TriageSettings& s);
+std::optional<Suggestion> suggest_fused_attention(const models::ModelConfig& m, const TriageSettings& s);
+Suggestion suggest_sharding();
+std::vector<Suggestion> suggest_recompute(const models::ModelConfig& m, const TriageSettings& s);
+std::optional<Suggestion> suggest_offload(const models::ModelConfig& m, const TriageSettings& s);
+std::optional<Suggestion> suggest_swap_optimizer(const models::ModelConfig& m, const TriageSettings& s);
+std::optional<Suggestion> suggest_smaller_micro_batch(const models::ModelConfig& m, const TriageSettings& s);
+
+// The peak of a training step as the estimator sees it (within a few percent of the measured one,
+// tested): the largest of the start of backward (parameters, AdamW's states, what forward kept, the
+// logits and their gradient), a recompute replay in backward (the activation peak, with gradients),
+// and the optimizer step (parameters, gradients, states).
+struct StepPeak {
+  int64_t total = 0, parameters = 0, optimizer_states = 0, activations = 0, logits = 0;
+};
+StepPeak predict_step_peak(const models::ModelConfig& m, const TriageSettings& s);
+// Each suggestion's saving is the drop of this prediction when its setting is turned on.
+
+// All of them in the triage order.
+std::vector<Suggestion> triage(const models::ModelConfig& m, const TriageSettings& s);
+// The advice as text: "What to try, in the triage order ..."; with a device limit (bytes, 0: none)
+// it marks what would be enough alone.
+std::string oom_advice(const models::ModelConfig& m, const TriageSettings& s, int64_t limit = 0);
+// The allocator's message (what failed, the breakdown at that moment) with its generic hint
+// replaced by the advice.
+std::string out_of_memory_message(const OutOfMemory& e, const models::ModelConfig& m, const TriageSettings& s);
+
+}  // namespace tidal::train
