@@ -137,10 +137,10 @@ TEST(ProfileCli, OutOfMemoryStopsWithAdviceExitCode3AndKeepsCheckpoints) {
   EXPECT_EQ(r.code, 3) << r.output;
   for (const char* s : {"out of memory on cpu", "3.50 MiB limit", "optimizer_state", "fragmentation",
                         "needs about 4.86 MiB", "What to try, in the triage order",
-                        "1. chunked loss:", "--loss-compute-mode chunk --loss-chunk-size 64 would save 768.00 KiB",
+                        "1. chunked loss:", "--loss-compute-mode chunk --loss-chunk-size 64 would save 704.00 KiB",
                         "2. sharding:", "not available", "3. recompute (selective):",
                         "--recompute-granularity full --recompute-method uniform --recompute-num-layers 1 would save",
-                        "5. swap optimizer:", "--swap-optimizer --swap-optimizer-times 4 would save 583.00 KiB",
+                        "5. swap optimizer:", "--swap-optimizer --swap-optimizer-times 16 would save 1.14 MiB",
                         "--micro-batch-size 2 --global-batch-size 4 would save", "already on: fused (flash) attention",
                         "Checkpoints already written are intact"})
     EXPECT_NE(r.output.find(s), std::string::npos) << s << "\n" << r.output;

@@ -18,6 +18,7 @@
 #include "tidal/profile/profiler.h"
 #include "tidal/stream.h"
 #include "tidal/train/arguments.h"
+#include "tidal/memory/savings.h"
 #include "tidal/train/oom_advice.h"
 #include "tidal/train/trainer.h"
 
@@ -258,8 +259,10 @@ TEST(OomAdvice, EachSuggestionComesFromTheEstimatorAndSkipsWhatIsOn) {
   const std::vector<std::string> expected_steps = {"chunked loss", "fused ops", "sharding", "recompute (selective)"};
   ASSERT_GE(order.size(), 6u);
   for (size_t i = 0; i < expected_steps.size(); ++i) EXPECT_EQ(order[i], expected_steps[i]);
-  // 256 tokens of logits and their gradient become a chunk of 64 tokens.
-  EXPECT_EQ(by_flags["--loss-compute-mode chunk --loss-chunk-size 64"].saving, 2 * (256 - 64) * 512 * 4);
+  // 256 tokens of logits and their gradient become a chunk of 64 tokens: the LM head and loss's peak
+  // drops by memory/savings.h's figure (the step peaks there both ways).
+  EXPECT_EQ(by_flags["--loss-compute-mode chunk --loss-chunk-size 64"].saving,
+            memory::chunked_loss_savings(4, 64, m.hidden_size, 512, 64));
   EXPECT_EQ(by_flags["--attention flash"].saving, now - kept(none, AttentionKernel::flash));
   const memory::RecomputeConfig selective = memory::parse_recompute("selective", "", -1, false, -1, false, -1, "", m);
   EXPECT_EQ(by_flags["--recompute-granularity selective"].saving, now - kept(selective, AttentionKernel::eager));
@@ -269,7 +272,8 @@ TEST(OomAdvice, EachSuggestionComesFromTheEstimatorAndSkipsWhatIsOn) {
   ASSERT_TRUE(by_flags.count("--activation-offload --offload-policy all"));
   EXPECT_GT(by_flags["--activation-offload --offload-policy all"].saving, 0);
   const int64_t params = models::create_model(m)->num_parameters();
-  EXPECT_EQ(by_flags["--swap-optimizer --swap-optimizer-times 4"].saving, 8 * params - 2 * 8 * params / 4);
+  // Swapped, AdamW's states leave the device for forward and backward, where this step peaks.
+  EXPECT_EQ(by_flags["--swap-optimizer --swap-optimizer-times 16"].saving, 8 * params);
   EXPECT_EQ(predict_step_peak(m, s).parameters, 4 * params);
   EXPECT_TRUE(by_flags.count("--micro-batch-size 2 --global-batch-size 8"));
   EXPECT_TRUE(by_flags.count(""));  // sharding: a line, no flags, no saving
@@ -321,14 +325,21 @@ TEST(OomAdvice, TheMessageKeepsTheBreakdownAndReplacesTheGenericHint) {
 namespace tidal::train {
 
 // The advice's "needs about X" is the measured peak of a step: within 1% without recompute (where the
-// step peaks as the loss's backward starts), 3% with (a replay in backward).
+// step peaks as the loss's backward starts), 3% with recompute or offload (a replay or a prefetch in
+// backward), 2% with chunked loss: without whole logits the peak moves into the last layer's
+// backward, whose transient gradients the estimator does not model (it predicts 1.4% low here).
 TEST(OomAdvice, PredictedStepPeakMatchesTheMeasuredOne) {
   for (std::vector<std::string> extra : std::vector<std::vector<std::string>>{
            {"--model", "tiny-gpt2"},
            {"--model", "tiny-gpt2", "--attention", "eager"},
            {"--model", "tiny-llama", "--recompute-granularity", "full", "--recompute-method", "uniform",
             "--recompute-num-layers", "1"},
-           {"--model", "tiny-qwen3-moe", "--recompute-activation-function"}}) {
+           {"--model", "tiny-qwen3-moe", "--recompute-activation-function"},
+           {"--model", "tiny-gpt2", "--loss-compute-mode", "chunk", "--loss-chunk-size", "64"},
+           {"--model", "tiny-gpt2", "--swap-optimizer", "--swap-optimizer-times", "4"},
+           {"--model", "tiny-gpt2", "--activation-offload"},
+           {"--model", "tiny-llama", "--recompute-granularity", "full", "--recompute-method", "uniform",
+            "--recompute-num-layers", "1", "--activation-offload", "--offload-policy", "layer-input"}}) {
     const std::string path = ::testing::TempDir() + "tidal_profile_peak.json";
     std::vector<std::string> flags = {"--mock-data", "--seq-length", "64", "--micro-batch-size", "4", "--train-iters",
                                       "2", "--no-progress", "--eval-interval", "0", "--metrics-json", path};
@@ -340,8 +351,10 @@ TEST(OomAdvice, PredictedStepPeakMatchesTheMeasuredOne) {
     const nlohmann::json j = nlohmann::json::parse(io::read_file(path));
     const double measured = double(j["steps"][1]["device_peak_bytes"].get<int64_t>());
     const double predicted = double(predict_step_peak(args.model, triage_settings(args)).total);
-    EXPECT_NEAR(predicted / measured, 1.0, args.recompute.any() ? 0.03 : 0.01)
-        << extra[1] << " " << (extra.size() > 2 ? extra[2] : "");
+    std::string what;
+    for (const std::string& x : extra) what += x + " ";
+    const double tolerance = args.recompute.any() || args.offload.enabled ? 0.03 : args.loss.chunked ? 0.02 : 0.01;
+    EXPECT_NEAR(predicted / measured, 1.0, tolerance) << what;
   }
 }
 

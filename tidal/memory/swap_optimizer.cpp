@@ -222,7 +222,7 @@ std::unique_ptr<optim::AdamW> make_adamw(optim::NamedParameters params, const op
   if (!swap.on) return std::make_unique<optim::AdamW>(std::move(params), options);
   int64_t nonempty = 0;
   for (const auto& [name, p] : params) nonempty += p.defined() && p.numel() > 0;
-  const int64_t k = swap.times < 0 ? std::min<int64_t>(16, nonempty) : swap.times;
+  const int64_t k = swap.times < 0 ? std::min<int64_t>(kSwapOptimizerDefaultTimes, nonempty) : swap.times;
   TIDAL_CHECK(k <= nonempty, "tidal train: --swap-optimizer-times ", k, " exceeds the model's ", nonempty,
               " parameters: the step runs in K windows over the parameters, so K must be at most ", nonempty);
   return std::make_unique<SwapAdamW>(std::move(params), k, options);

@@ -60,6 +60,7 @@ class SwapAdamW : public optim::AdamW {
 
 // --swap-optimizer and --swap-optimizer-times K (default 16, MindSpeed's, capped at the number of
 // parameters when K is not given). Throws tidal::Error naming the flag.
+inline constexpr int64_t kSwapOptimizerDefaultTimes = 16;
 struct SwapOptimizerConfig {
   bool on = false;
   int64_t times = -1;  // K as given; -1: the default

@@ -69,7 +69,7 @@ std::string info_line(const nlohmann::json& info) {
   };
   if (info.contains("model")) add("model", info["model"]);  // first, the rest alphabetically
   for (const auto& [k, v] : info.items())
-    if (k != "model") add(k, v);
+    if (k != "model" && k != "advice") add(k, v);  // the advice has its own section
   return s;
 }
 
@@ -202,6 +202,10 @@ std::string memory_report(const ProfileData& d, const nlohmann::json& s) {
     out += "| " + std::to_string(r.layer) + " | " + r.module + " | " + r.op + " | " + r.shape.str() + " | " +
            std::string(dtype_name(r.dtype)) + " | " + (r.bytes ? format_bytes(r.bytes) : "(shared)") + " | " + r.policy +
            (r.category == "logits" ? " (logits)" : "") + " |\n";
+  const nlohmann::json info = s.value("info", nlohmann::json::object());
+  if (info.contains("advice"))
+    out += "\n## What to try next\n\nThe triage order for this model and batch, each with the saving tidal's estimator "
+           "predicts for the step's peak:\n\n```\n" + info["advice"].get<std::string>() + "```\n";
   out += "\n## Summary (what `tidal report` prints)\n\n```\n" + format_summary(s) + "```\n";
   return out;
 }

@@ -443,7 +443,7 @@ std::string timeline_svg(const ProfileData& d) {
   for (const auto& [name, items] : streams) {
     out += fmt("<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"20\" fill=\"#f7f7f7\"/>", x0, y, x1 - x0);
     out += fmt("<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\" fill=\"#222\">", x0 - 8, y + 14) + esc(name) +
-           " stream</text>\n";
+           "</text>\n";  // the stream's own name ("offload d2h", "swap h2d"): the lane is a stream
     out += lane_row(items, w, x0, x1, y, 20);
     y += 26;
   }

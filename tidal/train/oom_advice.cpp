@@ -4,6 +4,8 @@
 #include <cstdio>
 
 #include "tidal/memory/estimator.h"
+#include "tidal/memory/savings.h"
+#include "tidal/memory/swap_optimizer.h"
 #include "tidal/models/causal_lm.h"
 
 namespace tidal::train {
@@ -63,24 +65,31 @@ memory::ActivationEstimate estimate(const models::ModelConfig& m, const TriageSe
   in.kernel = kernel;
   in.training = true;
   if (rc.any()) in.plan = memory::plan_recompute(rc, m);
+  if (s.activation_offload) {
+    in.offload_policy = s.offload_policy;
+    in.offload_prefetch_depth = s.offload_prefetch_depth;
+  }
+  if (s.chunked_loss) in.loss_chunk = s.loss_chunk_size;
   return memory::estimate_activations(m, in);
 }
 
 int64_t logits_bytes(const models::ModelConfig& m, int64_t tokens) { return tokens * m.vocab_size * 4; }
 
-// What the saved activations of layers 0..L-3 come to: what an offload of every block but the last
-// (which backward needs first) and the next (being prefetched) moves to host memory.
-int64_t offloadable(const memory::ActivationEstimate& e) {
-  int64_t bytes = 0;
-  for (size_t l = 0; l + 2 < e.layer_kept.size(); ++l) bytes += e.layer_kept[l];
-  return bytes;
+// The parameters of the model as the swap optimizer plans its windows (a meta-device model: shapes
+// only, no bytes), or `n` f32 elements in one piece when only the count is known.
+std::vector<memory::SwapParam> swap_params(const models::ModelConfig& m, const TriageSettings& s) {
+  if (s.num_parameters > 0) return {{s.num_parameters, DType::f32}};
+  nn::Init init;
+  init.device = Device::meta();
+  std::vector<memory::SwapParam> out;
+  for (const auto& [name, p] : models::create_model(m, init)->named_parameters()) out.push_back({p.numel(), p.dtype()});
+  return out;
 }
 
 int64_t parameter_count(const models::ModelConfig& m, const TriageSettings& s) {
-  if (s.num_parameters > 0) return s.num_parameters;
-  nn::Init init;  // a meta-device model: shapes only, no bytes
-  init.device = Device::meta();
-  return models::create_model(m, init)->num_parameters();
+  int64_t n = 0;
+  for (const memory::SwapParam& p : swap_params(m, s)) n += p.numel;
+  return n;
 }
 
 // How much predict_step_peak drops from `s` to `t` (the same settings with one change).
@@ -96,20 +105,27 @@ std::string shape_str(int64_t b, int64_t s, int64_t v) {
 
 StepPeak predict_step_peak(const models::ModelConfig& m, const TriageSettings& s) {
   StepPeak p;
+  const std::vector<memory::SwapParam> params = swap_params(m, s);
   const int64_t n = parameter_count(m, s);
   p.parameters = 4 * n;
-  p.optimizer_states = 8 * n;  // AdamW's two f32 moments
-  if (s.swap_optimizer) p.optimizer_states = 2 * p.optimizer_states / std::max<int64_t>(s.swap_optimizer_times, 2);
+  const int64_t states = 8 * n;  // AdamW's two f32 moments
+  const int64_t swap_k = std::min<int64_t>(s.swap_optimizer_times, int64_t(params.size()));
+  p.optimizer_states = s.swap_optimizer ? memory::swap_optimizer_device_bytes(params, swap_k) : states;
+  // Between optimizer steps a swapped optimizer keeps no state on the device.
+  const int64_t resident = p.parameters + (s.swap_optimizer ? 0 : states);
   const memory::ActivationEstimate a = estimate(m, s, s.recompute, s.attention, s.micro_batch);
-  const int64_t moved = s.activation_offload ? offloadable(a) : 0;
-  p.activations = a.peak - moved;
+  p.activations = a.peak;
+  // The LM head and loss: what forward keeps for them is in a.after_forward (the estimator counts
+  // the same bytes as `saved`); their own peak on top of the rest.
+  const memory::LossHeadMemory head = memory::loss_head_memory(s.micro_batch, s.seq, m.hidden_size, m.vocab_size,
+                                                               s.chunked_loss ? s.loss_chunk_size : 0);
   const int64_t tokens = s.micro_batch * s.seq;
-  p.logits = 2 * logits_bytes(m, s.chunked_loss ? std::min(tokens, s.loss_chunk_size) : tokens);
-  const int64_t states = p.parameters + p.optimizer_states;
-  // The loss's backward starts; a recompute replay later in backward, with gradients (at most all)
+  p.logits = s.chunked_loss ? head.logits : 2 * logits_bytes(m, tokens);
+  const int64_t loss = resident + a.after_forward - head.saved + head.peak;
+  // A recompute replay or an offload prefetch later in backward, with gradients (at most all)
   // already there; the optimizer step.
-  const int64_t replay = a.peak > a.after_forward ? states + p.activations + p.parameters : 0;
-  p.total = std::max({states + a.after_forward - moved + p.logits, replay, states + p.parameters});
+  const int64_t backward = a.peak > a.after_forward ? resident + a.peak + p.parameters : 0;
+  p.total = std::max({loss, backward, 2 * p.parameters + p.optimizer_states});
   return p;
 }
 
@@ -120,7 +136,13 @@ TriageSettings triage_settings(const TrainArgs& args) {
   s.global_batch = args.global_batch_size;
   s.attention = args.attention == "eager" ? AttentionKernel::eager : AttentionKernel::flash;
   s.recompute = args.recompute;
-  // Chunked loss, swap optimizer (issue 7) and activation offload (issue 5) set theirs here.
+  s.chunked_loss = args.loss.chunked;
+  s.loss_chunk_size = args.loss.chunk_size;
+  s.activation_offload = args.offload.enabled;
+  s.offload_policy = args.offload.policy;
+  s.offload_prefetch_depth = args.offload.prefetch_depth;
+  s.swap_optimizer = args.swap_optimizer.on;
+  s.swap_optimizer_times = args.swap_optimizer.times < 0 ? memory::kSwapOptimizerDefaultTimes : args.swap_optimizer.times;
   return s;
 }
 
@@ -208,28 +230,32 @@ std::vector<Suggestion> suggest_recompute(const models::ModelConfig& m, const Tr
 
 std::optional<Suggestion> suggest_offload(const models::ModelConfig& m, const TriageSettings& s) {
   if (s.activation_offload) return std::nullopt;
+  const bool full = s.recompute.granularity == memory::Granularity::full;
   TriageSettings t = s;
   t.activation_offload = true;
+  t.offload_policy = full ? "layer-input" : "all";
+  t.offload_prefetch_depth = 1;
   const int64_t saved = saving(m, s, t);
   if (saved <= 0) return std::nullopt;
-  const bool full = s.recompute.granularity == memory::Granularity::full;
   return Suggestion{"async offload", std::string("--activation-offload --offload-policy ") + (full ? "layer-input" : "all"),
                     saved,
-                    std::string(full ? "the checkpointed layer inputs" : "the saved activations") + " of layers 0-" +
-                        std::to_string(m.num_hidden_layers - 3) + " wait in host memory; copies overlap compute"};
+                    std::string(full ? "the checkpointed layer inputs" : "the saved activations") +
+                        " of every block but the last wait in host memory, one block comes back ahead of backward; "
+                        "copies overlap compute"};
 }
 
 std::optional<Suggestion> suggest_swap_optimizer(const models::ModelConfig& m, const TriageSettings& s) {
   if (s.swap_optimizer) return std::nullopt;
   TriageSettings t = s;
   t.swap_optimizer = true;
-  t.swap_optimizer_times = 4;
+  t.swap_optimizer_times = std::min<int64_t>(memory::kSwapOptimizerDefaultTimes, int64_t(swap_params(m, s).size()));
   const int64_t saved = saving(m, s, t);
   if (saved <= 0) return std::nullopt;
   return Suggestion{"swap optimizer", "--swap-optimizer --swap-optimizer-times " + std::to_string(t.swap_optimizer_times),
                     saved,
                     "AdamW's moments (" + format_bytes(8 * parameter_count(m, s)) +
-                        ") live in host memory; about 2/K of them on the device"};
+                        ") live in host memory: none on the device in forward and backward, two of its " +
+                        std::to_string(t.swap_optimizer_times) + " windows in the optimizer step"};
 }
 
 std::optional<Suggestion> suggest_smaller_micro_batch(const models::ModelConfig& m, const TriageSettings& s) {

@@ -23,11 +23,13 @@ struct TriageSettings {
   int64_t micro_batch = 1, seq = 1, global_batch = 1;
   AttentionKernel attention = AttentionKernel::flash;
   memory::RecomputeConfig recompute;
-  bool chunked_loss = false;        // --loss-compute-mode chunk
-  int64_t loss_chunk_size = 1024;   // --loss-chunk-size
-  bool activation_offload = false;  // --activation-offload
-  bool swap_optimizer = false;      // --swap-optimizer
-  int64_t swap_optimizer_times = 4; // --swap-optimizer-times
+  bool chunked_loss = false;                // --loss-compute-mode chunk
+  int64_t loss_chunk_size = 1024;           // --loss-compute-mode chunk --loss-chunk-size
+  bool activation_offload = false;          // --activation-offload
+  std::string offload_policy = "all";       // --offload-policy
+  int64_t offload_prefetch_depth = 1;       // --offload-prefetch-depth
+  bool swap_optimizer = false;              // --swap-optimizer
+  int64_t swap_optimizer_times = 16;        // --swap-optimizer-times (capped at the parameter count)
   int64_t num_parameters = 0;       // 0: counted from the config (a meta-device model)
 };
 TriageSettings triage_settings(const TrainArgs& args);
@@ -49,11 +51,17 @@ std::optional<Suggestion> suggest_swap_optimizer(const models::ModelConfig& m, c
 std::optional<Suggestion> suggest_smaller_micro_batch(const models::ModelConfig& m, const TriageSettings& s);
 
 // The peak of a training step as the estimator sees it (within a few percent of the measured one,
-// tested): the largest of the start of backward (parameters, AdamW's states, what forward kept, the
-// logits and their gradient), a recompute replay in backward (the activation peak, with gradients),
-// and the optimizer step (parameters, gradients, states).
+// tested): the largest of the LM head and loss (parameters, AdamW's states unless swapped, what
+// forward kept, the head and loss's own peak from memory/savings.h: the logits and their gradient,
+// or one chunk of them), a recompute replay or offload prefetch in backward (the activation peak,
+// with gradients), and the optimizer step (parameters, gradients, the states on the device: all, or
+// the swap optimizer's two windows). Activations come from the estimator with the recompute plan,
+// the offload policy and the loss mode, so offload's and chunked loss's effects are its exact ones.
 struct StepPeak {
-  int64_t total = 0, parameters = 0, optimizer_states = 0, activations = 0, logits = 0;
+  int64_t total = 0, parameters = 0;
+  int64_t optimizer_states = 0;  // on the device during the optimizer step
+  int64_t activations = 0;       // the activation peak (estimator)
+  int64_t logits = 0;            // the logits and their gradient, or one chunk of logits
 };
 StepPeak predict_step_peak(const models::ModelConfig& m, const TriageSettings& s);
 // Each suggestion's saving is the drop of this prediction when its setting is turned on.

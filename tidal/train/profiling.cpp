@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "tidal/train/oom_advice.h"
+
 namespace tidal::train {
 
 profile::ProfileOptions profile_options(const TrainArgs& args, int64_t start) {
@@ -24,6 +26,15 @@ nlohmann::json profile_info(const TrainArgs& args, const models::ModelConfig& co
   j["accumulation"] = args.grad_accumulation_steps();
   j["attention"] = args.attention;
   j["recompute"] = args.recompute.describe();
+  if (args.loss.chunked) j["loss"] = args.loss.describe();
+  if (args.offload.enabled) j["offload"] = args.offload.policy + " to " + args.offload.target;
+  if (args.swap_optimizer.on) j["swap_optimizer"] = triage_settings(args).swap_optimizer_times;  // windows
+  // The triage order with this run's predicted savings (memory_report.md, "What to try next").
+  try {
+    j["advice"] = oom_advice(config, triage_settings(args));
+  } catch (const std::exception& e) {
+    j["advice"] = std::string("(no advice: ") + e.what() + ")";
+  }
   return j;
 }
 
