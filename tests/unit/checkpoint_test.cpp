@@ -109,6 +109,32 @@ TEST(Checkpoint, DetectsAFunctionThatChangesOnReplay) {
   EXPECT_THROW(sum(y).backward(), Error);
 }
 
+// The replay stops at its last save: a region ending in a product (its inputs saved before it is
+// computed) does not compute that product again; what follows it in fn does not run either.
+TEST(Checkpoint, ReplayStopsEarlyAtItsLastSave) {
+  manual_seed(5);
+  Tensor w = randn({8, 8}).set_requires_grad(true);
+  Tensor x = randn({4, 8}).set_requires_grad(true);
+  int finished = 0;
+  auto fn = [&](const Tensor& t) {
+    Tensor y = matmul(tanh(t), w);  // saves tanh's output, then matmul's two inputs
+    ++finished;                     // reached only when the product was computed
+    return y;
+  };
+  Tensor plain = sum(fn(x));
+  plain.backward();
+  Tensor gx = x.grad(), gw = w.grad();
+  x.zero_grad();
+  w.zero_grad();
+  finished = 0;
+  const int64_t replays = autograd::checkpoint_replay_count();
+  sum(checkpoint(fn, x)).backward();
+  EXPECT_EQ(autograd::checkpoint_replay_count(), replays + 1);
+  EXPECT_EQ(finished, 1);  // the first run only: the replay stopped before the product
+  EXPECT_TRUE(bitwise_equal(x.grad(), gx));
+  EXPECT_TRUE(bitwise_equal(w.grad(), gw));
+}
+
 TEST(Checkpoint, NoGradModeJustRuns) {
   Tensor x = testing::uniform({3}, 1);
   NoGradGuard no_grad;

@@ -9,6 +9,13 @@
 // collect the replay's saves; the replay's own graph is then dropped. Index k is served from that
 // list and dropped from the frame, so recomputed activations die as their consumers finish. A
 // second backward (retain_graph) finds an index already served and replays again.
+//
+// Early stop (as PyTorch's non-reentrant checkpoint): the replay ends as soon as it has saved as
+// many tensors as the first run did — what fn computes after its last save is discarded anyway.
+// Ops save their inputs before computing where they can (matmul, linear), so a region that ends in
+// a product (attention's P·V, an MLP's down projection) skips that product on replay. The stop is
+// an exception of a private type, not a tidal::Error: RAII scopes unwind, nothing catches it but
+// replay().
 #include "tidal/autograd/checkpoint.h"
 
 #include <atomic>
@@ -63,13 +70,17 @@ struct Frame {
   }
 };
 
-// Collects what the replay saves.
+// Thrown by RecomputeHooks once the replay has every save it needs (early stop).
+struct ReplayComplete {};
+
+// Collects what the replay saves; stops the replay at the last one.
 class RecomputeHooks : public SavedTensorHooks {
  public:
-  explicit RecomputeHooks(std::vector<Tensor>& out) : out_(out) {}
+  RecomputeHooks(std::vector<Tensor>& out, size_t needed) : out_(out), needed_(needed) {}
   std::shared_ptr<void> pack(const Tensor& t) override {
     t.storage()->mark_saved();  // a recomputed activation, until its consumer takes it
     out_.push_back(t);
+    if (out_.size() == needed_) throw ReplayComplete{};
     return nullptr;
   }
   Tensor unpack(const std::shared_ptr<void>&) override {
@@ -79,6 +90,7 @@ class RecomputeHooks : public SavedTensorHooks {
 
  private:
   std::vector<Tensor>& out_;
+  size_t needed_;
 };
 
 class CheckpointHooks : public SavedTensorHooks {
@@ -126,11 +138,21 @@ void Frame::replay() {
     GradModeGuard grad(true);
     LayerScope scope(layer);
     OpScope op("checkpoint_replay");
-    SavedTensorHooksGuard hooks(std::make_shared<RecomputeHooks>(recomputed));
+    SavedTensorHooksGuard hooks(std::make_shared<RecomputeHooks>(recomputed, num_saved));
     ActiveFrameGuard active(this, /*replay=*/true);
-    fn(ins);
-    TIDAL_CHECK(t_active.cursor == decisions.size(), "[checkpoint] the replay took ", t_active.cursor,
-                " recorded decisions but the first run recorded ", decisions.size());
+    bool complete = num_saved == 0;
+    if (!complete) {
+      try {
+        fn(ins);
+      } catch (const ReplayComplete&) {
+        complete = true;  // stopped at the last save; later decisions are not needed
+      }
+    } else {
+      fn(ins);
+    }
+    TIDAL_CHECK(complete ? t_active.cursor <= decisions.size() : t_active.cursor == decisions.size(),
+                "[checkpoint] the replay took ", t_active.cursor, " recorded decisions but the first run recorded ",
+                decisions.size());
   }
   ++g_replays;
   g_recompute_ns += now_ns() - t0;

@@ -111,15 +111,18 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
               b_in.shape());
   if (a_in.dim() == 1) return squeeze(matmul(unsqueeze(a_in, 0), b_in), -2);
   if (b_in.dim() == 1) return squeeze(matmul(a_in, unsqueeze(b_in, 1)), -1);
-  Tensor out = matmul_forward(a_in, b_in);
+  // The inputs are saved before the product, as PyTorch does: a checkpoint replay whose last save
+  // this is stops here, without computing a product it would throw away (Note [Checkpoint]).
+  std::shared_ptr<MatmulBackward> node;
   if (autograd::needs_grad(a_in, b_in)) {
-    auto node = autograd::make_node<MatmulBackward>({&a_in, &b_in});
+    node = autograd::make_node<MatmulBackward>({&a_in, &b_in});
     if (b_in.requires_grad()) node->a = SavedTensor(a_in);
     if (a_in.requires_grad()) node->b = SavedTensor(b_in);
     node->a_shape = a_in.shape();
     node->b_shape = b_in.shape();
-    autograd::set_history(out, node);
   }
+  Tensor out = matmul_forward(a_in, b_in);
+  if (node) autograd::set_history(out, node);
   return out;
 }
 
@@ -129,26 +132,30 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias) {
   TIDAL_CHECK(w.dim() == 2, "[linear] the weight must be (out, in), got ", w.shape());
   TIDAL_CHECK(x.dim() >= 1 && x.size(-1) == w.size(1), "[linear] input ", x.shape(), " does not end in the weight's in_features ",
               w.size(1), " (weight ", w.shape(), ")");
+  if (bias.defined()) {
+    check_matmul_dtype("linear", x, bias);
+    TIDAL_CHECK(bias.dim() == 1 && bias.size(0) == w.size(0), "[linear] bias must be (", w.size(0), "), got ",
+                bias.shape());
+  }
+  // Inputs saved before the product, as in matmul (a checkpoint replay can stop here).
+  std::shared_ptr<LinearBackward> node;
+  if (autograd::needs_grad(x, w, bias)) {
+    node = autograd::make_node<LinearBackward>({&x, &w, &bias});
+    if (w.requires_grad()) node->x = SavedTensor(x);
+    if (x.requires_grad()) node->w = SavedTensor(w);
+    node->has_bias = bias.defined();
+  }
   Shape out_shape = x.shape();
   out_shape[out_shape.size() - 1] = w.size(0);
   Tensor out = empty(out_shape, x.dtype(), x.device());
   double beta = 0.0;
   if (bias.defined()) {
-    check_matmul_dtype("linear", x, bias);
-    TIDAL_CHECK(bias.dim() == 1 && bias.size(0) == w.size(0), "[linear] bias must be (", w.size(0), "), got ",
-                bias.shape());
     if (!out.is_meta()) cpu::copy(out, bias);
     beta = 1.0;
   }
   Tensor x2 = x.dim() == 1 ? x.detach().unsqueeze(0) : x.detach();
   matmul_into(x.dim() == 1 ? out.detach().unsqueeze(0) : out, x2, w.detach().t(), 1.0, beta);
-  if (autograd::needs_grad(x, w, bias)) {
-    auto node = autograd::make_node<LinearBackward>({&x, &w, &bias});
-    if (w.requires_grad()) node->x = SavedTensor(x);
-    if (x.requires_grad()) node->w = SavedTensor(w);
-    node->has_bias = bias.defined();
-    autograd::set_history(out, node);
-  }
+  if (node) autograd::set_history(out, node);
   return out;
 }
 
