@@ -82,6 +82,16 @@ TEST(Train, FlagErrorsNameTheProblem) {
 // The done-when test of the training issue: a tiny Llama learns tinyshakespeare. The threshold was
 // set from a measured run (docs/training.md): validation loss 3.91 after 150 steps, against a
 // unigram entropy of the tokenized text of 5.22 nats.
+// Output directories that cannot be created fail before any step runs, naming the flag and path.
+TEST(Train, UnwritableOutputDirectoriesFailAtOnce) {
+  const std::string file = fresh_dir("unwritable") + "/a_file";
+  std::ofstream(file) << "not a directory\n";
+  for (const char* flag : {"--save", "--profile"}) {
+    const std::string msg = testing::error_of([&] { train(with(kTiny, {"--train-iters", "1", flag, file + "/sub"})); });
+    EXPECT_NE(msg.find(std::string(flag) + " " + file + "/sub: cannot create the directory"), std::string::npos) << msg;
+  }
+}
+
 TEST(Train, TinyLlamaLearnsTinyShakespeare) {
   const std::string text_path = TIDAL_SOURCE_DIR "/../shared/data/tinyshakespeare.txt";
   if (!fs::exists(text_path)) GTEST_SKIP() << "no " << text_path << " (the CI data set) on this machine";

@@ -4,6 +4,7 @@
 #include <map>
 #include <set>
 
+#include "tidal/base/error.h"
 #include "tidal/io/atomic_file.h"
 #include "tidal/profile/analysis.h"
 #include "tidal/profile/profiler.h"
@@ -161,7 +162,9 @@ std::string memory_timeline_csv(const ProfileData& d) {
 }
 
 void write_profile(const ProfileData& d, const std::string& dir) {
-  std::filesystem::create_directories(dir);
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  TIDAL_CHECK(!ec, "[profile] cannot create ", dir, ": ", ec.message());
   const nlohmann::json summary = summarize(d);
   write_text(dir + "/trace.json", chrome_trace(d).dump() + "\n");
   write_text(dir + "/memory_timeline.csv", memory_timeline_csv(d));

@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <filesystem>
 #include <memory>
 #include <optional>
 
@@ -220,6 +221,12 @@ TrainResult train_loop(const TrainArgs& args, std::FILE* out, models::ModelConfi
                  swapped ? swapped->describe().c_str() : "on the device");
   std::vector<autograd::SavedTensorRecord> saved_tensors;  // of the first micro-batch
   const int64_t recompute_ns0 = autograd::recompute_time_ns();
+  if (!args.save.empty()) {  // an unwritable --save fails now, not after the first interval's steps
+    std::error_code ec;
+    std::filesystem::create_directories(args.save, ec);
+    TIDAL_CHECK(!ec && std::filesystem::is_directory(args.save), "--save ", args.save,
+                ": cannot create the directory (", ec ? ec.message() : "a file is in the way", "); give a writable path");
+  }
   profile::Profiler profiler(profile_options(args, start), profile_info(args, config, model->num_parameters()));
 
   TrainResult result;
