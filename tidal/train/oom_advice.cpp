@@ -158,7 +158,8 @@ std::optional<Suggestion> suggest_chunked_loss(const models::ModelConfig& m, con
                     saved,
                     "the " + shape_str(s.micro_batch, s.seq, m.vocab_size) + " f32 logits (" +
                         format_bytes(logits_bytes(m, tokens)) + ") and their gradient never exist whole, one chunk of " +
-                        std::to_string(t.loss_chunk_size) + " tokens does"};
+                        std::to_string(t.loss_chunk_size) + " tokens does",
+                    t};
 }
 
 std::optional<Suggestion> suggest_fused_attention(const models::ModelConfig& m, const TriageSettings& s) {
@@ -167,12 +168,12 @@ std::optional<Suggestion> suggest_fused_attention(const models::ModelConfig& m, 
   t.attention = AttentionKernel::flash;
   const int64_t saved = saving(m, s, t);
   if (saved <= 0) return std::nullopt;
-  return Suggestion{"fused ops", "--attention flash", saved, "fused attention keeps no (s x s) tensor for backward"};
+  return Suggestion{"fused ops", "--attention flash", saved, "fused attention keeps no (s x s) tensor for backward", t};
 }
 
-Suggestion suggest_sharding() {
+Suggestion suggest_sharding(const TriageSettings& s) {
   return {"sharding", "", 0,
-          "not available: tidal trains on one device (sharding splits states or activations across devices)"};
+          "not available: tidal trains on one device (sharding splits states or activations across devices)", s};
 }
 
 std::vector<Suggestion> suggest_recompute(const models::ModelConfig& m, const TriageSettings& s) {
@@ -223,7 +224,7 @@ std::vector<Suggestion> suggest_recompute(const models::ModelConfig& m, const Tr
     const int64_t saved = saving(m, s, t);
     if (saved <= 0) continue;
     out.push_back({f.granularity == "full" ? "recompute (full)" : "recompute (selective)",
-                   f.str(), saved, note + (cur.any() ? "; replaces the current --recompute-* flags" : "")});
+                   f.str(), saved, note + (cur.any() ? "; replaces the current --recompute-* flags" : ""), t});
   }
   return out;
 }
@@ -241,7 +242,8 @@ std::optional<Suggestion> suggest_offload(const models::ModelConfig& m, const Tr
                     saved,
                     std::string(full ? "the checkpointed layer inputs" : "the saved activations") +
                         " of every block but the last wait in host memory, one block comes back ahead of backward; "
-                        "copies overlap compute"};
+                        "copies overlap compute",
+                    t};
 }
 
 std::optional<Suggestion> suggest_swap_optimizer(const models::ModelConfig& m, const TriageSettings& s) {
@@ -255,7 +257,8 @@ std::optional<Suggestion> suggest_swap_optimizer(const models::ModelConfig& m, c
                     saved,
                     "AdamW's moments (" + format_bytes(8 * parameter_count(m, s)) +
                         ") live in host memory: none on the device in forward and backward, two of its " +
-                        std::to_string(t.swap_optimizer_times) + " windows in the optimizer step"};
+                        std::to_string(t.swap_optimizer_times) + " windows in the optimizer step",
+                    t};
 }
 
 std::optional<Suggestion> suggest_smaller_micro_batch(const models::ModelConfig& m, const TriageSettings& s) {
@@ -264,7 +267,16 @@ std::optional<Suggestion> suggest_smaller_micro_batch(const models::ModelConfig&
   t.micro_batch = s.micro_batch / 2;
   return Suggestion{"batch", "--micro-batch-size " + std::to_string(t.micro_batch) + " --global-batch-size " +
                                  std::to_string(s.global_batch), saving(m, s, t),
-                    "the same global batch by gradient accumulation"};
+                    "the same global batch by gradient accumulation", t};
+}
+
+int triage_group(const std::string& step) {
+  if (step == "chunked loss" || step == "fused ops") return 1;
+  if (step == "sharding") return 2;
+  if (step.rfind("recompute", 0) == 0) return 3;
+  if (step == "async offload") return 4;
+  if (step == "swap optimizer") return 5;
+  return 6;  // a smaller micro-batch: outside the triage order, the last resort
 }
 
 std::vector<Suggestion> triage(const models::ModelConfig& m, const TriageSettings& s) {
@@ -274,7 +286,7 @@ std::vector<Suggestion> triage(const models::ModelConfig& m, const TriageSetting
   };
   add(suggest_chunked_loss(m, s));
   add(suggest_fused_attention(m, s));
-  out.push_back(suggest_sharding());
+  out.push_back(suggest_sharding(s));
   for (Suggestion& x : suggest_recompute(m, s)) out.push_back(std::move(x));
   add(suggest_offload(m, s));
   add(suggest_swap_optimizer(m, s));
@@ -290,13 +302,6 @@ std::string oom_advice(const models::ModelConfig& m, const TriageSettings& s, in
                     ", activations " + format_bytes(peak.activations) + ", logits and their gradient " +
                     format_bytes(peak.logits) + ")" + (limit > 0 ? "; the limit is " + format_bytes(limit) : "") + ".\n";
   out += "What to try, in the triage order (savings predicted by tidal's estimator):\n";
-  auto group = [](const std::string& step) {
-    if (step == "chunked loss" || step == "fused ops") return 1;
-    if (step == "sharding") return 2;
-    if (step.rfind("recompute", 0) == 0) return 3;
-    if (step == "async offload") return 4;
-    return 5;
-  };
   int last_group = 0;
   for (const Suggestion& x : triage(m, s)) {
     if (x.step == "batch") {
@@ -304,7 +309,7 @@ std::string oom_advice(const models::ModelConfig& m, const TriageSettings& s, in
              "); or a larger device (TIDAL_DEVICE_MEMORY)\n";
       continue;
     }
-    const int g = group(x.step);
+    const int g = triage_group(x.step);
     char head[64];
     std::snprintf(head, sizeof head, "  %-3s%-24s", g != last_group ? (std::to_string(g) + ".").c_str() : "",
                   (x.step + ":").c_str());

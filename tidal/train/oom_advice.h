@@ -39,12 +39,13 @@ struct Suggestion {
   std::string flags;   // to add to the command line ("" when there is nothing to add)
   int64_t saving = 0;  // predicted bytes saved at the step's peak
   std::string note;    // where the number comes from, or why it is not available
+  TriageSettings with;  // the settings with this step taken (unchanged for sharding)
 };
 
 // The suggestions, one small function each (nullopt: already on, or it would save nothing).
 std::optional<Suggestion> suggest_chunked_loss(const models::ModelConfig& m, const TriageSettings& s);
 std::optional<Suggestion> suggest_fused_attention(const models::ModelConfig& m, const TriageSettings& s);
-Suggestion suggest_sharding();
+Suggestion suggest_sharding(const TriageSettings& s);
 std::vector<Suggestion> suggest_recompute(const models::ModelConfig& m, const TriageSettings& s);
 std::optional<Suggestion> suggest_offload(const models::ModelConfig& m, const TriageSettings& s);
 std::optional<Suggestion> suggest_swap_optimizer(const models::ModelConfig& m, const TriageSettings& s);
@@ -65,6 +66,10 @@ struct StepPeak {
 };
 StepPeak predict_step_peak(const models::ModelConfig& m, const TriageSettings& s);
 // Each suggestion's saving is the drop of this prediction when its setting is turned on.
+
+// The step's place in the triage order: 1 chunked loss / fused ops, 2 sharding, 3 recompute,
+// 4 async offload, 5 swap optimizer, 6 a smaller micro-batch (not in the order: the last resort).
+int triage_group(const std::string& step);
 
 // All of them in the triage order.
 std::vector<Suggestion> triage(const models::ModelConfig& m, const TriageSettings& s);

@@ -33,5 +33,6 @@ int run_presets(const std::vector<std::string>& args);
 int run_train(const std::vector<std::string>& args);
 int run_generate(const std::vector<std::string>& args);
 int run_report(const std::vector<std::string>& args);
+int run_plan(const std::vector<std::string>& args);
 
 }  // namespace tidal::cli

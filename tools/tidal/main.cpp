@@ -23,6 +23,7 @@ void usage(std::FILE* out) {
                "  prepare    tokenize text files into a Megatron indexed dataset PREFIX.bin/.idx\n"
                "  presets    the built-in model presets (--model NAME)\n"
                "  report     summarize a profile: tidal report DIR (from tidal train --profile DIR)\n"
+               "  plan       will a training config fit? tidal plan [train flags] --memory 80GiB\n"
                "  demo       the engine core on its own: a tiny transformer on generated text and what\n"
                "             activation checkpointing saves\n"
                "  info       build and machine facts: BLAS, threads, device memory limit\n"
@@ -47,6 +48,7 @@ int main(int argc, char** argv) {
     if (command == "info") return tidal::cli::run_info(args);
     if (command == "presets") return tidal::cli::run_presets(args);
     if (command == "report") return tidal::cli::run_report(args);
+    if (command == "plan") return tidal::cli::run_plan(args);
     if (command == "help" || command == "--help" || command == "-h") {
       usage(stdout);
       return tidal::cli::kOk;

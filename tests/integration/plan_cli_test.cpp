@@ -1,0 +1,59 @@
+// `tidal plan`: its plan, applied to `tidal train` under the same emulated device limit, trains where
+// the configuration as given runs out of memory; exit codes and bad flags.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "tests/integration/run_command.h"
+
+namespace {
+
+using Result = tidal::testing::CommandResult;
+
+const std::string kTidal = "OMP_WAIT_POLICY=passive " TIDAL_BINARY_DIR "/tidal";
+// tiny-gpt2, 4 x 64 tokens: a step needs about 4.9 MiB.
+const std::string kTiny = " --model tiny-gpt2 --mock-data --seq-length 64 --micro-batch-size 4 --no-progress "
+                          "--eval-interval 0 --sample-tokens 0";
+
+Result run(const std::string& cmd) { return tidal::testing::run_command(cmd); }
+
+TEST(PlanCli, ThePlanTrainsWhereTheConfigurationAsGivenRunsOutOfMemory) {
+  const Result plan = run(kTidal + " plan" + kTiny + " --memory 3.5MiB");
+  ASSERT_EQ(plan.code, 0) << plan.output;
+  EXPECT_NE(plan.output.find("needs about 4.86 MiB"), std::string::npos) << plan.output;
+  EXPECT_NE(plan.output.find("It does not fit the budget, 3.50 MiB"), std::string::npos) << plan.output;
+  const size_t add = plan.output.find("Add: ");
+  ASSERT_NE(add, std::string::npos) << plan.output;
+  const std::string flags = plan.output.substr(add + 5, plan.output.find('\n', add) - add - 5);
+
+  const Result plain = run("TIDAL_DEVICE_MEMORY=3.5MiB " + kTidal + " train" + kTiny + " --train-iters 3");
+  EXPECT_EQ(plain.code, 3) << plain.output;  // out of memory
+  const Result planned = run("TIDAL_DEVICE_MEMORY=3.5MiB " + kTidal + " train" + kTiny + " --train-iters 3 " + flags);
+  EXPECT_EQ(planned.code, 0) << flags << "\n" << planned.output;
+  // TIDAL_DEVICE_MEMORY is the default budget.
+  const Result env = run("TIDAL_DEVICE_MEMORY=3.5MiB " + kTidal + " plan" + kTiny);
+  EXPECT_EQ(env.output, plan.output);
+}
+
+TEST(PlanCli, FitsAsGivenNothingFitsNoBudgetAndBadFlags) {
+  const Result fits = run(kTidal + " plan" + kTiny + " --memory 1GiB");
+  EXPECT_EQ(fits.code, 0) << fits.output;
+  EXPECT_NE(fits.output.find("It fits the budget, 1.00 GiB, less 102.40 MiB of headroom"), std::string::npos)
+      << fits.output;
+  const Result none = run(kTidal + " plan" + kTiny + " --memory 1MiB");
+  EXPECT_EQ(none.code, 3) << none.output;
+  EXPECT_NE(none.output.find("Even with all of them"), std::string::npos) << none.output;
+  const Result advice = run(kTidal + " plan" + kTiny);  // no budget: what each step would save
+  EXPECT_EQ(advice.code, 0) << advice.output;
+  EXPECT_NE(advice.output.find("What to try, in the triage order"), std::string::npos) << advice.output;
+  EXPECT_NE(advice.output.find("give a budget"), std::string::npos) << advice.output;
+  const Result headroom = run(kTidal + " plan" + kTiny + " --memory 4MiB --headroom 0");
+  EXPECT_NE(headroom.output.find("less 0 B of headroom: 4.00 MiB"), std::string::npos) << headroom.output;
+  for (const char* bad : {" --memory lots", " --memory 1GiB --headroom 100", " --memory", " --num-layer 3"}) {
+    const Result r = run(kTidal + " plan" + kTiny + bad);
+    EXPECT_EQ(r.code, 1) << bad << "\n" << r.output;
+    EXPECT_NE(r.output.find("error"), std::string::npos) << bad << "\n" << r.output;
+  }
+}
+
+}  // namespace

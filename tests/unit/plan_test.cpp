@@ -1,0 +1,83 @@
+// tidal plan's greedy choice in the triage order (tidal/train/plan.h), on the estimator alone.
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "tidal/models/config.h"
+#include "tidal/train/plan.h"
+
+namespace tidal::train {
+namespace {
+
+TriageSettings qwen3_8b_batch(int64_t micro_batch) {
+  TriageSettings s;
+  s.micro_batch = micro_batch;
+  s.seq = 4096;
+  s.global_batch = 8;
+  return s;
+}
+
+const int64_t GiB = int64_t(1) << 30;
+
+TEST(Plan, AConfigurationThatFitsNeedsNoStep) {
+  const models::ModelConfig m = models::preset("qwen3-8b");
+  const Plan p = make_plan(m, qwen3_8b_batch(1), 400 * GiB);
+  EXPECT_TRUE(p.fits);
+  EXPECT_TRUE(p.steps.empty());
+  EXPECT_EQ(p.target, int64_t(400 * GiB * 0.9));
+  EXPECT_EQ(p.start.total, predict_step_peak(m, qwen3_8b_batch(1)).total);
+  EXPECT_NE(format_plan(p, m, qwen3_8b_batch(1)).find("It fits the budget"), std::string::npos);
+}
+
+TEST(Plan, StepsFollowTheTriageOrderEachLoweringThePeakUntilItFits) {
+  const models::ModelConfig m = models::preset("qwen3-8b");
+  const TriageSettings s = qwen3_8b_batch(4);
+  const Plan p = make_plan(m, s, 80 * GiB);
+  ASSERT_TRUE(p.fits);
+  ASSERT_GE(p.steps.size(), 2u);
+  int64_t prev = p.start.total;
+  int group = 0;
+  for (const PlanStep& st : p.steps) {
+    EXPECT_LT(st.peak, prev) << st.suggestion.flags;  // every step lowers the prediction
+    EXPECT_GE(triage_group(st.suggestion.step), group) << st.suggestion.flags;  // never back in the order
+    EXPECT_EQ(st.peak, predict_step_peak(m, st.suggestion.with).total);
+    prev = st.peak;
+    group = triage_group(st.suggestion.step);
+  }
+  EXPECT_LE(p.steps.back().peak, p.target);
+  EXPECT_GT(p.steps[p.steps.size() - 2].peak, p.target);  // it stops as soon as it fits
+  EXPECT_EQ(p.steps.front().suggestion.step, "chunked loss");
+  // Each flag once in the command line to add.
+  const std::string flags = p.flags();
+  for (const char* f : {"--loss-compute-mode", "--recompute-granularity", "--swap-optimizer "}) {
+    const size_t at = flags.find(f);
+    ASSERT_NE(at, std::string::npos) << flags;
+    EXPECT_EQ(flags.find(f, at + 1), std::string::npos) << flags;
+  }
+}
+
+TEST(Plan, ALaterRecomputeStepReplacesTheEarlierFlags) {
+  Plan p;
+  Suggestion a{"recompute (selective)", "--recompute-activation-function --recompute-norm", 1, "", {}};
+  Suggestion b{"recompute (full)", "--recompute-granularity full --recompute-method uniform --recompute-num-layers 1",
+               2, "", {}};
+  Suggestion c{"chunked loss", "--loss-compute-mode chunk --loss-chunk-size 1024", 3, "", {}};
+  p.steps = {{c, 0}, {a, 0}, {b, 0}};
+  EXPECT_EQ(p.flags(), "--loss-compute-mode chunk --loss-chunk-size 1024 --recompute-granularity full "
+                       "--recompute-method uniform --recompute-num-layers 1");
+}
+
+TEST(Plan, WhenNothingFitsItSaysSo) {
+  const models::ModelConfig m = models::preset("qwen3-8b");
+  const Plan p = make_plan(m, qwen3_8b_batch(4), 1 * GiB);
+  EXPECT_FALSE(p.fits);
+  ASSERT_FALSE(p.steps.empty());
+  // What is left is what nothing lowers on one device: the parameters and their gradients.
+  EXPECT_GE(p.steps.back().peak, 2 * p.start.parameters);
+  EXPECT_TRUE(p.steps.back().suggestion.with.swap_optimizer);
+  EXPECT_NE(format_plan(p, m, qwen3_8b_batch(4)).find("Even with all of them"), std::string::npos);
+  EXPECT_THROW(make_plan(m, qwen3_8b_batch(4), GiB, 1.5), Error);
+}
+
+}  // namespace
+}  // namespace tidal::train

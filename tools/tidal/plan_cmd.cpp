@@ -1,0 +1,61 @@
+// `tidal plan [tidal train flags] [--memory BYTES] [--headroom PERCENT]`: the step peak tidal predicts for a training
+// configuration and, against a budget, the memory features that make it fit (tidal/train/plan.h).
+#include <cstdio>
+#include <cstdlib>
+
+#include "tidal/base/error.h"
+#include "tidal/memory_stats.h"
+#include "tidal/train/arguments.h"
+#include "tidal/train/plan.h"
+#include "tools/tidal/cli.h"
+
+namespace tidal::cli {
+
+int run_plan(const std::vector<std::string>& argv) {
+  std::vector<std::string> train_argv;
+  std::string memory;
+  double headroom = train::kDefaultPlanHeadroom;
+  for (size_t i = 0; i < argv.size(); ++i) {
+    if (argv[i] == "--help" || argv[i] == "-h") {
+      std::printf("usage: tidal plan [tidal train flags] [--memory BYTES] [--headroom PERCENT]\n\n"
+                  "Predicts the device memory of one training step of that configuration (nothing is allocated:\n"
+                  "any preset size works) and, against --memory (default: TIDAL_DEVICE_MEMORY) less --headroom\n"
+                  "percent (default 10), which of tidal's memory features make it fit, in the triage order. Exit\n"
+                  "code 0 when it fits (as given or with the plan), 3 when nothing does. The other flags are\n"
+                  "tidal train's ('tidal train --help'); docs/profiling.md, \"Planning before training\".\n");
+      return kOk;
+    }
+    if (argv[i] == "--memory") {
+      TIDAL_CHECK(i + 1 < argv.size(), "tidal plan: --memory needs a size, e.g. 80GiB");
+      memory = argv[++i];
+    } else if (argv[i] == "--headroom") {
+      TIDAL_CHECK(i + 1 < argv.size(), "tidal plan: --headroom needs a percentage, e.g. 10");
+      const std::string v = argv[++i];
+      char* end = nullptr;
+      const double pct = std::strtod(v.c_str(), &end);
+      TIDAL_CHECK(end != v.c_str() && *end == '\0' && pct >= 0 && pct < 100,
+                  "tidal plan: --headroom must be a percentage in [0, 100), got '", v, "'");
+      headroom = pct / 100;
+    } else {
+      train_argv.push_back(argv[i]);
+    }
+  }
+  if (memory.empty()) {
+    const char* env = std::getenv("TIDAL_DEVICE_MEMORY");
+    if (env != nullptr) memory = env;
+  }
+  const train::TrainArgs args = train::parse_train_args(train_argv);
+  const train::TriageSettings s = train::triage_settings(args);
+  if (memory.empty()) {  // no budget: what a step needs and what each step of the triage would save
+    std::fputs(train::oom_advice(args.model, s).c_str(), stdout);
+    std::printf("(give a budget, --memory 80GiB or TIDAL_DEVICE_MEMORY, for a plan)\n");
+    return kOk;
+  }
+  const int64_t budget = parse_bytes(memory);
+  TIDAL_CHECK(budget > 0, "tidal plan: --memory must be positive, got '", memory, "'");
+  const train::Plan plan = train::make_plan(args.model, s, budget, headroom);
+  std::fputs(train::format_plan(plan, args.model, s).c_str(), stdout);
+  return plan.fits ? kOk : kOutOfMemory;
+}
+
+}  // namespace tidal::cli
