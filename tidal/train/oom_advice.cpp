@@ -344,8 +344,15 @@ std::string out_of_memory_message(const OutOfMemory& e, const models::ModelConfi
   } catch (const std::exception& x) {  // the advice must never hide the error itself
     advice = std::string("(no advice: ") + x.what() + ")\n";
   }
-  return msg + advice + "Checkpoints already written are intact; 'tidal train --profile DIR --profile-steps 1' shows "
-                        "the timeline up to the failure.";
+  const int64_t limit = e.stats().limit;
+  std::string limit_arg = format_bytes(limit);  // one shell word: "3.50MiB"
+  limit_arg.erase(std::remove(limit_arg.begin(), limit_arg.end(), ' '), limit_arg.end());
+  return msg + advice +
+         (limit > 0 ? "'tidal plan' with the same flags and --memory " + limit_arg +
+                          " picks the steps that make it fit.\n"
+                    : std::string()) +
+         "Checkpoints already written are intact; 'tidal train --profile DIR --profile-steps 1' shows the timeline up "
+         "to the failure.";
 }
 
 }  // namespace tidal::train
