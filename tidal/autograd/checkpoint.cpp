@@ -140,15 +140,11 @@ void Frame::replay() {
     OpScope op("checkpoint_replay");
     SavedTensorHooksGuard hooks(std::make_shared<RecomputeHooks>(recomputed, num_saved));
     ActiveFrameGuard active(this, /*replay=*/true);
-    bool complete = num_saved == 0;
-    if (!complete) {
-      try {
-        fn(ins);
-      } catch (const ReplayComplete&) {
-        complete = true;  // stopped at the last save; later decisions are not needed
-      }
-    } else {
+    bool complete = false;
+    try {
       fn(ins);
+    } catch (const ReplayComplete&) {
+      complete = true;  // stopped at the last save; later decisions are not needed
     }
     TIDAL_CHECK(complete ? t_active.cursor <= decisions.size() : t_active.cursor == decisions.size(),
                 "[checkpoint] the replay took ", t_active.cursor, " recorded decisions but the first run recorded ",

@@ -5,6 +5,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -63,6 +64,13 @@ std::string read_file(const std::string& path) {
   ss << f.rdbuf();
   TIDAL_CHECK(!f.bad(), "[io] cannot read ", path);
   return ss.str();
+}
+
+void create_directories(const std::string& dir, const std::string& what) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  TIDAL_CHECK(!ec && std::filesystem::is_directory(dir), what, " ", dir, ": cannot create the directory (",
+              ec ? ec.message() : "a file is in the way", "); give a writable path");
 }
 
 }  // namespace tidal::io

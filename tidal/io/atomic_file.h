@@ -13,5 +13,8 @@ void write_atomically(const std::string& path, const std::function<void(int fd)>
 void write_all(int fd, const void* buf, size_t n, const std::string& path);
 // The whole file; throws naming the file when it cannot be read.
 std::string read_file(const std::string& path);
+// Creates `dir` and its parents (nothing when it exists); throws tidal::Error "<what> <dir>: cannot
+// create the directory (...)" otherwise — `what` names where the path came from, e.g. "--save".
+void create_directories(const std::string& dir, const std::string& what);
 
 }  // namespace tidal::io

@@ -42,10 +42,18 @@ std::string RecomputeConfig::describe() const {
   return d.empty() ? "none" : d;
 }
 
+const char* name(Granularity g) {
+  return g == Granularity::full ? "full" : g == Granularity::selective ? "selective" : "none";
+}
+
+const char* name(RecomputeMethod m) {
+  return m == RecomputeMethod::uniform ? "uniform" : m == RecomputeMethod::block ? "block" : "none";
+}
+
 nlohmann::json RecomputeConfig::to_json() const {
   nlohmann::json j;
-  j["granularity"] = granularity == Granularity::full ? "full" : granularity == Granularity::selective ? "selective" : "none";
-  j["method"] = method == RecomputeMethod::uniform ? "uniform" : method == RecomputeMethod::block ? "block" : "none";
+  j["granularity"] = name(granularity);
+  j["method"] = name(method);
   j["num_layers"] = num_layers;
   j["activation_function"] = activation_function;
   j["activation_function_num_layers"] = activation_num_layers;

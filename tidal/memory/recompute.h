@@ -16,6 +16,9 @@ namespace tidal::memory {
 
 enum class Granularity { none, full, selective };
 enum class RecomputeMethod { none, uniform, block };
+// Their flag spellings: "none", "full", "selective"; "none", "uniform", "block".
+const char* name(Granularity g);
+const char* name(RecomputeMethod m);
 
 struct RecomputeConfig {
   Granularity granularity = Granularity::none;

@@ -10,29 +10,16 @@
 #include "tidal/ops/view.h"
 
 namespace tidal::models {
-namespace {
-
-// Holds the "attn" and "mlp" children of a block so their parameters get HF's names.
-class Holder : public nn::Module {
- public:
-  template <typename M>
-  M* add(const std::string& name, std::unique_ptr<M> m) {
-    return &register_module(name, std::move(m));
-  }
-};
-
-}  // namespace
-
 Gpt2Block::Gpt2Block(const ModelConfig& c, const nn::Init& init) {
   const int64_t d = c.hidden_size;
   const double proj_std = c.initializer_range / std::sqrt(2.0 * double(c.num_hidden_layers));
   ln_1_ = &register_module("ln_1", std::make_unique<nn::LayerNorm>(d, c.norm_eps, init));
-  Holder& attn = register_module("attn", std::make_unique<Holder>());
+  nn::ModuleDict& attn = register_module("attn", std::make_unique<nn::ModuleDict>());
   attn_ = &attn;
   c_attn_ = attn.add("c_attn", std::make_unique<nn::Conv1D>(d, 3 * d, init));
   attn_proj_ = attn.add("c_proj", std::make_unique<nn::Conv1D>(d, d, init, proj_std));
   ln_2_ = &register_module("ln_2", std::make_unique<nn::LayerNorm>(d, c.norm_eps, init));
-  Holder& mlp = register_module("mlp", std::make_unique<Holder>());
+  nn::ModuleDict& mlp = register_module("mlp", std::make_unique<nn::ModuleDict>());
   mlp_ = &mlp;
   c_fc_ = mlp.add("c_fc", std::make_unique<nn::Conv1D>(d, c.intermediate_size, init));
   mlp_proj_ = mlp.add("c_proj", std::make_unique<nn::Conv1D>(c.intermediate_size, d, init, proj_std));
@@ -82,7 +69,7 @@ Tensor Gpt2Block::forward(const Tensor& x, const ModelConfig& c, AttentionKernel
 }
 
 Gpt2::Gpt2(const ModelConfig& c, const nn::Init& init) : CausalLM(c) {
-  Holder& tr = register_module("transformer", std::make_unique<Holder>());
+  nn::ModuleDict& tr = register_module("transformer", std::make_unique<nn::ModuleDict>());
   wte_ = tr.add("wte", std::make_unique<nn::Embedding>(c.vocab_size, c.hidden_size, init));
   wpe_ = tr.add("wpe", std::make_unique<nn::Embedding>(c.max_position_embeddings, c.hidden_size, init));
   h_ = tr.add("h", std::make_unique<nn::ModuleList<Gpt2Block>>());

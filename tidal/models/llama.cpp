@@ -8,18 +8,6 @@
 #include "tidal/ops/view.h"
 
 namespace tidal::models {
-namespace {
-
-class Holder : public nn::Module {
- public:
-  template <typename M>
-  M* add(const std::string& name, std::unique_ptr<M> m) {
-    return &register_module(name, std::move(m));
-  }
-};
-
-}  // namespace
-
 LlamaAttention::LlamaAttention(const ModelConfig& c, const nn::Init& init) {
   const int64_t d = c.hidden_size, hd = c.head_size(), h = c.num_attention_heads, kv = c.kv_heads();
   q_proj_ = &register_module("q_proj", std::make_unique<nn::Linear>(d, h * hd, c.attention_bias, init));
@@ -111,7 +99,7 @@ std::vector<Tensor> LlamaDecoderLayer::forward(const Tensor& x, const RopeTables
 }
 
 Llama::Llama(const ModelConfig& c, const nn::Init& init) : CausalLM(c) {
-  Holder& model = register_module("model", std::make_unique<Holder>());
+  nn::ModuleDict& model = register_module("model", std::make_unique<nn::ModuleDict>());
   embed_tokens_ = model.add("embed_tokens", std::make_unique<nn::Embedding>(c.vocab_size, c.hidden_size, init));
   layers_ = model.add("layers", std::make_unique<nn::ModuleList<LlamaDecoderLayer>>());
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) layers_->add(std::make_unique<LlamaDecoderLayer>(c, l, init));

@@ -73,4 +73,14 @@ class ModuleList : public Module {
   std::vector<M*> items_;
 };
 
+// Named children with no forward of their own: a level of the parameter names (GPT-2's "attn" and
+// "mlp" hold "c_attn", "c_proj", ... so the names match Hugging Face's).
+class ModuleDict : public Module {
+ public:
+  template <typename M>
+  M* add(const std::string& name, std::unique_ptr<M> m) {
+    return &register_module(name, std::move(m));
+  }
+};
+
 }  // namespace tidal::nn

@@ -1,11 +1,11 @@
 #include "tidal/profile/profiler.h"
 
 #include <exception>
-#include <filesystem>
 
 #include "tidal/allocator.h"
 #include "tidal/base/clock.h"
 #include "tidal/base/error.h"
+#include "tidal/io/atomic_file.h"
 #include "tidal/profile/analysis.h"
 
 namespace tidal::profile {
@@ -32,13 +32,7 @@ std::pair<int64_t, int64_t> parse_step_range(const std::string& text) {
 
 Profiler::Profiler(ProfileOptions options, nlohmann::json info) : options_(std::move(options)) {
   data_.info = std::move(info);
-  if (!options_.dir.empty()) {  // fail now, not after the profiled steps ran
-    std::error_code ec;
-    std::filesystem::create_directories(options_.dir, ec);
-    TIDAL_CHECK(!ec && std::filesystem::is_directory(options_.dir), "--profile ", options_.dir,
-                ": cannot create the directory (", ec ? ec.message() : "a file is in the way",
-                "); give a writable path");
-  }
+  if (!options_.dir.empty()) io::create_directories(options_.dir, "--profile");  // fail now, not after the steps
   uncaught_ = std::uncaught_exceptions();
 }
 

@@ -1,10 +1,8 @@
 // The files of a profile: the Chrome trace (trace-event format, JSON object form: Perfetto and
 // chrome://tracing open it), the memory timeline CSV, and write_profile, which writes them all.
-#include <filesystem>
 #include <map>
 #include <set>
 
-#include "tidal/base/error.h"
 #include "tidal/io/atomic_file.h"
 #include "tidal/profile/analysis.h"
 #include "tidal/profile/profiler.h"
@@ -162,9 +160,7 @@ std::string memory_timeline_csv(const ProfileData& d) {
 }
 
 void write_profile(const ProfileData& d, const std::string& dir) {
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  TIDAL_CHECK(!ec, "[profile] cannot create ", dir, ": ", ec.message());
+  io::create_directories(dir, "[profile]");
   const nlohmann::json summary = summarize(d);
   write_text(dir + "/trace.json", chrome_trace(d).dump() + "\n");
   write_text(dir + "/memory_timeline.csv", memory_timeline_csv(d));

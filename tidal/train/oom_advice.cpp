@@ -20,10 +20,8 @@ struct RecomputeFlags {
 
   static RecomputeFlags of(const memory::RecomputeConfig& c) {
     RecomputeFlags f;
-    if (c.granularity == memory::Granularity::full) f.granularity = "full";
-    if (c.granularity == memory::Granularity::selective) f.granularity = "selective";
-    if (c.method == memory::RecomputeMethod::uniform) f.method = "uniform";
-    if (c.method == memory::RecomputeMethod::block) f.method = "block";
+    if (c.granularity != memory::Granularity::none) f.granularity = memory::name(c.granularity);
+    if (c.method != memory::RecomputeMethod::none) f.method = memory::name(c.method);
     for (const std::string& m : c.modules) f.modules += (f.modules.empty() ? "" : ",") + m;
     f.num_layers = c.num_layers;
     f.activation = c.activation_function;
@@ -86,9 +84,9 @@ std::vector<memory::SwapParam> swap_params(const models::ModelConfig& m, const T
   return out;
 }
 
-int64_t parameter_count(const models::ModelConfig& m, const TriageSettings& s) {
+int64_t element_count(const std::vector<memory::SwapParam>& params) {
   int64_t n = 0;
-  for (const memory::SwapParam& p : swap_params(m, s)) n += p.numel;
+  for (const memory::SwapParam& p : params) n += p.numel;
   return n;
 }
 
@@ -106,7 +104,7 @@ std::string shape_str(int64_t b, int64_t s, int64_t v) {
 StepPeak predict_step_peak(const models::ModelConfig& m, const TriageSettings& s) {
   StepPeak p;
   const std::vector<memory::SwapParam> params = swap_params(m, s);
-  const int64_t n = parameter_count(m, s);
+  const int64_t n = element_count(params);
   p.parameters = 4 * n;
   const int64_t states = 8 * n;  // AdamW's two f32 moments
   const int64_t swap_k = std::min<int64_t>(s.swap_optimizer_times, int64_t(params.size()));
@@ -250,12 +248,13 @@ std::optional<Suggestion> suggest_swap_optimizer(const models::ModelConfig& m, c
   if (s.swap_optimizer) return std::nullopt;
   TriageSettings t = s;
   t.swap_optimizer = true;
-  t.swap_optimizer_times = std::min<int64_t>(memory::kSwapOptimizerDefaultTimes, int64_t(swap_params(m, s).size()));
+  const std::vector<memory::SwapParam> params = swap_params(m, s);
+  t.swap_optimizer_times = std::min<int64_t>(memory::kSwapOptimizerDefaultTimes, int64_t(params.size()));
   const int64_t saved = saving(m, s, t);
   if (saved <= 0) return std::nullopt;
   return Suggestion{"swap optimizer", "--swap-optimizer --swap-optimizer-times " + std::to_string(t.swap_optimizer_times),
                     saved,
-                    "AdamW's moments (" + format_bytes(8 * parameter_count(m, s)) +
+                    "AdamW's moments (" + format_bytes(8 * element_count(params)) +
                         ") live in host memory: none on the device in forward and backward, two of its " +
                         std::to_string(t.swap_optimizer_times) + " windows in the optimizer step",
                     t};

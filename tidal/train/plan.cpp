@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <map>
 
 #include "tidal/base/error.h"
 #include "tidal/memory_stats.h"

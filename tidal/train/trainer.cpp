@@ -4,7 +4,6 @@
 
 #include <chrono>
 #include <cmath>
-#include <filesystem>
 #include <memory>
 #include <optional>
 
@@ -13,6 +12,7 @@
 #include "tidal/autograd/saved_tensor_log.h"
 #include "tidal/data/gpt_dataset.h"
 #include "tidal/data/tokenizer.h"
+#include "tidal/io/atomic_file.h"
 #include "tidal/memory/offload.h"
 #include "tidal/memory/chunk_loss.h"
 #include "tidal/memory/swap_optimizer.h"
@@ -221,12 +221,8 @@ TrainResult train_loop(const TrainArgs& args, std::FILE* out, models::ModelConfi
                  swapped ? swapped->describe().c_str() : "on the device");
   std::vector<autograd::SavedTensorRecord> saved_tensors;  // of the first micro-batch
   const int64_t recompute_ns0 = autograd::recompute_time_ns();
-  if (!args.save.empty()) {  // an unwritable --save fails now, not after the first interval's steps
-    std::error_code ec;
-    std::filesystem::create_directories(args.save, ec);
-    TIDAL_CHECK(!ec && std::filesystem::is_directory(args.save), "--save ", args.save,
-                ": cannot create the directory (", ec ? ec.message() : "a file is in the way", "); give a writable path");
-  }
+  // An unwritable --save fails now, not after the first interval's steps.
+  if (!args.save.empty()) io::create_directories(args.save, "--save");
   profile::Profiler profiler(profile_options(args, start), profile_info(args, config, model->num_parameters()));
 
   TrainResult result;

@@ -4,6 +4,7 @@
 #include <cstdlib>
 
 #include "tidal/base/error.h"
+#include "tidal/base/flags.h"
 #include "tidal/memory_stats.h"
 #include "tidal/train/arguments.h"
 #include "tidal/train/plan.h"
@@ -12,9 +13,8 @@
 namespace tidal::cli {
 
 int run_plan(const std::vector<std::string>& argv) {
-  std::vector<std::string> train_argv;
-  std::string memory;
-  double headroom = train::kDefaultPlanHeadroom;
+  // tidal plan's own two options (with their values) go to `own`, the rest to tidal train's parser.
+  std::vector<std::string> own, train_argv;
   for (size_t i = 0; i < argv.size(); ++i) {
     if (argv[i] == "--help" || argv[i] == "-h") {
       std::printf("usage: tidal plan [tidal train flags] [--memory BYTES] [--headroom PERCENT]\n\n"
@@ -25,21 +25,19 @@ int run_plan(const std::vector<std::string>& argv) {
                   "tidal train's ('tidal train --help'); docs/profiling.md, \"Planning before training\".\n");
       return kOk;
     }
-    if (argv[i] == "--memory") {
-      TIDAL_CHECK(i + 1 < argv.size(), "tidal plan: --memory needs a size, e.g. 80GiB");
-      memory = argv[++i];
-    } else if (argv[i] == "--headroom") {
-      TIDAL_CHECK(i + 1 < argv.size(), "tidal plan: --headroom needs a percentage, e.g. 10");
-      const std::string v = argv[++i];
-      char* end = nullptr;
-      const double pct = std::strtod(v.c_str(), &end);
-      TIDAL_CHECK(end != v.c_str() && *end == '\0' && pct >= 0 && pct < 100,
-                  "tidal plan: --headroom must be a percentage in [0, 100), got '", v, "'");
-      headroom = pct / 100;
+    if (argv[i] == "--memory" || argv[i] == "--headroom") {
+      own.push_back(argv[i]);
+      if (i + 1 < argv.size()) own.push_back(argv[++i]);
     } else {
       train_argv.push_back(argv[i]);
     }
   }
+  Flags f("plan");
+  f.option("memory", "the device memory budget, e.g. 80GiB", "BYTES")
+      .option("headroom", "percent of the budget kept free (default 10)", "PERCENT");
+  f.parse(own);
+  std::string memory = f.str("memory");
+  const double headroom = f.number("headroom", train::kDefaultPlanHeadroom * 100, 0, 95) / 100;
   if (memory.empty()) {
     const char* env = std::getenv("TIDAL_DEVICE_MEMORY");
     if (env != nullptr) memory = env;
