@@ -4,7 +4,7 @@
 
 #include "bench/bench_util.h"
 
-#include "tidal/backend/cpu/embedding.h"
+#include "tidal/backend/kernels.h"
 #include "tidal/ops/embedding.h"
 #include "tidal/ops/index.h"
 #include "tidal/ops/random.h"
@@ -28,7 +28,7 @@ void BM_EmbeddingBackward(benchmark::State& state) {
   const int64_t vocab = state.range(0), c = state.range(1);
   Tensor gw = zeros({vocab, c}), g = randn({kIds, c}), ids = randint(0, vocab, {kIds});
   for (auto _ : state) {
-    cpu::embedding_backward(gw, g, ids);
+    device_kernels(Device::cpu()).embedding_backward(gw, g, ids);
     benchmark::DoNotOptimize(gw.data<float>());
   }
   bench::set_gbps(state, double(vocab * c + kIds * c) * 4);

@@ -2,7 +2,7 @@
 // one pass). bytes_per_second (GiB/s) counts the logits read (and the gradient written) once.
 #include <benchmark/benchmark.h>
 
-#include "tidal/backend/cpu/loss.h"
+#include "tidal/backend/kernels.h"
 #include "tidal/ops/random.h"
 
 namespace tidal {
@@ -10,7 +10,7 @@ namespace {
 
 // Args: rows, vocab, dtype (0 f32, 1 bf16).
 struct LossCase {
-  cpu::CrossEntropyArgs a;
+  CrossEntropyArgs a;
   Tensor logits, targets, lse, loss;
   explicit LossCase(const benchmark::State& state) {
     a.rows = state.range(0);
@@ -24,17 +24,17 @@ struct LossCase {
 
 void BM_CrossEntropyForward(benchmark::State& state) {
   LossCase c(state);
-  for (auto _ : state) benchmark::DoNotOptimize(cpu::cross_entropy_forward(c.loss, c.lse, c.logits, c.targets, c.a));
+  for (auto _ : state) benchmark::DoNotOptimize(device_kernels(Device::cpu()).cross_entropy_forward(c.loss, c.lse, c.logits, c.targets, c.a));
   state.SetBytesProcessed(c.logits.nbytes() * state.iterations());
 }
 
 void BM_CrossEntropyBackward(benchmark::State& state) {
   LossCase c(state);
-  cpu::cross_entropy_forward(c.loss, c.lse, c.logits, c.targets, c.a);
+  device_kernels(Device::cpu()).cross_entropy_forward(c.loss, c.lse, c.logits, c.targets, c.a);
   Tensor grad = empty(c.logits.shape(), c.logits.dtype());
   grad.zero_();  // first touch outside the timing (fresh pages fault at a few GB/s)
   const double scale = 1.0 / double(c.a.rows);  // mean
-  for (auto _ : state) cpu::cross_entropy_backward(grad, c.logits, c.lse, c.targets, Tensor(), scale, c.a);
+  for (auto _ : state) device_kernels(Device::cpu()).cross_entropy_backward(grad, c.logits, c.lse, c.targets, Tensor(), scale, c.a);
   state.SetBytesProcessed(2 * c.logits.nbytes() * state.iterations());
 }
 

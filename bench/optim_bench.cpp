@@ -3,7 +3,7 @@
 #include <benchmark/benchmark.h>
 
 #include "bench/bench_util.h"
-#include "tidal/backend/cpu/optim.h"
+#include "tidal/backend/kernels.h"
 #include "tidal/ops/random.h"
 
 namespace tidal {
@@ -15,11 +15,11 @@ void BM_AdamWStep(benchmark::State& state) {
   const DType dt = state.range(1) == 0 ? DType::f32 : DType::bf16;
   Tensor p = randn({n}, dt), g = randn({n}, dt), m = zeros({n}), v = zeros({n});
   Tensor master = dt == DType::bf16 ? p.to(DType::f32) : Tensor();
-  cpu::AdamWArgs a;
+  AdamWArgs a;
   a.lr = 1e-3;
   a.weight_decay = 0.01;
   for (auto _ : state) {
-    cpu::adamw_step(p, g, m, v, master, a);
+    device_kernels(Device::cpu()).adamw_step(p, g, m, v, master, a);
     ++a.step;
   }
   // p read+write, g read, m and v read+write, master read+write.
@@ -30,7 +30,7 @@ BENCHMARK(BM_AdamWStep)->Args({1 << 22, 0})->Args({1 << 22, 1})->Args({1 << 24, 
 
 void BM_SumOfSquares(benchmark::State& state) {
   Tensor g = randn({state.range(0)});
-  for (auto _ : state) benchmark::DoNotOptimize(cpu::sum_of_squares(g));
+  for (auto _ : state) benchmark::DoNotOptimize(device_kernels(Device::cpu()).sum_of_squares(g));
   bench::set_gbps(state, double(g.nbytes()));
 }
 BENCHMARK(BM_SumOfSquares)->Arg(1 << 22)->Arg(1 << 24)->Unit(benchmark::kMicrosecond)->UseRealTime();

@@ -8,7 +8,7 @@
 #include <cstring>
 #include <vector>
 
-#include "tidal/backend/cpu/parallel.h"
+#include "tidal/base/parallel.h"
 #include "tidal/ops/random.h"
 
 namespace tidal {

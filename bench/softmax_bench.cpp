@@ -2,31 +2,31 @@
 // bytes_per_second (GiB/s) counts every tensor read and written once per iteration.
 #include <benchmark/benchmark.h>
 
-#include "tidal/backend/cpu/softmax.h"
+#include "tidal/backend/kernels.h"
 #include "tidal/ops/random.h"
 
 namespace tidal {
 namespace {
 
 // Args: outer, n, inner, dtype (0 f32, 1 bf16), log (0/1).
-cpu::SoftmaxArgs args_of(const benchmark::State& state) {
+SoftmaxArgs args_of(const benchmark::State& state) {
   return {state.range(0), state.range(1), state.range(2), state.range(4) != 0};
 }
 DType dtype_of_state(const benchmark::State& state) { return state.range(3) == 0 ? DType::f32 : DType::bf16; }
 
 void BM_SoftmaxForward(benchmark::State& state) {
-  const cpu::SoftmaxArgs a = args_of(state);
+  const SoftmaxArgs a = args_of(state);
   Tensor x = randn({a.outer, a.n, a.inner}, dtype_of_state(state)), y = empty(x.shape(), x.dtype());
-  for (auto _ : state) cpu::softmax_forward(y, x, a);
+  for (auto _ : state) device_kernels(Device::cpu()).softmax_forward(y, x, a);
   state.SetBytesProcessed(2 * x.nbytes() * state.iterations());
 }
 
 void BM_SoftmaxBackward(benchmark::State& state) {
-  const cpu::SoftmaxArgs a = args_of(state);
+  const SoftmaxArgs a = args_of(state);
   Tensor x = randn({a.outer, a.n, a.inner}, dtype_of_state(state)), y = empty(x.shape(), x.dtype());
   Tensor g = randn(x.shape(), x.dtype()), dx = empty(x.shape(), x.dtype());
-  cpu::softmax_forward(y, x, a);
-  for (auto _ : state) cpu::softmax_backward(dx, g, y, a);
+  device_kernels(Device::cpu()).softmax_forward(y, x, a);
+  for (auto _ : state) device_kernels(Device::cpu()).softmax_backward(dx, g, y, a);
   state.SetBytesProcessed(3 * x.nbytes() * state.iterations());  // read g and y, write dx
 }
 

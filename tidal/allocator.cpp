@@ -1,7 +1,9 @@
 #include "tidal/allocator.h"
 
 #include <algorithm>
+#include <cstdlib>
 
+#include "tidal/backend/runtime.h"
 #include "tidal/base/clock.h"
 #include "tidal/memory_scope.h"
 
@@ -213,6 +215,40 @@ std::vector<MemoryEvent> Allocator::take_events() {
 MemoryContext& memory_context() {
   thread_local MemoryContext ctx;
   return ctx;
+}
+
+// --- the process's allocators, on their devices' memory
+
+namespace {
+
+void apply_limit_from_env(Allocator& a) {
+  const char* env = std::getenv("TIDAL_DEVICE_MEMORY");
+  if (env == nullptr || *env == '\0') return;
+  int64_t limit = 0;
+  try {
+    limit = parse_bytes(env);
+  } catch (const Error& e) {
+    throw Error(std::string("TIDAL_DEVICE_MEMORY: ") + e.what());
+  }
+  a.set_limit(limit);
+}
+
+}  // namespace
+
+Allocator& device_allocator(Device device) {
+  if (device.is_meta()) {
+    static Allocator meta("meta", Device::meta(), device_runtime(Device::meta()).device_backing());
+    return meta;
+  }
+  static Allocator cpu("cpu", Device::cpu(), device_runtime(Device::cpu()).device_backing());
+  static const bool limited = (apply_limit_from_env(cpu), true);  // retried while the variable is bad
+  (void)limited;
+  return cpu;
+}
+
+Allocator& host_allocator() {
+  static Allocator host("host", Device::cpu(), device_runtime(Device::cpu()).host_backing(HostMemory::pinned));
+  return host;
 }
 
 }  // namespace tidal

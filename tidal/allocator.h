@@ -82,11 +82,15 @@ class Allocator {
   std::vector<MemoryEvent> events_;
 };
 
-// The allocator of a device (cpu or meta). The cpu allocator takes its limit from
-// TIDAL_DEVICE_MEMORY (e.g. "8GiB") when set.
+// Host memory for copies to and from a device: pinned (page-locked, what asynchronous device copies
+// need) or pageable. On the CPU backend both are ordinary memory.
+enum class HostMemory : uint8_t { pageable, pinned };
+
+// The allocator of a device, on the memory its backend provides (backend/runtime.h). A real
+// device's allocator takes its limit from TIDAL_DEVICE_MEMORY (e.g. "8GiB") when set.
 Allocator& device_allocator(Device device);
-// Host memory, the offload target: separate accounting from the device pool (on the CPU backend
-// both live in the same RAM).
+// Host memory, the offload and swap target: pinned memory of the device being trained on, with
+// accounting separate from the device pool (on the CPU backend both live in the same RAM).
 Allocator& host_allocator();
 
 }  // namespace tidal

@@ -1,7 +1,8 @@
 #pragma once
-// In-order work queues (CUDA semantics). On the CPU backend the compute stream is the calling
-// thread: work enqueued on it runs immediately. Every other stream owns a worker thread, so copies
-// on a copy stream really overlap compute. See docs/streams.md.
+// In-order work queues (CUDA semantics), implemented per device behind backend/runtime.h. On the
+// CPU backend the compute stream is the calling thread: work enqueued on it runs immediately. Every
+// other stream owns a worker thread, so copies on a copy stream really overlap compute. See
+// docs/streams.md.
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -14,14 +15,14 @@ namespace tidal {
 
 class Tensor;
 namespace detail {
-struct StreamWorker;
+class StreamImpl;
 }
 
 class Stream {
  public:
-  // A side stream with its own worker thread, e.g. Stream d2h("d2h").
+  // A side stream, e.g. Stream d2h("d2h") (on the CPU backend: with its own worker thread).
   explicit Stream(std::string name, Device device = Device::cpu());
-  ~Stream();  // finishes the queued work, then joins the worker
+  ~Stream();  // finishes the queued work first
   Stream(const Stream&) = delete;
   Stream& operator=(const Stream&) = delete;
 
@@ -38,25 +39,24 @@ class Stream {
   // Whether all work queued so far has run.
   bool query();
 
-  bool is_compute() const { return worker_ == nullptr; }
+  bool is_compute() const;
   const std::string& name() const { return name_; }
   Device device() const { return device_; }
 
-  // Completes `state` (an Event's) after the work queued so far; used by Event::record.
-  void record(const std::shared_ptr<detail::EventState>& state);
+  detail::StreamImpl& impl() { return *impl_; }  // the device's implementation (Event::record)
 
  private:
   Stream(std::string name, Device device, bool compute);
   std::string name_;
   Device device_;
-  std::unique_ptr<detail::StreamWorker> worker_;  // null for the compute stream
+  std::unique_ptr<detail::StreamImpl> impl_;
 };
 
 // Copies src into dst (same shape and dtype, both contiguous) on `stream`, asynchronously: both
 // tensors are kept alive until the copy ran. Record an event after it to know when it is done.
 void copy_async(const Tensor& dst, const Tensor& src, Stream& stream);
 
-// Whether the calling thread is a stream worker (kernels then run single-threaded).
+// Whether the calling thread is a CPU stream worker (kernels then run single-threaded).
 bool in_stream_worker();
 
 // Sees every task a side stream ran (stream name, task label or nullptr, start and end on tidal's
@@ -64,5 +64,6 @@ bool in_stream_worker();
 // lanes. Called on the thread that did the work; nullptr removes the observer.
 using StreamObserver = void (*)(const std::string& stream, const char* label, int64_t start_ns, int64_t end_ns);
 void set_stream_observer(StreamObserver observer);
+StreamObserver stream_observer();  // the current one (nullptr: none); backends call it per task
 
 }  // namespace tidal

@@ -7,8 +7,8 @@
 #include "tidal/autograd/engine.h"
 #include "tidal/autograd/grad_mode.h"
 #include "tidal/autograd/node.h"
-#include "tidal/backend/cpu/dispatch.h"
-#include "tidal/backend/cpu/elementwise.h"
+#include "tidal/dtype_dispatch.h"
+#include "tidal/backend/kernels.h"
 #include "tidal/memory_scope.h"
 
 namespace tidal {
@@ -50,10 +50,12 @@ void* Tensor::raw_data() const {
 template <typename T>
 T Tensor::item() const {
   TIDAL_CHECK(numel() == 1, "[item] needs a tensor with one element, got ", shape());
-  const void* p = raw_data();  // reads in place: no allocation
-  return cpu::dispatch_all(dtype(), "item", [&](auto tag) {
+  check_data_access(dtype());
+  return dispatch_all(dtype(), "item", [&](auto tag) {
     using S = typename decltype(tag)::type;
-    return T(acc_t<S>(*static_cast<const S*>(p)));
+    S v;
+    device_kernels(device()).copy_to_host(&v, *this);  // one element: contiguous, no allocation
+    return T(acc_t<S>(v));
   });
 }
 
@@ -62,8 +64,10 @@ std::vector<T> Tensor::to_vector() const {
   Tensor src = *this;
   if (src.dtype() != dtype_v<T>) src = src.to(dtype_v<T>);
   src = src.contiguous();
-  const T* p = src.data<T>();
-  return std::vector<T>(p, p + src.numel());
+  src.check_data_access(dtype_v<T>);
+  std::vector<T> out(size_t(src.numel()));
+  device_kernels(src.device()).copy_to_host(out.data(), src);
+  return out;
 }
 
 template float Tensor::item<float>() const;
@@ -155,7 +159,7 @@ Tensor& Tensor::zero_() { return fill_(0.0); }
 
 Tensor& Tensor::fill_(double value) {
   check_inplace(*this, "fill_");
-  if (!is_meta()) cpu::fill(*this, value);
+  if (Kernels* kern = kernels_for(*this)) kern->fill(*this, value);
   return *this;
 }
 
@@ -166,7 +170,7 @@ Tensor& Tensor::copy_(const Tensor& src) {
   broadcast_shapes(shape(), src.shape(), "copy_");
   TIDAL_CHECK(broadcast_shapes(shape(), src.shape(), "copy_") == shape(), "[copy_] source ", src.shape(),
               " does not broadcast to the destination ", shape());
-  if (!is_meta()) cpu::copy(*this, src);
+  if (Kernels* kern = kernels_for(*this)) kern->copy(*this, src);
   return *this;
 }
 
@@ -176,13 +180,13 @@ Tensor& Tensor::add_(const Tensor& other, double alpha) {
               dtype(), " on ", device(), " and ", other.shape(), " ", other.dtype(), " on ", other.device());
   TIDAL_CHECK(broadcast_shapes(shape(), other.shape(), "add_") == shape(), "[add_] ", other.shape(),
               " does not broadcast to ", shape());
-  if (!is_meta()) cpu::add_inplace(*this, other, alpha);
+  if (Kernels* kern = kernels_for(*this)) kern->add_inplace(*this, other, alpha);
   return *this;
 }
 
 Tensor& Tensor::mul_(double value) {
   check_inplace(*this, "mul_");
-  if (!is_meta()) cpu::unary(cpu::Unary::mul_scalar, *this, *this, value);
+  if (Kernels* kern = kernels_for(*this)) kern->unary(Unary::mul_scalar, *this, *this, value);
   return *this;
 }
 
@@ -204,7 +208,7 @@ Tensor empty_host(const Shape& shape, DType dtype) {
 
 Tensor full(const Shape& shape, double value, DType dtype, Device device) {
   Tensor t = empty(shape, dtype, device);
-  if (!device.is_meta()) cpu::fill(t, value);
+  if (Kernels* kern = kernels_for(t)) kern->fill(t, value);
   return t;
 }
 
@@ -218,12 +222,14 @@ Tensor arange(int64_t start, int64_t end, int64_t step, DType dtype, Device devi
   TIDAL_CHECK(step != 0, "[arange] step must not be 0");
   const int64_t n = std::max<int64_t>(0, (end - start + step - (step > 0 ? 1 : -1)) / step);
   Tensor t = empty(Shape{n}, dtype, device);
-  if (device.is_meta()) return t;
-  cpu::dispatch_all(dtype, "arange", [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    T* p = t.data<T>();
-    for (int64_t i = 0; i < n; ++i) p[i] = T(acc_t<T>(start + i * step));
-  });
+  if (Kernels* kern = kernels_for(t)) {
+    dispatch_all(dtype, "arange", [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      std::vector<T> host(static_cast<size_t>(n));
+      for (int64_t i = 0; i < n; ++i) host[size_t(i)] = T(acc_t<T>(start + i * step));
+      kern->copy_from_host(t, host.data());
+    });
+  }
   return t;
 }
 
@@ -231,12 +237,14 @@ Tensor from_vector(const std::vector<double>& values, const Shape& shape, DType 
   TIDAL_CHECK(int64_t(values.size()) == shape.numel(), "[from_vector] ", values.size(), " values for shape ",
               shape, " (", shape.numel(), " elements)");
   Tensor t = empty(shape, dtype, device);
-  if (device.is_meta()) return t;
-  cpu::dispatch_all(dtype, "from_vector", [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    T* p = t.data<T>();
-    for (size_t i = 0; i < values.size(); ++i) p[i] = T(acc_t<T>(values[i]));
-  });
+  if (Kernels* kern = kernels_for(t)) {
+    dispatch_all(dtype, "from_vector", [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      std::vector<T> host(values.size());
+      for (size_t i = 0; i < values.size(); ++i) host[i] = T(acc_t<T>(values[i]));
+      kern->copy_from_host(t, host.data());
+    });
+  }
   return t;
 }
 
@@ -244,7 +252,7 @@ Tensor from_vector_i64(const std::vector<int64_t>& values, const Shape& shape, D
   TIDAL_CHECK(int64_t(values.size()) == shape.numel(), "[from_vector] ", values.size(), " values for shape ",
               shape, " (", shape.numel(), " elements)");
   Tensor t = empty(shape, DType::i64, device);
-  if (!device.is_meta()) std::copy(values.begin(), values.end(), t.data<int64_t>());
+  if (Kernels* kern = kernels_for(t)) kern->copy_from_host(t, values.data());
   return t;
 }
 

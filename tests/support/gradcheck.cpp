@@ -5,7 +5,7 @@
 #include <sstream>
 
 #include "tidal/autograd/grad_mode.h"
-#include "tidal/backend/cpu/philox.h"
+#include "tidal/base/philox.h"
 #include "tidal/ops/elementwise.h"
 #include "tidal/ops/reduce.h"
 
@@ -39,7 +39,7 @@ std::string preview(const std::vector<double>& v) {
 
 Tensor uniform(const Shape& shape, uint64_t seed, double lo, double hi, bool requires_grad, DType dtype) {
   std::vector<double> v(size_t(shape.numel()));
-  for (size_t i = 0; i < v.size(); ++i) v[i] = lo + (hi - lo) * cpu::philox_uniform(seed, i);
+  for (size_t i = 0; i < v.size(); ++i) v[i] = lo + (hi - lo) * philox_uniform(seed, i);
   Tensor t = from_vector(v, shape, dtype);
   if (requires_grad) t.set_requires_grad(true);
   return t;

@@ -3,7 +3,7 @@
 #include <cmath>
 #include <cstdlib>
 
-#include "tidal/backend/cpu/philox.h"
+#include "tidal/base/philox.h"
 #include "tidal/base/error.h"
 
 namespace tidal::data {
@@ -62,7 +62,7 @@ int64_t shuffle_index(int64_t i, int64_t n, uint64_t seed, uint64_t epoch) {
   do {  // cycle walking: the network permutes [0, 4^half), re-apply until back inside [0, n)
     uint64_t left = x >> half, right = x & mask;
     for (uint64_t round = 0; round < 4; ++round) {
-      const uint64_t f = cpu::philox4x32((round << 40) | right, key)[0] & mask;
+      const uint64_t f = philox4x32((round << 40) | right, key)[0] & mask;
       const uint64_t next = left ^ f;
       left = right;
       right = next;
@@ -124,7 +124,7 @@ void MockDataset::sample(int64_t i, int64_t* out) const {
   TIDAL_CHECK(i >= 0, "[data] sample index ", i, " is negative");
   const int64_t n = seq_length_ + 1, blocks = (n + 3) / 4;
   for (int64_t b = 0; b < blocks; ++b) {
-    const auto r = cpu::philox4x32(uint64_t(i * blocks + b), seed_);
+    const auto r = philox4x32(uint64_t(i * blocks + b), seed_);
     for (int64_t lane = 0; lane < 4 && b * 4 + lane < n; ++lane)  // multiply-shift: uniform without division
       out[b * 4 + lane] = int64_t((uint64_t(r[size_t(lane)]) * uint64_t(vocab_size_)) >> 32);
   }

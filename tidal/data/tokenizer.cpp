@@ -6,7 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "tidal/backend/cpu/parallel.h"
+#include "tidal/base/parallel.h"
 #include "tidal/base/error.h"
 #include "tidal/data/bpe.h"
 #include "tidal/data/byte_level.h"
@@ -243,7 +243,7 @@ std::vector<std::vector<int64_t>> Tokenizer::encode_batch(const std::vector<std:
   TIDAL_CHECK(impl_ != nullptr, "[tokenizer] encode with an empty tokenizer (load or train one first)");
   std::vector<std::vector<int64_t>> out(texts.size());
   // One cache session per thread's chunk: publishing new pieces takes the cache's write lock, once.
-  cpu::parallel_for(0, int64_t(texts.size()), 1, [&](int64_t b, int64_t e) {
+  parallel_for(0, int64_t(texts.size()), 1, [&](int64_t b, int64_t e) {
     BpeModel::Session session(*impl_->bpe);
     for (int64_t i = b; i < e; ++i) impl_->encode(session, texts[size_t(i)], out[size_t(i)], allow_added);
   });

@@ -5,7 +5,7 @@
 #include <numeric>
 
 #include "tidal/autograd/grad_mode.h"
-#include "tidal/backend/cpu/philox.h"
+#include "tidal/base/philox.h"
 
 namespace tidal::models {
 
@@ -39,7 +39,7 @@ std::vector<int64_t> generate(CausalLM& model, const std::vector<int64_t>& promp
       std::vector<double> p(static_cast<size_t>(k));
       double total = 0;
       for (int64_t i = 0; i < k; ++i) total += p[size_t(i)] = std::exp((row[size_t(order[size_t(i)])] - top) / opt.temperature);
-      double u = double(cpu::philox_uniform(opt.seed, draw++)) * total;
+      double u = double(philox_uniform(opt.seed, draw++)) * total;
       next = order[size_t(k - 1)];
       for (int64_t i = 0; i < k; ++i) {
         u -= p[size_t(i)];

@@ -1,6 +1,6 @@
 #include "tidal/ops/activation.h"
 
-#include "tidal/backend/cpu/activation.h"
+#include "tidal/backend/kernels.h"
 #include "tidal/ops/common.h"
 
 namespace tidal {
@@ -13,8 +13,8 @@ using autograd::TensorList;
 // The gradient of an elementwise op has the input's shape; the kernels read any strides.
 Tensor grad_like(const Tensor& x) { return empty(x.shape(), x.dtype(), x.device()); }
 
-// Whether a kernel has work: not on meta, and not for empty tensors (the strided loops need numel > 0).
-bool runs(const Tensor& t) { return !t.is_meta() && t.numel() > 0; }
+// The kernels to run, if any: none on meta, and none for empty tensors (the strided loops need numel > 0).
+Kernels* runs(const Tensor& t) { return t.numel() > 0 ? kernels_for(t) : nullptr; }
 
 struct GeluBackward : Node {
   SavedTensor x;
@@ -23,7 +23,7 @@ struct GeluBackward : Node {
   TensorList apply(TensorList&& grads) override {
     Tensor xv = x.unpack(name());
     Tensor dx = grad_like(xv);
-    if (runs(dx)) cpu::gelu_backward(dx, grads[0], xv, tanh_approx);
+    if (Kernels* kern = runs(dx)) kern->gelu_backward(dx, grads[0], xv, tanh_approx);
     return {dx};
   }
   void release_saved() override { x.reset(); }
@@ -35,7 +35,7 @@ struct SiluBackward : Node {
   TensorList apply(TensorList&& grads) override {
     Tensor xv = x.unpack(name());
     Tensor dx = grad_like(xv);
-    if (runs(dx)) cpu::silu_backward(dx, grads[0], xv);
+    if (Kernels* kern = runs(dx)) kern->silu_backward(dx, grads[0], xv);
     return {dx};
   }
   void release_saved() override { x.reset(); }
@@ -49,7 +49,7 @@ struct SwigluBackward : Node {
     Tensor uv = needs_input_grad(0) ? up.unpack(name()) : Tensor();
     Tensor dgate = needs_input_grad(0) ? grad_like(gv) : Tensor();
     Tensor dup = needs_input_grad(1) ? grad_like(gv) : Tensor();
-    if (runs(gv)) cpu::swiglu_backward(dgate, dup, grads[0], gv, uv);
+    if (Kernels* kern = runs(gv)) kern->swiglu_backward(dgate, dup, grads[0], gv, uv);
     return {dgate, dup};
   }
   void release_saved() override { autograd::reset_all(gate, up); }
@@ -62,7 +62,7 @@ Tensor gelu(const Tensor& x, GeluApprox approx) {
   detail::check_floating("gelu", x);
   const bool tanh_approx = approx == GeluApprox::tanh;
   Tensor out = empty(x.shape(), x.dtype(), x.device());
-  if (runs(out)) cpu::gelu_forward(out, x, tanh_approx);
+  if (Kernels* kern = runs(out)) kern->gelu_forward(out, x, tanh_approx);
   if (autograd::needs_grad(x)) {
     auto node = autograd::make_node<GeluBackward>({&x});
     node->x = SavedTensor(x);
@@ -76,7 +76,7 @@ Tensor silu(const Tensor& x) {
   OpScope scope("silu");
   detail::check_floating("silu", x);
   Tensor out = empty(x.shape(), x.dtype(), x.device());
-  if (runs(out)) cpu::silu_forward(out, x);
+  if (Kernels* kern = runs(out)) kern->silu_forward(out, x);
   if (autograd::needs_grad(x)) {
     auto node = autograd::make_node<SiluBackward>({&x});
     node->x = SavedTensor(x);
@@ -92,7 +92,7 @@ Tensor swiglu(const Tensor& gate, const Tensor& up) {
   TIDAL_CHECK(gate.shape() == up.shape(), "[swiglu] gate and up must have one shape, got gate ", gate.shape(),
               " and up ", up.shape());
   Tensor out = empty(gate.shape(), gate.dtype(), gate.device());
-  if (runs(out)) cpu::swiglu_forward(out, gate, up);
+  if (Kernels* kern = runs(out)) kern->swiglu_forward(out, gate, up);
   if (autograd::needs_grad(gate, up)) {
     auto node = autograd::make_node<SwigluBackward>({&gate, &up});
     node->gate = SavedTensor(gate);                           // both gradients read gate

@@ -4,8 +4,7 @@
 
 #include <cmath>
 
-#include "tidal/backend/cpu/attention_eager.h"
-#include "tidal/backend/cpu/attention_flash.h"
+#include "tidal/backend/kernels.h"
 #include "tidal/ops/common.h"
 #include "tidal/ops/matmul.h"
 #include "tidal/ops/random.h"
@@ -25,7 +24,7 @@ struct ScaledMaskedSoftmaxBackward : Node {
   TensorList apply(TensorList&& g) override {
     Tensor p = probs.unpack(name());
     Tensor gi = empty(p.shape(), p.dtype(), p.device());
-    if (!gi.is_meta()) cpu::scaled_masked_softmax_backward(gi, g[0].detach().contiguous(), p, scale);
+    if (Kernels* kern = kernels_for(gi)) kern->scaled_masked_softmax_backward(gi, g[0].detach().contiguous(), p, scale);
     return {gi};
   }
   void release_saved() override { probs.reset(); }
@@ -33,7 +32,7 @@ struct ScaledMaskedSoftmaxBackward : Node {
 
 struct FlashAttentionBackward : Node {
   SavedTensor q, k, v, out, lse;
-  cpu::FlashConfig cfg;
+  FlashArgs cfg;
   const char* name() const override { return "FlashAttentionBackward"; }
   TensorList apply(TensorList&& grads) override {
     const Tensor& g = grads[0];
@@ -44,10 +43,10 @@ struct FlashAttentionBackward : Node {
     Tensor dk = needs_input_grad(1) ? empty_like_layout(kv, kv.dtype()) : Tensor();
     Tensor dv = needs_input_grad(2) ? empty_like_layout(vv, vv.dtype()) : Tensor();
     const DType acc = qv.dtype() == DType::f64 ? DType::f64 : DType::f32;
-    Tensor ws = empty({cpu::flash_backward_workspace(dq, qv, kv, vv)}, acc, qv.device());
-    if (!g.is_meta())
-      cpu::flash_attention_backward(cfg, dq, dk, dv, g.detach(), qv, kv, vv, out.unpack(name()), lse.unpack(name()),
-                                    ws);
+    Tensor ws = empty({device_kernels(qv.device()).flash_backward_workspace(dq, qv, kv, vv)}, acc, qv.device());
+    if (Kernels* kern = kernels_for(ws))
+      kern->flash_attention_backward(cfg, dq, dk, dv, g.detach(), qv, kv, vv, out.unpack(name()), lse.unpack(name()),
+                                     ws);
     return {dq, dk, dv};
   }
   void release_saved() override { autograd::reset_all(q, k, v, out, lse); }
@@ -95,7 +94,7 @@ Tensor eager_attention(const Tensor& q, const Tensor& k, const Tensor& v, double
 
 Tensor flash_attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale, const AttentionOptions& opt) {
   const int64_t b = q.size(0), hq = q.size(1), t = q.size(2), s = k.size(2), dv = v.size(3);
-  cpu::FlashConfig cfg;
+  FlashArgs cfg;
   cfg.scale = scale;
   cfg.causal = opt.causal;
   cfg.dropout_p = opt.dropout_p;
@@ -107,8 +106,9 @@ Tensor flash_attention(const Tensor& q, const Tensor& k, const Tensor& v, double
   const bool grad = autograd::needs_grad(q, k, v);
   const DType acc = q.dtype() == DType::f64 ? DType::f64 : DType::f32;
   Tensor lse = grad ? empty({b, hq, t}, acc, q.device()) : Tensor();  // (B, Hq, T)
-  Tensor ws = empty({cpu::flash_forward_workspace(q, k, v)}, acc, q.device());  // per-thread tiles
-  if (!out.is_meta()) cpu::flash_attention_forward(cfg, out, lse, q.detach(), k.detach(), v.detach(), ws);
+  Tensor ws = empty({device_kernels(q.device()).flash_forward_workspace(q, k, v)}, acc, q.device());  // per-thread tiles
+  if (Kernels* kern = kernels_for(out))
+    kern->flash_attention_forward(cfg, out, lse, q.detach(), k.detach(), v.detach(), ws);
   if (grad) {
     auto node = autograd::make_node<FlashAttentionBackward>({&q, &k, &v});
     node->q = SavedTensor(q);
@@ -129,7 +129,8 @@ Tensor scaled_masked_softmax(const Tensor& scores, double scale, bool causal) {
   detail::check_floating("scaled_masked_softmax", scores);
   TIDAL_CHECK(scores.dim() >= 2, "[scaled_masked_softmax] scores must be (..., T, S), got ", scores.shape());
   Tensor probs = empty(scores.shape(), scores.dtype(), scores.device());
-  if (!probs.is_meta()) cpu::scaled_masked_softmax_forward(probs, scores.detach().contiguous(), scale, causal);
+  if (Kernels* kern = kernels_for(probs))
+    kern->scaled_masked_softmax_forward(probs, scores.detach().contiguous(), scale, causal);
   if (autograd::needs_grad(scores)) {
     auto node = autograd::make_node<ScaledMaskedSoftmaxBackward>({&scores});
     node->probs = SavedTensor(probs);

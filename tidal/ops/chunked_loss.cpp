@@ -17,8 +17,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "tidal/backend/cpu/chunked_loss.h"
-#include "tidal/backend/cpu/loss.h"
+#include "tidal/backend/kernels.h"
 #include "tidal/ops/common.h"
 
 namespace tidal {
@@ -34,7 +33,7 @@ struct ChunkedLmLossBackward : Node {
   TensorList apply(TensorList&& grads) override {
     Tensor gh = grad_hidden.unpack(name()), gw = grad_weight.unpack(name());
     const Tensor& g = grads[0];
-    if (!g.is_meta()) {
+    if (kernels_for(g) != nullptr) {  // a value to read: not a meta tensor
       const double s = g.item<double>();
       if (s != 1.0) {  // in place: a scaled copy would double the (V, C) gradient for a moment
         if (gh.defined()) gh.mul_(s);
@@ -92,12 +91,12 @@ Tensor chunked_lm_loss(const Tensor& hidden, const Tensor& weight, const Tensor&
   }
   Tensor row_loss = empty({N}, acc, dev);  // (N)
   Tensor out = empty(Shape{}, hidden.dtype(), dev);
-  if (!out.is_meta()) {
-    cpu::CrossEntropyArgs ce;
+  if (Kernels* kern = kernels_for(out)) {
+    CrossEntropyArgs ce;
     ce.rows = N;
     ce.vocab = V;
     ce.ignore_index = ignore_index;
-    const int64_t bad = cpu::find_bad_target(tc, ce);
+    const int64_t bad = kern->find_bad_target(tc, ce);
     if (bad >= 0) {
       const int64_t value = tc.narrow(0, bad, 1).to(DType::i64).item<int64_t>();
       detail::throw_error(detail::str_cat("[chunked_lm_loss] target ", value, " at position ", bad, " of targets ",
@@ -105,15 +104,15 @@ Tensor chunked_lm_loss(const Tensor& hidden, const Tensor& weight, const Tensor&
                                           weight.shape(), "): targets must be in [0, ", V,
                                           ") or equal ignore_index ", ignore_index));
     }
-    cpu::ChunkedLossArgs a;
+    ChunkedLossArgs a;
     a.rows = N;
     a.hidden = C;
     a.vocab = V;
     a.chunk = chunk_size;
     a.ignore_index = ignore_index;
-    const int64_t count = cpu::count_not_ignored(tc, ignore_index);
+    const int64_t count = kern->count_not_ignored(tc, ignore_index);
     a.grad_scale = 1.0 / double(count);  // inf when all are ignored: then every row's gradient is 0 anyway
-    const double sum = cpu::chunked_lm_loss_forward(h, w, tc, logits, row_loss, gh, gw, a);
+    const double sum = kern->chunked_lm_loss_forward(h, w, tc, logits, row_loss, gh, gw, a);
     out.fill_(sum / double(count));  // 0 / 0 = NaN when all are ignored, like cross_entropy
   }
   logits = row_loss = h = w = Tensor();  // free before the bf16 gradients are made

@@ -1,6 +1,6 @@
 #include "tidal/ops/embedding.h"
 
-#include "tidal/backend/cpu/embedding.h"
+#include "tidal/backend/kernels.h"
 #include "tidal/ops/common.h"
 #include "tidal/ops/index.h"
 
@@ -18,9 +18,9 @@ struct EmbeddingBackward : Node {
   TensorList apply(TensorList&& g) override {
     Tensor idv = ids.unpack(name());
     Tensor gw = empty(weight_shape, g[0].dtype(), g[0].device());  // (V, C), every row written
-    if (!gw.is_meta()) {
+    if (Kernels* kern = kernels_for(gw)) {
       const Tensor gc = g[0].contiguous().reshape(Shape{idv.numel(), weight_shape[1]});  // (N, C)
-      cpu::embedding_backward(gw, gc, idv.contiguous());
+      kern->embedding_backward(gw, gc, idv.contiguous());
     }
     return {gw};
   }
@@ -42,7 +42,7 @@ Tensor embedding(const Tensor& weight, const Tensor& ids) {
   TIDAL_CHECK(out_shape.size() < Shape::kMaxDims, "[embedding] ids ", ids.shape(), " have too many dims");
   out_shape.push_back(weight.shape()[1]);
   Tensor out = empty(out_shape, weight.dtype(), weight.device());  // (..., C)
-  if (!out.is_meta()) cpu::embedding_forward(out, weight.detach(), ids.detach().contiguous());
+  if (Kernels* kern = kernels_for(out)) kern->embedding_forward(out, weight.detach(), ids.detach().contiguous());
   if (autograd::needs_grad(weight)) {
     auto node = autograd::make_node<EmbeddingBackward>({&weight});
     node->weight_shape = weight.shape();

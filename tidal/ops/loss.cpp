@@ -1,6 +1,6 @@
 #include "tidal/ops/loss.h"
 
-#include "tidal/backend/cpu/loss.h"
+#include "tidal/backend/kernels.h"
 #include "tidal/ops/common.h"
 
 namespace tidal {
@@ -66,7 +66,7 @@ std::string index_in(const Shape& shape, int64_t flat) {
 
 struct CrossEntropyBackward : Node {
   SavedTensor logits, lse, targets;
-  cpu::CrossEntropyArgs args;
+  CrossEntropyArgs args;
   Reduction reduction = Reduction::mean;
   int64_t count = 0;  // non-ignored rows (mean)
   const char* name() const override { return "CrossEntropyBackward"; }
@@ -74,7 +74,8 @@ struct CrossEntropyBackward : Node {
     const Tensor& g = grads[0];
     Tensor lv = logits.unpack(name());
     Tensor dlogits = empty(lv.shape(), lv.dtype(), lv.device());  // (..., V): the only big allocation
-    if (dlogits.is_meta()) return {dlogits};
+    Kernels* kern = kernels_for(dlogits);
+    if (kern == nullptr) return {dlogits};
     Tensor row_grad;  // (rows) for Reduction::none
     double scale = 1.0;
     if (reduction == Reduction::none) {
@@ -84,9 +85,9 @@ struct CrossEntropyBackward : Node {
       if (reduction == Reduction::mean) scale /= double(count);  // count 0: every row is ignored anyway
     }
     LogitRows rows = logit_rows(lv);
-    cpu::CrossEntropyArgs a = args;
+    CrossEntropyArgs a = args;
     a.row_stride = rows.row_stride;
-    cpu::cross_entropy_backward(dlogits, rows.logits, lse.unpack(name()), targets.unpack(name()), row_grad, scale, a);
+    kern->cross_entropy_backward(dlogits, rows.logits, lse.unpack(name()), targets.unpack(name()), row_grad, scale, a);
     return {dlogits};
   }
   void release_saved() override { autograd::reset_all(logits, lse, targets); }
@@ -106,7 +107,7 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore
   const Shape rows = rows_shape(logits);
   TIDAL_CHECK(targets.shape() == rows, "[cross_entropy] targets ", targets.shape(),
               " must have the leading shape of logits ", logits.shape(), ", i.e. ", rows);
-  cpu::CrossEntropyArgs args;
+  CrossEntropyArgs args;
   args.rows = rows.numel();
   args.vocab = logits.size(-1);
   args.ignore_index = ignore_index;
@@ -116,12 +117,12 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore
   Tensor row_loss = empty(rows, acc, logits.device());   // (...)
   Tensor out = reduction == Reduction::none ? Tensor() : empty(Shape{}, logits.dtype(), logits.device());
   int64_t count = 0;
-  if (!logits.is_meta()) {
-    const int64_t bad = cpu::find_bad_target(tc, args);
+  if (Kernels* kern = kernels_for(logits)) {
+    const int64_t bad = kern->find_bad_target(tc, args);
     if (bad >= 0) throw_bad_target(logits, tc, bad, ignore_index);
     LogitRows lr = logit_rows(logits);
     args.row_stride = lr.row_stride;
-    const cpu::CrossEntropySums sums = cpu::cross_entropy_forward(row_loss, lse, lr.logits, tc, args);
+    const CrossEntropySums sums = kern->cross_entropy_forward(row_loss, lse, lr.logits, tc, args);
     count = sums.count;
     if (reduction == Reduction::mean) out.fill_(sums.loss / double(count));  // 0 / 0 = NaN when all ignored
     if (reduction == Reduction::sum) out.fill_(sums.loss);

@@ -1,7 +1,6 @@
 #include "tidal/ops/matmul.h"
 
-#include "tidal/backend/cpu/elementwise.h"
-#include "tidal/backend/cpu/matmul.h"
+#include "tidal/backend/kernels.h"
 #include "tidal/ops/common.h"
 #include "tidal/ops/reduce.h"
 #include "tidal/ops/view.h"
@@ -13,9 +12,9 @@ using autograd::Node;
 using autograd::SavedTensor;
 using autograd::TensorList;
 
-// A view the BLAS can read without a copy, else a contiguous copy.
+// A view the device's matmul can read without a copy, else a contiguous copy.
 Tensor blas_operand(const Tensor& t) {
-  if (cpu::blas_compatible(t.size(-2), t.size(-1), t.stride(-2), t.stride(-1))) return t;
+  if (device_kernels(t.device()).matmul_operand_ok(t.size(-2), t.size(-1), t.stride(-2), t.stride(-1))) return t;
   return t.detach().contiguous();
 }
 
@@ -25,14 +24,14 @@ void matmul_into(const Tensor& out, const Tensor& a, const Tensor& b, double alp
   if (a.dtype() == DType::bf16) {
     Tensor o32 = out.detach().to(DType::f32);
     Tensor a32 = blas_operand(a.detach().to(DType::f32)), b32 = blas_operand(b.detach().to(DType::f32));
-    if (out.is_meta()) return;
-    cpu::matmul_kernel(o32, a32, b32, alpha, beta);
-    cpu::copy(out, o32);
+    if (Kernels* kern = kernels_for(out)) {
+      kern->matmul(o32, a32, b32, alpha, beta);
+      kern->copy(out, o32);
+    }
     return;
   }
   Tensor ac = blas_operand(a), bc = blas_operand(b);
-  if (out.is_meta()) return;
-  cpu::matmul_kernel(out, ac, bc, alpha, beta);
+  if (Kernels* kern = kernels_for(out)) kern->matmul(out, ac, bc, alpha, beta);
 }
 
 Shape matmul_shape(const Tensor& a, const Tensor& b) {
@@ -150,7 +149,7 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias) {
   Tensor out = empty(out_shape, x.dtype(), x.device());
   double beta = 0.0;
   if (bias.defined()) {
-    if (!out.is_meta()) cpu::copy(out, bias);
+    if (Kernels* kern = kernels_for(out)) kern->copy(out, bias);
     beta = 1.0;
   }
   Tensor x2 = x.dim() == 1 ? x.detach().unsqueeze(0) : x.detach();

@@ -1,6 +1,6 @@
 #include "tidal/ops/norm.h"
 
-#include "tidal/backend/cpu/norm.h"
+#include "tidal/backend/kernels.h"
 #include "tidal/ops/common.h"
 #include "tidal/ops/reduce.h"
 
@@ -20,7 +20,7 @@ Shape rows_shape(const Tensor& x) {
   return s;
 }
 
-cpu::NormArgs norm_args(const Tensor& x, double eps) {
+NormArgs norm_args(const Tensor& x, double eps) {
   return {x.numel() / x.size(-1), x.size(-1), eps};
 }
 
@@ -51,15 +51,16 @@ struct LayerNormBackward : Node {
     if (!want_dx && !want_dw) return {Tensor(), Tensor(), want_db ? sum_to(g, Shape{g.size(-1)}) : Tensor()};
     Tensor xv = x.unpack(name());
     const int64_t C = xv.size(-1);
-    const cpu::NormArgs a = norm_args(xv, 0.0);
+    const NormArgs a = norm_args(xv, 0.0);
     Tensor dx = want_dx ? empty(xv.shape(), xv.dtype(), xv.device()) : Tensor();
     Tensor dw = want_dw ? empty(Shape{C}, xv.dtype(), xv.device()) : Tensor();
     Tensor db = want_db ? empty(Shape{C}, xv.dtype(), xv.device()) : Tensor();
     Tensor ws;  // (chunks, 2, C) partial dweight/dbias, Note [Deterministic parameter gradients]
-    if (want_dw || want_db) ws = empty(Shape{cpu::norm_row_chunks(a.rows), 2, C}, acc_dtype(xv.dtype()), xv.device());
-    if (!xv.is_meta()) {
-      cpu::layer_norm_backward(dx, dw, db, ws, dense(g), dense(xv), mean.unpack(name()), rstd.unpack(name()),
-                               want_dx ? dense(weight.unpack(name())) : Tensor(), a);
+    const int64_t chunks = device_kernels(xv.device()).norm_row_chunks(a.rows);
+    if (want_dw || want_db) ws = empty(Shape{chunks, 2, C}, acc_dtype(xv.dtype()), xv.device());
+    if (Kernels* kern = kernels_for(xv)) {
+      kern->layer_norm_backward(dx, dw, db, ws, dense(g), dense(xv), mean.unpack(name()), rstd.unpack(name()),
+                                want_dx ? dense(weight.unpack(name())) : Tensor(), a);
     }
     return {dx, dw, db};
   }
@@ -74,13 +75,14 @@ struct RmsNormBackward : Node {
     const bool want_dx = needs_input_grad(0), want_dw = has_weight && needs_input_grad(1);
     Tensor xv = x.unpack(name());
     const int64_t C = xv.size(-1);
-    const cpu::NormArgs a = norm_args(xv, 0.0);
+    const NormArgs a = norm_args(xv, 0.0);
     Tensor dx = want_dx ? empty(xv.shape(), xv.dtype(), xv.device()) : Tensor();
     Tensor dw = want_dw ? empty(Shape{C}, xv.dtype(), xv.device()) : Tensor();
-    Tensor ws = want_dw ? empty(Shape{cpu::norm_row_chunks(a.rows), C}, acc_dtype(xv.dtype()), xv.device()) : Tensor();
-    if (!xv.is_meta()) {
-      cpu::rms_norm_backward(dx, dw, ws, dense(grads[0]), dense(xv), rstd.unpack(name()),
-                             want_dx ? dense(weight.unpack(name())) : Tensor(), a);
+    const int64_t chunks = device_kernels(xv.device()).norm_row_chunks(a.rows);
+    Tensor ws = want_dw ? empty(Shape{chunks, C}, acc_dtype(xv.dtype()), xv.device()) : Tensor();
+    if (Kernels* kern = kernels_for(xv)) {
+      kern->rms_norm_backward(dx, dw, ws, dense(grads[0]), dense(xv), rstd.unpack(name()),
+                              want_dx ? dense(weight.unpack(name())) : Tensor(), a);
     }
     return {dx, dw};
   }
@@ -97,7 +99,7 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, dou
   Tensor out = empty(x.shape(), x.dtype(), x.device());                     // (..., C)
   Tensor mean = empty(rows_shape(x), acc_dtype(x.dtype()), x.device());     // (...)
   Tensor rstd = empty(rows_shape(x), acc_dtype(x.dtype()), x.device());     // (...)
-  if (!out.is_meta()) cpu::layer_norm_forward(out, mean, rstd, dense(x), dense(weight), dense(bias), norm_args(x, eps));
+  if (Kernels* kern = kernels_for(out)) kern->layer_norm_forward(out, mean, rstd, dense(x), dense(weight), dense(bias), norm_args(x, eps));
   if (autograd::needs_grad(x, weight, bias)) {
     auto node = autograd::make_node<LayerNormBackward>({&x, &weight, &bias});
     node->has_weight = weight.defined();
@@ -120,7 +122,7 @@ Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps) {
   check_param("rms_norm", x, weight, "weight");
   Tensor out = empty(x.shape(), x.dtype(), x.device());                  // (..., C)
   Tensor rstd = empty(rows_shape(x), acc_dtype(x.dtype()), x.device());  // (...)
-  if (!out.is_meta()) cpu::rms_norm_forward(out, rstd, dense(x), dense(weight), norm_args(x, eps));
+  if (Kernels* kern = kernels_for(out)) kern->rms_norm_forward(out, rstd, dense(x), dense(weight), norm_args(x, eps));
   if (autograd::needs_grad(x, weight)) {
     auto node = autograd::make_node<RmsNormBackward>({&x, &weight});
     node->has_weight = weight.defined();

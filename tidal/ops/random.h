@@ -1,7 +1,7 @@
 #pragma once
 // Random numbers from one counter-based generator (Philox): every op that draws reserves a range of
 // the stream, so results depend only on the seed and the order of ops, and a recompute that
-// restores the state reproduces every draw (dropout masks included). See backend/cpu/philox.h.
+// restores the state reproduces every draw (dropout masks included). See base/philox.h.
 #include <cstdint>
 
 #include "tidal/tensor.h"

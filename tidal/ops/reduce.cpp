@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "tidal/backend/cpu/reduce.h"
+#include "tidal/backend/kernels.h"
 #include "tidal/ops/common.h"
 #include "tidal/ops/elementwise.h"
 #include "tidal/ops/view.h"
@@ -93,12 +93,12 @@ Tensor reduce_sum(const Tensor& t, const std::vector<int64_t>& dims_in, bool kee
   for (int d : dims) count *= t.shape()[d];
   const double scale = is_mean ? 1.0 / double(std::max<int64_t>(count, 1)) : 1.0;
   Tensor out = empty(keepdim ? keep : squeezed_shape(t.shape(), dims), t.dtype(), t.device());
-  if (!out.is_meta()) {
+  if (Kernels* kern = kernels_for(out)) {
     if (count == 0) {
       out.detach().fill_(is_mean ? 0.0 / 0.0 : 0.0);
     } else {
       Layout l = reduction_layout(t.detach(), dims);
-      cpu::sum_kernel(out, l.x, l.outer, l.n, l.inner, scale);
+      kern->sum(out, l.x, l.outer, l.n, l.inner, scale);
     }
   }
   if (autograd::needs_grad(t)) {
@@ -118,12 +118,11 @@ struct MaxBackward : Node {
   const char* name() const override { return "MaxBackward"; }
   TensorList apply(TensorList&& g) override {
     Tensor gi = zeros(in_shape, g[0].dtype(), g[0].device());
-    if (!gi.is_meta()) {
+    if (Kernels* kern = kernels_for(gi)) {
       int64_t outer = 1, inner = 1;
       for (int d = 0; d < dim; ++d) outer *= in_shape[d];
       for (int d = dim + 1; d < in_shape.size(); ++d) inner *= in_shape[d];
-      cpu::max_backward_kernel(gi, g[0].contiguous(), indices.unpack(name()).contiguous(), outer, in_shape[dim],
-                               inner);
+      kern->max_backward(gi, g[0].contiguous(), indices.unpack(name()).contiguous(), outer, in_shape[dim], inner);
     }
     return {gi};
   }
@@ -150,9 +149,9 @@ MaxResult max(const Tensor& t, int64_t dim, bool keepdim) {
   const Shape keep = keepdim_shape(t.shape(), dims);
   const Shape out_shape = keepdim ? keep : squeezed_shape(t.shape(), dims);
   MaxResult r{empty(out_shape, t.dtype(), t.device()), empty(out_shape, DType::i64, t.device())};
-  if (!t.is_meta()) {
+  if (Kernels* kern = kernels_for(r.values)) {
     Layout l = reduction_layout(t.detach(), dims);
-    cpu::max_kernel(r.values, r.indices, l.x, l.outer, l.n, l.inner);
+    kern->max(r.values, r.indices, l.x, l.outer, l.n, l.inner);
   }
   if (autograd::needs_grad(t)) {
     auto node = autograd::make_node<MaxBackward>({&t});

@@ -1,6 +1,6 @@
 #include "tidal/ops/softmax.h"
 
-#include "tidal/backend/cpu/softmax.h"
+#include "tidal/backend/kernels.h"
 #include "tidal/ops/common.h"
 
 namespace tidal {
@@ -11,8 +11,8 @@ using autograd::SavedTensor;
 using autograd::TensorList;
 
 // x viewed as (outer, n, inner) around `dim` (a 0-dim tensor is one row of one element).
-cpu::SoftmaxArgs softmax_args(const Tensor& x, int64_t dim, bool log, const char* op) {
-  cpu::SoftmaxArgs a;
+SoftmaxArgs softmax_args(const Tensor& x, int64_t dim, bool log, const char* op) {
+  SoftmaxArgs a;
   a.log = log;
   if (x.dim() == 0) {
     TIDAL_CHECK(dim == 0 || dim == -1, "[", op, "] dim ", dim, " is out of range for a 0-dim tensor");
@@ -29,12 +29,12 @@ cpu::SoftmaxArgs softmax_args(const Tensor& x, int64_t dim, bool log, const char
 
 struct SoftmaxBackward : Node {
   SavedTensor out;
-  cpu::SoftmaxArgs args;
+  SoftmaxArgs args;
   const char* name() const override { return args.log ? "LogSoftmaxBackward" : "SoftmaxBackward"; }
   TensorList apply(TensorList&& grads) override {
     Tensor y = out.unpack(name());
     Tensor dx = empty(y.shape(), y.dtype(), y.device());
-    if (!dx.is_meta()) cpu::softmax_backward(dx, grads[0].contiguous(), y, args);
+    if (Kernels* kern = kernels_for(dx)) kern->softmax_backward(dx, grads[0].contiguous(), y, args);
     return {dx};
   }
   void release_saved() override { out.reset(); }
@@ -44,9 +44,9 @@ Tensor softmax_op(const Tensor& x, int64_t dim, bool log) {
   const char* op = log ? "log_softmax" : "softmax";
   OpScope scope(op);
   detail::check_floating(op, x);
-  const cpu::SoftmaxArgs args = softmax_args(x, dim, log, op);
+  const SoftmaxArgs args = softmax_args(x, dim, log, op);
   Tensor out = empty(x.shape(), x.dtype(), x.device());  // contiguous, x's shape
-  if (!out.is_meta()) cpu::softmax_forward(out, x.detach().contiguous(), args);
+  if (Kernels* kern = kernels_for(out)) kern->softmax_forward(out, x.detach().contiguous(), args);
   if (autograd::needs_grad(x)) {
     auto node = autograd::make_node<SoftmaxBackward>({&x});
     node->out = SavedTensor(out);

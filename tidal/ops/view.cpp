@@ -4,7 +4,7 @@
 #include <numeric>
 
 #include "tidal/autograd/grad_mode.h"
-#include "tidal/backend/cpu/elementwise.h"
+#include "tidal/backend/kernels.h"
 #include "tidal/ops/common.h"
 #include "tidal/ops/reduce.h"
 
@@ -392,10 +392,10 @@ Tensor cat(const std::vector<Tensor>& tensors, int64_t dim) {
   }
   shape[d] = total;
   Tensor out = empty(shape, first.dtype(), first.device());
-  if (!out.is_meta()) {
+  if (Kernels* kern = kernels_for(out)) {
     int64_t start = 0;
     for (size_t i = 0; i < tensors.size(); ++i) {
-      cpu::copy(out.detach().narrow(d, start, sizes[i]), tensors[i]);
+      kern->copy(out.detach().narrow(d, start, sizes[i]), tensors[i]);
       start += sizes[i];
     }
   }

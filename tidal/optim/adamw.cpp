@@ -3,7 +3,7 @@
 #include <set>
 
 #include "tidal/autograd/grad_mode.h"
-#include "tidal/backend/cpu/optim.h"
+#include "tidal/backend/kernels.h"
 #include "tidal/memory_scope.h"
 
 namespace tidal::optim {
@@ -55,14 +55,14 @@ Tensor AdamW::begin_update(Slot& s) {
 
 void AdamW::update(const Slot& s, const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
                    const Tensor& exp_avg_sq, const Tensor& master, double lr) const {
-  cpu::AdamWArgs a;
+  AdamWArgs a;
   a.lr = lr;
   a.beta1 = options_.beta1;
   a.beta2 = options_.beta2;
   a.eps = options_.eps;
   a.weight_decay = s.decay ? options_.weight_decay : 0.0;
   a.step = s.step;
-  cpu::adamw_step(param, grad, exp_avg, exp_avg_sq, master, a);
+  if (Kernels* kern = kernels_for(param)) kern->adamw_step(param, grad, exp_avg, exp_avg_sq, master, a);
 }
 
 void AdamW::step(double lr) {
@@ -71,7 +71,7 @@ void AdamW::step(double lr) {
   NoGradGuard no_grad;
   for (Slot& s : slots_) {
     const Tensor g = begin_update(s);
-    if (!g.defined() || s.param.is_meta()) continue;
+    if (!g.defined()) continue;
     update(s, s.param, g, s.exp_avg, s.exp_avg_sq, s.master, lr);
   }
   ++steps_;

@@ -3,7 +3,7 @@
 #include <cmath>
 
 #include "tidal/autograd/grad_mode.h"
-#include "tidal/backend/cpu/optim.h"
+#include "tidal/backend/kernels.h"
 #include "tidal/memory_scope.h"
 
 namespace tidal::optim {
@@ -14,8 +14,8 @@ double grad_norm(const std::vector<Tensor>& params) {
   for (const Tensor& p : params) {
     TIDAL_CHECK(p.defined(), "[clip_grad_norm] an undefined parameter");
     const Tensor g = p.grad();
-    if (!g.defined() || g.is_meta()) continue;
-    sum += cpu::sum_of_squares(g.contiguous());
+    if (!g.defined()) continue;
+    if (Kernels* kern = kernels_for(g)) sum += kern->sum_of_squares(g.contiguous());
   }
   return std::sqrt(sum);
 }
@@ -29,7 +29,7 @@ double clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
   NoGradGuard no_grad;
   for (const Tensor& p : params) {
     Tensor g = p.grad();
-    if (g.defined() && !g.is_meta()) g.mul_(coef);
+    if (g.defined()) g.mul_(coef);
   }
   return norm;
 }

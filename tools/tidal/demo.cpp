@@ -8,7 +8,7 @@
 
 #include "tidal/autograd/checkpoint.h"
 #include "tidal/autograd/grad_mode.h"
-#include "tidal/backend/cpu/philox.h"
+#include "tidal/base/philox.h"
 #include "tidal/memory_scope.h"
 #include "tidal/ops/activation.h"
 #include "tidal/ops/attention.h"
@@ -49,11 +49,11 @@ std::string generate_text(uint64_t seed, int64_t chars) {
   uint64_t pos = 0;
   while (int64_t(text.size()) < chars) {
     for (size_t p = 0; p < parts.size(); ++p) {
-      const uint32_t r = cpu::philox4x32(pos++, seed)[0];
+      const uint32_t r = philox4x32(pos++, seed)[0];
       if (p > 0) text += ' ';
       text += parts[p][r % parts[p].size()];
     }
-    text += (cpu::philox4x32(pos++, seed)[1] % 3 == 0) ? ".\n" : ". ";
+    text += (philox4x32(pos++, seed)[1] % 3 == 0) ? ".\n" : ". ";
   }
   return text;
 }

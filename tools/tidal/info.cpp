@@ -2,7 +2,7 @@
 #include <thread>
 
 #include "tidal/allocator.h"
-#include "tidal/backend/cpu/blas.h"
+#include "tidal/backend/kernels.h"
 #include "tidal/base/threads.h"
 #include "tools/tidal/cli.h"
 
@@ -13,7 +13,7 @@ int run_info(const std::vector<std::string>& argv) {
   const int64_t limit = device_allocator(Device::cpu()).limit();
   std::printf("tidal 0.1.0\n");
   std::printf("  devices        cpu, meta\n");
-  std::printf("  gemm           %s (f32); reference kernel (f64)\n", cpu::blas::backend_name());
+  std::printf("%s", device_kernels(Device::cpu()).describe().c_str());
   std::printf("  threads        %d kernel threads (OpenMP), %u hardware threads\n", num_threads(),
               std::thread::hardware_concurrency());
   std::printf("  device memory  %s\n", limit > 0 ? (format_bytes(limit) + " limit (TIDAL_DEVICE_MEMORY)").c_str()

@@ -2,7 +2,7 @@
 
 #include <tuple>
 
-#include "tidal/backend/cpu/dispatch.h"
+#include "tidal/dtype_dispatch.h"
 #include "tidal/backend/cpu/elementwise.h"
 #include "tidal/backend/cpu/elementwise_loops.h"
 

@@ -14,8 +14,8 @@
 
 #include "tidal/backend/cpu/attention_eager.h"
 #include "tidal/backend/cpu/blas.h"
-#include "tidal/backend/cpu/dispatch.h"
-#include "tidal/backend/cpu/parallel.h"
+#include "tidal/dtype_dispatch.h"
+#include "tidal/base/parallel.h"
 #include "tidal/backend/cpu/philox.h"
 
 namespace tidal::cpu {
@@ -137,7 +137,7 @@ struct Dims {
       : b(q.size(0)), hq(q.size(1)), hkv(k.size(1)), g(q.size(1) / k.size(1)), t(q.size(2)), s(k.size(2)),
         d(q.size(3)), dv(v.size(3)) {}
   double flops() const { return 2.0 * double(b * hq * t * s) * double(d + dv); }
-  uint64_t rng_pos(const FlashConfig& cfg, int64_t bi, int64_t h, int64_t i, int64_t j) const {
+  uint64_t rng_pos(const FlashArgs& cfg, int64_t bi, int64_t h, int64_t i, int64_t j) const {
     return cfg.rng_start + uint64_t(((bi * hq + h) * t + i) * s + j);
   }
 };
@@ -173,7 +173,7 @@ BackwardLayout backward_layout(const Dims& n, const Tensor& dq, bool acc_dtype) 
 }
 
 template <typename T>
-void forward_typed(const FlashConfig& cfg, const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k,
+void forward_typed(const FlashArgs& cfg, const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k,
                    const Tensor& v, const Tensor& workspace) {
   using A = acc_t<T>;
   const Dims n(q, k, v);
@@ -244,7 +244,7 @@ void forward_typed(const FlashConfig& cfg, const Tensor& out, const Tensor& lse,
 }
 
 template <typename T>
-void backward_typed(const FlashConfig& cfg, const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dout,
+void backward_typed(const FlashArgs& cfg, const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dout,
                     const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
                     const Tensor& workspace) {
   using A = acc_t<T>;
@@ -372,13 +372,13 @@ int64_t flash_backward_workspace(const Tensor& dq, const Tensor& q, const Tensor
   return backward_layout(Dims(q, k, v), dq, q.dtype() != DType::bf16).total();
 }
 
-void flash_attention_forward(const FlashConfig& cfg, const Tensor& out, const Tensor& lse, const Tensor& q,
+void flash_attention_forward(const FlashArgs& cfg, const Tensor& out, const Tensor& lse, const Tensor& q,
                              const Tensor& k, const Tensor& v, const Tensor& workspace) {
   dispatch_float(q.dtype(), "flash_attention",
                  [&](auto tag) { forward_typed<typename decltype(tag)::type>(cfg, out, lse, q, k, v, workspace); });
 }
 
-void flash_attention_backward(const FlashConfig& cfg, const Tensor& dq, const Tensor& dk, const Tensor& dv,
+void flash_attention_backward(const FlashArgs& cfg, const Tensor& dq, const Tensor& dk, const Tensor& dv,
                               const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
                               const Tensor& out, const Tensor& lse, const Tensor& workspace) {
   dispatch_float(q.dtype(), "flash_attention", [&](auto tag) {

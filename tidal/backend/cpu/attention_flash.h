@@ -4,19 +4,10 @@
 // probabilities tile by tile. No (T, S) buffer exists beyond one tile per thread.
 #include <cstdint>
 
+#include "tidal/backend/kernel_args.h"
 #include "tidal/tensor.h"
 
 namespace tidal::cpu {
-
-struct FlashConfig {
-  double scale = 1.0;
-  bool causal = true;  // bottom-right aligned: query i sees keys j <= i + S - T
-  // Dropout as tidal::dropout draws it (keep where uniform >= float(p), scale 1/(1-p)); 0: none.
-  // Probability (b, h, i, j) uses Philox key `seed` at position rng_start + ((b*Hq + h)*T + i)*S + j.
-  double dropout_p = 0;
-  uint64_t seed = 0;
-  uint64_t rng_start = 0;
-};
 
 // q (B, Hq, T, D), k (B, Hkv, S, D), v (B, Hkv, S, Dv), out (B, Hq, T, Dv): any strides, one dtype.
 // lse (B, Hq, T) contiguous in the accumulate type (f32, or f64 for f64), or undefined when not
@@ -27,13 +18,13 @@ struct FlashConfig {
 int64_t flash_forward_workspace(const Tensor& q, const Tensor& k, const Tensor& v);
 int64_t flash_backward_workspace(const Tensor& dq, const Tensor& q, const Tensor& k, const Tensor& v);
 
-void flash_attention_forward(const FlashConfig& cfg, const Tensor& out, const Tensor& lse, const Tensor& q,
+void flash_attention_forward(const FlashArgs& cfg, const Tensor& out, const Tensor& lse, const Tensor& q,
                              const Tensor& k, const Tensor& v, const Tensor& workspace);
 
 // Gradients of the forward above. dq/dk/dv have the shapes of q/k/v, any strides, the inputs' dtype;
 // an undefined one is not computed. Parallel over (batch, kv head): each task owns the dk/dv rows of
 // its kv head and the dq rows of the query heads that share it, so no two threads write one row.
-void flash_attention_backward(const FlashConfig& cfg, const Tensor& dq, const Tensor& dk, const Tensor& dv,
+void flash_attention_backward(const FlashArgs& cfg, const Tensor& dq, const Tensor& dk, const Tensor& dv,
                               const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
                               const Tensor& out, const Tensor& lse, const Tensor& workspace);
 

@@ -4,7 +4,7 @@
 
 #include <algorithm>
 
-#include "tidal/backend/cpu/parallel.h"
+#include "tidal/base/parallel.h"
 #include "tidal/base/error.h"
 
 namespace tidal::cpu::blas {

@@ -5,18 +5,10 @@
 // rows and (accumulated) of the weight. f32 and f64; the op converts bf16 around it.
 #include <cstdint>
 
+#include "tidal/backend/kernel_args.h"
 #include "tidal/tensor.h"
 
 namespace tidal::cpu {
-
-struct ChunkedLossArgs {
-  int64_t rows = 0;    // N: hidden rows (tokens)
-  int64_t hidden = 0;  // C
-  int64_t vocab = 0;   // V
-  int64_t chunk = 0;   // rows per chunk
-  int64_t ignore_index = -100;
-  double grad_scale = 0;  // 1 / (non-ignored rows): the mean's factor, folded into the gradients
-};
 
 // Rows whose target is not ignore_index. targets: contiguous (rows) i32 or i64.
 int64_t count_not_ignored(const Tensor& targets, int64_t ignore_index);

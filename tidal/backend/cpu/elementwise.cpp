@@ -5,7 +5,7 @@
 #include <cstring>
 #include <vector>
 
-#include "tidal/backend/cpu/dispatch.h"
+#include "tidal/dtype_dispatch.h"
 #include "tidal/backend/cpu/elementwise_loops.h"
 #include "tidal/backend/cpu/vec_math.h"
 

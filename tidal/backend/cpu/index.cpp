@@ -5,8 +5,8 @@
 #include <numeric>
 #include <type_traits>
 
-#include "tidal/backend/cpu/dispatch.h"
-#include "tidal/backend/cpu/parallel.h"
+#include "tidal/dtype_dispatch.h"
+#include "tidal/base/parallel.h"
 
 namespace tidal::cpu {
 namespace {

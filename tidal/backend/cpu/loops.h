@@ -5,7 +5,7 @@
 #include <array>
 #include <cstdint>
 
-#include "tidal/backend/cpu/parallel.h"
+#include "tidal/base/parallel.h"
 #include "tidal/shape.h"
 #include "tidal/tensor.h"
 

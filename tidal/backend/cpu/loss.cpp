@@ -2,8 +2,8 @@
 
 #include <cmath>
 
-#include "tidal/backend/cpu/dispatch.h"
-#include "tidal/backend/cpu/parallel.h"
+#include "tidal/dtype_dispatch.h"
+#include "tidal/base/parallel.h"
 #include "tidal/backend/cpu/softmax.h"
 
 namespace tidal::cpu {

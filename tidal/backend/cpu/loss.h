@@ -4,25 +4,15 @@
 // gradient in a single pass.
 #include <cstdint>
 
+#include "tidal/backend/kernel_args.h"
 #include "tidal/tensor.h"
 
 namespace tidal::cpu {
-
-struct CrossEntropyArgs {
-  int64_t rows = 0;
-  int64_t vocab = 0;
-  int64_t row_stride = 0;  // elements from one row of the logits to the next
-  int64_t ignore_index = -100;
-};
 
 // Position of the first target outside [0, vocab) that is not ignore_index, or -1. targets:
 // contiguous (rows) i32 or i64.
 int64_t find_bad_target(const Tensor& targets, const CrossEntropyArgs& a);
 
-struct CrossEntropySums {
-  double loss = 0.0;  // sum of the row losses, added in row order
-  int64_t count = 0;  // rows whose target is not ignored
-};
 // Per row r: lse[r] = log(sum(exp(logits[r]))), loss[r] = lse[r] - logits[r, target[r]]; both 0 for
 // ignored rows. lse and loss (rows) are in the accumulate dtype. Targets must be valid.
 CrossEntropySums cross_entropy_forward(const Tensor& loss, const Tensor& lse, const Tensor& logits,

@@ -6,8 +6,8 @@
 #include <vector>
 
 #include "tidal/backend/cpu/activation.h"
-#include "tidal/backend/cpu/dispatch.h"
-#include "tidal/backend/cpu/parallel.h"
+#include "tidal/dtype_dispatch.h"
+#include "tidal/base/parallel.h"
 
 namespace tidal::cpu {
 namespace {

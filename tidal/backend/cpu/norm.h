@@ -8,15 +8,10 @@
 // for any number of threads, with no atomics.
 #include <cstdint>
 
+#include "tidal/backend/kernel_args.h"
 #include "tidal/tensor.h"
 
 namespace tidal::cpu {
-
-struct NormArgs {
-  int64_t rows = 0;
-  int64_t cols = 0;
-  double eps = 0.0;
-};
 
 // How many row chunks the parameter-gradient reduction uses (the workspace's first dim).
 int64_t norm_row_chunks(int64_t rows);

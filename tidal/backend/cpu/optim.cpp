@@ -4,8 +4,8 @@
 #include <type_traits>
 #include <vector>
 
-#include "tidal/backend/cpu/dispatch.h"
-#include "tidal/backend/cpu/parallel.h"
+#include "tidal/dtype_dispatch.h"
+#include "tidal/base/parallel.h"
 #include "tidal/backend/cpu/vec_math.h"
 
 namespace tidal::cpu {

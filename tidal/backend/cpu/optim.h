@@ -3,18 +3,10 @@
 // gradient clipping measures. Contiguous tensors only (parameters and gradients are).
 #include <cstdint>
 
+#include "tidal/backend/kernel_args.h"
 #include "tidal/tensor.h"
 
 namespace tidal::cpu {
-
-struct AdamWArgs {
-  double lr = 0;
-  double beta1 = 0.9;
-  double beta2 = 0.999;
-  double eps = 1e-8;
-  double weight_decay = 0;  // already 0 for no-decay parameters
-  int64_t step = 1;         // the parameter's step count including this update
-};
 
 // One AdamW update in a single pass, torch.optim.AdamW's arithmetic (see tidal/optim/adamw.h).
 // param and grad (n) share the param dtype; exp_avg and exp_avg_sq (n) are acc_t of it; master (n, f32)

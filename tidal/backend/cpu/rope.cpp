@@ -5,8 +5,8 @@
 #include <cmath>
 #include <vector>
 
-#include "tidal/backend/cpu/dispatch.h"
-#include "tidal/backend/cpu/parallel.h"
+#include "tidal/dtype_dispatch.h"
+#include "tidal/base/parallel.h"
 
 namespace tidal::cpu {
 namespace {

@@ -8,6 +8,7 @@
 #include <limits>
 
 #include "tidal/backend/cpu/activation.h"
+#include "tidal/backend/kernel_args.h"
 #include "tidal/tensor.h"
 
 namespace tidal::cpu {
@@ -51,11 +52,6 @@ inline acc_t<T> row_logsumexp(const T* x, int64_t n) {
   }
   return m + std::log(s);
 }
-
-struct SoftmaxArgs {
-  int64_t outer = 1, n = 1, inner = 1;
-  bool log = false;  // log_softmax
-};
 
 // out = softmax(x) (or log_softmax), max-subtracted; x and out contiguous, same dtype.
 void softmax_forward(const Tensor& out, const Tensor& x, const SoftmaxArgs& a);

@@ -1,5 +1,6 @@
 // CPU streams: the compute stream runs work inline; side streams run it on a worker thread.
-#include <atomic>
+#include "tidal/backend/cpu/stream.h"
+
 #include <condition_variable>
 #include <cstring>
 #include <deque>
@@ -12,31 +13,49 @@
 #include "tidal/tensor.h"
 
 namespace tidal {
-namespace detail {
+namespace cpu {
+namespace {
 
-struct EventState {
+struct CpuEvent final : detail::EventState {
   std::mutex mu;
   std::condition_variable cv;
-  bool done = false;
-  int64_t time_ns = 0;
-  std::exception_ptr error;
+  bool done_ = false;
+  int64_t time_ns_ = 0;
+  std::exception_ptr error_;
 
   void complete(std::exception_ptr e) {
     {
       std::lock_guard<std::mutex> lock(mu);
-      done = true;
-      time_ns = now_ns();
-      error = std::move(e);
+      done_ = true;
+      time_ns_ = now_ns();
+      error_ = std::move(e);
     }
     cv.notify_all();
   }
-  void wait() {
+  void wait() override {
     std::unique_lock<std::mutex> lock(mu);
-    cv.wait(lock, [&] { return done; });
+    cv.wait(lock, [&] { return done_; });
+  }
+  bool done() override {
+    std::lock_guard<std::mutex> lock(mu);
+    return done_;
+  }
+  int64_t time_ns() override {
+    std::lock_guard<std::mutex> lock(mu);
+    return time_ns_;
+  }
+  std::exception_ptr error() override {
+    std::lock_guard<std::mutex> lock(mu);
+    return error_;
   }
 };
 
-std::atomic<StreamObserver> g_observer{nullptr};
+// A byte copy between two tensors of one size (the caller checked them).
+void copy_bytes(const Tensor& dst, const Tensor& src) {
+  if (dst.raw_data() != src.raw_data()) std::memcpy(dst.raw_data(), src.raw_data(), size_t(src.nbytes()));
+}
+
+thread_local bool t_in_worker = false;
 
 struct StreamWorker {
   enum class Kind { work, record, wait };
@@ -44,7 +63,7 @@ struct StreamWorker {
     Kind kind = Kind::work;
     std::function<void()> fn;
     const char* label = nullptr;
-    std::shared_ptr<EventState> event;
+    std::shared_ptr<detail::EventState> event;  // a CpuEvent to complete (record), any to wait for
   };
 
   std::mutex mu;
@@ -72,7 +91,7 @@ struct StreamWorker {
           std::lock_guard<std::mutex> lock(mu);
           if (pending) return;  // work after a failure is skipped until the error is reported
         }
-        const StreamObserver observer = g_observer.load(std::memory_order_relaxed);
+        const StreamObserver observer = stream_observer();
         const int64_t start = observer != nullptr ? now_ns() : 0;
         try {
           t.fn();
@@ -89,15 +108,14 @@ struct StreamWorker {
           std::lock_guard<std::mutex> lock(mu);
           e = std::exchange(pending, nullptr);
         }
-        t.event->complete(std::move(e));
+        static_cast<CpuEvent&>(*t.event).complete(std::move(e));
         return;
       }
       case Kind::wait: {
         t.event->wait();
-        std::lock_guard<std::mutex> ev_lock(t.event->mu);
-        if (t.event->error) {
+        if (std::exception_ptr e = t.event->error()) {
           std::lock_guard<std::mutex> lock(mu);
-          if (!pending) pending = t.event->error;
+          if (!pending) pending = std::move(e);
         }
         return;
       }
@@ -107,7 +125,6 @@ struct StreamWorker {
   void loop();
 };
 
-thread_local bool t_in_worker = false;
 
 void StreamWorker::loop() {
   t_in_worker = true;
@@ -130,129 +147,86 @@ void StreamWorker::loop() {
   }
 }
 
-}  // namespace detail
 
-using detail::EventState;
-using detail::StreamWorker;
-
-bool in_stream_worker() { return detail::t_in_worker; }
-
-void set_stream_observer(StreamObserver observer) { detail::g_observer.store(observer); }
-
-// --- Event
-
-void Event::record(Stream& stream) {
-  state_ = std::make_shared<EventState>();
-  stream.record(state_);
-}
-
-void Event::synchronize() const {
-  if (!state_) return;
-  state_->wait();
-  std::lock_guard<std::mutex> lock(state_->mu);
-  if (state_->error) std::rethrow_exception(state_->error);
-}
-
-bool Event::query() const {
-  if (!state_) return true;
-  std::lock_guard<std::mutex> lock(state_->mu);
-  return state_->done;
-}
-
-int64_t Event::time_ns() const {
-  TIDAL_CHECK(state_ != nullptr, "[event] time_ns() of an event that was never recorded");
-  std::lock_guard<std::mutex> lock(state_->mu);
-  TIDAL_CHECK(state_->done, "[event] time_ns() of an event that has not completed; synchronize() first");
-  return state_->time_ns;
-}
-
-double Event::elapsed_ms(const Event& end) const { return double(end.time_ns() - time_ns()) / 1e6; }
-
-// --- Stream
-
-Stream::Stream(std::string name, Device device) : Stream(std::move(name), device, false) {}
-
-Stream::Stream(std::string name, Device device, bool compute) : name_(std::move(name)), device_(device) {
-  if (!compute) {
-    worker_ = std::make_unique<StreamWorker>();
-    worker_->name = name_;
-    worker_->thread = std::thread([w = worker_.get()] { w->loop(); });
-  }
-}
-
-Stream::~Stream() {
-  if (!worker_) return;
-  {
-    std::lock_guard<std::mutex> lock(worker_->mu);
-    worker_->stop = true;
-  }
-  worker_->cv.notify_one();
-  worker_->thread.join();
-}
-
-Stream& Stream::compute(Device device) {
-  static Stream cpu("compute", Device::cpu(), true);
-  static Stream meta("compute", Device::meta(), true);
-  return device.is_meta() ? meta : cpu;
-}
-
-void Stream::enqueue(std::function<void()> task, const char* label) {
-  if (!worker_) {
-    task();
-    return;
-  }
-  worker_->push({StreamWorker::Kind::work, std::move(task), label, nullptr});
-}
-
-void Stream::wait(const Event& event) {
-  if (!event.recorded()) return;
-  if (!worker_) {
-    const StreamObserver observer = detail::g_observer.load(std::memory_order_relaxed);
+// The compute stream: work runs inline on the calling thread; wait() blocks it.
+class InlineStream final : public detail::StreamImpl {
+ public:
+  explicit InlineStream(std::string name) : name_(std::move(name)) {}
+  bool is_compute() const override { return true; }
+  void enqueue(std::function<void()> task, const char*) override { task(); }
+  void wait(const std::shared_ptr<detail::EventState>& event) override {
+    const StreamObserver observer = stream_observer();
     const int64_t start = observer != nullptr ? now_ns() : 0;
-    event.synchronize();
+    event->wait();
+    if (std::exception_ptr e = event->error()) std::rethrow_exception(e);
     if (observer != nullptr) observer(name_, "wait", start, now_ns());
-    return;
   }
-  worker_->push({StreamWorker::Kind::wait, nullptr, nullptr, event.state()});
-}
-
-void Stream::record(const std::shared_ptr<EventState>& state) {
-  if (!worker_) {
-    state->complete(nullptr);
-    return;
+  std::shared_ptr<detail::EventState> record() override {
+    auto e = std::make_shared<CpuEvent>();
+    e->complete(nullptr);
+    return e;
   }
-  worker_->push({StreamWorker::Kind::record, nullptr, nullptr, state});
+  void synchronize() override {}
+  bool query() override { return true; }
+  void copy(const Tensor& dst, const Tensor& src) override { copy_bytes(dst, src); }
+
+ private:
+  std::string name_;
+};
+
+// A side stream: a worker thread runs the queue in order.
+class WorkerStream final : public detail::StreamImpl {
+ public:
+  explicit WorkerStream(const std::string& name) {
+    w_.name = name;
+    w_.thread = std::thread([w = &w_] { w->loop(); });
+  }
+  ~WorkerStream() override {  // finishes the queued work, then joins the worker
+    {
+      std::lock_guard<std::mutex> lock(w_.mu);
+      w_.stop = true;
+    }
+    w_.cv.notify_one();
+    w_.thread.join();
+  }
+  bool is_compute() const override { return false; }
+  void enqueue(std::function<void()> task, const char* label) override {
+    w_.push({StreamWorker::Kind::work, std::move(task), label, nullptr});
+  }
+  void wait(const std::shared_ptr<detail::EventState>& event) override {
+    w_.push({StreamWorker::Kind::wait, nullptr, nullptr, event});
+  }
+  std::shared_ptr<detail::EventState> record() override {
+    auto e = std::make_shared<CpuEvent>();
+    w_.push({StreamWorker::Kind::record, nullptr, nullptr, e});
+    return e;
+  }
+  void synchronize() override {
+    std::shared_ptr<detail::EventState> e = record();
+    e->wait();
+    if (std::exception_ptr err = e->error()) std::rethrow_exception(err);
+  }
+  bool query() override {
+    std::lock_guard<std::mutex> lock(w_.mu);
+    return w_.queue.empty() && !w_.busy;
+  }
+  void copy(const Tensor& dst, const Tensor& src) override {
+    enqueue([dst, src] { copy_bytes(dst, src); }, "copy");
+  }
+
+ private:
+  StreamWorker w_;
+};
+
+}  // namespace
+
+std::unique_ptr<detail::StreamImpl> make_stream(const std::string& name, bool compute) {
+  if (compute) return std::make_unique<InlineStream>(name);
+  return std::make_unique<WorkerStream>(name);
 }
 
-void Stream::synchronize() {
-  if (!worker_) return;
-  Event e;
-  e.record(*this);
-  e.synchronize();
-}
+}  // namespace cpu
 
-bool Stream::query() {
-  if (!worker_) return true;
-  std::lock_guard<std::mutex> lock(worker_->mu);
-  return worker_->queue.empty() && !worker_->busy;
-}
-
-void copy_async(const Tensor& dst, const Tensor& src, Stream& stream) {
-  TIDAL_CHECK(dst.defined() && src.defined(), "[copy_async] undefined tensor");
-  TIDAL_CHECK(dst.shape() == src.shape() && dst.dtype() == src.dtype(), "[copy_async] destination ", dst.shape(), " ",
-              dst.dtype(), " does not match source ", src.shape(), " ", src.dtype());
-  TIDAL_CHECK(dst.is_contiguous() && src.is_contiguous(), "[copy_async] needs contiguous tensors, got strides ",
-              dst.strides(), " and ", src.strides());
-  TIDAL_CHECK(dst.is_meta() == src.is_meta(), "[copy_async] cannot copy between a meta tensor and a real one");
-  if (dst.is_meta()) return;
-  TIDAL_CHECK(dst.storage()->is_materialized() && src.storage()->is_materialized(),
-              "[copy_async] the ", dst.storage()->is_materialized() ? "source" : "destination", " ", src.shape(),
-              " has released its bytes");
-  stream.enqueue(
-      [dst, src] {
-        if (dst.raw_data() != src.raw_data()) std::memcpy(dst.raw_data(), src.raw_data(), size_t(src.nbytes()));
-      },
-      "copy");
-}
+bool in_stream_worker() { return cpu::t_in_worker; }
 
 }  // namespace tidal

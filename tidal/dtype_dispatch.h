@@ -1,9 +1,9 @@
 #pragma once
-// Dtype dispatch: calls f(Tag<T>{}) with the C++ type of a runtime dtype.
+// Dtype dispatch: calls f(Tag<T>{}) with the C++ type of a runtime dtype (host code and every backend).
 #include "tidal/base/error.h"
 #include "tidal/dtype.h"
 
-namespace tidal::cpu {
+namespace tidal {
 
 template <typename T> struct Tag { using type = T; };
 
@@ -44,4 +44,4 @@ decltype(auto) dispatch_index(DType t, const char* op, F&& f) {
   detail::throw_error(detail::str_cat("[", op, "] expects an index tensor (i32 or i64), got ", t));
 }
 
-}  // namespace tidal::cpu
+}  // namespace tidal

@@ -1,4 +1,4 @@
-#include "tidal/backend/cpu/parallel.h"
+#include "tidal/base/parallel.h"
 
 #include <cstdlib>
 #include <string>

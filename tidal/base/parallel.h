@@ -1,5 +1,5 @@
 #pragma once
-// OpenMP parallel loops: the one threading runtime of tidal (oneDNN's GEMM uses the same pool).
+// OpenMP parallel loops on the host: the one threading runtime of tidal (oneDNN's GEMM uses the same pool).
 // Ranges are split statically into equal chunks, so results never depend on timing.
 #include <omp.h>
 
@@ -11,7 +11,6 @@
 
 namespace tidal {
 bool in_stream_worker();  // stream.h: stream workers run kernels single-threaded
-namespace cpu {
 
 // Calls f(chunk_begin, chunk_end) over [begin, end) on up to num_threads() threads; serial when the
 // range is at most `grain` or when already inside a parallel region. Exceptions are rethrown here.
@@ -43,5 +42,4 @@ void parallel_for(int64_t begin, int64_t end, int64_t grain, F&& f) {
   if (error) std::rethrow_exception(error);
 }
 
-}  // namespace cpu
 }  // namespace tidal

@@ -1,0 +1,97 @@
+#include "tidal/backend/cpu/random.h"
+
+#include <algorithm>
+
+#include "tidal/backend/cpu/philox.h"
+#include "tidal/backend/cpu/vec_math.h"
+#include "tidal/base/parallel.h"
+#include "tidal/dtype_dispatch.h"
+
+namespace tidal::cpu {
+
+void random_fill(const Tensor& out, Distribution dist, uint64_t seed, uint64_t start) {
+  dispatch_float(out.dtype(), dist == Distribution::uniform ? "rand" : "randn", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    T* p = out.data<T>();
+    parallel_for(0, out.numel(), 16384, [&](int64_t b, int64_t e) {
+      if (dist == Distribution::uniform) {
+        for (int64_t i = b; i < e; ++i) p[i] = T(acc_t<T>(philox_uniform(seed, start + uint64_t(i))));
+      } else {
+        for (int64_t i = b; i < e; ++i) p[i] = T(acc_t<T>(philox_normal(seed, start + uint64_t(i))));
+      }
+    });
+  });
+}
+
+void randint_fill(const Tensor& out, int64_t low, int64_t high, uint64_t seed, uint64_t start) {
+  const uint64_t range = uint64_t(high - low);
+  dispatch_index(out.dtype(), "randint", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    T* p = out.data<T>();
+    parallel_for(0, out.numel(), 16384, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) {
+        const uint64_t pos = start + uint64_t(i);
+        const uint32_t r = philox4x32(pos / 4, seed)[pos % 4];
+        p[i] = T(low + int64_t(uint64_t(r) * range >> 32));
+      }
+    });
+  });
+}
+
+void dropout_forward(const Tensor& out, const Tensor& mask, const Tensor& x, double p, double scale, uint64_t seed,
+                     uint64_t start) {
+  const float pf = float(p);
+  dispatch_float(x.dtype(), "dropout", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using A = acc_t<T>;
+    const T* xp = x.data<T>();
+    T* op = out.data<T>();
+    uint8_t* mp = mask.data<uint8_t>();
+    const A sc = A(scale);
+    // One Philox block gives 4 consecutive positions (start is a multiple of 4); blocks are drawn
+    // 256 at a time into a buffer, then the mask and the scaling run as one vectorized loop.
+    const int64_t n = x.numel(), blocks = (n + 3) / 4;
+    constexpr int64_t kChunk = 256;  // blocks per buffer
+    parallel_for(0, (blocks + kChunk - 1) / kChunk, 16, [&](int64_t c0, int64_t c1) {
+      alignas(64) uint32_t bits[4 * kChunk];
+      const T* x_ = xp;  // locals: pointers read through the closure keep the loop scalar
+      T* o_ = op;
+      uint8_t* m_ = mp;
+      const float p_ = pf;
+      const A s_ = sc;
+      for (int64_t c = c0; c < c1; ++c) {
+        const int64_t b0 = c * kChunk, nb = std::min(kChunk, blocks - b0);
+        philox4x32_fill(start / 4 + uint64_t(b0), seed, nb, bits);
+        const int64_t i0 = b0 * 4, m = std::min(nb * 4, n - i0);
+#pragma omp simd
+        for (int64_t e = 0; e < m; ++e) {
+          const bool keep = u32_to_unit(bits[e]) >= p_;
+          m_[i0 + e] = uint8_t(keep);
+          o_[i0 + e] = store_as<T>(keep ? A(x_[i0 + e]) * s_ : A(0));
+        }
+      }
+    });
+  });
+}
+
+// dx = g * mask * scale in one pass (no f32 copy of the mask).
+void dropout_backward(const Tensor& dx, const Tensor& g, const Tensor& mask, double scale) {
+  dispatch_float(g.dtype(), "dropout", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using A = acc_t<T>;
+    const T* gp = g.data<T>();
+    const uint8_t* mp = mask.data<uint8_t>();
+    T* op = dx.data<T>();
+    const A sc = A(scale);
+    parallel_for(0, g.numel(), 32768, [&](int64_t b, int64_t e) {
+      const T* g_ = gp;  // locals, so the loop vectorizes
+      const uint8_t* m_ = mp;
+      T* o_ = op;
+      const A s_ = sc;
+#pragma omp simd
+      for (int64_t i = b; i < e; ++i) o_[i] = store_as<T>(m_[i] ? A(g_[i]) * s_ : A(0));
+    });
+  });
+}
+
+}  // namespace tidal::cpu

@@ -1,0 +1,16 @@
+#pragma once
+// CPU kernels of the random family (ops/random.h): Philox draws at stream positions start + i.
+#include <cstdint>
+
+#include "tidal/backend/kernel_args.h"
+#include "tidal/tensor.h"
+
+namespace tidal::cpu {
+
+void random_fill(const Tensor& out, Distribution dist, uint64_t seed, uint64_t start);
+void randint_fill(const Tensor& out, int64_t low, int64_t high, uint64_t seed, uint64_t start);
+void dropout_forward(const Tensor& out, const Tensor& mask, const Tensor& x, double p, double scale, uint64_t seed,
+                     uint64_t start);
+void dropout_backward(const Tensor& dx, const Tensor& g, const Tensor& mask, double scale);
+
+}  // namespace tidal::cpu

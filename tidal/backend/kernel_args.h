@@ -1,0 +1,81 @@
+#pragma once
+// The plain parameter structs and op codes that ops/ hands to a device's kernels (backend/kernels.h).
+// Device-neutral: every backend reads the same structs.
+#include <cstdint>
+
+namespace tidal {
+
+// --- elementwise
+enum class Unary : uint8_t {
+  neg, exp, log, sqrt, rsqrt, abs, sign, tanh, sigmoid, relu, square, reciprocal, sin, cos,
+  add_scalar,   // x + s
+  mul_scalar,   // x * s
+  rsub_scalar,  // s - x
+  rdiv_scalar,  // s / x
+  pow_scalar,   // x ^ s
+  clamp_min,    // max(x, s)
+  clamp_max,    // min(x, s)
+};
+enum class Binary : uint8_t { add, sub, mul, div, pow, maximum, minimum };
+enum class Compare : uint8_t { eq, ne, lt, le, gt, ge };
+
+// --- softmax over dim of a contiguous (outer, n, inner) view
+struct SoftmaxArgs {
+  int64_t outer = 1, n = 1, inner = 1;
+  bool log = false;  // log_softmax
+};
+
+// --- layer / RMS norm over the last dim of contiguous (rows, cols)
+struct NormArgs {
+  int64_t rows = 0;
+  int64_t cols = 0;
+  double eps = 0.0;
+};
+
+// --- flash attention
+struct FlashArgs {
+  double scale = 1.0;
+  bool causal = true;  // bottom-right aligned: query i sees keys j <= i + S - T
+  // Dropout as tidal::dropout draws it (keep where uniform >= float(p), scale 1/(1-p)); 0: none.
+  // Probability (b, h, i, j) uses Philox key `seed` at position rng_start + ((b*Hq + h)*T + i)*S + j.
+  double dropout_p = 0;
+  uint64_t seed = 0;
+  uint64_t rng_start = 0;
+};
+
+// --- cross-entropy over rows of logits (rows, vocab)
+struct CrossEntropyArgs {
+  int64_t rows = 0;
+  int64_t vocab = 0;
+  int64_t row_stride = 0;  // elements from one row of the logits to the next
+  int64_t ignore_index = -100;
+};
+struct CrossEntropySums {
+  double loss = 0.0;  // sum of the row losses, added in row order
+  int64_t count = 0;  // rows whose target is not ignored
+};
+
+// --- the LM head and cross-entropy by chunks of rows (ops/chunked_loss.h)
+struct ChunkedLossArgs {
+  int64_t rows = 0;    // N: hidden rows (tokens)
+  int64_t hidden = 0;  // C
+  int64_t vocab = 0;   // V
+  int64_t chunk = 0;   // rows per chunk
+  int64_t ignore_index = -100;
+  double grad_scale = 0;  // 1 / (non-ignored rows): the mean's factor, folded into the gradients
+};
+
+// --- AdamW (optim/adamw.h)
+struct AdamWArgs {
+  double lr = 0;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 0;  // already 0 for no-decay parameters
+  int64_t step = 1;         // the parameter's step count including this update
+};
+
+// --- random draws at Philox stream positions start + i (ops/random.h)
+enum class Distribution : uint8_t { uniform, normal };
+
+}  // namespace tidal

@@ -1,0 +1,58 @@
+#pragma once
+// The other half of the backend seam (backend/kernels.h has the kernels): what a device provides to
+// the core's Allocator, Stream and Event — raw memory for the caching allocators, and stream and
+// event implementations. A backend implements DeviceRuntime and registers it in
+// backend/registry.cpp; the core classes stay device-neutral (docs/architecture.md).
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "tidal/allocator.h"
+#include "tidal/device.h"
+
+namespace tidal {
+
+class Tensor;
+
+namespace detail {
+
+// The completion of the work an Event captured.
+struct EventState {
+  virtual ~EventState() = default;
+  virtual void wait() = 0;  // blocks until complete
+  virtual bool done() = 0;
+  virtual int64_t time_ns() = 0;  // completion time on tidal's clock; after done()
+  virtual std::exception_ptr error() = 0;  // what the captured work threw, if anything; after done()
+};
+
+// One in-order queue of a device (stream.h has the semantics).
+class StreamImpl {
+ public:
+  virtual ~StreamImpl() = default;
+  virtual bool is_compute() const = 0;
+  virtual void enqueue(std::function<void()> task, const char* label) = 0;
+  virtual void wait(const std::shared_ptr<EventState>& event) = 0;
+  virtual std::shared_ptr<EventState> record() = 0;
+  virtual void synchronize() = 0;
+  virtual bool query() = 0;
+  // Queues a byte copy between two materialized, contiguous tensors of one size (device <-> host
+  // memory of this device); both are kept alive until it ran.
+  virtual void copy(const Tensor& dst, const Tensor& src) = 0;
+};
+
+}  // namespace detail
+
+class DeviceRuntime {
+ public:
+  virtual ~DeviceRuntime() = default;
+  virtual Allocator::Backing device_backing() = 0;
+  virtual Allocator::Backing host_backing(HostMemory kind) = 0;
+  // `compute`: the device's compute stream (one per device); otherwise a side stream.
+  virtual std::unique_ptr<detail::StreamImpl> make_stream(const std::string& name, bool compute) = 0;
+};
+
+DeviceRuntime& device_runtime(Device device);
+
+}  // namespace tidal

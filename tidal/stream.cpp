@@ -1,0 +1,75 @@
+// Stream, Event and copy_async over the device's implementation (backend/runtime.h).
+#include "tidal/stream.h"
+
+#include <atomic>
+
+#include "tidal/backend/runtime.h"
+#include "tidal/tensor.h"
+
+namespace tidal {
+namespace {
+std::atomic<StreamObserver> g_observer{nullptr};
+}  // namespace
+
+void set_stream_observer(StreamObserver observer) { g_observer.store(observer); }
+StreamObserver stream_observer() { return g_observer.load(std::memory_order_relaxed); }
+
+// --- Event
+
+void Event::record(Stream& stream) { state_ = stream.impl().record(); }
+
+void Event::synchronize() const {
+  if (!state_) return;
+  state_->wait();
+  if (std::exception_ptr e = state_->error()) std::rethrow_exception(e);
+}
+
+bool Event::query() const { return !state_ || state_->done(); }
+
+int64_t Event::time_ns() const {
+  TIDAL_CHECK(state_ != nullptr, "[event] time_ns() of an event that was never recorded");
+  TIDAL_CHECK(state_->done(), "[event] time_ns() of an event that has not completed; synchronize() first");
+  return state_->time_ns();
+}
+
+double Event::elapsed_ms(const Event& end) const { return double(end.time_ns() - time_ns()) / 1e6; }
+
+// --- Stream
+
+Stream::Stream(std::string name, Device device) : Stream(std::move(name), device, false) {}
+
+Stream::Stream(std::string name, Device device, bool compute)
+    : name_(std::move(name)), device_(device), impl_(device_runtime(device).make_stream(name_, compute)) {}
+
+Stream::~Stream() = default;  // the implementation finishes its queue
+
+Stream& Stream::compute(Device device) {
+  static Stream cpu("compute", Device::cpu(), true);
+  static Stream meta("compute", Device::meta(), true);
+  return device.is_meta() ? meta : cpu;
+}
+
+bool Stream::is_compute() const { return impl_->is_compute(); }
+void Stream::enqueue(std::function<void()> task, const char* label) { impl_->enqueue(std::move(task), label); }
+void Stream::synchronize() { impl_->synchronize(); }
+bool Stream::query() { return impl_->query(); }
+
+void Stream::wait(const Event& event) {
+  if (event.recorded()) impl_->wait(event.state());
+}
+
+void copy_async(const Tensor& dst, const Tensor& src, Stream& stream) {
+  TIDAL_CHECK(dst.defined() && src.defined(), "[copy_async] undefined tensor");
+  TIDAL_CHECK(dst.shape() == src.shape() && dst.dtype() == src.dtype(), "[copy_async] destination ", dst.shape(), " ",
+              dst.dtype(), " does not match source ", src.shape(), " ", src.dtype());
+  TIDAL_CHECK(dst.is_contiguous() && src.is_contiguous(), "[copy_async] needs contiguous tensors, got strides ",
+              dst.strides(), " and ", src.strides());
+  TIDAL_CHECK(dst.is_meta() == src.is_meta(), "[copy_async] cannot copy between a meta tensor and a real one");
+  if (dst.is_meta()) return;
+  TIDAL_CHECK(dst.storage()->is_materialized() && src.storage()->is_materialized(),
+              "[copy_async] the ", dst.storage()->is_materialized() ? "source" : "destination", " ", src.shape(),
+              " has released its bytes");
+  stream.impl().copy(dst, src);
+}
+
+}  // namespace tidal
