@@ -8,7 +8,7 @@
 #include "tidal/models/causal_lm.h"
 #include "tidal/ops/elementwise.h"
 #include "tidal/ops/random.h"
-#include "tidal/profile/recorder.h"
+#include "tidal/range_recorder.h"
 
 namespace tidal {
 namespace {

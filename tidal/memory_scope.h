@@ -3,7 +3,7 @@
 // Set with RAII scopes: MemoryScope (category), OpScope (op name), LayerScope (layer index),
 // ModuleScope (module name). OpScope is also the profiler's op range.
 #include "tidal/memory_stats.h"
-#include "tidal/profile/recorder.h"
+#include "tidal/range_recorder.h"
 
 namespace tidal {
 
@@ -27,7 +27,7 @@ class MemoryScope {
   MemoryCategory saved_;
 };
 
-// Also the profiler's op range (profile/recorder.h) of kind `kind`: one flag test when the recorder
+// Also the profiler's op range (range_recorder.h) of kind `kind`: one flag test when the recorder
 // is off. The autograd engine names each node's backward this way (kind profile::kBackward).
 class OpScope {
  public:

@@ -24,7 +24,7 @@
 #include "tidal/base/clock.h"
 #include "tidal/autograd/saved_tensor.h"
 #include "tidal/memory_scope.h"
-#include "tidal/ops/random.h"
+#include "tidal/rng.h"
 
 namespace tidal::autograd {
 namespace {

@@ -6,7 +6,7 @@
 #include "tidal/autograd/grad_mode.h"
 #include "tidal/autograd/node.h"
 #include "tidal/memory_scope.h"
-#include "tidal/ops/elementwise.h"
+#include "tidal/backend/kernels.h"
 
 namespace tidal::autograd {
 namespace {
@@ -21,8 +21,11 @@ void accumulate(Tensor& slot, Tensor&& g) {
     slot = std::move(g);
   } else if (slot.impl().use_count() == 1 && slot.storage().use_count() == 1 && slot.is_contiguous()) {
     slot.add_(g);
-  } else {
-    slot = add(slot, g);
+  } else {  // slot + g into new memory, as ops/ add() does (the engine sits below ops/)
+    OpScope scope("add");
+    Tensor sum = empty(slot.shape(), slot.dtype(), slot.device());
+    if (Kernels* kern = kernels_for(sum)) kern->binary(Binary::add, sum, slot, g, 1.0);
+    slot = std::move(sum);
   }
 }
 

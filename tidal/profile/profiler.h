@@ -11,9 +11,9 @@
 #include <string>
 #include <vector>
 
-#include "tidal/autograd/saved_tensor_log.h"
+#include "tidal/autograd/saved_tensor_record.h"
 #include "tidal/memory_stats.h"
-#include "tidal/profile/recorder.h"
+#include "tidal/range_recorder.h"
 
 namespace tidal::profile {
 

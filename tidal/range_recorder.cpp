@@ -1,4 +1,4 @@
-#include "tidal/profile/recorder.h"
+#include "tidal/range_recorder.h"
 
 #include <cstring>
 #include <mutex>
