@@ -121,18 +121,10 @@ std::string phase_at(const ProfileData& d, int64_t t) {
 
 bool is_recompute(const std::string& name) { return name == "checkpoint_replay" || name == "recompute_output"; }
 
-nlohmann::json summarize(const ProfileData& d) {
-  nlohmann::json s;
-  s["version"] = 1;
-  s["info"] = d.info;
-  s["stopped"] = d.stopped;
-  s["duration_ms"] = ms(d.end_ns - d.start_ns);
-  s["limit"] = d.device_limit;
+namespace {
 
-  const std::vector<CategoryBytes> dev = replay_states(d.device_start, d.device);
-  const std::vector<CategoryBytes> host = replay_states(d.host_start, d.host);
-
-  // Steps: time, phases, peak.
+// Each step's time, phases and peak.
+nlohmann::json step_table(const ProfileData& d) {
   nlohmann::json steps = nlohmann::json::array();
   for (const StepSpan& st : d.steps) {
     nlohmann::json j;
@@ -149,46 +141,40 @@ nlohmann::json summarize(const ProfileData& d) {
     j["peak_bytes"] = peak;
     steps.push_back(j);
   }
-  s["steps"] = steps;
+  return steps;
 
-  // The peak, and what was live then, block by block.
-  auto where = [&](size_t i) {
-    const MemEvent& e = d.device[i];
-    const int64_t step = step_at(d, e.time_ns);
-    int64_t into = 0;
-    for (const StepSpan& st : d.steps)
-      if (st.step == step) into = e.time_ns - st.start_ns;
-    nlohmann::json j;
-    j["step"] = step;
-    j["ms_into_step"] = ms(into);
-    j["phase"] = phase_at(d, e.time_ns);
-    j["op"] = e.op;
-    j["layer"] = e.layer;
-    j["module"] = e.module;
-    j["category"] = std::string(category_name(e.category));
-    j["allocated"] = e.allocated;
-    j["reserved"] = e.reserved;
-    j["fragmentation"] = e.reserved - e.allocated;
-    j["by_category"] = by_category(dev[i]);  // a failed request changed nothing: the state at the failure
-    const CategoryBytes h = state_at(d.host_start, d.host, host, e.time_ns);
-    int64_t host_total = 0;
-    for (int64_t b : h) host_total += b;
-    j["host_allocated"] = host_total;
-    j["host_by_category"] = by_category(h);
-    return j;
-  };
-  const int64_t p = peak_event(d);
-  s["peak"] = p >= 0 ? where(size_t(p)) : nlohmann::json(nullptr);
-  const int64_t f = failed_event(d);
-  if (f >= 0) {
-    nlohmann::json j = where(size_t(f));
-    j["requested"] = d.device[size_t(f)].delta;
-    s["out_of_memory"] = j;
-  } else {
-    s["out_of_memory"] = nullptr;
-  }
+}
 
-  // Activations live at the peak, by the layer and module that saved them.
+// Where event i happened and what memory held then (device by category, host).
+nlohmann::json memory_at(const ProfileData& d, const std::vector<CategoryBytes>& dev,
+                         const std::vector<CategoryBytes>& host, size_t i) {
+  const MemEvent& e = d.device[i];
+  const int64_t step = step_at(d, e.time_ns);
+  int64_t into = 0;
+  for (const StepSpan& st : d.steps)
+    if (st.step == step) into = e.time_ns - st.start_ns;
+  nlohmann::json j;
+  j["step"] = step;
+  j["ms_into_step"] = ms(into);
+  j["phase"] = phase_at(d, e.time_ns);
+  j["op"] = e.op;
+  j["layer"] = e.layer;
+  j["module"] = e.module;
+  j["category"] = std::string(category_name(e.category));
+  j["allocated"] = e.allocated;
+  j["reserved"] = e.reserved;
+  j["fragmentation"] = e.reserved - e.allocated;
+  j["by_category"] = by_category(dev[i]);  // a failed request changed nothing: the state at the failure
+  const CategoryBytes h = state_at(d.host_start, d.host, host, e.time_ns);
+  int64_t host_total = 0;
+  for (int64_t b : h) host_total += b;
+  j["host_allocated"] = host_total;
+  j["host_by_category"] = by_category(h);
+  return j;
+}
+
+// Activations live at the peak event p, by the layer and module that saved them.
+nlohmann::json activations_at(const ProfileData& d, const std::vector<CategoryBytes>& dev, int64_t p) {
   nlohmann::json act;
   if (p >= 0) {
     std::unordered_map<uintptr_t, BlockInfo> live;
@@ -218,9 +204,12 @@ nlohmann::json summarize(const ProfileData& d) {
     for (const auto& [bytes, key] : mods)
       act["by_module"].push_back({{"module", key.first}, {"layer", key.second}, {"bytes", bytes}});
   }
-  s["activations_at_peak"] = act;
+  return act;
 
-  // The saved-tensor table, by layer and policy.
+}
+
+// The saved-tensor table, by layer, policy and op.
+nlohmann::json saved_tensor_table(const ProfileData& d) {
   nlohmann::json saved;
   saved["step"] = d.saved_tensors_step;
   saved["count"] = d.saved_tensors.size();
@@ -256,8 +245,12 @@ nlohmann::json summarize(const ProfileData& d) {
     for (const auto& [policy, bytes] : by) row[policy] = bytes;
     saved["by_layer"].push_back(row);
   }
-  s["saved_tensors"] = saved;
+  return saved;
 
+}
+
+// Self time per op on the compute lane, recompute replays and compute waits, into s.
+void op_times(const ProfileData& d, nlohmann::json& s) {
   // Time: self time per op on the compute lane (nested ranges subtract from their parent).
   std::vector<const RangeRecord*> lane;
   for (const RangeRecord& r : d.ranges)
@@ -299,8 +292,10 @@ nlohmann::json summarize(const ProfileData& d) {
                         {"total_ms", ms(o.total)}});
   s["recompute"] = {{"ranges", recompute_n}, {"ms", ms(recompute_ns)}};
   s["compute_wait_ms"] = ms(wait_ns);
+}
 
-  // Side streams: busy time and how much of it compute hid.
+// Side streams: busy time and how much of it compute hid.
+nlohmann::json stream_overlap(const ProfileData& d) {
   const std::vector<Interval> busy = compute_busy(d);
   std::map<std::string, std::array<int64_t, 3>> streams;  // tasks, busy, overlapped
   for (const StreamTaskEvent& t : d.tasks) {
@@ -309,10 +304,40 @@ nlohmann::json summarize(const ProfileData& d) {
     v[1] += t.end_ns - t.start_ns;
     v[2] += covered(busy, t.start_ns, t.end_ns);
   }
-  s["streams"] = nlohmann::json::array();
+  nlohmann::json out = nlohmann::json::array();
   for (const auto& [name, v] : streams)
-    s["streams"].push_back({{"stream", name}, {"tasks", v[0]}, {"busy_ms", ms(v[1])}, {"overlap_ms", ms(v[2])},
+    out.push_back({{"stream", name}, {"tasks", v[0]}, {"busy_ms", ms(v[1])}, {"overlap_ms", ms(v[2])},
                             {"overlap_fraction", v[1] > 0 ? double(v[2]) / double(v[1]) : 1.0}});
+  return out;
+}
+
+}  // namespace
+
+nlohmann::json summarize(const ProfileData& d) {
+  nlohmann::json s;
+  s["version"] = 1;
+  s["info"] = d.info;
+  s["stopped"] = d.stopped;
+  s["duration_ms"] = ms(d.end_ns - d.start_ns);
+  s["limit"] = d.device_limit;
+  s["steps"] = step_table(d);
+
+  const std::vector<CategoryBytes> dev = replay_states(d.device_start, d.device);
+  const std::vector<CategoryBytes> host = replay_states(d.host_start, d.host);
+  const int64_t p = peak_event(d);
+  s["peak"] = p >= 0 ? memory_at(d, dev, host, size_t(p)) : nlohmann::json(nullptr);
+  const int64_t f = failed_event(d);
+  if (f >= 0) {
+    nlohmann::json j = memory_at(d, dev, host, size_t(f));
+    j["requested"] = d.device[size_t(f)].delta;
+    s["out_of_memory"] = j;
+  } else {
+    s["out_of_memory"] = nullptr;
+  }
+  s["activations_at_peak"] = activations_at(d, dev, p);
+  s["saved_tensors"] = saved_tensor_table(d);
+  op_times(d, s);
+  s["streams"] = stream_overlap(d);
   return s;
 }
 
