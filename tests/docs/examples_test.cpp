@@ -181,7 +181,8 @@ memory::Offloader offloader(options);
 offloader.begin_micro_batch();  // entries are keyed by (micro-batch, block, index)
 Tensor h = x;
 for (int64_t i = 0; i < 4; ++i) {
-  memory::AsyncOffload guard(offloader, {.block_idx = i, .depth = 4, .check = memory::make_offload_policy("all")});
+  memory::AsyncOffload guard(offloader, {.block_idx = i, .depth = 4,
+                                         .check = memory::offload_check({memory::OffloadPolicyKind::all})});
   h = tanh(matmul(h, w));  // (32, 64): matmul saves its input h, tanh its output (8 KiB each)
 }
 // Block b's tanh output is block b+1's input: it leaves the device once block b+1 is done with it.

@@ -202,12 +202,21 @@ TEST(Train, ActivationOffloadKeepsLossesAndReportsItsCopies) {
   EXPECT_NE(message({"--activation-offload", "--offload-policy", "core-attn", "--recompute-granularity", "selective"})
                 .find("nothing to offload"),
             std::string::npos);
-  EXPECT_NE(message({"--activation-offload", "--offload-target", "disk", "--offload-dir", "/nonexistent/x"})
-                .find("no error"),
+  // A spill directory that cannot be made (a file is in the way) fails when training starts.
+  const std::string blocked = dir + "/a_file/x";
+  std::ofstream(dir + "/a_file") << "not a directory\n";
+  EXPECT_NE(message({"--activation-offload", "--offload-target", "disk", "--offload-dir", blocked}).find("no error"),
             std::string::npos);  // checked when training starts (below)
   EXPECT_THROW(train(with(kTiny, {"--train-iters", "1", "--activation-offload", "--offload-target", "disk",
-                                  "--offload-dir", "/nonexistent/x"})),
+                                  "--offload-dir", blocked})),
                Error);
+}
+
+TEST(Train, AMissingOffloadDirIsMadeLikeSaveAndProfile) {
+  const std::string dir = fresh_dir("offload_dir") + "/not/yet";
+  ASSERT_FALSE(fs::exists(dir));
+  train(with(kTiny, {"--train-iters", "1", "--activation-offload", "--offload-target", "disk", "--offload-dir", dir}));
+  EXPECT_TRUE(fs::is_directory(dir));
 }
 
 }  // namespace tidal::train

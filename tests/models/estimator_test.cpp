@@ -113,8 +113,7 @@ TEST(Estimator, OrderingNoneSelectiveFullAndFullUniformOneKeepsLayerInputs) {
   Tensor tokens = randint(0, c.vocab_size, {2, 129});
   auto peak_of = [&](const std::string& g, const std::string& method, int64_t n) {
     model->set_recompute(g.empty() ? std::vector<memory::LayerRecompute>{}
-                                   : memory::plan_recompute(memory::parse_recompute(g, method, n, false, -1, false,
-                                                                                    -1, "", c), c));
+                                   : memory::plan_recompute(Mode{"", g, method, n}.parse(c), c));
     return measure(*model, tokens);
   };
   const Measured none = peak_of("", "", -1), selective = peak_of("selective", "", -1),

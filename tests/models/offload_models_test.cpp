@@ -35,7 +35,8 @@ void install(CausalLM& model, memory::Offloader& off, const std::vector<memory::
   const int64_t layers = model.config().num_hidden_layers;
   routed.assign(size_t(layers), {});
   model.set_layer_runner(offload_layer_runner(
-      off, plan, layers, policy, [&routed](int64_t i, const LayerFn& fn, const std::vector<Tensor>& in) {
+      off, plan, layers, memory::parse_offload_policy(policy),
+      [&routed](int64_t i, const LayerFn& fn, const std::vector<Tensor>& in) {
         std::vector<Tensor> out = fn(in);
         if (out.size() == 3 && routed[size_t(i)].empty()) {  // {x, prob_sum, top-k counts (k, E)}
           for (const float n : sum(out[2], {0}).to_vector<float>()) routed[size_t(i)].push_back(int64_t(n));
@@ -118,7 +119,7 @@ void check(const char* preset_name, AttentionKernel kernel) {
     in.seq = 32;
     in.kernel = kernel;
     in.plan = plan;
-    in.offload_policy = setup.policy;
+    in.offload_policy = memory::parse_offload_policy(setup.policy);
     in.offload_prefetch_depth = setup.depth;
     in.expert_tokens = routed;
     const memory::ActivationEstimate est = memory::estimate_activations(c, in);

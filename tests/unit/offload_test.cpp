@@ -54,7 +54,9 @@ Step run(const Net& net, const Tensor& x0, Offloader* off, const std::string& po
   Tensor x = x0;
   for (int64_t i = 0; i < blocks; ++i) {
     std::unique_ptr<AsyncOffload> guard;
-    if (off != nullptr) guard = std::make_unique<AsyncOffload>(*off, OffloadBlock{i, blocks, make_offload_policy(policy, x)});
+    if (off != nullptr)
+      guard = std::make_unique<AsyncOffload>(*off,
+                                             OffloadBlock{i, blocks, offload_check(parse_offload_policy(policy), x)});
     x = net.block(i, x);
   }
   Tensor loss = sum(square(x));
@@ -154,8 +156,8 @@ TEST(Offload, PoliciesAndPrefetchDepths) {
       }
     }
   }
-  EXPECT_THROW(make_offload_policy("most"), Error);
-  EXPECT_THROW(make_offload_policy("min-bytes=lots"), Error);
+  EXPECT_THROW(parse_offload_policy("most"), Error);
+  EXPECT_THROW(parse_offload_policy("min-bytes=lots"), Error);
 }
 
 TEST(Offload, DiskTierThroughASmallStagingBuffer) {

@@ -74,7 +74,7 @@ TEST(Plan, WhenNothingFitsItSaysSo) {
   ASSERT_FALSE(p.steps.empty());
   // What is left is what nothing lowers on one device: the parameters and their gradients.
   EXPECT_GE(p.steps.back().peak, 2 * p.start.parameters);
-  EXPECT_TRUE(p.steps.back().suggestion.with.swap_optimizer);
+  EXPECT_TRUE(p.steps.back().suggestion.with.memory.swap_optimizer.on);
   EXPECT_NE(format_plan(p, m, qwen3_8b_batch(4)).find("Even with all of them"), std::string::npos);
   EXPECT_THROW(make_plan(m, qwen3_8b_batch(4), GiB, 1.5), Error);
 }

@@ -18,6 +18,7 @@
 #include "tidal/profile/profiler.h"
 #include "tidal/stream.h"
 #include "tidal/train/arguments.h"
+#include "tidal/train/memory_flags.h"
 #include "tidal/memory/savings.h"
 #include "tidal/train/oom_advice.h"
 #include "tidal/train/trainer.h"
@@ -233,14 +234,13 @@ TEST(OomAdvice, EachSuggestionComesFromTheEstimatorAndSkipsWhatIsOn) {
   s.attention = AttentionKernel::eager;
   // What forward keeps (the estimator): the step peaks as the loss's backward starts without recompute.
   auto kept = [&](const memory::RecomputeConfig& rc, AttentionKernel k) {
-    memory::ActivationInputs in;
-    in.batch = 4;
-    in.seq = 64;
-    in.kernel = k;
-    if (rc.any()) in.plan = memory::plan_recompute(rc, m);
-    return memory::estimate_activations(m, in).after_forward;
+    memory::MemoryConfig mc;
+    mc.set_recompute(rc, m);
+    return memory::estimate_activations(m, memory::activation_inputs(mc, 4, 64, k)).after_forward;
   };
   const memory::RecomputeConfig none;
+  const std::vector<std::string> full_uniform_1 = {"--recompute-granularity", "full", "--recompute-method", "uniform",
+                                                   "--recompute-num-layers", "1"};
   const int64_t now = kept(none, AttentionKernel::eager);
 
   std::map<std::string, Suggestion> by_flags;
@@ -251,7 +251,7 @@ TEST(OomAdvice, EachSuggestionComesFromTheEstimatorAndSkipsWhatIsOn) {
     // Every saving is the drop of the predicted step peak.
     if (x.step == "recompute (full)") {
       TriageSettings t = s;
-      t.recompute = memory::parse_recompute("full", "uniform", 1, false, -1, false, -1, "", m);
+      t.memory = parse_memory_config(full_uniform_1, m);
       EXPECT_EQ(x.saving, predict_step_peak(m, s).total - predict_step_peak(m, t).total);
     }
   }
@@ -264,7 +264,7 @@ TEST(OomAdvice, EachSuggestionComesFromTheEstimatorAndSkipsWhatIsOn) {
   EXPECT_EQ(by_flags["--loss-compute-mode chunk --loss-chunk-size 64"].saving,
             memory::chunked_loss_savings(4, 64, m.hidden_size, 512, 64));
   EXPECT_EQ(by_flags["--attention flash"].saving, now - kept(none, AttentionKernel::flash));
-  const memory::RecomputeConfig selective = memory::parse_recompute("selective", "", -1, false, -1, false, -1, "", m);
+  const memory::RecomputeConfig selective = parse_memory_config({"--recompute-granularity", "selective"}, m).recompute;
   EXPECT_EQ(by_flags["--recompute-granularity selective"].saving, now - kept(selective, AttentionKernel::eager));
   const std::string full_flags = "--recompute-granularity full --recompute-method uniform --recompute-num-layers 1";
   ASSERT_TRUE(by_flags.count(full_flags));
@@ -281,8 +281,8 @@ TEST(OomAdvice, EachSuggestionComesFromTheEstimatorAndSkipsWhatIsOn) {
 
   // What is on is skipped.
   s.attention = AttentionKernel::flash;
-  s.chunked_loss = s.activation_offload = s.swap_optimizer = true;
-  s.recompute = memory::parse_recompute("full", "uniform", 1, false, -1, false, -1, "", m);
+  s.memory = parse_memory_config(full_uniform_1, m);
+  s.memory.loss.chunked = s.memory.offload.enabled = s.memory.swap_optimizer.on = true;
   for (const Suggestion& x : triage(m, s)) {
     EXPECT_NE(x.step, "chunked loss");
     EXPECT_NE(x.step, "fused ops");
@@ -353,7 +353,8 @@ TEST(OomAdvice, PredictedStepPeakMatchesTheMeasuredOne) {
     const double predicted = double(predict_step_peak(args.model, triage_settings(args)).total);
     std::string what;
     for (const std::string& x : extra) what += x + " ";
-    const double tolerance = args.recompute.any() || args.offload.enabled ? 0.03 : args.loss.chunked ? 0.02 : 0.01;
+    const memory::MemoryConfig& mem = args.memory;
+    const double tolerance = mem.recompute.any() || mem.offload.enabled ? 0.03 : mem.loss.chunked ? 0.02 : 0.01;
     EXPECT_NEAR(predicted / measured, 1.0, tolerance) << what;
   }
 }

@@ -12,6 +12,7 @@
 #include "tidal/memory/savings.h"
 #include "tidal/memory/swap_optimizer.h"
 #include "tidal/ops/random.h"
+#include "tidal/train/memory_flags.h"
 
 namespace tidal::memory {
 namespace {
@@ -238,10 +239,16 @@ TEST(SwapOptimizer, CheckpointsMoveBetweenSwappedAndInDevice) {
 }
 
 TEST(SwapOptimizer, FlagsAndLimitsAreChecked) {
-  EXPECT_NE(error_of([] { parse_swap_optimizer(false, 4); }).find("--swap-optimizer-times needs --swap-optimizer"),
+  const models::ModelConfig model = models::preset("tiny-gpt2");
+  auto parse_swap = [&](const std::vector<std::string>& flags) {
+    return train::parse_memory_config(flags, model).swap_optimizer;
+  };
+  EXPECT_NE(error_of([&] { parse_swap({"--swap-optimizer-times", "4"}); })
+                .find("--swap-optimizer-times needs --swap-optimizer"),
             std::string::npos);
-  EXPECT_NE(error_of([] { parse_swap_optimizer(true, 0); }).find("must be >= 1"), std::string::npos);
-  EXPECT_EQ(parse_swap_optimizer(true, std::nullopt).times, -1);
+  EXPECT_NE(error_of([&] { parse_swap({"--swap-optimizer", "--swap-optimizer-times", "0"}); }).find("must be >= 1"),
+            std::string::npos);
+  EXPECT_EQ(parse_swap({"--swap-optimizer"}).times, -1);
   Params p = make_params(5);
   EXPECT_NE(error_of([&] { make_adamw(p.named(), {}, {true, 9}); }).find("exceeds the model's 8 parameters"),
             std::string::npos);

@@ -4,10 +4,7 @@
 // forward_hidden and the fused chunked_lm_loss (tidal/ops/chunked_loss.h) over lm_head_weight(), so
 // at most one (chunk, V) block of logits exists. Same value, same gradients (docs/memory.md,
 // "Chunked loss"); the trainer and its evaluation call lm_loss.
-#include <cstdint>
-#include <optional>
-#include <string>
-
+#include "tidal/memory/memory_config.h"
 #include "tidal/tensor.h"
 
 namespace tidal::models {
@@ -15,16 +12,6 @@ class CausalLM;
 }
 
 namespace tidal::memory {
-
-struct LossComputeConfig {
-  bool chunked = false;
-  int64_t chunk_size = 1024;  // tokens per chunk (MindSpeed's default)
-  std::string describe() const;  // "default" or "chunk (1024 tokens per chunk)"
-};
-
-// --loss-compute-mode default|chunk ("" : default) and --loss-chunk-size N. Throws tidal::Error
-// naming the flag: an unknown mode, a chunk size without chunk mode, a size < 1.
-LossComputeConfig parse_loss_compute(const std::string& mode, std::optional<int64_t> chunk_size);
 
 // Mean next-token cross-entropy of ids (B, T) against targets (B, T) (ignore_index -100), plus
 // aux_coef * the MoE auxiliary loss when the model makes one.

@@ -221,14 +221,15 @@ ActivationEstimate estimate_activations(const models::ModelConfig& cfg, const Ac
     l += g;
   }
   // Which saves offload sends away (memory/offload.cpp's policies; never in the last block).
-  const std::string& policy = in.offload_policy;
-  const int64_t min_bytes = policy.rfind("min-bytes=", 0) == 0 ? std::stoll(policy.substr(10)) : 0;
   auto offloads = [&](const Item& it, bool block_input) {
-    if (policy.empty()) return false;
-    if (policy == "all") return true;
-    if (policy == "layer-input") return block_input;
-    if (policy == "core-attn") return it.core;
-    return it.bytes >= min_bytes;
+    if (!in.offload_policy) return false;
+    switch (in.offload_policy->kind) {
+      case OffloadPolicyKind::all: return true;
+      case OffloadPolicyKind::layer_input: return block_input;
+      case OffloadPolicyKind::core_attn: return it.core;
+      case OffloadPolicyKind::min_bytes: break;
+    }
+    return it.bytes >= in.offload_policy->min_bytes;
   };
   auto held = [&](const Item& it, const LayerRecompute& p) {
     return !(in_region(it, p) && !it.region_input) && !discarded(it, p);
@@ -358,6 +359,23 @@ ActivationEstimate estimate_activations(const models::ModelConfig& cfg, const Ac
   est.peak = peak;
   est.peak_at = peak_at;
   return est;
+}
+
+ActivationInputs activation_inputs(const MemoryConfig& c, int64_t batch, int64_t seq, AttentionKernel kernel) {
+  TIDAL_ASSERT(c.recompute.any() == !c.recompute_plan.empty(), "[estimator] the recompute plan is not the config's: ",
+               "set recompute with MemoryConfig::set_recompute");
+  ActivationInputs in;
+  in.batch = batch;
+  in.seq = seq;
+  in.kernel = kernel;
+  in.training = true;
+  in.plan = c.recompute_plan;
+  if (c.offload.enabled) {
+    in.offload_policy = c.offload.policy;
+    in.offload_prefetch_depth = c.offload.prefetch_depth;
+  }
+  if (c.loss.chunked) in.loss_chunk = c.loss.chunk_size;
+  return in;
 }
 
 }  // namespace tidal::memory

@@ -5,9 +5,11 @@
 // activations, fused norms, flash or eager attention). The peak comes from replaying the step's
 // saves and frees in order: the forward pass, then backward layer by layer with recomputes.
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "tidal/memory/memory_config.h"
 #include "tidal/memory/recompute.h"
 #include "tidal/models/config.h"
 #include "tidal/ops/attention.h"
@@ -21,9 +23,9 @@ struct ActivationInputs {
   bool training = true;              // dropout active (where the config has it)
   std::vector<LayerRecompute> plan;  // empty: no recompute
   int64_t element_size = 4;          // activations' dtype (f32)
-  // Activation offload (memory/offload.h): "" none, or the policy (all, layer-input, core-attn,
-  // min-bytes=N); blocks are layers, or full-recompute groups; the last block is never offloaded.
-  std::string offload_policy;
+  // Activation offload (memory/offload.h): none, or the policy; blocks are layers, or full-recompute
+  // groups; the last block is never offloaded.
+  std::optional<OffloadPolicy> offload_policy;
   int64_t offload_prefetch_depth = 1;
   // Sparse MoE layers: how many (token, expert) slots each expert got, per layer ([layer][expert]);
   // a layer without counts assumes an even split (what a meta-device run of the model does).
@@ -43,5 +45,9 @@ struct ActivationEstimate {
 };
 
 ActivationEstimate estimate_activations(const models::ModelConfig& config, const ActivationInputs& in);
+
+// The inputs of a training step of micro-batch (batch, seq) under a memory configuration: its
+// recompute plan, offload policy and prefetch depth, and loss chunk.
+ActivationInputs activation_inputs(const MemoryConfig& c, int64_t batch, int64_t seq, AttentionKernel kernel);
 
 }  // namespace tidal::memory

@@ -351,41 +351,34 @@ AsyncOffload::AsyncOffload(Offloader& offloader, OffloadBlock block) {
 
 AsyncOffload::~AsyncOffload() = default;
 
-void validate_offload_policy(const std::string& name) {
-  if (name == "all" || name == "layer-input" || name == "core-attn") return;
-  if (name.rfind("min-bytes=", 0) == 0) {
-    size_t used = 0;
-    int64_t n = -1;
-    try {
-      n = std::stoll(name.substr(10), &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    TIDAL_CHECK(used == name.size() - 10 && used > 0 && n >= 0, "[offload] policy '", name,
-                "': min-bytes=N needs a byte count N >= 0");
-    return;
-  }
-  TIDAL_CHECK(false, "[offload] unknown policy '", name, "'; valid are layer-input, core-attn, all, min-bytes=N");
+OffloadOptions offload_options(const OffloadConfig& c) {
+  OffloadOptions o;
+  o.target = c.target;
+  o.dir = c.dir;
+  o.prefetch_depth = int(c.prefetch_depth);
+  o.host_limit = c.host_limit;
+  return o;
 }
 
-OffloadCheck make_offload_policy(const std::string& name, const Tensor& block_input) {
-  validate_offload_policy(name);
-  if (name == "all") return nullptr;
-  if (name == "layer-input") {
-    const uint64_t id = block_input.defined() ? block_input.storage()->id() : 0;
-    return [id](const Tensor& t) { return t.storage()->id() == id; };
+OffloadCheck offload_check(const OffloadPolicy& policy, const Tensor& block_input) {
+  switch (policy.kind) {
+    case OffloadPolicyKind::all: return nullptr;
+    case OffloadPolicyKind::layer_input: {
+      const uint64_t id = block_input.defined() ? block_input.storage()->id() : 0;
+      return [id](const Tensor& t) { return t.storage()->id() == id; };
+    }
+    case OffloadPolicyKind::core_attn:
+      return [](const Tensor&) {
+        const MemoryContext& ctx = memory_context();
+        const std::string module = ctx.module != nullptr ? ctx.module : "";
+        const std::string op = ctx.op != nullptr ? ctx.op : "";
+        const bool attn = module.size() >= 4 && module.compare(module.size() - 4, 4, "attn") == 0;
+        return attn && (op == "matmul" || op == "scaled_masked_softmax" || op == "dropout" ||
+                        op == "scaled_dot_product_attention");
+      };
+    case OffloadPolicyKind::min_bytes: break;
   }
-  if (name == "core-attn") {
-    return [](const Tensor&) {
-      const MemoryContext& ctx = memory_context();
-      const std::string module = ctx.module != nullptr ? ctx.module : "";
-      const std::string op = ctx.op != nullptr ? ctx.op : "";
-      const bool attn = module.size() >= 4 && module.compare(module.size() - 4, 4, "attn") == 0;
-      return attn && (op == "matmul" || op == "scaled_masked_softmax" || op == "dropout" ||
-                      op == "scaled_dot_product_attention");
-    };
-  }
-  const int64_t min_bytes = std::stoll(name.substr(10));
+  const int64_t min_bytes = policy.min_bytes;
   return [min_bytes](const Tensor& t) { return t.storage()->nbytes() >= min_bytes; };
 }
 

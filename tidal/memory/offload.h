@@ -6,7 +6,7 @@
 //   memory::Offloader offloader(options);            // once: streams, host pool, spill file
 //   offloader.begin_micro_batch();                   // every micro-batch
 //   for (int i = 0; i < layers; ++i) {
-//     memory::AsyncOffload guard(offloader, {.block_idx = i, .depth = layers, .check = policy});
+//     memory::AsyncOffload guard(offloader, {.block_idx = i, .depth = layers, .check = check});
 //     x = layer(i, x);
 //   }
 //
@@ -17,11 +17,10 @@
 #include <string>
 
 #include "tidal/autograd/saved_tensor.h"
+#include "tidal/memory/memory_config.h"
 #include "tidal/tensor.h"
 
 namespace tidal::memory {
-
-enum class OffloadTarget { host, disk };
 
 struct OffloadOptions {
   OffloadTarget target = OffloadTarget::host;
@@ -88,11 +87,12 @@ class AsyncOffload {
   std::unique_ptr<autograd::SavedTensorHooksGuard> guard_;
 };
 
-// Named policies: "all", "layer-input" (the block's input only: pass its storage), "core-attn"
-// (tensors saved by the attention core: probabilities, masks, q/k/v and, for flash, the output and
-// log-sum-exp), "min-bytes=N". Throws listing the valid names.
-OffloadCheck make_offload_policy(const std::string& name, const Tensor& block_input = Tensor());
-// Whether `name` is a valid policy (for flag validation before any tensor exists).
-void validate_offload_policy(const std::string& name);
+// The options of --activation-offload's flags (the staging buffer keeps its default).
+OffloadOptions offload_options(const OffloadConfig& c);
+
+// The check of a policy (memory_config.h): all (nullptr), layer-input (the block's input only: pass
+// it), core-attn (tensors saved by the attention core: probabilities, masks, q/k/v and, for flash,
+// the output and log-sum-exp), min-bytes=N.
+OffloadCheck offload_check(const OffloadPolicy& policy, const Tensor& block_input = Tensor());
 
 }  // namespace tidal::memory

@@ -4,7 +4,9 @@
 //   --recompute-activation-function [--recompute-activation-function-num-layers M]
 //   --recompute-norm [--recompute-norm-num-layers M]
 //   --recompute-modules core_attn,mlp,norm,moe_act,moe
-// A RecomputeConfig is validated against the model and turned into a per-layer plan the models follow.
+// A RecomputeConfig (parsed from those flags by train/memory_flags.h) is validated against the model
+// and turned into a per-layer plan the models follow.
+#include <array>
 #include <cstdint>
 #include <nlohmann/json_fwd.hpp>
 #include <string>
@@ -16,9 +18,15 @@ namespace tidal::memory {
 
 enum class Granularity { none, full, selective };
 enum class RecomputeMethod { none, uniform, block };
-// Their flag spellings: "none", "full", "selective"; "none", "uniform", "block".
+enum class RecomputeModule { core_attn, mlp, norm, moe_act, moe };
+inline constexpr std::array<RecomputeModule, 5> kRecomputeModules = {
+    RecomputeModule::core_attn, RecomputeModule::mlp, RecomputeModule::norm, RecomputeModule::moe_act,
+    RecomputeModule::moe};
+// Their flag spellings: "none", "full", "selective"; "none", "uniform", "block"; "core_attn", "mlp", ...
 const char* name(Granularity g);
 const char* name(RecomputeMethod m);
+const char* name(RecomputeModule m);
+std::string module_list(const std::vector<RecomputeModule>& modules);  // "core_attn,mlp": the flag's value
 
 struct RecomputeConfig {
   Granularity granularity = Granularity::none;
@@ -28,8 +36,9 @@ struct RecomputeConfig {
   int64_t activation_num_layers = -1;  // -1: every layer eligible
   bool norm = false;
   int64_t norm_num_layers = -1;
-  std::vector<std::string> modules;    // --recompute-modules (selective); empty: core_attn
+  std::vector<RecomputeModule> modules;  // --recompute-modules (selective), in the order given
 
+  bool operator==(const RecomputeConfig&) const = default;
   bool any() const { return granularity != Granularity::none || activation_function || norm; }
   // A short description: "full uniform 1", "selective core_attn", "activation-function (layers 0-3)", ...
   std::string describe() const;
@@ -49,14 +58,12 @@ struct LayerRecompute {
   bool activation = false;    // output-discarding recompute of the dense MLP's activation
   bool norm = false;          // output-discarding recompute of the layer's two norms
   bool any() const { return full || core_attn || mlp || moe || moe_act || activation || norm; }
+  bool operator==(const LayerRecompute&) const = default;
 };
 
-// Parses the flag values (as given; empty strings for absent flags) and validates them against the
-// model. Throws tidal::Error with the rule that was broken.
-RecomputeConfig parse_recompute(const std::string& granularity, const std::string& method, int64_t num_layers,
-                                bool activation_function, int64_t activation_num_layers, bool norm,
-                                int64_t norm_num_layers, const std::string& modules,
-                                const models::ModelConfig& model);
+// Checks Megatron / MindSpeed's rules and the model (layer counts, MoE modules). Throws tidal::Error
+// with the rule that was broken, naming the flags.
+void validate_recompute(const RecomputeConfig& c, const models::ModelConfig& model);
 
 // The per-layer plan (MindSpeed's layer choice: with full-block recompute of N layers, the next M
 // layers get activation / norm recompute; a layer never gets both).

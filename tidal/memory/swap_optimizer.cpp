@@ -205,18 +205,6 @@ nlohmann::json SwapAdamW::stats_json() const {
           {"wait_ms", stats_.wait_ms / steps}};
 }
 
-SwapOptimizerConfig parse_swap_optimizer(bool on, std::optional<int64_t> times) {
-  SwapOptimizerConfig c;
-  c.on = on;
-  if (times) {
-    TIDAL_CHECK(on, "tidal train: --swap-optimizer-times needs --swap-optimizer");
-    TIDAL_CHECK(*times >= 1, "tidal train: --swap-optimizer-times must be >= 1 (the number of windows the step ",
-                "runs in), got ", *times);
-    c.times = *times;
-  }
-  return c;
-}
-
 std::unique_ptr<optim::AdamW> make_adamw(optim::NamedParameters params, const optim::AdamWOptions& options,
                                          const SwapOptimizerConfig& swap) {
   if (!swap.on) return std::make_unique<optim::AdamW>(std::move(params), options);

@@ -10,9 +10,9 @@
 #include <cstdint>
 #include <memory>
 #include <nlohmann/json_fwd.hpp>
-#include <optional>
 #include <string>
 
+#include "tidal/memory/memory_config.h"
 #include "tidal/memory/savings.h"
 #include "tidal/optim/adamw.h"
 #include "tidal/stream.h"
@@ -58,16 +58,8 @@ class SwapAdamW : public optim::AdamW {
   SwapStats stats_;
 };
 
-// --swap-optimizer and --swap-optimizer-times K (default 16, MindSpeed's, capped at the number of
-// parameters when K is not given). Throws tidal::Error naming the flag.
-inline constexpr int64_t kSwapOptimizerDefaultTimes = 16;
-struct SwapOptimizerConfig {
-  bool on = false;
-  int64_t times = -1;  // K as given; -1: the default
-};
-SwapOptimizerConfig parse_swap_optimizer(bool on, std::optional<int64_t> times);
-
-// AdamW, swapped or not as configured; checks K against the parameters (the flag's name in errors).
+// AdamW, swapped or not as configured (SwapOptimizerConfig: K defaults to 16, MindSpeed's, capped at
+// the number of parameters when not given); checks K against the parameters (the flag's name in errors).
 std::unique_ptr<optim::AdamW> make_adamw(optim::NamedParameters params, const optim::AdamWOptions& options,
                                          const SwapOptimizerConfig& swap);
 

@@ -15,14 +15,13 @@ std::vector<int64_t> offload_blocks(const std::vector<memory::LayerRecompute>& p
 }
 
 LayerRunner offload_layer_runner(memory::Offloader& offloader, const std::vector<memory::LayerRecompute>& plan,
-                                 int64_t layers, const std::string& policy, LayerRunner inner) {
-  memory::validate_offload_policy(policy);
+                                 int64_t layers, const memory::OffloadPolicy& policy, LayerRunner inner) {
   std::vector<int64_t> block_of = offload_blocks(plan, layers);
   const int64_t blocks = block_of.empty() ? 0 : block_of.back() + 1;
   return [&offloader, block_of = std::move(block_of), blocks, policy, inner = std::move(inner)](
              int64_t index, const LayerFn& fn, const std::vector<Tensor>& in) {
     memory::AsyncOffload guard(offloader,
-                               {block_of[size_t(index)], blocks, memory::make_offload_policy(policy, in[0])});
+                               {block_of[size_t(index)], blocks, memory::offload_check(policy, in[0])});
     return inner ? inner(index, fn, in) : fn(in);
   };
 }

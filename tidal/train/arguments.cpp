@@ -1,12 +1,10 @@
 #include "tidal/train/arguments.h"
 
 #include <nlohmann/json.hpp>
-#include <optional>
 
 #include "tidal/base/error.h"
-#include "tidal/memory/offload.h"
-#include "tidal/memory_stats.h"
 #include "tidal/profile/profiler.h"
+#include "tidal/train/memory_flags.h"
 
 namespace tidal::train {
 
@@ -53,26 +51,8 @@ Flags train_flags() {
       .option("eval-iters", "validation batches per evaluation", "N")
       .option("metrics-json", "keep a JSON file of settings, per-step metrics and the summary", "FILE")
       .flag("no-progress", "no progress bar")
-      .option("recompute-granularity", "full or selective activation recompute (docs/recompute.md)", "G")
-      .option("recompute-method", "with full: uniform (groups of N layers) or block (the first N layers)", "M")
-      .option("recompute-num-layers", "N for --recompute-method", "N")
-      .flag("recompute-activation-function", "free MLP activation outputs, recompute them in backward")
-      .option("recompute-activation-function-num-layers", "how many layers (default: all)", "N")
-      .flag("recompute-norm", "free norm outputs, recompute them in backward")
-      .option("recompute-norm-num-layers", "how many layers (default: all)", "N")
-      .option("recompute-modules", "selective recompute of core_attn,mlp,norm,moe_act,moe", "LIST")
-      .flag("report-memory", "print the table of tensors saved for backward in the first step")
-      .flag("activation-offload", "offload saved activations to host (or disk) during forward (docs/offload.md)")
-      .option("offload-policy", "layer-input, core-attn, all (default) or min-bytes=N", "POLICY")
-      .option("offload-target", "host (default) or disk", "TARGET")
-      .option("offload-dir", "directory of the spill file for --offload-target disk", "DIR")
-      .option("offload-prefetch-depth", "blocks prefetched ahead in backward (default 1)", "K")
-      .option("offload-host-limit", "cap on host memory for offloaded activations, e.g. 4GiB", "BYTES")
-      .option("loss-compute-mode", "default (all logits at once) or chunk (the LM head and loss by chunks of tokens)",
-              "MODE")
-      .option("loss-chunk-size", "tokens per chunk with --loss-compute-mode chunk (default 1024)", "N")
-      .flag("swap-optimizer", "keep AdamW's states in host memory, swap them in and out in windows at each step")
-      .option("swap-optimizer-times", "windows per step with --swap-optimizer (default 16)", "K")
+      .flag("report-memory", "print the table of tensors saved for backward in the first step");
+  add_memory_flags(f)
       .option("sample-prompt", "text to continue with the trained model at the end", "TEXT")
       .option("sample-tokens", "tokens to generate for the sample (default 64 with a prompt)", "N")
       .option("profile", "profile some steps into DIR: Chrome trace, memory timeline and report, plots (docs/profiling.md)", "DIR")
@@ -171,38 +151,8 @@ TrainArgs parse_train_args(const std::vector<std::string>& argv) {
   a.eval_interval = f.integer("eval-interval", a.eval_interval, 0, kBig);
   a.eval_iters = f.integer("eval-iters", a.eval_iters, 1, kBig);
   a.metrics_json = f.str("metrics-json");
-  a.recompute = memory::parse_recompute(
-      f.str("recompute-granularity"), f.str("recompute-method"), f.integer("recompute-num-layers", -1, 0, kBig),
-      f.flag_on("recompute-activation-function"), f.integer("recompute-activation-function-num-layers", -1, 0, kBig),
-      f.flag_on("recompute-norm"), f.integer("recompute-norm-num-layers", -1, 0, kBig), f.str("recompute-modules"), m);
   a.report_memory = f.flag_on("report-memory");
-  a.offload.enabled = f.flag_on("activation-offload");
-  for (const char* flag : {"offload-policy", "offload-target", "offload-dir", "offload-prefetch-depth", "offload-host-limit"})
-    TIDAL_CHECK(a.offload.enabled || !f.has(flag), "tidal train: --", flag, " needs --activation-offload");
-  a.offload.policy = f.str("offload-policy", a.offload.policy);
-  memory::validate_offload_policy(a.offload.policy);
-  a.offload.target = f.str("offload-target", a.offload.target);
-  TIDAL_CHECK(a.offload.target == "host" || a.offload.target == "disk",
-              "tidal train: --offload-target must be host or disk, got '", a.offload.target, "'");
-  a.offload.dir = f.str("offload-dir");
-  TIDAL_CHECK(a.offload.target != "disk" || !a.offload.dir.empty(),
-              "tidal train: --offload-target disk needs --offload-dir PATH (where the spill file goes)");
-  TIDAL_CHECK(a.offload.target == "disk" || a.offload.dir.empty(), "tidal train: --offload-dir is for --offload-target disk");
-  a.offload.prefetch_depth = f.integer("offload-prefetch-depth", a.offload.prefetch_depth, 0, 1 << 20);
-  if (f.has("offload-host-limit")) a.offload.host_limit = parse_bytes(f.str("offload-host-limit"));
-  TIDAL_CHECK(a.offload.host_limit == 0 || a.offload.target == "host",
-              "tidal train: --offload-host-limit is for --offload-target host");
-  if (a.offload.enabled && a.offload.policy == "core-attn") {
-    const std::vector<memory::LayerRecompute> plan = memory::plan_recompute(a.recompute, m);
-    for (const memory::LayerRecompute& p : plan)
-      TIDAL_CHECK(!p.full && !p.core_attn, "tidal train: --offload-policy core-attn has nothing to offload where the "
-                  "attention core is recomputed (", a.recompute.describe(), "); use layer-input, or drop the recompute");
-  }
-  auto given = [&](const char* name) {
-    return f.has(name) ? std::optional<int64_t>(f.integer(name, 0, -kBig, kBig)) : std::nullopt;
-  };
-  a.loss = memory::parse_loss_compute(f.str("loss-compute-mode"), given("loss-chunk-size"));
-  a.swap_optimizer = memory::parse_swap_optimizer(f.flag_on("swap-optimizer"), given("swap-optimizer-times"));
+  a.memory = parse_memory_config(f, m);
   a.progress = !f.flag_on("no-progress");
   a.profile_dir = f.str("profile");
   if (f.has("profile-steps")) {
@@ -253,13 +203,15 @@ nlohmann::json TrainArgs::to_json() const {
   j["log_interval"] = log_interval;
   j["eval_interval"] = eval_interval;
   j["eval_iters"] = eval_iters;
-  j["recompute"] = recompute.to_json();
-  j["offload"] = {{"enabled", offload.enabled}, {"policy", offload.policy}, {"target", offload.target},
-                  {"dir", offload.dir}, {"prefetch_depth", offload.prefetch_depth}, {"host_limit", offload.host_limit}};
-  j["loss_compute_mode"] = loss.chunked ? "chunk" : "default";
-  j["loss_chunk_size"] = loss.chunk_size;
-  j["swap_optimizer"] = swap_optimizer.on;
-  j["swap_optimizer_times"] = swap_optimizer.times;
+  const memory::OffloadConfig& offload = memory.offload;
+  j["recompute"] = memory.recompute.to_json();
+  j["offload"] = {{"enabled", offload.enabled}, {"policy", memory::name(offload.policy)},
+                  {"target", memory::name(offload.target)}, {"dir", offload.dir},
+                  {"prefetch_depth", offload.prefetch_depth}, {"host_limit", offload.host_limit}};
+  j["loss_compute_mode"] = memory.loss.chunked ? "chunk" : "default";
+  j["loss_chunk_size"] = memory.loss.chunk_size;
+  j["swap_optimizer"] = memory.swap_optimizer.on;
+  j["swap_optimizer_times"] = memory.swap_optimizer.times;
   j["profile"] = {{"dir", profile_dir}, {"first_step", profile_first_step}, {"last_step", profile_last_step}};
   return j;
 }

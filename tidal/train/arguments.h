@@ -7,9 +7,7 @@
 #include <vector>
 
 #include "tidal/base/flags.h"
-#include "tidal/memory/chunk_loss.h"
-#include "tidal/memory/recompute.h"
-#include "tidal/memory/swap_optimizer.h"
+#include "tidal/memory/memory_config.h"
 #include "tidal/models/config.h"
 
 namespace tidal::train {
@@ -47,18 +45,10 @@ struct TrainArgs {
   int64_t eval_iters = 10;
   std::string metrics_json;
   bool progress = true;               // a progress bar when stdout is a terminal
-  memory::RecomputeConfig recompute;  // --recompute-* (validated against the model)
-  struct Offload {
-    bool enabled = false;             // --activation-offload
-    std::string policy = "all";       // layer-input | core-attn | all | min-bytes=N
-    std::string target = "host";      // host | disk
-    std::string dir;                  // --offload-dir (disk)
-    int64_t prefetch_depth = 1;
-    int64_t host_limit = 0;           // bytes; 0: none
-  } offload;
   bool report_memory = false;         // print the saved-tensor table of the first step
-  memory::LossComputeConfig loss;     // --loss-compute-mode, --loss-chunk-size (docs/memory.md)
-  memory::SwapOptimizerConfig swap_optimizer;  // --swap-optimizer, --swap-optimizer-times
+  // --recompute-*, --activation-offload / --offload-*, --loss-compute-mode / --loss-chunk-size,
+  // --swap-optimizer[-times] (train/memory_flags.h; validated against the model)
+  memory::MemoryConfig memory;
   std::string sample_prompt;          // printed sample at the end ("" : none)
   int64_t sample_tokens = 0;
   // --profile DIR [--profile-steps A:B] (docs/profiling.md); steps 0: the default window

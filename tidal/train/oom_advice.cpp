@@ -7,68 +7,21 @@
 #include "tidal/memory/savings.h"
 #include "tidal/memory/swap_optimizer.h"
 #include "tidal/models/causal_lm.h"
+#include "tidal/train/memory_flags.h"
 
 namespace tidal::train {
 namespace {
 
-// The recompute flags of a configuration, as a user types them.
-struct RecomputeFlags {
-  std::string granularity, method, modules;
-  int64_t num_layers = -1;
-  bool activation = false, norm = false;
-  int64_t activation_layers = -1, norm_layers = -1;
+memory::ActivationEstimate estimate(const models::ModelConfig& m, const TriageSettings& s) {
+  return memory::estimate_activations(m, memory::activation_inputs(s.memory, s.micro_batch, s.seq, s.attention));
+}
 
-  static RecomputeFlags of(const memory::RecomputeConfig& c) {
-    RecomputeFlags f;
-    if (c.granularity != memory::Granularity::none) f.granularity = memory::name(c.granularity);
-    if (c.method != memory::RecomputeMethod::none) f.method = memory::name(c.method);
-    for (const std::string& m : c.modules) f.modules += (f.modules.empty() ? "" : ",") + m;
-    f.num_layers = c.num_layers;
-    f.activation = c.activation_function;
-    f.activation_layers = c.activation_num_layers;
-    f.norm = c.norm;
-    f.norm_layers = c.norm_num_layers;
-    return f;
-  }
-  // nullopt when the rules reject it (memory/recompute.h).
-  std::optional<memory::RecomputeConfig> parse(const models::ModelConfig& m) const {
-    try {
-      return memory::parse_recompute(granularity, method, num_layers, activation, activation_layers, norm, norm_layers,
-                                     modules, m);
-    } catch (const Error&) {
-      return std::nullopt;
-    }
-  }
-  std::string str() const {
-    std::string s;
-    auto add = [&](const std::string& x) { s += (s.empty() ? "" : " ") + x; };
-    if (granularity == "selective")
-      add(modules.empty() || modules == "core_attn" ? "--recompute-granularity selective" : "--recompute-modules " + modules);
-    else if (!granularity.empty())
-      add("--recompute-granularity " + granularity);
-    if (!method.empty()) add("--recompute-method " + method + " --recompute-num-layers " + std::to_string(num_layers));
-    if (activation) add("--recompute-activation-function");
-    if (activation && activation_layers >= 0) add("--recompute-activation-function-num-layers " + std::to_string(activation_layers));
-    if (norm) add("--recompute-norm");
-    if (norm && norm_layers >= 0) add("--recompute-norm-num-layers " + std::to_string(norm_layers));
-    return s;
-  }
-};
-
-memory::ActivationEstimate estimate(const models::ModelConfig& m, const TriageSettings& s,
-                                    const memory::RecomputeConfig& rc, AttentionKernel kernel, int64_t batch) {
-  memory::ActivationInputs in;
-  in.batch = batch;
-  in.seq = s.seq;
-  in.kernel = kernel;
-  in.training = true;
-  if (rc.any()) in.plan = memory::plan_recompute(rc, m);
-  if (s.activation_offload) {
-    in.offload_policy = s.offload_policy;
-    in.offload_prefetch_depth = s.offload_prefetch_depth;
-  }
-  if (s.chunked_loss) in.loss_chunk = s.loss_chunk_size;
-  return memory::estimate_activations(m, in);
+// The flags of one part of a configuration (train/memory_flags.h), e.g. only its offload settings.
+template <class Part>
+std::string flags_of(Part memory::MemoryConfig::*part, const Part& value) {
+  memory::MemoryConfig c;
+  c.*part = value;
+  return join_flags(memory_config_flags(c));
 }
 
 int64_t logits_bytes(const models::ModelConfig& m, int64_t tokens) { return tokens * m.vocab_size * 4; }
@@ -107,18 +60,20 @@ StepPeak predict_step_peak(const models::ModelConfig& m, const TriageSettings& s
   const int64_t n = element_count(params);
   p.parameters = 4 * n;
   const int64_t states = 8 * n;  // AdamW's two f32 moments
-  const int64_t swap_k = std::min<int64_t>(s.swap_optimizer_times, int64_t(params.size()));
-  p.optimizer_states = s.swap_optimizer ? memory::swap_optimizer_device_bytes(params, swap_k) : states;
+  const memory::SwapOptimizerConfig& swap = s.memory.swap_optimizer;
+  const int64_t swap_k = std::min<int64_t>(swap.requested_times(), int64_t(params.size()));
+  p.optimizer_states = swap.on ? memory::swap_optimizer_device_bytes(params, swap_k) : states;
   // Between optimizer steps a swapped optimizer keeps no state on the device.
-  const int64_t resident = p.parameters + (s.swap_optimizer ? 0 : states);
-  const memory::ActivationEstimate a = estimate(m, s, s.recompute, s.attention, s.micro_batch);
+  const int64_t resident = p.parameters + (swap.on ? 0 : states);
+  const memory::ActivationEstimate a = estimate(m, s);
   p.activations = a.peak;
   // The LM head and loss: what forward keeps for them is in a.after_forward (the estimator counts
   // the same bytes as `saved`); their own peak on top of the rest.
+  const memory::LossComputeConfig& loss_mode = s.memory.loss;
   const memory::LossHeadMemory head = memory::loss_head_memory(s.micro_batch, s.seq, m.hidden_size, m.vocab_size,
-                                                               s.chunked_loss ? s.loss_chunk_size : 0);
+                                                               loss_mode.chunked ? loss_mode.chunk_size : 0);
   const int64_t tokens = s.micro_batch * s.seq;
-  p.logits = s.chunked_loss ? head.logits : 2 * logits_bytes(m, tokens);
+  p.logits = loss_mode.chunked ? head.logits : 2 * logits_bytes(m, tokens);
   const int64_t loss = resident + a.after_forward - head.saved + head.peak;
   // A recompute replay or an offload prefetch later in backward, with gradients (at most all)
   // already there; the optimizer step.
@@ -133,30 +88,21 @@ TriageSettings triage_settings(const TrainArgs& args) {
   s.seq = args.seq_length;
   s.global_batch = args.global_batch_size;
   s.attention = args.attention == "eager" ? AttentionKernel::eager : AttentionKernel::flash;
-  s.recompute = args.recompute;
-  s.chunked_loss = args.loss.chunked;
-  s.loss_chunk_size = args.loss.chunk_size;
-  s.activation_offload = args.offload.enabled;
-  s.offload_policy = args.offload.policy;
-  s.offload_prefetch_depth = args.offload.prefetch_depth;
-  s.swap_optimizer = args.swap_optimizer.on;
-  s.swap_optimizer_times = args.swap_optimizer.times < 0 ? memory::kSwapOptimizerDefaultTimes : args.swap_optimizer.times;
+  s.memory = args.memory;
   return s;
 }
 
 std::optional<Suggestion> suggest_chunked_loss(const models::ModelConfig& m, const TriageSettings& s) {
-  if (s.chunked_loss) return std::nullopt;
+  if (s.memory.loss.chunked) return std::nullopt;
   const int64_t tokens = s.micro_batch * s.seq;
   TriageSettings t = s;
-  t.chunked_loss = true;
-  t.loss_chunk_size = std::min<int64_t>(1024, std::max<int64_t>(1, tokens / 4));
+  t.memory.loss = {true, std::min<int64_t>(1024, std::max<int64_t>(1, tokens / 4))};
   const int64_t saved = saving(m, s, t);
   if (saved <= 0) return std::nullopt;
-  return Suggestion{"chunked loss", "--loss-compute-mode chunk --loss-chunk-size " + std::to_string(t.loss_chunk_size),
-                    saved,
+  return Suggestion{"chunked loss", flags_of(&memory::MemoryConfig::loss, t.memory.loss), saved,
                     "the " + shape_str(s.micro_batch, s.seq, m.vocab_size) + " f32 logits (" +
                         format_bytes(logits_bytes(m, tokens)) + ") and their gradient never exist whole, one chunk of " +
-                        std::to_string(t.loss_chunk_size) + " tokens does",
+                        std::to_string(t.memory.loss.chunk_size) + " tokens does",
                     t};
 }
 
@@ -175,69 +121,75 @@ Suggestion suggest_sharding(const TriageSettings& s) {
 }
 
 std::vector<Suggestion> suggest_recompute(const models::ModelConfig& m, const TriageSettings& s) {
-  const memory::RecomputeConfig& cur = s.recompute;
-  const RecomputeFlags base = RecomputeFlags::of(cur);
+  using memory::Granularity;
+  using memory::RecomputeModule;
+  const memory::RecomputeConfig& cur = s.memory.recompute;
   const bool moe_only = [&] {
     for (int64_t l = 0; l < m.num_hidden_layers; ++l)
       if (!m.is_moe_layer(l)) return false;
     return true;
   }();
-  std::vector<std::pair<RecomputeFlags, std::string>> candidates;  // in order: selective ones, then full
-  if (cur.granularity == memory::Granularity::none) {
+  std::vector<std::pair<memory::RecomputeConfig, std::string>> candidates;  // in order: selective ones, then full
+  if (cur.granularity == Granularity::none) {
     if (s.attention == AttentionKernel::eager) {
-      RecomputeFlags f = base;
-      f.granularity = "selective";
-      f.activation = f.norm = false;
-      f.activation_layers = f.norm_layers = -1;
-      candidates.push_back({f, "recomputes the attention core"});
+      memory::RecomputeConfig c = cur;
+      c.granularity = Granularity::selective;
+      c.modules = {RecomputeModule::core_attn};
+      c.activation_function = c.norm = false;
+      c.activation_num_layers = c.norm_num_layers = -1;
+      candidates.push_back({c, "recomputes the attention core"});
     }
     if (!cur.activation_function || !cur.norm || cur.activation_num_layers >= 0 || cur.norm_num_layers >= 0) {
-      RecomputeFlags f = base;
-      f.activation = f.norm = true;
-      f.activation_layers = f.norm_layers = -1;
-      candidates.push_back({f, "nearly free: recomputes the MLP activation and the norms"});
+      memory::RecomputeConfig c = cur;
+      c.activation_function = c.norm = true;
+      c.activation_num_layers = c.norm_num_layers = -1;
+      candidates.push_back({c, "nearly free: recomputes the MLP activation and the norms"});
     }
   }
-  if (cur.granularity != memory::Granularity::full) {
-    RecomputeFlags f;
-    f.granularity = "selective";
-    f.modules = std::string(s.attention == AttentionKernel::eager ? "core_attn," : "") + (moe_only ? "moe" : "mlp") +
-                (m.is_moe() && !moe_only ? ",moe" : "");
-    candidates.push_back({f, "checkpoints the MLP" + std::string(m.is_moe() ? " and MoE blocks" : "")});
+  if (cur.granularity != Granularity::full) {
+    memory::RecomputeConfig c;
+    c.granularity = Granularity::selective;
+    if (s.attention == AttentionKernel::eager) c.modules.push_back(RecomputeModule::core_attn);
+    c.modules.push_back(moe_only ? RecomputeModule::moe : RecomputeModule::mlp);
+    if (m.is_moe() && !moe_only) c.modules.push_back(RecomputeModule::moe);
+    candidates.push_back({c, "checkpoints the MLP" + std::string(m.is_moe() ? " and MoE blocks" : "")});
   }
-  if (!(cur.granularity == memory::Granularity::full && cur.method == memory::RecomputeMethod::uniform &&
+  if (!(cur.granularity == Granularity::full && cur.method == memory::RecomputeMethod::uniform &&
         cur.num_layers == 1)) {
-    RecomputeFlags f;
-    f.granularity = "full";
-    f.method = "uniform";
-    f.num_layers = 1;
-    candidates.push_back({f, "about one more forward pass per step; --recompute-method block N recomputes only N layers"});
+    memory::RecomputeConfig c;
+    c.granularity = Granularity::full;
+    c.method = memory::RecomputeMethod::uniform;
+    c.num_layers = 1;
+    candidates.push_back(
+        {c, "about one more forward pass per step; --recompute-method block N recomputes only N layers"});
   }
   std::vector<Suggestion> out;
-  for (const auto& [f, note] : candidates) {
-    std::optional<memory::RecomputeConfig> rc = f.parse(m);
-    if (!rc) continue;
+  for (const auto& [c, note] : candidates) {
     TriageSettings t = s;
-    t.recompute = *rc;
+    try {
+      t.memory.set_recompute(c, m);
+    } catch (const Error&) {  // the rules reject it for this model (memory/recompute.h)
+      continue;
+    }
     const int64_t saved = saving(m, s, t);
     if (saved <= 0) continue;
-    out.push_back({f.granularity == "full" ? "recompute (full)" : "recompute (selective)",
-                   f.str(), saved, note + (cur.any() ? "; replaces the current --recompute-* flags" : ""), t});
+    out.push_back({c.granularity == Granularity::full ? "recompute (full)" : "recompute (selective)",
+                   flags_of(&memory::MemoryConfig::recompute, c), saved,
+                   note + (cur.any() ? "; replaces the current --recompute-* flags" : ""), t});
   }
   return out;
 }
 
 std::optional<Suggestion> suggest_offload(const models::ModelConfig& m, const TriageSettings& s) {
-  if (s.activation_offload) return std::nullopt;
-  const bool full = s.recompute.granularity == memory::Granularity::full;
+  if (s.memory.offload.enabled) return std::nullopt;
+  const bool full = s.memory.recompute.granularity == memory::Granularity::full;
   TriageSettings t = s;
-  t.activation_offload = true;
-  t.offload_policy = full ? "layer-input" : "all";
-  t.offload_prefetch_depth = 1;
+  t.memory.offload = {};
+  t.memory.offload.enabled = true;
+  t.memory.offload.policy = {full ? memory::OffloadPolicyKind::layer_input : memory::OffloadPolicyKind::all};
   const int64_t saved = saving(m, s, t);
   if (saved <= 0) return std::nullopt;
-  return Suggestion{"async offload", std::string("--activation-offload --offload-policy ") + (full ? "layer-input" : "all"),
-                    saved,
+  return Suggestion{"async offload", flags_of(&memory::MemoryConfig::offload, t.memory.offload), saved,
                     std::string(full ? "the checkpointed layer inputs" : "the saved activations") +
                         " of every block but the last wait in host memory, one block comes back ahead of backward; "
                         "copies overlap compute",
@@ -245,18 +197,16 @@ std::optional<Suggestion> suggest_offload(const models::ModelConfig& m, const Tr
 }
 
 std::optional<Suggestion> suggest_swap_optimizer(const models::ModelConfig& m, const TriageSettings& s) {
-  if (s.swap_optimizer) return std::nullopt;
+  if (s.memory.swap_optimizer.on) return std::nullopt;
   TriageSettings t = s;
-  t.swap_optimizer = true;
   const std::vector<memory::SwapParam> params = swap_params(m, s);
-  t.swap_optimizer_times = std::min<int64_t>(memory::kSwapOptimizerDefaultTimes, int64_t(params.size()));
+  t.memory.swap_optimizer = {true, std::min<int64_t>(memory::kSwapOptimizerDefaultTimes, int64_t(params.size()))};
   const int64_t saved = saving(m, s, t);
   if (saved <= 0) return std::nullopt;
-  return Suggestion{"swap optimizer", "--swap-optimizer --swap-optimizer-times " + std::to_string(t.swap_optimizer_times),
-                    saved,
+  return Suggestion{"swap optimizer", flags_of(&memory::MemoryConfig::swap_optimizer, t.memory.swap_optimizer), saved,
                     "AdamW's moments (" + format_bytes(8 * element_count(params)) +
                         ") live in host memory: none on the device in forward and backward, two of its " +
-                        std::to_string(t.swap_optimizer_times) + " windows in the optimizer step",
+                        std::to_string(t.memory.swap_optimizer.times) + " windows in the optimizer step",
                     t};
 }
 
@@ -320,11 +270,11 @@ std::string oom_advice(const models::ModelConfig& m, const TriageSettings& s, in
                                  " (" + x.note + ")\n";
   }
   std::vector<std::string> on;
-  if (s.chunked_loss) on.push_back("chunked loss");
+  if (s.memory.loss.chunked) on.push_back("chunked loss");
   if (s.attention == AttentionKernel::flash) on.push_back("fused (flash) attention");
-  if (s.recompute.any()) on.push_back("recompute " + s.recompute.describe());
-  if (s.activation_offload) on.push_back("activation offload");
-  if (s.swap_optimizer) on.push_back("swap optimizer");
+  if (s.memory.recompute.any()) on.push_back("recompute " + s.memory.recompute.describe());
+  if (s.memory.offload.enabled) on.push_back("activation offload");
+  if (s.memory.swap_optimizer.on) on.push_back("swap optimizer");
   if (!on.empty()) {
     out += "  already on:";
     for (size_t i = 0; i < on.size(); ++i) out += (i ? ", " : " ") + on[i];

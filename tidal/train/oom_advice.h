@@ -4,33 +4,27 @@
 // sharding, recompute (selective, then full), async offload, swap optimizer — each with the saving
 // tidal's estimator predicts for this model and batch, skipping what is already on. Every
 // suggestion is a small function of the model config, the batch shape and the current settings, so
-// a feature that lands later only sets its "already on" field in triage_settings().
+// a feature that lands later only adds its field to memory::MemoryConfig. The flags of a suggestion
+// are train/memory_flags.h's spelling of the configuration it changes.
 #include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "tidal/allocator.h"
-#include "tidal/memory/recompute.h"
+#include "tidal/memory/memory_config.h"
 #include "tidal/models/config.h"
 #include "tidal/ops/attention.h"
 #include "tidal/train/arguments.h"
 
 namespace tidal::train {
 
-// What is on now.
+// What is on now: the batch shape, the attention kernel and the memory configuration.
 struct TriageSettings {
   int64_t micro_batch = 1, seq = 1, global_batch = 1;
   AttentionKernel attention = AttentionKernel::flash;
-  memory::RecomputeConfig recompute;
-  bool chunked_loss = false;                // --loss-compute-mode chunk
-  int64_t loss_chunk_size = 1024;           // --loss-compute-mode chunk --loss-chunk-size
-  bool activation_offload = false;          // --activation-offload
-  std::string offload_policy = "all";       // --offload-policy
-  int64_t offload_prefetch_depth = 1;       // --offload-prefetch-depth
-  bool swap_optimizer = false;              // --swap-optimizer
-  int64_t swap_optimizer_times = 16;        // --swap-optimizer-times (capped at the parameter count)
-  int64_t num_parameters = 0;       // 0: counted from the config (a meta-device model)
+  memory::MemoryConfig memory;  // recompute (set with set_recompute: it carries the plan), offload, loss, swap
+  int64_t num_parameters = 0;   // 0: counted from the config (a meta-device model)
 };
 TriageSettings triage_settings(const TrainArgs& args);
 

@@ -25,10 +25,11 @@ nlohmann::json profile_info(const TrainArgs& args, const models::ModelConfig& co
   j["micro_batch"] = std::to_string(args.micro_batch_size) + " x " + std::to_string(args.seq_length) + " tokens";
   j["accumulation"] = args.grad_accumulation_steps();
   j["attention"] = args.attention;
-  j["recompute"] = args.recompute.describe();
-  if (args.loss.chunked) j["loss"] = args.loss.describe();
-  if (args.offload.enabled) j["offload"] = args.offload.policy + " to " + args.offload.target;
-  if (args.swap_optimizer.on) j["swap_optimizer"] = triage_settings(args).swap_optimizer_times;  // windows
+  const memory::MemoryConfig& mem = args.memory;
+  j["recompute"] = mem.recompute.describe();
+  if (mem.loss.chunked) j["loss"] = mem.loss.describe();
+  if (mem.offload.enabled) j["offload"] = mem.offload.describe();
+  if (mem.swap_optimizer.on) j["swap_optimizer"] = mem.swap_optimizer.requested_times();  // windows
   // The triage order with this run's predicted savings (memory_report.md, "What to try next").
   try {
     j["advice"] = oom_advice(config, triage_settings(args));

@@ -146,18 +146,16 @@ TrainResult train_loop(const TrainArgs& args, std::FILE* out, models::ModelConfi
   manual_seed(args.seed);
   std::unique_ptr<models::CausalLM> model = models::create_model(config);
   model->set_attention_kernel(args.attention == "eager" ? AttentionKernel::eager : AttentionKernel::flash);
-  const std::vector<memory::LayerRecompute> plan = memory::plan_recompute(args.recompute, config);
-  if (args.recompute.any()) model->set_recompute(plan);
+  const memory::MemoryConfig& mem = args.memory;
+  const std::vector<memory::LayerRecompute>& plan = mem.recompute_plan;  // empty: no recompute
+  if (mem.recompute.any()) model->set_recompute(plan);
   std::unique_ptr<memory::Offloader> offloader;
-  if (args.offload.enabled) {
-    memory::OffloadOptions o;
-    o.target = args.offload.target == "disk" ? memory::OffloadTarget::disk : memory::OffloadTarget::host;
-    o.dir = args.offload.dir;
-    o.prefetch_depth = int(args.offload.prefetch_depth);
-    o.host_limit = args.offload.host_limit;
-    offloader = std::make_unique<memory::Offloader>(o);
+  if (mem.offload.enabled) {
+    // A missing spill directory is made, like --save's and --profile's.
+    if (mem.offload.target == memory::OffloadTarget::disk) io::create_directories(mem.offload.dir, "--offload-dir");
+    offloader = std::make_unique<memory::Offloader>(memory::offload_options(mem.offload));
     model->set_layer_runner(
-        models::offload_layer_runner(*offloader, plan, config.num_hidden_layers, args.offload.policy));
+        models::offload_layer_runner(*offloader, plan, config.num_hidden_layers, mem.offload.policy));
   }
   if (!args.pretrained.empty()) {
     model->load_hf_state_dict(models::load_pretrained_dir(args.pretrained).weights);
@@ -168,7 +166,7 @@ TrainResult train_loop(const TrainArgs& args, std::FILE* out, models::ModelConfi
   adam.beta2 = args.adam_beta2;
   adam.eps = args.adam_eps;
   adam.weight_decay = args.weight_decay;
-  std::unique_ptr<optim::AdamW> optimizer = memory::make_adamw(model->named_parameters(), adam, args.swap_optimizer);
+  std::unique_ptr<optim::AdamW> optimizer = memory::make_adamw(model->named_parameters(), adam, mem.swap_optimizer);
   optim::LrSchedule schedule;
   schedule.lr = args.lr;
   schedule.min_lr = args.min_lr;
@@ -205,9 +203,8 @@ TrainResult train_loop(const TrainArgs& args, std::FILE* out, models::ModelConfi
                "%s attention, recompute: %s, offload: %s\n",
                (long long)args.train_iters, (long long)args.global_batch_size, (long long)args.seq_length,
                (long long)args.micro_batch_size, (long long)accum, args.attention.c_str(),
-               args.recompute.describe().c_str(),
-               args.offload.enabled ? (args.offload.policy + " to " + args.offload.target).c_str() : "none");
-  if (args.recompute.any() && args.attention == "flash")
+               mem.recompute.describe().c_str(), mem.offload.describe().c_str());
+  if (mem.recompute.any() && args.attention == "flash")
     for (const memory::LayerRecompute& p : plan)
       if (p.core_attn) {
         std::fprintf(out, "note: core_attn recompute does nothing with flash attention, which keeps no (s x s) "
@@ -216,8 +213,8 @@ TrainResult train_loop(const TrainArgs& args, std::FILE* out, models::ModelConfi
         break;
       }
   const auto* swapped = dynamic_cast<const memory::SwapAdamW*>(optimizer.get());
-  if (args.loss.chunked || swapped)
-    std::fprintf(out, "loss compute mode: %s; optimizer states: %s\n", args.loss.describe().c_str(),
+  if (mem.loss.chunked || swapped)
+    std::fprintf(out, "loss compute mode: %s; optimizer states: %s\n", mem.loss.describe().c_str(),
                  swapped ? swapped->describe().c_str() : "on the device");
   std::vector<autograd::SavedTensorRecord> saved_tensors;  // of the first micro-batch
   const int64_t recompute_ns0 = autograd::recompute_time_ns();
@@ -251,7 +248,7 @@ TrainResult train_loop(const TrainArgs& args, std::FILE* out, models::ModelConfi
         profile::Range phase("forward", profile::kPhase);
         std::optional<autograd::SavedTensorLog> log;
         if (saved_tensors.empty() || profiler.wants_saved_tensors(it, m)) log.emplace();
-        loss = memory::lm_loss(*model, tokens.narrow(1, 0, t), tokens.narrow(1, 1, t), args.loss, aux_coef);
+        loss = memory::lm_loss(*model, tokens.narrow(1, 0, t), tokens.narrow(1, 1, t), mem.loss, aux_coef);
         if (log) {
           if (saved_tensors.empty()) saved_tensors = log->snapshot();
           profiler.set_saved_tensors(it, log->snapshot());
@@ -260,7 +257,7 @@ TrainResult train_loop(const TrainArgs& args, std::FILE* out, models::ModelConfi
       if (args.report_memory && it == start + 1 && m == 0) {
         progress.clear();
         std::fprintf(out, "\ntensors saved for backward in the first micro-batch (recompute: %s):\n%s\n",
-                     args.recompute.describe().c_str(), autograd::saved_tensors_table(saved_tensors).c_str());
+                     mem.recompute.describe().c_str(), autograd::saved_tensors_table(saved_tensors).c_str());
       }
       const double value = loss.item<double>();
       TIDAL_CHECK(std::isfinite(value), "the loss became ", value, " at iteration ", it,
@@ -302,7 +299,7 @@ TrainResult train_loop(const TrainArgs& args, std::FILE* out, models::ModelConfi
     if (data.valid && args.eval_interval > 0 && (it % args.eval_interval == 0 || it == args.train_iters)) {
       progress.clear();
       model->train(false);
-      result.final_val_loss = evaluate(*model, *data.valid, args.eval_iters, args.micro_batch_size, args.loss);
+      result.final_val_loss = evaluate(*model, *data.valid, args.eval_iters, args.micro_batch_size, mem.loss);
       model->train(true);
       std::fprintf(out, " validation loss at iteration %lld | lm loss value: %.6E | lm loss PPL: %.3f\n",
                    (long long)it, result.final_val_loss, std::exp(result.final_val_loss));
@@ -315,7 +312,7 @@ TrainResult train_loop(const TrainArgs& args, std::FILE* out, models::ModelConfi
   const MemoryStats dev = device.stats();
   metrics.set_summary(result.final_loss, result.final_val_loss, dev, host.stats());
   nlohmann::json rc;
-  rc["mode"] = args.recompute.describe();
+  rc["mode"] = mem.recompute.describe();
   rc["recomputed_layers"] = nlohmann::json::array();
   for (size_t l = 0; l < plan.size(); ++l)
     if (plan[l].any()) {
@@ -340,7 +337,7 @@ TrainResult train_loop(const TrainArgs& args, std::FILE* out, models::ModelConfi
                                           {"overlap_fraction", os.overlap_fraction()},
                                           {"host_peak_bytes", host.stats().peak_allocated}});
     std::fprintf(out, "offload: %s per step to %s, copies %.0f ms, compute waited %.0f ms (overlap %.2f)%s\n",
-                 format_bytes(int64_t(double(os.offloaded_bytes) / steps)).c_str(), args.offload.target.c_str(),
+                 format_bytes(int64_t(double(os.offloaded_bytes) / steps)).c_str(), memory::name(mem.offload.target),
                  double(os.d2h_ns + os.h2d_ns) / 1e6, double(os.exposed_wait_ns) / 1e6, os.overlap_fraction(),
                  os.kept_bytes > 0 ? (", host cap reached: " + format_bytes(int64_t(double(os.kept_bytes) / steps)) +
                                       " per step stayed on the device").c_str()
