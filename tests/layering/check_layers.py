@@ -27,8 +27,6 @@ LAYERS = {
 EXCEPTIONS = {
     ("core", "autograd"): "Tensor carries its autograd metadata: tensor.cpp implements backward(), "
                           "requires_grad_() and the version check with autograd's engine and nodes",
-    ("models", "memory"): "pending (issue 13 section 3): the model blocks call the recompute plan, the "
-                          "output-discarding checkpoint and the offload runner directly",
 }
 
 

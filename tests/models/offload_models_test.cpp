@@ -12,7 +12,7 @@
 #include "tidal/memory/estimator.h"
 #include "tidal/memory/offload.h"
 #include "tidal/models/causal_lm.h"
-#include "tidal/models/offload_runner.h"
+#include "tidal/memory/offload_runner.h"
 #include "tidal/ops/elementwise.h"
 #include "tidal/ops/random.h"
 #include "tidal/ops/reduce.h"
@@ -34,7 +34,7 @@ void install(CausalLM& model, memory::Offloader& off, const std::vector<memory::
              const std::string& policy, std::vector<std::vector<int64_t>>& routed) {
   const int64_t layers = model.config().num_hidden_layers;
   routed.assign(size_t(layers), {});
-  model.set_layer_runner(offload_layer_runner(
+  model.set_layer_runner(memory::offload_layer_runner(
       off, plan, layers, memory::parse_offload_policy(policy),
       [&routed](int64_t i, const LayerFn& fn, const std::vector<Tensor>& in) {
         std::vector<Tensor> out = fn(in);

@@ -10,7 +10,7 @@
 #include "tests/support/recompute_modes.h"
 #include "tests/support/test_models.h"
 #include "tidal/autograd/checkpoint.h"
-#include "tidal/memory/checkpoint_without_output.h"
+#include "tidal/autograd/checkpoint_without_output.h"
 #include "tidal/models/causal_lm.h"
 #include "tidal/ops/elementwise.h"
 #include "tidal/ops/random.h"
@@ -52,7 +52,7 @@ struct Result {
 };
 
 int64_t activation_bytes() { return device_allocator(Device::cpu()).stats()[MemoryCategory::activation].allocated; }
-int64_t recompute_events() { return autograd::checkpoint_replay_count() + memory::output_recompute_count(); }
+int64_t recompute_events() { return autograd::checkpoint_replay_count() + autograd::output_recompute_count(); }
 
 // Two micro-batches accumulated, dropout on (GPT-2), eager or flash attention.
 Result run(CausalLM& model, const Tensor& batch) {

@@ -1,7 +1,7 @@
 #include <gtest/gtest.h>
 
 #include "tests/support/gradcheck.h"
-#include "tidal/memory/checkpoint_without_output.h"
+#include "tidal/autograd/checkpoint_without_output.h"
 #include "tidal/memory_scope.h"
 #include "tidal/ops/activation.h"
 #include "tidal/ops/elementwise.h"
@@ -9,7 +9,7 @@
 #include "tidal/ops/random.h"
 #include "tidal/ops/reduce.h"
 
-namespace tidal::memory {
+namespace tidal::autograd {
 namespace {
 
 struct Net {
@@ -88,4 +88,4 @@ TEST(CheckpointWithoutOutput, RunsOncePerObject) {
   EXPECT_THROW(ck.run([](const Tensor& t) { return exp(t); }, x), Error);
 }
 
-}  // namespace tidal::memory
+}  // namespace tidal::autograd

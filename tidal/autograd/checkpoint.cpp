@@ -24,7 +24,6 @@
 #include "tidal/base/clock.h"
 #include "tidal/autograd/saved_tensor.h"
 #include "tidal/memory_scope.h"
-#include "tidal/rng.h"
 
 namespace tidal::autograd {
 namespace {
@@ -118,22 +117,9 @@ void Frame::replay() {
     if (t.defined()) t.storage()->unmark_saved();
   recomputed.clear();
   recomputed.reserve(num_saved);
-  std::vector<Tensor> ins;
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    Tensor t = inputs[i].unpack("checkpoint");
-    if (t.defined()) {
-      t = t.detach();
-      if (input_requires_grad[i]) t.set_requires_grad(true);
-    }
-    ins.push_back(t);
-  }
+  std::vector<Tensor> ins = detail::replay_leaves(inputs, input_requires_grad, "checkpoint");
   const int64_t t0 = now_ns();
-  const RngState outer = get_rng_state();
-  set_rng_state(rng);
-  struct RestoreRng {
-    RngState s;
-    ~RestoreRng() { set_rng_state(s); }
-  } restore{outer};
+  detail::ReplayRng rng_guard(rng);
   {
     GradModeGuard grad(true);
     LayerScope scope(layer);
@@ -197,6 +183,25 @@ bool in_checkpoint_replay() { return t_active.frame != nullptr && t_active.repla
 Tensor checkpoint(const std::function<Tensor(const Tensor&)>& fn, const Tensor& input) {
   return checkpoint([fn](const std::vector<Tensor>& in) { return std::vector<Tensor>{fn(in[0])}; }, {input})[0];
 }
+
+namespace detail {
+
+std::vector<Tensor> replay_leaves(std::vector<SavedTensor>& inputs, const std::vector<bool>& requires_grad,
+                                  const char* who) {
+  std::vector<Tensor> leaves;
+  leaves.reserve(inputs.size());
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    Tensor t = inputs[i].unpack(who);
+    if (t.defined()) {
+      t = t.detach();
+      if (requires_grad[i]) t.set_requires_grad(true);
+    }
+    leaves.push_back(t);
+  }
+  return leaves;
+}
+
+}  // namespace detail
 
 int64_t checkpoint_replay_count() { return g_replays.load(); }
 int64_t recompute_time_ns() { return g_recompute_ns.load(); }

@@ -4,6 +4,8 @@
 #include <functional>
 #include <vector>
 
+#include "tidal/autograd/saved_tensor.h"
+#include "tidal/rng.h"
 #include "tidal/tensor.h"
 
 namespace tidal::autograd {
@@ -25,6 +27,28 @@ Tensor checkpoint(const std::function<Tensor(const Tensor&)>& fn, const Tensor& 
 Tensor checkpoint_decision(const std::function<Tensor()>& compute);
 // Whether the calling code runs inside a checkpoint replay (backward's recompute).
 bool in_checkpoint_replay();
+
+namespace detail {
+
+// The start of every replay (checkpoint, output-discarding checkpoint): the saved inputs as fresh
+// leaves, each requiring grad as it did in the first run. `who` names the replay in errors.
+std::vector<Tensor> replay_leaves(std::vector<SavedTensor>& inputs, const std::vector<bool>& requires_grad,
+                                  const char* who);
+
+// The first run's RNG state for the lifetime of the guard (dropout draws the same masks); the
+// caller's state comes back at its end, also when the replay throws.
+class ReplayRng {
+ public:
+  explicit ReplayRng(const RngState& first_run) : outer_(get_rng_state()) { set_rng_state(first_run); }
+  ~ReplayRng() { set_rng_state(outer_); }
+  ReplayRng(const ReplayRng&) = delete;
+  ReplayRng& operator=(const ReplayRng&) = delete;
+
+ private:
+  RngState outer_;
+};
+
+}  // namespace detail
 
 // Number of checkpoint replays run in this process (for tests and the profiler).
 int64_t checkpoint_replay_count();

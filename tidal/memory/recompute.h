@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "tidal/models/config.h"
+#include "tidal/models/layer_recompute.h"
 
 namespace tidal::memory {
 
@@ -45,21 +46,8 @@ struct RecomputeConfig {
   nlohmann::json to_json() const;
 };
 
-// What layer `index` does. A layer is either inside a full-recompute checkpoint (group_start says
-// where a group of `group_size` layers begins) or gets the finer policies.
-struct LayerRecompute {
-  bool full = false;
-  bool group_start = false;
-  int64_t group_size = 1;
-  bool core_attn = false;     // checkpoint the attention core (eager: scores, softmax, dropout, @v)
-  bool mlp = false;           // checkpoint the dense MLP
-  bool moe = false;           // checkpoint the whole sparse MoE block
-  bool moe_act = false;       // output-discarding recompute of each expert's activation
-  bool activation = false;    // output-discarding recompute of the dense MLP's activation
-  bool norm = false;          // output-discarding recompute of the layer's two norms
-  bool any() const { return full || core_attn || mlp || moe || moe_act || activation || norm; }
-  bool operator==(const LayerRecompute&) const = default;
-};
+// What each layer does: models::LayerRecompute (models/layer_recompute.h), the plan's entry type.
+using models::LayerRecompute;
 
 // Checks Megatron / MindSpeed's rules and the model (layer counts, MoE modules). Throws tidal::Error
 // with the rule that was broken, naming the flags.

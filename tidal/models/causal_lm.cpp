@@ -23,14 +23,14 @@ std::vector<Tensor> CausalLM::run_layer(int64_t index, const LayerFn& fn, const 
   return runner_ ? runner_(index, fn, inputs) : fn(inputs);
 }
 
-void CausalLM::set_recompute(std::vector<memory::LayerRecompute> plan) {
+void CausalLM::set_recompute(std::vector<LayerRecompute> plan) {
   TIDAL_CHECK(plan.empty() || int64_t(plan.size()) == config_.num_hidden_layers, "[recompute] a plan of ",
               plan.size(), " layers for a model of ", config_.num_hidden_layers);
   plan_ = std::move(plan);
 }
 
-const memory::LayerRecompute& CausalLM::recompute_of(int64_t l) const {
-  static const memory::LayerRecompute none;
+const LayerRecompute& CausalLM::recompute_of(int64_t l) const {
+  static const LayerRecompute none;
   return plan_.empty() ? none : plan_[size_t(l)];
 }
 
@@ -39,7 +39,7 @@ Tensor CausalLM::run_layers(Tensor x, const IndexedLayerFn& layer_fn, std::vecto
   // What a layer returns besides h: a sparse MoE layer its router statistics (prob_sum, counts).
   auto extras_of = [this](int64_t j) -> int64_t { return config_.is_moe_layer(j) ? 2 : 0; };
   for (int64_t l = 0; l < layers;) {
-    const memory::LayerRecompute& rc = recompute_of(l);
+    const LayerRecompute& rc = recompute_of(l);
     const int64_t group = rc.full && rc.group_start ? rc.group_size : 1;
     // One function for the group: layers [l, l + group) chained; returns {h, extras of each layer...}.
     LayerFn fn = [l, group, layer_fn, extras_of](const std::vector<Tensor>& in) {  // by value: replayed later

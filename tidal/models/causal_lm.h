@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "tidal/memory/recompute.h"
 #include "tidal/models/config.h"
+#include "tidal/models/layer_recompute.h"
 #include "tidal/nn/layers.h"
 #include "tidal/ops/attention.h"
 
@@ -44,9 +44,10 @@ class CausalLM : public nn::Module {
   void load_hf_state_dict(std::map<std::string, Tensor> state);
 
   void set_layer_runner(LayerRunner runner) { runner_ = std::move(runner); }
-  // Activation recompute, one entry per layer (memory/recompute.h); empty: keep every activation.
-  void set_recompute(std::vector<memory::LayerRecompute> plan);
-  const std::vector<memory::LayerRecompute>& recompute_plan() const { return plan_; }
+  // Activation recompute, one entry per layer (layer_recompute.h; memory/recompute.h computes it); empty:
+  // keep every activation.
+  void set_recompute(std::vector<LayerRecompute> plan);
+  const std::vector<LayerRecompute>& recompute_plan() const { return plan_; }
   void set_attention_kernel(AttentionKernel k) { attention_kernel_ = k; }
   AttentionKernel attention_kernel() const { return attention_kernel_; }
 
@@ -58,9 +59,9 @@ class CausalLM : public nn::Module {
   using IndexedLayerFn = std::function<std::vector<Tensor>(int64_t, const std::vector<Tensor>&)>;
   Tensor run_layers(Tensor x, const IndexedLayerFn& layer_fn, std::vector<std::vector<Tensor>>* extras) const;
   // The plan entry of layer l (a default, all-off entry when there is no plan).
-  const memory::LayerRecompute& recompute_of(int64_t l) const;
+  const LayerRecompute& recompute_of(int64_t l) const;
   ModelConfig config_;
-  std::vector<memory::LayerRecompute> plan_;
+  std::vector<LayerRecompute> plan_;
 
  private:
   LayerRunner runner_;

@@ -3,7 +3,7 @@
 #include <cmath>
 
 #include "tidal/autograd/checkpoint.h"
-#include "tidal/memory/checkpoint_without_output.h"
+#include "tidal/autograd/checkpoint_without_output.h"
 #include "tidal/memory_scope.h"
 #include "tidal/ops/elementwise.h"
 #include "tidal/ops/random.h"
@@ -26,10 +26,10 @@ Gpt2Block::Gpt2Block(const ModelConfig& c, const nn::Init& init) {
 }
 
 Tensor Gpt2Block::forward(const Tensor& x, const ModelConfig& c, AttentionKernel kernel, bool training,
-                          const memory::LayerRecompute& rc) const {
+                          const LayerRecompute& rc) const {
   const int64_t b = x.size(0), t = x.size(1), d = c.hidden_size, heads = c.num_attention_heads, hd = d / heads;
   // ln_1 -> c_attn; with norm recompute ln_1's output is freed once c_attn saved it.
-  Tensor qkv_all = memory::with_discarded_outputs(
+  Tensor qkv_all = autograd::with_discarded_outputs(
       rc.norm, [this](const std::vector<Tensor>& in) { return std::vector<Tensor>{ln_1_->forward(in[0])}; }, {x},
       [this](const std::vector<Tensor>& h) { return std::vector<Tensor>{c_attn_->forward(h[0])}; })[0];  // (B, T, 3C)
   std::vector<Tensor> qkv = split(qkv_all, {d, d, d}, -1);  // 3 x (B, T, C)
@@ -52,15 +52,15 @@ Tensor Gpt2Block::forward(const Tensor& x, const ModelConfig& c, AttentionKernel
   auto ln2 = [this](const std::vector<Tensor>& in) { return std::vector<Tensor>{ln_2_->forward(in[0])}; };
   Tensor m;
   if (rc.mlp) {  // the whole MLP in one checkpoint (ln_2's consumer)
-    m = memory::with_discarded_outputs(rc.norm, ln2, {x1}, [this, approx](const std::vector<Tensor>& h) {
+    m = autograd::with_discarded_outputs(rc.norm, ln2, {x1}, [this, approx](const std::vector<Tensor>& h) {
       return autograd::checkpoint([this, approx](const std::vector<Tensor>& hh) {
         return std::vector<Tensor>{mlp_proj_->forward(gelu(c_fc_->forward(hh[0]), approx))};
       }, h);
     })[0];  // (B, T, C)
   } else {  // c_fc consumes ln_2's output; c_proj the activation's
-    Tensor f = memory::with_discarded_outputs(
+    Tensor f = autograd::with_discarded_outputs(
         rc.norm, ln2, {x1}, [this](const std::vector<Tensor>& h) { return std::vector<Tensor>{c_fc_->forward(h[0])}; })[0];
-    m = memory::with_discarded_outputs(
+    m = autograd::with_discarded_outputs(
         rc.activation, [approx](const std::vector<Tensor>& in) { return std::vector<Tensor>{gelu(in[0], approx)}; },
         {f}, [this](const std::vector<Tensor>& g) { return std::vector<Tensor>{mlp_proj_->forward(g[0])}; })[0];
   }

@@ -8,9 +8,9 @@ namespace tidal::models {
 class Gpt2Block : public nn::Module {
  public:
   Gpt2Block(const ModelConfig& c, const nn::Init& init);
-  // x (B, T, C) -> (B, T, C), with the layer's recompute policies (memory/recompute.h).
+  // x (B, T, C) -> (B, T, C), with the layer's recompute policies (layer_recompute.h).
   Tensor forward(const Tensor& x, const ModelConfig& c, AttentionKernel kernel, bool training,
-                 const memory::LayerRecompute& rc) const;
+                 const LayerRecompute& rc) const;
 
  private:
   const nn::Module* attn_;  // "attn" and "mlp": name the ops in between (attention core, GELU)

@@ -1,7 +1,7 @@
 #include "tidal/models/llama.h"
 
 #include "tidal/autograd/checkpoint.h"
-#include "tidal/memory/checkpoint_without_output.h"
+#include "tidal/autograd/checkpoint_without_output.h"
 #include "tidal/memory_scope.h"
 #include "tidal/ops/elementwise.h"
 #include "tidal/ops/random.h"
@@ -64,10 +64,10 @@ LlamaDecoderLayer::LlamaDecoderLayer(const ModelConfig& c, int64_t index, const 
 
 std::vector<Tensor> LlamaDecoderLayer::forward(const Tensor& x, const RopeTables& rope, const ModelConfig& c,
                                                AttentionKernel kernel, bool training,
-                                               const memory::LayerRecompute& rc) const {
+                                               const LayerRecompute& rc) const {
   // input_layernorm -> q/k/v projections; with norm recompute the norm's output is freed once the
   // projections saved it, and comes back before the first of their backwards.
-  std::vector<Tensor> qkv = memory::with_discarded_outputs(
+  std::vector<Tensor> qkv = autograd::with_discarded_outputs(
       rc.norm, [this](const std::vector<Tensor>& in) { return std::vector<Tensor>{input_layernorm_->forward(in[0])}; },
       {x}, [this, &c](const std::vector<Tensor>& h) { return self_attn_->project(h[0], c); });
   Tensor x1 = add(x, self_attn_->attend(qkv, rope, c, kernel, training, rc.core_attn));  // (B, T, C)
@@ -75,14 +75,14 @@ std::vector<Tensor> LlamaDecoderLayer::forward(const Tensor& x, const RopeTables
     return std::vector<Tensor>{post_attention_layernorm_->forward(in[0])};
   };
   if (moe_ == nullptr && rc.mlp) {  // the whole MLP in one checkpoint (the norm's consumer)
-    Tensor m = memory::with_discarded_outputs(rc.norm, norm2, {x1}, [this](const std::vector<Tensor>& h) {
+    Tensor m = autograd::with_discarded_outputs(rc.norm, norm2, {x1}, [this](const std::vector<Tensor>& h) {
       return autograd::checkpoint(
           [this](const std::vector<Tensor>& hh) { return std::vector<Tensor>{mlp_->forward(hh[0])}; }, h);
     })[0];  // (B, T, C)
     return {add(x1, m)};
   }
   if (moe_ == nullptr) {  // gate_proj and up_proj consume the norm's output
-    std::vector<Tensor> gate_up = memory::with_discarded_outputs(
+    std::vector<Tensor> gate_up = autograd::with_discarded_outputs(
         rc.norm, norm2, {x1}, [this](const std::vector<Tensor>& h) { return mlp_->project(h[0]); });
     return {add(x1, mlp_->finish(gate_up, rc.activation))};
   }
@@ -92,7 +92,7 @@ std::vector<Tensor> LlamaDecoderLayer::forward(const Tensor& x, const RopeTables
     Tensor y = moe_->forward(h[0], stats, recompute_act);
     return std::vector<Tensor>{y, stats.prob_sum, stats.topk_counts};
   };
-  std::vector<Tensor> out = memory::with_discarded_outputs(rc.norm, norm2, {x1}, [&](const std::vector<Tensor>& h) {
+  std::vector<Tensor> out = autograd::with_discarded_outputs(rc.norm, norm2, {x1}, [&](const std::vector<Tensor>& h) {
     return rc.moe ? autograd::checkpoint(block, h) : block(h);
   });
   return {add(x1, out[0]), out[1], out[2]};

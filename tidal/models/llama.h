@@ -32,7 +32,7 @@ class LlamaDecoderLayer : public nn::Module {
   LlamaDecoderLayer(const ModelConfig& c, int64_t index, const nn::Init& init);
   // {x (B, T, C)} -> {x} for dense layers, {x, router prob_sum (E), top-k counts (k, E)} for sparse.
   std::vector<Tensor> forward(const Tensor& x, const RopeTables& rope, const ModelConfig& c, AttentionKernel kernel,
-                              bool training, const memory::LayerRecompute& rc) const;
+                              bool training, const LayerRecompute& rc) const;
   bool sparse() const { return moe_ != nullptr; }
 
  private:

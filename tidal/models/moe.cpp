@@ -2,7 +2,7 @@
 
 #include "tidal/autograd/checkpoint.h"
 #include "tidal/autograd/grad_mode.h"
-#include "tidal/memory/checkpoint_without_output.h"
+#include "tidal/autograd/checkpoint_without_output.h"
 #include "tidal/memory_scope.h"
 #include "tidal/ops/activation.h"
 #include "tidal/ops/elementwise.h"
@@ -23,7 +23,7 @@ std::vector<Tensor> SwiGluMlp::project(const Tensor& x) const { return {gate_pro
 
 Tensor SwiGluMlp::finish(const std::vector<Tensor>& gate_up, bool recompute_act) const {
   ModuleScope scope(name());  // the SwiGLU's saved inputs
-  return memory::with_discarded_outputs(
+  return autograd::with_discarded_outputs(
       recompute_act, [](const std::vector<Tensor>& in) { return std::vector<Tensor>{swiglu(in[0], in[1])}; },
       gate_up, [this](const std::vector<Tensor>& a) { return std::vector<Tensor>{down_proj_->forward(a[0])}; })[0];
 }

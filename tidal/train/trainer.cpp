@@ -19,7 +19,7 @@
 #include "tidal/memory_scope.h"
 #include "tidal/models/causal_lm.h"
 #include "tidal/models/generate.h"
-#include "tidal/models/offload_runner.h"
+#include "tidal/memory/offload_runner.h"
 #include "tidal/models/pretrained.h"
 #include "tidal/ops/elementwise.h"
 #include "tidal/ops/random.h"
@@ -155,7 +155,7 @@ TrainResult train_loop(const TrainArgs& args, std::FILE* out, models::ModelConfi
     if (mem.offload.target == memory::OffloadTarget::disk) io::create_directories(mem.offload.dir, "--offload-dir");
     offloader = std::make_unique<memory::Offloader>(memory::offload_options(mem.offload));
     model->set_layer_runner(
-        models::offload_layer_runner(*offloader, plan, config.num_hidden_layers, mem.offload.policy));
+        memory::offload_layer_runner(*offloader, plan, config.num_hidden_layers, mem.offload.policy));
   }
   if (!args.pretrained.empty()) {
     model->load_hf_state_dict(models::load_pretrained_dir(args.pretrained).weights);

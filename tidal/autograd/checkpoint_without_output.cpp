@@ -9,7 +9,7 @@
 // consumer finds its saved tensor intact. The replay's own graph is kept until the node's backward,
 // which backpropagates through it: the same kernels as the plain run, so gradients are bitwise equal.
 // Parameters fn uses get their gradients from that inner backward.
-#include "tidal/memory/checkpoint_without_output.h"
+#include "tidal/autograd/checkpoint_without_output.h"
 
 #include <atomic>
 
@@ -19,16 +19,15 @@
 #include "tidal/autograd/saved_tensor.h"
 #include "tidal/base/clock.h"
 #include "tidal/memory_scope.h"
-#include "tidal/ops/random.h"
 
-namespace tidal::memory {
+namespace tidal::autograd {
 namespace {
 std::atomic<int64_t> g_recomputes{0};
 }  // namespace
 
 struct CheckpointWithoutOutput::State {
-  autograd::CheckpointFn fn;
-  std::vector<autograd::SavedTensor> inputs;
+  CheckpointFn fn;
+  std::vector<SavedTensor> inputs;
   std::vector<bool> input_requires_grad;
   RngState rng;
   int layer = -1;
@@ -42,27 +41,17 @@ struct CheckpointWithoutOutput::State {
 
   void recompute() {
     if (recomputed) return;
-    replay_inputs.clear();
-    for (size_t i = 0; i < inputs.size(); ++i) {
-      Tensor t = inputs[i].unpack("CheckpointWithoutOutput");
-      if (t.defined()) {
-        t = t.detach();
-        if (input_requires_grad[i]) t.set_requires_grad(true);
-      }
-      replay_inputs.push_back(t);
-    }
+    replay_inputs = detail::replay_leaves(inputs, input_requires_grad, "CheckpointWithoutOutput");
     const int64_t t0 = now_ns();
-    const RngState outer = get_rng_state();
-    set_rng_state(rng);
     {
-      autograd::GradModeGuard grad(true);
+      detail::ReplayRng rng_guard(rng);
+      GradModeGuard grad(true);
       LayerScope scope(layer);
       OpScope op("recompute_output");
       replay_outputs = fn(replay_inputs);
     }
-    set_rng_state(outer);
     ++g_recomputes;
-    autograd::add_recompute_time(now_ns() - t0);
+    add_recompute_time(now_ns() - t0);
     TIDAL_CHECK(replay_outputs.size() == outputs.size(), "[recompute] the replay returned ", replay_outputs.size(),
                 " outputs but the first run ", outputs.size());
     for (size_t i = 0; i < outputs.size(); ++i) {
@@ -86,10 +75,10 @@ struct CheckpointWithoutOutput::State {
 
 namespace {
 
-struct CheckpointWithoutOutputBackward : autograd::Node {
+struct CheckpointWithoutOutputBackward : Node {
   std::shared_ptr<CheckpointWithoutOutput::State> state;
   const char* name() const override { return "CheckpointWithoutOutputBackward"; }
-  autograd::TensorList apply(autograd::TensorList&& grads) override {
+  TensorList apply(TensorList&& grads) override {
     state->recompute();
     std::vector<Tensor> outs, gs;
     for (size_t i = 0; i < grads.size(); ++i) {
@@ -97,9 +86,9 @@ struct CheckpointWithoutOutputBackward : autograd::Node {
       outs.push_back(state->replay_outputs[i]);
       gs.push_back(grads[i]);
     }
-    autograd::TensorList result(state->replay_inputs.size());
+    TensorList result(state->replay_inputs.size());
     if (!outs.empty()) {
-      autograd::backward(outs, gs);
+      backward(outs, gs);
       for (size_t i = 0; i < result.size(); ++i)
         if (state->replay_inputs[i].defined() && state->replay_inputs[i].requires_grad())
           result[i] = state->replay_inputs[i].grad();
@@ -117,7 +106,7 @@ struct CheckpointWithoutOutputBackward : autograd::Node {
 
 CheckpointWithoutOutput::CheckpointWithoutOutput() : state_(std::make_shared<State>()) {}
 
-std::vector<Tensor> CheckpointWithoutOutput::run(const autograd::CheckpointFn& fn, const std::vector<Tensor>& inputs) {
+std::vector<Tensor> CheckpointWithoutOutput::run(const CheckpointFn& fn, const std::vector<Tensor>& inputs) {
   TIDAL_CHECK(state_->fn == nullptr, "[recompute] a CheckpointWithoutOutput runs one function once");
   State& s = *state_;
   s.fn = fn;
@@ -133,19 +122,19 @@ std::vector<Tensor> CheckpointWithoutOutput::run(const autograd::CheckpointFn& f
     s.output_shapes.push_back(o.shape());
     s.output_dtypes.push_back(o.dtype());
   }
-  if (!autograd::grad_enabled()) return outs;
+  if (!grad_enabled()) return outs;
   for (const Tensor& o : outs) o.storage()->set_will_recompute();
   // One node, also when no input requires grad: fn may use parameters that do.
   auto node = std::make_shared<CheckpointWithoutOutputBackward>();
   node->state = state_;
-  node->set_next_edges(autograd::collect_next_edges(inputs));
+  node->set_next_edges(collect_next_edges(inputs));
   OpScope op("recompute_input");
   for (const Tensor& t : inputs) {
     s.inputs.emplace_back(t);
     s.input_requires_grad.push_back(t.defined() && t.requires_grad());
   }
   for (size_t i = 0; i < outs.size(); ++i)
-    if (is_floating(outs[i].dtype())) autograd::set_history(outs[i], node, uint32_t(i));
+    if (is_floating(outs[i].dtype())) set_history(outs[i], node, uint32_t(i));
   return outs;
 }
 
@@ -154,7 +143,7 @@ Tensor CheckpointWithoutOutput::run(const std::function<Tensor(const Tensor&)>& 
 }
 
 void CheckpointWithoutOutput::discard_outputs() {
-  if (!autograd::grad_enabled()) return;  // inference: nothing will need them again
+  if (!grad_enabled()) return;  // inference: nothing will need them again
   for (auto& w : state_->outputs)
     if (auto s = w.lock()) s->release();
   state_->discarded = true;
@@ -169,9 +158,9 @@ void CheckpointWithoutOutput::recompute_before_backward_of(const Tensor& consume
 }
 
 std::vector<Tensor> with_discarded_outputs(
-    bool enabled, const autograd::CheckpointFn& fn, const std::vector<Tensor>& inputs,
+    bool enabled, const CheckpointFn& fn, const std::vector<Tensor>& inputs,
     const std::function<std::vector<Tensor>(const std::vector<Tensor>&)>& consume) {
-  if (!enabled || !autograd::grad_enabled()) return consume(fn(inputs));
+  if (!enabled || !grad_enabled()) return consume(fn(inputs));
   CheckpointWithoutOutput ck;
   std::vector<Tensor> results = consume(ck.run(fn, inputs));
   ck.discard_outputs();
@@ -181,4 +170,4 @@ std::vector<Tensor> with_discarded_outputs(
 
 int64_t output_recompute_count() { return g_recomputes.load(); }
 
-}  // namespace tidal::memory
+}  // namespace tidal::autograd

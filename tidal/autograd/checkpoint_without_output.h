@@ -3,7 +3,7 @@
 // consumer saves anyway: an activation function's output saved by the down projection, a norm's
 // output saved by the projections after it. See Note [Output-discarding recompute] in the .cpp.
 //
-//   memory::CheckpointWithoutOutput ck;
+//   autograd::CheckpointWithoutOutput ck;
 //   Tensor a = ck.run([](const Tensor& h) { return gelu(h); }, h);   // like gelu(h)
 //   Tensor y = linear(a, w);                                           // saves a
 //   ck.discard_outputs();                                              // a's bytes are freed
@@ -15,7 +15,7 @@
 #include "tidal/autograd/checkpoint.h"
 #include "tidal/tensor.h"
 
-namespace tidal::memory {
+namespace tidal::autograd {
 
 class CheckpointWithoutOutput {
  public:
@@ -24,7 +24,7 @@ class CheckpointWithoutOutput {
   // Runs fn(inputs) without recording its internals (nothing inside is saved) and returns its
   // outputs, differentiable with respect to `inputs` and to the parameters fn uses. The inputs are
   // saved (through the active saved-tensor hooks). Call once.
-  std::vector<Tensor> run(const autograd::CheckpointFn& fn, const std::vector<Tensor>& inputs);
+  std::vector<Tensor> run(const CheckpointFn& fn, const std::vector<Tensor>& inputs);
   Tensor run(const std::function<Tensor(const Tensor&)>& fn, const Tensor& input);
 
   // Frees the bytes of the outputs. Call after every consumer has saved them: the consumers keep the
@@ -44,10 +44,10 @@ class CheckpointWithoutOutput {
 // right after, and recomputed before the backward of whichever of consume's results comes first.
 // With `enabled` false it is simply consume(fn(inputs)).
 std::vector<Tensor> with_discarded_outputs(
-    bool enabled, const autograd::CheckpointFn& fn, const std::vector<Tensor>& inputs,
+    bool enabled, const CheckpointFn& fn, const std::vector<Tensor>& inputs,
     const std::function<std::vector<Tensor>(const std::vector<Tensor>&)>& consume);
 
 // Recomputations done by output-discarding checkpoints in this process (tests, profiler).
 int64_t output_recompute_count();
 
-}  // namespace tidal::memory
+}  // namespace tidal::autograd

@@ -1,0 +1,25 @@
+#pragma once
+// The recompute plan as the models read it: one entry per layer saying which of its parts run under
+// a checkpoint. memory/recompute.h computes the plan from Megatron's flags (docs/recompute.md); the
+// models only follow it, so they do not depend on the memory features.
+#include <cstdint>
+
+namespace tidal::models {
+
+// What layer `index` does. A layer is either inside a full-recompute checkpoint (group_start says
+// where a group of `group_size` layers begins) or gets the finer policies.
+struct LayerRecompute {
+  bool full = false;
+  bool group_start = false;
+  int64_t group_size = 1;
+  bool core_attn = false;     // checkpoint the attention core (eager: scores, softmax, dropout, @v)
+  bool mlp = false;           // checkpoint the dense MLP
+  bool moe = false;           // checkpoint the whole sparse MoE block
+  bool moe_act = false;       // output-discarding recompute of each expert's activation
+  bool activation = false;    // output-discarding recompute of the dense MLP's activation
+  bool norm = false;          // output-discarding recompute of the layer's two norms
+  bool any() const { return full || core_attn || mlp || moe || moe_act || activation || norm; }
+  bool operator==(const LayerRecompute&) const = default;
+};
+
+}  // namespace tidal::models
