@@ -2,6 +2,7 @@
 #include "tidal/stream.h"
 
 #include <atomic>
+#include <utility>
 
 #include "tidal/backend/runtime.h"
 #include "tidal/tensor.h"
@@ -53,6 +54,11 @@ bool Stream::is_compute() const { return impl_->is_compute(); }
 void Stream::enqueue(std::function<void()> task, const char* label) { impl_->enqueue(std::move(task), label); }
 void Stream::synchronize() { impl_->synchronize(); }
 bool Stream::query() { return impl_->query(); }
+int64_t Stream::busy_ns() const { return impl_->busy_ns(); }
+
+void Stream::copy(void* dst, const void* src, int64_t bytes, const char* label, std::shared_ptr<const void> keep_alive) {
+  if (bytes > 0) impl_->copy_bytes(dst, src, bytes, label, std::move(keep_alive));
+}
 
 void Stream::wait(const Event& event) {
   if (event.recorded()) impl_->wait(event.state());
@@ -69,7 +75,8 @@ void copy_async(const Tensor& dst, const Tensor& src, Stream& stream) {
   TIDAL_CHECK(dst.storage()->is_materialized() && src.storage()->is_materialized(),
               "[copy_async] the ", dst.storage()->is_materialized() ? "source" : "destination", " ", src.shape(),
               " has released its bytes");
-  stream.impl().copy(dst, src);
+  stream.copy(dst.raw_data(), src.raw_data(), src.nbytes(), "copy",
+              std::make_shared<const std::pair<Tensor, Tensor>>(dst, src));
 }
 
 }  // namespace tidal

@@ -34,6 +34,12 @@ class Stream {
   // Work queued on this stream after this call starts only once `event` has completed. On the
   // compute stream this blocks the calling thread now (and rethrows the event's error).
   void wait(const Event& event);
+  // Queues a copy of `bytes` between this device's memory and host memory (CUDA's cudaMemcpyAsync);
+  // `keep_alive` (e.g. the storages involved) is held until the copy ran.
+  void copy(void* dst, const void* src, int64_t bytes, const char* label,
+            std::shared_ptr<const void> keep_alive = nullptr);
+  // Time spent running this stream's work so far (copies and tasks, not waits), in nanoseconds.
+  int64_t busy_ns() const;
   // Blocks until all work queued so far has run; rethrows the first error since the last report.
   void synchronize();
   // Whether all work queued so far has run.

@@ -14,8 +14,6 @@
 
 namespace tidal {
 
-class Tensor;
-
 namespace detail {
 
 // The completion of the work an Event captured.
@@ -37,9 +35,12 @@ class StreamImpl {
   virtual std::shared_ptr<EventState> record() = 0;
   virtual void synchronize() = 0;
   virtual bool query() = 0;
-  // Queues a byte copy between two materialized, contiguous tensors of one size (device <-> host
-  // memory of this device); both are kept alive until it ran.
-  virtual void copy(const Tensor& dst, const Tensor& src) = 0;
+  // Queues a copy of `bytes` between this device's memory and host memory (either direction, or
+  // within one); `keep_alive` is held until the copy ran.
+  virtual void copy_bytes(void* dst, const void* src, int64_t bytes, const char* label,
+                          std::shared_ptr<const void> keep_alive) = 0;
+  // Time spent running this stream's work so far (copies and tasks, not waits), in nanoseconds.
+  virtual int64_t busy_ns() const = 0;
 };
 
 }  // namespace detail

@@ -43,8 +43,8 @@ namespace {
 struct Entry;
 
 struct Counters {
-  std::atomic<int64_t> offloaded_bytes{0}, kept_bytes{0}, in_use_bytes{0}, offloaded_tensors{0}, d2h_ns{0},
-      h2d_ns{0}, exposed_wait_ns{0};
+  std::atomic<int64_t> offloaded_bytes{0}, kept_bytes{0}, in_use_bytes{0}, offloaded_tensors{0}, exposed_wait_ns{0};
+  int64_t d2h_busy_start = 0, h2d_busy_start = 0;  // the copy streams' busy time at the last reset
 };
 
 }  // namespace
@@ -65,6 +65,10 @@ struct Offloader::Impl {
   void release_block(int64_t block);
   void prefetch_from(int64_t block);
   void ensure_prefetched(Entry& e);
+  // The disk tier: device bytes through the staging buffer of each copy stream, a chunk at a time
+  // (the device copy, then the file I/O, in the stream's order).
+  void spill_out(const std::shared_ptr<Storage>& s, int64_t offset);
+  void spill_in(const std::shared_ptr<Storage>& s, int64_t offset);
   void wait(Event& ev) {
     if (ev.query()) {
       ev.synchronize();  // done: only rethrows a stored error
@@ -81,6 +85,7 @@ namespace {
 enum class State { copying_out, offloaded, prefetching, on_device };
 
 struct Entry {
+  using Bytes = std::pair<std::shared_ptr<Storage>, std::shared_ptr<Storage>>;  // device and host, kept for a copy
   Offloader::Impl* owner;
   int64_t micro_batch, block, index;
   std::shared_ptr<Storage> storage;   // device bytes: released while offloaded, same object throughout
@@ -113,14 +118,6 @@ struct Handle {
     if (kept.defined()) kept.storage()->unmark_saved();
   }
 };
-
-int64_t time_task(std::atomic<int64_t>& total, const std::function<void()>& f) {
-  const int64_t t0 = now_ns();
-  f();
-  const int64_t dt = now_ns() - t0;
-  total += dt;
-  return dt;
-}
 
 bool never_offloaded(const Tensor& t) {
   const std::shared_ptr<Storage>& s = t.storage();
@@ -205,16 +202,10 @@ class OffloadHooks : public autograd::SavedTensorHooks {
     Counters& c = impl_.counters;
     if (impl_.options.target == OffloadTarget::host) {
       e->host = Storage::make_host(n);
-      impl_.d2h.enqueue([s, host = e->host, n, &c] {
-        time_task(c.d2h_ns, [&] { std::memcpy(host->data(), s->data(), size_t(n)); });
-      }, "offload d2h");
+      impl_.d2h.copy(e->host->data(), s->data(), n, "offload d2h", std::make_shared<const Entry::Bytes>(s, e->host));
     } else {
       e->file_offset = impl_.spill->allocate(n);
-      impl_.d2h.enqueue([s, n, off = e->file_offset, impl = &impl_, &c] {
-        time_task(c.d2h_ns, [&] {
-          impl->spill->write(off, s->data(), n, impl->d2h_staging->data(), impl->d2h_staging->nbytes());
-        });
-      }, "offload d2h (disk)");
+      impl_.spill_out(s, e->file_offset);
     }
     e->d2h_done.record(impl_.d2h);
     c.offloaded_bytes += n;
@@ -270,18 +261,33 @@ void Offloader::Impl::ensure_prefetched(Entry& e) {
   e.storage->rematerialize();
   const std::shared_ptr<Storage> s = e.storage;
   const int64_t n = s->nbytes();
-  Counters& c = counters;
   if (options.target == OffloadTarget::host) {
-    h2d.enqueue([s, host = e.host, n, &c] {
-      time_task(c.h2d_ns, [&] { std::memcpy(s->data(), host->data(), size_t(n)); });
-    }, "offload h2d");
+    h2d.copy(s->data(), e.host->data(), n, "offload h2d", std::make_shared<const Entry::Bytes>(s, e.host));
   } else {
-    h2d.enqueue([s, n, off = e.file_offset, this, &c] {
-      time_task(c.h2d_ns, [&] { spill->read(off, s->data(), n, h2d_staging->data(), h2d_staging->nbytes()); });
-    }, "offload h2d (disk)");
+    spill_in(s, e.file_offset);
   }
   e.h2d_done.record(h2d);
   e.state = State::prefetching;
+}
+
+void Offloader::Impl::spill_out(const std::shared_ptr<Storage>& s, int64_t offset) {
+  const int64_t n = s->nbytes(), chunk = d2h_staging->nbytes();
+  const char* src = static_cast<const char*>(s->data());
+  for (int64_t done = 0; done < n; done += chunk) {
+    const int64_t k = std::min(chunk, n - done);
+    d2h.copy(d2h_staging->data(), src + done, k, "offload d2h (disk)", s);
+    d2h.enqueue([this, at = offset + done, k] { spill->write(at, d2h_staging->data(), k); }, "offload d2h (disk)");
+  }
+}
+
+void Offloader::Impl::spill_in(const std::shared_ptr<Storage>& s, int64_t offset) {
+  const int64_t n = s->nbytes(), chunk = h2d_staging->nbytes();
+  char* dst = static_cast<char*>(s->data());
+  for (int64_t done = 0; done < n; done += chunk) {
+    const int64_t k = std::min(chunk, n - done);
+    h2d.enqueue([this, at = offset + done, k] { spill->read(at, h2d_staging->data(), k); }, "offload h2d (disk)");
+    h2d.copy(dst + done, h2d_staging->data(), k, "offload h2d (disk)", s);
+  }
 }
 
 void Offloader::Impl::prefetch_from(int64_t block) {
@@ -328,15 +334,17 @@ OffloadStats Offloader::stats() const {
   s.kept_bytes = c.kept_bytes;
   s.in_use_bytes = c.in_use_bytes;
   s.offloaded_tensors = c.offloaded_tensors;
-  s.d2h_ns = c.d2h_ns;
-  s.h2d_ns = c.h2d_ns;
+  s.d2h_ns = impl_->d2h.busy_ns() - c.d2h_busy_start;
+  s.h2d_ns = impl_->h2d.busy_ns() - c.h2d_busy_start;
   s.exposed_wait_ns = c.exposed_wait_ns;
   return s;
 }
 
 void Offloader::reset_stats() {
   Counters& c = impl_->counters;
-  c.offloaded_bytes = c.kept_bytes = c.in_use_bytes = c.offloaded_tensors = c.d2h_ns = c.h2d_ns = c.exposed_wait_ns = 0;
+  c.offloaded_bytes = c.kept_bytes = c.in_use_bytes = c.offloaded_tensors = c.exposed_wait_ns = 0;
+  c.d2h_busy_start = impl_->d2h.busy_ns();
+  c.h2d_busy_start = impl_->h2d.busy_ns();
 }
 
 AsyncOffload::AsyncOffload(Offloader& offloader, OffloadBlock block) {

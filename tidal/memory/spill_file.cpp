@@ -69,42 +69,27 @@ int64_t SpillFile::size() const {
   return end_;
 }
 
-void SpillFile::write(int64_t offset, const void* src, int64_t bytes, void* staging, int64_t staging_bytes) {
+void SpillFile::write(int64_t offset, const void* src, int64_t bytes) {
   const char* p = static_cast<const char*>(src);
-  for (int64_t done = 0; done < bytes;) {
-    const int64_t n = std::min(staging_bytes, bytes - done);
-    std::memcpy(staging, p + done, size_t(n));  // device -> staging (the pinned buffer on a GPU)
-    int64_t written = 0;
-    while (written < n) {
-      ssize_t w = injected("write") ? (errno = ENOSPC, -1)
-                                              : ::pwrite(fd_, static_cast<char*>(staging) + written, size_t(n - written),
-                                                         off_t(offset + done + written));
-      if (w < 0 && errno == EINTR) continue;
-      TIDAL_CHECK(w > 0, "[offload] cannot write ", n - written, " bytes of offloaded activations to the spill file in ",
-                  dir_, ": ", std::strerror(errno), "; free space there, or use --offload-target host");
-      written += w;
-    }
-    done += n;
+  for (int64_t written = 0; written < bytes;) {
+    ssize_t w = injected("write") ? (errno = ENOSPC, -1)
+                                  : ::pwrite(fd_, p + written, size_t(bytes - written), off_t(offset + written));
+    if (w < 0 && errno == EINTR) continue;
+    TIDAL_CHECK(w > 0, "[offload] cannot write ", bytes - written, " bytes of offloaded activations to the spill file in ",
+                dir_, ": ", std::strerror(errno), "; free space there, or use --offload-target host");
+    written += w;
   }
 }
 
-void SpillFile::read(int64_t offset, void* dst, int64_t bytes, void* staging, int64_t staging_bytes) {
+void SpillFile::read(int64_t offset, void* dst, int64_t bytes) {
   char* p = static_cast<char*>(dst);
-  for (int64_t done = 0; done < bytes;) {
-    const int64_t n = std::min(staging_bytes, bytes - done);
-    int64_t got = 0;
-    while (got < n) {
-      ssize_t r = injected("read") ? (errno = EIO, -1)
-                                            : ::pread(fd_, static_cast<char*>(staging) + got, size_t(n - got),
-                                                      off_t(offset + done + got));
-      if (r < 0 && errno == EINTR) continue;
-      TIDAL_CHECK(r > 0, "[offload] cannot read back offloaded activations from the spill file in ", dir_, ": ",
-                  r == 0 ? std::string("the file is shorter than what was written") : std::strerror(errno),
-                  "; the step cannot continue (its activations are lost)");
-      got += r;
-    }
-    std::memcpy(p + done, staging, size_t(n));  // staging -> device
-    done += n;
+  for (int64_t got = 0; got < bytes;) {
+    ssize_t r = injected("read") ? (errno = EIO, -1) : ::pread(fd_, p + got, size_t(bytes - got), off_t(offset + got));
+    if (r < 0 && errno == EINTR) continue;
+    TIDAL_CHECK(r > 0, "[offload] cannot read back offloaded activations from the spill file in ", dir_, ": ",
+                r == 0 ? std::string("the file is shorter than what was written") : std::strerror(errno),
+                "; the step cannot continue (its activations are lost)");
+    got += r;
   }
 }
 

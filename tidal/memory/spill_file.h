@@ -1,7 +1,7 @@
 #pragma once
 // The disk tier of activation offload: one anonymous spill file (unlinked as soon as it is opened, so
 // nothing is left on disk when the process ends, however it ends), regions allocated first-fit, and
-// copies that go through a bounded staging buffer as they would from an accelerator's memory.
+// file I/O of the bounded staging buffers the offloader copies device memory through.
 #include <cstdint>
 #include <map>
 #include <mutex>
@@ -18,10 +18,10 @@ class SpillFile {
 
   int64_t allocate(int64_t bytes);  // an offset; thread-safe
   void release(int64_t offset);
-  // Copies through `staging` (staging_bytes large) in chunks; throws tidal::Error naming the
+  // File I/O of host memory (the offloader's staging buffers); throws tidal::Error naming the
   // directory on an I/O error. Safe to call from several threads on disjoint regions.
-  void write(int64_t offset, const void* src, int64_t bytes, void* staging, int64_t staging_bytes);
-  void read(int64_t offset, void* dst, int64_t bytes, void* staging, int64_t staging_bytes);
+  void write(int64_t offset, const void* src, int64_t bytes);
+  void read(int64_t offset, void* dst, int64_t bytes);
   int64_t size() const;
 
  private:

@@ -14,7 +14,6 @@
 // 64-byte aligned in the buffer, so the kernel sees the same alignment as for a whole parameter.
 #include "tidal/memory/swap_optimizer.h"
 
-#include <cstring>
 #include <nlohmann/json.hpp>
 
 #include "tidal/autograd/grad_mode.h"
@@ -149,11 +148,9 @@ void SwapAdamW::step(double lr) {
       }
     return v;
   };
-  auto enqueue = [](Stream& stream, std::vector<Copy> v, const char* label) {
-    if (v.empty()) return;
-    stream.enqueue([v = std::move(v)] {
-      for (const Copy& c : v) std::memcpy(c.dst, c.src, c.bytes);
-    }, label);
+  // The pieces' tensors outlive the copies: drain (below) waits for both streams before they go.
+  auto enqueue = [](Stream& stream, const std::vector<Copy>& v, const char* label) {
+    for (const Copy& c : v) stream.copy(c.dst, c.src, int64_t(c.bytes), label);
   };
   std::vector<Event> in(static_cast<size_t>(K)), out(static_cast<size_t>(K));
   Drain drain{*h2d_, *d2h_};

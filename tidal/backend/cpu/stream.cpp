@@ -1,6 +1,7 @@
 // CPU streams: the compute stream runs work inline; side streams run it on a worker thread.
 #include "tidal/backend/cpu/stream.h"
 
+#include <atomic>
 #include <condition_variable>
 #include <cstring>
 #include <deque>
@@ -50,9 +51,9 @@ struct CpuEvent final : detail::EventState {
   }
 };
 
-// A byte copy between two tensors of one size (the caller checked them).
-void copy_bytes(const Tensor& dst, const Tensor& src) {
-  if (dst.raw_data() != src.raw_data()) std::memcpy(dst.raw_data(), src.raw_data(), size_t(src.nbytes()));
+// "Device" and host memory are one RAM: a copy is a memcpy (none when both are the same bytes).
+void copy_memory(void* dst, const void* src, int64_t bytes) {
+  if (dst != src) std::memcpy(dst, src, size_t(bytes));
 }
 
 thread_local bool t_in_worker = false;
@@ -73,6 +74,7 @@ struct StreamWorker {
   bool stop = false;
   bool busy = false;
   std::exception_ptr pending;  // first error since the last event took it
+  std::atomic<int64_t> busy_ns{0};  // time spent running work tasks
   std::thread thread;
   std::string name;
 
@@ -92,14 +94,16 @@ struct StreamWorker {
           if (pending) return;  // work after a failure is skipped until the error is reported
         }
         const StreamObserver observer = stream_observer();
-        const int64_t start = observer != nullptr ? now_ns() : 0;
+        const int64_t start = now_ns();
         try {
           t.fn();
         } catch (...) {
           std::lock_guard<std::mutex> lock(mu);
           pending = std::current_exception();
         }
-        if (observer != nullptr) observer(name, t.label, start, now_ns());
+        const int64_t end = now_ns();
+        busy_ns.fetch_add(end - start, std::memory_order_relaxed);
+        if (observer != nullptr) observer(name, t.label, start, end);
         return;
       }
       case Kind::record: {
@@ -168,7 +172,10 @@ class InlineStream final : public detail::StreamImpl {
   }
   void synchronize() override {}
   bool query() override { return true; }
-  void copy(const Tensor& dst, const Tensor& src) override { copy_bytes(dst, src); }
+  void copy_bytes(void* dst, const void* src, int64_t bytes, const char*, std::shared_ptr<const void>) override {
+    copy_memory(dst, src, bytes);
+  }
+  int64_t busy_ns() const override { return 0; }  // its work runs on the caller's time
 
  private:
   std::string name_;
@@ -210,9 +217,11 @@ class WorkerStream final : public detail::StreamImpl {
     std::lock_guard<std::mutex> lock(w_.mu);
     return w_.queue.empty() && !w_.busy;
   }
-  void copy(const Tensor& dst, const Tensor& src) override {
-    enqueue([dst, src] { copy_bytes(dst, src); }, "copy");
+  void copy_bytes(void* dst, const void* src, int64_t bytes, const char* label,
+                  std::shared_ptr<const void> keep_alive) override {
+    enqueue([dst, src, bytes, keep = std::move(keep_alive)] { copy_memory(dst, src, bytes); }, label);
   }
+  int64_t busy_ns() const override { return w_.busy_ns.load(std::memory_order_relaxed); }
 
  private:
   StreamWorker w_;
