@@ -91,13 +91,11 @@ Tensor SparseMoeBlock::forward(const Tensor& x, RouterStats& stats, bool recompu
   stats.tokens = n;
   {
     NoGradGuard no_grad;
-    Tensor counts_ke = zeros({top_k_, experts_}, DType::f32, x.device());
-    if (!x.is_meta()) {
-      std::vector<int64_t> ch = chosen.to_vector<int64_t>();
-      float* p = counts_ke.data<float>();
-      for (int64_t i = 0; i < n; ++i)
-        for (int64_t j = 0; j < top_k_; ++j) p[j * experts_ + ch[size_t(i * top_k_ + j)]] += 1.0f;
-    }
+    // counts[j * E + e] += 1 for each token whose j-th choice is e: one index_add on the device.
+    Tensor cell = add(chosen, arange(0, top_k_ * experts_, experts_, DType::i64, x.device()));  // (N, k)
+    Tensor counts_ke = index_add(zeros({top_k_ * experts_}, DType::f32, x.device()), 0, cell.reshape({n * top_k_}),
+                                 ones({n * top_k_}, DType::f32, x.device()))
+                           .reshape({top_k_, experts_});  // (k, E)
     stats.topk_counts = counts_ke;
   }
   return out.reshape({b, t, c});
