@@ -80,10 +80,10 @@ std::string format_breakdown(const MemoryStats& s) {
                   format_bytes(c.peak).c_str(), format_bytes(s.at_peak[size_t(i)]).c_str());
     out += line;
   }
-  std::snprintf(line, sizeof line, "  %-16s %12s %12s\n  %-16s %12s %12s\n  %-16s %12s\n", "allocated",
-                format_bytes(s.allocated).c_str(), format_bytes(s.peak_allocated).c_str(), "reserved",
-                format_bytes(s.reserved).c_str(), format_bytes(s.peak_reserved).c_str(),
-                "fragmentation", format_bytes(s.fragmentation()).c_str());
+  std::snprintf(line, sizeof line, "  %-16s %12s %12s\n  %-16s %12s %12s\n  %-16s %12s  (reserved but unallocated)\n",
+                "allocated", format_bytes(s.allocated).c_str(), format_bytes(s.peak_allocated).c_str(), "reserved",
+                format_bytes(s.reserved).c_str(), format_bytes(s.peak_reserved).c_str(), "unallocated",
+                format_bytes(s.reserved_unallocated()).c_str());
   out += line;
   return out;
 }

@@ -46,7 +46,9 @@ struct MemoryStats {
   std::array<int64_t, kNumMemoryCategories> at_peak{};
 
   const CategoryStats& operator[](MemoryCategory c) const { return category[size_t(c)]; }
-  int64_t fragmentation() const { return reserved - allocated; }
+  // PyTorch's "reserved but unallocated": the cache's free blocks plus the rounding of blocks in use. Not
+  // fragmentation, which would compare the largest free block with this total (not measured).
+  int64_t reserved_unallocated() const { return reserved - allocated; }
 };
 
 // What a MemoryEvent records. A change of category is two events on the same block: out of the old

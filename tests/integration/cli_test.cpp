@@ -60,6 +60,10 @@ TEST(Cli, InfoAndHelp) {
   EXPECT_NE(info.output.find("oneDNN"), std::string::npos) << info.output;
   EXPECT_NE(info.output.find("8.00 GiB limit"), std::string::npos) << info.output;
   EXPECT_EQ(run(kTidal + " help").code, 0);
+  Result help = run(kTidal + " demo --help");  // every command lists its options
+  EXPECT_EQ(help.code, 0) << help.output;
+  EXPECT_NE(help.output.find("--kv-heads N"), std::string::npos) << help.output;
+  EXPECT_NE(help.output.find("--checkpoint"), std::string::npos) << help.output;
 }
 
 TEST(Cli, TrainSaveThenGenerate) {

@@ -86,6 +86,11 @@ TEST_F(DataCli, PrepareWritesOneDocumentPerEntry) {
   ASSERT_EQ(p.num_documents(), 3);  // two paragraphs, and the quotes file has no blank line
   EXPECT_EQ(t.decode(p.document(1)), "Paragraph two, the quick one.\n");
 
+  r = run(kTidal + " prepare --input " + dir_ + "/more.txt --input " + dir_ + "/quotes --tokenizer " + tok +
+          " --output-prefix " + dir_ + "/r --split-on-blank-lines --dtype int32");  // --input may repeat
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_EQ(tidal::data::IndexedDataset(dir_ + "/r").num_documents(), 3);
+
   r = run(kTidal + " prepare --input " + dir_ + "/more.txt --tokenizer " + tok + " --output-prefix " + dir_ + "/w");
   ASSERT_EQ(r.code, 0) << r.output;
   EXPECT_EQ(tidal::data::IndexedDataset(dir_ + "/w").num_documents(), 1);  // the whole file

@@ -80,7 +80,7 @@ TEST(ProfileCli, TrainWritesEveryFileAndReportSummarizesThem) {
   const std::string csv = tidal::io::read_file(dir + "/memory_timeline.csv");
   EXPECT_EQ(csv.rfind("time_us,op,layer,category,delta_bytes,allocated,reserved,", 0), 0u) << csv.substr(0, 200);
   const std::string md = tidal::io::read_file(dir + "/memory_report.md");
-  for (const char* s : {"## Breakdown at the peak", "fragmentation (reserved - allocated)", "per module",
+  for (const char* s : {"## Breakdown at the peak", "reserved but unallocated (reserved - allocated)", "per module",
                         "## Tensors saved for backward", "| kept |"})
     EXPECT_NE(md.find(s), std::string::npos) << s;
 
@@ -135,7 +135,7 @@ TEST(ProfileCli, OutOfMemoryStopsWithAdviceExitCode3AndKeepsCheckpoints) {
   Result r = run("TIDAL_DEVICE_MEMORY=3.5MiB " + kTidal + " train" + kTiny + " --train-iters 4 --load " + ck +
                  " --save " + ck + " --save-interval 1 --profile " + prof + " --profile-steps 3");
   EXPECT_EQ(r.code, 3) << r.output;
-  for (const char* s : {"out of memory on cpu", "3.50 MiB limit", "optimizer_state", "fragmentation",
+  for (const char* s : {"out of memory on cpu", "3.50 MiB limit", "optimizer_state", "reserved but unallocated",
                         "needs about 4.86 MiB", "What to try, in the triage order",
                         "1. chunked loss:", "--loss-compute-mode chunk --loss-chunk-size 64 would save 704.00 KiB",
                         "2. sharding:", "not available", "3. recompute (selective):",

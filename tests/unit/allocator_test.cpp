@@ -25,7 +25,7 @@ TEST(Allocator, AccountsPerCategoryWithPeaks) {
   EXPECT_EQ(s[MemoryCategory::activation].allocated, 3000);
   EXPECT_EQ(s.num_allocs, 2);
   EXPECT_EQ(s.reserved, 1024 + 3072);  // blocks round up to 512 bytes
-  EXPECT_EQ(s.fragmentation(), 96);
+  EXPECT_EQ(s.reserved_unallocated(), 96);
   a.deallocate(p2, 3000, MemoryCategory::activation);
   s = a.stats();
   EXPECT_EQ(s.allocated, 1000);

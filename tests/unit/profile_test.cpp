@@ -194,7 +194,7 @@ TEST(Profile, SavedTensorTableSumsToTheActivationsAtThePeak) {
     for (const nlohmann::json& row : act["by_layer"]) live[row["layer"]] = row["bytes"];
     EXPECT_EQ(table, live);
     EXPECT_EQ(s["peak"]["by_category"]["activation"], act["total"]);
-    EXPECT_EQ(s["peak"]["fragmentation"].get<int64_t>(),
+    EXPECT_EQ(s["peak"]["reserved_unallocated"].get<int64_t>(),
               s["peak"]["reserved"].get<int64_t>() - s["peak"]["allocated"].get<int64_t>());
 
     const nlohmann::json trace = nlohmann::json::parse(io::read_file(dir + "/trace.json"));
@@ -314,7 +314,7 @@ TEST(OomAdvice, TheMessageKeepsTheBreakdownAndReplacesTheGenericHint) {
   dev.set_limit(old_limit);
   EXPECT_NE(msg.find("out of memory"), std::string::npos) << msg;
   EXPECT_NE(msg.find("op linear"), std::string::npos) << msg;
-  EXPECT_NE(msg.find("fragmentation"), std::string::npos) << msg;  // the breakdown at that moment
+  EXPECT_NE(msg.find("reserved but unallocated"), std::string::npos) << msg;  // the breakdown at that moment
   EXPECT_EQ(msg.find("What to try: a smaller"), std::string::npos) << msg;
   EXPECT_NE(msg.find("What to try, in the triage order"), std::string::npos) << msg;
   EXPECT_NE(msg.find("would save"), std::string::npos) << msg;

@@ -27,8 +27,8 @@ Flags& Flags::option(const std::string& name, const std::string& help, const std
   return *this;
 }
 
-Flags& Flags::multi(const std::string& name, const std::string& help) {
-  specs_.push_back({name, {help, "VALUE...", Spec::multi}});
+Flags& Flags::multi(const std::string& name, const std::string& help, const std::string& value_name) {
+  specs_.push_back({name, {help, value_name + "...", Spec::multi}});
   return *this;
 }
 
@@ -45,6 +45,10 @@ void Flags::parse(const std::vector<std::string>& argv) {
   };
   for (size_t i = 0; i < argv.size(); ++i) {
     std::string arg = argv[i];
+    if (arg == "--help" || arg == "-h") {
+      help_requested_ = true;
+      continue;
+    }
     std::string inline_value;
     bool has_inline = false;
     if (const size_t eq = arg.find('='); arg.rfind("--", 0) == 0 && eq != std::string::npos) {
@@ -64,14 +68,15 @@ void Flags::parse(const std::vector<std::string>& argv) {
           best = n;
         }
       }
-      const std::string hint = best_d <= 3 ? " (did you mean --" + best + "?)" : "";
+      const std::string hint = best_d <= std::min<size_t>(3, best.size() / 2) ? " (did you mean --" + best + "?)" : "";
       TIDAL_CHECK(false, "tidal ", command_, ": ", arg.rfind("--", 0) == 0 ? "unknown option '" : "unexpected argument '",
-                  arg, "'", hint, ". Valid options: ", all);
+                  arg, "'", hint, all.empty() ? ": it takes no options" : ". Valid options: " + all);
     }
     const std::string name = arg.substr(2);
-    TIDAL_CHECK(!values_.count(name), "tidal ", command_, ": ", arg, " is given twice");
-    given_.push_back(name);
+    TIDAL_CHECK(spec->kind == Spec::multi || !values_.count(name), "tidal ", command_, ": ", arg, " is given twice");
+    if (!values_.count(name)) given_.push_back(name);
     std::vector<std::string>& vals = values_[name];
+    const size_t before = vals.size();
     if (spec->kind == Spec::flag) {
       TIDAL_CHECK(!has_inline, "tidal ", command_, ": ", arg, " takes no value");
       continue;
@@ -84,7 +89,8 @@ void Flags::parse(const std::vector<std::string>& argv) {
         if (spec->kind == Spec::option) break;
       }
     }
-    TIDAL_CHECK(!vals.empty(), "tidal ", command_, ": ", arg, " needs a value (", spec->value_name, ")");
+    TIDAL_CHECK(vals.size() > before, "tidal ", command_, ": ", arg,
+                spec->kind == Spec::multi ? " needs at least one value (" : " needs a value (", spec->value_name, ")");
   }
 }
 
@@ -144,6 +150,10 @@ std::string Flags::help() const {
     out += left + s.help + "\n";
   }
   return out;
+}
+
+std::string Flags::usage(const std::string& synopsis) const {
+  return "usage: tidal " + command_ + " " + synopsis + "\n\n" + help();
 }
 
 }  // namespace tidal

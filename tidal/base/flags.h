@@ -1,7 +1,8 @@
 #pragma once
-// Command-line flags, Megatron-LM style: "--name value" options and "--name" switches, declared
-// once with their help text. Unknown flags are rejected with the closest valid name and the list of
-// all of them; values are parsed with range checks. Used by every `tidal` command.
+// The one command-line parser of every `tidal` command (chosen over CLI11: docs/architecture.md, "Command line").
+// Megatron-LM style: "--name value" (or "--name=value") options, "--name v1 v2 ..." lists and "--name" switches,
+// declared once with their help text. Unknown flags are rejected with the closest valid name and the list of all of
+// them; values are parsed with range checks. "--help" / "-h" anywhere sets help_requested().
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -16,11 +17,13 @@ class Flags {
 
   // Declarations (before parse).
   Flags& option(const std::string& name, const std::string& help, const std::string& value_name = "VALUE");
-  Flags& multi(const std::string& name, const std::string& help);  // takes one or more values
+  // Takes one or more values, up to the next "--" argument; may repeat ("--input a --input b c": a, b, c).
+  Flags& multi(const std::string& name, const std::string& help, const std::string& value_name = "VALUE");
   Flags& flag(const std::string& name, const std::string& help);
 
   // Parses argv; throws tidal::Error on an unknown flag, a missing value or a repeated flag.
   void parse(const std::vector<std::string>& argv);
+  bool help_requested() const { return help_requested_; }
 
   bool has(const std::string& name) const { return values_.count(name) > 0; }
   bool flag_on(const std::string& name) const;
@@ -32,6 +35,8 @@ class Flags {
   const std::vector<std::string>& given() const { return given_; }
 
   std::string help() const;  // "  --name VALUE   help" lines
+  // "usage: tidal COMMAND SYNOPSIS\n\n" + help(): what a command prints for --help.
+  std::string usage(const std::string& synopsis) const;
 
  private:
   struct Spec {
@@ -43,6 +48,7 @@ class Flags {
   std::vector<std::pair<std::string, Spec>> specs_;
   std::map<std::string, std::vector<std::string>> values_;
   std::vector<std::string> given_;
+  bool help_requested_ = false;
 };
 
 }  // namespace tidal

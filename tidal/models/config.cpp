@@ -42,11 +42,12 @@ void ModelConfig::validate() const {
               "[config] hidden_size, num_hidden_layers and num_attention_heads must be positive, got ", hidden_size,
               ", ", num_hidden_layers, ", ", num_attention_heads);
   TIDAL_CHECK(head_dim > 0 || hidden_size % num_attention_heads == 0, "[config] hidden_size ", hidden_size,
-              " is not divisible by num_attention_heads ", num_attention_heads, " (set head_dim to override)");
+              " is not divisible by num_attention_heads ", num_attention_heads,
+              " (set head_dim, tidal train's --kv-channels)");
   TIDAL_CHECK(head_size() % 2 == 0 || is_gpt2(), "[config] rotary embeddings need an even head_dim, got ",
               head_size());
   TIDAL_CHECK(num_attention_heads % kv_heads() == 0, "[config] num_attention_heads ", num_attention_heads,
-              " is not a multiple of num_key_value_heads ", kv_heads());
+              " is not a multiple of num_key_value_heads ", kv_heads(), " (tidal train's --num-query-groups)");
   TIDAL_CHECK(!is_gpt2() || kv_heads() == num_attention_heads, "[config] gpt2 has no grouped-query attention");
   TIDAL_CHECK(intermediate_size > 0, "[config] intermediate_size must be positive, got ", intermediate_size);
   TIDAL_CHECK(max_position_embeddings > 0, "[config] max_position_embeddings must be positive");

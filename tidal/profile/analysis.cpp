@@ -163,7 +163,7 @@ nlohmann::json memory_at(const ProfileData& d, const std::vector<CategoryBytes>&
   j["category"] = std::string(category_name(e.category));
   j["allocated"] = e.allocated;
   j["reserved"] = e.reserved;
-  j["fragmentation"] = e.reserved - e.allocated;
+  j["reserved_unallocated"] = e.reserved - e.allocated;  // the cache's free blocks and rounding
   j["by_category"] = by_category(dev[i]);  // a failed request changed nothing: the state at the failure
   const CategoryBytes h = state_at(d.host_start, d.host, host, e.time_ns);
   int64_t host_total = 0;

@@ -51,13 +51,16 @@ std::string breakdown(const nlohmann::json& at, bool markdown) {
     out += markdown ? printf_str("| %s | %s | %s |\n", name.c_str(), format_bytes(b).c_str(), pct(b, total).c_str())
                     : printf_str("    %-16s %12s  %6s\n", name.c_str(), format_bytes(b).c_str(), pct(b, total).c_str());
   }
-  const std::string frag = bytes(at["fragmentation"]), host = bytes(at["host_allocated"]);
-  out += markdown ? printf_str("| **allocated** | **%s** | |\n| reserved | %s | |\n| fragmentation (reserved - allocated) | %s | |\n"
+  const std::string unallocated = bytes(at["reserved_unallocated"]), host = bytes(at["host_allocated"]);
+  out += markdown ? printf_str("| **allocated** | **%s** | |\n| reserved | %s | |\n"
+                               "| reserved but unallocated (reserved - allocated) | %s | |\n"
                                "| host memory (offload target) | %s | |\n",
-                               format_bytes(total).c_str(), bytes(at["reserved"]).c_str(), frag.c_str(), host.c_str())
-                  : printf_str("    %-16s %12s\n    %-16s %12s\n    %-16s %12s  (reserved - allocated)\n    %-16s %12s\n",
+                               format_bytes(total).c_str(), bytes(at["reserved"]).c_str(), unallocated.c_str(),
+                               host.c_str())
+                  : printf_str("    %-16s %12s\n    %-16s %12s\n    %-16s %12s  (reserved but unallocated)\n"
+                               "    %-16s %12s\n",
                                "allocated", format_bytes(total).c_str(), "reserved", bytes(at["reserved"]).c_str(),
-                               "fragmentation", frag.c_str(), "host memory", host.c_str());
+                               "unallocated", unallocated.c_str(), "host memory", host.c_str());
   return out;
 }
 

@@ -15,9 +15,13 @@ Flags train_flags() {
       .option("pretrained", "start from a Hugging Face model directory (config.json + safetensors weights)", "DIR")
       .option("num-layers", "number of transformer layers", "N")
       .option("hidden-size", "hidden size", "N")
-      .option("ffn-hidden-size", "MLP hidden size", "N")
+      .option("ffn-hidden-size", "MLP hidden size (with --hidden-size: 4 x hidden, or Megatron's 8/3 rule for SwiGLU)",
+              "N")
+      .option("moe-ffn-hidden-size", "expert MLP hidden size of MoE models (default with --ffn-hidden-size: it)", "N")
       .option("num-attention-heads", "attention heads", "N")
       .option("num-query-groups", "key/value heads (grouped-query attention)", "N")
+      .option("kv-channels", "head dimension (default with --hidden-size or --num-attention-heads: hidden / heads)",
+              "N")
       .flag("group-query-attention", "accepted for Megatron compatibility (--num-query-groups enables GQA)")
       .option("max-position-embeddings", "maximum sequence length the model supports", "N")
       .option("vocab-size", "vocabulary size (with --mock-data; otherwise the tokenizer's)", "N")
@@ -66,6 +70,40 @@ int64_t override_int(const Flags& f, const char* name, int64_t current, int64_t 
   return f.integer(name, current, lo, hi);
 }
 
+// Note [Derived sizes]: a size flag replaces the preset's (or config.json's) value; the sizes Megatron-LM derives
+// from it are derived again by Megatron's rules, not kept from the preset (megatron/training/arguments.py,
+// validate_args: ffn_hidden_size, kv_channels; moe_ffn_hidden_size):
+//   ffn-hidden-size      with --hidden-size: 4 * hidden (GPT-2's GELU MLP); SwiGLU (llama, qwen3):
+//                        int((4 * hidden * 2 / 3) / 64) * 64, the parameters of a 4 * hidden MLP, a multiple of 64
+//   moe-ffn-hidden-size  with a new ffn-hidden-size (given or derived): the same
+//   kv-channels          (head_dim) with --hidden-size or --num-attention-heads: hidden / heads
+// The key/value heads stay the preset's unless --num-query-groups is given (Megatron derives them from nothing).
+void derive_sizes(const Flags& f, models::ModelConfig& m) {
+  constexpr int64_t kBig = int64_t(1) << 40;
+  int64_t ffn = m.intermediate_size;
+  if (f.has("hidden-size")) ffn = m.is_gpt2() ? 4 * m.hidden_size : 4 * m.hidden_size * 2 / 3 / 64 * 64;
+  TIDAL_CHECK(ffn > 0 || f.has("ffn-hidden-size"), "tidal train: --hidden-size ", m.hidden_size, " leaves no SwiGLU ",
+              "width by Megatron's rule (8/3 x hidden, rounded down to a multiple of 64): give --ffn-hidden-size");
+  m.intermediate_size = override_int(f, "ffn-hidden-size", ffn, 1, kBig);
+  if (m.is_moe() && (f.has("hidden-size") || f.has("ffn-hidden-size"))) m.moe_intermediate_size = m.intermediate_size;
+  m.moe_intermediate_size = override_int(f, "moe-ffn-hidden-size", m.moe_intermediate_size, 1, kBig);
+  TIDAL_CHECK(m.is_moe() || !f.has("moe-ffn-hidden-size"), "tidal train: --moe-ffn-hidden-size is for MoE models");
+  if (f.has("hidden-size") || f.has("num-attention-heads")) m.head_dim = 0;  // hidden / heads
+  m.head_dim = override_int(f, "kv-channels", m.head_dim, 1, kBig);
+  TIDAL_CHECK(!m.is_gpt2() || !f.has("kv-channels") || m.head_dim * m.num_attention_heads == m.hidden_size,
+              "tidal train: gpt2's heads split the hidden size: --kv-channels must be hidden / heads");
+  // Heads that do not divide the hidden size or are no multiple of the key/value heads are the model's
+  // validate()'s to report, when training builds it.
+}
+
+// "12 layers, hidden 768, ffn 3072, 12 heads of 64 (4 key/value)": the shape the size flags gave.
+std::string shape_of(const models::ModelConfig& m) {
+  return detail::str_cat(m.num_hidden_layers, " layers, hidden ", m.hidden_size, ", ffn ", m.intermediate_size,
+                         m.is_moe() ? detail::str_cat(" (experts ", m.moe_intermediate_size, ")") : std::string(),
+                         ", ", m.num_attention_heads, " heads of ", m.head_size(), " (", m.kv_heads(),
+                         " key/value)");
+}
+
 }  // namespace
 
 TrainArgs parse_train_args(const std::vector<std::string>& argv) {
@@ -90,10 +128,15 @@ TrainArgs parse_train_args(const std::vector<std::string>& argv) {
   constexpr int64_t kBig = int64_t(1) << 40;
   m.num_hidden_layers = override_int(f, "num-layers", m.num_hidden_layers, 1, 100000);
   m.hidden_size = override_int(f, "hidden-size", m.hidden_size, 1, kBig);
-  m.intermediate_size = override_int(f, "ffn-hidden-size", m.intermediate_size, 1, kBig);
   m.num_attention_heads = override_int(f, "num-attention-heads", m.num_attention_heads, 1, 100000);
   m.num_key_value_heads = override_int(f, "num-query-groups", m.kv_heads(), 1, 100000);
-  if (f.has("hidden-size") || f.has("num-attention-heads")) m.head_dim = 0;  // derive it again
+  derive_sizes(f, m);  // ffn, moe ffn and head sizes (Note [Derived sizes])
+  for (const char* size : {"num-layers", "hidden-size", "ffn-hidden-size", "moe-ffn-hidden-size", "num-attention-heads",
+                           "num-query-groups", "kv-channels"})
+    if (f.has(size)) {
+      a.model_source += ": " + shape_of(m);  // tidal train prints it beside the parameter count
+      break;
+    }
   m.max_position_embeddings = override_int(f, "max-position-embeddings", m.max_position_embeddings, 1, kBig);
   m.hidden_dropout = f.number("hidden-dropout", m.hidden_dropout, 0.0, 0.99);
   m.attention_dropout = f.number("attention-dropout", m.attention_dropout, 0.0, 0.99);

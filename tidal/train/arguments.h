@@ -14,7 +14,7 @@ namespace tidal::train {
 
 struct TrainArgs {
   models::ModelConfig model;     // resolved: preset/config + overrides (vocab from the tokenizer)
-  std::string model_source;      // "preset NAME", "config PATH" or "pretrained DIR"
+  std::string model_source;      // "preset NAME", "config PATH" or "pretrained DIR" [": SHAPE" after size flags]
   std::string pretrained;        // a Hugging Face model directory to start from (config and weights)
   // data
   std::vector<std::string> data_path;  // Megatron indexed-dataset prefixes

@@ -18,8 +18,8 @@ struct PlanStep {
 };
 
 // The prediction covers parameters, gradients, optimizer states, saved activations and logits
-// exactly, but not the backward pass's transient gradients nor the caching allocator's
-// fragmentation (reserved - allocated): measured up to ~9% above it when chunked loss and
+// exactly, but not the backward pass's transient gradients nor the caching allocator's reserved but
+// unallocated bytes (reserved - allocated): measured up to ~9% above it when chunked loss and
 // recompute together take the logits and activations down. A plan therefore aims at the budget
 // less a headroom.
 inline constexpr double kDefaultPlanHeadroom = 0.10;

@@ -1,31 +1,18 @@
 #pragma once
-// Shared pieces of the `tidal` command line: argument parsing with clear errors, and the exit codes.
-#include <cstdint>
-#include <map>
+// Shared pieces of the `tidal` command line: the exit codes, --help, and the commands. Every command parses its
+// options with tidal::Flags (tidal/base/flags.h).
 #include <string>
 #include <vector>
+
+#include "tidal/base/flags.h"
 
 namespace tidal::cli {
 
 enum ExitCode : int { kOk = 0, kError = 1, kUsage = 2, kOutOfMemory = 3 };
 
-// "--name value" and "--flag" arguments. Unknown names are rejected with the list of valid ones.
-class Args {
- public:
-  // `flags` take no value; `options` take one. Throws tidal::Error on anything else.
-  Args(const std::vector<std::string>& argv, const std::vector<std::string>& flags,
-       const std::vector<std::string>& options, const std::string& command);
-  bool flag(const std::string& name) const { return flags_.count(name) > 0; }
-  bool has(const std::string& name) const { return values_.count(name) > 0; }
-  std::string str(const std::string& name, const std::string& fallback) const;
-  int64_t integer(const std::string& name, int64_t fallback, int64_t lo, int64_t hi) const;
-  double number(const std::string& name, double fallback, double lo, double hi) const;
-
- private:
-  std::string command_;
-  std::map<std::string, bool> flags_;
-  std::map<std::string, std::string> values_;
-};
+// Parses argv into f; when the user asked for help (--help, -h, or "help" alone) prints
+// "usage: tidal COMMAND SYNOPSIS" and the options to stdout and returns true: the command then returns kOk.
+bool parse_or_help(Flags& f, const std::vector<std::string>& argv, const std::string& synopsis);
 
 int run_demo(const std::vector<std::string>& args);
 int run_info(const std::vector<std::string>& args);

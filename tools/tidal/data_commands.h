@@ -4,13 +4,20 @@
 #include <string>
 #include <vector>
 
+#include "tidal/base/flags.h"
+#include "tidal/data/corpus.h"
+
 namespace tidal::cli {
 
 int run_prepare(const std::vector<std::string>& args);
 int run_tokenizer(const std::vector<std::string>& args);
 
-// Takes every "--name v1 v2 ..." out of argv (values run to the next "--" argument; the option may
-// repeat) and returns the values, so the rest can go to Args, which knows single values only.
-std::vector<std::string> take_list_option(std::vector<std::string>& argv, const std::string& name);
+// The text inputs of `tokenizer train` and `prepare`: --input FILE|DIR [FILE ...] and how the files split into
+// documents, --split-on-fortune-delimiter or --split-on-blank-lines (default: one document per file). Read back:
+// the files (directories expanded; at least one --input is required) and the split; `command` names the command in
+// the errors.
+Flags& add_text_input_flags(Flags& f);
+std::vector<std::string> text_input_files(const Flags& f, const std::string& command);
+data::DocumentSplit document_split(const Flags& f, const std::string& command);
 
 }  // namespace tidal::cli

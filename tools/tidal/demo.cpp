@@ -208,11 +208,22 @@ double now_s() {
 }  // namespace
 
 int run_demo(const std::vector<std::string>& argv) {
-  Args args(argv, {"--checkpoint"},
-            {"--steps", "--layers", "--dim", "--heads", "--kv-heads", "--ffn", "--seq-length", "--batch", "--lr",
-             "--seed", "--log-interval", "--attention"},
-            "demo");
   Config c;
+  Flags args("demo");
+  args.option("steps", "training steps (default " + std::to_string(c.steps) + ")", "N")
+      .option("layers", "transformer layers (default " + std::to_string(c.layers) + ")", "N")
+      .option("dim", "hidden size (default " + std::to_string(c.dim) + ")", "N")
+      .option("heads", "attention heads (default " + std::to_string(c.heads) + ")", "N")
+      .option("kv-heads", "key/value heads (default " + std::to_string(c.kv_heads) + ")", "N")
+      .option("ffn", "SwiGLU hidden size (default " + std::to_string(c.ffn) + ")", "N")
+      .option("seq-length", "tokens per sample (default " + std::to_string(c.seq) + ")", "N")
+      .option("batch", "samples per step (default " + std::to_string(c.batch) + ")", "N")
+      .option("lr", "AdamW learning rate (default 3e-3)", "LR")
+      .option("seed", "random seed of the text, the weights and the batches (default 1)", "N")
+      .option("log-interval", "print a line every N steps (default " + std::to_string(c.log_every) + ")", "N")
+      .option("attention", "attention kernel: flash (default) or eager", "KIND")
+      .flag("checkpoint", "train with activation checkpointing of every layer");
+  if (parse_or_help(args, argv, "[options]")) return kOk;
   c.steps = args.integer("steps", c.steps, 0, 1000000);
   c.layers = args.integer("layers", c.layers, 1, 64);
   c.heads = args.integer("heads", c.heads, 1, 64);
@@ -224,7 +235,7 @@ int run_demo(const std::vector<std::string>& argv) {
   c.lr = args.number("lr", c.lr, 0.0, 1.0);
   c.seed = uint64_t(args.integer("seed", int64_t(c.seed), 0, int64_t(1) << 62));
   c.log_every = args.integer("log-interval", c.log_every, 1, 1000000);
-  c.checkpoint = args.flag("checkpoint");
+  c.checkpoint = args.flag_on("checkpoint");
   const std::string attention = args.str("attention", "flash");
   TIDAL_CHECK(attention == "flash" || attention == "eager", "tidal demo: --attention must be flash or eager, got '",
               attention, "'");

@@ -19,7 +19,7 @@ int run_generate(const std::vector<std::string>& argv) {
       .option("top-k", "sample among the k most likely tokens; 0: all (default 40)", "K")
       .option("seed", "random seed of the sampling (default 0)", "N")
       .option("tokenizer", "tokenizer.json (default: the one saved with the checkpoint)", "FILE");
-  f.parse(argv);
+  if (parse_or_help(f, argv, "--load DIR --prompt TEXT [options]")) return kOk;
   TIDAL_CHECK(f.has("load"), "tidal generate: --load DIR is required (a directory tidal train --save wrote)");
   TIDAL_CHECK(f.has("prompt"), "tidal generate: --prompt TEXT is required");
   const std::string dir = f.str("load");

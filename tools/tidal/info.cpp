@@ -9,7 +9,8 @@
 namespace tidal::cli {
 
 int run_info(const std::vector<std::string>& argv) {
-  Args args(argv, {}, {}, "info");
+  Flags flags("info");
+  if (parse_or_help(flags, argv, "   (build and machine facts: BLAS, threads, device memory limit)")) return kOk;
   const int64_t limit = device_allocator(Device::cpu()).limit();
   std::printf("tidal 0.1.0\n");
   std::printf("  devices        cpu, meta\n");

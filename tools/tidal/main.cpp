@@ -63,8 +63,10 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "tidal %s: %s\n", command.c_str(), e.what());
     return tidal::cli::kError;
   } catch (const tidal::Error& e) {
+    std::string what = e.what();
+    if (const std::string prefix = "tidal " + command + ": "; what.rfind(prefix, 0) == 0) what.erase(0, prefix.size());
     std::fprintf(stderr, "tidal %s: error: %s\n(run 'tidal help' for the commands and options)\n", command.c_str(),
-                 e.what());
+                 what.c_str());
     return tidal::cli::kError;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "tidal %s: unexpected error: %s\n", command.c_str(), e.what());

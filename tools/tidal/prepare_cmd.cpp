@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "tidal/base/error.h"
+#include "tidal/base/flags.h"
 #include "tidal/data/corpus.h"
 #include "tidal/data/indexed_dataset.h"
 #include "tidal/data/tokenizer.h"
@@ -12,31 +13,22 @@
 
 namespace tidal::cli {
 
-int run_prepare(const std::vector<std::string>& args) {
-  std::vector<std::string> argv = args;
-  if (!argv.empty() && (argv[0] == "help" || argv[0] == "--help" || argv[0] == "-h")) {
-    std::printf(
-        "usage: tidal prepare --input FILE|DIR [FILE ...] --tokenizer tokenizer.json --output-prefix PREFIX\n"
-        "                     [--append-eod] [--split-on-fortune-delimiter | --split-on-blank-lines]\n"
-        "                     [--dtype uint16|int32|...]\n"
-        "writes PREFIX.bin and PREFIX.idx (Megatron's MMapIndexedDataset); one document per input file,\n"
-        "or per paragraph / fortune entry; --append-eod ends each document with <|endoftext|>\n");
+int run_prepare(const std::vector<std::string>& argv) {
+  Flags a("prepare");
+  add_text_input_flags(a)
+      .option("tokenizer", "tokenizer.json (Hugging Face format)", "FILE")
+      .option("output-prefix", "writes PREFIX.bin and PREFIX.idx (Megatron's MMapIndexedDataset)", "PREFIX")
+      .option("dtype", "token type: uint16, int32, ... (default: the smallest that holds the vocabulary)", "TYPE")
+      .flag("append-eod", "end each document with <|endoftext|>");
+  if (parse_or_help(a, argv, "--input FILE|DIR [FILE ...] --tokenizer tokenizer.json --output-prefix PREFIX "
+                    "[options]"))
     return kOk;
-  }
-  const std::vector<std::string> inputs = take_list_option(argv, "--input");
-  const Args a(argv, {"--append-eod", "--split-on-fortune-delimiter", "--split-on-blank-lines"},
-               {"--tokenizer", "--output-prefix", "--dtype"}, "prepare");
-  TIDAL_CHECK(!inputs.empty(), "tidal prepare: --input FILE [FILE ...] is required");
   TIDAL_CHECK(a.has("tokenizer"), "tidal prepare: --tokenizer tokenizer.json is required");
   TIDAL_CHECK(a.has("output-prefix"), "tidal prepare: --output-prefix PREFIX is required");
-  TIDAL_CHECK(!(a.flag("split-on-fortune-delimiter") && a.flag("split-on-blank-lines")),
-              "tidal prepare: choose one of --split-on-fortune-delimiter and --split-on-blank-lines");
-  const data::DocumentSplit split = a.flag("split-on-fortune-delimiter") ? data::DocumentSplit::fortune
-                                    : a.flag("split-on-blank-lines")     ? data::DocumentSplit::blank_lines
-                                                                         : data::DocumentSplit::file;
-  const std::vector<std::string> files = data::expand_inputs(inputs);
+  const data::DocumentSplit split = document_split(a, "prepare");
+  const std::vector<std::string> files = text_input_files(a, "prepare");
   const data::Tokenizer tok = data::Tokenizer::load(a.str("tokenizer", ""));
-  const bool eod = a.flag("append-eod");
+  const bool eod = a.flag_on("append-eod");
   const int64_t eod_id = eod ? tok.eod_id() : -1;
   const data::TokenDType dtype =
       a.has("dtype") ? data::parse_token_dtype(a.str("dtype", "")) : data::optimal_token_dtype(tok.vocab_size());

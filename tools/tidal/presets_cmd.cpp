@@ -10,7 +10,7 @@ namespace tidal::cli {
 
 int run_presets(const std::vector<std::string>& argv) {
   Flags flags("presets");
-  flags.parse(argv);
+  if (parse_or_help(flags, argv, "   (the built-in model presets, for tidal train --model NAME)")) return kOk;
   std::printf("%-16s %-10s %8s %7s %6s %5s %7s %14s  %s\n", "preset", "type", "layers", "hidden", "heads", "kv",
               "vocab", "parameters", "description");
   for (const models::Preset& p : models::presets()) {

@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "tidal/base/error.h"
+#include "tidal/base/flags.h"
 #include "tidal/data/corpus.h"
 #include "tidal/data/tokenizer.h"
 #include "tools/tidal/cli.h"
@@ -21,14 +22,6 @@ const char* kHelp =
     "  decode  --tokenizer tokenizer.json --ids '1 2 3'                  prints the text\n"
     "  info    --tokenizer tokenizer.json                                 vocabulary facts\n";
 
-data::DocumentSplit document_split(const Args& a) {
-  TIDAL_CHECK(!(a.flag("split-on-fortune-delimiter") && a.flag("split-on-blank-lines")),
-              "choose one of --split-on-fortune-delimiter and --split-on-blank-lines");
-  if (a.flag("split-on-fortune-delimiter")) return data::DocumentSplit::fortune;
-  if (a.flag("split-on-blank-lines")) return data::DocumentSplit::blank_lines;
-  return data::DocumentSplit::file;
-}
-
 std::vector<std::string> split_commas(const std::string& s) {
   std::vector<std::string> out;
   std::stringstream ss(s);
@@ -37,19 +30,24 @@ std::vector<std::string> split_commas(const std::string& s) {
   return out;
 }
 
-int train(std::vector<std::string> argv) {
-  const std::vector<std::string> inputs = take_list_option(argv, "--input");
-  const Args a(argv, {"--split-on-fortune-delimiter", "--split-on-blank-lines"},
-               {"--vocab-size", "--output", "--special-tokens", "--min-frequency"}, "tokenizer train");
-  TIDAL_CHECK(!inputs.empty(), "tidal tokenizer train: --input FILE [FILE ...] is required");
+int train(const std::vector<std::string>& argv) {
+  Flags a("tokenizer train");
+  add_text_input_flags(a)
+      .option("vocab-size", "tokens in the vocabulary, 256 bytes and special tokens included (default 8192)", "N")
+      .option("output", "where to write the tokenizer", "tokenizer.json")
+      .option("special-tokens", "comma-separated special tokens (default <|endoftext|>)", "LIST")
+      .option("min-frequency", "stop merging when no pair occurs this often (default 2)", "N");
+  if (parse_or_help(a, argv, "--input FILE|DIR [FILE ...] --vocab-size N --output tokenizer.json [options]"))
+    return kOk;
   TIDAL_CHECK(a.has("output"), "tidal tokenizer train: --output tokenizer.json is required");
   data::TrainOptions opt;
   opt.vocab_size = a.integer("vocab-size", 8192, 257, int64_t(1) << 30);
   opt.min_frequency = a.integer("min-frequency", 2, 1, int64_t(1) << 40);
   if (a.has("special-tokens")) opt.special_tokens = split_commas(a.str("special-tokens", ""));
-  const std::vector<std::string> files = data::expand_inputs(inputs);
+  const std::vector<std::string> files = text_input_files(a, "tokenizer train");
   std::vector<std::string> docs;
-  data::for_each_document(files, document_split(a), [&](std::string_view d) { docs.emplace_back(d); });
+  const data::DocumentSplit split = document_split(a, "tokenizer train");
+  data::for_each_document(files, split, [&](std::string_view d) { docs.emplace_back(d); });
   TIDAL_CHECK(!docs.empty(), "tidal tokenizer train: the inputs hold no text");
   data::TrainStats stats;
   const data::Tokenizer tok = data::Tokenizer::train(docs, opt, &stats);
@@ -73,13 +71,17 @@ int train(std::vector<std::string> argv) {
   return kOk;
 }
 
-data::Tokenizer load(const Args& a, const char* command) {
+data::Tokenizer load(const Flags& a, const char* command) {
   TIDAL_CHECK(a.has("tokenizer"), "tidal tokenizer ", command, ": --tokenizer tokenizer.json is required");
   return data::Tokenizer::load(a.str("tokenizer", ""));
 }
 
 int encode(const std::vector<std::string>& argv) {
-  const Args a(argv, {}, {"--tokenizer", "--text", "--input"}, "tokenizer encode");
+  Flags a("tokenizer encode");
+  a.option("tokenizer", "tokenizer.json", "FILE")
+      .option("text", "text to encode", "TEXT")
+      .option("input", "a file to encode", "FILE");
+  if (parse_or_help(a, argv, "--tokenizer tokenizer.json (--text TEXT | --input FILE)")) return kOk;
   TIDAL_CHECK(a.has("text") != a.has("input"), "tidal tokenizer encode: give one of --text TEXT and --input FILE");
   const data::Tokenizer tok = load(a, "encode");
   const std::string text = a.has("text") ? a.str("text", "") : data::read_file(a.str("input", ""));
@@ -93,7 +95,11 @@ int encode(const std::vector<std::string>& argv) {
 }
 
 int decode(const std::vector<std::string>& argv) {
-  const Args a(argv, {"--skip-special"}, {"--tokenizer", "--ids"}, "tokenizer decode");
+  Flags a("tokenizer decode");
+  a.option("tokenizer", "tokenizer.json", "FILE")
+      .option("ids", "token ids separated by spaces or commas", "'1 2 3'")
+      .flag("skip-special", "leave special tokens out of the text");
+  if (parse_or_help(a, argv, "--tokenizer tokenizer.json --ids '1 2 3' [--skip-special]")) return kOk;
   TIDAL_CHECK(a.has("ids"), "tidal tokenizer decode: --ids '1 2 3' is required");
   const data::Tokenizer tok = load(a, "decode");
   std::vector<int64_t> ids;
@@ -113,14 +119,16 @@ int decode(const std::vector<std::string>& argv) {
     TIDAL_CHECK(used == word.size() && used > 0, "tidal tokenizer decode: --ids must be integers, got '", word, "'");
     ids.push_back(v);
   }
-  const std::string text = tok.decode(ids, a.flag("skip-special"));
+  const std::string text = tok.decode(ids, a.flag_on("skip-special"));
   std::fwrite(text.data(), 1, text.size(), stdout);
   std::fputc('\n', stdout);
   return kOk;
 }
 
 int info(const std::vector<std::string>& argv) {
-  const Args a(argv, {}, {"--tokenizer"}, "tokenizer info");
+  Flags a("tokenizer info");
+  a.option("tokenizer", "tokenizer.json", "FILE");
+  if (parse_or_help(a, argv, "--tokenizer tokenizer.json")) return kOk;
   const data::Tokenizer tok = load(a, "info");
   std::printf("vocab size: %lld (embedding rows)\nmerges: %lld\n", (long long)tok.vocab_size(),
               (long long)tok.num_merges());
@@ -132,19 +140,23 @@ int info(const std::vector<std::string>& argv) {
 
 }  // namespace
 
-std::vector<std::string> take_list_option(std::vector<std::string>& argv, const std::string& name) {
-  std::vector<std::string> values, rest;
-  for (size_t i = 0; i < argv.size(); ++i) {
-    if (argv[i] != name) {
-      rest.push_back(argv[i]);
-      continue;
-    }
-    const size_t before = values.size();
-    while (i + 1 < argv.size() && argv[i + 1].rfind("--", 0) != 0) values.push_back(argv[++i]);
-    TIDAL_CHECK(values.size() > before, name, " needs at least one value");
-  }
-  argv = rest;
-  return values;
+Flags& add_text_input_flags(Flags& f) {
+  return f.multi("input", "text files, or directories of them", "FILE|DIR")
+      .flag("split-on-fortune-delimiter", "one document per fortune entry (default: one per input file)")
+      .flag("split-on-blank-lines", "one document per blank-line separated paragraph");
+}
+
+std::vector<std::string> text_input_files(const Flags& f, const std::string& command) {
+  TIDAL_CHECK(f.has("input"), "tidal ", command, ": --input FILE [FILE ...] is required");
+  return data::expand_inputs(f.strs("input"));
+}
+
+data::DocumentSplit document_split(const Flags& f, const std::string& command) {
+  TIDAL_CHECK(!(f.flag_on("split-on-fortune-delimiter") && f.flag_on("split-on-blank-lines")), "tidal ", command,
+              ": choose one of --split-on-fortune-delimiter and --split-on-blank-lines");
+  if (f.flag_on("split-on-fortune-delimiter")) return data::DocumentSplit::fortune;
+  if (f.flag_on("split-on-blank-lines")) return data::DocumentSplit::blank_lines;
+  return data::DocumentSplit::file;
 }
 
 int run_tokenizer(const std::vector<std::string>& args) {
