@@ -1,8 +1,11 @@
 // The swap optimizer: window plans (coverage, cuts, balance, errors), parameters and states bitwise
 // identical to the in-device AdamW after several steps (f32, bf16 with master weights, f64, skipped
 // parameters, every K), the device optimizer_state peak equal to the prediction, host memory and
-// moved bytes, meta accounting, and state_dict round trips between swapped and in-device AdamW.
+// moved bytes, meta accounting, state_dict round trips between swapped and in-device AdamW, and what
+// both report through AdamW (describe, stats_json).
 #include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
 
 #include "tests/support/error_of.h"
 #include "tests/support/gradcheck.h"
@@ -148,6 +151,24 @@ TEST(SwapOptimizer, BitwiseIdenticalToAdamWAtEveryK) {
     EXPECT_EQ(swapped.param_steps("p2"), 3);  // no gradient at steps 1 and 2
     EXPECT_EQ(swapped.steps(), 5);
   }
+}
+
+// The trainer reads any optimizer through AdamW: the swap optimizer says where its states live and
+// reports its statistics for --metrics-json; the in-device one has no statistics of its own.
+TEST(SwapOptimizer, ReportsThroughTheAdamWInterface) {
+  Params p = make_params(6);
+  std::unique_ptr<AdamW> plain = make_adamw(p.named(), {}, {});
+  EXPECT_EQ(plain->describe(), "on the device");
+  EXPECT_TRUE(plain->stats_json().is_null());
+  std::unique_ptr<AdamW> swapped = make_adamw(p.named(), {}, {true, 4});
+  set_grads(p, 0);
+  swapped->step(1e-3);
+  EXPECT_NE(swapped->describe().find("swapped through the device in 4 windows"), std::string::npos)
+      << swapped->describe();
+  const nlohmann::json j = swapped->stats_json();
+  EXPECT_EQ(j["windows"].get<int64_t>(), 4);
+  EXPECT_EQ(j["steps"].get<int64_t>(), 1);
+  EXPECT_EQ(j["host_state_bytes"].get<int64_t>(), swapped->state_bytes());
 }
 
 TEST(SwapOptimizer, DeviceAndHostMemoryAreThePredictedBytes) {

@@ -133,13 +133,18 @@ bool discarded(const Item& it, const LayerRecompute& p) {
          (it.discard == Discard::act && (p.activation || p.moe_act));
 }
 
-}  // namespace
+// The layers' recompute policies: the plan's, or none at all.
+class LayerPlans {
+ public:
+  explicit LayerPlans(const std::vector<LayerRecompute>& plan) : plan_(plan) {}
+  const LayerRecompute& operator[](int64_t l) const { return plan_.empty() ? none_ : plan_[size_t(l)]; }
 
-ActivationEstimate estimate_activations(const models::ModelConfig& cfg, const ActivationInputs& in) {
-  cfg.validate();
-  const int64_t layers = cfg.num_hidden_layers;
-  TIDAL_CHECK(in.plan.empty() || int64_t(in.plan.size()) == layers, "[estimator] plan has ", in.plan.size(),
-              " layers, the model ", layers);
+ private:
+  const std::vector<LayerRecompute>& plan_;
+  LayerRecompute none_;
+};
+
+Dims dims_of(const models::ModelConfig& cfg, const ActivationInputs& in) {
   Dims d{};
   d.b = in.batch;
   d.s = in.seq;
@@ -157,207 +162,275 @@ ActivationEstimate estimate_activations(const models::ModelConfig& cfg, const Ac
   d.el = in.element_size;
   d.drop_attn = in.training && cfg.attention_dropout > 0;
   d.drop_hidden = in.training && cfg.hidden_dropout > 0;
-  const LayerRecompute none;
-  auto plan_of = [&](int64_t l) -> const LayerRecompute& { return in.plan.empty() ? none : in.plan[size_t(l)]; };
+  return d;
+}
 
-  std::vector<std::vector<Item>> items(static_cast<size_t>(layers));
-  for (int64_t l = 0; l < layers; ++l) {
+// Tokens per expert of sparse MoE layer `l`: the counts given, or the even split the planner assumes.
+std::vector<int64_t> routed_tokens(const ActivationInputs& in, const Dims& d, int64_t l) {
+  std::vector<int64_t> routed;
+  const int64_t slots = d.n * d.k;
+  if (size_t(l) < in.expert_tokens.size() && !in.expert_tokens[size_t(l)].empty()) {
+    routed = in.expert_tokens[size_t(l)];
+    int64_t total = 0;
+    for (const int64_t m : routed) total += m;
+    TIDAL_CHECK(int64_t(routed.size()) == d.e && total == slots, "[estimator] layer ", l, ": expert_tokens needs ",
+                d.e, " counts summing to ", slots, " (tokens x top-k)");
+  } else {
+    for (int64_t e = 0; e < d.e; ++e) routed.push_back(slots / d.e + (e < slots % d.e ? 1 : 0));
+  }
+  return routed;
+}
+
+// What each layer saves, in forward order.
+std::vector<std::vector<Item>> layer_items(const models::ModelConfig& cfg, const ActivationInputs& in, const Dims& d) {
+  std::vector<std::vector<Item>> items(static_cast<size_t>(cfg.num_hidden_layers));
+  for (int64_t l = 0; l < cfg.num_hidden_layers; ++l) {
     if (cfg.is_gpt2()) {
       items[size_t(l)] = gpt2_layer(d, in.kernel);
       continue;
     }
-    std::vector<int64_t> routed;  // tokens per expert: given, or the even split the planner assumes
-    if (cfg.is_moe_layer(l)) {
-      const int64_t slots = d.n * d.k;
-      if (size_t(l) < in.expert_tokens.size() && !in.expert_tokens[size_t(l)].empty()) {
-        routed = in.expert_tokens[size_t(l)];
-        int64_t total = 0;
-        for (const int64_t m : routed) total += m;
-        TIDAL_CHECK(int64_t(routed.size()) == d.e && total == slots, "[estimator] layer ", l,
-                    ": expert_tokens needs ", d.e, " counts summing to ", slots, " (tokens x top-k)");
-      } else {
-        for (int64_t e = 0; e < d.e; ++e) routed.push_back(slots / d.e + (e < slots % d.e ? 1 : 0));
-      }
-    }
+    const std::vector<int64_t> routed = cfg.is_moe_layer(l) ? routed_tokens(in, d, l) : std::vector<int64_t>{};
     items[size_t(l)] = llama_layer(d, cfg, l, in.kernel, routed);
   }
+  return items;
+}
 
-  // Outside the layers: token (and position) ids and the embedding dropout mask before; after, the
-  // final norm's input and statistics, the LM head's input, the loss's log-sum-exp and targets (the
-  // logits themselves are accounted as `logits`, not activations), and MoE's aux-loss counts.
-  int64_t before = d.n * 8, after = d.n * d.c * d.el + d.n * 4 + d.n * d.c * d.el + d.n * 4 + d.n * 8;
+// Outside the layers: token (and position) ids and the embedding dropout mask before; after, the
+// final norm's input and statistics, the LM head's input, the loss's log-sum-exp and targets (the
+// logits themselves are accounted as `logits`, not activations), and MoE's aux-loss counts.
+struct OutsideLayers {
+  int64_t before = 0, after = 0;
+};
+
+OutsideLayers outside_layers(const models::ModelConfig& cfg, const ActivationInputs& in, const Dims& d) {
+  OutsideLayers o{d.n * 8, d.n * d.c * d.el + d.n * 4 + d.n * d.c * d.el + d.n * 4 + d.n * 8};
   if (cfg.is_gpt2()) {
-    before += d.s * 8 + (d.drop_hidden ? d.n * d.c : 0);
-    after += d.n * 4;  // layer_norm keeps mean and rstd
+    o.before += d.s * 8 + (d.drop_hidden ? d.n * d.c : 0);
+    o.after += d.n * 4;  // layer_norm keeps mean and rstd
   }
-  if (cfg.is_moe()) after += d.k * d.e * 4;
+  if (cfg.is_moe()) o.after += d.k * d.e * 4;
   // Chunked loss saves the gradients w.r.t. the head input (N, C) and weight (V, C) instead of the
   // head input, the log-sum-exp and the targets (ops/chunked_loss.cpp, Note [Chunked loss memory]).
-  if (in.loss_chunk > 0) after += cfg.vocab_size * d.c * d.el - d.n * 4 - d.n * 8;
+  if (in.loss_chunk > 0) o.after += cfg.vocab_size * d.c * d.el - d.n * 4 - d.n * 8;
+  return o;
+}
 
-  ActivationEstimate est;
-  est.outside_layers = before + after;
-  int64_t cur = 0, peak = 0;
-  std::string peak_at = "start";
-  auto bump = [&](int64_t delta, const std::string& where) {
-    cur += delta;
-    if (cur > peak) {
-      peak = cur;
-      peak_at = where;
-    }
-  };
+// Blocks: what runs as one unit (a layer, or a full-recompute group), the unit offload works on.
+struct Block {
+  int64_t first, last;  // layers
+  bool full;
+  int64_t offloaded = 0;  // bytes of its saves that leave the device
+};
 
-  // Blocks: what runs as one unit (a layer, or a full-recompute group), the unit offload works on.
-  struct Block {
-    int64_t first, last;  // layers
-    bool full;
-    int64_t offloaded = 0;  // bytes of its saves that leave the device
-  };
+std::vector<Block> blocks_of(int64_t layers, const LayerPlans& plan) {
   std::vector<Block> blocks;
   for (int64_t l = 0; l < layers;) {
-    const LayerRecompute& p = plan_of(l);
+    const LayerRecompute& p = plan[l];
     const int64_t g = p.full && p.group_start ? p.group_size : 1;
     blocks.push_back({l, l + g - 1, p.full});
     l += g;
   }
-  // Which saves offload sends away (memory/offload.cpp's policies; never in the last block).
-  auto offloads = [&](const Item& it, bool block_input) {
-    if (!in.offload_policy) return false;
-    switch (in.offload_policy->kind) {
-      case OffloadPolicyKind::all: return true;
-      case OffloadPolicyKind::layer_input: return block_input;
-      case OffloadPolicyKind::core_attn: return it.core;
-      case OffloadPolicyKind::min_bytes: break;
-    }
-    return it.bytes >= in.offload_policy->min_bytes;
-  };
-  auto held = [&](const Item& it, const LayerRecompute& p) {
-    return !(in_region(it, p) && !it.region_input) && !discarded(it, p);
-  };
+  return blocks;
+}
+
+// Which saves offload sends away (memory/offload.cpp's policies).
+bool offloads(const Item& it, bool block_input, const ActivationInputs& in) {
+  if (!in.offload_policy) return false;
+  switch (in.offload_policy->kind) {
+    case OffloadPolicyKind::all: return true;
+    case OffloadPolicyKind::layer_input: return block_input;
+    case OffloadPolicyKind::core_attn: return it.core;
+    case OffloadPolicyKind::min_bytes: break;
+  }
+  return it.bytes >= in.offload_policy->min_bytes;
+}
+
+// Sets each block's offloaded bytes: what it holds after forward that the policy sends away (never in
+// the last block).
+void mark_offloaded(std::vector<Block>& blocks, const std::vector<std::vector<Item>>& items, const LayerPlans& plan,
+                    const ActivationInputs& in) {
   for (size_t bi = 0; bi + 1 < blocks.size(); ++bi) {
     Block& b = blocks[bi];
     if (b.full) {
       const Item& input = items[size_t(b.first)][0];
-      if (offloads(input, true) && !input.core) b.offloaded = input.bytes;
+      if (offloads(input, true, in) && !input.core) b.offloaded = input.bytes;
       continue;
     }
-    const LayerRecompute& p = plan_of(b.first);
+    const LayerRecompute& p = plan[b.first];
     const std::vector<Item>& v = items[size_t(b.first)];
     for (size_t i = 0; i < v.size(); ++i)
-      if (held(v[i], p) && offloads(v[i], i == 0)) b.offloaded += v[i].bytes;
+      if (!(in_region(v[i], p) && !v[i].region_input) && !discarded(v[i], p) && offloads(v[i], i == 0, in))
+        b.offloaded += v[i].bytes;
   }
+}
 
-  // Forward: starting block b releases what block b-1 offloaded.
-  bump(before, "embedding");
+// The activation bytes held as the step's saves and frees are replayed, and their peak.
+class Replay {
+ public:
+  void bump(int64_t delta, const std::string& where) {
+    cur_ += delta;
+    if (cur_ > peak_) {
+      peak_ = cur_;
+      peak_at_ = where;
+    }
+  }
+  int64_t current() const { return cur_; }
+  int64_t peak() const { return peak_; }
+  const std::string& peak_at() const { return peak_at_; }
+
+ private:
+  int64_t cur_ = 0, peak_ = 0;
+  std::string peak_at_ = "start";
+};
+
+// Forward of a layer with the finer policies: what it keeps; a discarded output exists only until its
+// consumers saved it (statistics: not at all). Returns the bytes kept.
+int64_t forward_layer(Replay& r, int64_t l, const std::vector<Item>& v, const LayerRecompute& p) {
+  int64_t kept = 0, pending = 0;
+  for (const Item& it : v) {
+    if (in_region(it, p) && !it.region_input) continue;
+    if (discarded(it, p)) {
+      if (!it.in_forward) continue;
+      r.bump(it.bytes, "layer " + std::to_string(l) + " " + it.name);
+      // The router input's consumer is the whole sparse MoE block: it goes when the block is done.
+      if (it.region == Region::moe && !p.moe) pending += it.bytes;
+      else r.bump(-it.bytes, "");
+      continue;
+    }
+    r.bump(it.bytes, "layer " + std::to_string(l) + " " + it.name);
+    kept += it.bytes;
+  }
+  r.bump(-pending, "");
+  return kept;
+}
+
+int64_t total_bytes(const std::vector<Item>& v) {
+  int64_t sum = 0;
+  for (const Item& it : v) sum += it.bytes;
+  return sum;
+}
+
+// Forward: starting block b releases what block b-1 offloaded. Fills the per-layer fields of `est`.
+void forward_pass(Replay& r, const std::vector<Block>& blocks, const std::vector<std::vector<Item>>& items,
+                  const LayerPlans& plan, ActivationEstimate& est) {
   for (size_t bi = 0; bi < blocks.size(); ++bi) {
     const Block& b = blocks[bi];
-    if (bi > 0) bump(-blocks[bi - 1].offloaded, "");
+    if (bi > 0) r.bump(-blocks[bi - 1].offloaded, "");
     if (b.full) {
       const int64_t input = items[size_t(b.first)][0].bytes;
-      bump(input, "layer " + std::to_string(b.first) + " checkpoint input");
+      r.bump(input, "layer " + std::to_string(b.first) + " checkpoint input");
       for (int64_t j = b.first; j <= b.last; ++j) {
         est.layer_kept.push_back(j == b.first ? input : 0);
-        int64_t full = 0;
-        for (const Item& it : items[size_t(j)]) full += it.bytes;
-        est.layer_full.push_back(full);
+        est.layer_full.push_back(total_bytes(items[size_t(j)]));
       }
       continue;
     }
-    const int64_t l = b.first;
-    const LayerRecompute& p = plan_of(l);
-    int64_t kept = 0, full = 0, pending = 0;
-    for (const Item& it : items[size_t(l)]) {
-      full += it.bytes;
-      if (in_region(it, p) && !it.region_input) continue;
-      if (discarded(it, p)) {  // exists only until its consumers saved it (statistics: not at all)
-        if (!it.in_forward) continue;
-        bump(it.bytes, "layer " + std::to_string(l) + " " + it.name);
-        // The router input's consumer is the whole sparse MoE block: it goes when the block is done.
-        if (it.region == Region::moe && !p.moe) pending += it.bytes;
-        else bump(-it.bytes, "");
-        continue;
-      }
-      bump(it.bytes, "layer " + std::to_string(l) + " " + it.name);
-      kept += it.bytes;
-    }
-    bump(-pending, "");
-    est.layer_kept.push_back(kept);
-    est.layer_full.push_back(full);
+    est.layer_kept.push_back(forward_layer(r, b.first, items[size_t(b.first)], plan[b.first]));
+    est.layer_full.push_back(total_bytes(items[size_t(b.first)]));
   }
-  bump(after, "loss");
-  est.after_forward = cur;
-  for (const Block& b : blocks) est.offloaded_per_step += b.offloaded;
+}
 
-  // Backward: the loss and the head first, then block by block from the last. A block's first
-  // unpack brings back what it and the `prefetch depth` blocks before it offloaded.
-  bump(-after, "");
+// Backward of a full-recompute group: the replay brings back every item of the group's layers (the
+// input is already held), then all of it goes.
+void backward_group(Replay& r, const Block& b, const std::vector<std::vector<Item>>& items) {
+  int64_t group = 0;
+  for (int64_t j = b.first; j <= b.last; ++j) group += total_bytes(items[size_t(j)]);
+  group -= items[size_t(b.first)][0].bytes;
+  r.bump(group, "backward: replay of layers " + std::to_string(b.first) + "-" + std::to_string(b.last));
+  r.bump(-(group + items[size_t(b.first)][0].bytes), "");
+}
+
+// Backward of a layer with the finer policies, item by item from its last save. Items come back
+// before their backward: a region's replay brings its internals (and a discarded region input), an
+// output-discarding recompute brings the output with its norm's statistics.
+void backward_layer(Replay& r, int64_t l, const std::vector<Item>& v, const LayerRecompute& p) {
+  std::vector<bool> back(v.size(), false);
+  int64_t bytes = 0;
+  auto bring = [&](size_t x) {
+    if (back[x]) return;
+    back[x] = true;
+    bytes += v[x].bytes;
+    if (v[x].discard == Discard::norm1 || v[x].discard == Discard::norm2)
+      for (size_t y = 0; y < v.size(); ++y)
+        if (v[y].discard == v[x].discard && !v[y].in_forward && !back[y]) {
+          back[y] = true;
+          bytes += v[y].bytes;
+        }
+  };
+  auto came_back = [&](const std::string& what) {
+    r.bump(bytes, "backward: layer " + std::to_string(l) + " " + what);
+    bytes = 0;
+  };
+  Region replayed = Region::none;
+  bool moe_started = false;
+  for (size_t i = v.size(); i-- > 0;) {
+    const Item& it = v[i];
+    if (in_region(it, p) && replayed != it.region) {  // the region's last save: its replay
+      replayed = it.region;
+      for (size_t x = 0; x < v.size(); ++x)
+        if (v[x].region == it.region && (!v[x].region_input || discarded(v[x], p))) bring(x);
+      came_back(std::string("replay of ") +
+                (it.region == Region::core_attn ? "core attention" : it.region == Region::mlp ? "MLP" : "MoE"));
+    } else if (it.region == Region::moe && !p.moe && !moe_started) {
+      // A discarded router input comes back first, before the backward of the block's output.
+      moe_started = true;
+      for (size_t x = 0; x < v.size(); ++x)
+        if (v[x].region == Region::moe && v[x].region_input && discarded(v[x], p)) bring(x);
+      if (bytes > 0) came_back("recomputed router input");
+    }
+    if (!back[i] && discarded(it, p)) {
+      bring(i);
+      came_back(std::string("recomputed ") + it.name);
+    }
+    r.bump(-it.bytes, "");
+  }
+}
+
+// Backward, block by block from the last. A block's first unpack brings back what it and the
+// `prefetch depth` blocks before it offloaded.
+void backward_pass(Replay& r, const std::vector<Block>& blocks, const std::vector<std::vector<Item>>& items,
+                   const LayerPlans& plan, int64_t prefetch_depth) {
   std::vector<bool> back(blocks.size(), false);
   for (size_t bi = blocks.size(); bi-- > 0;) {
-    const Block& b = blocks[bi];
-    for (int64_t j = int64_t(bi); j >= std::max<int64_t>(0, int64_t(bi) - in.offload_prefetch_depth); --j)
+    for (int64_t j = int64_t(bi); j >= std::max<int64_t>(0, int64_t(bi) - prefetch_depth); --j)
       if (!back[size_t(j)]) {
         back[size_t(j)] = true;
-        bump(blocks[size_t(j)].offloaded, "backward: block " + std::to_string(j) + " prefetched");
+        r.bump(blocks[size_t(j)].offloaded, "backward: block " + std::to_string(j) + " prefetched");
       }
-    if (b.full) {
-      // The replay brings back every item of the group's layers (the input is already held).
-      int64_t group = 0;
-      for (int64_t j = b.first; j <= b.last; ++j)
-        for (const Item& it : items[size_t(j)]) group += it.bytes;
-      group -= items[size_t(b.first)][0].bytes;
-      bump(group, "backward: replay of layers " + std::to_string(b.first) + "-" + std::to_string(b.last));
-      bump(-(group + items[size_t(b.first)][0].bytes), "");
-      continue;
-    }
-    const int64_t l = b.first;
-    const LayerRecompute& p = plan_of(l);
-    const std::vector<Item>& v = items[size_t(l)];
-    // Items come back before their backward: a region's replay brings its internals (and a discarded
-    // region input), an output-discarding recompute brings the output with its norm's statistics.
-    std::vector<bool> back(v.size(), false);
-    int64_t bytes = 0;
-    auto bring = [&](size_t x) {
-      if (back[x]) return;
-      back[x] = true;
-      bytes += v[x].bytes;
-      if (v[x].discard == Discard::norm1 || v[x].discard == Discard::norm2)
-        for (size_t y = 0; y < v.size(); ++y)
-          if (v[y].discard == v[x].discard && !v[y].in_forward && !back[y]) {
-            back[y] = true;
-            bytes += v[y].bytes;
-          }
-    };
-    auto came_back = [&](const std::string& what) {
-      bump(bytes, "backward: layer " + std::to_string(l) + " " + what);
-      bytes = 0;
-    };
-    Region replayed = Region::none;
-    bool moe_started = false;
-    for (size_t i = v.size(); i-- > 0;) {
-      const Item& it = v[i];
-      if (in_region(it, p) && replayed != it.region) {  // the region's last save: its replay
-        replayed = it.region;
-        for (size_t x = 0; x < v.size(); ++x)
-          if (v[x].region == it.region && (!v[x].region_input || discarded(v[x], p))) bring(x);
-        came_back(std::string("replay of ") +
-                  (it.region == Region::core_attn ? "core attention" : it.region == Region::mlp ? "MLP" : "MoE"));
-      } else if (it.region == Region::moe && !p.moe && !moe_started) {
-        // A discarded router input comes back first, before the backward of the block's output.
-        moe_started = true;
-        for (size_t x = 0; x < v.size(); ++x)
-          if (v[x].region == Region::moe && v[x].region_input && discarded(v[x], p)) bring(x);
-        if (bytes > 0) came_back("recomputed router input");
-      }
-      if (!back[i] && discarded(it, p)) {
-        bring(i);
-        came_back(std::string("recomputed ") + it.name);
-      }
-      bump(-it.bytes, "");
-    }
+    const Block& b = blocks[bi];
+    if (b.full) backward_group(r, b, items);
+    else backward_layer(r, b.first, items[size_t(b.first)], plan[b.first]);
   }
-  bump(-before, "");
-  est.peak = peak;
-  est.peak_at = peak_at;
+}
+
+}  // namespace
+
+ActivationEstimate estimate_activations(const models::ModelConfig& cfg, const ActivationInputs& in) {
+  cfg.validate();
+  const int64_t layers = cfg.num_hidden_layers;
+  TIDAL_CHECK(in.plan.empty() || int64_t(in.plan.size()) == layers, "[estimator] plan has ", in.plan.size(),
+              " layers, the model ", layers);
+  const Dims d = dims_of(cfg, in);
+  const LayerPlans plan(in.plan);
+  const std::vector<std::vector<Item>> items = layer_items(cfg, in, d);
+  const OutsideLayers outside = outside_layers(cfg, in, d);
+  std::vector<Block> blocks = blocks_of(layers, plan);
+  mark_offloaded(blocks, items, plan, in);
+
+  ActivationEstimate est;
+  est.outside_layers = outside.before + outside.after;
+  Replay r;
+  r.bump(outside.before, "embedding");
+  forward_pass(r, blocks, items, plan, est);
+  r.bump(outside.after, "loss");
+  est.after_forward = r.current();
+  for (const Block& b : blocks) est.offloaded_per_step += b.offloaded;
+  // Backward: the loss and the head first, then the blocks.
+  r.bump(-outside.after, "");
+  backward_pass(r, blocks, items, plan, in.offload_prefetch_depth);
+  r.bump(-outside.before, "");
+  est.peak = r.peak();
+  est.peak_at = r.peak_at();
   return est;
 }
 

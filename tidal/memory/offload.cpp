@@ -23,6 +23,7 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <vector>
 
 #include "tidal/base/clock.h"
@@ -358,6 +359,31 @@ AsyncOffload::AsyncOffload(Offloader& offloader, OffloadBlock block) {
 }
 
 AsyncOffload::~AsyncOffload() = default;
+
+nlohmann::json Offloader::stats_json(int64_t steps) const {
+  const OffloadStats os = stats();
+  const double n = double(steps);
+  return {{"offloaded_bytes_per_step", double(os.offloaded_bytes) / n},
+          {"kept_on_device_bytes_per_step", double(os.kept_bytes) / n},
+          {"in_use_bytes_per_step", double(os.in_use_bytes) / n},
+          {"d2h_ms", double(os.d2h_ns) / 1e6},
+          {"h2d_ms", double(os.h2d_ns) / 1e6},
+          {"exposed_wait_ms", double(os.exposed_wait_ns) / 1e6},
+          {"overlap_fraction", os.overlap_fraction()},
+          {"host_peak_bytes", host_allocator().stats().peak_allocated}};
+}
+
+std::string Offloader::describe_stats(int64_t steps) const {
+  const OffloadStats os = stats();
+  const double n = double(steps);
+  char line[256];
+  std::snprintf(line, sizeof line, "offload: %s per step to %s, copies %.0f ms, compute waited %.0f ms (overlap %.2f)",
+                format_bytes(int64_t(double(os.offloaded_bytes) / n)).c_str(), name(options_.target),
+                double(os.d2h_ns + os.h2d_ns) / 1e6, double(os.exposed_wait_ns) / 1e6, os.overlap_fraction());
+  if (os.kept_bytes == 0) return line;
+  return line + (", host cap reached: " + format_bytes(int64_t(double(os.kept_bytes) / n)) +
+                 " per step stayed on the device");
+}
 
 OffloadOptions offload_options(const OffloadConfig& c) {
   OffloadOptions o;

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <nlohmann/json_fwd.hpp>
 #include <string>
 
 #include "tidal/autograd/saved_tensor.h"
@@ -59,6 +60,12 @@ class Offloader {
   // Accumulated since the last reset.
   OffloadStats stats() const;
   void reset_stats();
+  // The stats as per-step averages over `steps` steps (copy times in total) with the host peak, for
+  // --metrics-json's "offload" summary.
+  nlohmann::json stats_json(int64_t steps) const;
+  // "offload: 12 MiB per step to host, copies 30 ms, compute waited 2 ms (overlap 0.93)", and what
+  // stayed on the device when the host cap was reached.
+  std::string describe_stats(int64_t steps) const;
 
   struct Impl;
   Impl& impl() { return *impl_; }

@@ -156,4 +156,22 @@ std::vector<LayerRecompute> plan_recompute(const RecomputeConfig& c, const model
   return plan;
 }
 
+nlohmann::json recompute_stats_json(const RecomputeConfig& c, const std::vector<LayerRecompute>& plan,
+                                    double recompute_ms) {
+  nlohmann::json j;
+  j["mode"] = c.describe();
+  j["recomputed_layers"] = nlohmann::json::array();
+  for (size_t l = 0; l < plan.size(); ++l) {
+    const LayerRecompute& p = plan[l];
+    if (!p.any()) continue;
+    nlohmann::json policies = nlohmann::json::array();
+    for (auto [on, name] : {std::pair{p.full, "full"}, {p.core_attn, "core_attn"}, {p.mlp, "mlp"}, {p.moe, "moe"},
+                            {p.moe_act, "moe_act"}, {p.activation, "activation"}, {p.norm, "norm"}})
+      if (on) policies.push_back(name);
+    j["recomputed_layers"].push_back({{"layer", l}, {"policies", policies}});
+  }
+  j["recompute_ms"] = recompute_ms;
+  return j;
+}
+
 }  // namespace tidal::memory

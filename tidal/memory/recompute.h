@@ -57,4 +57,9 @@ void validate_recompute(const RecomputeConfig& c, const models::ModelConfig& mod
 // layers get activation / norm recompute; a layer never gets both).
 std::vector<LayerRecompute> plan_recompute(const RecomputeConfig& c, const models::ModelConfig& model);
 
+// --metrics-json's "recompute" summary: the mode, each recomputed layer with its policies ("full",
+// "core_attn", "mlp", "moe", "moe_act", "activation", "norm") and the time spent recomputing.
+nlohmann::json recompute_stats_json(const RecomputeConfig& c, const std::vector<LayerRecompute>& plan,
+                                    double recompute_ms);
+
 }  // namespace tidal::memory

@@ -42,9 +42,9 @@ class SwapAdamW : public optim::AdamW {
   int64_t device_bytes() const;
   const SwapStats& stats() const { return stats_; }
   // "in host memory (X), swapped through the device in K windows (device peak Y)"
-  std::string describe() const;
+  std::string describe() const override;
   // The stats, K, the device peak and the host bytes, for --metrics-json.
-  nlohmann::json stats_json() const;
+  nlohmann::json stats_json() const override;
 
  protected:
   // In host memory (host_allocator(), category host_offload). On meta nothing is allocated: only the

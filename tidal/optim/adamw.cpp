@@ -1,5 +1,6 @@
 #include "tidal/optim/adamw.h"
 
+#include <nlohmann/json.hpp>
 #include <set>
 
 #include "tidal/autograd/grad_mode.h"
@@ -97,6 +98,10 @@ int64_t AdamW::state_bytes() const {
       if (t->defined()) n += t->nbytes();
   return n;
 }
+
+std::string AdamW::describe() const { return "on the device"; }
+
+nlohmann::json AdamW::stats_json() const { return nullptr; }
 
 std::map<std::string, Tensor> AdamW::state_dict() const {
   std::map<std::string, Tensor> out;

@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <utility>
 #include <vector>
@@ -67,6 +68,11 @@ class AdamW {
   int64_t param_steps(const std::string& name) const;
   // Bytes of optimizer state created so far (what MemoryCategory::optimizer_state holds for us).
   int64_t state_bytes() const;
+  // Where the states live, for the training log: "on the device" (the swap optimizer names its windows).
+  virtual std::string describe() const;
+  // The optimizer's own statistics for --metrics-json's summary: none here (null); the swap
+  // optimizer's windows and copies.
+  virtual nlohmann::json stats_json() const;
 
   // Checkpoint form: "<name>.exp_avg", "<name>.exp_avg_sq", "<name>.master" (bf16 parameters) and
   // "<name>.step" (i64, shape ()) for each parameter updated at least once, plus "step" (i64, ()),

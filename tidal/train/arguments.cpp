@@ -66,6 +66,15 @@ Flags train_flags() {
 
 namespace {
 
+// The parts of parse_train_args after the model, in the order it calls them; defined below it, so the
+// function reads first.
+void parse_data(const Flags& f, TrainArgs& a);
+void parse_batch_and_schedule(const Flags& f, TrainArgs& a);
+void parse_optimizer(const Flags& f, TrainArgs& a);
+void parse_outputs(const Flags& f, TrainArgs& a);
+void parse_profile(const Flags& f, TrainArgs& a);
+void parse_sample(const Flags& f, TrainArgs& a);
+
 int64_t override_int(const Flags& f, const char* name, int64_t current, int64_t lo, int64_t hi) {
   return f.integer(name, current, lo, hi);
 }
@@ -141,6 +150,28 @@ TrainArgs parse_train_args(const std::vector<std::string>& argv) {
   m.hidden_dropout = f.number("hidden-dropout", m.hidden_dropout, 0.0, 0.99);
   m.attention_dropout = f.number("attention-dropout", m.attention_dropout, 0.0, 0.99);
 
+  parse_data(f, a);
+  parse_batch_and_schedule(f, a);
+  parse_optimizer(f, a);
+  a.seed = uint64_t(f.integer("seed", int64_t(a.seed), 0, int64_t(1) << 62));
+  a.attention = f.str("attention", a.attention);
+  TIDAL_CHECK(a.attention == "flash" || a.attention == "eager", "tidal train: --attention must be flash or eager, got '",
+              a.attention, "'");
+  parse_outputs(f, a);
+  a.memory = parse_memory_config(f, m);
+  a.progress = !f.flag_on("no-progress");
+  parse_profile(f, a);
+  parse_sample(f, a);
+  return a;
+}
+
+namespace {
+
+// The bound of sizes and counts that have none of their own.
+constexpr int64_t kMaxSize = int64_t(1) << 40;
+
+// --data-path, --tokenizer, --split, --mock-data (with --vocab-size), else the built-in corpus.
+void parse_data(const Flags& f, TrainArgs& a) {
   if (f.has("data-path")) a.data_path = {f.str("data-path")};
   a.tokenizer = f.str("tokenizer");
   a.split = f.str("split", a.split);
@@ -150,68 +181,80 @@ TrainArgs parse_train_args(const std::vector<std::string>& argv) {
               "tokenizer.json the data was prepared with)");
   if (f.has("vocab-size")) {
     TIDAL_CHECK(a.mock_data, "tidal train: --vocab-size is only for --mock-data (otherwise the tokenizer decides)");
-    m.vocab_size = f.integer("vocab-size", m.vocab_size, 2, kBig);
+    a.model.vocab_size = f.integer("vocab-size", a.model.vocab_size, 2, kMaxSize);
   }
   a.builtin_corpus = !a.mock_data && a.data_path.empty();
   TIDAL_CHECK(!(a.builtin_corpus && !a.tokenizer.empty()), "tidal train: --tokenizer needs --data-path (the data it",
               " tokenized); without --data-path tidal trains on its built-in corpus with its own tokenizer");
+}
 
-  a.seq_length = f.integer("seq-length", a.seq_length, 1, kBig);
-  a.micro_batch_size = f.integer("micro-batch-size", a.micro_batch_size, 1, kBig);
-  a.global_batch_size = f.integer("global-batch-size", a.micro_batch_size, 1, kBig);  // default: no accumulation
+// Sequence length, micro and global batch, iterations and the learning-rate schedule.
+void parse_batch_and_schedule(const Flags& f, TrainArgs& a) {
+  a.seq_length = f.integer("seq-length", a.seq_length, 1, kMaxSize);
+  a.micro_batch_size = f.integer("micro-batch-size", a.micro_batch_size, 1, kMaxSize);
+  a.global_batch_size = f.integer("global-batch-size", a.micro_batch_size, 1, kMaxSize);  // default: no accumulation
   TIDAL_CHECK(a.global_batch_size % a.micro_batch_size == 0, "tidal train: --global-batch-size ", a.global_batch_size,
               " must be a multiple of --micro-batch-size ", a.micro_batch_size);
-  TIDAL_CHECK(a.seq_length <= m.max_position_embeddings, "tidal train: --seq-length ", a.seq_length,
-              " exceeds the model's max position embeddings ", m.max_position_embeddings,
+  TIDAL_CHECK(a.seq_length <= a.model.max_position_embeddings, "tidal train: --seq-length ", a.seq_length,
+              " exceeds the model's max position embeddings ", a.model.max_position_embeddings,
               " (raise --max-position-embeddings)");
-  a.train_iters = f.integer("train-iters", a.train_iters, 0, kBig);
+  a.train_iters = f.integer("train-iters", a.train_iters, 0, kMaxSize);
   a.lr = f.number("lr", a.lr, 0.0, 10.0);
   a.min_lr = f.number("min-lr", std::min(a.min_lr, a.lr), 0.0, 10.0);
   TIDAL_CHECK(a.min_lr <= a.lr, "tidal train: --min-lr ", a.min_lr, " is above --lr ", a.lr);
-  a.lr_warmup_iters = f.integer("lr-warmup-iters", std::min(a.lr_warmup_iters, a.train_iters / 10), 0, kBig);
-  a.lr_decay_iters = f.integer("lr-decay-iters", a.lr_decay_iters, 0, kBig);
+  a.lr_warmup_iters = f.integer("lr-warmup-iters", std::min(a.lr_warmup_iters, a.train_iters / 10), 0, kMaxSize);
+  a.lr_decay_iters = f.integer("lr-decay-iters", a.lr_decay_iters, 0, kMaxSize);
   const int64_t decay = a.lr_decay_iters > 0 ? a.lr_decay_iters : a.train_iters;
   TIDAL_CHECK(a.lr_warmup_iters == 0 || a.lr_warmup_iters < decay, "tidal train: --lr-warmup-iters ",
               a.lr_warmup_iters, " must be below the decay length ", decay, " (--lr-decay-iters, else --train-iters)");
   a.lr_decay_style = f.str("lr-decay-style", a.lr_decay_style);
   TIDAL_CHECK(a.lr_decay_style == "cosine" || a.lr_decay_style == "linear" || a.lr_decay_style == "constant",
               "tidal train: --lr-decay-style must be cosine, linear or constant, got '", a.lr_decay_style, "'");
+}
+
+// AdamW's weight decay, betas and epsilon, and gradient clipping.
+void parse_optimizer(const Flags& f, TrainArgs& a) {
   a.weight_decay = f.number("weight-decay", a.weight_decay, 0.0, 10.0);
   a.adam_beta1 = f.number("adam-beta1", a.adam_beta1, 0.0, 0.999999);
   a.adam_beta2 = f.number("adam-beta2", a.adam_beta2, 0.0, 0.999999);
   a.adam_eps = f.number("adam-eps", a.adam_eps, 0.0, 1.0);
   a.clip_grad = f.number("clip-grad", a.clip_grad, 0.0, 1e9);
-  a.seed = uint64_t(f.integer("seed", int64_t(a.seed), 0, int64_t(1) << 62));
-  a.attention = f.str("attention", a.attention);
-  TIDAL_CHECK(a.attention == "flash" || a.attention == "eager", "tidal train: --attention must be flash or eager, got '",
-              a.attention, "'");
+}
 
+// Checkpoints, logging, evaluation, --metrics-json and --report-memory.
+void parse_outputs(const Flags& f, TrainArgs& a) {
   a.save = f.str("save");
   a.load = f.str("load");
-  a.save_interval = f.integer("save-interval", a.save_interval, 0, kBig);
+  a.save_interval = f.integer("save-interval", a.save_interval, 0, kMaxSize);
   TIDAL_CHECK(a.save_interval == 0 || !a.save.empty(), "tidal train: --save-interval needs --save DIR");
-  a.log_interval = f.integer("log-interval", a.log_interval, 1, kBig);
-  a.eval_interval = f.integer("eval-interval", a.eval_interval, 0, kBig);
-  a.eval_iters = f.integer("eval-iters", a.eval_iters, 1, kBig);
+  a.log_interval = f.integer("log-interval", a.log_interval, 1, kMaxSize);
+  a.eval_interval = f.integer("eval-interval", a.eval_interval, 0, kMaxSize);
+  a.eval_iters = f.integer("eval-iters", a.eval_iters, 1, kMaxSize);
   a.metrics_json = f.str("metrics-json");
   a.report_memory = f.flag_on("report-memory");
-  a.memory = parse_memory_config(f, m);
-  a.progress = !f.flag_on("no-progress");
+}
+
+// --profile DIR [--profile-steps A:B] (after --train-iters, which the window must not start past).
+void parse_profile(const Flags& f, TrainArgs& a) {
   a.profile_dir = f.str("profile");
-  if (f.has("profile-steps")) {
-    TIDAL_CHECK(!a.profile_dir.empty(), "tidal train: --profile-steps needs --profile DIR");
-    std::tie(a.profile_first_step, a.profile_last_step) = profile::parse_step_range(f.str("profile-steps"));
-    TIDAL_CHECK(a.profile_first_step <= a.train_iters, "tidal train: --profile-steps ", f.str("profile-steps"),
-                " starts after the last iteration (--train-iters ", a.train_iters, ")");
-  }
+  if (!f.has("profile-steps")) return;
+  TIDAL_CHECK(!a.profile_dir.empty(), "tidal train: --profile-steps needs --profile DIR");
+  std::tie(a.profile_first_step, a.profile_last_step) = profile::parse_step_range(f.str("profile-steps"));
+  TIDAL_CHECK(a.profile_first_step <= a.train_iters, "tidal train: --profile-steps ", f.str("profile-steps"),
+              " starts after the last iteration (--train-iters ", a.train_iters, ")");
+}
+
+// --sample-prompt and --sample-tokens; the built-in corpus samples after "The" unless told otherwise.
+void parse_sample(const Flags& f, TrainArgs& a) {
   a.sample_prompt = f.str("sample-prompt");
   a.sample_tokens = f.integer("sample-tokens", a.sample_prompt.empty() ? 0 : 64, 0, 100000);
   if (a.builtin_corpus && !f.has("sample-prompt")) {
     a.sample_prompt = "The";
     a.sample_tokens = f.integer("sample-tokens", 64, 0, 100000);
   }
-  return a;
 }
+
+}  // namespace
 
 nlohmann::json TrainArgs::to_json() const {
   nlohmann::json j;

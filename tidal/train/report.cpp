@@ -1,0 +1,129 @@
+#include "tidal/train/report.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "tidal/allocator.h"
+#include "tidal/autograd/checkpoint.h"
+#include "tidal/autograd/saved_tensor_log.h"
+#include "tidal/memory/recompute.h"
+
+namespace tidal::train {
+namespace {
+
+// A note when the plan recomputes the attention core where the kernel keeps nothing worth it.
+void print_core_attn_note(const TrainArgs& args, std::FILE* out) {
+  const memory::MemoryConfig& mem = args.memory;
+  if (!mem.recompute.any() || args.attention != "flash") return;
+  for (const memory::LayerRecompute& p : mem.recompute_plan)
+    if (p.core_attn) {
+      std::fprintf(out, "note: core_attn recompute does nothing with flash attention, which keeps no (s x s) "
+                   "tensor for backward (only q, k, v, the output and the log-sum-exp); use --attention eager to "
+                   "see it matter\n");
+      return;
+    }
+}
+
+}  // namespace
+
+Progress::Progress(bool on, int64_t total, std::FILE* out)
+    : on_(on && ::isatty(fileno(out))), total_(total), out_(out) {}
+
+void Progress::update(int64_t it, double loss, double ms) {
+  if (!on_) return;
+  const int width = 30, filled = int(double(width) * double(it) / double(std::max<int64_t>(total_, 1)));
+  std::fprintf(out_, "\r  [%.*s%*s] %lld/%lld  loss %.4f  %.0f ms/it ", filled, "==============================",
+               width - filled, "", (long long)it, (long long)total_, loss, ms);
+  std::fflush(out_);
+}
+
+void Progress::clear() {
+  if (on_) std::fprintf(out_, "\r\033[K");
+}
+
+Report::Report(const TrainArgs& args, const models::ModelConfig& config, const Setup& s, std::FILE* out)
+    : args_(args),
+      out_(out),
+      metrics_(args.metrics_json, s.settings),
+      progress_(args.progress, args.train_iters, out),
+      tokens_per_step_(args.global_batch_size * args.seq_length),
+      flops_per_token_(training_flops_per_token(config, args.seq_length)) {
+  const memory::MemoryConfig& mem = args.memory;
+  std::fprintf(out, "model: %s (%s), %lld parameters; data: %s\n", config.model_type.c_str(), args.model_source.c_str(),
+               (long long)s.model->num_parameters(), s.data.description.c_str());
+  std::fprintf(out, "training %lld iterations of %lld x %lld tokens (micro-batch %lld, %lld accumulation steps), "
+               "%s attention, recompute: %s, offload: %s\n",
+               (long long)args.train_iters, (long long)args.global_batch_size, (long long)args.seq_length,
+               (long long)args.micro_batch_size, (long long)args.grad_accumulation_steps(), args.attention.c_str(),
+               mem.recompute.describe().c_str(), mem.offload.describe().c_str());
+  print_core_attn_note(args, out);
+  if (mem.loss.chunked || mem.swap_optimizer.on)
+    std::fprintf(out, "loss compute mode: %s; optimizer states: %s\n", mem.loss.describe().c_str(),
+                 s.optimizer->describe().c_str());
+  recompute_ns0_ = autograd::recompute_time_ns();
+}
+
+void Report::saved_tensors(const SavedTensors& saved) {
+  progress_.clear();
+  std::fprintf(out_, "\ntensors saved for backward in the first micro-batch (recompute: %s):\n%s\n",
+               args_.memory.recompute.describe().c_str(), autograd::saved_tensors_table(saved).c_str());
+}
+
+void Report::step(int64_t it, const StepResult& r, double seconds, int64_t consumed_samples) {
+  Allocator& device = device_allocator(Device::cpu());
+  const StepMetrics sm{it, r.loss, r.lr, r.grad_norm, seconds * 1e3, double(tokens_per_step_) / seconds,
+                       device.stats().peak_allocated};
+  metrics_.add_step(sm);
+  progress_.update(it, r.loss, seconds * 1e3);
+  if (it % args_.log_interval != 0 && it != args_.train_iters) return;
+  progress_.clear();
+  const MemoryStats s = device.stats();
+  std::fprintf(out_,
+               " iteration %8lld/%8lld | consumed samples: %10lld | elapsed time per iteration (ms): %8.1f | "
+               "tokens/s: %8.0f | achieved GFLOP/s: %6.1f | learning rate: %.6E | global batch size: %5lld | "
+               "lm loss: %.6E | grad norm: %.3f | mem alloc: %s | mem peak: %s\n",
+               (long long)it, (long long)args_.train_iters, (long long)consumed_samples, sm.step_ms, sm.tokens_per_s,
+               flops_per_token_ * sm.tokens_per_s / 1e9, r.lr, (long long)args_.global_batch_size, r.loss,
+               r.grad_norm, format_bytes(s.allocated).c_str(), format_bytes(s.peak_allocated).c_str());
+  std::fflush(out_);
+  metrics_.write();
+}
+
+void Report::validation(int64_t it, double loss) {
+  progress_.clear();
+  std::fprintf(out_, " validation loss at iteration %lld | lm loss value: %.6E | lm loss PPL: %.3f\n", (long long)it,
+               loss, std::exp(loss));
+}
+
+void Report::checkpoint_saved(int64_t it) {
+  std::fprintf(out_, " saved checkpoint at iteration %lld to %s\n", (long long)it, args_.save.c_str());
+}
+
+void Report::summary(const Setup& s, int64_t last_iteration, double final_loss, double final_val_loss,
+                     const SavedTensors& saved) {
+  progress_.clear();
+  const memory::MemoryConfig& mem = args_.memory;
+  const MemoryStats dev = device_allocator(Device::cpu()).stats();
+  metrics_.set_summary(final_loss, final_val_loss, dev, host_allocator().stats());
+  const double recompute_ms = double(autograd::recompute_time_ns() - recompute_ns0_) / 1e6;
+  metrics_.set_summary_field("recompute",
+                             memory::recompute_stats_json(mem.recompute, mem.recompute_plan, recompute_ms));
+  metrics_.set_summary_field("saved_tensors", autograd::saved_tensors_json(saved));
+  if (s.offloader) {
+    const int64_t steps = std::max<int64_t>(1, last_iteration - s.start);
+    metrics_.set_summary_field("offload", s.offloader->stats_json(steps));
+    std::fprintf(out_, "%s\n", s.offloader->describe_stats(steps).c_str());
+  }
+  if (mem.swap_optimizer.on) metrics_.set_summary_field("swap_optimizer", s.optimizer->stats_json());
+  metrics_.write();
+  std::fprintf(out_, "\nmemory at the device peak (%s of %s reserved):\n%s", format_bytes(dev.peak_allocated).c_str(),
+               format_bytes(dev.peak_reserved).c_str(), format_breakdown(dev).c_str());
+}
+
+void Report::sample(double temperature, int64_t top_k, const std::string& text) {
+  std::fprintf(out_, "\nsample (temperature %.1f, top-k %lld):\n%s\n", temperature, (long long)top_k, text.c_str());
+}
+
+}  // namespace tidal::train

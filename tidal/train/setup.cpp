@@ -1,0 +1,151 @@
+#include "tidal/train/setup.h"
+
+#include <chrono>
+
+#include "tidal/allocator.h"
+#include "tidal/io/atomic_file.h"
+#include "tidal/memory/swap_optimizer.h"
+#include "tidal/memory/offload_runner.h"
+#include "tidal/models/pretrained.h"
+#include "tidal/ops/random.h"
+#include "tidal/train/builtin_corpus.h"
+#include "tidal/train/checkpoint.h"
+
+namespace tidal::train {
+namespace {
+
+TrainingData load_data(const TrainArgs& a, models::ModelConfig& config, std::FILE* out) {
+  TrainingData d;
+  if (a.mock_data) {
+    d.train = std::make_shared<data::MockDataset>(config.vocab_size, a.seq_length, a.seed);
+    d.valid = std::make_shared<data::MockDataset>(config.vocab_size, a.seq_length, a.seed + 1);
+    d.description = "mock data (seeded random tokens, vocabulary " + std::to_string(config.vocab_size) + ")";
+    return d;
+  }
+  std::string prefix;
+  if (a.builtin_corpus) {
+    const auto t0 = std::chrono::steady_clock::now();
+    PreparedCorpus c = prepare_builtin_corpus(config.vocab_size);
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::fprintf(out, "built-in corpus: Debian's fortunes, %lld documents, %lld tokens (%s, %s in %.1f s)\n",
+                 (long long)c.documents, (long long)c.tokens,
+                 c.reused ? "cached" : "tokenizer trained and data prepared", c.data_prefix.c_str(), seconds);
+    prefix = c.data_prefix;
+    d.tokenizer_path = c.tokenizer_path;
+  } else {
+    TIDAL_CHECK(a.data_path.size() == 1,
+                "tidal train: give one --data-path prefix (blending several is not supported)");
+    prefix = a.data_path[0];
+    d.tokenizer_path = a.tokenizer;
+  }
+  d.tokenizer = data::Tokenizer::load(d.tokenizer_path);
+  if (a.pretrained.empty()) {
+    config.vocab_size = d.tokenizer->vocab_size();
+  } else {  // published models pad their vocabulary beyond the tokenizer's
+    TIDAL_CHECK(d.tokenizer->vocab_size() <= config.vocab_size, "tidal train: the tokenizer has ",
+                d.tokenizer->vocab_size(), " tokens but ", a.pretrained, " only ", config.vocab_size);
+  }
+  auto indexed = std::make_shared<data::IndexedDataset>(prefix);
+  d.train = data::GPTDataset::from_split(indexed, a.split, 0, a.seq_length, a.seed);
+  const auto ranges = data::split_documents(a.split, indexed->num_documents());
+  if (ranges[1].size() > 0) d.valid = data::GPTDataset::from_split(indexed, a.split, 1, a.seq_length, a.seed);
+  d.description = prefix + " (" + std::to_string(indexed->num_documents()) + " documents, " +
+                  std::to_string(indexed->num_tokens()) + " tokens; split " + a.split + ")";
+  return d;
+}
+
+// The model as configured, its weights drawn from the generator seeded just before.
+std::unique_ptr<models::CausalLM> build_model(const TrainArgs& args, const models::ModelConfig& config) {
+  std::unique_ptr<models::CausalLM> model = models::create_model(config);
+  model->set_attention_kernel(args.attention == "eager" ? AttentionKernel::eager : AttentionKernel::flash);
+  if (args.memory.recompute.any()) model->set_recompute(args.memory.recompute_plan);
+  return model;
+}
+
+// --activation-offload: the offloader and the layer runner that sends each block's saves through it.
+std::unique_ptr<memory::Offloader> attach_offloader(const memory::MemoryConfig& mem, const models::ModelConfig& config,
+                                                    models::CausalLM& model) {
+  if (!mem.offload.enabled) return nullptr;
+  // A missing spill directory is made, like --save's and --profile's.
+  if (mem.offload.target == memory::OffloadTarget::disk) io::create_directories(mem.offload.dir, "--offload-dir");
+  auto offloader = std::make_unique<memory::Offloader>(memory::offload_options(mem.offload));
+  model.set_layer_runner(
+      memory::offload_layer_runner(*offloader, mem.recompute_plan, config.num_hidden_layers, mem.offload.policy));
+  return offloader;
+}
+
+optim::AdamWOptions adamw_options(const TrainArgs& args) {
+  optim::AdamWOptions adam;
+  adam.lr = args.lr;
+  adam.beta1 = args.adam_beta1;
+  adam.beta2 = args.adam_beta2;
+  adam.eps = args.adam_eps;
+  adam.weight_decay = args.weight_decay;
+  return adam;
+}
+
+optim::LrSchedule lr_schedule(const TrainArgs& args) {
+  optim::LrSchedule schedule;
+  schedule.lr = args.lr;
+  schedule.min_lr = args.min_lr;
+  schedule.warmup_iters = args.lr_warmup_iters;
+  schedule.decay_iters = args.lr_decay_iters;
+  schedule.train_iters = args.train_iters;
+  schedule.style = optim::parse_lr_decay_style(args.lr_decay_style);
+  optim::validate(schedule);
+  return schedule;
+}
+
+// Architecture fields a checkpoint must agree on.
+void check_same_model(const nlohmann::json& saved, const models::ModelConfig& now, const std::string& path) {
+  const models::ModelConfig s = models::config_from_json(saved);
+  TIDAL_CHECK(s.model_type == now.model_type && s.num_hidden_layers == now.num_hidden_layers &&
+                  s.hidden_size == now.hidden_size && s.num_attention_heads == now.num_attention_heads &&
+                  s.kv_heads() == now.kv_heads() && s.vocab_size == now.vocab_size &&
+                  s.intermediate_size == now.intermediate_size && s.num_experts == now.num_experts,
+              "[checkpoint] ", path, " holds a different model (", s.model_type, ", ", s.num_hidden_layers,
+              " layers, hidden ", s.hidden_size, ", vocab ", s.vocab_size, ") than the one configured (",
+              now.model_type, ", ", now.num_hidden_layers, " layers, hidden ", now.hidden_size, ", vocab ",
+              now.vocab_size, "): use the same model flags as the run that saved it");
+}
+
+// --load: weights, optimizer states, iteration, data position and generator state.
+void resume(const std::string& dir, const models::ModelConfig& config, Setup& s, std::FILE* out) {
+  Checkpoint ck = load_checkpoint(dir);
+  check_same_model(ck.config, config, ck.path);
+  s.model->load_state_dict(ck.model);
+  s.optimizer->load_state_dict(ck.optimizer);
+  s.start = ck.state.iteration;
+  s.loader.set_position(ck.state.data_position);
+  set_rng_state(ck.state.rng);
+  std::fprintf(out, "resumed from %s at iteration %lld\n", ck.path.c_str(), (long long)s.start);
+}
+
+}  // namespace
+
+Setup setup_training(const TrainArgs& args, models::ModelConfig& config, std::FILE* out) {
+  TrainingData data = load_data(args, config, out);
+  config.validate();
+  device_allocator(Device::cpu()).reset_peak_stats();
+  host_allocator().reset_peak_stats();
+
+  manual_seed(args.seed);
+  std::unique_ptr<models::CausalLM> model = build_model(args, config);
+  std::unique_ptr<memory::Offloader> offloader = attach_offloader(args.memory, config, *model);
+  if (!args.pretrained.empty()) model->load_hf_state_dict(models::load_pretrained_dir(args.pretrained).weights);
+  std::unique_ptr<optim::AdamW> optimizer =
+      memory::make_adamw(model->named_parameters(), adamw_options(args), args.memory.swap_optimizer);
+  optim::LrSchedule schedule = lr_schedule(args);
+  data::DataLoader loader(data.train);
+  Setup s{std::move(data), std::move(model), std::move(offloader), std::move(optimizer), schedule, std::move(loader),
+          0, nlohmann::json()};
+  set_rng_state({args.seed, 0});
+  if (!args.load.empty()) resume(args.load, config, s, out);
+
+  s.settings = args.to_json();
+  s.settings["model"] = models::config_to_json(config);
+  s.settings["data"] = s.data.description;
+  return s;
+}
+
+}  // namespace tidal::train

@@ -1,0 +1,47 @@
+#pragma once
+// What `tidal train` builds before its first step (trainer.h): the data, the model with its memory
+// features applied, AdamW (swapped or not) and its schedule, the data loader, and the state a --load
+// resumes. The step is step.h, what the run prints and writes is report.h.
+#include <cstdio>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+
+#include "tidal/data/gpt_dataset.h"
+#include "tidal/data/tokenizer.h"
+#include "tidal/memory/offload.h"
+#include "tidal/models/causal_lm.h"
+#include "tidal/optim/adamw.h"
+#include "tidal/optim/lr_schedule.h"
+#include "tidal/train/arguments.h"
+
+namespace tidal::train {
+
+struct TrainingData {
+  std::shared_ptr<const data::TokenDataset> train, valid;  // valid: null without a validation split
+  std::optional<data::Tokenizer> tokenizer;                // none with --mock-data
+  std::string tokenizer_path;
+  std::string description;  // "PREFIX (N documents, M tokens; split 98,2,0)", for the log and the metrics
+};
+
+// Members are made in this order and unmade in reverse: the offloader, whose runner the model calls,
+// finishes its copies before the model goes.
+struct Setup {
+  TrainingData data;
+  std::unique_ptr<models::CausalLM> model;
+  std::unique_ptr<memory::Offloader> offloader;  // null without --activation-offload
+  std::unique_ptr<optim::AdamW> optimizer;       // the swap optimizer with --swap-optimizer
+  optim::LrSchedule schedule;
+  data::DataLoader loader;
+  int64_t start = 0;  // the iteration a --load resumed from (0 without one)
+  // Every setting with the resolved model and the data, as --metrics-json and checkpoints record them.
+  nlohmann::json settings;
+};
+
+// Loads the data (the tokenizer's vocabulary goes into `config`), validates `config`, resets the
+// allocators' peaks, builds everything seeded with --seed and resumes from --load. Prints the
+// built-in corpus's and the resume's lines to `out`.
+Setup setup_training(const TrainArgs& args, models::ModelConfig& config, std::FILE* out);
+
+}  // namespace tidal::train

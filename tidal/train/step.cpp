@@ -1,0 +1,72 @@
+#include "tidal/train/step.h"
+
+#include <cmath>
+#include <optional>
+
+#include "tidal/autograd/grad_mode.h"
+#include "tidal/autograd/saved_tensor_log.h"
+#include "tidal/memory/chunk_loss.h"
+#include "tidal/ops/elementwise.h"
+#include "tidal/optim/grad_clip.h"
+
+namespace tidal::train {
+
+StepResult train_step(int64_t it, const TrainArgs& args, Setup& s, profile::Profiler& profiler,
+                      SavedTensors& first_saved, const std::function<void(int64_t m)>& after_forward) {
+  const int64_t accum = args.grad_accumulation_steps();
+  const double aux_coef = s.model->config().router_aux_loss_coef;
+  StepResult r;
+  r.lr = optim::lr_at(it - 1, s.schedule);
+  double loss_sum = 0;
+  for (int64_t m = 0; m < accum; ++m) {
+    const Tensor tokens = s.loader.next(args.micro_batch_size).tokens;  // (B, T + 1)
+    const int64_t t = tokens.size(1) - 1;
+    Tensor loss;
+    if (s.offloader) s.offloader->begin_micro_batch();
+    {
+      profile::Range phase("forward", profile::kPhase);
+      std::optional<autograd::SavedTensorLog> log;
+      if (first_saved.empty() || profiler.wants_saved_tensors(it, m)) log.emplace();
+      loss = memory::lm_loss(*s.model, tokens.narrow(1, 0, t), tokens.narrow(1, 1, t), args.memory.loss, aux_coef);
+      if (log) {
+        if (first_saved.empty()) first_saved = log->snapshot();
+        profiler.set_saved_tensors(it, log->snapshot());
+      }
+    }
+    after_forward(m);
+    const double value = loss.item<double>();
+    TIDAL_CHECK(std::isfinite(value), "the loss became ", value, " at iteration ", it,
+                ": training diverged; try a lower --lr (now ", args.lr, ") or a longer --lr-warmup-iters");
+    loss_sum += value;
+    profile::Range phase("backward", profile::kPhase);
+    (accum == 1 ? loss : mul(loss, 1.0 / double(accum))).backward();
+  }
+  {
+    profile::Range phase("optimizer", profile::kPhase);
+    r.grad_norm = optim::clip_grad_norm(s.model->parameters(), args.clip_grad);
+    s.optimizer->step(r.lr);
+    s.optimizer->zero_grad();
+  }
+  r.loss = loss_sum / double(accum);
+  return r;
+}
+
+double validation_loss(const TrainArgs& args, Setup& s) {
+  TIDAL_ASSERT(s.data.valid != nullptr, "[train] validation without a validation split");
+  s.model->train(false);
+  double sum = 0;
+  {
+    NoGradGuard no_grad;
+    data::DataLoader loader(s.data.valid);
+    for (int64_t i = 0; i < args.eval_iters; ++i) {
+      const Tensor tokens = loader.next(args.micro_batch_size).tokens;  // (B, T + 1)
+      const int64_t t = tokens.size(1) - 1;
+      sum += memory::lm_loss(*s.model, tokens.narrow(1, 0, t), tokens.narrow(1, 1, t), args.memory.loss, 0.0)
+                 .item<double>();
+    }
+  }
+  s.model->train(true);
+  return sum / double(args.eval_iters);
+}
+
+}  // namespace tidal::train
