@@ -47,15 +47,29 @@ void BM_SwigluBackward(benchmark::State& state) {
   state.SetBytesProcessed(5 * gate.nbytes() * state.iterations());  // read g, gate, up; write dgate, dup
 }
 
-BENCHMARK(BM_GeluForward)->Args({8192, 768, 0, 0})->Args({8192, 768, 0, 1})->Args({8192, 768, 1, 0})
-    ->Unit(benchmark::kMillisecond)->UseRealTime();
-BENCHMARK(BM_GeluBackward)->Args({8192, 768, 0, 0})->Args({8192, 768, 0, 1})->Args({8192, 768, 1, 0})
-    ->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_GeluForward)
+    ->Args({8192, 768, 0, 0})
+    ->Args({8192, 768, 0, 1})
+    ->Args({8192, 768, 1, 0})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+BENCHMARK(BM_GeluBackward)
+    ->Args({8192, 768, 0, 0})
+    ->Args({8192, 768, 0, 1})
+    ->Args({8192, 768, 1, 0})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 BENCHMARK(BM_SiluForward)->Args({8192, 768, 0, 0})->Unit(benchmark::kMillisecond)->UseRealTime();
-BENCHMARK(BM_SwigluForward)->Args({8192, 768, 0, 0})->Args({8192, 768, 1, 0})
-    ->Unit(benchmark::kMillisecond)->UseRealTime();
-BENCHMARK(BM_SwigluBackward)->Args({8192, 768, 0, 0})->Args({8192, 768, 1, 0})
-    ->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_SwigluForward)
+    ->Args({8192, 768, 0, 0})
+    ->Args({8192, 768, 1, 0})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+BENCHMARK(BM_SwigluBackward)
+    ->Args({8192, 768, 0, 0})
+    ->Args({8192, 768, 1, 0})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 
 }  // namespace
 }  // namespace tidal

@@ -71,7 +71,7 @@ void attention_args(benchmark::internal::Benchmark* b) {
         for (int64_t kernel : {0, 1}) b->Args({kernel, hkv, t, 1, bwd, 0});
   for (int64_t bwd : {0, 1})
     for (int64_t kernel : {0, 1}) b->Args({kernel, 12, 1024, 0, bwd, 0});  // not causal
-  for (int64_t kernel : {0, 1}) b->Args({kernel, 12, 1024, 1, 1, 1});       // dropout 0.1
+  for (int64_t kernel : {0, 1}) b->Args({kernel, 12, 1024, 1, 1, 1});      // dropout 0.1
 }
 BENCHMARK(BM_Attention)->Apply(attention_args)->Unit(benchmark::kMillisecond)->UseRealTime();
 

@@ -14,10 +14,10 @@
 
 namespace {
 
-using CblasSgemm = void (*)(int, int, int, int, int, int, float, const float*, int, const float*,
-                            int, float, float*, int);
-using DnnlSgemm = int (*)(char, char, int64_t, int64_t, int64_t, float, const float*, int64_t,
-                          const float*, int64_t, float, float*, int64_t);
+using CblasSgemm = void (*)(int, int, int, int, int, int, float, const float*, int, const float*, int, float, float*,
+                            int);
+using DnnlSgemm = int (*)(char, char, int64_t, int64_t, int64_t, float, const float*, int64_t, const float*, int64_t,
+                          float, float*, int64_t);
 
 constexpr int kRowMajor = 101, kNoTrans = 111, kTrans = 112;
 
@@ -47,8 +47,8 @@ int main(int argc, char** argv) {
   }
   // Transformer shapes: (tokens 4096) x (hidden 768) x (ffn 3072) and the transposes backward uses.
   const std::vector<Shape> shapes = {
-      {4096, 3072, 768, false, true},  {4096, 768, 3072, false, false}, {768, 3072, 4096, true, false},
-      {4096, 768, 768, false, true},   {1024, 1024, 1024, false, false}, {2048, 2048, 2048, false, false},
+      {4096, 3072, 768, false, true}, {4096, 768, 3072, false, false},  {768, 3072, 4096, true, false},
+      {4096, 768, 768, false, true},  {1024, 1024, 1024, false, false}, {2048, 2048, 2048, false, false},
   };
   for (const Shape& s : shapes) {
     std::vector<float> a(static_cast<size_t>(s.m * s.k)), b(static_cast<size_t>(s.k * s.n)),
@@ -58,11 +58,11 @@ int main(int argc, char** argv) {
     const int64_t lda = s.ta ? s.m : s.k, ldb = s.tb ? s.k : s.n;
     auto run = [&] {
       if (dnnl) {
-        dnnl_fn(s.ta ? 'T' : 'N', s.tb ? 'T' : 'N', s.m, s.n, s.k, 1.f, a.data(), lda, b.data(), ldb,
-                0.f, c.data(), s.n);
+        dnnl_fn(s.ta ? 'T' : 'N', s.tb ? 'T' : 'N', s.m, s.n, s.k, 1.f, a.data(), lda, b.data(), ldb, 0.f, c.data(),
+                s.n);
       } else {
-        cblas(kRowMajor, s.ta ? kTrans : kNoTrans, s.tb ? kTrans : kNoTrans, int(s.m), int(s.n),
-              int(s.k), 1.f, a.data(), int(lda), b.data(), int(ldb), 0.f, c.data(), int(s.n));
+        cblas(kRowMajor, s.ta ? kTrans : kNoTrans, s.tb ? kTrans : kNoTrans, int(s.m), int(s.n), int(s.k), 1.f,
+              a.data(), int(lda), b.data(), int(ldb), 0.f, c.data(), int(s.n));
       }
     };
     run();  // warm-up: first touch, thread pool start, kernel selection
@@ -72,8 +72,8 @@ int main(int argc, char** argv) {
       run();
       best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     }
-    std::printf("%s %lld %lld %lld %c %c %.1f\n", argv[1], (long long)s.m, (long long)s.n,
-                (long long)s.k, s.ta ? 'T' : 'N', s.tb ? 'T' : 'N', 2.0 * s.m * s.n * s.k / best / 1e9);
+    std::printf("%s %lld %lld %lld %c %c %.1f\n", argv[1], (long long)s.m, (long long)s.n, (long long)s.k,
+                s.ta ? 'T' : 'N', s.tb ? 'T' : 'N', 2.0 * s.m * s.n * s.k / best / 1e9);
   }
   return 0;
 }

@@ -5,7 +5,6 @@
 
 #include "tidal/ops/elementwise.h"
 #include "tidal/ops/random.h"
-#include "tidal/ops/random.h"
 #include "tidal/ops/reduce.h"
 
 namespace tidal {

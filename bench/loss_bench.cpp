@@ -24,7 +24,9 @@ struct LossCase {
 
 void BM_CrossEntropyForward(benchmark::State& state) {
   LossCase c(state);
-  for (auto _ : state) benchmark::DoNotOptimize(device_kernels(Device::cpu()).cross_entropy_forward(c.loss, c.lse, c.logits, c.targets, c.a));
+  for (auto _ : state)
+    benchmark::DoNotOptimize(
+        device_kernels(Device::cpu()).cross_entropy_forward(c.loss, c.lse, c.logits, c.targets, c.a));
   state.SetBytesProcessed(c.logits.nbytes() * state.iterations());
 }
 
@@ -32,9 +34,10 @@ void BM_CrossEntropyBackward(benchmark::State& state) {
   LossCase c(state);
   device_kernels(Device::cpu()).cross_entropy_forward(c.loss, c.lse, c.logits, c.targets, c.a);
   Tensor grad = empty(c.logits.shape(), c.logits.dtype());
-  grad.zero_();  // first touch outside the timing (fresh pages fault at a few GB/s)
+  grad.zero_();                                 // first touch outside the timing (fresh pages fault at a few GB/s)
   const double scale = 1.0 / double(c.a.rows);  // mean
-  for (auto _ : state) device_kernels(Device::cpu()).cross_entropy_backward(grad, c.logits, c.lse, c.targets, Tensor(), scale, c.a);
+  for (auto _ : state)
+    device_kernels(Device::cpu()).cross_entropy_backward(grad, c.logits, c.lse, c.targets, Tensor(), scale, c.a);
   state.SetBytesProcessed(2 * c.logits.nbytes() * state.iterations());
 }
 

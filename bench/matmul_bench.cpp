@@ -39,7 +39,12 @@ void BM_BatchedMatmul(benchmark::State& state) {
   bench::set_gflops(state, 2.0 * double(bh * t * t * d));
 }
 
-#define GEMM_SHAPES Args({4096, 3072, 768})->Args({4096, 768, 3072})->Args({4096, 768, 768})->Args({1024, 1024, 1024})->Args({2048, 2048, 2048})
+#define GEMM_SHAPES              \
+  Args({4096, 3072, 768})        \
+      ->Args({4096, 768, 3072})  \
+      ->Args({4096, 768, 768})   \
+      ->Args({1024, 1024, 1024}) \
+      ->Args({2048, 2048, 2048})
 BENCHMARK(BM_MatmulKernel)->GEMM_SHAPES->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_Linear)->GEMM_SHAPES->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_BatchedMatmul)->Args({12, 1024, 64})->Args({48, 256, 64})->Unit(benchmark::kMillisecond)->UseRealTime();

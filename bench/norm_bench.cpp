@@ -39,7 +39,8 @@ void BM_LayerNormForward(benchmark::State& state) {
 void BM_LayerNormBackward(benchmark::State& state) {
   NormCase c(state.range(0), state.range(1), dtype_arg(state.range(2)), false);
   device_kernels(Device::cpu()).layer_norm_forward(c.y, c.mean, c.rstd, c.x, c.w, c.b, c.a);
-  for (auto _ : state) device_kernels(Device::cpu()).layer_norm_backward(c.dx, c.dw, c.db, c.ws, c.g, c.x, c.mean, c.rstd, c.w, c.a);
+  for (auto _ : state)
+    device_kernels(Device::cpu()).layer_norm_backward(c.dx, c.dw, c.db, c.ws, c.g, c.x, c.mean, c.rstd, c.w, c.a);
   state.SetBytesProcessed(3 * c.tensor_bytes() * state.iterations());  // read g and x, write dx
 }
 

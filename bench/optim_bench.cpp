@@ -26,7 +26,12 @@ void BM_AdamWStep(benchmark::State& state) {
   const double bytes = double(n) * (3 * dtype_size(dt) + 4 * 4 + (master.defined() ? 8 : 0));
   bench::set_gbps(state, bytes);
 }
-BENCHMARK(BM_AdamWStep)->Args({1 << 22, 0})->Args({1 << 22, 1})->Args({1 << 24, 0})->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(BM_AdamWStep)
+    ->Args({1 << 22, 0})
+    ->Args({1 << 22, 1})
+    ->Args({1 << 24, 0})
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime();
 
 void BM_SumOfSquares(benchmark::State& state) {
   Tensor g = randn({state.range(0)});

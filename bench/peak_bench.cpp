@@ -2,8 +2,8 @@
 // each kernel against them: fp32 FMA throughput, and memory bandwidth (copy, triad).
 #include <benchmark/benchmark.h>
 
-#include "bench/bench_util.h"
 #include <omp.h>
+#include "bench/bench_util.h"
 
 #include <cstring>
 #include <vector>
@@ -25,7 +25,7 @@ void BM_FmaPeak(benchmark::State& state) {
 #pragma omp parallel num_threads(threads) reduction(+ : sink)
     {
       v16 acc[12];
-      const v16 a = {} , b = {};
+      const v16 a = {}, b = {};
       for (int k = 0; k < 12; ++k) acc[k] = v16{} + float(k + omp_get_thread_num());
       v16 x = a + 1.0000001f, y = b + 0.9999999f;
       for (int64_t i = 0; i < kIters; ++i)

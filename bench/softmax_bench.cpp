@@ -30,9 +30,12 @@ void BM_SoftmaxBackward(benchmark::State& state) {
   state.SetBytesProcessed(3 * x.nbytes() * state.iterations());  // read g and y, write dx
 }
 
-#define SOFTMAX_SHAPES \
-  Args({8192, 768, 1, 0, 0})->Args({8192, 768, 1, 1, 0})->Args({8192, 768, 1, 0, 1})->Args({16, 512, 1024, 0, 0}) \
-  ->Args({8192, 1024, 1, 0, 0})
+#define SOFTMAX_SHAPES              \
+  Args({8192, 768, 1, 0, 0})        \
+      ->Args({8192, 768, 1, 1, 0})  \
+      ->Args({8192, 768, 1, 0, 1})  \
+      ->Args({16, 512, 1024, 0, 0}) \
+      ->Args({8192, 1024, 1, 0, 0})
 BENCHMARK(BM_SoftmaxForward)->SOFTMAX_SHAPES->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_SoftmaxBackward)->SOFTMAX_SHAPES->Unit(benchmark::kMillisecond)->UseRealTime();
 

@@ -47,11 +47,17 @@ void BM_OptimizerStep(benchmark::State& state) {
   state.counters["device_states_MiB"] =
       double(dev.stats()[MemoryCategory::optimizer_state].peak - (K == 0 ? 0 : base)) / (1 << 20);
   if (auto* s = dynamic_cast<memory::SwapAdamW*>(opt.get()))
-    state.counters["moved_GB_per_step"] = double(s->stats().bytes_to_device + s->stats().bytes_to_host) /
-                                          double(s->stats().steps) / 1e9;
+    state.counters["moved_GB_per_step"] =
+        double(s->stats().bytes_to_device + s->stats().bytes_to_host) / double(s->stats().steps) / 1e9;
 }
 BENCHMARK(BM_OptimizerStep)
-    ->Arg(0)->Arg(1)->Arg(2)->Arg(4)->Arg(8)->Arg(16)->Arg(32)
+    ->Arg(0)
+    ->Arg(1)
+    ->Arg(2)
+    ->Arg(4)
+    ->Arg(8)
+    ->Arg(16)
+    ->Arg(32)
     ->Unit(benchmark::kMillisecond)
     ->MeasureProcessCPUTime()
     ->UseRealTime()

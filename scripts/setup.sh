@@ -12,6 +12,8 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   python3-torch python3-numpy   # PyTorch parity tests (system /usr/bin/python3)
   chromium               # the profiler's plots are checked in a real browser (headless)
+  clang-format           # the C++ style (.clang-format), checked by scripts/check_format.sh
+  python3                # the layer check (tests/layering/check_layers.py)
 )
 
 missing=()

@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# The test command (README, .ci/run): installs dependencies, builds in build/, runs every test, then
+# The test command (README, .ci/run): installs dependencies, checks the C++ style (.clang-format), builds
+# in build/, runs every test (the include and layer checks among them), then
 # the sanitizer builds: ASan+UBSan on the unit and gradcheck tests (build-asan/), TSan on the stream, offload
 # and swap-optimizer tests (build-tsan/). TIDAL_TEST_QUICK=1 skips the sanitizer builds.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 scripts/setup.sh
+scripts/check_format.sh
 # Idle OpenMP threads sleep instead of spinning: on 2 shared cores spinning threads starve the
 # stream workers and any other process (a gradcheck went from 4.4 s to 0.18 s under load).
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}

@@ -10,7 +10,7 @@
 namespace tidal {
 namespace {
 
-constexpr int64_t kSmall = int64_t(1) << 20;        // blocks up to 1 MiB round to 512 B
+constexpr int64_t kSmall = int64_t(1) << 20;  // blocks up to 1 MiB round to 512 B
 constexpr int64_t kSmallRound = 512;
 constexpr int64_t kLargeRound = int64_t(64) << 10;  // larger blocks round to 64 KiB
 

@@ -50,7 +50,7 @@ class Allocator {
   void recategorize(void* ptr, int64_t nbytes, MemoryCategory from, MemoryCategory to);
 
   MemoryStats stats() const;
-  void reset_peak_stats();  // peaks := current values
+  void reset_peak_stats();        // peaks := current values
   void set_limit(int64_t bytes);  // 0 removes the limit
   int64_t limit() const;
   void empty_cache();  // returns cached free blocks to the system
@@ -75,7 +75,7 @@ class Allocator {
   Device device_;
   Backing backing_;
   mutable std::mutex mu_;
-  std::multimap<int64_t, void*> free_blocks_;      // block size -> cached block
+  std::multimap<int64_t, void*> free_blocks_;       // block size -> cached block
   std::unordered_map<void*, int64_t> live_blocks_;  // ptr -> block size
   MemoryStats stats_;
   bool log_on_ = false;

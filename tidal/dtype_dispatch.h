@@ -5,7 +5,10 @@
 
 namespace tidal {
 
-template <typename T> struct Tag { using type = T; };
+template <typename T>
+struct Tag {
+  using type = T;
+};
 
 // Floating dtypes (f32, bf16, f64).
 template <typename F>

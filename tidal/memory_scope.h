@@ -9,7 +9,7 @@ namespace tidal {
 
 struct MemoryContext {
   MemoryCategory category = MemoryCategory::temporary;
-  const char* op = nullptr;      // static string
+  const char* op = nullptr;  // static string
   int layer = -1;
   const char* module = nullptr;  // dotted module name ("model.layers.0.mlp.up_proj"), owned by the module
 };

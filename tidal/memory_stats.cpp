@@ -53,15 +53,24 @@ int64_t parse_bytes(std::string_view text) {
   std::string unit = ok ? s.substr(pos) : "";
   for (char& c : unit) c = char(std::tolower(static_cast<unsigned char>(c)));
   double scale = 0;
-  if (unit.empty() || unit == "b") scale = 1;
-  else if (unit == "k" || unit == "kib") scale = 1024.0;
-  else if (unit == "m" || unit == "mib") scale = 1024.0 * 1024;
-  else if (unit == "g" || unit == "gib") scale = 1024.0 * 1024 * 1024;
-  else if (unit == "t" || unit == "tib") scale = 1024.0 * 1024 * 1024 * 1024;
-  else if (unit == "kb") scale = 1e3;
-  else if (unit == "mb") scale = 1e6;
-  else if (unit == "gb") scale = 1e9;
-  else if (unit == "tb") scale = 1e12;
+  if (unit.empty() || unit == "b")
+    scale = 1;
+  else if (unit == "k" || unit == "kib")
+    scale = 1024.0;
+  else if (unit == "m" || unit == "mib")
+    scale = 1024.0 * 1024;
+  else if (unit == "g" || unit == "gib")
+    scale = 1024.0 * 1024 * 1024;
+  else if (unit == "t" || unit == "tib")
+    scale = 1024.0 * 1024 * 1024 * 1024;
+  else if (unit == "kb")
+    scale = 1e3;
+  else if (unit == "mb")
+    scale = 1e6;
+  else if (unit == "gb")
+    scale = 1e9;
+  else if (unit == "tb")
+    scale = 1e12;
   TIDAL_CHECK(ok && scale > 0 && value >= 0 && std::isfinite(value), "[memory] cannot read '", text,
               "' as a byte count: write a number with an optional unit, e.g. 8GiB, 512MiB, 1.5GB or 4096");
   return int64_t(std::llround(value * scale));
@@ -75,9 +84,9 @@ std::string format_breakdown(const MemoryStats& s) {
   for (int i = 0; i < kNumMemoryCategories; ++i) {
     const CategoryStats& c = s.category[size_t(i)];
     if (c.allocated == 0 && c.peak == 0) continue;
-    std::snprintf(line, sizeof line, "  %-16s %12s %12s %12s\n",
-                  std::string(category_name(MemoryCategory(i))).c_str(), format_bytes(c.allocated).c_str(),
-                  format_bytes(c.peak).c_str(), format_bytes(s.at_peak[size_t(i)]).c_str());
+    std::snprintf(line, sizeof line, "  %-16s %12s %12s %12s\n", std::string(category_name(MemoryCategory(i))).c_str(),
+                  format_bytes(c.allocated).c_str(), format_bytes(c.peak).c_str(),
+                  format_bytes(s.at_peak[size_t(i)]).c_str());
     out += line;
   }
   std::snprintf(line, sizeof line, "  %-16s %12s %12s\n  %-16s %12s %12s\n  %-16s %12s  (reserved but unallocated)\n",

@@ -25,22 +25,22 @@ struct CategoryStats {
   int64_t peak = 0;       // highest `allocated` of this category alone
   int64_t blocks = 0;     // bytes of the cache blocks those allocations occupy (>= allocated)
   int64_t peak_blocks = 0;
-  int64_t count = 0;      // live allocations
+  int64_t count = 0;  // live allocations
   int64_t total_count = 0;
 };
 
 struct MemoryStats {
-  int64_t allocated = 0;       // bytes requested by live allocations, all categories
+  int64_t allocated = 0;  // bytes requested by live allocations, all categories
   int64_t peak_allocated = 0;
-  int64_t reserved = 0;        // bytes held from the system: blocks in use plus cached free blocks
+  int64_t reserved = 0;  // bytes held from the system: blocks in use plus cached free blocks
   int64_t peak_reserved = 0;
-  int64_t num_allocs = 0;      // live allocations
+  int64_t num_allocs = 0;  // live allocations
   int64_t total_allocs = 0;
-  int64_t cache_hits = 0;      // allocations served from a cached block
-  int64_t system_allocs = 0;   // allocations that had to ask the system
+  int64_t cache_hits = 0;     // allocations served from a cached block
+  int64_t system_allocs = 0;  // allocations that had to ask the system
   int64_t system_frees = 0;
   int64_t num_ooms = 0;
-  int64_t limit = 0;           // capacity limit in bytes; 0 = none
+  int64_t limit = 0;  // capacity limit in bytes; 0 = none
   std::array<CategoryStats, kNumMemoryCategories> category{};
   // Allocated bytes per category at the moment `peak_allocated` was reached.
   std::array<int64_t, kNumMemoryCategories> at_peak{};
@@ -62,13 +62,13 @@ struct MemoryEvent {
   MemoryCategory category = MemoryCategory::temporary;
   const char* op = nullptr;  // static string or nullptr
   int layer = -1;
-  int64_t allocated = 0;     // totals after the event
+  int64_t allocated = 0;  // totals after the event
   int64_t reserved = 0;
   int64_t category_allocated = 0;  // this category's allocated bytes after the event
   const void* block = nullptr;     // the block's address: pairs an allocation with its free
   const char* module = nullptr;    // dotted module name (owned by the module: read it while the model lives)
   MemoryEventKind kind = MemoryEventKind::allocate;  // failed: a request that ran out of memory (delta is
-                                                    // the request; the totals did not change)
+                                                     // the request; the totals did not change)
 };
 
 // "1.50 GiB", "312.0 KiB", "17 B".

@@ -1,8 +1,8 @@
 #pragma once
 // The range recorder, a core primitive that profile/ reads: named time ranges (ops, autograd nodes,
-// training phases) and the work side streams ran, on tidal's clock. Off by default; when off, a range costs one relaxed load
-// of a flag and a branch (bench/profile_bench.cpp measures it). OpScope (memory_scope.h) records
-// every op, the autograd engine every node's backward, the trainer its phases. See docs/profiling.md.
+// training phases) and the work side streams ran, on tidal's clock. Off by default; when off, a range costs one relaxed
+// load of a flag and a branch (bench/profile_bench.cpp measures it). OpScope (memory_scope.h) records every op, the
+// autograd engine every node's backward, the trainer its phases. See docs/profiling.md.
 #include <atomic>
 #include <cstdint>
 #include <string>

@@ -10,8 +10,7 @@ namespace tidal {
 Shape::Shape(std::initializer_list<int64_t> dims) : Shape(std::span<const int64_t>(dims.begin(), dims.size())) {}
 
 Shape::Shape(std::span<const int64_t> dims) {
-  TIDAL_CHECK(dims.size() <= size_t(kMaxDims), "[shape] at most ", kMaxDims, " dims are supported, got ",
-              dims.size());
+  TIDAL_CHECK(dims.size() <= size_t(kMaxDims), "[shape] at most ", kMaxDims, " dims are supported, got ", dims.size());
   n_ = int(dims.size());
   std::copy(dims.begin(), dims.end(), d_);
 }
@@ -56,9 +55,7 @@ std::string Shape::str() const {
   return s + ")";
 }
 
-bool operator==(const Shape& a, const Shape& b) {
-  return a.n_ == b.n_ && std::equal(a.begin(), a.end(), b.begin());
-}
+bool operator==(const Shape& a, const Shape& b) { return a.n_ == b.n_ && std::equal(a.begin(), a.end(), b.begin()); }
 
 std::ostream& operator<<(std::ostream& os, const Shape& s) { return os << s.str(); }
 

@@ -56,7 +56,8 @@ void Stream::synchronize() { impl_->synchronize(); }
 bool Stream::query() { return impl_->query(); }
 int64_t Stream::busy_ns() const { return impl_->busy_ns(); }
 
-void Stream::copy(void* dst, const void* src, int64_t bytes, const char* label, std::shared_ptr<const void> keep_alive) {
+void Stream::copy(void* dst, const void* src, int64_t bytes, const char* label,
+                  std::shared_ptr<const void> keep_alive) {
   if (bytes > 0) impl_->copy_bytes(dst, src, bytes, label, std::move(keep_alive));
 }
 
@@ -72,9 +73,8 @@ void copy_async(const Tensor& dst, const Tensor& src, Stream& stream) {
               dst.strides(), " and ", src.strides());
   TIDAL_CHECK(dst.is_meta() == src.is_meta(), "[copy_async] cannot copy between a meta tensor and a real one");
   if (dst.is_meta()) return;
-  TIDAL_CHECK(dst.storage()->is_materialized() && src.storage()->is_materialized(),
-              "[copy_async] the ", dst.storage()->is_materialized() ? "source" : "destination", " ", src.shape(),
-              " has released its bytes");
+  TIDAL_CHECK(dst.storage()->is_materialized() && src.storage()->is_materialized(), "[copy_async] the ",
+              dst.storage()->is_materialized() ? "source" : "destination", " ", src.shape(), " has released its bytes");
   stream.copy(dst.raw_data(), src.raw_data(), src.nbytes(), "copy",
               std::make_shared<const std::pair<Tensor, Tensor>>(dst, src));
 }

@@ -7,8 +7,8 @@
 #include "tidal/autograd/engine.h"
 #include "tidal/autograd/grad_mode.h"
 #include "tidal/autograd/node.h"
-#include "tidal/dtype_dispatch.h"
 #include "tidal/backend/kernels.h"
+#include "tidal/dtype_dispatch.h"
 #include "tidal/memory_scope.h"
 
 namespace tidal {
@@ -84,8 +84,10 @@ template std::vector<uint8_t> Tensor::to_vector<uint8_t>() const;
 std::string Tensor::str() const {
   if (!defined()) return "Tensor(undefined)";
   std::string s = detail::str_cat("Tensor(", dtype(), ", ", shape(), ", ", device());
-  if (grad_fn()) s += detail::str_cat(", grad_fn=", grad_fn()->name());
-  else if (requires_grad()) s += ", requires_grad";
+  if (grad_fn())
+    s += detail::str_cat(", grad_fn=", grad_fn()->name());
+  else if (requires_grad())
+    s += ", requires_grad";
   s += ")";
   if (is_meta() || !storage()->is_materialized()) return s;
   std::vector<double> v = to_vector<double>();
@@ -141,9 +143,7 @@ void Tensor::backward(const Tensor& grad, bool retain_graph) const {
   autograd::backward({*this}, {g}, retain_graph);
 }
 
-Tensor Tensor::detach() const {
-  return Tensor(storage(), shape(), strides(), offset(), dtype());
-}
+Tensor Tensor::detach() const { return Tensor(storage(), shape(), strides(), offset(), dtype()); }
 
 // --- in-place
 
@@ -176,8 +176,8 @@ Tensor& Tensor::copy_(const Tensor& src) {
 
 Tensor& Tensor::add_(const Tensor& other, double alpha) {
   check_inplace(*this, "add_");
-  TIDAL_CHECK(other.device() == device() && other.dtype() == dtype(), "[add_] operands differ: ", shape(), " ",
-              dtype(), " on ", device(), " and ", other.shape(), " ", other.dtype(), " on ", other.device());
+  TIDAL_CHECK(other.device() == device() && other.dtype() == dtype(), "[add_] operands differ: ", shape(), " ", dtype(),
+              " on ", device(), " and ", other.shape(), " ", other.dtype(), " on ", other.device());
   TIDAL_CHECK(broadcast_shapes(shape(), other.shape(), "add_") == shape(), "[add_] ", other.shape(),
               " does not broadcast to ", shape());
   if (Kernels* kern = kernels_for(*this)) kern->add_inplace(*this, other, alpha);
@@ -234,8 +234,8 @@ Tensor arange(int64_t start, int64_t end, int64_t step, DType dtype, Device devi
 }
 
 Tensor from_vector(const std::vector<double>& values, const Shape& shape, DType dtype, Device device) {
-  TIDAL_CHECK(int64_t(values.size()) == shape.numel(), "[from_vector] ", values.size(), " values for shape ",
-              shape, " (", shape.numel(), " elements)");
+  TIDAL_CHECK(int64_t(values.size()) == shape.numel(), "[from_vector] ", values.size(), " values for shape ", shape,
+              " (", shape.numel(), " elements)");
   Tensor t = empty(shape, dtype, device);
   if (Kernels* kern = kernels_for(t)) {
     dispatch_all(dtype, "from_vector", [&](auto tag) {
@@ -249,8 +249,8 @@ Tensor from_vector(const std::vector<double>& values, const Shape& shape, DType 
 }
 
 Tensor from_vector_i64(const std::vector<int64_t>& values, const Shape& shape, Device device) {
-  TIDAL_CHECK(int64_t(values.size()) == shape.numel(), "[from_vector] ", values.size(), " values for shape ",
-              shape, " (", shape.numel(), " elements)");
+  TIDAL_CHECK(int64_t(values.size()) == shape.numel(), "[from_vector] ", values.size(), " values for shape ", shape,
+              " (", shape.numel(), " elements)");
   Tensor t = empty(shape, DType::i64, device);
   if (Kernels* kern = kernels_for(t)) kern->copy_from_host(t, values.data());
   return t;

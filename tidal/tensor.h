@@ -47,7 +47,7 @@ class Tensor {
   const Shape& shape() const { return ref().shape; }
   const Shape& strides() const { return ref().strides; }
   int dim() const { return shape().size(); }
-  int64_t size(int64_t d) const;      // negative d counts from the end
+  int64_t size(int64_t d) const;  // negative d counts from the end
   int64_t stride(int64_t d) const;
   int64_t offset() const { return ref().offset; }
   int64_t numel() const { return shape().numel(); }
@@ -62,13 +62,16 @@ class Tensor {
   std::string str() const;  // "Tensor(f32, (2, 3), cpu)[values...]"
 
   // --- data (cpu only; throws on meta or released storage, or a dtype mismatch)
-  template <typename T> T* data() const {
+  template <typename T>
+  T* data() const {
     check_data_access(dtype_v<T>);
     return static_cast<T*>(storage()->data()) + offset();
   }
   void* raw_data() const;  // first element, any dtype
-  template <typename T> T item() const;                // single-element tensor to a C++ value
-  template <typename T> std::vector<T> to_vector() const;  // any layout, row-major order
+  template <typename T>
+  T item() const;  // single-element tensor to a C++ value
+  template <typename T>
+  std::vector<T> to_vector() const;  // any layout, row-major order
 
   // --- autograd
   bool requires_grad() const;
@@ -100,8 +103,8 @@ class Tensor {
   // --- copies
   Tensor contiguous() const;  // itself when already contiguous
   Tensor clone() const;
-  Tensor to(DType dtype) const;     // differentiable between floating types
-  Tensor to(Device device) const;   // copy to another device (cpu <-> meta keeps shapes only)
+  Tensor to(DType dtype) const;    // differentiable between floating types
+  Tensor to(Device device) const;  // copy to another device (cpu <-> meta keeps shapes only)
 
   // --- in-place (not differentiable: tensors that need grad under grad mode are rejected)
   Tensor& zero_();
@@ -133,8 +136,7 @@ Tensor zeros_like(const Tensor& t);
 Tensor ones_like(const Tensor& t);
 Tensor scalar_tensor(double value, DType dtype = DType::f32, Device device = Device::cpu());
 // [start, end) step `step`.
-Tensor arange(int64_t start, int64_t end, int64_t step = 1, DType dtype = DType::i64,
-              Device device = Device::cpu());
+Tensor arange(int64_t start, int64_t end, int64_t step = 1, DType dtype = DType::i64, Device device = Device::cpu());
 // Copies `values` (converted to `dtype`) into a new tensor of `shape`.
 Tensor from_vector(const std::vector<double>& values, const Shape& shape, DType dtype = DType::f32,
                    Device device = Device::cpu());

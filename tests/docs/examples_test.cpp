@@ -230,8 +230,7 @@ TEST(DocsExamples, InSync) {
   ASSERT_FALSE(tests.empty());
   int blocks = 0;
   for (const char* doc : {"docs/tensors.md", "docs/memory-accounting.md", "docs/streams.md", "docs/autograd.md",
-                          "docs/offload.md",
-                          "docs/profiling.md"}) {
+                          "docs/offload.md", "docs/profiling.md"}) {
     const std::string text = read_file(root + "/" + doc);
     ASSERT_FALSE(text.empty()) << doc;
     const std::regex block("```cpp example:([a-z_]+)\n([\\s\\S]*?)```");

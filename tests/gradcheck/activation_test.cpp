@@ -85,9 +85,9 @@ TEST(Activation, ValuesMatchReferenceFormulas) {
 TEST(Activation, LowPrecisionGradientsAgreeWithF64) {
   Tensor x = uniform({6, 40}, 7, -5.0, 5.0, false), up = uniform({6, 40}, 8, -2.0, 2.0, false);
   using F = std::function<Tensor(const std::vector<Tensor>&)>;
-  const std::vector<F> fns = {
-      [](auto& in) { return gelu(in[0]); }, [](auto& in) { return gelu(in[0], GeluApprox::none); },
-      [](auto& in) { return silu(in[0]); }, [](auto& in) { return swiglu(in[0], in[1]); }};
+  const std::vector<F> fns = {[](auto& in) { return gelu(in[0]); },
+                              [](auto& in) { return gelu(in[0], GeluApprox::none); },
+                              [](auto& in) { return silu(in[0]); }, [](auto& in) { return swiglu(in[0], in[1]); }};
   for (const F& f : fns) {
     std::vector<Tensor> g64 = grads_of(f, {x, up});
     std::vector<Tensor> g32 = grads_of(f, {x.to(DType::f32), up.to(DType::f32)});

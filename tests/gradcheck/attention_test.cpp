@@ -309,12 +309,12 @@ TEST(Attention, BadInputsThrow) {
   auto sdpa = [](const Shape& q, const Shape& k, const Shape& v, DType kd = DType::f32, AttentionOptions o = {}) {
     return scaled_dot_product_attention(zeros(q), zeros(k, kd), zeros(v), o);
   };
-  EXPECT_THROW(sdpa({1, 3, 4, 8}, {1, 2, 4, 8}, {1, 2, 4, 8}), Error);      // Hq % Hkv != 0
-  EXPECT_THROW(sdpa({1, 4, 4, 8}, {1, 2, 4, 8}, {1, 1, 4, 8}), Error);      // k/v heads differ
-  EXPECT_THROW(sdpa({1, 4, 4, 8}, {1, 2, 4, 6}, {1, 2, 4, 8}), Error);      // head dims differ
-  EXPECT_THROW(sdpa({1, 4, 4, 8}, {1, 2, 5, 8}, {1, 2, 4, 8}), Error);      // k/v lengths differ
-  EXPECT_THROW(sdpa({2, 4, 4, 8}, {1, 2, 4, 8}, {1, 2, 4, 8}), Error);      // batch differs
-  EXPECT_THROW(sdpa({4, 4, 8}, {2, 4, 8}, {2, 4, 8}), Error);               // 3-D
+  EXPECT_THROW(sdpa({1, 3, 4, 8}, {1, 2, 4, 8}, {1, 2, 4, 8}), Error);              // Hq % Hkv != 0
+  EXPECT_THROW(sdpa({1, 4, 4, 8}, {1, 2, 4, 8}, {1, 1, 4, 8}), Error);              // k/v heads differ
+  EXPECT_THROW(sdpa({1, 4, 4, 8}, {1, 2, 4, 6}, {1, 2, 4, 8}), Error);              // head dims differ
+  EXPECT_THROW(sdpa({1, 4, 4, 8}, {1, 2, 5, 8}, {1, 2, 4, 8}), Error);              // k/v lengths differ
+  EXPECT_THROW(sdpa({2, 4, 4, 8}, {1, 2, 4, 8}, {1, 2, 4, 8}), Error);              // batch differs
+  EXPECT_THROW(sdpa({4, 4, 8}, {2, 4, 8}, {2, 4, 8}), Error);                       // 3-D
   EXPECT_THROW(sdpa({1, 4, 4, 8}, {1, 2, 4, 8}, {1, 2, 4, 8}, DType::f64), Error);  // dtypes differ
   AttentionOptions bad;
   bad.dropout_p = 1.0;

@@ -15,13 +15,12 @@
 
 namespace tidal {
 using testing::all_close;
-using testing::error_of;
 using testing::bitwise_equal;
+using testing::error_of;
 using testing::gradcheck;
 using testing::uniform;
 
 namespace {
-
 
 // Equal within 1e-6 relative to the largest magnitude: what a different order of additions gives
 // (oneDNN's GEMM takes other paths for another number of rows M; the weight's gradient is summed
@@ -40,8 +39,8 @@ struct Grads {
 Grads run(const Tensor& h0, const Tensor& w0, const Tensor& t, int64_t chunk, double scale = 1.0) {
   Tensor h = h0.detach().clone().set_requires_grad(true);
   Tensor w = w0.detach().clone().set_requires_grad(true);
-  Tensor loss = chunk > 0 ? chunked_lm_loss(h, w, t, chunk) : cross_entropy(linear(h, w).reshape({-1, w.size(0)}),
-                                                                            t.reshape({-1}));
+  Tensor loss = chunk > 0 ? chunked_lm_loss(h, w, t, chunk)
+                          : cross_entropy(linear(h, w).reshape({-1, w.size(0)}), t.reshape({-1}));
   (scale == 1.0 ? loss : mul(loss, scale)).backward();
   return {loss.detach(), h.grad(), w.grad()};
 }

@@ -41,7 +41,7 @@ TEST(Random, DropoutMaskStatisticsAndReplay) {
   EXPECT_NEAR(kept, 0.75, 0.01);
   EXPECT_NEAR(max(y).item<double>(), 1.0 / 0.75, 1e-6);  // survivors are scaled by 1/(1-p)
   set_rng_state(st);
-  EXPECT_TRUE(testing::bitwise_equal(dropout(x, 0.25), y));  // same state, same mask
+  EXPECT_TRUE(testing::bitwise_equal(dropout(x, 0.25), y));   // same state, same mask
   EXPECT_FALSE(testing::bitwise_equal(dropout(x, 0.25), y));  // the stream moved on
   EXPECT_TRUE(testing::bitwise_equal(dropout(x, 0.0), x));
   EXPECT_TRUE(testing::bitwise_equal(dropout(x, 0.5, /*training=*/false), x));

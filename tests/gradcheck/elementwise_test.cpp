@@ -1,5 +1,5 @@
-#include "tests/support/gradcheck.h"
 #include "tidal/ops/elementwise.h"
+#include "tests/support/gradcheck.h"
 #include "tidal/ops/reduce.h"
 
 namespace tidal {

@@ -1,7 +1,7 @@
+#include "tidal/ops/embedding.h"
 #include "tests/support/gradcheck.h"
 #include "tidal/base/threads.h"
 #include "tidal/ops/elementwise.h"
-#include "tidal/ops/embedding.h"
 #include "tidal/ops/random.h"
 
 namespace tidal {
@@ -41,7 +41,7 @@ TEST(GradcheckEmbedding, DuplicateIdsBothIndexTypes) {
 }
 
 TEST(GradcheckEmbedding, NonContiguousInputs) {
-  Tensor wt = uniform({3, 6}, 2);  // the weight is wt.t(): (6, 3) with strides (1, 6)
+  Tensor wt = uniform({3, 6}, 2);                                   // the weight is wt.t(): (6, 3) with strides (1, 6)
   Tensor ids = ids_of({5, 0, 2, 2, 5, 1}, {3, 2}, DType::i64).t();  // (2, 3) transposed view
   ASSERT_FALSE(ids.is_contiguous());
   EXPECT_TRUE(gradcheck([&](auto& x) { return embedding(x[0].t(), ids); }, {wt}));
@@ -128,7 +128,7 @@ TEST(Embedding, BadInput) {
   EXPECT_NE(m.find("[0, 5)"), std::string::npos) << m;
   EXPECT_NE(m.find("V = 5"), std::string::npos) << m;
   EXPECT_THROW(embedding(w, ids_of({-1}, {1}, DType::i32)), Error);
-  EXPECT_THROW(embedding(w, from_vector({1.0}, {1})), Error);          // float ids
+  EXPECT_THROW(embedding(w, from_vector({1.0}, {1})), Error);                // float ids
   EXPECT_THROW(embedding(zeros({5}), ids_of({1}, {1}, DType::i64)), Error);  // 1-D weight
   EXPECT_THROW(embedding(zeros({5, 3}, DType::i64), ids_of({1}, {1}, DType::i64)), Error);
   EXPECT_THROW(embedding(w, empty({1}, DType::i64, Device::meta())), Error);  // devices differ

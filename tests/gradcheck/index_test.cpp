@@ -108,15 +108,18 @@ TEST(Index, GatherScatterAddValues) {
 TEST(GradcheckIndex, GatherAndScatterAdd) {
   Tensor x = uniform({3, 4}, 2), self = uniform({3, 4}, 3), src = uniform({2, 4}, 4), big = uniform({3, 5}, 5);
   for (DType it : {DType::i64, DType::i32}) {
-    Tensor i1 = idx({3, 3, 0, 1, 1, 1}, {3, 2}, it);   // dim 1, duplicates
+    Tensor i1 = idx({3, 3, 0, 1, 1, 1}, {3, 2}, it);        // dim 1, duplicates
     Tensor i0 = idx({2, 0, 2, 2, 2, 0, 1, 2}, {2, 4}, it);  // dim 0, duplicates
     EXPECT_TRUE(gradcheck([&](auto& v) { return gather(v[0], 1, i1); }, {x}));
     EXPECT_TRUE(gradcheck([&](auto& v) { return gather(v[0], 0, i0); }, {x}));
     EXPECT_TRUE(gradcheck([&](auto& v) { return gather(v[0].t(), 0, idx({0, 3, 3}, {3, 1}, it)); }, {x}));
     EXPECT_TRUE(gradcheck([&](auto& v) { return scatter_add(v[0], 0, i0, v[1]); }, {self, src}));
     EXPECT_TRUE(gradcheck([&](auto& v) { return scatter_add(v[0], 1, i1, v[1]); }, {self, big}));  // src > index
-    EXPECT_TRUE(gradcheck([&](auto& v) { return scatter_add(v[0].t(), 1, idx({0, 0, 2}, {3, 1}, it), v[1].t()); },
-                          {x, big}));
+    EXPECT_TRUE(gradcheck(
+        [&](auto& v) {
+          return scatter_add(v[0].t(), 1, idx({0, 0, 2}, {3, 1}, it), v[1].t());
+        },
+        {x, big}));
   }
 }
 
@@ -218,25 +221,25 @@ namespace {
 // weighted index_add back. x (T, C), router (E, C), w_gate (E, H, C), w_down (E, C, H).
 Tensor moe_forward(const Tensor& x, const Tensor& router, const Tensor& w_gate, const Tensor& w_down, int64_t k) {
   const int64_t tokens = x.size(0), experts = router.size(0);
-  Tensor logits = linear(x, router);                                  // (T, E)
-  Tensor e = exp(sub(logits, max(logits, -1, true).values));          // softmax from exp/sum/div
-  Tensor probs = div(e, sum(e, {-1}, true));                          // (T, E)
-  TopKResult top = topk(probs, k);                                    // (T, k)
-  Tensor weights = div(top.values, sum(top.values, {-1}, true));      // (T, k) renormalized
-  Tensor expert_of_slot = top.indices.reshape(Shape{tokens * k});     // (T*k)
-  Tensor order = argsort(expert_of_slot);                             // slots grouped by expert
+  Tensor logits = linear(x, router);                                                     // (T, E)
+  Tensor e = exp(sub(logits, max(logits, -1, true).values));                             // softmax from exp/sum/div
+  Tensor probs = div(e, sum(e, {-1}, true));                                             // (T, E)
+  TopKResult top = topk(probs, k);                                                       // (T, k)
+  Tensor weights = div(top.values, sum(top.values, {-1}, true));                         // (T, k) renormalized
+  Tensor expert_of_slot = top.indices.reshape(Shape{tokens * k});                        // (T*k)
+  Tensor order = argsort(expert_of_slot);                                                // slots grouped by expert
   std::vector<int64_t> counts = bincount(expert_of_slot, experts).to_vector<int64_t>();  // (E)
   Tensor token_of_slot = arange(0, tokens).unsqueeze(1).expand(Shape{tokens, k}).reshape(Shape{tokens * k});
-  Tensor sorted_tokens = index_select(token_of_slot, 0, order);                  // (T*k)
+  Tensor sorted_tokens = index_select(token_of_slot, 0, order);                        // (T*k)
   Tensor sorted_weights = index_select(weights.reshape(Shape{tokens * k}), 0, order);  // (T*k)
-  Tensor out = zeros(x.shape(), x.dtype());                                     // (T, C)
+  Tensor out = zeros(x.shape(), x.dtype());                                            // (T, C)
   int64_t start = 0;
   for (int64_t ex = 0; ex < experts; ++ex) {
     const int64_t n = counts[size_t(ex)];
     if (n == 0) continue;
-    Tensor tok = sorted_tokens.narrow(0, start, n);                  // (n)
+    Tensor tok = sorted_tokens.narrow(0, start, n);                    // (n)
     Tensor h = linear(index_select(x, 0, tok), w_gate.select(0, ex));  // (n, H)
-    Tensor y = linear(mul(h, sigmoid(h)), w_down.select(0, ex));     // (n, C)
+    Tensor y = linear(mul(h, sigmoid(h)), w_down.select(0, ex));       // (n, C)
     y = mul(y, sorted_weights.narrow(0, start, n).unsqueeze(1));
     out = index_add(out, 0, tok, y);
     start += n;
@@ -250,8 +253,7 @@ TEST(GradcheckIndex, MoeRoutingEndToEnd) {
   const int64_t tokens = 6, c = 4, experts = 4, hidden = 3, k = 2;
   Tensor x = uniform({tokens, c}, 21), router = uniform({experts, c}, 22, -2, 2);
   Tensor w_gate = uniform({experts, hidden, c}, 23), w_down = uniform({experts, c, hidden}, 24);
-  EXPECT_TRUE(gradcheck([&](auto& v) { return moe_forward(v[0], v[1], v[2], v[3], k); },
-                        {x, router, w_gate, w_down}));
+  EXPECT_TRUE(gradcheck([&](auto& v) { return moe_forward(v[0], v[1], v[2], v[3], k); }, {x, router, w_gate, w_down}));
   // Against a per-token loop over the chosen experts.
   Tensor out = moe_forward(x, router, w_gate, w_down, k);
   Tensor logits = linear(x, router);
@@ -319,12 +321,12 @@ TEST(Index, BadInput) {
   m = message_of([&] { index_add(x, 0, idx({0, 1}, {2}), zeros({3, 4})); });
   EXPECT_NE(m.find("(3, 4)"), std::string::npos) << m;
   EXPECT_NE(m.find("(2, 4)"), std::string::npos) << m;
-  EXPECT_THROW(gather(x, 0, idx({0, 0, 0, 0, 0}, {1, 5})), Error);   // larger than x outside dim
-  EXPECT_THROW(gather(x, 2, idx({0}, {1, 1})), Error);               // bad dim
-  EXPECT_THROW(gather(x, 0, from_vector({0}, {1, 1})), Error);       // float index
-  EXPECT_THROW(scatter_add(x, 0, idx({0, 0}, {1, 2}), zeros({1, 1})), Error);  // index larger than src
+  EXPECT_THROW(gather(x, 0, idx({0, 0, 0, 0, 0}, {1, 5})), Error);                      // larger than x outside dim
+  EXPECT_THROW(gather(x, 2, idx({0}, {1, 1})), Error);                                  // bad dim
+  EXPECT_THROW(gather(x, 0, from_vector({0}, {1, 1})), Error);                          // float index
+  EXPECT_THROW(scatter_add(x, 0, idx({0, 0}, {1, 2}), zeros({1, 1})), Error);           // index larger than src
   EXPECT_THROW(scatter_add(x, 0, idx({0}, {1, 1}), zeros({1, 1}, DType::f64)), Error);  // dtypes differ
-  EXPECT_THROW(index_select(x, 0, idx({0, 1}, {1, 2})), Error);      // 2-D index
+  EXPECT_THROW(index_select(x, 0, idx({0, 1}, {1, 2})), Error);                         // 2-D index
   EXPECT_THROW(index_select(scalar_tensor(1.0), 0, idx({0}, {1})), Error);
   EXPECT_THROW(topk(x, 5), Error);
   EXPECT_THROW(topk(x, -1), Error);

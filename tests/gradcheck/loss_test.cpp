@@ -68,21 +68,36 @@ TEST(GradcheckLoss, CrossEntropyStridedLogits) {
 TEST(Loss, MatchesPyTorch) {
   // torch 1.13, f64: x = these logits (requires_grad), t = [1, -100, 4, 0];
   // l = F.cross_entropy(x, t); l.backward(); print(l.item(), x.grad); and reduction='none'.
-  Tensor x = from_vector({0.5, -1.25, 2.0, 0.0, 3.5,  //
-                          1, 1, 1, 1, 1,              //
-                          -2.0, 0.25, 0.75, -0.5, 1.5,  //
-                          4.0, -3.0, 0.5, 2.25, -1.0},
+  Tensor x = from_vector({0.5,  -1.25, 2.0,  0.0,  3.5,  //
+                          1,    1,     1,    1,    1,    //
+                          -2.0, 0.25,  0.75, -0.5, 1.5,  //
+                          4.0,  -3.0,  0.5,  2.25, -1.0},
                          Shape{4, 5}, DType::f64);
   x.set_requires_grad(true);
   Tensor t = from_vector_i64({1, -100, 4, 0}, Shape{4});
   Tensor loss = cross_entropy(x, t);
   EXPECT_NEAR(loss.item<double>(), 1.9559833780177092, 1e-15);
   loss.backward();
-  const std::vector<double> grad = {
-      0.012651407011753298, -0.3311348484467043, 0.05669967252897311, 0.007673466241131764, 0.2541103026648462,
-      0, 0, 0, 0, 0,
-      0.00523060354741304, 0.0496265847225747, 0.08182040582431094, 0.023441938749712517, -0.1601195328440113,
-      -0.05821983624112355, 0.0002508710364790209, 0.008307707756348365, 0.047807557286155856, 0.0018537001621403634};
+  const std::vector<double> grad = {0.012651407011753298,
+                                    -0.3311348484467043,
+                                    0.05669967252897311,
+                                    0.007673466241131764,
+                                    0.2541103026648462,
+                                    0,
+                                    0,
+                                    0,
+                                    0,
+                                    0,
+                                    0.00523060354741304,
+                                    0.0496265847225747,
+                                    0.08182040582431094,
+                                    0.023441938749712517,
+                                    -0.1601195328440113,
+                                    -0.05821983624112355,
+                                    0.0002508710364790209,
+                                    0.008307707756348365,
+                                    0.047807557286155856,
+                                    0.0018537001621403634};
   EXPECT_TRUE(all_close(x.grad(), from_vector(grad, Shape{4, 5}, DType::f64), 1e-13, 1e-16));
   Tensor rows = from_vector({5.021374555100119, 0.0, 0.6546163178603853, 0.19195926109262215}, Shape{4}, DType::f64);
   EXPECT_TRUE(all_close(cross_entropy(x.detach(), t, -100, Reduction::none), rows, 1e-14, 0));
@@ -140,7 +155,7 @@ TEST(Loss, BadTargetNamesValuePositionAndVocab) {
 
 TEST(Loss, BadInputs) {
   Tensor x = zeros({4, 10});
-  EXPECT_THROW(cross_entropy(x, zeros({4})), Error);                        // float targets
+  EXPECT_THROW(cross_entropy(x, zeros({4})), Error);                            // float targets
   EXPECT_THROW(cross_entropy(x, from_vector_i64({0, 1, 2}, Shape{3})), Error);  // wrong rows
   EXPECT_THROW(cross_entropy(x, from_vector_i64({0, 1, 2, 3}, Shape{2, 2})), Error);
   EXPECT_THROW(cross_entropy(zeros({4, 10}, DType::i64), from_vector_i64({0, 1, 2, 3}, Shape{4})), Error);
@@ -182,7 +197,7 @@ TEST(Loss, MetaShapesAndAccounting) {
     Tensor loss = cross_entropy(logits, t);
     EXPECT_EQ(loss.dim(), 0);
     EXPECT_TRUE(loss.is_meta());
-    EXPECT_LE(meta.stats().peak_allocated - base, 2 * rows * 4 + 64);  // lse + row losses (+ the scalar)
+    EXPECT_LE(meta.stats().peak_allocated - base, 2 * rows * 4 + 64);                // lse + row losses (+ the scalar)
     EXPECT_EQ(activations() - act_before, logits.nbytes() + rows * 4 + t.nbytes());  // logits, lse, targets
     Tensor none = cross_entropy(logits, t, -100, Reduction::none);
     EXPECT_EQ(none.shape(), t.shape());

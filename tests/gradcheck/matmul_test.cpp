@@ -1,5 +1,5 @@
-#include "tests/support/gradcheck.h"
 #include "tidal/ops/matmul.h"
+#include "tests/support/gradcheck.h"
 #include "tidal/ops/random.h"
 
 namespace tidal {

@@ -1,9 +1,9 @@
+#include "tidal/ops/norm.h"
 #include "tests/support/gradcheck.h"
 #include "tidal/allocator.h"
 #include "tidal/base/threads.h"
 #include "tidal/memory_scope.h"
 #include "tidal/ops/elementwise.h"
-#include "tidal/ops/norm.h"
 #include "tidal/ops/reduce.h"
 
 namespace tidal {

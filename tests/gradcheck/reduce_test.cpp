@@ -1,7 +1,7 @@
-#include "tests/support/gradcheck.h"
-#include "tidal/ops/elementwise.h"
-#include "tidal/base/threads.h"
 #include "tidal/ops/reduce.h"
+#include "tests/support/gradcheck.h"
+#include "tidal/base/threads.h"
+#include "tidal/ops/elementwise.h"
 
 namespace tidal {
 using testing::gradcheck;

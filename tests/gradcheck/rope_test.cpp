@@ -81,8 +81,8 @@ TEST(Rope, MatchesReferenceAndKeepsMemoryOrder) {
   // bf16 computes in f32 and rounds once.
   RopeTables tb = rope_tables(33, 64, 10000.0, DType::bf16);
   Tensor xb = x.to(DType::bf16);
-  EXPECT_TRUE(all_close(apply_rope(xb, tb.cos, tb.sin).to(DType::f32), reference_rope(xb.to(DType::f32),
-                        tb.cos.to(DType::f32), tb.sin.to(DType::f32)), 1e-2, 1e-2));
+  EXPECT_TRUE(all_close(apply_rope(xb, tb.cos, tb.sin).to(DType::f32),
+                        reference_rope(xb.to(DType::f32), tb.cos.to(DType::f32), tb.sin.to(DType::f32)), 1e-2, 1e-2));
 }
 
 TEST(Rope, MetaShapes) {
@@ -103,8 +103,8 @@ TEST(Rope, BadInputsThrow) {
   EXPECT_THROW(rope_tables(4, 5, 10000.0), Error);
   EXPECT_THROW(rope_tables(4, 6, -1.0), Error);
   EXPECT_THROW(rope_tables(4, 6, 10000.0, DType::i64), Error);
-  EXPECT_THROW(apply_rope(zeros({2, 4, 6}), tab.cos, tab.sin), Error);         // not 4-D
-  EXPECT_THROW(apply_rope(zeros({1, 2, 5, 6}), tab.cos, tab.sin), Error);      // T differs
+  EXPECT_THROW(apply_rope(zeros({2, 4, 6}), tab.cos, tab.sin), Error);                 // not 4-D
+  EXPECT_THROW(apply_rope(zeros({1, 2, 5, 6}), tab.cos, tab.sin), Error);              // T differs
   EXPECT_THROW(apply_rope(zeros({1, 2, 4, 6}, DType::f64), tab.cos, tab.sin), Error);  // dtype
   EXPECT_THROW(apply_rope(zeros({1, 2, 4, 5}), zeros({4, 5}), zeros({4, 5})), Error);  // odd D
   EXPECT_THROW(apply_rope(zeros({1, 2, 4, 6}, DType::i64), tab.cos, tab.sin), Error);

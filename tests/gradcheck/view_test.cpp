@@ -1,6 +1,6 @@
+#include "tidal/ops/view.h"
 #include "tests/support/gradcheck.h"
 #include "tidal/ops/elementwise.h"
-#include "tidal/ops/view.h"
 
 namespace tidal {
 using testing::gradcheck;
@@ -27,7 +27,12 @@ TEST(GradcheckView, SplitCatStack) {
   Tensor a = uniform({4, 6}, 4), b = uniform({4, 2}, 5);
   EXPECT_TRUE(gradcheck([](auto& x) { return split(x[0], {1, 2, 3}, 1)[2]; }, {a}));
   // Only some pieces used: the others get zero gradient.
-  EXPECT_TRUE(gradcheck([](auto& x) { auto p = chunk(x[0], 3, 1); return mul(p[0], p[2]); }, {a}));
+  EXPECT_TRUE(gradcheck(
+      [](auto& x) {
+        auto p = chunk(x[0], 3, 1);
+        return mul(p[0], p[2]);
+      },
+      {a}));
   EXPECT_TRUE(gradcheck([](auto& x) { return cat({x[0], x[1], x[0]}, 1); }, {a, b}));
   EXPECT_TRUE(gradcheck([](auto& x) { return stack({x[0], mul(x[0], 2.0)}, 1); }, {a}));
 }

@@ -69,8 +69,10 @@ TEST(Cli, InfoAndHelp) {
 TEST(Cli, TrainSaveThenGenerate) {
   const std::string dir = ::testing::TempDir() + "tidal_cli_generate";
   std::system(("rm -rf " + dir).c_str());
-  Result t = run(kTidal + " train --model tiny-gpt2 --train-iters 3 --seq-length 32 --micro-batch-size 2 "
-                          "--save " + dir + " --no-progress --sample-tokens 0");
+  Result t = run(kTidal +
+                 " train --model tiny-gpt2 --train-iters 3 --seq-length 32 --micro-batch-size 2 "
+                 "--save " +
+                 dir + " --no-progress --sample-tokens 0");
   ASSERT_EQ(t.code, 0) << t.output;
   EXPECT_NE(t.output.find("iteration        3/       3"), std::string::npos) << t.output;
   EXPECT_NE(t.output.find("memory at the device peak"), std::string::npos) << t.output;

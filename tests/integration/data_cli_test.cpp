@@ -6,9 +6,9 @@
 #include <fstream>
 #include <string>
 
+#include "tests/integration/run_command.h"
 #include "tidal/data/indexed_dataset.h"
 #include "tidal/data/tokenizer.h"
-#include "tests/integration/run_command.h"
 
 namespace {
 
@@ -27,12 +27,11 @@ class DataCli : public ::testing::Test {
     std::filesystem::remove_all(dir_);
     std::filesystem::create_directories(dir_);
     // A fortune(6)-style file: entries between lines holding only "%".
-    write(dir_ + "/quotes", "The quick brown fox.\n%\nA second entry,\non two lines.\n%\n%\nThe end of the quick fox.\n");
+    write(dir_ + "/quotes",
+          "The quick brown fox.\n%\nA second entry,\non two lines.\n%\n%\nThe end of the quick fox.\n");
     write(dir_ + "/more.txt", "Paragraph one is here.\n\n\nParagraph two, the quick one.\n");
   }
-  static void write(const std::string& path, const std::string& text) {
-    std::ofstream(path, std::ios::binary) << text;
-  }
+  static void write(const std::string& path, const std::string& text) { std::ofstream(path, std::ios::binary) << text; }
   std::string dir_;
 };
 
@@ -108,7 +107,8 @@ TEST_F(DataCli, MistakesAreExplained) {
   r = run(kTidal + " tokenizer train --input --vocab-size 300 --output x.json");
   EXPECT_EQ(r.code, 1);
   EXPECT_NE(r.output.find("--input needs at least one value"), std::string::npos) << r.output;
-  ASSERT_EQ(run(kTidal + " tokenizer train --input " + dir_ + " --vocab-size 260 --output " + dir_ + "/t.json").code, 0);
+  ASSERT_EQ(run(kTidal + " tokenizer train --input " + dir_ + " --vocab-size 260 --output " + dir_ + "/t.json").code,
+            0);
   r = run(kTidal + " tokenizer decode --tokenizer " + dir_ + "/t.json --ids '1 two'");
   EXPECT_EQ(r.code, 1);
   EXPECT_NE(r.output.find("must be integers"), std::string::npos) << r.output;

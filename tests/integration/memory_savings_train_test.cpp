@@ -28,15 +28,16 @@ TEST(TrainSavings, ChunkedLossGivesTheSameLossesWithOneChunkOfLogits) {
   const std::string dir = fresh_dir("savings_chunk");
   const TrainResult plain = train(with(kRun, {"--train-iters", "3", "--metrics-json", dir + "/plain.json"}));
   // One chunk covering the 64 tokens: the same GEMM calls, bitwise the same run.
-  const TrainResult whole = train(with(kRun, {"--train-iters", "3", "--loss-compute-mode", "chunk",
-                                               "--loss-chunk-size", "64"}));
+  const TrainResult whole =
+      train(with(kRun, {"--train-iters", "3", "--loss-compute-mode", "chunk", "--loss-chunk-size", "64"}));
   EXPECT_EQ(whole.losses, plain.losses);
   EXPECT_EQ(whole.final_val_loss, plain.final_val_loss);
   // Chunks of 16 tokens: the same numbers up to the order of additions (1e-6 relative per step).
   const TrainResult chunked = train(with(kRun, {"--train-iters", "3", "--loss-compute-mode", "chunk",
-                                                 "--loss-chunk-size", "16", "--metrics-json", dir + "/chunk.json"}));
+                                                "--loss-chunk-size", "16", "--metrics-json", dir + "/chunk.json"}));
   ASSERT_EQ(chunked.losses.size(), plain.losses.size());
-  for (size_t i = 0; i < plain.losses.size(); ++i) EXPECT_NEAR(chunked.losses[i], plain.losses[i], 1e-5 * plain.losses[i]);
+  for (size_t i = 0; i < plain.losses.size(); ++i)
+    EXPECT_NEAR(chunked.losses[i], plain.losses[i], 1e-5 * plain.losses[i]);
   EXPECT_NEAR(chunked.final_val_loss, plain.final_val_loss, 1e-5 * plain.final_val_loss);
   const int64_t V = 512;
   EXPECT_EQ(summary(dir + "/plain.json")["peak_bytes_by_category"]["logits"].get<int64_t>(),
@@ -49,8 +50,8 @@ TEST(TrainSavings, ChunkedLossGivesTheSameLossesWithOneChunkOfLogits) {
 TEST(TrainSavings, SwapOptimizerIsBitwiseAndKeepsTwoWindowsOnTheDevice) {
   const std::string dir = fresh_dir("savings_swap");
   const TrainResult plain = train(with(kRun, {"--train-iters", "4", "--metrics-json", dir + "/plain.json"}));
-  const TrainResult swapped = train(with(kRun, {"--train-iters", "4", "--swap-optimizer", "--swap-optimizer-times",
-                                                 "6", "--metrics-json", dir + "/swap.json"}));
+  const TrainResult swapped = train(with(kRun, {"--train-iters", "4", "--swap-optimizer", "--swap-optimizer-times", "6",
+                                                "--metrics-json", dir + "/swap.json"}));
   EXPECT_EQ(swapped.losses, plain.losses);
   EXPECT_EQ(swapped.final_val_loss, plain.final_val_loss);
 
@@ -85,8 +86,8 @@ TEST(TrainSavings, SwappedCheckpointsResumeBitwiseEitherWay) {
   train(with(with(with(kRun, common), swap), {"--save", dir, "--save-interval", "4"}));
   std::ofstream(dir + "/latest_checkpointed_iteration.txt") << "4\n";
   // A swapped checkpoint resumed swapped (other K), and resumed in device memory.
-  for (const std::vector<std::string>& how : {std::vector<std::string>{"--swap-optimizer", "--swap-optimizer-times", "3"},
-                                              std::vector<std::string>{}}) {
+  for (const std::vector<std::string>& how :
+       {std::vector<std::string>{"--swap-optimizer", "--swap-optimizer-times", "3"}, std::vector<std::string>{}}) {
     const TrainResult resumed = train(with(with(with(kRun, common), how), {"--load", dir}));
     ASSERT_EQ(resumed.losses.size(), 4u);
     for (size_t i = 0; i < 4; ++i) EXPECT_EQ(resumed.losses[i], full.losses[4 + i]) << "iteration " << 5 + i;

@@ -12,8 +12,9 @@ using Result = tidal::testing::CommandResult;
 
 const std::string kTidal = "OMP_WAIT_POLICY=passive " TIDAL_BINARY_DIR "/tidal";
 // tiny-gpt2, 4 x 64 tokens: a step needs about 4.9 MiB.
-const std::string kTiny = " --model tiny-gpt2 --mock-data --seq-length 64 --micro-batch-size 4 --no-progress "
-                          "--eval-interval 0 --sample-tokens 0";
+const std::string kTiny =
+    " --model tiny-gpt2 --mock-data --seq-length 64 --micro-batch-size 4 --no-progress "
+    "--eval-interval 0 --sample-tokens 0";
 
 Result run(const std::string& cmd) { return tidal::testing::run_command(cmd); }
 

@@ -18,8 +18,9 @@ namespace fs = std::filesystem;
 using Result = tidal::testing::CommandResult;
 
 const std::string kTidal = "OMP_WAIT_POLICY=passive " TIDAL_BINARY_DIR "/tidal";
-const std::string kTiny = " --model tiny-gpt2 --mock-data --seq-length 64 --micro-batch-size 4 --no-progress "
-                          "--eval-interval 0 --sample-tokens 0";
+const std::string kTiny =
+    " --model tiny-gpt2 --mock-data --seq-length 64 --micro-batch-size 4 --no-progress "
+    "--eval-interval 0 --sample-tokens 0";
 
 Result run(const std::string& cmd) { return tidal::testing::run_command(cmd); }
 
@@ -72,8 +73,8 @@ const char* kXmlErrorBox = "#ffdddd";
 
 TEST(ProfileCli, TrainWritesEveryFileAndReportSummarizesThem) {
   const std::string& dir = profile_dir();
-  for (const char* f : {"trace.json", "memory_timeline.csv", "memory_report.md", "summary.json", "memory.svg",
-                        "timeline.svg"})
+  for (const char* f :
+       {"trace.json", "memory_timeline.csv", "memory_report.md", "summary.json", "memory.svg", "timeline.svg"})
     EXPECT_TRUE(fs::exists(dir + "/" + f)) << f;
   const nlohmann::json trace = nlohmann::json::parse(tidal::io::read_file(dir + "/trace.json"));
   EXPECT_GT(trace["traceEvents"].size(), 100u);
@@ -103,15 +104,15 @@ TEST(ProfileCli, PlotsRenderInHeadlessChromium) {
   const tidal::testing::Image memory = render(dir + "/memory.svg", "memory");
   ASSERT_GT(memory.width, 0);
   // The stacked areas: parameters, optimizer states and activations fill real area; no XML error.
-  EXPECT_GT(count_color(memory, "#4e79a7"), 5000);  // parameter
-  EXPECT_GT(count_color(memory, "#76b7b2"), 5000);  // optimizer_state
-  EXPECT_GT(count_color(memory, "#e15759"), 2000);  // activation
+  EXPECT_GT(count_color(memory, "#4e79a7"), 5000);     // parameter
+  EXPECT_GT(count_color(memory, "#76b7b2"), 5000);     // optimizer_state
+  EXPECT_GT(count_color(memory, "#e15759"), 2000);     // activation
   EXPECT_GT(count_color(memory, "#fde3cc", 4), 2000);  // the backward phase band
   EXPECT_LT(count_color(memory, kXmlErrorBox, 3), 100);
 
   const tidal::testing::Image timeline = render(dir + "/timeline.svg", "timeline");
   ASSERT_GT(timeline.width, 0);
-  EXPECT_GT(count_color(timeline, "#4e79a7"), 1000);  // matmul / linear ranges
+  EXPECT_GT(count_color(timeline, "#4e79a7"), 1000);     // matmul / linear ranges
   EXPECT_GT(count_color(timeline, "#dce9f7", 4), 1000);  // the forward phase
   EXPECT_LT(count_color(timeline, kXmlErrorBox, 3), 100);
 

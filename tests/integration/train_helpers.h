@@ -7,9 +7,9 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/support/error_of.h"
 #include "tidal/train/arguments.h"
 #include "tidal/train/trainer.h"
-#include "tests/support/error_of.h"
 
 namespace tidal::train {
 
@@ -30,10 +30,10 @@ inline TrainResult train(std::vector<std::string> flags) {
 
 // tiny-gpt2 on mock data (vocabulary 512), 2 x 32 tokens per micro-batch, two micro-batches per
 // step, dropout on: every piece of training state matters.
-inline const std::vector<std::string> kTiny = {"--model", "tiny-gpt2", "--mock-data", "--seq-length", "32",
-                                               "--micro-batch-size", "2", "--global-batch-size", "4", "--lr",
-                                               "3e-3", "--hidden-dropout", "0.1", "--attention-dropout", "0.1",
-                                               "--log-interval", "100"};
+inline const std::vector<std::string> kTiny = {
+    "--model", "tiny-gpt2",           "--mock-data", "--seq-length",   "32",   "--micro-batch-size",
+    "2",       "--global-batch-size", "4",           "--lr",           "3e-3", "--hidden-dropout",
+    "0.1",     "--attention-dropout", "0.1",         "--log-interval", "100"};
 
 inline std::vector<std::string> with(std::vector<std::string> base, const std::vector<std::string>& more) {
   base.insert(base.end(), more.begin(), more.end());

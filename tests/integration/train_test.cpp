@@ -55,10 +55,12 @@ TEST(Train, MetricsJsonHasTheDocumentedFields) {
   for (const char* k : {"iteration", "loss", "lr", "grad_norm", "step_ms", "tokens_per_s", "device_peak_bytes"})
     EXPECT_TRUE(j["steps"][0].contains(k)) << k;
   const nlohmann::json& s = j["summary"];
-  for (const char* k : {"median_step_ms", "tokens_per_s", "final_loss", "final_val_loss", "device_peak_bytes",
-                        "device_peak_reserved_bytes", "host_peak_bytes", "peak_breakdown_bytes", "peak_bytes_by_category"})
+  for (const char* k :
+       {"median_step_ms", "tokens_per_s", "final_loss", "final_val_loss", "device_peak_bytes",
+        "device_peak_reserved_bytes", "host_peak_bytes", "peak_breakdown_bytes", "peak_bytes_by_category"})
     EXPECT_TRUE(s.contains(k)) << k;
-  for (const char* c : {"parameter", "gradient", "optimizer_state", "activation", "logits", "temporary", "host_offload"}) {
+  for (const char* c :
+       {"parameter", "gradient", "optimizer_state", "activation", "logits", "temporary", "host_offload"}) {
     EXPECT_TRUE(s["peak_breakdown_bytes"].contains(c)) << c;
     EXPECT_TRUE(s["peak_bytes_by_category"].contains(c)) << c;
   }
@@ -119,10 +121,34 @@ TEST(Train, TinyLlamaLearnsTinyShakespeare) {
   double unigram = 0;
   for (auto& [id, n] : freq) unigram -= double(n) / double(total) * std::log(double(n) / double(total));
 
-  TrainResult r = train({"--model", "tiny-llama", "--data-path", dir + "/shakespeare", "--tokenizer",
-                         dir + "/tokenizer.json", "--split", "95,5", "--seq-length", "128", "--micro-batch-size", "8",
-                         "--train-iters", "150", "--lr", "3e-3", "--min-lr", "3e-4", "--lr-warmup-iters", "15",
-                         "--eval-interval", "150", "--eval-iters", "8", "--log-interval", "150", "--seed", "7"});
+  TrainResult r = train({"--model",
+                         "tiny-llama",
+                         "--data-path",
+                         dir + "/shakespeare",
+                         "--tokenizer",
+                         dir + "/tokenizer.json",
+                         "--split",
+                         "95,5",
+                         "--seq-length",
+                         "128",
+                         "--micro-batch-size",
+                         "8",
+                         "--train-iters",
+                         "150",
+                         "--lr",
+                         "3e-3",
+                         "--min-lr",
+                         "3e-4",
+                         "--lr-warmup-iters",
+                         "15",
+                         "--eval-interval",
+                         "150",
+                         "--eval-iters",
+                         "8",
+                         "--log-interval",
+                         "150",
+                         "--seed",
+                         "7"});
   std::printf("unigram entropy %.3f nats; validation loss after 150 steps %.3f\n", unigram, r.final_val_loss);
   EXPECT_GT(unigram, 5.0);
   EXPECT_LT(r.final_val_loss, 4.2);
@@ -136,9 +162,9 @@ TEST(Train, RecomputeFlagsReportAndMetrics) {
   const std::string dir = fresh_dir("recompute");
   const std::string path = dir + "/metrics.json";
   TrainResult plain = train(with(kTiny, {"--train-iters", "3", "--attention", "eager"}));
-  TrainResult r = train(with(kTiny, {"--train-iters", "3", "--attention", "eager", "--metrics-json", path,
-                                     "--recompute-granularity", "full", "--recompute-method", "block",
-                                     "--recompute-num-layers", "1", "--recompute-activation-function"}));
+  TrainResult r = train(with(
+      kTiny, {"--train-iters", "3", "--attention", "eager", "--metrics-json", path, "--recompute-granularity", "full",
+              "--recompute-method", "block", "--recompute-num-layers", "1", "--recompute-activation-function"}));
   EXPECT_EQ(r.losses, plain.losses);  // recompute changes memory and time, never numbers
   const nlohmann::json j = nlohmann::json::parse(io::read_file(path));
   const nlohmann::json& rc = j["summary"]["recompute"];
@@ -149,7 +175,8 @@ TEST(Train, RecomputeFlagsReportAndMetrics) {
   EXPECT_GT(rc["recompute_ms"].get<double>(), 0.0);
   int64_t kept = 0, recomputed = 0, discarded = 0;
   for (const nlohmann::json& t : j["summary"]["saved_tensors"]) {
-    for (const char* k : {"layer", "module", "name", "shape", "dtype", "bytes", "policy"}) ASSERT_TRUE(t.contains(k)) << k;
+    for (const char* k : {"layer", "module", "name", "shape", "dtype", "bytes", "policy"})
+      ASSERT_TRUE(t.contains(k)) << k;
     const std::string policy = t["policy"];
     if (policy == "kept") kept += t["bytes"].get<int64_t>();
     if (policy == "recomputed") ++recomputed;

@@ -52,7 +52,8 @@ Result run(CausalLM& model, const Tensor& batch, const memory::LossComputeConfig
     Tensor targets = tokens.narrow(1, 1, t).contiguous();
     targets.narrow(1, 3 + mb, 2).fill_(-100);
     manual_seed(100 + uint64_t(mb));
-    Tensor loss = memory::lm_loss(model, tokens.narrow(1, 0, t), targets, loss_mode, model.config().router_aux_loss_coef);
+    Tensor loss =
+        memory::lm_loss(model, tokens.narrow(1, 0, t), targets, loss_mode, model.config().router_aux_loss_coef);
     mul(loss, 0.5).backward();
     r.losses.push_back(loss.item<double>());
   }

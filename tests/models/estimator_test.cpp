@@ -43,8 +43,8 @@ Measured measure(CausalLM& model, const Tensor& tokens) {
 ::testing::AssertionResult within(int64_t predicted, int64_t measured, double tol) {
   const double rel = std::abs(double(predicted - measured)) / double(std::max<int64_t>(measured, 1));
   if (rel <= tol) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << "predicted " << predicted << " measured " << measured << " ("
-                                       << rel * 100 << "% off)";
+  return ::testing::AssertionFailure() << "predicted " << predicted << " measured " << measured << " (" << rel * 100
+                                       << "% off)";
 }
 
 void check(const char* preset_name, AttentionKernel kernel, bool dropout) {
@@ -83,8 +83,11 @@ void check(const char* preset_name, AttentionKernel kernel, bool dropout) {
     in.kernel = kernel;
     in.plan = plan;
     const memory::ActivationEstimate est = memory::estimate_activations(c, in);
-    const std::string what = std::string(preset_name) + (kernel == AttentionKernel::eager ? " eager " : " flash ") + m.name;
-    if (std::getenv("TIDAL_ESTIMATOR_VERBOSE")) std::printf("%-50s peak %9lld / %9lld   after fwd %9lld / %9lld  (%s)\n", what.c_str(), (long long)est.peak, (long long)got.peak, (long long)est.after_forward, (long long)got.after_forward, est.peak_at.c_str());
+    const std::string what =
+        std::string(preset_name) + (kernel == AttentionKernel::eager ? " eager " : " flash ") + m.name;
+    if (std::getenv("TIDAL_ESTIMATOR_VERBOSE"))
+      std::printf("%-50s peak %9lld / %9lld   after fwd %9lld / %9lld  (%s)\n", what.c_str(), (long long)est.peak,
+                  (long long)got.peak, (long long)est.after_forward, (long long)got.after_forward, est.peak_at.c_str());
     EXPECT_TRUE(within(est.peak, got.peak, 0.02)) << what << " peak (predicted at " << est.peak_at << ")";
     EXPECT_TRUE(within(est.after_forward, got.after_forward, 0.02)) << what << " after forward";
   }

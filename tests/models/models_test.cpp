@@ -11,8 +11,8 @@
 #include "tidal/autograd/checkpoint.h"
 #include "tidal/autograd/grad_mode.h"
 #include "tidal/io/safetensors.h"
-#include "tidal/models/pretrained.h"
 #include "tidal/models/causal_lm.h"
+#include "tidal/models/pretrained.h"
 #include "tidal/ops/random.h"
 
 namespace tidal::models {
@@ -75,7 +75,7 @@ TEST(Models, HuggingFaceParameterNames) {
                           "transformer.h.1.ln_2.bias", "transformer.ln_f.weight"})
     EXPECT_TRUE(sd.count(key)) << key;
   EXPECT_EQ(sd["transformer.h.0.attn.c_attn.weight"].shape(), (Shape{64, 192}));  // Conv1D: (in, out)
-  EXPECT_FALSE(sd.count("lm_head.weight"));  // tied
+  EXPECT_FALSE(sd.count("lm_head.weight"));                                       // tied
   auto qwen = tiny("tiny-qwen3-moe");
   sd = qwen->state_dict();
   for (const char* key : {"model.embed_tokens.weight", "model.layers.0.self_attn.q_norm.weight",
@@ -91,9 +91,8 @@ TEST(Models, CheckpointedLayersGiveIdenticalGradients) {
     manual_seed(3);
     Tensor tokens = randint(0, model->config().vocab_size, {2, 13});
     Step plain = run_step(*model, tokens);
-    model->set_layer_runner([](int64_t, const LayerFn& fn, const std::vector<Tensor>& in) {
-      return autograd::checkpoint(fn, in);
-    });
+    model->set_layer_runner(
+        [](int64_t, const LayerFn& fn, const std::vector<Tensor>& in) { return autograd::checkpoint(fn, in); });
     Step ck = run_step(*model, tokens);
     EXPECT_EQ(plain.loss, ck.loss) << name;
     for (size_t i = 0; i < plain.grads.size(); ++i) {

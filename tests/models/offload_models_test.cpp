@@ -5,14 +5,13 @@
 
 #pragma GCC diagnostic ignored "-Wmissing-field-initializers"
 
-
 #include "tests/support/gradcheck.h"
 #include "tests/support/recompute_modes.h"
 #include "tests/support/test_models.h"
 #include "tidal/memory/estimator.h"
 #include "tidal/memory/offload.h"
-#include "tidal/models/causal_lm.h"
 #include "tidal/memory/offload_runner.h"
+#include "tidal/models/causal_lm.h"
 #include "tidal/ops/elementwise.h"
 #include "tidal/ops/random.h"
 #include "tidal/ops/reduce.h"
@@ -157,6 +156,5 @@ TEST(OffloadModels, FullUniformOneWithLayerInputKeepsTwoLayerInputs) {
   EXPECT_EQ(offloaded.offloaded, (layers - 1) * input);
   EXPECT_EQ(recompute_only.peak - offloaded.peak, (layers - 2) * input);
 }
-
 
 }  // namespace tidal::models

@@ -32,8 +32,8 @@ inline std::string render_in_chromium(const std::string& chromium, const std::st
   const std::string cmd = "timeout 120 " + chromium +
                           " --headless --no-sandbox --disable-gpu --disable-quic --no-first-run"
                           " --disable-background-networking --disable-component-update --disable-sync"
-                          " --disable-dev-shm-usage --hide-scrollbars --user-data-dir=" + profile_dir +
-                          " --window-size=" + std::to_string(width) + "," + std::to_string(height) +
+                          " --disable-dev-shm-usage --hide-scrollbars --user-data-dir=" +
+                          profile_dir + " --window-size=" + std::to_string(width) + "," + std::to_string(height) +
                           " --screenshot=" + png + " file://" + file + " 2>&1";
   FILE* p = popen(cmd.c_str(), "r");
   if (p == nullptr) return "cannot run " + cmd;
@@ -43,7 +43,8 @@ inline std::string render_in_chromium(const std::string& chromium, const std::st
   while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
   const int status = pclose(p);
   std::ifstream f(png);
-  if (!f.good()) return "chromium wrote no screenshot (exit status " + std::to_string(status) + "): " + cmd + "\n" + out;
+  if (!f.good())
+    return "chromium wrote no screenshot (exit status " + std::to_string(status) + "): " + cmd + "\n" + out;
   return "";
 }
 
@@ -73,7 +74,8 @@ inline Image decode_png(const std::string& path) {
     if (type == "IHDR") {
       img.width = int(u32(i + 8));
       img.height = int(u32(i + 12));
-      if (uint8_t(d[i + 16]) != 8 || uint8_t(d[i + 20]) != 0) throw std::runtime_error("unsupported PNG bit depth or interlace");
+      if (uint8_t(d[i + 16]) != 8 || uint8_t(d[i + 20]) != 0)
+        throw std::runtime_error("unsupported PNG bit depth or interlace");
       color_type = uint8_t(d[i + 17]);
     } else if (type == "IDAT") {
       idat += d.substr(i + 8, len);
@@ -94,7 +96,8 @@ inline Image decode_png(const std::string& path) {
     const uint8_t* line = &raw[size_t(y) * (stride + 1)];
     const int filter = line[0];
     for (size_t x = 0; x < stride; ++x) {
-      const int a = x >= size_t(bpp) ? cur[x - size_t(bpp)] : 0, b = prev[x], c = x >= size_t(bpp) ? prev[x - size_t(bpp)] : 0;
+      const int a = x >= size_t(bpp) ? cur[x - size_t(bpp)] : 0, b = prev[x],
+                c = x >= size_t(bpp) ? prev[x - size_t(bpp)] : 0;
       int pred = 0;
       if (filter == 1) pred = a;
       if (filter == 2) pred = b;
@@ -106,7 +109,8 @@ inline Image decode_png(const std::string& path) {
       cur[x] = uint8_t(line[1 + x] + pred);
     }
     for (int x = 0; x < img.width; ++x)
-      for (int k = 0; k < 3; ++k) img.rgb[(size_t(y) * size_t(img.width) + size_t(x)) * 3 + size_t(k)] = cur[size_t(x) * size_t(bpp) + size_t(k)];
+      for (int k = 0; k < 3; ++k)
+        img.rgb[(size_t(y) * size_t(img.width) + size_t(x)) * 3 + size_t(k)] = cur[size_t(x) * size_t(bpp) + size_t(k)];
     std::swap(prev, cur);
   }
   return img;
@@ -118,7 +122,8 @@ inline int64_t count_color(const Image& img, const std::string& hex, int tol = 1
             b = std::stoi(hex.substr(5, 2), nullptr, 16);
   int64_t n = 0;
   for (size_t i = 0; i + 2 < img.rgb.size(); i += 3)
-    if (std::abs(img.rgb[i] - r) <= tol && std::abs(img.rgb[i + 1] - g) <= tol && std::abs(img.rgb[i + 2] - b) <= tol) ++n;
+    if (std::abs(img.rgb[i] - r) <= tol && std::abs(img.rgb[i + 1] - g) <= tol && std::abs(img.rgb[i + 2] - b) <= tol)
+      ++n;
   return n;
 }
 

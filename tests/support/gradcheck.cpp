@@ -12,9 +12,7 @@
 namespace tidal::testing {
 namespace {
 
-double weighted_sum(const Tensor& out, const Tensor& w) {
-  return sum(mul(out.to(DType::f64), w)).item<double>();
-}
+double weighted_sum(const Tensor& out, const Tensor& w) { return sum(mul(out.to(DType::f64), w)).item<double>(); }
 
 // Storage position of the i-th element (row-major) of t.
 int64_t element_offset(const Tensor& t, int64_t i) {

@@ -1,8 +1,8 @@
 #include "tests/support/meta_parity.h"
 
 #include "tests/support/gradcheck.h"
-#include "tidal/ops/reduce.h"
 #include "tidal/ops/random.h"
+#include "tidal/ops/reduce.h"
 
 namespace tidal::testing {
 namespace {
@@ -62,8 +62,8 @@ Run run_on(Device device, const std::function<Tensor(const std::vector<Tensor>&)
                                          << meta.peak;
   for (size_t i = 0; i < cpu.grad_shapes.size(); ++i)
     if (cpu.grad_shapes[i] != meta.grad_shapes[i])
-      return ::testing::AssertionFailure() << "gradient " << i << " shape: cpu " << cpu.grad_shapes[i] << " meta "
-                                           << meta.grad_shapes[i];
+      return ::testing::AssertionFailure()
+             << "gradient " << i << " shape: cpu " << cpu.grad_shapes[i] << " meta " << meta.grad_shapes[i];
   return ::testing::AssertionSuccess() << "peak " << cpu.peak;
 }
 

@@ -29,8 +29,12 @@ TEST(DataBpeTrain, ToyCorpusMergesByHand) {
   EXPECT_EQ(stats.merges, 3);
   EXPECT_EQ(stats.unique_words, 3);
   EXPECT_EQ(t.id_to_token(256), "ab");
-  EXPECT_EQ(t.id_to_token(257), "\xC4\xA0" "ab");
-  EXPECT_EQ(t.id_to_token(258), "\xC4\xA0" "abc");
+  EXPECT_EQ(t.id_to_token(257),
+            "\xC4\xA0"
+            "ab");
+  EXPECT_EQ(t.id_to_token(258),
+            "\xC4\xA0"
+            "abc");
   EXPECT_EQ(t.eod_id(), 259);
   EXPECT_EQ(t.vocab_size(), 260);
   EXPECT_EQ(t.encode(" abc ab<|endoftext|>"), (std::vector<int64_t>{258, 257, 259}));
@@ -114,8 +118,9 @@ std::vector<std::string> naive_merges(const std::vector<std::string>& texts, int
 
 TEST(DataBpeTrain, SameMergesAsTheNaiveAlgorithm) {
   // Pseudo-English with repeated letters (aaaa runs exercise overlapping merges) and some UTF-8.
-  const std::vector<std::string> vocab = {"the", "then", "there", "aaaa", "aaa", "banana", "bandana", "\xC3\xA9t\xC3\xA9",
-                                          "\xE4\xBD\xA0\xE5\xA5\xBD", "123", "1234", "mississippi", "!!", "  "};
+  const std::vector<std::string> vocab = {
+      "the", "then", "there",       "aaaa", "aaa", "banana", "bandana", "\xC3\xA9t\xC3\xA9", "\xE4\xBD\xA0\xE5\xA5\xBD",
+      "123", "1234", "mississippi", "!!",   "  "};
   std::mt19937_64 rng(11);
   std::string text;
   for (int i = 0; i < 4000; ++i) {

@@ -141,7 +141,7 @@ TEST(DataIndexedDataset, CorruptedFilesAreExplained) {
   expect_error(idx, bin.substr(0, 10), "has 10 bytes but");
   expect_error(patched(17, std::string("\x04", 1)), bin, "starts at byte 6");  // int32: pointers disagree
   expect_error(patched(34 + 12 + 8, std::string("\x07", 1)), bin, "sizes and pointers disagree");  // pointer 6 -> 7
-  expect_error(patched(34 + 12 + 24 + 8, std::string("\x05", 1)), bin, "document index 1 is 5");  // doc_idx past end
+  expect_error(patched(34 + 12 + 24 + 8, std::string("\x05", 1)), bin, "document index 1 is 5");   // doc_idx past end
   testing::write_file(dir + "/only.idx", idx);
   EXPECT_THROW(IndexedDataset(dir + "/only"), Error);  // no .bin
   EXPECT_THROW(IndexedDataset(dir + "/missing"), Error);

@@ -53,11 +53,15 @@ TEST(DataPreTokenizer, Gpt2Pattern) {
   EXPECT_EQ(pieces(p, "Hello  world's 123\n\n  x"), (V{"Hello", " ", " world", "'s", " 123", "\n\n ", " x"}));
   EXPECT_EQ(pieces(p, "I'm $5.00!!"), (V{"I", "'m", " $", "5", ".", "00", "!!"}));
   EXPECT_EQ(pieces(p, "trailing   "), (V{"trailing", "   "}));
-  EXPECT_EQ(pieces(p, "\xE4\xBD\xA0\xE5\xA5\xBD \xF0\x9F\x98\x80"), (V{"\xE4\xBD\xA0\xE5\xA5\xBD", " \xF0\x9F\x98\x80"}));
+  EXPECT_EQ(pieces(p, "\xE4\xBD\xA0\xE5\xA5\xBD \xF0\x9F\x98\x80"),
+            (V{"\xE4\xBD\xA0\xE5\xA5\xBD", " \xF0\x9F\x98\x80"}));
   EXPECT_EQ(pieces(p, ""), V{});
   // \s is Unicode White_Space, as in Oniguruma (Hugging Face): U+3000 and U+0085 are spaces, U+180E
   // (a format character since Unicode 6.3, still in PCRE2's \s) and U+FEFF are not.
-  EXPECT_EQ(pieces(p, "a\xE3\x80\x80" "b"), (V{"a", "\xE3\x80\x80", "b"}));
+  EXPECT_EQ(pieces(p,
+                   "a\xE3\x80\x80"
+                   "b"),
+            (V{"a", "\xE3\x80\x80", "b"}));
   EXPECT_EQ(pieces(p, "a\xC2\x85'll"), (V{"a", "\xC2\x85", "'ll"}));
   EXPECT_EQ(pieces(p, "a \xE1\xA0\x8E"), (V{"a", " \xE1\xA0\x8E"}));
   EXPECT_EQ(pieces(p, "a \xEF\xBB\xBF"), (V{"a", " \xEF\xBB\xBF"}));
@@ -74,7 +78,10 @@ TEST(DataPreTokenizer, QwenPattern) {
 
 TEST(DataPreTokenizer, InvalidUtf8BytesArePiecesOfTheirOwn) {
   const PreTokenizer p = PreTokenizer::gpt2();
-  EXPECT_EQ(pieces(p, "ab\xFF\xFE" "cd"), (V{"ab", "\xFF", "\xFE", "cd"}));
+  EXPECT_EQ(pieces(p,
+                   "ab\xFF\xFE"
+                   "cd"),
+            (V{"ab", "\xFF", "\xFE", "cd"}));
   EXPECT_EQ(pieces(p, "x \xE2\x82 y"), (V{"x", " ", "\xE2", "\x82", " y"}));  // a truncated "€"
   std::string all;
   for (const std::string& s : pieces(p, "\xC0\xAF\xED\xA0\x80 ok")) all += s;
@@ -110,15 +117,15 @@ TEST(DataPreTokenizer, BadConfigsAreErrors) {
 }
 
 TEST(DataNormalizer, Nfc) {
-  EXPECT_EQ(nfc("e\xCC\x81"), "\xC3\xA9");                          // e + U+0301 -> é
-  EXPECT_EQ(nfc("\xE1\x84\x80\xE1\x85\xA1"), "\xEA\xB0\x80");       // Hangul jamo L + V -> 가
+  EXPECT_EQ(nfc("e\xCC\x81"), "\xC3\xA9");                                 // e + U+0301 -> é
+  EXPECT_EQ(nfc("\xE1\x84\x80\xE1\x85\xA1"), "\xEA\xB0\x80");              // Hangul jamo L + V -> 가
   EXPECT_EQ(nfc("\xE1\x84\x80\xE1\x85\xA1\xE1\x86\xA8"), "\xEA\xB0\x81");  // + T -> 각
-  EXPECT_EQ(nfc("a\xCC\x81\xCC\xA3"), "\xE1\xBA\xA1\xCC\x81");     // reordered: dot below (220) before acute (230)
-  EXPECT_EQ(nfc("\xE2\x84\xAB"), "\xC3\x85");                       // ANGSTROM SIGN -> Å (singleton)
-  EXPECT_EQ(nfc("\xCD\x84"), "\xCC\x88\xCC\x81");                   // U+0344 decomposes, never recomposes
+  EXPECT_EQ(nfc("a\xCC\x81\xCC\xA3"), "\xE1\xBA\xA1\xCC\x81");  // reordered: dot below (220) before acute (230)
+  EXPECT_EQ(nfc("\xE2\x84\xAB"), "\xC3\x85");                   // ANGSTROM SIGN -> Å (singleton)
+  EXPECT_EQ(nfc("\xCD\x84"), "\xCC\x88\xCC\x81");               // U+0344 decomposes, never recomposes
   EXPECT_EQ(nfc("caf\xC3\xA9 \xE4\xBD\xA0\xE5\xA5\xBD"), "caf\xC3\xA9 \xE4\xBD\xA0\xE5\xA5\xBD");  // already NFC
-  EXPECT_EQ(nfc("\xCC\x81x"), "\xCC\x81x");                         // leading combining mark stays
-  EXPECT_EQ(nfc("e\xFF\xCC\x81"), "e\xFF\xCC\x81");                 // an invalid byte blocks composition
+  EXPECT_EQ(nfc("\xCC\x81x"), "\xCC\x81x");          // leading combining mark stays
+  EXPECT_EQ(nfc("e\xFF\xCC\x81"), "e\xFF\xCC\x81");  // an invalid byte blocks composition
   EXPECT_TRUE(is_nfc_quick("plain ASCII and Latin-1: \xC3\xA9"));
   EXPECT_FALSE(is_nfc_quick("e\xCC\x81"));
 }

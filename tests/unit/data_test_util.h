@@ -83,7 +83,8 @@ inline std::string make_tokenizer_json(const std::vector<std::pair<std::string, 
   return "{\"version\": \"1.0\", \"added_tokens\": [" + added_json + "], \"normalizer\": " + normalizer +
          ", \"pre_tokenizer\": " + pre_tokenizer +
          ", \"post_processor\": null, \"decoder\": {\"type\": \"ByteLevel\"}, \"model\": {\"type\": \"BPE\", "
-         "\"dropout\": null, \"unk_token\": null, \"vocab\": {" + vocab + "}, \"merges\": [" + merges_json + "]}}";
+         "\"dropout\": null, \"unk_token\": null, \"vocab\": {" +
+         vocab + "}, \"merges\": [" + merges_json + "]}}";
 }
 
 inline const char* kGpt2PreTokenizer =

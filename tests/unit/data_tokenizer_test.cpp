@@ -21,8 +21,9 @@ int64_t b(char c) { return c == ' ' ? 220 : int64_t(c) - 33; }
 //   256 "he" = h e      257 "ll" = l l      258 "Ġt" = Ġ t     259 "Ġthe" = Ġt he
 //   260 "hell" = he ll  261 "hello" = hell o   262 "el" = e l  263 "12" = 1 2
 // and the added token 264 <|endoftext|>.
-const std::vector<std::pair<std::string, std::string>> kMerges = {
-    {"h", "e"}, {"l", "l"}, {"\xC4\xA0", "t"}, {"\xC4\xA0t", "he"}, {"he", "ll"}, {"hell", "o"}, {"e", "l"}, {"1", "2"}};
+const std::vector<std::pair<std::string, std::string>> kMerges = {{"h", "e"},          {"l", "l"},   {"\xC4\xA0", "t"},
+                                                                  {"\xC4\xA0t", "he"}, {"he", "ll"}, {"hell", "o"},
+                                                                  {"e", "l"},          {"1", "2"}};
 
 Tokenizer gpt2_like() {
   return Tokenizer::from_json_string(make_tokenizer_json(kMerges, {"<|endoftext|>"}, testing::kGpt2PreTokenizer));
@@ -72,15 +73,38 @@ TEST(DataTokenizer, QwenFormatKnownEncodings) {
 // Random strings drawn from pieces that stress every path: scripts, emoji, whitespace runs,
 // contractions, digits, invalid bytes, special tokens.
 std::string random_text(std::mt19937_64& rng, int parts) {
-  static const std::vector<std::string> atoms = {
-      "hello", " the", " yellow", "'s", "'LL", " 123", "4567", "  ", "   \n", "\n\n", "\t", "\r\n", " ",
-      "\xE4\xBD\xA0\xE5\xA5\xBD",          // Chinese
-      "\xD0\x9F\xD1\x80\xD0\xB8",          // Russian
-      "\xD9\x85\xD8\xB1\xD8\xAD\xD8\xA8\xD8\xA7",  // Arabic
-      "\xF0\x9F\x98\x80", "\xF0\x9F\x91\xA8\xE2\x80\x8D\xF0\x9F\x91\xA9",  // emoji, ZWJ sequence
-      "e\xCC\x81", "\xE0\xA4\xB9\xE0\xA4\xBF",  // combining mark, Devanagari
-      "\xFF", "\xC0\xAF", "\xE2\x82", "\x80\x80", "\xED\xA0\x80", "\x00",  // invalid UTF-8, NUL
-      "<|endoftext|>", "<|endoftext", "$$", "...", "a.b", "x"};
+  static const std::vector<std::string> atoms = {"hello",
+                                                 " the",
+                                                 " yellow",
+                                                 "'s",
+                                                 "'LL",
+                                                 " 123",
+                                                 "4567",
+                                                 "  ",
+                                                 "   \n",
+                                                 "\n\n",
+                                                 "\t",
+                                                 "\r\n",
+                                                 " ",
+                                                 "\xE4\xBD\xA0\xE5\xA5\xBD",                  // Chinese
+                                                 "\xD0\x9F\xD1\x80\xD0\xB8",                  // Russian
+                                                 "\xD9\x85\xD8\xB1\xD8\xAD\xD8\xA8\xD8\xA7",  // Arabic
+                                                 "\xF0\x9F\x98\x80",
+                                                 "\xF0\x9F\x91\xA8\xE2\x80\x8D\xF0\x9F\x91\xA9",  // emoji, ZWJ sequence
+                                                 "e\xCC\x81",
+                                                 "\xE0\xA4\xB9\xE0\xA4\xBF",  // combining mark, Devanagari
+                                                 "\xFF",
+                                                 "\xC0\xAF",
+                                                 "\xE2\x82",
+                                                 "\x80\x80",
+                                                 "\xED\xA0\x80",
+                                                 "\x00",  // invalid UTF-8, NUL
+                                                 "<|endoftext|>",
+                                                 "<|endoftext",
+                                                 "$$",
+                                                 "...",
+                                                 "a.b",
+                                                 "x"};
   std::string s;
   for (int i = 0; i < parts; ++i) s += atoms[rng() % atoms.size()];
   return s;

@@ -56,11 +56,10 @@ std::vector<memory::RecomputeConfig> valid_recompute(const models::ModelConfig& 
 
 std::vector<memory::OffloadConfig> offload_choices() {
   std::vector<memory::OffloadConfig> out = {{}};  // off
-  for (const memory::OffloadPolicy policy : {memory::OffloadPolicy{OffloadPolicyKind::all},
-                                             memory::OffloadPolicy{OffloadPolicyKind::layer_input},
-                                             memory::OffloadPolicy{OffloadPolicyKind::core_attn},
-                                             memory::OffloadPolicy{OffloadPolicyKind::min_bytes, 0},
-                                             memory::OffloadPolicy{OffloadPolicyKind::min_bytes, 16384}})
+  for (const memory::OffloadPolicy policy :
+       {memory::OffloadPolicy{OffloadPolicyKind::all}, memory::OffloadPolicy{OffloadPolicyKind::layer_input},
+        memory::OffloadPolicy{OffloadPolicyKind::core_attn}, memory::OffloadPolicy{OffloadPolicyKind::min_bytes, 0},
+        memory::OffloadPolicy{OffloadPolicyKind::min_bytes, 16384}})
     for (const memory::OffloadTarget target : {memory::OffloadTarget::host, memory::OffloadTarget::disk})
       for (const int64_t depth : {0, 1, 3})
         for (const int64_t host_limit : {int64_t(0), int64_t(3) << 30}) {
@@ -112,12 +111,32 @@ TEST(MemoryFlags, TheFlagsAreTheOnesUsersType) {
             "--recompute-granularity selective");
   EXPECT_EQ(join_flags(memory_config_flags(parse_memory_config({"--recompute-modules", "mlp, moe"}, m))),
             "--recompute-modules mlp,moe");
-  const std::vector<std::string> all = {
-      "--recompute-granularity", "full", "--recompute-method", "block", "--recompute-num-layers", "1",
-      "--recompute-activation-function", "--recompute-norm", "--recompute-norm-num-layers", "1",
-      "--activation-offload", "--offload-policy", "min-bytes=4096", "--offload-target", "disk", "--offload-dir",
-      "/tmp/a dir", "--offload-prefetch-depth", "2", "--loss-compute-mode", "chunk", "--loss-chunk-size", "64",
-      "--swap-optimizer", "--swap-optimizer-times", "4"};
+  const std::vector<std::string> all = {"--recompute-granularity",
+                                        "full",
+                                        "--recompute-method",
+                                        "block",
+                                        "--recompute-num-layers",
+                                        "1",
+                                        "--recompute-activation-function",
+                                        "--recompute-norm",
+                                        "--recompute-norm-num-layers",
+                                        "1",
+                                        "--activation-offload",
+                                        "--offload-policy",
+                                        "min-bytes=4096",
+                                        "--offload-target",
+                                        "disk",
+                                        "--offload-dir",
+                                        "/tmp/a dir",
+                                        "--offload-prefetch-depth",
+                                        "2",
+                                        "--loss-compute-mode",
+                                        "chunk",
+                                        "--loss-chunk-size",
+                                        "64",
+                                        "--swap-optimizer",
+                                        "--swap-optimizer-times",
+                                        "4"};
   const MemoryConfig c = parse_memory_config(all, m);
   EXPECT_EQ(memory_config_flags(c), all);
   EXPECT_EQ(join_flags(memory_config_flags(c)).find("--offload-dir '/tmp/a dir'") != std::string::npos, true);
@@ -125,8 +144,8 @@ TEST(MemoryFlags, TheFlagsAreTheOnesUsersType) {
   EXPECT_EQ(c.offload.describe(), "min-bytes=4096 to disk");
   EXPECT_EQ(c.recompute_plan.size(), 2u);
   // The policy is always spelled out, as are the chunk size and a given window count.
-  EXPECT_EQ(join_flags(memory_config_flags(parse_memory_config({"--activation-offload", "--loss-compute-mode", "chunk",
-                                                                 "--swap-optimizer"}, m))),
+  EXPECT_EQ(join_flags(memory_config_flags(
+                parse_memory_config({"--activation-offload", "--loss-compute-mode", "chunk", "--swap-optimizer"}, m))),
             "--activation-offload --offload-policy all --loss-compute-mode chunk --loss-chunk-size 1024 "
             "--swap-optimizer");
 }

@@ -31,8 +31,8 @@ TEST(MetaParity, LossAndIndexOps) {
   EXPECT_TRUE(meta_matches_cpu([](auto& x) { return embedding(x[0], x[1]); },
                                {{{50, 16}}, {{2, 6}, DType::i64, false, 0, 50}}));
   EXPECT_TRUE(meta_matches_cpu([](auto& x) { return topk(x[0], 3).values; }, {{{8, 10}}}));
-  EXPECT_TRUE(meta_matches_cpu([](auto& x) { return gather(x[0], 1, x[1]); },
-                               {{{8, 10}}, {{8, 4}, DType::i64, false, 0, 10}}));
+  EXPECT_TRUE(
+      meta_matches_cpu([](auto& x) { return gather(x[0], 1, x[1]); }, {{{8, 10}}, {{8, 4}, DType::i64, false, 0, 10}}));
   EXPECT_TRUE(meta_matches_cpu([](auto& x) { return index_add(x[0], 0, x[2], index_select(x[1], 0, x[2])); },
                                {{{8, 4}}, {{8, 4}}, {{5}, DType::i64, false, 0, 8}}));
   EXPECT_TRUE(meta_matches_cpu([](auto& x) { return scatter_add(x[0], 1, x[2], x[1]); },

@@ -55,8 +55,8 @@ Step run(const Net& net, const Tensor& x0, Offloader* off, const std::string& po
   for (int64_t i = 0; i < blocks; ++i) {
     std::unique_ptr<AsyncOffload> guard;
     if (off != nullptr)
-      guard = std::make_unique<AsyncOffload>(*off,
-                                             OffloadBlock{i, blocks, offload_check(parse_offload_policy(policy), x)});
+      guard =
+          std::make_unique<AsyncOffload>(*off, OffloadBlock{i, blocks, offload_check(parse_offload_policy(policy), x)});
     x = net.block(i, x);
   }
   Tensor loss = sum(square(x));
@@ -72,7 +72,8 @@ Step run(const Net& net, const Tensor& x0, Offloader* off, const std::string& po
 
 void expect_same(const Step& a, const Step& b, const std::string& what) {
   ASSERT_EQ(a.grads.size(), b.grads.size());
-  for (size_t i = 0; i < a.grads.size(); ++i) EXPECT_TRUE(testing::bitwise_equal(a.grads[i], b.grads[i])) << what << " " << i;
+  for (size_t i = 0; i < a.grads.size(); ++i)
+    EXPECT_TRUE(testing::bitwise_equal(a.grads[i], b.grads[i])) << what << " " << i;
 }
 
 std::string spill_dir() { return ::testing::TempDir(); }
@@ -248,7 +249,8 @@ TEST(OffloadStress, RandomBlocksSizesSharedStoragesAndDepths) {
     }
     Offloader off(o);
     const char* policies[] = {"all", "layer-input", "min-bytes=512"};
-    for (int step = 0; step < 2; ++step) expect_same(plain, run(net, x, &off, policies[next(3)]), "trial " + std::to_string(trial));
+    for (int step = 0; step < 2; ++step)
+      expect_same(plain, run(net, x, &off, policies[next(3)]), "trial " + std::to_string(trial));
   }
 }
 

@@ -59,17 +59,15 @@ TEST(AdamW, MatchesTorchOptimAdamW) {
   EXPECT_TRUE(adam.decays("w"));
   EXPECT_FALSE(adam.decays("b"));  // 1-D: no decay
   const double lrs[] = {0.1, 0.05, 0.2};
-  const std::vector<std::vector<double>> want_w = {
-      {0.39500001072883606, -0.8899999856948853, 1.9800000190734863, -0.10000000149011612, 3.069999933242798,
-       -0.34749990701675415},
-      {0.34315887093544006, -0.8413311243057251, 2.0073068141937256, -0.1481153964996338, 3.1026437282562256,
-       -0.3104702830314636},
-      {0.13693372905254364, -0.6450406312942505, 2.1328752040863037, -0.3382016718387604, 3.231175661087036,
-       -0.1416170448064804}};
-  const std::vector<std::vector<double>> want_b = {
-      {2.2351741790771484e-08, -0.29999998211860657, 0.4000000059604645},
-      {0.0026316000148653984, -0.2973684072494507, 0.3973684310913086},
-      {-0.06452705711126328, -0.3645270764827728, 0.46452710032463074}};
+  const std::vector<std::vector<double>> want_w = {{0.39500001072883606, -0.8899999856948853, 1.9800000190734863,
+                                                    -0.10000000149011612, 3.069999933242798, -0.34749990701675415},
+                                                   {0.34315887093544006, -0.8413311243057251, 2.0073068141937256,
+                                                    -0.1481153964996338, 3.1026437282562256, -0.3104702830314636},
+                                                   {0.13693372905254364, -0.6450406312942505, 2.1328752040863037,
+                                                    -0.3382016718387604, 3.231175661087036, -0.1416170448064804}};
+  const std::vector<std::vector<double>> want_b = {{2.2351741790771484e-08, -0.29999998211860657, 0.4000000059604645},
+                                                   {0.0026316000148653984, -0.2973684072494507, 0.3973684310913086},
+                                                   {-0.06452705711126328, -0.3645270764827728, 0.46452710032463074}};
   for (int t = 0; t < 3; ++t) {
     std::vector<double> gw = {0.3, -0.1, 0.0, 1.5, -2.0, 0.01};
     for (double& g : gw) g = float(float(g) * float(1 + t)) + float(-0.2 * t);  // torch's f32 arithmetic
@@ -83,10 +81,14 @@ TEST(AdamW, MatchesTorchOptimAdamW) {
     expect_values(b, want_b[size_t(t)], 2e-7, "b");
   }
   std::map<std::string, Tensor> st = adam.state_dict();
-  expect_values(st["w.exp_avg"], {0.11030000448226929, -0.11410000920295715, -0.058000002056360245,
-                                  0.7835000157356262, -1.1799999475479126, -0.052390001714229584}, 2e-7, "m");
-  expect_values(st["w.exp_avg_sq"], {0.0004996601492166519, 0.0006598201580345631, 0.00019996000628452748,
-                                     0.026887662708759308, 0.0625743642449379, 0.00016936741303652525}, 2e-7, "v");
+  expect_values(st["w.exp_avg"],
+                {0.11030000448226929, -0.11410000920295715, -0.058000002056360245, 0.7835000157356262,
+                 -1.1799999475479126, -0.052390001714229584},
+                2e-7, "m");
+  expect_values(st["w.exp_avg_sq"],
+                {0.0004996601492166519, 0.0006598201580345631, 0.00019996000628452748, 0.026887662708759308,
+                 0.0625743642449379, 0.00016936741303652525},
+                2e-7, "v");
   EXPECT_EQ(st["w.step"].item<int64_t>(), 3);
   EXPECT_EQ(adam.steps(), 3);
 }
@@ -126,7 +128,8 @@ TEST(AdamW, ParametersWithoutGradientAreSkippedLikePyTorch) {
 
 TEST(AdamW, Bf16ParametersKeepAnF32MasterWeight) {
   // Updates of ~1e-3 on a weight near 1 are below half of bf16's spacing there (2^-8): without a
-  // master copy the weight would round back and never move. With it, the bf16 weight is the f32 trajectory rounded, bit for bit.
+  // master copy the weight would round back and never move. With it, the bf16 weight is the f32 trajectory rounded, bit
+  // for bit.
   manual_seed(7);
   Tensor init = randn({300}).to(DType::bf16).to(DType::f32);  // bf16-representable starting values
   Tensor p16 = init.to(DType::bf16);
@@ -149,7 +152,7 @@ TEST(AdamW, Bf16ParametersKeepAnF32MasterWeight) {
   double moved = 0;
   std::vector<float> before = init.to_vector<float>(), after = p16.to(DType::f32).to_vector<float>();
   for (size_t i = 0; i < before.size(); ++i) moved += before[i] != after[i];
-  EXPECT_GT(moved, 150);  // 40 steps of ~1e-3 carry most weights across a bf16 rounding boundary
+  EXPECT_GT(moved, 150);                      // 40 steps of ~1e-3 carry most weights across a bf16 rounding boundary
   EXPECT_EQ(a16.state_bytes(), 3 * 4 * 300);  // m, v, master in f32
 }
 
@@ -162,7 +165,9 @@ TEST(AdamW, StateDictRoundTripThroughSafetensors) {
                                param(randn({5}).to_vector<double>(), {5})};
   };
   std::vector<Tensor> pa = make(1), pb = make(1);
-  auto named = [](const std::vector<Tensor>& p) { return NamedParameters{{"w", p[0]}, {"ln.weight", p[1]}, {"unused", p[2]}}; };
+  auto named = [](const std::vector<Tensor>& p) {
+    return NamedParameters{{"w", p[0]}, {"ln.weight", p[1]}, {"unused", p[2]}};
+  };
   AdamW a(named(pa), {.lr = 0.01});
   manual_seed(9);
   std::vector<std::vector<Tensor>> grads;

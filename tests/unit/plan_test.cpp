@@ -38,7 +38,7 @@ TEST(Plan, StepsFollowTheTriageOrderEachLoweringThePeakUntilItFits) {
   int64_t prev = p.start.total;
   int group = 0;
   for (const PlanStep& st : p.steps) {
-    EXPECT_LT(st.peak, prev) << st.suggestion.flags;  // every step lowers the prediction
+    EXPECT_LT(st.peak, prev) << st.suggestion.flags;                            // every step lowers the prediction
     EXPECT_GE(triage_group(st.suggestion.step), group) << st.suggestion.flags;  // never back in the order
     EXPECT_EQ(st.peak, predict_step_peak(m, st.suggestion.with).total);
     prev = st.peak;
@@ -59,12 +59,16 @@ TEST(Plan, StepsFollowTheTriageOrderEachLoweringThePeakUntilItFits) {
 TEST(Plan, ALaterRecomputeStepReplacesTheEarlierFlags) {
   Plan p;
   Suggestion a{"recompute (selective)", "--recompute-activation-function --recompute-norm", 1, "", {}};
-  Suggestion b{"recompute (full)", "--recompute-granularity full --recompute-method uniform --recompute-num-layers 1",
-               2, "", {}};
+  Suggestion b{"recompute (full)",
+               "--recompute-granularity full --recompute-method uniform --recompute-num-layers 1",
+               2,
+               "",
+               {}};
   Suggestion c{"chunked loss", "--loss-compute-mode chunk --loss-chunk-size 1024", 3, "", {}};
   p.steps = {{c, 0}, {a, 0}, {b, 0}};
-  EXPECT_EQ(p.flags(), "--loss-compute-mode chunk --loss-chunk-size 1024 --recompute-granularity full "
-                       "--recompute-method uniform --recompute-num-layers 1");
+  EXPECT_EQ(p.flags(),
+            "--loss-compute-mode chunk --loss-chunk-size 1024 --recompute-granularity full "
+            "--recompute-method uniform --recompute-num-layers 1");
 }
 
 TEST(Plan, WhenNothingFitsItSaysSo) {

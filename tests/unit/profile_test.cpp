@@ -9,6 +9,7 @@
 #include "tidal/allocator.h"
 #include "tidal/io/atomic_file.h"
 #include "tidal/memory/estimator.h"
+#include "tidal/memory/savings.h"
 #include "tidal/memory_scope.h"
 #include "tidal/models/causal_lm.h"
 #include "tidal/ops/elementwise.h"
@@ -19,7 +20,6 @@
 #include "tidal/stream.h"
 #include "tidal/train/arguments.h"
 #include "tidal/train/memory_flags.h"
-#include "tidal/memory/savings.h"
 #include "tidal/train/oom_advice.h"
 #include "tidal/train/trainer.h"
 
@@ -203,7 +203,8 @@ TEST(Profile, SavedTensorTableSumsToTheActivationsAtThePeak) {
     for (const nlohmann::json& e : trace["traceEvents"]) {
       for (const char* k : {"name", "ph", "ts", "pid", "tid"}) ASSERT_TRUE(e.contains(k)) << k << " in " << e.dump();
       ASSERT_TRUE(e["name"].is_string() && e["ph"].is_string() && e["ts"].is_number() && e["pid"].is_number() &&
-                  e["tid"].is_number()) << e.dump();
+                  e["tid"].is_number())
+          << e.dump();
       const std::string ph = e["ph"];
       ++phs[ph];
       if (ph == "X") {
@@ -240,7 +241,7 @@ TEST(OomAdvice, EachSuggestionComesFromTheEstimatorAndSkipsWhatIsOn) {
   };
   const memory::RecomputeConfig none;
   const std::vector<std::string> full_uniform_1 = {"--recompute-granularity", "full", "--recompute-method", "uniform",
-                                                   "--recompute-num-layers", "1"};
+                                                   "--recompute-num-layers",  "1"};
   const int64_t now = kept(none, AttentionKernel::eager);
 
   std::map<std::string, Suggestion> by_flags;
@@ -292,7 +293,9 @@ TEST(OomAdvice, EachSuggestionComesFromTheEstimatorAndSkipsWhatIsOn) {
   }
   const std::string text = oom_advice(m, s);
   EXPECT_NE(text.find("already on: chunked loss, fused (flash) attention, recompute full uniform 1, activation "
-                      "offload, swap optimizer"), std::string::npos) << text;
+                      "offload, swap optimizer"),
+            std::string::npos)
+      << text;
   EXPECT_NE(text.find("sharding:"), std::string::npos) << text;
 }
 
@@ -341,8 +344,9 @@ TEST(OomAdvice, PredictedStepPeakMatchesTheMeasuredOne) {
            {"--model", "tiny-llama", "--recompute-granularity", "full", "--recompute-method", "uniform",
             "--recompute-num-layers", "1", "--activation-offload", "--offload-policy", "layer-input"}}) {
     const std::string path = ::testing::TempDir() + "tidal_profile_peak.json";
-    std::vector<std::string> flags = {"--mock-data", "--seq-length", "64", "--micro-batch-size", "4", "--train-iters",
-                                      "2", "--no-progress", "--eval-interval", "0", "--metrics-json", path};
+    std::vector<std::string> flags = {
+        "--mock-data",   "--seq-length",    "64", "--micro-batch-size", "4", "--train-iters", "2",
+        "--no-progress", "--eval-interval", "0",  "--metrics-json",     path};
     flags.insert(flags.end(), extra.begin(), extra.end());
     const TrainArgs args = parse_train_args(flags);
     std::FILE* quiet = std::fopen("/dev/null", "w");

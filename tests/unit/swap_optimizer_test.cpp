@@ -21,9 +21,8 @@ namespace tidal::memory {
 namespace {
 
 using optim::AdamW;
-using testing::error_of;
 using optim::NamedParameters;
-
+using testing::error_of;
 
 // Parameters of mixed sizes and dtypes: a big "embedding" that windows must split, small norms.
 struct Params {
@@ -48,8 +47,8 @@ struct Params {
 Params make_params(uint64_t seed, Device device = Device::cpu()) {
   manual_seed(seed);
   const std::vector<std::pair<Shape, DType>> specs = {
-      {{300, 40}, DType::f32}, {{40}, DType::f32},   {{40, 97}, DType::f32}, {{97}, DType::bf16},
-      {{33, 17}, DType::bf16}, {{5}, DType::f64},    {{64, 64}, DType::f32}, {{1}, DType::f32},
+      {{300, 40}, DType::f32}, {{40}, DType::f32}, {{40, 97}, DType::f32}, {{97}, DType::bf16},
+      {{33, 17}, DType::bf16}, {{5}, DType::f64},  {{64, 64}, DType::f32}, {{1}, DType::f32},
   };
   Params p;
   for (auto& [shape, dtype] : specs) {
@@ -188,7 +187,7 @@ TEST(SwapOptimizer, DeviceAndHostMemoryAreThePredictedBytes) {
     dev.reset_peak_stats();
     opt.step();
     EXPECT_EQ(dev.stats()[MemoryCategory::optimizer_state].peak - opt0, predicted) << t;
-    EXPECT_EQ(dev.stats()[MemoryCategory::optimizer_state].allocated, opt0) << t;  // nothing between steps
+    EXPECT_EQ(dev.stats()[MemoryCategory::optimizer_state].allocated, opt0) << t;    // nothing between steps
     EXPECT_EQ(host.stats()[MemoryCategory::host_offload].allocated - host0, state);  // the states live here
   }
   EXPECT_LT(predicted, state * 3 / 4);  // 2 of 4 windows, plus alignment
@@ -264,21 +263,28 @@ TEST(SwapOptimizer, FlagsAndLimitsAreChecked) {
   auto parse_swap = [&](const std::vector<std::string>& flags) {
     return train::parse_memory_config(flags, model).swap_optimizer;
   };
-  EXPECT_NE(error_of([&] { parse_swap({"--swap-optimizer-times", "4"}); })
-                .find("--swap-optimizer-times needs --swap-optimizer"),
+  EXPECT_NE(error_of([&] {
+              parse_swap({"--swap-optimizer-times", "4"});
+            }).find("--swap-optimizer-times needs --swap-optimizer"),
             std::string::npos);
-  EXPECT_NE(error_of([&] { parse_swap({"--swap-optimizer", "--swap-optimizer-times", "0"}); }).find("must be >= 1"),
+  EXPECT_NE(error_of([&] {
+              parse_swap({"--swap-optimizer", "--swap-optimizer-times", "0"});
+            }).find("must be >= 1"),
             std::string::npos);
   EXPECT_EQ(parse_swap({"--swap-optimizer"}).times, -1);
   Params p = make_params(5);
-  EXPECT_NE(error_of([&] { make_adamw(p.named(), {}, {true, 9}); }).find("exceeds the model's 8 parameters"),
+  EXPECT_NE(error_of([&] {
+              make_adamw(p.named(), {}, {true, 9});
+            }).find("exceeds the model's 8 parameters"),
             std::string::npos);
   auto def = make_adamw(p.named(), {}, {true, -1});  // default 16, capped at the 8 parameters
   ASSERT_NE(dynamic_cast<SwapAdamW*>(def.get()), nullptr);
   EXPECT_EQ(dynamic_cast<SwapAdamW*>(def.get())->windows(), 8);
   EXPECT_EQ(dynamic_cast<SwapAdamW*>(make_adamw(p.named(), {}, {}).get()), nullptr);
   Tensor meta = empty({3}, DType::f32, Device::meta()).set_requires_grad(true);
-  EXPECT_NE(error_of([&] { SwapAdamW({{"a", p.t[0]}, {"b", meta}}, 1); }).find("one device per optimizer"),
+  EXPECT_NE(error_of([&] {
+              SwapAdamW({{"a", p.t[0]}, {"b", meta}}, 1);
+            }).find("one device per optimizer"),
             std::string::npos);
 }
 

@@ -24,7 +24,8 @@ TEST(TrainArguments, Gpt2HiddenSizeDerivesFourTimesTheMlp) {
   EXPECT_EQ(m.kv_heads(), 4);
   EXPECT_EQ(m.num_hidden_layers, 12);  // not overridden: the preset's
   EXPECT_EQ(model_of({"--model", "gpt2-124m", "--hidden-size", "256", "--num-attention-heads", "4", "--ffn-hidden-size",
-                      "512"}).intermediate_size,
+                      "512"})
+                .intermediate_size,
             512);  // given explicitly: as given
   EXPECT_EQ(model_of({"--model", "gpt2-124m", "--num-layers", "2"}).intermediate_size, 3072);
   EXPECT_EQ(model_of({"--model", "gpt2-124m", "--num-attention-heads", "16"}).intermediate_size, 3072);
@@ -33,8 +34,7 @@ TEST(TrainArguments, Gpt2HiddenSizeDerivesFourTimesTheMlp) {
 TEST(TrainArguments, TrainPrintsTheShapeTheSizeFlagsGave) {
   EXPECT_EQ(parse_train_args({"--model", "gpt2-124m"}).model_source, "preset gpt2-124m");
   const TrainArgs a = parse_train_args({"--model", "gpt2-124m", "--hidden-size", "256", "--num-attention-heads", "4"});
-  EXPECT_EQ(a.model_source,
-            "preset gpt2-124m: 12 layers, hidden 256, ffn 1024, 4 heads of 64 (4 key/value)");
+  EXPECT_EQ(a.model_source, "preset gpt2-124m: 12 layers, hidden 256, ffn 1024, 4 heads of 64 (4 key/value)");
 }
 
 TEST(TrainArguments, SwigluHiddenSizeDerivesMegatronsWidth) {
@@ -65,17 +65,23 @@ TEST(TrainArguments, HeadSizeAndKeyValueHeads) {
   // The preset's key/value heads stay: the heads must be a multiple of them (the model says so when built).
   const std::string kv = error_of([] { model_of({"--model", "qwen3-0.6b", "--num-attention-heads", "4"}); });
   EXPECT_NE(kv.find("num_attention_heads 4 is not a multiple of num_key_value_heads 8 (tidal train's "
-                    "--num-query-groups)"), std::string::npos) << kv;
+                    "--num-query-groups)"),
+            std::string::npos)
+      << kv;
   models::ModelConfig m = model_of({"--model", "qwen3-0.6b", "--num-attention-heads", "4", "--num-query-groups", "2"});
   EXPECT_EQ(m.kv_heads(), 2);
   EXPECT_EQ(m.head_size(), 256);
   const std::string split = error_of([] { model_of({"--model", "qwen3-0.6b", "--num-attention-heads", "12"}); });
   EXPECT_NE(split.find("hidden_size 1024 is not divisible by num_attention_heads 12 (set head_dim, tidal train's "
-                       "--kv-channels)"), std::string::npos) << split;
-  m = model_of({"--model", "qwen3-0.6b", "--num-attention-heads", "12", "--num-query-groups", "4", "--kv-channels",
-                "128"});
+                       "--kv-channels)"),
+            std::string::npos)
+      << split;
+  m = model_of(
+      {"--model", "qwen3-0.6b", "--num-attention-heads", "12", "--num-query-groups", "4", "--kv-channels", "128"});
   EXPECT_EQ(m.head_size(), 128);
-  EXPECT_NE(error_of([] { model_of({"--model", "gpt2-124m", "--kv-channels", "32"}); }).find("hidden / heads"),
+  EXPECT_NE(error_of([] {
+              model_of({"--model", "gpt2-124m", "--kv-channels", "32"});
+            }).find("hidden / heads"),
             std::string::npos);
 }
 
@@ -87,7 +93,9 @@ TEST(TrainArguments, MoeExpertWidthFollowsTheMlp) {
   m = model_of({"--model", "qwen3-30b-a3b", "--hidden-size", "1024", "--moe-ffn-hidden-size", "768"});
   EXPECT_EQ(m.moe_intermediate_size, 768);
   EXPECT_EQ(model_of({"--model", "qwen3-30b-a3b", "--num-layers", "2"}).moe_intermediate_size, 768);
-  EXPECT_NE(error_of([] { model_of({"--model", "tiny-gpt2", "--moe-ffn-hidden-size", "64"}); }).find("MoE models"),
+  EXPECT_NE(error_of([] {
+              model_of({"--model", "tiny-gpt2", "--moe-ffn-hidden-size", "64"});
+            }).find("MoE models"),
             std::string::npos);
 }
 

@@ -21,8 +21,8 @@
 #include <atomic>
 
 #include "tidal/autograd/grad_mode.h"
-#include "tidal/base/clock.h"
 #include "tidal/autograd/saved_tensor.h"
+#include "tidal/base/clock.h"
 #include "tidal/memory_scope.h"
 
 namespace tidal::autograd {
@@ -57,7 +57,7 @@ struct Frame {
   std::vector<bool> input_requires_grad;
   RngState rng;
   int layer = -1;
-  size_t num_saved = 0;           // saves during the first run
+  size_t num_saved = 0;            // saves during the first run
   std::vector<Tensor> recomputed;  // saves of the latest replay, served once each
   std::vector<bool> served;
   std::vector<Tensor> decisions;  // checkpoint_decision results of the first run, in order

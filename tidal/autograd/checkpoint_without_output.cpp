@@ -57,8 +57,7 @@ struct CheckpointWithoutOutput::State {
     for (size_t i = 0; i < outputs.size(); ++i) {
       const Tensor& r = replay_outputs[i];
       TIDAL_CHECK(r.shape() == output_shapes[i] && r.dtype() == output_dtypes[i], "[recompute] output ", i,
-                  " came back as ", r.shape(), " ", r.dtype(), " instead of ", output_shapes[i], " ",
-                  output_dtypes[i]);
+                  " came back as ", r.shape(), " ", r.dtype(), " instead of ", output_shapes[i], " ", output_dtypes[i]);
       std::shared_ptr<Storage> orig = outputs[i].lock();
       if (!orig || orig->is_materialized()) continue;  // nobody needs it, or it was never discarded
       const std::shared_ptr<Storage>& fresh = r.storage();

@@ -5,8 +5,8 @@
 
 #include "tidal/autograd/grad_mode.h"
 #include "tidal/autograd/node.h"
-#include "tidal/memory_scope.h"
 #include "tidal/backend/kernels.h"
+#include "tidal/memory_scope.h"
 
 namespace tidal::autograd {
 namespace {
@@ -31,8 +31,8 @@ void accumulate(Tensor& slot, Tensor&& g) {
 
 void check_grad(const Node& node, size_t i, const Tensor& g) {
   const OutputMeta& m = node.output_meta(i);
-  TIDAL_ASSERT(g.shape() == m.shape && g.dtype() == m.dtype, "gradient for output ", i, " of ", node.name(),
-               " is ", g.shape(), " ", g.dtype(), " but the output was ", m.shape, " ", m.dtype);
+  TIDAL_ASSERT(g.shape() == m.shape && g.dtype() == m.dtype, "gradient for output ", i, " of ", node.name(), " is ",
+               g.shape(), " ", g.dtype(), " but the output was ", m.shape, " ", m.dtype);
 }
 
 }  // namespace

@@ -15,9 +15,7 @@ SavedTensorHooksGuard::SavedTensorHooksGuard(std::shared_ptr<SavedTensorHooks> h
 
 SavedTensorHooksGuard::~SavedTensorHooksGuard() { t_hooks.pop_back(); }
 
-std::shared_ptr<SavedTensorHooks> current_saved_tensor_hooks() {
-  return t_hooks.empty() ? nullptr : t_hooks.back();
-}
+std::shared_ptr<SavedTensorHooks> current_saved_tensor_hooks() { return t_hooks.empty() ? nullptr : t_hooks.back(); }
 
 SavedTensor::SavedTensor(const Tensor& t) {
   if (!t.defined()) {
@@ -59,18 +57,16 @@ SavedTensor& SavedTensor::operator=(SavedTensor&& other) noexcept {
 
 Tensor SavedTensor::unpack(const char* node) const {
   switch (state_) {
-    case State::undefined:
-      return Tensor();
+    case State::undefined: return Tensor();
     case State::direct:
       TIDAL_CHECK(tensor_.storage()->version() == version_, "[autograd] ", node,
-                  ": a tensor saved for backward was modified in place after it was saved (version ",
-                  version_, " -> ", tensor_.storage()->version(), "); clone it before changing it");
+                  ": a tensor saved for backward was modified in place after it was saved (version ", version_, " -> ",
+                  tensor_.storage()->version(), "); clone it before changing it");
       return tensor_;
     case State::hooked: {
       Tensor t = hooks_->unpack(packed_);
-      TIDAL_ASSERT(t.defined() && t.shape() == shape_ && t.dtype() == dtype_, node,
-                   ": saved-tensor hooks returned ", t.defined() ? t.shape().str() : "an undefined tensor",
-                   " for a saved ", shape_, " ", dtype_);
+      TIDAL_ASSERT(t.defined() && t.shape() == shape_ && t.dtype() == dtype_, node, ": saved-tensor hooks returned ",
+                   t.defined() ? t.shape().str() : "an undefined tensor", " for a saved ", shape_, " ", dtype_);
       if (!held_) {  // the node holds it until its backward ran: an activation meanwhile
         held_ = t.storage();
         held_->mark_saved();
@@ -78,8 +74,7 @@ Tensor SavedTensor::unpack(const char* node) const {
       return t;
     }
     case State::released:
-    case State::empty:
-      break;
+    case State::empty: break;
   }
   TIDAL_CHECK(false, "[autograd] ", node,
               ": trying to backward through the graph a second time (its saved tensors were freed after the "
@@ -100,4 +95,3 @@ void SavedTensor::reset() {
 }
 
 }  // namespace tidal::autograd
-

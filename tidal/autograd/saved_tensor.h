@@ -61,7 +61,7 @@ class SavedTensor {
   std::shared_ptr<SavedTensorHooks> hooks_;
   std::shared_ptr<void> packed_;
   mutable std::shared_ptr<Storage> held_;  // what hooks' unpack returned, an activation until reset
-  Shape shape_;  // what unpack must return
+  Shape shape_;                            // what unpack must return
   DType dtype_ = DType::f32;
 };
 

@@ -52,8 +52,13 @@ std::vector<SavedTensorRecord> SavedTensorLog::snapshot() const {
 nlohmann::json saved_tensors_json(const std::vector<SavedTensorRecord>& records) {
   nlohmann::json j = nlohmann::json::array();
   for (const SavedTensorRecord& r : records)
-    j.push_back({{"layer", r.layer}, {"module", r.module}, {"name", r.op}, {"shape", r.shape.vec()},
-                 {"dtype", std::string(dtype_name(r.dtype))}, {"bytes", r.bytes}, {"policy", r.policy},
+    j.push_back({{"layer", r.layer},
+                 {"module", r.module},
+                 {"name", r.op},
+                 {"shape", r.shape.vec()},
+                 {"dtype", std::string(dtype_name(r.dtype))},
+                 {"bytes", r.bytes},
+                 {"policy", r.policy},
                  {"category", r.category}});
   return j;
 }
@@ -61,14 +66,14 @@ nlohmann::json saved_tensors_json(const std::vector<SavedTensorRecord>& records)
 std::string saved_tensors_table(const std::vector<SavedTensorRecord>& records) {
   std::string out;
   char line[320];
-  std::snprintf(line, sizeof line, "%5s  %-40s %-22s %-22s %-5s %12s  %s\n", "layer", "module", "op", "shape",
-                "dtype", "bytes", "policy");
+  std::snprintf(line, sizeof line, "%5s  %-40s %-22s %-22s %-5s %12s  %s\n", "layer", "module", "op", "shape", "dtype",
+                "bytes", "policy");
   out += line;
   std::map<int, std::map<std::string, int64_t>> per_layer;
   std::map<std::string, int64_t> total;
   for (const SavedTensorRecord& r : records) {
-    std::snprintf(line, sizeof line, "%5d  %-40s %-22s %-22s %-5s %12s  %s\n", r.layer, r.module.c_str(),
-                  r.op.c_str(), r.shape.str().c_str(), std::string(dtype_name(r.dtype)).c_str(),
+    std::snprintf(line, sizeof line, "%5d  %-40s %-22s %-22s %-5s %12s  %s\n", r.layer, r.module.c_str(), r.op.c_str(),
+                  r.shape.str().c_str(), std::string(dtype_name(r.dtype)).c_str(),
                   r.bytes ? format_bytes(r.bytes).c_str() : "(shared)", r.policy.c_str());
     out += line;
     const std::string key = r.category == "logits" ? r.policy + " (logits)" : r.policy;

@@ -1,9 +1,9 @@
 #pragma once
 // The table of saved tensors: while a SavedTensorLog is alive, every tensor an autograd node saves on
-// this thread (parameters and other long-lived state excepted: they are not activations) is recorded with its layer, module, op, shape, dtype and bytes. snapshot() then says
-// what became of each: kept (its bytes stay on the device until backward), recomputed (a checkpoint
-// dropped it), discarded (an output-discarding recompute freed its bytes), or the policy of the hooks
-// that packed it (e.g. offloaded). Storages saved several times count their bytes once.
+// this thread (parameters and other long-lived state excepted: they are not activations) is recorded with its layer,
+// module, op, shape, dtype and bytes. snapshot() then says what became of each: kept (its bytes stay on the device
+// until backward), recomputed (a checkpoint dropped it), discarded (an output-discarding recompute freed its bytes), or
+// the policy of the hooks that packed it (e.g. offloaded). Storages saved several times count their bytes once.
 #include <cstdint>
 #include <memory>
 #include <nlohmann/json_fwd.hpp>

@@ -15,8 +15,8 @@ struct SavedTensorRecord {
   std::string op;      // the op that saved it ("linear", "rms_norm", ...)
   Shape shape;
   DType dtype = DType::f32;
-  int64_t bytes = 0;   // of its storage; 0 when an earlier record already counted that storage
-  std::string policy;  // kept | recomputed | discarded | <hooks' policy>
+  int64_t bytes = 0;     // of its storage; 0 when an earlier record already counted that storage
+  std::string policy;    // kept | recomputed | discarded | <hooks' policy>
   std::string category;  // activation, or logits for what the LM head and the loss keep
 };
 

@@ -7,7 +7,20 @@ namespace tidal {
 
 // --- elementwise
 enum class Unary : uint8_t {
-  neg, exp, log, sqrt, rsqrt, abs, sign, tanh, sigmoid, relu, square, reciprocal, sin, cos,
+  neg,
+  exp,
+  log,
+  sqrt,
+  rsqrt,
+  abs,
+  sign,
+  tanh,
+  sigmoid,
+  relu,
+  square,
+  reciprocal,
+  sin,
+  cos,
   add_scalar,   // x + s
   mul_scalar,   // x * s
   rsub_scalar,  // s - x

@@ -93,10 +93,9 @@ class Kernels {
   virtual void embedding_backward(const Tensor& grad_weight, const Tensor& g, const Tensor& ids) = 0;
 
   // --- attention
-  virtual void scaled_masked_softmax_forward(const Tensor& probs, const Tensor& scores, double scale,
-                                             bool causal) = 0;
-  virtual void scaled_masked_softmax_backward(const Tensor& grad_scores, const Tensor& grad_probs,
-                                              const Tensor& probs, double scale) = 0;
+  virtual void scaled_masked_softmax_forward(const Tensor& probs, const Tensor& scores, double scale, bool causal) = 0;
+  virtual void scaled_masked_softmax_backward(const Tensor& grad_scores, const Tensor& grad_probs, const Tensor& probs,
+                                              double scale) = 0;
   virtual void flash_attention_forward(const FlashArgs& a, const Tensor& out, const Tensor& lse, const Tensor& q,
                                        const Tensor& k, const Tensor& v, const Tensor& workspace) = 0;
   virtual void flash_attention_backward(const FlashArgs& a, const Tensor& dq, const Tensor& dk, const Tensor& dv,

@@ -21,7 +21,7 @@ struct EventState {
   virtual ~EventState() = default;
   virtual void wait() = 0;  // blocks until complete
   virtual bool done() = 0;
-  virtual int64_t time_ns() = 0;  // completion time on tidal's clock; after done()
+  virtual int64_t time_ns() = 0;           // completion time on tidal's clock; after done()
   virtual std::exception_ptr error() = 0;  // what the captured work threw, if anything; after done()
 };
 

@@ -35,15 +35,15 @@ std::string str_cat(Args&&... args) {
 }  // namespace detail
 }  // namespace tidal
 
-#define TIDAL_CHECK(cond, ...)                                        \
-  do {                                                                \
-    if (!(cond)) [[unlikely]]                                         \
+#define TIDAL_CHECK(cond, ...)                                             \
+  do {                                                                     \
+    if (!(cond)) [[unlikely]]                                              \
       ::tidal::detail::throw_error(::tidal::detail::str_cat(__VA_ARGS__)); \
   } while (0)
 
-#define TIDAL_ASSERT(cond, ...)                                                        \
-  do {                                                                                 \
-    if (!(cond)) [[unlikely]]                                                          \
-      ::tidal::detail::throw_internal(__FILE__, __LINE__, #cond,                       \
+#define TIDAL_ASSERT(cond, ...)                                                                 \
+  do {                                                                                          \
+    if (!(cond)) [[unlikely]]                                                                   \
+      ::tidal::detail::throw_internal(__FILE__, __LINE__, #cond,                                \
                                       ::tidal::detail::str_cat("" __VA_OPT__(, ) __VA_ARGS__)); \
   } while (0)

@@ -69,8 +69,9 @@ void Flags::parse(const std::vector<std::string>& argv) {
         }
       }
       const std::string hint = best_d <= std::min<size_t>(3, best.size() / 2) ? " (did you mean --" + best + "?)" : "";
-      TIDAL_CHECK(false, "tidal ", command_, ": ", arg.rfind("--", 0) == 0 ? "unknown option '" : "unexpected argument '",
-                  arg, "'", hint, all.empty() ? ": it takes no options" : ". Valid options: " + all);
+      TIDAL_CHECK(false, "tidal ", command_, ": ",
+                  arg.rfind("--", 0) == 0 ? "unknown option '" : "unexpected argument '", arg, "'", hint,
+                  all.empty() ? ": it takes no options" : ". Valid options: " + all);
     }
     const std::string name = arg.substr(2);
     TIDAL_CHECK(spec->kind == Spec::multi || !values_.count(name), "tidal ", command_, ": ", arg, " is given twice");
@@ -145,8 +146,10 @@ std::string Flags::help() const {
   std::string out;
   for (const auto& [n, s] : specs_) {
     std::string left = "  --" + n + (s.value_name.empty() ? "" : " " + s.value_name);
-    if (left.size() < 34) left.append(34 - left.size(), ' ');
-    else left += "\n" + std::string(34, ' ');
+    if (left.size() < 34)
+      left.append(34 - left.size(), ' ');
+    else
+      left += "\n" + std::string(34, ' ');
     out += left + s.help + "\n";
   }
   return out;

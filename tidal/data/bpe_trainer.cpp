@@ -204,13 +204,18 @@ Tokenizer train_from_counts(const WordCounter& counter, const TrainOptions& opt,
   int64_t next_id = int64_t(spelling.size());
   for (const std::string& s : opt.special_tokens) {
     if (!vocab.contains(s)) vocab[s] = next_id++;  // a special token spelled like a merge keeps its id
-    added.push_back({{"id", vocab[s]}, {"content", s}, {"single_word", false}, {"lstrip", false}, {"rstrip", false},
-                     {"normalized", false}, {"special", true}});
+    added.push_back({{"id", vocab[s]},
+                     {"content", s},
+                     {"single_word", false},
+                     {"lstrip", false},
+                     {"rstrip", false},
+                     {"normalized", false},
+                     {"special", true}});
   }
   ordered_json merges_json = ordered_json::array();
   for (const auto& [l, r] : merges) merges_json.push_back(spelling[size_t(l)] + " " + spelling[size_t(r)]);
-  ordered_json byte_level = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true},
-                             {"use_regex", true}};
+  ordered_json byte_level = {
+      {"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", true}};
   ordered_json doc;
   doc["version"] = "1.0";
   doc["truncation"] = nullptr;
@@ -218,13 +223,19 @@ Tokenizer train_from_counts(const WordCounter& counter, const TrainOptions& opt,
   doc["added_tokens"] = added;
   doc["normalizer"] = nullptr;
   doc["pre_tokenizer"] = byte_level;
-  doc["post_processor"] = {{"type", "ByteLevel"}, {"add_prefix_space", true}, {"trim_offsets", false},
-                           {"use_regex", true}};
+  doc["post_processor"] = {
+      {"type", "ByteLevel"}, {"add_prefix_space", true}, {"trim_offsets", false}, {"use_regex", true}};
   doc["decoder"] = {{"type", "ByteLevel"}, {"add_prefix_space", true}, {"trim_offsets", true}, {"use_regex", true}};
-  doc["model"] = {{"type", "BPE"},       {"dropout", nullptr},        {"unk_token", nullptr},
-                  {"continuing_subword_prefix", nullptr},             {"end_of_word_suffix", nullptr},
-                  {"fuse_unk", false},   {"byte_fallback", false},    {"ignore_merges", false},
-                  {"vocab", vocab},      {"merges", merges_json}};
+  doc["model"] = {{"type", "BPE"},
+                  {"dropout", nullptr},
+                  {"unk_token", nullptr},
+                  {"continuing_subword_prefix", nullptr},
+                  {"end_of_word_suffix", nullptr},
+                  {"fuse_unk", false},
+                  {"byte_fallback", false},
+                  {"ignore_merges", false},
+                  {"vocab", vocab},
+                  {"merges", merges_json}};
   Tokenizer tok = Tokenizer::from_json_string(doc.dump(2), "trained tokenizer");
   if (stats != nullptr) {
     stats->bytes = counter.bytes();

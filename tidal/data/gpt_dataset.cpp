@@ -3,8 +3,8 @@
 #include <cmath>
 #include <cstdlib>
 
-#include "tidal/base/philox.h"
 #include "tidal/base/error.h"
+#include "tidal/base/philox.h"
 
 namespace tidal::data {
 
@@ -38,7 +38,8 @@ std::array<DocumentRange, 3> split_documents(const std::string& split, int64_t n
   const int64_t excess = idx[3] - num_documents;
   for (int k = 1; k < 4; ++k) idx[size_t(k)] -= excess;
   std::array<DocumentRange, 3> ranges;
-  for (int k = 0; k < 3; ++k) ranges[size_t(k)] = {std::max<int64_t>(idx[size_t(k)], 0), std::max<int64_t>(idx[size_t(k + 1)], 0)};
+  for (int k = 0; k < 3; ++k)
+    ranges[size_t(k)] = {std::max<int64_t>(idx[size_t(k)], 0), std::max<int64_t>(idx[size_t(k + 1)], 0)};
   return ranges;
 }
 
@@ -87,13 +88,12 @@ GPTDataset::GPTDataset(std::shared_ptr<const IndexedDataset> data, DocumentRange
   end_token_ = data_->document_token_offset(documents.end);
   samples_ = (end_token_ - first_token_ - 1) / seq_length;
   TIDAL_CHECK(samples_ > 0, "[data] the ", name, " split of '", data_->prefix(), "' has ", end_token_ - first_token_,
-              " tokens in ", documents.size(), " documents: fewer than one sample of seq_length + 1 = ",
-              seq_length + 1, " tokens");
+              " tokens in ", documents.size(), " documents: fewer than one sample of seq_length + 1 = ", seq_length + 1,
+              " tokens");
 }
 
-std::shared_ptr<GPTDataset> GPTDataset::from_split(std::shared_ptr<const IndexedDataset> data,
-                                                    const std::string& split, int which, int64_t seq_length,
-                                                    uint64_t seed) {
+std::shared_ptr<GPTDataset> GPTDataset::from_split(std::shared_ptr<const IndexedDataset> data, const std::string& split,
+                                                   int which, int64_t seq_length, uint64_t seed) {
   static const char* names[3] = {"train", "validation", "test"};
   TIDAL_CHECK(which >= 0 && which < 3, "[data] split index ", which, " is not 0 (train), 1 (validation) or 2 (test)");
   TIDAL_CHECK(data != nullptr, "[data] GPTDataset needs an indexed dataset");
@@ -115,8 +115,8 @@ void GPTDataset::sample(int64_t i, int64_t* out) const {
 
 MockDataset::MockDataset(int64_t vocab_size, int64_t seq_length, uint64_t seed)
     : vocab_size_(vocab_size), seq_length_(seq_length), seed_(seed) {
-  TIDAL_CHECK(vocab_size > 0 && vocab_size <= (int64_t(1) << 32), "[data] mock data vocab_size must be in [1, 2^32], got ",
-              vocab_size);
+  TIDAL_CHECK(vocab_size > 0 && vocab_size <= (int64_t(1) << 32),
+              "[data] mock data vocab_size must be in [1, 2^32], got ", vocab_size);
   TIDAL_CHECK(seq_length > 0, "[data] seq_length must be positive, got ", seq_length);
 }
 

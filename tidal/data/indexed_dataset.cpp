@@ -55,10 +55,14 @@ bool store(int64_t v, char* dst) {
 
 int64_t token_dtype_size(TokenDType t) {
   switch (t) {
-    case TokenDType::u8: case TokenDType::i8: return 1;
-    case TokenDType::i16: case TokenDType::u16: return 2;
-    case TokenDType::i32: case TokenDType::f32: return 4;
-    case TokenDType::i64: case TokenDType::f64: return 8;
+    case TokenDType::u8:
+    case TokenDType::i8: return 1;
+    case TokenDType::i16:
+    case TokenDType::u16: return 2;
+    case TokenDType::i32:
+    case TokenDType::f32: return 4;
+    case TokenDType::i64:
+    case TokenDType::f64: return 8;
   }
   return 0;
 }
@@ -194,8 +198,8 @@ IndexedDataset::IndexedDataset(std::string prefix) : prefix_(std::move(prefix)) 
   dtype_ = TokenDType(code);
   const uint64_t n = get<uint64_t>(idx, 18), d = get<uint64_t>(idx, 26);
   const uint64_t body = idx.size() - kHeaderBytes;
-  TIDAL_CHECK(n <= body / 12 && d <= body / 8 && kHeaderBytes + 12 * n + 8 * d <= idx.size(), where, "truncated: ",
-              n, " sequences and ", d, " document indices need ", kHeaderBytes, " + 12 * ", n, " + 8 * ", d,
+  TIDAL_CHECK(n <= body / 12 && d <= body / 8 && kHeaderBytes + 12 * n + 8 * d <= idx.size(), where, "truncated: ", n,
+              " sequences and ", d, " document indices need ", kHeaderBytes, " + 12 * ", n, " + 8 * ", d,
               " bytes, the file has ", idx.size());
   const uint64_t expected = kHeaderBytes + 12 * n + 8 * d;
   TIDAL_CHECK(idx.size() == expected || idx.size() == expected + n, where, idx.size() - expected,
@@ -213,8 +217,8 @@ IndexedDataset::IndexedDataset(std::string prefix) : prefix_(std::move(prefix)) 
   int64_t offset = 0;
   for (size_t i = 0; i < n; ++i) {
     TIDAL_CHECK(sizes_[i] >= 0, where, "sequence ", i, " has a negative size ", sizes_[i]);
-    TIDAL_CHECK(pointers_[i] == offset, where, "sequence ", i, " starts at byte ", pointers_[i], " but the sizes before ",
-                "it put it at ", offset, " (sizes and pointers disagree)");
+    TIDAL_CHECK(pointers_[i] == offset, where, "sequence ", i, " starts at byte ", pointers_[i],
+                " but the sizes before ", "it put it at ", offset, " (sizes and pointers disagree)");
     offset += int64_t(sizes_[i]) * item;
   }
   num_tokens_ = offset / item;

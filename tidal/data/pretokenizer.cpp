@@ -46,7 +46,8 @@ std::string pcre2_message(int code) {
 class SpanMerger {
  public:
   using Emit = std::function<void(size_t, size_t)>;
-  SpanMerger(PreTokenizer::Behavior b, bool invert, Emit emit) : behavior_(b), invert_(invert), emit_(std::move(emit)) {}
+  SpanMerger(PreTokenizer::Behavior b, bool invert, Emit emit)
+      : behavior_(b), invert_(invert), emit_(std::move(emit)) {}
 
   void push(size_t begin, size_t end, bool is_match) {
     if (begin == end) return;
@@ -209,8 +210,8 @@ Regex::Regex(const std::string& pattern, bool literal) : pattern_(pattern) {
   PCRE2_SIZE offset = 0;
   const uint32_t options = literal ? PCRE2_UTF | PCRE2_LITERAL : PCRE2_UTF | PCRE2_UCP;
   const std::string compiled = literal ? pattern : spell_out_whitespace(pattern);
-  pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(compiled.data()), compiled.size(), options, &error,
-                                   &offset, nullptr);
+  pcre2_code* code =
+      pcre2_compile(reinterpret_cast<PCRE2_SPTR>(compiled.data()), compiled.size(), options, &error, &offset, nullptr);
   TIDAL_CHECK(code != nullptr, "[tokenizer] bad regex '", pattern, "': ", pcre2_message(error), " at offset ", offset);
   pcre2_jit_compile(code, PCRE2_JIT_COMPLETE);  // without JIT support, pcre2_match interprets
   code_ = code;
@@ -224,8 +225,8 @@ void Regex::for_each_match(std::string_view text, const std::function<void(size_
   const size_t n = text.size();
   size_t start = 0;
   while (start < n) {
-    const int rc = pcre2_match(static_cast<const pcre2_code*>(code_), subject, n, start, PCRE2_NO_UTF_CHECK, st.data,
-                               st.context);
+    const int rc =
+        pcre2_match(static_cast<const pcre2_code*>(code_), subject, n, start, PCRE2_NO_UTF_CHECK, st.data, st.context);
     if (rc == PCRE2_ERROR_NOMATCH) break;
     TIDAL_CHECK(rc >= 0, "[tokenizer] regex '", pattern_, "' failed on a text of ", n, " bytes: ", pcre2_message(rc));
     const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(st.data);

@@ -6,8 +6,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "tidal/base/parallel.h"
 #include "tidal/base/error.h"
+#include "tidal/base/parallel.h"
 #include "tidal/data/bpe.h"
 #include "tidal/data/byte_level.h"
 #include "tidal/data/normalizer.h"
@@ -63,8 +63,8 @@ void Tokenizer::Impl::split_added(std::string_view text, Segment&& segment, Toke
       const AddedToken& t = added[size_t(c)];
       if (text.compare(i, t.content.size(), t.content) != 0) continue;
       size_t begin = i, end = i + t.content.size();
-      if (t.single_word && ((begin > 0 && is_word_byte(text[begin - 1])) ||
-                            (end < text.size() && is_word_byte(text[end]))))
+      if (t.single_word &&
+          ((begin > 0 && is_word_byte(text[begin - 1])) || (end < text.size() && is_word_byte(text[end]))))
         continue;
       if (t.lstrip)
         while (begin > seg_begin && is_space(text[begin - 1])) --begin;
@@ -124,8 +124,7 @@ Tokenizer Tokenizer::from_json_string(const std::string& text, const std::string
       TIDAL_CHECK(id >= 0 && id < (int64_t(1) << 31), where, "token '", token, "' has id ", id, " out of range");
       size = std::max(size, id + 1);
     }
-    for (const json& a : doc.value("added_tokens", json::array()))
-      size = std::max(size, a.at("id").get<int64_t>() + 1);
+    for (const json& a : doc.value("added_tokens", json::array())) size = std::max(size, a.at("id").get<int64_t>() + 1);
     m->tokens.assign(size_t(size), std::string());
     m->token_ids.reserve(vocab.size());
     for (const auto& [token, id_json] : vocab.items()) {
@@ -157,19 +156,22 @@ Tokenizer Tokenizer::from_json_string(const std::string& text, const std::string
       if (e.is_string()) {
         const std::string s = e.get<std::string>();
         const size_t sp = s.find(' ');
-        TIDAL_CHECK(sp != std::string::npos && s.find(' ', sp + 1) == std::string::npos, where, "merge #", r, " '",
-                    s, "' is not two tokens separated by one space");
+        TIDAL_CHECK(sp != std::string::npos && s.find(' ', sp + 1) == std::string::npos, where, "merge #", r, " '", s,
+                    "' is not two tokens separated by one space");
         a = s.substr(0, sp);
         b = s.substr(sp + 1);
       } else {
-        TIDAL_CHECK(e.is_array() && e.size() == 2, where, "merge #", r, " is neither \"a b\" nor [\"a\", \"b\"]: ",
-                    e.dump());
+        TIDAL_CHECK(e.is_array() && e.size() == 2, where, "merge #", r,
+                    " is neither \"a b\" nor [\"a\", \"b\"]: ", e.dump());
         a = e[0].get<std::string>();
         b = e[1].get<std::string>();
       }
       auto ia = m->token_ids.find(a), ib = m->token_ids.find(b), iab = m->token_ids.find(a + b);
       TIDAL_CHECK(ia != m->token_ids.end() && ib != m->token_ids.end() && iab != m->token_ids.end(), where, "merge #",
-                  r, " ('", a, "', '", b, "'): '", (ia == m->token_ids.end() ? a : ib == m->token_ids.end() ? b : a + b),
+                  r, " ('", a, "', '", b, "'): '",
+                  (ia == m->token_ids.end()   ? a
+                   : ib == m->token_ids.end() ? b
+                                              : a + b),
                   "' is not in the vocabulary");
       merges.push_back({ia->second, ib->second, iab->second});
     }
@@ -239,7 +241,7 @@ void Tokenizer::encode_into(std::string_view text, std::vector<int64_t>& out, bo
 }
 
 std::vector<std::vector<int64_t>> Tokenizer::encode_batch(const std::vector<std::string_view>& texts,
-                                                         bool allow_added) const {
+                                                          bool allow_added) const {
   TIDAL_CHECK(impl_ != nullptr, "[tokenizer] encode with an empty tokenizer (load or train one first)");
   std::vector<std::vector<int64_t>> out(texts.size());
   // One cache session per thread's chunk: publishing new pieces takes the cache's write lock, once.

@@ -77,7 +77,7 @@ class Tokenizer {
   // The id of "<|endoftext|>"; throws when the tokenizer has no such token.
   int64_t eod_id() const;
   std::optional<int64_t> token_to_id(std::string_view token) const;  // vocabulary spelling
-  std::string id_to_token(int64_t id) const;                          // "" for an unused id
+  std::string id_to_token(int64_t id) const;                         // "" for an unused id
   const std::vector<AddedToken>& added_tokens() const;
 
  private:

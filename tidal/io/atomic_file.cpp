@@ -35,7 +35,8 @@ void write_all(int fd, const void* buf, size_t n, const std::string& path) {
 void write_atomically(const std::string& path, const std::function<void(int fd)>& write) {
   const std::string tmp = path + ".tmp." + std::to_string(::getpid());
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  TIDAL_CHECK(fd >= 0, "[io] cannot create ", tmp, ": ", errno_text(), " (does the directory exist and is it writable?)");
+  TIDAL_CHECK(fd >= 0, "[io] cannot create ", tmp, ": ", errno_text(),
+              " (does the directory exist and is it writable?)");
   try {
     write(fd);
     TIDAL_CHECK(::fsync(fd) == 0, "[io] cannot flush ", tmp, ": ", errno_text());

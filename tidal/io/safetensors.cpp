@@ -56,8 +56,9 @@ Safetensors load_safetensors(const std::string& path) {
               " bytes, not even the 8-byte header length");
   uint64_t header_len = 0;
   std::memcpy(&header_len, bytes.data(), 8);
-  TIDAL_CHECK(header_len <= bytes.size() - 8, "[safetensors] ", path, " is truncated or not a safetensors file: ",
-              "the header claims ", header_len, " bytes but the file has ", bytes.size() - 8, " after the length");
+  TIDAL_CHECK(header_len <= bytes.size() - 8, "[safetensors] ", path,
+              " is truncated or not a safetensors file: ", "the header claims ", header_len, " bytes but the file has ",
+              bytes.size() - 8, " after the length");
   json header;
   try {
     header = json::parse(bytes.substr(8, header_len));
@@ -106,14 +107,21 @@ Safetensors load_safetensors(const std::string& path) {
       }
     } else {
       DType type;
-      if (dt == "F32") type = DType::f32;
-      else if (dt == "BF16") type = DType::bf16;
-      else if (dt == "F64") type = DType::f64;
-      else if (dt == "I64") type = DType::i64;
-      else if (dt == "I32") type = DType::i32;
-      else if (dt == "U8" || dt == "BOOL") type = DType::u8;
-      else TIDAL_CHECK(false, "[safetensors] ", path, ": '", name, "' has dtype ", dt,
-                       ", which tidal does not read (F32, BF16, F16, F64, I64, I32, U8, BOOL)");
+      if (dt == "F32")
+        type = DType::f32;
+      else if (dt == "BF16")
+        type = DType::bf16;
+      else if (dt == "F64")
+        type = DType::f64;
+      else if (dt == "I64")
+        type = DType::i64;
+      else if (dt == "I32")
+        type = DType::i32;
+      else if (dt == "U8" || dt == "BOOL")
+        type = DType::u8;
+      else
+        TIDAL_CHECK(false, "[safetensors] ", path, ": '", name, "' has dtype ", dt,
+                    ", which tidal does not read (F32, BF16, F16, F64, I64, I32, U8, BOOL)");
       expect_bytes(dtype_size(type));
       t = empty(shape, type);
       if (n > 0) std::memcpy(t.raw_data(), src, n);
@@ -129,10 +137,12 @@ void save_safetensors(const std::string& path, const std::map<std::string, Tenso
   uint64_t offset = 0;
   std::vector<Tensor> order;
   for (const auto& [name, t] : tensors) {
-    TIDAL_CHECK(t.defined() && !t.is_meta(), "[safetensors] cannot save '", name, "': ",
-                t.defined() ? "a meta tensor has no data" : "undefined tensor");
+    TIDAL_CHECK(t.defined() && !t.is_meta(), "[safetensors] cannot save '", name,
+                "': ", t.defined() ? "a meta tensor has no data" : "undefined tensor");
     Tensor c = t.contiguous();
-    header[name] = {{"dtype", st_dtype(c.dtype())}, {"shape", c.shape().vec()}, {"data_offsets", {offset, offset + uint64_t(c.nbytes())}}};
+    header[name] = {{"dtype", st_dtype(c.dtype())},
+                    {"shape", c.shape().vec()},
+                    {"data_offsets", {offset, offset + uint64_t(c.nbytes())}}};
     offset += uint64_t(c.nbytes());
     order.push_back(c);
   }

@@ -12,8 +12,8 @@ namespace tidal::memory {
 namespace {
 
 enum class Part { attn, mlp };
-enum class Region { none, core_attn, mlp, moe };      // inside which selective checkpoint region
-enum class Discard { none, norm1, norm2, act };       // output an output-discarding recompute may free
+enum class Region { none, core_attn, mlp, moe };  // inside which selective checkpoint region
+enum class Discard { none, norm1, norm2, act };   // output an output-discarding recompute may free
 
 struct Item {
   const char* name;
@@ -22,8 +22,8 @@ struct Item {
   Region region = Region::none;
   bool region_input = false;  // kept by the region's checkpoint as its input
   Discard discard = Discard::none;
-  bool in_forward = true;     // false: only exists when recomputed (a discarded norm's statistics)
-  bool core = false;          // saved by the attention core (what offload's core-attn policy takes)
+  bool in_forward = true;  // false: only exists when recomputed (a discarded norm's statistics)
+  bool core = false;       // saved by the attention core (what offload's core-attn policy takes)
 };
 
 struct Dims {
@@ -43,7 +43,8 @@ std::vector<Item> gpt2_layer(const Dims& d, AttentionKernel kernel) {
     v.push_back({"probabilities", bhss * el, Part::attn, Region::core_attn, false, Discard::none, true, true});
     if (d.drop_attn) {
       v.push_back({"dropout mask", bhss, Part::attn, Region::core_attn, false, Discard::none, true, true});
-      v.push_back({"dropped probabilities", bhss * el, Part::attn, Region::core_attn, false, Discard::none, true, true});
+      v.push_back(
+          {"dropped probabilities", bhss * el, Part::attn, Region::core_attn, false, Discard::none, true, true});
     }
     v.push_back({"c_proj input", n * c * el, Part::attn});
   } else {
@@ -80,7 +81,8 @@ std::vector<Item> llama_layer(const Dims& d, const models::ModelConfig& cfg, int
     v.push_back({"probabilities", bhss * el, Part::attn, Region::core_attn, false, Discard::none, true, true});
     if (d.drop_attn) {
       v.push_back({"dropout mask", bhss, Part::attn, Region::core_attn, false, Discard::none, true, true});
-      v.push_back({"dropped probabilities", bhss * el, Part::attn, Region::core_attn, false, Discard::none, true, true});
+      v.push_back(
+          {"dropped probabilities", bhss * el, Part::attn, Region::core_attn, false, Discard::none, true, true});
     }
     v.push_back({"v", n * d.akv * el, Part::attn, Region::core_attn, true, Discard::none, true, true});
     v.push_back({"o_proj input", n * d.a * el, Part::attn});
@@ -128,8 +130,7 @@ bool in_region(const Item& it, const LayerRecompute& p) {
 }
 
 bool discarded(const Item& it, const LayerRecompute& p) {
-  return (it.discard == Discard::norm1 && p.norm) ||
-         (it.discard == Discard::norm2 && p.norm) ||
+  return (it.discard == Discard::norm1 && p.norm) || (it.discard == Discard::norm2 && p.norm) ||
          (it.discard == Discard::act && (p.activation || p.moe_act));
 }
 
@@ -173,8 +174,8 @@ std::vector<int64_t> routed_tokens(const ActivationInputs& in, const Dims& d, in
     routed = in.expert_tokens[size_t(l)];
     int64_t total = 0;
     for (const int64_t m : routed) total += m;
-    TIDAL_CHECK(int64_t(routed.size()) == d.e && total == slots, "[estimator] layer ", l, ": expert_tokens needs ",
-                d.e, " counts summing to ", slots, " (tokens x top-k)");
+    TIDAL_CHECK(int64_t(routed.size()) == d.e && total == slots, "[estimator] layer ", l, ": expert_tokens needs ", d.e,
+                " counts summing to ", slots, " (tokens x top-k)");
   } else {
     for (int64_t e = 0; e < d.e; ++e) routed.push_back(slots / d.e + (e < slots % d.e ? 1 : 0));
   }
@@ -293,8 +294,10 @@ int64_t forward_layer(Replay& r, int64_t l, const std::vector<Item>& v, const La
       if (!it.in_forward) continue;
       r.bump(it.bytes, "layer " + std::to_string(l) + " " + it.name);
       // The router input's consumer is the whole sparse MoE block: it goes when the block is done.
-      if (it.region == Region::moe && !p.moe) pending += it.bytes;
-      else r.bump(-it.bytes, "");
+      if (it.region == Region::moe && !p.moe)
+        pending += it.bytes;
+      else
+        r.bump(-it.bytes, "");
       continue;
     }
     r.bump(it.bytes, "layer " + std::to_string(l) + " " + it.name);
@@ -369,8 +372,9 @@ void backward_layer(Replay& r, int64_t l, const std::vector<Item>& v, const Laye
       replayed = it.region;
       for (size_t x = 0; x < v.size(); ++x)
         if (v[x].region == it.region && (!v[x].region_input || discarded(v[x], p))) bring(x);
-      came_back(std::string("replay of ") +
-                (it.region == Region::core_attn ? "core attention" : it.region == Region::mlp ? "MLP" : "MoE"));
+      came_back(std::string("replay of ") + (it.region == Region::core_attn ? "core attention"
+                                             : it.region == Region::mlp     ? "MLP"
+                                                                            : "MoE"));
     } else if (it.region == Region::moe && !p.moe && !moe_started) {
       // A discarded router input comes back first, before the backward of the block's output.
       moe_started = true;
@@ -398,8 +402,10 @@ void backward_pass(Replay& r, const std::vector<Block>& blocks, const std::vecto
         r.bump(blocks[size_t(j)].offloaded, "backward: block " + std::to_string(j) + " prefetched");
       }
     const Block& b = blocks[bi];
-    if (b.full) backward_group(r, b, items);
-    else backward_layer(r, b.first, items[size_t(b.first)], plan[b.first]);
+    if (b.full)
+      backward_group(r, b, items);
+    else
+      backward_layer(r, b.first, items[size_t(b.first)], plan[b.first]);
   }
 }
 

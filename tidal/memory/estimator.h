@@ -30,18 +30,18 @@ struct ActivationInputs {
   // Sparse MoE layers: how many (token, expert) slots each expert got, per layer ([layer][expert]);
   // a layer without counts assumes an even split (what a meta-device run of the model does).
   std::vector<std::vector<int64_t>> expert_tokens;
-  int64_t loss_chunk = 0;            // --loss-compute-mode chunk's tokens per chunk; 0: default mode
+  int64_t loss_chunk = 0;  // --loss-compute-mode chunk's tokens per chunk; 0: default mode
 };
 
 struct ActivationEstimate {
-  int64_t peak = 0;                      // highest activation bytes over forward + backward
-  int64_t after_forward = 0;             // held when the forward pass (and the loss) is done
-  std::vector<int64_t> layer_kept;       // held per layer after forward
-  std::vector<int64_t> layer_full;       // what each layer would hold without recompute
-  int64_t outside_layers = 0;            // embeddings, final norm, LM head input, loss (not logits);
-                                         // chunk mode: the loss's stored gradients instead of the last two
-  int64_t offloaded_per_step = 0;        // device bytes offload sends away in one micro-batch
-  std::string peak_at;                   // where the peak happens, in words
+  int64_t peak = 0;                 // highest activation bytes over forward + backward
+  int64_t after_forward = 0;        // held when the forward pass (and the loss) is done
+  std::vector<int64_t> layer_kept;  // held per layer after forward
+  std::vector<int64_t> layer_full;  // what each layer would hold without recompute
+  int64_t outside_layers = 0;       // embeddings, final norm, LM head input, loss (not logits);
+                                    // chunk mode: the loss's stored gradients instead of the last two
+  int64_t offloaded_per_step = 0;   // device bytes offload sends away in one micro-batch
+  std::string peak_at;              // where the peak happens, in words
 };
 
 ActivationEstimate estimate_activations(const models::ModelConfig& config, const ActivationInputs& in);

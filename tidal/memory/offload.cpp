@@ -89,9 +89,9 @@ struct Entry {
   using Bytes = std::pair<std::shared_ptr<Storage>, std::shared_ptr<Storage>>;  // device and host, kept for a copy
   Offloader::Impl* owner;
   int64_t micro_batch, block, index;
-  std::shared_ptr<Storage> storage;   // device bytes: released while offloaded, same object throughout
-  std::shared_ptr<Storage> host;      // host tier
-  int64_t file_offset = -1;           // disk tier
+  std::shared_ptr<Storage> storage;  // device bytes: released while offloaded, same object throughout
+  std::shared_ptr<Storage> host;     // host tier
+  int64_t file_offset = -1;          // disk tier
   Event d2h_done, h2d_done;
   State state = State::copying_out;
 
@@ -381,8 +381,8 @@ std::string Offloader::describe_stats(int64_t steps) const {
                 format_bytes(int64_t(double(os.offloaded_bytes) / n)).c_str(), name(options_.target),
                 double(os.d2h_ns + os.h2d_ns) / 1e6, double(os.exposed_wait_ns) / 1e6, os.overlap_fraction());
   if (os.kept_bytes == 0) return line;
-  return line + (", host cap reached: " + format_bytes(int64_t(double(os.kept_bytes) / n)) +
-                 " per step stayed on the device");
+  return line +
+         (", host cap reached: " + format_bytes(int64_t(double(os.kept_bytes) / n)) + " per step stayed on the device");
 }
 
 OffloadOptions offload_options(const OffloadConfig& c) {

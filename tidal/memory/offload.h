@@ -25,10 +25,10 @@ namespace tidal::memory {
 
 struct OffloadOptions {
   OffloadTarget target = OffloadTarget::host;
-  std::string dir;                  // disk: where the spill file lives (it is unlinked at once)
-  int prefetch_depth = 1;           // unpacking block b prefetches blocks b-1 ... b-depth
-  int64_t host_limit = 0;           // host bytes the offloaded copies may hold (0: no cap)
-  int64_t staging_bytes = 16 << 20; // disk: the bounded staging buffer between device and file
+  std::string dir;                   // disk: where the spill file lives (it is unlinked at once)
+  int prefetch_depth = 1;            // unpacking block b prefetches blocks b-1 ... b-depth
+  int64_t host_limit = 0;            // host bytes the offloaded copies may hold (0: no cap)
+  int64_t staging_bytes = 16 << 20;  // disk: the bounded staging buffer between device and file
 };
 
 // Which saved tensors a block offloads. Parameters, views of parameters, empty storages and outputs
@@ -38,12 +38,12 @@ struct OffloadOptions {
 using OffloadCheck = std::function<bool(const Tensor&)>;
 
 struct OffloadStats {
-  int64_t offloaded_bytes = 0;   // device bytes sent away (one copy per storage)
-  int64_t kept_bytes = 0;        // accepted by the check but kept on the device: the host cap was reached
-  int64_t in_use_bytes = 0;      // copied, then kept on the device: a live tensor still referred to them
+  int64_t offloaded_bytes = 0;  // device bytes sent away (one copy per storage)
+  int64_t kept_bytes = 0;       // accepted by the check but kept on the device: the host cap was reached
+  int64_t in_use_bytes = 0;     // copied, then kept on the device: a live tensor still referred to them
   int64_t offloaded_tensors = 0;
-  int64_t d2h_ns = 0, h2d_ns = 0;  // time the copy streams spent copying (disk: including file I/O)
-  int64_t exposed_wait_ns = 0;     // time compute waited on copies
+  int64_t d2h_ns = 0, h2d_ns = 0;   // time the copy streams spent copying (disk: including file I/O)
+  int64_t exposed_wait_ns = 0;      // time compute waited on copies
   double overlap_fraction() const;  // 1 - exposed wait / copy time (1 when nothing was copied)
 };
 
@@ -77,8 +77,8 @@ class Offloader {
 
 struct OffloadBlock {
   int64_t block_idx = 0;
-  int64_t depth = 1;    // number of blocks; the last one (depth - 1) is not offloaded
-  OffloadCheck check;   // nullptr: offload everything eligible
+  int64_t depth = 1;   // number of blocks; the last one (depth - 1) is not offloaded
+  OffloadCheck check;  // nullptr: offload everything eligible
 };
 
 // RAII: saved tensors of the block go through the offloader while it is alive. Starting block b

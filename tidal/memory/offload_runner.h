@@ -15,7 +15,7 @@ std::vector<int64_t> offload_blocks(const std::vector<LayerRecompute>& plan, int
 
 // Runs layers through `offloader` with the policy (offload_check; layer-input takes the
 // layer's first input). `inner`, if set, runs the layer inside the block (tests wrap it).
-models::LayerRunner offload_layer_runner(Offloader& offloader, const std::vector<LayerRecompute>& plan,
-                                 int64_t layers, const OffloadPolicy& policy, models::LayerRunner inner = nullptr);
+models::LayerRunner offload_layer_runner(Offloader& offloader, const std::vector<LayerRecompute>& plan, int64_t layers,
+                                         const OffloadPolicy& policy, models::LayerRunner inner = nullptr);
 
 }  // namespace tidal::memory

@@ -18,9 +18,11 @@ std::string RecomputeConfig::describe() const {
   std::string d;
   auto range = [](int64_t m) { return m < 0 ? std::string("all layers") : std::to_string(m) + " layers"; };
   if (granularity == Granularity::full)
-    d = std::string("full ") + (method == RecomputeMethod::uniform ? "uniform " : "block ") + std::to_string(num_layers);
+    d = std::string("full ") + (method == RecomputeMethod::uniform ? "uniform " : "block ") +
+        std::to_string(num_layers);
   if (granularity == Granularity::selective) d = "selective (" + module_list(modules) + ")";
-  if (activation_function) d += (d.empty() ? "" : " + ") + std::string("activation-function (") + range(activation_num_layers) + ")";
+  if (activation_function)
+    d += (d.empty() ? "" : " + ") + std::string("activation-function (") + range(activation_num_layers) + ")";
   if (norm) d += (d.empty() ? "" : " + ") + std::string("norm (") + range(norm_num_layers) + ")";
   return d.empty() ? "none" : d;
 }
@@ -101,8 +103,9 @@ void validate_recompute(const RecomputeConfig& c, const models::ModelConfig& mod
   TIDAL_CHECK(c.activation_num_layers < 0 || c.activation_function,
               "--recompute-activation-function-num-layers needs --recompute-activation-function");
   TIDAL_CHECK(c.norm_num_layers < 0 || c.norm, "--recompute-norm-num-layers needs --recompute-norm");
-  for (auto [on, n, flag] : {std::tuple{c.activation_function, c.activation_num_layers, "--recompute-activation-function"},
-                             std::tuple{c.norm, c.norm_num_layers, "--recompute-norm"}}) {
+  for (auto [on, n, flag] :
+       {std::tuple{c.activation_function, c.activation_num_layers, "--recompute-activation-function"},
+        std::tuple{c.norm, c.norm_num_layers, "--recompute-norm"}}) {
     if (!on) continue;
     TIDAL_CHECK(n < 0 || n <= layers, flag, "-num-layers must be in [0, ", layers, "], got ", n);
     TIDAL_CHECK(c.granularity != Granularity::selective, flag,
@@ -140,7 +143,8 @@ std::vector<LayerRecompute> plan_recompute(const RecomputeConfig& c, const model
     for (int64_t l = full_end; l < end; ++l) set(plan[size_t(l)], model.is_moe_layer(l));
   };
   if (c.activation_function)
-    apply_range(c.activation_num_layers, [](LayerRecompute& p, bool sparse) { (sparse ? p.moe_act : p.activation) = true; });
+    apply_range(c.activation_num_layers,
+                [](LayerRecompute& p, bool sparse) { (sparse ? p.moe_act : p.activation) = true; });
   if (c.norm) apply_range(c.norm_num_layers, [](LayerRecompute& p, bool) { p.norm = true; });
   if (c.granularity == Granularity::selective) {
     for (int64_t l = 0; l < layers; ++l) {
@@ -165,8 +169,13 @@ nlohmann::json recompute_stats_json(const RecomputeConfig& c, const std::vector<
     const LayerRecompute& p = plan[l];
     if (!p.any()) continue;
     nlohmann::json policies = nlohmann::json::array();
-    for (auto [on, name] : {std::pair{p.full, "full"}, {p.core_attn, "core_attn"}, {p.mlp, "mlp"}, {p.moe, "moe"},
-                            {p.moe_act, "moe_act"}, {p.activation, "activation"}, {p.norm, "norm"}})
+    for (auto [on, name] : {std::pair{p.full, "full"},
+                            {p.core_attn, "core_attn"},
+                            {p.mlp, "mlp"},
+                            {p.moe, "moe"},
+                            {p.moe_act, "moe_act"},
+                            {p.activation, "activation"},
+                            {p.norm, "norm"}})
       if (on) policies.push_back(name);
     j["recomputed_layers"].push_back({{"layer", l}, {"policies", policies}});
   }

@@ -20,9 +20,9 @@ namespace tidal::memory {
 enum class Granularity { none, full, selective };
 enum class RecomputeMethod { none, uniform, block };
 enum class RecomputeModule { core_attn, mlp, norm, moe_act, moe };
-inline constexpr std::array<RecomputeModule, 5> kRecomputeModules = {
-    RecomputeModule::core_attn, RecomputeModule::mlp, RecomputeModule::norm, RecomputeModule::moe_act,
-    RecomputeModule::moe};
+inline constexpr std::array<RecomputeModule, 5> kRecomputeModules = {RecomputeModule::core_attn, RecomputeModule::mlp,
+                                                                     RecomputeModule::norm, RecomputeModule::moe_act,
+                                                                     RecomputeModule::moe};
 // Their flag spellings: "none", "full", "selective"; "none", "uniform", "block"; "core_attn", "mlp", ...
 const char* name(Granularity g);
 const char* name(RecomputeMethod m);
@@ -32,7 +32,7 @@ std::string module_list(const std::vector<RecomputeModule>& modules);  // "core_
 struct RecomputeConfig {
   Granularity granularity = Granularity::none;
   RecomputeMethod method = RecomputeMethod::none;
-  int64_t num_layers = -1;             // --recompute-num-layers (full only); -1: not given
+  int64_t num_layers = -1;  // --recompute-num-layers (full only); -1: not given
   bool activation_function = false;
   int64_t activation_num_layers = -1;  // -1: every layer eligible
   bool norm = false;

@@ -15,13 +15,12 @@ namespace tidal::memory {
 // Peak of MemoryCategory::logits over a step: N * V * element_size in the default mode (the
 // logits of the whole micro-batch), min(chunk, N) * V * element_size in chunk mode (chunk = 0:
 // default mode).
-int64_t chunked_loss_logits_bytes(int64_t batch, int64_t seq, int64_t vocab, int64_t chunk,
-                                  int64_t element_size = 4);
+int64_t chunked_loss_logits_bytes(int64_t batch, int64_t seq, int64_t vocab, int64_t chunk, int64_t element_size = 4);
 
 struct LossHeadMemory {
-  int64_t logits = 0;          // peak of the logits category (chunked_loss_logits_bytes)
-  int64_t saved = 0;           // activation bytes the head and loss keep from forward to backward
-  int64_t peak = 0;            // highest bytes the head and loss hold at once over forward + backward
+  int64_t logits = 0;  // peak of the logits category (chunked_loss_logits_bytes)
+  int64_t saved = 0;   // activation bytes the head and loss keep from forward to backward
+  int64_t peak = 0;    // highest bytes the head and loss hold at once over forward + backward
 };
 // The LM head + loss of one micro-batch of a step that trains both the head weight and the hidden
 // states (f32). default: the head input (N, C), the logits (N, V) with the loss's log-sum-exp (N)

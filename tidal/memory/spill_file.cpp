@@ -75,8 +75,9 @@ void SpillFile::write(int64_t offset, const void* src, int64_t bytes) {
     ssize_t w = injected("write") ? (errno = ENOSPC, -1)
                                   : ::pwrite(fd_, p + written, size_t(bytes - written), off_t(offset + written));
     if (w < 0 && errno == EINTR) continue;
-    TIDAL_CHECK(w > 0, "[offload] cannot write ", bytes - written, " bytes of offloaded activations to the spill file in ",
-                dir_, ": ", std::strerror(errno), "; free space there, or use --offload-target host");
+    TIDAL_CHECK(w > 0, "[offload] cannot write ", bytes - written,
+                " bytes of offloaded activations to the spill file in ", dir_, ": ", std::strerror(errno),
+                "; free space there, or use --offload-target host");
     written += w;
   }
 }

@@ -28,7 +28,7 @@ class SpillFile {
   std::string dir_;
   int fd_ = -1;
   mutable std::mutex mu_;
-  std::map<int64_t, int64_t> used_;  // offset -> bytes
+  std::map<int64_t, int64_t> used_;       // offset -> bytes
   std::multimap<int64_t, int64_t> free_;  // bytes -> offset
   int64_t end_ = 0;
 };

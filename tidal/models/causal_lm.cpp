@@ -24,8 +24,8 @@ std::vector<Tensor> CausalLM::run_layer(int64_t index, const LayerFn& fn, const 
 }
 
 void CausalLM::set_recompute(std::vector<LayerRecompute> plan) {
-  TIDAL_CHECK(plan.empty() || int64_t(plan.size()) == config_.num_hidden_layers, "[recompute] a plan of ",
-              plan.size(), " layers for a model of ", config_.num_hidden_layers);
+  TIDAL_CHECK(plan.empty() || int64_t(plan.size()) == config_.num_hidden_layers, "[recompute] a plan of ", plan.size(),
+              " layers for a model of ", config_.num_hidden_layers);
   plan_ = std::move(plan);
 }
 
@@ -81,7 +81,7 @@ void CausalLM::load_hf_state_dict(std::map<std::string, Tensor> state) {
     std::string key = name;
     if (!ours.count(key) && ours.count("transformer." + key)) key = "transformer." + key;  // GPT2Model naming
     const bool buffer = key.size() > 9 && (key.ends_with(".attn.bias") || key.ends_with(".attn.masked_bias"));
-    if (buffer) continue;  // GPT-2's causal-mask buffers
+    if (buffer) continue;                                                  // GPT-2's causal-mask buffers
     if (key == "lm_head.weight" && config_.tie_word_embeddings) continue;  // a copy of the embedding
     mine[key] = std::move(t);
   }
@@ -93,8 +93,10 @@ std::unique_ptr<CausalLM> create_model(const ModelConfig& config, const nn::Init
   nn::Init init = init_in;
   init.std = config.initializer_range;
   std::unique_ptr<CausalLM> model;
-  if (config.is_gpt2()) model = std::make_unique<Gpt2>(config, init);
-  else model = std::make_unique<Llama>(config, init);
+  if (config.is_gpt2())
+    model = std::make_unique<Gpt2>(config, init);
+  else
+    model = std::make_unique<Llama>(config, init);
   model->assign_names();
   return model;
 }

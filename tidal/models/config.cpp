@@ -44,8 +44,7 @@ void ModelConfig::validate() const {
   TIDAL_CHECK(head_dim > 0 || hidden_size % num_attention_heads == 0, "[config] hidden_size ", hidden_size,
               " is not divisible by num_attention_heads ", num_attention_heads,
               " (set head_dim, tidal train's --kv-channels)");
-  TIDAL_CHECK(head_size() % 2 == 0 || is_gpt2(), "[config] rotary embeddings need an even head_dim, got ",
-              head_size());
+  TIDAL_CHECK(head_size() % 2 == 0 || is_gpt2(), "[config] rotary embeddings need an even head_dim, got ", head_size());
   TIDAL_CHECK(num_attention_heads % kv_heads() == 0, "[config] num_attention_heads ", num_attention_heads,
               " is not a multiple of num_key_value_heads ", kv_heads(), " (tidal train's --num-query-groups)");
   TIDAL_CHECK(!is_gpt2() || kv_heads() == num_attention_heads, "[config] gpt2 has no grouped-query attention");
@@ -105,8 +104,8 @@ ModelConfig config_from_json(const json& j) {
       c.mlp_only_layers = get_or<std::vector<int64_t>>(j, "mlp_only_layers", {});
       c.router_aux_loss_coef = get_or<double>(j, "router_aux_loss_coef", 0.001);
     }
-    TIDAL_CHECK(c.hidden_act == "silu", "[config] hidden_act '", c.hidden_act, "' is not supported for ",
-                c.model_type, " (only silu)");
+    TIDAL_CHECK(c.hidden_act == "silu", "[config] hidden_act '", c.hidden_act, "' is not supported for ", c.model_type,
+                " (only silu)");
   }
   c.initializer_range = get_or<double>(j, "initializer_range", 0.02);
   c.torch_dtype = get_or<std::string>(j, "torch_dtype", "float32");
@@ -153,7 +152,7 @@ json config_to_json(const ModelConfig& c) {
     j["embd_pdrop"] = c.hidden_dropout;
     return j;
   }
-  j["architectures"] = {c.model_type == "llama" ? "LlamaForCausalLM"
+  j["architectures"] = {c.model_type == "llama"   ? "LlamaForCausalLM"
                         : c.model_type == "qwen3" ? "Qwen3ForCausalLM"
                                                   : "Qwen3MoeForCausalLM"};
   j["hidden_size"] = c.hidden_size;

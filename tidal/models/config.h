@@ -11,23 +11,23 @@
 namespace tidal::models {
 
 struct ModelConfig {
-  std::string model_type;             // gpt2 | llama | qwen3 | qwen3_moe
+  std::string model_type;  // gpt2 | llama | qwen3 | qwen3_moe
   int64_t vocab_size = 0;
-  int64_t hidden_size = 0;            // gpt2: n_embd
-  int64_t intermediate_size = 0;      // gpt2: n_inner (null: 4 * n_embd)
-  int64_t num_hidden_layers = 0;      // gpt2: n_layer
-  int64_t num_attention_heads = 0;    // gpt2: n_head
-  int64_t num_key_value_heads = 0;    // grouped-query heads (0: = num_attention_heads)
-  int64_t head_dim = 0;               // 0: hidden_size / num_attention_heads (qwen3 sets it)
+  int64_t hidden_size = 0;              // gpt2: n_embd
+  int64_t intermediate_size = 0;        // gpt2: n_inner (null: 4 * n_embd)
+  int64_t num_hidden_layers = 0;        // gpt2: n_layer
+  int64_t num_attention_heads = 0;      // gpt2: n_head
+  int64_t num_key_value_heads = 0;      // grouped-query heads (0: = num_attention_heads)
+  int64_t head_dim = 0;                 // 0: hidden_size / num_attention_heads (qwen3 sets it)
   int64_t max_position_embeddings = 0;  // gpt2: n_positions
   double rope_theta = 10000.0;
-  double norm_eps = 1e-5;             // rms_norm_eps / layer_norm_epsilon
+  double norm_eps = 1e-5;  // rms_norm_eps / layer_norm_epsilon
   bool tie_word_embeddings = false;
-  bool attention_bias = false;        // biases on q/k/v/o projections (llama attention_bias)
-  bool qk_norm = false;               // RMSNorm of each head's q and k (qwen3, qwen3_moe)
-  std::string hidden_act;             // gelu_new (gpt2) | silu
-  double attention_dropout = 0.0;     // gpt2: attn_pdrop
-  double hidden_dropout = 0.0;        // gpt2: resid_pdrop (and embd_pdrop)
+  bool attention_bias = false;     // biases on q/k/v/o projections (llama attention_bias)
+  bool qk_norm = false;            // RMSNorm of each head's q and k (qwen3, qwen3_moe)
+  std::string hidden_act;          // gelu_new (gpt2) | silu
+  double attention_dropout = 0.0;  // gpt2: attn_pdrop
+  double hidden_dropout = 0.0;     // gpt2: resid_pdrop (and embd_pdrop)
   double initializer_range = 0.02;
   std::string torch_dtype = "float32";
   // Mixture of experts (qwen3_moe).

@@ -38,7 +38,8 @@ std::vector<int64_t> generate(CausalLM& model, const std::vector<int64_t>& promp
       const double top = row[size_t(order[0])];
       std::vector<double> p(static_cast<size_t>(k));
       double total = 0;
-      for (int64_t i = 0; i < k; ++i) total += p[size_t(i)] = std::exp((row[size_t(order[size_t(i)])] - top) / opt.temperature);
+      for (int64_t i = 0; i < k; ++i)
+        total += p[size_t(i)] = std::exp((row[size_t(order[size_t(i)])] - top) / opt.temperature);
       double u = double(philox_uniform(opt.seed, draw++)) * total;
       next = order[size_t(k - 1)];
       for (int64_t i = 0; i < k; ++i) {

@@ -32,7 +32,7 @@ Tensor Gpt2Block::forward(const Tensor& x, const ModelConfig& c, AttentionKernel
   Tensor qkv_all = autograd::with_discarded_outputs(
       rc.norm, [this](const std::vector<Tensor>& in) { return std::vector<Tensor>{ln_1_->forward(in[0])}; }, {x},
       [this](const std::vector<Tensor>& h) { return std::vector<Tensor>{c_attn_->forward(h[0])}; })[0];  // (B, T, 3C)
-  std::vector<Tensor> qkv = split(qkv_all, {d, d, d}, -1);  // 3 x (B, T, C)
+  std::vector<Tensor> qkv = split(qkv_all, {d, d, d}, -1);                                     // 3 x (B, T, C)
   auto heads_of = [&](const Tensor& y) { return y.view({b, t, heads, hd}).transpose(1, 2); };  // (B, H, T, hd)
   AttentionOptions opt;
   opt.kernel = kernel;
@@ -45,7 +45,7 @@ Tensor Gpt2Block::forward(const Tensor& x, const ModelConfig& c, AttentionKernel
   // Selective recompute of the core attention; the flash kernel keeps no (T, T) tensor to drop.
   Tensor a = rc.core_attn && kernel == AttentionKernel::eager ? autograd::checkpoint(core, qkv_heads)[0]
                                                               : core(qkv_heads)[0];  // (B, H, T, hd)
-  Tensor attn_out = attn_proj_->forward(a.transpose(1, 2).reshape({b, t, d}));  // (B, T, C)
+  Tensor attn_out = attn_proj_->forward(a.transpose(1, 2).reshape({b, t, d}));       // (B, T, C)
   Tensor x1 = add(x, dropout(attn_out, c.hidden_dropout, training));
   const GeluApprox approx = c.hidden_act == "gelu" ? GeluApprox::none : GeluApprox::tanh;
   ModuleScope mlp_scope(mlp_->name());  // the GELU's saved input and output
@@ -53,13 +53,16 @@ Tensor Gpt2Block::forward(const Tensor& x, const ModelConfig& c, AttentionKernel
   Tensor m;
   if (rc.mlp) {  // the whole MLP in one checkpoint (ln_2's consumer)
     m = autograd::with_discarded_outputs(rc.norm, ln2, {x1}, [this, approx](const std::vector<Tensor>& h) {
-      return autograd::checkpoint([this, approx](const std::vector<Tensor>& hh) {
-        return std::vector<Tensor>{mlp_proj_->forward(gelu(c_fc_->forward(hh[0]), approx))};
-      }, h);
+      return autograd::checkpoint(
+          [this, approx](const std::vector<Tensor>& hh) {
+            return std::vector<Tensor>{mlp_proj_->forward(gelu(c_fc_->forward(hh[0]), approx))};
+          },
+          h);
     })[0];  // (B, T, C)
   } else {  // c_fc consumes ln_2's output; c_proj the activation's
-    Tensor f = autograd::with_discarded_outputs(
-        rc.norm, ln2, {x1}, [this](const std::vector<Tensor>& h) { return std::vector<Tensor>{c_fc_->forward(h[0])}; })[0];
+    Tensor f = autograd::with_discarded_outputs(rc.norm, ln2, {x1}, [this](const std::vector<Tensor>& h) {
+      return std::vector<Tensor>{c_fc_->forward(h[0])};
+    })[0];
     m = autograd::with_discarded_outputs(
         rc.activation, [approx](const std::vector<Tensor>& in) { return std::vector<Tensor>{gelu(in[0], approx)}; },
         {f}, [this](const std::vector<Tensor>& g) { return std::vector<Tensor>{mlp_proj_->forward(g[0])}; })[0];
@@ -87,8 +90,8 @@ ModelOutput Gpt2::forward_hidden(const Tensor& ids) const {
   x = run_layers(
       std::move(x),  // the layers own it: offload may release it once block 0 is done
       [this](int64_t l, const std::vector<Tensor>& in) {
-        return std::vector<Tensor>{(*h_)[size_t(l)].forward(in[0], config_, attention_kernel(), is_training(),
-                                                            recompute_of(l))};
+        return std::vector<Tensor>{
+            (*h_)[size_t(l)].forward(in[0], config_, attention_kernel(), is_training(), recompute_of(l))};
       },
       nullptr);
   return {ln_f_->forward(x), Tensor(), Tensor()};

@@ -48,11 +48,12 @@ Tensor LlamaAttention::attend(const std::vector<Tensor>& qkv, const RopeTables& 
   // Selective recompute of the core attention; the flash kernel keeps no (T, T) tensor to drop.
   Tensor a = recompute_core && kernel == AttentionKernel::eager ? autograd::checkpoint(core, in)[0]
                                                                 : core(in)[0];  // (B, H, T, hd)
-  return o_proj_->forward(a.transpose(1, 2).reshape({b, t, h * hd}));          // (B, T, C)
+  return o_proj_->forward(a.transpose(1, 2).reshape({b, t, h * hd}));           // (B, T, C)
 }
 
 LlamaDecoderLayer::LlamaDecoderLayer(const ModelConfig& c, int64_t index, const nn::Init& init) {
-  input_layernorm_ = &register_module("input_layernorm", std::make_unique<nn::RMSNorm>(c.hidden_size, c.norm_eps, init));
+  input_layernorm_ =
+      &register_module("input_layernorm", std::make_unique<nn::RMSNorm>(c.hidden_size, c.norm_eps, init));
   self_attn_ = &register_module("self_attn", std::make_unique<LlamaAttention>(c, init));
   post_attention_layernorm_ =
       &register_module("post_attention_layernorm", std::make_unique<nn::RMSNorm>(c.hidden_size, c.norm_eps, init));
@@ -63,8 +64,7 @@ LlamaDecoderLayer::LlamaDecoderLayer(const ModelConfig& c, int64_t index, const 
 }
 
 std::vector<Tensor> LlamaDecoderLayer::forward(const Tensor& x, const RopeTables& rope, const ModelConfig& c,
-                                               AttentionKernel kernel, bool training,
-                                               const LayerRecompute& rc) const {
+                                               AttentionKernel kernel, bool training, const LayerRecompute& rc) const {
   // input_layernorm -> q/k/v projections; with norm recompute the norm's output is freed once the
   // projections saved it, and comes back before the first of their backwards.
   std::vector<Tensor> qkv = autograd::with_discarded_outputs(
@@ -117,15 +117,14 @@ ModelOutput Llama::forward_hidden(const Tensor& ids) const {
   const int64_t t = ids.size(1);
   TIDAL_CHECK(t <= config_.max_position_embeddings, "[", config_.model_type, "] sequence length ", t,
               " exceeds max_position_embeddings ", config_.max_position_embeddings);
-  const RopeTables rope = rope_tables(t, config_.head_size(), config_.rope_theta, embed_tokens_->weight().dtype(),
-                                      ids.device());
+  const RopeTables rope =
+      rope_tables(t, config_.head_size(), config_.rope_theta, embed_tokens_->weight().dtype(), ids.device());
   Tensor x = embed_tokens_->forward(ids);  // (B, T, C)
   std::vector<std::vector<Tensor>> extras;
   x = run_layers(
       std::move(x),  // the layers own it: offload may release it once block 0 is done
       [this, rope](int64_t l, const std::vector<Tensor>& in) {
-        return (*layers_)[size_t(l)].forward(in[0], rope, config_, attention_kernel(), is_training(),
-                                             recompute_of(l));
+        return (*layers_)[size_t(l)].forward(in[0], rope, config_, attention_kernel(), is_training(), recompute_of(l));
       },
       &extras);
   std::vector<RouterStats> routers;

@@ -1,8 +1,8 @@
 #include "tidal/models/moe.h"
 
 #include "tidal/autograd/checkpoint.h"
-#include "tidal/autograd/grad_mode.h"
 #include "tidal/autograd/checkpoint_without_output.h"
+#include "tidal/autograd/grad_mode.h"
 #include "tidal/memory_scope.h"
 #include "tidal/ops/activation.h"
 #include "tidal/ops/elementwise.h"
@@ -24,8 +24,8 @@ std::vector<Tensor> SwiGluMlp::project(const Tensor& x) const { return {gate_pro
 Tensor SwiGluMlp::finish(const std::vector<Tensor>& gate_up, bool recompute_act) const {
   ModuleScope scope(name());  // the SwiGLU's saved inputs
   return autograd::with_discarded_outputs(
-      recompute_act, [](const std::vector<Tensor>& in) { return std::vector<Tensor>{swiglu(in[0], in[1])}; },
-      gate_up, [this](const std::vector<Tensor>& a) { return std::vector<Tensor>{down_proj_->forward(a[0])}; })[0];
+      recompute_act, [](const std::vector<Tensor>& in) { return std::vector<Tensor>{swiglu(in[0], in[1])}; }, gate_up,
+      [this](const std::vector<Tensor>& a) { return std::vector<Tensor>{down_proj_->forward(a[0])}; })[0];
 }
 
 Tensor SwiGluMlp::forward(const Tensor& x, bool recompute_act) const { return finish(project(x), recompute_act); }
@@ -57,37 +57,37 @@ Tensor SparseMoeBlock::forward(const Tensor& x, RouterStats& stats, bool recompu
   OpScope op("moe");
   ModuleScope scope(name());
   const int64_t b = x.size(0), t = x.size(1), c = x.size(2), n = b * t;
-  Tensor flat = x.reshape({n, c});                                   // (N, C)
-  Tensor probs = softmax(gate_->forward(flat).to(DType::f32), -1);   // (N, E) router probabilities
+  Tensor flat = x.reshape({n, c});                                  // (N, C)
+  Tensor probs = softmax(gate_->forward(flat).to(DType::f32), -1);  // (N, E) router probabilities
   // Which experts each token goes to: recorded on the first run, replayed by a recompute.
   Tensor chosen = autograd::checkpoint_decision([&] {
     NoGradGuard no_grad;
     return topk(probs.detach(), top_k_, -1).indices;  // (N, k) i64
   });
-  Tensor weights = gather(probs, 1, chosen);                         // (N, k), differentiable
+  Tensor weights = gather(probs, 1, chosen);  // (N, k), differentiable
   if (norm_topk_) weights = div(weights, sum(weights, {-1}, true));
   weights = weights.to(x.dtype());
 
   // Group the N * k (token, expert) slots by expert: a stable sort keeps token order per expert.
-  Tensor slot_expert = chosen.reshape({n * top_k_});                 // (N*k)
-  Tensor order = argsort(slot_expert);                               // (N*k) slots sorted by expert
+  Tensor slot_expert = chosen.reshape({n * top_k_});  // (N*k)
+  Tensor order = argsort(slot_expert);                // (N*k) slots sorted by expert
   Tensor slot_token = div(order, scalar_tensor(double(top_k_), DType::i64, x.device()));  // (N*k) token of each slot
-  Tensor slot_weight = index_select(weights.reshape({n * top_k_}), 0, order);              // (N*k)
+  Tensor slot_weight = index_select(weights.reshape({n * top_k_}), 0, order);             // (N*k)
   const std::vector<int64_t> counts = expert_counts(slot_expert, experts_);
   std::vector<Tensor> outs;
   int64_t start = 0;
   for (int64_t e = 0; e < experts_; ++e) {
     const int64_t m = counts[size_t(e)];
     if (m == 0) continue;
-    Tensor tokens = slot_token.narrow(0, start, m);                  // (m)
+    Tensor tokens = slot_token.narrow(0, start, m);                                                // (m)
     Tensor y = (*experts_list_)[size_t(e)].forward(index_select(flat, 0, tokens), recompute_act);  // (m, C)
     outs.push_back(mul(y, slot_weight.narrow(0, start, m).unsqueeze(1)));
     start += m;
   }
-  Tensor combined = outs.size() == 1 ? outs[0] : cat(outs, 0);       // (N*k, C) in slot order
+  Tensor combined = outs.size() == 1 ? outs[0] : cat(outs, 0);                            // (N*k, C) in slot order
   Tensor out = index_add(zeros({n, c}, x.dtype(), x.device()), 0, slot_token, combined);  // (N, C)
 
-  stats.prob_sum = sum(probs, {0});                                  // (E)
+  stats.prob_sum = sum(probs, {0});  // (E)
   stats.tokens = n;
   {
     NoGradGuard no_grad;

@@ -29,8 +29,8 @@ class SwiGluMlp : public nn::Module {
 // What a sparse block contributes to the load-balancing loss (Switch Transformer / HF
 // load_balancing_loss_func): summed over the layer's tokens.
 struct RouterStats {
-  Tensor prob_sum;      // (E) sum over tokens of the router probabilities (differentiable)
-  Tensor topk_counts;   // (k, E) f32: how many tokens chose expert e as their j-th choice (constant)
+  Tensor prob_sum;     // (E) sum over tokens of the router probabilities (differentiable)
+  Tensor topk_counts;  // (k, E) f32: how many tokens chose expert e as their j-th choice (constant)
   int64_t tokens = 0;
 };
 

@@ -95,8 +95,8 @@ Tensor swiglu(const Tensor& gate, const Tensor& up) {
   if (Kernels* kern = runs(out)) kern->swiglu_forward(out, gate, up);
   if (autograd::needs_grad(gate, up)) {
     auto node = autograd::make_node<SwigluBackward>({&gate, &up});
-    node->gate = SavedTensor(gate);                           // both gradients read gate
-    if (gate.requires_grad()) node->up = SavedTensor(up);     // only dgate reads up
+    node->gate = SavedTensor(gate);                        // both gradients read gate
+    if (gate.requires_grad()) node->up = SavedTensor(up);  // only dgate reads up
     autograd::set_history(out, node);
   }
   return out;

@@ -106,7 +106,8 @@ Tensor flash_attention(const Tensor& q, const Tensor& k, const Tensor& v, double
   const bool grad = autograd::needs_grad(q, k, v);
   const DType acc = q.dtype() == DType::f64 ? DType::f64 : DType::f32;
   Tensor lse = grad ? empty({b, hq, t}, acc, q.device()) : Tensor();  // (B, Hq, T)
-  Tensor ws = empty({device_kernels(q.device()).flash_forward_workspace(q, k, v)}, acc, q.device());  // per-thread tiles
+  Tensor ws =
+      empty({device_kernels(q.device()).flash_forward_workspace(q, k, v)}, acc, q.device());  // per-thread tiles
   if (Kernels* kern = kernels_for(out))
     kern->flash_attention_forward(cfg, out, lse, q.detach(), k.detach(), v.detach(), ws);
   if (grad) {

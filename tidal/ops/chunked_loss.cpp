@@ -101,8 +101,8 @@ Tensor chunked_lm_loss(const Tensor& hidden, const Tensor& weight, const Tensor&
       const int64_t value = tc.narrow(0, bad, 1).to(DType::i64).item<int64_t>();
       detail::throw_error(detail::str_cat("[chunked_lm_loss] target ", value, " at position ", bad, " of targets ",
                                           targets.shape(), " is out of range for ", V, " classes (weight ",
-                                          weight.shape(), "): targets must be in [0, ", V,
-                                          ") or equal ignore_index ", ignore_index));
+                                          weight.shape(), "): targets must be in [0, ", V, ") or equal ignore_index ",
+                                          ignore_index));
     }
     ChunkedLossArgs a;
     a.rows = N;

@@ -98,7 +98,8 @@ Tensor binary_op(Binary op, const Tensor& a, const Tensor& b, double alpha = 1.0
     node->b_shape = b.shape();
     const bool need_a = a.requires_grad(), need_b = b.requires_grad();
     switch (op) {
-      case Binary::add: case Binary::sub: break;
+      case Binary::add:
+      case Binary::sub: break;
       case Binary::mul:
         if (need_a) node->b = SavedTensor(b);
         if (need_b) node->a = SavedTensor(a);
@@ -112,7 +113,8 @@ Tensor binary_op(Binary op, const Tensor& a, const Tensor& b, double alpha = 1.0
         node->b = SavedTensor(b);
         if (need_b) node->out = SavedTensor(out);
         break;
-      case Binary::maximum: case Binary::minimum:
+      case Binary::maximum:
+      case Binary::minimum:
         node->a = SavedTensor(a);
         node->b = SavedTensor(b);
         break;
@@ -152,20 +154,28 @@ const char* unary_name(Unary op) {
 // What the backward of each unary op needs.
 bool saves_input(Unary op) {
   switch (op) {
-    case Unary::log: case Unary::abs: case Unary::square: case Unary::sin: case Unary::cos:
-    case Unary::rdiv_scalar: case Unary::pow_scalar: case Unary::clamp_min: case Unary::clamp_max: case Unary::relu:
-      return true;
-    default:
-      return false;
+    case Unary::log:
+    case Unary::abs:
+    case Unary::square:
+    case Unary::sin:
+    case Unary::cos:
+    case Unary::rdiv_scalar:
+    case Unary::pow_scalar:
+    case Unary::clamp_min:
+    case Unary::clamp_max:
+    case Unary::relu: return true;
+    default: return false;
   }
 }
 bool saves_output(Unary op) {
   switch (op) {
-    case Unary::exp: case Unary::sqrt: case Unary::rsqrt: case Unary::tanh: case Unary::sigmoid:
-    case Unary::reciprocal:
-      return true;
-    default:
-      return false;
+    case Unary::exp:
+    case Unary::sqrt:
+    case Unary::rsqrt:
+    case Unary::tanh:
+    case Unary::sigmoid:
+    case Unary::reciprocal: return true;
+    default: return false;
   }
 }
 

@@ -89,9 +89,7 @@ struct IndexedBackward : Node {
 
 // gather, index_select and topk: scatter the gradient into zeros of x's shape.
 struct ScatterGradBackward : IndexedBackward {
-  TensorList apply(TensorList&& g) override {
-    return {scatter_into_zeros(shape, dim, index_over(g[0].shape()), g[0])};
-  }
+  TensorList apply(TensorList&& g) override { return {scatter_into_zeros(shape, dim, index_over(g[0].shape()), g[0])}; }
 };
 
 // scatter_add and index_add: identity for self, a gather of the gradient for src (of `shape`).
@@ -166,8 +164,8 @@ TopKResult topk(const Tensor& x, int64_t k, int64_t dim_in, bool largest, bool s
   detail::check_defined("topk", x, "the input");
   TIDAL_CHECK(x.dim() >= 1, "[topk] the input must have at least 1 dim, got a scalar ", x.shape());
   const int dim = normalize_dim(dim_in, x.dim(), "topk");
-  TIDAL_CHECK(k >= 0 && k <= x.shape()[dim], "[topk] k = ", k, " is out of range [0, ", x.shape()[dim],
-              "] for dim ", dim, " of ", x.shape());
+  TIDAL_CHECK(k >= 0 && k <= x.shape()[dim], "[topk] k = ", k, " is out of range [0, ", x.shape()[dim], "] for dim ",
+              dim, " of ", x.shape());
   Shape out_shape = x.shape();
   out_shape[dim] = k;
   TopKResult r{empty(out_shape, x.dtype(), x.device()), empty(out_shape, DType::i64, x.device())};
@@ -194,11 +192,11 @@ Tensor scatter_add(const Tensor& self, int64_t dim_in, const Tensor& index, cons
   OpScope scope("scatter_add");
   detail::check_same("scatter_add", self, src);
   const int dim = check_indexed("scatter_add", self, "self", index, dim_in);
-  TIDAL_CHECK(index.dim() == self.dim() && src.dim() == self.dim(), "[scatter_add] self ", self.shape(),
-              ", index ", index.shape(), " and src ", src.shape(), " must have the same rank");
+  TIDAL_CHECK(index.dim() == self.dim() && src.dim() == self.dim(), "[scatter_add] self ", self.shape(), ", index ",
+              index.shape(), " and src ", src.shape(), " must have the same rank");
   for (int d = 0; d < self.dim(); ++d) {
-    TIDAL_CHECK(index.shape()[d] <= src.shape()[d], "[scatter_add] the index ", index.shape(),
-                " is larger than src ", src.shape(), " in dim ", d);
+    TIDAL_CHECK(index.shape()[d] <= src.shape()[d], "[scatter_add] the index ", index.shape(), " is larger than src ",
+                src.shape(), " in dim ", d);
     TIDAL_CHECK(d == dim || index.shape()[d] <= self.shape()[d], "[scatter_add] the index ", index.shape(),
                 " is larger than self ", self.shape(), " in dim ", d);
   }
@@ -211,8 +209,7 @@ Tensor scatter_add(const Tensor& self, int64_t dim_in, const Tensor& index, cons
 Tensor index_select(const Tensor& x, int64_t dim_in, const Tensor& index) {
   OpScope scope("index_select");
   const int dim = check_indexed("index_select", x, "x", index, dim_in);
-  TIDAL_CHECK(index.dim() <= 1, "[index_select] the index must be 1-D, got ", index.shape(), " (x ", x.shape(),
-              ")");
+  TIDAL_CHECK(index.dim() <= 1, "[index_select] the index must be 1-D, got ", index.shape(), " (x ", x.shape(), ")");
   check_range("index_select", index, x, "x", dim);
   Shape out_shape = x.shape();
   out_shape[dim] = index.numel();
@@ -225,8 +222,7 @@ Tensor index_add(const Tensor& self, int64_t dim_in, const Tensor& index, const 
   OpScope scope("index_add");
   detail::check_same("index_add", self, src);
   const int dim = check_indexed("index_add", self, "self", index, dim_in);
-  TIDAL_CHECK(index.dim() <= 1, "[index_add] the index must be 1-D, got ", index.shape(), " (self ", self.shape(),
-              ")");
+  TIDAL_CHECK(index.dim() <= 1, "[index_add] the index must be 1-D, got ", index.shape(), " (self ", self.shape(), ")");
   Shape want = self.shape();
   want[dim] = index.numel();
   TIDAL_CHECK(src.shape() == want, "[index_add] src ", src.shape(), " must be self ", self.shape(), " with dim ", dim,
@@ -259,8 +255,8 @@ Tensor bincount(const Tensor& index, int64_t minlength) {
   if (flat.numel() > 0) {
     // Values are non-negative: a negative one is the first "out of range" for an unbounded limit.
     const int64_t neg = kern->first_out_of_range(flat, std::numeric_limits<int64_t>::max());
-    TIDAL_CHECK(neg < 0, "[bincount] value ", flat.narrow(0, neg, 1).item<int64_t>(),
-                " at position (", neg, ") of the ", index.shape(), " index is negative: bincount counts values >= 0");
+    TIDAL_CHECK(neg < 0, "[bincount] value ", flat.narrow(0, neg, 1).item<int64_t>(), " at position (", neg,
+                ") of the ", index.shape(), " index is negative: bincount counts values >= 0");
     length = std::max(length, kern->index_max(flat, nullptr) + 1);
   }
   Tensor counts = zeros(Shape{length}, DType::i64, index.device());

@@ -112,9 +112,9 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore
   args.vocab = logits.size(-1);
   args.ignore_index = ignore_index;
   const DType acc = logits.dtype() == DType::f64 ? DType::f64 : DType::f32;
-  Tensor tc = targets.contiguous();                      // (...) small
-  Tensor lse = empty(rows, acc, logits.device());        // (...) per-row log-sum-exp, saved
-  Tensor row_loss = empty(rows, acc, logits.device());   // (...)
+  Tensor tc = targets.contiguous();                     // (...) small
+  Tensor lse = empty(rows, acc, logits.device());       // (...) per-row log-sum-exp, saved
+  Tensor row_loss = empty(rows, acc, logits.device());  // (...)
   Tensor out = reduction == Reduction::none ? Tensor() : empty(Shape{}, logits.dtype(), logits.device());
   int64_t count = 0;
   if (Kernels* kern = kernels_for(logits)) {

@@ -37,8 +37,8 @@ void matmul_into(const Tensor& out, const Tensor& a, const Tensor& b, double alp
 Shape matmul_shape(const Tensor& a, const Tensor& b) {
   TIDAL_CHECK(a.dim() >= 2 && b.dim() >= 2, "[matmul] needs operands with at least 2 dims, got ", a.shape(), " and ",
               b.shape());
-  TIDAL_CHECK(a.size(-1) == b.size(-2), "[matmul] inner dims differ: ", a.shape(), " @ ", b.shape(), " (",
-              a.size(-1), " vs ", b.size(-2), ")");
+  TIDAL_CHECK(a.size(-1) == b.size(-2), "[matmul] inner dims differ: ", a.shape(), " @ ", b.shape(), " (", a.size(-1),
+              " vs ", b.size(-2), ")");
   Shape ba, bb;
   for (int d = 0; d < a.dim() - 2; ++d) ba.push_back(a.shape()[d]);
   for (int d = 0; d < b.dim() - 2; ++d) bb.push_back(b.shape()[d]);
@@ -129,8 +129,8 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias) {
   OpScope scope("linear");
   check_matmul_dtype("linear", x, w);
   TIDAL_CHECK(w.dim() == 2, "[linear] the weight must be (out, in), got ", w.shape());
-  TIDAL_CHECK(x.dim() >= 1 && x.size(-1) == w.size(1), "[linear] input ", x.shape(), " does not end in the weight's in_features ",
-              w.size(1), " (weight ", w.shape(), ")");
+  TIDAL_CHECK(x.dim() >= 1 && x.size(-1) == w.size(1), "[linear] input ", x.shape(),
+              " does not end in the weight's in_features ", w.size(1), " (weight ", w.shape(), ")");
   if (bias.defined()) {
     check_matmul_dtype("linear", x, bias);
     TIDAL_CHECK(bias.dim() == 1 && bias.size(0) == w.size(0), "[linear] bias must be (", w.size(0), "), got ",

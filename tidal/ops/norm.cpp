@@ -20,9 +20,7 @@ Shape rows_shape(const Tensor& x) {
   return s;
 }
 
-NormArgs norm_args(const Tensor& x, double eps) {
-  return {x.numel() / x.size(-1), x.size(-1), eps};
-}
+NormArgs norm_args(const Tensor& x, double eps) { return {x.numel() / x.size(-1), x.size(-1), eps}; }
 
 void check_input(const char* op, const Tensor& x, double eps) {
   detail::check_floating(op, x);
@@ -96,10 +94,11 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, dou
   check_input("layer_norm", x, eps);
   check_param("layer_norm", x, weight, "weight");
   check_param("layer_norm", x, bias, "bias");
-  Tensor out = empty(x.shape(), x.dtype(), x.device());                     // (..., C)
-  Tensor mean = empty(rows_shape(x), acc_dtype(x.dtype()), x.device());     // (...)
-  Tensor rstd = empty(rows_shape(x), acc_dtype(x.dtype()), x.device());     // (...)
-  if (Kernels* kern = kernels_for(out)) kern->layer_norm_forward(out, mean, rstd, dense(x), dense(weight), dense(bias), norm_args(x, eps));
+  Tensor out = empty(x.shape(), x.dtype(), x.device());                  // (..., C)
+  Tensor mean = empty(rows_shape(x), acc_dtype(x.dtype()), x.device());  // (...)
+  Tensor rstd = empty(rows_shape(x), acc_dtype(x.dtype()), x.device());  // (...)
+  if (Kernels* kern = kernels_for(out))
+    kern->layer_norm_forward(out, mean, rstd, dense(x), dense(weight), dense(bias), norm_args(x, eps));
   if (autograd::needs_grad(x, weight, bias)) {
     auto node = autograd::make_node<LayerNormBackward>({&x, &weight, &bias});
     node->has_weight = weight.defined();

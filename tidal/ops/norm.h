@@ -7,8 +7,7 @@ namespace tidal {
 
 // (x - mean) / sqrt(var + eps) * weight + bias over the last dim (biased variance, like PyTorch).
 // weight and bias are (C) or undefined.
-Tensor layer_norm(const Tensor& x, const Tensor& weight = Tensor(), const Tensor& bias = Tensor(),
-                  double eps = 1e-5);
+Tensor layer_norm(const Tensor& x, const Tensor& weight = Tensor(), const Tensor& bias = Tensor(), double eps = 1e-5);
 // x * rsqrt(mean(x^2) + eps) * weight over the last dim, as Hugging Face's LlamaRMSNorm (Llama,
 // Qwen3): computed in f32 for bf16 and rounded to bf16 before the weight. weight is (C) or undefined.
 Tensor rms_norm(const Tensor& x, const Tensor& weight = Tensor(), double eps = 1e-6);

@@ -52,9 +52,12 @@ Layout reduction_layout(const Tensor& t, const std::vector<int>& dims) {
     l.x = t.contiguous();
     if (dims.empty()) return l;
     for (int d = 0; d < t.dim(); ++d) {
-      if (d < dims.front()) l.outer *= t.shape()[d];
-      else if (d <= dims.back()) l.n *= t.shape()[d];
-      else l.inner *= t.shape()[d];
+      if (d < dims.front())
+        l.outer *= t.shape()[d];
+      else if (d <= dims.back())
+        l.n *= t.shape()[d];
+      else
+        l.inner *= t.shape()[d];
     }
     return l;
   }

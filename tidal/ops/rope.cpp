@@ -67,8 +67,8 @@ Tensor apply_rope(const Tensor& x, const Tensor& cos, const Tensor& sin) {
   detail::check_same("apply_rope", x, sin);
   TIDAL_CHECK(x.size(3) % 2 == 0, "[apply_rope] the head dim must be even: x ", x.shape());
   const Shape table{x.size(2), x.size(3)};
-  TIDAL_CHECK(cos.shape() == table && sin.shape() == table, "[apply_rope] cos ", cos.shape(), " and sin ",
-              sin.shape(), " must be (T, D) = ", table, " for x (B, H, T, D) = ", x.shape());
+  TIDAL_CHECK(cos.shape() == table && sin.shape() == table, "[apply_rope] cos ", cos.shape(), " and sin ", sin.shape(),
+              " must be (T, D) = ", table, " for x (B, H, T, D) = ", x.shape());
   return rope_op(x, cos, sin, false);
 }
 

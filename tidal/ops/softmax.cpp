@@ -20,9 +20,12 @@ SoftmaxArgs softmax_args(const Tensor& x, int64_t dim, bool log, const char* op)
   }
   const int d = normalize_dim(dim, x.dim(), op);
   for (int k = 0; k < x.dim(); ++k) {
-    if (k < d) a.outer *= x.shape()[k];
-    else if (k == d) a.n = x.shape()[k];
-    else a.inner *= x.shape()[k];
+    if (k < d)
+      a.outer *= x.shape()[k];
+    else if (k == d)
+      a.n = x.shape()[k];
+    else
+      a.inner *= x.shape()[k];
   }
   return a;
 }

@@ -71,8 +71,10 @@ struct SplitBackward : Node {
     int64_t start = 0;
     for (size_t i = 0; i < sizes.size(); ++i) {
       Tensor piece = gi.narrow(dim, start, sizes[i]);
-      if (g[i].defined()) piece.copy_(g[i]);
-      else piece.zero_();
+      if (g[i].defined())
+        piece.copy_(g[i]);
+      else
+        piece.zero_();
       start += sizes[i];
     }
     return {gi};
@@ -282,8 +284,8 @@ Tensor expand(const Tensor& t, const Shape& shape) {
     }
     const int64_t have = t.shape()[ti];
     const int64_t size = want == -1 ? have : want;
-    TIDAL_CHECK(have == size || have == 1, "[expand] cannot expand ", t.shape(), " to ", shape, " (dim ", i, ": ",
-                have, " -> ", size, ")");
+    TIDAL_CHECK(have == size || have == 1, "[expand] cannot expand ", t.shape(), " to ", shape, " (dim ", i, ": ", have,
+                " -> ", size, ")");
     out_shape.push_back(size);
     strides.push_back(have == size ? t.strides()[ti] : 0);
   }
@@ -338,8 +340,8 @@ std::vector<Tensor> split(const Tensor& t, const std::vector<int64_t>& sizes, in
     TIDAL_CHECK(s >= 0, "[split] negative piece size ", s);
     total += s;
   }
-  TIDAL_CHECK(total == t.shape()[d], "[split] piece sizes add up to ", total, " but dim ", d, " of ", t.shape(),
-              " is ", t.shape()[d]);
+  TIDAL_CHECK(total == t.shape()[d], "[split] piece sizes add up to ", total, " but dim ", d, " of ", t.shape(), " is ",
+              t.shape()[d]);
   std::vector<Tensor> out;
   std::shared_ptr<SplitBackward> node;
   if (autograd::needs_grad(t)) {
@@ -366,8 +368,8 @@ std::vector<Tensor> split(const Tensor& t, const std::vector<int64_t>& sizes, in
 std::vector<Tensor> chunk(const Tensor& t, int64_t chunks, int64_t dim) {
   detail::check_defined("chunk", t, "the input");
   const int d = normalize_dim(dim, t.dim(), "chunk");
-  TIDAL_CHECK(chunks > 0 && t.shape()[d] % chunks == 0, "[chunk] dim ", d, " of ", t.shape(),
-              " does not split into ", chunks, " equal pieces");
+  TIDAL_CHECK(chunks > 0 && t.shape()[d] % chunks == 0, "[chunk] dim ", d, " of ", t.shape(), " does not split into ",
+              chunks, " equal pieces");
   return split(t, std::vector<int64_t>(size_t(chunks), t.shape()[d] / chunks), d);
 }
 
@@ -385,8 +387,8 @@ Tensor cat(const std::vector<Tensor>& tensors, int64_t dim) {
     TIDAL_CHECK(t.dim() == first.dim(), "[cat] tensor ", i, " ", t.shape(), " has a different number of dims than ",
                 first.shape());
     for (int k = 0; k < t.dim(); ++k)
-      TIDAL_CHECK(k == d || t.shape()[k] == first.shape()[k], "[cat] tensor ", i, " ", t.shape(),
-                  " differs from ", first.shape(), " outside the cat dim ", d);
+      TIDAL_CHECK(k == d || t.shape()[k] == first.shape()[k], "[cat] tensor ", i, " ", t.shape(), " differs from ",
+                  first.shape(), " outside the cat dim ", d);
     sizes.push_back(t.shape()[d]);
     total += t.shape()[d];
   }

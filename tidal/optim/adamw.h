@@ -98,8 +98,8 @@ class AdamW {
   Tensor begin_update(Slot& s);
   // The fused AdamW update of (a contiguous range of) s's elements: param, grad and the states are
   // views of the same elements; the arithmetic does not depend on the range.
-  void update(const Slot& s, const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
-              const Tensor& exp_avg_sq, const Tensor& master, double lr) const;
+  void update(const Slot& s, const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
+              const Tensor& master, double lr) const;
   static void check_lr(double lr);
 
   AdamWOptions options_;

@@ -23,12 +23,12 @@ LrDecayStyle parse_lr_decay_style(const std::string& name);
 const char* lr_decay_style_name(LrDecayStyle style);
 
 struct LrSchedule {
-  double lr = 0;               // --lr: the peak
-  double min_lr = 0;           // --min-lr
-  double warmup_init = 0;      // --lr-warmup-init
-  int64_t warmup_iters = 0;    // --lr-warmup-iters
-  int64_t decay_iters = 0;     // --lr-decay-iters (0: train_iters)
-  int64_t train_iters = 0;     // --train-iters
+  double lr = 0;             // --lr: the peak
+  double min_lr = 0;         // --min-lr
+  double warmup_init = 0;    // --lr-warmup-init
+  int64_t warmup_iters = 0;  // --lr-warmup-iters
+  int64_t decay_iters = 0;   // --lr-decay-iters (0: train_iters)
+  int64_t train_iters = 0;   // --train-iters
   LrDecayStyle style = LrDecayStyle::cosine;
 };
 

@@ -18,8 +18,8 @@ nlohmann::json by_category(const CategoryBytes& v) {
 // The state at time t of a replayed event list: the state after the last event at or before t.
 CategoryBytes state_at(const CategoryBytes& start, const std::vector<MemEvent>& events,
                        const std::vector<CategoryBytes>& states, int64_t t) {
-  auto it = std::upper_bound(events.begin(), events.end(), t,
-                             [](int64_t x, const MemEvent& e) { return x < e.time_ns; });
+  auto it =
+      std::upper_bound(events.begin(), events.end(), t, [](int64_t x, const MemEvent& e) { return x < e.time_ns; });
   if (it == events.begin()) return start;
   return states[size_t(it - events.begin() - 1)];
 }
@@ -32,8 +32,10 @@ std::vector<Interval> union_of(std::vector<Interval> v) {
   std::sort(v.begin(), v.end(), [](const Interval& x, const Interval& y) { return x.a < y.a; });
   std::vector<Interval> u;
   for (const Interval& i : v) {
-    if (!u.empty() && i.a <= u.back().b) u.back().b = std::max(u.back().b, i.b);
-    else u.push_back(i);
+    if (!u.empty() && i.a <= u.back().b)
+      u.back().b = std::max(u.back().b, i.b);
+    else
+      u.push_back(i);
   }
   return u;
 }
@@ -91,7 +93,8 @@ std::vector<CategoryBytes> replay_states(const CategoryBytes& start, const std::
 int64_t peak_event(const ProfileData& d) {
   int64_t best = -1;
   for (size_t i = 0; i < d.device.size(); ++i)
-    if (d.device[i].settled() && (best < 0 || d.device[i].allocated > d.device[size_t(best)].allocated)) best = int64_t(i);
+    if (d.device[i].settled() && (best < 0 || d.device[i].allocated > d.device[size_t(best)].allocated))
+      best = int64_t(i);
   return best;
 }
 
@@ -132,7 +135,8 @@ nlohmann::json step_table(const ProfileData& d) {
     j["ms"] = ms(st.end_ns - st.start_ns);
     std::map<std::string, int64_t> phases;
     for (const RangeRecord& r : d.ranges)
-      if (r.kind == kPhase && r.start_ns >= st.start_ns && r.end_ns <= st.end_ns) phases[r.name] += r.end_ns - r.start_ns;
+      if (r.kind == kPhase && r.start_ns >= st.start_ns && r.end_ns <= st.end_ns)
+        phases[r.name] += r.end_ns - r.start_ns;
     j["phases_ms"] = nlohmann::json::object();
     for (const auto& [name, ns] : phases) j["phases_ms"][name] = ms(ns);
     int64_t peak = 0;
@@ -142,7 +146,6 @@ nlohmann::json step_table(const ProfileData& d) {
     steps.push_back(j);
   }
   return steps;
-
 }
 
 // Where event i happened and what memory held then (device by category, host).
@@ -164,7 +167,7 @@ nlohmann::json memory_at(const ProfileData& d, const std::vector<CategoryBytes>&
   j["allocated"] = e.allocated;
   j["reserved"] = e.reserved;
   j["reserved_unallocated"] = e.reserved - e.allocated;  // the cache's free blocks and rounding
-  j["by_category"] = by_category(dev[i]);  // a failed request changed nothing: the state at the failure
+  j["by_category"] = by_category(dev[i]);                // a failed request changed nothing: the state at the failure
   const CategoryBytes h = state_at(d.host_start, d.host, host, e.time_ns);
   int64_t host_total = 0;
   for (int64_t b : h) host_total += b;
@@ -181,8 +184,10 @@ nlohmann::json activations_at(const ProfileData& d, const std::vector<CategoryBy
     for (size_t i = 0; i <= size_t(p); ++i) {
       const MemEvent& e = d.device[i];
       if (e.failed()) continue;
-      if (e.delta > 0) live[e.block] = {e.category, e.layer, e.module, e.delta};
-      else live.erase(e.block);
+      if (e.delta > 0)
+        live[e.block] = {e.category, e.layer, e.module, e.delta};
+      else
+        live.erase(e.block);
     }
     std::map<int, int64_t> layer;
     std::map<std::pair<std::string, int>, int64_t> module;
@@ -205,7 +210,6 @@ nlohmann::json activations_at(const ProfileData& d, const std::vector<CategoryBy
       act["by_module"].push_back({{"module", key.first}, {"layer", key.second}, {"bytes", bytes}});
   }
   return act;
-
 }
 
 // The saved-tensor table, by layer, policy and op.
@@ -246,7 +250,6 @@ nlohmann::json saved_tensor_table(const ProfileData& d) {
     saved["by_layer"].push_back(row);
   }
   return saved;
-
 }
 
 // Self time per op on the compute lane, recompute replays and compute waits, into s.
@@ -285,11 +288,12 @@ void op_times(const ProfileData& d, nlohmann::json& s) {
   }
   for (; !stack.empty(); stack.pop_back()) close(stack.back().first, stack.back().second);
   std::vector<std::pair<std::string, OpTime>> sorted(ops.begin(), ops.end());
-  std::stable_sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) { return a.second.self > b.second.self; });
+  std::stable_sort(sorted.begin(), sorted.end(),
+                   [](const auto& a, const auto& b) { return a.second.self > b.second.self; });
   s["ops"] = nlohmann::json::array();
   for (const auto& [name, o] : sorted)
-    s["ops"].push_back({{"name", name}, {"kind", o.kind}, {"calls", o.calls}, {"self_ms", ms(o.self)},
-                        {"total_ms", ms(o.total)}});
+    s["ops"].push_back(
+        {{"name", name}, {"kind", o.kind}, {"calls", o.calls}, {"self_ms", ms(o.self)}, {"total_ms", ms(o.total)}});
   s["recompute"] = {{"ranges", recompute_n}, {"ms", ms(recompute_ns)}};
   s["compute_wait_ms"] = ms(wait_ns);
 }
@@ -306,8 +310,11 @@ nlohmann::json stream_overlap(const ProfileData& d) {
   }
   nlohmann::json out = nlohmann::json::array();
   for (const auto& [name, v] : streams)
-    out.push_back({{"stream", name}, {"tasks", v[0]}, {"busy_ms", ms(v[1])}, {"overlap_ms", ms(v[2])},
-                            {"overlap_fraction", v[1] > 0 ? double(v[2]) / double(v[1]) : 1.0}});
+    out.push_back({{"stream", name},
+                   {"tasks", v[0]},
+                   {"busy_ms", ms(v[1])},
+                   {"overlap_ms", ms(v[2])},
+                   {"overlap_fraction", v[1] > 0 ? double(v[2]) / double(v[1]) : 1.0}});
   return out;
 }
 

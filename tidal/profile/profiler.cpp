@@ -20,8 +20,8 @@ std::pair<int64_t, int64_t> parse_step_range(const std::string& text) {
     } catch (const std::exception&) {
       used = 0;
     }
-    TIDAL_CHECK(used == s.size() && used > 0 && v >= 1, "--profile-steps takes A:B (iterations, 1 <= A <= B) or A, got '",
-                text, "'");
+    TIDAL_CHECK(used == s.size() && used > 0 && v >= 1,
+                "--profile-steps takes A:B (iterations, 1 <= A <= B) or A, got '", text, "'");
     return v;
   };
   const int64_t a = number(text.substr(0, colon));
@@ -125,7 +125,8 @@ void Profiler::finish(const std::string& why, std::FILE* out) {
     if (data_.steps.size() > 1) steps.append(1, '-').append(std::to_string(data_.steps.back().step));
     std::string peak = "-";
     if (p >= 0) peak = format_bytes(data_.device[size_t(p)].allocated) + " at op " + data_.device[size_t(p)].op;
-    std::fprintf(out, " profile of step %s written to %s (trace.json, memory_timeline.csv, memory_report.md, memory.svg, "
+    std::fprintf(out,
+                 " profile of step %s written to %s (trace.json, memory_timeline.csv, memory_report.md, memory.svg, "
                  "timeline.svg); peak %s; 'tidal report %s' summarizes it\n",
                  steps.c_str(), options_.dir.c_str(), peak.c_str(), options_.dir.c_str());
     std::fflush(out);

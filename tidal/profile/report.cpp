@@ -1,6 +1,6 @@
 // The words of a profile: the summary `tidal report` prints and memory_report.md.
-#include <cstdarg>
 #include <algorithm>
+#include <cstdarg>
 #include <cstdio>
 
 #include "tidal/profile/analysis.h"
@@ -52,15 +52,16 @@ std::string breakdown(const nlohmann::json& at, bool markdown) {
                     : printf_str("    %-16s %12s  %6s\n", name.c_str(), format_bytes(b).c_str(), pct(b, total).c_str());
   }
   const std::string unallocated = bytes(at["reserved_unallocated"]), host = bytes(at["host_allocated"]);
-  out += markdown ? printf_str("| **allocated** | **%s** | |\n| reserved | %s | |\n"
-                               "| reserved but unallocated (reserved - allocated) | %s | |\n"
-                               "| host memory (offload target) | %s | |\n",
-                               format_bytes(total).c_str(), bytes(at["reserved"]).c_str(), unallocated.c_str(),
-                               host.c_str())
-                  : printf_str("    %-16s %12s\n    %-16s %12s\n    %-16s %12s  (reserved but unallocated)\n"
-                               "    %-16s %12s\n",
-                               "allocated", format_bytes(total).c_str(), "reserved", bytes(at["reserved"]).c_str(),
-                               "unallocated", unallocated.c_str(), "host memory", host.c_str());
+  out += markdown ? printf_str(
+                        "| **allocated** | **%s** | |\n| reserved | %s | |\n"
+                        "| reserved but unallocated (reserved - allocated) | %s | |\n"
+                        "| host memory (offload target) | %s | |\n",
+                        format_bytes(total).c_str(), bytes(at["reserved"]).c_str(), unallocated.c_str(), host.c_str())
+                  : printf_str(
+                        "    %-16s %12s\n    %-16s %12s\n    %-16s %12s  (reserved but unallocated)\n"
+                        "    %-16s %12s\n",
+                        "allocated", format_bytes(total).c_str(), "reserved", bytes(at["reserved"]).c_str(),
+                        "unallocated", unallocated.c_str(), "host memory", host.c_str());
   return out;
 }
 
@@ -118,8 +119,9 @@ std::string format_summary(const nlohmann::json& s) {
   if (sv.value("count", 0) > 0) {
     std::string policies;
     for (const auto& [k, v] : sv["by_policy"].items()) policies += (policies.empty() ? "" : ", ") + k + " " + bytes(v);
-    out += printf_str("saved tensors (step %lld, first micro-batch): %lld tensors; %s\n",
-                      (long long)sv.value("step", int64_t(0)), (long long)sv.value("count", int64_t(0)), policies.c_str());
+    out +=
+        printf_str("saved tensors (step %lld, first micro-batch): %lld tensors; %s\n",
+                   (long long)sv.value("step", int64_t(0)), (long long)sv.value("count", int64_t(0)), policies.c_str());
     std::string ops;
     int n = 0;
     for (const nlohmann::json& o : sv["kept_by_op"])
@@ -127,7 +129,8 @@ std::string format_summary(const nlohmann::json& s) {
     if (!ops.empty()) out += "  kept, by the op that saved them: " + ops + "\n";
     if (act.is_object() && act.contains("total")) {
       const int64_t kept = sv.value("kept_activation_bytes", int64_t(0)), at = act.value("total", int64_t(0));
-      out += kept == at ? "  kept activations = activations at the peak (" + format_bytes(at) + "): the table accounts for every byte\n"
+      out += kept == at ? "  kept activations = activations at the peak (" + format_bytes(at) +
+                              "): the table accounts for every byte\n"
                         : "  kept activations " + format_bytes(kept) + " vs " + format_bytes(at) +
                               " at the peak: the peak is not where forward ends (backward frees saved tensors and "
                               "holds recomputed or copied-back ones)\n";
@@ -145,11 +148,12 @@ std::string format_summary(const nlohmann::json& s) {
   }
   const nlohmann::json& rc = s["recompute"];
   if (rc.value("ranges", 0) > 0)
-    out += printf_str("recompute: %lld replays, %.2f ms\n", (long long)rc.value("ranges", int64_t(0)), rc.value("ms", 0.0));
+    out += printf_str("recompute: %lld replays, %.2f ms\n", (long long)rc.value("ranges", int64_t(0)),
+                      rc.value("ms", 0.0));
   for (const nlohmann::json& st : s["streams"])
     out += printf_str("stream %s: %lld tasks, %.2f ms busy, %.0f%% of it overlapped with compute\n",
-                      st.value("stream", "").c_str(), (long long)st.value("tasks", int64_t(0)), st.value("busy_ms", 0.0),
-                      100.0 * st.value("overlap_fraction", 0.0));
+                      st.value("stream", "").c_str(), (long long)st.value("tasks", int64_t(0)),
+                      st.value("busy_ms", 0.0), 100.0 * st.value("overlap_fraction", 0.0));
   if (s.value("compute_wait_ms", 0.0) > 0)
     out += printf_str("compute waited on side streams for %.2f ms\n", s.value("compute_wait_ms", 0.0));
   return out;
@@ -161,9 +165,9 @@ std::string memory_report(const ProfileData& d, const nlohmann::json& s) {
   const int64_t limit = s.value("limit", int64_t(0));
   if (!s["out_of_memory"].is_null()) {
     const nlohmann::json& o = s["out_of_memory"];
-    out += "## Out of memory\n\nA request of " + bytes(o["requested"]) + " (" + o.value("category", "") + ") failed at " +
-           where(o) + (limit > 0 ? " (limit " + format_bytes(limit) + ")" : "") + ". Memory at that moment:\n\n" +
-           breakdown(o, true) + "\n";
+    out += "## Out of memory\n\nA request of " + bytes(o["requested"]) + " (" + o.value("category", "") +
+           ") failed at " + where(o) + (limit > 0 ? " (limit " + format_bytes(limit) + ")" : "") +
+           ". Memory at that moment:\n\n" + breakdown(o, true) + "\n";
   }
   if (!s["peak"].is_null()) {
     const nlohmann::json& p = s["peak"];
@@ -174,7 +178,8 @@ std::string memory_report(const ProfileData& d, const nlohmann::json& s) {
     out += "### Activations at the peak, per layer (by the layer that saved them)\n\n| layer | bytes |\n|---|---:|\n";
     for (const nlohmann::json& l : act["by_layer"])
       out += "| " + layer_name(l["layer"].get<int>()) + " | " + bytes(l["bytes"]) + " |\n";
-    out += "| **total** | **" + bytes(act["total"]) + "** |\n\n### Activations at the peak, per module\n\n"
+    out += "| **total** | **" + bytes(act["total"]) +
+           "** |\n\n### Activations at the peak, per module\n\n"
            "| module | layer | bytes |\n|---|---:|---:|\n";
     for (const nlohmann::json& m : act["by_module"]) {
       const std::string name = m.value("module", "");
@@ -186,29 +191,33 @@ std::string memory_report(const ProfileData& d, const nlohmann::json& s) {
   out += "## Tensors saved for backward (step " + std::to_string(d.saved_tensors_step) + ", first micro-batch)\n\n";
   const nlohmann::json& sv = s["saved_tensors"];
   if (act.is_object() && act.contains("total"))
-    out += "Kept activations in this table: " + bytes(sv["kept_activation_bytes"]) + "; activations at the peak: " +
-           bytes(act["total"]) + ". Bytes count each storage once (a tensor saved twice shows `(shared)`).\n\n";
+    out += "Kept activations in this table: " + bytes(sv["kept_activation_bytes"]) +
+           "; activations at the peak: " + bytes(act["total"]) +
+           ". Bytes count each storage once (a tensor saved twice shows `(shared)`).\n\n";
   out += "| layer | kept | recomputed | discarded | other |\n|---|---:|---:|---:|---:|\n";
   for (const nlohmann::json& row : sv["by_layer"]) {
     int64_t other = 0;
     for (const auto& [k, v] : row.items())
       if (k != "layer" && k != "kept" && k != "recomputed" && k != "discarded") other += v.get<int64_t>();
     out += "| " + layer_name(row["layer"].get<int>()) + " | " + bytes(row.value("kept", nlohmann::json(0))) + " | " +
-           bytes(row.value("recomputed", nlohmann::json(0))) + " | " + bytes(row.value("discarded", nlohmann::json(0))) +
-           " | " + format_bytes(other) + " |\n";
+           bytes(row.value("recomputed", nlohmann::json(0))) + " | " +
+           bytes(row.value("discarded", nlohmann::json(0))) + " | " + format_bytes(other) + " |\n";
   }
   out += "\nKept, by the op that saved them (all layers):\n\n| op | tensors | bytes |\n|---|---:|---:|\n";
   for (const nlohmann::json& o : sv["kept_by_op"])
-    out += "| " + o.value("op", "") + " | " + std::to_string(o.value("tensors", 0)) + " | " + bytes(o["bytes"]) + " |\n";
+    out +=
+        "| " + o.value("op", "") + " | " + std::to_string(o.value("tensors", 0)) + " | " + bytes(o["bytes"]) + " |\n";
   out += "\n| layer | module | op | shape | dtype | bytes | policy |\n|---:|---|---|---|---|---:|---|\n";
   for (const autograd::SavedTensorRecord& r : d.saved_tensors)
     out += "| " + std::to_string(r.layer) + " | " + r.module + " | " + r.op + " | " + r.shape.str() + " | " +
-           std::string(dtype_name(r.dtype)) + " | " + (r.bytes ? format_bytes(r.bytes) : "(shared)") + " | " + r.policy +
-           (r.category == "logits" ? " (logits)" : "") + " |\n";
+           std::string(dtype_name(r.dtype)) + " | " + (r.bytes ? format_bytes(r.bytes) : "(shared)") + " | " +
+           r.policy + (r.category == "logits" ? " (logits)" : "") + " |\n";
   const nlohmann::json info = s.value("info", nlohmann::json::object());
   if (info.contains("advice"))
-    out += "\n## What to try next\n\nThe triage order for this model and batch, each with the saving tidal's estimator "
-           "predicts for the step's peak:\n\n```\n" + info["advice"].get<std::string>() + "```\n";
+    out +=
+        "\n## What to try next\n\nThe triage order for this model and batch, each with the saving tidal's estimator "
+        "predicts for the step's peak:\n\n```\n" +
+        info["advice"].get<std::string>() + "```\n";
   out += "\n## Summary (what `tidal report` prints)\n\n```\n" + format_summary(s) + "```\n";
   return out;
 }

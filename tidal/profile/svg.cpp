@@ -29,11 +29,16 @@ std::string fmt(const char* f, ...) {
 std::string esc(const std::string& s) {
   std::string o;
   for (char c : s) {
-    if (c == '&') o += "&amp;";
-    else if (c == '<') o += "&lt;";
-    else if (c == '>') o += "&gt;";
-    else if (c == '"') o += "&quot;";
-    else o += c;
+    if (c == '&')
+      o += "&amp;";
+    else if (c == '<')
+      o += "&lt;";
+    else if (c == '>')
+      o += "&gt;";
+    else if (c == '"')
+      o += "&quot;";
+    else
+      o += c;
   }
   return o;
 }
@@ -44,7 +49,8 @@ std::string header(int w, int h, const std::string& title) {
   return fmt("<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" %s "
              "font-size=\"12\">\n<rect width=\"%d\" height=\"%d\" fill=\"#ffffff\"/>\n",
              w, h, w, h, kFont, w, h) +
-         fmt("<text x=\"%d\" y=\"24\" font-size=\"15\" font-weight=\"bold\" fill=\"#222\">", 16) + esc(title) + "</text>\n";
+         fmt("<text x=\"%d\" y=\"24\" font-size=\"15\" font-weight=\"bold\" fill=\"#222\">", 16) + esc(title) +
+         "</text>\n";
 }
 
 // A "nice" tick step (1, 2 or 5 times a power of ten) for about `n` ticks over [0, span].
@@ -70,7 +76,8 @@ Window chosen_step(const ProfileData& d) {
     for (const StepSpan& st : d.steps)
       if (st.step == s) w = {st.start_ns, std::max(st.end_ns, st.start_ns + 1), s};
   } else if (!d.steps.empty()) {
-    w = {d.steps.front().start_ns, std::max(d.steps.front().end_ns, d.steps.front().start_ns + 1), d.steps.front().step};
+    w = {d.steps.front().start_ns, std::max(d.steps.front().end_ns, d.steps.front().start_ns + 1),
+         d.steps.front().step};
   }
   if (at >= 0 && d.device[size_t(at)].failed()) w.t1 = std::max(w.t1, d.device[size_t(at)].time_ns + 1);
   return w;
@@ -84,15 +91,16 @@ const char* phase_fill(const std::string& name) {
 }
 
 // Phase bands over [x0, x1] x [y0, y1] for the ranges of kind phase in the window.
-std::string phase_bands(const ProfileData& d, const Window& w, double x0, double x1, double y0, double y1, bool labels) {
+std::string phase_bands(const ProfileData& d, const Window& w, double x0, double x1, double y0, double y1,
+                        bool labels) {
   std::string out;
   const double sx = (x1 - x0) / double(w.t1 - w.t0);
   for (const RangeRecord& r : d.ranges) {
     if (r.kind != kPhase || r.end_ns <= w.t0 || r.start_ns >= w.t1) continue;
     const double a = x0 + double(std::max(r.start_ns, w.t0) - w.t0) * sx;
     const double b = x0 + double(std::min(r.end_ns, w.t1) - w.t0) * sx;
-    out += fmt("<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"%s\"/>\n", a, y0, std::max(b - a, 0.5),
-               y1 - y0, phase_fill(r.name));
+    out += fmt("<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"%s\"/>\n", a, y0,
+               std::max(b - a, 0.5), y1 - y0, phase_fill(r.name));
     if (labels && b - a > 8.0 * double(r.name.size()))
       out += fmt("<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\" fill=\"#555\" font-size=\"12\">%s</text>\n",
                  (a + b) / 2, y0 + 15, esc(r.name).c_str());
@@ -120,10 +128,9 @@ std::pair<double, const char*> byte_unit(double max) {
   return {1024.0, "KiB"};
 }
 
-const MemoryCategory kStackOrder[] = {MemoryCategory::parameter,  MemoryCategory::optimizer_state,
-                                      MemoryCategory::gradient,   MemoryCategory::activation,
-                                      MemoryCategory::logits,     MemoryCategory::temporary,
-                                      MemoryCategory::host_offload};
+const MemoryCategory kStackOrder[] = {
+    MemoryCategory::parameter, MemoryCategory::optimizer_state, MemoryCategory::gradient,    MemoryCategory::activation,
+    MemoryCategory::logits,    MemoryCategory::temporary,       MemoryCategory::host_offload};
 
 }  // namespace
 
@@ -250,10 +257,11 @@ std::string reference_lines(const ProfileData& d, const MemoryColumns& m, const 
     out += "<path d=\"" + column_path(m.host, ax, x0) + "\" fill=\"none\" stroke=\"" +
            category_color(MemoryCategory::host_offload) + "\" stroke-width=\"2\" stroke-dasharray=\"6 3\"/>\n";
   if (show_limit)
-    out += fmt("<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#c00\" stroke-width=\"1.5\"/>"
-               "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\" fill=\"#c00\">limit %s</text>\n",
-               x0, ax.y(double(d.device_limit)), x1, ax.y(double(d.device_limit)), x1 - 4,
-               ax.y(double(d.device_limit)) - 4, format_bytes(d.device_limit).c_str());
+    out +=
+        fmt("<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#c00\" stroke-width=\"1.5\"/>"
+            "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\" fill=\"#c00\">limit %s</text>\n",
+            x0, ax.y(double(d.device_limit)), x1, ax.y(double(d.device_limit)), x1 - 4,
+            ax.y(double(d.device_limit)) - 4, format_bytes(d.device_limit).c_str());
   return out;
 }
 
@@ -266,15 +274,18 @@ std::string event_markers(const ProfileData& d, const Window& w, const ByteAxis&
     if (e.time_ns < w.t0 || e.time_ns > w.t1) return;
     const double x = x0 + (x1 - x0) * double(e.time_ns - w.t0) / double(w.t1 - w.t0);
     const bool right = x > (x0 + x1) / 2;
-    out += fmt("<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" stroke-width=\"1.5\" "
-               "stroke-dasharray=\"2 2\"/>\n<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"%s\" fill=\"%s\" font-size=\"12\">",
-               x, ax.y0, x, ax.y1, color, right ? x - 5 : x + 5, text_y, right ? "end" : "start", color) +
-           esc(text) + "</text>\n";
+    out +=
+        fmt("<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" stroke-width=\"1.5\" "
+            "stroke-dasharray=\"2 2\"/>\n<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"%s\" fill=\"%s\" font-size=\"12\">",
+            x, ax.y0, x, ax.y1, color, right ? x - 5 : x + 5, text_y, right ? "end" : "start", color) +
+        esc(text) + "</text>\n";
   };
   if (p >= 0) {
     const MemEvent& e = d.device[size_t(p)];
-    marker(p, "#222", "peak " + format_bytes(e.allocated) + " at " + (e.op.empty() ? "?" : e.op) +
-                          (e.layer >= 0 ? " (layer " + std::to_string(e.layer) + ")" : ""), ax.y0 + 32);
+    marker(p, "#222",
+           "peak " + format_bytes(e.allocated) + " at " + (e.op.empty() ? "?" : e.op) +
+               (e.layer >= 0 ? " (layer " + std::to_string(e.layer) + ")" : ""),
+           ax.y0 + 32);
   }
   if (f >= 0) {
     const MemEvent& e = d.device[size_t(f)];
@@ -284,10 +295,12 @@ std::string event_markers(const ProfileData& d, const Window& w, const ByteAxis&
 }
 
 std::string byte_axis(const ByteAxis& ax, double x0, double x1) {
-  std::string out = fmt("<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#444\"/>\n", x0, ax.y0, x0, ax.y1);
+  std::string out =
+      fmt("<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#444\"/>\n", x0, ax.y0, x0, ax.y1);
   for (double v = 0; v <= ax.top / ax.unit + 1e-9; v += ax.tick) {
     const double y = ax.y(v * ax.unit);
-    out += fmt("<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#000\" stroke-opacity=\"0.08\"/>", x0, y, x1, y);
+    out += fmt("<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#000\" stroke-opacity=\"0.08\"/>", x0, y,
+               x1, y);
     out += fmt("<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\" fill=\"#333\">%g %s</text>\n", x0 - 6, y + 4, v,
                ax.unit_name);
   }
@@ -301,27 +314,30 @@ std::string memory_legend(const MemoryColumns& m, const CategoryBytes& at, doubl
   for (auto it = std::rbegin(kStackOrder); it != std::rend(kStackOrder); ++it) {
     const MemoryCategory c = *it;
     if (!category_shown(m, c)) continue;
-    out += fmt("<rect x=\"810\" y=\"%.1f\" width=\"14\" height=\"14\" fill=\"%s\"/>"
-               "<text x=\"830\" y=\"%.1f\" fill=\"#222\">%s</text><text x=\"990\" y=\"%.1f\" text-anchor=\"end\" "
-               "fill=\"#444\">%s</text>\n",
-               ly - 11, category_color(c), ly, std::string(category_name(c)).c_str(), ly,
-               format_bytes(at[size_t(c)]).c_str());
+    out += fmt(
+        "<rect x=\"810\" y=\"%.1f\" width=\"14\" height=\"14\" fill=\"%s\"/>"
+        "<text x=\"830\" y=\"%.1f\" fill=\"#222\">%s</text><text x=\"990\" y=\"%.1f\" text-anchor=\"end\" "
+        "fill=\"#444\">%s</text>\n",
+        ly - 11, category_color(c), ly, std::string(category_name(c)).c_str(), ly, format_bytes(at[size_t(c)]).c_str());
     ly += 20;
   }
-  out += fmt("<line x1=\"810\" y1=\"%.1f\" x2=\"824\" y2=\"%.1f\" stroke=\"#333\" stroke-dasharray=\"4 3\"/>"
-             "<text x=\"830\" y=\"%.1f\" fill=\"#222\">reserved</text>\n",
-             ly - 4, ly - 4, ly);
+  out +=
+      fmt("<line x1=\"810\" y1=\"%.1f\" x2=\"824\" y2=\"%.1f\" stroke=\"#333\" stroke-dasharray=\"4 3\"/>"
+          "<text x=\"830\" y=\"%.1f\" fill=\"#222\">reserved</text>\n",
+          ly - 4, ly - 4, ly);
   if (!m.host.empty()) {
     ly += 20;
-    out += fmt("<line x1=\"810\" y1=\"%.1f\" x2=\"824\" y2=\"%.1f\" stroke=\"%s\" stroke-width=\"2\" "
-               "stroke-dasharray=\"6 3\"/><text x=\"830\" y=\"%.1f\" fill=\"#222\">host memory</text>\n",
-               ly - 4, ly - 4, category_color(MemoryCategory::host_offload), ly);
+    out +=
+        fmt("<line x1=\"810\" y1=\"%.1f\" x2=\"824\" y2=\"%.1f\" stroke=\"%s\" stroke-width=\"2\" "
+            "stroke-dasharray=\"6 3\"/><text x=\"830\" y=\"%.1f\" fill=\"#222\">host memory</text>\n",
+            ly - 4, ly - 4, category_color(MemoryCategory::host_offload), ly);
   }
   ly += 28;
   for (const char* ph : {"forward", "backward", "optimizer"}) {
-    out += fmt("<rect x=\"810\" y=\"%.1f\" width=\"14\" height=\"14\" fill=\"%s\" stroke=\"#bbb\"/>"
-               "<text x=\"830\" y=\"%.1f\" fill=\"#222\">%s</text>\n",
-               ly - 11, phase_fill(ph), ly, ph);
+    out +=
+        fmt("<rect x=\"810\" y=\"%.1f\" width=\"14\" height=\"14\" fill=\"%s\" stroke=\"#bbb\"/>"
+            "<text x=\"830\" y=\"%.1f\" fill=\"#222\">%s</text>\n",
+            ly - 11, phase_fill(ph), ly, ph);
     ly += 20;
   }
   return out;
@@ -392,8 +408,10 @@ std::string lane_row(const std::vector<Item>& items, const Window& w, double x0,
     if (it.b <= w.t0 || it.a >= w.t1) continue;
     const double a = x0 + double(std::max(it.a, w.t0) - w.t0) * sx, b = x0 + double(std::min(it.b, w.t1) - w.t0) * sx;
     if (b - a >= 1.5) {
-      out += fmt("<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"%s\" stroke=\"#fff\" "
-                 "stroke-width=\"0.4\"/>\n", a, y, b - a, h, it.color);
+      out +=
+          fmt("<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"%s\" stroke=\"#fff\" "
+              "stroke-width=\"0.4\"/>\n",
+              a, y, b - a, h, it.color);
       const size_t fit = size_t((b - a - 4) / 6.2);
       if (!it.label.empty() && (fit >= it.label.size() || fit >= 7))
         out += fmt("<text x=\"%.1f\" y=\"%.1f\" fill=\"#fff\" font-size=\"10\">", a + 2, y + h - 4) +
@@ -418,7 +436,8 @@ std::string lane_row(const std::vector<Item>& items, const Window& w, double x0,
     const std::string color = dominant(c);
     int e = c + 1;
     while (e < cols && !narrow[size_t(e)].empty() && dominant(e) == color) ++e;
-    out += fmt("<rect x=\"%.1f\" y=\"%.1f\" width=\"%d\" height=\"%.1f\" fill=\"%s\"/>\n", x0 + c, y, e - c, h, color.c_str());
+    out += fmt("<rect x=\"%.1f\" y=\"%.1f\" width=\"%d\" height=\"%.1f\" fill=\"%s\"/>\n", x0 + c, y, e - c, h,
+               color.c_str());
     c = e;
   }
   return out;
@@ -476,18 +495,19 @@ std::string timeline_svg(const ProfileData& d) {
   out += fmt("<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\" fill=\"#222\">phases</text>\n", x0 - 8, y_phase + 15);
   out += fmt("<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\" fill=\"#222\">layers</text>\n", x0 - 8, y_layers + 13);
   out += lane_row(layers, w, x0, x1, y_layers, 16);
-  out += fmt("<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"#f7f7f7\"/>\n", x0, y_compute,
-             x1 - x0, depth_used * row);
+  out += fmt("<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"#f7f7f7\"/>\n", x0, y_compute, x1 - x0,
+             depth_used * row);
   out += fmt("<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\" fill=\"#222\">compute</text>\n", x0 - 8, y_compute + 13);
   out += fmt("<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\" fill=\"#777\" font-size=\"10\">(nested ops)</text>\n",
              x0 - 8, y_compute + 27);
   for (int k = 0; k < depth_used; ++k) out += lane_row(depth_items[size_t(k)], w, x0, x1, y_compute + k * row, row - 2);
   double y = y_streams;
   if (streams.empty()) {
-    out += fmt("<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"20\" fill=\"#f7f7f7\"/>"
-               "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\" fill=\"#222\">copy streams</text>"
-               "<text x=\"%.1f\" y=\"%.1f\" fill=\"#777\">no side-stream work in this step</text>\n",
-               x0, y, x1 - x0, x0 - 8, y + 14, x0 + 8, y + 14);
+    out +=
+        fmt("<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"20\" fill=\"#f7f7f7\"/>"
+            "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\" fill=\"#222\">copy streams</text>"
+            "<text x=\"%.1f\" y=\"%.1f\" fill=\"#777\">no side-stream work in this step</text>\n",
+            x0, y, x1 - x0, x0 - 8, y + 14, x0 + 8, y + 14);
   }
   for (const auto& [name, items] : streams) {
     out += fmt("<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"20\" fill=\"#f7f7f7\"/>", x0, y, x1 - x0);
@@ -501,13 +521,20 @@ std::string timeline_svg(const ProfileData& d) {
   // Legend.
   double lx = 16;
   const double ly = y_end + 52;
-  for (auto [label, color] : {std::pair{"matmul/linear", "#4e79a7"}, {"attention", "#b07aa1"}, {"norm", "#59a14f"},
-                              {"activation", "#ff9da7"}, {"loss", "#f28e2b"}, {"embedding/index", "#9c755f"},
-                              {"optimizer", "#76b7b2"}, {"recompute", "#e15759"}, {"wait", "#7f7f7f"},
+  for (auto [label, color] : {std::pair{"matmul/linear", "#4e79a7"},
+                              {"attention", "#b07aa1"},
+                              {"norm", "#59a14f"},
+                              {"activation", "#ff9da7"},
+                              {"loss", "#f28e2b"},
+                              {"embedding/index", "#9c755f"},
+                              {"optimizer", "#76b7b2"},
+                              {"recompute", "#e15759"},
+                              {"wait", "#7f7f7f"},
                               {"copy", "#edc948"}}) {
-    out += fmt("<rect x=\"%.1f\" y=\"%.1f\" width=\"12\" height=\"12\" fill=\"%s\"/><text x=\"%.1f\" y=\"%.1f\" "
-               "fill=\"#222\" font-size=\"11\">%s</text>\n",
-               lx, ly - 10, color, lx + 16, ly, label);
+    out +=
+        fmt("<rect x=\"%.1f\" y=\"%.1f\" width=\"12\" height=\"12\" fill=\"%s\"/><text x=\"%.1f\" y=\"%.1f\" "
+            "fill=\"#222\" font-size=\"11\">%s</text>\n",
+            lx, ly - 10, color, lx + 16, ly, label);
     lx += 16 + 6.5 * double(std::char_traits<char>::length(label)) + 14;
   }
   return out + "</svg>\n";

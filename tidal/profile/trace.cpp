@@ -12,10 +12,10 @@ namespace tidal::profile {
 namespace {
 
 constexpr int kPid = 1;
-constexpr int kPhaseTid = 0;       // steps and phases
-constexpr int kComputeTid = 1;     // the compute thread (recorder thread 0)
-constexpr int kStreamTid0 = 100;   // side streams: 100, 101, ...
-constexpr int kOtherTid0 = 1000;   // other threads that recorded ranges
+constexpr int kPhaseTid = 0;      // steps and phases
+constexpr int kComputeTid = 1;    // the compute thread (recorder thread 0)
+constexpr int kStreamTid0 = 100;  // side streams: 100, 101, ...
+constexpr int kOtherTid0 = 1000;  // other threads that recorded ranges
 
 double us(int64_t ns, int64_t t0) { return double(ns - t0) / 1e3; }
 
@@ -40,12 +40,12 @@ void add_counters(nlohmann::json& ev, const char* name, const char* reserved_nam
   auto counter = [&](int64_t ts, const CategoryBytes& c) {
     nlohmann::json args = nlohmann::json::object();
     for (int i : cats) args[std::string(category_name(MemoryCategory(i)))] = c[size_t(i)];
-    return nlohmann::json{{"name", name}, {"ph", "C"}, {"ts", us(ts, t0)}, {"pid", kPid}, {"tid", kComputeTid},
-                          {"args", std::move(args)}};
+    return nlohmann::json{{"name", name}, {"ph", "C"},          {"ts", us(ts, t0)},
+                          {"pid", kPid},  {"tid", kComputeTid}, {"args", std::move(args)}};
   };
   auto reserved = [&](int64_t ts, int64_t r) {
-    return nlohmann::json{{"name", reserved_name}, {"ph", "C"}, {"ts", us(ts, t0)}, {"pid", kPid}, {"tid", kComputeTid},
-                          {"args", {{"reserved", r}}}};
+    return nlohmann::json{{"name", reserved_name}, {"ph", "C"},          {"ts", us(ts, t0)},
+                          {"pid", kPid},           {"tid", kComputeTid}, {"args", {{"reserved", r}}}};
   };
   ev.push_back(counter(t0, start));
   ev.push_back(reserved(t0, reserved_start));
@@ -92,23 +92,36 @@ nlohmann::json chrome_trace(const ProfileData& d) {
   ev.push_back(meta("thread_sort_index", kComputeTid, {{"sort_index", 1}}));
 
   for (const StepSpan& s : d.steps)
-    ev.push_back({{"name", "step " + std::to_string(s.step)}, {"cat", "step"}, {"ph", "X"}, {"ts", us(s.start_ns, t0)},
-                  {"dur", double(s.end_ns - s.start_ns) / 1e3}, {"pid", kPid}, {"tid", kPhaseTid},
+    ev.push_back({{"name", "step " + std::to_string(s.step)},
+                  {"cat", "step"},
+                  {"ph", "X"},
+                  {"ts", us(s.start_ns, t0)},
+                  {"dur", double(s.end_ns - s.start_ns) / 1e3},
+                  {"pid", kPid},
+                  {"tid", kPhaseTid},
                   {"args", {{"step", s.step}}}});
   std::set<int> other_threads;
   for (const RangeRecord& r : d.ranges) {
     int tid = kComputeTid;
-    if (r.kind == kPhase) tid = kPhaseTid;
-    else if (r.thread != 0) other_threads.insert(tid = kOtherTid0 + r.thread);
+    if (r.kind == kPhase)
+      tid = kPhaseTid;
+    else if (r.thread != 0)
+      other_threads.insert(tid = kOtherTid0 + r.thread);
     const bool recompute = is_recompute(r.name);
-    nlohmann::json e = {{"name", r.name}, {"cat", recompute ? std::string("recompute") : r.kind}, {"ph", "X"},
-                        {"ts", us(r.start_ns, t0)}, {"dur", double(r.end_ns - r.start_ns) / 1e3}, {"pid", kPid},
-                        {"tid", tid}, {"args", {{"layer", r.layer}, {"module", r.module}}}};
+    nlohmann::json e = {{"name", r.name},
+                        {"cat", recompute ? std::string("recompute") : r.kind},
+                        {"ph", "X"},
+                        {"ts", us(r.start_ns, t0)},
+                        {"dur", double(r.end_ns - r.start_ns) / 1e3},
+                        {"pid", kPid},
+                        {"tid", tid},
+                        {"args", {{"layer", r.layer}, {"module", r.module}}}};
     if (recompute) e["cname"] = "terrible";  // chrome://tracing's red
     if (r.kind == kWait) e["cname"] = "grey";
     ev.push_back(std::move(e));
   }
-  for (int tid : other_threads) ev.push_back(meta("thread_name", tid, {{"name", "thread " + std::to_string(tid - kOtherTid0)}}));
+  for (int tid : other_threads)
+    ev.push_back(meta("thread_name", tid, {{"name", "thread " + std::to_string(tid - kOtherTid0)}}));
 
   // Side streams: one lane each, after compute.
   std::map<std::string, int> lanes;
@@ -118,8 +131,13 @@ nlohmann::json chrome_trace(const ProfileData& d) {
       ev.push_back(meta("thread_name", it->second, {{"name", t.stream + " stream"}}));
       ev.push_back(meta("thread_sort_index", it->second, {{"sort_index", 2 + int(lanes.size())}}));
     }
-    ev.push_back({{"name", t.label}, {"cat", "stream"}, {"ph", "X"}, {"ts", us(t.start_ns, t0)},
-                  {"dur", double(t.end_ns - t.start_ns) / 1e3}, {"pid", kPid}, {"tid", it->second},
+    ev.push_back({{"name", t.label},
+                  {"cat", "stream"},
+                  {"ph", "X"},
+                  {"ts", us(t.start_ns, t0)},
+                  {"dur", double(t.end_ns - t.start_ns) / 1e3},
+                  {"pid", kPid},
+                  {"tid", it->second},
                   {"args", {{"stream", t.stream}}}});
   }
 
@@ -130,10 +148,19 @@ nlohmann::json chrome_trace(const ProfileData& d) {
   const int64_t f = failed_event(d);
   if (f >= 0) {
     const MemEvent& e = d.device[size_t(f)];
-    ev.push_back({{"name", "out of memory"}, {"cat", "memory"}, {"ph", "i"}, {"s", "g"}, {"ts", us(e.time_ns, t0)},
-                  {"pid", kPid}, {"tid", kComputeTid},
-                  {"args", {{"requested", e.delta}, {"category", std::string(category_name(e.category))}, {"op", e.op},
-                            {"layer", e.layer}, {"module", e.module}}}});
+    ev.push_back({{"name", "out of memory"},
+                  {"cat", "memory"},
+                  {"ph", "i"},
+                  {"s", "g"},
+                  {"ts", us(e.time_ns, t0)},
+                  {"pid", kPid},
+                  {"tid", kComputeTid},
+                  {"args",
+                   {{"requested", e.delta},
+                    {"category", std::string(category_name(e.category))},
+                    {"op", e.op},
+                    {"layer", e.layer},
+                    {"module", e.module}}}});
   }
   nlohmann::json trace;
   trace["traceEvents"] = std::move(ev);
@@ -149,9 +176,9 @@ std::string memory_timeline_csv(const ProfileData& d) {
       char num[160];
       std::snprintf(num, sizeof num, "%.3f", double(e.time_ns - d.start_ns) / 1e3);
       out += std::string(num) + "," + csv_field(e.op) + "," + std::to_string(e.layer) + "," +
-             std::string(category_name(e.category)) + "," + std::to_string(e.delta) + "," + std::to_string(e.allocated) +
-             "," + std::to_string(e.reserved) + "," + csv_field(e.module) + "," + pool + "," +
-             event_name(e.kind) + "\n";
+             std::string(category_name(e.category)) + "," + std::to_string(e.delta) + "," +
+             std::to_string(e.allocated) + "," + std::to_string(e.reserved) + "," + csv_field(e.module) + "," + pool +
+             "," + event_name(e.kind) + "\n";
     }
   };
   rows(d.device, "device");

@@ -28,7 +28,8 @@ Flags train_flags() {
       .option("attention", "attention kernel: flash (default) or eager", "KIND")
       .option("hidden-dropout", "dropout on the residual branches", "P")
       .option("attention-dropout", "dropout on the attention probabilities", "P")
-      .option("data-path", "a Megatron indexed dataset: PREFIX.bin and PREFIX.idx (tidal prepare writes them)", "PREFIX")
+      .option("data-path", "a Megatron indexed dataset: PREFIX.bin and PREFIX.idx (tidal prepare writes them)",
+              "PREFIX")
       .option("tokenizer", "tokenizer.json (Hugging Face format)", "FILE")
       .option("split", "train,validation,test weights over documents (default 98,2,0)", "A,B,C")
       .flag("mock-data", "seeded random tokens instead of a corpus (needs --vocab-size or a model preset)")
@@ -59,7 +60,8 @@ Flags train_flags() {
   add_memory_flags(f)
       .option("sample-prompt", "text to continue with the trained model at the end", "TEXT")
       .option("sample-tokens", "tokens to generate for the sample (default 64 with a prompt)", "N")
-      .option("profile", "profile some steps into DIR: Chrome trace, memory timeline and report, plots (docs/profiling.md)", "DIR")
+      .option("profile",
+              "profile some steps into DIR: Chrome trace, memory timeline and report, plots (docs/profiling.md)", "DIR")
       .option("profile-steps", "the iterations to profile, A:B or A (default: the second step of the run)", "A:B");
   return f;
 }
@@ -108,9 +110,8 @@ void derive_sizes(const Flags& f, models::ModelConfig& m) {
 // "12 layers, hidden 768, ffn 3072, 12 heads of 64 (4 key/value)": the shape the size flags gave.
 std::string shape_of(const models::ModelConfig& m) {
   return detail::str_cat(m.num_hidden_layers, " layers, hidden ", m.hidden_size, ", ffn ", m.intermediate_size,
-                         m.is_moe() ? detail::str_cat(" (experts ", m.moe_intermediate_size, ")") : std::string(),
-                         ", ", m.num_attention_heads, " heads of ", m.head_size(), " (", m.kv_heads(),
-                         " key/value)");
+                         m.is_moe() ? detail::str_cat(" (experts ", m.moe_intermediate_size, ")") : std::string(), ", ",
+                         m.num_attention_heads, " heads of ", m.head_size(), " (", m.kv_heads(), " key/value)");
 }
 
 }  // namespace
@@ -155,8 +156,8 @@ TrainArgs parse_train_args(const std::vector<std::string>& argv) {
   parse_optimizer(f, a);
   a.seed = uint64_t(f.integer("seed", int64_t(a.seed), 0, int64_t(1) << 62));
   a.attention = f.str("attention", a.attention);
-  TIDAL_CHECK(a.attention == "flash" || a.attention == "eager", "tidal train: --attention must be flash or eager, got '",
-              a.attention, "'");
+  TIDAL_CHECK(a.attention == "flash" || a.attention == "eager",
+              "tidal train: --attention must be flash or eager, got '", a.attention, "'");
   parse_outputs(f, a);
   a.memory = parse_memory_config(f, m);
   a.progress = !f.flag_on("no-progress");
@@ -205,8 +206,8 @@ void parse_batch_and_schedule(const Flags& f, TrainArgs& a) {
   a.lr_warmup_iters = f.integer("lr-warmup-iters", std::min(a.lr_warmup_iters, a.train_iters / 10), 0, kMaxSize);
   a.lr_decay_iters = f.integer("lr-decay-iters", a.lr_decay_iters, 0, kMaxSize);
   const int64_t decay = a.lr_decay_iters > 0 ? a.lr_decay_iters : a.train_iters;
-  TIDAL_CHECK(a.lr_warmup_iters == 0 || a.lr_warmup_iters < decay, "tidal train: --lr-warmup-iters ",
-              a.lr_warmup_iters, " must be below the decay length ", decay, " (--lr-decay-iters, else --train-iters)");
+  TIDAL_CHECK(a.lr_warmup_iters == 0 || a.lr_warmup_iters < decay, "tidal train: --lr-warmup-iters ", a.lr_warmup_iters,
+              " must be below the decay length ", decay, " (--lr-decay-iters, else --train-iters)");
   a.lr_decay_style = f.str("lr-decay-style", a.lr_decay_style);
   TIDAL_CHECK(a.lr_decay_style == "cosine" || a.lr_decay_style == "linear" || a.lr_decay_style == "constant",
               "tidal train: --lr-decay-style must be cosine, linear or constant, got '", a.lr_decay_style, "'");
@@ -291,9 +292,12 @@ nlohmann::json TrainArgs::to_json() const {
   j["eval_iters"] = eval_iters;
   const memory::OffloadConfig& offload = memory.offload;
   j["recompute"] = memory.recompute.to_json();
-  j["offload"] = {{"enabled", offload.enabled}, {"policy", memory::name(offload.policy)},
-                  {"target", memory::name(offload.target)}, {"dir", offload.dir},
-                  {"prefetch_depth", offload.prefetch_depth}, {"host_limit", offload.host_limit}};
+  j["offload"] = {{"enabled", offload.enabled},
+                  {"policy", memory::name(offload.policy)},
+                  {"target", memory::name(offload.target)},
+                  {"dir", offload.dir},
+                  {"prefetch_depth", offload.prefetch_depth},
+                  {"host_limit", offload.host_limit}};
   j["loss_compute_mode"] = memory.loss.chunked ? "chunk" : "default";
   j["loss_chunk_size"] = memory.loss.chunk_size;
   j["swap_optimizer"] = memory.swap_optimizer.on;

@@ -13,15 +13,15 @@
 namespace tidal::train {
 
 struct TrainArgs {
-  models::ModelConfig model;     // resolved: preset/config + overrides (vocab from the tokenizer)
-  std::string model_source;      // "preset NAME", "config PATH" or "pretrained DIR" [": SHAPE" after size flags]
-  std::string pretrained;        // a Hugging Face model directory to start from (config and weights)
+  models::ModelConfig model;  // resolved: preset/config + overrides (vocab from the tokenizer)
+  std::string model_source;   // "preset NAME", "config PATH" or "pretrained DIR" [": SHAPE" after size flags]
+  std::string pretrained;     // a Hugging Face model directory to start from (config and weights)
   // data
   std::vector<std::string> data_path;  // Megatron indexed-dataset prefixes
   std::string tokenizer;               // tokenizer.json
   std::string split = "98,2,0";        // train, validation, test weights (by document)
   bool mock_data = false;
-  bool builtin_corpus = false;         // no data given: the fortunes corpus of the main job
+  bool builtin_corpus = false;  // no data given: the fortunes corpus of the main job
   // batch and schedule
   int64_t seq_length = 256;
   int64_t micro_batch_size = 8;
@@ -30,7 +30,7 @@ struct TrainArgs {
   double lr = 2e-3;
   double min_lr = 2e-4;
   int64_t lr_warmup_iters = 60;
-  int64_t lr_decay_iters = 0;          // 0: train_iters
+  int64_t lr_decay_iters = 0;  // 0: train_iters
   std::string lr_decay_style = "cosine";
   double weight_decay = 0.1;
   double adam_beta1 = 0.9, adam_beta2 = 0.95, adam_eps = 1e-8;
@@ -39,17 +39,17 @@ struct TrainArgs {
   std::string attention = "flash";
   // checkpoints, logging, evaluation
   std::string save, load;
-  int64_t save_interval = 0;          // 0: only at the end (when --save is given)
+  int64_t save_interval = 0;  // 0: only at the end (when --save is given)
   int64_t log_interval = 20;
   int64_t eval_interval = 200;
   int64_t eval_iters = 10;
   std::string metrics_json;
-  bool progress = true;               // a progress bar when stdout is a terminal
-  bool report_memory = false;         // print the saved-tensor table of the first step
+  bool progress = true;        // a progress bar when stdout is a terminal
+  bool report_memory = false;  // print the saved-tensor table of the first step
   // --recompute-*, --activation-offload / --offload-*, --loss-compute-mode / --loss-chunk-size,
   // --swap-optimizer[-times] (train/memory_flags.h; validated against the model)
   memory::MemoryConfig memory;
-  std::string sample_prompt;          // printed sample at the end ("" : none)
+  std::string sample_prompt;  // printed sample at the end ("" : none)
   int64_t sample_tokens = 0;
   // --profile DIR [--profile-steps A:B] (docs/profiling.md); steps 0: the default window
   std::string profile_dir;

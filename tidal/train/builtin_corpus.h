@@ -12,7 +12,7 @@ struct PreparedCorpus {
   std::string data_prefix;     // PREFIX.bin / PREFIX.idx
   std::string tokenizer_path;  // tokenizer.json
   int64_t documents = 0, tokens = 0;
-  bool reused = false;         // found in the cache
+  bool reused = false;  // found in the cache
 };
 
 // Where prepared data is kept: $TIDAL_CACHE_DIR, else $XDG_CACHE_HOME/tidal, else ~/.cache/tidal.

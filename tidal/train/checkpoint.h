@@ -19,11 +19,11 @@
 namespace tidal::train {
 
 struct TrainingState {
-  int64_t iteration = 0;       // optimizer steps completed
-  RngState rng;                // the generator after that step
-  int64_t data_position = 0;   // training samples consumed
-  nlohmann::json settings;     // resolved training settings (for a mismatch check and the record)
-  nlohmann::json extra;        // anything else the trainer keeps (e.g. the tokenizer's origin)
+  int64_t iteration = 0;      // optimizer steps completed
+  RngState rng;               // the generator after that step
+  int64_t data_position = 0;  // training samples consumed
+  nlohmann::json settings;    // resolved training settings (for a mismatch check and the record)
+  nlohmann::json extra;       // anything else the trainer keeps (e.g. the tokenizer's origin)
 };
 
 struct Checkpoint {

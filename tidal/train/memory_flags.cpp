@@ -81,8 +81,10 @@ memory::OffloadConfig parse_offload(const Flags& f, const std::vector<memory::La
   TIDAL_CHECK(c.host_limit == 0 || !disk, "tidal train: --offload-host-limit is for --offload-target host");
   if (c.enabled && c.policy.kind == memory::OffloadPolicyKind::core_attn) {
     for (const memory::LayerRecompute& p : plan)
-      TIDAL_CHECK(!p.full && !p.core_attn, "tidal train: --offload-policy core-attn has nothing to offload where the "
-                  "attention core is recomputed (", recompute.describe(), "); use layer-input, or drop the recompute");
+      TIDAL_CHECK(!p.full && !p.core_attn,
+                  "tidal train: --offload-policy core-attn has nothing to offload where the "
+                  "attention core is recomputed (",
+                  recompute.describe(), "); use layer-input, or drop the recompute");
   }
   return c;
 }
@@ -161,8 +163,10 @@ std::vector<std::string> memory_config_flags(const memory::MemoryConfig& c) {
   const memory::RecomputeConfig& r = c.recompute;
   if (r.granularity == Granularity::selective) {
     const std::string modules = memory::module_list(r.modules);
-    if (modules.empty() || modules == "core_attn") add({"--recompute-granularity", "selective"});
-    else add({"--recompute-modules", modules});  // implies selective
+    if (modules.empty() || modules == "core_attn")
+      add({"--recompute-granularity", "selective"});
+    else
+      add({"--recompute-modules", modules});  // implies selective
   } else if (r.granularity == Granularity::full) {
     add({"--recompute-granularity", "full"});
   }

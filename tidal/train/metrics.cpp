@@ -46,7 +46,8 @@ void MetricsWriter::set_summary(double final_loss, double final_val_loss, const 
   summary_["peak_breakdown_bytes"] = by_category(device.at_peak);
   std::array<int64_t, kNumMemoryCategories> peaks{};
   for (int i = 0; i < kNumMemoryCategories; ++i)
-    peaks[size_t(i)] = i == int(MemoryCategory::host_offload) ? host.category[size_t(i)].peak : device.category[size_t(i)].peak;
+    peaks[size_t(i)] =
+        i == int(MemoryCategory::host_offload) ? host.category[size_t(i)].peak : device.category[size_t(i)].peak;
   summary_["peak_bytes_by_category"] = by_category(peaks);
 }
 
@@ -56,8 +57,12 @@ void MetricsWriter::write() const {
   j["config"] = config_;
   j["steps"] = nlohmann::json::array();
   for (const StepMetrics& s : steps_)
-    j["steps"].push_back({{"iteration", s.iteration}, {"loss", s.loss}, {"lr", s.lr}, {"grad_norm", s.grad_norm},
-                          {"step_ms", s.step_ms}, {"tokens_per_s", s.tokens_per_s},
+    j["steps"].push_back({{"iteration", s.iteration},
+                          {"loss", s.loss},
+                          {"lr", s.lr},
+                          {"grad_norm", s.grad_norm},
+                          {"step_ms", s.step_ms},
+                          {"tokens_per_s", s.tokens_per_s},
                           {"device_peak_bytes", s.device_peak_bytes}});
   j["summary"] = summary_;
   const std::string text = j.dump(1) + "\n";
@@ -70,7 +75,7 @@ double training_flops_per_token(const models::ModelConfig& c, int64_t seq_length
   double macs = 0;  // multiply-adds per token, forward
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     macs += d * (h + 2 * kv) * hd + h * hd * d;  // q, k, v, o projections
-    macs += 2.0 * double(seq_length) * h * hd;    // q k^T and p v
+    macs += 2.0 * double(seq_length) * h * hd;   // q k^T and p v
     if (c.is_moe_layer(l))
       macs += d * double(c.num_experts) + 3.0 * d * double(c.moe_intermediate_size) * double(c.num_experts_per_tok);
     else

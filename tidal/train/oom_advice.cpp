@@ -101,7 +101,8 @@ std::optional<Suggestion> suggest_chunked_loss(const models::ModelConfig& m, con
   if (saved <= 0) return std::nullopt;
   return Suggestion{"chunked loss", flags_of(&memory::MemoryConfig::loss, t.memory.loss), saved,
                     "the " + shape_str(s.micro_batch, s.seq, m.vocab_size) + " f32 logits (" +
-                        format_bytes(logits_bytes(m, tokens)) + ") and their gradient never exist whole, one chunk of " +
+                        format_bytes(logits_bytes(m, tokens)) +
+                        ") and their gradient never exist whole, one chunk of " +
                         std::to_string(t.memory.loss.chunk_size) + " tokens does",
                     t};
 }
@@ -214,9 +215,10 @@ std::optional<Suggestion> suggest_smaller_micro_batch(const models::ModelConfig&
   if (s.micro_batch < 2) return std::nullopt;
   TriageSettings t = s;
   t.micro_batch = s.micro_batch / 2;
-  return Suggestion{"batch", "--micro-batch-size " + std::to_string(t.micro_batch) + " --global-batch-size " +
-                                 std::to_string(s.global_batch), saving(m, s, t),
-                    "the same global batch by gradient accumulation", t};
+  return Suggestion{
+      "batch",
+      "--micro-batch-size " + std::to_string(t.micro_batch) + " --global-batch-size " + std::to_string(s.global_batch),
+      saving(m, s, t), "the same global batch by gradient accumulation", t};
 }
 
 int triage_group(const std::string& step) {
@@ -245,11 +247,12 @@ std::vector<Suggestion> triage(const models::ModelConfig& m, const TriageSetting
 
 std::string oom_advice(const models::ModelConfig& m, const TriageSettings& s, int64_t limit) {
   const StepPeak peak = predict_step_peak(m, s);
-  std::string out = "A training step of " + m.model_type + " with micro-batch " + std::to_string(s.micro_batch) + " x " +
-                    std::to_string(s.seq) + " tokens needs about " + format_bytes(peak.total) + " (parameters " +
-                    format_bytes(peak.parameters) + ", AdamW states " + format_bytes(peak.optimizer_states) +
-                    ", activations " + format_bytes(peak.activations) + ", logits and their gradient " +
-                    format_bytes(peak.logits) + ")" + (limit > 0 ? "; the limit is " + format_bytes(limit) : "") + ".\n";
+  std::string out = "A training step of " + m.model_type + " with micro-batch " + std::to_string(s.micro_batch) +
+                    " x " + std::to_string(s.seq) + " tokens needs about " + format_bytes(peak.total) +
+                    " (parameters " + format_bytes(peak.parameters) + ", AdamW states " +
+                    format_bytes(peak.optimizer_states) + ", activations " + format_bytes(peak.activations) +
+                    ", logits and their gradient " + format_bytes(peak.logits) + ")" +
+                    (limit > 0 ? "; the limit is " + format_bytes(limit) : "") + ".\n";
   out += "What to try, in the triage order (savings predicted by tidal's estimator):\n";
   int last_group = 0;
   for (const Suggestion& x : triage(m, s)) {
@@ -297,9 +300,9 @@ std::string out_of_memory_message(const OutOfMemory& e, const models::ModelConfi
   std::string limit_arg = format_bytes(limit);  // one shell word: "3.50MiB"
   limit_arg.erase(std::remove(limit_arg.begin(), limit_arg.end(), ' '), limit_arg.end());
   return msg + advice +
-         (limit > 0 ? "'tidal plan' with the same flags and --memory " + limit_arg +
-                          " picks the steps that make it fit.\n"
-                    : std::string()) +
+         (limit > 0
+              ? "'tidal plan' with the same flags and --memory " + limit_arg + " picks the steps that make it fit.\n"
+              : std::string()) +
          "Checkpoints already written are intact; 'tidal train --profile DIR --profile-steps 1' shows the timeline up "
          "to the failure.";
 }

@@ -29,10 +29,10 @@ struct TriageSettings {
 TriageSettings triage_settings(const TrainArgs& args);
 
 struct Suggestion {
-  std::string step;    // "chunked loss", "fused ops", "sharding", "recompute", "async offload", "swap optimizer", "batch"
-  std::string flags;   // to add to the command line ("" when there is nothing to add)
-  int64_t saving = 0;  // predicted bytes saved at the step's peak
-  std::string note;    // where the number comes from, or why it is not available
+  std::string step;  // "chunked loss", "fused ops", "sharding", "recompute", "async offload", "swap optimizer", "batch"
+  std::string flags;    // to add to the command line ("" when there is nothing to add)
+  int64_t saving = 0;   // predicted bytes saved at the step's peak
+  std::string note;     // where the number comes from, or why it is not available
   TriageSettings with;  // the settings with this step taken (unchanged for sharding)
 };
 

@@ -73,8 +73,8 @@ Plan make_plan(const models::ModelConfig& m, const TriageSettings& s, int64_t bu
 std::string format_plan(const Plan& p, const models::ModelConfig& m, const TriageSettings& s) {
   std::string out = m.model_type + ", micro-batch " + std::to_string(s.micro_batch) + " x " + std::to_string(s.seq) +
                     " tokens: a training step needs about " + needs_line(p.start) + ".\n";
-  const std::string target = "the budget, " + format_bytes(p.budget) + ", less " +
-                             format_bytes(p.budget - p.target) + " of headroom: " + format_bytes(p.target);
+  const std::string target = "the budget, " + format_bytes(p.budget) + ", less " + format_bytes(p.budget - p.target) +
+                             " of headroom: " + format_bytes(p.target);
   if (p.steps.empty()) {
     out += p.fits ? "It fits " + target + ".\n" : "It does not fit " + target + ", and nothing tidal has lowers it.\n";
     return out;
@@ -83,8 +83,7 @@ std::string format_plan(const Plan& p, const models::ModelConfig& m, const Triag
   for (const PlanStep& st : p.steps) {
     char head[64];
     std::snprintf(head, sizeof head, "  %-24s", (st.suggestion.step + ":").c_str());
-    out += head + st.suggestion.flags + "  -> " + format_bytes(st.peak) + (st.peak <= p.target ? ", fits" : "") +
-           "\n";
+    out += head + st.suggestion.flags + "  -> " + format_bytes(st.peak) + (st.peak <= p.target ? ", fits" : "") + "\n";
   }
   if (p.fits) {
     out += "Add: " + p.flags() + "\n";

@@ -19,7 +19,8 @@ void print_core_attn_note(const TrainArgs& args, std::FILE* out) {
   if (!mem.recompute.any() || args.attention != "flash") return;
   for (const memory::LayerRecompute& p : mem.recompute_plan)
     if (p.core_attn) {
-      std::fprintf(out, "note: core_attn recompute does nothing with flash attention, which keeps no (s x s) "
+      std::fprintf(out,
+                   "note: core_attn recompute does nothing with flash attention, which keeps no (s x s) "
                    "tensor for backward (only q, k, v, the output and the log-sum-exp); use --attention eager to "
                    "see it matter\n");
       return;
@@ -34,8 +35,8 @@ Progress::Progress(bool on, int64_t total, std::FILE* out)
 void Progress::update(int64_t it, double loss, double ms) {
   if (!on_) return;
   const int width = 30, filled = int(double(width) * double(it) / double(std::max<int64_t>(total_, 1)));
-  std::fprintf(out_, "\r  [%.*s%*s] %lld/%lld  loss %.4f  %.0f ms/it ", filled, "==============================",
-               width - filled, "", (long long)it, (long long)total_, loss, ms);
+  std::fprintf(out_, "\r  [%.*s%*s] %lld/%lld  loss %.4f  %.0f ms/it ", filled,
+               "==============================", width - filled, "", (long long)it, (long long)total_, loss, ms);
   std::fflush(out_);
 }
 
@@ -53,7 +54,8 @@ Report::Report(const TrainArgs& args, const models::ModelConfig& config, const S
   const memory::MemoryConfig& mem = args.memory;
   std::fprintf(out, "model: %s (%s), %lld parameters; data: %s\n", config.model_type.c_str(), args.model_source.c_str(),
                (long long)s.model->num_parameters(), s.data.description.c_str());
-  std::fprintf(out, "training %lld iterations of %lld x %lld tokens (micro-batch %lld, %lld accumulation steps), "
+  std::fprintf(out,
+               "training %lld iterations of %lld x %lld tokens (micro-batch %lld, %lld accumulation steps), "
                "%s attention, recompute: %s, offload: %s\n",
                (long long)args.train_iters, (long long)args.global_batch_size, (long long)args.seq_length,
                (long long)args.micro_batch_size, (long long)args.grad_accumulation_steps(), args.attention.c_str(),
@@ -73,8 +75,8 @@ void Report::saved_tensors(const SavedTensors& saved) {
 
 void Report::step(int64_t it, const StepResult& r, double seconds, int64_t consumed_samples) {
   Allocator& device = device_allocator(Device::cpu());
-  const StepMetrics sm{it, r.loss, r.lr, r.grad_norm, seconds * 1e3, double(tokens_per_step_) / seconds,
-                       device.stats().peak_allocated};
+  const StepMetrics sm{
+      it, r.loss, r.lr, r.grad_norm, seconds * 1e3, double(tokens_per_step_) / seconds, device.stats().peak_allocated};
   metrics_.add_step(sm);
   progress_.update(it, r.loss, seconds * 1e3);
   if (it % args_.log_interval != 0 && it != args_.train_iters) return;
@@ -85,8 +87,8 @@ void Report::step(int64_t it, const StepResult& r, double seconds, int64_t consu
                "tokens/s: %8.0f | achieved GFLOP/s: %6.1f | learning rate: %.6E | global batch size: %5lld | "
                "lm loss: %.6E | grad norm: %.3f | mem alloc: %s | mem peak: %s\n",
                (long long)it, (long long)args_.train_iters, (long long)consumed_samples, sm.step_ms, sm.tokens_per_s,
-               flops_per_token_ * sm.tokens_per_s / 1e9, r.lr, (long long)args_.global_batch_size, r.loss,
-               r.grad_norm, format_bytes(s.allocated).c_str(), format_bytes(s.peak_allocated).c_str());
+               flops_per_token_ * sm.tokens_per_s / 1e9, r.lr, (long long)args_.global_batch_size, r.loss, r.grad_norm,
+               format_bytes(s.allocated).c_str(), format_bytes(s.peak_allocated).c_str());
   std::fflush(out_);
   metrics_.write();
 }

@@ -4,8 +4,8 @@
 
 #include "tidal/allocator.h"
 #include "tidal/io/atomic_file.h"
-#include "tidal/memory/swap_optimizer.h"
 #include "tidal/memory/offload_runner.h"
+#include "tidal/memory/swap_optimizer.h"
 #include "tidal/models/pretrained.h"
 #include "tidal/ops/random.h"
 #include "tidal/train/builtin_corpus.h"
@@ -137,8 +137,8 @@ Setup setup_training(const TrainArgs& args, models::ModelConfig& config, std::FI
       memory::make_adamw(model->named_parameters(), adamw_options(args), args.memory.swap_optimizer);
   optim::LrSchedule schedule = lr_schedule(args);
   data::DataLoader loader(data.train);
-  Setup s{std::move(data), std::move(model), std::move(offloader), std::move(optimizer), schedule, std::move(loader),
-          0, nlohmann::json()};
+  Setup s{std::move(data), std::move(model), std::move(offloader), std::move(optimizer), schedule, std::move(loader), 0,
+          nlohmann::json()};
   set_rng_state({args.seed, 0});
   if (!args.load.empty()) resume(args.load, config, s, out);
 

@@ -96,17 +96,17 @@ Model init_model(const Config& c, int64_t vocab) {
 // One pre-norm transformer layer. x (B, T, C) -> (B, T, C).
 Tensor layer_forward(const Layer& p, const Tensor& x, const RopeTables& rope, const Config& c) {
   const int64_t b = x.size(0), t = x.size(1), hd = c.dim / c.heads;
-  Tensor h = rms_norm(x, p.attn_norm);                                                  // (B, T, C)
-  Tensor q = linear(h, p.wq).view({b, t, c.heads, hd}).transpose(1, 2);                  // (B, H, T, hd)
-  Tensor k = linear(h, p.wk).view({b, t, c.kv_heads, hd}).transpose(1, 2);               // (B, Hkv, T, hd)
-  Tensor v = linear(h, p.wv).view({b, t, c.kv_heads, hd}).transpose(1, 2);               // (B, Hkv, T, hd)
+  Tensor h = rms_norm(x, p.attn_norm);                                      // (B, T, C)
+  Tensor q = linear(h, p.wq).view({b, t, c.heads, hd}).transpose(1, 2);     // (B, H, T, hd)
+  Tensor k = linear(h, p.wk).view({b, t, c.kv_heads, hd}).transpose(1, 2);  // (B, Hkv, T, hd)
+  Tensor v = linear(h, p.wv).view({b, t, c.kv_heads, hd}).transpose(1, 2);  // (B, Hkv, T, hd)
   AttentionOptions opt;
   opt.kernel = c.attention;
   Tensor a = scaled_dot_product_attention(apply_rope(q, rope.cos, rope.sin), apply_rope(k, rope.cos, rope.sin), v,
-                                          opt);                                          // (B, H, T, hd)
-  Tensor x1 = add(x, linear(a.transpose(1, 2).reshape({b, t, c.heads * hd}), p.wo));    // (B, T, C)
-  Tensor m = rms_norm(x1, p.mlp_norm);                                                   // (B, T, C)
-  return add(x1, linear(swiglu(linear(m, p.w_gate), linear(m, p.w_up)), p.w_down));     // (B, T, C)
+                                          opt);                                       // (B, H, T, hd)
+  Tensor x1 = add(x, linear(a.transpose(1, 2).reshape({b, t, c.heads * hd}), p.wo));  // (B, T, C)
+  Tensor m = rms_norm(x1, p.mlp_norm);                                                // (B, T, C)
+  return add(x1, linear(swiglu(linear(m, p.w_gate), linear(m, p.w_up)), p.w_down));   // (B, T, C)
 }
 
 // Logits (B, T, V) of token ids (B, T).
@@ -201,9 +201,7 @@ std::string sample(const Model& model, const Corpus& corpus, const std::string& 
   return out;
 }
 
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
+double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 }  // namespace
 
@@ -251,12 +249,13 @@ int run_demo(const std::vector<std::string>& argv) {
   opt.lr = c.lr;
   int64_t n_params = 0;
   for (const Tensor& p : model.params()) n_params += p.numel();
-  std::printf("tidal demo: %lld-layer transformer (dim %lld, %lld heads, %lld kv heads, %s attention), %lld "
-              "parameters, vocabulary %lld characters of generated text\n",
-              (long long)c.layers, (long long)c.dim, (long long)c.heads, (long long)c.kv_heads, attention.c_str(),
-              (long long)n_params, (long long)model.vocab);
-  std::printf("training %lld steps of %lld x %lld tokens%s\n", (long long)c.steps, (long long)c.batch,
-              (long long)c.seq, c.checkpoint ? " with activation checkpointing" : "");
+  std::printf(
+      "tidal demo: %lld-layer transformer (dim %lld, %lld heads, %lld kv heads, %s attention), %lld "
+      "parameters, vocabulary %lld characters of generated text\n",
+      (long long)c.layers, (long long)c.dim, (long long)c.heads, (long long)c.kv_heads, attention.c_str(),
+      (long long)n_params, (long long)model.vocab);
+  std::printf("training %lld steps of %lld x %lld tokens%s\n", (long long)c.steps, (long long)c.batch, (long long)c.seq,
+              c.checkpoint ? " with activation checkpointing" : "");
 
   Allocator& dev = device_allocator(Device::cpu());
   double t0 = now_s();
@@ -303,8 +302,8 @@ int run_demo(const std::vector<std::string>& argv) {
   std::printf("\nactivation checkpointing, one step of %lld x %lld tokens:\n", (long long)c.batch, (long long)c.seq);
   std::printf("  %-22s %18s %10s\n", "", "peak activations", "loss");
   std::printf("  %-22s %18s %10.6f\n", "keep every activation", format_bytes(peak[0]).c_str(), losses[0]);
-  std::printf("  %-22s %18s %10.6f   gradients %s\n", "checkpoint each layer", format_bytes(peak[1]).c_str(),
-              losses[1], identical ? "bitwise identical" : "DIFFER");
+  std::printf("  %-22s %18s %10.6f   gradients %s\n", "checkpoint each layer", format_bytes(peak[1]).c_str(), losses[1],
+              identical ? "bitwise identical" : "DIFFER");
   std::printf("\nsample: %s\n", sample(model, corpus, "the ", 100).c_str());
   return identical ? kOk : kError;
 }

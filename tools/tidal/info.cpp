@@ -18,7 +18,7 @@ int run_info(const std::vector<std::string>& argv) {
   std::printf("  threads        %d kernel threads (OpenMP), %u hardware threads\n", num_threads(),
               std::thread::hardware_concurrency());
   std::printf("  device memory  %s\n", limit > 0 ? (format_bytes(limit) + " limit (TIDAL_DEVICE_MEMORY)").c_str()
-                                                  : "no limit (set TIDAL_DEVICE_MEMORY to emulate a smaller device)");
+                                                 : "no limit (set TIDAL_DEVICE_MEMORY to emulate a smaller device)");
   return kOk;
 }
 

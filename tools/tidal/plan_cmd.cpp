@@ -17,12 +17,13 @@ int run_plan(const std::vector<std::string>& argv) {
   std::vector<std::string> own, train_argv;
   for (size_t i = 0; i < argv.size(); ++i) {
     if (argv[i] == "--help" || argv[i] == "-h") {
-      std::printf("usage: tidal plan [tidal train flags] [--memory BYTES] [--headroom PERCENT]\n\n"
-                  "Predicts the device memory of one training step of that configuration (nothing is allocated:\n"
-                  "any preset size works) and, against --memory (default: TIDAL_DEVICE_MEMORY) less --headroom\n"
-                  "percent (default 10), which of tidal's memory features make it fit, in the triage order. Exit\n"
-                  "code 0 when it fits (as given or with the plan), 3 when nothing does. The other flags are\n"
-                  "tidal train's ('tidal train --help'); docs/profiling.md, \"Planning before training\".\n");
+      std::printf(
+          "usage: tidal plan [tidal train flags] [--memory BYTES] [--headroom PERCENT]\n\n"
+          "Predicts the device memory of one training step of that configuration (nothing is allocated:\n"
+          "any preset size works) and, against --memory (default: TIDAL_DEVICE_MEMORY) less --headroom\n"
+          "percent (default 10), which of tidal's memory features make it fit, in the triage order. Exit\n"
+          "code 0 when it fits (as given or with the plan), 3 when nothing does. The other flags are\n"
+          "tidal train's ('tidal train --help'); docs/profiling.md, \"Planning before training\".\n");
       return kOk;
     }
     if (argv[i] == "--memory" || argv[i] == "--headroom") {

@@ -20,7 +20,8 @@ int run_prepare(const std::vector<std::string>& argv) {
       .option("output-prefix", "writes PREFIX.bin and PREFIX.idx (Megatron's MMapIndexedDataset)", "PREFIX")
       .option("dtype", "token type: uint16, int32, ... (default: the smallest that holds the vocabulary)", "TYPE")
       .flag("append-eod", "end each document with <|endoftext|>");
-  if (parse_or_help(a, argv, "--input FILE|DIR [FILE ...] --tokenizer tokenizer.json --output-prefix PREFIX "
+  if (parse_or_help(a, argv,
+                    "--input FILE|DIR [FILE ...] --tokenizer tokenizer.json --output-prefix PREFIX "
                     "[options]"))
     return kOk;
   TIDAL_CHECK(a.has("tokenizer"), "tidal prepare: --tokenizer tokenizer.json is required");
@@ -44,7 +45,8 @@ int run_prepare(const std::vector<std::string>& argv) {
     const std::vector<std::string_view> docs = data::split_text(text, split);
     for (size_t first = 0; first < docs.size();) {
       size_t last = first, batch_bytes = 0;
-      while (last < docs.size() && (last == first || batch_bytes < (size_t(32) << 20))) batch_bytes += docs[last++].size();
+      while (last < docs.size() && (last == first || batch_bytes < (size_t(32) << 20)))
+        batch_bytes += docs[last++].size();
       ids = tok.encode_batch(std::vector<std::string_view>(docs.begin() + long(first), docs.begin() + long(last)));
       for (std::vector<int64_t>& doc_ids : ids) {
         if (eod) doc_ids.push_back(eod_id);

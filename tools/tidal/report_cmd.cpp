@@ -18,8 +18,10 @@ int run_report(const std::vector<std::string>& argv) {
   }
   const std::string dir = argv[0];
   const std::string path = dir + "/summary.json";
-  TIDAL_CHECK(std::filesystem::exists(path), "tidal report: ", dir, " holds no profile (no summary.json); write one "
-              "with 'tidal train --profile ", dir, "'");
+  TIDAL_CHECK(std::filesystem::exists(path), "tidal report: ", dir,
+              " holds no profile (no summary.json); write one "
+              "with 'tidal train --profile ",
+              dir, "'");
   nlohmann::json summary;
   try {
     summary = nlohmann::json::parse(io::read_file(path));
@@ -29,8 +31,10 @@ int run_report(const std::vector<std::string>& argv) {
   TIDAL_CHECK(summary.value("version", 0) == 1, "tidal report: ", path, " is not a tidal profile summary (version ",
               summary.value("version", 0), ")");
   std::fputs(profile::format_summary(summary).c_str(), stdout);
-  std::printf("\nfiles in %s: trace.json (open in https://ui.perfetto.dev or chrome://tracing), memory_timeline.csv, "
-              "memory_report.md, memory.svg, timeline.svg\n", dir.c_str());
+  std::printf(
+      "\nfiles in %s: trace.json (open in https://ui.perfetto.dev or chrome://tracing), memory_timeline.csv, "
+      "memory_report.md, memory.svg, timeline.svg\n",
+      dir.c_str());
   return kOk;
 }
 

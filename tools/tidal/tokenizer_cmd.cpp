@@ -58,10 +58,11 @@ int train(const std::vector<std::string>& argv) {
   for (const auto& ids : tok.encode_batch(std::vector<std::string_view>(docs.begin(), docs.end()), false))
     tokens += int64_t(ids.size());
   const double encode_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  std::printf("trained a %lld-token vocabulary (%lld merges) on %zu files, %zu documents, %.2f MB "
-              "(%lld words, %lld distinct) in %.2f s\n",
-              (long long)tok.vocab_size(), (long long)stats.merges, files.size(), docs.size(), double(stats.bytes) / 1e6,
-              (long long)stats.words, (long long)stats.unique_words, stats.seconds);
+  std::printf(
+      "trained a %lld-token vocabulary (%lld merges) on %zu files, %zu documents, %.2f MB "
+      "(%lld words, %lld distinct) in %.2f s\n",
+      (long long)tok.vocab_size(), (long long)stats.merges, files.size(), docs.size(), double(stats.bytes) / 1e6,
+      (long long)stats.words, (long long)stats.unique_words, stats.seconds);
   std::printf("on the training text: %lld tokens, %.3f bytes/token (encoded at %.1f MB/s)\n", (long long)tokens,
               double(stats.bytes) / double(std::max<int64_t>(tokens, 1)), double(stats.bytes) / encode_s / 1e6);
   if (stats.merges < opt.vocab_size - 256 - int64_t(opt.special_tokens.size()))

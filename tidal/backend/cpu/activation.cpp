@@ -2,9 +2,9 @@
 
 #include <tuple>
 
-#include "tidal/dtype_dispatch.h"
 #include "tidal/backend/cpu/elementwise.h"
 #include "tidal/backend/cpu/elementwise_loops.h"
+#include "tidal/dtype_dispatch.h"
 
 namespace tidal::cpu {
 namespace {
@@ -40,20 +40,26 @@ void flat_map(const Tensor& out, F f, const In&... in) {
 // out = f(x): flat when contiguous, else the strided loop.
 template <typename T, typename F>
 void map1(const Tensor& out, const Tensor& x, F f) {
-  if (all_contiguous({&out, &x})) flat_map<T>(out, f, x);
-  else unary_loop<T>(out, x, f);
+  if (all_contiguous({&out, &x}))
+    flat_map<T>(out, f, x);
+  else
+    unary_loop<T>(out, x, f);
 }
 
 template <typename T, typename F>
 void map2(const Tensor& out, const Tensor& a, const Tensor& b, F f) {
-  if (all_contiguous({&out, &a, &b})) flat_map<T>(out, f, a, b);
-  else binary_loop<T>(out, a, b, f);
+  if (all_contiguous({&out, &a, &b}))
+    flat_map<T>(out, f, a, b);
+  else
+    binary_loop<T>(out, a, b, f);
 }
 
 template <typename T, typename F>
 void map3(const Tensor& out, const Tensor& a, const Tensor& b, const Tensor& c, F f) {
-  if (all_contiguous({&out, &a, &b, &c})) flat_map<T>(out, f, a, b, c);
-  else ternary_loop<T>(out, a, b, c, f);
+  if (all_contiguous({&out, &a, &b, &c}))
+    flat_map<T>(out, f, a, b, c);
+  else
+    ternary_loop<T>(out, a, b, c, f);
 }
 
 // dgate and dup together: five operands (two outputs, three inputs) of one shape.
@@ -62,7 +68,7 @@ void swiglu_backward_both(const Tensor& dgate, const Tensor& dup, const Tensor& 
                           const Tensor& up) {
   using A = acc_t<T>;
   // One contiguous run: dg/du out, gp/a/b in.
-  const auto run = [](T* dg, T* du, const T* gp, const T* a, const T* b, int64_t n) __attribute__((flatten)) {
+  const auto run = [](T * dg, T * du, const T* gp, const T* a, const T* b, int64_t n) __attribute__((flatten)) {
 #pragma omp simd
     for (int64_t i = 0; i < n; ++i) {
       const A x = A(a[i]), gv = A(gp[i]), sg = fast_sigmoid(x);
@@ -74,9 +80,8 @@ void swiglu_backward_both(const Tensor& dgate, const Tensor& dup, const Tensor& 
     T* dg = dgate.data<T>();
     T* du = dup.data<T>();
     const T *gp = g.data<T>(), *a = gate.data<T>(), *b = up.data<T>();
-    parallel_for(0, dgate.numel(), kElementwiseGrain, [&](int64_t i0, int64_t i1) {
-      run(dg + i0, du + i0, gp + i0, a + i0, b + i0, i1 - i0);
-    });
+    parallel_for(0, dgate.numel(), kElementwiseGrain,
+                 [&](int64_t i0, int64_t i1) { run(dg + i0, du + i0, gp + i0, a + i0, b + i0, i1 - i0); });
     return;
   }
   const Shape& shape = dgate.shape();

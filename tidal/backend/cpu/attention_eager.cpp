@@ -4,8 +4,8 @@
 #include <limits>
 #include <vector>
 
-#include "tidal/dtype_dispatch.h"
 #include "tidal/base/parallel.h"
+#include "tidal/dtype_dispatch.h"
 
 namespace tidal::cpu {
 namespace {
@@ -60,9 +60,8 @@ void softmax_backward_typed(const Tensor& gx, const Tensor& gp, const Tensor& pr
 }  // namespace
 
 void scaled_masked_softmax_forward(const Tensor& probs, const Tensor& scores, double scale, bool causal) {
-  dispatch_float(scores.dtype(), "scaled_masked_softmax", [&](auto tag) {
-    softmax_forward_typed<typename decltype(tag)::type>(probs, scores, scale, causal);
-  });
+  dispatch_float(scores.dtype(), "scaled_masked_softmax",
+                 [&](auto tag) { softmax_forward_typed<typename decltype(tag)::type>(probs, scores, scale, causal); });
 }
 
 void scaled_masked_softmax_backward(const Tensor& grad_scores, const Tensor& grad_probs, const Tensor& probs,

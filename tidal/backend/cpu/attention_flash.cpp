@@ -14,9 +14,9 @@
 
 #include "tidal/backend/cpu/attention_eager.h"
 #include "tidal/backend/cpu/blas.h"
-#include "tidal/dtype_dispatch.h"
-#include "tidal/base/parallel.h"
 #include "tidal/backend/cpu/philox.h"
+#include "tidal/base/parallel.h"
+#include "tidal/dtype_dispatch.h"
 
 namespace tidal::cpu {
 namespace {
@@ -134,8 +134,14 @@ void for_tasks(int64_t n, int64_t slots, F&& f) {
 struct Dims {
   int64_t b, hq, hkv, g, t, s, d, dv;
   explicit Dims(const Tensor& q, const Tensor& k, const Tensor& v)
-      : b(q.size(0)), hq(q.size(1)), hkv(k.size(1)), g(q.size(1) / k.size(1)), t(q.size(2)), s(k.size(2)),
-        d(q.size(3)), dv(v.size(3)) {}
+      : b(q.size(0)),
+        hq(q.size(1)),
+        hkv(k.size(1)),
+        g(q.size(1) / k.size(1)),
+        t(q.size(2)),
+        s(k.size(2)),
+        d(q.size(3)),
+        dv(v.size(3)) {}
   double flops() const { return 2.0 * double(b * hq * t * s) * double(d + dv); }
   uint64_t rng_pos(const FlashArgs& cfg, int64_t bi, int64_t h, int64_t i, int64_t j) const {
     return cfg.rng_start + uint64_t(((bi * hq + h) * t + i) * s + j);
@@ -150,8 +156,8 @@ struct ForwardLayout {
 ForwardLayout forward_layout(const Dims& n) {
   const int64_t nqb = (n.t + kFwdBlockQ - 1) / kFwdBlockQ, tasks = n.b * n.hq * nqb;
   return {tasks, slots_for(tasks, n.flops()),
-          arena_size({kFwdBlockQ * n.d, kFwdBlockK * n.d, kFwdBlockK * n.dv, kFwdBlockQ * kFwdBlockK,
-                      kFwdBlockQ * n.dv, kFwdBlockQ, kFwdBlockQ, kFwdBlockK, kFwdBlockK + 8})};
+          arena_size({kFwdBlockQ * n.d, kFwdBlockK * n.d, kFwdBlockK * n.dv, kFwdBlockQ * kFwdBlockK, kFwdBlockQ * n.dv,
+                      kFwdBlockQ, kFwdBlockQ, kFwdBlockK, kFwdBlockK + 8})};
 }
 
 struct BackwardLayout {
@@ -167,9 +173,9 @@ BackwardLayout backward_layout(const Dims& n, const Tensor& dq, bool acc_dtype) 
   const bool dq_buffered = dq.defined() && !dq_in_place;
   const int64_t tasks = n.b * n.hkv;
   return {(n.b * n.hq * n.t + 15) / 16 * 16, dq_buffered, tasks, slots_for(tasks, 2.5 * n.flops()),
-          arena_size({kBwdBlockQ * n.d, kBwdBlockQ * n.dv, kBwdBlockK * n.d, kBwdBlockK * n.dv,
-                      kBwdBlockQ * kBwdBlockK, kBwdBlockQ * kBwdBlockK, kBwdBlockK * n.d, kBwdBlockK * n.dv,
-                      kBwdBlockK, kBwdBlockK + 8, dq_buffered ? n.g * n.t * n.d : 0})};
+          arena_size({kBwdBlockQ * n.d, kBwdBlockQ * n.dv, kBwdBlockK * n.d, kBwdBlockK * n.dv, kBwdBlockQ * kBwdBlockK,
+                      kBwdBlockQ * kBwdBlockK, kBwdBlockK * n.d, kBwdBlockK * n.dv, kBwdBlockK, kBwdBlockK + 8,
+                      dq_buffered ? n.g * n.t * n.d : 0})};
 }
 
 template <typename T>
@@ -311,7 +317,7 @@ void backward_typed(const FlashArgs& cfg, const Tensor& dq, const Tensor& dk, co
           const int64_t nq = std::min(kBwdBlockQ, n.t - i0);
           const Mat<A> qt = tile<A>(qv.row(b, h, i0), qv.s2, qv.s3, nq, n.d, qbuf);
           const Mat<A> dot = tile<A>(dov.row(b, h, i0), dov.s2, dov.s3, nq, n.dv, dobuf);
-          blas::gemm(false, true, nq, nk, n.d, scale, qt.p, qt.ld, kt.p, kt.ld, A(0), p, kBwdBlockK);    // S
+          blas::gemm(false, true, nq, nk, n.d, scale, qt.p, qt.ld, kt.p, kt.ld, A(0), p, kBwdBlockK);     // S
           blas::gemm(false, true, nq, nk, n.dv, A(1), dot.p, dot.ld, vt.p, vt.ld, A(0), ds, kBwdBlockK);  // dP
           for (int64_t r = 0; r < nq; ++r) {
             const int64_t i = i0 + r, nv = std::clamp<int64_t>(visible_keys(cfg.causal, i, n.t, n.s) - j0, 0, nk);
@@ -323,7 +329,7 @@ void backward_typed(const FlashArgs& cfg, const Tensor& dq, const Tensor& dk, co
 #pragma omp simd
               for (int64_t c = 0; c < nv; ++c) {
                 const A e = fast_exp(pr[c] - row_lse);
-                pr[c] = e * z[c];                     // dropped probabilities, for dV
+                pr[c] = e * z[c];                        // dropped probabilities, for dV
                 dr[c] = e * (dr[c] * z[c] - row_delta);  // dS
               }
             } else {
@@ -379,8 +385,8 @@ void flash_attention_forward(const FlashArgs& cfg, const Tensor& out, const Tens
 }
 
 void flash_attention_backward(const FlashArgs& cfg, const Tensor& dq, const Tensor& dk, const Tensor& dv,
-                              const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
-                              const Tensor& out, const Tensor& lse, const Tensor& workspace) {
+                              const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                              const Tensor& lse, const Tensor& workspace) {
   dispatch_float(q.dtype(), "flash_attention", [&](auto tag) {
     backward_typed<typename decltype(tag)::type>(cfg, dq, dk, dv, dout, q, k, v, out, lse, workspace);
   });

@@ -25,7 +25,7 @@ void flash_attention_forward(const FlashArgs& cfg, const Tensor& out, const Tens
 // an undefined one is not computed. Parallel over (batch, kv head): each task owns the dk/dv rows of
 // its kv head and the dq rows of the query heads that share it, so no two threads write one row.
 void flash_attention_backward(const FlashArgs& cfg, const Tensor& dq, const Tensor& dk, const Tensor& dv,
-                              const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
-                              const Tensor& out, const Tensor& lse, const Tensor& workspace);
+                              const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                              const Tensor& lse, const Tensor& workspace);
 
 }  // namespace tidal::cpu

@@ -4,8 +4,8 @@
 
 #include <algorithm>
 
-#include "tidal/base/parallel.h"
 #include "tidal/base/error.h"
+#include "tidal/base/parallel.h"
 
 namespace tidal::cpu::blas {
 
@@ -17,8 +17,8 @@ void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alp
       for (int64_t j = 0; j < n; ++j) c[i * ldc + j] = beta == 0.f ? 0.f : beta * c[i * ldc + j];
     return;
   }
-  const dnnl_status_t st = dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', m, n, k, alpha, a, lda, b, ldb,
-                                      beta, c, ldc);
+  const dnnl_status_t st =
+      dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
   TIDAL_ASSERT(st == dnnl_success, "dnnl_sgemm failed with status ", int(st), " for m=", m, " n=", n, " k=", k,
                " lda=", lda, " ldb=", ldb, " ldc=", ldc);
 }

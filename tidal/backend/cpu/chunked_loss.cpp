@@ -3,9 +3,9 @@
 #include <cmath>
 
 #include "tidal/backend/cpu/blas.h"
-#include "tidal/dtype_dispatch.h"
-#include "tidal/base/parallel.h"
 #include "tidal/backend/cpu/softmax.h"
+#include "tidal/base/parallel.h"
+#include "tidal/dtype_dispatch.h"
 
 namespace tidal::cpu {
 namespace {
@@ -59,7 +59,8 @@ double forward_typed(const Tensor& hidden, const Tensor& weight, const Tensor& t
     blas::gemm(false, true, n, V, C, A(1), hc, C, w, C, A(0), x, V);  // logits (n, V) = h W^T
     rows_forward(x, t + r0, loss + r0, n, V, a.ignore_index, A(a.grad_scale), grad);
     if (gh != nullptr) blas::gemm(false, false, n, C, V, A(1), x, V, w, C, A(0), gh + r0 * C, C);  // dlogits W
-    if (gw != nullptr) blas::gemm(true, false, V, C, n, A(1), x, V, hc, C, A(r0 == 0 ? 0 : 1), gw, C);  // += dlogits^T h
+    if (gw != nullptr)
+      blas::gemm(true, false, V, C, n, A(1), x, V, hc, C, A(r0 == 0 ? 0 : 1), gw, C);  // += dlogits^T h
   }
   double sum = 0;
   for (int64_t r = 0; r < N; ++r)  // fixed order: independent of the thread count and of the chunks
@@ -79,9 +80,9 @@ int64_t count_not_ignored(const Tensor& targets, int64_t ignore_index) {
   return count;
 }
 
-double chunked_lm_loss_forward(const Tensor& hidden, const Tensor& weight, const Tensor& targets,
-                               const Tensor& logits, const Tensor& row_loss, const Tensor& grad_hidden,
-                               const Tensor& grad_weight, const ChunkedLossArgs& a) {
+double chunked_lm_loss_forward(const Tensor& hidden, const Tensor& weight, const Tensor& targets, const Tensor& logits,
+                               const Tensor& row_loss, const Tensor& grad_hidden, const Tensor& grad_weight,
+                               const ChunkedLossArgs& a) {
   double sum = 0;
   auto run = [&](auto tag) {
     using A = typename decltype(tag)::type;

@@ -17,8 +17,8 @@ int64_t count_not_ignored(const Tensor& targets, int64_t ignore_index);
 // (targets i32/i64); logits (>= min(chunk, rows), V) the working buffer; row_loss (rows). grad_hidden
 // (rows, C) and grad_weight (V, C) are written when defined. Returns the sum of the non-ignored row
 // losses added in row order: cross_entropy's order, so the mean has the same bits.
-double chunked_lm_loss_forward(const Tensor& hidden, const Tensor& weight, const Tensor& targets,
-                               const Tensor& logits, const Tensor& row_loss, const Tensor& grad_hidden,
-                               const Tensor& grad_weight, const ChunkedLossArgs& a);
+double chunked_lm_loss_forward(const Tensor& hidden, const Tensor& weight, const Tensor& targets, const Tensor& logits,
+                               const Tensor& row_loss, const Tensor& grad_hidden, const Tensor& grad_weight,
+                               const ChunkedLossArgs& a);
 
 }  // namespace tidal::cpu

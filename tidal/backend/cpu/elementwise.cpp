@@ -5,9 +5,9 @@
 #include <cstring>
 #include <vector>
 
-#include "tidal/dtype_dispatch.h"
 #include "tidal/backend/cpu/elementwise_loops.h"
 #include "tidal/backend/cpu/vec_math.h"
+#include "tidal/dtype_dispatch.h"
 
 namespace tidal::cpu {
 
@@ -156,8 +156,7 @@ bool try_tiled_copy(const Tensor& dst, const Tensor& src) {
 void unary(Unary op, const Tensor& out, const Tensor& in, double s) {
   if (is_integral(in.dtype())) {
     TIDAL_CHECK(op == Unary::neg || op == Unary::abs || op == Unary::add_scalar || op == Unary::mul_scalar ||
-                    op == Unary::rsub_scalar || op == Unary::clamp_min || op == Unary::clamp_max ||
-                    op == Unary::square,
+                    op == Unary::rsub_scalar || op == Unary::clamp_min || op == Unary::clamp_max || op == Unary::square,
                 "[elementwise] this op needs a floating tensor, got ", in.dtype());
     dispatch_all(in.dtype(), "elementwise", [&](auto tag) {
       using T = typename decltype(tag)::type;
@@ -178,7 +177,8 @@ void unary(Unary op, const Tensor& out, const Tensor& in, double s) {
     });
     return;
   }
-  dispatch_float(in.dtype(), "elementwise", [&](auto tag) { unary_typed<typename decltype(tag)::type>(op, out, in, s); });
+  dispatch_float(in.dtype(), "elementwise",
+                 [&](auto tag) { unary_typed<typename decltype(tag)::type>(op, out, in, s); });
 }
 
 void binary(Binary op, const Tensor& out, const Tensor& a, const Tensor& b, double alpha) {
@@ -191,8 +191,7 @@ void binary(Binary op, const Tensor& out, const Tensor& a, const Tensor& b, doub
         case Binary::add: return binary_loop<T>(out, a, b, [al](T x, T y) { return T(x + al * y); });
         case Binary::sub: return binary_loop<T>(out, a, b, [al](T x, T y) { return T(x - al * y); });
         case Binary::mul: return binary_loop<T>(out, a, b, [](T x, T y) { return T(x * y); });
-        case Binary::div:
-          return binary_loop<T>(out, a, b, [](T x, T y) { return y == 0 ? T(0) : T(x / y); });
+        case Binary::div: return binary_loop<T>(out, a, b, [](T x, T y) { return y == 0 ? T(0) : T(x / y); });
         case Binary::maximum: return binary_loop<T>(out, a, b, [](T x, T y) { return x < y ? y : x; });
         case Binary::minimum: return binary_loop<T>(out, a, b, [](T x, T y) { return y < x ? y : x; });
         default: return;
@@ -241,11 +240,10 @@ void masked_fill(const Tensor& out, const Tensor& x, const Tensor& mask, double 
     using T = typename decltype(tag)::type;
     const T v = T(acc_t<T>(value));
     const Shape& shape = out.shape();
-    auto loop = make_loop<3>(shape,
-                             {static_cast<char*>(out.raw_data()), static_cast<char*>(x.raw_data()),
-                              static_cast<char*>(mask.raw_data())},
-                             {broadcast_byte_strides(out, shape), broadcast_byte_strides(x, shape),
-                              broadcast_byte_strides(mask, shape)});
+    auto loop = make_loop<3>(
+        shape,
+        {static_cast<char*>(out.raw_data()), static_cast<char*>(x.raw_data()), static_cast<char*>(mask.raw_data())},
+        {broadcast_byte_strides(out, shape), broadcast_byte_strides(x, shape), broadcast_byte_strides(mask, shape)});
     for_each(loop, kElementwiseGrain, [v](const std::array<char*, 3>& p, const std::array<int64_t, 3>& s, int64_t n) {
       for (int64_t i = 0; i < n; ++i)
         *reinterpret_cast<T*>(p[0] + i * s[0]) =

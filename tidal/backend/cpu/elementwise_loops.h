@@ -24,8 +24,7 @@ void unary_loop(const Tensor& out, const Tensor& in, F f) {
 #pragma omp simd
       for (int64_t i = 0; i < n; ++i) o[i] = Out(f(acc_t<T>(x[i])));
     } else {
-      for (int64_t i = 0; i < n; ++i)
-        *reinterpret_cast<Out*>(p[0] + i * s[0]) = Out(f(load<T>(p[1] + i * s[1])));
+      for (int64_t i = 0; i < n; ++i) *reinterpret_cast<Out*>(p[0] + i * s[0]) = Out(f(load<T>(p[1] + i * s[1])));
     }
   });
 }
@@ -34,11 +33,9 @@ void unary_loop(const Tensor& out, const Tensor& in, F f) {
 template <typename T, typename Out = T, typename F>
 void binary_loop(const Tensor& out, const Tensor& a, const Tensor& b, F f) {
   const Shape& shape = out.shape();
-  auto loop = make_loop<3>(shape,
-                           {static_cast<char*>(out.raw_data()), static_cast<char*>(a.raw_data()),
-                            static_cast<char*>(b.raw_data())},
-                           {broadcast_byte_strides(out, shape), broadcast_byte_strides(a, shape),
-                            broadcast_byte_strides(b, shape)});
+  auto loop = make_loop<3>(
+      shape, {static_cast<char*>(out.raw_data()), static_cast<char*>(a.raw_data()), static_cast<char*>(b.raw_data())},
+      {broadcast_byte_strides(out, shape), broadcast_byte_strides(a, shape), broadcast_byte_strides(b, shape)});
   for_each(loop, kElementwiseGrain, [&](const std::array<char*, 3>& p, const std::array<int64_t, 3>& s, int64_t n) {
     Out* o = reinterpret_cast<Out*>(p[0]);
     const T* x = reinterpret_cast<const T*>(p[1]);

@@ -5,8 +5,8 @@
 #include <type_traits>
 #include <vector>
 
-#include "tidal/dtype_dispatch.h"
 #include "tidal/base/parallel.h"
+#include "tidal/dtype_dispatch.h"
 
 namespace tidal::cpu {
 namespace {
@@ -55,8 +55,10 @@ void backward_typed(const Tensor& grad_weight, const Tensor& g, const Tensor& id
         continue;
       }
       A* dst = nullptr;
-      if constexpr (std::is_same_v<T, A>) dst = row;
-      else dst = acc.data();
+      if constexpr (std::is_same_v<T, A>)
+        dst = row;
+      else
+        dst = acc.data();
       const T* g0 = gp + order[size_t(first)] * c;
 #pragma omp simd
       for (int64_t j = 0; j < c; ++j) dst[j] = A(g0[j]);

@@ -5,8 +5,8 @@
 #include <numeric>
 #include <type_traits>
 
-#include "tidal/dtype_dispatch.h"
 #include "tidal/base/parallel.h"
+#include "tidal/dtype_dispatch.h"
 
 namespace tidal::cpu {
 namespace {
@@ -269,9 +269,8 @@ void gather_kernel(const Tensor& out, const Tensor& x, const Tensor& index, int 
                      io = index_operand(index, iter, dim);
   dispatch_index(index.dtype(), "gather", [&](auto itag) {
     using IT = typename decltype(itag)::type;
-    dispatch_bits(x.itemsize(), [&](auto dtag) {
-      gather_typed<typename decltype(dtag)::type, IT>(oo, xo, io, iter[dim]);
-    });
+    dispatch_bits(x.itemsize(),
+                  [&](auto dtag) { gather_typed<typename decltype(dtag)::type, IT>(oo, xo, io, iter[dim]); });
   });
 }
 
@@ -282,9 +281,8 @@ void scatter_add_kernel(const Tensor& out, const Tensor& src, const Tensor& inde
                      io = index_operand(index, iter, dim);
   dispatch_index(index.dtype(), "scatter_add", [&](auto itag) {
     using IT = typename decltype(itag)::type;
-    dispatch_all(out.dtype(), "scatter_add", [&](auto tag) {
-      scatter_add_typed<typename decltype(tag)::type, IT>(oo, so, io, iter[dim]);
-    });
+    dispatch_all(out.dtype(), "scatter_add",
+                 [&](auto tag) { scatter_add_typed<typename decltype(tag)::type, IT>(oo, so, io, iter[dim]); });
   });
 }
 
@@ -318,8 +316,10 @@ void topk_kernel(const Tensor& values, const Tensor& indices, const Tensor& x, i
   if (values.numel() == 0) return;
   dispatch_all(x.dtype(), "topk", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    if (largest) topk_typed<T, true>(values, indices, x, dim, k, sorted);
-    else topk_typed<T, false>(values, indices, x, dim, k, sorted);
+    if (largest)
+      topk_typed<T, true>(values, indices, x, dim, k, sorted);
+    else
+      topk_typed<T, false>(values, indices, x, dim, k, sorted);
   });
 }
 
@@ -327,8 +327,10 @@ void argsort_kernel(const Tensor& indices, const Tensor& x, int dim, bool descen
   if (x.numel() == 0) return;
   dispatch_all(x.dtype(), "argsort", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    if (descending) argsort_typed<T, true>(indices, x, dim);
-    else argsort_typed<T, false>(indices, x, dim);
+    if (descending)
+      argsort_typed<T, true>(indices, x, dim);
+    else
+      argsort_typed<T, false>(indices, x, dim);
   });
 }
 

@@ -12,7 +12,7 @@ namespace tidal::cpu {
 
 // An operand over an iteration shape split at `dim`, in elements.
 struct IndexOperand {
-  char* base = nullptr;        // first element
+  char* base = nullptr;  // first element
   int64_t itemsize = 0;
   int64_t dim_stride = 0;      // stride along `dim`
   std::vector<int64_t> outer;  // offset of each outer position (dims before `dim`, row-major)

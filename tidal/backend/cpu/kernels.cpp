@@ -38,8 +38,7 @@ class CpuKernels final : public Kernels {
   int64_t flash_forward_workspace(const Tensor& q, const Tensor& k, const Tensor& v) const override {
     return cpu::flash_forward_workspace(q, k, v);
   }
-  int64_t flash_backward_workspace(const Tensor& dq, const Tensor& q, const Tensor& k,
-                                   const Tensor& v) const override {
+  int64_t flash_backward_workspace(const Tensor& dq, const Tensor& q, const Tensor& k, const Tensor& v) const override {
     return cpu::flash_backward_workspace(dq, q, k, v);
   }
 

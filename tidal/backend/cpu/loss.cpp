@@ -2,9 +2,9 @@
 
 #include <cmath>
 
-#include "tidal/dtype_dispatch.h"
-#include "tidal/base/parallel.h"
 #include "tidal/backend/cpu/softmax.h"
+#include "tidal/base/parallel.h"
+#include "tidal/dtype_dispatch.h"
 
 namespace tidal::cpu {
 namespace {
@@ -14,9 +14,8 @@ int64_t row_grain(int64_t vocab) { return std::max<int64_t>(1, 32768 / std::max<
 // Calls f(Tag<T>{}, Tag<I>{}) for the logits' float type and the targets' index type.
 template <typename F>
 void dispatch_logits_targets(DType logits, DType targets, F&& f) {
-  dispatch_float(logits, "cross_entropy", [&](auto tt) {
-    dispatch_index(targets, "cross_entropy", [&](auto it) { f(tt, it); });
-  });
+  dispatch_float(logits, "cross_entropy",
+                 [&](auto tt) { dispatch_index(targets, "cross_entropy", [&](auto it) { f(tt, it); }); });
 }
 
 template <typename T, typename I>

@@ -4,8 +4,8 @@
 #include <vector>
 
 #include "tidal/backend/cpu/blas.h"
-#include "tidal/dtype_dispatch.h"
 #include "tidal/base/parallel.h"
+#include "tidal/dtype_dispatch.h"
 
 namespace tidal::cpu {
 namespace {

@@ -6,8 +6,8 @@
 #include <vector>
 
 #include "tidal/backend/cpu/activation.h"
-#include "tidal/dtype_dispatch.h"
 #include "tidal/base/parallel.h"
+#include "tidal/dtype_dispatch.h"
 
 namespace tidal::cpu {
 namespace {
@@ -21,8 +21,10 @@ int64_t row_grain(int64_t cols) { return std::max<int64_t>(1, kRowGrainElems / s
 // Calls f(std::true_type / std::false_type) for whether `p` is set, so inner loops have no branch.
 template <typename F>
 void with_flag(bool on, F&& f) {
-  if (on) f(std::true_type{});
-  else f(std::false_type{});
+  if (on)
+    f(std::true_type{});
+  else
+    f(std::false_type{});
 }
 
 // Adds the chunk partials ws[k][slot] (stride `chunk_stride` per chunk) in chunk order into out (cols).
@@ -146,7 +148,7 @@ void layer_norm_backward_typed(const Tensor& dx, const Tensor& dweight, const Te
     with_flag(ws != nullptr, [&](auto has_params) {
       constexpr bool kW = decltype(has_w)::value, kP = decltype(has_params)::value;
       for_chunked_rows(rows, C, gp, xp, ws, 2, [&](int64_t r, const A* gr, const A* xr, A* pw) {
-        const A* wv = w.p;  // a local: a captured member would be reloaded (gathered) in the loop
+        const A* wv = w.p;              // a local: a captured member would be reloaded (gathered) in the loop
         A* pb = kP ? pw + C : nullptr;  // pw: this chunk's partial dweight, pb: its partial dbias
         const A mu = mp[r], rs = rp[r];
         A s1 = 0, s2 = 0;  // sum(dxhat), sum(dxhat * xhat)
@@ -199,8 +201,10 @@ void rms_norm_forward_typed(const Tensor& out, const Tensor& rstd, const Tensor&
 #pragma omp simd
       for (int64_t c = 0; c < C; ++c) {
         // Rounded to T before the weight, as hidden_states.to(input_dtype) in Hugging Face.
-        if constexpr (decltype(has_w)::value) yr[c] = store_as<T>(A(store_as<T>(xr[c] * rs)) * wv[c]);
-        else yr[c] = store_as<T>(xr[c] * rs);
+        if constexpr (decltype(has_w)::value)
+          yr[c] = store_as<T>(A(store_as<T>(xr[c] * rs)) * wv[c]);
+        else
+          yr[c] = store_as<T>(xr[c] * rs);
       }
     });
   });
@@ -260,18 +264,16 @@ void layer_norm_forward(const Tensor& out, const Tensor& mean, const Tensor& rst
 }
 
 void layer_norm_backward(const Tensor& dx, const Tensor& dweight, const Tensor& dbias, const Tensor& workspace,
-                         const Tensor& g, const Tensor& x, const Tensor& mean, const Tensor& rstd,
-                         const Tensor& weight, const NormArgs& a) {
+                         const Tensor& g, const Tensor& x, const Tensor& mean, const Tensor& rstd, const Tensor& weight,
+                         const NormArgs& a) {
   dispatch_float(x.dtype(), "layer_norm", [&](auto tag) {
-    layer_norm_backward_typed<typename decltype(tag)::type>(dx, dweight, dbias, workspace, g, x, mean, rstd, weight,
-                                                            a);
+    layer_norm_backward_typed<typename decltype(tag)::type>(dx, dweight, dbias, workspace, g, x, mean, rstd, weight, a);
   });
 }
 
 void rms_norm_forward(const Tensor& out, const Tensor& rstd, const Tensor& x, const Tensor& weight, const NormArgs& a) {
-  dispatch_float(x.dtype(), "rms_norm", [&](auto tag) {
-    rms_norm_forward_typed<typename decltype(tag)::type>(out, rstd, x, weight, a);
-  });
+  dispatch_float(x.dtype(), "rms_norm",
+                 [&](auto tag) { rms_norm_forward_typed<typename decltype(tag)::type>(out, rstd, x, weight, a); });
 }
 
 void rms_norm_backward(const Tensor& dx, const Tensor& dweight, const Tensor& workspace, const Tensor& g,

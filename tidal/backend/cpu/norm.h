@@ -23,8 +23,8 @@ void layer_norm_forward(const Tensor& out, const Tensor& mean, const Tensor& rst
 // dx, dweight, dbias (each undefined when not needed) from g (rows, cols) and the saved statistics.
 // workspace: (norm_row_chunks(rows), 2, cols) acc dtype when dweight or dbias is wanted.
 void layer_norm_backward(const Tensor& dx, const Tensor& dweight, const Tensor& dbias, const Tensor& workspace,
-                         const Tensor& g, const Tensor& x, const Tensor& mean, const Tensor& rstd,
-                         const Tensor& weight, const NormArgs& a);
+                         const Tensor& g, const Tensor& x, const Tensor& mean, const Tensor& rstd, const Tensor& weight,
+                         const NormArgs& a);
 
 // out = weight * round_to_T(x * rstd), rstd = 1 / sqrt(mean(x^2) + eps) (Hugging Face's LlamaRMSNorm:
 // normalized in f32, cast back to the input dtype, then scaled); weight may be undefined.

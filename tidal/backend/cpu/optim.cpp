@@ -4,9 +4,9 @@
 #include <type_traits>
 #include <vector>
 
-#include "tidal/dtype_dispatch.h"
-#include "tidal/base/parallel.h"
 #include "tidal/backend/cpu/vec_math.h"
+#include "tidal/base/parallel.h"
+#include "tidal/dtype_dispatch.h"
 
 namespace tidal::cpu {
 namespace {
@@ -47,11 +47,11 @@ void adamw_typed(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
       } else {
         x = pp[i];
       }
-      x = x * decay;                                  // param.mul_(1 - lr * wd)
-      const S mi = mp[i] * b1 + c1 * gi;              // exp_avg.mul_(b1).add_(g, alpha=1-b1)
-      const S vi = vp[i] * b2 + c2 * gi * gi;         // exp_avg_sq.mul_(b2).addcmul_(g, g, value=1-b2)
+      x = x * decay;                                   // param.mul_(1 - lr * wd)
+      const S mi = mp[i] * b1 + c1 * gi;               // exp_avg.mul_(b1).add_(g, alpha=1-b1)
+      const S vi = vp[i] * b2 + c2 * gi * gi;          // exp_avg_sq.mul_(b2).addcmul_(g, g, value=1-b2)
       const S denom = std::sqrt(vi) / bc2_sqrt + eps;  // (exp_avg_sq.sqrt() / bc2_sqrt).add_(eps)
-      x = x - step_size * mi / denom;                 // param.addcdiv_(exp_avg, denom, value=-step_size)
+      x = x - step_size * mi / denom;                  // param.addcdiv_(exp_avg, denom, value=-step_size)
       mp[i] = mi;
       vp[i] = vi;
       if constexpr (kMaster) {

@@ -4,8 +4,8 @@
 #include <limits>
 #include <vector>
 
-#include "tidal/dtype_dispatch.h"
 #include "tidal/base/parallel.h"
+#include "tidal/dtype_dispatch.h"
 
 namespace tidal::cpu {
 namespace {
@@ -70,8 +70,7 @@ void sum_typed(const Tensor& out, const Tensor& x, int64_t outer, int64_t n, int
 }
 
 template <typename T>
-void max_typed(const Tensor& values, const Tensor& indices, const Tensor& x, int64_t outer, int64_t n,
-               int64_t inner) {
+void max_typed(const Tensor& values, const Tensor& indices, const Tensor& x, int64_t outer, int64_t n, int64_t inner) {
   using A = acc_t<T>;
   const T* xp = x.data<T>();
   T* vp = values.data<T>();
@@ -98,12 +97,13 @@ void max_typed(const Tensor& values, const Tensor& indices, const Tensor& x, int
 }  // namespace
 
 void sum_kernel(const Tensor& out, const Tensor& x, int64_t outer, int64_t n, int64_t inner, double scale) {
-  dispatch_float(x.dtype(), "sum", [&](auto tag) { sum_typed<typename decltype(tag)::type>(out, x, outer, n, inner, scale); });
+  dispatch_float(x.dtype(), "sum",
+                 [&](auto tag) { sum_typed<typename decltype(tag)::type>(out, x, outer, n, inner, scale); });
 }
 
-void max_kernel(const Tensor& values, const Tensor& indices, const Tensor& x, int64_t outer, int64_t n,
-                int64_t inner) {
-  dispatch_float(x.dtype(), "max", [&](auto tag) { max_typed<typename decltype(tag)::type>(values, indices, x, outer, n, inner); });
+void max_kernel(const Tensor& values, const Tensor& indices, const Tensor& x, int64_t outer, int64_t n, int64_t inner) {
+  dispatch_float(x.dtype(), "max",
+                 [&](auto tag) { max_typed<typename decltype(tag)::type>(values, indices, x, outer, n, inner); });
 }
 
 void max_backward_kernel(const Tensor& grad_in, const Tensor& g, const Tensor& indices, int64_t outer, int64_t n,

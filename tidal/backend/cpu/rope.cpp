@@ -5,8 +5,8 @@
 #include <cmath>
 #include <vector>
 
-#include "tidal/dtype_dispatch.h"
 #include "tidal/base/parallel.h"
+#include "tidal/dtype_dispatch.h"
 
 namespace tidal::cpu {
 namespace {
@@ -89,8 +89,10 @@ void rope_typed(const Tensor& out, const Tensor& x, const Tensor& cos, const Ten
       T* orow = op + idx[0] * out.stride(0) + idx[1] * out.stride(1) + t * out.stride(2);
       const T* cr = cp + t * cos.stride(0);
       const T* sr = sp + t * sin.stride(0);
-      if (unit) row.contiguous(orow, xr, cr, sr);
-      else row.strided(orow, sod, xr, sxd, cr, scd, sr, ssd);
+      if (unit)
+        row.contiguous(orow, xr, cr, sr);
+      else
+        row.strided(orow, sod, xr, sxd, cr, scd, sr, ssd);
     }
   });
 }

@@ -5,8 +5,8 @@
 #include <type_traits>
 #include <vector>
 
-#include "tidal/dtype_dispatch.h"
 #include "tidal/base/parallel.h"
+#include "tidal/dtype_dispatch.h"
 
 namespace tidal::cpu {
 namespace {
@@ -38,8 +38,10 @@ void softmax_rows(T* y, const T* x, const SoftmaxArgs& a) {
       }
       // exp(x - m) is kept (in y for f32/f64, over the f32 row for bf16), then scaled: one exp each.
       A* ex;
-      if constexpr (std::is_same_v<T, A>) ex = yr;
-      else ex = buf.data();
+      if constexpr (std::is_same_v<T, A>)
+        ex = yr;
+      else
+        ex = buf.data();
       A s = 0;
 #pragma omp simd reduction(+ : s)
       for (int64_t i = 0; i < n; ++i) {
@@ -163,16 +165,20 @@ void softmax_backward_strided(T* dx, const T* g, const T* y, const SoftmaxArgs& 
 void softmax_forward(const Tensor& out, const Tensor& x, const SoftmaxArgs& a) {
   dispatch_float(x.dtype(), a.log ? "log_softmax" : "softmax", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    if (a.inner == 1) softmax_rows(out.data<T>(), x.data<T>(), a);
-    else softmax_strided(out.data<T>(), x.data<T>(), a);
+    if (a.inner == 1)
+      softmax_rows(out.data<T>(), x.data<T>(), a);
+    else
+      softmax_strided(out.data<T>(), x.data<T>(), a);
   });
 }
 
 void softmax_backward(const Tensor& dx, const Tensor& g, const Tensor& y, const SoftmaxArgs& a) {
   dispatch_float(y.dtype(), a.log ? "log_softmax" : "softmax", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    if (a.inner == 1) softmax_backward_rows(dx.data<T>(), g.data<T>(), y.data<T>(), a);
-    else softmax_backward_strided(dx.data<T>(), g.data<T>(), y.data<T>(), a);
+    if (a.inner == 1)
+      softmax_backward_rows(dx.data<T>(), g.data<T>(), y.data<T>(), a);
+    else
+      softmax_backward_strided(dx.data<T>(), g.data<T>(), y.data<T>(), a);
   });
 }
 

@@ -73,7 +73,7 @@ struct StreamWorker {
   std::deque<Task> queue;
   bool stop = false;
   bool busy = false;
-  std::exception_ptr pending;  // first error since the last event took it
+  std::exception_ptr pending;       // first error since the last event took it
   std::atomic<int64_t> busy_ns{0};  // time spent running work tasks
   std::thread thread;
   std::string name;
@@ -129,7 +129,6 @@ struct StreamWorker {
   void loop();
 };
 
-
 void StreamWorker::loop() {
   t_in_worker = true;
   for (;;) {
@@ -150,7 +149,6 @@ void StreamWorker::loop() {
     idle_cv.notify_all();
   }
 }
-
 
 // The compute stream: work runs inline on the calling thread; wait() blocks it.
 class InlineStream final : public detail::StreamImpl {

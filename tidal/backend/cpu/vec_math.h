@@ -68,8 +68,8 @@ inline const acc_t<T>* acc_row(const T* row, int64_t n, acc_t<T>* buf) {
   const int32_t ni = std::bit_cast<int32_t>(t) - 0x4B400000;  // n, in [-145, 145] unless x is NaN
   const int32_t e = std::min(std::max(ni, -126), 127) + 127;
   uint32_t y = std::bit_cast<uint32_t>(p * std::bit_cast<float>(e << 23));
-  y = ni < -126 ? 0u : y;           // would be subnormal: flush (and exp(-inf) = 0)
-  y = ni > 127 ? 0x7f800000u : y;   // inf
+  y = ni < -126 ? 0u : y;          // would be subnormal: flush (and exp(-inf) = 0)
+  y = ni > 127 ? 0x7f800000u : y;  // inf
   const uint32_t xb = std::bit_cast<uint32_t>(x);
   y = (xb & 0x7fffffffu) > 0x7f800000u ? xb : y;  // NaN stays NaN
   return std::bit_cast<float>(y);
