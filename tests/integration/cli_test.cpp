@@ -36,6 +36,12 @@ TEST(Cli, BadEnvironmentAndArgumentsAreExplained) {
   EXPECT_EQ(bad_limit.code, 1) << bad_limit.output;
   EXPECT_NE(bad_limit.output.find("TIDAL_DEVICE_MEMORY"), std::string::npos) << bad_limit.output;
 
+  // The OpenMP runtime crashed creating this many threads; now it is a clear error.
+  Result many_threads = run("TIDAL_NUM_THREADS=100000 " + kTidal + " info");
+  EXPECT_EQ(many_threads.code, 1) << many_threads.output;
+  EXPECT_NE(many_threads.output.find("TIDAL_NUM_THREADS must be an integer from 1 to 1024"), std::string::npos)
+      << many_threads.output;
+
   Result bad_number = run(kTidal + " demo --steps many");
   EXPECT_EQ(bad_number.code, 1);
   EXPECT_NE(bad_number.output.find("--steps must be an integer"), std::string::npos) << bad_number.output;

@@ -78,6 +78,7 @@ TEST(Train, FlagErrorsNameTheProblem) {
   EXPECT_NE(message({"--model", "gpt5"}).find("valid presets"), std::string::npos);
   EXPECT_NE(message({"--lr", "fast"}).find("--lr must be a number"), std::string::npos);
   EXPECT_NE(message({"--attention", "sparse"}).find("flash or eager"), std::string::npos);
+  EXPECT_NE(message({"--adam-eps", "0"}).find("--adam-eps must be > 0"), std::string::npos);
   EXPECT_NE(message({"--num-attention-heads", "5", "--model", "tiny-llama"}).find("no error"), std::string::npos);
 }
 

@@ -2,11 +2,15 @@
 
 #include <cstdlib>
 #include <string>
+#include <thread>
 
 #include "tidal/base/error.h"
 
 namespace tidal {
 namespace {
+
+// More OpenMP threads than this is a typo, not a machine (the runtime crashes creating 100,000).
+constexpr int kMaxThreads = 1024;
 
 int initial_threads() {
   if (const char* env = std::getenv("TIDAL_NUM_THREADS"); env != nullptr && *env != '\0') {
@@ -16,7 +20,8 @@ int initial_threads() {
     } catch (const std::exception&) {
       n = 0;
     }
-    TIDAL_CHECK(n >= 1, "TIDAL_NUM_THREADS must be a positive integer, got '", env, "'");
+    TIDAL_CHECK(n >= 1 && n <= kMaxThreads, "TIDAL_NUM_THREADS must be an integer from 1 to ", kMaxThreads, ", got '",
+                env, "' (this machine has ", std::thread::hardware_concurrency(), " hardware threads)");
     omp_set_num_threads(n);
     return n;
   }
@@ -33,7 +38,7 @@ int& threads() {
 int num_threads() { return threads(); }
 
 void set_num_threads(int n) {
-  TIDAL_CHECK(n >= 1, "[threads] the number of threads must be >= 1, got ", n);
+  TIDAL_CHECK(n >= 1 && n <= kMaxThreads, "[threads] the number of threads must be in [1, ", kMaxThreads, "], got ", n);
   threads() = n;
   omp_set_num_threads(n);
 }

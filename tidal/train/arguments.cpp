@@ -219,6 +219,10 @@ void parse_optimizer(const Flags& f, TrainArgs& a) {
   a.adam_beta1 = f.number("adam-beta1", a.adam_beta1, 0.0, 0.999999);
   a.adam_beta2 = f.number("adam-beta2", a.adam_beta2, 0.0, 0.999999);
   a.adam_eps = f.number("adam-eps", a.adam_eps, 0.0, 1.0);
+  // eps 0 divides by sqrt(v) = 0 wherever a gradient is 0 (an unused embedding row): NaN weights.
+  TIDAL_CHECK(a.adam_eps > 0, "tidal train: --adam-eps must be > 0, got ", a.adam_eps,
+              ": AdamW divides by sqrt(v) + eps, and a parameter whose gradient is 0 would become NaN (Megatron's "
+              "default is 1e-8)");
   a.clip_grad = f.number("clip-grad", a.clip_grad, 0.0, 1e9);
 }
 
