@@ -14,7 +14,7 @@ import sys
 LAYERS = {
     "base": 0,
     "core": 1, "backend": 1,
-    "autograd": 2, "data": 2, "io": 2,
+    "autograd": 2, "data": 2, "io": 2, "dist": 2,
     "ops": 3,
     "nn": 4, "optim": 4,
     "models": 5,

@@ -1,0 +1,88 @@
+#include "tidal/dist/collectives.h"
+
+#include <algorithm>
+
+#include "tidal/base/error.h"
+#include "tidal/memory_scope.h"
+
+namespace tidal::dist {
+namespace {
+
+void check_contiguous(const Tensor& t, const char* op, const char* name) {
+  TIDAL_CHECK(t.is_contiguous(), "[", op, "] ", name, " must be contiguous, got strides ", t.strides().str());
+}
+
+// Sum of the `size` blocks of `blocks` (size × n) in rank order into `out` (n).
+void sum_blocks_in_rank_order(Tensor out, const Tensor& blocks) {
+  out.copy_(blocks.select(0, 0));
+  for (int64_t r = 1; r < blocks.size(0); ++r) out.add_(blocks.select(0, r));
+}
+
+}  // namespace
+
+void reduce_scatter_sum(Communicator& comm, const Tensor& out, const Tensor& in) {
+  check_contiguous(out, "reduce_scatter", "out");
+  check_contiguous(in, "reduce_scatter", "in");
+  const int64_t n = out.numel(), size = comm.size();
+  TIDAL_CHECK(in.numel() == n * size && in.dtype() == out.dtype() && in.device() == out.device(),
+              "[reduce_scatter] in must hold ", size, " x ", n, " elements of ", out.dtype(), ", got ", in.numel(),
+              " of ", in.dtype());
+  MemoryScope scope(MemoryCategory::temporary);
+  Tensor blocks = empty({size, n}, in.dtype(), in.device());  // (ranks, n): every rank's block of mine
+  if (!in.is_meta()) comm.all_to_all(in.raw_data(), blocks.raw_data(), n * in.itemsize());
+  sum_blocks_in_rank_order(out.view({n}), blocks);
+}
+
+void all_gather(Communicator& comm, const Tensor& out, const Tensor& in) {
+  check_contiguous(out, "all_gather", "out");
+  check_contiguous(in, "all_gather", "in");
+  const int64_t n = in.numel(), size = comm.size();
+  TIDAL_CHECK(out.numel() == n * size && in.dtype() == out.dtype() && in.device() == out.device(),
+              "[all_gather] out must hold ", size, " x ", n, " elements of ", in.dtype(), ", got ", out.numel(),
+              " of ", out.dtype());
+  if (!in.is_meta()) comm.all_gather(in.raw_data(), out.raw_data(), n * in.itemsize());
+}
+
+void all_reduce_sum(Communicator& comm, const Tensor& t) {
+  check_contiguous(t, "all_reduce", "the tensor");
+  const int64_t n = t.numel(), size = comm.size();
+  if (size == 1 || n == 0) return;
+  const int64_t shard = (n + size - 1) / size;
+  MemoryScope scope(MemoryCategory::temporary);
+  Tensor flat = t.view({n});  // (n)
+  Tensor padded = flat;  // (size · shard)
+  if (shard * size != n) {
+    padded = zeros({shard * size}, t.dtype(), t.device());
+    padded.narrow(0, 0, n).copy_(flat);
+  }
+  Tensor mine = empty({shard}, t.dtype(), t.device());
+  reduce_scatter_sum(comm, mine, padded);
+  Tensor gathered = shard * size == n ? flat : padded;
+  all_gather(comm, gathered, mine);
+  if (!gathered.is_alias_of(flat)) flat.copy_(gathered.narrow(0, 0, n));
+}
+
+void broadcast(Communicator& comm, const Tensor& t, int root) {
+  check_contiguous(t, "broadcast", "the tensor");
+  TIDAL_CHECK(root >= 0 && root < comm.size(), "[broadcast] root ", root, " is not a rank of ", comm.size());
+  if (!t.is_meta()) comm.broadcast(t.raw_data(), t.nbytes(), root);
+}
+
+std::vector<double> all_gather_values(Communicator& comm, double mine) {
+  std::vector<double> all(static_cast<size_t>(comm.size()));
+  comm.all_gather(&mine, all.data(), sizeof(double));
+  return all;
+}
+
+double all_reduce_sum(Communicator& comm, double mine) {
+  double sum = 0;
+  for (double v : all_gather_values(comm, mine)) sum += v;
+  return sum;
+}
+
+double all_reduce_max(Communicator& comm, double mine) {
+  std::vector<double> all = all_gather_values(comm, mine);
+  return *std::max_element(all.begin(), all.end());
+}
+
+}  // namespace tidal::dist

@@ -1,0 +1,28 @@
+#pragma once
+// Collectives on tensors, with a deterministic reduction order: a sum over ranks is always added in
+// rank order, ((x_0 + x_1) + x_2) + ..., on one rank per element (reduce-scatter by all-to-all, then
+// all-gather). The result is bit for bit independent of timing and equals what one process adding
+// the ranks' contributions one after another gets — the basis of N-rank/1-rank equivalence
+// (docs/distributed.md). Scratch buffers come from the device allocator as `temporary` memory.
+#include <vector>
+
+#include "tidal/dist/communicator.h"
+#include "tidal/tensor.h"
+
+namespace tidal::dist {
+
+// t (contiguous) ← Σ_r t_r on every rank, in place. Any numel (uneven shards are padded).
+void all_reduce_sum(Communicator& comm, const Tensor& t);
+// out (contiguous, numel n) ← Σ_r in_r[rank·n, (rank+1)·n); in holds size·n elements, same dtype.
+void reduce_scatter_sum(Communicator& comm, const Tensor& out, const Tensor& in);
+// out (contiguous, size·n elements) ← every rank's `in` (n elements) in rank order.
+void all_gather(Communicator& comm, const Tensor& out, const Tensor& in);
+// t ← rank `root`'s t, in place.
+void broadcast(Communicator& comm, const Tensor& t, int root);
+
+// Host scalars (losses, counts, norms): every rank's value, in rank order; and their sum in rank order.
+std::vector<double> all_gather_values(Communicator& comm, double mine);
+double all_reduce_sum(Communicator& comm, double mine);
+double all_reduce_max(Communicator& comm, double mine);
+
+}  // namespace tidal::dist

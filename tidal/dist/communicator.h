@@ -1,0 +1,45 @@
+#pragma once
+// The ranks of a distributed run and the byte-moving collectives between them: the seam between
+// tidal and a distributed runtime (MPI now, NCCL on GPUs later). Tensor-level collectives with a
+// deterministic reduction order are built on these in dist/collectives.h. See docs/distributed.md.
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace tidal::dist {
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  virtual const char* backend() const = 0;  // "mpi", "single"
+
+  // Every rank sends `bytes_per_rank` bytes to every rank (block r of `send` goes to rank r) and
+  // receives rank r's block into block r of `recv`. Blocking; buffers are device memory.
+  virtual void all_to_all(const void* send, void* recv, int64_t bytes_per_rank) = 0;
+  // Every rank's `bytes_per_rank` bytes of `send` land in block r of `recv` on every rank.
+  virtual void all_gather(const void* send, void* recv, int64_t bytes_per_rank) = 0;
+  // `bytes` of `data` from rank `root` to every rank.
+  virtual void broadcast(void* data, int64_t bytes, int root) = 0;
+  virtual void barrier() = 0;
+  // Ends every rank of the run with `exit_code` (after this rank printed why): a failing rank must
+  // never leave the others waiting in a collective.
+  [[noreturn]] virtual void abort(int exit_code) = 0;
+  virtual void finalize() {}  // shuts the runtime down (MPI_Finalize); collectives fail after it
+};
+
+// The process's communicator: MPI's world when the process was started by mpirun (or another MPI
+// launcher), a one-rank communicator otherwise — a single process without mpirun behaves exactly
+// as it did before distributed training existed.
+Communicator& world();
+// Whether an MPI launcher started this process (its environment says so).
+bool launched_by_mpi_launcher();
+// Shuts the distributed runtime down cleanly (MPI_Finalize); call once at the end of main.
+void finalize();
+
+// Every rank's string, in rank order (error messages, per-rank summaries).
+std::vector<std::string> all_gather_strings(Communicator& comm, const std::string& mine);
+
+}  // namespace tidal::dist

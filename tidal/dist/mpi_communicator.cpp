@@ -1,0 +1,125 @@
+#include "tidal/dist/mpi_communicator.h"
+
+// The C API only: Open MPI's (deprecated) C++ bindings would need libmpi_cxx.
+#define OMPI_SKIP_MPICXX 1
+#define MPICH_SKIP_MPICXX 1
+#include <mpi.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstdint>
+
+#include "tidal/base/error.h"
+
+namespace tidal::dist {
+namespace {
+
+// MPI counts are ints: messages above 1 GiB per rank go in pieces of this many bytes.
+constexpr int64_t kPiece = int64_t(1) << 30;
+
+std::string mpi_error(int code) {
+  char text[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  MPI_Error_string(code, text, &len);
+  return std::string(text, size_t(len));
+}
+
+void check(int code, const char* what) {
+  TIDAL_CHECK(code == MPI_SUCCESS, "[dist] ", what, " failed: ", mpi_error(code));
+}
+
+// `bytes` contiguous bytes whose extent is `stride`: one piece of each rank's block.
+MPI_Datatype block_piece(int64_t bytes, int64_t stride) {
+  MPI_Datatype piece, block;
+  MPI_Type_contiguous(int(bytes), MPI_BYTE, &piece);
+  MPI_Type_create_resized(piece, 0, MPI_Aint(stride), &block);
+  MPI_Type_commit(&block);
+  MPI_Type_free(&piece);
+  return block;
+}
+
+void free_type(MPI_Datatype t) { MPI_Type_free(&t); }
+
+}  // namespace
+
+MpiCommunicator::MpiCommunicator() {
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  if (!initialized) {
+    int provided = 0;
+    check(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided), "MPI_Init_thread");
+    TIDAL_CHECK(provided >= MPI_THREAD_SERIALIZED, "[dist] this MPI library offers thread level ", provided,
+                ", tidal needs MPI_THREAD_SERIALIZED (collectives run on a stream's worker thread)");
+  }
+  // Errors come back as codes (turned into tidal::Error) instead of aborting inside MPI.
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
+  MPI_Comm_size(MPI_COMM_WORLD, &size_);
+}
+
+MpiCommunicator::~MpiCommunicator() { finalize(); }
+
+void MpiCommunicator::finalize() {
+  std::lock_guard lock(mutex_);
+  if (finalized_) return;
+  finalized_ = true;
+  int done = 0;
+  MPI_Finalized(&done);
+  if (!done) MPI_Finalize();
+}
+
+void MpiCommunicator::all_to_all(const void* send, void* recv, int64_t bytes_per_rank) {
+  std::lock_guard lock(mutex_);
+  const auto* s = static_cast<const char*>(send);
+  auto* r = static_cast<char*>(recv);
+  if (bytes_per_rank <= kPiece) {
+    check(MPI_Alltoall(s, int(bytes_per_rank), MPI_BYTE, r, int(bytes_per_rank), MPI_BYTE, MPI_COMM_WORLD),
+          "MPI_Alltoall");
+    return;
+  }
+  // Large blocks go in pieces: piece k of every block per call, as one element of a type whose
+  // extent is the block size (MPI's counts and displacements are ints).
+  for (int64_t done = 0; done < bytes_per_rank; done += kPiece) {
+    const MPI_Datatype block = block_piece(std::min(kPiece, bytes_per_rank - done), bytes_per_rank);
+    const int rc = MPI_Alltoall(s + done, 1, block, r + done, 1, block, MPI_COMM_WORLD);
+    free_type(block);
+    check(rc, "MPI_Alltoall");
+  }
+}
+
+void MpiCommunicator::all_gather(const void* send, void* recv, int64_t bytes_per_rank) {
+  std::lock_guard lock(mutex_);
+  const auto* s = static_cast<const char*>(send);
+  auto* r = static_cast<char*>(recv);
+  if (bytes_per_rank <= kPiece) {
+    check(MPI_Allgather(s, int(bytes_per_rank), MPI_BYTE, r, int(bytes_per_rank), MPI_BYTE, MPI_COMM_WORLD),
+          "MPI_Allgather");
+    return;
+  }
+  for (int64_t done = 0; done < bytes_per_rank; done += kPiece) {
+    const int64_t n = std::min(kPiece, bytes_per_rank - done);
+    const MPI_Datatype block = block_piece(n, bytes_per_rank);
+    const int rc = MPI_Allgather(s + done, int(n), MPI_BYTE, r + done, 1, block, MPI_COMM_WORLD);
+    free_type(block);
+    check(rc, "MPI_Allgather");
+  }
+}
+
+void MpiCommunicator::broadcast(void* data, int64_t bytes, int root) {
+  std::lock_guard lock(mutex_);
+  auto* p = static_cast<char*>(data);
+  for (int64_t done = 0; done < bytes; done += kPiece)
+    check(MPI_Bcast(p + done, int(std::min(kPiece, bytes - done)), MPI_BYTE, root, MPI_COMM_WORLD), "MPI_Bcast");
+}
+
+void MpiCommunicator::barrier() {
+  std::lock_guard lock(mutex_);
+  check(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier");
+}
+
+void MpiCommunicator::abort(int exit_code) {
+  MPI_Abort(MPI_COMM_WORLD, exit_code);
+  std::_Exit(exit_code);  // MPI_Abort does not return; in case it does
+}
+
+}  // namespace tidal::dist

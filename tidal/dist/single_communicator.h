@@ -1,0 +1,19 @@
+#pragma once
+// The communicator of a run with one rank: every collective is a copy (or nothing).
+#include "tidal/dist/communicator.h"
+
+namespace tidal::dist {
+
+class SingleCommunicator final : public Communicator {
+ public:
+  int rank() const override { return 0; }
+  int size() const override { return 1; }
+  const char* backend() const override { return "single"; }
+  void all_to_all(const void* send, void* recv, int64_t bytes_per_rank) override;
+  void all_gather(const void* send, void* recv, int64_t bytes_per_rank) override;
+  void broadcast(void*, int64_t, int) override {}
+  void barrier() override {}
+  [[noreturn]] void abort(int exit_code) override;
+};
+
+}  // namespace tidal::dist
