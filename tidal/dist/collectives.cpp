@@ -38,8 +38,8 @@ void all_gather(Communicator& comm, const Tensor& out, const Tensor& in) {
   check_contiguous(in, "all_gather", "in");
   const int64_t n = in.numel(), size = comm.size();
   TIDAL_CHECK(out.numel() == n * size && in.dtype() == out.dtype() && in.device() == out.device(),
-              "[all_gather] out must hold ", size, " x ", n, " elements of ", in.dtype(), ", got ", out.numel(),
-              " of ", out.dtype());
+              "[all_gather] out must hold ", size, " x ", n, " elements of ", in.dtype(), ", got ", out.numel(), " of ",
+              out.dtype());
   if (!in.is_meta()) comm.all_gather(in.raw_data(), out.raw_data(), n * in.itemsize());
 }
 
@@ -50,7 +50,7 @@ void all_reduce_sum(Communicator& comm, const Tensor& t) {
   const int64_t shard = (n + size - 1) / size;
   MemoryScope scope(MemoryCategory::temporary);
   Tensor flat = t.view({n});  // (n)
-  Tensor padded = flat;  // (size · shard)
+  Tensor padded = flat;       // (size · shard)
   if (shard * size != n) {
     padded = zeros({shard * size}, t.dtype(), t.device());
     padded.narrow(0, 0, n).copy_(flat);

@@ -27,8 +27,10 @@ bool launched_by_mpi_launcher() {
 Communicator& world() {
   static std::once_flag once;
   std::call_once(once, [] {
-    if (launched_by_mpi_launcher()) world_slot() = std::make_unique<MpiCommunicator>();
-    else world_slot() = std::make_unique<SingleCommunicator>();
+    if (launched_by_mpi_launcher())
+      world_slot() = std::make_unique<MpiCommunicator>();
+    else
+      world_slot() = std::make_unique<SingleCommunicator>();
   });
   return *world_slot();
 }

@@ -8,6 +8,7 @@
 #include "tidal/allocator.h"
 #include "tidal/autograd/checkpoint.h"
 #include "tidal/autograd/saved_tensor_log.h"
+#include "tidal/dist/communicator.h"
 #include "tidal/memory/recompute.h"
 
 namespace tidal::train {
@@ -44,6 +45,25 @@ void Progress::clear() {
   if (on_) std::fprintf(out_, "\r\033[K");
 }
 
+namespace {
+
+// Every rank's device memory (a collective: every rank calls it), for summary.ranks.
+nlohmann::json ranks_json(dist::Communicator& comm, const MemoryStats& dev) {
+  nlohmann::json mine = {{"rank", comm.rank()},
+                         {"device_peak_bytes", dev.peak_allocated},
+                         {"device_peak_reserved_bytes", dev.peak_reserved}};
+  nlohmann::json by_category = nlohmann::json::object();
+  for (int c = 0; c < kNumMemoryCategories; ++c)
+    by_category[std::string(category_name(MemoryCategory(c)))] = dev.category[size_t(c)].peak;
+  mine["peak_bytes_by_category"] = by_category;
+  nlohmann::json all = nlohmann::json::array();
+  for (const std::string& text : dist::all_gather_strings(comm, mine.dump()))
+    all.push_back(nlohmann::json::parse(text));
+  return all;
+}
+
+}  // namespace
+
 Report::Report(const TrainArgs& args, const models::ModelConfig& config, const Setup& s, std::FILE* out)
     : args_(args),
       out_(out),
@@ -55,11 +75,12 @@ Report::Report(const TrainArgs& args, const models::ModelConfig& config, const S
   std::fprintf(out, "model: %s (%s), %lld parameters; data: %s\n", config.model_type.c_str(), args.model_source.c_str(),
                (long long)s.model->num_parameters(), s.data.description.c_str());
   std::fprintf(out,
-               "training %lld iterations of %lld x %lld tokens (micro-batch %lld, %lld accumulation steps), "
+               "training %lld iterations of %lld x %lld tokens (micro-batch %lld, %lld accumulation steps%s), "
                "%s attention, recompute: %s, offload: %s\n",
                (long long)args.train_iters, (long long)args.global_batch_size, (long long)args.seq_length,
-               (long long)args.micro_batch_size, (long long)args.grad_accumulation_steps(), args.attention.c_str(),
-               mem.recompute.describe().c_str(), mem.offload.describe().c_str());
+               (long long)args.micro_batch_size, (long long)s.micro_batches,
+               s.comm->size() > 1 ? (", " + std::to_string(s.comm->size()) + " data-parallel ranks").c_str() : "",
+               args.attention.c_str(), mem.recompute.describe().c_str(), mem.offload.describe().c_str());
   print_core_attn_note(args, out);
   if (mem.loss.chunked || mem.swap_optimizer.on)
     std::fprintf(out, "loss compute mode: %s; optimizer states: %s\n", mem.loss.describe().c_str(),
@@ -119,6 +140,7 @@ void Report::summary(const Setup& s, int64_t last_iteration, double final_loss, 
     std::fprintf(out_, "%s\n", s.offloader->describe_stats(steps).c_str());
   }
   if (mem.swap_optimizer.on) metrics_.set_summary_field("swap_optimizer", s.optimizer->stats_json());
+  if (s.comm->size() > 1) metrics_.set_summary_field("ranks", ranks_json(*s.comm, dev));
   metrics_.write();
   std::fprintf(out_, "\nmemory at the device peak (%s of %s reserved):\n%s", format_bytes(dev.peak_allocated).c_str(),
                format_bytes(dev.peak_reserved).c_str(), format_breakdown(dev).c_str());

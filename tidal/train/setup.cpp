@@ -10,6 +10,7 @@
 #include "tidal/ops/random.h"
 #include "tidal/train/builtin_corpus.h"
 #include "tidal/train/checkpoint.h"
+#include "tidal/train/data_parallel.h"
 
 namespace tidal::train {
 namespace {
@@ -123,7 +124,8 @@ void resume(const std::string& dir, const models::ModelConfig& config, Setup& s,
 
 }  // namespace
 
-Setup setup_training(const TrainArgs& args, models::ModelConfig& config, std::FILE* out) {
+Setup setup_training(const TrainArgs& args, models::ModelConfig& config, std::FILE* out, dist::Communicator& comm) {
+  const int64_t micro_batches = micro_batches_per_rank(args.global_batch_size, args.micro_batch_size, comm.size());
   TrainingData data = load_data(args, config, out);
   config.validate();
   device_allocator(Device::cpu()).reset_peak_stats();
@@ -137,14 +139,23 @@ Setup setup_training(const TrainArgs& args, models::ModelConfig& config, std::FI
       memory::make_adamw(model->named_parameters(), adamw_options(args), args.memory.swap_optimizer);
   optim::LrSchedule schedule = lr_schedule(args);
   data::DataLoader loader(data.train);
-  Setup s{std::move(data), std::move(model), std::move(offloader), std::move(optimizer), schedule, std::move(loader), 0,
-          nlohmann::json()};
+  Setup s{std::move(data),
+          std::move(model),
+          std::move(offloader),
+          std::move(optimizer),
+          schedule,
+          std::move(loader),
+          0,
+          nlohmann::json(),
+          &comm,
+          micro_batches};
   set_rng_state({args.seed, 0});
   if (!args.load.empty()) resume(args.load, config, s, out);
 
   s.settings = args.to_json();
   s.settings["model"] = models::config_to_json(config);
   s.settings["data"] = s.data.description;
+  s.settings["data_parallel_size"] = comm.size();
   return s;
 }
 

@@ -10,6 +10,7 @@
 
 #include "tidal/data/gpt_dataset.h"
 #include "tidal/data/tokenizer.h"
+#include "tidal/dist/communicator.h"
 #include "tidal/memory/offload.h"
 #include "tidal/models/causal_lm.h"
 #include "tidal/optim/adamw.h"
@@ -37,11 +38,13 @@ struct Setup {
   int64_t start = 0;  // the iteration a --load resumed from (0 without one)
   // Every setting with the resolved model and the data, as --metrics-json and checkpoints record them.
   nlohmann::json settings;
+  dist::Communicator* comm = nullptr;  // the data-parallel ranks (one without mpirun)
+  int64_t micro_batches = 1;           // per rank and step: global batch / (micro-batch × ranks)
 };
 
 // Loads the data (the tokenizer's vocabulary goes into `config`), validates `config`, resets the
 // allocators' peaks, builds everything seeded with --seed and resumes from --load. Prints the
-// built-in corpus's and the resume's lines to `out`.
-Setup setup_training(const TrainArgs& args, models::ModelConfig& config, std::FILE* out);
+// built-in corpus's and the resume's lines to `out`. Every rank of `comm` runs it alike.
+Setup setup_training(const TrainArgs& args, models::ModelConfig& config, std::FILE* out, dist::Communicator& comm);
 
 }  // namespace tidal::train

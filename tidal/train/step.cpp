@@ -5,21 +5,27 @@
 
 #include "tidal/autograd/grad_mode.h"
 #include "tidal/autograd/saved_tensor_log.h"
+#include "tidal/dist/collectives.h"
 #include "tidal/memory/chunk_loss.h"
 #include "tidal/ops/elementwise.h"
 #include "tidal/optim/grad_clip.h"
+#include "tidal/train/data_parallel.h"
 
 namespace tidal::train {
 
 StepResult train_step(int64_t it, const TrainArgs& args, Setup& s, profile::Profiler& profiler,
                       SavedTensors& first_saved, const std::function<void(int64_t m)>& after_forward) {
-  const int64_t accum = args.grad_accumulation_steps();
+  dist::Communicator& comm = *s.comm;
+  const int64_t accum = s.micro_batches;  // per rank
+  // Each micro-batch's share of the global batch: the same scale as one process accumulating them all.
+  const int64_t global_micro_batches = accum * comm.size();
   const double aux_coef = s.model->config().router_aux_loss_coef;
   StepResult r;
   r.lr = optim::lr_at(it - 1, s.schedule);
   double loss_sum = 0;
   for (int64_t m = 0; m < accum; ++m) {
-    const Tensor tokens = s.loader.next(args.micro_batch_size).tokens;  // (B, T + 1)
+    const Tensor tokens =
+        next_rank_batch(s.loader, args.micro_batch_size, comm.rank(), comm.size()).tokens;  // (B, T+1)
     const int64_t t = tokens.size(1) - 1;
     Tensor loss;
     if (s.offloader) s.offloader->begin_micro_batch();
@@ -39,7 +45,11 @@ StepResult train_step(int64_t it, const TrainArgs& args, Setup& s, profile::Prof
                 ": training diverged; try a lower --lr (now ", args.lr, ") or a longer --lr-warmup-iters");
     loss_sum += value;
     profile::Range phase("backward", profile::kPhase);
-    (accum == 1 ? loss : mul(loss, 1.0 / double(accum))).backward();
+    (global_micro_batches == 1 ? loss : mul(loss, 1.0 / double(global_micro_batches))).backward();
+  }
+  {
+    profile::Range phase("grad all-reduce", profile::kPhase);
+    all_reduce_gradients(comm, s.model->named_parameters());
   }
   {
     profile::Range phase("optimizer", profile::kPhase);
@@ -47,7 +57,7 @@ StepResult train_step(int64_t it, const TrainArgs& args, Setup& s, profile::Prof
     s.optimizer->step(r.lr);
     s.optimizer->zero_grad();
   }
-  r.loss = loss_sum / double(accum);
+  r.loss = dist::all_reduce_sum(comm, loss_sum) / double(global_micro_batches);  // the global batch's mean
   return r;
 }
 

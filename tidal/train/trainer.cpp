@@ -40,8 +40,8 @@ std::string sample(const TrainArgs& args, const Setup& s, Report& report) {
 
 // Setup (setup.h), then one step (step.h) per iteration with its log line, evaluation and checkpoint,
 // then the summary (report.h).
-TrainResult train_loop(const TrainArgs& args, std::FILE* out, models::ModelConfig& config) {
-  Setup s = setup_training(args, config, out);
+TrainResult train_loop(const TrainArgs& args, std::FILE* out, models::ModelConfig& config, dist::Communicator& comm) {
+  Setup s = setup_training(args, config, out, comm);
   Report report(args, config, s, out);
   // An unwritable --save fails now, not after the first interval's steps.
   if (!args.save.empty()) io::create_directories(args.save, "--save");
@@ -78,15 +78,30 @@ TrainResult train_loop(const TrainArgs& args, std::FILE* out, models::ModelConfi
   return result;
 }
 
-}  // namespace
-
-TrainResult run_training(const TrainArgs& args, std::FILE* out) {
+TrainResult run_training_on(const TrainArgs& args, std::FILE* out, dist::Communicator& comm) {
   models::ModelConfig config = args.model;  // load_data may take the tokenizer's vocabulary
   try {
-    return train_loop(args, out, config);
+    return train_loop(args, out, config, comm);
   } catch (const OutOfMemory& e) {  // the breakdown at that moment and what to try (oom_advice.h)
     throw OutOfMemory(out_of_memory_message(e, config, triage_settings(args)), e.requested(), e.stats());
   }
+}
+
+}  // namespace
+
+TrainResult run_training(const TrainArgs& args, std::FILE* out) { return run_training(args, out, dist::world()); }
+
+TrainResult run_training(const TrainArgs& args, std::FILE* out, dist::Communicator& comm) {
+  if (comm.rank() != 0) {  // rank 0 speaks and writes for the run
+    TrainArgs quiet = args;
+    quiet.metrics_json.clear();
+    quiet.save.clear();
+    quiet.profile_dir.clear();
+    std::unique_ptr<std::FILE, int (*)(std::FILE*)> null(std::fopen("/dev/null", "w"), &std::fclose);
+    TIDAL_CHECK(null != nullptr, "tidal train: cannot open /dev/null for rank ", comm.rank(), "'s output");
+    return run_training_on(quiet, null.get(), comm);
+  }
+  return run_training_on(args, out, comm);
 }
 
 }  // namespace tidal::train

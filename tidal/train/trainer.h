@@ -4,6 +4,7 @@
 // bit, --metrics-json, and a memory summary at the end. docs/training.md is the user guide.
 #include <cstdio>
 
+#include "tidal/dist/communicator.h"
 #include "tidal/train/arguments.h"
 
 namespace tidal::train {
@@ -19,5 +20,8 @@ struct TrainResult {
 // Runs training as configured, printing progress to `out`. Throws tidal::Error (tidal::OutOfMemory
 // past a device limit) with a message saying what to do.
 TrainResult run_training(const TrainArgs& args, std::FILE* out = stdout);
+// The same on the ranks of `comm` (data parallel, docs/distributed.md): every rank calls it; rank 0
+// prints to `out` and writes --metrics-json, --save and --profile; the other ranks print nothing.
+TrainResult run_training(const TrainArgs& args, std::FILE* out, dist::Communicator& comm);
 
 }  // namespace tidal::train

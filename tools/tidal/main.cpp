@@ -6,6 +6,7 @@
 
 #include "tidal/allocator.h"
 #include "tidal/base/error.h"
+#include "tidal/dist/communicator.h"
 #include "tools/tidal/cli.h"
 #include "tools/tidal/data_commands.h"
 
@@ -33,43 +34,59 @@ void usage(std::FILE* out) {
                "  TIDAL_NUM_THREADS=N        kernel threads (default: all cores)\n");
 }
 
+int run(const std::string& command, const std::vector<std::string>& args) {
+  if (command == "train") return tidal::cli::run_train(args);
+  if (command == "generate") return tidal::cli::run_generate(args);
+  if (command == "prepare") return tidal::cli::run_prepare(args);
+  if (command == "tokenizer") return tidal::cli::run_tokenizer(args);
+  if (command == "demo") return tidal::cli::run_demo(args);
+  if (command == "info") return tidal::cli::run_info(args);
+  if (command == "presets") return tidal::cli::run_presets(args);
+  if (command == "report") return tidal::cli::run_report(args);
+  if (command == "plan") return tidal::cli::run_plan(args);
+  if (command == "help" || command == "--help" || command == "-h") {
+    usage(stdout);
+    return tidal::cli::kOk;
+  }
+  std::fprintf(stderr, "tidal: unknown command '%s'\n\n", command.c_str());
+  usage(stderr);
+  return tidal::cli::kUsage;
+}
+
+// Prints a failure and returns its exit code. Under mpirun the message names the rank, and the whole
+// run ends with this code: the other ranks must not wait for this one in a collective.
+int fail(const std::string& command, const std::string& message, int code) {
+  std::string where;
+  if (tidal::dist::launched_by_mpi_launcher()) {
+    tidal::dist::Communicator& world = tidal::dist::world();
+    where = "[rank " + std::to_string(world.rank()) + " of " + std::to_string(world.size()) + "] ";
+  }
+  std::fprintf(stderr, "tidal %s: %s%s\n", command.c_str(), where.c_str(), message.c_str());
+  std::fflush(stderr);
+  if (tidal::dist::launched_by_mpi_launcher() && tidal::dist::world().size() > 1) tidal::dist::world().abort(code);
+  return code;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
   const std::string command = args.empty() ? "help" : args[0];
   if (!args.empty()) args.erase(args.begin());
+  int rc = tidal::cli::kOk;
   try {
-    if (command == "train") return tidal::cli::run_train(args);
-    if (command == "generate") return tidal::cli::run_generate(args);
-    if (command == "prepare") return tidal::cli::run_prepare(args);
-    if (command == "tokenizer") return tidal::cli::run_tokenizer(args);
-    if (command == "demo") return tidal::cli::run_demo(args);
-    if (command == "info") return tidal::cli::run_info(args);
-    if (command == "presets") return tidal::cli::run_presets(args);
-    if (command == "report") return tidal::cli::run_report(args);
-    if (command == "plan") return tidal::cli::run_plan(args);
-    if (command == "help" || command == "--help" || command == "-h") {
-      usage(stdout);
-      return tidal::cli::kOk;
-    }
-    std::fprintf(stderr, "tidal: unknown command '%s'\n\n", command.c_str());
-    usage(stderr);
-    return tidal::cli::kUsage;
+    rc = run(command, args);
   } catch (const tidal::OutOfMemory& e) {
-    std::fprintf(stderr, "tidal %s: %s\n", command.c_str(), e.what());
-    return tidal::cli::kOutOfMemory;
+    return fail(command, e.what(), tidal::cli::kOutOfMemory);
   } catch (const tidal::InternalError& e) {
-    std::fprintf(stderr, "tidal %s: %s\n", command.c_str(), e.what());
-    return tidal::cli::kError;
+    return fail(command, e.what(), tidal::cli::kError);
   } catch (const tidal::Error& e) {
     std::string what = e.what();
     if (const std::string prefix = "tidal " + command + ": "; what.rfind(prefix, 0) == 0) what.erase(0, prefix.size());
-    std::fprintf(stderr, "tidal %s: error: %s\n(run 'tidal help' for the commands and options)\n", command.c_str(),
-                 what.c_str());
-    return tidal::cli::kError;
+    return fail(command, "error: " + what + "\n(run 'tidal help' for the commands and options)", tidal::cli::kError);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "tidal %s: unexpected error: %s\n", command.c_str(), e.what());
-    return tidal::cli::kError;
+    return fail(command, std::string("unexpected error: ") + e.what(), tidal::cli::kError);
   }
+  tidal::dist::finalize();
+  return rc;
 }

@@ -1,0 +1,58 @@
+// A rank that fails ends the whole run: every rank exits non-zero, the message names the rank and the
+// cause, and nobody waits forever in a collective. These tests launch mpirun themselves, so they run
+// in the one-process ctest (dist1) only.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "tests/integration/run_command.h"
+#include "tidal/dist/communicator.h"
+
+namespace tidal {
+namespace {
+
+using testing::run_command;
+
+const std::string kMpirun = "timeout 120 mpirun --allow-run-as-root --oversubscribe --bind-to none -x OMP_NUM_THREADS=1 ";
+const std::string kTidal = std::string(TIDAL_BINARY_DIR) + "/tidal";
+const std::string kCommon = kTidal +
+                            " train --model tiny-gpt2 --seq-length 16 --micro-batch-size 2 --global-batch-size 4 "
+                            "--eval-interval 0 --log-interval 1000";
+const std::string kTrain = kCommon + " --mock-data";
+
+bool single_process() { return dist::world().size() == 1; }
+
+TEST(DistFaults, ABadInputOnOneRankEndsEveryRankWithItsMessage) {
+  if (!single_process()) GTEST_SKIP() << "launches mpirun itself";
+  // Rank 1 reads a dataset that does not exist; rank 0 is fine and would wait for it in the first
+  // gradient all-reduce.
+  const auto r = run_command(kMpirun + "-np 1 " + kTrain + " --train-iters 50 : -np 1 " + kCommon +
+                             " --train-iters 50 --data-path /nonexistent/corpus --tokenizer /nonexistent/t.json");
+  EXPECT_NE(r.code, 0) << r.output;
+  EXPECT_NE(r.code, 124) << "timed out (a rank hung): " << r.output;
+  EXPECT_NE(r.output.find("tidal train: [rank 1 of 2] error:"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("/nonexistent/t.json"), std::string::npos) << r.output;
+}
+
+TEST(DistFaults, AKilledRankEndsTheRun) {
+  if (!single_process()) GTEST_SKIP() << "launches mpirun itself";
+  // Rank 1 is killed (SIGKILL) two seconds in, in the middle of a long run.
+  const auto r = run_command(kMpirun + "-np 1 " + kTrain + " --train-iters 100000 : -np 1 timeout -s KILL 2 " + kTrain +
+                             " --train-iters 100000");
+  EXPECT_NE(r.code, 0) << r.output;
+  EXPECT_NE(r.code, 124) << "timed out (a rank hung): " << r.output;
+}
+
+TEST(DistFaults, GlobalBatchMustDivideOverTheRanks) {
+  if (!single_process()) GTEST_SKIP() << "launches mpirun itself";
+  const auto r = run_command(kMpirun + "-np 2 " + kTidal +
+                             " train --model tiny-gpt2 --mock-data --seq-length 16 --micro-batch-size 2 "
+                             "--global-batch-size 6 --train-iters 2");
+  EXPECT_EQ(r.code, 1) << r.output;
+  EXPECT_NE(r.output.find("--global-batch-size 6 is not a multiple of --micro-batch-size 2 x 2 data-parallel ranks"),
+            std::string::npos)
+      << r.output;
+}
+
+}  // namespace
+}  // namespace tidal
