@@ -13,7 +13,8 @@ namespace {
 
 using testing::run_command;
 
-const std::string kMpirun = "timeout 120 mpirun --allow-run-as-root --oversubscribe --bind-to none -x OMP_NUM_THREADS=1 ";
+const std::string kMpirun =
+    "timeout 120 mpirun --allow-run-as-root --oversubscribe --bind-to none -x OMP_NUM_THREADS=1 ";
 const std::string kTidal = std::string(TIDAL_BINARY_DIR) + "/tidal";
 const std::string kCommon = kTidal +
                             " train --model tiny-gpt2 --seq-length 16 --micro-batch-size 2 --global-batch-size 4 "

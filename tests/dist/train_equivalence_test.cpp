@@ -8,10 +8,14 @@
 #include <filesystem>
 #include <string>
 
+#include "tidal/allocator.h"
 #include "tidal/dist/collectives.h"
 #include "tidal/dist/single_communicator.h"
 #include "tidal/io/atomic_file.h"
 #include "tidal/io/safetensors.h"
+#include "tidal/models/causal_lm.h"
+#include "tidal/optim/grad_clip.h"
+#include "tidal/optim/shard_layout.h"
 #include "tidal/train/trainer.h"
 
 namespace tidal::train {
@@ -23,11 +27,28 @@ std::string scratch_dir(const std::string& name, int ranks) {
   return std::string(TIDAL_BINARY_DIR) + "/dist_test_tmp/" + name + "_np" + std::to_string(ranks);
 }
 
-TrainArgs args_for(int64_t micro, int64_t global, const std::string& save, const std::string& model = "tiny-gpt2") {
-  return parse_train_args({"--model", model, "--mock-data", "--train-iters", "4", "--seq-length", "16",
-                           "--micro-batch-size", std::to_string(micro), "--global-batch-size", std::to_string(global),
-                           "--attention-dropout", "0", "--hidden-dropout", "0", "--eval-interval", "0", "--save",
-                           save, "--save-interval", "4"});
+TrainArgs args_for(int64_t micro, int64_t global, const std::string& save, const std::string& model = "tiny-gpt2",
+                   const std::vector<std::string>& extra = {}, int64_t iters = 4) {
+  std::vector<std::string> argv = {"--model",
+                                   model,
+                                   "--mock-data",
+                                   "--train-iters",
+                                   std::to_string(iters),
+                                   "--seq-length",
+                                   "16",
+                                   "--micro-batch-size",
+                                   std::to_string(micro),
+                                   "--global-batch-size",
+                                   std::to_string(global),
+                                   "--attention-dropout",
+                                   "0",
+                                   "--hidden-dropout",
+                                   "0",
+                                   "--eval-interval",
+                                   "0"};
+  if (!save.empty()) argv.insert(argv.end(), {"--save", save, "--save-interval", "2"});
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  return parse_train_args(argv);
 }
 
 struct Run {
@@ -52,30 +73,41 @@ double max_abs_difference(const Tensor& a, const Tensor& b) {
   return worst;
 }
 
-void compare(const std::string& model, int64_t micro_per_rank, double tolerance) {
-  dist::Communicator& world = dist::world();
-  const int ranks = world.size();
-  const int64_t micro = 2, global = micro * micro_per_rank * ranks;
-  const std::string dir = scratch_dir(model + "_m" + std::to_string(micro_per_rank), ranks);
-  if (world.rank() == 0) fs::remove_all(dir);
-  world.barrier();
-  // N ranks, each running micro_per_rank micro-batches.
-  const Run dp = train_on(world, world, args_for(micro, global, dir + "/ranks"));
-  // One process (on every rank, alone) accumulating all of them.
-  dist::SingleCommunicator single;
-  const Run one = train_on(single, world, args_for(micro, global, dir + "/one_rank" + std::to_string(world.rank())));
+void expect_same(const Run& dp, const Run& one, double tolerance) {
   ASSERT_EQ(dp.result.losses.size(), one.result.losses.size());
   for (size_t i = 0; i < dp.result.losses.size(); ++i) {
-    if (tolerance == 0) EXPECT_EQ(dp.result.losses[i], one.result.losses[i]) << "step " << i + 1;
-    else EXPECT_NEAR(dp.result.losses[i], one.result.losses[i], tolerance) << "step " << i + 1;
+    if (tolerance == 0)
+      EXPECT_EQ(dp.result.losses[i], one.result.losses[i]) << "step " << i + 1;
+    else
+      EXPECT_NEAR(dp.result.losses[i], one.result.losses[i], tolerance) << "step " << i + 1;
   }
   ASSERT_EQ(dp.weights.size(), one.weights.size());
   for (const auto& [name, w] : one.weights) {
     ASSERT_TRUE(dp.weights.count(name)) << name;
     const double diff = max_abs_difference(dp.weights.at(name), w);
-    if (tolerance == 0) EXPECT_EQ(diff, 0.0) << name;
-    else EXPECT_LE(diff, tolerance) << name;
+    if (tolerance == 0)
+      EXPECT_EQ(diff, 0.0) << name;
+    else
+      EXPECT_LE(diff, tolerance) << name;
   }
+}
+
+// N ranks running `micro_per_rank` micro-batches each against one process accumulating them all.
+void compare(const std::string& model, int64_t micro_per_rank, double tolerance,
+             const std::vector<std::string>& extra = {}) {
+  dist::Communicator& world = dist::world();
+  const int ranks = world.size();
+  const int64_t micro = 2, global = micro * micro_per_rank * ranks;
+  std::string tag = model + "_m" + std::to_string(micro_per_rank);
+  for (const std::string& e : extra) tag += e;
+  const std::string dir = scratch_dir(tag, ranks);
+  if (world.rank() == 0) fs::remove_all(dir);
+  world.barrier();
+  const Run dp = train_on(world, world, args_for(micro, global, dir + "/ranks", model, extra));
+  dist::SingleCommunicator single;  // one process (on every rank, alone)
+  const Run one =
+      train_on(single, world, args_for(micro, global, dir + "/one_rank" + std::to_string(world.rank()), model));
+  expect_same(dp, one, tolerance);
 }
 
 TEST(DataParallel, OneMicroBatchPerRankIsBitwiseOneProcess) { compare("tiny-gpt2", 1, 0.0); }
@@ -85,6 +117,70 @@ TEST(DataParallel, OneMicroBatchPerRankIsBitwiseOneProcessForMoE) { compare("tin
 // Two micro-batches per rank: rank r adds its own two first, one process adds them in global order;
 // fp32 rounding of a few additions, then 4 AdamW steps of lr 2e-3 (updates of ~lr each).
 TEST(DataParallel, SeveralMicroBatchesPerRankAgreeToSummationOrder) { compare("tiny-gpt2", 2, 1e-5); }
+
+// The distributed optimizer: reduce-scatter, the norm from the shards' chunk sums, the shard's
+// update, all-gather — still bit for bit one process, and its checkpoint is one process's too.
+TEST(DistributedOptimizer, OneMicroBatchPerRankIsBitwiseOneProcess) {
+  compare("tiny-llama", 1, 0.0, {"--use-distributed-optimizer"});
+  compare("tiny-qwen3-moe", 1, 0.0, {"--data-parallel-sharding-strategy", "optim"});
+}
+
+TEST(DistributedOptimizer, SeveralMicroBatchesPerRankAgreeToSummationOrder) {
+  compare("tiny-gpt2", 2, 1e-5, {"--use-distributed-optimizer"});
+}
+
+// Per rank: the whole parameters and the gradient buffer, but AdamW's two f32 moments only for the
+// rank's shard (docs/distributed.md).
+TEST(DistributedOptimizer, PerRankMemoryIsExactlyTheFormula) {
+  dist::Communicator& world = dist::world();
+  const TrainArgs args = args_for(1, world.size(), "", "tiny-gpt2", {"--use-distributed-optimizer"});
+  std::FILE* quiet = std::fopen("/dev/null", "w");
+  run_training(args, quiet, world);
+  std::fclose(quiet);
+  const MemoryStats st = device_allocator(Device::cpu()).stats();
+  auto model = models::create_model(args.model);
+  std::vector<int64_t> numels;
+  for (const auto& [name, p] : model->named_parameters()) numels.push_back(p.numel());
+  const optim::ShardLayout layout = optim::make_shard_layout(numels, world.size(), optim::kGradNormChunk);
+  EXPECT_EQ(st[MemoryCategory::parameter].peak, 4 * layout.total());
+  EXPECT_EQ(st[MemoryCategory::gradient].peak, 4 * layout.total());
+  EXPECT_EQ(st[MemoryCategory::optimizer_state].peak, 2 * 4 * layout.shard_size(world.rank()));
+}
+
+// Resume on the same number of ranks, on another, and from one process: each continues bit for bit.
+TEST(DistributedOptimizer, CheckpointsResumeOnAnyNumberOfRanks) {
+  dist::Communicator& world = dist::world();
+  const int ranks = world.size();
+  const std::string dir = scratch_dir("resume", ranks);
+  if (world.rank() == 0) fs::remove_all(dir);
+  world.barrier();
+  auto args = [&](const std::string& save, int64_t iters, const std::string& load, bool sharded) {
+    std::vector<std::string> extra = {"--lr-decay-iters", "4"};  // the same schedule when stopping at 2
+    if (!load.empty()) extra.insert(extra.end(), {"--load", load});
+    if (sharded) extra.push_back("--use-distributed-optimizer");
+    return args_for(2, 2 * ranks, save, "tiny-gpt2", extra, iters);
+  };
+  std::FILE* quiet = std::fopen("/dev/null", "w");
+  dist::SingleCommunicator single;
+  const std::string own = dir + "/one" + std::to_string(world.rank());
+  // One process: uninterrupted, and 2 steps saved.
+  run_training(args(own + "/full", 4, "", false), quiet, single);
+  run_training(args(own + "/half", 2, "", false), quiet, single);
+  // The ranks, sharded: 2 steps saved (the states gathered into one process's form).
+  run_training(args(dir + "/half", 2, "", true), quiet, world);
+  world.barrier();
+  // Resumed by the ranks from their own save and from one process's; by one process from the ranks'.
+  run_training(args(dir + "/ranks", 4, dir + "/half", true), quiet, world);
+  run_training(args(dir + "/from_one", 4, own + "/half", true), quiet, world);
+  run_training(args(own + "/from_ranks", 4, dir + "/half", false), quiet, single);
+  world.barrier();
+  std::fclose(quiet);
+  const auto full = io::load_safetensors(own + "/full/iter_0000004/model.safetensors").tensors;
+  for (const std::string& run : {dir + "/ranks", dir + "/from_one", own + "/from_ranks"}) {
+    const auto w = io::load_safetensors(run + "/iter_0000004/model.safetensors").tensors;
+    for (const auto& [name, t] : full) EXPECT_EQ(max_abs_difference(w.at(name), t), 0.0) << run << " " << name;
+  }
+}
 
 TEST(DataParallel, AGlobalBatchThatDoesNotDivideIsExplained) {
   dist::Communicator& world = dist::world();

@@ -70,7 +70,9 @@ class Kernels {
                    int64_t inner) = 0;
   virtual void max_backward(const Tensor& grad_in, const Tensor& g, const Tensor& indices, int64_t outer, int64_t n,
                             int64_t inner) = 0;
-  virtual double sum_of_squares(const Tensor& x) = 0;  // contiguous
+  // partials[c] = Σ x² over elements [c·chunk, (c+1)·chunk) of contiguous x, in f64: ⌈numel/chunk⌉
+  // values, each independent of the thread count (the gradient norm's deterministic partial sums).
+  virtual void sum_of_squares(const Tensor& x, int64_t chunk, double* partials) = 0;
 
   // --- matrix product: out = alpha * a @ b + beta * out (f32 or f64; batch dims broadcast)
   virtual void matmul(const Tensor& out, const Tensor& a, const Tensor& b, double alpha, double beta) = 0;

@@ -21,6 +21,15 @@ class Communicator {
   virtual void all_to_all(const void* send, void* recv, int64_t bytes_per_rank) = 0;
   // Every rank's `bytes_per_rank` bytes of `send` land in block r of `recv` on every rank.
   virtual void all_gather(const void* send, void* recv, int64_t bytes_per_rank) = 0;
+  // Point to point, any sizes: posts every send and receive at once and waits for all of them.
+  // Messages between two ranks match in the order they are listed (the receiver lists them in the
+  // sender's order). No transfer to or from this rank itself.
+  struct Transfer {
+    int peer;
+    void* data;
+    int64_t bytes;
+  };
+  virtual void exchange(const std::vector<Transfer>& sends, const std::vector<Transfer>& receives) = 0;
   // `bytes` of `data` from rank `root` to every rank.
   virtual void broadcast(void* data, int64_t bytes, int root) = 0;
   virtual void barrier() = 0;

@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <climits>
 #include <cstdint>
+#include <cstring>
+#include <vector>
 
 #include "tidal/base/error.h"
 
@@ -103,6 +105,50 @@ void MpiCommunicator::all_gather(const void* send, void* recv, int64_t bytes_per
     free_type(block);
     check(rc, "MPI_Allgather");
   }
+}
+
+namespace {
+
+// Point-to-point exchanges of byte ranges of any size (pieces of at most kPiece bytes), so offsets
+// and counts are never limited by MPI's ints.
+class Exchange {
+ public:
+  void send(const char* data, int64_t bytes, int peer) { post(const_cast<char*>(data), bytes, peer, true); }
+  void receive(char* data, int64_t bytes, int peer) { post(data, bytes, peer, false); }
+  void wait_all() {
+    if (!requests_.empty())
+      check(MPI_Waitall(int(requests_.size()), requests_.data(), MPI_STATUSES_IGNORE), "MPI_Waitall");
+    requests_.clear();
+  }
+
+ private:
+  void post(char* data, int64_t bytes, int peer, bool out) {
+    for (int64_t done = 0; done < bytes; done += kPiece) {
+      const int n = int(std::min(kPiece, bytes - done));
+      MPI_Request r;
+      check(out ? MPI_Isend(data + done, n, MPI_BYTE, peer, 0, MPI_COMM_WORLD, &r)
+                : MPI_Irecv(data + done, n, MPI_BYTE, peer, 0, MPI_COMM_WORLD, &r),
+            out ? "MPI_Isend" : "MPI_Irecv");
+      requests_.push_back(r);
+    }
+  }
+  std::vector<MPI_Request> requests_;
+};
+
+}  // namespace
+
+void MpiCommunicator::exchange(const std::vector<Transfer>& sends, const std::vector<Transfer>& receives) {
+  std::lock_guard lock(mutex_);
+  Exchange x;
+  for (const Transfer& t : receives) {
+    TIDAL_ASSERT(t.peer != rank_ && t.peer >= 0 && t.peer < size_);
+    x.receive(static_cast<char*>(t.data), t.bytes, t.peer);
+  }
+  for (const Transfer& t : sends) {
+    TIDAL_ASSERT(t.peer != rank_ && t.peer >= 0 && t.peer < size_);
+    x.send(static_cast<const char*>(t.data), t.bytes, t.peer);
+  }
+  x.wait_all();
 }
 
 void MpiCommunicator::broadcast(void* data, int64_t bytes, int root) {

@@ -17,6 +17,7 @@ class MpiCommunicator final : public Communicator {
   const char* backend() const override { return "mpi"; }
   void all_to_all(const void* send, void* recv, int64_t bytes_per_rank) override;
   void all_gather(const void* send, void* recv, int64_t bytes_per_rank) override;
+  void exchange(const std::vector<Transfer>& sends, const std::vector<Transfer>& receives) override;
   void broadcast(void* data, int64_t bytes, int root) override;
   void barrier() override;
   [[noreturn]] void abort(int exit_code) override;

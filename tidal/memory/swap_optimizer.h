@@ -61,6 +61,7 @@ class SwapAdamW : public optim::AdamW {
 // AdamW, swapped or not as configured (SwapOptimizerConfig: K defaults to 16, MindSpeed's, capped at
 // the number of parameters when not given); checks K against the parameters (the flag's name in errors).
 std::unique_ptr<optim::AdamW> make_adamw(optim::NamedParameters params, const optim::AdamWOptions& options,
-                                         const SwapOptimizerConfig& swap);
+                                         const SwapOptimizerConfig& swap,
+                                         const optim::DecayRule& decay = optim::default_weight_decay);
 
 }  // namespace tidal::memory

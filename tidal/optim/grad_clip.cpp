@@ -8,23 +8,45 @@
 
 namespace tidal::optim {
 
-double grad_norm(const std::vector<Tensor>& params) {
-  OpScope op("grad_norm");
+std::vector<double> sum_of_squares_chunks(const Tensor& g) {
+  Kernels* kern = kernels_for(g);
+  if (kern == nullptr) return {};
+  std::vector<double> chunks(size_t((g.numel() + kGradNormChunk - 1) / kGradNormChunk));
+  kern->sum_of_squares(g, kGradNormChunk, chunks.data());
+  return chunks;
+}
+
+double norm_from_chunks(const std::vector<std::vector<double>>& per_gradient) {
   double sum = 0;
-  for (const Tensor& p : params) {
-    TIDAL_CHECK(p.defined(), "[clip_grad_norm] an undefined parameter");
-    const Tensor g = p.grad();
-    if (!g.defined()) continue;
-    if (Kernels* kern = kernels_for(g)) sum += kern->sum_of_squares(g.contiguous());
+  for (const std::vector<double>& chunks : per_gradient) {
+    double s = 0;
+    for (double c : chunks) s += c;
+    sum += s;
   }
   return std::sqrt(sum);
 }
 
-double clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
-  const double norm = grad_norm(params);
+double grad_norm(const std::vector<Tensor>& params) {
+  OpScope op("grad_norm");
+  std::vector<std::vector<double>> chunks;
+  for (const Tensor& p : params) {
+    TIDAL_CHECK(p.defined(), "[clip_grad_norm] an undefined parameter");
+    const Tensor g = p.grad();
+    if (g.defined()) chunks.push_back(sum_of_squares_chunks(g.contiguous()));
+  }
+  return norm_from_chunks(chunks);
+}
+
+double clip_coefficient(double norm, double max_norm) {
   // PyTorch multiplies by min(coef, 1); scaling by exactly 1 changes nothing, so skip it.
   const double coef = max_norm / (norm + 1e-6);
-  if (max_norm <= 0 || !(coef < 1.0)) return norm;
+  return max_norm > 0 && coef < 1.0 ? coef : 1.0;
+}
+
+double clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
+  const double norm = grad_norm(params);
+  const double coef = clip_coefficient(norm, max_norm);
+  if (coef == 1.0) return norm;
   OpScope op("clip_grad_norm");
   NoGradGuard no_grad;
   for (const Tensor& p : params) {

@@ -17,4 +17,17 @@ double clip_grad_norm(const std::vector<Tensor>& params, double max_norm);
 // The same norm without clipping.
 double grad_norm(const std::vector<Tensor>& params);
 
+// The norm's partial sums, for a norm over gradients split across ranks (dist optimizer): Σ g² over
+// each chunk of kGradNormChunk elements of a gradient, from its start, in f64. A shard that starts
+// on a chunk boundary of its parameter has exactly the chunks of the whole gradient, so the norm
+// assembled from every rank's chunks is bit for bit grad_norm's.
+inline constexpr int64_t kGradNormChunk = int64_t(1) << 14;
+std::vector<double> sum_of_squares_chunks(const Tensor& g);  // contiguous; empty on meta
+// sqrt of the chunks added as grad_norm adds them: within a gradient in chunk order, then the
+// gradients in order.
+double norm_from_chunks(const std::vector<std::vector<double>>& per_gradient);
+// What clip_grad_norm scales the gradients by: max_norm / (norm + 1e-6) when that is below 1 (and
+// max_norm > 0 and the norm finite), else exactly 1 (no scaling).
+double clip_coefficient(double norm, double max_norm);
+
 }  // namespace tidal::optim

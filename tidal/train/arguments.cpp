@@ -57,7 +57,8 @@ Flags train_flags() {
       .option("metrics-json", "keep a JSON file of settings, per-step metrics and the summary", "FILE")
       .flag("no-progress", "no progress bar")
       .flag("report-memory", "print the table of tensors saved for backward in the first step");
-  add_memory_flags(f)
+  add_memory_flags(f);
+  add_data_parallel_flags(f)
       .option("sample-prompt", "text to continue with the trained model at the end", "TEXT")
       .option("sample-tokens", "tokens to generate for the sample (default 64 with a prompt)", "N")
       .option("profile",
@@ -160,6 +161,7 @@ TrainArgs parse_train_args(const std::vector<std::string>& argv) {
               "tidal train: --attention must be flash or eager, got '", a.attention, "'");
   parse_outputs(f, a);
   a.memory = parse_memory_config(f, m);
+  a.sharding = parse_sharding_strategy(f);
   a.progress = !f.flag_on("no-progress");
   parse_profile(f, a);
   parse_sample(f, a);
@@ -286,6 +288,7 @@ nlohmann::json TrainArgs::to_json() const {
   j["adam_beta2"] = adam_beta2;
   j["adam_eps"] = adam_eps;
   j["clip_grad"] = clip_grad;
+  j["data_parallel_sharding_strategy"] = sharding_name(sharding);
   j["seed"] = seed;
   j["attention"] = attention;
   j["save"] = save;

@@ -9,6 +9,7 @@
 #include "tidal/base/flags.h"
 #include "tidal/memory/memory_config.h"
 #include "tidal/models/config.h"
+#include "tidal/train/data_parallel.h"
 
 namespace tidal::train {
 
@@ -49,6 +50,8 @@ struct TrainArgs {
   // --recompute-*, --activation-offload / --offload-*, --loss-compute-mode / --loss-chunk-size,
   // --swap-optimizer[-times] (train/memory_flags.h; validated against the model)
   memory::MemoryConfig memory;
+  // --use-distributed-optimizer / --data-parallel-sharding-strategy (train/data_parallel.h)
+  ShardingStrategy sharding = ShardingStrategy::no_shard;
   std::string sample_prompt;  // printed sample at the end ("" : none)
   int64_t sample_tokens = 0;
   // --profile DIR [--profile-steps A:B] (docs/profiling.md); steps 0: the default window

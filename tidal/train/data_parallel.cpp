@@ -6,6 +6,48 @@
 
 namespace tidal::train {
 
+const char* sharding_name(ShardingStrategy s) {
+  switch (s) {
+    case ShardingStrategy::no_shard: return "no_shard";
+    case ShardingStrategy::optim: return "optim";
+    case ShardingStrategy::optim_grads: return "optim_grads";
+    case ShardingStrategy::optim_grads_params: return "optim_grads_params";
+  }
+  return "?";
+}
+
+Flags& add_data_parallel_flags(Flags& f) {
+  return f
+      .flag("use-distributed-optimizer",
+            "shard AdamW's states over the data-parallel ranks (ZeRO-1; = --data-parallel-sharding-strategy optim)")
+      .option("data-parallel-sharding-strategy",
+              "what the data-parallel ranks shard: no_shard (default), optim (ZeRO-1); optim_grads and "
+              "optim_grads_params are not implemented yet",
+              "S");
+}
+
+ShardingStrategy parse_sharding_strategy(const Flags& f) {
+  ShardingStrategy s = f.flag_on("use-distributed-optimizer") ? ShardingStrategy::optim : ShardingStrategy::no_shard;
+  if (!f.has("data-parallel-sharding-strategy")) return s;
+  const std::string name = f.str("data-parallel-sharding-strategy");
+  ShardingStrategy given = ShardingStrategy::no_shard;
+  if (name == "no_shard")
+    given = ShardingStrategy::no_shard;
+  else if (name == "optim")
+    given = ShardingStrategy::optim;
+  else if (name == "optim_grads" || name == "optim_grads_params")
+    detail::throw_error(detail::str_cat("tidal train: --data-parallel-sharding-strategy ", name,
+                                        " is not implemented yet: use optim (ZeRO-1) or no_shard"));
+  else
+    detail::throw_error(detail::str_cat("tidal train: unknown --data-parallel-sharding-strategy '", name,
+                                        "': valid are no_shard, optim, optim_grads, optim_grads_params"));
+  TIDAL_CHECK(!f.flag_on("use-distributed-optimizer") || given == ShardingStrategy::optim,
+              "tidal train: --use-distributed-optimizer shards the optimizer states, but "
+              "--data-parallel-sharding-strategy says ",
+              name, ": give one of them");
+  return given;
+}
+
 int64_t micro_batches_per_rank(int64_t global_batch, int64_t micro_batch, int ranks) {
   TIDAL_CHECK(global_batch % (micro_batch * ranks) == 0, "tidal train: --global-batch-size ", global_batch,
               " is not a multiple of --micro-batch-size ", micro_batch, " x ", ranks,

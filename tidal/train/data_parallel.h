@@ -8,11 +8,21 @@
 #include <utility>
 #include <vector>
 
+#include "tidal/base/flags.h"
 #include "tidal/data/gpt_dataset.h"
 #include "tidal/dist/communicator.h"
 #include "tidal/tensor.h"
 
 namespace tidal::train {
+
+// What the data-parallel ranks split among themselves (Megatron-FSDP's
+// --data-parallel-sharding-strategy; --use-distributed-optimizer is `optim`).
+enum class ShardingStrategy { no_shard, optim, optim_grads, optim_grads_params };
+const char* sharding_name(ShardingStrategy s);
+
+// The flags of distributed training, added to `tidal train`'s table, and their typed value.
+Flags& add_data_parallel_flags(Flags& f);
+ShardingStrategy parse_sharding_strategy(const Flags& f);
 
 // Micro-batches each rank runs per step: global batch = micro-batch × this × ranks. A global batch
 // that does not divide is an error naming the three numbers.

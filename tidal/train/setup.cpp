@@ -115,7 +115,10 @@ void resume(const std::string& dir, const models::ModelConfig& config, Setup& s,
   Checkpoint ck = load_checkpoint(dir);
   check_same_model(ck.config, config, ck.path);
   s.model->load_state_dict(ck.model);
-  s.optimizer->load_state_dict(ck.optimizer);
+  if (s.sharded)
+    s.sharded->load_whole_state_dict(*s.optimizer, ck.optimizer);  // this rank's pieces
+  else
+    s.optimizer->load_state_dict(ck.optimizer);
   s.start = ck.state.iteration;
   s.loader.set_position(ck.state.data_position);
   set_rng_state(ck.state.rng);
@@ -135,8 +138,15 @@ Setup setup_training(const TrainArgs& args, models::ModelConfig& config, std::FI
   std::unique_ptr<models::CausalLM> model = build_model(args, config);
   std::unique_ptr<memory::Offloader> offloader = attach_offloader(args.memory, config, *model);
   if (!args.pretrained.empty()) model->load_hf_state_dict(models::load_pretrained_dir(args.pretrained).weights);
-  std::unique_ptr<optim::AdamW> optimizer =
-      memory::make_adamw(model->named_parameters(), adamw_options(args), args.memory.swap_optimizer);
+  std::unique_ptr<optim::DistributedAdamW> sharded;
+  std::unique_ptr<optim::AdamW> optimizer;
+  if (args.sharding == ShardingStrategy::optim) {
+    sharded = std::make_unique<optim::DistributedAdamW>(model->named_parameters(), comm);
+    optimizer = memory::make_adamw(sharded->shard_parameters(), adamw_options(args), args.memory.swap_optimizer,
+                                   sharded->decay_rule());
+  } else {
+    optimizer = memory::make_adamw(model->named_parameters(), adamw_options(args), args.memory.swap_optimizer);
+  }
   optim::LrSchedule schedule = lr_schedule(args);
   data::DataLoader loader(data.train);
   Setup s{std::move(data),
@@ -148,7 +158,8 @@ Setup setup_training(const TrainArgs& args, models::ModelConfig& config, std::FI
           0,
           nlohmann::json(),
           &comm,
-          micro_batches};
+          micro_batches,
+          std::move(sharded)};
   set_rng_state({args.seed, 0});
   if (!args.load.empty()) resume(args.load, config, s, out);
 

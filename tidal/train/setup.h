@@ -14,6 +14,7 @@
 #include "tidal/memory/offload.h"
 #include "tidal/models/causal_lm.h"
 #include "tidal/optim/adamw.h"
+#include "tidal/optim/distributed_adamw.h"
 #include "tidal/optim/lr_schedule.h"
 #include "tidal/train/arguments.h"
 
@@ -40,6 +41,9 @@ struct Setup {
   nlohmann::json settings;
   dist::Communicator* comm = nullptr;  // the data-parallel ranks (one without mpirun)
   int64_t micro_batches = 1;           // per rank and step: global batch / (micro-batch × ranks)
+  // --use-distributed-optimizer: the gradient buffer, shards and collectives; `optimizer` then
+  // updates this rank's shard only. Null without sharding.
+  std::unique_ptr<optim::DistributedAdamW> sharded;
 };
 
 // Loads the data (the tokenizer's vocabulary goes into `config`), validates `config`, resets the

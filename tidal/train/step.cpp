@@ -23,6 +23,7 @@ StepResult train_step(int64_t it, const TrainArgs& args, Setup& s, profile::Prof
   StepResult r;
   r.lr = optim::lr_at(it - 1, s.schedule);
   double loss_sum = 0;
+  if (s.sharded) s.sharded->begin_step();  // gradients accumulate into the flat buffer
   for (int64_t m = 0; m < accum; ++m) {
     const Tensor tokens =
         next_rank_batch(s.loader, args.micro_batch_size, comm.rank(), comm.size()).tokens;  // (B, T+1)
@@ -47,11 +48,14 @@ StepResult train_step(int64_t it, const TrainArgs& args, Setup& s, profile::Prof
     profile::Range phase("backward", profile::kPhase);
     (global_micro_batches == 1 ? loss : mul(loss, 1.0 / double(global_micro_batches))).backward();
   }
-  {
-    profile::Range phase("grad all-reduce", profile::kPhase);
-    all_reduce_gradients(comm, s.model->named_parameters());
-  }
-  {
+  if (s.sharded) {  // reduce-scatter, norm, clip, the shard's update, all-gather
+    profile::Range phase("optimizer", profile::kPhase);
+    r.grad_norm = s.sharded->step(r.lr, args.clip_grad, *s.optimizer);
+  } else {
+    {
+      profile::Range phase("grad all-reduce", profile::kPhase);
+      all_reduce_gradients(comm, s.model->named_parameters());
+    }
     profile::Range phase("optimizer", profile::kPhase);
     r.grad_norm = optim::clip_grad_norm(s.model->parameters(), args.clip_grad);
     s.optimizer->step(r.lr);

@@ -20,9 +20,13 @@ using Clock = std::chrono::steady_clock;
 
 bool due(int64_t it, int64_t interval, int64_t last) { return (interval > 0 && it % interval == 0) || it == last; }
 
+// Every rank takes part (a sharded optimizer's states are gathered onto rank 0); rank 0 writes.
 void save(const TrainArgs& args, const models::ModelConfig& config, const Setup& s, int64_t it) {
+  const std::map<std::string, Tensor> optimizer =
+      s.sharded ? s.sharded->gather_state_dict(*s.optimizer) : s.optimizer->state_dict();
+  if (s.comm->rank() != 0) return;
   TrainingState st{it, get_rng_state(), s.loader.position(), s.settings, nlohmann::json::object()};
-  save_checkpoint(args.save, st, s.model->state_dict(), s.optimizer->state_dict(), models::config_to_json(config),
+  save_checkpoint(args.save, st, s.model->state_dict(), optimizer, models::config_to_json(config),
                   s.data.tokenizer_path);
 }
 
@@ -44,7 +48,7 @@ TrainResult train_loop(const TrainArgs& args, std::FILE* out, models::ModelConfi
   Setup s = setup_training(args, config, out, comm);
   Report report(args, config, s, out);
   // An unwritable --save fails now, not after the first interval's steps.
-  if (!args.save.empty()) io::create_directories(args.save, "--save");
+  if (!args.save.empty() && comm.rank() == 0) io::create_directories(args.save, "--save");
   profile::Profiler profiler(profile_options(args, s.start), profile_info(args, config, s.model->num_parameters()));
 
   TrainResult result;
@@ -95,7 +99,6 @@ TrainResult run_training(const TrainArgs& args, std::FILE* out, dist::Communicat
   if (comm.rank() != 0) {  // rank 0 speaks and writes for the run
     TrainArgs quiet = args;
     quiet.metrics_json.clear();
-    quiet.save.clear();
     quiet.profile_dir.clear();
     std::unique_ptr<std::FILE, int (*)(std::FILE*)> null(std::fopen("/dev/null", "w"), &std::fclose);
     TIDAL_CHECK(null != nullptr, "tidal train: cannot open /dev/null for rank ", comm.rank(), "'s output");

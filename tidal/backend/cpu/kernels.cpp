@@ -110,7 +110,9 @@ class CpuKernels final : public Kernels {
                     int64_t inner) override {
     max_backward_kernel(grad_in, g, indices, outer, n, inner);
   }
-  double sum_of_squares(const Tensor& x) override { return cpu::sum_of_squares(x); }
+  void sum_of_squares(const Tensor& x, int64_t chunk, double* partials) override {
+    cpu::sum_of_squares(x, chunk, partials);
+  }
 
   void matmul(const Tensor& out, const Tensor& a, const Tensor& b, double alpha, double beta) override {
     matmul_kernel(out, a, b, alpha, beta);

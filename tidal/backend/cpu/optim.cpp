@@ -12,7 +12,6 @@ namespace tidal::cpu {
 namespace {
 
 constexpr int64_t kGrain = 1 << 15;  // elements per thread at least: the update is memory-bound
-constexpr int64_t kChunk = 1 << 14;  // fixed chunk of the sum of squares (order independent of threads)
 
 template <typename P>
 void adamw_typed(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
@@ -94,19 +93,15 @@ void adamw_step(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, 
   });
 }
 
-double sum_of_squares(const Tensor& x) {
-  return dispatch_float(x.dtype(), "sum_of_squares", [&](auto tag) {
+void sum_of_squares(const Tensor& x, int64_t chunk, double* partials) {
+  TIDAL_ASSERT(chunk > 0);
+  dispatch_float(x.dtype(), "sum_of_squares", [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T* p = x.data<T>();
-    const int64_t n = x.numel(), chunks = (n + kChunk - 1) / kChunk;
-    std::vector<double> partial(size_t(chunks), 0.0);
+    const int64_t n = x.numel(), chunks = (n + chunk - 1) / chunk;
     parallel_for(0, chunks, 4, [&](int64_t b, int64_t e) {
-      for (int64_t c = b; c < e; ++c)
-        partial[size_t(c)] = chunk_sum_of_squares(p + c * kChunk, std::min(kChunk, n - c * kChunk));
+      for (int64_t c = b; c < e; ++c) partials[c] = chunk_sum_of_squares(p + c * chunk, std::min(chunk, n - c * chunk));
     });
-    double s = 0;
-    for (double v : partial) s += v;
-    return s;
   });
 }
 

@@ -15,6 +15,6 @@ void adamw_step(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, 
                 const Tensor& master, const AdamWArgs& a);
 
 // sum(x^2) accumulated in f64 over fixed chunks added in order: the same bits for any thread count.
-double sum_of_squares(const Tensor& x);
+void sum_of_squares(const Tensor& x, int64_t chunk, double* partials);
 
 }  // namespace tidal::cpu

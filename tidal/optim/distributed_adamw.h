@@ -1,0 +1,71 @@
+#pragma once
+// Megatron's distributed optimizer (--use-distributed-optimizer, ZeRO-1; docs/distributed.md): every
+// rank holds the whole model and a whole gradient buffer, but AdamW's states only for its shard of
+// the parameters (optim/shard_layout.h). Per step:
+//   1. backward accumulates every gradient into one flat gradient buffer (each parameter's grad is a
+//      view of it);
+//   2. the buffer is reduce-scattered: each rank gets its shard summed over the ranks, in rank order;
+//   3. the gradient norm is assembled from every shard's chunk sums (bit for bit the unsharded norm)
+//      and the shard clipped;
+//   4. the local AdamW updates the shard's pieces of the parameters (views of the parameters);
+//   5. every rank's pieces are all-gathered into the parameters in place, so every rank holds the
+//      updated model. The parameters stay where the model made them: no second copy, ever.
+// With one micro-batch per rank the result is bit for bit one process's (tests/dist/).
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tidal/dist/communicator.h"
+#include "tidal/optim/adamw.h"
+#include "tidal/optim/shard_layout.h"
+
+namespace tidal::optim {
+
+class DistributedAdamW {
+ public:
+  // Makes the flat gradient buffer (MemoryCategory::gradient). All parameters must be contiguous and
+  // share a dtype and device.
+  DistributedAdamW(const NamedParameters& params, dist::Communicator& comm);
+
+  // This rank's pieces of the parameters, as parameters of their own (flat views of the parameters
+  // named "<name>" or "<name>[begin:end]"), for the AdamW that updates them (swapped or not), with
+  // the weight-decay rule of the whole parameters.
+  const NamedParameters& shard_parameters() const { return shard_params_; }
+  DecayRule decay_rule() const;
+
+  // Before a step's first micro-batch: zeroes the gradient buffer and points every parameter's
+  // gradient (and every shard parameter's) at its view.
+  void begin_step();
+  // After the last micro-batch's backward: reduce-scatter, norm, clip to `max_norm` (<= 0: none),
+  // `local.step(lr)` on the shard, all-gather. Returns the norm before clipping. A non-finite norm
+  // updates nothing (the caller decides what to do).
+  double step(double lr, double max_norm, AdamW& local);
+
+  // The optimizer's state as one process's AdamW holds it (whole parameters' names and shapes),
+  // gathered onto rank 0: a collective. Rank 0 gets the whole state (its bytes as `temporary` memory
+  // while the map lives), the other ranks an empty map. Checkpoints hold this form, so a run resumes
+  // on any number of ranks, or in one process.
+  std::map<std::string, Tensor> gather_state_dict(const AdamW& local);
+  // Loads a whole state (a checkpoint of any number of ranks, or of one process) into `local`: this
+  // rank's pieces of every tensor.
+  void load_whole_state_dict(AdamW& local, const std::map<std::string, Tensor>& whole) const;
+
+  const ShardLayout& layout() const { return layout_; }
+  int64_t shard_elements() const { return layout_.shard_size(comm_.rank()); }
+
+ private:
+  double reduce_scatter_and_norm();
+  void all_gather_parameters();
+
+  dist::Communicator& comm_;
+  NamedParameters params_;
+  ShardLayout layout_;
+  Tensor grad_buffer_;  // (total): the gradients end to end
+  // Every rank's pieces of the parameters: (address here, bytes); empty on meta.
+  std::vector<std::vector<std::pair<void*, int64_t>>> pieces_;
+  NamedParameters shard_params_;
+  std::vector<std::string> shard_names_of_;  // the whole parameter's name of each shard parameter
+};
+
+}  // namespace tidal::optim
