@@ -57,8 +57,9 @@ TEST(Json, FieldsAreReadByTypeWithoutWrappingOrEchoing) {
 TEST(CheckedMath, OverflowAndNegativeSizesAreErrors) {
   const int64_t big = std::numeric_limits<int64_t>::max();
   EXPECT_EQ(checked_mul(1 << 20, 1 << 20, "m"), int64_t(1) << 40);
-  EXPECT_NE(error_of([&] { checked_mul(int64_t(1) << 56, 4 * 64, "[config] weight"); })
-                .find("[config] weight: 72057594037927936 x 256 overflows a 64-bit size"),
+  EXPECT_NE(error_of([&] {
+              checked_mul(int64_t(1) << 56, 4 * 64, "[config] weight");
+            }).find("[config] weight: 72057594037927936 x 256 overflows a 64-bit size"),
             std::string::npos);
   EXPECT_NE(error_of([&] { checked_add(big, 1, "id"); }).find("overflows"), std::string::npos);
   EXPECT_NE(error_of([&] { checked_mul(-3, 2, "dims"); }).find("size -3 is negative"), std::string::npos);
