@@ -9,9 +9,9 @@
 #include <string>
 
 #include "tests/support/error_of.h"
+#include "tidal/allocator.h"
 #include "tidal/models/causal_lm.h"
 #include "tidal/models/config.h"
-#include "tidal/allocator.h"
 #include "tidal/nn/layers.h"
 #include "tidal/tensor.h"
 
@@ -23,7 +23,9 @@ using testing::error_of;
 
 json tiny_llama() { return config_to_json(preset("tiny-llama")); }
 
-std::string config_error(const json& j) { return error_of([&] { config_from_json(j, "m/config.json"); }); }
+std::string config_error(const json& j) {
+  return error_of([&] { config_from_json(j, "m/config.json"); });
+}
 
 std::string write_file(const std::string& name, const std::string& text) {
   const std::string path = ::testing::TempDir() + name;
@@ -46,8 +48,9 @@ TEST(HostileConfig, ABillionLayersIsRefusedAtOnce) {
   j["num_hidden_layers"] = 1000000000;
   EXPECT_HAS(config_error(j), "field 'num_hidden_layers' is 1000000000: it must be in [1, 4096]");
   j["num_hidden_layers"] = 1e9;  // a float is not an integer, even a whole one
-  EXPECT_EQ(config_error(j), "[config] m/config.json field 'num_hidden_layers' must be an integer, found a fractional "
-                             "number");
+  EXPECT_EQ(config_error(j),
+            "[config] m/config.json field 'num_hidden_layers' must be an integer, found a fractional "
+            "number");
 }
 
 TEST(HostileConfig, FieldsOfTheWrongKindNameTheFileAndTheField) {
@@ -56,7 +59,8 @@ TEST(HostileConfig, FieldsOfTheWrongKindNameTheFileAndTheField) {
   EXPECT_EQ(config_error(j), "[config] m/config.json field 'intermediate_size' must be an integer, found a string");
   j = tiny_llama();
   j["tie_word_embeddings"] = "yes";
-  EXPECT_EQ(config_error(j), "[config] m/config.json field 'tie_word_embeddings' must be true or false, found a string");
+  EXPECT_EQ(config_error(j),
+            "[config] m/config.json field 'tie_word_embeddings' must be true or false, found a string");
   j = tiny_llama();
   j["rope_theta"] = json::object();
   EXPECT_EQ(config_error(j), "[config] m/config.json field 'rope_theta' must be a number, found an object");
@@ -162,7 +166,9 @@ TEST(HostileSizes, ATensorWhoseBytesOverflowIsAClearError) {
   const std::string msg = error_of([&] { empty({big, 4}, DType::f32); });
   EXPECT_HAS(msg, "[empty] a f32 tensor of shape (4611686018427387904, 4) would need more than 2^63 bytes");
   EXPECT_HAS(error_of([&] { empty_host({3, -1}, DType::f32); }), "[empty_host] negative dimension in shape (3, -1)");
-  EXPECT_HAS(error_of([&] { zeros({int64_t(1) << 40, int64_t(1) << 40}, DType::bf16, Device::meta()); }),
+  EXPECT_HAS(error_of([&] {
+               zeros({int64_t(1) << 40, int64_t(1) << 40}, DType::bf16, Device::meta());
+             }),
              "would need more than 2^63 bytes");
 }
 
