@@ -23,7 +23,9 @@ json base() {
   return json::parse(testing::make_tokenizer_json({{"h", "e"}}, {"<|endoftext|>"}, testing::kGpt2PreTokenizer));
 }
 
-std::string load_error(const json& j) { return error_of([&] { Tokenizer::from_json_string(j.dump(), "t.json"); }); }
+std::string load_error(const json& j) {
+  return error_of([&] { Tokenizer::from_json_string(j.dump(), "t.json"); });
+}
 
 TEST(HostileTokenizer, AnAddedTokenIdThatWouldOverflowIsRefused) {
   json j = base();
@@ -40,8 +42,9 @@ TEST(HostileTokenizer, ASmallFileCannotAskForAHugeIdTable) {
   j["model"]["vocab"]["he"] = 100000000;  // 1e8: a 6 GB table from a 13 KB file
   EXPECT_HAS(load_error(j), "[tokenizer] t.json: an id in field 'model.vocab' is 100000000: token ids must be in");
   j["model"]["vocab"]["he"] = 10000000;  // within the limit, but 258 tokens cannot use ten million ids
-  EXPECT_HAS(load_error(j), "[tokenizer] t.json: the largest token id is 10000000 but there are only 259 tokens: more "
-                            "than 65536 ids would be unused");
+  EXPECT_HAS(load_error(j),
+             "[tokenizer] t.json: the largest token id is 10000000 but there are only 259 tokens: more "
+             "than 65536 ids would be unused");
   j["model"]["vocab"]["he"] = 60000;  // a vocabulary with holes, within the allowance, loads
   j["added_tokens"][0]["id"] = 60001;
   EXPECT_EQ(Tokenizer::from_json_string(j.dump(), "t.json").vocab_size(), 60002);
@@ -59,8 +62,9 @@ TEST(HostileTokenizer, FieldsOfTheWrongKindNameTheField) {
   EXPECT_EQ(load_error(j), "[tokenizer] t.json field 'added_tokens[0].special' must be true or false, found a string");
   j = base();
   j["model"]["merges"][0] = 12;
-  EXPECT_EQ(load_error(j), "[tokenizer] t.json field 'model.merges[0]' must be \"a b\" or [\"a\", \"b\"], found an "
-                           "integer");
+  EXPECT_EQ(load_error(j),
+            "[tokenizer] t.json field 'model.merges[0]' must be \"a b\" or [\"a\", \"b\"], found an "
+            "integer");
   j["model"]["merges"][0] = json::array({"h", 5});
   EXPECT_EQ(load_error(j), "[tokenizer] t.json field 'model.merges[0]'[1] must be a string, found an integer");
   j = base();
@@ -78,10 +82,10 @@ TEST(HostileTokenizer, TokensAndPatternsAreNeverEchoed) {
   EXPECT_HAS(msg, "field 'model.merges[0]': its first part is not in the vocabulary");
   EXPECT_EQ(msg.find("root"), std::string::npos) << msg;
   j = base();
-  j["pre_tokenizer"] = {{"type", "Sequence"},
-                        {"pretokenizers",
-                         {{{"type", "Split"}, {"pattern", {{"Regex", "(secret"}}}},
-                          json::parse(testing::kGpt2PreTokenizer)}}};
+  j["pre_tokenizer"] = {
+      {"type", "Sequence"},
+      {"pretokenizers",
+       {{{"type", "Split"}, {"pattern", {{"Regex", "(secret"}}}}, json::parse(testing::kGpt2PreTokenizer)}}};
   msg = load_error(j);
   EXPECT_HAS(msg, "field 'pre_tokenizer.pretokenizers[0].pattern.Regex' does not compile: ");
   EXPECT_EQ(msg.find("secret"), std::string::npos) << msg;
@@ -125,8 +129,7 @@ TEST(HostileTokenizer, EveryFieldOfEveryKindIsAClearError) {
   const std::vector<json> kinds = {nullptr, true, -1, 1.5, "x", json::array(), json::object(), json::array({1})};
   const json original = base();
   int tried = 0;
-  std::function<void(const json::json_pointer&, const json&)> walk = [&](const json::json_pointer& ptr,
-                                                                          const json& v) {
+  std::function<void(const json::json_pointer&, const json&)> walk = [&](const json::json_pointer& ptr, const json& v) {
     for (const json& k : kinds) {
       json j = original;
       j[ptr] = k;
