@@ -61,7 +61,8 @@ TEST(HostileDataset, SizesAndPointersAreCheckedAgainstEachOtherAndTheBin) {
              "'" + prefix + ".bin' has 14 bytes but '" + prefix + ".idx' describes 2147483650 uint16 tokens");
   prefix = write_pair("pointers");
   patch_idx<int64_t>(prefix, kSizes + 8 + 8, -6);  // the second pointer goes back
-  EXPECT_HAS(error_of([&] { IndexedDataset d(prefix); }), "sequence 1 starts at byte -6 but the sizes before it put it");
+  EXPECT_HAS(error_of([&] { IndexedDataset d(prefix); }),
+             "sequence 1 starts at byte -6 but the sizes before it put it");
   prefix = write_pair("doc_idx");
   patch_idx<int64_t>(prefix, kSizes + 8 + 16 + 16, 0);  // document index 2 goes back to 0
   EXPECT_HAS(error_of([&] { IndexedDataset d(prefix); }), "document index 2 is 0: not within [1, 2]");
