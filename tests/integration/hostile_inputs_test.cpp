@@ -75,10 +75,17 @@ TEST_F(HostileInputs, ConfigJsonSizesAndKindsAreRefusedByName) {
 
 TEST_F(HostileInputs, ATrillionParameterConfigStillPlans) {
   json j = tidal::models::config_to_json(tidal::models::preset("tiny-qwen3-moe"));
-  const json k2 = {{"vocab_size", 163840},       {"hidden_size", 7168},  {"intermediate_size", 18432},
-                   {"num_hidden_layers", 61},     {"num_attention_heads", 64}, {"num_key_value_heads", 64},
-                   {"head_dim", 128},             {"num_experts", 384},   {"num_experts_per_tok", 8},
-                   {"moe_intermediate_size", 2048}, {"max_position_embeddings", 4096}};
+  const json k2 = {{"vocab_size", 163840},
+                   {"hidden_size", 7168},
+                   {"intermediate_size", 18432},
+                   {"num_hidden_layers", 61},
+                   {"num_attention_heads", 64},
+                   {"num_key_value_heads", 64},
+                   {"head_dim", 128},
+                   {"num_experts", 384},
+                   {"num_experts_per_tok", 8},
+                   {"moe_intermediate_size", 2048},
+                   {"max_position_embeddings", 4096}};
   j.update(k2);
   const std::string path = write("k2.json", j.dump());
   const Result r = tidal::testing::run_command(kTidal + " plan --config " + path + " --seq-length 1024 --memory 80GiB");

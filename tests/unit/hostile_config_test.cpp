@@ -100,14 +100,30 @@ TEST(HostileConfig, MoeFieldsAreBounded) {
   EXPECT_HAS(config_error(j), "field 'num_experts_per_tok' is 9: it must be in [1, 8]");
 }
 
-TEST(HostileConfig, SizesWithinEachLimitCanStillOverflowTogether) {
+TEST(HostileConfig, MillionsOfSmallExpertsAreRefused) {
   json j = config_to_json(preset("tiny-qwen3-moe"));
   j["num_hidden_layers"] = kMaxLayers;
-  j["num_experts"] = kMaxExperts;
-  j["hidden_size"] = kMaxWidth;
-  j["moe_intermediate_size"] = kMaxWidth;  // 4096 x 4096 x 3 x 2^40 parameters: more than int64
+  j["num_experts"] = kMaxExperts;  // few parameters (width 32), but 16 million expert modules
   j["mlp_only_layers"] = json::array();
-  EXPECT_HAS(config_error(j), "m/config.json: the model has over 2^63 parameters, more than the 35184372088832 tidal");
+  EXPECT_HAS(config_error(j),
+             "m/config.json: 4096 experts in each of 4096 sparse layers are 16777216 experts in all, "
+             "more than the 131072 tidal allows");
+}
+
+TEST(HostileConfig, SizesWithinEachLimitAreStillBoundedTogether) {
+  json j = config_to_json(preset("tiny-qwen3-moe"));
+  j["num_hidden_layers"] = kMaxLayers;
+  j["num_experts"] = 32;  // 131072 experts in all: the limit
+  j["hidden_size"] = kMaxWidth;
+  j["moe_intermediate_size"] = kMaxWidth;  // 131072 x 3 x 2^40 parameters: each product checked
+  j["mlp_only_layers"] = json::array();
+  EXPECT_HAS(config_error(j), " parameters, more than the 35184372088832 tidal allows");
+  // Past int64, the count says so instead of wrapping.
+  ModelConfig c = preset("tiny-qwen3-moe");
+  c.num_hidden_layers = int64_t(1) << 40;
+  c.hidden_size = c.vocab_size = int64_t(1) << 40;
+  EXPECT_HAS(error_of([&] { c.parameter_count(); }), "[config] the parameter count: ");
+  EXPECT_HAS(error_of([&] { c.parameter_count(); }), "overflows a 64-bit size");
 }
 
 TEST(HostileConfig, DeepNestingInAFieldIsAParseError) {

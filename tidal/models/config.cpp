@@ -152,6 +152,12 @@ void ModelConfig::validate(std::string_view source) const {
     for (int64_t l : mlp_only_layers)
       TIDAL_CHECK(l >= 0 && l < num_hidden_layers, at, "mlp_only_layers names layer ", l, ", not one of the ",
                   num_hidden_layers, " layers");
+    int64_t sparse_layers = 0;
+    for (int64_t l = 0; l < num_hidden_layers; ++l) sparse_layers += is_moe_layer(l) ? 1 : 0;
+    // Each expert is a module of its own: a small file must not ask for millions of them.
+    TIDAL_CHECK(sparse_layers * num_experts <= kMaxExpertsInAll, at, num_experts, " experts in each of ", sparse_layers,
+                " sparse layers are ", sparse_layers * num_experts, " experts in all, more than the ", kMaxExpertsInAll,
+                " tidal allows (docs/reliability.md)");
   } else {
     TIDAL_CHECK(num_experts == 0, at, "num_experts is set but model_type ", model_type, " is dense");
   }

@@ -14,13 +14,14 @@ namespace tidal::models {
 // Limits on what a config (a config.json from a stranger, a flag, a checkpoint) may ask for, checked by
 // validate() before anything is allocated. Each is tens of times the largest published model's value
 // (docs/reliability.md, "Limits on what a file may ask for"), so a 1T-parameter model still plans.
-inline constexpr int64_t kMaxLayers = 4096;                  // largest published: ~160
-inline constexpr int64_t kMaxWidth = int64_t(1) << 20;       // hidden, intermediate, head_dim; largest: 53248
-inline constexpr int64_t kMaxHeads = int64_t(1) << 16;       // largest: 128
-inline constexpr int64_t kMaxVocab = int64_t(1) << 24;       // largest: 262144
-inline constexpr int64_t kMaxPositions = int64_t(1) << 24;   // largest: 10485760 (Llama 4 Scout)
-inline constexpr int64_t kMaxExperts = 4096;                 // largest: 384 (Kimi K2)
-inline constexpr int64_t kMaxParameters = int64_t(1) << 45;  // ~35T; largest: ~1T
+inline constexpr int64_t kMaxLayers = 4096;                    // largest published: ~160
+inline constexpr int64_t kMaxWidth = int64_t(1) << 20;         // hidden, intermediate, head_dim; largest: 53248
+inline constexpr int64_t kMaxHeads = int64_t(1) << 16;         // largest: 128
+inline constexpr int64_t kMaxVocab = int64_t(1) << 24;         // largest: 262144
+inline constexpr int64_t kMaxPositions = int64_t(1) << 24;     // largest: 10485760 (Llama 4 Scout)
+inline constexpr int64_t kMaxExperts = 4096;                   // largest: 384 (Kimi K2)
+inline constexpr int64_t kMaxExpertsInAll = int64_t(1) << 17;  // experts x sparse layers; largest: 23040 (K2)
+inline constexpr int64_t kMaxParameters = int64_t(1) << 45;    // ~35T; largest: ~1T
 
 struct ModelConfig {
   std::string model_type;  // gpt2 | llama | qwen3 | qwen3_moe
