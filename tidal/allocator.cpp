@@ -14,6 +14,8 @@ constexpr int64_t kSmall = int64_t(1) << 20;  // blocks up to 1 MiB round to 512
 constexpr int64_t kSmallRound = 512;
 constexpr int64_t kLargeRound = int64_t(64) << 10;  // larger blocks round to 64 KiB
 
+constexpr int64_t kMaxRequest = int64_t(1) << 60;
+
 int64_t round_block(int64_t n) {
   const int64_t r = n <= kSmall ? kSmallRound : kLargeRound;
   return (n + r - 1) / r * r;
@@ -57,6 +59,9 @@ void* Allocator::allocate(int64_t nbytes, MemoryCategory category) {
   TIDAL_ASSERT(nbytes >= 0);
   if (nbytes == 0) return nullptr;
   std::lock_guard<std::mutex> lock(mu_);
+  // No machine has 2^60 bytes; refusing such requests here also keeps the rounding and the limit
+  // arithmetic below far from int64's end.
+  if (nbytes > kMaxRequest) throw_oom(nbytes, category);
   const int64_t want = round_block(nbytes);
   void* ptr = nullptr;
   int64_t block = 0;

@@ -8,6 +8,7 @@
 #include "tidal/autograd/grad_mode.h"
 #include "tidal/autograd/node.h"
 #include "tidal/backend/kernels.h"
+#include "tidal/base/checked_math.h"
 #include "tidal/dtype_dispatch.h"
 #include "tidal/memory_scope.h"
 
@@ -192,17 +193,33 @@ Tensor& Tensor::mul_(double value) {
 
 // --- creation
 
+namespace {
+
+// The bytes of a new tensor of `shape`, checked here, once per allocation, so a shape from a file (a
+// config.json's 2^56-wide layer) is a clear error instead of a wrapped, too-small buffer. numel() stays
+// an unchecked product for the hot paths, and the message is only built on failure.
+int64_t allocation_bytes(const Shape& shape, DType dtype, const char* op) {
+  const int64_t bytes = product_bytes_or_neg(std::span<const int64_t>(shape.begin(), shape.end()), dtype_size(dtype));
+  if (bytes >= 0) [[likely]]
+    return bytes;
+  for (int64_t d : shape) TIDAL_CHECK(d >= 0, "[", op, "] negative dimension in shape ", shape);
+  TIDAL_CHECK(false, "[", op, "] a ", dtype, " tensor of shape ", shape,
+              " would need more than 2^63 bytes (its size overflows): a size in the model's config or the flags is "
+              "far too large");
+  return -1;
+}
+
+}  // namespace
+
 Tensor empty(const Shape& shape, DType dtype, Device device) {
-  for (int64_t d : shape) TIDAL_CHECK(d >= 0, "[empty] negative dimension in shape ", shape);
-  auto storage = Storage::make(shape.numel() * dtype_size(dtype), device);
+  auto storage = Storage::make(allocation_bytes(shape, dtype, "empty"), device);
   return Tensor(std::move(storage), shape, contiguous_strides(shape), 0, dtype);
 }
 
 Tensor empty_like(const Tensor& t) { return empty(t.shape(), t.dtype(), t.device()); }
 
 Tensor empty_host(const Shape& shape, DType dtype) {
-  for (int64_t d : shape) TIDAL_CHECK(d >= 0, "[empty_host] negative dimension in shape ", shape);
-  auto storage = Storage::make_host(shape.numel() * dtype_size(dtype));
+  auto storage = Storage::make_host(allocation_bytes(shape, dtype, "empty_host"));
   return Tensor(std::move(storage), shape, contiguous_strides(shape), 0, dtype);
 }
 

@@ -24,4 +24,11 @@ int64_t checked_product(std::span<const int64_t> dims, std::string_view what) {
   return n;
 }
 
+int64_t product_bytes_or_neg(std::span<const int64_t> dims, int64_t itemsize) {
+  int64_t n = itemsize;
+  for (int64_t d : dims)
+    if (d < 0 || __builtin_mul_overflow(n, d, &n)) return -1;
+  return n;
+}
+
 }  // namespace tidal

@@ -16,6 +16,10 @@ int64_t checked_add(int64_t a, int64_t b, std::string_view what);
 // The product of `dims` (a shape's element count), checked as above.
 int64_t checked_product(std::span<const int64_t> dims, std::string_view what);
 
+// The product of `dims` times `itemsize` (a tensor's bytes), or -1 when a dim is negative or the product
+// does not fit in int64. Formats nothing: for allocation paths that build their message only on failure.
+int64_t product_bytes_or_neg(std::span<const int64_t> dims, int64_t itemsize);
+
 // Bytes of `numel` elements of `itemsize` bytes, checked as above.
 inline int64_t checked_bytes(int64_t numel, int64_t itemsize, std::string_view what) {
   return checked_mul(numel, itemsize, what);

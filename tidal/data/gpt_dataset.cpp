@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <limits>
 
 #include "tidal/base/error.h"
 #include "tidal/base/philox.h"
@@ -124,7 +125,7 @@ void MockDataset::sample(int64_t i, int64_t* out) const {
   TIDAL_CHECK(i >= 0, "[data] sample index ", i, " is negative");
   const int64_t n = seq_length_ + 1, blocks = (n + 3) / 4;
   for (int64_t b = 0; b < blocks; ++b) {
-    const auto r = philox4x32(uint64_t(i * blocks + b), seed_);
+    const auto r = philox4x32(uint64_t(i) * uint64_t(blocks) + uint64_t(b), seed_);
     for (int64_t lane = 0; lane < 4 && b * 4 + lane < n; ++lane)  // multiply-shift: uniform without division
       out[b * 4 + lane] = int64_t((uint64_t(r[size_t(lane)]) * uint64_t(vocab_size_)) >> 32);
   }
@@ -142,6 +143,8 @@ void DataLoader::set_position(int64_t position) {
 
 Batch DataLoader::next(int64_t batch_size) {
   TIDAL_CHECK(batch_size > 0, "[data] batch size must be positive, got ", batch_size);
+  TIDAL_CHECK(position_ <= std::numeric_limits<int64_t>::max() - batch_size, "[data] loader position ", position_,
+              " cannot advance by ", batch_size, " (a corrupted checkpoint's data position?)");
   const int64_t width = dataset_->seq_length() + 1;
   Batch b{empty({batch_size, width}, DType::i64), position_};
   int64_t* dst = b.tokens.data<int64_t>();

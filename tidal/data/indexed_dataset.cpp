@@ -7,9 +7,11 @@
 
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 
+#include "tidal/base/checked_math.h"
 #include "tidal/base/error.h"
 
 namespace tidal::data {
@@ -37,7 +39,13 @@ void convert(const uint8_t* src, int64_t count, int64_t* out) {
   for (int64_t i = 0; i < count; ++i) {
     T v;
     std::memcpy(&v, src + i * int64_t(sizeof(T)), sizeof v);
-    out[i] = int64_t(v);
+    if constexpr (std::is_floating_point_v<T>) {
+      // A float token from a file may be NaN or past int64: -1, which the embedding refuses as out of
+      // range, instead of an undefined conversion.
+      out[i] = v >= T(0) && v < T(9.2e18) ? int64_t(v) : -1;
+    } else {
+      out[i] = int64_t(v);
+    }
   }
 }
 
@@ -179,9 +187,14 @@ IndexedDataset::IndexedDataset(std::string prefix) : prefix_(std::move(prefix)) 
   const std::string where = "[indexed dataset] '" + idx_path + "': ";
   std::string idx;
   {
+    std::error_code ec;
+    TIDAL_CHECK(std::filesystem::is_regular_file(idx_path, ec), "[indexed dataset] '", idx_path,
+                "' is not a file (give --data-path the prefix of a .bin/.idx pair)");
     std::ifstream in(idx_path, std::ios::binary | std::ios::ate);
     TIDAL_CHECK(in.good(), "[indexed dataset] cannot open '", idx_path, "': ", std::strerror(errno));
-    idx.resize(size_t(in.tellg()));
+    const std::streamoff bytes = in.tellg();
+    TIDAL_CHECK(bytes >= 0, "[indexed dataset] cannot read the size of '", idx_path, "'");
+    idx.resize(size_t(bytes));
     in.seekg(0);
     in.read(idx.data(), std::streamsize(idx.size()));
     TIDAL_CHECK(in.good() || idx.empty(), "[indexed dataset] reading '", idx_path, "' failed");
@@ -213,13 +226,15 @@ IndexedDataset::IndexedDataset(std::string prefix) : prefix_(std::move(prefix)) 
   std::memcpy(pointers_.data(), idx.data() + kHeaderBytes + 4 * n, 8 * n);
   std::memcpy(doc_idx_.data(), idx.data() + kHeaderBytes + 12 * n, 8 * d);
 
+  // Sequences are back to back from byte 0: each pointer is the sum of the sizes before it (so the
+  // pointers only grow), checked for overflow; that the sum is .bin's size is checked below.
   const int64_t item = token_dtype_size(dtype_);
   int64_t offset = 0;
   for (size_t i = 0; i < n; ++i) {
     TIDAL_CHECK(sizes_[i] >= 0, where, "sequence ", i, " has a negative size ", sizes_[i]);
     TIDAL_CHECK(pointers_[i] == offset, where, "sequence ", i, " starts at byte ", pointers_[i],
                 " but the sizes before ", "it put it at ", offset, " (sizes and pointers disagree)");
-    offset += int64_t(sizes_[i]) * item;
+    offset = checked_add(offset, int64_t(sizes_[i]) * item, where + "the sizes of the sequences");
   }
   num_tokens_ = offset / item;
   TIDAL_CHECK(doc_idx_[0] == 0, where, "the document index starts at ", doc_idx_[0], ", not 0");
@@ -230,7 +245,10 @@ IndexedDataset::IndexedDataset(std::string prefix) : prefix_(std::move(prefix)) 
   const int fd = ::open(bin_path.c_str(), O_RDONLY);
   TIDAL_CHECK(fd >= 0, "[indexed dataset] cannot open '", bin_path, "': ", std::strerror(errno));
   struct stat st {};
-  ::fstat(fd, &st);
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    TIDAL_CHECK(false, "[indexed dataset] '", bin_path, "' is not a regular file");
+  }
   bin_bytes_ = size_t(st.st_size);
   if (bin_bytes_ != size_t(offset)) {
     ::close(fd);
@@ -291,8 +309,8 @@ std::vector<int64_t> IndexedDataset::document(int64_t d) const {
 }
 
 void IndexedDataset::read_tokens(int64_t first, int64_t count, int64_t* out) const {
-  TIDAL_CHECK(first >= 0 && count >= 0 && first + count <= num_tokens_, "[indexed dataset] tokens [", first, ", ",
-              first + count, ") out of range [0, ", num_tokens_, ") in '", prefix_, ".bin'");
+  TIDAL_CHECK(first >= 0 && count >= 0 && first <= num_tokens_ && count <= num_tokens_ - first, "[indexed dataset] ",
+              count, " tokens from token ", first, " are out of range [0, ", num_tokens_, ") in '", prefix_, ".bin'");
   const uint8_t* src = bin_ + first * token_dtype_size(dtype_);
   switch (dtype_) {
     case TokenDType::u8: convert<uint8_t>(src, count, out); break;

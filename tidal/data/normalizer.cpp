@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tidal/base/error.h"
+#include "tidal/base/json.h"
 #include "tidal/data/byte_level.h"
 #include "tidal/data/nfc_tables.h"
 
@@ -168,18 +169,34 @@ std::string nfc(std::string_view text) {
   return out;
 }
 
-Normalizer Normalizer::from_json(const nlohmann::json& j) {
+namespace {
+
+// Whether the normalizer `j` (field `path` of `source`) asks for NFC; Sequences recurse at most
+// kMaxSequenceDepth deep.
+bool wants_nfc(const nlohmann::json& j, std::string_view source, const std::string& path, int depth) {
+  const std::string where = detail::str_cat(source, " field '", path, "'");
+  TIDAL_CHECK(depth <= Normalizer::kMaxSequenceDepth, where, " nests Sequences more than ",
+              Normalizer::kMaxSequenceDepth, " deep");
+  TIDAL_CHECK(j.is_object(), where, " must be an object, found ", json_kind(j));
+  const nlohmann::json* type = json_find(j, "type", where);
+  TIDAL_CHECK(type != nullptr, where, " has no type");
+  const std::string name = json_string(*type, detail::str_cat(source, " field '", path, ".type'"));
+  if (name == "NFC") return true;
+  TIDAL_CHECK(name == "Sequence", where, " is a normalizer tidal does not support (supported: NFC, Sequence of NFC)");
+  const nlohmann::json* list = json_find(j, "normalizers", where);
+  TIDAL_CHECK(list != nullptr && list->is_array(), source, " field '", path, ".normalizers' must be an array, found ",
+              list ? json_kind(*list) : "nothing");
+  bool nfc = false;
+  for (size_t i = 0; i < list->size(); ++i)
+    nfc = wants_nfc((*list)[i], source, detail::str_cat(path, ".normalizers[", i, "]"), depth + 1) || nfc;
+  return nfc;
+}
+
+}  // namespace
+
+Normalizer Normalizer::from_json(const nlohmann::json& j, std::string_view source) {
   Normalizer n;
-  if (j.is_null()) return n;
-  TIDAL_CHECK(j.is_object() && j.contains("type"), "[tokenizer] normalizer without a type: ", j.dump());
-  const std::string type = j.at("type").get<std::string>();
-  if (type == "NFC") {
-    n.nfc_ = true;
-  } else if (type == "Sequence") {
-    for (const auto& sub : j.at("normalizers")) n.nfc_ = n.nfc_ || from_json(sub).nfc_;
-  } else {
-    TIDAL_CHECK(false, "[tokenizer] normalizer type '", type, "' is not supported (supported: NFC, Sequence of NFC)");
-  }
+  if (!j.is_null()) n.nfc_ = wants_nfc(j, source, "normalizer", 0);
   return n;
 }
 

@@ -18,8 +18,10 @@ bool is_nfc_quick(std::string_view text);
 
 class Normalizer {
  public:
-  // null, {"type": "NFC"} or a Sequence of those; anything else throws tidal::Error.
-  static Normalizer from_json(const nlohmann::json& j);
+  // null, {"type": "NFC"} or a Sequence of those (nested at most kMaxSequenceDepth deep); anything else
+  // throws tidal::Error naming `source` ("[tokenizer] t.json") and the field.
+  static constexpr int kMaxSequenceDepth = 16;
+  static Normalizer from_json(const nlohmann::json& j, std::string_view source = "[tokenizer]");
   bool is_identity() const { return !nfc_; }
   // The normalized text: `text` itself when nothing changes, else a view of `scratch`.
   std::string_view apply(std::string_view text, std::string& scratch) const;

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tidal/base/error.h"
+#include "tidal/base/json.h"
 #include "tidal/data/byte_level.h"
 
 namespace tidal::data {
@@ -106,15 +107,14 @@ class SpanMerger {
   size_t pending_begin_ = 0, pending_end_ = 0;
 };
 
-PreTokenizer::Behavior parse_behavior(const std::string& s) {
+PreTokenizer::Behavior parse_behavior(const std::string& s, const std::string& where) {
   using B = PreTokenizer::Behavior;
   if (s == "Isolated") return B::isolated;
   if (s == "Removed") return B::removed;
   if (s == "MergedWithPrevious") return B::merged_with_previous;
   if (s == "MergedWithNext") return B::merged_with_next;
   if (s == "Contiguous") return B::contiguous;
-  TIDAL_CHECK(false, "[tokenizer] Split behavior '", s, "' is not one of Isolated, Removed, MergedWithPrevious, ",
-              "MergedWithNext, Contiguous");
+  TIDAL_CHECK(false, where, " is not one of Isolated, Removed, MergedWithPrevious, MergedWithNext, Contiguous");
   return B::isolated;
 }
 
@@ -130,31 +130,53 @@ const char* behavior_name(PreTokenizer::Behavior b) {
   return "Isolated";
 }
 
-void parse_step(const json& j, std::vector<PreTokenizer::Step>& steps) {
-  TIDAL_CHECK(j.is_object() && j.contains("type"), "[tokenizer] pre_tokenizer entry without a type: ", j.dump());
-  const std::string type = j.at("type").get<std::string>();
+// The step(s) of the pre-tokenizer `j`, field `path` of `source`, appended to `steps`.
+void parse_step(const json& j, std::string_view source, const std::string& path, int depth,
+                std::vector<PreTokenizer::Step>& steps) {
+  auto field = [&](std::string_view sub) { return detail::str_cat(source, " field '", path, sub, "'"); };
+  const std::string where = field("");
+  TIDAL_CHECK(depth <= PreTokenizer::kMaxSequenceDepth, where, " nests Sequences more than ",
+              PreTokenizer::kMaxSequenceDepth, " deep");
+  TIDAL_CHECK(j.is_object(), where, " must be an object, found ", json_kind(j));
+  const json* type_json = json_find(j, "type", where);
+  TIDAL_CHECK(type_json != nullptr, where, " has no type");
+  const std::string type = json_string(*type_json, field(".type"));
+  auto get_bool = [&](const char* key, bool fallback) {
+    const json* v = json_find(j, key, where);
+    return v == nullptr ? fallback : json_bool(*v, field(std::string(".") + key));
+  };
   PreTokenizer::Step s;
   if (type == "Sequence") {
-    for (const json& sub : j.at("pretokenizers")) parse_step(sub, steps);
+    const json* list = json_find(j, "pretokenizers", where);
+    TIDAL_CHECK(list != nullptr && list->is_array(), field(".pretokenizers"), " must be an array, found ",
+                list ? json_kind(*list) : "nothing");
+    for (size_t i = 0; i < list->size(); ++i)
+      parse_step((*list)[i], source, detail::str_cat(path, ".pretokenizers[", i, "]"), depth + 1, steps);
     return;
   }
+  TIDAL_CHECK(steps.size() < size_t(PreTokenizer::kMaxSteps), where, ": more than ", PreTokenizer::kMaxSteps,
+              " pre-tokenizer steps");
   if (type == "ByteLevel") {
     s.kind = PreTokenizer::Step::Kind::byte_level;
-    s.add_prefix_space = j.value("add_prefix_space", true);
-    if (j.value("use_regex", true)) s.regex = std::make_shared<Regex>(kGpt2Pattern);
+    s.add_prefix_space = get_bool("add_prefix_space", true);
+    if (get_bool("use_regex", true)) s.regex = std::make_shared<Regex>(kGpt2Pattern);
   } else if (type == "Split") {
-    const json& p = j.at("pattern");
-    if (p.contains("Regex"))
-      s.regex = std::make_shared<Regex>(p.at("Regex").get<std::string>());
-    else if (p.contains("String"))
-      s.regex = std::make_shared<Regex>(p.at("String").get<std::string>(), /*literal=*/true);
+    const json* p = json_find(j, "pattern", where);
+    TIDAL_CHECK(p != nullptr && p->is_object(), field(".pattern"), " must be {\"Regex\": ...} or {\"String\": ...}");
+    if (const json* regex = json_find(*p, "Regex", field(".pattern")))
+      s.regex = std::make_shared<Regex>(json_string(*regex, field(".pattern.Regex")), false, field(".pattern.Regex"));
+    else if (const json* literal = json_find(*p, "String", field(".pattern")))
+      s.regex =
+          std::make_shared<Regex>(json_string(*literal, field(".pattern.String")), true, field(".pattern.String"));
     else
-      TIDAL_CHECK(false, "[tokenizer] Split pattern must be {\"Regex\": ...} or {\"String\": ...}, got ", p.dump());
-    s.behavior = parse_behavior(j.value("behavior", std::string("Isolated")));
-    s.invert = j.value("invert", false);
+      TIDAL_CHECK(false, field(".pattern"), " must be {\"Regex\": ...} or {\"String\": ...}");
+    const json* behavior = json_find(j, "behavior", where);
+    s.behavior = behavior == nullptr ? PreTokenizer::Behavior::isolated
+                                     : parse_behavior(json_string(*behavior, field(".behavior")), field(".behavior"));
+    s.invert = get_bool("invert", false);
   } else {
-    TIDAL_CHECK(false, "[tokenizer] pre_tokenizer type '", type,
-                "' is not supported (supported: ByteLevel, Split, Sequence of those)");
+    TIDAL_CHECK(false, field(".type"), " names a pre-tokenizer tidal does not support (supported: ByteLevel, Split, ",
+                "Sequence of those)");
   }
   steps.push_back(std::move(s));
 }
@@ -205,14 +227,15 @@ std::string spell_out_whitespace(const std::string& p) {
 
 }  // namespace
 
-Regex::Regex(const std::string& pattern, bool literal) : pattern_(pattern) {
+Regex::Regex(const std::string& pattern, bool literal, std::string_view where) : pattern_(pattern) {
   int error = 0;
   PCRE2_SIZE offset = 0;
   const uint32_t options = literal ? PCRE2_UTF | PCRE2_LITERAL : PCRE2_UTF | PCRE2_UCP;
   const std::string compiled = literal ? pattern : spell_out_whitespace(pattern);
   pcre2_code* code =
       pcre2_compile(reinterpret_cast<PCRE2_SPTR>(compiled.data()), compiled.size(), options, &error, &offset, nullptr);
-  TIDAL_CHECK(code != nullptr, "[tokenizer] bad regex '", pattern, "': ", pcre2_message(error), " at offset ", offset);
+  TIDAL_CHECK(code != nullptr, where, " does not compile: ", pcre2_message(error), " at byte ", offset, " of ",
+              pattern.size());
   pcre2_jit_compile(code, PCRE2_JIT_COMPLETE);  // without JIT support, pcre2_match interprets
   code_ = code;
 }
@@ -228,7 +251,8 @@ void Regex::for_each_match(std::string_view text, const std::function<void(size_
     const int rc =
         pcre2_match(static_cast<const pcre2_code*>(code_), subject, n, start, PCRE2_NO_UTF_CHECK, st.data, st.context);
     if (rc == PCRE2_ERROR_NOMATCH) break;
-    TIDAL_CHECK(rc >= 0, "[tokenizer] regex '", pattern_, "' failed on a text of ", n, " bytes: ", pcre2_message(rc));
+    TIDAL_CHECK(rc >= 0, "[tokenizer] a pre-tokenizer regex of ", pattern_.size(), " bytes failed on a text of ", n,
+                " bytes: ", pcre2_message(rc));
     const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(st.data);
     const size_t b = ov[0], e = ov[1];
     if (e == b) {  // empty match: step over one character
@@ -250,9 +274,9 @@ PreTokenizer PreTokenizer::gpt2() {
   return p;
 }
 
-PreTokenizer PreTokenizer::from_json(const json& j) {
+PreTokenizer PreTokenizer::from_json(const json& j, std::string_view source) {
   PreTokenizer p;
-  if (!j.is_null()) parse_step(j, p.steps_);
+  if (!j.is_null()) parse_step(j, source, "pre_tokenizer", 0, p.steps_);
   return p;
 }
 

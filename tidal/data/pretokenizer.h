@@ -23,8 +23,9 @@ inline constexpr const char* kGpt2Pattern =
 // A compiled PCRE2 pattern (UTF + UCP). Safe to share between threads.
 class Regex {
  public:
-  // `literal`: match the pattern's text as is (tokenizer.json {"String": ...} patterns).
-  explicit Regex(const std::string& pattern, bool literal = false);
+  // `literal`: match the pattern's text as is (tokenizer.json {"String": ...} patterns). A pattern that
+  // does not compile throws naming `where` (errors never echo the pattern: it comes from a file).
+  explicit Regex(const std::string& pattern, bool literal = false, std::string_view where = "[tokenizer] a regex");
   ~Regex();
   Regex(const Regex&) = delete;
   Regex& operator=(const Regex&) = delete;
@@ -51,8 +52,12 @@ class PreTokenizer {
 
   // GPT-2's: ByteLevel(add_prefix_space=false, use_regex=true).
   static PreTokenizer gpt2();
-  // The "pre_tokenizer" object of a tokenizer.json. Throws tidal::Error for steps not supported.
-  static PreTokenizer from_json(const nlohmann::json& j);
+  // The "pre_tokenizer" object of a tokenizer.json (at most kMaxSteps steps, Sequences nested at most
+  // kMaxSequenceDepth deep). Throws tidal::Error naming `source` ("[tokenizer] t.json") and the field
+  // for steps not supported.
+  static constexpr int kMaxSteps = 64;
+  static constexpr int kMaxSequenceDepth = 16;
+  static PreTokenizer from_json(const nlohmann::json& j, std::string_view source = "[tokenizer]");
   nlohmann::json to_json() const;
 
   // Calls sink for every piece of `text` (a segment free of added tokens), in order. Concatenated,

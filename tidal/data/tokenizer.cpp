@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tidal/base/error.h"
+#include "tidal/base/json.h"
 #include "tidal/base/parallel.h"
 #include "tidal/data/bpe.h"
 #include "tidal/data/byte_level.h"
@@ -90,128 +91,178 @@ Tokenizer::Tokenizer(std::shared_ptr<const Impl> impl) : impl_(std::move(impl)) 
 
 Tokenizer Tokenizer::load(const std::string& path) { return from_json_string(read_text_file(path, "tokenizer"), path); }
 
+namespace {
+
+// A tokenizer.json's fields, read by their JSON kind; errors name the file and the field, never echo
+// a token's text.
+struct TokenizerFields {
+  std::string origin;
+  std::string field(std::string_view path) const {
+    return detail::str_cat("[tokenizer] ", origin, " field '", path, "'");
+  }
+  const json* find(const json& obj, std::string_view key, std::string_view obj_path) const {
+    return json_find(obj, key, obj_path.empty() ? "[tokenizer] " + origin : field(obj_path));
+  }
+  std::string get_string(const json& obj, std::string_view key, std::string_view obj_path, std::string fallback) const {
+    const json* v = find(obj, key, obj_path);
+    return v == nullptr ? fallback : json_string(*v, field(detail::str_cat(obj_path, ".", key)));
+  }
+  bool get_bool(const json& obj, std::string_view key, std::string_view obj_path, bool fallback) const {
+    const json* v = find(obj, key, obj_path);
+    return v == nullptr ? fallback : json_bool(*v, field(detail::str_cat(obj_path, ".", key)));
+  }
+};
+
+// Token ids: below kMaxTokenId, and the id table (sized by the largest id) at most kMaxUnusedIds
+// larger than the entries that fill it, so a 13 KB file cannot ask for a 6 GB table.
+constexpr int64_t kMaxTokenId = int64_t(1) << 24;
+constexpr int64_t kMaxUnusedIds = 65536;
+
+int64_t token_id(const json& v, const std::string& where) {
+  const int64_t id = json_int(v, where);
+  TIDAL_CHECK(id >= 0 && id < kMaxTokenId, where, " is ", id, ": token ids must be in [0, ", kMaxTokenId,
+              ") (tidal's limit, far above any published vocabulary: docs/reliability.md)");
+  return id;
+}
+
+// One merge: "a b" (older files) or ["a", "b"] (tokenizers >= 0.20).
+std::pair<std::string, std::string> merge_parts(const json& e, const std::string& where) {
+  if (e.is_string()) {
+    const std::string& s = e.get_ref<const std::string&>();
+    const size_t sp = s.find(' ');
+    TIDAL_CHECK(sp != std::string::npos && s.find(' ', sp + 1) == std::string::npos, where,
+                " is not two tokens separated by one space");
+    return {s.substr(0, sp), s.substr(sp + 1)};
+  }
+  TIDAL_CHECK(e.is_array() && e.size() == 2, where, " must be \"a b\" or [\"a\", \"b\"], found ",
+              e.is_array() ? detail::str_cat("an array of ", e.size()) : json_kind(e));
+  return {json_string(e[0], where + "[0]"), json_string(e[1], where + "[1]")};
+}
+
+}  // namespace
+
 Tokenizer Tokenizer::from_json_string(const std::string& text, const std::string& origin) {
   auto m = std::make_shared<Impl>();
+  const TokenizerFields f{origin};
   const std::string where = "[tokenizer] " + origin + ": ";
-  json doc;
-  try {
-    doc = json::parse(text);
-  } catch (const json::exception& e) {
-    TIDAL_CHECK(false, where, "not valid JSON: ", e.what());
+  const json doc = parse_json(text, "[tokenizer] " + origin);
+  TIDAL_CHECK(doc.is_object(), where, "must hold a JSON object, found ", json_kind(doc));
+  const json* model_ptr = f.find(doc, "model", "");
+  TIDAL_CHECK(model_ptr != nullptr, where, "no \"model\" object; is this a tokenizer.json?");
+  const json& model = *model_ptr;
+  TIDAL_CHECK(model.is_object(), f.field("model"), " must be an object, found ", json_kind(model));
+  TIDAL_CHECK(f.get_string(model, "type", "model", "BPE") == "BPE", f.field("model.type"),
+              " is not \"BPE\": only byte-level BPE is supported");
+  for (const char* affix : {"continuing_subword_prefix", "end_of_word_suffix"})
+    TIDAL_CHECK(f.get_string(model, affix, "model", "").empty(), f.field(std::string("model.") + affix),
+                " is not supported (byte-level BPE has none)");
+  if (const json* dropout = f.find(model, "dropout", "model"))
+    TIDAL_CHECK(json_number(*dropout, f.field("model.dropout")) == 0.0, f.field("model.dropout"),
+                ": BPE dropout is not supported (it makes encoding random)");
+
+  const json* normalizer = f.find(doc, "normalizer", "");
+  m->normalizer = Normalizer::from_json(normalizer ? *normalizer : json(), "[tokenizer] " + origin);
+  const json* pretokenizer = f.find(doc, "pre_tokenizer", "");
+  m->pretokenizer = PreTokenizer::from_json(pretokenizer ? *pretokenizer : json(), "[tokenizer] " + origin);
+  TIDAL_CHECK(m->pretokenizer.has_byte_level(), where,
+              "the pre_tokenizer has no ByteLevel step; only byte-level BPE vocabularies are supported");
+
+  // Vocabulary (spelling -> id) and added tokens; ids are checked before the id table is sized.
+  const json* vocab_ptr = f.find(model, "vocab", "model");
+  TIDAL_CHECK(vocab_ptr != nullptr && vocab_ptr->is_object(), f.field("model.vocab"),
+              " must be an object of token -> id, found ", vocab_ptr ? json_kind(*vocab_ptr) : "nothing");
+  const json& vocab = *vocab_ptr;
+  static const json kNone = json::array();
+  const json* added_ptr = f.find(doc, "added_tokens", "");
+  const json& added_json = added_ptr ? *added_ptr : kNone;
+  TIDAL_CHECK(added_json.is_array(), f.field("added_tokens"), " must be an array, found ", json_kind(added_json));
+  const std::string vocab_id = "[tokenizer] " + origin + ": an id in field 'model.vocab'";
+  int64_t size = 0;
+  for (const auto& [token, id_json] : vocab.items()) size = std::max(size, token_id(id_json, vocab_id) + 1);
+  std::vector<AddedToken> added(added_json.size());
+  for (size_t i = 0; i < added_json.size(); ++i) {
+    const std::string at = detail::str_cat("added_tokens[", i, "]");
+    const json& a = added_json[i];
+    TIDAL_CHECK(a.is_object(), f.field(at), " must be an object, found ", json_kind(a));
+    AddedToken& t = added[i];
+    const json* id = f.find(a, "id", at);
+    TIDAL_CHECK(id != nullptr, f.field(at), " has no id");
+    t.id = token_id(*id, f.field(at + ".id"));
+    t.content = f.get_string(a, "content", at, "");
+    TIDAL_CHECK(!t.content.empty(), f.field(at + ".content"), " must be a non-empty string");
+    t.single_word = f.get_bool(a, "single_word", at, false);
+    t.lstrip = f.get_bool(a, "lstrip", at, false);
+    t.rstrip = f.get_bool(a, "rstrip", at, false);
+    t.normalized = f.get_bool(a, "normalized", at, false);
+    t.special = f.get_bool(a, "special", at, false);
+    size = std::max(size, t.id + 1);
   }
-  try {
-    TIDAL_CHECK(doc.is_object() && doc.contains("model"), where, "no \"model\" object; is this a tokenizer.json?");
-    const json& model = doc.at("model");
-    const std::string type = model.value("type", std::string("BPE"));
-    TIDAL_CHECK(type == "BPE", where, "model.type is '", type, "'; only byte-level BPE is supported");
-    for (const char* affix : {"continuing_subword_prefix", "end_of_word_suffix"})
-      TIDAL_CHECK(!model.contains(affix) || model[affix].is_null() || model[affix].get<std::string>().empty(), where,
-                  "model.", affix, " is not supported (byte-level BPE has none)");
-    TIDAL_CHECK(!model.contains("dropout") || model["dropout"].is_null() || model["dropout"].get<double>() == 0.0,
-                where, "BPE dropout is not supported (it makes encoding random)");
-
-    m->normalizer = Normalizer::from_json(doc.value("normalizer", json()));
-    m->pretokenizer = PreTokenizer::from_json(doc.value("pre_tokenizer", json()));
-    TIDAL_CHECK(m->pretokenizer.has_byte_level(), where,
-                "the pre_tokenizer has no ByteLevel step; only byte-level BPE vocabularies are supported");
-
-    // Vocabulary: spelling -> id.
-    int64_t size = 0;
-    const json& vocab = model.at("vocab");
-    TIDAL_CHECK(vocab.is_object(), where, "model.vocab must be an object of token -> id");
-    for (const auto& [token, id_json] : vocab.items()) {
-      const int64_t id = id_json.get<int64_t>();
-      TIDAL_CHECK(id >= 0 && id < (int64_t(1) << 31), where, "token '", token, "' has id ", id, " out of range");
-      size = std::max(size, id + 1);
-    }
-    for (const json& a : doc.value("added_tokens", json::array())) size = std::max(size, a.at("id").get<int64_t>() + 1);
-    m->tokens.assign(size_t(size), std::string());
-    m->token_ids.reserve(vocab.size());
-    for (const auto& [token, id_json] : vocab.items()) {
-      const int64_t id = id_json.get<int64_t>();
-      m->tokens[size_t(id)] = token;
-      m->token_ids[token] = int32_t(id);
-    }
-
-    std::array<int32_t, 256> byte_ids;
-    for (int b = 0; b < 256; ++b) {
-      auto it = m->token_ids.find(byte_to_symbol(uint8_t(b)));
-      byte_ids[size_t(b)] = it == m->token_ids.end() ? -1 : it->second;
-    }
-    int32_t unk_id = -1;
-    if (model.contains("unk_token") && model["unk_token"].is_string()) {
-      auto it = m->token_ids.find(model["unk_token"].get<std::string>());
-      TIDAL_CHECK(it != m->token_ids.end(), where, "model.unk_token '", model["unk_token"].get<std::string>(),
-                  "' is not in the vocabulary");
-      unk_id = it->second;
-    }
-
-    // Merges: "a b" strings (older files) or ["a", "b"] pairs (tokenizers >= 0.20).
-    std::vector<BpeModel::Merge> merges;
-    const json& merges_json = model.value("merges", json::array());
-    merges.reserve(merges_json.size());
-    for (size_t r = 0; r < merges_json.size(); ++r) {
-      const json& e = merges_json[r];
-      std::string a, b;
-      if (e.is_string()) {
-        const std::string s = e.get<std::string>();
-        const size_t sp = s.find(' ');
-        TIDAL_CHECK(sp != std::string::npos && s.find(' ', sp + 1) == std::string::npos, where, "merge #", r, " '", s,
-                    "' is not two tokens separated by one space");
-        a = s.substr(0, sp);
-        b = s.substr(sp + 1);
-      } else {
-        TIDAL_CHECK(e.is_array() && e.size() == 2, where, "merge #", r,
-                    " is neither \"a b\" nor [\"a\", \"b\"]: ", e.dump());
-        a = e[0].get<std::string>();
-        b = e[1].get<std::string>();
-      }
-      auto ia = m->token_ids.find(a), ib = m->token_ids.find(b), iab = m->token_ids.find(a + b);
-      TIDAL_CHECK(ia != m->token_ids.end() && ib != m->token_ids.end() && iab != m->token_ids.end(), where, "merge #",
-                  r, " ('", a, "', '", b, "'): '",
-                  (ia == m->token_ids.end()   ? a
-                   : ib == m->token_ids.end() ? b
-                                              : a + b),
-                  "' is not in the vocabulary");
-      merges.push_back({ia->second, ib->second, iab->second});
-    }
-    m->num_merges = int64_t(merges.size());
-
-    StringMap<int32_t> whole_pieces;
-    if (model.value("ignore_merges", false))
-      for (const auto& [token, id] : m->token_ids) whole_pieces.emplace(symbols_to_bytes(token), id);
-    m->bpe = std::make_unique<BpeModel>(byte_ids, merges, unk_id, std::move(whole_pieces));
-
-    m->bytes.resize(m->tokens.size());
-    for (size_t id = 0; id < m->tokens.size(); ++id) m->bytes[id] = symbols_to_bytes(m->tokens[id]);
-    m->special.assign(m->tokens.size(), 0);
-
-    for (const json& a : doc.value("added_tokens", json::array())) {
-      AddedToken t;
-      t.id = a.at("id").get<int64_t>();
-      t.content = a.at("content").get<std::string>();
-      t.single_word = a.value("single_word", false);
-      t.lstrip = a.value("lstrip", false);
-      t.rstrip = a.value("rstrip", false);
-      t.normalized = a.value("normalized", false);
-      t.special = a.value("special", false);
-      TIDAL_CHECK(t.id >= 0 && !t.content.empty(), where, "added token ", a.dump(), " needs an id >= 0 and content");
-      m->tokens[size_t(t.id)] = t.content;
-      m->bytes[size_t(t.id)] = symbols_to_bytes(t.content);
-      m->special[size_t(t.id)] = t.special;
-      m->token_ids[t.content] = int32_t(t.id);
-      m->added.push_back(std::move(t));
-    }
-    // Leftmost-longest matching: at each position try the longest candidate first.
-    for (size_t i = 0; i < m->added.size(); ++i)
-      m->added_by_first_byte[static_cast<unsigned char>(m->added[i].content[0])].push_back(int32_t(i));
-    for (auto& list : m->added_by_first_byte)
-      std::stable_sort(list.begin(), list.end(), [&](int32_t x, int32_t y) {
-        return m->added[size_t(x)].content.size() > m->added[size_t(y)].content.size();
-      });
-  } catch (const json::exception& e) {
-    TIDAL_CHECK(false, where, "malformed tokenizer.json: ", e.what());
+  const int64_t entries = int64_t(vocab.size() + added.size());
+  TIDAL_CHECK(size <= entries + kMaxUnusedIds, where, "the largest token id is ", size - 1, " but there are only ",
+              entries, " tokens: more than ", kMaxUnusedIds,
+              " ids would be unused (a corrupted file? docs/reliability.md)");
+  m->tokens.assign(size_t(size), std::string());
+  m->token_ids.reserve(vocab.size());
+  for (const auto& [token, id_json] : vocab.items()) {
+    const int64_t id = id_json.get<int64_t>();
+    m->tokens[size_t(id)] = token;
+    m->token_ids[token] = int32_t(id);
   }
+
+  std::array<int32_t, 256> byte_ids;
+  for (int b = 0; b < 256; ++b) {
+    auto it = m->token_ids.find(byte_to_symbol(uint8_t(b)));
+    byte_ids[size_t(b)] = it == m->token_ids.end() ? -1 : it->second;
+  }
+  int32_t unk_id = -1;
+  if (const json* unk = f.find(model, "unk_token", "model"); unk != nullptr && unk->is_string()) {
+    auto it = m->token_ids.find(unk->get_ref<const std::string&>());
+    TIDAL_CHECK(it != m->token_ids.end(), f.field("model.unk_token"), " is not in the vocabulary");
+    unk_id = it->second;
+  }
+
+  // Merges: each part and their concatenation must be tokens.
+  std::vector<BpeModel::Merge> merges;
+  const json* merges_ptr = f.find(model, "merges", "model");
+  const json& merges_json = merges_ptr ? *merges_ptr : kNone;
+  TIDAL_CHECK(merges_json.is_array(), f.field("model.merges"), " must be an array, found ", json_kind(merges_json));
+  merges.reserve(merges_json.size());
+  for (size_t r = 0; r < merges_json.size(); ++r) {
+    const std::string at = f.field(detail::str_cat("model.merges[", r, "]"));
+    const auto [a, b] = merge_parts(merges_json[r], at);
+    auto ia = m->token_ids.find(a), ib = m->token_ids.find(b), iab = m->token_ids.find(a + b);
+    TIDAL_CHECK(ia != m->token_ids.end() && ib != m->token_ids.end() && iab != m->token_ids.end(), at, ": ",
+                (ia == m->token_ids.end()   ? "its first part"
+                 : ib == m->token_ids.end() ? "its second part"
+                                            : "the two parts joined"),
+                " is not in the vocabulary");
+    merges.push_back({ia->second, ib->second, iab->second});
+  }
+  m->num_merges = int64_t(merges.size());
+
+  StringMap<int32_t> whole_pieces;
+  if (f.get_bool(model, "ignore_merges", "model", false))
+    for (const auto& [token, id] : m->token_ids) whole_pieces.emplace(symbols_to_bytes(token), id);
+  m->bpe = std::make_unique<BpeModel>(byte_ids, merges, unk_id, std::move(whole_pieces));
+
+  m->bytes.resize(m->tokens.size());
+  for (size_t id = 0; id < m->tokens.size(); ++id) m->bytes[id] = symbols_to_bytes(m->tokens[id]);
+  m->special.assign(m->tokens.size(), 0);
+
+  for (AddedToken& t : added) {
+    m->tokens[size_t(t.id)] = t.content;
+    m->bytes[size_t(t.id)] = symbols_to_bytes(t.content);
+    m->special[size_t(t.id)] = t.special;
+    m->token_ids[t.content] = int32_t(t.id);
+    m->added.push_back(std::move(t));
+  }
+  // Leftmost-longest matching: at each position try the longest candidate first.
+  for (size_t i = 0; i < m->added.size(); ++i)
+    m->added_by_first_byte[static_cast<unsigned char>(m->added[i].content[0])].push_back(int32_t(i));
+  for (auto& list : m->added_by_first_byte)
+    std::stable_sort(list.begin(), list.end(), [&](int32_t x, int32_t y) {
+      return m->added[size_t(x)].content.size() > m->added[size_t(y)].content.size();
+    });
   m->source = text;
   return Tokenizer(std::move(m));
 }

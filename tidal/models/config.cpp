@@ -1,9 +1,13 @@
 #include "tidal/models/config.h"
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 #include <nlohmann/json.hpp>
 
+#include "tidal/base/checked_math.h"
 #include "tidal/base/error.h"
+#include "tidal/base/json.h"
 #include "tidal/io/atomic_file.h"
 
 namespace tidal::models {
@@ -11,20 +15,55 @@ namespace {
 
 using json = nlohmann::json;
 
-template <typename T>
-T get_or(const json& j, const char* key, T fallback) {
-  if (!j.contains(key) || j[key].is_null()) return fallback;
-  try {
-    return j[key].get<T>();
-  } catch (const json::exception&) {
-    detail::throw_error(detail::str_cat("[config] field '", key, "' has the wrong type: ", j[key].dump()));
-  }
-}
+// Reads the fields of one config.json, each error naming the file and the field.
+class FieldReader {
+ public:
+  FieldReader(const json& j, std::string_view source) : j_(j), source_(source) {}
 
-int64_t need(const json& j, const char* key) {
-  TIDAL_CHECK(j.contains(key) && j[key].is_number_integer(), "[config] missing or non-integer field '", key, "'");
-  return j[key].get<int64_t>();
-}
+  std::string where(const char* key) const { return detail::str_cat("[config] ", source_, " field '", key, "'"); }
+  const json* find(const char* key) const { return json_find(j_, key, detail::str_cat("[config] ", source_)); }
+
+  // A required integer in [lo, hi].
+  int64_t need(const char* key, int64_t lo, int64_t hi) const {
+    const json* v = find(key);
+    TIDAL_CHECK(v != nullptr, "[config] ", source_, " has no field '", key, "' (an integer)");
+    return in_range(key, json_int(*v, where(key)), lo, hi);
+  }
+  int64_t get(const char* key, int64_t fallback, int64_t lo, int64_t hi) const {
+    const json* v = find(key);
+    return v == nullptr ? fallback : in_range(key, json_int(*v, where(key)), lo, hi);
+  }
+  double get(const char* key, double fallback) const {
+    const json* v = find(key);
+    return v == nullptr ? fallback : json_number(*v, where(key));
+  }
+  bool get(const char* key, bool fallback) const {
+    const json* v = find(key);
+    return v == nullptr ? fallback : json_bool(*v, where(key));
+  }
+  std::string get(const char* key, const char* fallback) const {
+    const json* v = find(key);
+    return v == nullptr ? fallback : json_string(*v, where(key));
+  }
+  std::vector<int64_t> get_array(const char* key, size_t max_size) const {
+    const json* v = find(key);
+    return v == nullptr ? std::vector<int64_t>{} : json_int_array(*v, where(key), max_size);
+  }
+
+ private:
+  int64_t in_range(const char* key, int64_t v, int64_t lo, int64_t hi) const {
+    TIDAL_CHECK(v >= lo && v <= hi, where(key), " is ", v, ": it must be in [", lo, ", ", hi, "]",
+                v > hi ? " (tidal's limit, far above any published model: docs/reliability.md)" : "");
+    return v;
+  }
+  const json& j_;
+  std::string_view source_;
+};
+
+// Field names of each model type: gpt2 spells the common ones its own way.
+struct Names {
+  const char *hidden, *layers, *heads, *positions;
+};
 
 }  // namespace
 
@@ -34,100 +73,164 @@ bool ModelConfig::is_moe_layer(int64_t layer) const {
   return decoder_sparse_step > 0 && (layer + 1) % decoder_sparse_step == 0;
 }
 
-void ModelConfig::validate() const {
-  TIDAL_CHECK(model_type == "gpt2" || model_type == "llama" || model_type == "qwen3" || model_type == "qwen3_moe",
-              "[config] model_type '", model_type, "' is not supported: valid are gpt2, llama, qwen3, qwen3_moe");
-  TIDAL_CHECK(vocab_size > 0, "[config] vocab_size must be positive, got ", vocab_size);
-  TIDAL_CHECK(hidden_size > 0 && num_hidden_layers > 0 && num_attention_heads > 0,
-              "[config] hidden_size, num_hidden_layers and num_attention_heads must be positive, got ", hidden_size,
-              ", ", num_hidden_layers, ", ", num_attention_heads);
-  TIDAL_CHECK(head_dim > 0 || hidden_size % num_attention_heads == 0, "[config] hidden_size ", hidden_size,
-              " is not divisible by num_attention_heads ", num_attention_heads,
-              " (set head_dim, tidal train's --kv-channels)");
-  TIDAL_CHECK(head_size() % 2 == 0 || is_gpt2(), "[config] rotary embeddings need an even head_dim, got ", head_size());
-  TIDAL_CHECK(num_attention_heads % kv_heads() == 0, "[config] num_attention_heads ", num_attention_heads,
-              " is not a multiple of num_key_value_heads ", kv_heads(), " (tidal train's --num-query-groups)");
-  TIDAL_CHECK(!is_gpt2() || kv_heads() == num_attention_heads, "[config] gpt2 has no grouped-query attention");
-  TIDAL_CHECK(intermediate_size > 0, "[config] intermediate_size must be positive, got ", intermediate_size);
-  TIDAL_CHECK(max_position_embeddings > 0, "[config] max_position_embeddings must be positive");
-  TIDAL_CHECK(attention_dropout >= 0 && attention_dropout < 1 && hidden_dropout >= 0 && hidden_dropout < 1,
-              "[config] dropout probabilities must be in [0, 1)");
-  if (model_type == "qwen3_moe") {
-    TIDAL_CHECK(num_experts > 0 && num_experts_per_tok > 0 && num_experts_per_tok <= num_experts,
-                "[config] qwen3_moe needs 0 < num_experts_per_tok <= num_experts, got ", num_experts_per_tok, " of ",
-                num_experts);
-    TIDAL_CHECK(moe_intermediate_size > 0, "[config] qwen3_moe needs moe_intermediate_size > 0");
-    TIDAL_CHECK(decoder_sparse_step > 0, "[config] decoder_sparse_step must be positive");
-  } else {
-    TIDAL_CHECK(num_experts == 0, "[config] num_experts is set but model_type ", model_type, " is dense");
+int64_t ModelConfig::parameter_count() const {
+  const std::string what = "[config] the parameter count";
+  auto mul = [&](std::initializer_list<int64_t> dims) { return checked_product(dims, what); };
+  auto add = [&](int64_t a, int64_t b) { return checked_add(a, b, what); };
+  const int64_t d = hidden_size, hd = head_size(), h = num_attention_heads, kv = kv_heads();
+  int64_t n = mul({vocab_size, d});  // token embedding
+  if (is_gpt2()) {
+    n = add(n, mul({max_position_embeddings, d}));  // wpe; the head is tied
+    const int64_t block = add(add(mul({d, 3 * d}), mul({d, d})), add(mul({2, d, intermediate_size}), 9 * d));
+    // 9d: c_attn (3d), two c_proj (2d) biases, two layer norms (4d); c_fc's bias is intermediate_size
+    n = add(n, mul({num_hidden_layers, add(block, intermediate_size)}));
+    return add(n, 2 * d);  // ln_f
   }
+  if (!tie_word_embeddings) n = add(n, mul({vocab_size, d}));  // lm_head
+  int64_t attention = add(mul({2, d, h * hd}), mul({2, d, kv * hd}));
+  if (attention_bias) attention = add(attention, add(add(h * hd, 2 * kv * hd), d));
+  if (qk_norm) attention = add(attention, 2 * hd);
+  const int64_t dense_mlp = mul({3, d, intermediate_size});
+  const int64_t sparse_mlp = is_moe() ? add(mul({num_experts, 3, d, moe_intermediate_size}), mul({d, num_experts})) : 0;
+  int64_t sparse_layers = 0;
+  if (is_moe())
+    for (int64_t l = 0; l < num_hidden_layers; ++l) sparse_layers += is_moe_layer(l) ? 1 : 0;
+  const int64_t layer = add(attention, 2 * d);  // two RMSNorms
+  n = add(n, mul({num_hidden_layers, layer}));
+  n = add(n, mul({num_hidden_layers - sparse_layers, dense_mlp}));
+  n = add(n, mul({sparse_layers, sparse_mlp}));
+  return add(n, d);  // final norm
 }
 
-ModelConfig config_from_json(const json& j) {
-  TIDAL_CHECK(j.is_object(), "[config] config.json must hold a JSON object");
-  ModelConfig c;
-  c.model_type = get_or<std::string>(j, "model_type", "");
-  if (c.model_type == "gpt2") {
-    c.vocab_size = need(j, "vocab_size");
-    c.hidden_size = need(j, "n_embd");
-    c.num_hidden_layers = need(j, "n_layer");
-    c.num_attention_heads = need(j, "n_head");
-    c.intermediate_size = get_or<int64_t>(j, "n_inner", 4 * c.hidden_size);
-    c.max_position_embeddings = need(j, "n_positions");
-    c.norm_eps = get_or<double>(j, "layer_norm_epsilon", 1e-5);
-    c.hidden_act = get_or<std::string>(j, "activation_function", "gelu_new");
-    c.attention_dropout = get_or<double>(j, "attn_pdrop", 0.1);
-    c.hidden_dropout = get_or<double>(j, "resid_pdrop", 0.1);
-    c.tie_word_embeddings = get_or<bool>(j, "tie_word_embeddings", true);
+void ModelConfig::validate(std::string_view source) const {
+  const std::string at = source.empty() ? std::string("[config] ") : detail::str_cat("[config] ", source, ": ");
+  auto limit = [&](const char* field, int64_t v, int64_t hi) {
+    TIDAL_CHECK(v <= hi, at, field, " ", v, " is more than the ", hi,
+                " tidal allows (a limit far above any published model: docs/reliability.md)");
+  };
+  TIDAL_CHECK(model_type == "gpt2" || model_type == "llama" || model_type == "qwen3" || model_type == "qwen3_moe", at,
+              "model_type '", model_type, "' is not supported: valid are gpt2, llama, qwen3, qwen3_moe");
+  TIDAL_CHECK(vocab_size > 0, at, "vocab_size must be positive, got ", vocab_size);
+  TIDAL_CHECK(hidden_size > 0 && num_hidden_layers > 0 && num_attention_heads > 0, at,
+              "hidden_size, num_hidden_layers and num_attention_heads must be positive, got ", hidden_size, ", ",
+              num_hidden_layers, ", ", num_attention_heads);
+  limit("vocab_size", vocab_size, kMaxVocab);
+  limit("hidden_size", hidden_size, kMaxWidth);
+  limit("num_hidden_layers", num_hidden_layers, kMaxLayers);
+  limit("num_attention_heads", num_attention_heads, kMaxHeads);
+  limit("num_key_value_heads", num_key_value_heads, kMaxHeads);
+  limit("head_dim", head_dim, kMaxWidth);
+  limit("intermediate_size", intermediate_size, kMaxWidth);
+  limit("max_position_embeddings", max_position_embeddings, kMaxPositions);
+  limit("num_experts", num_experts, kMaxExperts);
+  limit("moe_intermediate_size", moe_intermediate_size, kMaxWidth);
+  TIDAL_CHECK(num_key_value_heads >= 0 && head_dim >= 0, at, "num_key_value_heads and head_dim must not be negative");
+  TIDAL_CHECK(head_dim > 0 || hidden_size % num_attention_heads == 0, at, "hidden_size ", hidden_size,
+              " is not divisible by num_attention_heads ", num_attention_heads,
+              " (set head_dim, tidal train's --kv-channels)");
+  TIDAL_CHECK(head_size() > 0, at, "the head size (hidden_size / num_attention_heads) is 0: set head_dim");
+  TIDAL_CHECK(head_size() % 2 == 0 || is_gpt2(), at, "rotary embeddings need an even head_dim, got ", head_size());
+  TIDAL_CHECK(num_attention_heads % kv_heads() == 0, at, "num_attention_heads ", num_attention_heads,
+              " is not a multiple of num_key_value_heads ", kv_heads(), " (tidal train's --num-query-groups)");
+  TIDAL_CHECK(!is_gpt2() || kv_heads() == num_attention_heads, at, "gpt2 has no grouped-query attention");
+  TIDAL_CHECK(intermediate_size > 0, at, "intermediate_size must be positive, got ", intermediate_size);
+  TIDAL_CHECK(max_position_embeddings > 0, at, "max_position_embeddings must be positive");
+  TIDAL_CHECK(attention_dropout >= 0 && attention_dropout < 1 && hidden_dropout >= 0 && hidden_dropout < 1, at,
+              "dropout probabilities must be in [0, 1)");
+  TIDAL_CHECK(std::isfinite(rope_theta) && rope_theta > 0, at, "rope_theta must be a positive number");
+  TIDAL_CHECK(std::isfinite(norm_eps) && norm_eps >= 0, at, "the norm epsilon must be a finite number >= 0");
+  TIDAL_CHECK(std::isfinite(initializer_range) && initializer_range >= 0, at,
+              "initializer_range must be a finite number >= 0");
+  if (model_type == "qwen3_moe") {
+    TIDAL_CHECK(num_experts > 0 && num_experts_per_tok > 0 && num_experts_per_tok <= num_experts, at,
+                "qwen3_moe needs 0 < num_experts_per_tok <= num_experts, got ", num_experts_per_tok, " of ",
+                num_experts);
+    TIDAL_CHECK(moe_intermediate_size > 0, at, "qwen3_moe needs moe_intermediate_size > 0");
+    TIDAL_CHECK(decoder_sparse_step > 0, at, "decoder_sparse_step must be positive");
+    TIDAL_CHECK(std::isfinite(router_aux_loss_coef) && router_aux_loss_coef >= 0, at,
+                "router_aux_loss_coef must be a finite number >= 0");
+    for (int64_t l : mlp_only_layers)
+      TIDAL_CHECK(l >= 0 && l < num_hidden_layers, at, "mlp_only_layers names layer ", l, ", not one of the ",
+                  num_hidden_layers, " layers");
+    int64_t sparse_layers = 0;
+    for (int64_t l = 0; l < num_hidden_layers; ++l) sparse_layers += is_moe_layer(l) ? 1 : 0;
+    // Each expert is a module of its own: a small file must not ask for millions of them.
+    TIDAL_CHECK(sparse_layers * num_experts <= kMaxExpertsInAll, at, num_experts, " experts in each of ", sparse_layers,
+                " sparse layers are ", sparse_layers * num_experts, " experts in all, more than the ", kMaxExpertsInAll,
+                " tidal allows (docs/reliability.md)");
   } else {
-    c.vocab_size = need(j, "vocab_size");
-    c.hidden_size = need(j, "hidden_size");
-    c.num_hidden_layers = need(j, "num_hidden_layers");
-    c.num_attention_heads = need(j, "num_attention_heads");
-    c.intermediate_size = need(j, "intermediate_size");
-    c.num_key_value_heads = get_or<int64_t>(j, "num_key_value_heads", c.num_attention_heads);
-    c.head_dim = get_or<int64_t>(j, "head_dim", 0);
-    c.max_position_embeddings = get_or<int64_t>(j, "max_position_embeddings", 2048);
-    c.rope_theta = get_or<double>(j, "rope_theta", 10000.0);
-    c.norm_eps = get_or<double>(j, "rms_norm_eps", 1e-6);
-    c.hidden_act = get_or<std::string>(j, "hidden_act", "silu");
-    c.attention_dropout = get_or<double>(j, "attention_dropout", 0.0);
-    c.tie_word_embeddings = get_or<bool>(j, "tie_word_embeddings", false);
-    c.attention_bias = get_or<bool>(j, "attention_bias", false);
+    TIDAL_CHECK(num_experts == 0, at, "num_experts is set but model_type ", model_type, " is dense");
+  }
+  int64_t params = 0;
+  try {
+    params = parameter_count();
+  } catch (const Error&) {
+    params = std::numeric_limits<int64_t>::max();  // more than int64 holds: past the limit too
+  }
+  TIDAL_CHECK(params <= kMaxParameters, at, "the model has ",
+              params == std::numeric_limits<int64_t>::max() ? std::string("over 2^63") : std::to_string(params),
+              " parameters, more than the ", kMaxParameters, " tidal allows (docs/reliability.md)");
+}
+
+ModelConfig config_from_json(const json& j, std::string_view source) {
+  TIDAL_CHECK(j.is_object(), "[config] ", source, " must hold a JSON object, found ", json_kind(j));
+  const FieldReader f(j, source);
+  ModelConfig c;
+  c.model_type = f.get("model_type", "");
+  TIDAL_CHECK(
+      c.model_type == "gpt2" || c.model_type == "llama" || c.model_type == "qwen3" || c.model_type == "qwen3_moe",
+      "[config] ", source, " field 'model_type' names no model tidal builds: supported are gpt2, llama, ",
+      "qwen3, qwen3_moe");
+  // Sizes are read within the limits, so nothing derived from them below can overflow.
+  const Names n = c.is_gpt2()
+                      ? Names{"n_embd", "n_layer", "n_head", "n_positions"}
+                      : Names{"hidden_size", "num_hidden_layers", "num_attention_heads", "max_position_embeddings"};
+  c.vocab_size = f.need("vocab_size", 1, kMaxVocab);
+  c.hidden_size = f.need(n.hidden, 1, kMaxWidth);
+  c.num_hidden_layers = f.need(n.layers, 1, kMaxLayers);
+  c.num_attention_heads = f.need(n.heads, 1, kMaxHeads);
+  if (c.is_gpt2()) {
+    c.intermediate_size = f.get("n_inner", 4 * c.hidden_size, 1, kMaxWidth);
+    c.max_position_embeddings = f.need(n.positions, 1, kMaxPositions);
+    c.norm_eps = f.get("layer_norm_epsilon", 1e-5);
+    c.hidden_act = f.get("activation_function", "gelu_new");
+    c.attention_dropout = f.get("attn_pdrop", 0.1);
+    c.hidden_dropout = f.get("resid_pdrop", 0.1);
+    c.tie_word_embeddings = f.get("tie_word_embeddings", true);
+    TIDAL_CHECK(c.hidden_act == "gelu_new" || c.hidden_act == "gelu", "[config] ", source,
+                " field 'activation_function' is not supported for gpt2 (gelu_new or gelu)");
+  } else {
+    c.intermediate_size = f.need("intermediate_size", 1, kMaxWidth);
+    c.num_key_value_heads = f.get("num_key_value_heads", c.num_attention_heads, 1, kMaxHeads);
+    c.head_dim = f.get("head_dim", int64_t(0), 0, kMaxWidth);
+    c.max_position_embeddings = f.get(n.positions, int64_t(2048), 1, kMaxPositions);
+    c.rope_theta = f.get("rope_theta", 10000.0);
+    c.norm_eps = f.get("rms_norm_eps", 1e-6);
+    c.hidden_act = f.get("hidden_act", "silu");
+    c.attention_dropout = f.get("attention_dropout", 0.0);
+    c.tie_word_embeddings = f.get("tie_word_embeddings", false);
+    c.attention_bias = f.get("attention_bias", false);
     c.qk_norm = c.model_type == "qwen3" || c.model_type == "qwen3_moe";
     if (c.model_type == "qwen3_moe") {
-      c.num_experts = need(j, "num_experts");
-      c.num_experts_per_tok = need(j, "num_experts_per_tok");
-      c.moe_intermediate_size = need(j, "moe_intermediate_size");
-      c.norm_topk_prob = get_or<bool>(j, "norm_topk_prob", false);
-      c.decoder_sparse_step = get_or<int64_t>(j, "decoder_sparse_step", 1);
-      c.mlp_only_layers = get_or<std::vector<int64_t>>(j, "mlp_only_layers", {});
-      c.router_aux_loss_coef = get_or<double>(j, "router_aux_loss_coef", 0.001);
+      c.num_experts = f.need("num_experts", 1, kMaxExperts);
+      c.num_experts_per_tok = f.need("num_experts_per_tok", 1, c.num_experts);
+      c.moe_intermediate_size = f.need("moe_intermediate_size", 1, kMaxWidth);
+      c.norm_topk_prob = f.get("norm_topk_prob", false);
+      c.decoder_sparse_step = f.get("decoder_sparse_step", int64_t(1), 1, kMaxLayers);
+      c.mlp_only_layers = f.get_array("mlp_only_layers", size_t(kMaxLayers));
+      c.router_aux_loss_coef = f.get("router_aux_loss_coef", 0.001);
     }
-    TIDAL_CHECK(c.hidden_act == "silu", "[config] hidden_act '", c.hidden_act, "' is not supported for ", c.model_type,
+    TIDAL_CHECK(c.hidden_act == "silu", "[config] ", source, " field 'hidden_act' is not supported for ", c.model_type,
                 " (only silu)");
   }
-  c.initializer_range = get_or<double>(j, "initializer_range", 0.02);
-  c.torch_dtype = get_or<std::string>(j, "torch_dtype", "float32");
-  if (c.model_type == "gpt2")
-    TIDAL_CHECK(c.hidden_act == "gelu_new" || c.hidden_act == "gelu", "[config] gpt2 activation_function '",
-                c.hidden_act, "' is not supported (gelu_new or gelu)");
-  c.validate();
+  c.initializer_range = f.get("initializer_range", 0.02);
+  c.torch_dtype = f.get("torch_dtype", "float32");
+  c.validate(source);
   return c;
 }
 
 ModelConfig load_config(const std::string& path) {
-  json j;
-  try {
-    j = json::parse(io::read_file(path));
-  } catch (const json::exception& e) {
-    TIDAL_CHECK(false, "[config] ", path, " is not valid JSON: ", e.what());
-  }
-  try {
-    return config_from_json(j);
-  } catch (const Error& e) {
-    throw Error(path + ": " + e.what());
-  }
+  return config_from_json(parse_json(io::read_file(path), "[config] " + path), path);
 }
 
 json config_to_json(const ModelConfig& c) {

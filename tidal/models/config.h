@@ -4,11 +4,24 @@
 #include <cstdint>
 #include <nlohmann/json_fwd.hpp>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "tidal/dtype.h"
 
 namespace tidal::models {
+
+// Limits on what a config (a config.json from a stranger, a flag, a checkpoint) may ask for, checked by
+// validate() before anything is allocated. Each is tens of times the largest published model's value
+// (docs/reliability.md, "Limits on what a file may ask for"), so a 1T-parameter model still plans.
+inline constexpr int64_t kMaxLayers = 4096;                    // largest published: ~160
+inline constexpr int64_t kMaxWidth = int64_t(1) << 20;         // hidden, intermediate, head_dim; largest: 53248
+inline constexpr int64_t kMaxHeads = int64_t(1) << 16;         // largest: 128
+inline constexpr int64_t kMaxVocab = int64_t(1) << 24;         // largest: 262144
+inline constexpr int64_t kMaxPositions = int64_t(1) << 24;     // largest: 10485760 (Llama 4 Scout)
+inline constexpr int64_t kMaxExperts = 4096;                   // largest: 384 (Kimi K2)
+inline constexpr int64_t kMaxExpertsInAll = int64_t(1) << 17;  // experts x sparse layers; largest: 23040 (K2)
+inline constexpr int64_t kMaxParameters = int64_t(1) << 45;    // ~35T; largest: ~1T
 
 struct ModelConfig {
   std::string model_type;  // gpt2 | llama | qwen3 | qwen3_moe
@@ -46,12 +59,17 @@ struct ModelConfig {
   // Hugging Face's Qwen3-MoE rule: layer l is sparse unless listed in mlp_only_layers, every
   // decoder_sparse_step-th layer.
   bool is_moe_layer(int64_t layer) const;
-  // Throws tidal::Error naming the first inconsistent field (e.g. heads not dividing hidden size).
-  void validate() const;
+  // Throws tidal::Error naming the first inconsistent field (e.g. heads not dividing hidden size) or the
+  // first one past the limits above; `source` (a file) prefixes the message when given.
+  void validate(std::string_view source = {}) const;
+  // The parameter count (embeddings, attention, MLP or experts, norms), each product checked: an Error
+  // instead of a wrapped count for a config no machine could hold.
+  int64_t parameter_count() const;
 };
 
-// From a parsed config.json / a file; unknown model types and missing fields are errors.
-ModelConfig config_from_json(const nlohmann::json& j);
+// From a parsed config.json / a file; unknown model types, missing fields, fields of the wrong JSON kind
+// and sizes past the limits are errors naming `source` and the field.
+ModelConfig config_from_json(const nlohmann::json& j, std::string_view source = "config.json");
 ModelConfig load_config(const std::string& path);
 // The config.json a Hugging Face loader understands.
 nlohmann::json config_to_json(const ModelConfig& c);
