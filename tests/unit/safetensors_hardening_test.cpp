@@ -107,8 +107,8 @@ TEST(SafetensorsHardening, SizesAreCheckedForOverflow) {
   // 2^62 x 4 bytes wraps to 0 in 64 bits: it must not match data_offsets [0, 0].
   EXPECT_TRUE(
       has(load_error(R"({"a":{"dtype":"F32","shape":[4611686018427387904],"data_offsets":[0,0]}})", 0), "overflows"));
-  EXPECT_TRUE(has(load_error(R"({"a":{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,0]}})", 0),
-                  "overflows"));
+  EXPECT_TRUE(
+      has(load_error(R"({"a":{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,0]}})", 0), "overflows"));
   EXPECT_TRUE(has(load_error(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,4]}})", 4),
                   "is F32 (2) (8 bytes) but its data_offsets span 4 bytes"));
   EXPECT_TRUE(has(load_error(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,18446744073709551615]}})", 4),
@@ -121,10 +121,10 @@ TEST(SafetensorsHardening, OffsetsMustTileTheDataSection) {
   const std::string a0 = R"("a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]})";
   EXPECT_TRUE(has(load_error("{" + a0 + R"(,"b":{"dtype":"F32","shape":[1],"data_offsets":[8,12]}})", 12),
                   "tensor 'b' starts at byte 8 of the data section but the tensors before it end at 4 (a hole)"));
-  EXPECT_TRUE(has(load_error("{" + a0 + R"(,"b":{"dtype":"F32","shape":[1],"data_offsets":[2,6]}})", 8),
-                  "(they overlap)"));
-  EXPECT_TRUE(has(load_error("{" + a0 + R"(,"b":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})", 4),
-                  "(they overlap)"));
+  EXPECT_TRUE(
+      has(load_error("{" + a0 + R"(,"b":{"dtype":"F32","shape":[1],"data_offsets":[2,6]}})", 8), "(they overlap)"));
+  EXPECT_TRUE(
+      has(load_error("{" + a0 + R"(,"b":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})", 4), "(they overlap)"));
   EXPECT_TRUE(has(load_error(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})", 8),
                   "starts at byte 4 of the data section but the tensors before it end at 0"));
   EXPECT_TRUE(has(load_error("{" + a0 + "}", 12), "has trailing bytes: the tensors cover 4 bytes but the data "));

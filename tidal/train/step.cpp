@@ -8,6 +8,7 @@
 #include "tidal/memory/chunk_loss.h"
 #include "tidal/ops/elementwise.h"
 #include "tidal/optim/grad_clip.h"
+#include "tidal/train/nan_guard.h"
 
 namespace tidal::train {
 
@@ -35,19 +36,27 @@ StepResult train_step(int64_t it, const TrainArgs& args, Setup& s, profile::Prof
     }
     after_forward(m);
     const double value = loss.item<double>();
-    TIDAL_CHECK(std::isfinite(value), "the loss became ", value, " at iteration ", it,
-                ": training diverged; try a lower --lr (now ", args.lr, ") or a longer --lr-warmup-iters");
     loss_sum += value;
+    if (args.check_for_nan && !std::isfinite(value)) {
+      if (!args.skip_nonfinite_steps)
+        stop_nonfinite(it, detail::str_cat("the loss is ", value, " (micro-batch ", m + 1, ")"), args);
+      continue;  // the step is skipped; the other micro-batches still take their samples
+    }
     profile::Range phase("backward", profile::kPhase);
     (accum == 1 ? loss : mul(loss, 1.0 / double(accum))).backward();
   }
+  r.loss = loss_sum / double(accum);
   {
     profile::Range phase("optimizer", profile::kPhase);
+    // A non-finite norm leaves the gradients unscaled (grad_clip.h): the check below sees them as they are.
     r.grad_norm = optim::clip_grad_norm(s.model->parameters(), args.clip_grad);
-    s.optimizer->step(r.lr);
+    if (args.check_for_nan) {
+      r.nonfinite = nonfinite_step(r.loss, r.grad_norm, s.model->named_parameters());
+      if (!r.nonfinite.empty() && !args.skip_nonfinite_steps) stop_nonfinite(it, r.nonfinite, args);
+    }
+    if (r.nonfinite.empty()) s.optimizer->step(r.lr);
     s.optimizer->zero_grad();
   }
-  r.loss = loss_sum / double(accum);
   return r;
 }
 

@@ -3,7 +3,6 @@
 #include <chrono>
 #include <cmath>
 
-#include "tidal/io/atomic_file.h"
 #include "tidal/models/generate.h"
 #include "tidal/ops/random.h"
 #include "tidal/train/checkpoint.h"
@@ -43,8 +42,10 @@ std::string sample(const TrainArgs& args, const Setup& s, Report& report) {
 TrainResult train_loop(const TrainArgs& args, std::FILE* out, models::ModelConfig& config) {
   Setup s = setup_training(args, config, out);
   Report report(args, config, s, out);
-  // An unwritable --save fails now, not after the first interval's steps.
-  if (!args.save.empty()) io::create_directories(args.save, "--save");
+  // An unwritable --save fails now, not after the first interval's steps; a killed save's leftovers go.
+  if (!args.save.empty())
+    for (const std::string& name : prepare_save_dir(args.save))
+      std::fprintf(out, "removed %s/%s, left by an interrupted save\n", args.save.c_str(), name.c_str());
   profile::Profiler profiler(profile_options(args, s.start), profile_info(args, config, s.model->num_parameters()));
 
   TrainResult result;
@@ -61,6 +62,7 @@ TrainResult train_loop(const TrainArgs& args, std::FILE* out, models::ModelConfi
     profiler.end_step(it, out);
     report.step(it, step, seconds, s.loader.position());
     result.losses.push_back(step.loss);
+    if (!step.nonfinite.empty()) ++result.skipped_iterations;
     result.final_loss = step.loss;
     result.iterations = it;
     if (s.data.valid && args.eval_interval > 0 && due(it, args.eval_interval, args.train_iters)) {
