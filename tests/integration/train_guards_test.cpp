@@ -43,8 +43,8 @@ std::string poisoned_model(const std::string& dir_name, const std::string& prese
   return dir;
 }
 
-const std::vector<std::string> kMock = {"--mock-data", "--seq-length", "32", "--micro-batch-size", "2",
-                                        "--log-interval", "100"};
+const std::vector<std::string> kMock = {"--mock-data", "--seq-length",   "32", "--micro-batch-size",
+                                        "2",           "--log-interval", "100"};
 
 // The command line of `tidal train` with kMock and `flags`.
 std::string command(const std::string& flags) {
@@ -57,8 +57,9 @@ TEST(TrainGuards, ANonFiniteLossStopsTrainingWithExit1) {
   const std::string dir = poisoned_model("nan_wte", "tiny-gpt2", "transformer.wte.weight", {5});
   const testing::CommandResult r = run_command(command("--pretrained " + dir + " --train-iters 3"));
   EXPECT_EQ(r.code, 1) << r.output;
-  EXPECT_TRUE(has(r.output, "error: iteration 1: the loss is nan (micro-batch 1); training stopped before the "
-                            "optimizer step"))
+  EXPECT_TRUE(has(r.output,
+                  "error: iteration 1: the loss is nan (micro-batch 1); training stopped before the "
+                  "optimizer step"))
       << r.output;
 }
 
@@ -96,8 +97,9 @@ TEST(TrainGuards, AWeightTheLossNeverSeesIsStillCheckedBeforeSaving) {
   const std::string model = poisoned_model("nan_wpe", "tiny-gpt2", "transformer.wpe.weight", {100 * 64});
   const std::string save = fresh_dir("wpe_save");
   for (const char* check : {"--check-for-nan-in-loss-and-grad", "--no-check-for-nan-in-loss-and-grad"}) {
-    const std::string msg = tidal::testing::error_of(
-        [&] { train(with(kMock, {"--pretrained", model, "--train-iters", "2", check, "--save", save})); });
+    const std::string msg = tidal::testing::error_of([&] {
+      train(with(kMock, {"--pretrained", model, "--train-iters", "2", check, "--save", save}));
+    });
     EXPECT_TRUE(has(msg, "parameter transformer.wpe.weight holds NaN or infinite values")) << check << ": " << msg;
   }
 }
@@ -131,8 +133,9 @@ TEST(TrainGuards, LoadOfADirectoryWithoutACheckpointStartsFreshUnlessStrict) {
       << r.output;
   r = run_command(cmd + " --exit-on-missing-checkpoint");
   EXPECT_EQ(r.code, 1) << r.output;
-  EXPECT_TRUE(has(r.output, "holds no complete checkpoint (no latest_checkpointed_iteration.txt) and "
-                            "--exit-on-missing-checkpoint is set"))
+  EXPECT_TRUE(has(r.output,
+                  "holds no complete checkpoint (no latest_checkpointed_iteration.txt) and "
+                  "--exit-on-missing-checkpoint is set"))
       << r.output;
   r = run_command(kTidal + " train --model tiny-gpt2 --exit-on-missing-checkpoint");
   EXPECT_EQ(r.code, 1) << r.output;
@@ -145,8 +148,9 @@ TEST(TrainGuards, FlagsWhoseSizesOverflowAreAClearErrorUpFront) {
   for (const char* command : {"train", "plan"}) {
     const testing::CommandResult r = run_command(kTidal + " " + command + flags + " --no-progress");
     EXPECT_EQ(r.code, 1) << command << ": " << r.output;
-    EXPECT_TRUE(has(r.output, "a training step of micro-batch 16777216 x 1099511627775 tokens (--micro-batch-size x "
-                              "--seq-length) of a model with hidden size 256"))
+    EXPECT_TRUE(has(r.output,
+                    "a training step of micro-batch 16777216 x 1099511627775 tokens (--micro-batch-size x "
+                    "--seq-length) of a model with hidden size 256"))
         << command << ": " << r.output;
     EXPECT_TRUE(has(r.output, "give a smaller --micro-batch-size, --seq-length or model")) << r.output;
   }

@@ -19,8 +19,8 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 
 // Three parameters with finite gradients; poison(i, v) puts v into element 1 of gradient i.
 struct Params {
-  optim::NamedParameters named = {{"embed.weight", ones({4, 3})}, {"layer.0.weight", ones({3, 3})},
-                                  {"layer.1.bias", ones({3}, DType::bf16)}};
+  optim::NamedParameters named = {
+      {"embed.weight", ones({4, 3})}, {"layer.0.weight", ones({3, 3})}, {"layer.1.bias", ones({3}, DType::bf16)}};
   Params() {
     for (auto& [name, p] : named) p.set_grad(full(p.shape(), 0.5, p.dtype()));
   }

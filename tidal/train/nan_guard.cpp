@@ -10,8 +10,8 @@ namespace tidal::train {
 std::string nonfinite_step(double loss, double grad_norm, const optim::NamedParameters& params) {
   if (std::isfinite(loss) && std::isfinite(grad_norm)) return "";
   const std::string first = optim::first_nonfinite_grad(params);
-  const std::string grads = first.empty() ? std::string(" (every gradient is finite)")
-                                          : " (first non-finite gradient: " + first + ")";
+  const std::string grads =
+      first.empty() ? std::string(" (every gradient is finite)") : " (first non-finite gradient: " + first + ")";
   if (!std::isfinite(loss))
     return detail::str_cat("the loss is ", loss, std::isfinite(grad_norm) ? std::string() : grads);
   return detail::str_cat("the gradient norm is ", grad_norm, grads);
