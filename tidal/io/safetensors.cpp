@@ -1,15 +1,24 @@
 #include "tidal/io/safetensors.h"
 
+#include <algorithm>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
+#include <tuple>
+#include <vector>
 
+#include "tidal/base/checked_math.h"
+#include "tidal/base/json.h"
 #include "tidal/io/atomic_file.h"
+#include "tidal/io/shown_name.h"
 #include "tidal/memory_scope.h"
 
 namespace tidal::io {
 namespace {
 
 using json = nlohmann::json;
+namespace fs = std::filesystem;
 
 const char* st_dtype(DType t) {
   switch (t) {
@@ -48,85 +57,134 @@ float half_to_float(uint16_t h) {
   return f;
 }
 
+// A tensor's entry in the header, checked.
+struct Entry {
+  std::string name;
+  DType type = DType::f32;
+  bool f16 = false;  // stored as F16, read into f32
+  Shape shape;
+  uint64_t begin = 0, end = 0;  // in the data section
+};
+
+// The dtype names tidal reads: their tidal type and bytes per element.
+bool known_dtype(const std::string& dt, DType& type, bool& f16) {
+  static const std::map<std::string, DType> kTypes = {{"F32", DType::f32}, {"BF16", DType::bf16}, {"F64", DType::f64},
+                                                      {"I64", DType::i64}, {"I32", DType::i32},   {"U8", DType::u8},
+                                                      {"BOOL", DType::u8}};
+  f16 = dt == "F16";
+  if (f16) return true;
+  const auto it = kTypes.find(dt);
+  if (it == kTypes.end()) return false;
+  type = it->second;
+  return true;
+}
+
+Entry read_entry(const std::string& name, const json& info, const std::string& where) {
+  Entry e;
+  e.name = name;
+  const std::string field = where + ": tensor " + shown_name(name);
+  const json* dtype = json_find(info, "dtype", field);
+  const json* shape = json_find(info, "shape", field);
+  const json* offsets = json_find(info, "data_offsets", field);
+  TIDAL_CHECK(dtype && shape && offsets, field, " lacks dtype, shape or data_offsets");
+  const std::string dt = json_string(*dtype, field + " dtype");
+  TIDAL_CHECK(known_dtype(dt, e.type, e.f16), field,
+              " has a dtype tidal does not read (F32, BF16, F16, F64, I64, I32, ", "U8, BOOL): ", shown_name(dt));
+  const std::vector<int64_t> dims = json_int_array(*shape, field + " shape", size_t(Shape::kMaxDims));
+  for (const int64_t d : dims) TIDAL_CHECK(d >= 0, field, " has a negative dimension in its shape");
+  const int64_t numel = checked_product(dims, field + " shape");
+  const int64_t bytes = checked_bytes(numel, e.f16 ? 2 : dtype_size(e.type), field + " size");
+  e.shape = Shape(dims);
+  const std::vector<int64_t> off = json_int_array(*offsets, field + " data_offsets", 2);
+  TIDAL_CHECK(off.size() == 2 && off[0] >= 0 && off[0] <= off[1], field,
+              " has invalid data_offsets: they must be [begin, end] with 0 <= begin <= end");
+  e.begin = uint64_t(off[0]);
+  e.end = uint64_t(off[1]);
+  TIDAL_CHECK(e.end - e.begin == uint64_t(bytes), field, " is ", dt, " ", e.shape, " (", bytes, " bytes) but its ",
+              "data_offsets span ", e.end - e.begin, " bytes");
+  return e;
+}
+
+std::map<std::string, std::string> read_metadata(const json& info, const std::string& where) {
+  std::map<std::string, std::string> out;
+  TIDAL_CHECK(info.is_object(), where, ": __metadata__ must be an object of strings, found ", json_kind(info));
+  for (const auto& [k, v] : info.items()) out[k] = json_string(v, where + ": __metadata__ field " + shown_name(k));
+  return out;
+}
+
+// The tensors' bytes must tile the data section: contiguous from 0, no holes, no overlaps, nothing
+// after the last (safetensors' own rule). Sorts `entries` by offset.
+void check_layout(std::vector<Entry>& entries, uint64_t data_len, const std::string& where) {
+  std::sort(entries.begin(), entries.end(),
+            [](const Entry& a, const Entry& b) { return std::tie(a.begin, a.end) < std::tie(b.begin, b.end); });
+  uint64_t at = 0;
+  for (const Entry& e : entries) {
+    TIDAL_CHECK(e.begin == at, where, ": tensor ", shown_name(e.name), " starts at byte ", e.begin,
+                " of the data section ", "but the tensors before it end at ", at,
+                e.begin < at ? " (they overlap)" : " (a hole)");
+    at = e.end;
+  }
+  TIDAL_CHECK(at == data_len, where, at > data_len ? " is truncated" : " has trailing bytes", ": the tensors cover ",
+              at, " bytes but the data section has ", data_len);
+}
+
+void read_at(std::ifstream& f, uint64_t offset, void* dst, uint64_t n, const std::string& path) {
+  f.seekg(std::streamoff(offset));
+  f.read(static_cast<char*>(dst), std::streamsize(n));
+  TIDAL_CHECK(f.good() && uint64_t(f.gcount()) == n, "[safetensors] cannot read ", n, " bytes at ", offset, " of ",
+              path, " (was it changed while being read?)");
+}
+
 }  // namespace
 
 Safetensors load_safetensors(const std::string& path) {
-  const std::string bytes = read_file(path);
-  TIDAL_CHECK(bytes.size() >= 8, "[safetensors] ", path, " is truncated: ", bytes.size(),
+  TIDAL_CHECK(fs::is_regular_file(path), "[safetensors] ", path, " is not a regular file");
+  std::ifstream f(path, std::ios::binary);
+  TIDAL_CHECK(f.good(), "[safetensors] cannot open ", path);
+  const uint64_t file_size = fs::file_size(path);
+  TIDAL_CHECK(file_size >= 8, "[safetensors] ", path, " is truncated: ", file_size,
               " bytes, not even the 8-byte header length");
   uint64_t header_len = 0;
-  std::memcpy(&header_len, bytes.data(), 8);
-  TIDAL_CHECK(header_len <= bytes.size() - 8, "[safetensors] ", path,
+  read_at(f, 0, &header_len, 8, path);
+  // Checked before anything is allocated: a 200 MB header is an attack, not a model.
+  TIDAL_CHECK(header_len <= kMaxHeaderBytes, "[safetensors] ", path, ": the header claims ", header_len,
+              " bytes, more than the ", kMaxHeaderBytes, " allowed (safetensors' own limit); not a model file");
+  TIDAL_CHECK(header_len <= file_size - 8, "[safetensors] ", path,
               " is truncated or not a safetensors file: ", "the header claims ", header_len, " bytes but the file has ",
-              bytes.size() - 8, " after the length");
-  json header;
-  try {
-    header = json::parse(bytes.substr(8, header_len));
-  } catch (const json::exception& e) {
-    TIDAL_CHECK(false, "[safetensors] ", path, " has a malformed header: ", e.what());
-  }
-  TIDAL_CHECK(header.is_object(), "[safetensors] ", path, ": the header is not a JSON object");
-  const size_t data_start = 8 + header_len, data_len = bytes.size() - data_start;
+              file_size - 8, " after the length");
+  std::string text(header_len, '\0');
+  read_at(f, 8, text.data(), header_len, path);
+  const std::string where = "[safetensors] " + path;
+  const json header = parse_json(text, where + " (header)");
+  TIDAL_CHECK(header.is_object(), where, ": the header must be a JSON object, found ", json_kind(header));
+  const uint64_t data_start = 8 + header_len, data_len = file_size - data_start;
+
   Safetensors out;
-  MemoryScope scope(MemoryCategory::parameter);
-  for (auto& [name, info] : header.items()) {
+  std::vector<Entry> entries;
+  for (const auto& [name, info] : header.items()) {
     if (name == "__metadata__") {
-      if (info.is_object())
-        for (auto& [k, v] : info.items()) out.metadata[k] = v.is_string() ? v.get<std::string>() : v.dump();
+      out.metadata = read_metadata(info, where);
       continue;
     }
-    TIDAL_CHECK(info.is_object() && info.contains("dtype") && info.contains("shape") && info.contains("data_offsets"),
-                "[safetensors] ", path, ": entry '", name, "' lacks dtype, shape or data_offsets");
-    const std::string dt = info["dtype"].get<std::string>();
-    Shape shape;
-    for (const json& d : info["shape"]) {
-      TIDAL_CHECK(d.is_number_integer() && d.get<int64_t>() >= 0, "[safetensors] ", path, ": '", name,
-                  "' has an invalid shape ", info["shape"].dump());
-      shape.push_back(d.get<int64_t>());
-    }
-    const json& off = info["data_offsets"];
-    TIDAL_CHECK(off.is_array() && off.size() == 2, "[safetensors] ", path, ": '", name, "' has invalid data_offsets");
-    const uint64_t begin = off[0].get<uint64_t>(), end = off[1].get<uint64_t>();
-    TIDAL_CHECK(begin <= end && end <= data_len, "[safetensors] ", path, " is truncated: '", name, "' spans bytes [",
-                begin, ", ", end, ") but the data section has ", data_len);
-    const char* src = bytes.data() + data_start + begin;
-    const uint64_t n = end - begin;
-    auto expect_bytes = [&](int64_t item) {
-      TIDAL_CHECK(int64_t(n) == shape.numel() * item, "[safetensors] ", path, ": '", name, "' is ", dt, " ", shape,
-                  " (", shape.numel() * item, " bytes) but has ", n, " bytes of data");
-    };
+    entries.push_back(read_entry(name, info, where));
+  }
+  check_layout(entries, data_len, where);
+
+  MemoryScope scope(MemoryCategory::parameter);
+  for (const Entry& e : entries) {
+    const uint64_t n = e.end - e.begin;
     Tensor t;
-    if (dt == "F16") {
-      expect_bytes(2);
-      t = empty(shape, DType::f32);
+    if (e.f16) {
+      std::vector<uint16_t> half(size_t(n / 2));
+      if (n > 0) read_at(f, data_start + e.begin, half.data(), n, path);
+      t = empty(e.shape, DType::f32);
       float* p = t.data<float>();
-      for (int64_t i = 0; i < shape.numel(); ++i) {
-        uint16_t h;
-        std::memcpy(&h, src + 2 * i, 2);
-        p[i] = half_to_float(h);
-      }
+      for (size_t i = 0; i < half.size(); ++i) p[i] = half_to_float(half[i]);
     } else {
-      DType type;
-      if (dt == "F32")
-        type = DType::f32;
-      else if (dt == "BF16")
-        type = DType::bf16;
-      else if (dt == "F64")
-        type = DType::f64;
-      else if (dt == "I64")
-        type = DType::i64;
-      else if (dt == "I32")
-        type = DType::i32;
-      else if (dt == "U8" || dt == "BOOL")
-        type = DType::u8;
-      else
-        TIDAL_CHECK(false, "[safetensors] ", path, ": '", name, "' has dtype ", dt,
-                    ", which tidal does not read (F32, BF16, F16, F64, I64, I32, U8, BOOL)");
-      expect_bytes(dtype_size(type));
-      t = empty(shape, type);
-      if (n > 0) std::memcpy(t.raw_data(), src, n);
+      t = empty(e.shape, e.type);
+      if (n > 0) read_at(f, data_start + e.begin, t.raw_data(), n, path);
     }
-    out.tensors.emplace(name, std::move(t));
+    out.tensors.emplace(e.name, std::move(t));
   }
   return out;
 }

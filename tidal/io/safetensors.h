@@ -2,6 +2,7 @@
 // The safetensors format (Hugging Face): an 8-byte little-endian header length, a JSON header
 // {"name": {"dtype", "shape", "data_offsets": [begin, end]}, "__metadata__": {...}}, then the raw
 // little-endian tensor data. Checkpoints of the ecosystem load; ours load in the ecosystem.
+#include <cstdint>
 #include <map>
 #include <string>
 
@@ -14,8 +15,16 @@ struct Safetensors {
   std::map<std::string, std::string> metadata;
 };
 
-// Reads every tensor (dtypes F32, BF16, F16 (converted to f32), F64, I64, I32, U8, BOOL). Throws
-// tidal::Error naming the file and what is wrong for a truncated or malformed file.
+// The largest header read (safetensors' own limit, 100 MB): checked before the header is allocated.
+inline constexpr uint64_t kMaxHeaderBytes = 100'000'000;
+
+// Reads every tensor (dtypes F32, BF16, F16 (converted to f32), F64, I64, I32, U8, BOOL). The file is
+// one from a stranger, so it is checked before its data is read: the header at most kMaxHeaderBytes,
+// parsed with parse_json; every entry's dtype known, shape non-negative with dtype x shape = its
+// bytes (overflow-checked), and the entries' data_offsets tiling the data section exactly (contiguous
+// from 0, no holes, no overlaps, no trailing bytes); __metadata__ an object of strings. Throws
+// tidal::Error naming the file and the field; messages never echo the file's contents (tensor names
+// are shown cut to 64 characters).
 Safetensors load_safetensors(const std::string& path);
 // Writes atomically (io/atomic_file.h). Tensors are written contiguous, in name order.
 void save_safetensors(const std::string& path, const std::map<std::string, Tensor>& tensors,

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 
+#include "tidal/base/checked_math.h"
 #include "tidal/base/error.h"
 
 namespace tidal::memory {
@@ -411,7 +412,36 @@ void backward_pass(Replay& r, const std::vector<Block>& blocks, const std::vecto
 
 }  // namespace
 
+void check_step_sizes(const models::ModelConfig& cfg, int64_t batch, int64_t seq, AttentionKernel kernel) {
+  const std::string what = detail::str_cat(
+      "a training step of micro-batch ", batch, " x ", seq, " tokens (--micro-batch-size x --seq-length) of a model ",
+      "with hidden size ", cfg.hidden_size, ", ", cfg.num_hidden_layers, " layers and vocabulary ", cfg.vocab_size,
+      " is too large to count in 64 bits; give a smaller --micro-batch-size, --seq-length or model");
+  auto mul = [&](int64_t a, int64_t b) { return checked_mul(a, b, what); };
+  auto sum = [&](std::initializer_list<int64_t> terms) {
+    int64_t total = 0;
+    for (const int64_t t : terms) total = checked_add(total, t, what);
+    return total;
+  };
+  const int64_t c = cfg.hidden_size, f = cfg.intermediate_size, h = std::max<int64_t>(cfg.num_attention_heads, 1);
+  const int64_t hd = cfg.head_dim > 0 ? cfg.head_dim : c / h, hkv = std::max<int64_t>(cfg.kv_heads(), 1);
+  const int64_t a = mul(h, hd), akv = mul(hkv, hd), e = cfg.num_experts, k = cfg.num_experts_per_tok;
+  const int64_t fm = cfg.moe_intermediate_size, vocab = cfg.vocab_size, layers = cfg.num_hidden_layers;
+  const int64_t n = mul(batch, checked_add(seq, 1, what));  // tokens, with the targets
+  // Bytes per token one layer can save (the items above, each counted generously, 8 bytes an element).
+  const int64_t width =
+      sum({mul(10, c), mul(4, a), mul(4, akv), mul(4, f), kernel == AttentionKernel::eager ? mul(3, mul(h, seq)) : 0, e,
+           mul(4, h), mul(k, sum({8, mul(2, c), mul(3, fm)})), 16});
+  const int64_t activations = sum(
+      {mul(layers, mul(mul(n, width), 8)), mul(n, sum({mul(4, c), 64})), mul(mul(vocab, c), 8), mul(mul(n, vocab), 8)});
+  const int64_t per_layer =
+      sum({mul(4, mul(c, std::max(a, c))), mul(3, mul(c, f)), mul(e, mul(3, mul(c, fm))), mul(c, e), mul(4, c)});
+  const int64_t parameters = sum({mul(layers, per_layer), mul(sum({vocab, cfg.max_position_embeddings, 1}), c)});
+  mul(sum({activations, mul(parameters, 20)}), 4);  // weights, gradients, AdamW's two moments, a master copy
+}
+
 ActivationEstimate estimate_activations(const models::ModelConfig& cfg, const ActivationInputs& in) {
+  check_step_sizes(cfg, in.batch, in.seq, in.kernel);
   cfg.validate();
   const int64_t layers = cfg.num_hidden_layers;
   TIDAL_CHECK(in.plan.empty() || int64_t(in.plan.size()) == layers, "[estimator] plan has ", in.plan.size(),

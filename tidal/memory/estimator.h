@@ -46,6 +46,16 @@ struct ActivationEstimate {
 
 ActivationEstimate estimate_activations(const models::ModelConfig& config, const ActivationInputs& in);
 
+// Refuses (tidal::Error naming the micro-batch and the model, and what to change) a training step of
+// micro-batch (batch, seq) whose byte counts could overflow 64-bit arithmetic: a generous upper bound
+// of everything the step saves (eager attention's probabilities, batch x heads x seq^2, included), its logits and its
+// parameters with their gradients and AdamW states, times 4 for the sums the estimator and the planner form, must fit
+// in int64 (8 EiB). Real models are far below it (a 1T-parameter model's states are ~2^44 bytes); flags like
+// --micro-batch-size 16777216
+// --seq-length 1099511627775 are not. estimate_activations checks it first; `tidal train` and
+// `tidal plan` check it while parsing their flags.
+void check_step_sizes(const models::ModelConfig& config, int64_t batch, int64_t seq, AttentionKernel kernel);
+
 // The inputs of a training step of micro-batch (batch, seq) under a memory configuration: its
 // recompute plan, offload policy and prefetch depth, and loss chunk.
 ActivationInputs activation_inputs(const MemoryConfig& c, int64_t batch, int64_t seq, AttentionKernel kernel);

@@ -64,7 +64,8 @@ void DistributedAdamW::begin_step() {
         grad_buffer_.narrow(0, layout_.offsets[frags[i].param] + frags[i].begin, frags[i].length));
 }
 
-double DistributedAdamW::reduce_scatter_and_norm() {
+double DistributedAdamW::reduce_gradients() {
+  NoGradGuard no_grad;
   const int ranks = comm_.size(), me = comm_.rank();
   const int64_t mine = layout_.shard_size(me), itemsize = grad_buffer_.itemsize();
   Tensor shard = grad_buffer_.narrow(0, layout_.shard_begin(me), mine);
@@ -193,15 +194,12 @@ void DistributedAdamW::load_whole_state_dict(AdamW& local, const std::map<std::s
   local.load_state_dict(mine);
 }
 
-double DistributedAdamW::step(double lr, double max_norm, AdamW& local) {
+void DistributedAdamW::update(double lr, double max_norm, double norm, AdamW& local) {
   NoGradGuard no_grad;
-  const double norm = reduce_scatter_and_norm();
-  if (!std::isfinite(norm)) return norm;
   const double coef = clip_coefficient(norm, max_norm);
   if (coef != 1.0) grad_buffer_.narrow(0, layout_.shard_begin(comm_.rank()), shard_elements()).mul_(coef);
   local.step(lr);
   all_gather_parameters();
-  return norm;
 }
 
 }  // namespace tidal::optim

@@ -37,10 +37,12 @@ class DistributedAdamW {
   // Before a step's first micro-batch: zeroes the gradient buffer and points every parameter's
   // gradient (and every shard parameter's) at its view.
   void begin_step();
-  // After the last micro-batch's backward: reduce-scatter, norm, clip to `max_norm` (<= 0: none),
-  // `local.step(lr)` on the shard, all-gather. Returns the norm before clipping. A non-finite norm
-  // updates nothing (the caller decides what to do).
-  double step(double lr, double max_norm, AdamW& local);
+  // After the last micro-batch's backward: reduce-scatters the gradient buffer (this rank's shard
+  // summed over the ranks) and returns the norm of the whole gradients (a collective).
+  double reduce_gradients();
+  // Then: clips the shard to `max_norm` (<= 0: none) given the `norm` reduce_gradients returned,
+  // `local.step(lr)` on the shard, and all-gathers the updated pieces into the parameters.
+  void update(double lr, double max_norm, double norm, AdamW& local);
 
   // The optimizer's state as one process's AdamW holds it (whole parameters' names and shapes),
   // gathered onto rank 0: a collective. Rank 0 gets the whole state (its bytes as `temporary` memory
@@ -55,7 +57,6 @@ class DistributedAdamW {
   int64_t shard_elements() const { return layout_.shard_size(comm_.rank()); }
 
  private:
-  double reduce_scatter_and_norm();
   void all_gather_parameters();
 
   dist::Communicator& comm_;

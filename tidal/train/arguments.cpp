@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tidal/base/error.h"
+#include "tidal/memory/estimator.h"
 #include "tidal/profile/profiler.h"
 #include "tidal/train/memory_flags.h"
 
@@ -47,9 +48,17 @@ Flags train_flags() {
       .option("adam-beta2", "AdamW beta2", "B2")
       .option("adam-eps", "AdamW epsilon", "EPS")
       .option("clip-grad", "clip the global gradient norm to this (0: off)", "NORM")
+      .flag("check-for-nan-in-loss-and-grad",
+            "stop when the loss or the gradient norm is NaN or infinite, before the optimizer step (the default)")
+      .flag("no-check-for-nan-in-loss-and-grad", "do not check the loss and the gradients for NaN and infinity")
+      .flag("skip-nonfinite-steps",
+            "skip (do not apply) a step whose loss or gradient norm is not finite, instead of "
+            "stopping; skipped steps are logged and counted")
       .option("seed", "random seed (initialization, data order, dropout)", "N")
       .option("save", "directory to save checkpoints to", "DIR")
-      .option("load", "directory to resume from (its latest checkpoint)", "DIR")
+      .option("load", "directory to resume from (its latest checkpoint; none there: start fresh, with a warning)",
+              "DIR")
+      .flag("exit-on-missing-checkpoint", "with --load: a directory without a complete checkpoint is an error")
       .option("save-interval", "save every N steps (default: only at the end)", "N")
       .option("log-interval", "print a log line every N steps", "N")
       .option("eval-interval", "evaluate on the validation split every N steps (0: never)", "N")
@@ -108,6 +117,22 @@ void derive_sizes(const Flags& f, models::ModelConfig& m) {
   // validate()'s to report, when training builds it.
 }
 
+// Every value given goes into JSON (checkpoints' state.json, --metrics-json), which holds UTF-8 only:
+// a path that is not valid UTF-8 is refused now, not at the first save after hours of training.
+void check_encodable(const Flags& f) {
+  for (const std::string& name : f.given())
+    for (const std::string& value : f.strs(name)) {
+      bool ok = true;
+      try {
+        (void)nlohmann::json(value).dump();
+      } catch (const nlohmann::json::type_error&) {
+        ok = false;
+      }
+      TIDAL_CHECK(ok, "tidal train: --", name, " is not valid UTF-8: tidal records its settings in JSON ",
+                  "(checkpoints, --metrics-json), which cannot hold it; rename the path");
+    }
+}
+
 // "12 layers, hidden 768, ffn 3072, 12 heads of 64 (4 key/value)": the shape the size flags gave.
 std::string shape_of(const models::ModelConfig& m) {
   return detail::str_cat(m.num_hidden_layers, " layers, hidden ", m.hidden_size, ", ffn ", m.intermediate_size,
@@ -120,6 +145,7 @@ std::string shape_of(const models::ModelConfig& m) {
 TrainArgs parse_train_args(const std::vector<std::string>& argv) {
   Flags f = train_flags();
   f.parse(argv);
+  check_encodable(f);
   TrainArgs a;
   TIDAL_CHECK(int(f.has("model")) + int(f.has("config")) + int(f.has("pretrained")) <= 1,
               "tidal train: --model, --config and --pretrained conflict: give one of them");
@@ -165,6 +191,9 @@ TrainArgs parse_train_args(const std::vector<std::string>& argv) {
   a.progress = !f.flag_on("no-progress");
   parse_profile(f, a);
   parse_sample(f, a);
+  // Sizes from flags that overflow 64-bit byte counts are an error now, not a wrapped allocation later.
+  memory::check_step_sizes(a.model, a.micro_batch_size, a.seq_length,
+                           a.attention == "eager" ? AttentionKernel::eager : AttentionKernel::flash);
   return a;
 }
 
@@ -226,12 +255,21 @@ void parse_optimizer(const Flags& f, TrainArgs& a) {
               ": AdamW divides by sqrt(v) + eps, and a parameter whose gradient is 0 would become NaN (Megatron's "
               "default is 1e-8)");
   a.clip_grad = f.number("clip-grad", a.clip_grad, 0.0, 1e9);
+  TIDAL_CHECK(!(f.flag_on("check-for-nan-in-loss-and-grad") && f.flag_on("no-check-for-nan-in-loss-and-grad")),
+              "tidal train: --check-for-nan-in-loss-and-grad and --no-check-for-nan-in-loss-and-grad conflict");
+  a.check_for_nan = !f.flag_on("no-check-for-nan-in-loss-and-grad");
+  a.skip_nonfinite_steps = f.flag_on("skip-nonfinite-steps");
+  TIDAL_CHECK(a.check_for_nan || !a.skip_nonfinite_steps, "tidal train: --skip-nonfinite-steps needs the check that ",
+              "finds them: drop --no-check-for-nan-in-loss-and-grad");
 }
 
 // Checkpoints, logging, evaluation, --metrics-json and --report-memory.
 void parse_outputs(const Flags& f, TrainArgs& a) {
   a.save = f.str("save");
   a.load = f.str("load");
+  a.exit_on_missing_checkpoint = f.flag_on("exit-on-missing-checkpoint");
+  TIDAL_CHECK(!a.exit_on_missing_checkpoint || !a.load.empty(),
+              "tidal train: --exit-on-missing-checkpoint needs --load DIR");
   a.save_interval = f.integer("save-interval", a.save_interval, 0, kMaxSize);
   TIDAL_CHECK(a.save_interval == 0 || !a.save.empty(), "tidal train: --save-interval needs --save DIR");
   a.log_interval = f.integer("log-interval", a.log_interval, 1, kMaxSize);
@@ -289,10 +327,13 @@ nlohmann::json TrainArgs::to_json() const {
   j["adam_eps"] = adam_eps;
   j["clip_grad"] = clip_grad;
   j["data_parallel_sharding_strategy"] = sharding_name(sharding);
+  j["check_for_nan_in_loss_and_grad"] = check_for_nan;
+  j["skip_nonfinite_steps"] = skip_nonfinite_steps;
   j["seed"] = seed;
   j["attention"] = attention;
   j["save"] = save;
   j["load"] = load;
+  j["exit_on_missing_checkpoint"] = exit_on_missing_checkpoint;
   j["save_interval"] = save_interval;
   j["log_interval"] = log_interval;
   j["eval_interval"] = eval_interval;

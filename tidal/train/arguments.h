@@ -36,11 +36,15 @@ struct TrainArgs {
   double weight_decay = 0.1;
   double adam_beta1 = 0.9, adam_beta2 = 0.95, adam_eps = 1e-8;
   double clip_grad = 1.0;
+  // the NaN/Inf guard (train/nan_guard.h): --no-check-for-nan-in-loss-and-grad, --skip-nonfinite-steps
+  bool check_for_nan = true;
+  bool skip_nonfinite_steps = false;
   uint64_t seed = 1234;
   std::string attention = "flash";
   // checkpoints, logging, evaluation
   std::string save, load;
-  int64_t save_interval = 0;  // 0: only at the end (when --save is given)
+  bool exit_on_missing_checkpoint = false;  // --load of a directory without a checkpoint: an error, not a fresh start
+  int64_t save_interval = 0;                // 0: only at the end (when --save is given)
   int64_t log_interval = 20;
   int64_t eval_interval = 200;
   int64_t eval_iters = 10;

@@ -12,6 +12,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "tidal/ops/random.h"
 #include "tidal/tensor.h"
@@ -34,13 +35,18 @@ struct Checkpoint {
   std::string tokenizer_path;  // its tokenizer.json, or "" when it has none
 };
 
-// Writes a checkpoint of `state.iteration` under `dir` (created if needed).
+// Writes a checkpoint of `state.iteration` under `dir` (created if needed). Refuses (tidal::Error
+// naming the tensor) when a model or optimizer tensor holds a NaN or an infinity.
 void save_checkpoint(const std::string& dir, const TrainingState& state, const std::map<std::string, Tensor>& model,
                      const std::map<std::string, Tensor>& optimizer, const nlohmann::json& config,
                      const std::string& tokenizer_path = "");
 // Reads the latest complete checkpoint under `dir`, verifying every file's size and CRC-32; throws
 // tidal::Error naming the file and what is wrong.
 Checkpoint load_checkpoint(const std::string& dir);
+// --save DIR before the first step: created if needed, its writability probed (a file created and
+// removed), and what a killed save left removed: partial iter_N.tmp-* directories and tracker
+// temporaries (nothing else is touched). Returns the names removed, for the log; throws naming --save.
+std::vector<std::string> prepare_save_dir(const std::string& dir);
 // The iteration the tracker file names, or -1 when `dir` has no checkpoint.
 int64_t latest_iteration(const std::string& dir);
 

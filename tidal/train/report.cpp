@@ -99,6 +99,12 @@ void Report::step(int64_t it, const StepResult& r, double seconds, int64_t consu
   const StepMetrics sm{
       it, r.loss, r.lr, r.grad_norm, seconds * 1e3, double(tokens_per_step_) / seconds, device.stats().peak_allocated};
   metrics_.add_step(sm);
+  if (!r.nonfinite.empty()) {
+    ++skipped_;
+    progress_.clear();
+    std::fprintf(out_, " iteration %lld skipped (--skip-nonfinite-steps): %s | number of skipped iterations: %lld\n",
+                 (long long)it, r.nonfinite.c_str(), (long long)skipped_);
+  }
   progress_.update(it, r.loss, seconds * 1e3);
   if (it % args_.log_interval != 0 && it != args_.train_iters) return;
   progress_.clear();
@@ -134,6 +140,7 @@ void Report::summary(const Setup& s, int64_t last_iteration, double final_loss, 
   metrics_.set_summary_field("recompute",
                              memory::recompute_stats_json(mem.recompute, mem.recompute_plan, recompute_ms));
   metrics_.set_summary_field("saved_tensors", autograd::saved_tensors_json(saved));
+  metrics_.set_summary_field("skipped_iterations", skipped_);
   if (s.offloader) {
     const int64_t steps = std::max<int64_t>(1, last_iteration - s.start);
     metrics_.set_summary_field("offload", s.offloader->stats_json(steps));

@@ -32,7 +32,8 @@ class Report {
   Report(const TrainArgs& args, const models::ModelConfig& config, const Setup& s, std::FILE* out);
   // --report-memory: the table of what the first micro-batch saved for backward.
   void saved_tensors(const SavedTensors& saved);
-  // Records iteration `it` (which took `seconds`); prints and writes the metrics every --log-interval.
+  // Records iteration `it` (which took `seconds`); prints and writes the metrics every --log-interval,
+  // and a line for every step skipped as non-finite (nan_guard.h).
   void step(int64_t it, const StepResult& r, double seconds, int64_t consumed_samples);
   void validation(int64_t it, double loss);
   void checkpoint_saved(int64_t it);
@@ -50,6 +51,7 @@ class Report {
   int64_t tokens_per_step_ = 0;
   double flops_per_token_ = 0;
   int64_t recompute_ns0_ = 0;  // the recompute clock when training started
+  int64_t skipped_ = 0;        // steps --skip-nonfinite-steps skipped
 };
 
 }  // namespace tidal::train

@@ -1,6 +1,7 @@
 #include "tidal/train/setup.h"
 
 #include <chrono>
+#include <filesystem>
 
 #include "tidal/allocator.h"
 #include "tidal/io/atomic_file.h"
@@ -110,8 +111,19 @@ void check_same_model(const nlohmann::json& saved, const models::ModelConfig& no
               now.vocab_size, "): use the same model flags as the run that saved it");
 }
 
-// --load: weights, optimizer states, iteration, data position and generator state.
-void resume(const std::string& dir, const models::ModelConfig& config, Setup& s, std::FILE* out) {
+// --load: weights, optimizer states, iteration, data position and generator state. A directory with
+// no complete checkpoint (no tracker file) starts fresh with a warning, as Megatron-LM does, unless
+// --exit-on-missing-checkpoint.
+void resume(const TrainArgs& args, const models::ModelConfig& config, Setup& s, std::FILE* out) {
+  const std::string& dir = args.load;
+  TIDAL_CHECK(!std::filesystem::exists(dir) || std::filesystem::is_directory(dir), "[checkpoint] --load ", dir,
+              " is not a directory");
+  if (!std::filesystem::exists(dir) || latest_iteration(dir) < 0) {
+    TIDAL_CHECK(!args.exit_on_missing_checkpoint, "[checkpoint] --load ", dir, " holds no complete checkpoint ",
+                "(no latest_checkpointed_iteration.txt) and --exit-on-missing-checkpoint is set");
+    std::fprintf(out, "warning: --load %s holds no complete checkpoint: starting from scratch\n", dir.c_str());
+    return;
+  }
   Checkpoint ck = load_checkpoint(dir);
   check_same_model(ck.config, config, ck.path);
   s.model->load_state_dict(ck.model);
@@ -161,7 +173,7 @@ Setup setup_training(const TrainArgs& args, models::ModelConfig& config, std::FI
           micro_batches,
           std::move(sharded)};
   set_rng_state({args.seed, 0});
-  if (!args.load.empty()) resume(args.load, config, s, out);
+  if (!args.load.empty()) resume(args, config, s, out);
 
   s.settings = args.to_json();
   s.settings["model"] = models::config_to_json(config);

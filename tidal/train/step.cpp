@@ -10,6 +10,7 @@
 #include "tidal/ops/elementwise.h"
 #include "tidal/optim/grad_clip.h"
 #include "tidal/train/data_parallel.h"
+#include "tidal/train/nan_guard.h"
 
 namespace tidal::train {
 
@@ -42,26 +43,35 @@ StepResult train_step(int64_t it, const TrainArgs& args, Setup& s, profile::Prof
     }
     after_forward(m);
     const double value = loss.item<double>();
-    TIDAL_CHECK(std::isfinite(value), "the loss became ", value, " at iteration ", it,
-                ": training diverged; try a lower --lr (now ", args.lr, ") or a longer --lr-warmup-iters");
     loss_sum += value;
+    if (args.check_for_nan && !std::isfinite(value)) {
+      if (!args.skip_nonfinite_steps)
+        stop_nonfinite(it, detail::str_cat("the loss is ", value, " (micro-batch ", m + 1, ")"), args);
+      continue;  // the step is skipped; the other micro-batches still take their samples
+    }
     profile::Range phase("backward", profile::kPhase);
     (global_micro_batches == 1 ? loss : mul(loss, 1.0 / double(global_micro_batches))).backward();
   }
-  if (s.sharded) {  // reduce-scatter, norm, clip, the shard's update, all-gather
-    profile::Range phase("optimizer", profile::kPhase);
-    r.grad_norm = s.sharded->step(r.lr, args.clip_grad, *s.optimizer);
+  r.loss = dist::all_reduce_sum(comm, loss_sum) / double(global_micro_batches);  // the global batch's mean
+  profile::Range phase("optimizer", profile::kPhase);
+  if (s.sharded) {
+    r.grad_norm = s.sharded->reduce_gradients();  // reduce-scatter; the norm from every shard
   } else {
-    {
-      profile::Range phase("grad all-reduce", profile::kPhase);
-      all_reduce_gradients(comm, s.model->named_parameters());
-    }
-    profile::Range phase("optimizer", profile::kPhase);
+    all_reduce_gradients(comm, s.model->named_parameters());
+    // A non-finite norm leaves the gradients unscaled (grad_clip.h): the check below sees them as they are.
     r.grad_norm = optim::clip_grad_norm(s.model->parameters(), args.clip_grad);
-    s.optimizer->step(r.lr);
+  }
+  // The loss and the norm are global, so every rank takes the same decision.
+  if (args.check_for_nan) {
+    r.nonfinite = nonfinite_step(r.loss, r.grad_norm, s.model->named_parameters());
+    if (!r.nonfinite.empty() && !args.skip_nonfinite_steps) stop_nonfinite(it, r.nonfinite, args);
+  }
+  if (s.sharded) {
+    if (r.nonfinite.empty()) s.sharded->update(r.lr, args.clip_grad, r.grad_norm, *s.optimizer);
+  } else {
+    if (r.nonfinite.empty()) s.optimizer->step(r.lr);
     s.optimizer->zero_grad();
   }
-  r.loss = dist::all_reduce_sum(comm, loss_sum) / double(global_micro_batches);  // the global batch's mean
   return r;
 }
 

@@ -4,6 +4,7 @@
 // validation loss.
 #include <cstdint>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "tidal/autograd/saved_tensor_record.h"
@@ -16,7 +17,8 @@ namespace tidal::train {
 struct StepResult {
   double loss = 0;  // mean over the micro-batches
   double lr = 0;
-  double grad_norm = 0;  // before clipping
+  double grad_norm = 0;   // before clipping
+  std::string nonfinite;  // why the step was skipped (--skip-nonfinite-steps); "" when it was taken
 };
 
 // The tensors the run's first micro-batch saved for backward: the summary's "saved_tensors" and the
@@ -25,7 +27,8 @@ using SavedTensors = std::vector<autograd::SavedTensorRecord>;
 
 // Iteration `it` (from 1). Fills `first_saved` at the first micro-batch that saves anything, hands
 // the profiler the saved tensors of the micro-batches it wants, and calls `after_forward(m)` between
-// micro-batch m's forward and its backward. Throws when the loss is not finite.
+// micro-batch m's forward and its backward. A non-finite loss or gradient norm (nan_guard.h) throws
+// tidal::Error, or skips the optimizer update with --skip-nonfinite-steps.
 StepResult train_step(int64_t it, const TrainArgs& args, Setup& s, profile::Profiler& profiler,
                       SavedTensors& first_saved, const std::function<void(int64_t m)>& after_forward);
 

@@ -3,7 +3,6 @@
 #include <chrono>
 #include <cmath>
 
-#include "tidal/io/atomic_file.h"
 #include "tidal/models/generate.h"
 #include "tidal/ops/random.h"
 #include "tidal/train/checkpoint.h"
@@ -47,8 +46,11 @@ std::string sample(const TrainArgs& args, const Setup& s, Report& report) {
 TrainResult train_loop(const TrainArgs& args, std::FILE* out, models::ModelConfig& config, dist::Communicator& comm) {
   Setup s = setup_training(args, config, out, comm);
   Report report(args, config, s, out);
-  // An unwritable --save fails now, not after the first interval's steps.
-  if (!args.save.empty() && comm.rank() == 0) io::create_directories(args.save, "--save");
+  // An unwritable --save fails now, not after the first interval's steps; a killed save's leftovers go.
+  // Rank 0 writes for the run.
+  if (!args.save.empty() && comm.rank() == 0)
+    for (const std::string& name : prepare_save_dir(args.save))
+      std::fprintf(out, "removed %s/%s, left by an interrupted save\n", args.save.c_str(), name.c_str());
   profile::Profiler profiler(profile_options(args, s.start), profile_info(args, config, s.model->num_parameters()));
 
   TrainResult result;
@@ -65,6 +67,7 @@ TrainResult train_loop(const TrainArgs& args, std::FILE* out, models::ModelConfi
     profiler.end_step(it, out);
     report.step(it, step, seconds, s.loader.position());
     result.losses.push_back(step.loss);
+    if (!step.nonfinite.empty()) ++result.skipped_iterations;
     result.final_loss = step.loss;
     result.iterations = it;
     if (s.data.valid && args.eval_interval > 0 && due(it, args.eval_interval, args.train_iters)) {

@@ -10,11 +10,12 @@
 namespace tidal::train {
 
 struct TrainResult {
-  int64_t iterations = 0;      // optimizer steps completed (including those before a --load)
-  double final_loss = 0;       // training loss of the last step
-  double final_val_loss = 0;   // NaN when there is no validation split
-  std::vector<double> losses;  // training loss of every step run in this process
-  std::string sample;          // generated text (when a prompt was given)
+  int64_t iterations = 0;          // optimizer steps completed (including those before a --load)
+  double final_loss = 0;           // training loss of the last step
+  double final_val_loss = 0;       // NaN when there is no validation split
+  std::vector<double> losses;      // training loss of every step run in this process
+  std::string sample;              // generated text (when a prompt was given)
+  int64_t skipped_iterations = 0;  // steps --skip-nonfinite-steps skipped (nan_guard.h)
 };
 
 // Runs training as configured, printing progress to `out`. Throws tidal::Error (tidal::OutOfMemory
