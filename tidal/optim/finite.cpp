@@ -2,7 +2,7 @@
 
 #include <cmath>
 
-#include "tidal/backend/kernels.h"
+#include "tidal/optim/grad_clip.h"
 #include "tidal/memory_scope.h"
 
 namespace tidal::optim {
@@ -10,8 +10,9 @@ namespace tidal::optim {
 bool all_finite(const Tensor& t) {
   if (!t.defined() || t.is_meta() || !is_floating(t.dtype()) || t.numel() == 0) return true;
   OpScope op("all_finite");
-  Kernels* kern = kernels_for(t);
-  return kern == nullptr || std::isfinite(kern->sum_of_squares(t.contiguous()));
+  for (double chunk : sum_of_squares_chunks(t.contiguous()))
+    if (!std::isfinite(chunk)) return false;
+  return true;
 }
 
 std::string first_nonfinite_grad(const NamedParameters& params) {
