@@ -16,6 +16,7 @@
 #include "tidal/models/causal_lm.h"
 #include "tidal/optim/grad_clip.h"
 #include "tidal/optim/shard_layout.h"
+#include "tidal/train/oom_advice.h"
 #include "tidal/train/trainer.h"
 
 namespace tidal::train {
@@ -193,6 +194,30 @@ TEST(DataParallel, AGlobalBatchThatDoesNotDivideIsExplained) {
                                          " data-parallel ranks"),
               std::string::npos)
         << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace tidal::train
+
+namespace tidal::train {
+namespace {
+
+// The OOM advice's and tidal plan's prediction of a sharded step's peak (largest shard) against the
+// largest peak any rank measured, as tests/unit/profile_test.cpp does for one process.
+TEST(DistributedOptimizer, PredictedPeakMatchesTheLargestRank) {
+  dist::Communicator& world = dist::world();
+  for (const char* model : {"tiny-gpt2", "tiny-llama"}) {
+    const TrainArgs args =
+        parse_train_args({"--model", model, "--mock-data", "--seq-length", "64", "--micro-batch-size", "4",
+                          "--global-batch-size", std::to_string(4 * world.size()), "--train-iters", "2",
+                          "--no-progress", "--eval-interval", "0", "--use-distributed-optimizer"});
+    std::FILE* quiet = std::fopen("/dev/null", "w");
+    run_training(args, quiet, world);
+    std::fclose(quiet);
+    const double measured = dist::all_reduce_max(world, double(device_allocator(Device::cpu()).stats().peak_allocated));
+    const double predicted = double(predict_step_peak(args.model, triage_settings(args, world.size())).total);
+    EXPECT_NEAR(predicted / measured, 1.0, 0.01) << model << ": predicted " << predicted << ", measured " << measured;
   }
 }
 

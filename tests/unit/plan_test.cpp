@@ -3,6 +3,8 @@
 
 #include <set>
 
+#include "tidal/optim/grad_clip.h"
+
 #include "tidal/models/config.h"
 #include "tidal/train/plan.h"
 
@@ -81,6 +83,32 @@ TEST(Plan, WhenNothingFitsItSaysSo) {
   EXPECT_TRUE(p.steps.back().suggestion.with.memory.swap_optimizer.on);
   EXPECT_NE(format_plan(p, m, qwen3_8b_batch(4)).find("Even with all of them"), std::string::npos);
   EXPECT_THROW(make_plan(m, qwen3_8b_batch(4), GiB, 1.5), Error);
+}
+
+// Under mpirun (tidal plan --data-parallel-size N), sharding is the triage's second step: AdamW's
+// states shrink to the largest shard's, the gradient buffer stays (docs/distributed.md).
+TEST(Plan, ShardingIsTakenWithSeveralRanksAndExplainedWithOne) {
+  const models::ModelConfig m = models::preset("qwen3-8b");
+  TriageSettings eight = qwen3_8b_batch(1);
+  eight.data_parallel = 8;
+  TriageSettings sharded = eight;
+  sharded.sharding = ShardingStrategy::optim;
+  const StepPeak whole = predict_step_peak(m, eight), shard = predict_step_peak(m, sharded);
+  // The largest of 8 shards: an eighth of the states, rounded up to the norm's chunk.
+  EXPECT_GE(shard.optimizer_states, whole.optimizer_states / 8);
+  EXPECT_LE(shard.optimizer_states, whole.optimizer_states / 8 + 8 * optim::kGradNormChunk);
+  const Suggestion take = suggest_sharding(m, eight);
+  EXPECT_EQ(take.flags, "--use-distributed-optimizer");
+  EXPECT_EQ(take.saving, whole.total - shard.total);
+  EXPECT_GT(take.saving, 0);
+  const Plan p = make_plan(m, eight, 120 * GiB);  // one rank alone would need the swap optimizer
+  EXPECT_TRUE(p.fits);
+  EXPECT_NE(p.flags().find("--use-distributed-optimizer"), std::string::npos) << p.flags();
+  EXPECT_EQ(p.flags().find("--swap-optimizer"), std::string::npos) << p.flags();
+  // One rank: nothing to take, and the note says what 8 ranks would hold.
+  const Suggestion one = suggest_sharding(m, qwen3_8b_batch(1));
+  EXPECT_EQ(one.saving, 0);
+  EXPECT_NE(one.note.find("under mpirun -np 8 with --use-distributed-optimizer"), std::string::npos) << one.note;
 }
 
 }  // namespace

@@ -2,8 +2,8 @@
 
 #include <cmath>
 
-#include "tidal/optim/grad_clip.h"
 #include "tidal/memory_scope.h"
+#include "tidal/optim/grad_clip.h"
 
 namespace tidal::optim {
 

@@ -24,6 +24,9 @@ const char* sharding_name(ShardingStrategy s);
 Flags& add_data_parallel_flags(Flags& f);
 ShardingStrategy parse_sharding_strategy(const Flags& f);
 
+// The most ranks tidal plans for (tidal plan --data-parallel-size).
+inline constexpr int64_t kMaxDataParallelSize = 1 << 20;
+
 // Micro-batches each rank runs per step: global batch = micro-batch × this × ranks. A global batch
 // that does not divide is an error naming the three numbers.
 int64_t micro_batches_per_rank(int64_t global_batch, int64_t micro_batch, int ranks);

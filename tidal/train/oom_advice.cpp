@@ -7,6 +7,8 @@
 #include "tidal/memory/savings.h"
 #include "tidal/memory/swap_optimizer.h"
 #include "tidal/models/causal_lm.h"
+#include "tidal/optim/grad_clip.h"
+#include "tidal/optim/shard_layout.h"
 #include "tidal/train/memory_flags.h"
 
 namespace tidal::train {
@@ -59,12 +61,28 @@ StepPeak predict_step_peak(const models::ModelConfig& m, const TriageSettings& s
   const std::vector<memory::SwapParam> params = swap_params(m, s);
   const int64_t n = element_count(params);
   p.parameters = 4 * n;
-  const int64_t states = 8 * n;  // AdamW's two f32 moments
+  // The distributed optimizer: AdamW's states of the largest shard (optim/shard_layout.h), the
+  // gradient buffer always there.
+  const bool sharded = s.sharding == ShardingStrategy::optim;
+  int64_t shard = n;
+  if (sharded) {
+    std::vector<int64_t> numels;
+    for (const memory::SwapParam& q : params) numels.push_back(q.numel);
+    const optim::ShardLayout layout = optim::make_shard_layout(numels, s.data_parallel, optim::kGradNormChunk);
+    shard = 0;
+    for (int r = 0; r < s.data_parallel; ++r) shard = std::max(shard, layout.shard_size(r));
+  }
+  const int64_t states = 8 * shard;  // AdamW's two f32 moments
   const memory::SwapOptimizerConfig& swap = s.memory.swap_optimizer;
   const int64_t swap_k = std::min<int64_t>(swap.requested_times(), int64_t(params.size()));
-  p.optimizer_states = swap.on ? memory::swap_optimizer_device_bytes(params, swap_k) : states;
+  // The swap optimizer's windows over a shard: about its share of the whole's windows.
+  const int64_t swapped = swap.on ? memory::swap_optimizer_device_bytes(params, swap_k) : 0;
+  p.optimizer_states = !swap.on  ? states
+                       : sharded ? int64_t(double(swapped) * double(shard) / double(std::max<int64_t>(n, 1)))
+                                 : swapped;
+  const int64_t grad_buffer = sharded ? 4 * n : 0;
   // Between optimizer steps a swapped optimizer keeps no state on the device.
-  const int64_t resident = p.parameters + (swap.on ? 0 : states);
+  const int64_t resident = p.parameters + grad_buffer + (swap.on ? 0 : states);
   const memory::ActivationEstimate a = estimate(m, s);
   p.activations = a.peak;
   // The LM head and loss: what forward keeps for them is in a.after_forward (the estimator counts
@@ -77,13 +95,17 @@ StepPeak predict_step_peak(const models::ModelConfig& m, const TriageSettings& s
   const int64_t loss = resident + a.after_forward - head.saved + head.peak;
   // A recompute replay or an offload prefetch later in backward, with gradients (at most all)
   // already there; the optimizer step.
-  const int64_t backward = a.peak > a.after_forward ? resident + a.peak + p.parameters : 0;
-  p.total = std::max({loss, backward, 2 * p.parameters + p.optimizer_states});
+  const int64_t backward = a.peak > a.after_forward ? resident + a.peak + (sharded ? 0 : p.parameters) : 0;
+  const int64_t optimizer = sharded ? 2 * p.parameters + p.optimizer_states + 4 * s.data_parallel * shard
+                                    : 2 * p.parameters + p.optimizer_states;
+  p.total = std::max({loss, backward, optimizer});
   return p;
 }
 
-TriageSettings triage_settings(const TrainArgs& args) {
+TriageSettings triage_settings(const TrainArgs& args, int data_parallel) {
   TriageSettings s;
+  s.data_parallel = data_parallel;
+  s.sharding = args.sharding;
   s.micro_batch = args.micro_batch_size;
   s.seq = args.seq_length;
   s.global_batch = args.global_batch_size;
@@ -116,9 +138,24 @@ std::optional<Suggestion> suggest_fused_attention(const models::ModelConfig& m, 
   return Suggestion{"fused ops", "--attention flash", saved, "fused attention keeps no (s x s) tensor for backward", t};
 }
 
-Suggestion suggest_sharding(const TriageSettings& s) {
+Suggestion suggest_sharding(const models::ModelConfig& m, const TriageSettings& s) {
+  if (s.sharding != ShardingStrategy::no_shard)
+    return {"sharding", "", 0, "on: the optimizer states are sharded over the ranks", s};
+  TriageSettings t = s;
+  t.sharding = ShardingStrategy::optim;
+  if (s.data_parallel > 1)
+    return {"sharding", "--use-distributed-optimizer", saving(m, s, t),
+            "AdamW's states split over the " + std::to_string(s.data_parallel) + " ranks (ZeRO-1)", t};
+  // One rank: what 8 would save, for a run under mpirun -np 8 (docs/distributed.md).
+  t.data_parallel = 8;
+  TriageSettings eight = s;
+  eight.data_parallel = 8;
   return {"sharding", "", 0,
-          "not available: tidal trains on one device (sharding splits states or activations across devices)", s};
+          "needs several ranks: under mpirun -np 8 with --use-distributed-optimizer each rank would hold " +
+              format_bytes(predict_step_peak(m, t).optimizer_states) + " of AdamW's states instead of " +
+              format_bytes(predict_step_peak(m, eight).optimizer_states) + " (saving " +
+              format_bytes(saving(m, eight, t)) + " per rank)",
+          s};
 }
 
 std::vector<Suggestion> suggest_recompute(const models::ModelConfig& m, const TriageSettings& s) {
@@ -237,7 +274,7 @@ std::vector<Suggestion> triage(const models::ModelConfig& m, const TriageSetting
   };
   add(suggest_chunked_loss(m, s));
   add(suggest_fused_attention(m, s));
-  out.push_back(suggest_sharding(s));
+  out.push_back(suggest_sharding(m, s));
   for (Suggestion& x : suggest_recompute(m, s)) out.push_back(std::move(x));
   add(suggest_offload(m, s));
   add(suggest_swap_optimizer(m, s));

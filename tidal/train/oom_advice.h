@@ -25,11 +25,15 @@ struct TriageSettings {
   AttentionKernel attention = AttentionKernel::flash;
   memory::MemoryConfig memory;  // recompute (set with set_recompute: it carries the plan), offload, loss, swap
   int64_t num_parameters = 0;   // 0: counted from the config (a meta-device model)
+  int data_parallel = 1;        // ranks (mpirun -np N; tidal plan --data-parallel-size N)
+  ShardingStrategy sharding = ShardingStrategy::no_shard;
 };
-TriageSettings triage_settings(const TrainArgs& args);
+// `data_parallel`: the ranks the run has (or is planned for).
+TriageSettings triage_settings(const TrainArgs& args, int data_parallel = 1);
 
 struct Suggestion {
   std::string step;  // "chunked loss", "fused ops", "sharding", "recompute", "async offload", "swap optimizer", "batch"
+                     // (sharding saves only with several ranks; on one, its note says what N ranks would)
   std::string flags;    // to add to the command line ("" when there is nothing to add)
   int64_t saving = 0;   // predicted bytes saved at the step's peak
   std::string note;     // where the number comes from, or why it is not available
@@ -39,7 +43,7 @@ struct Suggestion {
 // The suggestions, one small function each (nullopt: already on, or it would save nothing).
 std::optional<Suggestion> suggest_chunked_loss(const models::ModelConfig& m, const TriageSettings& s);
 std::optional<Suggestion> suggest_fused_attention(const models::ModelConfig& m, const TriageSettings& s);
-Suggestion suggest_sharding(const TriageSettings& s);
+Suggestion suggest_sharding(const models::ModelConfig& m, const TriageSettings& s);
 std::vector<Suggestion> suggest_recompute(const models::ModelConfig& m, const TriageSettings& s);
 std::optional<Suggestion> suggest_offload(const models::ModelConfig& m, const TriageSettings& s);
 std::optional<Suggestion> suggest_swap_optimizer(const models::ModelConfig& m, const TriageSettings& s);
@@ -50,7 +54,9 @@ std::optional<Suggestion> suggest_smaller_micro_batch(const models::ModelConfig&
 // forward kept, the head and loss's own peak from memory/savings.h: the logits and their gradient,
 // or one chunk of them), a recompute replay or offload prefetch in backward (the activation peak,
 // with gradients), and the optimizer step (parameters, gradients, the states on the device: all, or
-// the swap optimizer's two windows). Activations come from the estimator with the recompute plan,
+// the swap optimizer's two windows). With the distributed optimizer (docs/distributed.md) the
+// gradient buffer is resident, AdamW's states are the largest shard's, and the step adds every rank's
+// piece of the shard. Activations come from the estimator with the recompute plan,
 // the offload policy and the loss mode, so offload's and chunked loss's effects are its exact ones.
 struct StepPeak {
   int64_t total = 0, parameters = 0;

@@ -52,7 +52,7 @@ Plan make_plan(const models::ModelConfig& m, const TriageSettings& s, int64_t bu
   for (int guard = 0; peak > budget && guard < 32; ++guard) {
     std::vector<Suggestion> options;
     for (Suggestion& x : triage(m, cur))
-      if (x.saving > 0 && x.step != "sharding") options.push_back(std::move(x));
+      if (x.saving > 0) options.push_back(std::move(x));
     if (options.empty()) break;
     const int group = triage_group(options.front().step);  // triage() lists them in the order
     const Suggestion *enough = nullptr, *largest = nullptr;

@@ -90,7 +90,7 @@ TrainResult run_training_on(const TrainArgs& args, std::FILE* out, dist::Communi
   try {
     return train_loop(args, out, config, comm);
   } catch (const OutOfMemory& e) {  // the breakdown at that moment and what to try (oom_advice.h)
-    throw OutOfMemory(out_of_memory_message(e, config, triage_settings(args)), e.requested(), e.stats());
+    throw OutOfMemory(out_of_memory_message(e, config, triage_settings(args, comm.size())), e.requested(), e.stats());
   }
 }
 

@@ -18,15 +18,17 @@ int run_plan(const std::vector<std::string>& argv) {
   for (size_t i = 0; i < argv.size(); ++i) {
     if (argv[i] == "--help" || argv[i] == "-h") {
       std::printf(
-          "usage: tidal plan [tidal train flags] [--memory BYTES] [--headroom PERCENT]\n\n"
+          "usage: tidal plan [tidal train flags] [--memory BYTES] [--headroom PERCENT] [--data-parallel-size N]\n\n"
           "Predicts the device memory of one training step of that configuration (nothing is allocated:\n"
           "any preset size works) and, against --memory (default: TIDAL_DEVICE_MEMORY) less --headroom\n"
           "percent (default 10), which of tidal's memory features make it fit, in the triage order. Exit\n"
-          "code 0 when it fits (as given or with the plan), 3 when nothing does. The other flags are\n"
-          "tidal train's ('tidal train --help'); docs/profiling.md, \"Planning before training\".\n");
+          "code 0 when it fits (as given or with the plan), 3 when nothing does. --data-parallel-size N\n"
+          "plans one of N ranks under mpirun (per-rank memory; sharding then saves: docs/distributed.md).\n"
+          "The other flags are tidal train's ('tidal train --help'); docs/profiling.md, \"Planning before\n"
+          "training\".\n");
       return kOk;
     }
-    if (argv[i] == "--memory" || argv[i] == "--headroom") {
+    if (argv[i] == "--memory" || argv[i] == "--headroom" || argv[i] == "--data-parallel-size") {
       own.push_back(argv[i]);
       if (i + 1 < argv.size()) own.push_back(argv[++i]);
     } else {
@@ -35,7 +37,8 @@ int run_plan(const std::vector<std::string>& argv) {
   }
   Flags f("plan");
   f.option("memory", "the device memory budget, e.g. 80GiB", "BYTES")
-      .option("headroom", "percent of the budget kept free (default 10)", "PERCENT");
+      .option("headroom", "percent of the budget kept free (default 10)", "PERCENT")
+      .option("data-parallel-size", "plan one of N data-parallel ranks (default 1)", "N");
   f.parse(own);
   std::string memory = f.str("memory");
   const double headroom = f.number("headroom", train::kDefaultPlanHeadroom * 100, 0, 95) / 100;
@@ -44,7 +47,8 @@ int run_plan(const std::vector<std::string>& argv) {
     if (env != nullptr) memory = env;
   }
   const train::TrainArgs args = train::parse_train_args(train_argv);
-  const train::TriageSettings s = train::triage_settings(args);
+  const train::TriageSettings s =
+      train::triage_settings(args, int(f.integer("data-parallel-size", 1, 1, train::kMaxDataParallelSize)));
   if (memory.empty()) {  // no budget: what a step needs and what each step of the triage would save
     std::fputs(train::oom_advice(args.model, s).c_str(), stdout);
     std::printf("(give a budget, --memory 80GiB or TIDAL_DEVICE_MEMORY, for a plan)\n");
