@@ -27,6 +27,10 @@ scratch=$(mktemp -d "$( [ -d /dev/shm ] && echo /dev/shm || echo /tmp )/tidal-fu
 trap 'rm -rf "$scratch"' EXIT
 export TMPDIR=$scratch OMP_NUM_THREADS=1 TIDAL_NUM_THREADS=1 OMP_WAIT_POLICY=passive
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+# Stacks with function names and lines: the compiler's LLVM symbolizer, else any (clang's package brings one).
+symbolizer=$(dirname "$(readlink -f "$(command -v "${TIDAL_FUZZ_CXX:-clang++-16}")")")/llvm-symbolizer
+[ -x "$symbolizer" ] || symbolizer=$(command -v llvm-symbolizer || true)
+[ -n "$symbolizer" ] && export ASAN_SYMBOLIZER_PATH=$symbolizer
 # A finding: any crash or sanitizer report, an exception other than tidal::Error, a leak, more than
 # 2 GB of memory, more than 10 s on one input.
 limits=(-rss_limit_mb=2048 -timeout=10)
