@@ -15,6 +15,8 @@ packages=(
   chromium               # the profiler's plots are checked in a real browser (headless)
   clang-format           # the C++ style (.clang-format), checked by scripts/check_format.sh
   python3                # the layer check (tests/layering/check_layers.py)
+  clang-16 libclang-rt-16-dev libomp-16-dev  # scripts/fuzz.sh: clang (16: the sources capture structured
+                         # bindings in lambdas), libFuzzer and the sanitizers (libclang-rt), clang's OpenMP
 )
 
 missing=()

@@ -2,7 +2,9 @@
 # The test command (README, .ci/run): installs dependencies, checks the C++ style (.clang-format), builds
 # in build/, runs every test (the include and layer checks among them), then
 # the sanitizer builds: ASan+UBSan on the unit and gradcheck tests (build-asan/), TSan on the stream, offload
-# and swap-optimizer tests (build-tsan/). TIDAL_TEST_QUICK=1 skips the sanitizer builds.
+# and swap-optimizer tests (build-tsan/), and last the fuzzers: every regression input of tests/fuzz, then
+# each libFuzzer target for its share of a minute (scripts/fuzz.sh, build-fuzz/). TIDAL_TEST_QUICK=1 skips
+# the sanitizer builds and the fuzzers.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -34,3 +36,6 @@ cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTIDAL_SANI
   -DTIDAL_BUILD_BENCH=OFF >/dev/null
 cmake --build build-tsan -j "$jobs" --target tidal_unit_tests
 TSAN_OPTIONS=halt_on_error=1 OMP_NUM_THREADS=1 TIDAL_NUM_THREADS=1 build-tsan/tidal_unit_tests --gtest_filter='Stream*:Event*:Offload*:SwapOptimizer*'
+
+echo "== Fuzzing: regression inputs, then a minute over the parsers (docs/fuzzing.md)"
+scripts/fuzz.sh 60
