@@ -222,8 +222,10 @@ IndexedDataset::IndexedDataset(std::string prefix) : prefix_(std::move(prefix)) 
   sizes_.resize(n);
   pointers_.resize(n);
   doc_idx_.resize(d);
-  std::memcpy(sizes_.data(), idx.data() + kHeaderBytes, 4 * n);
-  std::memcpy(pointers_.data(), idx.data() + kHeaderBytes + 4 * n, 8 * n);
+  if (n > 0) {  // an empty dataset's vectors have no storage: memcpy must not see their null data()
+    std::memcpy(sizes_.data(), idx.data() + kHeaderBytes, 4 * n);
+    std::memcpy(pointers_.data(), idx.data() + kHeaderBytes + 4 * n, 8 * n);
+  }
   std::memcpy(doc_idx_.data(), idx.data() + kHeaderBytes + 12 * n, 8 * d);
 
   // Sequences are back to back from byte 0: each pointer is the sum of the sizes before it (so the
