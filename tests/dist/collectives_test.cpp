@@ -84,6 +84,26 @@ TEST(Collectives, ScratchIsTemporaryMemoryExactlyAndMetaMovesNothing) {
   }
 }
 
+// The communicator counts what it moves (summary.comm): an all-reduce of n elements is an all-to-all
+// of every rank's blocks, then an all-gather of the sums: 2 (N - 1) n / N elements out, as many in.
+TEST(Collectives, StatisticsCountTheBytesMoved) {
+  Communicator& comm = world();
+  const int64_t n = 6 * comm.size();
+  Tensor t = contribution(comm.rank(), n);
+  const CommStats before = comm.stats();
+  all_reduce_sum(comm, t);
+  const CommStats after = comm.stats();
+  if (comm.size() == 1) {
+    EXPECT_EQ(after.calls, before.calls);  // nothing to move
+    return;
+  }
+  const int64_t moved = 2 * (comm.size() - 1) * (n / comm.size()) * 4;
+  EXPECT_EQ(after.calls - before.calls, 2);
+  EXPECT_EQ(after.bytes_sent - before.bytes_sent, moved);
+  EXPECT_EQ(after.bytes_received - before.bytes_received, moved);
+  EXPECT_GT(after.busy_ns, before.busy_ns);
+}
+
 TEST(Collectives, ShapeMistakesAreExplained) {
   Communicator& comm = world();
   Tensor in = zeros({3 * comm.size() + 1}), out = zeros({3});

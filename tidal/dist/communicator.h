@@ -9,9 +9,17 @@
 
 namespace tidal::dist {
 
+// What a communicator moved and how long its calls took (this rank's view): summary.comm.
+struct CommStats {
+  int64_t calls = 0;
+  int64_t bytes_sent = 0, bytes_received = 0;  // to and from other ranks
+  int64_t busy_ns = 0;                         // inside collectives, waiting included
+};
+
 class Communicator {
  public:
   virtual ~Communicator() = default;
+  CommStats stats() const { return stats_; }
   virtual int rank() const = 0;
   virtual int size() const = 0;
   virtual const char* backend() const = 0;  // "mpi", "single"
@@ -37,6 +45,18 @@ class Communicator {
   // never leave the others waiting in a collective.
   [[noreturn]] virtual void abort(int exit_code) = 0;
   virtual void finalize() {}  // shuts the runtime down (MPI_Finalize); collectives fail after it
+
+ protected:
+  // Implementations count every call (under their own serialization).
+  void record(int64_t sent, int64_t received, int64_t ns) {
+    ++stats_.calls;
+    stats_.bytes_sent += sent;
+    stats_.bytes_received += received;
+    stats_.busy_ns += ns;
+  }
+
+ private:
+  CommStats stats_;
 };
 
 // The process's communicator: MPI's world when the process was started by mpirun (or another MPI

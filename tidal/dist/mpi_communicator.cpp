@@ -6,9 +6,11 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <chrono>
 #include <climits>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <vector>
 
 #include "tidal/base/error.h"
@@ -42,6 +44,23 @@ MPI_Datatype block_piece(int64_t bytes, int64_t stride) {
 
 void free_type(MPI_Datatype t) { MPI_Type_free(&t); }
 
+// Runs its function when it goes out of scope (the call's statistics, also when it throws).
+struct Recorded {
+  std::function<void()> f;
+  ~Recorded() { f(); }
+};
+
+int64_t total_bytes(const std::vector<Communicator::Transfer>& ts) {
+  int64_t n = 0;
+  for (const Communicator::Transfer& t : ts) n += t.bytes;
+  return n;
+}
+
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
 }  // namespace
 
 MpiCommunicator::MpiCommunicator() {
@@ -72,6 +91,8 @@ void MpiCommunicator::finalize() {
 
 void MpiCommunicator::all_to_all(const void* send, void* recv, int64_t bytes_per_rank) {
   std::lock_guard lock(mutex_);
+  const int64_t t0 = now_ns();
+  Recorded done{[&] { record(bytes_per_rank * (size_ - 1), bytes_per_rank * (size_ - 1), now_ns() - t0); }};
   const auto* s = static_cast<const char*>(send);
   auto* r = static_cast<char*>(recv);
   if (bytes_per_rank <= kPiece) {
@@ -91,6 +112,8 @@ void MpiCommunicator::all_to_all(const void* send, void* recv, int64_t bytes_per
 
 void MpiCommunicator::all_gather(const void* send, void* recv, int64_t bytes_per_rank) {
   std::lock_guard lock(mutex_);
+  const int64_t t0 = now_ns();
+  Recorded done{[&] { record(bytes_per_rank * (size_ - 1), bytes_per_rank * (size_ - 1), now_ns() - t0); }};
   const auto* s = static_cast<const char*>(send);
   auto* r = static_cast<char*>(recv);
   if (bytes_per_rank <= kPiece) {
@@ -139,6 +162,8 @@ class Exchange {
 
 void MpiCommunicator::exchange(const std::vector<Transfer>& sends, const std::vector<Transfer>& receives) {
   std::lock_guard lock(mutex_);
+  const int64_t t0 = now_ns();
+  Recorded done{[&] { record(total_bytes(sends), total_bytes(receives), now_ns() - t0); }};
   Exchange x;
   for (const Transfer& t : receives) {
     TIDAL_ASSERT(t.peer != rank_ && t.peer >= 0 && t.peer < size_);
@@ -153,6 +178,8 @@ void MpiCommunicator::exchange(const std::vector<Transfer>& sends, const std::ve
 
 void MpiCommunicator::broadcast(void* data, int64_t bytes, int root) {
   std::lock_guard lock(mutex_);
+  const int64_t t0 = now_ns();
+  Recorded done{[&] { record(rank_ == root ? bytes * (size_ - 1) : 0, rank_ == root ? 0 : bytes, now_ns() - t0); }};
   auto* p = static_cast<char*>(data);
   for (int64_t done = 0; done < bytes; done += kPiece)
     check(MPI_Bcast(p + done, int(std::min(kPiece, bytes - done)), MPI_BYTE, root, MPI_COMM_WORLD), "MPI_Bcast");
@@ -160,6 +187,8 @@ void MpiCommunicator::broadcast(void* data, int64_t bytes, int root) {
 
 void MpiCommunicator::barrier() {
   std::lock_guard lock(mutex_);
+  const int64_t t0 = now_ns();
+  Recorded done{[&] { record(0, 0, now_ns() - t0); }};
   check(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier");
 }
 

@@ -147,7 +147,18 @@ void Report::summary(const Setup& s, int64_t last_iteration, double final_loss, 
     std::fprintf(out_, "%s\n", s.offloader->describe_stats(steps).c_str());
   }
   if (mem.swap_optimizer.on) metrics_.set_summary_field("swap_optimizer", s.optimizer->stats_json());
-  if (s.comm->size() > 1) metrics_.set_summary_field("ranks", ranks_json(*s.comm, dev));
+  if (s.comm->size() > 1) {
+    metrics_.set_summary_field("ranks", ranks_json(*s.comm, dev));
+    const dist::CommStats c = s.comm->stats();
+    metrics_.set_summary_field("comm", {{"backend", s.comm->backend()},
+                                        {"calls", c.calls},
+                                        {"bytes_sent", c.bytes_sent},
+                                        {"bytes_received", c.bytes_received},
+                                        {"collective_ms", double(c.busy_ns) / 1e6}});
+    std::fprintf(out_, "communication (rank 0, %s): %lld calls, %s sent, %s received, %.1f ms in collectives\n",
+                 s.comm->backend(), (long long)c.calls, format_bytes(c.bytes_sent).c_str(),
+                 format_bytes(c.bytes_received).c_str(), double(c.busy_ns) / 1e6);
+  }
   metrics_.write();
   std::fprintf(out_, "\nmemory at the device peak (%s of %s reserved):\n%s", format_bytes(dev.peak_allocated).c_str(),
                format_bytes(dev.peak_reserved).c_str(), format_breakdown(dev).c_str());
