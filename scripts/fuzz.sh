@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Fuzzes tidal's parsers (docs/fuzzing.md): builds the libFuzzer targets of tests/fuzz with clang under
+# Fuzzes tidal's parsers (docs/reliability.md, Fuzzing): builds the libFuzzer targets of tests/fuzz with clang under
 # ASan+UBSan in build-fuzz/, replays every regression input (tests/fuzz/regressions/<target>/), then runs
 # each target for its share of SECONDS (default 60, split evenly; 0: the replay only).
 #   scripts/fuzz.sh [SECONDS]              TIDAL_FUZZ_TARGETS="config flags" limits the targets
@@ -84,7 +84,7 @@ fi
 
 if [ ${#failed[@]} -gt 0 ]; then
   echo "fuzz: ${#failed[@]} failure(s): ${failed[*]}" >&2
-  echo "fuzz: a new crash becomes a regression test: copy its input to tests/fuzz/regressions/<target>/ (docs/fuzzing.md)" >&2
+  echo "fuzz: a new crash becomes a regression test: copy its input to tests/fuzz/regressions/<target>/ (docs/reliability.md, Fuzzing)" >&2
   exit 1
 fi
 echo "fuzz: no findings"

@@ -37,5 +37,5 @@ cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTIDAL_SANI
 cmake --build build-tsan -j "$jobs" --target tidal_unit_tests
 TSAN_OPTIONS=halt_on_error=1 OMP_NUM_THREADS=1 TIDAL_NUM_THREADS=1 build-tsan/tidal_unit_tests --gtest_filter='Stream*:Event*:Offload*:SwapOptimizer*'
 
-echo "== Fuzzing: regression inputs, then a minute over the parsers (docs/fuzzing.md)"
+echo "== Fuzzing: regression inputs, then a minute over the parsers (docs/reliability.md, Fuzzing)"
 scripts/fuzz.sh 60

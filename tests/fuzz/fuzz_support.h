@@ -1,5 +1,5 @@
 #pragma once
-// What every libFuzzer target of tests/fuzz shares (docs/fuzzing.md): a scratch directory per process
+// What every libFuzzer target of tests/fuzz shares (docs/reliability.md, Fuzzing): a scratch directory per process
 // for the APIs that only read files, and the rule of the targets — a tidal::Error is the expected
 // outcome of a bad input; an InternalError (a bug by its own definition), any other exception, a crash,
 // a sanitizer report, a leak, a timeout or running out of the RSS limit is a finding.

@@ -1,6 +1,6 @@
 // Writes the seed corpora of the fuzz targets (tests/fuzz/corpus/<target>/) with tidal's own writers,
 // plus a few hand-written variants, and tests/fuzz/flags.dict from `tidal train`'s flag table. Run by
-// hand after a format change (docs/fuzzing.md): tidal_fuzz_seeds tests/fuzz
+// hand after a format change (docs/reliability.md, Fuzzing): tidal_fuzz_seeds tests/fuzz
 #include <cstdio>
 #include <filesystem>
 #include <nlohmann/json.hpp>

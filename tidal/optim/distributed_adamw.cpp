@@ -22,10 +22,6 @@ DistributedAdamW::DistributedAdamW(const NamedParameters& params, dist::Communic
     numels.push_back(p.numel());
   }
   layout_ = make_shard_layout(numels, comm.size(), kGradNormChunk);
-  {
-    MemoryScope scope(MemoryCategory::gradient);
-    grad_buffer_ = zeros({layout_.total()}, first.dtype(), first.device());
-  }
   for (int r = 0; r < comm.size(); ++r) {
     pieces_.emplace_back();
     for (const ShardLayout::Fragment& f : layout_.fragments(r)) {
@@ -51,70 +47,102 @@ DecayRule DistributedAdamW::decay_rule() const {
   return [decays](const std::string& name, const Tensor&) { return decays.at(name); };
 }
 
-void DistributedAdamW::begin_step() {
-  NoGradGuard no_grad;
-  grad_buffer_.zero_();
-  for (size_t i = 0; i < params_.size(); ++i) {
-    const Tensor& p = params_[i].second;
-    p.set_grad(grad_buffer_.narrow(0, layout_.offsets[i], p.numel()).view(p.shape()));
-  }
-  const std::vector<ShardLayout::Fragment> frags = layout_.fragments(comm_.rank());
-  for (size_t i = 0; i < frags.size(); ++i)
-    shard_params_[i].second.set_grad(
-        grad_buffer_.narrow(0, layout_.offsets[frags[i].param] + frags[i].begin, frags[i].length));
-}
-
 double DistributedAdamW::reduce_gradients() {
   NoGradGuard no_grad;
   const int ranks = comm_.size(), me = comm_.rank();
-  const int64_t mine = layout_.shard_size(me), itemsize = grad_buffer_.itemsize();
-  Tensor shard = grad_buffer_.narrow(0, layout_.shard_begin(me), mine);
-  if (ranks > 1) {
-    MemoryScope scope(MemoryCategory::temporary);
-    Tensor blocks = empty({ranks, mine}, grad_buffer_.dtype(), grad_buffer_.device());  // every rank's piece of mine
-    blocks.select(0, me).copy_(shard);
-    if (!blocks.is_meta()) {  // every rank's piece of my shard, and my piece of theirs
-      std::vector<dist::Communicator::Transfer> sends, receives;
-      auto* grads = static_cast<char*>(grad_buffer_.raw_data());
-      auto* into = static_cast<char*>(blocks.raw_data());
-      for (int r = 0; r < ranks; ++r) {
-        if (r == me) continue;
-        receives.push_back({r, into + int64_t(r) * mine * itemsize, mine * itemsize});
-        sends.push_back({r, grads + layout_.shard_begin(r) * itemsize, layout_.shard_size(r) * itemsize});
-      }
-      comm_.exchange(sends, receives);
+  const Tensor& first = params_.front().second;
+  const int64_t mine = layout_.shard_size(me), itemsize = first.itemsize();
+  const bool meta = first.is_meta();
+  // Which parameters have a gradient on some rank: one without any keeps none, as in one process
+  // (AdamW then skips it); where another rank has one, a missing gradient here counts as zeros.
+  std::string have(params_.size(), '\0');
+  for (size_t i = 0; i < params_.size(); ++i) have[i] = params_[i].second.grad().defined() ? 1 : 0;
+  for (const std::string& theirs : dist::all_gather_strings(comm_, have))
+    for (size_t i = 0; i < params_.size(); ++i) have[i] = char(have[i] | theirs[i]);
+  std::vector<Tensor> grads(params_.size());  // (numel) each; undefined where no rank has one
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (!have[i]) continue;
+    const Tensor& p = params_[i].second;
+    Tensor g = p.grad();
+    if (!g.defined()) {
+      MemoryScope scope(MemoryCategory::gradient);
+      g = zeros_like(p);
     }
-    shard.copy_(blocks.select(0, 0));
-    for (int r = 1; r < ranks; ++r) shard.add_(blocks.select(0, r));
+    grads[i] = g.contiguous().view({p.numel()});
   }
-  // Chunk sums of this shard's pieces; every rank's, in rank order, rebuild each gradient's chunks.
+  {
+    MemoryScope scope(MemoryCategory::gradient);
+    shard_grad_ = zeros({mine}, first.dtype(), first.device());  // (mine): this rank's summed gradients
+  }
+  {
+    MemoryScope scope(MemoryCategory::temporary);
+    Tensor blocks = zeros({ranks, mine}, first.dtype(), first.device());  // every rank's pieces of my shard
+    std::vector<dist::Communicator::Transfer> sends, receives;
+    for (int r = 0; r < ranks; ++r) {
+      int64_t at = 0;  // where the fragment starts in rank r's shard
+      for (const ShardLayout::Fragment& f : layout_.fragments(r)) {
+        if (grads[f.param].defined()) {
+          Tensor piece = grads[f.param].narrow(0, f.begin, f.length);  // (length)
+          if (r == me) {
+            blocks.select(0, me).narrow(0, at, f.length).copy_(piece);
+            for (int q = 0; q < ranks && !meta; ++q)  // every other rank's piece of this fragment
+              if (q != me)
+                receives.push_back({q, static_cast<char*>(blocks.raw_data()) + (int64_t(q) * mine + at) * itemsize,
+                                    f.length * itemsize});
+          } else if (!meta) {
+            sends.push_back({r, piece.raw_data(), f.length * itemsize});
+          }
+        }
+        at += f.length;
+      }
+    }
+    if (ranks > 1) comm_.exchange(sends, receives);
+    for (int r = 0; r < ranks; ++r) shard_grad_.add_(blocks.select(0, r));  // in rank order
+  }
+  // The whole gradients are not needed any more: free them before the optimizer step.
+  grads.clear();
+  for (const auto& [name, p] : params_) p.zero_grad();
+  // The shard's pieces become the local AdamW's gradients; their chunk sums make the norm.
+  const std::vector<ShardLayout::Fragment> frags = layout_.fragments(me);
   std::string mine_chunks;
-  for (const ShardLayout::Fragment& f : layout_.fragments(me)) {
-    const std::vector<double> c =
-        sum_of_squares_chunks(grad_buffer_.narrow(0, layout_.offsets[f.param] + f.begin, f.length));
+  int64_t at = 0;
+  for (size_t k = 0; k < frags.size(); ++k) {
+    const ShardLayout::Fragment& f = frags[k];
+    Tensor g = shard_grad_.narrow(0, at, f.length);
+    at += f.length;
+    if (!have[f.param]) {
+      shard_params_[k].second.zero_grad();
+      continue;
+    }
+    shard_params_[k].second.set_grad(g);
+    const std::vector<double> c = sum_of_squares_chunks(g);
     const int64_t header[2] = {int64_t(f.param), int64_t(c.size())};
     mine_chunks.append(reinterpret_cast<const char*>(header), sizeof header);
     mine_chunks.append(reinterpret_cast<const char*>(c.data()), c.size() * sizeof(double));
   }
-  if (grad_buffer_.is_meta()) return 0;
-  std::vector<std::vector<double>> per_gradient(params_.size());
+  if (meta) return 0;
+  // Every gradient's chunks, in rank order (a gradient's pieces are in rank order), as grad_norm adds them.
+  std::vector<std::vector<double>> chunks(params_.size());
   for (const std::string& bytes : dist::all_gather_strings(comm_, mine_chunks)) {
-    for (size_t at = 0; at < bytes.size();) {
+    for (size_t pos = 0; pos < bytes.size();) {
       int64_t header[2];
-      std::memcpy(header, bytes.data() + at, sizeof header);
-      at += sizeof header;
-      std::vector<double>& dst = per_gradient[size_t(header[0])];
+      std::memcpy(header, bytes.data() + pos, sizeof header);
+      pos += sizeof header;
+      std::vector<double>& dst = chunks[size_t(header[0])];
       const size_t old = dst.size();
       dst.resize(old + size_t(header[1]));
-      std::memcpy(dst.data() + old, bytes.data() + at, size_t(header[1]) * sizeof(double));
-      at += size_t(header[1]) * sizeof(double);
+      std::memcpy(dst.data() + old, bytes.data() + pos, size_t(header[1]) * sizeof(double));
+      pos += size_t(header[1]) * sizeof(double);
     }
   }
+  std::vector<std::vector<double>> per_gradient;
+  for (size_t i = 0; i < params_.size(); ++i)
+    if (have[i]) per_gradient.push_back(std::move(chunks[i]));
   return norm_from_chunks(per_gradient);
 }
 
 void DistributedAdamW::all_gather_parameters() {
-  if (comm_.size() == 1 || grad_buffer_.is_meta()) return;
+  if (comm_.size() == 1 || params_.front().second.is_meta()) return;
   std::vector<dist::Communicator::Transfer> sends, receives;
   const int me = comm_.rank();
   for (int r = 0; r < comm_.size(); ++r) {
@@ -197,9 +225,14 @@ void DistributedAdamW::load_whole_state_dict(AdamW& local, const std::map<std::s
 void DistributedAdamW::update(double lr, double max_norm, double norm, AdamW& local) {
   NoGradGuard no_grad;
   const double coef = clip_coefficient(norm, max_norm);
-  if (coef != 1.0) grad_buffer_.narrow(0, layout_.shard_begin(comm_.rank()), shard_elements()).mul_(coef);
+  if (coef != 1.0) shard_grad_.mul_(coef);
   local.step(lr);
   all_gather_parameters();
+}
+
+void DistributedAdamW::finish_step() {
+  for (auto& [name, piece] : shard_params_) piece.zero_grad();
+  shard_grad_ = Tensor();
 }
 
 }  // namespace tidal::optim

@@ -1,10 +1,10 @@
 #pragma once
 // Megatron's distributed optimizer (--use-distributed-optimizer, ZeRO-1; docs/distributed.md): every
-// rank holds the whole model and a whole gradient buffer, but AdamW's states only for its shard of
-// the parameters (optim/shard_layout.h). Per step:
-//   1. backward accumulates every gradient into one flat gradient buffer (each parameter's grad is a
-//      view of it);
-//   2. the buffer is reduce-scattered: each rank gets its shard summed over the ranks, in rank order;
+// rank holds the whole model, but AdamW's states only for its shard of the parameters
+// (optim/shard_layout.h). Per step:
+//   1. backward leaves every parameter's gradient as in one process;
+//   2. the gradients are reduce-scattered: each rank receives every rank's pieces of its shard and
+//      adds them in rank order into a shard-sized gradient; the whole gradients are then freed;
 //   3. the gradient norm is assembled from every shard's chunk sums (bit for bit the unsharded norm)
 //      and the shard clipped;
 //   4. the local AdamW updates the shard's pieces of the parameters (views of the parameters);
@@ -24,8 +24,7 @@ namespace tidal::optim {
 
 class DistributedAdamW {
  public:
-  // Makes the flat gradient buffer (MemoryCategory::gradient). All parameters must be contiguous and
-  // share a dtype and device.
+  // All parameters must be contiguous and share a dtype and device.
   DistributedAdamW(const NamedParameters& params, dist::Communicator& comm);
 
   // This rank's pieces of the parameters, as parameters of their own (flat views of the parameters
@@ -34,15 +33,16 @@ class DistributedAdamW {
   const NamedParameters& shard_parameters() const { return shard_params_; }
   DecayRule decay_rule() const;
 
-  // Before a step's first micro-batch: zeroes the gradient buffer and points every parameter's
-  // gradient (and every shard parameter's) at its view.
-  void begin_step();
-  // After the last micro-batch's backward: reduce-scatters the gradient buffer (this rank's shard
-  // summed over the ranks) and returns the norm of the whole gradients (a collective).
+  // After the last micro-batch's backward: reduce-scatters the gradients into this rank's shard
+  // (summed over the ranks; the whole gradients are freed) and returns the norm of the whole
+  // gradients (a collective). A parameter without a gradient on every rank keeps none (AdamW skips
+  // it, as in one process); one without a gradient on some ranks counts zeros there.
   double reduce_gradients();
   // Then: clips the shard to `max_norm` (<= 0: none) given the `norm` reduce_gradients returned,
   // `local.step(lr)` on the shard, and all-gathers the updated pieces into the parameters.
   void update(double lr, double max_norm, double norm, AdamW& local);
+  // Frees the shard's gradient (after update, or when the step is skipped).
+  void finish_step();
 
   // The optimizer's state as one process's AdamW holds it (whole parameters' names and shapes),
   // gathered onto rank 0: a collective. Rank 0 gets the whole state (its bytes as `temporary` memory
@@ -62,7 +62,7 @@ class DistributedAdamW {
   dist::Communicator& comm_;
   NamedParameters params_;
   ShardLayout layout_;
-  Tensor grad_buffer_;  // (total): the gradients end to end
+  Tensor shard_grad_;  // (shard elements): this rank's summed gradients, during a step
   // Every rank's pieces of the parameters: (address here, bytes); empty on meta.
   std::vector<std::vector<std::pair<void*, int64_t>>> pieces_;
   NamedParameters shard_params_;

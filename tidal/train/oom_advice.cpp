@@ -61,8 +61,7 @@ StepPeak predict_step_peak(const models::ModelConfig& m, const TriageSettings& s
   const std::vector<memory::SwapParam> params = swap_params(m, s);
   const int64_t n = element_count(params);
   p.parameters = 4 * n;
-  // The distributed optimizer: AdamW's states of the largest shard (optim/shard_layout.h), the
-  // gradient buffer always there.
+  // The distributed optimizer: AdamW's states of the largest shard (optim/shard_layout.h).
   const bool sharded = s.sharding == ShardingStrategy::optim;
   int64_t shard = n;
   if (sharded) {
@@ -80,9 +79,8 @@ StepPeak predict_step_peak(const models::ModelConfig& m, const TriageSettings& s
   p.optimizer_states = !swap.on  ? states
                        : sharded ? int64_t(double(swapped) * double(shard) / double(std::max<int64_t>(n, 1)))
                                  : swapped;
-  const int64_t grad_buffer = sharded ? 4 * n : 0;
   // Between optimizer steps a swapped optimizer keeps no state on the device.
-  const int64_t resident = p.parameters + grad_buffer + (swap.on ? 0 : states);
+  const int64_t resident = p.parameters + (swap.on ? 0 : states);
   const memory::ActivationEstimate a = estimate(m, s);
   p.activations = a.peak;
   // The LM head and loss: what forward keeps for them is in a.after_forward (the estimator counts
@@ -95,8 +93,9 @@ StepPeak predict_step_peak(const models::ModelConfig& m, const TriageSettings& s
   const int64_t loss = resident + a.after_forward - head.saved + head.peak;
   // A recompute replay or an offload prefetch later in backward, with gradients (at most all)
   // already there; the optimizer step.
-  const int64_t backward = a.peak > a.after_forward ? resident + a.peak + (sharded ? 0 : p.parameters) : 0;
-  const int64_t optimizer = sharded ? 2 * p.parameters + p.optimizer_states + 4 * s.data_parallel * shard
+  const int64_t backward = a.peak > a.after_forward ? resident + a.peak + p.parameters : 0;
+  // Sharded, the reduce-scatter holds the whole gradients, the shard's sum and every rank's pieces of it.
+  const int64_t optimizer = sharded ? 2 * p.parameters + p.optimizer_states + 4 * (s.data_parallel + 1) * shard
                                     : 2 * p.parameters + p.optimizer_states;
   p.total = std::max({loss, backward, optimizer});
   return p;

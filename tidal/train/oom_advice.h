@@ -54,9 +54,9 @@ std::optional<Suggestion> suggest_smaller_micro_batch(const models::ModelConfig&
 // forward kept, the head and loss's own peak from memory/savings.h: the logits and their gradient,
 // or one chunk of them), a recompute replay or offload prefetch in backward (the activation peak,
 // with gradients), and the optimizer step (parameters, gradients, the states on the device: all, or
-// the swap optimizer's two windows). With the distributed optimizer (docs/distributed.md) the
-// gradient buffer is resident, AdamW's states are the largest shard's, and the step adds every rank's
-// piece of the shard. Activations come from the estimator with the recompute plan,
+// the swap optimizer's two windows). With the distributed optimizer (docs/distributed.md) AdamW's
+// states are the largest shard's, and the reduce-scatter adds the shard's sum and every rank's pieces
+// of it to the whole gradients. Activations come from the estimator with the recompute plan,
 // the offload policy and the loss mode, so offload's and chunked loss's effects are its exact ones.
 struct StepPeak {
   int64_t total = 0, parameters = 0;

@@ -24,7 +24,6 @@ StepResult train_step(int64_t it, const TrainArgs& args, Setup& s, profile::Prof
   StepResult r;
   r.lr = optim::lr_at(it - 1, s.schedule);
   double loss_sum = 0;
-  if (s.sharded) s.sharded->begin_step();  // gradients accumulate into the flat buffer
   for (int64_t m = 0; m < accum; ++m) {
     const Tensor tokens =
         next_rank_batch(s.loader, args.micro_batch_size, comm.rank(), comm.size()).tokens;  // (B, T+1)
@@ -68,6 +67,7 @@ StepResult train_step(int64_t it, const TrainArgs& args, Setup& s, profile::Prof
   }
   if (s.sharded) {
     if (r.nonfinite.empty()) s.sharded->update(r.lr, args.clip_grad, r.grad_norm, *s.optimizer);
+    s.sharded->finish_step();
   } else {
     if (r.nonfinite.empty()) s.optimizer->step(r.lr);
     s.optimizer->zero_grad();
