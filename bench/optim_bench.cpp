@@ -2,9 +2,12 @@
 // f64 sum of squares of gradient clipping. All memory-bound: GB/s counts every byte read and written.
 #include <benchmark/benchmark.h>
 
+#include <vector>
+
 #include "bench/bench_util.h"
 #include "tidal/backend/kernels.h"
 #include "tidal/ops/random.h"
+#include "tidal/optim/grad_clip.h"
 
 namespace tidal {
 namespace {
@@ -35,7 +38,11 @@ BENCHMARK(BM_AdamWStep)
 
 void BM_SumOfSquares(benchmark::State& state) {
   Tensor g = randn({state.range(0)});
-  for (auto _ : state) benchmark::DoNotOptimize(device_kernels(Device::cpu()).sum_of_squares(g));
+  std::vector<double> chunks(size_t((g.numel() + optim::kGradNormChunk - 1) / optim::kGradNormChunk));
+  for (auto _ : state) {
+    device_kernels(Device::cpu()).sum_of_squares(g, optim::kGradNormChunk, chunks.data());
+    benchmark::DoNotOptimize(chunks.data());
+  }
   bench::set_gbps(state, double(g.nbytes()));
 }
 BENCHMARK(BM_SumOfSquares)->Arg(1 << 22)->Arg(1 << 24)->Unit(benchmark::kMicrosecond)->UseRealTime();
