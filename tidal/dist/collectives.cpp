@@ -68,6 +68,13 @@ void broadcast(Communicator& comm, const Tensor& t, int root) {
   if (!t.is_meta()) comm.broadcast(t.raw_data(), t.nbytes(), root);
 }
 
+std::string any_rank(Communicator& comm, const std::string& flags) {
+  std::string any = flags;
+  for (const std::string& theirs : all_gather_strings(comm, flags))
+    for (size_t i = 0; i < any.size(); ++i) any[i] = char(any[i] | theirs[i]);
+  return any;
+}
+
 std::vector<double> all_gather_values(Communicator& comm, double mine) {
   std::vector<double> all(static_cast<size_t>(comm.size()));
   comm.all_gather(&mine, all.data(), sizeof(double));

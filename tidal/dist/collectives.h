@@ -4,6 +4,7 @@
 // all-gather). The result is bit for bit independent of timing and equals what one process adding
 // the ranks' contributions one after another gets — the basis of N-rank/1-rank equivalence
 // (docs/distributed.md). Scratch buffers come from the device allocator as `temporary` memory.
+#include <string>
 #include <vector>
 
 #include "tidal/dist/communicator.h"
@@ -19,6 +20,9 @@ void reduce_scatter_sum(Communicator& comm, const Tensor& out, const Tensor& in)
 void all_gather(Communicator& comm, const Tensor& out, const Tensor& in);
 // t ← rank `root`'s t, in place.
 void broadcast(Communicator& comm, const Tensor& t, int root);
+
+// Per item of `flags` (one byte each, 0 or 1; the same length on every rank): 1 where any rank's is set.
+std::string any_rank(Communicator& comm, const std::string& flags);
 
 // Host scalars (losses, counts, norms): every rank's value, in rank order; and their sum in rank order.
 std::vector<double> all_gather_values(Communicator& comm, double mine);

@@ -102,9 +102,9 @@ void MpiCommunicator::all_to_all(const void* send, void* recv, int64_t bytes_per
   }
   // Large blocks go in pieces: piece k of every block per call, as one element of a type whose
   // extent is the block size (MPI's counts and displacements are ints).
-  for (int64_t done = 0; done < bytes_per_rank; done += kPiece) {
-    const MPI_Datatype block = block_piece(std::min(kPiece, bytes_per_rank - done), bytes_per_rank);
-    const int rc = MPI_Alltoall(s + done, 1, block, r + done, 1, block, MPI_COMM_WORLD);
+  for (int64_t at = 0; at < bytes_per_rank; at += kPiece) {
+    const MPI_Datatype block = block_piece(std::min(kPiece, bytes_per_rank - at), bytes_per_rank);
+    const int rc = MPI_Alltoall(s + at, 1, block, r + at, 1, block, MPI_COMM_WORLD);
     free_type(block);
     check(rc, "MPI_Alltoall");
   }
@@ -121,10 +121,10 @@ void MpiCommunicator::all_gather(const void* send, void* recv, int64_t bytes_per
           "MPI_Allgather");
     return;
   }
-  for (int64_t done = 0; done < bytes_per_rank; done += kPiece) {
-    const int64_t n = std::min(kPiece, bytes_per_rank - done);
+  for (int64_t at = 0; at < bytes_per_rank; at += kPiece) {
+    const int64_t n = std::min(kPiece, bytes_per_rank - at);
     const MPI_Datatype block = block_piece(n, bytes_per_rank);
-    const int rc = MPI_Allgather(s + done, int(n), MPI_BYTE, r + done, 1, block, MPI_COMM_WORLD);
+    const int rc = MPI_Allgather(s + at, int(n), MPI_BYTE, r + at, 1, block, MPI_COMM_WORLD);
     free_type(block);
     check(rc, "MPI_Allgather");
   }

@@ -5,6 +5,7 @@
 #include <map>
 
 #include "tidal/autograd/grad_mode.h"
+#include "tidal/dist/collectives.h"
 #include "tidal/memory_scope.h"
 #include "tidal/optim/grad_clip.h"
 
@@ -57,8 +58,7 @@ double DistributedAdamW::reduce_gradients() {
   // (AdamW then skips it); where another rank has one, a missing gradient here counts as zeros.
   std::string have(params_.size(), '\0');
   for (size_t i = 0; i < params_.size(); ++i) have[i] = params_[i].second.grad().defined() ? 1 : 0;
-  for (const std::string& theirs : dist::all_gather_strings(comm_, have))
-    for (size_t i = 0; i < params_.size(); ++i) have[i] = char(have[i] | theirs[i]);
+  have = dist::any_rank(comm_, have);
   std::vector<Tensor> grads(params_.size());  // (numel) each; undefined where no rank has one
   for (size_t i = 0; i < params_.size(); ++i) {
     if (!have[i]) continue;

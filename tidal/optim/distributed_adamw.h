@@ -53,9 +53,6 @@ class DistributedAdamW {
   // rank's pieces of every tensor.
   void load_whole_state_dict(AdamW& local, const std::map<std::string, Tensor>& whole) const;
 
-  const ShardLayout& layout() const { return layout_; }
-  int64_t shard_elements() const { return layout_.shard_size(comm_.rank()); }
-
  private:
   void all_gather_parameters();
 

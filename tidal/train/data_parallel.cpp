@@ -65,17 +65,13 @@ data::Batch next_rank_batch(data::DataLoader& loader, int64_t micro_batch, int r
 
 void all_reduce_gradients(dist::Communicator& comm, const std::vector<std::pair<std::string, Tensor>>& params) {
   if (comm.size() == 1) return;
-  // Which parameters have a gradient here; a parameter takes part when any rank has one.
-  const int64_t n = int64_t(params.size());
-  std::string mine(size_t(n), '\0');
-  for (int64_t i = 0; i < n; ++i) mine[size_t(i)] = params[size_t(i)].second.grad().defined() ? 1 : 0;
-  std::string all(size_t(n) * size_t(comm.size()), '\0');
-  comm.all_gather(mine.data(), all.data(), n);
-  for (int64_t i = 0; i < n; ++i) {
-    bool anywhere = false;
-    for (int r = 0; r < comm.size(); ++r) anywhere = anywhere || all[size_t(r) * size_t(n) + size_t(i)] != 0;
-    if (!anywhere) continue;
-    const Tensor& p = params[size_t(i)].second;
+  // A parameter takes part when any rank has a gradient for it.
+  std::string have(params.size(), '\0');
+  for (size_t i = 0; i < params.size(); ++i) have[i] = params[i].second.grad().defined() ? 1 : 0;
+  have = dist::any_rank(comm, have);
+  for (size_t i = 0; i < params.size(); ++i) {
+    if (!have[i]) continue;
+    const Tensor& p = params[i].second;
     if (!p.grad().defined()) {
       MemoryScope scope(MemoryCategory::gradient);
       p.set_grad(zeros_like(p));
