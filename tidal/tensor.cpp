@@ -128,6 +128,11 @@ void Tensor::set_grad(const Tensor& g) const {
   ref().grad = g.impl();
 }
 
+void Tensor::set_post_accumulate_grad_hook(std::function<void()> hook) const {
+  TIDAL_CHECK(is_leaf(), "post-accumulate-grad hooks are for leaves (parameters), not results of ops");
+  ref().post_accumulate_grad_hook = std::move(hook);
+}
+
 void Tensor::retain_grad() {
   if (is_leaf()) return;
   std::shared_ptr<autograd::Node> fn = grad_fn();

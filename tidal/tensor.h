@@ -3,6 +3,7 @@
 // device is the storage's). Views share the storage. Autograd state (requires_grad, grad, grad_fn)
 // lives in the impl; see tidal/autograd/.
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -31,6 +32,8 @@ struct TensorImpl {
   std::shared_ptr<TensorImpl> grad;
   std::weak_ptr<autograd::Node> grad_accumulator;
   bool retains_grad = false;
+  // Leaves: called after a backward accumulated into `grad` (PyTorch's post-accumulate-grad hook).
+  std::function<void()> post_accumulate_grad_hook;
 };
 
 class Tensor {
@@ -82,6 +85,10 @@ class Tensor {
   void set_grad(const Tensor& g) const;
   void zero_grad() const { ref().grad.reset(); }
   void retain_grad();  // keep the gradient of a non-leaf after backward
+  // Leaves: `hook` runs each time a backward has accumulated this tensor's gradient (once per
+  // backward: the engine sums every contribution first); an empty function removes it. Data-parallel
+  // training starts a bucket's reduction from it (--overlap-grad-reduce).
+  void set_post_accumulate_grad_hook(std::function<void()> hook) const;
   // Backpropagates from this tensor. Without `grad`, the tensor must hold one element.
   void backward(const Tensor& grad = Tensor(), bool retain_graph = false) const;
   Tensor detach() const;  // same storage, no history

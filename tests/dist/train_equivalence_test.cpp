@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <string>
 
+#include "tests/dist/train_runs.h"
 #include "tidal/allocator.h"
 #include "tidal/dist/collectives.h"
 #include "tidal/dist/single_communicator.h"
@@ -23,93 +24,6 @@ namespace tidal::train {
 namespace {
 
 namespace fs = std::filesystem;
-
-std::string scratch_dir(const std::string& name, int ranks) {
-  return std::string(TIDAL_BINARY_DIR) + "/dist_test_tmp/" + name + "_np" + std::to_string(ranks);
-}
-
-TrainArgs args_for(int64_t micro, int64_t global, const std::string& save, const std::string& model = "tiny-gpt2",
-                   const std::vector<std::string>& extra = {}, int64_t iters = 4) {
-  std::vector<std::string> argv = {"--model",
-                                   model,
-                                   "--mock-data",
-                                   "--train-iters",
-                                   std::to_string(iters),
-                                   "--seq-length",
-                                   "16",
-                                   "--micro-batch-size",
-                                   std::to_string(micro),
-                                   "--global-batch-size",
-                                   std::to_string(global),
-                                   "--attention-dropout",
-                                   "0",
-                                   "--hidden-dropout",
-                                   "0",
-                                   "--eval-interval",
-                                   "0"};
-  if (!save.empty()) argv.insert(argv.end(), {"--save", save, "--save-interval", "2"});
-  argv.insert(argv.end(), extra.begin(), extra.end());
-  return parse_train_args(argv);
-}
-
-struct Run {
-  TrainResult result;
-  std::map<std::string, Tensor> weights;  // the saved model, read back by every rank
-};
-
-// Trains on `comm` (rank 0 saves to `dir`) and reads the weights back once every rank is done.
-Run train_on(dist::Communicator& comm, dist::Communicator& world, const TrainArgs& args) {
-  std::FILE* quiet = std::fopen("/dev/null", "w");
-  Run run{run_training(args, quiet, comm), {}};
-  std::fclose(quiet);
-  world.barrier();  // rank 0 has saved
-  run.weights = io::load_safetensors(args.save + "/iter_0000004/model.safetensors").tensors;
-  return run;
-}
-
-double max_abs_difference(const Tensor& a, const Tensor& b) {
-  const auto x = a.to_vector<float>(), y = b.to_vector<float>();
-  double worst = 0;
-  for (size_t i = 0; i < x.size(); ++i) worst = std::max(worst, std::abs(double(x[i]) - double(y[i])));
-  return worst;
-}
-
-void expect_same(const Run& dp, const Run& one, double tolerance) {
-  ASSERT_EQ(dp.result.losses.size(), one.result.losses.size());
-  for (size_t i = 0; i < dp.result.losses.size(); ++i) {
-    if (tolerance == 0)
-      EXPECT_EQ(dp.result.losses[i], one.result.losses[i]) << "step " << i + 1;
-    else
-      EXPECT_NEAR(dp.result.losses[i], one.result.losses[i], tolerance) << "step " << i + 1;
-  }
-  ASSERT_EQ(dp.weights.size(), one.weights.size());
-  for (const auto& [name, w] : one.weights) {
-    ASSERT_TRUE(dp.weights.count(name)) << name;
-    const double diff = max_abs_difference(dp.weights.at(name), w);
-    if (tolerance == 0)
-      EXPECT_EQ(diff, 0.0) << name;
-    else
-      EXPECT_LE(diff, tolerance) << name;
-  }
-}
-
-// N ranks running `micro_per_rank` micro-batches each against one process accumulating them all.
-void compare(const std::string& model, int64_t micro_per_rank, double tolerance,
-             const std::vector<std::string>& extra = {}) {
-  dist::Communicator& world = dist::world();
-  const int ranks = world.size();
-  const int64_t micro = 2, global = micro * micro_per_rank * ranks;
-  std::string tag = model + "_m" + std::to_string(micro_per_rank);
-  for (const std::string& e : extra) tag += e;
-  const std::string dir = scratch_dir(tag, ranks);
-  if (world.rank() == 0) fs::remove_all(dir);
-  world.barrier();
-  const Run dp = train_on(world, world, args_for(micro, global, dir + "/ranks", model, extra));
-  dist::SingleCommunicator single;  // one process (on every rank, alone)
-  const Run one =
-      train_on(single, world, args_for(micro, global, dir + "/one_rank" + std::to_string(world.rank()), model));
-  expect_same(dp, one, tolerance);
-}
 
 TEST(DataParallel, OneMicroBatchPerRankIsBitwiseOneProcess) { compare("tiny-gpt2", 1, 0.0); }
 
@@ -132,21 +46,26 @@ TEST(DistributedOptimizer, SeveralMicroBatchesPerRankAgreeToSummationOrder) {
 
 // Per rank: the whole parameters and, until the reduce-scatter has summed the shard, the whole
 // gradients beside the shard's sum; AdamW's two f32 moments only for the rank's shard
-// (docs/distributed.md).
+// (docs/distributed.md). The same under ZeRO-2 with two micro-batches: between them only the shard's
+// sums stay, and the next backward's whole gradients come on top of them.
 TEST(DistributedOptimizer, PerRankMemoryIsExactlyTheFormula) {
   dist::Communicator& world = dist::world();
-  const TrainArgs args = args_for(1, world.size(), "", "tiny-gpt2", {"--use-distributed-optimizer"});
-  std::FILE* quiet = std::fopen("/dev/null", "w");
-  run_training(args, quiet, world);
-  std::fclose(quiet);
-  const MemoryStats st = device_allocator(Device::cpu()).stats();
-  auto model = models::create_model(args.model);
-  std::vector<int64_t> numels;
-  for (const auto& [name, p] : model->named_parameters()) numels.push_back(p.numel());
-  const optim::ShardLayout layout = optim::make_shard_layout(numels, world.size(), optim::kGradNormChunk);
-  EXPECT_EQ(st[MemoryCategory::parameter].peak, 4 * layout.total());
-  EXPECT_EQ(st[MemoryCategory::gradient].peak, 4 * (layout.total() + layout.shard_size(world.rank())));
-  EXPECT_EQ(st[MemoryCategory::optimizer_state].peak, 2 * 4 * layout.shard_size(world.rank()));
+  for (const char* strategy : {"optim", "optim_grads"}) {
+    const int64_t micro_per_rank = std::string(strategy) == "optim" ? 1 : 2;
+    const TrainArgs args =
+        args_for(1, micro_per_rank * world.size(), "", "tiny-gpt2", {"--data-parallel-sharding-strategy", strategy});
+    std::FILE* quiet = std::fopen("/dev/null", "w");
+    run_training(args, quiet, world);
+    std::fclose(quiet);
+    const MemoryStats st = device_allocator(Device::cpu()).stats();
+    auto model = models::create_model(args.model);
+    std::vector<int64_t> numels;
+    for (const auto& [name, p] : model->named_parameters()) numels.push_back(p.numel());
+    const optim::ShardLayout layout = optim::make_shard_layout(numels, world.size(), optim::kGradNormChunk);
+    EXPECT_EQ(st[MemoryCategory::parameter].peak, 4 * layout.total()) << strategy;
+    EXPECT_EQ(st[MemoryCategory::gradient].peak, 4 * (layout.total() + layout.shard_size(world.rank()))) << strategy;
+    EXPECT_EQ(st[MemoryCategory::optimizer_state].peak, 2 * 4 * layout.shard_size(world.rank())) << strategy;
+  }
 }
 
 // Resume on the same number of ranks, on another, and from one process: each continues bit for bit.
@@ -209,10 +128,10 @@ namespace {
 TEST(DistributedOptimizer, PredictedPeakMatchesTheLargestRank) {
   dist::Communicator& world = dist::world();
   for (const char* model : {"tiny-gpt2", "tiny-llama"}) {
-    const TrainArgs args =
-        parse_train_args({"--model", model, "--mock-data", "--seq-length", "64", "--micro-batch-size", "4",
-                          "--global-batch-size", std::to_string(4 * world.size()), "--train-iters", "2",
-                          "--no-progress", "--eval-interval", "0", "--use-distributed-optimizer"});
+    const TrainArgs args = parse_train_args(
+        {"--model", model, "--mock-data", "--seq-length", "64", "--micro-batch-size", "4", "--global-batch-size",
+         std::to_string(4 * world.size()), "--train-iters", "2", "--no-progress", "--eval-interval", "0",
+         "--data-parallel-sharding-strategy", std::string(model) == "tiny-gpt2" ? "optim" : "optim_grads"});
     std::FILE* quiet = std::fopen("/dev/null", "w");
     run_training(args, quiet, world);
     std::fclose(quiet);

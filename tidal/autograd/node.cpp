@@ -37,8 +37,14 @@ TensorList AccumulateGrad::apply(TensorList&& grads) {
   Tensor g = std::move(grads[0]);
   if (leaf->grad) {
     Tensor(leaf->grad).add_(g);
-    return {};
+  } else {
+    accumulate_first(*leaf, std::move(g));
   }
+  if (leaf->post_accumulate_grad_hook) leaf->post_accumulate_grad_hook();
+  return {};
+}
+
+void AccumulateGrad::accumulate_first(TensorImpl& leaf, Tensor&& g) {
   // Keep the incoming gradient itself when nothing else refers to its bytes; else copy it.
   const bool sole_owner = g.impl().use_count() == 1 && g.storage().use_count() == 1 && g.is_contiguous() &&
                           g.offset() == 0 && g.storage()->nbytes() == g.nbytes();
@@ -48,8 +54,7 @@ TensorList AccumulateGrad::apply(TensorList&& grads) {
     MemoryScope scope(MemoryCategory::gradient);
     g = g.clone();
   }
-  leaf->grad = g.impl();
-  return {};
+  leaf.grad = g.impl();
 }
 
 Edge gradient_edge(const Tensor& t) {

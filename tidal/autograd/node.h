@@ -75,6 +75,8 @@ class AccumulateGrad : public Node {
   TensorList apply(TensorList&& grads) override;
 
  private:
+  // The leaf's first gradient: `g` itself when nothing else refers to its bytes, else a copy.
+  static void accumulate_first(TensorImpl& leaf, Tensor&& g);
   std::weak_ptr<TensorImpl> leaf_;
 };
 

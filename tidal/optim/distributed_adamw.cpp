@@ -48,20 +48,24 @@ DecayRule DistributedAdamW::decay_rule() const {
   return [decays](const std::string& name, const Tensor&) { return decays.at(name); };
 }
 
-double DistributedAdamW::reduce_gradients() {
+void DistributedAdamW::reduce_scatter(const std::vector<size_t>& subset) {
   NoGradGuard no_grad;
   const int ranks = comm_.size(), me = comm_.rank();
   const Tensor& first = params_.front().second;
-  const int64_t mine = layout_.shard_size(me), itemsize = first.itemsize();
+  const int64_t itemsize = first.itemsize();
   const bool meta = first.is_meta();
-  // Which parameters have a gradient on some rank: one without any keeps none, as in one process
-  // (AdamW then skips it); where another rank has one, a missing gradient here counts as zeros.
-  std::string have(params_.size(), '\0');
-  for (size_t i = 0; i < params_.size(); ++i) have[i] = params_[i].second.grad().defined() ? 1 : 0;
-  have = dist::any_rank(comm_, have);
-  std::vector<Tensor> grads(params_.size());  // (numel) each; undefined where no rank has one
-  for (size_t i = 0; i < params_.size(); ++i) {
-    if (!have[i]) continue;
+  if (has_grad_.size() != params_.size()) has_grad_.assign(params_.size(), 0);
+  // Which of them have a gradient on some rank: one without any takes no part (and, if it gets none
+  // all step, keeps none, as in one process: AdamW then skips it); where another rank has one, a
+  // missing gradient here counts as zeros.
+  std::string have(subset.size(), '\0');
+  for (size_t k = 0; k < subset.size(); ++k) have[k] = params_[subset[k]].second.grad().defined() ? 1 : 0;
+  if (ranks > 1) have = dist::any_rank(comm_, have);
+  std::vector<Tensor> grads(params_.size());  // (numel) each; defined for this call's parameters only
+  for (size_t k = 0; k < subset.size(); ++k) {
+    if (!have[k]) continue;
+    const size_t i = subset[k];
+    has_grad_[i] = 1;
     const Tensor& p = params_[i].second;
     Tensor g = p.grad();
     if (!g.defined()) {
@@ -70,50 +74,75 @@ double DistributedAdamW::reduce_gradients() {
     }
     grads[i] = g.contiguous().view({p.numel()});
   }
-  {
+  if (!shard_grad_.defined()) {
     MemoryScope scope(MemoryCategory::gradient);
-    shard_grad_ = zeros({mine}, first.dtype(), first.device());  // (mine): this rank's summed gradients
+    shard_grad_ = zeros({layout_.shard_size(me)}, first.dtype(), first.device());  // (shard): summed gradients
+  }
+  // This call's pieces of my shard, packed: runs of (offset in my shard, offset in the packing, length).
+  struct Run {
+    int64_t shard_at, packed_at, length;
+  };
+  std::vector<Run> runs;
+  int64_t packed = 0, shard_at = 0;
+  for (const ShardLayout::Fragment& f : layout_.fragments(me)) {
+    if (grads[f.param].defined()) {
+      if (!runs.empty() && runs.back().shard_at + runs.back().length == shard_at)
+        runs.back().length += f.length;
+      else
+        runs.push_back({shard_at, packed, f.length});
+      packed += f.length;
+    }
+    shard_at += f.length;
   }
   {
     MemoryScope scope(MemoryCategory::temporary);
-    Tensor blocks = zeros({ranks, mine}, first.dtype(), first.device());  // every rank's pieces of my shard
+    Tensor blocks = empty({ranks, packed}, first.dtype(), first.device());  // every rank's pieces, packed
     std::vector<dist::Communicator::Transfer> sends, receives;
     for (int r = 0; r < ranks; ++r) {
-      int64_t at = 0;  // where the fragment starts in rank r's shard
+      int64_t at = 0;  // where the piece lands in the packing of rank r's pieces
       for (const ShardLayout::Fragment& f : layout_.fragments(r)) {
-        if (grads[f.param].defined()) {
-          Tensor piece = grads[f.param].narrow(0, f.begin, f.length);  // (length)
-          if (r == me) {
-            blocks.select(0, me).narrow(0, at, f.length).copy_(piece);
-            for (int q = 0; q < ranks && !meta; ++q)  // every other rank's piece of this fragment
-              if (q != me)
-                receives.push_back({q, static_cast<char*>(blocks.raw_data()) + (int64_t(q) * mine + at) * itemsize,
-                                    f.length * itemsize});
-          } else if (!meta) {
-            sends.push_back({r, piece.raw_data(), f.length * itemsize});
-          }
+        if (!grads[f.param].defined()) continue;
+        Tensor piece = grads[f.param].narrow(0, f.begin, f.length);  // (length)
+        if (r == me) {
+          blocks.select(0, me).narrow(0, at, f.length).copy_(piece);
+          for (int q = 0; q < ranks && !meta; ++q)  // every other rank's piece of this fragment
+            if (q != me)
+              receives.push_back({q, static_cast<char*>(blocks.raw_data()) + (int64_t(q) * packed + at) * itemsize,
+                                  f.length * itemsize});
+        } else if (!meta) {
+          sends.push_back({r, piece.raw_data(), f.length * itemsize});
         }
         at += f.length;
       }
     }
     if (ranks > 1) comm_.exchange(sends, receives);
-    for (int r = 0; r < ranks; ++r) shard_grad_.add_(blocks.select(0, r));  // in rank order
+    for (int r = 0; r < ranks; ++r)  // in rank order, each element on its own: any grouping adds alike
+      for (const Run& run : runs)
+        shard_grad_.narrow(0, run.shard_at, run.length).add_(blocks.select(0, r).narrow(0, run.packed_at, run.length));
   }
-  // The whole gradients are not needed any more: free them before the optimizer step.
+  // The whole gradients are not needed any more: free them now.
   grads.clear();
-  for (const auto& [name, p] : params_) p.zero_grad();
+  for (size_t i : subset) params_[i].second.zero_grad();
+}
+
+double DistributedAdamW::finish_reduction() {
+  NoGradGuard no_grad;
+  const int me = comm_.rank();
+  if (has_grad_.size() != params_.size()) has_grad_.assign(params_.size(), 0);
+  const bool meta = params_.front().second.is_meta();
   // The shard's pieces become the local AdamW's gradients; their chunk sums make the norm.
   const std::vector<ShardLayout::Fragment> frags = layout_.fragments(me);
   std::string mine_chunks;
   int64_t at = 0;
   for (size_t k = 0; k < frags.size(); ++k) {
     const ShardLayout::Fragment& f = frags[k];
-    Tensor g = shard_grad_.narrow(0, at, f.length);
+    const int64_t here = at;
     at += f.length;
-    if (!have[f.param]) {
+    if (!has_grad_[f.param]) {
       shard_params_[k].second.zero_grad();
       continue;
     }
+    Tensor g = shard_grad_.narrow(0, here, f.length);
     shard_params_[k].second.set_grad(g);
     const std::vector<double> c = sum_of_squares_chunks(g);
     const int64_t header[2] = {int64_t(f.param), int64_t(c.size())};
@@ -137,7 +166,7 @@ double DistributedAdamW::reduce_gradients() {
   }
   std::vector<std::vector<double>> per_gradient;
   for (size_t i = 0; i < params_.size(); ++i)
-    if (have[i]) per_gradient.push_back(std::move(chunks[i]));
+    if (has_grad_[i]) per_gradient.push_back(std::move(chunks[i]));
   return norm_from_chunks(per_gradient);
 }
 
@@ -233,6 +262,7 @@ void DistributedAdamW::update(double lr, double max_norm, double norm, AdamW& lo
 void DistributedAdamW::finish_step() {
   for (auto& [name, piece] : shard_params_) piece.zero_grad();
   shard_grad_ = Tensor();
+  has_grad_.assign(params_.size(), 0);
 }
 
 }  // namespace tidal::optim

@@ -32,12 +32,27 @@ class DistributedAdamW {
   // the weight-decay rule of the whole parameters.
   const NamedParameters& shard_parameters() const { return shard_params_; }
   DecayRule decay_rule() const;
+  size_t num_parameters() const { return params_.size(); }
 
-  // After the last micro-batch's backward: reduce-scatters the gradients into this rank's shard
-  // (summed over the ranks; the whole gradients are freed) and returns the norm of the whole
-  // gradients (a collective). A parameter without a gradient on every rank keeps none (AdamW skips
-  // it, as in one process); one without a gradient on some ranks counts zeros there.
-  double reduce_gradients();
+  // Reduce-scatters the gradients of parameters `subset` (indexes into the constructor's list) into
+  // this rank's shard: every rank's pieces added in rank order onto what earlier calls of the step
+  // summed there; their whole gradients are then freed. A collective: every rank calls it with the
+  // same subsets in the same order. Once per step after the last backward (ZeRO-1), after every
+  // micro-batch's backward (ZeRO-2: --data-parallel-sharding-strategy optim_grads), or bucket by
+  // bucket during backward (--overlap-grad-reduce). A parameter without a gradient on some ranks
+  // counts zeros there; one without a gradient on every rank takes no part.
+  void reduce_scatter(const std::vector<size_t>& subset);
+  // After the step's last reduce_scatter: the shard's sums become the local AdamW's gradients
+  // (none for a parameter that had none on every rank all step, which AdamW then skips, as in one
+  // process), and returns the norm of the whole gradients (a collective).
+  double finish_reduction();
+  // Both at once, over every parameter.
+  double reduce_gradients() {
+    std::vector<size_t> all(params_.size());
+    for (size_t i = 0; i < all.size(); ++i) all[i] = i;
+    reduce_scatter(all);
+    return finish_reduction();
+  }
   // Then: clips the shard to `max_norm` (<= 0: none) given the `norm` reduce_gradients returned,
   // `local.step(lr)` on the shard, and all-gathers the updated pieces into the parameters.
   void update(double lr, double max_norm, double norm, AdamW& local);
@@ -59,7 +74,8 @@ class DistributedAdamW {
   dist::Communicator& comm_;
   NamedParameters params_;
   ShardLayout layout_;
-  Tensor shard_grad_;  // (shard elements): this rank's summed gradients, during a step
+  Tensor shard_grad_;           // (shard elements): this rank's summed gradients, during a step
+  std::vector<char> has_grad_;  // per parameter: whether it had a gradient on some rank this step
   // Every rank's pieces of the parameters: (address here, bytes); empty on meta.
   std::vector<std::vector<std::pair<void*, int64_t>>> pieces_;
   NamedParameters shard_params_;

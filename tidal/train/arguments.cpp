@@ -187,7 +187,7 @@ TrainArgs parse_train_args(const std::vector<std::string>& argv) {
               "tidal train: --attention must be flash or eager, got '", a.attention, "'");
   parse_outputs(f, a);
   a.memory = parse_memory_config(f, m);
-  a.sharding = parse_sharding_strategy(f);
+  a.data_parallel = parse_data_parallel(f);
   a.progress = !f.flag_on("no-progress");
   parse_profile(f, a);
   parse_sample(f, a);
@@ -326,7 +326,9 @@ nlohmann::json TrainArgs::to_json() const {
   j["adam_beta2"] = adam_beta2;
   j["adam_eps"] = adam_eps;
   j["clip_grad"] = clip_grad;
-  j["data_parallel_sharding_strategy"] = sharding_name(sharding);
+  j["data_parallel_sharding_strategy"] = sharding_name(data_parallel.sharding);
+  j["overlap_grad_reduce"] = data_parallel.overlap_grad_reduce;
+  if (data_parallel.overlap_grad_reduce) j["ddp_bucket_size"] = data_parallel.bucket_size;
   j["check_for_nan_in_loss_and_grad"] = check_for_nan;
   j["skip_nonfinite_steps"] = skip_nonfinite_steps;
   j["seed"] = seed;

@@ -54,8 +54,9 @@ struct TrainArgs {
   // --recompute-*, --activation-offload / --offload-*, --loss-compute-mode / --loss-chunk-size,
   // --swap-optimizer[-times] (train/memory_flags.h; validated against the model)
   memory::MemoryConfig memory;
-  // --use-distributed-optimizer / --data-parallel-sharding-strategy (train/data_parallel.h)
-  ShardingStrategy sharding = ShardingStrategy::no_shard;
+  // --use-distributed-optimizer / --data-parallel-sharding-strategy / --overlap-grad-reduce /
+  // --ddp-bucket-size (train/data_parallel.h)
+  DataParallelConfig data_parallel;
   std::string sample_prompt;  // printed sample at the end ("" : none)
   int64_t sample_tokens = 0;
   // --profile DIR [--profile-steps A:B] (docs/profiling.md); steps 0: the default window

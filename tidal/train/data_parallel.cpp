@@ -21,10 +21,17 @@ Flags& add_data_parallel_flags(Flags& f) {
       .flag("use-distributed-optimizer",
             "shard AdamW's states over the data-parallel ranks (ZeRO-1; = --data-parallel-sharding-strategy optim)")
       .option("data-parallel-sharding-strategy",
-              "what the data-parallel ranks shard: no_shard (default), optim (ZeRO-1); optim_grads and "
-              "optim_grads_params are not implemented yet",
-              "S");
+              "what the data-parallel ranks shard: no_shard (default), optim (ZeRO-1: AdamW's states), "
+              "optim_grads (ZeRO-2: and the gradients); optim_grads_params is not implemented yet",
+              "S")
+      .flag("overlap-grad-reduce",
+            "reduce the gradients in buckets on a communication stream while backward runs (default: after it)")
+      .option("ddp-bucket-size",
+              "parameters per bucket of --overlap-grad-reduce (default max(40000000, 1000000 x ranks), Megatron's)",
+              "N");
 }
+
+namespace {
 
 ShardingStrategy parse_sharding_strategy(const Flags& f) {
   ShardingStrategy s = f.flag_on("use-distributed-optimizer") ? ShardingStrategy::optim : ShardingStrategy::no_shard;
@@ -35,9 +42,12 @@ ShardingStrategy parse_sharding_strategy(const Flags& f) {
     given = ShardingStrategy::no_shard;
   else if (name == "optim")
     given = ShardingStrategy::optim;
-  else if (name == "optim_grads" || name == "optim_grads_params")
-    detail::throw_error(detail::str_cat("tidal train: --data-parallel-sharding-strategy ", name,
-                                        " is not implemented yet: use optim (ZeRO-1) or no_shard"));
+  else if (name == "optim_grads")
+    given = ShardingStrategy::optim_grads;
+  else if (name == "optim_grads_params")
+    detail::throw_error(
+        detail::str_cat("tidal train: --data-parallel-sharding-strategy ", name,
+                        " is not implemented yet: use optim_grads (ZeRO-2), optim (ZeRO-1) or no_shard"));
   else
     detail::throw_error(detail::str_cat("tidal train: unknown --data-parallel-sharding-strategy '", name,
                                         "': valid are no_shard, optim, optim_grads, optim_grads_params"));
@@ -46,6 +56,18 @@ ShardingStrategy parse_sharding_strategy(const Flags& f) {
               "--data-parallel-sharding-strategy says ",
               name, ": give one of them");
   return given;
+}
+
+}  // namespace
+
+DataParallelConfig parse_data_parallel(const Flags& f) {
+  DataParallelConfig c;
+  c.sharding = parse_sharding_strategy(f);
+  c.overlap_grad_reduce = f.flag_on("overlap-grad-reduce");
+  c.bucket_size = f.integer("ddp-bucket-size", 0, 1, int64_t(1) << 40);
+  TIDAL_CHECK(!f.has("ddp-bucket-size") || c.overlap_grad_reduce,
+              "tidal train: --ddp-bucket-size sizes the buckets of --overlap-grad-reduce: give that flag too");
+  return c;
 }
 
 int64_t micro_batches_per_rank(int64_t global_batch, int64_t micro_batch, int ranks) {

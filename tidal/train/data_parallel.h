@@ -3,6 +3,7 @@
 // which samples each rank reads, and the gradients and loss summed over the ranks — Megatron's
 // semantics, so N ranks see exactly the global batch one process accumulating the same micro-batches
 // sees.
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -20,9 +21,22 @@ namespace tidal::train {
 enum class ShardingStrategy { no_shard, optim, optim_grads, optim_grads_params };
 const char* sharding_name(ShardingStrategy s);
 
+// How the data-parallel ranks train together: what they shard and how gradients are reduced.
+struct DataParallelConfig {
+  ShardingStrategy sharding = ShardingStrategy::no_shard;
+  // --overlap-grad-reduce: gradients reduced bucket by bucket on the "comm" stream as backward
+  // produces them (train/grad_sync.h), instead of all at once after it.
+  bool overlap_grad_reduce = false;
+  // --ddp-bucket-size: parameters (elements) per bucket; 0 is Megatron's default, max(4e7, 1e6 × ranks).
+  int64_t bucket_size = 0;
+  int64_t bucket_elements(int ranks) const {
+    return bucket_size > 0 ? bucket_size : std::max<int64_t>(40000000, int64_t(1000000) * ranks);
+  }
+};
+
 // The flags of distributed training, added to `tidal train`'s table, and their typed value.
 Flags& add_data_parallel_flags(Flags& f);
-ShardingStrategy parse_sharding_strategy(const Flags& f);
+DataParallelConfig parse_data_parallel(const Flags& f);
 
 // The most ranks tidal plans for (tidal plan --data-parallel-size).
 inline constexpr int64_t kMaxDataParallelSize = 1 << 20;

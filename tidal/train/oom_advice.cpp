@@ -62,7 +62,8 @@ StepPeak predict_step_peak(const models::ModelConfig& m, const TriageSettings& s
   const int64_t n = element_count(params);
   p.parameters = 4 * n;
   // The distributed optimizer: AdamW's states of the largest shard (optim/shard_layout.h).
-  const bool sharded = s.sharding == ShardingStrategy::optim;
+  // ZeRO-1 and ZeRO-2 alike at the step's last reduce-scatter, where the peak of the step's end is.
+  const bool sharded = s.sharding == ShardingStrategy::optim || s.sharding == ShardingStrategy::optim_grads;
   int64_t shard = n;
   if (sharded) {
     std::vector<int64_t> numels;
@@ -104,7 +105,7 @@ StepPeak predict_step_peak(const models::ModelConfig& m, const TriageSettings& s
 TriageSettings triage_settings(const TrainArgs& args, int data_parallel) {
   TriageSettings s;
   s.data_parallel = data_parallel;
-  s.sharding = args.sharding;
+  s.sharding = args.data_parallel.sharding;
   s.micro_batch = args.micro_batch_size;
   s.seq = args.seq_length;
   s.global_batch = args.global_batch_size;

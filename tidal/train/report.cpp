@@ -150,14 +150,22 @@ void Report::summary(const Setup& s, int64_t last_iteration, double final_loss, 
   if (s.comm->size() > 1) {
     metrics_.set_summary_field("ranks", ranks_json(*s.comm, dev));
     const dist::CommStats c = s.comm->stats();
+    const GradSyncStats& g = s.grad_sync->stats();
     metrics_.set_summary_field("comm", {{"backend", s.comm->backend()},
                                         {"calls", c.calls},
                                         {"bytes_sent", c.bytes_sent},
                                         {"bytes_received", c.bytes_received},
-                                        {"collective_ms", double(c.busy_ns) / 1e6}});
-    std::fprintf(out_, "communication (rank 0, %s): %lld calls, %s sent, %s received, %.1f ms in collectives\n",
+                                        {"collective_ms", double(c.busy_ns) / 1e6},
+                                        {"grad_reduce_buckets", g.buckets},
+                                        {"grad_reduce_ms", double(g.busy_ns) / 1e6},
+                                        {"grad_reduce_exposed_ms", double(g.exposed_ns) / 1e6},
+                                        {"hidden_fraction", g.hidden_fraction()}});
+    std::fprintf(out_,
+                 "communication (rank 0, %s): %lld calls, %s sent, %s received, %.1f ms in collectives; gradient "
+                 "reduction %.1f ms in %lld bucket(s) per backward, %.0f%% hidden behind backward\n",
                  s.comm->backend(), (long long)c.calls, format_bytes(c.bytes_sent).c_str(),
-                 format_bytes(c.bytes_received).c_str(), double(c.busy_ns) / 1e6);
+                 format_bytes(c.bytes_received).c_str(), double(c.busy_ns) / 1e6, double(g.busy_ns) / 1e6,
+                 (long long)g.buckets, 100.0 * g.hidden_fraction());
   }
   metrics_.write();
   std::fprintf(out_, "\nmemory at the device peak (%s of %s reserved):\n%s", format_bytes(dev.peak_allocated).c_str(),

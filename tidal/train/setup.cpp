@@ -152,7 +152,7 @@ Setup setup_training(const TrainArgs& args, models::ModelConfig& config, std::FI
   if (!args.pretrained.empty()) model->load_hf_state_dict(models::load_pretrained_dir(args.pretrained).weights);
   std::unique_ptr<optim::DistributedAdamW> sharded;
   std::unique_ptr<optim::AdamW> optimizer;
-  if (args.sharding == ShardingStrategy::optim) {
+  if (args.data_parallel.sharding != ShardingStrategy::no_shard) {
     sharded = std::make_unique<optim::DistributedAdamW>(model->named_parameters(), comm);
     optimizer = memory::make_adamw(sharded->shard_parameters(), adamw_options(args), args.memory.swap_optimizer,
                                    sharded->decay_rule());
@@ -171,9 +171,11 @@ Setup setup_training(const TrainArgs& args, models::ModelConfig& config, std::FI
           nlohmann::json(),
           &comm,
           micro_batches,
-          std::move(sharded)};
+          std::move(sharded),
+          nullptr};
   set_rng_state({args.seed, 0});
   if (!args.load.empty()) resume(args, config, s, out);
+  s.grad_sync = std::make_unique<GradSync>(s.model->named_parameters(), comm, s.sharded.get(), args.data_parallel);
 
   s.settings = args.to_json();
   s.settings["model"] = models::config_to_json(config);

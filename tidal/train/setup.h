@@ -17,6 +17,7 @@
 #include "tidal/optim/distributed_adamw.h"
 #include "tidal/optim/lr_schedule.h"
 #include "tidal/train/arguments.h"
+#include "tidal/train/grad_sync.h"
 
 namespace tidal::train {
 
@@ -44,6 +45,9 @@ struct Setup {
   // --use-distributed-optimizer: the gradient buffer, shards and collectives; `optimizer` then
   // updates this rank's shard only. Null without sharding.
   std::unique_ptr<optim::DistributedAdamW> sharded;
+  // Sums the gradients over the ranks (train/grad_sync.h); last, so it goes first (its hooks and
+  // stream refer to the model's parameters and `sharded`).
+  std::unique_ptr<GradSync> grad_sync;
 };
 
 // Loads the data (the tokenizer's vocabulary goes into `config`), validates `config`, resets the

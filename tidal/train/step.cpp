@@ -10,6 +10,7 @@
 #include "tidal/ops/elementwise.h"
 #include "tidal/optim/grad_clip.h"
 #include "tidal/train/data_parallel.h"
+#include "tidal/train/grad_sync.h"
 #include "tidal/train/nan_guard.h"
 
 namespace tidal::train {
@@ -43,20 +44,22 @@ StepResult train_step(int64_t it, const TrainArgs& args, Setup& s, profile::Prof
     after_forward(m);
     const double value = loss.item<double>();
     loss_sum += value;
-    if (args.check_for_nan && !std::isfinite(value)) {
-      if (!args.skip_nonfinite_steps)
-        stop_nonfinite(it, detail::str_cat("the loss is ", value, " (micro-batch ", m + 1, ")"), args);
-      continue;  // the step is skipped; the other micro-batches still take their samples
-    }
+    const bool finite = std::isfinite(value);
+    if (args.check_for_nan && !finite && !args.skip_nonfinite_steps)
+      stop_nonfinite(it, detail::str_cat("the loss is ", value, " (micro-batch ", m + 1, ")"), args);
     profile::Range phase("backward", profile::kPhase);
-    (global_micro_batches == 1 ? loss : mul(loss, 1.0 / double(global_micro_batches))).backward();
+    s.grad_sync->begin_micro_batch(m, accum);
+    // A skipped step's other micro-batches still take their samples (and their reductions still run:
+    // they are collectives).
+    if (finite || !args.check_for_nan)
+      (global_micro_batches == 1 ? loss : mul(loss, 1.0 / double(global_micro_batches))).backward();
+    s.grad_sync->end_micro_batch();  // the gradients summed over the ranks (train/grad_sync.h)
   }
   r.loss = dist::all_reduce_sum(comm, loss_sum) / double(global_micro_batches);  // the global batch's mean
   profile::Range phase("optimizer", profile::kPhase);
   if (s.sharded) {
-    r.grad_norm = s.sharded->reduce_gradients();  // reduce-scatter; the norm from every shard
+    r.grad_norm = s.sharded->finish_reduction();  // the norm from every shard
   } else {
-    all_reduce_gradients(comm, s.model->named_parameters());
     // A non-finite norm leaves the gradients unscaled (grad_clip.h): the check below sees them as they are.
     r.grad_norm = optim::clip_grad_norm(s.model->parameters(), args.clip_grad);
   }

@@ -1,0 +1,155 @@
+// Gradient reduction (train/grad_sync.h): ZeRO-2 (--data-parallel-sharding-strategy optim_grads),
+// which reduce-scatters after every micro-batch, and --overlap-grad-reduce, which reduces bucket by
+// bucket on the "comm" stream while backward runs. Every element's sum is added in rank order and,
+// under ZeRO-2, micro-batch after micro-batch in the global batch's order: bit for bit one process
+// accumulating the same micro-batches, however many micro-batches each rank runs.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "tests/dist/train_runs.h"
+#include "tidal/allocator.h"
+#include "tidal/dist/collectives.h"
+#include "tidal/memory_scope.h"
+#include "tidal/models/causal_lm.h"
+#include "tidal/optim/distributed_adamw.h"
+#include "tidal/optim/grad_clip.h"
+
+namespace tidal::train {
+namespace {
+
+namespace fs = std::filesystem;
+
+const std::vector<std::string> kZero2 = {"--data-parallel-sharding-strategy", "optim_grads"};
+// Buckets of about 20k elements: tiny-gpt2's 149k parameters make 8 of them.
+const std::vector<std::string> kOverlap = {"--overlap-grad-reduce", "--ddp-bucket-size", "20000"};
+
+std::vector<std::string> operator+(std::vector<std::string> a, const std::vector<std::string>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+// The losses are summed over each rank's micro-batches first (double precision), hence 1e-12.
+TEST(ZeRO2, SeveralMicroBatchesPerRankAreBitwiseOneProcess) {
+  compare("tiny-gpt2", 2, 0.0, kZero2, 1e-12);
+  compare("tiny-qwen3-moe", 2, 0.0, kZero2, 1e-12);
+}
+
+TEST(OverlapGradReduce, EveryStrategyIsBitwiseOneProcess) {
+  compare("tiny-gpt2", 1, 0.0, kOverlap);
+  compare("tiny-llama", 1, 0.0, kOverlap + std::vector<std::string>{"--use-distributed-optimizer"});
+  compare("tiny-gpt2", 2, 0.0, kOverlap + kZero2, 1e-12);
+  // Experts some rank's tokens did not choose: their buckets start when backward ends.
+  compare("tiny-qwen3-moe", 2, 0.0, kOverlap + kZero2, 1e-12);
+}
+
+// Recompute replays inside backward and accumulates into the same gradients, once per backward.
+TEST(OverlapGradReduce, ComposesWithRecomputeAndOffload) {
+  compare("tiny-llama", 1, 0.0,
+          kOverlap + std::vector<std::string>{"--recompute-granularity", "full", "--recompute-method", "uniform",
+                                              "--recompute-num-layers", "1"});
+  compare("tiny-llama", 2, 0.0,
+          kOverlap + kZero2 + std::vector<std::string>{"--recompute-activation-function", "--recompute-norm"}, 1e-12);
+  compare("tiny-gpt2", 1, 0.0, kOverlap + std::vector<std::string>{"--activation-offload"});
+}
+
+// ZeRO-2 between micro-batches: the whole gradients are gone, only the shard's sums stay (4 bytes
+// per element of this rank's shard), and a second micro-batch adds onto them.
+TEST(ZeRO2, OnlyTheShardsSumsStayBetweenMicroBatches) {
+  dist::Communicator& world = dist::world();
+  auto model = models::create_model(models::preset("tiny-gpt2"));
+  const optim::NamedParameters params = model->named_parameters();
+  optim::DistributedAdamW sharded(params, world);
+  std::vector<size_t> all(params.size());
+  for (size_t i = 0; i < all.size(); ++i) all[i] = i;
+  Allocator& device = device_allocator(Device::cpu());
+  // Every rank's gradient of micro-batch m: a function of (m, rank) everyone can recompute.
+  auto gradient_of = [](const Tensor& p, int64_t m, int r) {
+    MemoryScope scope(MemoryCategory::gradient);
+    return full(p.shape(), 0.25 * double(m + 1) + r);
+  };
+  for (int64_t m = 0; m < 2; ++m) {
+    for (const auto& [name, p] : params) p.set_grad(gradient_of(p, m, world.rank()));
+    const int64_t before = device.stats()[MemoryCategory::gradient].allocated;
+    sharded.reduce_scatter(all);
+    for (const auto& [name, p] : params) EXPECT_FALSE(p.grad().defined()) << name;
+    int64_t shard = 0;
+    for (const auto& [name, piece] : sharded.shard_parameters()) shard += piece.numel();
+    // The whole gradients went; the shard's sums stayed (allocated at the first micro-batch).
+    EXPECT_EQ(device.stats()[MemoryCategory::gradient].allocated,
+              before - 4 * model->num_parameters() + (m == 0 ? 4 * shard : 0));
+  }
+  const double norm = sharded.finish_reduction();
+  // Each element: the sum over micro-batches and ranks of 0.25 (m + 1) + r.
+  double per_element = 0;
+  for (int64_t m = 0; m < 2; ++m)
+    for (int r = 0; r < world.size(); ++r) per_element += 0.25 * double(m + 1) + r;
+  EXPECT_NEAR(norm, per_element * std::sqrt(double(model->num_parameters())), 1e-6 * norm);
+  for (const auto& [name, piece] : sharded.shard_parameters()) {
+    ASSERT_TRUE(piece.grad().defined()) << name;
+    for (float v : piece.grad().to_vector<float>()) ASSERT_EQ(v, float(per_element)) << name;
+  }
+  sharded.finish_step();
+}
+
+// The comm stream's work runs while backward computes: the profiler's trace has a "comm" lane whose
+// tasks intersect the compute lane, and buckets start before backward ends.
+TEST(OverlapGradReduce, TheCommLaneOverlapsBackward) {
+  dist::Communicator& world = dist::world();
+  const std::string dir = scratch_dir("overlap_profile", world.size());
+  if (world.rank() == 0) fs::remove_all(dir);
+  world.barrier();
+  // A backward of tens of milliseconds (small-gpt2), longer than a scheduler's time slice: the ranks
+  // share 2 cores with their comm threads here, and a tiny model's backward ends before they run.
+  TrainArgs args = parse_train_args({"--model",
+                                     "small-gpt2",
+                                     "--mock-data",
+                                     "--seq-length",
+                                     "128",
+                                     "--micro-batch-size",
+                                     "2",
+                                     "--global-batch-size",
+                                     std::to_string(2 * world.size()),
+                                     "--train-iters",
+                                     "3",
+                                     "--eval-interval",
+                                     "0",
+                                     "--overlap-grad-reduce",
+                                     "--ddp-bucket-size",
+                                     "1000000",
+                                     "--profile",
+                                     dir,
+                                     "--profile-steps",
+                                     "2:3"});
+  std::FILE* quiet = std::fopen("/dev/null", "w");
+  run_training(args, quiet, world);
+  std::fclose(quiet);
+  if (world.rank() != 0) return;  // rank 0 profiles
+  std::ifstream in(dir + "/summary.json");
+  ASSERT_TRUE(in.good()) << dir;
+  const nlohmann::json summary = nlohmann::json::parse(in);
+  nlohmann::json comm;
+  for (const nlohmann::json& stream : summary.value("streams", nlohmann::json::array()))
+    if (stream.value("stream", "") == "comm") comm = stream;
+  ASSERT_TRUE(comm.is_object()) << summary.dump(2);
+  EXPECT_GT(comm.value("tasks", 0), 0);
+  EXPECT_GT(comm.value("overlap_ms", 0.0), 0.0) << comm.dump();
+}
+
+TEST(OverlapGradReduce, BucketSizeWithoutOverlapIsExplained) {
+  try {
+    args_for(2, 2, "", "tiny-gpt2", {"--ddp-bucket-size", "1000"});
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--ddp-bucket-size sizes the buckets of --overlap-grad-reduce"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace tidal::train

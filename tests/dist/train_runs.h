@@ -1,0 +1,40 @@
+#pragma once
+// What the distributed training tests share: a run of `tidal train` on some ranks, and the
+// comparison of N ranks with one process accumulating the same micro-batches (docs/distributed.md).
+#include <map>
+#include <string>
+#include <vector>
+
+#include "tidal/dist/communicator.h"
+#include "tidal/tensor.h"
+#include "tidal/train/trainer.h"
+
+namespace tidal::train {
+
+// A directory of this test run's, per number of ranks.
+std::string scratch_dir(const std::string& name, int ranks);
+
+// `tidal train` on mock data, sequence 16, no dropout and no evaluation; saving every 2 steps to
+// `save` when it is not empty.
+TrainArgs args_for(int64_t micro, int64_t global, const std::string& save, const std::string& model = "tiny-gpt2",
+                   const std::vector<std::string>& extra = {}, int64_t iters = 4);
+
+struct Run {
+  TrainResult result;
+  std::map<std::string, Tensor> weights;  // the saved model, read back by every rank
+};
+
+// Trains on `comm` (rank 0 saves to args.save) and reads the weights back once every rank is done.
+Run train_on(dist::Communicator& comm, dist::Communicator& world, const TrainArgs& args);
+
+double max_abs_difference(const Tensor& a, const Tensor& b);
+
+// Losses within `loss_tolerance` and weights within `tolerance` (0: bitwise).
+void expect_same(const Run& dp, const Run& one, double tolerance, double loss_tolerance);
+
+// This run's ranks, `micro_per_rank` micro-batches of 2 each with flags `extra`, against one process
+// accumulating them all without them.
+void compare(const std::string& model, int64_t micro_per_rank, double tolerance,
+             const std::vector<std::string>& extra = {}, double loss_tolerance = -1);
+
+}  // namespace tidal::train
