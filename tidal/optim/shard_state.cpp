@@ -20,7 +20,7 @@ struct Target {
   int64_t step = -1;                      // -1: no saved piece with moments seen yet
   std::map<std::string, Tensor> moments;  // suffix -> (length)
   std::map<std::string, int64_t> filled;  // suffix -> elements copied
-  int64_t without = 0;                    // elements whose saved piece had no moments
+  std::string with, without;              // the first saved file with moments for it, and without
 };
 
 int64_t count_of(const std::map<std::string, Tensor>& state, const std::string& key, const std::string& where) {
@@ -88,16 +88,17 @@ std::map<std::string, Tensor> reshard_state(const NamedParameters& params, const
         if (a >= b) continue;
         if (!has_state) {
           for (const char* m : kMoments)
-            TIDAL_CHECK(!state.count(piece + m), where, ": ", io::shown_name(piece + m), " has no step count '",
-                        io::shown_name(piece + ".step"), "'");
-          t.without += b - a;
+            TIDAL_CHECK(!state.count(piece + m), where, ": ", io::shown_name(piece + m), " has no step count ",
+                        io::shown_name(piece + ".step"));
+          if (t.without.empty()) t.without = where;
           continue;
         }
         const int64_t piece_steps = count_of(state, piece + ".step", where);
         TIDAL_CHECK(t.step < 0 || t.step == piece_steps, where, ": ", io::shown_name(piece + ".step"), " is ",
-                    piece_steps, " but another saved piece of '", io::shown_name(params[sf.param].first), "' says ",
-                    t.step);
+                    piece_steps, " but ", t.with, " says ", t.step, " for its piece of ",
+                    io::shown_name(params[sf.param].first));
         t.step = piece_steps;
+        if (t.with.empty()) t.with = where;
         for (const char* m : kMoments) {
           auto it = state.find(piece + m);
           if (it == state.end()) {
@@ -111,7 +112,8 @@ std::map<std::string, Tensor> reshard_state(const NamedParameters& params, const
           if (!dst.defined()) dst = zeros({t.frag.length}, src.dtype(), src.device());
           TIDAL_CHECK(dst.dtype() == src.dtype(), where, ": ", io::shown_name(piece + m), " is ", src.dtype(),
                       ", another saved piece of it ", dst.dtype());
-          dst.narrow(0, a - t.frag.begin, b - a).copy_(src.contiguous().view({sf.length}).narrow(0, a - sf.begin, b - a));
+          dst.narrow(0, a - t.frag.begin, b - a)
+              .copy_(src.contiguous().view({sf.length}).narrow(0, a - sf.begin, b - a));
           t.filled[m] += b - a;
         }
       }
@@ -122,13 +124,13 @@ std::map<std::string, Tensor> reshard_state(const NamedParameters& params, const
   for (Target& t : targets) {
     if (t.step < 0) continue;  // no saved piece had moments: the parameter was never updated
     const std::string& param = params[t.frag.param].first;
-    TIDAL_CHECK(t.without == 0, saved.source(0), " and the other saved shards disagree: part of '",
-                io::shown_name(param), "' has optimizer moments and part has none");
+    TIDAL_CHECK(t.without.empty(), t.with, " holds optimizer moments for part of ", io::shown_name(param), " but ",
+                t.without, " none for another part: the files do not belong together");
     const Tensor& p = params[t.frag.param].second;
     const bool reshape = whole_shapes && t.frag.length == p.numel();
     for (auto& [suffix, moment] : t.moments) {
-      TIDAL_CHECK(t.filled[suffix] == t.frag.length, saved.source(0), " and the other saved shards disagree: only part of '",
-                  io::shown_name(param), "' has ", suffix.substr(1));
+      TIDAL_CHECK(t.filled[suffix] == t.frag.length, t.with, " and the other saved files hold ", suffix.substr(1),
+                  " for only part of ", io::shown_name(param), ": the files do not belong together");
       out[t.name + suffix] = reshape ? moment.view(p.shape()) : moment;
     }
     out[t.name + ".step"] = from_vector_i64({t.step}, Shape{});
