@@ -9,6 +9,7 @@
 #include <set>
 #include <string>
 
+#include "tests/dist/train_args.h"
 #include "tests/integration/run_command.h"
 #include "tests/support/error_of.h"
 #include "tidal/allocator.h"
@@ -38,15 +39,9 @@ std::string fresh_dir(const std::string& name) {
 }
 
 // `iters` steps of tiny-gpt2 on one micro-batch of 2 per rank, the distributed optimizer, --save every 2.
-TrainArgs sharded_args(const std::string& save, const std::vector<std::string>& extra = {}, int iters = 4) {
-  std::vector<std::string> argv = {"--model", "tiny-gpt2", "--mock-data", "--train-iters", std::to_string(iters),
-                                   "--seq-length", "16",
-                                   "--micro-batch-size", "2", "--global-batch-size",
-                                   std::to_string(2 * dist::world().size()), "--attention-dropout", "0",
-                                   "--hidden-dropout", "0", "--eval-interval", "0", "--use-distributed-optimizer"};
-  if (!save.empty()) argv.insert(argv.end(), {"--save", save, "--save-interval", "2"});
-  argv.insert(argv.end(), extra.begin(), extra.end());
-  return parse_train_args(argv);
+TrainArgs sharded_args(const std::string& save, std::vector<std::string> extra = {}, int iters = 4) {
+  extra.push_back("--use-distributed-optimizer");
+  return args_for(2, 2 * dist::world().size(), save, "tiny-gpt2", extra, iters);
 }
 
 void train_quietly(const TrainArgs& args) {
@@ -86,8 +81,7 @@ TEST(ShardedCheckpoint, EveryRankWritesItsOwnShardFile) {
   }
   // My file: my shard's two moments, each piece's step count, the optimizer's, and what it covers.
   const optim::ShardLayout layout = optim::make_shard_layout(numels, ranks, optim::kGradNormChunk);
-  const io::Safetensors mine =
-      io::load_safetensors(c.path + "/" + optimizer_shard_file(world.rank(), ranks));
+  const io::Safetensors mine = io::load_safetensors(c.path + "/" + optimizer_shard_file(world.rank(), ranks));
   int64_t moments = 0;
   for (const auto& [name, t] : mine.tensors)
     if (name.ends_with(".exp_avg") || name.ends_with(".exp_avg_sq")) moments += t.numel();
@@ -148,9 +142,26 @@ TEST(ShardedCheckpoint, ABadShardFileFailsEveryRank) {
   world.barrier();
   msg = testing::error_of([&] { train_quietly(sharded_args("", {"--load", dir}, 6)); });
   want = "[checkpoint] " + iter + optimizer_shard_file(0, ranks) + " is missing";
-  if (ranks > 1) want = prefix.substr(0, prefix.size() - 5) + "ranks 0, 1" + (ranks == 3 ? ", 2" : "") + " of " +
-                        std::to_string(ranks) + ": " + want;
+  if (ranks > 1)
+    want = prefix.substr(0, prefix.size() - 5) + "ranks 0, 1" + (ranks == 3 ? ", 2" : "") + " of " +
+           std::to_string(ranks) + ": " + want;
   EXPECT_EQ(msg, want);
+}
+
+// Ranks that do not see one --load directory (simulated: rank 0 gets the checkpoint, the others an
+// empty directory) all stop, rather than some resuming and some starting afresh.
+TEST(ShardedCheckpoint, RanksThatSeeDifferentCheckpointsAllStop) {
+  dist::Communicator& world = dist::world();
+  if (world.size() == 1) GTEST_SKIP() << "needs several ranks";
+  const std::string dir = fresh_dir("unshared");
+  train_quietly(sharded_args(dir + "/saved"));
+  const std::string mine = world.rank() == 0 ? dir + "/saved" : dir + "/empty_" + std::to_string(world.rank());
+  EXPECT_EQ(testing::error_of([&] {
+              train_quietly(sharded_args("", {"--load", mine}, 6));
+            }),
+            "[checkpoint] cannot resume from --load " + mine +
+                ": rank 0 finds iteration 4 there, rank 1 no checkpoint: --load must be one directory every rank "
+                "sees (a shared filesystem)");
 }
 
 // A failure on one rank while saving: every rank throws naming it, the temporary directory is gone
@@ -169,15 +180,16 @@ TEST(ShardedCheckpoint, AFailedSaveOnOneRankFailsEveryRank) {
   };
   save(2, mine);
   EXPECT_EQ(load_optimizer_shard(load_checkpoint(dir), world.rank()).at("step").item<int64_t>(), 2);
-  const std::string what =
-      ranks == 1 ? "" : "[checkpoint] iteration 3 was not saved, on rank " + std::to_string(last) + " of " +
-                            std::to_string(ranks) + ": ";
+  const std::string what = ranks == 1 ? ""
+                                      : "[checkpoint] iteration 3 was not saved, on rank " + std::to_string(last) +
+                                            " of " + std::to_string(ranks) + ": ";
   std::map<std::string, Tensor> bad = mine;
   if (world.rank() == last) bad["w.exp_avg"] = from_vector({1, std::nan(""), 0, 0}, {4});
   EXPECT_EQ(testing::error_of([&] { save(3, bad); }),
-            what + "[checkpoint] refusing to save iteration 3: optimizer state w.exp_avg holds NaN or infinite "
-                   "values (training diverged; --check-for-nan-in-loss-and-grad, on by default, stops at the step "
-                   "that does it)");
+            what +
+                "[checkpoint] refusing to save iteration 3: optimizer state w.exp_avg holds NaN or infinite "
+                "values (training diverged; --check-for-nan-in-loss-and-grad, on by default, stops at the step "
+                "that does it)");
   if (world.rank() == last) bad["w.exp_avg"] = empty({4}, DType::f32, Device::meta());  // cannot be written
   EXPECT_EQ(testing::error_of([&] { save(3, bad); }),
             what + "[safetensors] cannot save 'w.exp_avg': a meta tensor has no data");

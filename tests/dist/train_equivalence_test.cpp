@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <string>
 
+#include "tests/dist/train_args.h"
 #include "tidal/allocator.h"
 #include "tidal/dist/collectives.h"
 #include "tidal/dist/single_communicator.h"
@@ -26,30 +27,6 @@ namespace fs = std::filesystem;
 
 std::string scratch_dir(const std::string& name, int ranks) {
   return std::string(TIDAL_BINARY_DIR) + "/dist_test_tmp/" + name + "_np" + std::to_string(ranks);
-}
-
-TrainArgs args_for(int64_t micro, int64_t global, const std::string& save, const std::string& model = "tiny-gpt2",
-                   const std::vector<std::string>& extra = {}, int64_t iters = 4) {
-  std::vector<std::string> argv = {"--model",
-                                   model,
-                                   "--mock-data",
-                                   "--train-iters",
-                                   std::to_string(iters),
-                                   "--seq-length",
-                                   "16",
-                                   "--micro-batch-size",
-                                   std::to_string(micro),
-                                   "--global-batch-size",
-                                   std::to_string(global),
-                                   "--attention-dropout",
-                                   "0",
-                                   "--hidden-dropout",
-                                   "0",
-                                   "--eval-interval",
-                                   "0"};
-  if (!save.empty()) argv.insert(argv.end(), {"--save", save, "--save-interval", "2"});
-  argv.insert(argv.end(), extra.begin(), extra.end());
-  return parse_train_args(argv);
 }
 
 struct Run {

@@ -14,9 +14,7 @@ using State = std::map<std::string, Tensor>;
 constexpr int64_t kAlign = 2;
 
 // a and c are cut inside by some layouts; d was never updated (no moments).
-NamedParameters params() {
-  return {{"a", zeros({4, 3})}, {"b", zeros({5})}, {"c", zeros({2, 4})}, {"d", zeros({7})}};
-}
+NamedParameters params() { return {{"a", zeros({4, 3})}, {"b", zeros({5})}, {"c", zeros({2, 4})}, {"d", zeros({7})}}; }
 
 std::vector<int64_t> numels() { return {12, 5, 8, 7}; }
 
@@ -88,7 +86,7 @@ TEST(ShardState, FragmentNames) {
 }
 
 TEST(ShardState, TheLayoutsUsedCutParametersInside) {
-  EXPECT_EQ(layout(3).bounds, (std::vector<int64_t>{0, 12, 23, 32}));  // c cut at 6 of 8
+  EXPECT_EQ(layout(3).bounds, (std::vector<int64_t>{0, 12, 23, 32}));     // c cut at 6 of 8
   EXPECT_EQ(layout(4).bounds, (std::vector<int64_t>{0, 8, 16, 25, 32}));  // a cut at 8 of 12, b at 4 of 5
 }
 

@@ -157,19 +157,29 @@ void load_optimizer(const Checkpoint& ck, Setup& s) {
 
 // --load: weights, optimizer states, iteration, data position and generator state. A directory with
 // no complete checkpoint (no tracker file) starts fresh with a warning, as Megatron-LM does, unless
-// --exit-on-missing-checkpoint. Every rank reads what it needs; a failure on one fails every rank.
+// --exit-on-missing-checkpoint. Every rank reads what it needs; a failure on one fails every rank, and
+// ranks that do not find the same checkpoint (no shared filesystem) fail too.
 void resume(const TrainArgs& args, const models::ModelConfig& config, Setup& s, std::FILE* out) {
   const std::string& dir = args.load;
-  TIDAL_CHECK(!std::filesystem::exists(dir) || std::filesystem::is_directory(dir), "[checkpoint] --load ", dir,
-              " is not a directory");
-  if (!std::filesystem::exists(dir) || latest_iteration(dir) < 0) {
+  const std::string what = "[checkpoint] cannot resume from --load " + dir;
+  // The iteration to resume from (-1: none), which every rank must see alike.
+  const std::vector<std::string> found = on_every_rank(*s.comm, what, [&] {
+    TIDAL_CHECK(!std::filesystem::exists(dir) || std::filesystem::is_directory(dir), "[checkpoint] --load ", dir,
+                " is not a directory");
+    return std::to_string(std::filesystem::exists(dir) ? latest_iteration(dir) : -1);
+  });
+  auto seen = [](const std::string& it) { return it == "-1" ? "no checkpoint" : "iteration " + it; };
+  for (size_t r = 1; r < found.size(); ++r)
+    TIDAL_CHECK(found[r] == found[0], what, ": rank 0 finds ", seen(found[0]), " there, rank ", r, " ", seen(found[r]),
+                ": --load must be one directory every rank sees (a shared filesystem)");
+  if (found[0] == "-1") {
     TIDAL_CHECK(!args.exit_on_missing_checkpoint, "[checkpoint] --load ", dir, " holds no complete checkpoint ",
                 "(no latest_checkpointed_iteration.txt) and --exit-on-missing-checkpoint is set");
     std::fprintf(out, "warning: --load %s holds no complete checkpoint: starting from scratch\n", dir.c_str());
     return;
   }
   std::string path;
-  on_every_rank(*s.comm, "[checkpoint] cannot resume from --load " + dir, [&] {
+  on_every_rank(*s.comm, what, [&] {
     const Checkpoint ck = load_checkpoint(dir);
     check_same_model(ck.config, config, ck.path);
     s.model->load_state_dict(ck.model);
