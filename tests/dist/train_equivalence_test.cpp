@@ -87,10 +87,11 @@ TEST(DistributedOptimizer, CheckpointsResumeOnAnyNumberOfRanks) {
   // One process: uninterrupted, and 2 steps saved.
   run_training(args(own + "/full", 4, "", false), quiet, single);
   run_training(args(own + "/half", 2, "", false), quiet, single);
-  // The ranks, sharded: 2 steps saved (the states gathered into one process's form).
+  // The ranks, sharded: 2 steps saved (each rank its shard file, tests/dist/checkpoint_test.cpp).
   run_training(args(dir + "/half", 2, "", true), quiet, world);
   world.barrier();
-  // Resumed by the ranks from their own save and from one process's; by one process from the ranks'.
+  // Resumed by the ranks from their own save (each reads its own file) and from one process's (each
+  // takes its pieces of it); by one process from the ranks' (it assembles the whole state).
   run_training(args(dir + "/ranks", 4, dir + "/half", true), quiet, world);
   run_training(args(dir + "/from_one", 4, own + "/half", true), quiet, world);
   run_training(args(own + "/from_ranks", 4, dir + "/half", false), quiet, single);

@@ -19,6 +19,7 @@
 #include "tidal/dist/communicator.h"
 #include "tidal/optim/adamw.h"
 #include "tidal/optim/shard_layout.h"
+#include "tidal/optim/shard_state.h"
 
 namespace tidal::optim {
 
@@ -46,27 +47,20 @@ class DistributedAdamW {
   // (none for a parameter that had none on every rank all step, which AdamW then skips, as in one
   // process), and returns the norm of the whole gradients (a collective).
   double finish_reduction();
-  // Both at once, over every parameter.
-  double reduce_gradients() {
-    std::vector<size_t> all(params_.size());
-    for (size_t i = 0; i < all.size(); ++i) all[i] = i;
-    reduce_scatter(all);
-    return finish_reduction();
-  }
-  // Then: clips the shard to `max_norm` (<= 0: none) given the `norm` reduce_gradients returned,
+  // Then: clips the shard to `max_norm` (<= 0: none) given the `norm` finish_reduction returned,
   // `local.step(lr)` on the shard, and all-gathers the updated pieces into the parameters.
   void update(double lr, double max_norm, double norm, AdamW& local);
   // Frees the shard's gradient (after update, or when the step is skipped).
   void finish_step();
 
-  // The optimizer's state as one process's AdamW holds it (whole parameters' names and shapes),
-  // gathered onto rank 0: a collective. Rank 0 gets the whole state (its bytes as `temporary` memory
-  // while the map lives), the other ranks an empty map. Checkpoints hold this form, so a run resumes
-  // on any number of ranks, or in one process.
-  std::map<std::string, Tensor> gather_state_dict(const AdamW& local);
-  // Loads a whole state (a checkpoint of any number of ranks, or of one process) into `local`: this
-  // rank's pieces of every tensor.
-  void load_whole_state_dict(AdamW& local, const std::map<std::string, Tensor>& whole) const;
+  // Checkpoints (distributed_adamw_state.cpp; docs/distributed.md): every rank saves its local
+  // AdamW's state_dict (its shard parameters' states) in a file of its own. The whole parameters
+  // and their layout over the ranks, which a checkpoint records so it can be re-sharded:
+  const NamedParameters& parameters() const { return params_; }
+  const ShardLayout& layout() const { return layout_; }
+  // Loads into `local` this rank's pieces of a saved state (of any number of ranks, or of one
+  // process: optim/shard_state.h), reading only the saved ranks that hold them.
+  void load_state(AdamW& local, const SavedState& saved) const;
 
  private:
   void all_gather_parameters();

@@ -12,12 +12,16 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <set>
 
+#include "tidal/base/checked_math.h"
 #include "tidal/base/json.h"
 #include "tidal/io/atomic_file.h"
 #include "tidal/io/safetensors.h"
 #include "tidal/io/shown_name.h"
 #include "tidal/optim/finite.h"
+#include "tidal/train/every_rank.h"
 
 namespace tidal::train {
 namespace {
@@ -110,6 +114,149 @@ void fsync_dir(const std::string& dir) {
   }
 }
 
+// The temporary directory a save of `final_dir` writes into, made afresh.
+std::string make_temporary(const std::string& dir, const std::string& final_dir) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  TIDAL_CHECK(!ec, "[checkpoint] cannot create ", dir, ": ", ec.message());
+  const std::string tmp = final_dir + ".tmp-" + std::to_string(::getpid());
+  fs::remove_all(tmp, ec);
+  fs::create_directories(tmp, ec);
+  TIDAL_CHECK(!ec, "[checkpoint] cannot create ", tmp, ": ", ec.message());
+  return tmp;
+}
+
+// Runs `write` on the temporary directory `tmp`; on any error removes it and throws naming `final_dir`.
+void writing(const std::string& tmp, const std::string& final_dir, const std::function<void()>& write) {
+  std::error_code ec;
+  try {
+    write();
+  } catch (const fs::filesystem_error& e) {
+    fs::remove_all(tmp, ec);
+    TIDAL_CHECK(false, "[checkpoint] cannot write ", final_dir, ": ", e.what());
+  } catch (...) {
+    fs::remove_all(tmp, ec);
+    throw;
+  }
+}
+
+// Every checkpoint's files but the optimizer's and state.json: their names.
+std::vector<std::string> write_model_files(const std::string& tmp, const std::map<std::string, Tensor>& model,
+                                           const json& config, const std::string& tokenizer_path) {
+  io::save_safetensors(tmp + "/model.safetensors", model, {{"format", "pt"}});
+  write_text(tmp + "/config.json", config.dump(2) + "\n");
+  std::vector<std::string> files = {"model.safetensors", "config.json"};
+  if (!tokenizer_path.empty()) {
+    const std::string text = io::read_file(tokenizer_path);
+    write_text(tmp + "/tokenizer.json", text);
+    files.push_back("tokenizer.json");
+  }
+  return files;
+}
+
+// state.json's record of `files` in `tmp`.
+json file_sums(const std::string& tmp, const std::vector<std::string>& files) {
+  json out = json::object();
+  for (const std::string& f : files) {
+    const FileSum sum = checksum(tmp + "/" + f);
+    out[f] = {{"size", sum.size}, {"crc32", sum.crc}};
+  }
+  return out;
+}
+
+json state_record(const TrainingState& state, const json& files) {
+  json s;
+  s["iteration"] = state.iteration;
+  s["rng"] = {{"seed", state.rng.seed}, {"offset", state.rng.offset}};
+  s["data_position"] = state.data_position;
+  s["settings"] = state.settings;
+  s["extra"] = state.extra;
+  s["files"] = files;
+  return s;
+}
+
+// Writes state.json into `tmp`, moves `tmp` to `final_dir`, then the tracker to it.
+void publish(const std::string& dir, const std::string& tmp, const std::string& final_dir, const json& record,
+             int64_t iteration) {
+  writing(tmp, final_dir, [&] {
+    write_text(tmp + "/state.json", record.dump(2) + "\n");
+    fsync_dir(tmp);
+    std::error_code ec;
+    if (fs::exists(final_dir)) {  // re-saving the same iteration: keep the old one until the new is in place
+      const std::string old = final_dir + ".old-" + std::to_string(::getpid());
+      fs::rename(final_dir, old);
+      fs::rename(tmp, final_dir);
+      fs::remove_all(old, ec);
+    } else {
+      fs::rename(tmp, final_dir);
+    }
+    fsync_dir(dir);
+  });
+  write_text(dir + "/" + kTracker, std::to_string(iteration) + "\n");
+}
+
+std::map<std::string, std::string> shard_metadata(const optim::ShardLayout& layout, int rank) {
+  return {{"rank", std::to_string(rank)},
+          {"ranks", std::to_string(layout.ranks())},
+          {"begin", std::to_string(layout.shard_begin(rank))},
+          {"end", std::to_string(layout.shard_begin(rank) + layout.shard_size(rank))}};
+}
+
+// Checks `path` against state.json's record `info` (field `field`): its size, and with `crc` its CRC-32.
+void verify_file(const std::string& path, const json& info, const std::string& field, bool crc) {
+  const uint64_t want_size = json_u64(required(info, "size", field + "'"), field + ".size'");
+  const int64_t want_crc = json_int(required(info, "crc32", field + "'"), field + ".crc32'");
+  TIDAL_CHECK(want_crc >= 0 && want_crc <= int64_t(UINT32_MAX), field, ".crc32' is not a CRC-32");
+  TIDAL_CHECK(fs::is_regular_file(path), "[checkpoint] ", path, " is missing");
+  if (!crc) {
+    std::error_code ec;
+    const uintmax_t size = fs::file_size(path, ec);
+    TIDAL_CHECK(!ec && size == want_size, "[checkpoint] ", path, " is truncated or was changed: ", size,
+                " bytes, the checkpoint recorded ", want_size);
+    return;
+  }
+  const FileSum sum = checksum(path);
+  TIDAL_CHECK(sum.size == want_size, "[checkpoint] ", path, " is truncated or was changed: ", sum.size,
+              " bytes, the checkpoint recorded ", want_size);
+  TIDAL_CHECK(sum.crc == uint32_t(want_crc), "[checkpoint] ", path,
+              " is corrupted: its CRC-32 does not match the one recorded when it was saved");
+}
+
+// Models of up to 2^45 parameters (35 trillion): beyond that a layout is not ours (and 2^45 times
+// kMaxCheckpointRanks stays far from int64's end in make_shard_layout's arithmetic).
+constexpr int64_t kMaxElements = int64_t(1) << 45;
+
+// state.json's "optimizer_shards" (ranks 0 when absent: one process's optimizer.safetensors).
+OptimizerShards read_shards(const json& s, const std::string& where) {
+  OptimizerShards o;
+  const json* v = json_find(s, "optimizer_shards", where);
+  if (v == nullptr) return o;
+  const std::string field = where + " field 'optimizer_shards";
+  TIDAL_CHECK(v->is_object(), field, "' must be an object, found ", json_kind(*v));
+  const int64_t ranks = json_int(required(*v, "ranks", field + "'"), field + ".ranks'");
+  TIDAL_CHECK(ranks >= 1 && ranks <= kMaxCheckpointRanks, field, ".ranks' must be in [1, ", kMaxCheckpointRanks,
+              "], got ", ranks);
+  o.ranks = int(ranks);
+  o.align = json_int(required(*v, "align", field + "'"), field + ".align'");
+  TIDAL_CHECK(o.align >= 1 && o.align <= kMaxElements, field, ".align' must be in [1, 2^45], got ", o.align);
+  const json& params = required(*v, "parameters", field + "'");
+  TIDAL_CHECK(params.is_array() && !params.empty(), field, ".parameters' must be a non-empty array, found ",
+              json_kind(params));
+  int64_t total = 0;
+  for (size_t i = 0; i < params.size(); ++i) {
+    const std::string at = field + ".parameters[" + std::to_string(i) + "]'";
+    const json& p = params[i];
+    TIDAL_CHECK(p.is_array() && p.size() == 2, at, " must be [name, numel], found ", json_kind(p));
+    const std::string name = json_string(p[0], at + " name");
+    const int64_t numel = json_int(p[1], at + " numel");
+    TIDAL_CHECK(numel >= 0, at, " numel is negative");
+    total = checked_add(total, numel, at);
+    TIDAL_CHECK(total <= kMaxElements, field, ".parameters' holds more than 2^45 elements: not a model's");
+    o.parameters.emplace_back(name, numel);
+  }
+  return o;
+}
+
 }  // namespace
 
 int64_t latest_iteration(const std::string& dir) {
@@ -150,58 +297,80 @@ std::vector<std::string> prepare_save_dir(const std::string& dir) {
   return removed;
 }
 
+optim::ShardLayout OptimizerShards::layout() const {
+  std::vector<int64_t> numels;
+  for (const auto& [name, numel] : parameters) numels.push_back(numel);
+  return optim::make_shard_layout(numels, ranks, align);
+}
+
+std::string optimizer_shard_file(int rank, int ranks) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "optimizer.rank%05d-of-%05d.safetensors", rank, ranks);
+  return buf;
+}
+
 void save_checkpoint(const std::string& dir, const TrainingState& state, const std::map<std::string, Tensor>& model,
                      const std::map<std::string, Tensor>& optimizer, const json& config,
                      const std::string& tokenizer_path) {
   check_finite(model, "parameter", state.iteration);
   check_finite(optimizer, "optimizer state", state.iteration);
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  TIDAL_CHECK(!ec, "[checkpoint] cannot create ", dir, ": ", ec.message());
   const std::string final_dir = dir + "/" + iter_name(state.iteration);
-  const std::string tmp = final_dir + ".tmp-" + std::to_string(::getpid());
-  fs::remove_all(tmp, ec);
-  fs::create_directories(tmp, ec);
-  TIDAL_CHECK(!ec, "[checkpoint] cannot create ", tmp, ": ", ec.message());
-  try {
-    io::save_safetensors(tmp + "/model.safetensors", model, {{"format", "pt"}});
+  const std::string tmp = make_temporary(dir, final_dir);
+  json record;
+  writing(tmp, final_dir, [&] {
+    std::vector<std::string> files = write_model_files(tmp, model, config, tokenizer_path);
     io::save_safetensors(tmp + "/optimizer.safetensors", optimizer);
-    write_text(tmp + "/config.json", config.dump(2) + "\n");
-    std::vector<std::string> files = {"model.safetensors", "optimizer.safetensors", "config.json"};
-    if (!tokenizer_path.empty()) {
-      const std::string text = io::read_file(tokenizer_path);
-      write_text(tmp + "/tokenizer.json", text);
-      files.push_back("tokenizer.json");
-    }
-    json s;
-    s["iteration"] = state.iteration;
-    s["rng"] = {{"seed", state.rng.seed}, {"offset", state.rng.offset}};
-    s["data_position"] = state.data_position;
-    s["settings"] = state.settings;
-    s["extra"] = state.extra;
-    for (const std::string& f : files) {
-      const FileSum sum = checksum(tmp + "/" + f);
-      s["files"][f] = {{"size", sum.size}, {"crc32", sum.crc}};
-    }
-    write_text(tmp + "/state.json", s.dump(2) + "\n");
-    fsync_dir(tmp);
-    if (fs::exists(final_dir)) {  // re-saving the same iteration: keep the old one until the new is in place
-      const std::string old = final_dir + ".old-" + std::to_string(::getpid());
-      fs::rename(final_dir, old);
-      fs::rename(tmp, final_dir);
-      fs::remove_all(old, ec);
-    } else {
-      fs::rename(tmp, final_dir);
-    }
-    fsync_dir(dir);
-  } catch (const fs::filesystem_error& e) {
-    fs::remove_all(tmp, ec);
-    TIDAL_CHECK(false, "[checkpoint] cannot write ", final_dir, ": ", e.what());
+    files.push_back("optimizer.safetensors");
+    record = state_record(state, file_sums(tmp, files));
+  });
+  publish(dir, tmp, final_dir, record, state.iteration);
+}
+
+void save_sharded_checkpoint(dist::Communicator& comm, const std::string& dir, const TrainingState& state,
+                             const std::map<std::string, Tensor>& model, const OptimizerShards& shards,
+                             const std::map<std::string, Tensor>& shard, const json& config,
+                             const std::string& tokenizer_path) {
+  const int me = comm.rank(), ranks = comm.size();
+  TIDAL_ASSERT(shards.ranks == ranks);
+  const optim::ShardLayout layout = shards.layout();
+  const std::string final_dir = dir + "/" + iter_name(state.iteration);
+  const std::string what = "[checkpoint] iteration " + std::to_string(state.iteration) + " was not saved";
+  // 1. Nothing that is not finite; rank 0 makes the temporary directory.
+  const std::string tmp = on_every_rank(comm, what, [&] {
+    check_finite(shard, "optimizer state", state.iteration);
+    if (me != 0) return std::string();
+    check_finite(model, "parameter", state.iteration);
+    return make_temporary(dir, final_dir);
+  })[0];
+  // 2. Every rank its optimizer shard, rank 0 the model's files too, each fsynced; their sums.
+  std::vector<std::string> sums;
+  try {
+    sums = on_every_rank(comm, what, [&] {
+      TIDAL_CHECK(fs::is_directory(tmp), "[checkpoint] ", tmp, ", which rank 0 made, is not visible here: --save ", dir,
+                  " must be a directory every rank sees (a shared filesystem)");
+      std::vector<std::string> files;
+      if (me == 0) files = write_model_files(tmp, model, config, tokenizer_path);
+      files.push_back(optimizer_shard_file(me, ranks));
+      io::save_safetensors(tmp + "/" + files.back(), shard, shard_metadata(layout, me));
+      return file_sums(tmp, files).dump();
+    });
   } catch (...) {
-    fs::remove_all(tmp, ec);
+    std::error_code ec;
+    if (me == 0) fs::remove_all(tmp, ec);
     throw;
   }
-  write_text(dir + "/" + kTracker, std::to_string(state.iteration) + "\n");
+  // 3. Rank 0: state.json listing every file, the rename, the tracker. Every rank waits for it.
+  on_every_rank(comm, what, [&] {
+    if (me != 0) return std::string();
+    json files = json::object();
+    for (const std::string& text : sums) files.update(json::parse(text));
+    json record = state_record(state, files);
+    json params = json::array();
+    for (const auto& [name, numel] : shards.parameters) params.push_back({name, numel});
+    record["optimizer_shards"] = {{"ranks", ranks}, {"align", shards.align}, {"parameters", params}};
+    publish(dir, tmp, final_dir, record, state.iteration);
+    return std::string();
+  });
 }
 
 Checkpoint load_checkpoint(const std::string& dir) {
@@ -225,32 +394,43 @@ Checkpoint load_checkpoint(const std::string& dir) {
   c.state.extra = object_or_empty(s, "extra", where);
   TIDAL_CHECK(c.state.iteration == it, "[checkpoint] ", state_path, " is for iteration ", c.state.iteration,
               " but lives in ", c.path);
+  c.shards = read_shards(s, where);
   const json& files = required(s, "files", where);
   TIDAL_CHECK(files.is_object(), where, " field 'files' must be an object, found ", json_kind(files));
-  for (const char* needed : {"model.safetensors", "optimizer.safetensors", "config.json"})
-    TIDAL_CHECK(files.contains(needed), where, " lists no ", needed);
+  // Only the files a checkpoint has: a name from the file never becomes a path of its choosing.
+  std::set<std::string> expected = {"model.safetensors", "config.json"};
+  if (c.shards.ranks == 0) expected.insert("optimizer.safetensors");
+  for (int r = 0; r < c.shards.ranks; ++r) expected.insert(optimizer_shard_file(r, c.shards.ranks));
+  for (const std::string& needed : expected) TIDAL_CHECK(files.contains(needed), where, " lists no ", needed);
+  expected.insert("tokenizer.json");
   for (const auto& [name, info] : files.items()) {
-    // Only the files a checkpoint has: a name from the file never becomes a path of its choosing.
-    TIDAL_CHECK(name == "model.safetensors" || name == "optimizer.safetensors" || name == "config.json" ||
-                    name == "tokenizer.json",
-                where, " lists a file that is not part of a checkpoint: ", io::shown_name(name));
-    const std::string path = c.path + "/" + name;
-    const std::string field = where + " field 'files." + name;
-    const uint64_t want_size = json_u64(required(info, "size", field + "'"), field + ".size'");
-    const int64_t want_crc = json_int(required(info, "crc32", field + "'"), field + ".crc32'");
-    TIDAL_CHECK(want_crc >= 0 && want_crc <= int64_t(UINT32_MAX), field, ".crc32' is not a CRC-32");
-    TIDAL_CHECK(fs::is_regular_file(path), "[checkpoint] ", path, " is missing");
-    const FileSum sum = checksum(path);
-    TIDAL_CHECK(sum.size == want_size, "[checkpoint] ", path, " is truncated or was changed: ", sum.size,
-                " bytes, the checkpoint recorded ", want_size);
-    TIDAL_CHECK(sum.crc == uint32_t(want_crc), "[checkpoint] ", path,
-                " is corrupted: its CRC-32 does not match the one recorded when it was saved");
+    TIDAL_CHECK(expected.count(name), where, " lists a file that is not part of a checkpoint",
+                c.shards.ranks > 0 ? " of " + std::to_string(c.shards.ranks) + " optimizer shards" : std::string(),
+                ": ", io::shown_name(name));
+    // An optimizer shard's CRC-32 is checked by the rank that reads it (load_optimizer_shard).
+    const bool shard = name.rfind("optimizer.rank", 0) == 0;
+    verify_file(c.path + "/" + name, info, where + " field 'files." + name, !shard);
   }
+  c.files = files;
   c.model = io::load_safetensors(c.path + "/model.safetensors").tensors;
-  c.optimizer = io::load_safetensors(c.path + "/optimizer.safetensors").tensors;
+  if (c.shards.ranks == 0) c.optimizer = io::load_safetensors(c.path + "/optimizer.safetensors").tensors;
   c.config = parse_json(io::read_file(c.path + "/config.json"), "[checkpoint] " + c.path + "/config.json");
   if (files.contains("tokenizer.json")) c.tokenizer_path = c.path + "/tokenizer.json";
   return c;
+}
+
+std::map<std::string, Tensor> load_optimizer_shard(const Checkpoint& c, int rank) {
+  TIDAL_ASSERT(rank >= 0 && rank < c.shards.ranks);
+  const std::string name = optimizer_shard_file(rank, c.shards.ranks), path = c.path + "/" + name;
+  verify_file(path, c.files.at(name), "[checkpoint] " + c.path + "/state.json field 'files." + name, true);
+  io::Safetensors st = io::load_safetensors(path);
+  for (const auto& [key, value] : shard_metadata(c.shards.layout(), rank)) {
+    auto it = st.metadata.find(key);
+    TIDAL_CHECK(it != st.metadata.end() && it->second == value, "[checkpoint] ", path,
+                " is not the optimizer shard state.json describes: its metadata '", key, "' should be ", value,
+                " (was the file copied from another checkpoint?)");
+  }
+  return std::move(st.tensors);
 }
 
 }  // namespace tidal::train

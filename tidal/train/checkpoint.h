@@ -1,20 +1,32 @@
 #pragma once
 // Training checkpoints: everything needed to resume bit for bit. Layout (Megatron's tracker file):
 //   DIR/latest_checkpointed_iteration.txt       the iteration of the newest complete checkpoint
-//   DIR/iter_0000100/model.safetensors          parameters, Hugging Face names
-//   DIR/iter_0000100/optimizer.safetensors      optimizer states
+//   DIR/iter_0000100/model.safetensors          parameters, Hugging Face names (with config.json, a
+//                                               Hugging Face model directory)
+//   DIR/iter_0000100/optimizer.safetensors      optimizer states (one process's AdamW), or, from the
+//   DIR/iter_0000100/optimizer.rank00000-of-00004.safetensors    distributed optimizer, one file
+//   ...                                         per rank: its shard's states (optim/shard_state.h)
 //   DIR/iter_0000100/config.json                the model's Hugging Face config
-//   DIR/iter_0000100/state.json                 iteration, RNG, data position, settings, and the
-//                                               size and CRC-32 of every file above
+//   DIR/iter_0000100/state.json                 iteration, RNG, data position, settings, the size
+//                                               and CRC-32 of every file above, and for a sharded
+//                                               optimizer its layout ("optimizer_shards": ranks,
+//                                               alignment, every parameter's name and numel)
 //   DIR/iter_0000100/tokenizer.json             (when training on a tokenized corpus)
 // A checkpoint is written into a temporary directory, fsynced, renamed into place, and only then
-// does the tracker file move to it (atomically): a crash leaves the previous checkpoint intact.
+// does the tracker file move to it (atomically): a crash leaves the previous checkpoint intact. With
+// the distributed optimizer every rank writes its own shard file into rank 0's temporary directory,
+// so DIR must be one directory that every rank sees (a shared filesystem, as Megatron-LM assumes);
+// rank 0 writes the rest once every rank's file is in, and a resume on another number of ranks
+// assembles each rank's pieces from the files that hold them (docs/distributed.md).
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "tidal/dist/communicator.h"
 #include "tidal/ops/random.h"
+#include "tidal/optim/shard_layout.h"
 #include "tidal/tensor.h"
 
 namespace tidal::train {
@@ -27,12 +39,27 @@ struct TrainingState {
   nlohmann::json extra;       // anything else the trainer keeps (e.g. the tokenizer's origin)
 };
 
+// How a distributed optimizer's states were split over the ranks that saved them.
+struct OptimizerShards {
+  int ranks = 0;      // one file per rank; 0: one process's optimizer.safetensors
+  int64_t align = 0;  // cuts inside a parameter fall on multiples of this from its start
+  std::vector<std::pair<std::string, int64_t>> parameters;  // every parameter's name and numel, in order
+  optim::ShardLayout layout() const;
+};
+// Most ranks a checkpoint may have (file names hold five digits).
+inline constexpr int kMaxCheckpointRanks = 99999;
+// "optimizer.rank00001-of-00004.safetensors"
+std::string optimizer_shard_file(int rank, int ranks);
+
 struct Checkpoint {
   TrainingState state;
-  std::map<std::string, Tensor> model, optimizer;
+  std::map<std::string, Tensor> model;
+  std::map<std::string, Tensor> optimizer;  // one process's form; empty when shards.ranks > 0
+  OptimizerShards shards;                   // read a rank's file with load_optimizer_shard
   nlohmann::json config;
   std::string path;            // the iter_* directory it came from
   std::string tokenizer_path;  // its tokenizer.json, or "" when it has none
+  nlohmann::json files;        // state.json's record of every file's size and CRC-32
 };
 
 // Writes a checkpoint of `state.iteration` under `dir` (created if needed). Refuses (tidal::Error
@@ -40,9 +67,23 @@ struct Checkpoint {
 void save_checkpoint(const std::string& dir, const TrainingState& state, const std::map<std::string, Tensor>& model,
                      const std::map<std::string, Tensor>& optimizer, const nlohmann::json& config,
                      const std::string& tokenizer_path = "");
-// Reads the latest complete checkpoint under `dir`, verifying every file's size and CRC-32; throws
-// tidal::Error naming the file and what is wrong.
+// The distributed optimizer's save: every rank of `comm` calls it with its local AdamW's state_dict
+// (`shard`, the states of its pieces) and the layout; `model`, `config` and `tokenizer_path` are used
+// on rank 0 only. Every rank writes and fsyncs its optimizer shard file; rank 0 writes the rest,
+// verifies every rank's file is in and publishes the checkpoint. Returns on every rank once it is
+// complete; a failure on any rank (a NaN, an unwritable or full disk, a directory it does not see)
+// throws tidal::Error on every rank naming the rank, and leaves the previous checkpoint current.
+void save_sharded_checkpoint(dist::Communicator& comm, const std::string& dir, const TrainingState& state,
+                             const std::map<std::string, Tensor>& model, const OptimizerShards& shards,
+                             const std::map<std::string, Tensor>& shard, const nlohmann::json& config,
+                             const std::string& tokenizer_path = "");
+// Reads the latest complete checkpoint under `dir`, verifying every file's size and CRC-32 (a
+// sharded optimizer's files: their presence and sizes; load_optimizer_shard checks the CRC-32 of
+// those it reads); throws tidal::Error naming the file and what is wrong.
 Checkpoint load_checkpoint(const std::string& dir);
+// Saved rank `rank`'s optimizer shard of `c` (shards.ranks > 0): its AdamW state_dict, after
+// checking the file's CRC-32 and that it is the shard the layout says.
+std::map<std::string, Tensor> load_optimizer_shard(const Checkpoint& c, int rank);
 // --save DIR before the first step: created if needed, its writability probed (a file created and
 // removed), and what a killed save left removed: partial iter_N.tmp-* directories and tracker
 // temporaries (nothing else is touched). Returns the names removed, for the log; throws naming --save.

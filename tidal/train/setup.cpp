@@ -5,6 +5,7 @@
 
 #include "tidal/allocator.h"
 #include "tidal/io/atomic_file.h"
+#include "tidal/io/shown_name.h"
 #include "tidal/memory/offload_runner.h"
 #include "tidal/memory/swap_optimizer.h"
 #include "tidal/models/pretrained.h"
@@ -12,6 +13,7 @@
 #include "tidal/train/builtin_corpus.h"
 #include "tidal/train/checkpoint.h"
 #include "tidal/train/data_parallel.h"
+#include "tidal/train/every_rank.h"
 
 namespace tidal::train {
 namespace {
@@ -111,30 +113,84 @@ void check_same_model(const nlohmann::json& saved, const models::ModelConfig& no
               now.vocab_size, "): use the same model flags as the run that saved it");
 }
 
+// A sharded checkpoint's record of the parameters against this model's.
+void check_same_parameters(const Checkpoint& ck, const optim::NamedParameters& params) {
+  const std::string where = "[checkpoint] " + ck.path + "/state.json field 'optimizer_shards.parameters'";
+  const auto& saved = ck.shards.parameters;
+  TIDAL_CHECK(saved.size() == params.size(), where, " lists ", saved.size(), " parameters, this model has ",
+              params.size(), ": use the same model flags as the run that saved it");
+  for (size_t i = 0; i < saved.size(); ++i)
+    TIDAL_CHECK(saved[i].first == params[i].first && saved[i].second == params[i].second.numel(), where, " names ",
+                io::shown_name(saved[i].first), " of ", saved[i].second, " elements as parameter ", i,
+                ", this model has '", params[i].first, "' of ", params[i].second.numel(),
+                ": use the same model flags as the run that saved it");
+}
+
+// The optimizer's states from `ck`: one process's into one process's optimizer as they are; otherwise
+// this rank's pieces (or a non-sharded run's whole state) assembled from the saved files that hold
+// them, each rank reading only those (optim/shard_state.h).
+void load_optimizer(const Checkpoint& ck, Setup& s) {
+  if (!s.sharded && ck.shards.ranks == 0) {
+    s.optimizer->load_state_dict(ck.optimizer);
+    return;
+  }
+  const optim::NamedParameters params = s.model->named_parameters();
+  std::vector<int64_t> numels;
+  for (const auto& [name, p] : params) numels.push_back(p.numel());
+  const optim::ShardLayout one_process = optim::make_shard_layout(numels, 1, 1);
+  optim::SavedState saved;
+  if (ck.shards.ranks == 0) {
+    saved.layout = one_process;
+    saved.read = [&](int) { return ck.optimizer; };
+    saved.source = [&](int) { return "[checkpoint] " + ck.path + "/optimizer.safetensors"; };
+  } else {
+    check_same_parameters(ck, params);
+    saved.layout = ck.shards.layout();
+    saved.read = [&](int r) { return load_optimizer_shard(ck, r); };
+    saved.source = [&](int r) { return "[checkpoint] " + ck.path + "/" + optimizer_shard_file(r, ck.shards.ranks); };
+  }
+  if (s.sharded)
+    s.sharded->load_state(*s.optimizer, saved);
+  else
+    s.optimizer->load_state_dict(optim::reshard_state(params, saved, one_process, 0, /*whole_shapes=*/true));
+}
+
 // --load: weights, optimizer states, iteration, data position and generator state. A directory with
 // no complete checkpoint (no tracker file) starts fresh with a warning, as Megatron-LM does, unless
-// --exit-on-missing-checkpoint.
+// --exit-on-missing-checkpoint. Every rank reads what it needs; a failure on one fails every rank, and
+// ranks that do not find the same checkpoint (no shared filesystem) fail too.
 void resume(const TrainArgs& args, const models::ModelConfig& config, Setup& s, std::FILE* out) {
   const std::string& dir = args.load;
-  TIDAL_CHECK(!std::filesystem::exists(dir) || std::filesystem::is_directory(dir), "[checkpoint] --load ", dir,
-              " is not a directory");
-  if (!std::filesystem::exists(dir) || latest_iteration(dir) < 0) {
+  const std::string what = "[checkpoint] cannot resume from --load " + dir;
+  // The iteration to resume from (-1: none), which every rank must see alike.
+  const std::vector<std::string> found = on_every_rank(*s.comm, what, [&] {
+    TIDAL_CHECK(!std::filesystem::exists(dir) || std::filesystem::is_directory(dir), "[checkpoint] --load ", dir,
+                " is not a directory");
+    return std::to_string(std::filesystem::exists(dir) ? latest_iteration(dir) : -1);
+  });
+  auto seen = [](const std::string& it) { return it == "-1" ? "no checkpoint" : "iteration " + it; };
+  for (size_t r = 1; r < found.size(); ++r)
+    TIDAL_CHECK(found[r] == found[0], what, ": rank 0 finds ", seen(found[0]), " there, rank ", r, " ", seen(found[r]),
+                ": --load must be one directory every rank sees (a shared filesystem)");
+  if (found[0] == "-1") {
     TIDAL_CHECK(!args.exit_on_missing_checkpoint, "[checkpoint] --load ", dir, " holds no complete checkpoint ",
                 "(no latest_checkpointed_iteration.txt) and --exit-on-missing-checkpoint is set");
     std::fprintf(out, "warning: --load %s holds no complete checkpoint: starting from scratch\n", dir.c_str());
     return;
   }
-  Checkpoint ck = load_checkpoint(dir);
-  check_same_model(ck.config, config, ck.path);
-  s.model->load_state_dict(ck.model);
-  if (s.sharded)
-    s.sharded->load_whole_state_dict(*s.optimizer, ck.optimizer);  // this rank's pieces
-  else
-    s.optimizer->load_state_dict(ck.optimizer);
-  s.start = ck.state.iteration;
-  s.loader.set_position(ck.state.data_position);
-  set_rng_state(ck.state.rng);
-  std::fprintf(out, "resumed from %s at iteration %lld\n", ck.path.c_str(), (long long)s.start);
+  std::string path;
+  on_every_rank(*s.comm, what, [&] {
+    const Checkpoint ck = load_checkpoint(dir);
+    check_same_model(ck.config, config, ck.path);
+    s.model->load_state_dict(ck.model);
+    load_optimizer(ck, s);
+    s.start = ck.state.iteration;
+    s.loader.set_position(ck.state.data_position);
+    set_rng_state(ck.state.rng);
+    path = ck.path;
+    return std::string();
+  });
+  std::fprintf(out, "resumed from %s at iteration %lld\n", path.c_str(), (long long)s.start);
 }
 
 }  // namespace

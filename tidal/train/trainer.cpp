@@ -5,6 +5,7 @@
 
 #include "tidal/models/generate.h"
 #include "tidal/ops/random.h"
+#include "tidal/optim/grad_clip.h"
 #include "tidal/train/checkpoint.h"
 #include "tidal/train/oom_advice.h"
 #include "tidal/train/profiling.h"
@@ -19,14 +20,22 @@ using Clock = std::chrono::steady_clock;
 
 bool due(int64_t it, int64_t interval, int64_t last) { return (interval > 0 && it % interval == 0) || it == last; }
 
-// Every rank takes part (a sharded optimizer's states are gathered onto rank 0); rank 0 writes.
+// Rank 0 writes one process's checkpoint; with the distributed optimizer every rank writes its shard
+// of the optimizer's states, and rank 0 the rest (checkpoint.h): no rank gathers another's states.
 void save(const TrainArgs& args, const models::ModelConfig& config, const Setup& s, int64_t it) {
-  const std::map<std::string, Tensor> optimizer =
-      s.sharded ? s.sharded->gather_state_dict(*s.optimizer) : s.optimizer->state_dict();
-  if (s.comm->rank() != 0) return;
-  TrainingState st{it, get_rng_state(), s.loader.position(), s.settings, nlohmann::json::object()};
-  save_checkpoint(args.save, st, s.model->state_dict(), optimizer, models::config_to_json(config),
-                  s.data.tokenizer_path);
+  const TrainingState st{it, get_rng_state(), s.loader.position(), s.settings, nlohmann::json::object()};
+  const bool rank0 = s.comm->rank() == 0;
+  if (!s.sharded) {
+    if (rank0)
+      save_checkpoint(args.save, st, s.model->state_dict(), s.optimizer->state_dict(), models::config_to_json(config),
+                      s.data.tokenizer_path);
+    return;
+  }
+  OptimizerShards shards{s.comm->size(), optim::kGradNormChunk, {}};
+  for (const auto& [name, p] : s.sharded->parameters()) shards.parameters.emplace_back(name, p.numel());
+  TIDAL_ASSERT(shards.layout().bounds == s.sharded->layout().bounds, "the checkpoint's layout is not the optimizer's");
+  save_sharded_checkpoint(*s.comm, args.save, st, rank0 ? s.model->state_dict() : std::map<std::string, Tensor>(),
+                          shards, s.optimizer->state_dict(), models::config_to_json(config), s.data.tokenizer_path);
 }
 
 // --sample-prompt continued by the trained model (when the data has a tokenizer).

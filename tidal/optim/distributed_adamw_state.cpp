@@ -1,0 +1,10 @@
+// DistributedAdamW's checkpoint state (distributed_adamw.h): a rank's pieces of a saved state.
+#include "tidal/optim/distributed_adamw.h"
+
+namespace tidal::optim {
+
+void DistributedAdamW::load_state(AdamW& local, const SavedState& saved) const {
+  local.load_state_dict(reshard_state(params_, saved, layout_, comm_.rank(), /*whole_shapes=*/false));
+}
+
+}  // namespace tidal::optim
