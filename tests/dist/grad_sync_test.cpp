@@ -14,6 +14,8 @@
 #include "tests/dist/train_runs.h"
 #include "tidal/allocator.h"
 #include "tidal/dist/collectives.h"
+#include "tidal/dist/single_communicator.h"
+#include "tidal/io/safetensors.h"
 #include "tidal/memory_scope.h"
 #include "tidal/models/causal_lm.h"
 #include "tidal/optim/distributed_adamw.h"
@@ -148,6 +150,66 @@ TEST(OverlapGradReduce, BucketSizeWithoutOverlapIsExplained) {
     EXPECT_NE(std::string(e.what()).find("--ddp-bucket-size sizes the buckets of --overlap-grad-reduce"),
               std::string::npos)
         << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace tidal::train
+
+namespace tidal::train {
+namespace {
+
+const std::vector<std::string> kZero3 = {"--data-parallel-sharding-strategy", "optim_grads_params"};
+
+std::vector<std::string> with(std::vector<std::string> a, const std::vector<std::string>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+// ZeRO-3 sums gradients as ZeRO-2 does, and gathers parameters bit for bit: one process's result.
+TEST(ZeRO3, IsBitwiseOneProcess) {
+  compare("tiny-gpt2", 2, 0.0, kZero3, 1e-12);
+  compare("tiny-qwen3", 1, 0.0, kZero3);  // tied embeddings
+  compare("tiny-qwen3-moe", 2, 0.0, kZero3, 1e-12);
+}
+
+// A replayed layer gathers its parameters again; offload and overlapped reduction compose.
+TEST(ZeRO3, ComposesWithRecomputeOffloadAndOverlap) {
+  compare("tiny-llama", 1, 0.0,
+          with(kZero3,
+               {"--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", "2"}));
+  compare("tiny-llama", 2, 0.0, with(kZero3, {"--recompute-activation-function", "--recompute-norm"}), 1e-12);
+  compare("tiny-gpt2", 1, 0.0,
+          with(kZero3, {"--activation-offload", "--overlap-grad-reduce", "--ddp-bucket-size", "20000"}));
+}
+
+// ZeRO-3 checkpoints: the whole model gathered for rank 0 to write, every rank's optimizer shard;
+// a ZeRO-3 run resumes bit for bit, and one process (without sharding) resumes from it too.
+TEST(ZeRO3, CheckpointsResumeBitwise) {
+  dist::Communicator& world = dist::world();
+  const std::string dir = scratch_dir("zero3_resume", world.size());
+  if (world.rank() == 0) fs::remove_all(dir);
+  world.barrier();
+  auto args = [&](const std::string& save, int64_t iters, const std::string& load, bool sharded) {
+    std::vector<std::string> extra = {"--lr-decay-iters", "4"};
+    if (!load.empty()) extra.insert(extra.end(), {"--load", load});
+    if (sharded) extra.insert(extra.end(), kZero3.begin(), kZero3.end());
+    return args_for(2, 2 * world.size(), save, "tiny-llama", extra, iters);
+  };
+  std::FILE* quiet = std::fopen("/dev/null", "w");
+  run_training(args(dir + "/full", 4, "", true), quiet, world);
+  run_training(args(dir + "/half", 2, "", true), quiet, world);
+  world.barrier();
+  run_training(args(dir + "/resumed", 4, dir + "/half", true), quiet, world);
+  dist::SingleCommunicator single;
+  const std::string own = dir + "/one" + std::to_string(world.rank());
+  run_training(args(own, 4, dir + "/half", false), quiet, single);
+  world.barrier();
+  std::fclose(quiet);
+  const auto full = io::load_safetensors(dir + "/full/iter_0000004/model.safetensors").tensors;
+  for (const std::string& run : {dir + "/resumed", own}) {
+    const auto w = io::load_safetensors(run + "/iter_0000004/model.safetensors").tensors;
+    for (const auto& [name, t] : full) EXPECT_EQ(max_abs_difference(w.at(name), t), 0.0) << run << " " << name;
   }
 }
 

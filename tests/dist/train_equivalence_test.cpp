@@ -4,6 +4,7 @@
 // the order of fp32 additions differs.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <string>
@@ -47,10 +48,11 @@ TEST(DistributedOptimizer, SeveralMicroBatchesPerRankAgreeToSummationOrder) {
 // Per rank: the whole parameters and, until the reduce-scatter has summed the shard, the whole
 // gradients beside the shard's sum; AdamW's two f32 moments only for the rank's shard
 // (docs/distributed.md). The same under ZeRO-2 with two micro-batches: between them only the shard's
-// sums stay, and the next backward's whole gradients come on top of them.
+// sums stay, and the next backward's whole gradients come on top of them. ZeRO-3 likewise, but for
+// the parameters: this rank's shard, and the whole ones of the layer computing.
 TEST(DistributedOptimizer, PerRankMemoryIsExactlyTheFormula) {
   dist::Communicator& world = dist::world();
-  for (const char* strategy : {"optim", "optim_grads"}) {
+  for (const char* strategy : {"optim", "optim_grads", "optim_grads_params"}) {
     const int64_t micro_per_rank = std::string(strategy) == "optim" ? 1 : 2;
     const TrainArgs args =
         args_for(1, micro_per_rank * world.size(), "", "tiny-gpt2", {"--data-parallel-sharding-strategy", strategy});
@@ -62,7 +64,19 @@ TEST(DistributedOptimizer, PerRankMemoryIsExactlyTheFormula) {
     std::vector<int64_t> numels;
     for (const auto& [name, p] : model->named_parameters()) numels.push_back(p.numel());
     const optim::ShardLayout layout = optim::make_shard_layout(numels, world.size(), optim::kGradNormChunk);
-    EXPECT_EQ(st[MemoryCategory::parameter].peak, 4 * layout.total()) << strategy;
+    if (std::string(strategy) != "optim_grads_params") {
+      EXPECT_EQ(st[MemoryCategory::parameter].peak, 4 * layout.total()) << strategy;
+    } else {
+      // ZeRO-3: the shard, the parameters outside the layers, and one layer's at a time.
+      std::vector<int64_t> per_layer(size_t(args.model.num_hidden_layers), 0);
+      int64_t outer = 0;
+      for (const auto& [name, p] : model->named_parameters()) {
+        const int64_t l = model->layer_of_parameter(name);
+        (l < 0 ? outer : per_layer[size_t(l)]) += p.numel();
+      }
+      const int64_t layer = *std::max_element(per_layer.begin(), per_layer.end());
+      EXPECT_EQ(st[MemoryCategory::parameter].peak, 4 * (layout.shard_size(world.rank()) + outer + layer));
+    }
     EXPECT_EQ(st[MemoryCategory::gradient].peak, 4 * (layout.total() + layout.shard_size(world.rank()))) << strategy;
     EXPECT_EQ(st[MemoryCategory::optimizer_state].peak, 2 * 4 * layout.shard_size(world.rank())) << strategy;
   }
@@ -128,17 +142,20 @@ namespace {
 // largest peak any rank measured, as tests/unit/profile_test.cpp does for one process.
 TEST(DistributedOptimizer, PredictedPeakMatchesTheLargestRank) {
   dist::Communicator& world = dist::world();
-  for (const char* model : {"tiny-gpt2", "tiny-llama"}) {
-    const TrainArgs args = parse_train_args(
-        {"--model", model, "--mock-data", "--seq-length", "64", "--micro-batch-size", "4", "--global-batch-size",
-         std::to_string(4 * world.size()), "--train-iters", "2", "--no-progress", "--eval-interval", "0",
-         "--data-parallel-sharding-strategy", std::string(model) == "tiny-gpt2" ? "optim" : "optim_grads"});
+  const std::pair<const char*, const char*> runs[] = {
+      {"tiny-gpt2", "optim"}, {"tiny-llama", "optim_grads"}, {"tiny-llama", "optim_grads_params"}};
+  for (const auto& [model, strategy] : runs) {
+    const TrainArgs args =
+        parse_train_args({"--model", model, "--mock-data", "--seq-length", "64", "--micro-batch-size", "4",
+                          "--global-batch-size", std::to_string(4 * world.size()), "--train-iters", "2",
+                          "--no-progress", "--eval-interval", "0", "--data-parallel-sharding-strategy", strategy});
     std::FILE* quiet = std::fopen("/dev/null", "w");
     run_training(args, quiet, world);
     std::fclose(quiet);
     const double measured = dist::all_reduce_max(world, double(device_allocator(Device::cpu()).stats().peak_allocated));
     const double predicted = double(predict_step_peak(args.model, triage_settings(args, world.size())).total);
-    EXPECT_NEAR(predicted / measured, 1.0, 0.01) << model << ": predicted " << predicted << ", measured " << measured;
+    EXPECT_NEAR(predicted / measured, 1.0, 0.01)
+        << model << " " << strategy << ": predicted " << predicted << ", measured " << measured;
   }
 }
 

@@ -11,6 +11,11 @@
 namespace tidal::autograd {
 namespace {
 
+std::function<void(int)>& node_check() {
+  static std::function<void(int)> check;
+  return check;
+}
+
 struct ReadyOrder {
   bool operator()(const Node* a, const Node* b) const { return a->sequence_nr() < b->sequence_nr(); }
 };
@@ -36,6 +41,8 @@ void check_grad(const Node& node, size_t i, const Tensor& g) {
 }
 
 }  // namespace
+
+void set_backward_node_check(std::function<void(int layer)> check) { node_check() = std::move(check); }
 
 void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads, bool retain_graph) {
   TIDAL_CHECK(roots.size() == grads.size(), "[backward] got ", roots.size(), " outputs but ", grads.size(),
@@ -102,6 +109,7 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads
       LayerScope layer(node->layer());
       OpScope op_scope(node->name(), profile::kBackward);  // memory and time of this node's backward
       for (const auto& hook : node->pre_hooks()) hook();
+      if (node_check()) node_check()(node->layer());
       out = node->apply(std::move(in));
       TIDAL_ASSERT(out.size() == node->next_edges().size() || out.empty(), node->name(), " returned ", out.size(),
                    " gradients for ", node->next_edges().size(), " inputs");

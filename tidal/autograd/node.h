@@ -53,7 +53,11 @@ class Node : public std::enable_shared_from_this<Node> {
   std::vector<std::weak_ptr<TensorImpl>>& retained() { return retained_; }
   // Functions the engine calls just before this node's backward (e.g. to bring back the bytes of a
   // tensor it saved that an output-discarding checkpoint freed).
-  void add_pre_hook(std::function<void()> hook) { pre_hooks_.push_back(std::move(hook)); }
+  // `first`: before the hooks added so far (e.g. gathering a layer's parameters, which the others
+  // may need).
+  void add_pre_hook(std::function<void()> hook, bool first = false) {
+    pre_hooks_.insert(first ? pre_hooks_.begin() : pre_hooks_.end(), std::move(hook));
+  }
   const std::vector<std::function<void()>>& pre_hooks() const { return pre_hooks_; }
 
  protected:

@@ -4,6 +4,7 @@
 // deterministic reduction order are built on these in dist/collectives.h. See docs/distributed.md.
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -19,10 +20,18 @@ struct CommStats {
 class Communicator {
  public:
   virtual ~Communicator() = default;
-  CommStats stats() const { return stats_; }
+  // Everything this communicator and its duplicates moved.
+  CommStats stats() const {
+    std::lock_guard lock(stats_->mutex);
+    return stats_->stats;
+  }
   virtual int rank() const = 0;
   virtual int size() const = 0;
   virtual const char* backend() const = 0;  // "mpi", "single"
+  // A communicator over the same ranks whose messages never match this one's (MPI_Comm_dup): a
+  // stream's worker thread can run collectives on it while another thread runs them here. A
+  // collective: every rank calls it, in the same order. Statistics are shared with this one.
+  virtual std::unique_ptr<Communicator> duplicate() = 0;
 
   // Every rank sends `bytes_per_rank` bytes to every rank (block r of `send` goes to rank r) and
   // receives rank r's block into block r of `recv`. Blocking; buffers are device memory.
@@ -47,16 +56,24 @@ class Communicator {
   virtual void finalize() {}  // shuts the runtime down (MPI_Finalize); collectives fail after it
 
  protected:
-  // Implementations count every call (under their own serialization).
+  // Implementations count every call.
   void record(int64_t sent, int64_t received, int64_t ns) {
-    ++stats_.calls;
-    stats_.bytes_sent += sent;
-    stats_.bytes_received += received;
-    stats_.busy_ns += ns;
+    std::lock_guard lock(stats_->mutex);
+    CommStats& s = stats_->stats;
+    ++s.calls;
+    s.bytes_sent += sent;
+    s.bytes_received += received;
+    s.busy_ns += ns;
   }
+  struct SharedStats {
+    std::mutex mutex;
+    CommStats stats;
+  };
+  // A duplicate counts into its original's statistics.
+  void share_stats_of(const Communicator& original) { stats_ = original.stats_; }
 
  private:
-  CommStats stats_;
+  std::shared_ptr<SharedStats> stats_ = std::make_shared<SharedStats>();
 };
 
 // The process's communicator: MPI's world when the process was started by mpirun (or another MPI

@@ -63,14 +63,18 @@ int64_t now_ns() {
 
 }  // namespace
 
-MpiCommunicator::MpiCommunicator() {
+struct MpiCommunicator::Handle {
+  MPI_Comm comm = MPI_COMM_WORLD;
+};
+
+MpiCommunicator::MpiCommunicator() : handle_(std::make_unique<Handle>()) {
   int initialized = 0;
   MPI_Initialized(&initialized);
   if (!initialized) {
     int provided = 0;
-    check(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided), "MPI_Init_thread");
+    check(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided), "MPI_Init_thread");
     TIDAL_CHECK(provided >= MPI_THREAD_SERIALIZED, "[dist] this MPI library offers thread level ", provided,
-                ", tidal needs MPI_THREAD_SERIALIZED (collectives run on a stream's worker thread)");
+                ", tidal needs MPI_THREAD_SERIALIZED at least (collectives run on a stream's worker thread)");
   }
   // Errors come back as codes (turned into tidal::Error) instead of aborting inside MPI.
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
@@ -78,9 +82,40 @@ MpiCommunicator::MpiCommunicator() {
   MPI_Comm_size(MPI_COMM_WORLD, &size_);
 }
 
-MpiCommunicator::~MpiCommunicator() { finalize(); }
+MpiCommunicator::MpiCommunicator(std::unique_ptr<Handle> handle) : handle_(std::move(handle)), world_(false) {
+  MPI_Comm_set_errhandler(handle_->comm, MPI_ERRORS_RETURN);
+  MPI_Comm_rank(handle_->comm, &rank_);
+  MPI_Comm_size(handle_->comm, &size_);
+}
+
+std::unique_ptr<Communicator> MpiCommunicator::duplicate() {
+  int level = 0;
+  MPI_Query_thread(&level);
+  TIDAL_CHECK(level >= MPI_THREAD_MULTIPLE, "[dist] this MPI library offers thread level ", level,
+              ": running collectives on two threads at once (overlapped reduction or gathering) needs "
+              "MPI_THREAD_MULTIPLE; run without --overlap-grad-reduce and --overlap-param-gather");
+  auto handle = std::make_unique<Handle>();
+  {
+    std::lock_guard lock(mutex_);
+    check(MPI_Comm_dup(handle_->comm, &handle->comm), "MPI_Comm_dup");
+  }
+  std::unique_ptr<MpiCommunicator> d(new MpiCommunicator(std::move(handle)));
+  d->share_stats_of(*this);
+  return d;
+}
+
+MpiCommunicator::~MpiCommunicator() {
+  if (world_) {
+    finalize();
+    return;
+  }
+  int done = 0;
+  MPI_Finalized(&done);
+  if (!done) MPI_Comm_free(&handle_->comm);
+}
 
 void MpiCommunicator::finalize() {
+  if (!world_) return;  // a duplicate: the world's finalize ends MPI
   std::lock_guard lock(mutex_);
   if (finalized_) return;
   finalized_ = true;
@@ -96,7 +131,7 @@ void MpiCommunicator::all_to_all(const void* send, void* recv, int64_t bytes_per
   const auto* s = static_cast<const char*>(send);
   auto* r = static_cast<char*>(recv);
   if (bytes_per_rank <= kPiece) {
-    check(MPI_Alltoall(s, int(bytes_per_rank), MPI_BYTE, r, int(bytes_per_rank), MPI_BYTE, MPI_COMM_WORLD),
+    check(MPI_Alltoall(s, int(bytes_per_rank), MPI_BYTE, r, int(bytes_per_rank), MPI_BYTE, handle_->comm),
           "MPI_Alltoall");
     return;
   }
@@ -104,7 +139,7 @@ void MpiCommunicator::all_to_all(const void* send, void* recv, int64_t bytes_per
   // extent is the block size (MPI's counts and displacements are ints).
   for (int64_t at = 0; at < bytes_per_rank; at += kPiece) {
     const MPI_Datatype block = block_piece(std::min(kPiece, bytes_per_rank - at), bytes_per_rank);
-    const int rc = MPI_Alltoall(s + at, 1, block, r + at, 1, block, MPI_COMM_WORLD);
+    const int rc = MPI_Alltoall(s + at, 1, block, r + at, 1, block, handle_->comm);
     free_type(block);
     check(rc, "MPI_Alltoall");
   }
@@ -117,14 +152,14 @@ void MpiCommunicator::all_gather(const void* send, void* recv, int64_t bytes_per
   const auto* s = static_cast<const char*>(send);
   auto* r = static_cast<char*>(recv);
   if (bytes_per_rank <= kPiece) {
-    check(MPI_Allgather(s, int(bytes_per_rank), MPI_BYTE, r, int(bytes_per_rank), MPI_BYTE, MPI_COMM_WORLD),
+    check(MPI_Allgather(s, int(bytes_per_rank), MPI_BYTE, r, int(bytes_per_rank), MPI_BYTE, handle_->comm),
           "MPI_Allgather");
     return;
   }
   for (int64_t at = 0; at < bytes_per_rank; at += kPiece) {
     const int64_t n = std::min(kPiece, bytes_per_rank - at);
     const MPI_Datatype block = block_piece(n, bytes_per_rank);
-    const int rc = MPI_Allgather(s + at, int(n), MPI_BYTE, r + at, 1, block, MPI_COMM_WORLD);
+    const int rc = MPI_Allgather(s + at, int(n), MPI_BYTE, r + at, 1, block, handle_->comm);
     free_type(block);
     check(rc, "MPI_Allgather");
   }
@@ -136,6 +171,7 @@ namespace {
 // and counts are never limited by MPI's ints.
 class Exchange {
  public:
+  explicit Exchange(MPI_Comm comm) : comm_(comm) {}
   void send(const char* data, int64_t bytes, int peer) { post(const_cast<char*>(data), bytes, peer, true); }
   void receive(char* data, int64_t bytes, int peer) { post(data, bytes, peer, false); }
   void wait_all() {
@@ -149,12 +185,13 @@ class Exchange {
     for (int64_t done = 0; done < bytes; done += kPiece) {
       const int n = int(std::min(kPiece, bytes - done));
       MPI_Request r;
-      check(out ? MPI_Isend(data + done, n, MPI_BYTE, peer, 0, MPI_COMM_WORLD, &r)
-                : MPI_Irecv(data + done, n, MPI_BYTE, peer, 0, MPI_COMM_WORLD, &r),
+      check(out ? MPI_Isend(data + done, n, MPI_BYTE, peer, 0, comm_, &r)
+                : MPI_Irecv(data + done, n, MPI_BYTE, peer, 0, comm_, &r),
             out ? "MPI_Isend" : "MPI_Irecv");
       requests_.push_back(r);
     }
   }
+  MPI_Comm comm_;
   std::vector<MPI_Request> requests_;
 };
 
@@ -164,7 +201,7 @@ void MpiCommunicator::exchange(const std::vector<Transfer>& sends, const std::ve
   std::lock_guard lock(mutex_);
   const int64_t t0 = now_ns();
   Recorded done{[&] { record(total_bytes(sends), total_bytes(receives), now_ns() - t0); }};
-  Exchange x;
+  Exchange x(handle_->comm);
   for (const Transfer& t : receives) {
     TIDAL_ASSERT(t.peer != rank_ && t.peer >= 0 && t.peer < size_);
     x.receive(static_cast<char*>(t.data), t.bytes, t.peer);
@@ -182,14 +219,14 @@ void MpiCommunicator::broadcast(void* data, int64_t bytes, int root) {
   Recorded done{[&] { record(rank_ == root ? bytes * (size_ - 1) : 0, rank_ == root ? 0 : bytes, now_ns() - t0); }};
   auto* p = static_cast<char*>(data);
   for (int64_t done = 0; done < bytes; done += kPiece)
-    check(MPI_Bcast(p + done, int(std::min(kPiece, bytes - done)), MPI_BYTE, root, MPI_COMM_WORLD), "MPI_Bcast");
+    check(MPI_Bcast(p + done, int(std::min(kPiece, bytes - done)), MPI_BYTE, root, handle_->comm), "MPI_Bcast");
 }
 
 void MpiCommunicator::barrier() {
   std::lock_guard lock(mutex_);
   const int64_t t0 = now_ns();
   Recorded done{[&] { record(0, 0, now_ns() - t0); }};
-  check(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier");
+  check(MPI_Barrier(handle_->comm), "MPI_Barrier");
 }
 
 void MpiCommunicator::abort(int exit_code) {

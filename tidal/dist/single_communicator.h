@@ -9,6 +9,11 @@ class SingleCommunicator final : public Communicator {
   int rank() const override { return 0; }
   int size() const override { return 1; }
   const char* backend() const override { return "single"; }
+  std::unique_ptr<Communicator> duplicate() override {
+    auto d = std::make_unique<SingleCommunicator>();
+    d->share_stats_of(*this);
+    return d;
+  }
   void all_to_all(const void* send, void* recv, int64_t bytes_per_rank) override;
   void all_gather(const void* send, void* recv, int64_t bytes_per_rank) override;
   void exchange(const std::vector<Transfer>& sends, const std::vector<Transfer>& receives) override;

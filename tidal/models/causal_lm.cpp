@@ -38,15 +38,19 @@ Tensor CausalLM::run_layers(Tensor x, const IndexedLayerFn& layer_fn, std::vecto
   const int64_t layers = config_.num_hidden_layers;
   // What a layer returns besides h: a sparse MoE layer its router statistics (prob_sum, counts).
   auto extras_of = [this](int64_t j) -> int64_t { return config_.is_moe_layer(j) ? 2 : 0; };
+  LayerParamHooks* hooks = param_hooks_;
+  if (hooks != nullptr) hooks->before_layers(x);
   for (int64_t l = 0; l < layers;) {
     const LayerRecompute& rc = recompute_of(l);
     const int64_t group = rc.full && rc.group_start ? rc.group_size : 1;
     // One function for the group: layers [l, l + group) chained; returns {h, extras of each layer...}.
-    LayerFn fn = [l, group, layer_fn, extras_of](const std::vector<Tensor>& in) {  // by value: replayed later
+    LayerFn fn = [l, group, layer_fn, extras_of, hooks](const std::vector<Tensor>& in) {  // by value: replayed
       std::vector<Tensor> out = {in[0]};
       for (int64_t j = l; j < l + group; ++j) {
         LayerScope scope(static_cast<int>(j));
+        if (hooks != nullptr) hooks->before_layer(j);
         std::vector<Tensor> o = layer_fn(j, {out[0]});
+        if (hooks != nullptr) hooks->after_layer(j, o[0]);
         TIDAL_ASSERT(o.size() == size_t(1 + extras_of(j)), "layer ", j, " returned ", o.size(), " tensors");
         out[0] = o[0];
         out.insert(out.end(), o.begin() + 1, o.end());
@@ -71,6 +75,23 @@ Tensor CausalLM::run_layers(Tensor x, const IndexedLayerFn& layer_fn, std::vecto
     l += group;
   }
   return x;
+}
+
+int64_t CausalLM::layer_of_parameter(const std::string& name) const {
+  // GPT-2: transformer.h.<l>.…; Llama, Qwen: model.layers.<l>.…
+  for (const char* prefix : {"transformer.h.", "model.layers."}) {
+    if (!name.starts_with(prefix)) continue;
+    const size_t at = std::string(prefix).size(), dot = name.find('.', at);
+    if (dot == std::string::npos || dot == at) return -1;
+    int64_t l = 0;
+    for (size_t i = at; i < dot; ++i) {
+      if (name[i] < '0' || name[i] > '9') return -1;
+      l = l * 10 + (name[i] - '0');
+      if (l >= config_.num_hidden_layers) return -1;
+    }
+    return l;
+  }
+  return -1;
 }
 
 void CausalLM::load_hf_state_dict(std::map<std::string, Tensor> state) {

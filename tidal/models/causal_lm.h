@@ -27,6 +27,16 @@ using LayerFn = std::function<std::vector<Tensor>(const std::vector<Tensor>&)>;
 using LayerRunner =
     std::function<std::vector<Tensor>(int64_t index, const LayerFn& fn, const std::vector<Tensor>& inputs)>;
 
+// Called around every layer's forward, also when a recompute replays it: ZeRO-3 gathers a layer's
+// parameters before its forward and frees them after (train/param_gather.h).
+class LayerParamHooks {
+ public:
+  virtual ~LayerParamHooks() = default;
+  virtual void before_layers(const Tensor& input) = 0;  // input (B, T, C) enters layer 0
+  virtual void before_layer(int64_t layer) = 0;
+  virtual void after_layer(int64_t layer, const Tensor& output) = 0;
+};
+
 class CausalLM : public nn::Module {
  public:
   explicit CausalLM(ModelConfig config) : config_(std::move(config)) {}
@@ -44,6 +54,11 @@ class CausalLM : public nn::Module {
   void load_hf_state_dict(std::map<std::string, Tensor> state);
 
   void set_layer_runner(LayerRunner runner) { runner_ = std::move(runner); }
+  // nullptr removes them; the hooks must outlive the forwards and backwards that use them.
+  void set_layer_param_hooks(LayerParamHooks* hooks) { param_hooks_ = hooks; }
+  // The decoder layer a parameter (by its name in named_parameters) belongs to; -1 for those outside
+  // the layers (embeddings, final norm, LM head).
+  int64_t layer_of_parameter(const std::string& name) const;
   // Activation recompute, one entry per layer (layer_recompute.h; memory/recompute.h computes it); empty:
   // keep every activation.
   void set_recompute(std::vector<LayerRecompute> plan);
@@ -65,6 +80,7 @@ class CausalLM : public nn::Module {
 
  private:
   LayerRunner runner_;
+  LayerParamHooks* param_hooks_ = nullptr;
   AttentionKernel attention_kernel_ = AttentionKernel::flash;
 };
 

@@ -11,8 +11,8 @@
 
 namespace tidal::optim {
 
-DistributedAdamW::DistributedAdamW(const NamedParameters& params, dist::Communicator& comm)
-    : comm_(comm), params_(params) {
+DistributedAdamW::DistributedAdamW(const NamedParameters& params, dist::Communicator& comm, bool shard_parameters)
+    : comm_(comm), params_(params), shard_parameters_(shard_parameters) {
   TIDAL_CHECK(!params.empty(), "[distributed optimizer] no parameters");
   const Tensor& first = params.front().second;
   std::vector<int64_t> numels;
@@ -23,19 +23,82 @@ DistributedAdamW::DistributedAdamW(const NamedParameters& params, dist::Communic
     numels.push_back(p.numel());
   }
   layout_ = make_shard_layout(numels, comm.size(), kGradNormChunk);
-  for (int r = 0; r < comm.size(); ++r) {
-    pieces_.emplace_back();
-    for (const ShardLayout::Fragment& f : layout_.fragments(r)) {
-      const auto& [name, p] = params[f.param];
-      Tensor piece = p.detach().view({p.numel()}).narrow(0, f.begin, f.length);  // (length)
-      if (!p.is_meta()) pieces_.back().emplace_back(piece.raw_data(), f.length * p.itemsize());
-      if (r != comm.rank()) continue;
-      const bool whole = f.begin == 0 && f.length == p.numel();
-      shard_params_.emplace_back(
-          whole ? name : name + "[" + std::to_string(f.begin) + ":" + std::to_string(f.begin + f.length) + "]", piece);
-      shard_names_of_.push_back(name);
-    }
+  if (shard_parameters_) {
+    MemoryScope scope(MemoryCategory::parameter);
+    shard_data_ = empty({layout_.shard_size(comm.rank())}, first.dtype(), first.device());  // (shard)
   }
+  int64_t at = 0;  // where the fragment starts in this rank's shard
+  for (const ShardLayout::Fragment& f : layout_.fragments(comm.rank())) {
+    const auto& [name, p] = params[f.param];
+    Tensor piece = p.detach().view({p.numel()}).narrow(0, f.begin, f.length);  // (length)
+    if (shard_parameters_) piece = shard_data_.narrow(0, at, f.length);
+    const bool whole = f.begin == 0 && f.length == p.numel();
+    shard_params_.emplace_back(
+        whole ? name : name + "[" + std::to_string(f.begin) + ":" + std::to_string(f.begin + f.length) + "]", piece);
+    shard_names_of_.push_back(name);
+    at += f.length;
+  }
+  if (shard_parameters_) copy_shard_from_parameters();
+}
+
+namespace {
+
+// Bytes between a parameter's elements and a shard's, without an in-place write's version bump: a
+// node that saved the parameter in forward reads it again in backward after a gather.
+void copy_elements(const Tensor& dst, int64_t dst_at, const Tensor& src, int64_t src_at, int64_t n) {
+  if (dst.is_meta() || n == 0) return;
+  const int64_t e = dst.itemsize();
+  std::memcpy(static_cast<char*>(dst.raw_data()) + dst_at * e, static_cast<const char*>(src.raw_data()) + src_at * e,
+              size_t(n * e));
+}
+
+}  // namespace
+
+void DistributedAdamW::copy_shard_from_parameters() {
+  if (!shard_parameters_) return;
+  int64_t at = 0;
+  for (const ShardLayout::Fragment& f : layout_.fragments(comm_.rank())) {
+    copy_elements(shard_data_, at, params_[f.param].second, f.begin, f.length);
+    at += f.length;
+  }
+}
+
+void DistributedAdamW::gather_parameters(const std::vector<size_t>& subset, dist::Communicator* via) {
+  dist::Communicator& comm = via != nullptr ? *via : comm_;
+  const int me = comm.rank();
+  std::vector<char> in(params_.size(), 0);
+  for (size_t i : subset) {
+    in[i] = 1;
+    if (shard_parameters_) params_[i].second.storage()->rematerialize();
+  }
+  const Tensor& first = params_.front().second;
+  const int64_t itemsize = first.itemsize();
+  const bool meta = first.is_meta();
+  std::vector<dist::Communicator::Transfer> sends, receives;
+  int64_t at = 0;
+  for (const ShardLayout::Fragment& f : layout_.fragments(me)) {
+    const Tensor& p = params_[f.param].second;
+    if (in[f.param]) {
+      if (shard_parameters_) copy_elements(p, f.begin, shard_data_, at, f.length);
+      for (int r = 0; r < comm.size() && !meta; ++r)
+        if (r != me) sends.push_back({r, static_cast<char*>(p.raw_data()) + f.begin * itemsize, f.length * itemsize});
+    }
+    at += f.length;
+  }
+  if (comm.size() == 1 || meta) return;
+  for (int r = 0; r < comm.size(); ++r) {
+    if (r == me) continue;
+    for (const ShardLayout::Fragment& f : layout_.fragments(r))
+      if (in[f.param])
+        receives.push_back(
+            {r, static_cast<char*>(params_[f.param].second.raw_data()) + f.begin * itemsize, f.length * itemsize});
+  }
+  comm.exchange(sends, receives);
+}
+
+void DistributedAdamW::release_parameters(const std::vector<size_t>& subset) {
+  TIDAL_ASSERT(shard_parameters_, "[distributed optimizer] the parameters are not sharded");
+  for (size_t i : subset) params_[i].second.storage()->release();
 }
 
 DecayRule DistributedAdamW::decay_rule() const {
@@ -48,9 +111,10 @@ DecayRule DistributedAdamW::decay_rule() const {
   return [decays](const std::string& name, const Tensor&) { return decays.at(name); };
 }
 
-void DistributedAdamW::reduce_scatter(const std::vector<size_t>& subset) {
+void DistributedAdamW::reduce_scatter(const std::vector<size_t>& subset, dist::Communicator* via) {
   NoGradGuard no_grad;
-  const int ranks = comm_.size(), me = comm_.rank();
+  dist::Communicator& comm = via != nullptr ? *via : comm_;
+  const int ranks = comm.size(), me = comm.rank();
   const Tensor& first = params_.front().second;
   const int64_t itemsize = first.itemsize();
   const bool meta = first.is_meta();
@@ -60,7 +124,7 @@ void DistributedAdamW::reduce_scatter(const std::vector<size_t>& subset) {
   // missing gradient here counts as zeros.
   std::string have(subset.size(), '\0');
   for (size_t k = 0; k < subset.size(); ++k) have[k] = params_[subset[k]].second.grad().defined() ? 1 : 0;
-  if (ranks > 1) have = dist::any_rank(comm_, have);
+  if (ranks > 1) have = dist::any_rank(comm, have);
   std::vector<Tensor> grads(params_.size());  // (numel) each; defined for this call's parameters only
   for (size_t k = 0; k < subset.size(); ++k) {
     if (!have[k]) continue;
@@ -115,7 +179,7 @@ void DistributedAdamW::reduce_scatter(const std::vector<size_t>& subset) {
         at += f.length;
       }
     }
-    if (ranks > 1) comm_.exchange(sends, receives);
+    if (ranks > 1) comm.exchange(sends, receives);
     for (int r = 0; r < ranks; ++r)  // in rank order, each element on its own: any grouping adds alike
       for (const Run& run : runs)
         shard_grad_.narrow(0, run.shard_at, run.length).add_(blocks.select(0, r).narrow(0, run.packed_at, run.length));
@@ -170,24 +234,16 @@ double DistributedAdamW::finish_reduction() {
   return norm_from_chunks(per_gradient);
 }
 
-void DistributedAdamW::all_gather_parameters() {
-  if (comm_.size() == 1 || params_.front().second.is_meta()) return;
-  std::vector<dist::Communicator::Transfer> sends, receives;
-  const int me = comm_.rank();
-  for (int r = 0; r < comm_.size(); ++r) {
-    if (r == me) continue;
-    for (const auto& [data, bytes] : pieces_[size_t(me)]) sends.push_back({r, data, bytes});
-    for (const auto& [data, bytes] : pieces_[size_t(r)]) receives.push_back({r, data, bytes});
-  }
-  comm_.exchange(sends, receives);
-}
-
 void DistributedAdamW::update(double lr, double max_norm, double norm, AdamW& local) {
   NoGradGuard no_grad;
   const double coef = clip_coefficient(norm, max_norm);
   if (coef != 1.0) shard_grad_.mul_(coef);
   local.step(lr);
-  all_gather_parameters();
+  if (!shard_parameters_) {  // every rank's updated pieces into every rank's parameters
+    std::vector<size_t> all(params_.size());
+    for (size_t i = 0; i < all.size(); ++i) all[i] = i;
+    gather_parameters(all);
+  }
 }
 
 void DistributedAdamW::finish_step() {

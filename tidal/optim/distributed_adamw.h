@@ -11,6 +11,9 @@
 //   5. every rank's pieces are all-gathered into the parameters in place, so every rank holds the
 //      updated model. The parameters stay where the model made them: no second copy, ever.
 // With one micro-batch per rank the result is bit for bit one process's (tests/dist/).
+// With `shard_parameters` (ZeRO-3, --data-parallel-sharding-strategy optim_grads_params) this rank's
+// pieces of the parameters live in a shard of their own, the AdamW updates them there, and the whole
+// parameters exist only between gather_parameters and release_parameters (train/param_gather.h).
 #include <map>
 #include <memory>
 #include <string>
@@ -26,7 +29,7 @@ namespace tidal::optim {
 class DistributedAdamW {
  public:
   // All parameters must be contiguous and share a dtype and device.
-  DistributedAdamW(const NamedParameters& params, dist::Communicator& comm);
+  DistributedAdamW(const NamedParameters& params, dist::Communicator& comm, bool shard_parameters = false);
 
   // This rank's pieces of the parameters, as parameters of their own (flat views of the parameters
   // named "<name>" or "<name>[begin:end]"), for the AdamW that updates them (swapped or not), with
@@ -42,16 +45,28 @@ class DistributedAdamW {
   // micro-batch's backward (ZeRO-2: --data-parallel-sharding-strategy optim_grads), or bucket by
   // bucket during backward (--overlap-grad-reduce). A parameter without a gradient on some ranks
   // counts zeros there; one without a gradient on every rank takes no part.
-  void reduce_scatter(const std::vector<size_t>& subset);
+  // `via`: a duplicate of the communicator, for a stream's thread (null: the constructor's).
+  void reduce_scatter(const std::vector<size_t>& subset, dist::Communicator* via = nullptr);
   // After the step's last reduce_scatter: the shard's sums become the local AdamW's gradients
   // (none for a parameter that had none on every rank all step, which AdamW then skips, as in one
   // process), and returns the norm of the whole gradients (a collective).
   double finish_reduction();
   // Then: clips the shard to `max_norm` (<= 0: none) given the `norm` finish_reduction returned,
-  // `local.step(lr)` on the shard, and all-gathers the updated pieces into the parameters.
+  // `local.step(lr)` on the shard, and (without sharded parameters) all-gathers the updated pieces
+  // into the parameters.
   void update(double lr, double max_norm, double norm, AdamW& local);
   // Frees the shard's gradient (after update, or when the step is skipped).
   void finish_step();
+
+  // Every rank's pieces of parameters `subset` into the parameters (a collective; with sharded
+  // parameters their bytes are allocated again first and this rank's pieces come from its shard).
+  void gather_parameters(const std::vector<size_t>& subset, dist::Communicator* via = nullptr);
+  // Sharded parameters: frees the whole parameters' bytes (their tensors stay valid).
+  void release_parameters(const std::vector<size_t>& subset);
+  // Sharded parameters: this rank's pieces from the whole parameters into the shard (after the whole
+  // parameters were loaded, e.g. from a checkpoint).
+  void copy_shard_from_parameters();
+  bool shards_parameters() const { return shard_parameters_; }
 
   // Checkpoints (distributed_adamw_state.cpp; docs/distributed.md): every rank saves its local
   // AdamW's state_dict (its shard parameters' states) in a file of its own. The whole parameters
@@ -63,15 +78,13 @@ class DistributedAdamW {
   void load_state(AdamW& local, const SavedState& saved) const;
 
  private:
-  void all_gather_parameters();
-
   dist::Communicator& comm_;
   NamedParameters params_;
+  bool shard_parameters_ = false;
+  Tensor shard_data_;  // (shard elements): this rank's pieces of the parameters, with shard_parameters
   ShardLayout layout_;
   Tensor shard_grad_;           // (shard elements): this rank's summed gradients, during a step
   std::vector<char> has_grad_;  // per parameter: whether it had a gradient on some rank this step
-  // Every rank's pieces of the parameters: (address here, bytes); empty on meta.
-  std::vector<std::vector<std::pair<void*, int64_t>>> pieces_;
   NamedParameters shard_params_;
   std::vector<std::string> shard_names_of_;  // the whole parameter's name of each shard parameter
 };

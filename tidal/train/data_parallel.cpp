@@ -20,10 +20,12 @@ Flags& add_data_parallel_flags(Flags& f) {
   return f
       .flag("use-distributed-optimizer",
             "shard AdamW's states over the data-parallel ranks (ZeRO-1; = --data-parallel-sharding-strategy optim)")
-      .option("data-parallel-sharding-strategy",
-              "what the data-parallel ranks shard: no_shard (default), optim (ZeRO-1: AdamW's states), "
-              "optim_grads (ZeRO-2: and the gradients); optim_grads_params is not implemented yet",
-              "S")
+      .option(
+          "data-parallel-sharding-strategy",
+          "what the data-parallel ranks shard: no_shard (default), optim (ZeRO-1: AdamW's states), "
+          "optim_grads (ZeRO-2: and the gradients), optim_grads_params (ZeRO-3: and the parameters, gathered layer by "
+          "layer)",
+          "S")
       .flag("overlap-grad-reduce",
             "reduce the gradients in buckets on a communication stream while backward runs (default: after it)")
       .option("ddp-bucket-size",
@@ -45,9 +47,7 @@ ShardingStrategy parse_sharding_strategy(const Flags& f) {
   else if (name == "optim_grads")
     given = ShardingStrategy::optim_grads;
   else if (name == "optim_grads_params")
-    detail::throw_error(
-        detail::str_cat("tidal train: --data-parallel-sharding-strategy ", name,
-                        " is not implemented yet: use optim_grads (ZeRO-2), optim (ZeRO-1) or no_shard"));
+    given = ShardingStrategy::optim_grads_params;
   else
     detail::throw_error(detail::str_cat("tidal train: unknown --data-parallel-sharding-strategy '", name,
                                         "': valid are no_shard, optim, optim_grads, optim_grads_params"));

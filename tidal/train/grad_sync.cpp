@@ -28,6 +28,7 @@ GradSync::GradSync(const std::vector<std::pair<std::string, Tensor>>& params, di
       filled += params_[k].second.numel();
     }
     stream_ = std::make_unique<Stream>("comm");
+    stream_comm_ = comm_.duplicate();  // the stream's collectives never meet the compute thread's
   }
   for (size_t b = 0; b < buckets_.size(); ++b)
     for (size_t i : buckets_[b]) bucket_of_[i] = b;
@@ -46,8 +47,9 @@ GradSync::~GradSync() {
 }
 
 void GradSync::begin_micro_batch(int64_t m, int64_t count) {
-  // ZeRO-2 keeps only the shard's sums between micro-batches; the others sum locally until the last.
-  reducing_ = config_.sharding == ShardingStrategy::optim_grads || m + 1 == count;
+  // ZeRO-2/3 keep only the shard's sums between micro-batches; the others sum locally until the last.
+  reducing_ = config_.sharding == ShardingStrategy::optim_grads ||
+              config_.sharding == ShardingStrategy::optim_grads_params || m + 1 == count;
   launched_ = 0;
   ready_in_.assign(buckets_.size(), 0);
   seen_.assign(params_.size(), 0);
@@ -75,13 +77,14 @@ void GradSync::launch_ready() {
 void GradSync::reduce(size_t bucket) {
   const int64_t start = now_ns();
   const std::vector<size_t>& idx = buckets_[bucket];
+  dist::Communicator& comm = stream_comm_ ? *stream_comm_ : comm_;
   if (sharded_) {
-    sharded_->reduce_scatter(idx);
+    sharded_->reduce_scatter(idx, &comm);
   } else {
     std::vector<std::pair<std::string, Tensor>> subset;
     subset.reserve(idx.size());
     for (size_t i : idx) subset.push_back(params_[i]);
-    all_reduce_gradients(comm_, subset);
+    all_reduce_gradients(comm, subset);
   }
   ++stats_.reductions;
   stats_.busy_ns += now_ns() - start;

@@ -62,13 +62,14 @@ class GradSync {
   dist::Communicator& comm_;
   optim::DistributedAdamW* sharded_;
   DataParallelConfig config_;
-  std::unique_ptr<Stream> stream_;            // "comm", with --overlap-grad-reduce
-  std::vector<std::vector<size_t>> buckets_;  // parameter indexes, reverse order
-  std::vector<size_t> bucket_of_;             // per parameter
-  std::vector<size_t> ready_in_;              // per bucket: gradients accumulated this backward
-  std::vector<char> seen_;                    // per parameter, this backward
-  size_t launched_ = 0;                       // buckets started this backward
-  bool reducing_ = false;                     // whether this micro-batch's backward reduces
+  std::unique_ptr<Stream> stream_;                   // "comm", with --overlap-grad-reduce
+  std::unique_ptr<dist::Communicator> stream_comm_;  // the stream's own duplicate of comm_
+  std::vector<std::vector<size_t>> buckets_;         // parameter indexes, reverse order
+  std::vector<size_t> bucket_of_;                    // per parameter
+  std::vector<size_t> ready_in_;                     // per bucket: gradients accumulated this backward
+  std::vector<char> seen_;                           // per parameter, this backward
+  size_t launched_ = 0;                              // buckets started this backward
+  bool reducing_ = false;                            // whether this micro-batch's backward reduces
   GradSyncStats stats_;
 };
 

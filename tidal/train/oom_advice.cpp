@@ -39,6 +39,22 @@ std::vector<memory::SwapParam> swap_params(const models::ModelConfig& m, const T
   return out;
 }
 
+// ZeRO-3's whole parameters at a time: those outside the layers, and the largest layer's (a
+// meta-device model); all of them (and no layer) when only the count is known.
+std::pair<int64_t, int64_t> gathered_elements(const models::ModelConfig& m, const TriageSettings& s) {
+  if (s.num_parameters > 0) return {s.num_parameters, 0};
+  nn::Init init;
+  init.device = Device::meta();
+  const std::unique_ptr<models::CausalLM> model = models::create_model(m, init);
+  std::vector<int64_t> per_layer(size_t(m.num_hidden_layers), 0);
+  int64_t outer = 0;
+  for (const auto& [name, p] : model->named_parameters()) {
+    const int64_t l = model->layer_of_parameter(name);
+    (l < 0 ? outer : per_layer[size_t(l)]) += p.numel();
+  }
+  return {outer, per_layer.empty() ? 0 : *std::max_element(per_layer.begin(), per_layer.end())};
+}
+
 int64_t element_count(const std::vector<memory::SwapParam>& params) {
   int64_t n = 0;
   for (const memory::SwapParam& p : params) n += p.numel;
@@ -60,10 +76,10 @@ StepPeak predict_step_peak(const models::ModelConfig& m, const TriageSettings& s
   StepPeak p;
   const std::vector<memory::SwapParam> params = swap_params(m, s);
   const int64_t n = element_count(params);
-  p.parameters = 4 * n;
-  // The distributed optimizer: AdamW's states of the largest shard (optim/shard_layout.h).
-  // ZeRO-1 and ZeRO-2 alike at the step's last reduce-scatter, where the peak of the step's end is.
-  const bool sharded = s.sharding == ShardingStrategy::optim || s.sharding == ShardingStrategy::optim_grads;
+  const int64_t whole = 4 * n;  // the whole parameters, or their gradients
+  // The distributed optimizer: AdamW's states of the largest shard (optim/shard_layout.h). ZeRO-1, 2
+  // and 3 alike at the step's last reduce-scatter, where the peak of the step's end is.
+  const bool sharded = s.sharding != ShardingStrategy::no_shard;
   int64_t shard = n;
   if (sharded) {
     std::vector<int64_t> numels;
@@ -73,6 +89,12 @@ StepPeak predict_step_peak(const models::ModelConfig& m, const TriageSettings& s
     for (int r = 0; r < s.data_parallel; ++r) shard = std::max(shard, layout.shard_size(r));
   }
   const int64_t states = 8 * shard;  // AdamW's two f32 moments
+  // ZeRO-3: the shard, and the whole parameters outside the layers and of one layer at a time while
+  // layers compute (none at the step's end).
+  const bool zero3 = s.sharding == ShardingStrategy::optim_grads_params;
+  const auto [outer, layer] = zero3 ? gathered_elements(m, s) : std::pair<int64_t, int64_t>{n, 0};
+  p.parameters = zero3 ? 4 * (shard + outer + layer) : whole;
+  const int64_t parameters_at_end = zero3 ? 4 * (shard + outer) : whole;
   const memory::SwapOptimizerConfig& swap = s.memory.swap_optimizer;
   const int64_t swap_k = std::min<int64_t>(swap.requested_times(), int64_t(params.size()));
   // The swap optimizer's windows over a shard: about its share of the whole's windows.
@@ -82,6 +104,8 @@ StepPeak predict_step_peak(const models::ModelConfig& m, const TriageSettings& s
                                  : swapped;
   // Between optimizer steps a swapped optimizer keeps no state on the device.
   const int64_t resident = p.parameters + (swap.on ? 0 : states);
+  // The LM head and the optimizer step run with no layer's parameters gathered (ZeRO-3).
+  const int64_t resident_outside_layers = parameters_at_end + (swap.on ? 0 : states);
   const memory::ActivationEstimate a = estimate(m, s);
   p.activations = a.peak;
   // The LM head and loss: what forward keeps for them is in a.after_forward (the estimator counts
@@ -91,13 +115,13 @@ StepPeak predict_step_peak(const models::ModelConfig& m, const TriageSettings& s
                                                                loss_mode.chunked ? loss_mode.chunk_size : 0);
   const int64_t tokens = s.micro_batch * s.seq;
   p.logits = loss_mode.chunked ? head.logits : 2 * logits_bytes(m, tokens);
-  const int64_t loss = resident + a.after_forward - head.saved + head.peak;
+  const int64_t loss = resident_outside_layers + a.after_forward - head.saved + head.peak;
   // A recompute replay or an offload prefetch later in backward, with gradients (at most all)
   // already there; the optimizer step.
-  const int64_t backward = a.peak > a.after_forward ? resident + a.peak + p.parameters : 0;
+  const int64_t backward = a.peak > a.after_forward ? resident + a.peak + whole : 0;
   // Sharded, the reduce-scatter holds the whole gradients, the shard's sum and every rank's pieces of it.
-  const int64_t optimizer = sharded ? 2 * p.parameters + p.optimizer_states + 4 * (s.data_parallel + 1) * shard
-                                    : 2 * p.parameters + p.optimizer_states;
+  const int64_t optimizer = sharded ? parameters_at_end + whole + p.optimizer_states + 4 * (s.data_parallel + 1) * shard
+                                    : parameters_at_end + whole + p.optimizer_states;
   p.total = std::max({loss, backward, optimizer});
   return p;
 }
@@ -139,13 +163,29 @@ std::optional<Suggestion> suggest_fused_attention(const models::ModelConfig& m, 
 }
 
 Suggestion suggest_sharding(const models::ModelConfig& m, const TriageSettings& s) {
-  if (s.sharding != ShardingStrategy::no_shard)
-    return {"sharding", "", 0, "on: the optimizer states are sharded over the ranks", s};
+  TriageSettings zero3 = s;
+  zero3.sharding = ShardingStrategy::optim_grads_params;
+  if (s.sharding == ShardingStrategy::optim_grads_params)
+    return {"sharding", "", 0, "on: parameters, gradients and optimizer states are sharded over the ranks", s};
+  if (s.sharding != ShardingStrategy::no_shard) {
+    const int64_t more = saving(m, s, zero3);
+    if (more <= 0) return {"sharding", "", 0, "on: the optimizer states are sharded over the ranks", s};
+    return {"sharding", "--data-parallel-sharding-strategy optim_grads_params", more,
+            "the parameters too, gathered layer by layer when they compute (ZeRO-3; two all-gathers of every layer "
+            "per micro-batch)",
+            zero3};
+  }
   TriageSettings t = s;
   t.sharding = ShardingStrategy::optim;
-  if (s.data_parallel > 1)
+  if (s.data_parallel > 1) {
+    const int64_t more = saving(m, t, zero3);
     return {"sharding", "--use-distributed-optimizer", saving(m, s, t),
-            "AdamW's states split over the " + std::to_string(s.data_parallel) + " ranks (ZeRO-1)", t};
+            "AdamW's states split over the " + std::to_string(s.data_parallel) + " ranks (ZeRO-1)" +
+                (more > 0 ? "; --data-parallel-sharding-strategy optim_grads_params would save " + format_bytes(more) +
+                                " more (ZeRO-3: the parameters too, gathered layer by layer)"
+                          : std::string()),
+            t};
+  }
   // One rank: what 8 would save, for a run under mpirun -np 8 (docs/distributed.md).
   t.data_parallel = 8;
   TriageSettings eight = s;

@@ -209,7 +209,8 @@ Setup setup_training(const TrainArgs& args, models::ModelConfig& config, std::FI
   std::unique_ptr<optim::DistributedAdamW> sharded;
   std::unique_ptr<optim::AdamW> optimizer;
   if (args.data_parallel.sharding != ShardingStrategy::no_shard) {
-    sharded = std::make_unique<optim::DistributedAdamW>(model->named_parameters(), comm);
+    sharded = std::make_unique<optim::DistributedAdamW>(
+        model->named_parameters(), comm, args.data_parallel.sharding == ShardingStrategy::optim_grads_params);
     optimizer = memory::make_adamw(sharded->shard_parameters(), adamw_options(args), args.memory.swap_optimizer,
                                    sharded->decay_rule());
   } else {
@@ -228,10 +229,21 @@ Setup setup_training(const TrainArgs& args, models::ModelConfig& config, std::FI
           &comm,
           micro_batches,
           std::move(sharded),
+          nullptr,
           nullptr};
   set_rng_state({args.seed, 0});
   if (!args.load.empty()) resume(args, config, s, out);
   s.grad_sync = std::make_unique<GradSync>(s.model->named_parameters(), comm, s.sharded.get(), args.data_parallel);
+  if (s.sharded && s.sharded->shards_parameters()) {
+    s.sharded->copy_shard_from_parameters();  // what --load put into the whole parameters
+    s.param_gather = std::make_unique<ParamGather>(*s.model, *s.sharded);
+    // The model was built whole on every rank: that moment is not the training's; peaks count from here.
+    const MemoryStats built = device_allocator(Device::cpu()).stats();
+    std::fprintf(out, "ZeRO-3: the model was built whole (device peak %s), now %s of parameters on this rank\n",
+                 format_bytes(built.peak_allocated).c_str(),
+                 format_bytes(built[MemoryCategory::parameter].allocated).c_str());
+    device_allocator(Device::cpu()).reset_peak_stats();
+  }
 
   s.settings = args.to_json();
   s.settings["model"] = models::config_to_json(config);

@@ -18,6 +18,7 @@
 #include "tidal/optim/lr_schedule.h"
 #include "tidal/train/arguments.h"
 #include "tidal/train/grad_sync.h"
+#include "tidal/train/param_gather.h"
 
 namespace tidal::train {
 
@@ -48,6 +49,8 @@ struct Setup {
   // Sums the gradients over the ranks (train/grad_sync.h); last, so it goes first (its hooks and
   // stream refer to the model's parameters and `sharded`).
   std::unique_ptr<GradSync> grad_sync;
+  // ZeRO-3: gathers each layer's parameters when it computes (train/param_gather.h); null otherwise.
+  std::unique_ptr<ParamGather> param_gather;
 };
 
 // Loads the data (the tokenizer's vocabulary goes into `config`), validates `config`, resets the

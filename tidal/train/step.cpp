@@ -31,6 +31,7 @@ StepResult train_step(int64_t it, const TrainArgs& args, Setup& s, profile::Prof
     const int64_t t = tokens.size(1) - 1;
     Tensor loss;
     if (s.offloader) s.offloader->begin_micro_batch();
+    ParamGather::Scope gathered(s.param_gather.get());  // ZeRO-3: the parameters outside the layers
     {
       profile::Range phase("forward", profile::kPhase);
       std::optional<autograd::SavedTensorLog> log;
@@ -84,6 +85,7 @@ double validation_loss(const TrainArgs& args, Setup& s) {
   double sum = 0;
   {
     NoGradGuard no_grad;
+    ParamGather::Scope gathered(s.param_gather.get());
     data::DataLoader loader(s.data.valid);
     for (int64_t i = 0; i < args.eval_iters; ++i) {
       const Tensor tokens = loader.next(args.micro_batch_size).tokens;  // (B, T + 1)

@@ -25,6 +25,7 @@ bool due(int64_t it, int64_t interval, int64_t last) { return (interval > 0 && i
 void save(const TrainArgs& args, const models::ModelConfig& config, const Setup& s, int64_t it) {
   const TrainingState st{it, get_rng_state(), s.loader.position(), s.settings, nlohmann::json::object()};
   const bool rank0 = s.comm->rank() == 0;
+  ParamGather::Scope whole(s.param_gather.get(), /*whole=*/true);  // ZeRO-3: the model for rank 0 to write
   if (!s.sharded) {
     if (rank0)
       save_checkpoint(args.save, st, s.model->state_dict(), s.optimizer->state_dict(), models::config_to_json(config),
@@ -44,6 +45,7 @@ std::string sample(const TrainArgs& args, const Setup& s, Report& report) {
   so.max_new_tokens = args.sample_tokens;
   so.seed = args.seed;
   so.stop_token = s.data.tokenizer->eod_id();
+  ParamGather::Scope whole(s.param_gather.get(), /*whole=*/true);
   const std::vector<int64_t> ids = models::generate(*s.model, s.data.tokenizer->encode(args.sample_prompt), so);
   std::string text = s.data.tokenizer->decode(ids, /*skip_special=*/true);
   report.sample(so.temperature, so.top_k, text);
