@@ -174,13 +174,15 @@ TEST(ZeRO3, IsBitwiseOneProcess) {
 }
 
 // A replayed layer gathers its parameters again; offload and overlapped reduction compose.
-TEST(ZeRO3, ComposesWithRecomputeOffloadAndOverlap) {
+TEST(ZeRO3, ComposesWithRecomputeOffloadOverlapAndSwapOptimizer) {
   compare("tiny-llama", 1, 0.0,
           with(kZero3,
                {"--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", "2"}));
   compare("tiny-llama", 2, 0.0, with(kZero3, {"--recompute-activation-function", "--recompute-norm"}), 1e-12);
   compare("tiny-gpt2", 1, 0.0,
           with(kZero3, {"--activation-offload", "--overlap-grad-reduce", "--ddp-bucket-size", "20000"}));
+  // The swap optimizer swaps the shard's states only.
+  compare("tiny-gpt2", 1, 0.0, with(kZero3, {"--swap-optimizer", "--swap-optimizer-times", "4"}));
 }
 
 // ZeRO-3 checkpoints: the whole model gathered for rank 0 to write, every rank's optimizer shard;
