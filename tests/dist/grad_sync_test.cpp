@@ -98,8 +98,8 @@ TEST(ZeRO2, OnlyTheShardsSumsStayBetweenMicroBatches) {
   sharded.finish_step();
 }
 
-// The comm stream's work runs while backward computes: the profiler's trace has a "comm" lane whose
-// tasks intersect the compute lane, and buckets start before backward ends.
+// The comm stream's work runs while backward computes, and ZeRO-3's prefetches while the layers
+// compute: the profiler's trace has a "comm" and a "gather" lane whose tasks intersect the compute lane.
 TEST(OverlapGradReduce, TheCommLaneOverlapsBackward) {
   dist::Communicator& world = dist::world();
   const std::string dir = scratch_dir("overlap_profile", world.size());
@@ -123,6 +123,9 @@ TEST(OverlapGradReduce, TheCommLaneOverlapsBackward) {
                                      "--overlap-grad-reduce",
                                      "--ddp-bucket-size",
                                      "1000000",
+                                     "--data-parallel-sharding-strategy",
+                                     "optim_grads_params",
+                                     "--overlap-param-gather",
                                      "--profile",
                                      dir,
                                      "--profile-steps",
@@ -134,12 +137,14 @@ TEST(OverlapGradReduce, TheCommLaneOverlapsBackward) {
   std::ifstream in(dir + "/summary.json");
   ASSERT_TRUE(in.good()) << dir;
   const nlohmann::json summary = nlohmann::json::parse(in);
-  nlohmann::json comm;
-  for (const nlohmann::json& stream : summary.value("streams", nlohmann::json::array()))
-    if (stream.value("stream", "") == "comm") comm = stream;
-  ASSERT_TRUE(comm.is_object()) << summary.dump(2);
-  EXPECT_GT(comm.value("tasks", 0), 0);
-  EXPECT_GT(comm.value("overlap_ms", 0.0), 0.0) << comm.dump();
+  for (const char* lane : {"comm", "gather"}) {  // the reduction's and ZeRO-3's prefetches
+    nlohmann::json found;
+    for (const nlohmann::json& stream : summary.value("streams", nlohmann::json::array()))
+      if (stream.value("stream", "") == lane) found = stream;
+    ASSERT_TRUE(found.is_object()) << lane << " " << summary.dump(2);
+    EXPECT_GT(found.value("tasks", 0), 0) << lane;
+    EXPECT_GT(found.value("overlap_ms", 0.0), 0.0) << lane << " " << found.dump();
+  }
 }
 
 TEST(OverlapGradReduce, BucketSizeWithoutOverlapIsExplained) {
@@ -181,6 +186,11 @@ TEST(ZeRO3, ComposesWithRecomputeOffloadOverlapAndSwapOptimizer) {
   compare("tiny-llama", 2, 0.0, with(kZero3, {"--recompute-activation-function", "--recompute-norm"}), 1e-12);
   compare("tiny-gpt2", 1, 0.0,
           with(kZero3, {"--activation-offload", "--overlap-grad-reduce", "--ddp-bucket-size", "20000"}));
+  // The next layer's parameters gathered on the "gather" stream: the same bits.
+  compare("tiny-llama", 2, 0.0, with(kZero3, {"--overlap-param-gather"}), 1e-12);
+  compare("tiny-llama", 1, 0.0,
+          with(kZero3, {"--overlap-param-gather", "--overlap-grad-reduce", "--recompute-granularity", "full",
+                        "--recompute-method", "block", "--recompute-num-layers", "1"}));
   // The swap optimizer swaps the shard's states only.
   compare("tiny-gpt2", 1, 0.0, with(kZero3, {"--swap-optimizer", "--swap-optimizer-times", "4"}));
 }

@@ -49,13 +49,16 @@ TEST(DistributedOptimizer, SeveralMicroBatchesPerRankAgreeToSummationOrder) {
 // gradients beside the shard's sum; AdamW's two f32 moments only for the rank's shard
 // (docs/distributed.md). The same under ZeRO-2 with two micro-batches: between them only the shard's
 // sums stay, and the next backward's whole gradients come on top of them. ZeRO-3 likewise, but for
-// the parameters: this rank's shard, and the whole ones of the layer computing.
+// the parameters: this rank's shard, and the whole ones of the layer computing (and of the next, with
+// --overlap-param-gather).
 TEST(DistributedOptimizer, PerRankMemoryIsExactlyTheFormula) {
   dist::Communicator& world = dist::world();
-  for (const char* strategy : {"optim", "optim_grads", "optim_grads_params"}) {
-    const int64_t micro_per_rank = std::string(strategy) == "optim" ? 1 : 2;
-    const TrainArgs args =
-        args_for(1, micro_per_rank * world.size(), "", "tiny-gpt2", {"--data-parallel-sharding-strategy", strategy});
+  for (const std::string strategy : {"optim", "optim_grads", "optim_grads_params", "optim_grads_params+prefetch"}) {
+    const int64_t micro_per_rank = strategy == "optim" ? 1 : 2;
+    const bool prefetch = strategy.ends_with("+prefetch");
+    std::vector<std::string> flags = {"--data-parallel-sharding-strategy", prefetch ? "optim_grads_params" : strategy};
+    if (prefetch) flags.push_back("--overlap-param-gather");
+    const TrainArgs args = args_for(1, micro_per_rank * world.size(), "", "tiny-gpt2", flags);
     std::FILE* quiet = std::fopen("/dev/null", "w");
     run_training(args, quiet, world);
     std::fclose(quiet);
@@ -64,7 +67,7 @@ TEST(DistributedOptimizer, PerRankMemoryIsExactlyTheFormula) {
     std::vector<int64_t> numels;
     for (const auto& [name, p] : model->named_parameters()) numels.push_back(p.numel());
     const optim::ShardLayout layout = optim::make_shard_layout(numels, world.size(), optim::kGradNormChunk);
-    if (std::string(strategy) != "optim_grads_params") {
+    if (!strategy.starts_with("optim_grads_params")) {
       EXPECT_EQ(st[MemoryCategory::parameter].peak, 4 * layout.total()) << strategy;
     } else {
       // ZeRO-3: the shard, the parameters outside the layers, and one layer's at a time.
@@ -74,8 +77,11 @@ TEST(DistributedOptimizer, PerRankMemoryIsExactlyTheFormula) {
         const int64_t l = model->layer_of_parameter(name);
         (l < 0 ? outer : per_layer[size_t(l)]) += p.numel();
       }
-      const int64_t layer = *std::max_element(per_layer.begin(), per_layer.end());
-      EXPECT_EQ(st[MemoryCategory::parameter].peak, 4 * (layout.shard_size(world.rank()) + outer + layer));
+      // With --overlap-param-gather the next layer's (forward) or the one below's (backward) too.
+      int64_t layers = 0;
+      for (size_t l = 0; l < per_layer.size(); ++l)
+        layers = std::max(layers, per_layer[l] + (prefetch && l + 1 < per_layer.size() ? per_layer[l + 1] : 0));
+      EXPECT_EQ(st[MemoryCategory::parameter].peak, 4 * (layout.shard_size(world.rank()) + outer + layers)) << strategy;
     }
     EXPECT_EQ(st[MemoryCategory::gradient].peak, 4 * (layout.total() + layout.shard_size(world.rank()))) << strategy;
     EXPECT_EQ(st[MemoryCategory::optimizer_state].peak, 2 * 4 * layout.shard_size(world.rank())) << strategy;
@@ -142,13 +148,30 @@ namespace {
 // largest peak any rank measured, as tests/unit/profile_test.cpp does for one process.
 TEST(DistributedOptimizer, PredictedPeakMatchesTheLargestRank) {
   dist::Communicator& world = dist::world();
-  const std::pair<const char*, const char*> runs[] = {
-      {"tiny-gpt2", "optim"}, {"tiny-llama", "optim_grads"}, {"tiny-llama", "optim_grads_params"}};
-  for (const auto& [model, strategy] : runs) {
-    const TrainArgs args =
-        parse_train_args({"--model", model, "--mock-data", "--seq-length", "64", "--micro-batch-size", "4",
-                          "--global-batch-size", std::to_string(4 * world.size()), "--train-iters", "2",
-                          "--no-progress", "--eval-interval", "0", "--data-parallel-sharding-strategy", strategy});
+  const std::pair<const char*, std::vector<std::string>> runs[] = {
+      {"tiny-gpt2", {"optim"}},
+      {"tiny-llama", {"optim_grads"}},
+      {"tiny-llama", {"optim_grads_params"}},
+      {"tiny-llama", {"optim_grads_params", "--overlap-param-gather"}}};
+  for (const auto& [model, flags] : runs) {
+    std::vector<std::string> argv = {"--model",
+                                     model,
+                                     "--mock-data",
+                                     "--seq-length",
+                                     "64",
+                                     "--micro-batch-size",
+                                     "4",
+                                     "--global-batch-size",
+                                     std::to_string(4 * world.size()),
+                                     "--train-iters",
+                                     "2",
+                                     "--no-progress",
+                                     "--eval-interval",
+                                     "0",
+                                     "--data-parallel-sharding-strategy"};
+    argv.insert(argv.end(), flags.begin(), flags.end());
+    const TrainArgs args = parse_train_args(argv);
+    const std::string strategy = flags.size() > 1 ? flags[0] + " " + flags[1] : flags[0];
     std::FILE* quiet = std::fopen("/dev/null", "w");
     run_training(args, quiet, world);
     std::fclose(quiet);

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <map>
 
 #include "tidal/autograd/grad_mode.h"
@@ -64,6 +65,10 @@ void DistributedAdamW::copy_shard_from_parameters() {
 }
 
 void DistributedAdamW::gather_parameters(const std::vector<size_t>& subset, dist::Communicator* via) {
+  start_gather(subset, via)();
+}
+
+std::function<void()> DistributedAdamW::start_gather(const std::vector<size_t>& subset, dist::Communicator* via) {
   dist::Communicator& comm = via != nullptr ? *via : comm_;
   const int me = comm.rank();
   std::vector<char> in(params_.size(), 0);
@@ -85,7 +90,7 @@ void DistributedAdamW::gather_parameters(const std::vector<size_t>& subset, dist
     }
     at += f.length;
   }
-  if (comm.size() == 1 || meta) return;
+  if (comm.size() == 1 || meta) return [] {};
   for (int r = 0; r < comm.size(); ++r) {
     if (r == me) continue;
     for (const ShardLayout::Fragment& f : layout_.fragments(r))
@@ -93,7 +98,7 @@ void DistributedAdamW::gather_parameters(const std::vector<size_t>& subset, dist
         receives.push_back(
             {r, static_cast<char*>(params_[f.param].second.raw_data()) + f.begin * itemsize, f.length * itemsize});
   }
-  comm.exchange(sends, receives);
+  return [&comm, sends = std::move(sends), receives = std::move(receives)] { comm.exchange(sends, receives); };
 }
 
 void DistributedAdamW::release_parameters(const std::vector<size_t>& subset) {

@@ -14,6 +14,7 @@
 // With `shard_parameters` (ZeRO-3, --data-parallel-sharding-strategy optim_grads_params) this rank's
 // pieces of the parameters live in a shard of their own, the AdamW updates them there, and the whole
 // parameters exist only between gather_parameters and release_parameters (train/param_gather.h).
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -61,6 +62,9 @@ class DistributedAdamW {
   // Every rank's pieces of parameters `subset` into the parameters (a collective; with sharded
   // parameters their bytes are allocated again first and this rank's pieces come from its shard).
   void gather_parameters(const std::vector<size_t>& subset, dist::Communicator* via = nullptr);
+  // The same in two halves: the bytes allocated and this rank's pieces copied now, the exchange with
+  // the other ranks in the function returned (run it once, e.g. on a stream; --overlap-param-gather).
+  std::function<void()> start_gather(const std::vector<size_t>& subset, dist::Communicator* via = nullptr);
   // Sharded parameters: frees the whole parameters' bytes (their tensors stay valid).
   void release_parameters(const std::vector<size_t>& subset);
   // Sharded parameters: this rank's pieces from the whole parameters into the shard (after the whole

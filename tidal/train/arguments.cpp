@@ -329,6 +329,7 @@ nlohmann::json TrainArgs::to_json() const {
   j["data_parallel_sharding_strategy"] = sharding_name(data_parallel.sharding);
   j["overlap_grad_reduce"] = data_parallel.overlap_grad_reduce;
   if (data_parallel.overlap_grad_reduce) j["ddp_bucket_size"] = data_parallel.bucket_size;
+  j["overlap_param_gather"] = data_parallel.overlap_param_gather;
   j["check_for_nan_in_loss_and_grad"] = check_for_nan;
   j["skip_nonfinite_steps"] = skip_nonfinite_steps;
   j["seed"] = seed;

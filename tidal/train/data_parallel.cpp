@@ -30,7 +30,9 @@ Flags& add_data_parallel_flags(Flags& f) {
             "reduce the gradients in buckets on a communication stream while backward runs (default: after it)")
       .option("ddp-bucket-size",
               "parameters per bucket of --overlap-grad-reduce (default max(40000000, 1000000 x ranks), Megatron's)",
-              "N");
+              "N")
+      .flag("overlap-param-gather",
+            "ZeRO-3: gather the next layer's parameters on a communication stream while the current one computes");
 }
 
 namespace {
@@ -65,6 +67,10 @@ DataParallelConfig parse_data_parallel(const Flags& f) {
   c.sharding = parse_sharding_strategy(f);
   c.overlap_grad_reduce = f.flag_on("overlap-grad-reduce");
   c.bucket_size = f.integer("ddp-bucket-size", 0, 1, int64_t(1) << 40);
+  c.overlap_param_gather = f.flag_on("overlap-param-gather");
+  TIDAL_CHECK(!c.overlap_param_gather || c.sharding == ShardingStrategy::optim_grads_params,
+              "tidal train: --overlap-param-gather overlaps ZeRO-3's gathering of each layer's parameters: give "
+              "--data-parallel-sharding-strategy optim_grads_params too (the other strategies keep whole parameters)");
   TIDAL_CHECK(!f.has("ddp-bucket-size") || c.overlap_grad_reduce,
               "tidal train: --ddp-bucket-size sizes the buckets of --overlap-grad-reduce: give that flag too");
   return c;

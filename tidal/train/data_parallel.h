@@ -29,6 +29,9 @@ struct DataParallelConfig {
   bool overlap_grad_reduce = false;
   // --ddp-bucket-size: parameters (elements) per bucket; 0 is Megatron's default, max(4e7, 1e6 × ranks).
   int64_t bucket_size = 0;
+  // --overlap-param-gather (ZeRO-3): the next layer's parameters gathered on the "gather" stream
+  // while the current layer computes (train/param_gather.h).
+  bool overlap_param_gather = false;
   int64_t bucket_elements(int ranks) const {
     return bucket_size > 0 ? bucket_size : std::max<int64_t>(40000000, int64_t(1000000) * ranks);
   }

@@ -39,8 +39,9 @@ std::vector<memory::SwapParam> swap_params(const models::ModelConfig& m, const T
   return out;
 }
 
-// ZeRO-3's whole parameters at a time: those outside the layers, and the largest layer's (a
-// meta-device model); all of them (and no layer) when only the count is known.
+// ZeRO-3's whole parameters at a time: those outside the layers, and the largest layer's — or two
+// adjacent layers' with --overlap-param-gather (a meta-device model); all of them (and no layer) when
+// only the count is known.
 std::pair<int64_t, int64_t> gathered_elements(const models::ModelConfig& m, const TriageSettings& s) {
   if (s.num_parameters > 0) return {s.num_parameters, 0};
   nn::Init init;
@@ -52,7 +53,11 @@ std::pair<int64_t, int64_t> gathered_elements(const models::ModelConfig& m, cons
     const int64_t l = model->layer_of_parameter(name);
     (l < 0 ? outer : per_layer[size_t(l)]) += p.numel();
   }
-  return {outer, per_layer.empty() ? 0 : *std::max_element(per_layer.begin(), per_layer.end())};
+  int64_t layers = 0;
+  for (size_t l = 0; l < per_layer.size(); ++l)
+    layers =
+        std::max(layers, per_layer[l] + (s.overlap_param_gather && l + 1 < per_layer.size() ? per_layer[l + 1] : 0));
+  return {outer, layers};
 }
 
 int64_t element_count(const std::vector<memory::SwapParam>& params) {
@@ -130,6 +135,7 @@ TriageSettings triage_settings(const TrainArgs& args, int data_parallel) {
   TriageSettings s;
   s.data_parallel = data_parallel;
   s.sharding = args.data_parallel.sharding;
+  s.overlap_param_gather = args.data_parallel.overlap_param_gather;
   s.micro_batch = args.micro_batch_size;
   s.seq = args.seq_length;
   s.global_batch = args.global_batch_size;

@@ -27,6 +27,7 @@ struct TriageSettings {
   int64_t num_parameters = 0;   // 0: counted from the config (a meta-device model)
   int data_parallel = 1;        // ranks (mpirun -np N; tidal plan --data-parallel-size N)
   ShardingStrategy sharding = ShardingStrategy::no_shard;
+  bool overlap_param_gather = false;  // ZeRO-3 gathers the next layer's parameters early
 };
 // `data_parallel`: the ranks the run has (or is planned for).
 TriageSettings triage_settings(const TrainArgs& args, int data_parallel = 1);

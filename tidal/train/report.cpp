@@ -151,15 +151,24 @@ void Report::summary(const Setup& s, int64_t last_iteration, double final_loss, 
     metrics_.set_summary_field("ranks", ranks_json(*s.comm, dev));
     const dist::CommStats c = s.comm->stats();
     const GradSyncStats& g = s.grad_sync->stats();
-    metrics_.set_summary_field("comm", {{"backend", s.comm->backend()},
-                                        {"calls", c.calls},
-                                        {"bytes_sent", c.bytes_sent},
-                                        {"bytes_received", c.bytes_received},
-                                        {"collective_ms", double(c.busy_ns) / 1e6},
-                                        {"grad_reduce_buckets", g.buckets},
-                                        {"grad_reduce_ms", double(g.busy_ns) / 1e6},
-                                        {"grad_reduce_exposed_ms", double(g.exposed_ns) / 1e6},
-                                        {"hidden_fraction", g.hidden_fraction()}});
+    nlohmann::json comm = {{"backend", s.comm->backend()},
+                           {"calls", c.calls},
+                           {"bytes_sent", c.bytes_sent},
+                           {"bytes_received", c.bytes_received},
+                           {"collective_ms", double(c.busy_ns) / 1e6},
+                           {"grad_reduce_buckets", g.buckets},
+                           {"grad_reduce_ms", double(g.busy_ns) / 1e6},
+                           {"grad_reduce_exposed_ms", double(g.exposed_ns) / 1e6},
+                           {"hidden_fraction", g.hidden_fraction()}};
+    if (s.param_gather) {
+      const ParamGather::Stats& p = s.param_gather->stats();
+      comm["param_gathers"] = p.gathers;
+      comm["param_gather_ms"] = double(p.busy_ns) / 1e6;
+      comm["param_gather_exposed_ms"] = double(p.exposed_ns) / 1e6;
+      std::fprintf(out_, "ZeRO-3 (rank 0): %lld gathers of parameters, %.1f ms gathering, %.1f ms of it waited for\n",
+                   (long long)p.gathers, double(p.busy_ns) / 1e6, double(p.exposed_ns) / 1e6);
+    }
+    metrics_.set_summary_field("comm", std::move(comm));
     std::fprintf(out_,
                  "communication (rank 0, %s): %lld calls, %s sent, %s received, %.1f ms in collectives; gradient "
                  "reduction %.1f ms in %lld bucket(s) per backward, %.0f%% hidden behind backward\n",

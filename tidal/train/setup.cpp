@@ -236,7 +236,7 @@ Setup setup_training(const TrainArgs& args, models::ModelConfig& config, std::FI
   s.grad_sync = std::make_unique<GradSync>(s.model->named_parameters(), comm, s.sharded.get(), args.data_parallel);
   if (s.sharded && s.sharded->shards_parameters()) {
     s.sharded->copy_shard_from_parameters();  // what --load put into the whole parameters
-    s.param_gather = std::make_unique<ParamGather>(*s.model, *s.sharded);
+    s.param_gather = std::make_unique<ParamGather>(*s.model, *s.sharded, comm, args.data_parallel.overlap_param_gather);
     // The model was built whole on every rank: that moment is not the training's; peaks count from here.
     const MemoryStats built = device_allocator(Device::cpu()).stats();
     std::fprintf(out, "ZeRO-3: the model was built whole (device peak %s), now %s of parameters on this rank\n",
