@@ -15,10 +15,24 @@ namespace tidal::train {
 namespace {
 
 TrainResult train_quietly(std::vector<std::string> extra) {
-  std::vector<std::string> argv = {"--model", "tiny-llama", "--mock-data", "--seq-length", "16",
-                                   "--micro-batch-size", "2", "--global-batch-size", "4", "--train-iters", "3",
-                                   "--eval-interval", "0", "--no-progress", "--hidden-dropout", "0",
-                                   "--attention-dropout", "0"};
+  std::vector<std::string> argv = {"--model",
+                                   "tiny-llama",
+                                   "--mock-data",
+                                   "--seq-length",
+                                   "16",
+                                   "--micro-batch-size",
+                                   "2",
+                                   "--global-batch-size",
+                                   "4",
+                                   "--train-iters",
+                                   "3",
+                                   "--eval-interval",
+                                   "0",
+                                   "--no-progress",
+                                   "--hidden-dropout",
+                                   "0",
+                                   "--attention-dropout",
+                                   "0"};
   argv.insert(argv.end(), extra.begin(), extra.end());
   std::FILE* quiet = std::fopen("/dev/null", "w");
   TrainResult r = run_training(parse_train_args(argv), quiet);

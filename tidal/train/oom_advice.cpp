@@ -196,11 +196,13 @@ Suggestion suggest_sharding(const models::ModelConfig& m, const TriageSettings& 
   t.data_parallel = 8;
   TriageSettings eight = s;
   eight.data_parallel = 8;
+  const int64_t per_rank = saving(m, eight, t);
   return {"sharding", "", 0,
           "needs several ranks: under mpirun -np 8 with --use-distributed-optimizer each rank would hold " +
               format_bytes(predict_step_peak(m, t).optimizer_states) + " of AdamW's states instead of " +
-              format_bytes(predict_step_peak(m, eight).optimizer_states) + " (saving " +
-              format_bytes(saving(m, eight, t)) + " per rank)",
+              format_bytes(predict_step_peak(m, eight).optimizer_states) +
+              (per_rank > 0 ? " (a peak " + format_bytes(per_rank) + " lower per rank)"
+                            : " (the step's peak would not be lower: at this size it is the reduce-scatter's)"),
           s};
 }
 
