@@ -1,6 +1,7 @@
 #include "tidal/nn/layers.h"
 
 #include "tidal/memory_scope.h"
+#include "tidal/nn/deferred_init.h"
 #include "tidal/ops/elementwise.h"
 #include "tidal/ops/embedding.h"
 #include "tidal/ops/matmul.h"
@@ -12,6 +13,14 @@ namespace tidal::nn {
 Tensor normal_parameter(const Shape& shape, double std, const Init& init) {
   MemoryScope scope(MemoryCategory::parameter);
   if (init.device.is_meta()) return empty(shape, init.dtype, init.device);
+  if (init.deferred) {  // the draw's position, reserved as randn would
+    const RngState at = get_rng_state();
+    reserve_random(uint64_t(shape.numel()));
+    Tensor t = empty(shape, init.dtype, init.device);
+    t.storage()->release();
+    init.deferred->record_normal(t, std, at);
+    return t;
+  }
   Tensor t = randn(shape, DType::f32);
   t.mul_(std);
   return t.to(init.dtype);
@@ -19,6 +28,12 @@ Tensor normal_parameter(const Shape& shape, double std, const Init& init) {
 
 Tensor constant_parameter(const Shape& shape, double value, const Init& init) {
   MemoryScope scope(MemoryCategory::parameter);
+  if (init.deferred && !init.device.is_meta()) {
+    Tensor t = empty(shape, init.dtype, init.device);
+    t.storage()->release();
+    init.deferred->record_constant(t, value);
+    return t;
+  }
   return full(shape, value, init.dtype, init.device);
 }
 

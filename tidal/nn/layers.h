@@ -1,6 +1,7 @@
 #pragma once
 // The building blocks of transformer models, with Hugging Face parameter names and layouts.
 #include <cstdint>
+#include <memory>
 
 #include "tidal/nn/module.h"
 #include "tidal/ops/activation.h"
@@ -8,10 +9,14 @@
 namespace tidal::nn {
 
 // How parameters are created: dtype, device (meta for the planner) and the init scale.
+class DeferredInit;
+
 struct Init {
   DType dtype = DType::f32;
   Device device = Device::cpu();
   double std = 0.02;  // normal(0, std) for weights
+  // Set: parameters are made without their values (nn/deferred_init.h), which this records.
+  std::shared_ptr<DeferredInit> deferred;
 };
 
 // y = x W^T + b with W (out, in) ("weight") and b (out) ("bias", optional). HF's nn.Linear layout.

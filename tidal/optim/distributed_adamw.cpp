@@ -39,7 +39,6 @@ DistributedAdamW::DistributedAdamW(const NamedParameters& params, dist::Communic
     shard_names_of_.push_back(name);
     at += f.length;
   }
-  if (shard_parameters_) copy_shard_from_parameters();
 }
 
 namespace {
@@ -55,11 +54,19 @@ void copy_elements(const Tensor& dst, int64_t dst_at, const Tensor& src, int64_t
 
 }  // namespace
 
-void DistributedAdamW::copy_shard_from_parameters() {
+void DistributedAdamW::copy_shard_from_parameters(const std::function<void(const Tensor&)>& materialize) {
   if (!shard_parameters_) return;
   int64_t at = 0;
   for (const ShardLayout::Fragment& f : layout_.fragments(comm_.rank())) {
-    copy_elements(shard_data_, at, params_[f.param].second, f.begin, f.length);
+    const Tensor& p = params_[f.param].second;
+    const bool released = !p.storage()->is_materialized();
+    if (released) {  // one parameter's bytes at a time
+      TIDAL_ASSERT(materialize != nullptr, "[distributed optimizer] parameter '", params_[f.param].first,
+                   "' has no values to copy");
+      materialize(p);
+    }
+    copy_elements(shard_data_, at, p, f.begin, f.length);
+    if (released) p.storage()->release();
     at += f.length;
   }
 }

@@ -67,9 +67,10 @@ class DistributedAdamW {
   std::function<void()> start_gather(const std::vector<size_t>& subset, dist::Communicator* via = nullptr);
   // Sharded parameters: frees the whole parameters' bytes (their tensors stay valid).
   void release_parameters(const std::vector<size_t>& subset);
-  // Sharded parameters: this rank's pieces from the whole parameters into the shard (after the whole
-  // parameters were loaded, e.g. from a checkpoint).
-  void copy_shard_from_parameters();
+  // Sharded parameters: this rank's pieces from the whole parameters into the shard (after they were
+  // built or loaded). A parameter whose bytes are released is first given them by `materialize` (a
+  // deferred init: nn/deferred_init.h) and released again, one at a time.
+  void copy_shard_from_parameters(const std::function<void(const Tensor&)>& materialize = {});
   bool shards_parameters() const { return shard_parameters_; }
 
   // Checkpoints (distributed_adamw_state.cpp; docs/distributed.md): every rank saves its local

@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <functional>
 
 #include "tidal/allocator.h"
 #include "tidal/io/atomic_file.h"
@@ -9,6 +10,7 @@
 #include "tidal/memory/offload_runner.h"
 #include "tidal/memory/swap_optimizer.h"
 #include "tidal/models/pretrained.h"
+#include "tidal/nn/deferred_init.h"
 #include "tidal/ops/random.h"
 #include "tidal/train/builtin_corpus.h"
 #include "tidal/train/checkpoint.h"
@@ -59,8 +61,12 @@ TrainingData load_data(const TrainArgs& a, models::ModelConfig& config, std::FIL
 }
 
 // The model as configured, its weights drawn from the generator seeded just before.
-std::unique_ptr<models::CausalLM> build_model(const TrainArgs& args, const models::ModelConfig& config) {
-  std::unique_ptr<models::CausalLM> model = models::create_model(config);
+// `deferred`: the parameters made without their values (ZeRO-3: nn/deferred_init.h).
+std::unique_ptr<models::CausalLM> build_model(const TrainArgs& args, const models::ModelConfig& config,
+                                              const std::shared_ptr<nn::DeferredInit>& deferred) {
+  nn::Init init;
+  init.deferred = deferred;
+  std::unique_ptr<models::CausalLM> model = models::create_model(config, init);
   model->set_attention_kernel(args.attention == "eager" ? AttentionKernel::eager : AttentionKernel::flash);
   if (args.memory.recompute.any()) model->set_recompute(args.memory.recompute_plan);
   return model;
@@ -182,6 +188,8 @@ void resume(const TrainArgs& args, const models::ModelConfig& config, Setup& s, 
   on_every_rank(*s.comm, what, [&] {
     const Checkpoint ck = load_checkpoint(dir);
     check_same_model(ck.config, config, ck.path);
+    // A ZeRO-3 model built without its values (nn/deferred_init.h) gets its bytes to load into.
+    for (const auto& [name, p] : s.model->named_parameters()) p.storage()->rematerialize();
     s.model->load_state_dict(ck.model);
     load_optimizer(ck, s);
     s.start = ck.state.iteration;
@@ -203,14 +211,18 @@ Setup setup_training(const TrainArgs& args, models::ModelConfig& config, std::FI
   host_allocator().reset_peak_stats();
 
   manual_seed(args.seed);
-  std::unique_ptr<models::CausalLM> model = build_model(args, config);
+  // ZeRO-3 builds the model without its values: each rank materializes one parameter at a time and
+  // keeps its shard, so the whole model never needs to fit (not with --pretrained: it loads whole).
+  const bool zero3 = args.data_parallel.sharding == ShardingStrategy::optim_grads_params;
+  std::shared_ptr<nn::DeferredInit> deferred =
+      zero3 && args.pretrained.empty() ? std::make_shared<nn::DeferredInit>() : nullptr;
+  std::unique_ptr<models::CausalLM> model = build_model(args, config, deferred);
   std::unique_ptr<memory::Offloader> offloader = attach_offloader(args.memory, config, *model);
   if (!args.pretrained.empty()) model->load_hf_state_dict(models::load_pretrained_dir(args.pretrained).weights);
   std::unique_ptr<optim::DistributedAdamW> sharded;
   std::unique_ptr<optim::AdamW> optimizer;
   if (args.data_parallel.sharding != ShardingStrategy::no_shard) {
-    sharded = std::make_unique<optim::DistributedAdamW>(
-        model->named_parameters(), comm, args.data_parallel.sharding == ShardingStrategy::optim_grads_params);
+    sharded = std::make_unique<optim::DistributedAdamW>(model->named_parameters(), comm, zero3);
     optimizer = memory::make_adamw(sharded->shard_parameters(), adamw_options(args), args.memory.swap_optimizer,
                                    sharded->decay_rule());
   } else {
@@ -235,11 +247,15 @@ Setup setup_training(const TrainArgs& args, models::ModelConfig& config, std::FI
   if (!args.load.empty()) resume(args, config, s, out);
   s.grad_sync = std::make_unique<GradSync>(s.model->named_parameters(), comm, s.sharded.get(), args.data_parallel);
   if (s.sharded && s.sharded->shards_parameters()) {
-    s.sharded->copy_shard_from_parameters();  // what --load put into the whole parameters
+    // The built values (one parameter at a time), or what --load put into the whole parameters.
+    std::function<void(const Tensor&)> materialize;
+    if (deferred) materialize = [&deferred](const Tensor& p) { deferred->materialize(p); };
+    s.sharded->copy_shard_from_parameters(materialize);
     s.param_gather = std::make_unique<ParamGather>(*s.model, *s.sharded, comm, args.data_parallel.overlap_param_gather);
-    // The model was built whole on every rank: that moment is not the training's; peaks count from here.
+    // Building is not training: the peaks count from here, and the log says what building took.
     const MemoryStats built = device_allocator(Device::cpu()).stats();
-    std::fprintf(out, "ZeRO-3: the model was built whole (device peak %s), now %s of parameters on this rank\n",
+    std::fprintf(out, "ZeRO-3: the model was built %s (device peak %s), now %s of parameters on this rank\n",
+                 deferred && args.load.empty() ? "one parameter at a time" : "whole",
                  format_bytes(built.peak_allocated).c_str(),
                  format_bytes(built[MemoryCategory::parameter].allocated).c_str());
     device_allocator(Device::cpu()).reset_peak_stats();
