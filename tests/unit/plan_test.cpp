@@ -111,5 +111,25 @@ TEST(Plan, ShardingIsTakenWithSeveralRanksAndExplainedWithOne) {
   EXPECT_NE(one.note.find("under mpirun -np 8 with --use-distributed-optimizer"), std::string::npos) << one.note;
 }
 
+// A model too large for ZeRO-1 on its ranks (Qwen3-30B-A3B, 16 ranks of 80 GB, sequence 4096): the
+// plan shards the parameters too, with the gradients freed bucket by bucket, then takes chunked loss
+// and selective recompute — and fits (docs/distributed.md, issue 17's worked example in part).
+TEST(Plan, ZeRO3WithOverlappedReductionMakesAThirtyBillionMoEFit) {
+  const models::ModelConfig m = models::preset("qwen3-30b-a3b");
+  TriageSettings s = qwen3_8b_batch(1);
+  s.data_parallel = 16;
+  s.bucket_elements = 40000000;  // Megatron's default at 16 ranks
+  s.sharding = ShardingStrategy::optim;
+  const Suggestion take = suggest_sharding(m, s);
+  EXPECT_EQ(take.flags, "--overlap-grad-reduce --data-parallel-sharding-strategy optim_grads_params");
+  EXPECT_GT(take.saving, 0);
+  // ZeRO-3 keeps a 16th of the parameters, the outer ones and a layer's (no longer the whole model).
+  EXPECT_LT(predict_step_peak(m, take.with).parameters, predict_step_peak(m, s).parameters / 8);
+  const Plan p = make_plan(m, s, 80 * GiB);
+  EXPECT_TRUE(p.fits) << format_plan(p, m, s);
+  EXPECT_NE(p.flags().find("--data-parallel-sharding-strategy optim_grads_params"), std::string::npos) << p.flags();
+  EXPECT_EQ(p.flags().find("--swap-optimizer"), std::string::npos) << p.flags();
+}
+
 }  // namespace
 }  // namespace tidal::train

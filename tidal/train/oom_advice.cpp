@@ -2,11 +2,16 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <map>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <string>
 
 #include "tidal/memory/estimator.h"
 #include "tidal/memory/savings.h"
 #include "tidal/memory/swap_optimizer.h"
 #include "tidal/models/causal_lm.h"
+#include "tidal/models/config.h"
 #include "tidal/optim/grad_clip.h"
 #include "tidal/optim/shard_layout.h"
 #include "tidal/train/memory_flags.h"
@@ -30,13 +35,37 @@ int64_t logits_bytes(const models::ModelConfig& m, int64_t tokens) { return toke
 
 // The parameters of the model as the swap optimizer plans its windows (a meta-device model: shapes
 // only, no bytes), or `n` f32 elements in one piece when only the count is known.
-std::vector<memory::SwapParam> swap_params(const models::ModelConfig& m, const TriageSettings& s) {
-  if (s.num_parameters > 0) return {{s.num_parameters, DType::f32}};
+// What the predictions need of a model's parameters, from a meta-device model built once per
+// configuration (a plan predicts many steps of the same model; a 30B MoE model has 18k parameters).
+struct ModelShape {
+  std::vector<memory::SwapParam> params;  // in named_parameters order
+  int64_t outer = 0;                      // elements outside the layers
+  std::vector<int64_t> per_layer;         // elements of each layer
+};
+
+const ModelShape& model_shape(const models::ModelConfig& m) {
+  static std::mutex mu;
+  static std::map<std::string, ModelShape> cache;
+  const std::string key = models::config_to_json(m).dump();
+  std::lock_guard lock(mu);
+  if (auto it = cache.find(key); it != cache.end()) return it->second;
+  if (cache.size() >= 16) cache.clear();  // a bound; the references handed out are used at once
   nn::Init init;
   init.device = Device::meta();
-  std::vector<memory::SwapParam> out;
-  for (const auto& [name, p] : models::create_model(m, init)->named_parameters()) out.push_back({p.numel(), p.dtype()});
-  return out;
+  const std::unique_ptr<models::CausalLM> model = models::create_model(m, init);
+  ModelShape shape;
+  shape.per_layer.assign(size_t(m.num_hidden_layers), 0);
+  for (const auto& [name, p] : model->named_parameters()) {
+    shape.params.push_back({p.numel(), p.dtype()});
+    const int64_t l = model->layer_of_parameter(name);
+    (l < 0 ? shape.outer : shape.per_layer[size_t(l)]) += p.numel();
+  }
+  return cache.emplace(key, std::move(shape)).first->second;
+}
+
+std::vector<memory::SwapParam> swap_params(const models::ModelConfig& m, const TriageSettings& s) {
+  if (s.num_parameters > 0) return {{s.num_parameters, DType::f32}};
+  return model_shape(m).params;
 }
 
 // ZeRO-3's whole parameters at a time: those outside the layers, and the largest layer's — or two
@@ -44,15 +73,9 @@ std::vector<memory::SwapParam> swap_params(const models::ModelConfig& m, const T
 // only the count is known.
 std::pair<int64_t, int64_t> gathered_elements(const models::ModelConfig& m, const TriageSettings& s) {
   if (s.num_parameters > 0) return {s.num_parameters, 0};
-  nn::Init init;
-  init.device = Device::meta();
-  const std::unique_ptr<models::CausalLM> model = models::create_model(m, init);
-  std::vector<int64_t> per_layer(size_t(m.num_hidden_layers), 0);
-  int64_t outer = 0;
-  for (const auto& [name, p] : model->named_parameters()) {
-    const int64_t l = model->layer_of_parameter(name);
-    (l < 0 ? outer : per_layer[size_t(l)]) += p.numel();
-  }
+  const ModelShape& shape = model_shape(m);
+  const std::vector<int64_t>& per_layer = shape.per_layer;
+  const int64_t outer = shape.outer;
   int64_t layers = 0;
   for (size_t l = 0; l < per_layer.size(); ++l)
     layers =
@@ -121,12 +144,21 @@ StepPeak predict_step_peak(const models::ModelConfig& m, const TriageSettings& s
   const int64_t tokens = s.micro_batch * s.seq;
   p.logits = loss_mode.chunked ? head.logits : 2 * logits_bytes(m, tokens);
   const int64_t loss = resident_outside_layers + a.after_forward - head.saved + head.peak;
-  // A recompute replay or an offload prefetch later in backward, with gradients (at most all)
-  // already there; the optimizer step.
-  const int64_t backward = a.peak > a.after_forward ? resident + a.peak + whole : 0;
-  // Sharded, the reduce-scatter holds the whole gradients, the shard's sum and every rank's pieces of it.
-  const int64_t optimizer = sharded ? parameters_at_end + whole + p.optimizer_states + 4 * (s.data_parallel + 1) * shard
-                                    : parameters_at_end + whole + p.optimizer_states;
+  // Whole gradients alive at once: all of them, or — sharded with --overlap-grad-reduce, each bucket's
+  // freed once reduce-scattered — about the bucket being reduced and the one filling (a bound: when a
+  // bucket is done depends on timing), with every rank's pieces of one bucket's share of the shard.
+  const bool bucketed = sharded && s.overlap_grad_reduce;
+  const int64_t bucket = std::min(n, s.bucket_elements > 0 ? s.bucket_elements : n);
+  const int64_t live_grads = bucketed ? std::min(whole, 2 * 4 * bucket) : whole;
+  const int64_t pieces = 4 * int64_t(s.data_parallel) * (bucketed ? std::min(shard, bucket) : shard);
+  // A recompute replay or an offload prefetch later in backward, with gradients already there; the
+  // optimizer step.
+  const int64_t backward = a.peak > a.after_forward ? resident + a.peak + live_grads : 0;
+  // Sharded, the reduce-scatter holds the whole gradients (the last bucket's with overlap), the
+  // shard's sum and every rank's pieces of it.
+  const int64_t optimizer =
+      sharded ? parameters_at_end + (bucketed ? 4 * bucket : whole) + p.optimizer_states + 4 * shard + pieces
+              : parameters_at_end + whole + p.optimizer_states;
   p.total = std::max({loss, backward, optimizer});
   return p;
 }
@@ -136,6 +168,8 @@ TriageSettings triage_settings(const TrainArgs& args, int data_parallel) {
   s.data_parallel = data_parallel;
   s.sharding = args.data_parallel.sharding;
   s.overlap_param_gather = args.data_parallel.overlap_param_gather;
+  s.overlap_grad_reduce = args.data_parallel.overlap_grad_reduce;
+  s.bucket_elements = args.data_parallel.bucket_elements(data_parallel);
   s.micro_batch = args.micro_batch_size;
   s.seq = args.seq_length;
   s.global_batch = args.global_batch_size;
@@ -171,14 +205,24 @@ std::optional<Suggestion> suggest_fused_attention(const models::ModelConfig& m, 
 Suggestion suggest_sharding(const models::ModelConfig& m, const TriageSettings& s) {
   TriageSettings zero3 = s;
   zero3.sharding = ShardingStrategy::optim_grads_params;
-  if (s.sharding == ShardingStrategy::optim_grads_params)
+  if (s.sharding == ShardingStrategy::optim_grads_params && s.overlap_grad_reduce)
     return {"sharding", "", 0, "on: parameters, gradients and optimizer states are sharded over the ranks", s};
+  zero3.overlap_grad_reduce = true;
   if (s.sharding != ShardingStrategy::no_shard) {
     const int64_t more = saving(m, s, zero3);
     if (more <= 0) return {"sharding", "", 0, "on: the optimizer states are sharded over the ranks", s};
-    return {"sharding", "--data-parallel-sharding-strategy optim_grads_params", more,
-            "the parameters too, gathered layer by layer when they compute (ZeRO-3; two all-gathers of every layer "
-            "per micro-batch)",
+    const bool params = s.sharding != ShardingStrategy::optim_grads_params;
+    const std::string flags =
+        std::string(s.overlap_grad_reduce ? "" : "--overlap-grad-reduce") +
+        (params ? std::string(s.overlap_grad_reduce ? "" : " ") + "--data-parallel-sharding-strategy optim_grads_params"
+                : "");
+    return {"sharding", flags, more,
+            std::string(params ? "the parameters too, gathered layer by layer when they compute (ZeRO-3; two "
+                                 "all-gathers of every layer per micro-batch)"
+                               : "") +
+                (s.overlap_grad_reduce ? ""
+                                       : std::string(params ? ", and " : "") +
+                                             "each bucket of gradients freed once reduce-scattered during backward"),
             zero3};
   }
   TriageSettings t = s;

@@ -28,6 +28,8 @@ struct TriageSettings {
   int data_parallel = 1;        // ranks (mpirun -np N; tidal plan --data-parallel-size N)
   ShardingStrategy sharding = ShardingStrategy::no_shard;
   bool overlap_param_gather = false;  // ZeRO-3 gathers the next layer's parameters early
+  bool overlap_grad_reduce = false;   // gradients reduced (and, sharded, freed) bucket by bucket
+  int64_t bucket_elements = 0;        // --ddp-bucket-size as resolved for the ranks (0: one bucket)
 };
 // `data_parallel`: the ranks the run has (or is planned for).
 TriageSettings triage_settings(const TrainArgs& args, int data_parallel = 1);
