@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
 
 #include "tests/dist/train_runs.h"
@@ -20,6 +21,7 @@
 #include "tidal/models/causal_lm.h"
 #include "tidal/optim/distributed_adamw.h"
 #include "tidal/optim/grad_clip.h"
+#include "tidal/train/nan_guard.h"
 
 namespace tidal::train {
 namespace {
@@ -226,6 +228,29 @@ TEST(ZeRO3, CheckpointsResumeBitwise) {
     const auto w = io::load_safetensors(run + "/iter_0000004/model.safetensors").tensors;
     for (const auto& [name, t] : full) EXPECT_EQ(max_abs_difference(w.at(name), t), 0.0) << run << " " << name;
   }
+}
+
+}  // namespace
+}  // namespace tidal::train
+
+namespace tidal::train {
+namespace {
+
+// Sharded, the NaN guard names the first non-finite piece over every rank's shard (the whole
+// gradients are gone by then), whichever rank holds it.
+TEST(ShardedNanGuard, NamesTheFirstNonFinitePieceOfAnyRank) {
+  dist::Communicator& world = dist::world();
+  const int last = world.size() - 1;
+  Tensor piece = ones({4});
+  Tensor g = ones({4});
+  if (world.rank() == last) g.data<float>()[2] = std::numeric_limits<float>::quiet_NaN();
+  piece.set_grad(g);
+  const optim::NamedParameters mine = {
+      {"w[" + std::to_string(4 * world.rank()) + ":" + std::to_string(4 * world.rank() + 4) + "]", piece}};
+  const std::string want = "w[" + std::to_string(4 * last) + ":" + std::to_string(4 * last + 4) + "]" +
+                           (world.size() > 1 ? " (rank " + std::to_string(last) + "'s shard)" : "");
+  EXPECT_EQ(nonfinite_step(1.0, std::nan(""), mine, &world),
+            "the gradient norm is nan (first non-finite gradient: " + want + ")");
 }
 
 }  // namespace

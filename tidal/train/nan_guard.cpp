@@ -1,15 +1,25 @@
 #include "tidal/train/nan_guard.h"
 
 #include <cmath>
+#include <string>
+#include <vector>
 
 #include "tidal/base/error.h"
+#include "tidal/dist/communicator.h"
 #include "tidal/optim/finite.h"
 
 namespace tidal::train {
 
-std::string nonfinite_step(double loss, double grad_norm, const optim::NamedParameters& params) {
+std::string nonfinite_step(double loss, double grad_norm, const optim::NamedParameters& params,
+                           dist::Communicator* comm) {
   if (std::isfinite(loss) && std::isfinite(grad_norm)) return "";
-  const std::string first = optim::first_nonfinite_grad(params);
+  std::string first = optim::first_nonfinite_grad(params);
+  if (comm != nullptr) {  // every rank decides alike (the loss and the norm are global): a collective is safe
+    const std::vector<std::string> all = dist::all_gather_strings(*comm, first);
+    first.clear();
+    for (size_t r = 0; r < all.size() && first.empty(); ++r)
+      if (!all[r].empty()) first = all[r] + (all.size() > 1 ? " (rank " + std::to_string(r) + "'s shard)" : "");
+  }
   const std::string grads =
       first.empty() ? std::string(" (every gradient is finite)") : " (first non-finite gradient: " + first + ")";
   if (!std::isfinite(loss))

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <string>
 
+#include "tidal/dist/communicator.h"
 #include "tidal/optim/adamw.h"
 #include "tidal/train/arguments.h"
 
@@ -15,7 +16,10 @@ namespace tidal::train {
 
 // "" when `loss` and `grad_norm` are finite; otherwise what is not, naming the first parameter of
 // `params` whose gradient is not finite: "the gradient norm is inf (first non-finite gradient: w)".
-std::string nonfinite_step(double loss, double grad_norm, const optim::NamedParameters& params);
+// Sharded (`comm` set, `params` this rank's shard pieces): a collective, naming the first non-finite
+// piece of any rank (the shards lie in parameter order, so in rank order).
+std::string nonfinite_step(double loss, double grad_norm, const optim::NamedParameters& params,
+                           dist::Communicator* comm = nullptr);
 
 // The tidal::Error that stops training at iteration `it` because of `what` (nonfinite_step's text),
 // with what to try.

@@ -66,7 +66,9 @@ StepResult train_step(int64_t it, const TrainArgs& args, Setup& s, profile::Prof
   }
   // The loss and the norm are global, so every rank takes the same decision.
   if (args.check_for_nan) {
-    r.nonfinite = nonfinite_step(r.loss, r.grad_norm, s.model->named_parameters());
+    // Sharded, the whole gradients are gone: the shards' pieces name the culprit.
+    r.nonfinite = s.sharded ? nonfinite_step(r.loss, r.grad_norm, s.sharded->shard_parameters(), s.comm)
+                            : nonfinite_step(r.loss, r.grad_norm, s.model->named_parameters());
     if (!r.nonfinite.empty() && !args.skip_nonfinite_steps) stop_nonfinite(it, r.nonfinite, args);
   }
   if (s.sharded) {
