@@ -19,56 +19,8 @@ trap 'rm -rf "$tmp"' EXIT
 base=(--model gpt2-124m --mock-data --vocab-size 8192
       --lr-warmup-iters 0 --log-interval 1000 --eval-interval 0 --no-progress --sample-tokens 0)
 
-# run NAME [flags...]: one training run of $run_iters (default $iters) steps at micro-batch $mb
-# (default 1), its metrics in
-# $tmp/NAME.json, its output in $tmp/NAME.log; the exit status is kept in $tmp/NAME.rc (an
-# out-of-memory run is a result, not a failure).
-run() {
-  local name=$1
-  shift
-  set +e
-  build/tidal train "${base[@]}" --train-iters "${run_iters:-$iters}" --micro-batch-size "${mb:-1}" "$@" --metrics-json "$tmp/$name.json" >"$tmp/$name.log" 2>&1
-  echo $? >"$tmp/$name.rc"
-  set -e
-}
-
-# table TITLE NAME... : the markdown rows of the runs, the first one as the baseline.
-table() {
-  /usr/bin/python3 - "$tmp" "$@" <<'PY'
-import json, os, statistics, sys
-tmp, title, names = sys.argv[1], sys.argv[2], sys.argv[3:]
-MiB = 2 ** 20
-print(f"\n{title}\n")
-print("| run | median step (ms) | ratio | tokens/s | peak activations (MiB) | device peak (MiB) | offloaded / step (MiB) | copies (ms/step) | compute waited (ms/step) | overlap |")
-print("|---|---|---|---|---|---|---|---|---|---|")
-base = None
-for name in names:
-    rc = int(open(f"{tmp}/{name}.rc").read())
-    if rc != 0:
-        log = open(f"{tmp}/{name}.log").read()
-        why = "out of memory" if "out of memory" in log.lower() else f"failed (exit {rc})"
-        print(f"| {name} | {why} | | | | | | | | |")
-        continue
-    j = json.load(open(f"{tmp}/{name}.json"))
-    steps = [s["step_ms"] for s in j["steps"][1:]] or [s["step_ms"] for s in j["steps"]]
-    ms = statistics.median(steps)
-    tokens = statistics.median([s["tokens_per_s"] for s in j["steps"][1:]] or [j["summary"]["tokens_per_s"]])
-    base = base or ms
-    s = j["summary"]
-    o = s.get("offload")
-    n = len(j["steps"])
-    act = s["peak_bytes_by_category"]["activation"] / MiB
-    dev = s["device_peak_reserved_bytes"] / MiB
-    if o:
-        off = f'{o["offloaded_bytes_per_step"] / MiB:.0f}'
-        copies = f'{(o["d2h_ms"] + o["h2d_ms"]) / n:.0f}'
-        waited = f'{o["exposed_wait_ms"] / n:.0f}'
-        overlap = f'{o["overlap_fraction"]:.2f}'
-    else:
-        off = copies = waited = overlap = "-"
-    print(f"| {name} | {ms:.0f} | {ms / base:.2f} | {tokens:.0f} | {act:.0f} | {dev:.0f} | {off} | {copies} | {waited} | {overlap} |")
-PY
-}
+# shellcheck source=bench/bench_lib.sh
+source bench/bench_lib.sh  # run, table
 
 if [[ $what == all || $what == overlap ]]; then
   o=(--seq-length 1024 --attention flash)
