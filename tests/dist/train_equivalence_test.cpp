@@ -8,6 +8,7 @@
 #include <cmath>
 #include <filesystem>
 #include <string>
+#include <tuple>
 
 #include "tests/dist/train_runs.h"
 #include "tidal/allocator.h"
@@ -148,12 +149,16 @@ namespace {
 // largest peak any rank measured, as tests/unit/profile_test.cpp does for one process.
 TEST(DistributedOptimizer, PredictedPeakMatchesTheLargestRank) {
   dist::Communicator& world = dist::world();
-  const std::pair<const char*, std::vector<std::string>> runs[] = {
-      {"tiny-gpt2", {"optim"}},
-      {"tiny-llama", {"optim_grads"}},
-      {"tiny-llama", {"optim_grads_params"}},
-      {"tiny-llama", {"optim_grads_params", "--overlap-param-gather"}}};
-  for (const auto& [model, flags] : runs) {
+  // (model, micro-batches per rank, strategy and flags): with accumulation the gradients kept between
+  // micro-batches (whole, or the shard's sums under ZeRO-2/3) count too.
+  const std::tuple<const char*, int, std::vector<std::string>> runs[] = {
+      {"tiny-gpt2", 1, {"optim"}},
+      {"tiny-llama", 1, {"optim_grads"}},
+      {"tiny-llama", 1, {"optim_grads_params"}},
+      {"tiny-llama", 1, {"optim_grads_params", "--overlap-param-gather"}},
+      {"tiny-gpt2", 2, {"no_shard"}},
+      {"tiny-llama", 2, {"optim_grads"}}};
+  for (const auto& [model, accumulation, flags] : runs) {
     std::vector<std::string> argv = {"--model",
                                      model,
                                      "--mock-data",
@@ -162,7 +167,7 @@ TEST(DistributedOptimizer, PredictedPeakMatchesTheLargestRank) {
                                      "--micro-batch-size",
                                      "4",
                                      "--global-batch-size",
-                                     std::to_string(4 * world.size()),
+                                     std::to_string(4 * accumulation * world.size()),
                                      "--train-iters",
                                      "2",
                                      "--no-progress",
@@ -171,7 +176,8 @@ TEST(DistributedOptimizer, PredictedPeakMatchesTheLargestRank) {
                                      "--data-parallel-sharding-strategy"};
     argv.insert(argv.end(), flags.begin(), flags.end());
     const TrainArgs args = parse_train_args(argv);
-    const std::string strategy = flags.size() > 1 ? flags[0] + " " + flags[1] : flags[0];
+    const std::string strategy =
+        (flags.size() > 1 ? flags[0] + " " + flags[1] : flags[0]) + " x" + std::to_string(accumulation);
     std::FILE* quiet = std::fopen("/dev/null", "w");
     run_training(args, quiet, world);
     std::fclose(quiet);

@@ -143,7 +143,15 @@ StepPeak predict_step_peak(const models::ModelConfig& m, const TriageSettings& s
                                                                loss_mode.chunked ? loss_mode.chunk_size : 0);
   const int64_t tokens = s.micro_batch * s.seq;
   p.logits = loss_mode.chunked ? head.logits : 2 * logits_bytes(m, tokens);
-  const int64_t loss = resident_outside_layers + a.after_forward - head.saved + head.peak;
+  // Gradients kept between micro-batches (accumulation): the whole ones summed so far, or (ZeRO-2/3)
+  // the shard's sums — through every later micro-batch's forward and backward.
+  const int64_t per_rank_batch = s.micro_batch * std::max(1, s.data_parallel);
+  const int64_t accumulation =
+      per_rank_batch > 0 && s.global_batch % per_rank_batch == 0 ? s.global_batch / per_rank_batch : 1;
+  const bool shard_grads =
+      s.sharding == ShardingStrategy::optim_grads || s.sharding == ShardingStrategy::optim_grads_params;
+  const int64_t held = accumulation > 1 ? (shard_grads ? 4 * shard : whole) : 0;
+  const int64_t loss = resident_outside_layers + held + a.after_forward - head.saved + head.peak;
   // Whole gradients alive at once: all of them, or — sharded with --overlap-grad-reduce, each bucket's
   // freed once reduce-scattered — about the bucket being reduced and the one filling (a bound: when a
   // bucket is done depends on timing), with every rank's pieces of one bucket's share of the shard.
@@ -153,7 +161,9 @@ StepPeak predict_step_peak(const models::ModelConfig& m, const TriageSettings& s
   const int64_t pieces = 4 * int64_t(s.data_parallel) * (bucketed ? std::min(shard, bucket) : shard);
   // A recompute replay or an offload prefetch later in backward, with gradients already there; the
   // optimizer step.
-  const int64_t backward = a.peak > a.after_forward ? resident + a.peak + live_grads : 0;
+  // (Summed in place: whole gradients held from earlier micro-batches take the new ones.)
+  const int64_t grads_in_backward = shard_grads ? held + live_grads : std::max(held, live_grads);
+  const int64_t backward = a.peak > a.after_forward ? resident + a.peak + grads_in_backward : 0;
   // Sharded, the reduce-scatter holds the whole gradients (the last bucket's with overlap), the
   // shard's sum and every rank's pieces of it.
   const int64_t optimizer =
