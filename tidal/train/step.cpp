@@ -58,6 +58,7 @@ StepResult train_step(int64_t it, const TrainArgs& args, Setup& s, profile::Prof
   }
   r.loss = dist::all_reduce_sum(comm, loss_sum) / double(global_micro_batches);  // the global batch's mean
   profile::Range phase("optimizer", profile::kPhase);
+  if (s.main_grads) s.main_grads->expose();  // --bf16: the f32 sums are what the rest reads
   if (s.sharded) {
     r.grad_norm = s.sharded->finish_reduction();  // the norm from every shard
   } else {
