@@ -44,9 +44,26 @@ std::vector<std::string> learnable_data(const std::string& name) {
     w.add_document(ids);
   }
   w.finish();
-  return {"--data-path", dir + "/words", "--tokenizer", dir + "/tokenizer.json", "--split", "100,0,0",
-          "--seq-length", "32", "--micro-batch-size", "4", "--global-batch-size", "8", "--lr", "3e-3",
-          "--lr-warmup-iters", "0", "--log-interval", "100", "--eval-interval", "0"};
+  return {"--data-path",
+          dir + "/words",
+          "--tokenizer",
+          dir + "/tokenizer.json",
+          "--split",
+          "100,0,0",
+          "--seq-length",
+          "32",
+          "--micro-batch-size",
+          "4",
+          "--global-batch-size",
+          "8",
+          "--lr",
+          "3e-3",
+          "--lr-warmup-iters",
+          "0",
+          "--log-interval",
+          "100",
+          "--eval-interval",
+          "0"};
 }
 
 nlohmann::json summary(const std::string& path) { return nlohmann::json::parse(io::read_file(path))["summary"]; }
@@ -67,7 +84,7 @@ TEST(TrainBf16, EveryTinyPresetLearnsAndFollowsTheF32Run) {
     const TrainResult bf16 = train(with(flags, {"--bf16"}));
     ASSERT_EQ(bf16.losses.size(), 12u) << preset;
     EXPECT_LT(bf16.losses.back(), bf16.losses.front() - 1.0) << preset;  // it learns
-    double gap = 0;  // the largest relative difference, printed
+    double gap = 0;                                                      // the largest relative difference, printed
     for (size_t i = 0; i < 12; ++i) {
       EXPECT_NEAR(bf16.losses[i], f32.losses[i], 0.01 * f32.losses[i]) << preset << " iteration " << i + 1;
       gap = std::max(gap, std::abs(bf16.losses[i] - f32.losses[i]) / f32.losses[i]);
@@ -101,6 +118,19 @@ TEST(TrainBf16, AllocatorBytesPerCategoryAreTheMixedPrecisionFormula) {
     EXPECT_EQ(peak["optimizer_state"].get<int64_t>(), (bf16 ? 12 : 8) * P) << bf16;
     if (bf16) {
       EXPECT_EQ(peak["parameter"].get<int64_t>() + peak["optimizer_state"].get<int64_t>() + 4 * P, 18 * P);
+      // Saved activations are bf16; only per-row statistics (norms' and attention's, the loss's
+      // log-sum-exp: at most batch x tokens x heads = 256 values) stay f32.
+      int64_t saved_bf16 = 0;
+      const nlohmann::json saved = summary(path)["saved_tensors"];
+      for (const nlohmann::json& t : saved) {
+        const std::string dtype = t["dtype"];
+        if (dtype == "bf16") ++saved_bf16;
+        if (dtype == "f32") {
+          EXPECT_LE(t["bytes"].get<int64_t>(), 4 * 256) << t.dump();
+        }
+        EXPECT_NE(dtype, "f64") << t.dump();
+      }
+      EXPECT_GT(saved_bf16, 10);
       EXPECT_EQ(nlohmann::json::parse(io::read_file(path))["config"]["bf16"], true);
     }
   }

@@ -16,9 +16,10 @@ PrecisionConfig parse_precision(const Flags& f, const DataParallelConfig& data_p
   if (!p.bf16) return p;
   // The f32 gradient sums live beside the parameters (train/main_grads.h); the reductions of
   // train/grad_sync.h and the distributed optimizer read the parameters' own gradients.
-  TIDAL_CHECK(data_parallel.sharding == ShardingStrategy::no_shard, "tidal train: --bf16 with ",
-              f.flag_on("use-distributed-optimizer") ? "--use-distributed-optimizer" : "--data-parallel-sharding-strategy",
-              " is not supported yet: train in bf16 without sharding, or in f32 (drop --bf16)");
+  TIDAL_CHECK(
+      data_parallel.sharding == ShardingStrategy::no_shard, "tidal train: --bf16 with ",
+      f.flag_on("use-distributed-optimizer") ? "--use-distributed-optimizer" : "--data-parallel-sharding-strategy",
+      " is not supported yet: train in bf16 without sharding, or in f32 (drop --bf16)");
   TIDAL_CHECK(!data_parallel.overlap_grad_reduce,
               "tidal train: --bf16 with --overlap-grad-reduce is not supported yet: drop one of them");
   return p;
