@@ -56,15 +56,5 @@ TEST(DistFaults, GlobalBatchMustDivideOverTheRanks) {
       << r.output;
 }
 
-TEST(DistFaults, Bf16WithDataParallelismIsNotSupportedYet) {
-  if (!single_process()) GTEST_SKIP() << "launches mpirun itself";
-  // Every rank stops before the first step with the same message, none waits in a collective.
-  const auto r = run_command(kMpirun + "-np 2 " + kTrain + " --train-iters 2 --bf16");
-  EXPECT_EQ(r.code, 1) << r.output;
-  EXPECT_NE(r.output.find("--bf16 with data parallelism (2 ranks under mpirun) is not supported yet"),
-            std::string::npos)
-      << r.output;
-}
-
 }  // namespace
 }  // namespace tidal

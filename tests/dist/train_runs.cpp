@@ -77,19 +77,22 @@ void expect_same(const Run& dp, const Run& one, double tolerance, double loss_to
 }
 
 void compare(const std::string& model, int64_t micro_per_rank, double tolerance, const std::vector<std::string>& extra,
-             double loss_tolerance) {
+             double loss_tolerance, const std::vector<std::string>& both) {
   dist::Communicator& world = dist::world();
   const int ranks = world.size();
   const int64_t micro = 2, global = micro * micro_per_rank * ranks;
   std::string tag = model + "_m" + std::to_string(micro_per_rank);
   for (const std::string& e : extra) tag += e;
+  for (const std::string& e : both) tag += e;
+  std::vector<std::string> dp_flags = extra;
+  dp_flags.insert(dp_flags.end(), both.begin(), both.end());
   const std::string dir = scratch_dir(tag, ranks);
   if (world.rank() == 0) fs::remove_all(dir);
   world.barrier();
-  const Run dp = train_on(world, world, args_for(micro, global, dir + "/ranks", model, extra));
+  const Run dp = train_on(world, world, args_for(micro, global, dir + "/ranks", model, dp_flags));
   dist::SingleCommunicator single;  // one process (on every rank, alone)
   const Run one =
-      train_on(single, world, args_for(micro, global, dir + "/one_rank" + std::to_string(world.rank()), model));
+      train_on(single, world, args_for(micro, global, dir + "/one_rank" + std::to_string(world.rank()), model, both));
   expect_same(dp, one, tolerance, loss_tolerance < 0 ? tolerance : loss_tolerance);
 }
 

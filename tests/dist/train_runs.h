@@ -33,8 +33,9 @@ double max_abs_difference(const Tensor& a, const Tensor& b);
 void expect_same(const Run& dp, const Run& one, double tolerance, double loss_tolerance);
 
 // This run's ranks, `micro_per_rank` micro-batches of 2 each with flags `extra`, against one process
-// accumulating them all without them.
+// accumulating them all without them; both with flags `both`.
 void compare(const std::string& model, int64_t micro_per_rank, double tolerance,
-             const std::vector<std::string>& extra = {}, double loss_tolerance = -1);
+             const std::vector<std::string>& extra = {}, double loss_tolerance = -1,
+             const std::vector<std::string>& both = {});
 
 }  // namespace tidal::train

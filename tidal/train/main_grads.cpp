@@ -1,6 +1,7 @@
 #include "tidal/train/main_grads.h"
 
 #include "tidal/autograd/grad_mode.h"
+#include "tidal/dist/collectives.h"
 #include "tidal/memory_scope.h"
 
 namespace tidal::train {
@@ -30,7 +31,15 @@ void MainGrads::on_gradient(size_t i) {
   sums_[i].add_(g.to(DType::f32));
 }
 
-void MainGrads::expose() {
+void MainGrads::expose(dist::Communicator& comm) {
+  if (comm.size() > 1) {
+    std::string have(params_.size(), '\0');
+    for (size_t i = 0; i < params_.size(); ++i) have[i] = sums_[i].defined() ? 1 : 0;
+    have = dist::any_rank(comm, have);
+    MemoryScope scope(MemoryCategory::gradient);
+    for (size_t i = 0; i < params_.size(); ++i)
+      if (have[i] && !sums_[i].defined()) sums_[i] = zeros(params_[i].shape(), DType::f32, params_[i].device());
+  }
   for (size_t i = 0; i < params_.size(); ++i) {
     params_[i].set_grad(sums_[i]);  // undefined: no gradient this step (an expert no token chose)
     sums_[i] = Tensor();

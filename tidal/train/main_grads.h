@@ -5,7 +5,9 @@
 // between backwards a parameter holds no gradient of its own and the next backward starts a fresh
 // bf16 one. After the step's last backward, expose() makes each sum the parameter's gradient
 // (Tensor::set_grad takes an f32 gradient for a bf16 tensor): clipping, the NaN guard and AdamW read
-// it as they read an f32 run's, and AdamW's zero_grad drops it.
+// it as they read an f32 run's, and AdamW's zero_grad drops it. Under data parallelism (no_shard,
+// without --overlap-grad-reduce) expose() runs before the step's reduction, which then sums the f32
+// gradients over the ranks as it sums an f32 run's.
 //
 // Bytes: 4 per parameter element between backwards (the sums); during a backward one parameter's
 // bf16 gradient (2 bytes per element) is alive beside them until its hook has added it, so the
@@ -13,6 +15,7 @@
 #include <cstddef>
 #include <vector>
 
+#include "tidal/dist/communicator.h"
 #include "tidal/tensor.h"
 
 namespace tidal::train {
@@ -25,8 +28,11 @@ class MainGrads {
   MainGrads(const MainGrads&) = delete;
   MainGrads& operator=(const MainGrads&) = delete;
 
-  // After the step's last backward: every sum becomes its parameter's gradient, and this holds none.
-  void expose();
+  // After the step's last backward, before its reduction: every sum becomes its parameter's
+  // gradient, and this holds none. A parameter some other rank of `comm` has a sum for and this one
+  // has not (an expert none of its tokens chose) gets f32 zeros, so every rank reduces f32 tensors;
+  // one no rank has a sum for keeps no gradient. Every rank of `comm` calls it.
+  void expose(dist::Communicator& comm);
 
  private:
   void on_gradient(size_t i);

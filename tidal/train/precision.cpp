@@ -14,8 +14,8 @@ PrecisionConfig parse_precision(const Flags& f, const DataParallelConfig& data_p
   PrecisionConfig p;
   p.bf16 = f.flag_on("bf16");
   if (!p.bf16) return p;
-  // The f32 gradient sums live beside the parameters (train/main_grads.h); the reductions of
-  // train/grad_sync.h and the distributed optimizer read the parameters' own gradients.
+  // The f32 gradient sums become the parameters' gradients after the last backward (train/main_grads.h):
+  // the distributed optimizer's buffers and --overlap-grad-reduce's hooks would read bf16 ones before.
   TIDAL_CHECK(
       data_parallel.sharding == ShardingStrategy::no_shard, "tidal train: --bf16 with ",
       f.flag_on("use-distributed-optimizer") ? "--use-distributed-optimizer" : "--data-parallel-sharding-strategy",

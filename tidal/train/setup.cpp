@@ -210,9 +210,6 @@ void resume(const TrainArgs& args, const models::ModelConfig& config, Setup& s, 
 
 Setup setup_training(const TrainArgs& args, models::ModelConfig& config, std::FILE* out, dist::Communicator& comm) {
   const int64_t micro_batches = micro_batches_per_rank(args.global_batch_size, args.micro_batch_size, comm.size());
-  // The f32 gradient sums of --bf16 (train/main_grads.h) are not what the ranks reduce yet.
-  TIDAL_CHECK(!args.precision.bf16 || comm.size() == 1, "tidal train: --bf16 with data parallelism (", comm.size(),
-              " ranks under mpirun) is not supported yet: train in bf16 in one process, or in f32 (drop --bf16)");
   TrainingData data = load_data(args, config, out);
   config.validate();
   device_allocator(Device::cpu()).reset_peak_stats();
