@@ -17,6 +17,7 @@
 #include "tidal/data/tokenizer.h"
 #include "tidal/io/atomic_file.h"
 #include "tidal/io/safetensors.h"
+#include "tidal/memory/savings.h"
 #include "tidal/models/causal_lm.h"
 
 namespace tidal::train {
@@ -134,6 +135,29 @@ TEST(TrainBf16, AllocatorBytesPerCategoryAreTheMixedPrecisionFormula) {
       EXPECT_EQ(nlohmann::json::parse(io::read_file(path))["config"]["bf16"], true);
     }
   }
+}
+
+// --swap-optimizer swaps the f32 master with the moments: 12 bytes per parameter element in host
+// memory, two windows of them on the device (memory/savings.h knows a bf16 parameter's master).
+TEST(TrainBf16, TheSwapOptimizerSwapsMasterAndMoments) {
+  const std::string path = fresh_dir("bf16_swap") + "/metrics.json";
+  train(with(kTiny, {"--bf16", "--train-iters", "2", "--swap-optimizer", "--swap-optimizer-times", "6",
+                     "--metrics-json", path}));
+  nn::Init init;
+  init.device = Device::meta();
+  init.dtype = DType::bf16;
+  std::vector<memory::SwapParam> params;
+  int64_t P = 0;
+  for (const Tensor& p : models::create_model(models::preset("tiny-gpt2"), init)->parameters()) {
+    params.push_back({p.numel(), p.dtype()});
+    P += p.numel();
+  }
+  const nlohmann::json s = summary(path);
+  EXPECT_EQ(s["peak_bytes_by_category"]["host_offload"].get<int64_t>(), 12 * P);
+  EXPECT_EQ(s["swap_optimizer"]["host_state_bytes"].get<int64_t>(), 12 * P);
+  EXPECT_EQ(s["peak_bytes_by_category"]["optimizer_state"].get<int64_t>(),
+            memory::swap_optimizer_device_bytes(params, 6));
+  EXPECT_EQ(s["peak_bytes_by_category"]["parameter"].get<int64_t>(), 2 * P);
 }
 
 TEST(TrainBf16, MasterWeightsAndStatesResumeBitwiseAndTheCheckpointHoldsBf16) {
