@@ -123,8 +123,11 @@ void Tensor::set_grad(const Tensor& g) const {
     ref().grad.reset();
     return;
   }
-  TIDAL_CHECK(g.shape() == shape() && g.dtype() == dtype(), "[tensor] gradient ", g.shape(), " ", g.dtype(),
-              " does not match the tensor ", shape(), " ", dtype());
+  // A bf16 tensor may hold an f32 gradient: mixed precision's f32 sum of its bf16 gradients
+  // (train/main_grads.h), which the optimizer reads; a backward does not add into it.
+  const bool main_grad = dtype() == DType::bf16 && g.dtype() == DType::f32;
+  TIDAL_CHECK(g.shape() == shape() && (g.dtype() == dtype() || main_grad), "[tensor] gradient ", g.shape(), " ",
+              g.dtype(), " does not match the tensor ", shape(), " ", dtype());
   ref().grad = g.impl();
 }
 

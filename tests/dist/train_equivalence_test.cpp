@@ -35,6 +35,15 @@ TEST(DataParallel, OneMicroBatchPerRankIsBitwiseOneProcessForMoE) { compare("tin
 // fp32 rounding of a few additions, then 4 AdamW steps of lr 2e-3 (updates of ~lr each).
 TEST(DataParallel, SeveralMicroBatchesPerRankAgreeToSummationOrder) { compare("tiny-gpt2", 2, 1e-5); }
 
+// --bf16 (train/main_grads.h): each rank's f32 gradient sums are all-reduced as an f32 run's are, in
+// rank order; with one micro-batch per rank that is one process's order of f32 additions, so the bf16
+// weights are bit for bit one process's. In the MoE model an expert none of a rank's tokens chose
+// gets f32 zeros on that rank for the reduction.
+TEST(DataParallel, Bf16OneMicroBatchPerRankIsBitwiseOneProcess) {
+  compare("tiny-gpt2", 1, 0.0, {}, -1, {"--bf16"});
+  compare("tiny-qwen3-moe", 1, 0.0, {}, -1, {"--bf16"});
+}
+
 // The distributed optimizer: reduce-scatter, the norm from the shards' chunk sums, the shard's
 // update, all-gather — still bit for bit one process, and its checkpoint is one process's too.
 TEST(DistributedOptimizer, OneMicroBatchPerRankIsBitwiseOneProcess) {

@@ -115,6 +115,8 @@ TEST(Loss, ValuesMatchReferenceInEveryDtype) {
   EXPECT_NEAR(cross_entropy(x, t).item<double>(), total / 10.0, 1e-11);  // 10 of 12 rows count
   EXPECT_NEAR(cross_entropy(x.to(DType::f32), t).item<float>(), total / 10.0, 1e-4);
   EXPECT_NEAR(cross_entropy(x.to(DType::bf16), t).to(DType::f64).item<double>(), total / 10.0, 3e-2);
+  EXPECT_EQ(cross_entropy(x.to(DType::bf16), t).dtype(), DType::f32);  // mixed precision's loss is f32
+  EXPECT_EQ(cross_entropy(x.to(DType::bf16), t, -100, Reduction::none).dtype(), DType::bf16);
   EXPECT_TRUE(all_close(cross_entropy(x.to(DType::f32), t, -100, Reduction::none).to(DType::f64), rows, 1e-5, 1e-5));
   // Gradients agree across dtypes.
   auto grad = [&](DType dt) {

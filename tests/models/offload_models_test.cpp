@@ -1,6 +1,8 @@
 // Activation offload on the real models: every policy and tier, alone and with recompute, over two
 // accumulated micro-batches, gives bitwise the gradients of keeping everything; and the measured
-// device peak of activations and the offloaded bytes are exactly what the estimator predicts.
+// device peak of activations and the offloaded bytes are exactly what the estimator predicts. With
+// bf16 parameters (--bf16's model) the gradients are bitwise too (the estimator assumes f32 tensors:
+// its dtype awareness is later work, so its bytes are checked in f32 only).
 #include <gtest/gtest.h>
 
 #pragma GCC diagnostic ignored "-Wmissing-field-initializers"
@@ -73,8 +75,8 @@ Trained run(CausalLM& model, const Tensor& batch, memory::Offloader* off) {
   return r;
 }
 
-void check(const char* preset_name, AttentionKernel kernel) {
-  auto model = testing::make_test_model(preset_name, 4, kernel);
+void check(const char* preset_name, AttentionKernel kernel, DType dtype = DType::f32) {
+  auto model = testing::make_test_model(preset_name, 4, kernel, dtype);
   const ModelConfig& c = model->config();
   manual_seed(2);
   Tensor batch = randint(0, c.vocab_size, {4, 33});
@@ -113,6 +115,8 @@ void check(const char* preset_name, AttentionKernel kernel) {
         EXPECT_TRUE(testing::bitwise_equal(r.grads[i], plain.grads[i])) << what << " param " << i;
       }
     }
+    EXPECT_GT(r.offloaded, 0) << what;
+    if (dtype != DType::f32) continue;
     memory::ActivationInputs in;
     in.batch = 2;
     in.seq = 32;
@@ -123,7 +127,6 @@ void check(const char* preset_name, AttentionKernel kernel) {
     in.expert_tokens = routed;
     const memory::ActivationEstimate est = memory::estimate_activations(c, in);
     EXPECT_EQ(est.peak, r.peak) << what << ": predicted peak at " << est.peak_at;
-    EXPECT_GT(r.offloaded, 0) << what;
     EXPECT_EQ(r.offloaded, est.offloaded_per_step) << what;
   }
 }
@@ -134,6 +137,8 @@ TEST(OffloadModels, Gpt2Eager) { check("tiny-gpt2", AttentionKernel::eager); }
 TEST(OffloadModels, LlamaFlash) { check("tiny-llama", AttentionKernel::flash); }
 TEST(OffloadModels, LlamaEager) { check("tiny-llama", AttentionKernel::eager); }
 TEST(OffloadModels, Qwen3MoeFlash) { check("tiny-qwen3-moe", AttentionKernel::flash); }
+TEST(OffloadModels, Bf16LlamaEager) { check("tiny-llama", AttentionKernel::eager, DType::bf16); }
+TEST(OffloadModels, Bf16Qwen3MoeFlash) { check("tiny-qwen3-moe", AttentionKernel::flash, DType::bf16); }
 
 // The example: full uniform 1 keeps one input per layer; offloading those inputs leaves about
 // two on the device (the last block's, and the one prefetched for it) instead of L.

@@ -1,6 +1,7 @@
 // Every recompute mode and allowed combination, on every architecture: the loss and every gradient
 // are bitwise identical to the run without recompute (the same kernels run in the same order on the
-// same values), with dropout and with gradient accumulation over two micro-batches.
+// same values), with dropout and with gradient accumulation over two micro-batches; in f32 and with
+// bf16 parameters (--bf16's model: bf16 activations and gradients).
 #include <gtest/gtest.h>
 
 // Modes are written as partial aggregates: the fields left out keep their defaults.
@@ -75,8 +76,8 @@ Result run(CausalLM& model, const Tensor& batch) {
   return r;
 }
 
-void check_all_modes(const char* preset_name, AttentionKernel kernel) {
-  auto model = testing::make_test_model(preset_name, 3, kernel);
+void check_all_modes(const char* preset_name, AttentionKernel kernel, DType dtype = DType::f32) {
+  auto model = testing::make_test_model(preset_name, 3, kernel, dtype);
   const ModelConfig& c = model->config();
   manual_seed(2);
   Tensor batch = randint(0, c.vocab_size, {4, 13});
@@ -112,6 +113,11 @@ TEST(Recompute, Gpt2BitwiseEveryModeFlash) { check_all_modes("tiny-gpt2", Attent
 TEST(Recompute, LlamaBitwiseEveryMode) { check_all_modes("tiny-llama", AttentionKernel::eager); }
 TEST(Recompute, Qwen3BitwiseEveryMode) { check_all_modes("tiny-qwen3", AttentionKernel::eager); }
 TEST(Recompute, Qwen3MoeBitwiseEveryMode) { check_all_modes("tiny-qwen3-moe", AttentionKernel::eager); }
+TEST(Recompute, Bf16Gpt2BitwiseEveryModeFlash) { check_all_modes("tiny-gpt2", AttentionKernel::flash, DType::bf16); }
+TEST(Recompute, Bf16LlamaBitwiseEveryMode) { check_all_modes("tiny-llama", AttentionKernel::eager, DType::bf16); }
+TEST(Recompute, Bf16Qwen3MoeBitwiseEveryMode) {
+  check_all_modes("tiny-qwen3-moe", AttentionKernel::eager, DType::bf16);
+}
 
 TEST(Recompute, FlagRulesAreEnforced) {
   const ModelConfig dense = preset("tiny-llama");

@@ -1,6 +1,7 @@
 #pragma once
 // The small models the memory-feature tests train: a preset cut to `layers` layers, a dense layer 1
-// between sparse ones for MoE, dropout on for GPT-2 (so RNG replay is exercised).
+// between sparse ones for MoE, dropout on for GPT-2 (so RNG replay is exercised); parameters of
+// `dtype` (bf16: --bf16's model, the f32 draws rounded).
 #include <memory>
 
 #include "tidal/models/causal_lm.h"
@@ -9,13 +10,15 @@
 namespace tidal::testing {
 
 inline std::unique_ptr<models::CausalLM> make_test_model(const char* preset_name, int64_t layers,
-                                                         AttentionKernel kernel) {
+                                                         AttentionKernel kernel, DType dtype = DType::f32) {
   models::ModelConfig c = models::preset(preset_name);
   c.num_hidden_layers = layers;
   c.mlp_only_layers = c.is_moe() ? std::vector<int64_t>{1} : std::vector<int64_t>{};
   if (c.is_gpt2()) c.hidden_dropout = c.attention_dropout = 0.1;
   manual_seed(1);
-  auto model = models::create_model(c);
+  nn::Init init;
+  init.dtype = dtype;
+  auto model = models::create_model(c, init);
   model->set_attention_kernel(kernel);
   return model;
 }

@@ -156,6 +156,36 @@ TEST(AdamW, Bf16ParametersKeepAnF32MasterWeight) {
   EXPECT_EQ(a16.state_bytes(), 3 * 4 * 300);  // m, v, master in f32
 }
 
+TEST(AdamW, AnF32GradientOfABf16ParameterUpdatesTheMasterInF32) {
+  // --bf16's f32 gradient sums (train/main_grads.h). On bf16-representable gradients: bit for bit the
+  // fused bf16 pass. On any f32 gradients: the master is bit for bit the f32 run's parameter, and the
+  // bf16 weight that parameter rounded.
+  manual_seed(8);
+  Tensor init = randn({300}).to(DType::bf16).to(DType::f32);
+  Tensor fused = init.to(DType::bf16), mixed = init.to(DType::bf16), mixed2 = init.to(DType::bf16), p32 = init.clone();
+  for (Tensor* p : {&fused, &mixed, &mixed2, &p32}) p->set_requires_grad(true);
+  AdamW a_fused({{"p", fused}}, {.lr = 1e-3}), a_mixed({{"p", mixed}}, {.lr = 1e-3});
+  AdamW a_mixed2({{"p", mixed2}}, {.lr = 1e-3}), a32({{"p", p32}}, {.lr = 1e-3});
+  for (int t = 0; t < 10; ++t) {
+    Tensor g = randn({300}).to(DType::bf16);
+    fused.set_grad(g);
+    mixed.set_grad(g.to(DType::f32));
+    a_fused.step();
+    a_mixed.step();
+    Tensor g32 = randn({300});  // not bf16-representable
+    mixed2.set_grad(g32);
+    p32.set_grad(g32);
+    a_mixed2.step();
+    a32.step();
+  }
+  EXPECT_TRUE(testing::bitwise_equal(mixed.detach(), fused.detach()));
+  EXPECT_TRUE(testing::bitwise_equal(a_mixed.state_dict()["p.master"], a_fused.state_dict()["p.master"]));
+  EXPECT_TRUE(testing::bitwise_equal(a_mixed2.state_dict()["p.master"], p32.detach()));
+  EXPECT_TRUE(testing::bitwise_equal(mixed2.detach(), p32.detach().to(DType::bf16)));
+  EXPECT_EQ(mixed2.grad().dtype(), DType::f32);
+  EXPECT_THROW(fused.set_grad(randn({300}).to(DType::f64)), Error);  // f32 is the one other dtype a bf16 tensor takes
+}
+
 TEST(AdamW, StateDictRoundTripThroughSafetensors) {
   manual_seed(3);
   auto make = [](uint64_t seed) {

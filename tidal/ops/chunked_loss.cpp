@@ -90,7 +90,7 @@ Tensor chunked_lm_loss(const Tensor& hidden, const Tensor& weight, const Tensor&
     logits = empty({std::min(chunk_size, N), V}, acc, dev);  // (chunk, V): the only logits there are
   }
   Tensor row_loss = empty({N}, acc, dev);  // (N)
-  Tensor out = empty(Shape{}, hidden.dtype(), dev);
+  Tensor out = empty(Shape{}, acc, dev);   // f32 for bf16: mixed precision's fp32 loss, like cross_entropy
   if (Kernels* kern = kernels_for(out)) {
     CrossEntropyArgs ce;
     ce.rows = N;

@@ -14,8 +14,8 @@ namespace tidal {
 // mean over non-ignored rows of cross_entropy(hidden @ weight^T, targets), as one op.
 //   hidden (B, T, C) or (N, C); weight (V, C) (the LM head; the embedding when tied); targets (B, T)
 //   or (N) class indices (i32/i64), ignore_index rows count for nothing; chunk_size >= 1 rows.
-// Returns a 0-dim tensor in hidden's dtype: the same value as the unchunked path (the sum of the row
-// losses in row order over the global count of non-ignored rows), NaN when every row is ignored.
+// Returns a 0-dim tensor in the accumulator's dtype (f32 for bf16, f64 for f64): the same value as the unchunked path
+// (the sum of the row losses in row order over the global count of non-ignored rows), NaN when every row is ignored.
 // f32 and f64 natively; bf16 runs in f32 (weight and hidden converted once), stores bf16 gradients.
 // A second backward through the same graph (retain_graph) works only with an incoming gradient of 1:
 // any other scales the stored gradients in place (no copy of a (V, C) gradient).

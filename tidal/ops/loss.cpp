@@ -115,7 +115,8 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore
   Tensor tc = targets.contiguous();                     // (...) small
   Tensor lse = empty(rows, acc, logits.device());       // (...) per-row log-sum-exp, saved
   Tensor row_loss = empty(rows, acc, logits.device());  // (...)
-  Tensor out = reduction == Reduction::none ? Tensor() : empty(Shape{}, logits.dtype(), logits.device());
+  // A reduced loss is the accumulator's dtype: bf16 logits give an f32 loss (mixed precision's fp32 loss).
+  Tensor out = reduction == Reduction::none ? Tensor() : empty(Shape{}, acc, logits.device());
   int64_t count = 0;
   if (Kernels* kern = kernels_for(logits)) {
     const int64_t bad = kern->find_bad_target(tc, args);

@@ -46,9 +46,11 @@ void AdamW::check_lr(double lr) { TIDAL_CHECK(lr >= 0, "[adamw] lr must be >= 0,
 Tensor AdamW::begin_update(Slot& s) {
   Tensor g = s.param.grad();
   if (!g.defined()) return g;  // PyTorch: `if p.grad is None: continue`
-  TIDAL_CHECK(g.shape() == s.param.shape() && g.dtype() == s.param.dtype() && g.device() == s.param.device(),
-              "[adamw] gradient of '", s.name, "' is ", g.shape(), " ", g.dtype(), " on ", g.device(),
-              " but the parameter is ", s.param.shape(), " ", s.param.dtype(), " on ", s.param.device());
+  const bool main_grad = s.param.dtype() == DType::bf16 && g.dtype() == DType::f32;  // --bf16's f32 sums
+  TIDAL_CHECK(
+      g.shape() == s.param.shape() && (g.dtype() == s.param.dtype() || main_grad) && g.device() == s.param.device(),
+      "[adamw] gradient of '", s.name, "' is ", g.shape(), " ", g.dtype(), " on ", g.device(), " but the parameter is ",
+      s.param.shape(), " ", s.param.dtype(), " on ", s.param.device());
   if (!s.exp_avg.defined()) init_state(s);
   ++s.step;
   return g.contiguous();
@@ -63,7 +65,17 @@ void AdamW::update(const Slot& s, const Tensor& param, const Tensor& grad, const
   a.eps = options_.eps;
   a.weight_decay = s.decay ? options_.weight_decay : 0.0;
   a.step = s.step;
-  if (Kernels* kern = kernels_for(param)) kern->adamw_step(param, grad, exp_avg, exp_avg_sq, master, a);
+  Kernels* kern = kernels_for(param);
+  if (kern == nullptr) return;
+  if (grad.dtype() == param.dtype()) {
+    kern->adamw_step(param, grad, exp_avg, exp_avg_sq, master, a);
+    return;
+  }
+  // An f32 gradient of a bf16 parameter (--bf16): the f32 update of the master weights, then the
+  // bf16 copy written from them, rounded to nearest even as the fused bf16 pass rounds.
+  kern->adamw_step(master, grad, exp_avg, exp_avg_sq, Tensor(), a);
+  NoGradGuard no_grad;
+  Tensor(param).copy_(master);
 }
 
 void AdamW::step(double lr) {

@@ -13,7 +13,9 @@
 // first update, in f32 (f64 for f64 parameters), under MemoryScope(optimizer_state), on the
 // parameter's device: on meta they are accounted but own no bytes and no kernel runs. A bf16
 // parameter is updated through its master copy and written back rounded to nearest even, so small
-// updates are not lost to bf16 rounding (mixed-precision training's fp32 master weights).
+// updates are not lost to bf16 rounding (mixed-precision training's fp32 master weights). Its
+// gradient may be bf16 or f32 (--bf16's f32 sums over the micro-batches, train/main_grads.h): the
+// same f32 arithmetic either way.
 //
 // Parameters without a gradient (an MoE expert no token was routed to) are skipped exactly as
 // PyTorch skips `p.grad is None`: no decay, no state change, their step count does not advance.

@@ -67,6 +67,7 @@ Flags train_flags() {
       .flag("no-progress", "no progress bar")
       .flag("report-memory", "print the table of tensors saved for backward in the first step");
   add_memory_flags(f);
+  add_precision_flags(f);
   add_data_parallel_flags(f)
       .option("sample-prompt", "text to continue with the trained model at the end", "TEXT")
       .option("sample-tokens", "tokens to generate for the sample (default 64 with a prompt)", "N")
@@ -188,6 +189,8 @@ TrainArgs parse_train_args(const std::vector<std::string>& argv) {
   parse_outputs(f, a);
   a.memory = parse_memory_config(f, m);
   a.data_parallel = parse_data_parallel(f);
+  a.precision = parse_precision(f, a.data_parallel);
+  m.torch_dtype = a.precision.torch_dtype();  // what the checkpoint's config.json says its weights are
   a.progress = !f.flag_on("no-progress");
   parse_profile(f, a);
   parse_sample(f, a);
@@ -330,6 +333,7 @@ nlohmann::json TrainArgs::to_json() const {
   j["overlap_grad_reduce"] = data_parallel.overlap_grad_reduce;
   if (data_parallel.overlap_grad_reduce) j["ddp_bucket_size"] = data_parallel.bucket_size;
   j["overlap_param_gather"] = data_parallel.overlap_param_gather;
+  j["bf16"] = precision.bf16;
   j["check_for_nan_in_loss_and_grad"] = check_for_nan;
   j["skip_nonfinite_steps"] = skip_nonfinite_steps;
   j["seed"] = seed;

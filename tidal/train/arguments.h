@@ -10,6 +10,7 @@
 #include "tidal/memory/memory_config.h"
 #include "tidal/models/config.h"
 #include "tidal/train/data_parallel.h"
+#include "tidal/train/precision.h"
 
 namespace tidal::train {
 
@@ -57,6 +58,8 @@ struct TrainArgs {
   // --use-distributed-optimizer / --data-parallel-sharding-strategy / --overlap-grad-reduce /
   // --ddp-bucket-size (train/data_parallel.h)
   DataParallelConfig data_parallel;
+  // --bf16: mixed precision (train/precision.h)
+  PrecisionConfig precision;
   std::string sample_prompt;  // printed sample at the end ("" : none)
   int64_t sample_tokens = 0;
   // --profile DIR [--profile-steps A:B] (docs/profiling.md); steps 0: the default window

@@ -82,6 +82,10 @@ Report::Report(const TrainArgs& args, const models::ModelConfig& config, const S
                s.comm->size() > 1 ? (", " + std::to_string(s.comm->size()) + " data-parallel ranks").c_str() : "",
                args.attention.c_str(), mem.recompute.describe().c_str(), mem.offload.describe().c_str());
   print_core_attn_note(args, out);
+  if (args.precision.bf16)
+    std::fprintf(out,
+                 "mixed precision (--bf16): bf16 weights and activations, f32 gradient sums, f32 master weights "
+                 "and AdamW states\n");
   if (mem.loss.chunked || mem.swap_optimizer.on)
     std::fprintf(out, "loss compute mode: %s; optimizer states: %s\n", mem.loss.describe().c_str(),
                  s.optimizer->describe().c_str());

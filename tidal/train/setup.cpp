@@ -61,11 +61,13 @@ TrainingData load_data(const TrainArgs& a, models::ModelConfig& config, std::FIL
 }
 
 // The model as configured, its weights drawn from the generator seeded just before.
-// `deferred`: the parameters made without their values (ZeRO-3: nn/deferred_init.h).
+// `deferred`: the parameters made without their values (ZeRO-3: nn/deferred_init.h). --bf16: each
+// weight drawn in f32 as an f32 run draws it, then rounded to bf16 (nn::normal_parameter).
 std::unique_ptr<models::CausalLM> build_model(const TrainArgs& args, const models::ModelConfig& config,
                                               const std::shared_ptr<nn::DeferredInit>& deferred) {
   nn::Init init;
   init.deferred = deferred;
+  init.dtype = args.precision.param_dtype();
   std::unique_ptr<models::CausalLM> model = models::create_model(config, init);
   model->set_attention_kernel(args.attention == "eager" ? AttentionKernel::eager : AttentionKernel::flash);
   if (args.memory.recompute.any()) model->set_recompute(args.memory.recompute_plan);
@@ -117,6 +119,15 @@ void check_same_model(const nlohmann::json& saved, const models::ModelConfig& no
               " layers, hidden ", s.hidden_size, ", vocab ", s.vocab_size, ") than the one configured (",
               now.model_type, ", ", now.num_hidden_layers, " layers, hidden ", now.hidden_size, ", vocab ",
               now.vocab_size, "): use the same model flags as the run that saved it");
+}
+
+// A --bf16 checkpoint's master weights resume only a --bf16 run, and an f32 one's weights an f32 run.
+void check_same_precision(const nlohmann::json& saved, const models::ModelConfig& now, const std::string& path) {
+  const std::string dtype = models::config_from_json(saved).torch_dtype;
+  TIDAL_CHECK(
+      dtype == now.torch_dtype, "[checkpoint] ", path, "/config.json field 'torch_dtype' says ", dtype,
+      ", this run trains in ", now.torch_dtype, ": ",
+      dtype == "bfloat16" ? "give --bf16 as the run that saved it did" : "drop --bf16 as the run that saved it did");
 }
 
 // A sharded checkpoint's record of the parameters against this model's.
@@ -188,6 +199,7 @@ void resume(const TrainArgs& args, const models::ModelConfig& config, Setup& s, 
   on_every_rank(*s.comm, what, [&] {
     const Checkpoint ck = load_checkpoint(dir);
     check_same_model(ck.config, config, ck.path);
+    check_same_precision(ck.config, config, ck.path);
     // A ZeRO-3 model built without its values (nn/deferred_init.h) gets its bytes to load into.
     for (const auto& [name, p] : s.model->named_parameters()) p.storage()->rematerialize();
     s.model->load_state_dict(ck.model);
@@ -242,10 +254,16 @@ Setup setup_training(const TrainArgs& args, models::ModelConfig& config, std::FI
           micro_batches,
           std::move(sharded),
           nullptr,
+          nullptr,
           nullptr};
   set_rng_state({args.seed, 0});
   if (!args.load.empty()) resume(args, config, s, out);
   s.grad_sync = std::make_unique<GradSync>(s.model->named_parameters(), comm, s.sharded.get(), args.data_parallel);
+  if (args.precision.bf16) {
+    s.main_grads = std::make_unique<MainGrads>(s.model->parameters());
+    // The f32 draws of the initialization (nn::normal_parameter) are the build's, not the training's.
+    device_allocator(Device::cpu()).reset_peak_stats();
+  }
   if (s.sharded && s.sharded->shards_parameters()) {
     // The built values (one parameter at a time), or what --load put into the whole parameters.
     std::function<void(const Tensor&)> materialize;

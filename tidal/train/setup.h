@@ -18,6 +18,7 @@
 #include "tidal/optim/lr_schedule.h"
 #include "tidal/train/arguments.h"
 #include "tidal/train/grad_sync.h"
+#include "tidal/train/main_grads.h"
 #include "tidal/train/param_gather.h"
 
 namespace tidal::train {
@@ -51,6 +52,8 @@ struct Setup {
   std::unique_ptr<GradSync> grad_sync;
   // ZeRO-3: gathers each layer's parameters when it computes (train/param_gather.h); null otherwise.
   std::unique_ptr<ParamGather> param_gather;
+  // --bf16: the f32 sums of the bf16 gradients (train/main_grads.h); null otherwise.
+  std::unique_ptr<MainGrads> main_grads;
 };
 
 // Loads the data (the tokenizer's vocabulary goes into `config`), validates `config`, resets the
