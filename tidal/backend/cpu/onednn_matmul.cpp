@@ -1,9 +1,10 @@
 #include "tidal/backend/cpu/onednn_matmul.h"
 
-#include <dnnl.hpp>
 #include <dnnl_debug.h>
 #include <omp.h>
+#include <dnnl.hpp>
 
+#include <algorithm>
 #include <cstring>
 #include <list>
 #include <memory>
@@ -37,10 +38,15 @@ struct KeyHash {
     uint32_t ab[2];
     std::memcpy(&ab[0], &key.alpha, 4);
     std::memcpy(&ab[1], &key.beta, 4);
-    const uint64_t parts[] = {uint64_t(key.trans_a) | uint64_t(key.trans_b) << 1 | uint64_t(key.out) << 2 |
-                                  uint64_t(key.threads) << 8,
-                              uint64_t(key.m), uint64_t(key.n), uint64_t(key.k), uint64_t(key.lda),
-                              uint64_t(key.ldb), uint64_t(key.ldc), uint64_t(ab[0]) | uint64_t(ab[1]) << 32};
+    const uint64_t parts[] = {
+        uint64_t(key.trans_a) | uint64_t(key.trans_b) << 1 | uint64_t(key.out) << 2 | uint64_t(key.threads) << 8,
+        uint64_t(key.m),
+        uint64_t(key.n),
+        uint64_t(key.k),
+        uint64_t(key.lda),
+        uint64_t(key.ldb),
+        uint64_t(key.ldc),
+        uint64_t(ab[0]) | uint64_t(ab[1]) << 32};
     uint64_t h = 1469598103934665603ull;
     for (uint64_t p : parts) h = (h ^ p) * 1099511628211ull;
     return size_t(h);
@@ -104,6 +110,7 @@ class Cache {
     }
     std::shared_ptr<const Entry> e = create(key);
     ++stats_.created;
+    stats_.max_scratchpad_bytes = std::max(stats_.max_scratchpad_bytes, int64_t(e->scratch_bytes));
     order_.emplace_front(key, e);
     index_[key] = order_.begin();
     if (int64_t(order_.size()) > kMaxPrimitives) {
@@ -146,8 +153,8 @@ Key make_key(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float 
 }
 
 template <typename C>
-void gemm_impl(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const BFloat16* a,
-               int64_t lda, const BFloat16* b, int64_t ldb, float beta, C* c, int64_t ldc) {
+void gemm_impl(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const BFloat16* a, int64_t lda,
+               const BFloat16* b, int64_t ldb, float beta, C* c, int64_t ldc) {
   if (m == 0 || n == 0) return;
   if (k == 0) {  // oneDNN rejects empty reductions; the product is zero
     for (int64_t i = 0; i < m; ++i)

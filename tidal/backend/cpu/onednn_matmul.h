@@ -31,6 +31,7 @@ struct CacheStats {
   int64_t created = 0;     // since the process started (a miss creates one)
   int64_t hits = 0;
   int64_t evicted = 0;
+  int64_t max_scratchpad_bytes = 0;  // the largest a created primitive asked for (per calling thread)
 };
 CacheStats cache_stats();
 // The implementation oneDNN chose for the primitive of this call, e.g. "brg:avx512_core_bf16" (for

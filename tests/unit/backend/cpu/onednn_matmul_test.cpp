@@ -84,10 +84,10 @@ Tensor operand(int64_t rows, int64_t cols, bool trans, bool padded) {
 }
 
 void run_case(const Case& c, bool padded) {
-  SCOPED_TRACE(std::to_string(c.m) + "x" + std::to_string(c.n) + "x" + std::to_string(c.k) + " ta=" +
-               std::to_string(c.trans_a) + " tb=" + std::to_string(c.trans_b) + " alpha=" + std::to_string(c.alpha) +
-               " beta=" + std::to_string(c.beta) + " out=" + std::string(dtype_name(c.out)) +
-               (padded ? " padded" : ""));
+  SCOPED_TRACE(std::to_string(c.m) + "x" + std::to_string(c.n) + "x" + std::to_string(c.k) +
+               " ta=" + std::to_string(c.trans_a) + " tb=" + std::to_string(c.trans_b) +
+               " alpha=" + std::to_string(c.alpha) + " beta=" + std::to_string(c.beta) +
+               " out=" + std::string(dtype_name(c.out)) + (padded ? " padded" : ""));
   Tensor a = operand(c.m, c.k, c.trans_a, padded), b = operand(c.k, c.n, c.trans_b, padded);
   ASSERT_TRUE(cpu::blas_compatible(c.m, c.k, a.stride(0), a.stride(1)));
   Tensor c0 = randn({c.m, c.n}).to(c.out);
