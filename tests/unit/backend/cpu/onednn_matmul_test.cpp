@@ -125,6 +125,13 @@ TEST(OnednnMatmul, BatchedAndBroadcastBf16) {
   Tensor o32 = c0.clone();
   cpu::matmul_kernel(o32, q, kt, 0.5, 1.0);
   check_against_reference(o32, c0, q, kt, 0.5, 1.0);
+  // Products under 32 MFLOP run one per thread inside a parallel region, each on a primitive that
+  // oneDNN runs single-threaded there: large enough here for its brgemm kernels.
+  Tensor a2 = randn({4, 256, 128}).to(DType::bf16), b2 = randn({4, 128, 256}).to(DType::bf16);
+  Tensor c2 = zeros({4, 256, 256}, DType::bf16);
+  cpu::matmul_kernel(c2, a2, b2, 1.0, 0.0);
+  check_against_reference(c2, c2.clone(), a2, b2, 1.0, 0.0);
+  EXPECT_NE(cpu::onednn::impl_name(false, false, 256, 256, 128, 128, 256, 256, DType::bf16).rfind("ref", 0), 0u);
 }
 
 TEST(OnednnMatmul, OpsRouteBf16ToTheKernelAndReusePrimitives) {
