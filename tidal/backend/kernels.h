@@ -74,7 +74,8 @@ class Kernels {
   // values, each independent of the thread count (the gradient norm's deterministic partial sums).
   virtual void sum_of_squares(const Tensor& x, int64_t chunk, double* partials) = 0;
 
-  // --- matrix product: out = alpha * a @ b + beta * out (f32 or f64; batch dims broadcast)
+  // --- matrix product: out = alpha * a @ b + beta * out (batch dims broadcast). a and b share a dtype;
+  // out has it too, except that bf16 operands may write an f32 out (f32 accumulation either way).
   virtual void matmul(const Tensor& out, const Tensor& a, const Tensor& b, double alpha, double beta) = 0;
 
   // --- softmax, norms, RoPE, embedding

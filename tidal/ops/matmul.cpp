@@ -18,18 +18,10 @@ Tensor blas_operand(const Tensor& t) {
   return t.detach().contiguous();
 }
 
-// out = alpha * a @ b + beta * out, for any floating dtype (bf16 through f32). Operand copies are
-// made on meta tensors too, so meta accounting matches a real run byte for byte.
+// out = alpha * a @ b + beta * out, for any floating dtype (bf16 with f32 accumulation in the
+// kernel). Operand copies are made on meta tensors too, so meta accounting matches a real run byte
+// for byte.
 void matmul_into(const Tensor& out, const Tensor& a, const Tensor& b, double alpha, double beta) {
-  if (a.dtype() == DType::bf16) {
-    Tensor o32 = out.detach().to(DType::f32);
-    Tensor a32 = blas_operand(a.detach().to(DType::f32)), b32 = blas_operand(b.detach().to(DType::f32));
-    if (Kernels* kern = kernels_for(out)) {
-      kern->matmul(o32, a32, b32, alpha, beta);
-      kern->copy(out, o32);
-    }
-    return;
-  }
   Tensor ac = blas_operand(a), bc = blas_operand(b);
   if (Kernels* kern = kernels_for(out)) kern->matmul(out, ac, bc, alpha, beta);
 }

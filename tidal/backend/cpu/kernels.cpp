@@ -14,6 +14,7 @@
 #include "tidal/backend/cpu/loss.h"
 #include "tidal/backend/cpu/matmul.h"
 #include "tidal/backend/cpu/norm.h"
+#include "tidal/backend/cpu/onednn_matmul.h"
 #include "tidal/backend/cpu/optim.h"
 #include "tidal/backend/cpu/random.h"
 #include "tidal/backend/cpu/reduce.h"
@@ -28,7 +29,8 @@ class CpuKernels final : public Kernels {
  public:
   const char* name() const override { return "cpu"; }
   std::string describe() const override {
-    return std::string("  gemm           ") + blas::backend_name() + " (f32); reference kernel (f64)\n";
+    return std::string("  gemm           ") + blas::backend_name() +
+           " (f32); oneDNN matmul (bf16, f32 accumulation, isa " + onednn::isa_name() + "); reference kernel (f64)\n";
   }
 
   bool matmul_operand_ok(int64_t rows, int64_t cols, int64_t stride_r, int64_t stride_c) const override {

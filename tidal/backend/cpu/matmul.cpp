@@ -1,9 +1,11 @@
 #include "tidal/backend/cpu/matmul.h"
 
 #include <algorithm>
+#include <type_traits>
 #include <vector>
 
 #include "tidal/backend/cpu/blas.h"
+#include "tidal/backend/cpu/onednn_matmul.h"
 #include "tidal/base/parallel.h"
 #include "tidal/dtype_dispatch.h"
 
@@ -56,8 +58,12 @@ bool rows_fold(const Tensor& a, const Shape& batch) {
   return true;
 }
 
-template <typename T>
+// T: the operands' element type; C: the output's (bf16 operands may write f32).
+template <typename T, typename C>
 void matmul_typed(const Tensor& out, const Tensor& a, const Tensor& b, double alpha, double beta) {
+  using S = std::conditional_t<std::is_same_v<T, double>, double, float>;  // alpha, beta
+  using blas::gemm;
+  using onednn::gemm;
   const int64_t m = a.size(-2), k = a.size(-1), n = b.size(-1);
   Shape batch;
   for (int d = 0; d < out.dim() - 2; ++d) batch.push_back(out.shape()[d]);
@@ -67,11 +73,11 @@ void matmul_typed(const Tensor& out, const Tensor& a, const Tensor& b, double al
                "matmul operands need a unit stride");
   const T* ap = static_cast<const T*>(a.raw_data());
   const T* bp = static_cast<const T*>(b.raw_data());
-  T* cp = static_cast<T*>(out.raw_data());
+  C* cp = static_cast<C*>(out.raw_data());
   const std::vector<int64_t> sa = batch_strides(a, batch), sb = batch_strides(b, batch);
   const bool b_shared = std::all_of(sb.begin(), sb.end(), [](int64_t s) { return s == 0; });
   if (nbatch > 1 && b_shared && !la.trans && rows_fold(a, batch)) {
-    blas::gemm(false, lb.trans, nbatch * m, n, k, T(alpha), ap, la.ld, bp, lb.ld, T(beta), cp, n);
+    gemm(false, lb.trans, nbatch * m, n, k, S(alpha), ap, la.ld, bp, lb.ld, S(beta), cp, n);
     return;
   }
   auto one = [&](int64_t i) {
@@ -82,7 +88,7 @@ void matmul_typed(const Tensor& out, const Tensor& a, const Tensor& b, double al
       oa += idx * sa[size_t(d)];
       ob += idx * sb[size_t(d)];
     }
-    blas::gemm(la.trans, lb.trans, m, n, k, T(alpha), ap + oa, la.ld, bp + ob, lb.ld, T(beta), cp + i * m * n, n);
+    gemm(la.trans, lb.trans, m, n, k, S(alpha), ap + oa, la.ld, bp + ob, lb.ld, S(beta), cp + i * m * n, n);
   };
   // Many small products: one per thread, each single-threaded. Few large ones: threaded GEMMs.
   const double flops = 2.0 * double(m) * double(n) * double(k);
@@ -103,9 +109,18 @@ bool blas_compatible(int64_t rows, int64_t cols, int64_t stride_r, int64_t strid
 }
 
 void matmul_kernel(const Tensor& out, const Tensor& a, const Tensor& b, double alpha, double beta) {
+  TIDAL_ASSERT(a.dtype() == b.dtype(), "matmul kernel got ", a.dtype(), " @ ", b.dtype());
   switch (a.dtype()) {
-    case DType::f32: return matmul_typed<float>(out, a, b, alpha, beta);
-    case DType::f64: return matmul_typed<double>(out, a, b, alpha, beta);
+    case DType::f32:
+      TIDAL_ASSERT(out.dtype() == DType::f32, "matmul kernel: f32 operands write f32, not ", out.dtype());
+      return matmul_typed<float, float>(out, a, b, alpha, beta);
+    case DType::f64:
+      TIDAL_ASSERT(out.dtype() == DType::f64, "matmul kernel: f64 operands write f64, not ", out.dtype());
+      return matmul_typed<double, double>(out, a, b, alpha, beta);
+    case DType::bf16:
+      if (out.dtype() == DType::f32) return matmul_typed<BFloat16, float>(out, a, b, alpha, beta);
+      TIDAL_ASSERT(out.dtype() == DType::bf16, "matmul kernel: bf16 operands write bf16 or f32, not ", out.dtype());
+      return matmul_typed<BFloat16, BFloat16>(out, a, b, alpha, beta);
     default: TIDAL_ASSERT(false, "matmul kernel got ", a.dtype());
   }
 }

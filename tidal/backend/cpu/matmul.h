@@ -1,7 +1,8 @@
 #pragma once
 // Batched GEMM over strided tensors: out[i] = alpha * a[i] @ b[i] + beta * out[i] for every batch
 // index i of the (broadcast) batch dims. Each matrix needs a unit stride in one of its two dims;
-// the op layer copies operands that have neither.
+// the op layer copies operands that have neither. f32 and bf16 run on oneDNN (sgemm; the matmul
+// primitive for bf16, which may write an f32 out), f64 on the reference kernel (blas.h).
 #include "tidal/tensor.h"
 
 namespace tidal::cpu {
