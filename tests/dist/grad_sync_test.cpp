@@ -255,3 +255,19 @@ TEST(ShardedNanGuard, NamesTheFirstNonFinitePieceOfAnyRank) {
 
 }  // namespace
 }  // namespace tidal::train
+
+namespace tidal::train {
+namespace {
+
+// --bf16 under sharding: f32 gradient sums reduce-scattered into an f32 shard, f32 master weights of
+// the shard's pieces, bf16 parameters gathered — bit for bit one bf16 process (ZeRO-2/3 for any
+// accumulation, as in f32).
+TEST(ShardedBf16, EveryStrategyIsBitwiseOneBf16Process) {
+  const std::vector<std::string> bf16 = {"--bf16"};
+  compare("tiny-llama", 1, 0.0, {"--use-distributed-optimizer"}, -1, bf16);
+  compare("tiny-gpt2", 2, 0.0, {"--data-parallel-sharding-strategy", "optim_grads"}, 1e-12, bf16);
+  compare("tiny-qwen3-moe", 2, 0.0, {"--data-parallel-sharding-strategy", "optim_grads_params"}, 1e-12, bf16);
+}
+
+}  // namespace
+}  // namespace tidal::train

@@ -128,7 +128,9 @@ void DistributedAdamW::reduce_scatter(const std::vector<size_t>& subset, dist::C
   dist::Communicator& comm = via != nullptr ? *via : comm_;
   const int ranks = comm.size(), me = comm.rank();
   const Tensor& first = params_.front().second;
-  const int64_t itemsize = first.itemsize();
+  // Gradients are summed in f32 for bf16 parameters (--bf16's main gradients), else in their dtype.
+  const DType grad_dtype = first.dtype() == DType::bf16 ? DType::f32 : first.dtype();
+  const int64_t itemsize = dtype_size(grad_dtype);
   const bool meta = first.is_meta();
   if (has_grad_.size() != params_.size()) has_grad_.assign(params_.size(), 0);
   // Which of them have a gradient on some rank: one without any takes no part (and, if it gets none
@@ -146,13 +148,15 @@ void DistributedAdamW::reduce_scatter(const std::vector<size_t>& subset, dist::C
     Tensor g = p.grad();
     if (!g.defined()) {
       MemoryScope scope(MemoryCategory::gradient);
-      g = zeros_like(p);
+      g = zeros(p.shape(), grad_dtype, p.device());
     }
+    TIDAL_ASSERT(g.dtype() == grad_dtype, "[distributed optimizer] parameter '", params_[i].first, "' has a ",
+                 g.dtype(), " gradient; its sums are ", grad_dtype);
     grads[i] = g.contiguous().view({p.numel()});
   }
   if (!shard_grad_.defined()) {
     MemoryScope scope(MemoryCategory::gradient);
-    shard_grad_ = zeros({layout_.shard_size(me)}, first.dtype(), first.device());  // (shard): summed gradients
+    shard_grad_ = zeros({layout_.shard_size(me)}, grad_dtype, first.device());  // (shard): summed gradients
   }
   // This call's pieces of my shard, packed: runs of (offset in my shard, offset in the packing, length).
   struct Run {
@@ -172,7 +176,7 @@ void DistributedAdamW::reduce_scatter(const std::vector<size_t>& subset, dist::C
   }
   {
     MemoryScope scope(MemoryCategory::temporary);
-    Tensor blocks = empty({ranks, packed}, first.dtype(), first.device());  // every rank's pieces, packed
+    Tensor blocks = empty({ranks, packed}, grad_dtype, first.device());  // every rank's pieces, packed
     std::vector<dist::Communicator::Transfer> sends, receives;
     for (int r = 0; r < ranks; ++r) {
       int64_t at = 0;  // where the piece lands in the packing of rank r's pieces

@@ -14,12 +14,8 @@ PrecisionConfig parse_precision(const Flags& f, const DataParallelConfig& data_p
   PrecisionConfig p;
   p.bf16 = f.flag_on("bf16");
   if (!p.bf16) return p;
-  // The f32 gradient sums become the parameters' gradients after the last backward (train/main_grads.h):
-  // the distributed optimizer's buffers and --overlap-grad-reduce's hooks would read bf16 ones before.
-  TIDAL_CHECK(
-      data_parallel.sharding == ShardingStrategy::no_shard, "tidal train: --bf16 with ",
-      f.flag_on("use-distributed-optimizer") ? "--use-distributed-optimizer" : "--data-parallel-sharding-strategy",
-      " is not supported yet: train in bf16 without sharding, or in f32 (drop --bf16)");
+  // The f32 gradient sums become the parameters' gradients after a backward (train/main_grads.h):
+  // --overlap-grad-reduce's hooks would read bf16 ones before.
   TIDAL_CHECK(!data_parallel.overlap_grad_reduce,
               "tidal train: --bf16 with --overlap-grad-reduce is not supported yet: drop one of them");
   return p;

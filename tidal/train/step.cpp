@@ -54,9 +54,12 @@ StepResult train_step(int64_t it, const TrainArgs& args, Setup& s, profile::Prof
     // they are collectives).
     if (finite || !args.check_for_nan)
       (global_micro_batches == 1 ? loss : mul(loss, 1.0 / double(global_micro_batches))).backward();
-    // --bf16: after the last backward the f32 sums become the gradients the reduction, clipping, the
-    // NaN guard and AdamW read (train/main_grads.h).
-    if (s.main_grads && m + 1 == accum) s.main_grads->expose(comm);
+    // --bf16: before a reduction the f32 sums become the gradients the reduction, clipping, the NaN
+    // guard and AdamW read (train/main_grads.h): after the last backward, or after every one under
+    // ZeRO-2/3, which reduce-scatter each micro-batch's.
+    const bool shard_grads = args.data_parallel.sharding == ShardingStrategy::optim_grads ||
+                             args.data_parallel.sharding == ShardingStrategy::optim_grads_params;
+    if (s.main_grads && (m + 1 == accum || shard_grads)) s.main_grads->expose(comm);
     s.grad_sync->end_micro_batch();  // the gradients summed over the ranks (train/grad_sync.h)
   }
   r.loss = dist::all_reduce_sum(comm, loss_sum) / double(global_micro_batches);  // the global batch's mean
