@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tests/dist/train_runs.h"
+#include "tests/support/error_of.h"
 #include "tidal/allocator.h"
 #include "tidal/dist/collectives.h"
 #include "tidal/dist/single_communicator.h"
@@ -32,7 +33,9 @@ const std::vector<std::string> kZero2 = {"--data-parallel-sharding-strategy", "o
 // Buckets of about 20k elements: tiny-gpt2's 149k parameters make 8 of them.
 const std::vector<std::string> kOverlap = {"--overlap-grad-reduce", "--ddp-bucket-size", "20000"};
 
-std::vector<std::string> operator+(std::vector<std::string> a, const std::vector<std::string>& b) {
+const std::vector<std::string> kZero3 = {"--data-parallel-sharding-strategy", "optim_grads_params"};
+
+std::vector<std::string> with(std::vector<std::string> a, const std::vector<std::string>& b) {
   a.insert(a.end(), b.begin(), b.end());
   return a;
 }
@@ -45,20 +48,20 @@ TEST(ZeRO2, SeveralMicroBatchesPerRankAreBitwiseOneProcess) {
 
 TEST(OverlapGradReduce, EveryStrategyIsBitwiseOneProcess) {
   compare("tiny-gpt2", 1, 0.0, kOverlap);
-  compare("tiny-llama", 1, 0.0, kOverlap + std::vector<std::string>{"--use-distributed-optimizer"});
-  compare("tiny-gpt2", 2, 0.0, kOverlap + kZero2, 1e-12);
+  compare("tiny-llama", 1, 0.0, with(kOverlap, {"--use-distributed-optimizer"}));
+  compare("tiny-gpt2", 2, 0.0, with(kOverlap, kZero2), 1e-12);
   // Experts some rank's tokens did not choose: their buckets start when backward ends.
-  compare("tiny-qwen3-moe", 2, 0.0, kOverlap + kZero2, 1e-12);
+  compare("tiny-qwen3-moe", 2, 0.0, with(kOverlap, kZero2), 1e-12);
 }
 
 // Recompute replays inside backward and accumulates into the same gradients, once per backward.
 TEST(OverlapGradReduce, ComposesWithRecomputeAndOffload) {
   compare("tiny-llama", 1, 0.0,
-          kOverlap + std::vector<std::string>{"--recompute-granularity", "full", "--recompute-method", "uniform",
-                                              "--recompute-num-layers", "1"});
-  compare("tiny-llama", 2, 0.0,
-          kOverlap + kZero2 + std::vector<std::string>{"--recompute-activation-function", "--recompute-norm"}, 1e-12);
-  compare("tiny-gpt2", 1, 0.0, kOverlap + std::vector<std::string>{"--activation-offload"});
+          with(kOverlap,
+               {"--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", "1"}));
+  compare("tiny-llama", 2, 0.0, with(with(kOverlap, kZero2), {"--recompute-activation-function", "--recompute-norm"}),
+          1e-12);
+  compare("tiny-gpt2", 1, 0.0, with(kOverlap, {"--activation-offload"}));
 }
 
 // ZeRO-2 between micro-batches: the whole gradients are gone, only the shard's sums stay (4 bytes
@@ -150,27 +153,8 @@ TEST(OverlapGradReduce, TheCommLaneOverlapsBackward) {
 }
 
 TEST(OverlapGradReduce, BucketSizeWithoutOverlapIsExplained) {
-  try {
-    args_for(2, 2, "", "tiny-gpt2", {"--ddp-bucket-size", "1000"});
-    FAIL() << "no error";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("--ddp-bucket-size sizes the buckets of --overlap-grad-reduce"),
-              std::string::npos)
-        << e.what();
-  }
-}
-
-}  // namespace
-}  // namespace tidal::train
-
-namespace tidal::train {
-namespace {
-
-const std::vector<std::string> kZero3 = {"--data-parallel-sharding-strategy", "optim_grads_params"};
-
-std::vector<std::string> with(std::vector<std::string> a, const std::vector<std::string>& b) {
-  a.insert(a.end(), b.begin(), b.end());
-  return a;
+  const std::string msg = testing::error_of([] { args_for(2, 2, "", "tiny-gpt2", {"--ddp-bucket-size", "1000"}); });
+  EXPECT_NE(msg.find("--ddp-bucket-size sizes the buckets of --overlap-grad-reduce"), std::string::npos) << msg;
 }
 
 // ZeRO-3 sums gradients as ZeRO-2 does, and gathers parameters bit for bit: one process's result.
@@ -230,12 +214,6 @@ TEST(ZeRO3, CheckpointsResumeBitwise) {
   }
 }
 
-}  // namespace
-}  // namespace tidal::train
-
-namespace tidal::train {
-namespace {
-
 // Sharded, the NaN guard names the first non-finite piece over every rank's shard (the whole
 // gradients are gone by then), whichever rank holds it.
 TEST(ShardedNanGuard, NamesTheFirstNonFinitePieceOfAnyRank) {
@@ -252,12 +230,6 @@ TEST(ShardedNanGuard, NamesTheFirstNonFinitePieceOfAnyRank) {
   EXPECT_EQ(nonfinite_step(1.0, std::nan(""), mine, &world),
             "the gradient norm is nan (first non-finite gradient: " + want + ")");
 }
-
-}  // namespace
-}  // namespace tidal::train
-
-namespace tidal::train {
-namespace {
 
 // --bf16 under sharding: f32 gradient sums reduce-scattered into an f32 shard, f32 master weights of
 // the shard's pieces, bf16 parameters gathered — bit for bit one bf16 process (ZeRO-2/3 for any

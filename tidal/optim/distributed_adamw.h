@@ -37,7 +37,6 @@ class DistributedAdamW {
   // the weight-decay rule of the whole parameters.
   const NamedParameters& shard_parameters() const { return shard_params_; }
   DecayRule decay_rule() const;
-  size_t num_parameters() const { return params_.size(); }
 
   // Reduce-scatters the gradients of parameters `subset` (indexes into the constructor's list) into
   // this rank's shard: every rank's pieces added in rank order onto what earlier calls of the step

@@ -9,7 +9,7 @@ namespace tidal::train {
 GradSync::GradSync(const std::vector<std::pair<std::string, Tensor>>& params, dist::Communicator& comm,
                    optim::DistributedAdamW* sharded, const DataParallelConfig& config)
     : params_(params), comm_(comm), sharded_(sharded), config_(config) {
-  TIDAL_ASSERT(!sharded || sharded->num_parameters() == params.size(),
+  TIDAL_ASSERT(!sharded || sharded->parameters().size() == params.size(),
                "[data parallel] the distributed optimizer holds other parameters than the model");
   bucket_of_.resize(params_.size());
   if (!config_.overlap_grad_reduce) {
@@ -69,9 +69,12 @@ void GradSync::on_gradient(size_t param) {
 
 void GradSync::launch_ready() {
   while (launched_ < buckets_.size() && ready_in_[launched_] == buckets_[launched_].size()) {
-    const size_t b = launched_++;
-    stream_->enqueue([this, b] { reduce(b); }, "grad_reduce");
+    launch(launched_++);
   }
+}
+
+void GradSync::launch(size_t bucket) {
+  stream_->enqueue([this, bucket] { reduce(bucket); }, "grad_reduce");
 }
 
 void GradSync::reduce(size_t bucket) {
@@ -96,10 +99,7 @@ void GradSync::end_micro_batch() {
   const int64_t start = now_ns();
   if (stream_) {
     // Buckets some rank still lacks gradients for (or a skipped backward): in order, now.
-    for (; launched_ < buckets_.size(); ++launched_) {
-      const size_t b = launched_;
-      stream_->enqueue([this, b] { reduce(b); }, "grad_reduce");
-    }
+    while (launched_ < buckets_.size()) launch(launched_++);
     stream_->synchronize();
   } else {
     reduce(0);

@@ -56,6 +56,7 @@ class GradSync {
  private:
   void on_gradient(size_t param);
   void launch_ready();
+  void launch(size_t bucket);  // on the comm stream
   void reduce(size_t bucket);
 
   std::vector<std::pair<std::string, Tensor>> params_;

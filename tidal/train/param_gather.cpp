@@ -16,7 +16,7 @@ ParamGather::ParamGather(models::CausalLM& model, optim::DistributedAdamW& shard
   const int64_t layers = model.config().num_hidden_layers;
   units_.resize(size_t(1 + layers));
   const auto params = model.named_parameters();
-  TIDAL_ASSERT(params.size() == sharded.num_parameters(), "[ZeRO-3] the optimizer holds other parameters");
+  TIDAL_ASSERT(params.size() == sharded.parameters().size(), "[ZeRO-3] the optimizer holds other parameters");
   for (size_t i = 0; i < params.size(); ++i) units_[size_t(1 + model.layer_of_parameter(params[i].first))].push_back(i);
   state_.assign(units_.size(), State::gathered);  // the model starts whole
   done_.resize(units_.size());
