@@ -1,5 +1,6 @@
 #include "tidal/tensor.h"
 
+#include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <ostream>
@@ -131,9 +132,17 @@ void Tensor::set_grad(const Tensor& g) const {
   ref().grad = g.impl();
 }
 
-void Tensor::set_post_accumulate_grad_hook(std::function<void()> hook) const {
+uint64_t Tensor::add_post_accumulate_grad_hook(std::function<void()> hook) const {
   TIDAL_CHECK(is_leaf(), "post-accumulate-grad hooks are for leaves (parameters), not results of ops");
-  ref().post_accumulate_grad_hook = std::move(hook);
+  static std::atomic<uint64_t> next_key{1};
+  const uint64_t key = next_key++;
+  ref().post_accumulate_grad_hooks.emplace_back(key, std::move(hook));
+  return key;
+}
+
+void Tensor::remove_post_accumulate_grad_hook(uint64_t key) const {
+  auto& hooks = ref().post_accumulate_grad_hooks;
+  std::erase_if(hooks, [key](const auto& h) { return h.first == key; });
 }
 
 void Tensor::retain_grad() {

@@ -6,6 +6,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "tidal/base/error.h"
@@ -32,8 +33,9 @@ struct TensorImpl {
   std::shared_ptr<TensorImpl> grad;
   std::weak_ptr<autograd::Node> grad_accumulator;
   bool retains_grad = false;
-  // Leaves: called after a backward accumulated into `grad` (PyTorch's post-accumulate-grad hook).
-  std::function<void()> post_accumulate_grad_hook;
+  // Leaves: called in order after a backward accumulated into `grad` (PyTorch's post-accumulate-grad
+  // hooks), each with the key that removes it.
+  std::vector<std::pair<uint64_t, std::function<void()>>> post_accumulate_grad_hooks;
 };
 
 class Tensor {
@@ -86,9 +88,11 @@ class Tensor {
   void zero_grad() const { ref().grad.reset(); }
   void retain_grad();  // keep the gradient of a non-leaf after backward
   // Leaves: `hook` runs each time a backward has accumulated this tensor's gradient (once per
-  // backward: the engine sums every contribution first); an empty function removes it. Data-parallel
-  // training starts a bucket's reduction from it (--overlap-grad-reduce).
-  void set_post_accumulate_grad_hook(std::function<void()> hook) const;
+  // backward: the engine sums every contribution first), after the hooks added before it. --bf16
+  // moves the gradient into its f32 sum from one (train/main_grads.h), data-parallel training starts
+  // a bucket's reduction from the next (--overlap-grad-reduce). Returns the key that removes it.
+  uint64_t add_post_accumulate_grad_hook(std::function<void()> hook) const;
+  void remove_post_accumulate_grad_hook(uint64_t key) const;
   // Backpropagates from this tensor. Without `grad`, the tensor must hold one element.
   void backward(const Tensor& grad = Tensor(), bool retain_graph = false) const;
   Tensor detach() const;  // same storage, no history

@@ -241,5 +241,18 @@ TEST(ShardedBf16, EveryStrategyIsBitwiseOneBf16Process) {
   compare("tiny-qwen3-moe", 2, 0.0, {"--data-parallel-sharding-strategy", "optim_grads_params"}, 1e-12, bf16);
 }
 
+// --bf16 with --overlap-grad-reduce: each f32 sum becomes its parameter's gradient as soon as the
+// backward's bf16 gradient is added into it (train/main_grads.h), before the bucket's reduction
+// reads it; the sums reduced are the same, so is every bit.
+TEST(OverlapGradReduce, Bf16IsBitwiseOneBf16Process) {
+  const std::vector<std::string> bf16 = {"--bf16"};
+  compare("tiny-gpt2", 1, 0.0, kOverlap, -1, bf16);
+  // Experts some rank's tokens did not choose: f32 zeros there before their bucket starts.
+  compare("tiny-qwen3-moe", 1, 0.0, kOverlap, -1, bf16);
+  compare("tiny-llama", 1, 0.0, with(kOverlap, {"--use-distributed-optimizer"}), -1, bf16);
+  compare("tiny-qwen3-moe", 2, 0.0, with(kOverlap, kZero2), 1e-12, bf16);
+  compare("tiny-llama", 2, 0.0, with(with(kOverlap, kZero3), {"--overlap-param-gather"}), 1e-12, bf16);
+}
+
 }  // namespace
 }  // namespace tidal::train

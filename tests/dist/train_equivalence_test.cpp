@@ -61,13 +61,23 @@ TEST(DistributedOptimizer, SeveralMicroBatchesPerRankAgreeToSummationOrder) {
 // sums stay, and the next backward's whole gradients come on top of them. ZeRO-3 likewise, but for
 // the parameters: this rank's shard, and the whole ones of the layer computing (and of the next, with
 // --overlap-param-gather).
+//
+// --bf16: the parameters (whole or shard) are bf16, 2 bytes per element; the gradients are the f32
+// sums (a backward's bf16 gradient is added into its sum as soon as it is complete: without
+// accumulation one bf16 gradient is less than the shard's sums, which come after it); the shard's AdamW keeps f32
+// master weights beside its two moments: 12 bytes per shard element (Megatron's 18 bytes per parameter, sharded).
 TEST(DistributedOptimizer, PerRankMemoryIsExactlyTheFormula) {
   dist::Communicator& world = dist::world();
-  for (const std::string strategy : {"optim", "optim_grads", "optim_grads_params", "optim_grads_params+prefetch"}) {
+  for (const std::string run : {"optim", "optim_grads", "optim_grads_params", "optim_grads_params+prefetch",
+                                "optim+bf16", "optim_grads+bf16", "optim_grads_params+prefetch+bf16"}) {
+    const std::string strategy = run.substr(0, run.find('+'));
     const int64_t micro_per_rank = strategy == "optim" ? 1 : 2;
-    const bool prefetch = strategy.ends_with("+prefetch");
-    std::vector<std::string> flags = {"--data-parallel-sharding-strategy", prefetch ? "optim_grads_params" : strategy};
+    const bool prefetch = run.find("+prefetch") != std::string::npos;
+    const bool bf16 = run.ends_with("+bf16");
+    std::vector<std::string> flags = {"--data-parallel-sharding-strategy", strategy};
     if (prefetch) flags.push_back("--overlap-param-gather");
+    if (bf16) flags.push_back("--bf16");
+    const int64_t param_bytes = bf16 ? 2 : 4, state_bytes = bf16 ? 12 : 8;
     const TrainArgs args = args_for(1, micro_per_rank * world.size(), "", "tiny-gpt2", flags);
     std::FILE* quiet = std::fopen("/dev/null", "w");
     run_training(args, quiet, world);
@@ -78,7 +88,7 @@ TEST(DistributedOptimizer, PerRankMemoryIsExactlyTheFormula) {
     for (const auto& [name, p] : model->named_parameters()) numels.push_back(p.numel());
     const optim::ShardLayout layout = optim::make_shard_layout(numels, world.size(), optim::kGradNormChunk);
     if (!strategy.starts_with("optim_grads_params")) {
-      EXPECT_EQ(st[MemoryCategory::parameter].peak, 4 * layout.total()) << strategy;
+      EXPECT_EQ(st[MemoryCategory::parameter].peak, param_bytes * layout.total()) << run;
     } else {
       // ZeRO-3: the shard, the parameters outside the layers, and one layer's at a time.
       std::vector<int64_t> per_layer(size_t(args.model.num_hidden_layers), 0);
@@ -91,10 +101,16 @@ TEST(DistributedOptimizer, PerRankMemoryIsExactlyTheFormula) {
       int64_t layers = 0;
       for (size_t l = 0; l < per_layer.size(); ++l)
         layers = std::max(layers, per_layer[l] + (prefetch && l + 1 < per_layer.size() ? per_layer[l + 1] : 0));
-      EXPECT_EQ(st[MemoryCategory::parameter].peak, 4 * (layout.shard_size(world.rank()) + outer + layers)) << strategy;
+      EXPECT_EQ(st[MemoryCategory::parameter].peak, param_bytes * (layout.shard_size(world.rank()) + outer + layers))
+          << run;
     }
-    EXPECT_EQ(st[MemoryCategory::gradient].peak, 4 * (layout.total() + layout.shard_size(world.rank()))) << strategy;
-    EXPECT_EQ(st[MemoryCategory::optimizer_state].peak, 2 * 4 * layout.shard_size(world.rank())) << strategy;
+    // bf16 under ZeRO-2/3: at the end of a backward after the first, the shard's sums and every f32
+    // sum are there when backward's last gradient, the position embedding's (wpe), is added in bf16.
+    const int64_t last_bf16 =
+        bf16 && strategy != "optim" ? 2 * args.model.max_position_embeddings * args.model.hidden_size : 0;
+    EXPECT_EQ(st[MemoryCategory::gradient].peak, 4 * (layout.total() + layout.shard_size(world.rank())) + last_bf16)
+        << run;
+    EXPECT_EQ(st[MemoryCategory::optimizer_state].peak, state_bytes * layout.shard_size(world.rank())) << run;
   }
 }
 

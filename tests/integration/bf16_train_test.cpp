@@ -214,12 +214,15 @@ TEST(TrainBf16, MemoryFeaturesRunInBf16) {
     EXPECT_NEAR(chunked.losses[i], plain.losses[i], 0.01 * plain.losses[i]) << "iteration " << i + 1;
 }
 
-TEST(TrainBf16, UnsupportedCombinationsNameBothFlags) {
-  // The distributed optimizer takes bf16 parameters with f32 gradient sums (tests/dist: bit for bit).
+TEST(TrainBf16, CombinesWithEveryDataParallelFlag) {
+  // The distributed optimizer takes bf16 parameters with f32 gradient sums, and an overlapped
+  // reduction reads the sums as they complete (tests/dist: bit for bit).
   EXPECT_EQ(message({"--bf16", "--use-distributed-optimizer"}), "no error");
   EXPECT_EQ(message({"--bf16", "--data-parallel-sharding-strategy", "optim_grads_params"}), "no error");
-  EXPECT_NE(message({"--bf16", "--overlap-grad-reduce"}).find("--bf16 with --overlap-grad-reduce is not supported yet"),
-            std::string::npos);
+  EXPECT_EQ(message({"--bf16", "--overlap-grad-reduce"}), "no error");
+  EXPECT_EQ(message({"--bf16", "--overlap-grad-reduce", "--data-parallel-sharding-strategy", "optim_grads_params",
+                     "--overlap-param-gather"}),
+            "no error");
   EXPECT_EQ(message({"--bf16"}), "no error");
   EXPECT_EQ(parse_train_args({"--bf16"}).model.torch_dtype, "bfloat16");
   EXPECT_EQ(parse_train_args({}).model.torch_dtype, "float32");

@@ -40,7 +40,7 @@ TensorList AccumulateGrad::apply(TensorList&& grads) {
   } else {
     accumulate_first(*leaf, std::move(g));
   }
-  if (leaf->post_accumulate_grad_hook) leaf->post_accumulate_grad_hook();
+  for (const auto& [key, hook] : leaf->post_accumulate_grad_hooks) hook();
   return {};
 }
 

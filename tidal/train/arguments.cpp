@@ -189,7 +189,7 @@ TrainArgs parse_train_args(const std::vector<std::string>& argv) {
   parse_outputs(f, a);
   a.memory = parse_memory_config(f, m);
   a.data_parallel = parse_data_parallel(f);
-  a.precision = parse_precision(f, a.data_parallel);
+  a.precision = parse_precision(f);
   m.torch_dtype = a.precision.torch_dtype();  // what the checkpoint's config.json says its weights are
   a.progress = !f.flag_on("no-progress");
   parse_profile(f, a);

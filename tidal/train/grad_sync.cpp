@@ -37,13 +37,12 @@ GradSync::GradSync(const std::vector<std::pair<std::string, Tensor>>& params, di
   stats_.buckets = int64_t(buckets_.size());
   if (config_.overlap_grad_reduce)
     for (size_t i = 0; i < params_.size(); ++i)
-      params_[i].second.set_post_accumulate_grad_hook([this, i] { on_gradient(i); });
+      hooks_.push_back(params_[i].second.add_post_accumulate_grad_hook([this, i] { on_gradient(i); }));
 }
 
 GradSync::~GradSync() {
   stream_.reset();  // finishes what is queued (its tasks use the members below)
-  for (auto& [name, p] : params_)
-    if (p.is_leaf()) p.set_post_accumulate_grad_hook(nullptr);
+  for (size_t i = 0; i < hooks_.size(); ++i) params_[i].second.remove_post_accumulate_grad_hook(hooks_[i]);
 }
 
 void GradSync::begin_micro_batch(int64_t m, int64_t count) {

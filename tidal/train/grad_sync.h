@@ -50,6 +50,9 @@ class GradSync {
   // reductions are collectives. It returns when this micro-batch's reductions are done.
   void begin_micro_batch(int64_t m, int64_t count);
   void end_micro_batch();
+  // Between the two: whether this backward's buckets are reduced while it runs (--overlap-grad-reduce
+  // on a micro-batch that reduces), so that --bf16's f32 sums must be gradients as they complete.
+  bool overlapping() const { return reducing_ && stream_ != nullptr; }
 
   const GradSyncStats& stats() const { return stats_; }
 
@@ -69,6 +72,7 @@ class GradSync {
   std::vector<size_t> bucket_of_;                    // per parameter
   std::vector<size_t> ready_in_;                     // per bucket: gradients accumulated this backward
   std::vector<char> seen_;                           // per parameter, this backward
+  std::vector<uint64_t> hooks_;                      // the keys of the hooks, per parameter
   size_t launched_ = 0;                              // buckets started this backward
   bool reducing_ = false;                            // whether this micro-batch's backward reduces
   GradSyncStats stats_;

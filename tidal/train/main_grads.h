@@ -5,9 +5,11 @@
 // between backwards a parameter holds no gradient of its own and the next backward starts a fresh
 // bf16 one. After the step's last backward, expose() makes each sum the parameter's gradient
 // (Tensor::set_grad takes an f32 gradient for a bf16 tensor): clipping, the NaN guard and AdamW read
-// it as they read an f32 run's, and AdamW's zero_grad drops it. Under data parallelism (no_shard,
-// without --overlap-grad-reduce) expose() runs before the step's reduction, which then sums the f32
-// gradients over the ranks as it sums an f32 run's.
+// it as they read an f32 run's, and AdamW's zero_grad drops it. Under data parallelism expose() runs
+// before a reduction, which then sums the f32 gradients over the ranks as it sums an f32 run's. With
+// --overlap-grad-reduce the reduction of a bucket starts inside backward, from the hook added after
+// this one: in a backward begun with publish = true each sum becomes its parameter's gradient as soon
+// as the hook has added into it, before that reduction reads it.
 //
 // Bytes: 4 per parameter element between backwards (the sums); during a backward one parameter's
 // bf16 gradient (2 bytes per element) is alive beside them until its hook has added it, so the
@@ -28,8 +30,13 @@ class MainGrads {
   MainGrads(const MainGrads&) = delete;
   MainGrads& operator=(const MainGrads&) = delete;
 
+  // Before each backward: whether the sums it completes become gradients at once (`publish`: a
+  // reduction overlapped with this backward reads them).
+  void begin_backward(bool publish);
+
   // After the step's last backward, before its reduction: every sum becomes its parameter's
-  // gradient, and this holds none. A parameter some other rank of `comm` has a sum for and this one
+  // gradient (published ones already are, and are not touched: their reduction may be running), and
+  // this holds none. A parameter some other rank of `comm` has a sum for and this one
   // has not (an expert none of its tokens chose) gets f32 zeros, so every rank reduces f32 tensors;
   // one no rank has a sum for keeps no gradient. Every rank of `comm` calls it.
   void expose(dist::Communicator& comm);
@@ -39,6 +46,9 @@ class MainGrads {
 
   std::vector<Tensor> params_;  // the bf16 ones
   std::vector<Tensor> sums_;
+  std::vector<uint64_t> hooks_;  // the keys of the hooks, per parameter
+  std::vector<char> published_;  // per parameter: its sum became its gradient in this backward
+  bool publish_ = false;
 };
 
 }  // namespace tidal::train

@@ -1,7 +1,5 @@
 #include "tidal/train/precision.h"
 
-#include "tidal/base/error.h"
-
 namespace tidal::train {
 
 Flags& add_precision_flags(Flags& f) {
@@ -10,14 +8,9 @@ Flags& add_precision_flags(Flags& f) {
                 "f32 master weights and AdamW states (docs/training.md)");
 }
 
-PrecisionConfig parse_precision(const Flags& f, const DataParallelConfig& data_parallel) {
+PrecisionConfig parse_precision(const Flags& f) {
   PrecisionConfig p;
   p.bf16 = f.flag_on("bf16");
-  if (!p.bf16) return p;
-  // The f32 gradient sums become the parameters' gradients after a backward (train/main_grads.h):
-  // --overlap-grad-reduce's hooks would read bf16 ones before.
-  TIDAL_CHECK(!data_parallel.overlap_grad_reduce,
-              "tidal train: --bf16 with --overlap-grad-reduce is not supported yet: drop one of them");
   return p;
 }
 

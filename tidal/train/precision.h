@@ -4,11 +4,10 @@
 // backward's bf16 gradient is added into an f32 gradient kept across the micro-batches
 // (train/main_grads.h, Megatron's main_grad); clipping, the NaN guard and AdamW read the f32 sums,
 // and AdamW updates f32 master weights with f32 states and writes the bf16 copy from them
-// (optim/adamw.h). Data parallelism (no_shard) all-reduces the f32 sums; the distributed optimizer
-// and --overlap-grad-reduce are not supported with it yet. Parsed once into this typed value.
+// (optim/adamw.h). Data parallelism reduces the f32 sums, with every sharding strategy and
+// --overlap-grad-reduce. Parsed once into this typed value.
 #include "tidal/base/flags.h"
 #include "tidal/dtype.h"
-#include "tidal/train/data_parallel.h"
 
 namespace tidal::train {
 
@@ -21,7 +20,6 @@ struct PrecisionConfig {
 };
 
 Flags& add_precision_flags(Flags& f);
-// --bf16 with the data-parallel flags it does not support yet is an error naming both flags.
-PrecisionConfig parse_precision(const Flags& f, const DataParallelConfig& data_parallel);
+PrecisionConfig parse_precision(const Flags& f);
 
 }  // namespace tidal::train

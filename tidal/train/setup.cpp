@@ -258,12 +258,13 @@ Setup setup_training(const TrainArgs& args, models::ModelConfig& config, std::FI
           nullptr};
   set_rng_state({args.seed, 0});
   if (!args.load.empty()) resume(args, config, s, out);
-  s.grad_sync = std::make_unique<GradSync>(s.model->named_parameters(), comm, s.sharded.get(), args.data_parallel);
   if (args.precision.bf16) {
+    // Before the reduction's hooks: its hook moves a bf16 gradient into the f32 sum they reduce.
     s.main_grads = std::make_unique<MainGrads>(s.model->parameters());
     // The f32 draws of the initialization (nn::normal_parameter) are the build's, not the training's.
     device_allocator(Device::cpu()).reset_peak_stats();
   }
+  s.grad_sync = std::make_unique<GradSync>(s.model->named_parameters(), comm, s.sharded.get(), args.data_parallel);
   if (s.sharded && s.sharded->shards_parameters()) {
     // The built values (one parameter at a time), or what --load put into the whole parameters.
     std::function<void(const Tensor&)> materialize;

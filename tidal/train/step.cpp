@@ -50,6 +50,7 @@ StepResult train_step(int64_t it, const TrainArgs& args, Setup& s, profile::Prof
       stop_nonfinite(it, detail::str_cat("the loss is ", value, " (micro-batch ", m + 1, ")"), args);
     profile::Range phase("backward", profile::kPhase);
     s.grad_sync->begin_micro_batch(m, accum);
+    if (s.main_grads) s.main_grads->begin_backward(s.grad_sync->overlapping());
     // A skipped step's other micro-batches still take their samples (and their reductions still run:
     // they are collectives).
     if (finite || !args.check_for_nan)
