@@ -1,0 +1,144 @@
+"""tidal against PyTorch on the same GPT-2 training step (driven by bench/compare_torch.sh; standard
+library only). For each config, mode and dtype it runs tidal, PyTorch 2.x (the virtual environment's
+python) and Debian's PyTorch 1.13 (/usr/bin/python3) one after the other in fresh processes, A B C
+A B C ..., and prints a table of medians: step ms, tokens/s, achieved model GFLOP/s and its fraction
+of the machine's GEMM rate in that dtype (measured here with PyTorch 2.x's GEMM), peak RSS.
+
+Model FLOPs per step (docs/performance.md, "Against PyTorch"): 6 N' tokens for the GEMMs (N' = the
+parameters less the position embedding, which is a lookup; the tied head counted once) plus
+6 L T d tokens for causal attention (QK^T and PV, forward and backward, halved by the mask).
+Recompute's extra forward work is not counted: the figure is what the model needs.
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+CONFIGS = {
+    # name: (tidal preset, vocab, hidden, layers, heads, positions, seq, batch)
+    "small": ("small-gpt2", 8192, 256, 4, 4, 1024, 256, 8),
+    "124m": ("gpt2-124m", 50257, 768, 12, 12, 1024, 512, 4),
+}
+TIDAL_MODES = {
+    "none": [],
+    "selective": ["--recompute-granularity", "selective"],
+    "full": ["--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", "1"],
+    "act": ["--recompute-activation-function"],
+}
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def model_flops(config):
+    _, vocab, d, layers, _, positions, seq, batch = CONFIGS[config]
+    params = vocab * d + positions * d + layers * (12 * d * d + 13 * d) + 2 * d
+    tokens = batch * seq
+    return 6 * (params - positions * d) * tokens + 6 * layers * seq * d * tokens, params
+
+
+def timed(cmd, env):
+    """Runs cmd under /usr/bin/time; returns (stdout, peak RSS bytes)."""
+    with tempfile.NamedTemporaryFile("r", suffix=".rss") as rss:
+        out = subprocess.run(["/usr/bin/time", "-f", "%M", "-o", rss.name] + cmd, env=env, check=True,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True).stdout
+        return out, int(rss.read().strip().splitlines()[-1]) * 1024
+
+
+def run_tidal(tidal, config, mode, bf16, steps, warmup, env):
+    preset, _, _, _, _, _, seq, batch = CONFIGS[config]
+    with tempfile.TemporaryDirectory() as tmp:
+        metrics = os.path.join(tmp, "m.json")
+        cmd = [tidal, "train", "--model", preset, "--mock-data", "--seq-length", str(seq), "--micro-batch-size",
+               str(batch), "--global-batch-size", str(batch), "--train-iters", str(steps), "--hidden-dropout", "0",
+               "--attention-dropout", "0", "--eval-interval", "0", "--metrics-json", metrics] + TIDAL_MODES[mode]
+        if bf16:
+            cmd.append("--bf16")
+        _, rss = timed(cmd, env)
+        with open(metrics) as f:
+            step_ms = [s["step_ms"] for s in json.load(f)["steps"]]
+    return statistics.median(step_ms[warmup:]), rss
+
+
+def run_torch(python, config, mode, bf16, steps, warmup, env):
+    _, vocab, d, layers, heads, positions, seq, batch = CONFIGS[config]
+    cmd = [python, os.path.join(HERE, "torch_gpt2.py"), "--vocab", str(vocab), "--hidden", str(d), "--layers",
+           str(layers), "--heads", str(heads), "--positions", str(positions), "--seq", str(seq), "--batch", str(batch),
+           "--steps", str(steps), "--warmup", str(warmup), "--mode", mode]
+    if bf16:
+        cmd.append("--bf16")
+    out, rss = timed(cmd, env)
+    return json.loads(out.strip().splitlines()[-1])["median_step_ms"], rss
+
+
+def gemm_rates(python, env):
+    """GFLOP/s of PyTorch 2.x's GEMM on the 124M MLP shape, fp32 and bf16, 2 threads."""
+    code = """
+import json, time, torch
+torch.set_num_threads(2)
+out = {}
+for name, dt in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
+    a, b = torch.randn(2048, 768, dtype=dt), torch.randn(768, 3072, dtype=dt)
+    for _ in range(3): a @ b
+    best = 1e9
+    for _ in range(10):
+        t = time.perf_counter(); a @ b; best = min(best, time.perf_counter() - t)
+    out[name] = 2 * 2048 * 768 * 3072 / best / 1e9
+print(json.dumps(out))
+"""
+    return json.loads(subprocess.run([python, "-c", code], env=env, check=True, stdout=subprocess.PIPE,
+                                     text=True).stdout)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--tidal", required=True)
+    ap.add_argument("--torch2", required=True, help="python of the PyTorch 2.x virtual environment")
+    ap.add_argument("--torch1", default="", help="Debian's python3 with torch 1.13 (empty: left out)")
+    ap.add_argument("--configs", default="small,124m")
+    ap.add_argument("--modes", default="none,selective,full,act")
+    ap.add_argument("--dtypes", default="fp32,bf16")
+    ap.add_argument("--steps", type=int, default=6)
+    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=2, help="A B C rounds per row")
+    ap.add_argument("--threads", type=int, default=2)
+    a = ap.parse_args()
+
+    env = dict(os.environ, OMP_NUM_THREADS=str(a.threads), MKL_NUM_THREADS=str(a.threads),
+               OPENBLAS_NUM_THREADS=str(a.threads), TIDAL_NUM_THREADS=str(a.threads), OMP_WAIT_POLICY="passive")
+    rates = gemm_rates(a.torch2, env)
+    print(f"GEMM rate (PyTorch 2.x, 2048x768 @ 768x3072, {a.threads} threads): fp32 {rates['fp32']:.0f} GFLOP/s, "
+          f"bf16 {rates['bf16']:.0f} GFLOP/s", flush=True)
+    sides = [("tidal", lambda *r: run_tidal(a.tidal, *r, a.steps, a.warmup, env)),
+             ("torch 2.x", lambda *r: run_torch(a.torch2, *r, a.steps, a.warmup, env))]
+    if a.torch1:
+        sides.append(("torch 1.13", lambda *r: run_torch(a.torch1, *r, a.steps, a.warmup, env)))
+    header = ("| config | dtype | recompute | side | step ms | tokens/s | GFLOP/s | of GEMM rate | peak RSS MiB |"
+              " tidal speed-up |")
+    print(header + "\n|" + "---|" * 10, flush=True)
+    started = time.time()
+    for config in a.configs.split(","):
+        flops, _ = model_flops(config)
+        tokens = CONFIGS[config][6] * CONFIGS[config][7]
+        for dtype in a.dtypes.split(","):
+            for mode in a.modes.split(","):
+                results = {name: ([], []) for name, _ in sides}
+                for _ in range(a.rounds):
+                    for name, run in sides:
+                        ms, rss = run(config, mode, dtype == "bf16")
+                        results[name][0].append(ms)
+                        results[name][1].append(rss)
+                tidal_ms = statistics.median(results["tidal"][0])
+                for name, _ in sides:
+                    ms = statistics.median(results[name][0])
+                    gflops = flops / ms / 1e6
+                    print(f"| {config} | {dtype} | {mode} | {name} | {ms:.0f} | {tokens / ms * 1e3:.0f} | {gflops:.0f} |"
+                          f" {gflops / rates[dtype]:.0%} | {max(results[name][1]) / 2**20:.0f} |"
+                          f" {'' if name == 'tidal' else f'{ms / tidal_ms:.2f}x'} |", flush=True)
+    print(f"({time.time() - started:.0f} s)", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
