@@ -36,6 +36,33 @@ TEST(PlanCli, ThePlanTrainsWhereTheConfigurationAsGivenRunsOutOfMemory) {
   EXPECT_EQ(env.output, plan.output);
 }
 
+// --bf16 (tiny-gpt2, 4 x 64 tokens: 3.58 MiB): tidal plan and the out-of-memory advice of tidal train
+// --bf16 predict the same bf16 step, and the plan trains under the budget where the step as given
+// runs out of memory.
+TEST(PlanCli, Bf16PlanAndAdviceAgreeAndThePlanTrains) {
+  const Result plan = run(kTidal + " plan" + kTiny + " --bf16 --memory 3MiB");
+  ASSERT_EQ(plan.code, 0) << plan.output;
+  const std::string needs =
+      "needs about 3.58 MiB (parameters 291.50 KiB, optimizer states 1.71 MiB, activations 1.09 MiB, logits 512.00 "
+      "KiB)";
+  EXPECT_NE(plan.output.find(needs), std::string::npos) << plan.output;
+  const size_t add = plan.output.find("Add: ");
+  ASSERT_NE(add, std::string::npos) << plan.output;
+  const std::string flags = plan.output.substr(add + 5, plan.output.find('\n', add) - add - 5);
+  const std::string train = "TIDAL_DEVICE_MEMORY=3MiB " + kTidal + " train" + kTiny + " --bf16 --train-iters 3";
+  const Result plain = run(train);
+  EXPECT_EQ(plain.code, 3) << plain.output;  // out of memory, with the same prediction
+  EXPECT_NE(plain.output.find("needs about 3.58 MiB (parameters 291.50 KiB, AdamW states 1.71 MiB"), std::string::npos)
+      << plain.output;
+  EXPECT_NE(plain.output.find("already on: fused (flash) attention, bf16 mixed precision"), std::string::npos)
+      << plain.output;
+  const Result planned = run(train + " " + flags);
+  EXPECT_EQ(planned.code, 0) << flags << "\n" << planned.output;
+  // The f32 step of the same model: 4-byte parameters, 8 bytes of AdamW state per parameter.
+  const Result f32 = run(kTidal + " plan" + kTiny);
+  EXPECT_NE(f32.output.find("parameters 583.00 KiB, AdamW states 1.14 MiB"), std::string::npos) << f32.output;
+}
+
 TEST(PlanCli, FitsAsGivenNothingFitsNoBudgetAndBadFlags) {
   const Result fits = run(kTidal + " plan" + kTiny + " --memory 1GiB");
   EXPECT_EQ(fits.code, 0) << fits.output;

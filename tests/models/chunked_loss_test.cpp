@@ -145,37 +145,44 @@ TEST(ChunkedLossModels, Qwen3MoeWithAuxLossEveryRecomputeMode) { check("tiny-qwe
 
 // The head and loss of one micro-batch, measured on the allocator against loss_head_memory(): the
 // hidden input (N, C) and the weight are leaves; targets are a narrow of the token batch (copied).
+// In f32 and in bf16 (--bf16's model: bf16 logits, f32 log-sum-exp; chunk mode computes in f32).
 TEST(ChunkedLossModels, HeadMemoryMatchesTheFormula) {
   Allocator& dev = device_allocator(Device::cpu());
   const int64_t b = 2, s = 48, C = 32, V = 1000, n = b * s;
   manual_seed(3);
   Tensor tokens = randint(0, V, {b, s + 1});
-  for (int64_t chunk : {0, 16, 40, 96, 500}) {
-    Tensor h = randn({b, s, C}).set_requires_grad(true);  // (B, T, C)
-    Tensor w = mul(randn({V, C}), 0.1).set_requires_grad(true);
-    Tensor targets = tokens.narrow(1, 1, s);
-    dev.reset_peak_stats();
-    const int64_t base = dev.stats().allocated;
-    {
-      Tensor loss;
-      if (chunk > 0) {
-        loss = chunked_lm_loss(h, w, targets, chunk);
-      } else {
-        Tensor logits;  // (B, T, V)
-        {
-          MemoryScope category(MemoryCategory::logits);  // as CausalLM::forward does
-          logits = linear(h, w);
+  for (const DType dtype : {DType::f32, DType::bf16})
+    for (int64_t chunk : {0, 16, 40, 96, 500}) {
+      Tensor h = randn({b, s, C}).to(dtype).set_requires_grad(true);  // (B, T, C)
+      Tensor w = mul(randn({V, C}), 0.1).to(dtype).set_requires_grad(true);
+      Tensor targets = tokens.narrow(1, 1, s);
+      dev.reset_peak_stats();
+      const int64_t base = dev.stats().allocated;
+      {
+        Tensor loss;
+        if (chunk > 0) {
+          loss = chunked_lm_loss(h, w, targets, chunk);
+        } else {
+          Tensor logits;  // (B, T, V)
+          {
+            MemoryScope category(MemoryCategory::logits);  // as CausalLM::forward does
+            logits = linear(h, w);
+          }
+          loss = cross_entropy(logits.reshape({-1, V}), targets.reshape({-1}));
         }
-        loss = cross_entropy(logits.reshape({-1, V}), targets.reshape({-1}));
+        loss.backward();
       }
-      loss.backward();
+      // + the input, alive throughout
+      const int64_t peak = dev.stats().peak_allocated - base + n * C * dtype_size(dtype);
+      const memory::LossHeadMemory m = memory::loss_head_memory(b, s, C, V, chunk, dtype);
+      const std::string what = std::string(dtype_name(dtype)) + " chunk " + std::to_string(chunk);
+      // The formula leaves out the 0-dim loss and its gradient: measured = predicted + 4 or 8 bytes.
+      EXPECT_LE(std::abs(peak - m.peak), 16) << what << ": measured " << peak << " predicted " << m.peak;
+      EXPECT_EQ(dev.stats()[MemoryCategory::logits].peak, m.logits) << what;
     }
-    const int64_t peak = dev.stats().peak_allocated - base + n * C * 4;  // + the input, alive throughout
-    const memory::LossHeadMemory m = memory::loss_head_memory(b, s, C, V, chunk);
-    // The formula leaves out the 0-dim loss and its gradient: measured = predicted + 4 or 8 bytes.
-    EXPECT_LE(std::abs(peak - m.peak), 16) << "chunk " << chunk << ": measured " << peak << " predicted " << m.peak;
-    EXPECT_EQ(dev.stats()[MemoryCategory::logits].peak, m.logits) << chunk;
-  }
+  // bf16: the default mode's logits are bf16, a chunk's f32.
+  EXPECT_EQ(memory::loss_head_memory(b, s, C, V, 0, DType::bf16).logits, n * V * 2);
+  EXPECT_EQ(memory::loss_head_memory(b, s, C, V, 16, DType::bf16).logits, 16 * V * 4);
   EXPECT_EQ(memory::chunked_loss_savings(b, s, C, V, 16),
             memory::loss_head_memory(b, s, C, V, 0).peak - memory::loss_head_memory(b, s, C, V, 16).peak);
   EXPECT_GT(memory::chunked_loss_savings(b, s, C, V, 16), 0);
@@ -187,38 +194,45 @@ TEST(ChunkedLossModels, HeadMemoryMatchesTheFormula) {
 // estimate_activations with loss_chunk: the stored gradients replace the head input, log-sum-exp and
 // targets; the allocator agrees to the byte after forward and at the peak.
 TEST(ChunkedLossModels, ActivationEstimateInChunkMode) {
-  for (const char* name : {"tiny-llama", "tiny-gpt2"}) {
-    ModelConfig c = preset(name);
-    c.num_hidden_layers = 2;
-    manual_seed(1);
-    auto model = create_model(c);
-    model->set_attention_kernel(AttentionKernel::flash);
-    manual_seed(2);
-    Tensor tokens = randint(0, c.vocab_size, {2, 33});
-    Tensor ids = tokens.narrow(1, 0, 32).contiguous(), targets = tokens.narrow(1, 1, 32);
-    Allocator& dev = device_allocator(Device::cpu());
-    const int64_t base = dev.stats()[MemoryCategory::activation].allocated;
-    dev.reset_peak_stats();
-    int64_t after_forward = 0;
-    {
-      Tensor loss = memory::lm_loss(*model, ids, targets, {true, 10}, 0.0);
-      after_forward = dev.stats()[MemoryCategory::activation].allocated - base;
-      loss.backward();
+  for (const DType dtype : {DType::f32, DType::bf16})
+    for (const char* name : {"tiny-llama", "tiny-gpt2"}) {
+      ModelConfig c = preset(name);
+      c.num_hidden_layers = 2;
+      manual_seed(1);
+      nn::Init init;
+      init.dtype = dtype;
+      auto model = create_model(c, init);
+      model->set_attention_kernel(AttentionKernel::flash);
+      manual_seed(2);
+      Tensor tokens = randint(0, c.vocab_size, {2, 33});
+      Tensor ids = tokens.narrow(1, 0, 32).contiguous(), targets = tokens.narrow(1, 1, 32);
+      Allocator& dev = device_allocator(Device::cpu());
+      const int64_t base = dev.stats()[MemoryCategory::activation].allocated;
+      dev.reset_peak_stats();
+      int64_t after_forward = 0;
+      {
+        Tensor loss = memory::lm_loss(*model, ids, targets, {true, 10}, 0.0);
+        after_forward = dev.stats()[MemoryCategory::activation].allocated - base;
+        loss.backward();
+      }
+      const int64_t peak = dev.stats()[MemoryCategory::activation].peak - base;
+      model->zero_grad();
+      memory::ActivationInputs in;
+      in.batch = 2;
+      in.seq = 32;
+      in.loss_chunk = 10;
+      in.dtype = dtype;
+      const memory::ActivationEstimate est = memory::estimate_activations(c, in);
+      const std::string what = std::string(name) + " " + std::string(dtype_name(dtype));
+      EXPECT_EQ(est.after_forward, after_forward) << what;
+      EXPECT_EQ(est.peak, peak) << what;
+      in.loss_chunk = 0;
+      // The f32 log-sum-exp and the targets go, the (V, C) gradient comes (the (N, C) one replaces
+      // the head input, same dtype).
+      EXPECT_EQ(memory::estimate_activations(c, in).after_forward - est.after_forward,
+                2 * 32 * 12 - c.vocab_size * c.hidden_size * dtype_size(dtype))
+          << what;
     }
-    const int64_t peak = dev.stats()[MemoryCategory::activation].peak - base;
-    model->zero_grad();
-    memory::ActivationInputs in;
-    in.batch = 2;
-    in.seq = 32;
-    in.loss_chunk = 10;
-    const memory::ActivationEstimate est = memory::estimate_activations(c, in);
-    EXPECT_EQ(est.after_forward, after_forward) << name;
-    EXPECT_EQ(est.peak, peak) << name;
-    in.loss_chunk = 0;
-    EXPECT_EQ(memory::estimate_activations(c, in).after_forward - est.after_forward,
-              2 * 32 * 12 - c.vocab_size * c.hidden_size * 4)
-        << name;
-  }
 }
 
 }  // namespace tidal::models

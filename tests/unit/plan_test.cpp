@@ -1,10 +1,14 @@
 // tidal plan's greedy choice in the triage order (tidal/train/plan.h), on the estimator alone.
 #include <gtest/gtest.h>
 
+#include <optional>
 #include <set>
 
 #include "tidal/optim/grad_clip.h"
 
+#include "tidal/memory/estimator.h"
+#include "tidal/memory/savings.h"
+#include "tidal/memory_stats.h"
 #include "tidal/models/config.h"
 #include "tidal/train/plan.h"
 
@@ -129,6 +133,70 @@ TEST(Plan, ZeRO3WithOverlappedReductionMakesAThirtyBillionMoEFit) {
   EXPECT_TRUE(p.fits) << format_plan(p, m, s);
   EXPECT_NE(p.flags().find("--data-parallel-sharding-strategy optim_grads_params"), std::string::npos) << p.flags();
   EXPECT_EQ(p.flags().find("--swap-optimizer"), std::string::npos) << p.flags();
+}
+
+// --bf16 (Megatron's 18 bytes per parameter): 2-byte parameters, the same f32 gradients, 12 bytes of
+// AdamW state (an f32 master weight beside the two moments), bf16 activations and logits — whole,
+// sharded over ranks, ZeRO-3's gathered layers and the swap optimizer's windows alike.
+TEST(Plan, Bf16PredictsBf16ParametersAndActivationsAndTwelveBytesOfState) {
+  const models::ModelConfig m = models::preset("qwen3-8b");
+  TriageSettings s = qwen3_8b_batch(1);
+  TriageSettings b = s;
+  b.precision.bf16 = true;
+  const StepPeak f32 = predict_step_peak(m, s), bf16 = predict_step_peak(m, b);
+  const int64_t params = f32.parameters / 4;
+  EXPECT_EQ(f32.optimizer_states, 8 * params);
+  EXPECT_EQ(bf16.parameters, 2 * params);
+  EXPECT_EQ(bf16.optimizer_states, 12 * params);
+  EXPECT_EQ(bf16.logits, 2 * 4096 * m.vocab_size * 2);  // the logits and their gradient, bf16
+  EXPECT_EQ(f32.logits, 2 * 4096 * m.vocab_size * 4);
+  EXPECT_EQ(
+      bf16.activations,
+      memory::estimate_activations(m, memory::activation_inputs(b.memory, 1, 4096, b.attention, DType::bf16)).peak);
+  EXPECT_LT(bf16.activations, f32.activations * 6 / 10);  // about half: the statistics stay f32
+  EXPECT_GT(bf16.activations, f32.activations / 2);
+  EXPECT_NE(oom_advice(m, b).find("bf16 mixed precision"), std::string::npos);
+  // Sharded over 8 ranks: the same elements at 2 and 12 bytes instead of 4 and 8.
+  for (const ShardingStrategy strategy :
+       {ShardingStrategy::optim, ShardingStrategy::optim_grads, ShardingStrategy::optim_grads_params}) {
+    TriageSettings s8 = s;
+    s8.data_parallel = 8;
+    s8.sharding = strategy;
+    TriageSettings b8 = s8;
+    b8.precision.bf16 = true;
+    const StepPeak f = predict_step_peak(m, s8), h = predict_step_peak(m, b8);
+    EXPECT_EQ(2 * h.parameters, f.parameters) << int(strategy);
+    EXPECT_EQ(8 * h.optimizer_states, 12 * f.optimizer_states) << int(strategy);
+    EXPECT_LT(h.parameters, f.parameters) << int(strategy);
+  }
+  // The swap optimizer's two windows of 12-byte elements: K = 1 of a single 10^6-element parameter
+  // holds all of them during the step.
+  TriageSettings swap = b;
+  swap.num_parameters = 1000000;
+  swap.memory.swap_optimizer = {true, 1};
+  EXPECT_EQ(predict_step_peak(m, swap).optimizer_states, 12 * 1000000);
+  EXPECT_EQ(predict_step_peak(m, swap).parameters, 2 * 1000000);
+  swap.precision.bf16 = false;
+  EXPECT_EQ(predict_step_peak(m, swap).optimizer_states, 8 * 1000000);
+  const std::optional<Suggestion> swapping = suggest_swap_optimizer(m, b);
+  ASSERT_TRUE(swapping.has_value());
+  EXPECT_NE(swapping->note.find("AdamW's f32 master weights and moments (" + format_bytes(12 * params) + ")"),
+            std::string::npos)
+      << swapping->note;
+  // Chunked loss computes in f32: f32 copies of the (V, C) weight and its f32 gradient during forward.
+  // At one sequence of 4096 tokens that is more than the bf16 logits it saves (8VC > 4NV), not in f32;
+  // at four sequences it saves, and the logits left are one f32 chunk.
+  EXPECT_LT(memory::chunked_loss_savings(1, 4096, m.hidden_size, m.vocab_size, 1024, DType::bf16), 0);
+  EXPECT_GT(memory::chunked_loss_savings(1, 4096, m.hidden_size, m.vocab_size, 1024), 0);
+  TriageSettings b4 = qwen3_8b_batch(4);
+  b4.precision.bf16 = true;
+  const std::optional<Suggestion> chunk = suggest_chunked_loss(m, b4);
+  ASSERT_TRUE(chunk.has_value());
+  EXPECT_NE(chunk->note.find("4 x 4096 x 151936 bf16 logits (" + format_bytes(4 * 4096 * m.vocab_size * 2) + ")"),
+            std::string::npos)
+      << chunk->note;
+  EXPECT_EQ(predict_step_peak(m, chunk->with).logits,
+            memory::chunked_loss_logits_bytes(4, 4096, m.vocab_size, 1024, 4));
 }
 
 }  // namespace

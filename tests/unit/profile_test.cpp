@@ -2,6 +2,8 @@
 // the saved-tensor table against the activations at the peak, and the out-of-memory advice.
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -331,6 +333,8 @@ namespace tidal::train {
 // step peaks as the loss's backward starts), 3% with recompute or offload (a replay or a prefetch in
 // backward), 2% with chunked loss: without whole logits the peak moves into the last layer's
 // backward, whose transient gradients the estimator does not model (it predicts 1.4% low here).
+// The same tolerances with --bf16 (bf16 parameters, activations and logits, f32 gradient sums, 12
+// bytes of AdamW state per parameter).
 TEST(OomAdvice, PredictedStepPeakMatchesTheMeasuredOne) {
   for (std::vector<std::string> extra : std::vector<std::vector<std::string>>{
            {"--model", "tiny-gpt2"},
@@ -342,6 +346,17 @@ TEST(OomAdvice, PredictedStepPeakMatchesTheMeasuredOne) {
            {"--model", "tiny-gpt2", "--swap-optimizer", "--swap-optimizer-times", "4"},
            {"--model", "tiny-gpt2", "--activation-offload"},
            {"--model", "tiny-llama", "--recompute-granularity", "full", "--recompute-method", "uniform",
+            "--recompute-num-layers", "1", "--activation-offload", "--offload-policy", "layer-input"},
+           {"--bf16", "--model", "tiny-gpt2"},
+           {"--bf16", "--model", "tiny-gpt2", "--attention", "eager"},
+           {"--bf16", "--model", "tiny-llama"},
+           {"--bf16", "--model", "tiny-llama", "--recompute-granularity", "full", "--recompute-method", "uniform",
+            "--recompute-num-layers", "1"},
+           {"--bf16", "--model", "tiny-qwen3-moe", "--recompute-activation-function"},
+           {"--bf16", "--model", "tiny-gpt2", "--loss-compute-mode", "chunk", "--loss-chunk-size", "64"},
+           {"--bf16", "--model", "tiny-gpt2", "--swap-optimizer", "--swap-optimizer-times", "4"},
+           {"--bf16", "--model", "tiny-gpt2", "--activation-offload"},
+           {"--bf16", "--model", "tiny-llama", "--recompute-granularity", "full", "--recompute-method", "uniform",
             "--recompute-num-layers", "1", "--activation-offload", "--offload-policy", "layer-input"}}) {
     const std::string path = ::testing::TempDir() + "tidal_profile_peak.json";
     std::vector<std::string> flags = {
@@ -357,8 +372,19 @@ TEST(OomAdvice, PredictedStepPeakMatchesTheMeasuredOne) {
     const double predicted = double(predict_step_peak(args.model, triage_settings(args)).total);
     std::string what;
     for (const std::string& x : extra) what += x + " ";
+    if (std::getenv("TIDAL_ESTIMATOR_VERBOSE"))
+      std::printf("%-60s predicted %.0f measured %.0f (%+.2f%%)\n", what.c_str(), predicted, measured,
+                  (predicted / measured - 1) * 100);
     const memory::MemoryConfig& mem = args.memory;
     const double tolerance = mem.recompute.any() || mem.offload.enabled ? 0.03 : mem.loss.chunked ? 0.02 : 0.01;
+    if (args.precision.bf16 && mem.offload.enabled && !mem.recompute.any()) {
+      // The backward term is a bound: the activation peak (a prefetch early in backward) plus every
+      // gradient. In f32 the step peaks there; in bf16 the activations halve and the f32 sums do not,
+      // so the step peaks later in backward with fewer activations, and the bound is above it.
+      EXPECT_GE(predicted / measured, 1.0) << what;
+      EXPECT_LE(predicted / measured, 1.12) << what;
+      continue;
+    }
     EXPECT_NEAR(predicted / measured, 1.0, tolerance) << what;
   }
 }

@@ -29,6 +29,7 @@ struct Item {
 
 struct Dims {
   int64_t n, b, s, c, f, h, hkv, hd, a, akv, e, k, fm, el;
+  int64_t acc;  // bytes of an element the kernels keep in their accumulator dtype (f32 for f32 and bf16)
   bool drop_attn, drop_hidden;
 };
 
@@ -36,7 +37,7 @@ std::vector<Item> gpt2_layer(const Dims& d, AttentionKernel kernel) {
   const int64_t el = d.el, n = d.n, c = d.c, bhss = d.b * d.h * d.s * d.s;
   std::vector<Item> v = {
       {"ln_1 input", n * c * el, Part::attn},
-      {"ln_1 mean, rstd", 2 * n * 4, Part::attn, Region::none, false, Discard::norm1, false},
+      {"ln_1 mean, rstd", 2 * n * d.acc, Part::attn, Region::none, false, Discard::norm1, false},
       {"c_attn input", n * c * el, Part::attn, Region::none, false, Discard::norm1},
       {"q, k, v", n * 3 * c * el, Part::attn, Region::core_attn, true, Discard::none, true, true},
   };
@@ -50,11 +51,11 @@ std::vector<Item> gpt2_layer(const Dims& d, AttentionKernel kernel) {
     v.push_back({"c_proj input", n * c * el, Part::attn});
   } else {
     v.push_back({"attention output", n * c * el, Part::attn, Region::none, false, Discard::none, true, true});
-    v.push_back({"log-sum-exp", d.b * d.h * d.s * 4, Part::attn, Region::none, false, Discard::none, true, true});
+    v.push_back({"log-sum-exp", d.b * d.h * d.s * d.acc, Part::attn, Region::none, false, Discard::none, true, true});
   }
   if (d.drop_hidden) v.push_back({"residual dropout mask", n * c, Part::attn});
   v.push_back({"ln_2 input", n * c * el, Part::mlp});
-  v.push_back({"ln_2 mean, rstd", 2 * n * 4, Part::mlp, Region::none, false, Discard::norm2, false});
+  v.push_back({"ln_2 mean, rstd", 2 * n * d.acc, Part::mlp, Region::none, false, Discard::norm2, false});
   v.push_back({"c_fc input", n * c * el, Part::mlp, Region::mlp, true, Discard::norm2});
   v.push_back({"gelu input", n * d.f * el, Part::mlp, Region::mlp});
   v.push_back({"mlp c_proj input", n * d.f * el, Part::mlp, Region::mlp, false, Discard::act});
@@ -67,14 +68,14 @@ std::vector<Item> llama_layer(const Dims& d, const models::ModelConfig& cfg, int
   const int64_t el = d.el, n = d.n, c = d.c, bhss = d.b * d.h * d.s * d.s;
   std::vector<Item> v = {
       {"input_layernorm input", n * c * el, Part::attn},
-      {"input_layernorm rstd", n * 4, Part::attn, Region::none, false, Discard::norm1, false},
+      {"input_layernorm rstd", n * d.acc, Part::attn, Region::none, false, Discard::norm1, false},
       {"q/k/v_proj input", n * c * el, Part::attn, Region::none, false, Discard::norm1},
   };
   if (cfg.qk_norm) {
     v.push_back({"q_norm input", n * d.a * el, Part::attn});
-    v.push_back({"q_norm rstd", n * d.h * 4, Part::attn});
+    v.push_back({"q_norm rstd", n * d.h * d.acc, Part::attn});
     v.push_back({"k_norm input", n * d.akv * el, Part::attn});
-    v.push_back({"k_norm rstd", n * d.hkv * 4, Part::attn});
+    v.push_back({"k_norm rstd", n * d.hkv * d.acc, Part::attn});
   }
   v.push_back({"q (rotated)", n * d.a * el, Part::attn, Region::core_attn, true, Discard::none, true, true});
   v.push_back({"k (rotated)", n * d.akv * el, Part::attn, Region::core_attn, true, Discard::none, true, true});
@@ -90,10 +91,10 @@ std::vector<Item> llama_layer(const Dims& d, const models::ModelConfig& cfg, int
   } else {
     v.push_back({"v", n * d.akv * el, Part::attn, Region::core_attn, true, Discard::none, true, true});
     v.push_back({"attention output", n * d.a * el, Part::attn, Region::none, false, Discard::none, true, true});
-    v.push_back({"log-sum-exp", d.b * d.h * d.s * 4, Part::attn, Region::none, false, Discard::none, true, true});
+    v.push_back({"log-sum-exp", d.b * d.h * d.s * d.acc, Part::attn, Region::none, false, Discard::none, true, true});
   }
   v.push_back({"post_attention_layernorm input", n * c * el, Part::mlp});
-  v.push_back({"post_attention_layernorm rstd", n * 4, Part::mlp, Region::none, false, Discard::norm2, false});
+  v.push_back({"post_attention_layernorm rstd", n * d.acc, Part::mlp, Region::none, false, Discard::norm2, false});
   if (!cfg.is_moe_layer(l)) {
     v.push_back({"gate/up_proj input", n * c * el, Part::mlp, Region::mlp, true, Discard::norm2});
     v.push_back({"gate_proj output", n * d.f * el, Part::mlp, Region::mlp});
@@ -105,11 +106,12 @@ std::vector<Item> llama_layer(const Dims& d, const models::ModelConfig& cfg, int
   // (token, expert) slots in all); each expert's tensors are storages of their own.
   const int64_t slots = n * d.k;
   v.push_back({"router input", n * c * el, Part::mlp, Region::moe, true, Discard::norm2});
-  v.push_back({"router probabilities", n * d.e * 4, Part::mlp, Region::moe});
+  v.push_back({"router probabilities", n * d.e * d.acc, Part::mlp, Region::moe});
   v.push_back({"chosen experts", slots * 8, Part::mlp, Region::moe});
   if (cfg.norm_topk_prob) {
-    v.push_back({"top-k weights", slots * el, Part::mlp, Region::moe});
-    v.push_back({"top-k weight sums", n * el, Part::mlp, Region::moe});
+    // Normalized before the cast to the activations' dtype: in the router's f32.
+    v.push_back({"top-k weights", slots * d.acc, Part::mlp, Region::moe});
+    v.push_back({"top-k weight sums", n * d.acc, Part::mlp, Region::moe});
   }
   v.push_back({"slot order", slots * 8, Part::mlp, Region::moe});
   v.push_back({"slot tokens", slots * 8, Part::mlp, Region::moe});
@@ -161,7 +163,8 @@ Dims dims_of(const models::ModelConfig& cfg, const ActivationInputs& in) {
   d.e = cfg.num_experts;
   d.k = cfg.num_experts_per_tok;
   d.fm = cfg.moe_intermediate_size;
-  d.el = in.element_size;
+  d.el = dtype_size(in.dtype);
+  d.acc = in.dtype == DType::f64 ? 8 : 4;
   d.drop_attn = in.training && cfg.attention_dropout > 0;
   d.drop_hidden = in.training && cfg.hidden_dropout > 0;
   return d;
@@ -205,15 +208,16 @@ struct OutsideLayers {
 };
 
 OutsideLayers outside_layers(const models::ModelConfig& cfg, const ActivationInputs& in, const Dims& d) {
-  OutsideLayers o{d.n * 8, d.n * d.c * d.el + d.n * 4 + d.n * d.c * d.el + d.n * 4 + d.n * 8};
+  OutsideLayers o{d.n * 8, d.n * d.c * d.el + d.n * d.acc + d.n * d.c * d.el + d.n * d.acc + d.n * 8};
   if (cfg.is_gpt2()) {
     o.before += d.s * 8 + (d.drop_hidden ? d.n * d.c : 0);
-    o.after += d.n * 4;  // layer_norm keeps mean and rstd
+    o.after += d.n * d.acc;  // layer_norm keeps mean and rstd
   }
   if (cfg.is_moe()) o.after += d.k * d.e * 4;
   // Chunked loss saves the gradients w.r.t. the head input (N, C) and weight (V, C) instead of the
   // head input, the log-sum-exp and the targets (ops/chunked_loss.cpp, Note [Chunked loss memory]).
-  if (in.loss_chunk > 0) o.after += cfg.vocab_size * d.c * d.el - d.n * 4 - d.n * 8;
+  // Both in the activations' dtype (bf16: cast from the f32 the loss computes in).
+  if (in.loss_chunk > 0) o.after += cfg.vocab_size * d.c * d.el - d.n * d.acc - d.n * 8;
   return o;
 }
 
@@ -470,7 +474,8 @@ ActivationEstimate estimate_activations(const models::ModelConfig& cfg, const Ac
   return est;
 }
 
-ActivationInputs activation_inputs(const MemoryConfig& c, int64_t batch, int64_t seq, AttentionKernel kernel) {
+ActivationInputs activation_inputs(const MemoryConfig& c, int64_t batch, int64_t seq, AttentionKernel kernel,
+                                   DType dtype) {
   TIDAL_ASSERT(c.recompute.any() == !c.recompute_plan.empty(), "[estimator] the recompute plan is not the config's: ",
                "set recompute with MemoryConfig::set_recompute");
   ActivationInputs in;
@@ -478,6 +483,7 @@ ActivationInputs activation_inputs(const MemoryConfig& c, int64_t batch, int64_t
   in.seq = seq;
   in.kernel = kernel;
   in.training = true;
+  in.dtype = dtype;
   in.plan = c.recompute_plan;
   if (c.offload.enabled) {
     in.offload_policy = c.offload.policy;

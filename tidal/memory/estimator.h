@@ -1,14 +1,16 @@
 #pragma once
 // Analytic activation memory (docs/memory.md): the bytes each layer keeps for backward under each
 // recompute policy, for GPT-2, Llama/Qwen3 and Qwen3-MoE, and the peak over a training step — in
-// the spirit of Korthikanti et al. (2022), but counting exactly what tidal's kernels save (f32
-// activations, fused norms, flash or eager attention). The peak comes from replaying the step's
-// saves and frees in order: the forward pass, then backward layer by layer with recomputes.
+// the spirit of Korthikanti et al. (2022), but counting exactly what tidal's kernels save (f32 or,
+// with --bf16, bf16 activations beside the statistics kept in f32; fused norms, flash or eager attention). The peak
+// comes from replaying the step's saves and frees in order: the forward pass, then backward layer by layer with
+// recomputes.
 #include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "tidal/dtype.h"
 #include "tidal/memory/memory_config.h"
 #include "tidal/memory/recompute.h"
 #include "tidal/models/config.h"
@@ -22,7 +24,10 @@ struct ActivationInputs {
   AttentionKernel kernel = AttentionKernel::flash;
   bool training = true;              // dropout active (where the config has it)
   std::vector<LayerRecompute> plan;  // empty: no recompute
-  int64_t element_size = 4;          // activations' dtype (f32)
+  // The model's parameter dtype, so its activations' (f32, or bf16 under --bf16). Norm statistics,
+  // attention's log-sum-exp, router probabilities, the top-k weights they normalize and the loss's
+  // log-sum-exp stay f32 (the kernels' accumulator dtype).
+  DType dtype = DType::f32;
   // Activation offload (memory/offload.h): none, or the policy; blocks are layers, or full-recompute
   // groups; the last block is never offloaded.
   std::optional<OffloadPolicy> offload_policy;
@@ -57,7 +62,8 @@ ActivationEstimate estimate_activations(const models::ModelConfig& config, const
 void check_step_sizes(const models::ModelConfig& config, int64_t batch, int64_t seq, AttentionKernel kernel);
 
 // The inputs of a training step of micro-batch (batch, seq) under a memory configuration: its
-// recompute plan, offload policy and prefetch depth, and loss chunk.
-ActivationInputs activation_inputs(const MemoryConfig& c, int64_t batch, int64_t seq, AttentionKernel kernel);
+// recompute plan, offload policy and prefetch depth, and loss chunk; `dtype` the parameters'.
+ActivationInputs activation_inputs(const MemoryConfig& c, int64_t batch, int64_t seq, AttentionKernel kernel,
+                                   DType dtype = DType::f32);
 
 }  // namespace tidal::memory

@@ -11,26 +11,31 @@ int64_t chunked_loss_logits_bytes(int64_t batch, int64_t seq, int64_t vocab, int
   return (chunk > 0 ? std::min(chunk, n) : n) * vocab * element_size;
 }
 
-LossHeadMemory loss_head_memory(int64_t batch, int64_t seq, int64_t hidden, int64_t vocab, int64_t chunk) {
+LossHeadMemory loss_head_memory(int64_t batch, int64_t seq, int64_t hidden, int64_t vocab, int64_t chunk, DType dtype) {
   const int64_t n = batch * seq, c = hidden, v = vocab;
+  const int64_t p = dtype_size(dtype), acc = dtype == DType::f64 ? 8 : 4;  // the model's, the loss's
   LossHeadMemory m;
-  m.logits = chunked_loss_logits_bytes(batch, seq, vocab, chunk);
   if (chunk <= 0) {
     // Forward keeps the head input, the logits, the log-sum-exp and a contiguous copy of the targets.
     // Backward: the logits' gradient joins them; then the input and weight gradients join it.
-    m.saved = 4 * n * c + 4 * n + 8 * n;
-    m.peak = std::max(4 * n * c + 8 * n * v + 12 * n, 8 * n * c + 4 * n * v + 4 * v * c);
+    m.logits = chunked_loss_logits_bytes(batch, seq, vocab, 0, p);
+    m.saved = p * n * c + acc * n + 8 * n;
+    m.peak = std::max(p * n * c + 2 * p * n * v + (acc + 8) * n, 2 * p * n * c + p * n * v + p * v * c);
   } else {
-    // Forward holds the input, both gradients, one chunk of logits, the row losses and the targets'
-    // copy; it keeps the two gradients. Backward allocates nothing.
-    m.saved = 4 * n * c + 4 * v * c;
-    m.peak = 8 * n * c + 4 * v * c + m.logits + 12 * n;
+    // Forward holds the input (and its and the weight's f32 copies when the model is not in the
+    // loss's dtype), both f32 gradients, one chunk of logits, the row losses and the targets' copy;
+    // it keeps the two gradients in the model's dtype. Backward allocates nothing.
+    m.logits = chunked_loss_logits_bytes(batch, seq, vocab, chunk, acc);
+    const int64_t copies = p == acc ? 0 : acc * (n * c + v * c);
+    m.saved = p * n * c + p * v * c;
+    m.peak = p * n * c + copies + acc * (n * c + v * c) + m.logits + (acc + 8) * n;
   }
   return m;
 }
 
-int64_t chunked_loss_savings(int64_t batch, int64_t seq, int64_t hidden, int64_t vocab, int64_t chunk) {
-  return loss_head_memory(batch, seq, hidden, vocab, 0).peak - loss_head_memory(batch, seq, hidden, vocab, chunk).peak;
+int64_t chunked_loss_savings(int64_t batch, int64_t seq, int64_t hidden, int64_t vocab, int64_t chunk, DType dtype) {
+  return loss_head_memory(batch, seq, hidden, vocab, 0, dtype).peak -
+         loss_head_memory(batch, seq, hidden, vocab, chunk, dtype).peak;
 }
 
 // ---- Swap optimizer

@@ -9,8 +9,9 @@
 
 namespace tidal::memory {
 
-// ---- Chunked loss. N = b * s tokens, C hidden size, V vocabulary; `element_size` is the compute
-// dtype's (4 for f32 and bf16 models: the chunked loss computes in f32; 8 for f64).
+// ---- Chunked loss. N = b * s tokens, C hidden size, V vocabulary; `element_size` is the logits'
+// (the model's dtype in the default mode: 2 under --bf16; the chunked loss computes in f32: 4 for
+// f32 and bf16 models, 8 for f64).
 
 // Peak of MemoryCategory::logits over a step: N * V * element_size in the default mode (the
 // logits of the whole micro-batch), min(chunk, N) * V * element_size in chunk mode (chunk = 0:
@@ -23,16 +24,21 @@ struct LossHeadMemory {
   int64_t peak = 0;    // highest bytes the head and loss hold at once over forward + backward
 };
 // The LM head + loss of one micro-batch of a step that trains both the head weight and the hidden
-// states (f32). default: the head input (N, C), the logits (N, V) with the loss's log-sum-exp (N)
+// states, whose parameters and activations are `dtype` (f32, or bf16 under --bf16: p = 4 or 2 bytes
+// an element). default: the head input (N, C), the logits (N, V) with the loss's f32 log-sum-exp (N)
 // and targets (N, i64), then in backward the logits' gradient (N, V) next to them, then the
-// gradients (N, C) and (V, C) next to the logits' gradient. chunk: the stored gradients (N, C) and
-// (V, C) plus one (chunk, V) block and the per-row losses (N) during forward. Add `peak` to the
-// activations held at the end of forward to get the step's peak near the loss.
-LossHeadMemory loss_head_memory(int64_t batch, int64_t seq, int64_t hidden, int64_t vocab, int64_t chunk);
+// gradients (N, C) and (V, C) next to the logits' gradient — all but the log-sum-exp in `dtype`.
+// chunk: the loss computes in f32 — f32 copies of a bf16 input and weight, one f32 (chunk, V) block,
+// the f32 gradients (N, C) and (V, C) and the per-row losses (N) during forward; it keeps the two
+// gradients cast to `dtype`. Add `peak` to the activations held at the end of forward to get the
+// step's peak near the loss.
+LossHeadMemory loss_head_memory(int64_t batch, int64_t seq, int64_t hidden, int64_t vocab, int64_t chunk,
+                                DType dtype = DType::f32);
 
 // What switching the default mode to `chunk` takes off the device peak of the loss: the difference
 // of the two loss_head_memory peaks (negative when chunking costs memory: tiny N against C).
-int64_t chunked_loss_savings(int64_t batch, int64_t seq, int64_t hidden, int64_t vocab, int64_t chunk);
+int64_t chunked_loss_savings(int64_t batch, int64_t seq, int64_t hidden, int64_t vocab, int64_t chunk,
+                             DType dtype = DType::f32);
 
 // ---- Swap optimizer. AdamW's states per element: exp_avg and exp_avg_sq (f32; f64 for f64
 // parameters) and the f32 master weight of a bf16 parameter: 8, 12 or 16 bytes.

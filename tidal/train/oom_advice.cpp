@@ -20,7 +20,8 @@ namespace tidal::train {
 namespace {
 
 memory::ActivationEstimate estimate(const models::ModelConfig& m, const TriageSettings& s) {
-  return memory::estimate_activations(m, memory::activation_inputs(s.memory, s.micro_batch, s.seq, s.attention));
+  return memory::estimate_activations(
+      m, memory::activation_inputs(s.memory, s.micro_batch, s.seq, s.attention, s.precision.param_dtype()));
 }
 
 // The flags of one part of a configuration (train/memory_flags.h), e.g. only its offload settings.
@@ -31,7 +32,10 @@ std::string flags_of(Part memory::MemoryConfig::*part, const Part& value) {
   return join_flags(memory_config_flags(c));
 }
 
-int64_t logits_bytes(const models::ModelConfig& m, int64_t tokens) { return tokens * m.vocab_size * 4; }
+// The default loss's logits: the model's dtype (bf16 under --bf16).
+int64_t logits_bytes(const models::ModelConfig& m, const TriageSettings& s, int64_t tokens) {
+  return tokens * m.vocab_size * dtype_size(s.precision.param_dtype());
+}
 
 // The parameters of the model as the swap optimizer plans its windows (a meta-device model: shapes
 // only, no bytes), or `n` f32 elements in one piece when only the count is known.
@@ -63,9 +67,13 @@ const ModelShape& model_shape(const models::ModelConfig& m) {
   return cache.emplace(key, std::move(shape)).first->second;
 }
 
+// In the run's dtype (the meta-device model is f32; --bf16 makes every parameter bf16).
 std::vector<memory::SwapParam> swap_params(const models::ModelConfig& m, const TriageSettings& s) {
-  if (s.num_parameters > 0) return {{s.num_parameters, DType::f32}};
-  return model_shape(m).params;
+  const DType dtype = s.precision.param_dtype();
+  if (s.num_parameters > 0) return {{s.num_parameters, dtype}};
+  std::vector<memory::SwapParam> params = model_shape(m).params;
+  for (memory::SwapParam& p : params) p.dtype = dtype;
+  return params;
 }
 
 // ZeRO-3's whole parameters at a time: those outside the layers, and the largest layer's — or two
@@ -104,7 +112,13 @@ StepPeak predict_step_peak(const models::ModelConfig& m, const TriageSettings& s
   StepPeak p;
   const std::vector<memory::SwapParam> params = swap_params(m, s);
   const int64_t n = element_count(params);
-  const int64_t whole = 4 * n;  // the whole parameters, or their gradients
+  const DType dtype = s.precision.param_dtype();
+  const int64_t param_size = dtype_size(dtype);  // bytes of a parameter element: 4, or 2 under --bf16
+  const int64_t whole = 4 * n;                   // the whole gradients (f32: under --bf16 the f32 sums)
+  // --bf16: a backward's bf16 gradient lives beside the sums until its hook adds it (train/main_grads.h):
+  // a parameter used once is added as soon as its backward is done, a tied embedding's only after
+  // the embedding's backward — through the whole backward, where replays and prefetches peak.
+  const int64_t in_flight = dtype == DType::bf16 && m.tie_word_embeddings ? 2 * m.vocab_size * m.hidden_size : 0;
   // The distributed optimizer: AdamW's states of the largest shard (optim/shard_layout.h). ZeRO-1, 2
   // and 3 alike at the step's last reduce-scatter, where the peak of the step's end is.
   const bool sharded = s.sharding != ShardingStrategy::no_shard;
@@ -116,13 +130,13 @@ StepPeak predict_step_peak(const models::ModelConfig& m, const TriageSettings& s
     shard = 0;
     for (int r = 0; r < s.data_parallel; ++r) shard = std::max(shard, layout.shard_size(r));
   }
-  const int64_t states = 8 * shard;  // AdamW's two f32 moments
+  const int64_t states = memory::swap_state_bytes_per_element(dtype) * shard;  // moments (+ bf16's master)
   // ZeRO-3: the shard, and the whole parameters outside the layers and of one layer at a time while
   // layers compute (none at the step's end).
   const bool zero3 = s.sharding == ShardingStrategy::optim_grads_params;
   const auto [outer, layer] = zero3 ? gathered_elements(m, s) : std::pair<int64_t, int64_t>{n, 0};
-  p.parameters = zero3 ? 4 * (shard + outer + layer) : whole;
-  const int64_t parameters_at_end = zero3 ? 4 * (shard + outer) : whole;
+  p.parameters = param_size * (zero3 ? shard + outer + layer : n);
+  const int64_t parameters_at_end = param_size * (zero3 ? shard + outer : n);
   const memory::SwapOptimizerConfig& swap = s.memory.swap_optimizer;
   const int64_t swap_k = std::min<int64_t>(swap.requested_times(), int64_t(params.size()));
   // The swap optimizer's windows over a shard: about its share of the whole's windows.
@@ -140,9 +154,9 @@ StepPeak predict_step_peak(const models::ModelConfig& m, const TriageSettings& s
   // the same bytes as `saved`); their own peak on top of the rest.
   const memory::LossComputeConfig& loss_mode = s.memory.loss;
   const memory::LossHeadMemory head = memory::loss_head_memory(s.micro_batch, s.seq, m.hidden_size, m.vocab_size,
-                                                               loss_mode.chunked ? loss_mode.chunk_size : 0);
+                                                               loss_mode.chunked ? loss_mode.chunk_size : 0, dtype);
   const int64_t tokens = s.micro_batch * s.seq;
-  p.logits = loss_mode.chunked ? head.logits : 2 * logits_bytes(m, tokens);
+  p.logits = loss_mode.chunked ? head.logits : 2 * logits_bytes(m, s, tokens);
   // Gradients kept between micro-batches (accumulation): the whole ones summed so far, or (ZeRO-2/3)
   // the shard's sums — through every later micro-batch's forward and backward.
   const int64_t per_rank_batch = s.micro_batch * std::max(1, s.data_parallel);
@@ -162,7 +176,7 @@ StepPeak predict_step_peak(const models::ModelConfig& m, const TriageSettings& s
   // A recompute replay or an offload prefetch later in backward, with gradients already there; the
   // optimizer step.
   // (Summed in place: whole gradients held from earlier micro-batches take the new ones.)
-  const int64_t grads_in_backward = shard_grads ? held + live_grads : std::max(held, live_grads);
+  const int64_t grads_in_backward = (shard_grads ? held + live_grads : std::max(held, live_grads)) + in_flight;
   const int64_t backward = a.peak > a.after_forward ? resident + a.peak + grads_in_backward : 0;
   // Sharded, the reduce-scatter holds the whole gradients (the last bucket's with overlap), the
   // shard's sum and every rank's pieces of it.
@@ -185,6 +199,7 @@ TriageSettings triage_settings(const TrainArgs& args, int data_parallel) {
   s.global_batch = args.global_batch_size;
   s.attention = args.attention == "eager" ? AttentionKernel::eager : AttentionKernel::flash;
   s.memory = args.memory;
+  s.precision = args.precision;
   return s;
 }
 
@@ -196,8 +211,9 @@ std::optional<Suggestion> suggest_chunked_loss(const models::ModelConfig& m, con
   const int64_t saved = saving(m, s, t);
   if (saved <= 0) return std::nullopt;
   return Suggestion{"chunked loss", flags_of(&memory::MemoryConfig::loss, t.memory.loss), saved,
-                    "the " + shape_str(s.micro_batch, s.seq, m.vocab_size) + " f32 logits (" +
-                        format_bytes(logits_bytes(m, tokens)) +
+                    "the " + shape_str(s.micro_batch, s.seq, m.vocab_size) + " " +
+                        std::string(dtype_name(s.precision.param_dtype())) + " logits (" +
+                        format_bytes(logits_bytes(m, s, tokens)) +
                         ") and their gradient never exist whole, one chunk of " +
                         std::to_string(t.memory.loss.chunk_size) + " tokens does",
                     t};
@@ -343,11 +359,13 @@ std::optional<Suggestion> suggest_swap_optimizer(const models::ModelConfig& m, c
   t.memory.swap_optimizer = {true, std::min<int64_t>(memory::kSwapOptimizerDefaultTimes, int64_t(params.size()))};
   const int64_t saved = saving(m, s, t);
   if (saved <= 0) return std::nullopt;
-  return Suggestion{"swap optimizer", flags_of(&memory::MemoryConfig::swap_optimizer, t.memory.swap_optimizer), saved,
-                    "AdamW's moments (" + format_bytes(8 * element_count(params)) +
-                        ") live in host memory: none on the device in forward and backward, two of its " +
-                        std::to_string(t.memory.swap_optimizer.times) + " windows in the optimizer step",
-                    t};
+  return Suggestion{
+      "swap optimizer", flags_of(&memory::MemoryConfig::swap_optimizer, t.memory.swap_optimizer), saved,
+      std::string(s.precision.bf16 ? "AdamW's f32 master weights and moments (" : "AdamW's moments (") +
+          format_bytes(memory::swap_state_bytes_per_element(s.precision.param_dtype()) * element_count(params)) +
+          ") live in host memory: none on the device in forward and backward, two of its " +
+          std::to_string(t.memory.swap_optimizer.times) + " windows in the optimizer step",
+      t};
 }
 
 std::optional<Suggestion> suggest_smaller_micro_batch(const models::ModelConfig& m, const TriageSettings& s) {
@@ -417,6 +435,7 @@ std::string oom_advice(const models::ModelConfig& m, const TriageSettings& s, in
   if (s.memory.recompute.any()) on.push_back("recompute " + s.memory.recompute.describe());
   if (s.memory.offload.enabled) on.push_back("activation offload");
   if (s.memory.swap_optimizer.on) on.push_back("swap optimizer");
+  if (s.precision.bf16) on.push_back("bf16 mixed precision");
   if (!on.empty()) {
     out += "  already on:";
     for (size_t i = 0; i < on.size(); ++i) out += (i ? ", " : " ") + on[i];

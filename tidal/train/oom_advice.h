@@ -30,6 +30,8 @@ struct TriageSettings {
   bool overlap_param_gather = false;  // ZeRO-3 gathers the next layer's parameters early
   bool overlap_grad_reduce = false;   // gradients reduced (and, sharded, freed) bucket by bucket
   int64_t bucket_elements = 0;        // --ddp-bucket-size as resolved for the ranks (0: one bucket)
+  // --bf16: bf16 parameters and activations, f32 gradient sums, AdamW's f32 master weights and moments.
+  PrecisionConfig precision;
 };
 // `data_parallel`: the ranks the run has (or is planned for).
 TriageSettings triage_settings(const TrainArgs& args, int data_parallel = 1);
@@ -60,7 +62,11 @@ std::optional<Suggestion> suggest_smaller_micro_batch(const models::ModelConfig&
 // the swap optimizer's two windows). With the distributed optimizer (docs/distributed.md) AdamW's
 // states are the largest shard's, and the reduce-scatter adds the shard's sum and every rank's pieces
 // of it to the whole gradients. Activations come from the estimator with the recompute plan,
-// the offload policy and the loss mode, so offload's and chunked loss's effects are its exact ones.
+// the offload policy, the loss mode and the dtype, so offload's and chunked loss's effects are its
+// exact ones. --bf16 (Megatron's 18 bytes per parameter): 2-byte parameters, the f32 gradient sums
+// (4 bytes, as an f32 run's gradients) beside one backward's bf16 gradient of the largest parameter
+// (2 bytes an element: a tied embedding's lives through the whole backward), 12 bytes of AdamW state
+// (f32 master weight and moments) per element, bf16 activations and logits.
 struct StepPeak {
   int64_t total = 0, parameters = 0;
   int64_t optimizer_states = 0;  // on the device during the optimizer step

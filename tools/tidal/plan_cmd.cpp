@@ -24,6 +24,8 @@ int run_plan(const std::vector<std::string>& argv) {
           "percent (default 10), which of tidal's memory features make it fit, in the triage order. Exit\n"
           "code 0 when it fits (as given or with the plan), 3 when nothing does. --data-parallel-size N\n"
           "plans one of N ranks under mpirun (per-rank memory; sharding then saves: docs/distributed.md).\n"
+          "--bf16 plans mixed precision: bf16 parameters, activations and logits, f32 gradient sums, and\n"
+          "12 bytes of AdamW state per parameter (f32 master weights and moments; docs/memory.md).\n"
           "The other flags are tidal train's ('tidal train --help'); docs/profiling.md, \"Planning before\n"
           "training\".\n");
       return kOk;
