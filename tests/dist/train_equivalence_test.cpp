@@ -182,7 +182,11 @@ TEST(DistributedOptimizer, PredictedPeakMatchesTheLargestRank) {
       {"tiny-llama", 1, {"optim_grads_params"}},
       {"tiny-llama", 1, {"optim_grads_params", "--overlap-param-gather"}},
       {"tiny-gpt2", 2, {"no_shard"}},
-      {"tiny-llama", 2, {"optim_grads"}}};
+      {"tiny-llama", 2, {"optim_grads"}},
+      // --bf16: 2-byte parameters, f32 gradient sums, 12 B per shard element of AdamW state.
+      {"tiny-gpt2", 1, {"optim", "--bf16"}},
+      {"tiny-llama", 2, {"optim_grads", "--bf16"}},
+      {"tiny-llama", 1, {"optim_grads_params", "--bf16"}}};
   for (const auto& [model, accumulation, flags] : runs) {
     std::vector<std::string> argv = {"--model",
                                      model,
