@@ -10,19 +10,24 @@
 namespace tidal {
 namespace {
 
+// The second argument, where there is one: 0 f32, 1 bf16 (loaded into f32, rounded back).
+DType dtype_arg(const benchmark::State& state) { return state.range(1) == 1 ? DType::bf16 : DType::f32; }
+
 // Output buffers come from the caching allocator, so steady state measures the kernel, not page faults.
 void BM_Add(benchmark::State& state) {
   const int64_t n = state.range(0);
-  Tensor a = randn({n}), b = randn({n});
+  const DType t = dtype_arg(state);
+  Tensor a = randn({n}).to(t), b = randn({n}).to(t);
   for (auto _ : state) benchmark::DoNotOptimize(add(a, b));
-  bench::set_gbps(state, 3.0 * 4 * double(n));
+  bench::set_gbps(state, 3.0 * double(dtype_size(t)) * double(n));
 }
 
 void BM_AddBiasBroadcast(benchmark::State& state) {
   const int64_t rows = state.range(0), cols = 768;
-  Tensor a = randn({rows, cols}), b = randn({cols});
+  const DType t = dtype_arg(state);
+  Tensor a = randn({rows, cols}).to(t), b = randn({cols}).to(t);
   for (auto _ : state) benchmark::DoNotOptimize(add(a, b));
-  bench::set_gbps(state, 2.0 * 4 * double(rows * cols));
+  bench::set_gbps(state, 2.0 * double(dtype_size(t)) * double(rows * cols));
 }
 
 void BM_Exp(benchmark::State& state) {
@@ -60,8 +65,8 @@ void BM_SumLastDim(benchmark::State& state) {
   bench::set_gbps(state, 4.0 * double(rows * 768));
 }
 
-BENCHMARK(BM_Add)->Arg(1 << 16)->Arg(1 << 22)->Arg(1 << 24)->UseRealTime();
-BENCHMARK(BM_AddBiasBroadcast)->Arg(8192)->UseRealTime();
+BENCHMARK(BM_Add)->ArgsProduct({{1 << 16, 1 << 22, 1 << 24}, {0, 1}})->UseRealTime();
+BENCHMARK(BM_AddBiasBroadcast)->ArgsProduct({{8192}, {0, 1}})->UseRealTime();
 BENCHMARK(BM_Exp)->Arg(1 << 22)->UseRealTime();
 BENCHMARK(BM_MulScalar)->Arg(1 << 22)->UseRealTime();
 BENCHMARK(BM_TransposeCopy)->Arg(2048)->UseRealTime();

@@ -77,7 +77,7 @@ void store(T* dst, int64_t rs, int64_t cs, const A* src, int64_t rows, int64_t c
     const A* sr = src + r * cols;
     if (cs == 1) {
 #pragma omp simd
-      for (int64_t c = 0; c < cols; ++c) d[c] = T(sr[c] * factor);
+      for (int64_t c = 0; c < cols; ++c) store_rounded(d[c], sr[c] * factor);
     } else {
       for (int64_t c = 0; c < cols; ++c) d[c * cs] = T(sr[c] * factor);
     }

@@ -46,8 +46,8 @@ struct RopeRow {
 #pragma omp simd
     for (int64_t i = 0; i < half; ++i) {
       const A lo = A(x[i]), hi = A(x[i + half]);
-      o[i] = T(lo * A(c[i]) + sign * hi * A(sa[i]));
-      o[i + half] = T(hi * A(c[i + half]) - sign * lo * A(sb[i]));
+      store_rounded(o[i], lo * A(c[i]) + sign * hi * A(sa[i]));
+      store_rounded(o[i + half], hi * A(c[i + half]) - sign * lo * A(sb[i]));
     }
   }
 
