@@ -14,6 +14,8 @@
 // latest iteration) on TOKENS' "tokens" (B, T) i64, computed in the dtype config.json's torch_dtype
 // names (bf16 weights and activations for "bfloat16"), written to OUT as "logits" (B, T, V) f32 —
 // scripts/hf_interop.py compares them with Hugging Face transformers' (docs/interop.md).
+// tidal_parity_dump --logits-f32 CKPT TOKENS OUT: the same with the weights widened to f32 (exact) and
+// an f32 forward: a bf16 checkpoint checked at f32's tolerance.
 #include <cstdio>
 #include <exception>
 #include <filesystem>
@@ -139,14 +141,17 @@ void dump(const std::string& name, const std::string& dir, const std::vector<std
               losses.back(), dir.c_str());
 }
 
-// The --logits mode: the checkpoint's model in its saved dtype, one no-grad forward of "tokens".
-void dump_checkpoint_logits(const std::string& ckpt, const std::string& tokens_file, const std::string& out) {
+// The --logits modes: the checkpoint's model in its saved dtype (or in f32: `widen`), one no-grad
+// forward of "tokens".
+void dump_checkpoint_logits(const std::string& ckpt, const std::string& tokens_file, const std::string& out,
+                            bool widen) {
   TIDAL_CHECK(train::latest_iteration(ckpt) >= 0, ckpt, " has no checkpoint (give a tidal train --save directory)");
   train::Checkpoint ck = train::load_checkpoint(ckpt);
   const ModelConfig config = config_from_json(ck.config);
   nn::Init init;
-  init.dtype = config.torch_dtype == "bfloat16" ? DType::bf16 : DType::f32;
+  init.dtype = config.torch_dtype == "bfloat16" && !widen ? DType::bf16 : DType::f32;
   std::unique_ptr<CausalLM> model = create_model(config, init);
+  for (auto& [name, t] : ck.model) t = t.to(init.dtype);
   model->load_state_dict(ck.model);
   model->train(false);
   const std::map<std::string, Tensor> in = io::load_safetensors(tokens_file).tensors;
@@ -154,7 +159,8 @@ void dump_checkpoint_logits(const std::string& ckpt, const std::string& tokens_f
   NoGradGuard no_grad;
   const Tensor logits = model->forward(in.at("tokens")).logits.to(DType::f32);
   io::save_safetensors(out, {{"logits", logits}});
-  std::printf("%s (%s): logits -> %s\n", ck.path.c_str(), config.torch_dtype.c_str(), out.c_str());
+  std::printf("%s (%s, computed in %s): logits -> %s\n", ck.path.c_str(), config.torch_dtype.c_str(),
+              widen ? "f32" : config.torch_dtype.c_str(), out.c_str());
 }
 
 }  // namespace
@@ -168,9 +174,9 @@ int main(int argc, char** argv) {
     return 2;
   }
   try {
-    if (std::string(argv[1]) == "--logits") {
-      TIDAL_CHECK(argc == 5, "usage: tidal_parity_dump --logits CHECKPOINT_DIR TOKENS.safetensors OUT.safetensors");
-      dump_checkpoint_logits(argv[2], argv[3], argv[4]);
+    if (const std::string mode = argv[1]; mode == "--logits" || mode == "--logits-f32") {
+      TIDAL_CHECK(argc == 5, "usage: tidal_parity_dump ", mode, " CHECKPOINT_DIR TOKENS.safetensors OUT.safetensors");
+      dump_checkpoint_logits(argv[2], argv[3], argv[4], mode == "--logits-f32");
       return 0;
     }
     dump(argv[1], argv[2], std::vector<std::string>(argv + 3, argv + argc));
