@@ -3,12 +3,19 @@
 //   config.json          the model's Hugging Face config
 //   weights.safetensors  the seeded initial weights
 //   batch.safetensors    "tokens" (2, 17) i64 and the training batches "train.0" .. "train.9"
-//   outputs.safetensors  "logits" (flash attention), "logits_eager" (eager attention), "loss",
+//   outputs.safetensors  "logits" (flash attention), "logits_eager" (eager attention), "logits_bf16"
+//                        (f32 copy of the --bf16 model's: the same draws rounded to bf16), "loss",
 //                        "aux_loss" (MoE), "grad.<name>" of every parameter that got a gradient after
 //                        one backward of causal_lm_loss(aux coef = router_aux_loss_coef); then of 10
 //                        AdamW steps (lr 1e-3, weight decay 0.01 on matrices, clip 1.0):
 //                        "train_losses" (10) and "grad_norms" (10) f64, and "final.<name>" weights;
 //                        metadata "no_decay" and "skipped" (step:name of parameters without gradient).
+// tidal_parity_dump --logits CKPT TOKENS OUT: the logits (f32) of a `tidal train --save` checkpoint (its
+// latest iteration) on TOKENS' "tokens" (B, T) i64, computed in the dtype config.json's torch_dtype
+// names (bf16 weights and activations for "bfloat16"), written to OUT as "logits" (B, T, V) f32 —
+// scripts/hf_interop.py compares them with Hugging Face transformers' (docs/interop.md).
+// tidal_parity_dump --logits-f32 CKPT TOKENS OUT: the same with the weights widened to f32 (exact) and
+// an f32 forward: a bf16 checkpoint checked at f32's tolerance.
 #include <cstdio>
 #include <exception>
 #include <filesystem>
@@ -22,6 +29,7 @@
 #include "tidal/ops/random.h"
 #include "tidal/optim/adamw.h"
 #include "tidal/optim/grad_clip.h"
+#include "tidal/train/checkpoint.h"
 
 namespace {
 
@@ -94,6 +102,16 @@ void dump(const std::string& name, const std::string& dir, const std::vector<std
     model->set_attention_kernel(AttentionKernel::flash);
   }
 
+  {  // The --bf16 model: each weight drawn in f32 as above, then rounded to bf16 (train/setup.cpp).
+    manual_seed(kModelSeed);
+    nn::Init bf16;
+    bf16.dtype = DType::bf16;
+    std::unique_ptr<CausalLM> m16 = create_model(c, bf16);
+    m16->train(false);
+    NoGradGuard no_grad;
+    out["logits_bf16"] = m16->forward(batch["tokens"].narrow(1, 0, 16)).logits.to(DType::f32);
+  }
+
   optim::AdamW adam(model->named_parameters(), {.lr = kLr, .weight_decay = kWeightDecay});
   // Comma-separated lists, built with append (GCC 12's -Wrestrict misfires on chains of operator+).
   auto add_to = [](std::string& list, const std::string& item) {
@@ -123,6 +141,28 @@ void dump(const std::string& name, const std::string& dir, const std::vector<std
               losses.back(), dir.c_str());
 }
 
+// The --logits modes: the checkpoint's model in its saved dtype (or in f32: `widen`), one no-grad
+// forward of "tokens".
+void dump_checkpoint_logits(const std::string& ckpt, const std::string& tokens_file, const std::string& out,
+                            bool widen) {
+  TIDAL_CHECK(train::latest_iteration(ckpt) >= 0, ckpt, " has no checkpoint (give a tidal train --save directory)");
+  train::Checkpoint ck = train::load_checkpoint(ckpt);
+  const ModelConfig config = config_from_json(ck.config);
+  nn::Init init;
+  init.dtype = config.torch_dtype == "bfloat16" && !widen ? DType::bf16 : DType::f32;
+  std::unique_ptr<CausalLM> model = create_model(config, init);
+  for (auto& [name, t] : ck.model) t = t.to(init.dtype);
+  model->load_state_dict(ck.model);
+  model->train(false);
+  const std::map<std::string, Tensor> in = io::load_safetensors(tokens_file).tensors;
+  TIDAL_CHECK(in.count("tokens") == 1, tokens_file, " has no tensor \"tokens\"");
+  NoGradGuard no_grad;
+  const Tensor logits = model->forward(in.at("tokens")).logits.to(DType::f32);
+  io::save_safetensors(out, {{"logits", logits}});
+  std::printf("%s (%s, computed in %s): logits -> %s\n", ck.path.c_str(), config.torch_dtype.c_str(),
+              widen ? "f32" : config.torch_dtype.c_str(), out.c_str());
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -134,6 +174,11 @@ int main(int argc, char** argv) {
     return 2;
   }
   try {
+    if (const std::string mode = argv[1]; mode == "--logits" || mode == "--logits-f32") {
+      TIDAL_CHECK(argc == 5, "usage: tidal_parity_dump ", mode, " CHECKPOINT_DIR TOKENS.safetensors OUT.safetensors");
+      dump_checkpoint_logits(argv[2], argv[3], argv[4], mode == "--logits-f32");
+      return 0;
+    }
     dump(argv[1], argv[2], std::vector<std::string>(argv + 3, argv + argc));
   } catch (const std::exception& e) {
     std::fprintf(stderr, "tidal_parity_dump: %s\n", e.what());
