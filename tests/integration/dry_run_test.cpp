@@ -18,16 +18,16 @@ namespace {
 
 // Micro-batches of 2 x 32 tokens, one per step unless `more` gives --global-batch-size.
 std::vector<std::string> tiny(const std::string& model, const std::vector<std::string>& more) {
-  std::vector<std::string> flags = with({"--model", model, "--mock-data", "--seq-length", "32", "--micro-batch-size",
-                                         "2", "--train-iters", "2", "--lr-warmup-iters", "0", "--eval-interval", "0",
-                                         "--log-interval", "100"},
-                                        more);
+  std::vector<std::string> flags =
+      with({"--model", model, "--mock-data", "--seq-length", "32", "--micro-batch-size", "2", "--train-iters", "2",
+            "--lr-warmup-iters", "0", "--eval-interval", "0", "--log-interval", "100"},
+           more);
   if (std::find(more.begin(), more.end(), "--global-batch-size") == more.end())
     flags = with(flags, {"--global-batch-size", "2"});
   return flags;
 }
 
-// The configurations of the issue: every recompute mode, chunked loss, accumulation, bf16.
+// Every recompute mode, chunked loss, accumulation, bf16, eager attention, dropout.
 const std::vector<std::vector<std::string>> kFeatures = {
     {},
     {"--recompute-granularity", "selective"},
@@ -37,6 +37,9 @@ const std::vector<std::vector<std::string>> kFeatures = {
     {"--global-batch-size", "4"},
     {"--bf16"},
     {"--bf16", "--recompute-granularity", "selective", "--loss-compute-mode", "chunk", "--loss-chunk-size", "16"},
+    {"--recompute-granularity", "full", "--recompute-method", "block", "--recompute-num-layers", "1"},
+    {"--attention", "eager"},
+    {"--hidden-dropout", "0.1", "--attention-dropout", "0.1"},
 };
 
 std::string joined(const std::vector<std::string>& flags) {
@@ -100,8 +103,8 @@ TEST(DryRun, MoeMatchesTheRealRunsStatesAndTheEstimatorsActivations) {
       EXPECT_EQ(dry.device[c].peak, real[c].peak) << category_name(c);
     const TriageSettings s = triage_settings(a);
     const memory::ActivationEstimate e = memory::estimate_activations(
-        a.model, memory::activation_inputs(a.memory, a.micro_batch_size, a.seq_length, s.attention,
-                                           s.precision.param_dtype()));
+        a.model,
+        memory::activation_inputs(a.memory, a.micro_batch_size, a.seq_length, s.attention, s.precision.param_dtype()));
     EXPECT_EQ(dry.activation_bytes_per_layer, e.layer_kept);
     // The embedding keeps its ids, a view of the (B, T + 1) batch: the whole batch's storage, B x 8
     // bytes more than the estimator's (B, T).
@@ -130,6 +133,11 @@ TEST(DryRun, ALargeModelTouchesNoMemory) {
                                                "--micro-batch-size", "4", "--global-batch-size", "4"}));
   // 124M f32 parameters, their gradients and AdamW's two moments alone: 2 GB on the meta device.
   EXPECT_GT(dry.device.peak_allocated, int64_t(2e9));
+  // Qwen3-8B at 4096 tokens: 134 GiB on the meta device.
+  const DryRun big = dry_run(parse_train_args({"--model", "qwen3-8b", "--mock-data", "--seq-length", "4096",
+                                               "--micro-batch-size", "1", "--global-batch-size", "1"}));
+  EXPECT_GT(big.device.peak_allocated, int64_t(100) << 30);
+  EXPECT_EQ(big.activation_bytes_per_layer.size(), 36u);
   EXPECT_LT(max_rss_bytes() - before, int64_t(200) << 20);
 }
 
