@@ -2,9 +2,11 @@
 // the configuration as given runs out of memory; exit codes and bad flags.
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "tests/integration/run_command.h"
+#include "tidal/io/atomic_file.h"
 
 namespace {
 
@@ -82,6 +84,29 @@ TEST(PlanCli, FitsAsGivenNothingFitsNoBudgetAndBadFlags) {
     EXPECT_EQ(r.code, 1) << bad << "\n" << r.output;
     EXPECT_NE(r.output.find("error"), std::string::npos) << bad << "\n" << r.output;
   }
+}
+
+// --dry-run prints the device peak a real run of the same flags reports in --metrics-json, to the byte.
+TEST(PlanCli, DryRunPrintsTheRealRunsPeak) {
+  const std::string flags = kTiny + " --train-iters 2 --lr-warmup-iters 0 --recompute-granularity selective";
+  const std::string metrics = ::testing::TempDir() + "tidal_plan_dry_run_metrics.json";
+  const Result train = run(kTidal + " train" + flags + " --metrics-json " + metrics);
+  ASSERT_EQ(train.code, 0) << train.output;
+  const int64_t peak = nlohmann::json::parse(tidal::io::read_file(metrics))["summary"]["device_peak_bytes"];
+  const Result plan = run(kTidal + " plan --dry-run" + flags);
+  ASSERT_EQ(plan.code, 0) << plan.output;
+  EXPECT_NE(plan.output.find("Dry run (2 steps on the meta device, counted by the allocator): device peak 4.86 MiB (" +
+                             std::to_string(peak) + " B;"),
+            std::string::npos)
+      << plan.output;
+  EXPECT_NE(plan.output.find("dry run / estimator 1.000"), std::string::npos) << plan.output;
+  const Result offload = run(kTidal + " plan --dry-run" + flags + " --activation-offload");
+  EXPECT_NE(offload.code, 0);
+  EXPECT_NE(offload.output.find("tidal plan --dry-run: --activation-offload is not dry-run yet"), std::string::npos)
+      << offload.output;
+  const Result ranks = run(kTidal + " plan --dry-run --data-parallel-size 2" + flags);
+  EXPECT_NE(ranks.output.find("tidal plan --dry-run: --data-parallel-size 2 is not dry-run yet"), std::string::npos)
+      << ranks.output;
 }
 
 }  // namespace

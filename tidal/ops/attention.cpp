@@ -24,7 +24,8 @@ struct ScaledMaskedSoftmaxBackward : Node {
   TensorList apply(TensorList&& g) override {
     Tensor p = probs.unpack(name());
     Tensor gi = empty(p.shape(), p.dtype(), p.device());
-    if (Kernels* kern = kernels_for(gi)) kern->scaled_masked_softmax_backward(gi, g[0].detach().contiguous(), p, scale);
+    const Tensor gc = g[0].detach().contiguous();  // on meta too: the copy a real run makes
+    if (Kernels* kern = kernels_for(gi)) kern->scaled_masked_softmax_backward(gi, gc, p, scale);
     return {gi};
   }
   void release_saved() override { probs.reset(); }
@@ -44,9 +45,10 @@ struct FlashAttentionBackward : Node {
     Tensor dv = needs_input_grad(2) ? empty_like_layout(vv, vv.dtype()) : Tensor();
     const DType acc = qv.dtype() == DType::f64 ? DType::f64 : DType::f32;
     Tensor ws = empty({device_kernels(qv.device()).flash_backward_workspace(dq, qv, kv, vv)}, acc, qv.device());
+    // Unpacked on meta too: a recompute's replayed output and statistics are freed as a real run frees them.
+    const Tensor ov = out.unpack(name()), lv = lse.unpack(name());
     if (Kernels* kern = kernels_for(ws))
-      kern->flash_attention_backward(cfg, dq, dk, dv, g.detach(), qv, kv, vv, out.unpack(name()), lse.unpack(name()),
-                                     ws);
+      kern->flash_attention_backward(cfg, dq, dk, dv, g.detach(), qv, kv, vv, ov, lv, ws);
     return {dq, dk, dv};
   }
   void release_saved() override { autograd::reset_all(q, k, v, out, lse); }
@@ -130,8 +132,8 @@ Tensor scaled_masked_softmax(const Tensor& scores, double scale, bool causal) {
   detail::check_floating("scaled_masked_softmax", scores);
   TIDAL_CHECK(scores.dim() >= 2, "[scaled_masked_softmax] scores must be (..., T, S), got ", scores.shape());
   Tensor probs = empty(scores.shape(), scores.dtype(), scores.device());
-  if (Kernels* kern = kernels_for(probs))
-    kern->scaled_masked_softmax_forward(probs, scores.detach().contiguous(), scale, causal);
+  const Tensor sc = scores.detach().contiguous();  // on meta too: the copy a real run makes
+  if (Kernels* kern = kernels_for(probs)) kern->scaled_masked_softmax_forward(probs, sc, scale, causal);
   if (autograd::needs_grad(scores)) {
     auto node = autograd::make_node<ScaledMaskedSoftmaxBackward>({&scores});
     node->probs = SavedTensor(probs);

@@ -18,10 +18,10 @@ struct EmbeddingBackward : Node {
   TensorList apply(TensorList&& g) override {
     Tensor idv = ids.unpack(name());
     Tensor gw = empty(weight_shape, g[0].dtype(), g[0].device());  // (V, C), every row written
-    if (Kernels* kern = kernels_for(gw)) {
-      const Tensor gc = g[0].contiguous().reshape(Shape{idv.numel(), weight_shape[1]});  // (N, C)
-      kern->embedding_backward(gw, gc, idv.contiguous());
-    }
+    // On meta too: the copies a real run makes.
+    const Tensor gc = g[0].contiguous().reshape(Shape{idv.numel(), weight_shape[1]});  // (N, C)
+    const Tensor ic = idv.contiguous();
+    if (Kernels* kern = kernels_for(gw)) kern->embedding_backward(gw, gc, ic);
     return {gw};
   }
   void release_saved() override { ids.reset(); }
@@ -42,7 +42,8 @@ Tensor embedding(const Tensor& weight, const Tensor& ids) {
   TIDAL_CHECK(out_shape.size() < Shape::kMaxDims, "[embedding] ids ", ids.shape(), " have too many dims");
   out_shape.push_back(weight.shape()[1]);
   Tensor out = empty(out_shape, weight.dtype(), weight.device());  // (..., C)
-  if (Kernels* kern = kernels_for(out)) kern->embedding_forward(out, weight.detach(), ids.detach().contiguous());
+  const Tensor ic = ids.detach().contiguous();                     // on meta too: the copy a real run makes
+  if (Kernels* kern = kernels_for(out)) kern->embedding_forward(out, weight.detach(), ic);
   if (autograd::needs_grad(weight)) {
     auto node = autograd::make_node<EmbeddingBackward>({&weight});
     node->weight_shape = weight.shape();

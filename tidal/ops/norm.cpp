@@ -56,10 +56,10 @@ struct LayerNormBackward : Node {
     Tensor ws;  // (chunks, 2, C) partial dweight/dbias, Note [Deterministic parameter gradients]
     const int64_t chunks = device_kernels(xv.device()).norm_row_chunks(a.rows);
     if (want_dw || want_db) ws = empty(Shape{chunks, 2, C}, acc_dtype(xv.dtype()), xv.device());
-    if (Kernels* kern = kernels_for(xv)) {
-      kern->layer_norm_backward(dx, dw, db, ws, dense(g), dense(xv), mean.unpack(name()), rstd.unpack(name()),
-                                want_dx ? dense(weight.unpack(name())) : Tensor(), a);
-    }
+    // Unpacked on meta too: a recompute's replayed statistics are freed as a real run frees them.
+    const Tensor gd = dense(g), xd = dense(xv), mv = mean.unpack(name()), rv = rstd.unpack(name());
+    const Tensor wv = want_dx ? dense(weight.unpack(name())) : Tensor();
+    if (Kernels* kern = kernels_for(xv)) kern->layer_norm_backward(dx, dw, db, ws, gd, xd, mv, rv, wv, a);
     return {dx, dw, db};
   }
   void release_saved() override { autograd::reset_all(x, mean, rstd, weight); }
@@ -78,10 +78,10 @@ struct RmsNormBackward : Node {
     Tensor dw = want_dw ? empty(Shape{C}, xv.dtype(), xv.device()) : Tensor();
     const int64_t chunks = device_kernels(xv.device()).norm_row_chunks(a.rows);
     Tensor ws = want_dw ? empty(Shape{chunks, C}, acc_dtype(xv.dtype()), xv.device()) : Tensor();
-    if (Kernels* kern = kernels_for(xv)) {
-      kern->rms_norm_backward(dx, dw, ws, dense(grads[0]), dense(xv), rstd.unpack(name()),
-                              want_dx ? dense(weight.unpack(name())) : Tensor(), a);
-    }
+    // Unpacked on meta too: a recompute's replayed statistics are freed as a real run frees them.
+    const Tensor gd = dense(grads[0]), xd = dense(xv), rv = rstd.unpack(name());
+    const Tensor wv = want_dx ? dense(weight.unpack(name())) : Tensor();
+    if (Kernels* kern = kernels_for(xv)) kern->rms_norm_backward(dx, dw, ws, gd, xd, rv, wv, a);
     return {dx, dw};
   }
   void release_saved() override { autograd::reset_all(x, rstd, weight); }
@@ -97,8 +97,8 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, dou
   Tensor out = empty(x.shape(), x.dtype(), x.device());                  // (..., C)
   Tensor mean = empty(rows_shape(x), acc_dtype(x.dtype()), x.device());  // (...)
   Tensor rstd = empty(rows_shape(x), acc_dtype(x.dtype()), x.device());  // (...)
-  if (Kernels* kern = kernels_for(out))
-    kern->layer_norm_forward(out, mean, rstd, dense(x), dense(weight), dense(bias), norm_args(x, eps));
+  const Tensor xd = dense(x), wd = dense(weight), bd = dense(bias);      // on meta too: a real run's copies
+  if (Kernels* kern = kernels_for(out)) kern->layer_norm_forward(out, mean, rstd, xd, wd, bd, norm_args(x, eps));
   if (autograd::needs_grad(x, weight, bias)) {
     auto node = autograd::make_node<LayerNormBackward>({&x, &weight, &bias});
     node->has_weight = weight.defined();
@@ -121,7 +121,8 @@ Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps) {
   check_param("rms_norm", x, weight, "weight");
   Tensor out = empty(x.shape(), x.dtype(), x.device());                  // (..., C)
   Tensor rstd = empty(rows_shape(x), acc_dtype(x.dtype()), x.device());  // (...)
-  if (Kernels* kern = kernels_for(out)) kern->rms_norm_forward(out, rstd, dense(x), dense(weight), norm_args(x, eps));
+  const Tensor xd = dense(x), wd = dense(weight);                        // on meta too: a real run's copies
+  if (Kernels* kern = kernels_for(out)) kern->rms_norm_forward(out, rstd, xd, wd, norm_args(x, eps));
   if (autograd::needs_grad(x, weight)) {
     auto node = autograd::make_node<RmsNormBackward>({&x, &weight});
     node->has_weight = weight.defined();

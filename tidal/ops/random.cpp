@@ -60,8 +60,8 @@ Tensor dropout(const Tensor& x, double p, bool training) {
   Tensor mask = empty(x.shape(), DType::u8, x.device());
   Tensor out = empty(x.shape(), x.dtype(), x.device());
   const double scale = 1.0 / (1.0 - p);
-  if (Kernels* kern = kernels_for(out))
-    kern->dropout_forward(out, mask, x.detach().contiguous(), p, scale, st.seed, start);
+  const Tensor xc = x.detach().contiguous();  // on meta too: the copy a real run makes
+  if (Kernels* kern = kernels_for(out)) kern->dropout_forward(out, mask, xc, p, scale, st.seed, start);
   if (autograd::needs_grad(x)) {
     auto node = autograd::make_node<DropoutBackward>({&x});
     node->mask = autograd::SavedTensor(mask);

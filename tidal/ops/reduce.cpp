@@ -121,11 +121,13 @@ struct MaxBackward : Node {
   const char* name() const override { return "MaxBackward"; }
   TensorList apply(TensorList&& g) override {
     Tensor gi = zeros(in_shape, g[0].dtype(), g[0].device());
+    // On meta too: the copies a real run makes.
+    const Tensor gc = g[0].contiguous(), ic = indices.unpack(name()).contiguous();
     if (Kernels* kern = kernels_for(gi)) {
       int64_t outer = 1, inner = 1;
       for (int d = 0; d < dim; ++d) outer *= in_shape[d];
       for (int d = dim + 1; d < in_shape.size(); ++d) inner *= in_shape[d];
-      kern->max_backward(gi, g[0].contiguous(), indices.unpack(name()).contiguous(), outer, in_shape[dim], inner);
+      kern->max_backward(gi, gc, ic, outer, in_shape[dim], inner);
     }
     return {gi};
   }

@@ -37,7 +37,8 @@ struct SoftmaxBackward : Node {
   TensorList apply(TensorList&& grads) override {
     Tensor y = out.unpack(name());
     Tensor dx = empty(y.shape(), y.dtype(), y.device());
-    if (Kernels* kern = kernels_for(dx)) kern->softmax_backward(dx, grads[0].contiguous(), y, args);
+    const Tensor gc = grads[0].contiguous();  // on meta too: the copy a real run makes
+    if (Kernels* kern = kernels_for(dx)) kern->softmax_backward(dx, gc, y, args);
     return {dx};
   }
   void release_saved() override { out.reset(); }
@@ -49,7 +50,8 @@ Tensor softmax_op(const Tensor& x, int64_t dim, bool log) {
   detail::check_floating(op, x);
   const SoftmaxArgs args = softmax_args(x, dim, log, op);
   Tensor out = empty(x.shape(), x.dtype(), x.device());  // contiguous, x's shape
-  if (Kernels* kern = kernels_for(out)) kern->softmax_forward(out, x.detach().contiguous(), args);
+  const Tensor xc = x.detach().contiguous();             // on meta too: the copy a real run makes
+  if (Kernels* kern = kernels_for(out)) kern->softmax_forward(out, xc, args);
   if (autograd::needs_grad(x)) {
     auto node = autograd::make_node<SoftmaxBackward>({&x});
     node->out = SavedTensor(out);

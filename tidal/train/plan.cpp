@@ -94,4 +94,36 @@ std::string format_plan(const Plan& p, const models::ModelConfig& m, const Triag
   return out;
 }
 
+std::string format_dry_run(const DryRun& d, const StepPeak& predicted) {
+  const MemoryStats& st = d.device;
+  const double ratio = predicted.total > 0 ? double(st.peak_allocated) / double(predicted.total) : 0.0;
+  char line[160];
+  std::snprintf(line, sizeof line, "%.3f", ratio);
+  std::string out = "Dry run (" + std::to_string(d.steps) +
+                    " steps on the meta device, counted by the allocator): " + "device peak " +
+                    format_bytes(st.peak_allocated) + " (" + std::to_string(st.peak_allocated) + " B; reserved " +
+                    format_bytes(st.peak_reserved) + "), the estimator predicts " + format_bytes(predicted.total) +
+                    " (dry run / estimator " + line + ").\n";
+  out += "  category           at the peak    its own peak\n";
+  for (int c = 0; c < kNumMemoryCategories; ++c) {
+    const MemoryCategory cat = MemoryCategory(c);
+    if (cat == MemoryCategory::host_offload) continue;  // host memory: not dry-run (dry_run.h)
+    std::snprintf(line, sizeof line, "  %-16s %13s %15s\n", std::string(category_name(cat)).c_str(),
+                  format_bytes(st.at_peak[size_t(c)]).c_str(), format_bytes(st[cat].peak).c_str());
+    out += line;
+  }
+  out += "  activations saved by a micro-batch's forward: outside the layers " +
+         format_bytes(d.activation_bytes_outside_layers);
+  const std::vector<int64_t>& per = d.activation_bytes_per_layer;
+  if (!per.empty()) {
+    const auto [lo, hi] = std::minmax_element(per.begin(), per.end());
+    out += ", per layer " + (*lo == *hi ? format_bytes(*lo) + " each of " + std::to_string(per.size()) : std::string());
+    if (*lo != *hi) {
+      for (size_t l = 0; l < per.size(); ++l) out += (l ? ", " : "") + std::to_string(l) + ": " + format_bytes(per[l]);
+    }
+  }
+  out += "\n";
+  return out;
+}
+
 }  // namespace tidal::train

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "tidal/train/dry_run.h"
 #include "tidal/train/oom_advice.h"
 
 namespace tidal::train {
@@ -43,5 +44,9 @@ Plan make_plan(const models::ModelConfig& m, const TriageSettings& s, int64_t bu
 
 // What `tidal plan` prints.
 std::string format_plan(const Plan& p, const models::ModelConfig& m, const TriageSettings& s);
+
+// What `tidal plan --dry-run` prints: the dry run's device peak beside the estimator's `predicted`
+// one, the bytes of each category at the peak and its own peak, and the activations saved per layer.
+std::string format_dry_run(const DryRun& d, const StepPeak& predicted);
 
 }  // namespace tidal::train

@@ -64,8 +64,9 @@ TrainingData load_data(const TrainArgs& a, models::ModelConfig& config, std::FIL
 // `deferred`: the parameters made without their values (ZeRO-3: nn/deferred_init.h). --bf16: each
 // weight drawn in f32 as an f32 run draws it, then rounded to bf16 (nn::normal_parameter).
 std::unique_ptr<models::CausalLM> build_model(const TrainArgs& args, const models::ModelConfig& config,
-                                              const std::shared_ptr<nn::DeferredInit>& deferred) {
+                                              const std::shared_ptr<nn::DeferredInit>& deferred, Device device) {
   nn::Init init;
+  init.device = device;
   init.deferred = deferred;
   init.dtype = args.precision.param_dtype();
   std::unique_ptr<models::CausalLM> model = models::create_model(config, init);
@@ -215,11 +216,12 @@ void resume(const TrainArgs& args, const models::ModelConfig& config, Setup& s, 
 
 }  // namespace
 
-Setup setup_training(const TrainArgs& args, models::ModelConfig& config, std::FILE* out, dist::Communicator& comm) {
+Setup setup_training(const TrainArgs& args, models::ModelConfig& config, std::FILE* out, dist::Communicator& comm,
+                     Device device) {
   const int64_t micro_batches = micro_batches_per_rank(args.global_batch_size, args.micro_batch_size, comm.size());
   TrainingData data = load_data(args, config, out);
   config.validate();
-  device_allocator(Device::cpu()).reset_peak_stats();
+  device_allocator(device).reset_peak_stats();
   host_allocator().reset_peak_stats();
 
   manual_seed(args.seed);
@@ -228,7 +230,7 @@ Setup setup_training(const TrainArgs& args, models::ModelConfig& config, std::FI
   const bool zero3 = args.data_parallel.sharding == ShardingStrategy::optim_grads_params;
   std::shared_ptr<nn::DeferredInit> deferred =
       zero3 && args.pretrained.empty() ? std::make_shared<nn::DeferredInit>() : nullptr;
-  std::unique_ptr<models::CausalLM> model = build_model(args, config, deferred);
+  std::unique_ptr<models::CausalLM> model = build_model(args, config, deferred, device);
   std::unique_ptr<memory::Offloader> offloader = attach_offloader(args.memory, config, *model);
   if (!args.pretrained.empty()) model->load_hf_state_dict(models::load_pretrained_dir(args.pretrained).weights);
   std::unique_ptr<optim::DistributedAdamW> sharded;
@@ -255,14 +257,15 @@ Setup setup_training(const TrainArgs& args, models::ModelConfig& config, std::FI
           std::move(sharded),
           nullptr,
           nullptr,
-          nullptr};
+          nullptr,
+          device};
   set_rng_state({args.seed, 0});
   if (!args.load.empty()) resume(args, config, s, out);
   if (args.precision.bf16) {
     // Before the reduction's hooks: its hook moves a bf16 gradient into the f32 sum they reduce.
     s.main_grads = std::make_unique<MainGrads>(s.model->parameters());
     // The f32 draws of the initialization (nn::normal_parameter) are the build's, not the training's.
-    device_allocator(Device::cpu()).reset_peak_stats();
+    device_allocator(device).reset_peak_stats();
   }
   s.grad_sync = std::make_unique<GradSync>(s.model->named_parameters(), comm, s.sharded.get(), args.data_parallel);
   if (s.sharded && s.sharded->shards_parameters()) {
@@ -272,12 +275,12 @@ Setup setup_training(const TrainArgs& args, models::ModelConfig& config, std::FI
     s.sharded->copy_shard_from_parameters(materialize);
     s.param_gather = std::make_unique<ParamGather>(*s.model, *s.sharded, comm, args.data_parallel.overlap_param_gather);
     // Building is not training: the peaks count from here, and the log says what building took.
-    const MemoryStats built = device_allocator(Device::cpu()).stats();
+    const MemoryStats built = device_allocator(device).stats();
     std::fprintf(out, "ZeRO-3: the model was built %s (device peak %s), now %s of parameters on this rank\n",
                  deferred && args.load.empty() ? "one parameter at a time" : "whole",
                  format_bytes(built.peak_allocated).c_str(),
                  format_bytes(built[MemoryCategory::parameter].allocated).c_str());
-    device_allocator(Device::cpu()).reset_peak_stats();
+    device_allocator(device).reset_peak_stats();
   }
 
   s.settings = args.to_json();

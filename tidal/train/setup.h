@@ -54,11 +54,15 @@ struct Setup {
   std::unique_ptr<ParamGather> param_gather;
   // --bf16: the f32 sums of the bf16 gradients (train/main_grads.h); null otherwise.
   std::unique_ptr<MainGrads> main_grads;
+  // Where the model lives: cpu, or meta for a dry run (dry_run.h), whose step feeds meta batches.
+  Device device = Device::cpu();
 };
 
 // Loads the data (the tokenizer's vocabulary goes into `config`), validates `config`, resets the
 // allocators' peaks, builds everything seeded with --seed and resumes from --load. Prints the
-// built-in corpus's and the resume's lines to `out`. Every rank of `comm` runs it alike.
-Setup setup_training(const TrainArgs& args, models::ModelConfig& config, std::FILE* out, dist::Communicator& comm);
+// built-in corpus's and the resume's lines to `out`. Every rank of `comm` runs it alike. `device`
+// meta builds the model without values and resets the meta allocator's peaks instead (dry_run.h).
+Setup setup_training(const TrainArgs& args, models::ModelConfig& config, std::FILE* out, dist::Communicator& comm,
+                     Device device = Device::cpu());
 
 }  // namespace tidal::train

@@ -26,8 +26,8 @@ StepResult train_step(int64_t it, const TrainArgs& args, Setup& s, profile::Prof
   r.lr = optim::lr_at(it - 1, s.schedule);
   double loss_sum = 0;
   for (int64_t m = 0; m < accum; ++m) {
-    const Tensor tokens =
-        next_rank_batch(s.loader, args.micro_batch_size, comm.rank(), comm.size()).tokens;  // (B, T+1)
+    Tensor tokens = next_rank_batch(s.loader, args.micro_batch_size, comm.rank(), comm.size()).tokens;  // (B, T+1)
+    if (s.device.is_meta()) tokens = tokens.to(s.device);  // a dry run (dry_run.h): the batch's shape only
     const int64_t t = tokens.size(1) - 1;
     Tensor loss;
     if (s.offloader) s.offloader->begin_micro_batch();
@@ -43,7 +43,7 @@ StepResult train_step(int64_t it, const TrainArgs& args, Setup& s, profile::Prof
       }
     }
     after_forward(m);
-    const double value = loss.item<double>();
+    const double value = loss.is_meta() ? 0.0 : loss.item<double>();  // a dry run's loss has no value
     loss_sum += value;
     const bool finite = std::isfinite(value);
     if (args.check_for_nan && !finite && !args.skip_nonfinite_steps)

@@ -1,5 +1,5 @@
-// `tidal plan [tidal train flags] [--memory BYTES] [--headroom PERCENT]`: the step peak tidal predicts for a training
-// configuration and, against a budget, the memory features that make it fit (tidal/train/plan.h).
+// `tidal plan [tidal train flags] [--memory BYTES] [--headroom PERCENT] [--dry-run]`: the step peak tidal predicts for
+// a training configuration and, against a budget, the memory features that make it fit (tidal/train/plan.h).
 #include <cstdio>
 #include <cstdlib>
 
@@ -15,10 +15,12 @@ namespace tidal::cli {
 int run_plan(const std::vector<std::string>& argv) {
   // tidal plan's own two options (with their values) go to `own`, the rest to tidal train's parser.
   std::vector<std::string> own, train_argv;
+  bool dry = false;
   for (size_t i = 0; i < argv.size(); ++i) {
     if (argv[i] == "--help" || argv[i] == "-h") {
       std::printf(
-          "usage: tidal plan [tidal train flags] [--memory BYTES] [--headroom PERCENT] [--data-parallel-size N]\n\n"
+          "usage: tidal plan [tidal train flags] [--memory BYTES] [--headroom PERCENT] [--data-parallel-size N]\n"
+          "                  [--dry-run]\n\n"
           "Predicts the device memory of one training step of that configuration (nothing is allocated:\n"
           "any preset size works) and, against --memory (default: TIDAL_DEVICE_MEMORY) less --headroom\n"
           "percent (default 10), which of tidal's memory features make it fit, in the triage order. Exit\n"
@@ -26,11 +28,17 @@ int run_plan(const std::vector<std::string>& argv) {
           "plans one of N ranks under mpirun (per-rank memory; sharding then saves: docs/distributed.md).\n"
           "--bf16 plans mixed precision: bf16 parameters, activations and logits, f32 gradient sums, and\n"
           "12 bytes of AdamW state per parameter (f32 master weights and moments; docs/memory.md).\n"
+          "--dry-run also runs two training steps of the configuration on the meta device (shapes, no\n"
+          "values: any size, no memory touched; the same code as training) and prints the allocator's\n"
+          "exact device peak and its breakdown beside the estimator's prediction (docs/memory.md, \"Dry\n"
+          "run\"); it refuses --activation-offload, --swap-optimizer and sharding (not dry-run yet).\n"
           "The other flags are tidal train's ('tidal train --help'); docs/profiling.md, \"Planning before\n"
           "training\".\n");
       return kOk;
     }
-    if (argv[i] == "--memory" || argv[i] == "--headroom" || argv[i] == "--data-parallel-size") {
+    if (argv[i] == "--dry-run") {
+      dry = true;
+    } else if (argv[i] == "--memory" || argv[i] == "--headroom" || argv[i] == "--data-parallel-size") {
       own.push_back(argv[i]);
       if (i + 1 < argv.size()) own.push_back(argv[++i]);
     } else {
@@ -51,6 +59,11 @@ int run_plan(const std::vector<std::string>& argv) {
   const train::TrainArgs args = train::parse_train_args(train_argv);
   const train::TriageSettings s =
       train::triage_settings(args, int(f.integer("data-parallel-size", 1, 1, train::kMaxDataParallelSize)));
+  if (dry) {
+    TIDAL_CHECK(s.data_parallel == 1, "tidal plan --dry-run: --data-parallel-size ", s.data_parallel,
+                " is not dry-run yet (one process): drop --dry-run for the estimator's prediction");
+    std::fputs(train::format_dry_run(train::dry_run(args), train::predict_step_peak(args.model, s)).c_str(), stdout);
+  }
   if (memory.empty()) {  // no budget: what a step needs and what each step of the triage would save
     std::fputs(train::oom_advice(args.model, s).c_str(), stdout);
     std::printf("(give a budget, --memory 80GiB or TIDAL_DEVICE_MEMORY, for a plan)\n");

@@ -1,0 +1,155 @@
+// tidal::train::dry_run (train/dry_run.h): the meta-device dry run of a configuration allocates, byte
+// for byte, what the real run of it allocates on the device, and touches no memory for a large model.
+#include "tidal/train/dry_run.h"
+
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "tests/integration/train_helpers.h"
+#include "tidal/allocator.h"
+#include "tidal/memory/estimator.h"
+#include "tidal/train/oom_advice.h"
+
+namespace tidal::train {
+namespace {
+
+// Micro-batches of 2 x 32 tokens, one per step unless `more` gives --global-batch-size.
+std::vector<std::string> tiny(const std::string& model, const std::vector<std::string>& more) {
+  std::vector<std::string> flags =
+      with({"--model", model, "--mock-data", "--seq-length", "32", "--micro-batch-size", "2", "--train-iters", "2",
+            "--lr-warmup-iters", "0", "--eval-interval", "0", "--log-interval", "100"},
+           more);
+  if (std::find(more.begin(), more.end(), "--global-batch-size") == more.end())
+    flags = with(flags, {"--global-batch-size", "2"});
+  return flags;
+}
+
+// Every recompute mode, chunked loss, accumulation, bf16, eager attention, dropout.
+const std::vector<std::vector<std::string>> kFeatures = {
+    {},
+    {"--recompute-granularity", "selective"},
+    {"--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", "1"},
+    {"--recompute-activation-function", "--recompute-norm"},
+    {"--loss-compute-mode", "chunk", "--loss-chunk-size", "16"},
+    {"--global-batch-size", "4"},
+    {"--bf16"},
+    {"--bf16", "--recompute-granularity", "selective", "--loss-compute-mode", "chunk", "--loss-chunk-size", "16"},
+    {"--recompute-granularity", "full", "--recompute-method", "block", "--recompute-num-layers", "1"},
+    {"--attention", "eager"},
+    {"--hidden-dropout", "0.1", "--attention-dropout", "0.1"},
+};
+
+std::string joined(const std::vector<std::string>& flags) {
+  std::string s;
+  for (const std::string& f : flags) s += (s.empty() ? "" : " ") + f;
+  return s;
+}
+
+// The device allocator's peaks over a real run of `flags`, less what was live before it.
+MemoryStats measured(const std::vector<std::string>& flags) {
+  Allocator& cpu = device_allocator(Device::cpu());
+  const MemoryStats before = cpu.stats();
+  train(flags);
+  MemoryStats after = cpu.stats();
+  after.peak_allocated -= before.allocated;
+  for (int c = 0; c < kNumMemoryCategories; ++c) {
+    after.category[size_t(c)].peak -= before.category[size_t(c)].allocated;
+    after.at_peak[size_t(c)] -= before.category[size_t(c)].allocated;
+  }
+  return after;
+}
+
+void expect_same_peaks(const std::vector<std::string>& flags) {
+  SCOPED_TRACE(joined(flags));
+  const DryRun dry = dry_run(parse_train_args(flags));
+  const MemoryStats real = measured(flags);
+  EXPECT_EQ(dry.steps, 2);
+  EXPECT_EQ(dry.device.peak_allocated, real.peak_allocated);
+  for (int c = 0; c < kNumMemoryCategories; ++c) {
+    SCOPED_TRACE(std::string(category_name(MemoryCategory(c))));
+    EXPECT_EQ(dry.device.category[size_t(c)].peak, real.category[size_t(c)].peak);
+    EXPECT_EQ(dry.device.at_peak[size_t(c)], real.at_peak[size_t(c)]);
+  }
+  EXPECT_GT(dry.device.peak_allocated, 0);
+  EXPECT_EQ(device_allocator(Device::meta()).stats().allocated, 0);  // everything freed
+}
+
+TEST(DryRun, PeaksEqualTheRealRunsForGpt2) {
+  for (const auto& f : kFeatures) expect_same_peaks(tiny("tiny-gpt2", f));
+}
+
+TEST(DryRun, PeaksEqualTheRealRunsForLlama) {
+  for (const auto& f : kFeatures) expect_same_peaks(tiny("tiny-llama", f));
+}
+
+TEST(DryRun, PeaksEqualTheRealRunsForQwen3) {
+  for (const auto& f : kFeatures) expect_same_peaks(tiny("tiny-qwen3", f));
+}
+
+// A real MoE run routes its tokens unevenly, the dry run evenly (models/moe.cpp): the parameters,
+// gradients and AdamW states equal the real run's, and the activations the estimator's, which
+// assumes the same even split.
+TEST(DryRun, MoeMatchesTheRealRunsStatesAndTheEstimatorsActivations) {
+  for (const auto& f : kFeatures) {
+    const std::vector<std::string> flags = tiny("tiny-qwen3-moe", f);
+    SCOPED_TRACE(joined(flags));
+    const TrainArgs a = parse_train_args(flags);
+    const DryRun dry = dry_run(a);
+    const MemoryStats real = measured(flags);
+    for (MemoryCategory c : {MemoryCategory::parameter, MemoryCategory::gradient, MemoryCategory::optimizer_state})
+      EXPECT_EQ(dry.device[c].peak, real[c].peak) << category_name(c);
+    const TriageSettings s = triage_settings(a);
+    const memory::ActivationEstimate e = memory::estimate_activations(
+        a.model,
+        memory::activation_inputs(a.memory, a.micro_batch_size, a.seq_length, s.attention, s.precision.param_dtype()));
+    EXPECT_EQ(dry.activation_bytes_per_layer, e.layer_kept);
+    // The embedding keeps its ids, a view of the (B, T + 1) batch: the whole batch's storage, B x 8
+    // bytes more than the estimator's (B, T).
+    EXPECT_EQ(dry.device[MemoryCategory::activation].peak, e.peak + a.micro_batch_size * 8);
+    EXPECT_EQ(dry.activation_bytes_outside_layers, e.outside_layers + a.micro_batch_size * 8);
+  }
+}
+
+TEST(DryRun, ActivationsPerLayerAreTheSavedTensors) {
+  const DryRun dry = dry_run(parse_train_args(tiny("tiny-llama", {})));
+  ASSERT_EQ(dry.activation_bytes_per_layer.size(), 2u);
+  EXPECT_GT(dry.activation_bytes_per_layer[0], 0);
+  EXPECT_EQ(dry.activation_bytes_per_layer[0], dry.activation_bytes_per_layer[1]);  // alike layers
+  EXPECT_GT(dry.activation_bytes_outside_layers, 0);
+}
+
+int64_t max_rss_bytes() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return int64_t(u.ru_maxrss) * 1024;
+}
+
+TEST(DryRun, ALargeModelTouchesNoMemory) {
+  const int64_t before = max_rss_bytes();
+  const DryRun dry = dry_run(parse_train_args({"--model", "gpt2-124m", "--mock-data", "--seq-length", "1024",
+                                               "--micro-batch-size", "4", "--global-batch-size", "4"}));
+  // 124M f32 parameters, their gradients and AdamW's two moments alone: 2 GB on the meta device.
+  EXPECT_GT(dry.device.peak_allocated, int64_t(2e9));
+  // Qwen3-8B at 4096 tokens: 134 GiB on the meta device.
+  const DryRun big = dry_run(parse_train_args({"--model", "qwen3-8b", "--mock-data", "--seq-length", "4096",
+                                               "--micro-batch-size", "1", "--global-batch-size", "1"}));
+  EXPECT_GT(big.device.peak_allocated, int64_t(100) << 30);
+  EXPECT_EQ(big.activation_bytes_per_layer.size(), 36u);
+  EXPECT_LT(max_rss_bytes() - before, int64_t(200) << 20);
+}
+
+TEST(DryRun, RefusesWhatItCannotAccount) {
+  auto error = [](const std::vector<std::string>& more) {
+    return testing::error_of([&] { dry_run(parse_train_args(tiny("tiny-gpt2", more))); });
+  };
+  EXPECT_NE(error({"--activation-offload"}).find("--activation-offload is not dry-run yet"), std::string::npos);
+  EXPECT_NE(error({"--swap-optimizer"}).find("--swap-optimizer is not dry-run yet"), std::string::npos);
+  EXPECT_NE(error({"--use-distributed-optimizer"}).find("is not dry-run yet (one process, no sharding)"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace tidal::train
