@@ -3,9 +3,12 @@
 // Note [Flash attention on the CPU]: tiles of query rows x keys. The tile products go through the
 // BLAS wrapper, single-threaded inside our parallel region: oneDNN's sgemm runs a 64x128x64 tile at
 // ~170 GFLOP/s on one core, an omp-simd register-blocked kernel of our own at ~65, so there are no
-// hand-written micro-kernels. Operands are read in place when the BLAS can (f32/f64 with a
-// unit-stride head dim, whatever the other strides), else packed per tile (bf16, odd strides),
-// which costs 1/(query rows per tile) of the tile's flops. Forward tasks are (b, h, query block);
+// hand-written micro-kernels. bf16 tiles multiply in bf16 with f32 accumulation (oneDNN's matmul,
+// onednn_matmul.h: 2-2.7x sgemm's rate on these tiles here); the f32 probabilities P and dS are
+// rounded to bf16 for the products they enter, as GPU flash attention does, while the row sums,
+// maxima and log-sum-exps stay f32. Operands are read in place when the product can (a unit-stride
+// head dim, whatever the other strides), else packed per tile (odd strides), which costs 1/(query
+// rows per tile) of the tile's flops. Forward tasks are (b, h, query block);
 // backward tasks are (b, kv head), each owning every row it writes. Tasks never share an
 // accumulator, so results do not depend on the thread count.
 #include <algorithm>
@@ -14,6 +17,7 @@
 
 #include "tidal/backend/cpu/attention_eager.h"
 #include "tidal/backend/cpu/blas.h"
+#include "tidal/backend/cpu/onednn_matmul.h"
 #include "tidal/backend/cpu/philox.h"
 #include "tidal/base/parallel.h"
 #include "tidal/dtype_dispatch.h"
@@ -69,6 +73,40 @@ Mat<A> tile(const T* base, int64_t rs, int64_t cs, int64_t rows, int64_t cols, A
   return {buf, cols};
 }
 
+// The type a tile product reads: bf16 tiles multiply in bf16 (f32 accumulation), others in their
+// accumulate type.
+template <typename T>
+using gemm_t = std::conditional_t<std::is_same_v<T, BFloat16>, BFloat16, acc_t<T>>;
+
+// C (f32/f64, row-major) = alpha op(A) op(B) + beta C for one tile, on this thread.
+void tile_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, Mat<float> a, Mat<float> b, float beta,
+               float* c, int64_t ldc) {
+  blas::gemm(ta, tb, m, n, k, alpha, a.p, a.ld, b.p, b.ld, beta, c, ldc);
+}
+void tile_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, Mat<double> a, Mat<double> b,
+               double beta, double* c, int64_t ldc) {
+  blas::gemm(ta, tb, m, n, k, alpha, a.p, a.ld, b.p, b.ld, beta, c, ldc);
+}
+void tile_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, Mat<BFloat16> a, Mat<BFloat16> b,
+               float beta, float* c, int64_t ldc) {
+  onednn::gemm(ta, tb, m, n, k, alpha, a.p, a.ld, b.p, b.ld, beta, c, ldc);
+}
+
+// A rows x cols block of accumulate-type values (row stride ld) as a product's operand: itself, or
+// rounded into `buf` (rows x cols) for a bf16 product.
+template <typename G, typename A>
+Mat<G> operand(const A* src, int64_t ld, int64_t rows, int64_t cols, G* buf) {
+  if constexpr (std::is_same_v<G, A>) {
+    return {src, ld};
+  } else {
+    for (int64_t r = 0; r < rows; ++r) {
+#pragma omp simd
+      for (int64_t c = 0; c < cols; ++c) store_rounded(buf[r * cols + c], src[r * ld + c]);
+    }
+    return {buf, cols};
+  }
+}
+
 // Writes a packed rows x cols block of A into a strided T destination.
 template <typename T, typename A>
 void store(T* dst, int64_t rs, int64_t cs, const A* src, int64_t rows, int64_t cols, A factor = A(1)) {
@@ -104,8 +142,11 @@ struct Arena {
     p += (n + 15) / 16 * 16;
     return r;
   }
-  uint32_t* take_bits(int64_t n) {
-    return reinterpret_cast<uint32_t*>(take((n * 4 + int64_t(sizeof(A)) - 1) / int64_t(sizeof(A))));
+  uint32_t* take_bits(int64_t n) { return take_as<uint32_t>(n); }
+  // n elements of another type (bf16 tiles; the slot's bytes are only ever used as that type).
+  template <typename U>
+  U* take_as(int64_t n) {
+    return reinterpret_cast<U*>(take((n * int64_t(sizeof(U)) + int64_t(sizeof(A)) - 1) / int64_t(sizeof(A))));
   }
 };
 inline int64_t arena_size(std::initializer_list<int64_t> pieces) {
@@ -153,11 +194,12 @@ struct Dims {
 struct ForwardLayout {
   int64_t tasks, slots, per_slot;
 };
-ForwardLayout forward_layout(const Dims& n) {
+// bf16 (`rounded`): P rounded to bf16 for P V, in half a tile of f32 elements.
+ForwardLayout forward_layout(const Dims& n, bool rounded) {
   const int64_t nqb = (n.t + kFwdBlockQ - 1) / kFwdBlockQ, tasks = n.b * n.hq * nqb;
   return {tasks, slots_for(tasks, n.flops()),
           arena_size({kFwdBlockQ * n.d, kFwdBlockK * n.d, kFwdBlockK * n.dv, kFwdBlockQ * kFwdBlockK, kFwdBlockQ * n.dv,
-                      kFwdBlockQ, kFwdBlockQ, kFwdBlockK, kFwdBlockK + 8})};
+                      kFwdBlockQ, kFwdBlockQ, kFwdBlockK, kFwdBlockK + 8, rounded ? kFwdBlockQ * kFwdBlockK / 2 : 0})};
 }
 
 struct BackwardLayout {
@@ -175,7 +217,8 @@ BackwardLayout backward_layout(const Dims& n, const Tensor& dq, bool acc_dtype) 
   return {(n.b * n.hq * n.t + 15) / 16 * 16, dq_buffered, tasks, slots_for(tasks, 2.5 * n.flops()),
           arena_size({kBwdBlockQ * n.d, kBwdBlockQ * n.dv, kBwdBlockK * n.d, kBwdBlockK * n.dv, kBwdBlockQ * kBwdBlockK,
                       kBwdBlockQ * kBwdBlockK, kBwdBlockK * n.d, kBwdBlockK * n.dv, kBwdBlockK, kBwdBlockK + 8,
-                      dq_buffered ? n.g * n.t * n.d : 0})};
+                      dq_buffered ? n.g * n.t * n.d : 0, acc_dtype ? 0 : kBwdBlockQ * kBwdBlockK / 2,
+                      acc_dtype ? 0 : kBwdBlockQ * kBwdBlockK / 2})};
 }
 
 template <typename T>
@@ -189,7 +232,8 @@ void forward_typed(const FlashArgs& cfg, const Tensor& out, const Tensor& lse, c
   const A scale = A(cfg.scale), keep_scale = A(1.0 / (1.0 - cfg.dropout_p));
   const bool dropout = cfg.dropout_p > 0;
   const int64_t nqb = (n.t + kFwdBlockQ - 1) / kFwdBlockQ;
-  const ForwardLayout lay = forward_layout(n);
+  using G = gemm_t<T>;
+  const ForwardLayout lay = forward_layout(n, !std::is_same_v<G, A>);
   const int64_t tasks = lay.tasks, slots = lay.slots, per_slot = lay.per_slot;
   TIDAL_ASSERT(workspace.numel() >= slots * per_slot && workspace.dtype() == dtype_v<A>, "flash workspace too small");
   const Tensor& ws = workspace;
@@ -200,20 +244,21 @@ void forward_typed(const FlashArgs& cfg, const Tensor& out, const Tensor& lse, c
     A *s = arena.take(kFwdBlockQ * kFwdBlockK), *o = arena.take(kFwdBlockQ * n.dv), *m = arena.take(kFwdBlockQ);
     A *l = arena.take(kFwdBlockQ), *z = arena.take(kFwdBlockK);
     uint32_t* bits = arena.take_bits(kFwdBlockK + 8);
+    G* p16 = std::is_same_v<G, A> ? nullptr : arena.template take_as<G>(kFwdBlockQ * kFwdBlockK);
     const int64_t bh = task / nqb, w = task % nqb;
     const int64_t qb = w % 2 == 0 ? w / 2 : nqb - 1 - w / 2;  // pairs cheap and costly causal blocks
     const int64_t b = bh / n.hq, h = bh % n.hq, kh = h / n.g;
     const int64_t i0 = qb * kFwdBlockQ, nq = std::min(kFwdBlockQ, n.t - i0);
-    const Mat<A> qt = tile<A>(qv.row(b, h, i0), qv.s2, qv.s3, nq, n.d, qbuf);
+    const Mat<G> qt = tile<G>(qv.row(b, h, i0), qv.s2, qv.s3, nq, n.d, reinterpret_cast<G*>(qbuf));
     const int64_t key_end = cfg.causal ? std::clamp<int64_t>(i0 + nq + n.s - n.t, 0, n.s) : n.s;
     std::fill(m, m + nq, -std::numeric_limits<A>::infinity());
     std::fill(l, l + nq, A(0));
     std::fill(o, o + nq * n.dv, A(0));
     for (int64_t j0 = 0; j0 < key_end; j0 += kFwdBlockK) {
       const int64_t nk = std::min(kFwdBlockK, key_end - j0), nk16 = (nk + 15) / 16 * 16;
-      const Mat<A> kt = tile<A>(kv.row(b, kh, j0), kv.s2, kv.s3, nk, n.d, kbuf);
-      const Mat<A> vt = tile<A>(vv.row(b, kh, j0), vv.s2, vv.s3, nk, n.dv, vbuf);
-      blas::gemm(false, true, nq, nk, n.d, scale, qt.p, qt.ld, kt.p, kt.ld, A(0), s, kFwdBlockK);  // scale * Q K^T
+      const Mat<G> kt = tile<G>(kv.row(b, kh, j0), kv.s2, kv.s3, nk, n.d, reinterpret_cast<G*>(kbuf));
+      const Mat<G> vt = tile<G>(vv.row(b, kh, j0), vv.s2, vv.s3, nk, n.dv, reinterpret_cast<G*>(vbuf));
+      tile_gemm(false, true, nq, nk, n.d, scale, qt, kt, A(0), s, kFwdBlockK);  // scale * Q K^T
       for (int64_t r = 0; r < nq; ++r) {
         A* sr = s + r * kFwdBlockK;
         const int64_t i = i0 + r, nv = std::clamp<int64_t>(visible_keys(cfg.causal, i, n.t, n.s) - j0, 0, nk);
@@ -239,7 +284,7 @@ void forward_typed(const FlashArgs& cfg, const Tensor& out, const Tensor& lse, c
           for (int64_t c = 0; c < nv; ++c) sr[c] *= z[c];  // masked keys are 0 already
         }
       }
-      blas::gemm(false, false, nq, n.dv, nk, A(1), s, kFwdBlockK, vt.p, vt.ld, A(1), o, n.dv);
+      tile_gemm(false, false, nq, n.dv, nk, A(1), operand<G>(s, kFwdBlockK, nq, nk, p16), vt, A(1), o, n.dv);
     }
     for (int64_t r = 0; r < nq; ++r) {
       const bool any = l[r] > A(0);
@@ -262,6 +307,7 @@ void backward_typed(const FlashArgs& cfg, const Tensor& dq, const Tensor& dk, co
   const bool dropout = cfg.dropout_p > 0;
 
   // delta[b, h, i] = rowsum(dO * O): the softmax backward's rowsum(P * dP), dropout included.
+  using G = gemm_t<T>;
   const BackwardLayout lay = backward_layout(n, dq, std::is_same_v<T, A>);
   TIDAL_ASSERT(workspace.numel() >= lay.total() && workspace.dtype() == dtype_v<A>, "flash workspace too small");
   A* dp = workspace.data<A>();  // (B, Hq, T) first, then the per-slot tile buffers
@@ -294,6 +340,8 @@ void backward_typed(const FlashArgs& cfg, const Tensor& dq, const Tensor& dk, co
     A *dk_acc = arena.take(kBwdBlockK * n.d), *dv_acc = arena.take(kBwdBlockK * n.dv), *z = arena.take(kBwdBlockK);
     uint32_t* bits = arena.take_bits(kBwdBlockK + 8);
     A* dq_buf = arena.take(dq_buffered ? n.g * n.t * n.d : 0);
+    G* p16 = std::is_same_v<G, A> ? nullptr : arena.template take_as<G>(kBwdBlockQ * kBwdBlockK);
+    G* ds16 = std::is_same_v<G, A> ? nullptr : arena.template take_as<G>(kBwdBlockQ * kBwdBlockK);
     const int64_t b = task / n.hkv, kh = task % n.hkv;
     // The dq rows of query head g of this group, as (pointer, row stride).
     auto dq_rows = [&](int64_t g, int64_t i0) -> std::pair<A*, int64_t> {
@@ -306,8 +354,8 @@ void backward_typed(const FlashArgs& cfg, const Tensor& dq, const Tensor& dk, co
         for (int64_t i = 0; i < n.t; ++i) std::fill_n(dq_rows(g, i).first, n.d, A(0));
     for (int64_t j0 = 0; j0 < n.s; j0 += kBwdBlockK) {
       const int64_t nk = std::min(kBwdBlockK, n.s - j0);
-      const Mat<A> kt = tile<A>(kv.row(b, kh, j0), kv.s2, kv.s3, nk, n.d, kbuf);
-      const Mat<A> vt = tile<A>(vv.row(b, kh, j0), vv.s2, vv.s3, nk, n.dv, vbuf);
+      const Mat<G> kt = tile<G>(kv.row(b, kh, j0), kv.s2, kv.s3, nk, n.d, reinterpret_cast<G*>(kbuf));
+      const Mat<G> vt = tile<G>(vv.row(b, kh, j0), vv.s2, vv.s3, nk, n.dv, reinterpret_cast<G*>(vbuf));
       std::fill(dk_acc, dk_acc + nk * n.d, A(0));
       std::fill(dv_acc, dv_acc + nk * n.dv, A(0));
       const int64_t q_first = cfg.causal ? std::max<int64_t>(0, j0 - (n.s - n.t)) : 0;
@@ -315,10 +363,10 @@ void backward_typed(const FlashArgs& cfg, const Tensor& dq, const Tensor& dk, co
         const int64_t h = kh * n.g + g;
         for (int64_t i0 = q_first / kBwdBlockQ * kBwdBlockQ; i0 < n.t; i0 += kBwdBlockQ) {
           const int64_t nq = std::min(kBwdBlockQ, n.t - i0);
-          const Mat<A> qt = tile<A>(qv.row(b, h, i0), qv.s2, qv.s3, nq, n.d, qbuf);
-          const Mat<A> dot = tile<A>(dov.row(b, h, i0), dov.s2, dov.s3, nq, n.dv, dobuf);
-          blas::gemm(false, true, nq, nk, n.d, scale, qt.p, qt.ld, kt.p, kt.ld, A(0), p, kBwdBlockK);     // S
-          blas::gemm(false, true, nq, nk, n.dv, A(1), dot.p, dot.ld, vt.p, vt.ld, A(0), ds, kBwdBlockK);  // dP
+          const Mat<G> qt = tile<G>(qv.row(b, h, i0), qv.s2, qv.s3, nq, n.d, reinterpret_cast<G*>(qbuf));
+          const Mat<G> dot = tile<G>(dov.row(b, h, i0), dov.s2, dov.s3, nq, n.dv, reinterpret_cast<G*>(dobuf));
+          tile_gemm(false, true, nq, nk, n.d, scale, qt, kt, A(0), p, kBwdBlockK);    // S
+          tile_gemm(false, true, nq, nk, n.dv, A(1), dot, vt, A(0), ds, kBwdBlockK);  // dP
           for (int64_t r = 0; r < nq; ++r) {
             const int64_t i = i0 + r, nv = std::clamp<int64_t>(visible_keys(cfg.causal, i, n.t, n.s) - j0, 0, nk);
             A* pr = p + r * kBwdBlockK;
@@ -344,11 +392,12 @@ void backward_typed(const FlashArgs& cfg, const Tensor& dq, const Tensor& dk, co
             std::fill(dr + nv, dr + nk, A(0));
           }
           // dV += P^T dO, dK += scale dS^T Q, dQ += scale dS K
-          blas::gemm(true, false, nk, n.dv, nq, A(1), p, kBwdBlockK, dot.p, dot.ld, A(1), dv_acc, n.dv);
-          blas::gemm(true, false, nk, n.d, nq, scale, ds, kBwdBlockK, qt.p, qt.ld, A(1), dk_acc, n.d);
+          const Mat<G> pt = operand<G>(p, kBwdBlockK, nq, nk, p16), dst = operand<G>(ds, kBwdBlockK, nq, nk, ds16);
+          tile_gemm(true, false, nk, n.dv, nq, A(1), pt, dot, A(1), dv_acc, n.dv);
+          tile_gemm(true, false, nk, n.d, nq, scale, dst, qt, A(1), dk_acc, n.d);
           if (dq.defined()) {
             const auto [dqp, ld] = dq_rows(g, i0);
-            blas::gemm(false, false, nq, n.d, nk, scale, ds, kBwdBlockK, kt.p, kt.ld, A(1), dqp, ld);
+            tile_gemm(false, false, nq, n.d, nk, scale, dst, kt, A(1), dqp, ld);
           }
         }
       }
@@ -370,7 +419,7 @@ void backward_typed(const FlashArgs& cfg, const Tensor& dq, const Tensor& dk, co
 }  // namespace
 
 int64_t flash_forward_workspace(const Tensor& q, const Tensor& k, const Tensor& v) {
-  const ForwardLayout lay = forward_layout(Dims(q, k, v));
+  const ForwardLayout lay = forward_layout(Dims(q, k, v), q.dtype() == DType::bf16);
   return lay.slots * lay.per_slot;
 }
 
