@@ -14,7 +14,7 @@
 # without it Debian's reference BLAS makes its fp32 rows meaningless, and the script says so.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cmake --build build --target tidal >/dev/null
+cmake --build build --target tidal tidal_bench >/dev/null
 
 venv=${TIDAL_BENCH_VENV:-$HOME/.cache/tidal-bench-venv}
 if ! "$venv/bin/python" -c "import torch" 2>/dev/null; then
@@ -45,4 +45,4 @@ fi
 
 echo "CPU: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores; $(date -u +%Y-%m-%d)"
 echo "tidal $(git rev-parse --short HEAD); PyTorch 2.x: $("$venv/bin/python" -c 'import torch; print(torch.__version__)')"
-exec /usr/bin/python3 bench/compare_torch.py --tidal build/tidal --torch2 "$venv/bin/python" ${torch1[@]+"${torch1[@]}"} "$@"
+exec /usr/bin/python3 bench/compare_torch.py --tidal build/tidal --tidal-bench build/tidal_bench --torch2 "$venv/bin/python" ${torch1[@]+"${torch1[@]}"} "$@"
