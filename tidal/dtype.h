@@ -29,18 +29,6 @@ struct BFloat16 {
   }
 };
 
-// dst = T(v), rounded to dst's type. Kernels store through it inside `#pragma omp simd` loops: GCC
-// privatizes the temporary a BFloat16 constructor makes into a per-lane array there and gives up
-// vectorizing the loop, while writing the bits in place vectorizes (the same rounding, bit for bit).
-template <typename T, typename V>
-inline void store_rounded(T& dst, V v) {
-  dst = T(v);
-}
-template <typename V>
-inline void store_rounded(BFloat16& dst, V v) {
-  dst.bits = BFloat16::round_from(float(v));
-}
-
 constexpr int64_t dtype_size(DType t) {
   switch (t) {
     case DType::f32:

@@ -4,6 +4,7 @@
 #include <limits>
 #include <vector>
 
+#include "tidal/backend/cpu/vec_math.h"
 #include "tidal/base/parallel.h"
 #include "tidal/dtype_dispatch.h"
 
@@ -29,7 +30,7 @@ void softmax_forward_typed(const Tensor& probs, const Tensor& scores, double sca
       const A sum = exp_row(buf.data(), n, mx);
       const A inv = n > 0 ? A(1) / sum : A(0);
 #pragma omp simd
-      for (int64_t j = 0; j < n; ++j) store_rounded(p[j], buf[size_t(j)] * inv);
+      for (int64_t j = 0; j < n; ++j) p[j] = store_as<T>(buf[size_t(j)] * inv);
       std::fill(p + n, p + s_len, T(A(0)));
     }
   });
@@ -52,7 +53,7 @@ void softmax_backward_typed(const Tensor& gx, const Tensor& gp, const Tensor& pr
 #pragma omp simd reduction(+ : dot)
       for (int64_t j = 0; j < s_len; ++j) dot += A(gr[j]) * A(pr[j]);
 #pragma omp simd
-      for (int64_t j = 0; j < s_len; ++j) store_rounded(orow[j], scale * A(pr[j]) * (A(gr[j]) - dot));
+      for (int64_t j = 0; j < s_len; ++j) orow[j] = store_as<T>(scale * A(pr[j]) * (A(gr[j]) - dot));
     }
   });
 }

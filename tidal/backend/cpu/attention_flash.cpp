@@ -19,6 +19,7 @@
 #include "tidal/backend/cpu/blas.h"
 #include "tidal/backend/cpu/onednn_matmul.h"
 #include "tidal/backend/cpu/philox.h"
+#include "tidal/backend/cpu/vec_math.h"
 #include "tidal/base/parallel.h"
 #include "tidal/dtype_dispatch.h"
 
@@ -101,7 +102,7 @@ Mat<G> operand(const A* src, int64_t ld, int64_t rows, int64_t cols, G* buf) {
   } else {
     for (int64_t r = 0; r < rows; ++r) {
 #pragma omp simd
-      for (int64_t c = 0; c < cols; ++c) store_rounded(buf[r * cols + c], src[r * ld + c]);
+      for (int64_t c = 0; c < cols; ++c) buf[r * cols + c] = store_as<G>(src[r * ld + c]);
     }
     return {buf, cols};
   }
@@ -115,7 +116,7 @@ void store(T* dst, int64_t rs, int64_t cs, const A* src, int64_t rows, int64_t c
     const A* sr = src + r * cols;
     if (cs == 1) {
 #pragma omp simd
-      for (int64_t c = 0; c < cols; ++c) store_rounded(d[c], sr[c] * factor);
+      for (int64_t c = 0; c < cols; ++c) d[c] = store_as<T>(sr[c] * factor);
     } else {
       for (int64_t c = 0; c < cols; ++c) d[c * cs] = T(sr[c] * factor);
     }

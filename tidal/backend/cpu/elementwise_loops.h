@@ -2,6 +2,7 @@
 // Typed elementwise loops built on loops.h: f runs on the accumulate type (f32 for f32/bf16, f64
 // for f64), loads and stores convert. Contiguous inner runs take a vectorizable path.
 #include "tidal/backend/cpu/loops.h"
+#include "tidal/backend/cpu/vec_math.h"
 #include "tidal/dtype.h"
 
 namespace tidal::cpu {
@@ -22,7 +23,7 @@ void unary_loop(const Tensor& out, const Tensor& in, F f) {
     const T* x = reinterpret_cast<const T*>(p[1]);
     if (s[0] == int64_t(sizeof(Out)) && s[1] == int64_t(sizeof(T))) {
 #pragma omp simd
-      for (int64_t i = 0; i < n; ++i) store_rounded(o[i], f(acc_t<T>(x[i])));
+      for (int64_t i = 0; i < n; ++i) o[i] = store_as<Out>(f(acc_t<T>(x[i])));
     } else {
       for (int64_t i = 0; i < n; ++i) *reinterpret_cast<Out*>(p[0] + i * s[0]) = Out(f(load<T>(p[1] + i * s[1])));
     }
@@ -43,15 +44,15 @@ void binary_loop(const Tensor& out, const Tensor& a, const Tensor& b, F f) {
     const int64_t so = s[0], sa = s[1], sb = s[2], t = sizeof(T);
     if (so == int64_t(sizeof(Out)) && sa == t && sb == t) {
 #pragma omp simd
-      for (int64_t i = 0; i < n; ++i) store_rounded(o[i], f(acc_t<T>(x[i]), acc_t<T>(y[i])));
+      for (int64_t i = 0; i < n; ++i) o[i] = store_as<Out>(f(acc_t<T>(x[i]), acc_t<T>(y[i])));
     } else if (so == int64_t(sizeof(Out)) && sa == t && sb == 0) {
       const acc_t<T> yv = acc_t<T>(y[0]);
 #pragma omp simd
-      for (int64_t i = 0; i < n; ++i) store_rounded(o[i], f(acc_t<T>(x[i]), yv));
+      for (int64_t i = 0; i < n; ++i) o[i] = store_as<Out>(f(acc_t<T>(x[i]), yv));
     } else if (so == int64_t(sizeof(Out)) && sa == 0 && sb == t) {
       const acc_t<T> xv = acc_t<T>(x[0]);
 #pragma omp simd
-      for (int64_t i = 0; i < n; ++i) store_rounded(o[i], f(xv, acc_t<T>(y[i])));
+      for (int64_t i = 0; i < n; ++i) o[i] = store_as<Out>(f(xv, acc_t<T>(y[i])));
     } else {
       for (int64_t i = 0; i < n; ++i)
         *reinterpret_cast<Out*>(p[0] + i * so) = Out(f(load<T>(p[1] + i * sa), load<T>(p[2] + i * sb)));
@@ -76,7 +77,7 @@ void ternary_loop(const Tensor& out, const Tensor& a, const Tensor& b, const Ten
       const T* y = reinterpret_cast<const T*>(p[2]);
       const T* z = reinterpret_cast<const T*>(p[3]);
 #pragma omp simd
-      for (int64_t i = 0; i < n; ++i) store_rounded(o[i], f(acc_t<T>(x[i]), acc_t<T>(y[i]), acc_t<T>(z[i])));
+      for (int64_t i = 0; i < n; ++i) o[i] = store_as<T>(f(acc_t<T>(x[i]), acc_t<T>(y[i]), acc_t<T>(z[i])));
     } else {
       for (int64_t i = 0; i < n; ++i)
         *reinterpret_cast<T*>(p[0] + i * s[0]) =

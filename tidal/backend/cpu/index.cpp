@@ -5,6 +5,7 @@
 #include <numeric>
 #include <type_traits>
 
+#include "tidal/backend/cpu/vec_math.h"
 #include "tidal/base/parallel.h"
 #include "tidal/dtype_dispatch.h"
 
@@ -101,7 +102,7 @@ void scatter_add_typed(const IndexOperand& out, const IndexOperand& src, const I
           T* d = obase + int64_t(ip[0]) * out.dim_stride;
           if (unit) {
 #pragma omp simd
-            for (int64_t i = i0; i < i1; ++i) store_rounded(d[i], A(d[i]) + A(s[i]));
+            for (int64_t i = i0; i < i1; ++i) d[i] = store_as<T>(A(d[i]) + A(s[i]));
           } else {
             for (int64_t i = i0; i < i1; ++i) {
               T& dst = d[out.inner[size_t(i)]];

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <vector>
 
+#include "tidal/backend/cpu/vec_math.h"
 #include "tidal/base/parallel.h"
 #include "tidal/dtype_dispatch.h"
 
@@ -46,8 +47,8 @@ struct RopeRow {
 #pragma omp simd
     for (int64_t i = 0; i < half; ++i) {
       const A lo = A(x[i]), hi = A(x[i + half]);
-      store_rounded(o[i], lo * A(c[i]) + sign * hi * A(sa[i]));
-      store_rounded(o[i + half], hi * A(c[i + half]) - sign * lo * A(sb[i]));
+      o[i] = store_as<T>(lo * A(c[i]) + sign * hi * A(sa[i]));
+      o[i + half] = store_as<T>(hi * A(c[i + half]) - sign * lo * A(sb[i]));
     }
   }
 
