@@ -251,7 +251,12 @@ Allocator& device_allocator(Device device) {
   return cpu;
 }
 
-Allocator& host_allocator() {
+Allocator& host_allocator(Device device) {
+  if (device.is_meta()) {
+    static Allocator meta_host("meta host", Device::meta(),
+                               device_runtime(Device::meta()).host_backing(HostMemory::pinned));
+    return meta_host;
+  }
   static Allocator host("host", Device::cpu(), device_runtime(Device::cpu()).host_backing(HostMemory::pinned));
   return host;
 }

@@ -90,7 +90,10 @@ enum class HostMemory : uint8_t { pageable, pinned };
 // device's allocator takes its limit from TIDAL_DEVICE_MEMORY (e.g. "8GiB") when set.
 Allocator& device_allocator(Device device);
 // Host memory, the offload and swap target: pinned memory of the device being trained on, with
-// accounting separate from the device pool (on the CPU backend both live in the same RAM).
-Allocator& host_allocator();
+// accounting separate from the device pool (on the CPU backend both live in the same RAM). The meta
+// device's host side (a dry run's offload and swap states) is a meta host allocator: counted exactly
+// like the real one (same rounding, categories, peaks), fake addresses, nothing touched. Its tensors
+// are meta tensors, so copies between them and the meta device run no kernel.
+Allocator& host_allocator(Device device = Device::cpu());
 
 }  // namespace tidal

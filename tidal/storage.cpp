@@ -30,8 +30,8 @@ std::shared_ptr<Storage> Storage::make(int64_t nbytes, Device device) {
   return std::make_shared<Storage>(nbytes, device_allocator(device), memory_context().category);
 }
 
-std::shared_ptr<Storage> Storage::make_host(int64_t nbytes) {
-  return std::make_shared<Storage>(nbytes, host_allocator(), MemoryCategory::host_offload);
+std::shared_ptr<Storage> Storage::make_host(int64_t nbytes, Device device) {
+  return std::make_shared<Storage>(nbytes, host_allocator(device), MemoryCategory::host_offload);
 }
 
 MemoryCategory Storage::category() const {

@@ -21,8 +21,8 @@ class Storage {
 
   // A storage of the device's allocator, in the current MemoryScope's category.
   static std::shared_ptr<Storage> make(int64_t nbytes, Device device);
-  // A storage of the host allocator (offload target), category host_offload.
-  static std::shared_ptr<Storage> make_host(int64_t nbytes);
+  // A storage of `device`'s host allocator (offload target), category host_offload.
+  static std::shared_ptr<Storage> make_host(int64_t nbytes, Device device = Device::cpu());
 
   // nullptr for meta storages and for released ones.
   void* data() const { return allocator_->touches_memory() ? ptr_ : nullptr; }

@@ -235,8 +235,8 @@ Tensor empty(const Shape& shape, DType dtype, Device device) {
 
 Tensor empty_like(const Tensor& t) { return empty(t.shape(), t.dtype(), t.device()); }
 
-Tensor empty_host(const Shape& shape, DType dtype) {
-  auto storage = Storage::make_host(allocation_bytes(shape, dtype, "empty_host"));
+Tensor empty_host(const Shape& shape, DType dtype, Device device) {
+  auto storage = Storage::make_host(allocation_bytes(shape, dtype, "empty_host"), device);
   return Tensor(std::move(storage), shape, contiguous_strides(shape), 0, dtype);
 }
 

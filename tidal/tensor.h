@@ -138,8 +138,9 @@ std::ostream& operator<<(std::ostream& os, const Tensor& t);
 // --- creation
 Tensor empty(const Shape& shape, DType dtype = DType::f32, Device device = Device::cpu());
 Tensor empty_like(const Tensor& t);
-// Host-pool tensor (offload target), accounted by host_allocator() as host_offload.
-Tensor empty_host(const Shape& shape, DType dtype = DType::f32);
+// Host-pool tensor (offload target) of `device`'s host side, accounted by host_allocator(device) as
+// host_offload (a meta tensor for the meta device).
+Tensor empty_host(const Shape& shape, DType dtype = DType::f32, Device device = Device::cpu());
 Tensor zeros(const Shape& shape, DType dtype = DType::f32, Device device = Device::cpu());
 Tensor ones(const Shape& shape, DType dtype = DType::f32, Device device = Device::cpu());
 Tensor full(const Shape& shape, double value, DType dtype = DType::f32, Device device = Device::cpu());

@@ -5,10 +5,12 @@
 #include <sys/resource.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <string>
 #include <vector>
 
 #include "tests/integration/train_helpers.h"
+#include "tests/support/peaks_since.h"
 #include "tidal/allocator.h"
 #include "tidal/memory/estimator.h"
 #include "tidal/train/oom_advice.h"
@@ -48,33 +50,28 @@ std::string joined(const std::vector<std::string>& flags) {
   return s;
 }
 
-// The device allocator's peaks over a real run of `flags`, less what was live before it.
-MemoryStats measured(const std::vector<std::string>& flags) {
+struct Measured {
+  MemoryStats device, host;
+};
+
+// The device and host allocators' peaks over a real run of `flags`.
+Measured measured(const std::vector<std::string>& flags) {
   Allocator& cpu = device_allocator(Device::cpu());
-  const MemoryStats before = cpu.stats();
+  const MemoryStats device = cpu.stats(), host = host_allocator().stats();
   train(flags);
-  MemoryStats after = cpu.stats();
-  after.peak_allocated -= before.allocated;
-  for (int c = 0; c < kNumMemoryCategories; ++c) {
-    after.category[size_t(c)].peak -= before.category[size_t(c)].allocated;
-    after.at_peak[size_t(c)] -= before.category[size_t(c)].allocated;
-  }
-  return after;
+  return {testing::peaks_since(device, cpu.stats()), testing::peaks_since(host, host_allocator().stats())};
 }
 
 void expect_same_peaks(const std::vector<std::string>& flags) {
   SCOPED_TRACE(joined(flags));
   const DryRun dry = dry_run(parse_train_args(flags));
-  const MemoryStats real = measured(flags);
+  const Measured real = measured(flags);
   EXPECT_EQ(dry.steps, 2);
-  EXPECT_EQ(dry.device.peak_allocated, real.peak_allocated);
-  for (int c = 0; c < kNumMemoryCategories; ++c) {
-    SCOPED_TRACE(std::string(category_name(MemoryCategory(c))));
-    EXPECT_EQ(dry.device.category[size_t(c)].peak, real.category[size_t(c)].peak);
-    EXPECT_EQ(dry.device.at_peak[size_t(c)], real.at_peak[size_t(c)]);
-  }
+  testing::expect_same_peaks(dry.device, real.device, "device");
+  testing::expect_same_peaks(dry.host, real.host, "host");
   EXPECT_GT(dry.device.peak_allocated, 0);
   EXPECT_EQ(device_allocator(Device::meta()).stats().allocated, 0);  // everything freed
+  EXPECT_EQ(host_allocator(Device::meta()).stats().allocated, 0);
 }
 
 TEST(DryRun, PeaksEqualTheRealRunsForGpt2) {
@@ -98,7 +95,7 @@ TEST(DryRun, MoeMatchesTheRealRunsStatesAndTheEstimatorsActivations) {
     SCOPED_TRACE(joined(flags));
     const TrainArgs a = parse_train_args(flags);
     const DryRun dry = dry_run(a);
-    const MemoryStats real = measured(flags);
+    const MemoryStats real = measured(flags).device;
     for (MemoryCategory c : {MemoryCategory::parameter, MemoryCategory::gradient, MemoryCategory::optimizer_state})
       EXPECT_EQ(dry.device[c].peak, real[c].peak) << category_name(c);
     const TriageSettings s = triage_settings(a);
@@ -111,6 +108,70 @@ TEST(DryRun, MoeMatchesTheRealRunsStatesAndTheEstimatorsActivations) {
     EXPECT_EQ(dry.device[MemoryCategory::activation].peak, e.peak + a.micro_batch_size * 8);
     EXPECT_EQ(dry.activation_bytes_outside_layers, e.outside_layers + a.micro_batch_size * 8);
   }
+}
+
+// --activation-offload: every policy, prefetch depths, the host cap and the disk tier, alone and
+// under recompute; the host side (offloaded copies, staging buffers) counted as the real host
+// allocator counts it.
+std::vector<std::vector<std::string>> offload_features(const std::string& dir) {
+  const std::vector<std::vector<std::string>> offload = {
+      {"--activation-offload"},
+      {"--activation-offload", "--offload-policy", "layer-input"},
+      {"--activation-offload", "--offload-policy", "core-attn", "--attention", "eager"},
+      {"--activation-offload", "--offload-policy", "min-bytes=4096", "--offload-prefetch-depth", "0"},
+      {"--activation-offload", "--offload-prefetch-depth", "2", "--global-batch-size", "4"},
+      {"--activation-offload", "--offload-host-limit", "40KiB"},
+      {"--activation-offload", "--offload-target", "disk", "--offload-dir", dir},
+  };
+  const std::vector<std::vector<std::string>> recompute = {
+      {},
+      {"--recompute-granularity", "selective"},
+      {"--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", "1"},
+      {"--recompute-activation-function", "--bf16"},
+  };
+  std::vector<std::vector<std::string>> all;
+  for (const auto& o : offload)
+    for (const auto& r : recompute) {
+      // core-attn has nothing to offload where selective or full recompute recomputes the core.
+      const bool core_attn = o.size() > 2 && o[2] == "core-attn";
+      if (!core_attn || r.empty() || r[0] == "--recompute-activation-function") all.push_back(with(o, r));
+    }
+  return all;
+}
+
+TEST(DryRun, OffloadPeaksEqualTheRealRunsOnDeviceAndHost) {
+  const std::string dir = fresh_dir("dry_run_offload");
+  const std::string spill = dir + "/spill";
+  for (const auto& f : offload_features(spill)) {
+    expect_same_peaks(tiny("tiny-llama", f));
+    expect_same_peaks(tiny("tiny-gpt2", f));
+  }
+  const DryRun host = dry_run(parse_train_args(tiny("tiny-gpt2", {"--activation-offload"})));
+  EXPECT_GT(host.host[MemoryCategory::host_offload].peak, 0);  // the copies of layer 0 (layer 1 keeps its own)
+  // The real runs made the spill directory; a dry run makes nothing.
+  const std::string none = dir + "/never";
+  const DryRun d = dry_run(
+      parse_train_args(tiny("tiny-gpt2", {"--activation-offload", "--offload-target", "disk", "--offload-dir", none})));
+  EXPECT_FALSE(std::filesystem::exists(none));
+  // The two 16 MiB staging buffers of the disk tier, in host memory.
+  EXPECT_EQ(d.host[MemoryCategory::host_offload].peak, 2 * (int64_t(16) << 20));
+}
+
+// --swap-optimizer: AdamW's states in host memory, the device windows.
+TEST(DryRun, SwapOptimizerPeaksEqualTheRealRunsOnDeviceAndHost) {
+  for (const std::vector<std::string>& f : std::vector<std::vector<std::string>>{
+           {"--swap-optimizer"},
+           {"--swap-optimizer", "--swap-optimizer-times", "3"},
+           {"--swap-optimizer", "--swap-optimizer-times", "1", "--bf16"},
+           {"--swap-optimizer", "--bf16", "--recompute-granularity", "selective", "--global-batch-size", "4"},
+           {"--swap-optimizer", "--activation-offload", "--offload-policy", "layer-input"},
+       }) {
+    expect_same_peaks(tiny("tiny-llama", f));
+    expect_same_peaks(tiny("tiny-qwen3", f));
+  }
+  const DryRun d = dry_run(parse_train_args(tiny("tiny-gpt2", {"--swap-optimizer"})));
+  EXPECT_GT(d.host[MemoryCategory::host_offload].peak, 0);
+  EXPECT_EQ(d.host[MemoryCategory::host_offload].peak, d.host.peak_allocated);
 }
 
 TEST(DryRun, ActivationsPerLayerAreTheSavedTensors) {
@@ -145,9 +206,14 @@ TEST(DryRun, RefusesWhatItCannotAccount) {
   auto error = [](const std::vector<std::string>& more) {
     return testing::error_of([&] { dry_run(parse_train_args(tiny("tiny-gpt2", more))); });
   };
-  EXPECT_NE(error({"--activation-offload"}).find("--activation-offload is not dry-run yet"), std::string::npos);
-  EXPECT_NE(error({"--swap-optimizer"}).find("--swap-optimizer is not dry-run yet"), std::string::npos);
-  EXPECT_NE(error({"--use-distributed-optimizer"}).find("is not dry-run yet (one process, no sharding)"),
+  EXPECT_NE(error({"--load", "/nonexistent"}).find("tidal plan --dry-run: --load and --pretrained read values"),
+            std::string::npos);
+  EXPECT_NE(error({"--use-distributed-optimizer", "--overlap-grad-reduce"})
+                .find("tidal plan --dry-run: --overlap-grad-reduce is not dry-run: its reductions run on a stream"),
+            std::string::npos);
+  EXPECT_NE(testing::error_of([&] {
+              dry_run(parse_train_args(tiny("tiny-gpt2", {})), 2, 2);
+            }).find("[dist] a dry run's rank must be in [0, 2), got 2"),
             std::string::npos);
 }
 

@@ -7,6 +7,7 @@
 
 #include "tests/integration/run_command.h"
 #include "tidal/io/atomic_file.h"
+#include "tidal/memory_stats.h"
 
 namespace {
 
@@ -100,13 +101,46 @@ TEST(PlanCli, DryRunPrintsTheRealRunsPeak) {
             std::string::npos)
       << plan.output;
   EXPECT_NE(plan.output.find("dry run / estimator 1.000"), std::string::npos) << plan.output;
-  const Result offload = run(kTidal + " plan --dry-run" + flags + " --activation-offload");
-  EXPECT_NE(offload.code, 0);
-  EXPECT_NE(offload.output.find("tidal plan --dry-run: --activation-offload is not dry-run yet"), std::string::npos)
-      << offload.output;
-  const Result ranks = run(kTidal + " plan --dry-run --data-parallel-size 2" + flags);
-  EXPECT_NE(ranks.output.find("tidal plan --dry-run: --data-parallel-size 2 is not dry-run yet"), std::string::npos)
-      << ranks.output;
+  EXPECT_NE(plan.output.find("  Host peak 0 B (0 B; reserved 0 B).\n"), std::string::npos) << plan.output;
+  const Result refused = run(kTidal + " plan --dry-run" + flags + " --use-distributed-optimizer --overlap-grad-reduce");
+  EXPECT_EQ(refused.code, 1) << refused.output;
+  EXPECT_NE(refused.output.find("tidal plan --dry-run: --overlap-grad-reduce is not dry-run"), std::string::npos)
+      << refused.output;
+}
+
+// With offload and the swap optimizer the dry run prints the host peak a real run reports in
+// --metrics-json, to the byte, and its device peak too.
+TEST(PlanCli, DryRunPrintsTheRealRunsHostPeak) {
+  const std::string flags = kTiny +
+                            " --train-iters 2 --lr-warmup-iters 0 --activation-offload --offload-policy layer-input "
+                            "--swap-optimizer --swap-optimizer-times 2";
+  const std::string metrics = ::testing::TempDir() + "tidal_plan_dry_run_host_metrics.json";
+  const Result train = run(kTidal + " train" + flags + " --metrics-json " + metrics);
+  ASSERT_EQ(train.code, 0) << train.output;
+  const nlohmann::json summary = nlohmann::json::parse(tidal::io::read_file(metrics))["summary"];
+  const int64_t device = summary["device_peak_bytes"], host = summary["host_peak_bytes"];
+  ASSERT_GT(host, 0);
+  const Result plan = run(kTidal + " plan --dry-run" + flags);
+  ASSERT_EQ(plan.code, 0) << plan.output;
+  EXPECT_NE(plan.output.find(" (" + std::to_string(device) + " B; reserved"), std::string::npos) << plan.output;
+  EXPECT_NE(plan.output.find("  Host peak " + tidal::format_bytes(host) + " (" + std::to_string(host) + " B;"),
+            std::string::npos)
+      << plan.output;
+  EXPECT_NE(plan.output.find("  host_offload     "), std::string::npos) << plan.output;
+  EXPECT_NE(plan.output.find("  (host)\n"), std::string::npos) << plan.output;
+}
+
+// --data-parallel-size N with sharding: the dry run plays the ranks in one process and names the one
+// with the highest peak (tiny-gpt2 over 3 ranks: rank 0's shard is the largest).
+TEST(PlanCli, DryRunOfShardedRanksNamesTheLargest) {
+  const std::string flags = kTiny + " --train-iters 2 --global-batch-size 12 --use-distributed-optimizer";
+  const Result plan = run(kTidal + " plan --dry-run --data-parallel-size 3" + flags);
+  ASSERT_EQ(plan.code, 0) << plan.output;
+  EXPECT_NE(plan.output.find("  Rank 0 of 3 has the highest device peak (ranks dry-run: 0, 1, 2).\n"),
+            std::string::npos)
+      << plan.output;
+  const Result one = run(kTidal + " plan --dry-run" + flags);
+  EXPECT_EQ(one.output.find("has the highest device peak"), std::string::npos) << one.output;
 }
 
 }  // namespace

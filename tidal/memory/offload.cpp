@@ -51,8 +51,11 @@ struct Counters {
 }  // namespace
 
 struct Offloader::Impl {
+  explicit Impl(const OffloadOptions& o)
+      : options(o), d2h("offload d2h", o.device), h2d("offload h2d", o.device), host(host_allocator(o.device)) {}
   OffloadOptions options;
-  Stream d2h{"offload d2h"}, h2d{"offload h2d"};
+  Stream d2h, h2d;
+  Allocator& host;  // the device's host memory
   std::unique_ptr<SpillFile> spill;
   std::shared_ptr<Storage> d2h_staging, h2d_staging;  // disk tier, one per copy stream
   Counters counters;
@@ -120,11 +123,14 @@ struct Handle {
   }
 };
 
+// Byte `at` of `data`; nullptr for a meta storage's bytes, which have no address (nothing moves them).
+void* byte_at(void* data, int64_t at) { return data == nullptr ? nullptr : static_cast<char*>(data) + at; }
+
 bool never_offloaded(const Tensor& t) {
   const std::shared_ptr<Storage>& s = t.storage();
   const MemoryCategory c = s->base_category();
   return s->nbytes() == 0 || s->will_recompute() || c == MemoryCategory::parameter || c == MemoryCategory::gradient ||
-         c == MemoryCategory::optimizer_state || !s->is_materialized() || t.is_meta();
+         c == MemoryCategory::optimizer_state || !s->is_materialized();
 }
 
 class OffloadHooks : public autograd::SavedTensorHooks {
@@ -150,7 +156,7 @@ class OffloadHooks : public autograd::SavedTensorHooks {
     if (!e) {
       const OffloadOptions& o = impl_.options;
       if (o.target == OffloadTarget::host && o.host_limit > 0 &&
-          host_allocator().stats().allocated + s->nbytes() > o.host_limit) {
+          impl_.host.stats().allocated + s->nbytes() > o.host_limit) {
         impl_.counters.kept_bytes += s->nbytes();
         impl_.kept_storage[s->id()] = true;
         return keep(h, t);
@@ -198,11 +204,11 @@ class OffloadHooks : public autograd::SavedTensorHooks {
     s->mark_saved();
     const int64_t n = s->nbytes();
     Event computed;
-    computed.record(Stream::compute());
+    computed.record(Stream::compute(impl_.options.device));
     impl_.d2h.wait(computed);
     Counters& c = impl_.counters;
     if (impl_.options.target == OffloadTarget::host) {
-      e->host = Storage::make_host(n);
+      e->host = Storage::make_host(n, impl_.options.device);
       impl_.d2h.copy(e->host->data(), s->data(), n, "offload d2h", std::make_shared<const Entry::Bytes>(s, e->host));
     } else {
       e->file_offset = impl_.spill->allocate(n);
@@ -273,21 +279,19 @@ void Offloader::Impl::ensure_prefetched(Entry& e) {
 
 void Offloader::Impl::spill_out(const std::shared_ptr<Storage>& s, int64_t offset) {
   const int64_t n = s->nbytes(), chunk = d2h_staging->nbytes();
-  const char* src = static_cast<const char*>(s->data());
   for (int64_t done = 0; done < n; done += chunk) {
     const int64_t k = std::min(chunk, n - done);
-    d2h.copy(d2h_staging->data(), src + done, k, "offload d2h (disk)", s);
+    d2h.copy(d2h_staging->data(), byte_at(s->data(), done), k, "offload d2h (disk)", s);
     d2h.enqueue([this, at = offset + done, k] { spill->write(at, d2h_staging->data(), k); }, "offload d2h (disk)");
   }
 }
 
 void Offloader::Impl::spill_in(const std::shared_ptr<Storage>& s, int64_t offset) {
   const int64_t n = s->nbytes(), chunk = h2d_staging->nbytes();
-  char* dst = static_cast<char*>(s->data());
   for (int64_t done = 0; done < n; done += chunk) {
     const int64_t k = std::min(chunk, n - done);
     h2d.enqueue([this, at = offset + done, k] { spill->read(at, h2d_staging->data(), k); }, "offload h2d (disk)");
-    h2d.copy(dst + done, h2d_staging->data(), k, "offload h2d (disk)", s);
+    h2d.copy(byte_at(s->data(), done), h2d_staging->data(), k, "offload h2d (disk)", s);
   }
 }
 
@@ -300,15 +304,16 @@ void Offloader::Impl::prefetch_from(int64_t block) {
   }
 }
 
-Offloader::Offloader(OffloadOptions options) : options_(std::move(options)), impl_(std::make_unique<Impl>()) {
+Offloader::Offloader(OffloadOptions options) : options_(std::move(options)) {
   TIDAL_CHECK(options_.prefetch_depth >= 0, "[offload] prefetch depth must be >= 0, got ", options_.prefetch_depth);
   TIDAL_CHECK(options_.host_limit >= 0, "[offload] the host limit must be >= 0 bytes");
-  impl_->options = options_;
+  impl_ = std::make_unique<Impl>(options_);
   if (options_.target == OffloadTarget::disk) {
     TIDAL_CHECK(options_.staging_bytes > 0, "[offload] the staging buffer must be > 0 bytes");
-    impl_->spill = std::make_unique<SpillFile>(options_.dir);
-    impl_->d2h_staging = Storage::make_host(options_.staging_bytes);
-    impl_->h2d_staging = Storage::make_host(options_.staging_bytes);
+    // Host memory that is only counted (meta) gets a spill file that is only counted: no file.
+    impl_->spill = impl_->host.touches_memory() ? std::make_unique<SpillFile>(options_.dir) : SpillFile::counted();
+    impl_->d2h_staging = Storage::make_host(options_.staging_bytes, options_.device);
+    impl_->h2d_staging = Storage::make_host(options_.staging_bytes, options_.device);
   }
 }
 
@@ -370,7 +375,7 @@ nlohmann::json Offloader::stats_json(int64_t steps) const {
           {"h2d_ms", double(os.h2d_ns) / 1e6},
           {"exposed_wait_ms", double(os.exposed_wait_ns) / 1e6},
           {"overlap_fraction", os.overlap_fraction()},
-          {"host_peak_bytes", host_allocator().stats().peak_allocated}};
+          {"host_peak_bytes", impl_->host.stats().peak_allocated}};
 }
 
 std::string Offloader::describe_stats(int64_t steps) const {
@@ -385,8 +390,9 @@ std::string Offloader::describe_stats(int64_t steps) const {
          (", host cap reached: " + format_bytes(int64_t(double(os.kept_bytes) / n)) + " per step stayed on the device");
 }
 
-OffloadOptions offload_options(const OffloadConfig& c) {
+OffloadOptions offload_options(const OffloadConfig& c, Device device) {
   OffloadOptions o;
+  o.device = device;
   o.target = c.target;
   o.dir = c.dir;
   o.prefetch_depth = int(c.prefetch_depth);

@@ -29,6 +29,10 @@ struct OffloadOptions {
   int prefetch_depth = 1;            // unpacking block b prefetches blocks b-1 ... b-depth
   int64_t host_limit = 0;            // host bytes the offloaded copies may hold (0: no cap)
   int64_t staging_bytes = 16 << 20;  // disk: the bounded staging buffer between device and file
+  // The device the activations live on: its copy streams and its host memory (host_allocator(device)).
+  // On meta (a dry run) the host bytes and spill-file regions are counted, and nothing is copied,
+  // touched or written: no spill file is made.
+  Device device = Device::cpu();
 };
 
 // Which saved tensors a block offloads. Parameters, views of parameters, empty storages and outputs
@@ -94,8 +98,9 @@ class AsyncOffload {
   std::unique_ptr<autograd::SavedTensorHooksGuard> guard_;
 };
 
-// The options of --activation-offload's flags (the staging buffer keeps its default).
-OffloadOptions offload_options(const OffloadConfig& c);
+// The options of --activation-offload's flags for activations on `device` (the staging buffer keeps
+// its default).
+OffloadOptions offload_options(const OffloadConfig& c, Device device = Device::cpu());
 
 // The check of a policy (memory_config.h): all (nullptr), layer-input (the block's input only: pass
 // it), core-attn (tensors saved by the attention core: probabilities, masks, q/k/v and, for flash,

@@ -4,6 +4,7 @@
 // file I/O of the bounded staging buffers the offloader copies device memory through.
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <string>
 
@@ -12,6 +13,9 @@ namespace tidal::memory {
 class SpillFile {
  public:
   explicit SpillFile(const std::string& dir);
+  // A spill file that only counts (a dry run's, on the meta device): regions as a real one allocates
+  // them, no file made, nothing read or written.
+  static std::unique_ptr<SpillFile> counted();
   ~SpillFile();
   SpillFile(const SpillFile&) = delete;
   SpillFile& operator=(const SpillFile&) = delete;
@@ -25,8 +29,9 @@ class SpillFile {
   int64_t size() const;
 
  private:
+  SpillFile() = default;
   std::string dir_;
-  int fd_ = -1;
+  int fd_ = -1;  // -1: counted()
   mutable std::mutex mu_;
   std::map<int64_t, int64_t> used_;       // offset -> bytes
   std::multimap<int64_t, int64_t> free_;  // bytes -> offset

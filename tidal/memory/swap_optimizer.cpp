@@ -72,14 +72,14 @@ SwapAdamW::~SwapAdamW() = default;
 int64_t SwapAdamW::device_bytes() const { return (windows_.size() == 1 ? 1 : 2) * buffer_bytes_; }
 
 void SwapAdamW::init_state(Slot& s) const {
-  if (s.param.is_meta()) return;
   const DType state_dtype = s.param.dtype() == DType::f64 ? DType::f64 : DType::f32;
-  s.exp_avg = empty_host(s.param.shape(), state_dtype);
+  const Device dev = s.param.device();
+  s.exp_avg = empty_host(s.param.shape(), state_dtype, dev);
   s.exp_avg.zero_();
-  s.exp_avg_sq = empty_host(s.param.shape(), state_dtype);
+  s.exp_avg_sq = empty_host(s.param.shape(), state_dtype, dev);
   s.exp_avg_sq.zero_();
   if (s.param.dtype() == DType::bf16) {
-    s.master = empty_host(s.param.shape(), DType::f32);
+    s.master = empty_host(s.param.shape(), DType::f32, dev);
     s.master.copy_(s.param.detach());  // exact: bf16 is a prefix of f32
   }
 }

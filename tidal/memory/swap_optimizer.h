@@ -47,8 +47,8 @@ class SwapAdamW : public optim::AdamW {
   nlohmann::json stats_json() const override;
 
  protected:
-  // In host memory (host_allocator(), category host_offload). On meta nothing is allocated: only the
-  // device windows are accounted.
+  // In host memory (host_allocator(device), category host_offload); on meta in the meta host
+  // allocator, counted as the real host memory is.
   void init_state(Slot& s) const override;
 
  private:

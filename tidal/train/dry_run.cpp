@@ -3,10 +3,14 @@
 #include <algorithm>
 #include <cstdio>
 #include <memory>
+#include <numeric>
 
 #include "tidal/allocator.h"
 #include "tidal/base/error.h"
-#include "tidal/dist/single_communicator.h"
+#include "tidal/dist/meta_communicator.h"
+#include "tidal/models/causal_lm.h"
+#include "tidal/optim/grad_clip.h"
+#include "tidal/optim/shard_layout.h"
 #include "tidal/train/profiling.h"
 #include "tidal/train/setup.h"
 #include "tidal/train/step.h"
@@ -16,18 +20,13 @@ namespace {
 
 void check_supported(const TrainArgs& a) {
   const char* what = "tidal plan --dry-run: ";
-  TIDAL_CHECK(!a.memory.offload.enabled, what,
-              "--activation-offload is not dry-run yet (its host copies need a meta host allocator): "
-              "drop it for the dry run; the estimator's prediction covers it");
-  TIDAL_CHECK(!a.memory.swap_optimizer.on, what,
-              "--swap-optimizer is not dry-run yet (its host states need a meta host allocator): "
-              "drop it for the dry run; the estimator's prediction covers it");
-  TIDAL_CHECK(a.data_parallel.sharding == ShardingStrategy::no_shard, what, "--data-parallel-sharding-strategy ",
-              sharding_name(a.data_parallel.sharding),
-              " is not dry-run yet (one process, no sharding): the estimator's prediction covers it");
   TIDAL_CHECK(a.load.empty() && a.pretrained.empty(), what,
               "--load and --pretrained read values a dry run does not have: drop them (the model flags give the "
               "shapes)");
+  TIDAL_CHECK(!a.data_parallel.overlap_grad_reduce, what,
+              "--overlap-grad-reduce is not dry-run: its reductions run on a stream thread beside backward, so the "
+              "peak depends on timing (in a real run too); drop it for the dry run (the buffers are the same, less "
+              "the overlap's transient bytes)");
 }
 
 // The run's arguments as a dry run takes them: mock tokens, nothing written, no evaluation.
@@ -42,20 +41,45 @@ TrainArgs dry_args(const TrainArgs& a) {
   return d;
 }
 
+// Both meta allocators, empty: reserved bytes from this run's requests alone, as a fresh process's.
+void start_fresh(Allocator& a) {
+  TIDAL_ASSERT(a.stats().allocated == 0, "a dry run needs the ", a.name(), " allocator to itself (",
+               format_bytes(a.stats().allocated), " of meta tensors are live)");
+  a.empty_cache();
+}
+
+// Every rank's shard size under `args`' sharding (one rank: the whole model).
+std::vector<int64_t> shard_sizes(const TrainArgs& args, int ranks) {
+  models::ModelConfig config = args.model;
+  config.validate();
+  nn::Init init;
+  init.device = Device::meta();
+  std::vector<int64_t> numels;
+  for (const auto& [name, p] : models::create_model(config, init)->named_parameters()) numels.push_back(p.numel());
+  const optim::ShardLayout layout = optim::make_shard_layout(numels, ranks, optim::kGradNormChunk);
+  std::vector<int64_t> sizes;
+  for (int r = 0; r < ranks; ++r) sizes.push_back(layout.shard_size(r));
+  return sizes;
+}
+
 }  // namespace
 
-DryRun dry_run(const TrainArgs& given) {
+DryRun dry_run(const TrainArgs& given, int rank, int ranks) {
   check_supported(given);
   const TrainArgs args = dry_args(given);
   Allocator& meta = device_allocator(Device::meta());
-  TIDAL_ASSERT(meta.stats().allocated == 0, "a dry run needs the meta device to itself (",
-               format_bytes(meta.stats().allocated), " of meta tensors are live)");
-  meta.empty_cache();  // reserved bytes from this run's requests alone, as a fresh process's
-  dist::SingleCommunicator comm;
+  Allocator& host = host_allocator(Device::meta());
+  start_fresh(meta);
+  start_fresh(host);
+  dist::MetaCommunicator comm(rank, ranks);
   models::ModelConfig config = args.model;
   DryRun r;
+  r.rank = rank;
+  r.ranks = ranks;
   {
-    Setup s = setup_training(args, config, stderr, comm, Device::meta());
+    std::FILE* quiet = std::fopen("/dev/null", "w");  // setup's log lines (ZeRO-3's build) are the real run's
+    std::unique_ptr<std::FILE, int (*)(std::FILE*)> closer(quiet, std::fclose);
+    Setup s = setup_training(args, config, quiet != nullptr ? quiet : stderr, comm, Device::meta());
     // Off (no --profile-dir), and without profile_info: its advice builds a model on the meta device.
     profile::Profiler profiler(profile_options(args, 0), nlohmann::json::object());
     SavedTensors saved;
@@ -67,6 +91,7 @@ DryRun dry_run(const TrainArgs& given) {
       ++r.steps;
     }
     r.device = meta.stats();
+    r.host = host.stats();
     r.activation_bytes_per_layer.assign(size_t(config.num_hidden_layers), 0);
     for (const autograd::SavedTensorRecord& x : saved) {
       if (x.category != "activation" || x.policy != "kept") continue;
@@ -78,7 +103,36 @@ DryRun dry_run(const TrainArgs& given) {
     }
   }
   meta.empty_cache();
+  host.empty_cache();
   return r;
+}
+
+DryRun dry_run_largest_rank(const TrainArgs& args, int ranks) {
+  TIDAL_CHECK(ranks >= 1, "tidal plan --dry-run: --data-parallel-size must be >= 1, got ", ranks);
+  std::vector<int> run = {0};
+  if (ranks > 1 && args.data_parallel.sharding != ShardingStrategy::no_shard) {
+    check_supported(args);
+    const std::vector<int64_t> sizes = shard_sizes(args, ranks);
+    run.resize(size_t(ranks));
+    std::iota(run.begin(), run.end(), 0);
+    std::stable_sort(run.begin(), run.end(), [&](int a, int b) { return sizes[size_t(a)] > sizes[size_t(b)]; });
+    run.resize(size_t(std::min(ranks, kDryRunRanks)));
+    std::sort(run.begin(), run.end());
+  }
+  DryRun best;
+  for (int r : run) {
+    DryRun d = dry_run(args, r, ranks);
+    const bool higher =
+        best.ranks_run.empty() || d.device.peak_allocated > best.device.peak_allocated ||
+        (d.device.peak_allocated == best.device.peak_allocated && d.host.peak_allocated > best.host.peak_allocated);
+    if (higher) {
+      std::vector<int> so_far = std::move(best.ranks_run);
+      best = std::move(d);
+      best.ranks_run = std::move(so_far);
+    }
+    best.ranks_run.push_back(r);
+  }
+  return best;
 }
 
 }  // namespace tidal::train

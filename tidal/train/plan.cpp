@@ -104,12 +104,23 @@ std::string format_dry_run(const DryRun& d, const StepPeak& predicted) {
                     format_bytes(st.peak_allocated) + " (" + std::to_string(st.peak_allocated) + " B; reserved " +
                     format_bytes(st.peak_reserved) + "), the estimator predicts " + format_bytes(predicted.total) +
                     " (dry run / estimator " + line + ").\n";
+  if (d.ranks > 1) {
+    std::string run;
+    for (int r : d.ranks_run) run += (run.empty() ? "" : ", ") + std::to_string(r);
+    out += "  Rank " + std::to_string(d.rank) + " of " + std::to_string(d.ranks) +
+           " has the highest device peak (ranks dry-run: " + (run.empty() ? std::to_string(d.rank) : run) + ").\n";
+  }
+  const MemoryStats& host = d.host;
+  out += "  Host peak " + format_bytes(host.peak_allocated) + " (" + std::to_string(host.peak_allocated) +
+         " B; reserved " + format_bytes(host.peak_reserved) + ").\n";
   out += "  category           at the peak    its own peak\n";
   for (int c = 0; c < kNumMemoryCategories; ++c) {
     const MemoryCategory cat = MemoryCategory(c);
-    if (cat == MemoryCategory::host_offload) continue;  // host memory: not dry-run (dry_run.h)
-    std::snprintf(line, sizeof line, "  %-16s %13s %15s\n", std::string(category_name(cat)).c_str(),
-                  format_bytes(st.at_peak[size_t(c)]).c_str(), format_bytes(st[cat].peak).c_str());
+    const bool on_host = cat == MemoryCategory::host_offload;  // the host allocator's (dry_run.h)
+    const MemoryStats& from = on_host ? host : st;
+    std::snprintf(line, sizeof line, "  %-16s %13s %15s%s\n", std::string(category_name(cat)).c_str(),
+                  format_bytes(from.at_peak[size_t(c)]).c_str(), format_bytes(from[cat].peak).c_str(),
+                  on_host ? "  (host)" : "");
     out += line;
   }
   out += "  activations saved by a micro-batch's forward: outside the layers " +

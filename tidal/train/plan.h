@@ -46,7 +46,8 @@ Plan make_plan(const models::ModelConfig& m, const TriageSettings& s, int64_t bu
 std::string format_plan(const Plan& p, const models::ModelConfig& m, const TriageSettings& s);
 
 // What `tidal plan --dry-run` prints: the dry run's device peak beside the estimator's `predicted`
-// one, the bytes of each category at the peak and its own peak, and the activations saved per layer.
+// one, which rank it is (of several), the host peak, the bytes of each category at the peak and its
+// own peak (host_offload: the host's), and the activations saved per layer.
 std::string format_dry_run(const DryRun& d, const StepPeak& predicted);
 
 }  // namespace tidal::train

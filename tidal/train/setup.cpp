@@ -76,12 +76,14 @@ std::unique_ptr<models::CausalLM> build_model(const TrainArgs& args, const model
 }
 
 // --activation-offload: the offloader and the layer runner that sends each block's saves through it.
+// On meta (a dry run) it counts its host bytes and writes nothing (memory/offload.h).
 std::unique_ptr<memory::Offloader> attach_offloader(const memory::MemoryConfig& mem, const models::ModelConfig& config,
-                                                    models::CausalLM& model) {
+                                                    models::CausalLM& model, Device device) {
   if (!mem.offload.enabled) return nullptr;
   // A missing spill directory is made, like --save's and --profile's.
-  if (mem.offload.target == memory::OffloadTarget::disk) io::create_directories(mem.offload.dir, "--offload-dir");
-  auto offloader = std::make_unique<memory::Offloader>(memory::offload_options(mem.offload));
+  if (mem.offload.target == memory::OffloadTarget::disk && !device.is_meta())
+    io::create_directories(mem.offload.dir, "--offload-dir");
+  auto offloader = std::make_unique<memory::Offloader>(memory::offload_options(mem.offload, device));
   model.set_layer_runner(
       memory::offload_layer_runner(*offloader, mem.recompute_plan, config.num_hidden_layers, mem.offload.policy));
   return offloader;
@@ -222,7 +224,7 @@ Setup setup_training(const TrainArgs& args, models::ModelConfig& config, std::FI
   TrainingData data = load_data(args, config, out);
   config.validate();
   device_allocator(device).reset_peak_stats();
-  host_allocator().reset_peak_stats();
+  host_allocator(device).reset_peak_stats();
 
   manual_seed(args.seed);
   // ZeRO-3 builds the model without its values: each rank materializes one parameter at a time and
@@ -231,7 +233,7 @@ Setup setup_training(const TrainArgs& args, models::ModelConfig& config, std::FI
   std::shared_ptr<nn::DeferredInit> deferred =
       zero3 && args.pretrained.empty() ? std::make_shared<nn::DeferredInit>() : nullptr;
   std::unique_ptr<models::CausalLM> model = build_model(args, config, deferred, device);
-  std::unique_ptr<memory::Offloader> offloader = attach_offloader(args.memory, config, *model);
+  std::unique_ptr<memory::Offloader> offloader = attach_offloader(args.memory, config, *model, device);
   if (!args.pretrained.empty()) model->load_hf_state_dict(models::load_pretrained_dir(args.pretrained).weights);
   std::unique_ptr<optim::DistributedAdamW> sharded;
   std::unique_ptr<optim::AdamW> optimizer;

@@ -29,9 +29,11 @@ int run_plan(const std::vector<std::string>& argv) {
           "--bf16 plans mixed precision: bf16 parameters, activations and logits, f32 gradient sums, and\n"
           "12 bytes of AdamW state per parameter (f32 master weights and moments; docs/memory.md).\n"
           "--dry-run also runs two training steps of the configuration on the meta device (shapes, no\n"
-          "values: any size, no memory touched; the same code as training) and prints the allocator's\n"
-          "exact device peak and its breakdown beside the estimator's prediction (docs/memory.md, \"Dry\n"
-          "run\"); it refuses --activation-offload, --swap-optimizer and sharding (not dry-run yet).\n"
+          "values: any size, no memory touched, no file written; the same code as training, offload and\n"
+          "the swap optimizer included) and prints the allocators' exact device and host peaks and their\n"
+          "breakdown beside the estimator's prediction (docs/memory.md, \"Dry run\"); with\n"
+          "--data-parallel-size N it plays ranks of N in one process and prints the rank with the highest\n"
+          "peak. It refuses --load, --pretrained and --overlap-grad-reduce.\n"
           "The other flags are tidal train's ('tidal train --help'); docs/profiling.md, \"Planning before\n"
           "training\".\n");
       return kOk;
@@ -60,9 +62,8 @@ int run_plan(const std::vector<std::string>& argv) {
   const train::TriageSettings s =
       train::triage_settings(args, int(f.integer("data-parallel-size", 1, 1, train::kMaxDataParallelSize)));
   if (dry) {
-    TIDAL_CHECK(s.data_parallel == 1, "tidal plan --dry-run: --data-parallel-size ", s.data_parallel,
-                " is not dry-run yet (one process): drop --dry-run for the estimator's prediction");
-    std::fputs(train::format_dry_run(train::dry_run(args), train::predict_step_peak(args.model, s)).c_str(), stdout);
+    const train::DryRun d = train::dry_run_largest_rank(args, int(s.data_parallel));
+    std::fputs(train::format_dry_run(d, train::predict_step_peak(args.model, s)).c_str(), stdout);
   }
   if (memory.empty()) {  // no budget: what a step needs and what each step of the triage would save
     std::fputs(train::oom_advice(args.model, s).c_str(), stdout);

@@ -12,12 +12,31 @@ std::atomic<uintptr_t> g_next{uintptr_t(1) << 40};
 void* meta_alloc(int64_t bytes) { return reinterpret_cast<void*>(g_next.fetch_add(uintptr_t((bytes + 63) / 64 * 64))); }
 void meta_free(void*, int64_t) {}
 
+// A cpu stream whose copies are empty tasks: the same order, events and lifetimes, no bytes moved.
+class MetaStream final : public detail::StreamImpl {
+ public:
+  explicit MetaStream(std::unique_ptr<detail::StreamImpl> inner) : inner_(std::move(inner)) {}
+  bool is_compute() const override { return inner_->is_compute(); }
+  void enqueue(std::function<void()> task, const char* label) override { inner_->enqueue(std::move(task), label); }
+  void wait(const std::shared_ptr<detail::EventState>& event) override { inner_->wait(event); }
+  std::shared_ptr<detail::EventState> record() override { return inner_->record(); }
+  void synchronize() override { inner_->synchronize(); }
+  bool query() override { return inner_->query(); }
+  void copy_bytes(void*, const void*, int64_t, const char* label, std::shared_ptr<const void> keep_alive) override {
+    inner_->enqueue([keep = std::move(keep_alive)] {}, label);
+  }
+  int64_t busy_ns() const override { return inner_->busy_ns(); }
+
+ private:
+  std::unique_ptr<detail::StreamImpl> inner_;
+};
+
 class MetaRuntime final : public DeviceRuntime {
  public:
   Allocator::Backing device_backing() override { return {meta_alloc, meta_free, false}; }
   Allocator::Backing host_backing(HostMemory) override { return {meta_alloc, meta_free, false}; }
   std::unique_ptr<detail::StreamImpl> make_stream(const std::string& name, bool compute) override {
-    return cpu::make_stream(name, compute);
+    return std::make_unique<MetaStream>(cpu::make_stream(name, compute));
   }
 };
 

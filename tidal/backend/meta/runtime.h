@@ -1,6 +1,9 @@
 #pragma once
-// The meta device's DeviceRuntime: fake addresses (accounted, never touched) and the streams of the
-// device it stands in for (the cpu). It has no kernels: backend/kernels.h's kernels_for skips it.
+// The meta device's DeviceRuntime: fake addresses (accounted, never touched) for its device memory
+// and for its host side (a dry run's offload and swap-optimizer states: allocator.h host_allocator),
+// and the streams of the device it stands in for (the cpu), whose byte copies move nothing — a copy
+// between meta device and meta host memory is ordered like a real one and holds what it keeps alive
+// until its turn, but has no bytes to move. It has no kernels: backend/kernels.h's kernels_for skips it.
 #include "tidal/backend/runtime.h"
 
 namespace tidal::meta {
