@@ -29,8 +29,8 @@ TEST(DryRunRanks, EachRanksPeaksEqualItsRealRun) {
       {"--data-parallel-sharding-strategy", "optim_grads", "--bf16"},
       {"--data-parallel-sharding-strategy", "optim_grads_params", "--bf16", "--recompute-granularity", "selective"},
       {"--use-distributed-optimizer", "--swap-optimizer", "--swap-optimizer-times", "2"},
-      {"--data-parallel-sharding-strategy", "optim_grads", "--activation-offload", "--recompute-granularity",
-       "full", "--recompute-method", "uniform", "--recompute-num-layers", "1"},
+      {"--data-parallel-sharding-strategy", "optim_grads", "--activation-offload", "--recompute-granularity", "full",
+       "--recompute-method", "uniform", "--recompute-num-layers", "1"},
   };
   for (const std::string model : {"tiny-gpt2", "tiny-llama"}) {
     for (const std::vector<std::string>& flags : runs) {

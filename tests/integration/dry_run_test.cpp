@@ -199,7 +199,44 @@ TEST(DryRun, ALargeModelTouchesNoMemory) {
                                                "--micro-batch-size", "1", "--global-batch-size", "1"}));
   EXPECT_GT(big.device.peak_allocated, int64_t(100) << 30);
   EXPECT_EQ(big.activation_bytes_per_layer.size(), 36u);
+  // Its host side too: the swapped AdamW states (8 bytes per parameter) and the offloaded copies,
+  // counted by the meta host allocator, touched nowhere.
+  const DryRun host =
+      dry_run(parse_train_args({"--model", "qwen3-8b", "--mock-data", "--seq-length", "4096", "--micro-batch-size", "1",
+                                "--global-batch-size", "1", "--activation-offload", "--swap-optimizer"}));
+  EXPECT_GT(host.host[MemoryCategory::host_offload].peak, int64_t(60) << 30);
+  EXPECT_LT(host.device[MemoryCategory::optimizer_state].peak, big.device[MemoryCategory::optimizer_state].peak / 4);
   EXPECT_LT(max_rss_bytes() - before, int64_t(200) << 20);
+}
+
+// One process plays each rank of a sharded run: the ranks' shards differ, and dry_run_largest_rank
+// takes the one with the highest device peak among every rank (up to kDryRunRanks ranks) or the
+// kDryRunRanks ranks with the largest shards.
+TEST(DryRun, TheLargestRankIsTheHighestOfTheRanksItRuns) {
+  const TrainArgs a = parse_train_args(tiny("tiny-llama", {"--use-distributed-optimizer", "--global-batch-size", "6"}));
+  int64_t highest = 0;
+  int at = -1;
+  std::vector<int64_t> states;
+  for (int r = 0; r < 3; ++r) {
+    const DryRun d = dry_run(a, r, 3);
+    EXPECT_EQ(d.rank, r);
+    EXPECT_EQ(d.ranks, 3);
+    states.push_back(d.device[MemoryCategory::optimizer_state].peak);
+    if (d.device.peak_allocated > highest) highest = d.device.peak_allocated, at = r;
+  }
+  EXPECT_NE(states[0], states[2]);  // the shards differ
+  const DryRun largest = dry_run_largest_rank(a, 3);
+  EXPECT_EQ(largest.device.peak_allocated, highest);
+  EXPECT_EQ(largest.rank, at);
+  EXPECT_EQ(largest.ranks_run, (std::vector<int>{0, 1, 2}));
+  // More ranks than kDryRunRanks: the ranks with the largest shards.
+  const TrainArgs six =
+      parse_train_args(tiny("tiny-llama", {"--use-distributed-optimizer", "--global-batch-size", "12"}));
+  EXPECT_EQ(dry_run_largest_rank(six, 6).ranks_run.size(), size_t(kDryRunRanks));
+  // Without sharding every rank holds the same: rank 0 is run.
+  const DryRun plain = dry_run_largest_rank(parse_train_args(tiny("tiny-llama", {"--global-batch-size", "4"})), 2);
+  EXPECT_EQ(plain.ranks_run, std::vector<int>{0});
+  EXPECT_EQ(plain.ranks, 2);
 }
 
 TEST(DryRun, RefusesWhatItCannotAccount) {
