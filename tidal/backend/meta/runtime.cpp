@@ -12,11 +12,13 @@ std::atomic<uintptr_t> g_next{uintptr_t(1) << 40};
 void* meta_alloc(int64_t bytes) { return reinterpret_cast<void*>(g_next.fetch_add(uintptr_t((bytes + 63) / 64 * 64))); }
 void meta_free(void*, int64_t) {}
 
-// A cpu stream whose copies are empty tasks: the same order, events and lifetimes, no bytes moved.
+// A stream of the meta device: the cpu's inline stream (its work runs in order on the calling thread:
+// a meta step has nothing to overlap, so side streams start no thread and a dry run is deterministic),
+// whose copies are empty tasks: the same order, events and lifetimes, no bytes moved.
 class MetaStream final : public detail::StreamImpl {
  public:
-  explicit MetaStream(std::unique_ptr<detail::StreamImpl> inner) : inner_(std::move(inner)) {}
-  bool is_compute() const override { return inner_->is_compute(); }
+  MetaStream(const std::string& name, bool compute) : inner_(cpu::make_stream(name, true)), compute_(compute) {}
+  bool is_compute() const override { return compute_; }
   void enqueue(std::function<void()> task, const char* label) override { inner_->enqueue(std::move(task), label); }
   void wait(const std::shared_ptr<detail::EventState>& event) override { inner_->wait(event); }
   std::shared_ptr<detail::EventState> record() override { return inner_->record(); }
@@ -29,6 +31,7 @@ class MetaStream final : public detail::StreamImpl {
 
  private:
   std::unique_ptr<detail::StreamImpl> inner_;
+  bool compute_;
 };
 
 class MetaRuntime final : public DeviceRuntime {
@@ -36,7 +39,7 @@ class MetaRuntime final : public DeviceRuntime {
   Allocator::Backing device_backing() override { return {meta_alloc, meta_free, false}; }
   Allocator::Backing host_backing(HostMemory) override { return {meta_alloc, meta_free, false}; }
   std::unique_ptr<detail::StreamImpl> make_stream(const std::string& name, bool compute) override {
-    return std::make_unique<MetaStream>(cpu::make_stream(name, compute));
+    return std::make_unique<MetaStream>(name, compute);
   }
 };
 
