@@ -35,8 +35,7 @@ TEST(PlanDeviceCli, QuickCalibrationWritesAProfileThatPlanReads) {
   ASSERT_EQ(cal.code, 0) << cal.output;
   EXPECT_NE(cal.output.find("calibrating: GEMM f32"), std::string::npos) << cal.output;
   EXPECT_NE(cal.output.find(" (calibrated)\n  (tidal plan --calibrate (quick"), std::string::npos) << cal.output;
-  EXPECT_NE(cal.output.find("collectives                  not measured (one rank)"), std::string::npos)
-      << cal.output;
+  EXPECT_NE(cal.output.find("collectives                  not measured (one rank)"), std::string::npos) << cal.output;
   EXPECT_NE(cal.output.find("written to tidal-device-profile.json"), std::string::npos) << cal.output;
   const std::string file = dir + "/tidal-device-profile.json";
   const nlohmann::json j = nlohmann::json::parse(read(file));

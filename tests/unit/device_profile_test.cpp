@@ -112,7 +112,8 @@ TEST(DeviceProfile, UnknownBuiltinAndMissingFileSayWhatToDo) {
             "with tidal plan --list-devices, or measure this machine with tidal plan --calibrate");
   const std::string missing = temp_path("missing.json");
   msg = error_of([&] { load_device_profile(missing); });
-  EXPECT_NE(msg.find("[device profile] " + missing + ": cannot open it (No such file or directory); write one with "
+  EXPECT_NE(msg.find("[device profile] " + missing +
+                     ": cannot open it (No such file or directory); write one with "
                      "'tidal plan --calibrate --profile-out FILE' or name a built-in device"),
             std::string::npos)
       << msg;
@@ -144,10 +145,12 @@ TEST(DeviceProfile, BadJsonNamesTheFileAndNeverEchoesIt) {
 }
 
 TEST(DeviceProfile, EveryFieldIsTypedAndRangeChecked) {
-  EXPECT_NE(parse_error(with("gemm_flops_f32", "fast")).find("p.json: field gemm_flops_f32 must be a number, found a string"),
-            std::string::npos);
-  EXPECT_NE(parse_error(with("memory_bytes", 1.5)).find("p.json: field memory_bytes must be an integer, found a "
-                                                        "fractional number"),
+  EXPECT_NE(
+      parse_error(with("gemm_flops_f32", "fast")).find("p.json: field gemm_flops_f32 must be a number, found a string"),
+      std::string::npos);
+  EXPECT_NE(parse_error(with("memory_bytes", 1.5))
+                .find("p.json: field memory_bytes must be an integer, found a "
+                      "fractional number"),
             std::string::npos);
   EXPECT_NE(parse_error(with("name", 7)).find("p.json: field name must be a string, found an integer"),
             std::string::npos);
@@ -190,8 +193,9 @@ TEST(DeviceProfile, UnknownFieldsAreRefusedByName) {
 TEST(DeviceProfile, SaveRefusesAnInvalidProfileAndTheTableShowsEveryFigure) {
   DeviceProfile p = sample();
   p.gemm_flops_f32 = std::nan("");
-  EXPECT_NE(error_of([&] { save_device_profile(temp_path("nan.json"), p); })
-                .find("field gemm_flops_f32 must be positive (FLOP/s, at most 1e+18), got nan"),
+  EXPECT_NE(error_of([&] {
+              save_device_profile(temp_path("nan.json"), p);
+            }).find("field gemm_flops_f32 must be positive (FLOP/s, at most 1e+18), got nan"),
             std::string::npos);
   EXPECT_FALSE(std::filesystem::exists(temp_path("nan.json")));
   const std::string table = format_device_profile(sample());

@@ -54,8 +54,9 @@ double gemm_rate(DType dtype, bool quick, int reps) {
   struct Shape {
     int64_t tokens, in, out;
   };
-  const std::vector<Shape> shapes = quick ? std::vector<Shape>{{64, 32, 48}}
-                                          : std::vector<Shape>{{2048, 768, 3072}, {4096, 1024, 1024}, {8192, 2048, 2048}};
+  const std::vector<Shape> shapes = quick
+                                        ? std::vector<Shape>{{64, 32, 48}}
+                                        : std::vector<Shape>{{2048, 768, 3072}, {4096, 1024, 1024}, {8192, 2048, 2048}};
   NoGradGuard no_grad;
   std::vector<double> rates;
   for (const Shape& s : shapes) {
@@ -207,8 +208,9 @@ DeviceProfile calibrate(const CalibrateOptions& o) {
     if (o.progress) o.progress(what);
   };
   DeviceProfile p;
+  const int ranks = dist::world().size();
   p.name = detail::str_cat(cpu_model_name(), ", ", num_threads(), num_threads() == 1 ? " thread" : " threads",
-                           " (calibrated)");
+                           ranks > 1 ? detail::str_cat(", ", ranks, " ranks") : "", " (calibrated)");
   p.source = detail::str_cat("tidal plan --calibrate", quick ? " (quick: tiny shapes, figures meaningless)" : "", ", ",
                              today_utc());
   // memory_bytes stays 0: on the CPU backend the device and the host share the RAM, so the RAM is not
@@ -230,7 +232,7 @@ DeviceProfile calibrate(const CalibrateOptions& o) {
   copy_rates(quick, small, p);
   step("disk (spill file)");
   p.disk_bandwidth = disk_rate(o.temp_dir, quick, big);
-  if (dist::world().size() > 1) step("all-reduce");
+  if (ranks > 1) step("all-reduce");
   collective_rates(quick, small, p);
   return p;
 }

@@ -163,8 +163,7 @@ DeviceProfile parse_device_profile(std::string_view text, const std::string& sou
   TIDAL_CHECK(j.is_object(), source, " must be a JSON object (a device profile), found ", json_kind(j), "; ",
               kWhatToDo);
   const json* version = json_find(j, kVersionKey, source);
-  TIDAL_CHECK(version != nullptr, source, " is not a tidal device profile (no field ", kVersionKey, "); ",
-              kWhatToDo);
+  TIDAL_CHECK(version != nullptr, source, " is not a tidal device profile (no field ", kVersionKey, "); ", kWhatToDo);
   const auto where = [&](const std::string& key) { return source + ": field " + key; };
   const int64_t v = json_int(*version, where(kVersionKey));
   TIDAL_CHECK(v == kDeviceProfileVersion, source, ": field ", kVersionKey, " is ", v, ", this tidal reads version ",
@@ -193,13 +192,13 @@ DeviceProfile parse_device_profile(std::string_view text, const std::string& sou
 }
 
 DeviceProfile load_device_profile(const std::string& name_or_path) {
-  const bool path_like = name_or_path.find('/') != std::string::npos ||
-                         (name_or_path.size() > 5 && name_or_path.ends_with(".json"));
+  const bool path_like =
+      name_or_path.find('/') != std::string::npos || (name_or_path.size() > 5 && name_or_path.ends_with(".json"));
   if (!path_like) {
     for (const BuiltinDevice& b : kBuiltins)
       if (lower(name_or_path) == b.key || lower(name_or_path) == lower(b.profile.name)) return b.profile;
-    TIDAL_CHECK(::access(name_or_path.c_str(), F_OK) == 0, "--device ", name_or_path,
-                ": neither a built-in device (", join(builtin_device_names()),
+    TIDAL_CHECK(::access(name_or_path.c_str(), F_OK) == 0, "--device ", name_or_path, ": neither a built-in device (",
+                join(builtin_device_names()),
                 ") nor a profile file; list the built-ins with tidal plan --list-devices, or measure this machine "
                 "with tidal plan --calibrate");
   }
@@ -251,21 +250,20 @@ std::string format_device_profile(const DeviceProfile& p) {
   row("device->host / host->device", scaled(p.d2h_bandwidth, 1e9, "/ ") + scaled(p.h2d_bandwidth, 1e9, "GB/s"));
   row("disk (spill file)", scaled(p.disk_bandwidth, 1e9, "GB/s"));
   row("kernel overhead", scaled(p.kernel_overhead_s, 1e-6, "us"));
-  row("collectives",
-      p.collective_bandwidth > 0
-          ? scaled(p.collective_bandwidth, 1e9, "GB/s, ") + scaled(p.collective_latency_s, 1e-6, "us each")
-          : std::string("not measured (one rank)"));
+  row("collectives", p.collective_bandwidth > 0 ? scaled(p.collective_bandwidth, 1e9, "GB/s, ") +
+                                                      scaled(p.collective_latency_s, 1e-6, "us each")
+                                                : std::string("not measured (one rank)"));
   return os.str();
 }
 
 std::string format_device_line(const std::string& key, const DeviceProfile& p) {
   char buf[320];
-  std::snprintf(buf, sizeof buf,
-                "%-6s %-22s %10s  GEMM bf16 %s  attention bf16 %s  memory %s  host copies %s  collectives %s\n",
-                key.c_str(), p.name.c_str(), format_bytes(p.memory_bytes).c_str(),
-                scaled(p.gemm_flops_bf16, 1e12, "TFLOP/s").c_str(),
-                scaled(p.attention_flops_bf16, 1e12, "TFLOP/s").c_str(), scaled(p.memory_bandwidth, 1e12, "TB/s").c_str(),
-                scaled(p.h2d_bandwidth, 1e9, "GB/s").c_str(), scaled(p.collective_bandwidth, 1e9, "GB/s").c_str());
+  std::snprintf(
+      buf, sizeof buf, "%-6s %-22s %10s  GEMM bf16 %s  attention bf16 %s  memory %s  host copies %s  collectives %s\n",
+      key.c_str(), p.name.c_str(), format_bytes(p.memory_bytes).c_str(),
+      scaled(p.gemm_flops_bf16, 1e12, "TFLOP/s").c_str(), scaled(p.attention_flops_bf16, 1e12, "TFLOP/s").c_str(),
+      scaled(p.memory_bandwidth, 1e12, "TB/s").c_str(), scaled(p.h2d_bandwidth, 1e9, "GB/s").c_str(),
+      scaled(p.collective_bandwidth, 1e9, "GB/s").c_str());
   return buf;
 }
 
