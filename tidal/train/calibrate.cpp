@@ -34,15 +34,19 @@ double median(std::vector<double> v) {
 }
 
 // The median seconds of one call of `fn` over `reps` timed calls, after one untimed warm-up call
-// (first touch of the caching allocator's blocks, oneDNN primitive creation).
+// (first touch of the caching allocator's blocks, oneDNN primitive creation). Stops early, after at
+// least one timed call, once the timed calls took kBudgetS: a loaded machine takes longer, not much.
+constexpr double kBudgetS = 0.5;
 template <typename F>
 double median_seconds(F&& fn, int reps) {
   fn();
   std::vector<double> t;
-  for (int i = 0; i < reps; ++i) {
+  double total = 0;
+  for (int i = 0; i < reps && (i == 0 || total < kBudgetS); ++i) {
     const int64_t start = now_ns();
     fn();
     t.push_back(double(now_ns() - start) * 1e-9);
+    total += t.back();
   }
   return std::max(median(t), 1e-9);
 }

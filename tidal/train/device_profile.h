@@ -17,7 +17,8 @@ struct DeviceProfile {
   // Matrix products (bf16: bf16 operands, f32 accumulation), FLOP/s on large operands.
   double gemm_flops_f32 = 0;
   double gemm_flops_bf16 = 0;
-  // Flash attention forward and backward, FLOP/s (counted as 4·B·H·Tq·Tk·D forward, causal half).
+  // Flash attention forward and backward, FLOP/s (counted as 4·B·H·Tq·Tk·D forward, causal half; the
+  // backward as 2.5 times its forward, FlashAttention-2's count: a forward + backward is 3.5x the forward's).
   double attention_flops_f32 = 0;
   double attention_flops_bf16 = 0;
   double memory_bandwidth = 0;      // bytes/s an elementwise kernel reads plus writes
