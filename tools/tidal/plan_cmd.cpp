@@ -1,16 +1,42 @@
-// `tidal plan [tidal train flags] [--memory BYTES] [--headroom PERCENT] [--dry-run]`: the step peak tidal predicts for
-// a training configuration and, against a budget, the memory features that make it fit (tidal/train/plan.h).
+// `tidal plan [tidal train flags] [--memory BYTES] [--headroom PERCENT] [--dry-run] [--device NAME|FILE]`: the step
+// peak tidal predicts for a training configuration and, against a budget, the memory features that make it fit
+// (tidal/train/plan.h). `tidal plan --calibrate` measures this machine into a device profile
+// (tidal/train/calibrate.h); `tidal plan --list-devices` prints the built-in profiles.
 #include <cstdio>
 #include <cstdlib>
 
 #include "tidal/base/error.h"
 #include "tidal/base/flags.h"
+#include "tidal/dist/communicator.h"
 #include "tidal/memory_stats.h"
 #include "tidal/train/arguments.h"
+#include "tidal/train/calibrate.h"
+#include "tidal/train/device_profile.h"
 #include "tidal/train/plan.h"
 #include "tools/tidal/cli.h"
 
 namespace tidal::cli {
+namespace {
+
+constexpr const char* kDefaultProfileOut = "tidal-device-profile.json";
+
+// `tidal plan --calibrate [--quick] [--profile-out FILE]`: every rank measures (the all-reduce needs
+// them all), rank 0 prints the table and writes the file.
+int run_calibrate(bool quick, std::string out) {
+  if (out.empty()) out = kDefaultProfileOut;
+  const bool first = dist::world().rank() == 0;
+  train::CalibrateOptions o;
+  o.quick = quick;
+  if (first) o.progress = [](const std::string& what) { std::fprintf(stderr, "calibrating: %s\n", what.c_str()); };
+  const train::DeviceProfile p = train::calibrate(o);
+  if (!first) return kOk;
+  train::save_device_profile(out, p);
+  std::printf("%s(written to %s; plan with it: tidal plan --device %s ...)\n", train::format_device_profile(p).c_str(),
+              out.c_str(), out.c_str());
+  return kOk;
+}
+
+}  // namespace
 
 int run_plan(const std::vector<std::string>& argv) {
   // tidal plan's own two options (with their values) go to `own`, the rest to tidal train's parser.
@@ -20,7 +46,9 @@ int run_plan(const std::vector<std::string>& argv) {
     if (argv[i] == "--help" || argv[i] == "-h") {
       std::printf(
           "usage: tidal plan [tidal train flags] [--memory BYTES] [--headroom PERCENT] [--data-parallel-size N]\n"
-          "                  [--dry-run]\n\n"
+          "                  [--dry-run] [--device NAME|FILE]\n"
+          "       tidal plan --calibrate [--profile-out FILE] [--quick]\n"
+          "       tidal plan --list-devices\n\n"
           "Predicts the device memory of one training step of that configuration (nothing is allocated:\n"
           "any preset size works) and, against --memory (default: TIDAL_DEVICE_MEMORY) less --headroom\n"
           "percent (default 10), which of tidal's memory features make it fit, in the triage order. Exit\n"
@@ -34,13 +62,22 @@ int run_plan(const std::vector<std::string>& argv) {
           "breakdown beside the estimator's prediction (docs/memory.md, \"Dry run\"); with\n"
           "--data-parallel-size N it plays ranks of N in one process and prints the rank with the highest\n"
           "peak. It refuses --load, --pretrained and --overlap-grad-reduce.\n"
+          "--device NAME|FILE plans for a device profile: a built-in (--list-devices: h100, h200, a100) or\n"
+          "a file from --calibrate; its memory is the budget when --memory is not given.\n"
+          "--calibrate measures this machine with tidal's own kernels (GEMM and flash attention f32/bf16,\n"
+          "memory bandwidth, kernel overhead, host copies, spill-file disk, all-reduce under mpirun; about\n"
+          "10-20 s on 2 cores) and writes the profile to --profile-out (default ./tidal-device-profile.json);\n"
+          "--quick runs tiny shapes (a smoke test: figures meaningless). docs/planning.md.\n"
           "The other flags are tidal train's ('tidal train --help'); docs/profiling.md, \"Planning before\n"
           "training\".\n");
       return kOk;
     }
     if (argv[i] == "--dry-run") {
       dry = true;
-    } else if (argv[i] == "--memory" || argv[i] == "--headroom" || argv[i] == "--data-parallel-size") {
+    } else if (argv[i] == "--calibrate" || argv[i] == "--quick" || argv[i] == "--list-devices") {
+      own.push_back(argv[i]);
+    } else if (argv[i] == "--memory" || argv[i] == "--headroom" || argv[i] == "--data-parallel-size" ||
+               argv[i] == "--device" || argv[i] == "--profile-out") {
       own.push_back(argv[i]);
       if (i + 1 < argv.size()) own.push_back(argv[++i]);
     } else {
@@ -50,9 +87,32 @@ int run_plan(const std::vector<std::string>& argv) {
   Flags f("plan");
   f.option("memory", "the device memory budget, e.g. 80GiB", "BYTES")
       .option("headroom", "percent of the budget kept free (default 10)", "PERCENT")
-      .option("data-parallel-size", "plan one of N data-parallel ranks (default 1)", "N");
+      .option("data-parallel-size", "plan one of N data-parallel ranks (default 1)", "N")
+      .option("device", "a device profile: a built-in name or a file from --calibrate", "NAME|FILE")
+      .option("profile-out", "where --calibrate writes the profile", "FILE")
+      .flag("calibrate", "measure this machine into a device profile")
+      .flag("quick", "with --calibrate: tiny shapes, a smoke test")
+      .flag("list-devices", "print the built-in device profiles");
   f.parse(own);
+  if (f.flag_on("list-devices")) {
+    for (const train::BuiltinDevice& b : train::builtin_device_profiles())
+      std::fputs(train::format_device_line(b.key, b.profile).c_str(), stdout);
+    return kOk;
+  }
+  if (f.flag_on("calibrate")) {
+    TIDAL_CHECK(train_argv.empty() && !dry && !f.has("device"), "--calibrate measures this machine and takes ",
+                "only --profile-out and --quick; plan a configuration in a second call with --device FILE");
+    return run_calibrate(f.flag_on("quick"), f.str("profile-out"));
+  }
+  TIDAL_CHECK(!f.flag_on("quick") && !f.has("profile-out"), "--quick and --profile-out go with --calibrate");
   std::string memory = f.str("memory");
+  if (f.has("device")) {
+    const train::DeviceProfile device = train::load_device_profile(f.str("device"));
+    const bool budget = memory.empty() && device.memory_bytes > 0;
+    if (budget) memory = std::to_string(device.memory_bytes);
+    std::printf("Device: %s (%s)%s\n", device.name.c_str(), device.source.c_str(),
+                budget ? "; its memory is the budget" : "");
+  }
   const double headroom = f.number("headroom", train::kDefaultPlanHeadroom * 100, 0, 95) / 100;
   if (memory.empty()) {
     const char* env = std::getenv("TIDAL_DEVICE_MEMORY");

@@ -1,0 +1,106 @@
+// `tidal plan --calibrate`, `--device` and `--list-devices`: a quick calibration writes a profile that
+// --device reads back; a built-in device's memory is the budget; bad uses are refused by name.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+
+#include "tests/integration/run_command.h"
+
+namespace {
+
+using Result = tidal::testing::CommandResult;
+
+const std::string kTidal = "OMP_WAIT_POLICY=passive " TIDAL_BINARY_DIR "/tidal";
+const std::string kTiny = " --model tiny-gpt2 --mock-data --seq-length 64 --micro-batch-size 4";
+
+Result run(const std::string& cmd) { return tidal::testing::run_command(cmd); }
+
+std::string read(const std::string& path) {
+  std::ifstream in(path);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+TEST(PlanDeviceCli, QuickCalibrationWritesAProfileThatPlanReads) {
+  const std::string dir = ::testing::TempDir() + "tidal_plan_calibrate";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  // Default path: ./tidal-device-profile.json; the spill-file measurement goes to TMPDIR.
+  const Result cal = run("cd " + dir + " && TMPDIR=" + dir + " " + kTidal + " plan --calibrate --quick");
+  ASSERT_EQ(cal.code, 0) << cal.output;
+  EXPECT_NE(cal.output.find("calibrating: GEMM f32"), std::string::npos) << cal.output;
+  EXPECT_NE(cal.output.find(" (calibrated)\n  (tidal plan --calibrate (quick"), std::string::npos) << cal.output;
+  EXPECT_NE(cal.output.find("collectives                  not measured (one rank)"), std::string::npos) << cal.output;
+  EXPECT_NE(cal.output.find("written to tidal-device-profile.json"), std::string::npos) << cal.output;
+  const std::string file = dir + "/tidal-device-profile.json";
+  const nlohmann::json j = nlohmann::json::parse(read(file));
+  EXPECT_EQ(j.at("tidal_device_profile"), 1);
+  EXPECT_EQ(j.at("memory_bytes"), 0);
+  EXPECT_GT(j.at("gemm_flops_bf16").get<double>(), 0);
+  // Nothing but the profile is left behind.
+  EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dir), {}), 1);
+
+  // Its memory is not known (0): the budget comes from --memory.
+  const Result plan = run(kTidal + " plan" + kTiny + " --device " + file + " --memory 1GiB");
+  ASSERT_EQ(plan.code, 0) << plan.output;
+  EXPECT_EQ(plan.output.find("Device: "), 0u) << plan.output;
+  EXPECT_NE(plan.output.find(" (calibrated) (tidal plan --calibrate (quick"), std::string::npos) << plan.output;
+  EXPECT_NE(plan.output.find("It fits the budget, 1.00 GiB"), std::string::npos) << plan.output;
+
+  const Result out = run(kTidal + " plan --calibrate --quick --profile-out " + dir + "/other.json");
+  ASSERT_EQ(out.code, 0) << out.output;
+  EXPECT_TRUE(std::filesystem::exists(dir + "/other.json"));
+  std::filesystem::remove_all(dir);
+}
+
+TEST(PlanDeviceCli, BuiltinDevicesAndTheirMemoryAsTheBudget) {
+  const Result list = run(kTidal + " plan --list-devices");
+  ASSERT_EQ(list.code, 0) << list.output;
+  EXPECT_NE(list.output.find("h100   NVIDIA H100 80GB SXM    79.65 GiB  GEMM bf16 742 TFLOP/s"), std::string::npos)
+      << list.output;
+  EXPECT_NE(list.output.find("h200   NVIDIA H200 141GB      140.40 GiB"), std::string::npos) << list.output;
+  EXPECT_NE(list.output.find("a100   NVIDIA A100 80GB SXM    80.00 GiB  GEMM bf16 234 TFLOP/s"), std::string::npos)
+      << list.output;
+
+  const Result h100 = run(kTidal + " plan" + kTiny + " --device H100");
+  ASSERT_EQ(h100.code, 0) << h100.output;
+  EXPECT_NE(h100.output.find("Device: NVIDIA H100 80GB SXM (NVIDIA datasheet"), std::string::npos) << h100.output;
+  EXPECT_NE(h100.output.find("; its memory is the budget"), std::string::npos) << h100.output;
+  EXPECT_NE(h100.output.find("It fits the budget, 79.65 GiB"), std::string::npos) << h100.output;
+  // --memory wins over the device's memory.
+  const Result small = run(kTidal + " plan" + kTiny + " --device a100 --memory 3.5MiB");
+  EXPECT_EQ(small.output.find("its memory is the budget"), std::string::npos) << small.output;
+  EXPECT_NE(small.output.find("It does not fit the budget, 3.50 MiB"), std::string::npos) << small.output;
+}
+
+TEST(PlanDeviceCli, BadUsesAreRefusedByName) {
+  Result r = run(kTidal + " plan" + kTiny + " --device h300");
+  EXPECT_EQ(r.code, 1) << r.output;
+  EXPECT_NE(r.output.find("--device h300: neither a built-in device (a100, h100, h200) nor a profile file"),
+            std::string::npos)
+      << r.output;
+  r = run(kTidal + " plan" + kTiny + " --device /nonexistent/profile.json");
+  EXPECT_EQ(r.code, 1) << r.output;
+  EXPECT_NE(r.output.find("[device profile] /nonexistent/profile.json: cannot open it (No such file or directory)"),
+            std::string::npos)
+      << r.output;
+  r = run(kTidal + " plan --calibrate" + kTiny);
+  EXPECT_EQ(r.code, 1) << r.output;
+  EXPECT_NE(r.output.find("--calibrate measures this machine and takes only --profile-out and --quick"),
+            std::string::npos)
+      << r.output;
+  r = run(kTidal + " plan" + kTiny + " --quick");
+  EXPECT_NE(r.output.find("--quick and --profile-out go with --calibrate"), std::string::npos) << r.output;
+  r = run(kTidal + " plan --calibrate --quick --profile-out /nonexistent/dir/p.json");
+  EXPECT_EQ(r.code, 1) << r.output;
+  EXPECT_NE(r.output.find("/nonexistent/dir/p.json"), std::string::npos) << r.output;
+  const Result help = run(kTidal + " plan --help");
+  EXPECT_NE(help.output.find("tidal plan --calibrate [--profile-out FILE] [--quick]"), std::string::npos);
+}
+
+}  // namespace
