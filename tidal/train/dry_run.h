@@ -11,6 +11,7 @@
 
 #include "tidal/memory_stats.h"
 #include "tidal/train/arguments.h"
+#include "tidal/train/kernel_records.h"
 
 namespace tidal::train {
 
@@ -28,6 +29,9 @@ struct DryRun {
   std::vector<int64_t> activation_bytes_per_layer;
   int64_t activation_bytes_outside_layers = 0;
   int64_t steps = 0;  // steps run: kDryRunSteps, or --train-iters when fewer
+  // The kernels of the last step run (the second: the steady state), as the meta device's cost
+  // kernels report them, tagged with phase, layer and module (kernel_records.h): the cost model's input.
+  std::vector<StepKernel> kernels;
 };
 
 // Dry-runs `args` in this process on one rank. The data are mock tokens of the configured micro-batch
