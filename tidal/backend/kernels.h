@@ -136,7 +136,9 @@ class Kernels {
 };
 
 // The kernels to run for an op that writes `out`, or nullptr when there is nothing to run: `out` is
-// a meta tensor (shapes and accounting only). The one place the meta device is handled.
+// a meta tensor (shapes and accounting only). The one place the meta device is handled: while a cost
+// sink is installed (backend/meta/cost_kernels.h) a meta tensor gets the cost-recording kernels,
+// which read no data and return stand-ins (so an op reads values only through its kernels).
 Kernels* kernels_for(const Tensor& out);
 // The kernels of a device. A meta device is planned as the device it stands in for (the cpu today),
 // so its layout rules are that device's; its kernels are never run (use kernels_for).

@@ -2,6 +2,7 @@
 #include "tidal/backend/cpu/kernels.h"
 #include "tidal/backend/cpu/runtime.h"
 #include "tidal/backend/kernels.h"
+#include "tidal/backend/meta/cost_kernels.h"
 #include "tidal/backend/meta/runtime.h"
 #include "tidal/backend/runtime.h"
 #include "tidal/tensor.h"
@@ -25,6 +26,11 @@ DeviceRuntime& device_runtime(Device device) {
   detail::throw_error(detail::str_cat("[backend] no runtime for device ", device));
 }
 
-Kernels* kernels_for(const Tensor& out) { return out.is_meta() ? nullptr : &device_kernels(out.device()); }
+// A meta tensor runs nothing, or, while a cost sink is installed (meta/cost_kernels.h), the kernels
+// that report what they would compute.
+Kernels* kernels_for(const Tensor& out) {
+  if (!out.is_meta()) return &device_kernels(out.device());
+  return cost_sink_installed() ? &meta::cost_kernels() : nullptr;
+}
 
 }  // namespace tidal

@@ -33,8 +33,8 @@ struct ChunkedLmLossBackward : Node {
   TensorList apply(TensorList&& grads) override {
     Tensor gh = grad_hidden.unpack(name()), gw = grad_weight.unpack(name());
     const Tensor& g = grads[0];
-    if (kernels_for(g) != nullptr) {  // a value to read: not a meta tensor
-      const double s = g.item<double>();
+    if (Kernels* kern = kernels_for(g)) {  // a value to read (a meta tensor's cost kernels: a stand-in)
+      const double s = detail::scalar_value(*kern, g);
       if (s != 1.0) {  // in place: a scaled copy would double the (V, C) gradient for a moment
         if (gh.defined()) gh.mul_(s);
         if (gw.defined()) gw.mul_(s);

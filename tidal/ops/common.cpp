@@ -1,5 +1,8 @@
 #include "tidal/ops/common.h"
 
+#include "tidal/backend/kernels.h"
+#include "tidal/dtype_dispatch.h"
+
 namespace tidal::detail {
 
 void check_defined(const char* op, const Tensor& t, const char* what) {
@@ -28,6 +31,17 @@ void check_floating(const char* op, const Tensor& t) {
 void check_dim(const char* op, const Tensor& t, int ndim, const char* what) {
   check_defined(op, t, what);
   TIDAL_CHECK(t.dim() == ndim, "[", op, "] ", what, " must have ", ndim, " dims, got ", t.shape());
+}
+
+double scalar_value(Kernels& kern, const Tensor& t) {
+  TIDAL_CHECK(t.numel() == 1 && is_floating(t.dtype()), "[scalar_value] needs one floating element, got ", t.shape(),
+              " ", t.dtype());
+  return dispatch_float(t.dtype(), "scalar_value", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    T v{};
+    kern.copy_to_host(&v, t);  // one element: contiguous whatever its strides
+    return double(acc_t<T>(v));
+  });
 }
 
 }  // namespace tidal::detail

@@ -81,7 +81,7 @@ struct CrossEntropyBackward : Node {
     if (reduction == Reduction::none) {
       row_grad = g.contiguous();
     } else {
-      scale = g.item<double>();
+      scale = detail::scalar_value(*kern, g);
       if (reduction == Reduction::mean) scale /= double(count);  // count 0: every row is ignored anyway
     }
     LogitRows rows = logit_rows(lv);

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <memory>
 #include <numeric>
+#include <optional>
 
 #include "tidal/allocator.h"
 #include "tidal/base/error.h"
@@ -86,7 +87,10 @@ DryRun dry_run(const TrainArgs& given, int rank, int ranks) {
     const int64_t steps = std::min<int64_t>(args.train_iters, kDryRunSteps);  // the schedule keeps --train-iters
     for (int64_t it = 1; it <= steps; ++it) {
       profiler.begin_step(it);
+      std::optional<KernelRecorder> recorder;  // the last step's kernels, for the cost model
+      if (it == steps) recorder.emplace();
       train_step(it, args, s, profiler, saved, [](int64_t) {});
+      if (recorder) r.kernels = recorder->finish();
       profiler.end_step(it, nullptr);
       ++r.steps;
     }

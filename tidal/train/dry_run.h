@@ -14,6 +14,7 @@
 
 #include "tidal/memory_stats.h"
 #include "tidal/train/arguments.h"
+#include "tidal/train/kernel_records.h"
 
 namespace tidal::train {
 
@@ -40,6 +41,9 @@ struct DryRun {
   int64_t steps = 0;           // steps run: kDryRunSteps, or --train-iters when fewer
   int rank = 0, ranks = 1;     // the data-parallel rank this dry run played, of `ranks`
   std::vector<int> ranks_run;  // dry_run_largest_rank: the ranks it dry-ran
+  // The kernels of the last step run (the second: the steady state), as the meta device's cost
+  // kernels report them, tagged with phase, layer and module (kernel_records.h): the cost model's input.
+  std::vector<StepKernel> kernels;
 };
 
 // Dry-runs `args` in this process as rank `rank` of `ranks` data-parallel ranks. The data are mock

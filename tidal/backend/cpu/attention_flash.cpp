@@ -419,6 +419,8 @@ void backward_typed(const FlashArgs& cfg, const Tensor& dq, const Tensor& dk, co
 
 }  // namespace
 
+FlashTiles flash_tiles() { return {kFwdBlockQ, kFwdBlockK, kBwdBlockQ, kBwdBlockK}; }
+
 int64_t flash_forward_workspace(const Tensor& q, const Tensor& k, const Tensor& v) {
   const ForwardLayout lay = forward_layout(Dims(q, k, v), q.dtype() == DType::bf16);
   return lay.slots * lay.per_slot;

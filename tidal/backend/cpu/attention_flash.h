@@ -18,6 +18,13 @@ namespace tidal::cpu {
 int64_t flash_forward_workspace(const Tensor& q, const Tensor& k, const Tensor& v);
 int64_t flash_backward_workspace(const Tensor& dq, const Tensor& q, const Tensor& k, const Tensor& v);
 
+// The tile sizes: forward query rows x keys, backward query rows x keys (a cost model counts the
+// products of whole tiles, masked entries included: backend/meta/cost_kernels.h).
+struct FlashTiles {
+  int64_t fwd_q, fwd_k, bwd_q, bwd_k;
+};
+FlashTiles flash_tiles();
+
 void flash_attention_forward(const FlashArgs& cfg, const Tensor& out, const Tensor& lse, const Tensor& q,
                              const Tensor& k, const Tensor& v, const Tensor& workspace);
 

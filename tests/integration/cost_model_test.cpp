@@ -1,0 +1,177 @@
+// The dry run's kernel records (train/kernel_records.h) and the cost model on them
+// (train/cost_model.h): exact GEMM FLOPs of a step, recompute's replayed records, the roofline's
+// arithmetic, and offload copies hidden or exposed by the profile's bandwidth. No timing is measured.
+#include "tidal/train/cost_model.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "tests/integration/train_helpers.h"
+
+namespace tidal::train {
+namespace {
+
+// tiny-gpt2 (2 layers, hidden 64, vocab 512, tied LM head), micro-batches of 2 x 32 tokens.
+std::vector<std::string> tiny(const std::vector<std::string>& more) {
+  return with({"--model", "tiny-gpt2", "--mock-data", "--seq-length", "32", "--micro-batch-size", "2",
+               "--global-batch-size", "2", "--train-iters", "2", "--lr-warmup-iters", "0", "--eval-interval", "0"},
+              more);
+}
+
+int64_t gemm_flops(const DryRun& d, StepPhase only, bool any_phase) {
+  int64_t f = 0;
+  for (const StepKernel& k : d.kernels)
+    if (k.cost.kind == CostKind::gemm && (any_phase || k.phase == only)) f += k.cost.flops;
+  return f;
+}
+
+TEST(CostModel, StepGemmFlopsAreSixTimesTokensTimesMatmulParameters) {
+  const DryRun d = dry_run(parse_train_args(tiny({})));
+  // Per layer the four projections hold 12·C² weights (qkv 3C², out C², MLP 4C² twice), the LM head
+  // C·V; forward 2·N·weights, backward dX and dW twice that (every input needs its gradient).
+  const int64_t N = 2 * 32, C = 64, V = 512, L = 2;
+  EXPECT_EQ(gemm_flops(d, StepPhase::other, true), 6 * N * (12 * C * C * L + C * V));
+  EXPECT_EQ(gemm_flops(d, StepPhase::forward, false), 2 * N * 12 * C * C * L + 2 * N * C * V);
+  EXPECT_EQ(gemm_flops(d, StepPhase::backward, false), 4 * N * (12 * C * C * L + C * V));
+  int64_t adamw = 0, attention = 0;
+  for (const StepKernel& k : d.kernels) {
+    adamw += std::string(k.cost.kernel) == "adamw_step" && k.phase == StepPhase::optimizer;
+    attention += k.cost.kind == CostKind::attention && k.layer >= 0;
+  }
+  EXPECT_EQ(adamw, 4 + 12 * L);  // wte, wpe, final norm weight and bias; 12 tensors per layer
+  EXPECT_EQ(attention, 2 * L);   // forward and backward of each layer
+}
+
+TEST(CostModel, RecomputeReplaysTheForwardOfEachLayer) {
+  const DryRun plain = dry_run(parse_train_args(tiny({})));
+  const DryRun full = dry_run(parse_train_args(
+      tiny({"--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", "1"})));
+  // Each layer's replay runs its forward's kernels in order (a prefix: the replay stops at its last save).
+  std::map<int, std::vector<const StepKernel*>> forward, replay;
+  for (const StepKernel& k : full.kernels) {
+    if (k.phase == StepPhase::forward && k.layer >= 0) forward[k.layer].push_back(&k);
+    if (k.phase == StepPhase::recompute) replay[k.layer].push_back(&k);
+  }
+  ASSERT_EQ(replay.size(), 2u);
+  for (const auto& [layer, ks] : replay) {
+    ASSERT_LE(ks.size(), forward[layer].size()) << "layer " << layer;
+    EXPECT_GT(ks.size(), forward[layer].size() / 2) << "layer " << layer;
+    for (size_t i = 0; i < ks.size(); ++i) {
+      EXPECT_STREQ(ks[i]->cost.kernel, forward[layer][i]->cost.kernel) << "layer " << layer << " kernel " << i;
+      EXPECT_EQ(ks[i]->cost.flops, forward[layer][i]->cost.flops) << "layer " << layer << " kernel " << i;
+      EXPECT_EQ(ks[i]->cost.bytes, forward[layer][i]->cost.bytes) << "layer " << layer << " kernel " << i;
+    }
+  }
+  // What recompute adds to the step's GEMMs is exactly the replays' GEMMs.
+  EXPECT_EQ(gemm_flops(full, StepPhase::other, true) - gemm_flops(plain, StepPhase::other, true),
+            gemm_flops(full, StepPhase::recompute, false));
+  EXPECT_GT(gemm_flops(full, StepPhase::recompute, false), 0);
+}
+
+DeviceProfile profile() {
+  DeviceProfile p;
+  p.name = "hand-made";
+  p.gemm_flops_f32 = p.gemm_flops_bf16 = 1e12;
+  p.attention_flops_f32 = p.attention_flops_bf16 = 5e11;
+  p.memory_bandwidth = 1e11;
+  p.d2h_bandwidth = p.h2d_bandwidth = 1e10;
+  p.disk_bandwidth = 1e9;
+  p.kernel_overhead_s = 1e-5;
+  p.collective_bandwidth = 1e10;
+  p.collective_latency_s = 1e-4;
+  return p;
+}
+
+TEST(CostModel, RooflineArithmetic) {
+  const DeviceProfile p = profile();
+  const KernelCost compute_bound{"matmul", CostKind::gemm, DType::f32, 2'000'000'000, 1'000'000};  // 2 ms vs 10 us
+  const KernelCost bandwidth_bound{"matmul", CostKind::gemm, DType::f32, 1'000'000, 1'000'000'000};  // 1 us vs 10 ms
+  const KernelCost memory{"unary", CostKind::memory, DType::f32, 1'000'000'000'000, 500'000'000};  // flops ignored
+  EXPECT_DOUBLE_EQ(kernel_time_s(compute_bound, p), 2e-3 + 1e-5);
+  EXPECT_DOUBLE_EQ(kernel_time_s(bandwidth_bound, p), 1e-2 + 1e-5);
+  EXPECT_DOUBLE_EQ(kernel_time_s(memory, p), 5e-3 + 1e-5);
+
+  DryRun run;
+  run.kernels = {{compute_bound, StepPhase::forward, 0, "", "linear"},
+                 {memory, StepPhase::recompute, 0, "", "gelu"},
+                 {{"adamw_step", CostKind::optimizer, DType::f32, 0, 200'000'000}, StepPhase::optimizer, -1, "", ""}};
+  TrainArgs args;
+  args.micro_batch_size = args.global_batch_size = 1;
+  const StepTime t = predict_step_time(run, args, p);
+  EXPECT_EQ(t.kernels, 3);
+  EXPECT_EQ(t.flops, 2'000'000'000 + 1'000'000'000'000);
+  EXPECT_DOUBLE_EQ(t.gemm_s, 2e-3);
+  EXPECT_DOUBLE_EQ(t.memory_s, 5e-3);
+  EXPECT_DOUBLE_EQ(t.optimizer_s, 2e-3);
+  EXPECT_DOUBLE_EQ(t.overhead_s, 3e-5);
+  EXPECT_DOUBLE_EQ(t.recompute_s, 5e-3 + 1e-5);
+  EXPECT_DOUBLE_EQ(t.compute_s, 9e-3 + 3e-5);
+  EXPECT_DOUBLE_EQ(t.total_s, t.compute_s);
+  EXPECT_EQ(t.copy_s, 0);
+  EXPECT_EQ(t.hidden_copy_fraction, 1.0);
+
+  // Two ranks, no sharding: each runs one of the two micro-batches the dry run ran (half the forward
+  // and recompute), the whole update, and all-reduces the f32 gradients, 2·(n-1)/n of their bytes.
+  run.device.category[size_t(MemoryCategory::parameter)].peak = 4'000'000;  // 1M f32 parameters
+  args.global_batch_size = 2;
+  const StepTime dp = predict_step_time(run, args, p, 2);
+  EXPECT_DOUBLE_EQ(dp.gemm_s, 1e-3);
+  EXPECT_DOUBLE_EQ(dp.optimizer_s, 2e-3);
+  EXPECT_DOUBLE_EQ(dp.comm_s, 4e6 / 1e10 + 2 * 1 * 1e-4 + 2 * 1e-4);  // one parameter tensor; loss and norm
+  EXPECT_DOUBLE_EQ(dp.exposed_comm_s, dp.comm_s);
+  EXPECT_DOUBLE_EQ(dp.total_s, dp.compute_s + dp.comm_s);
+}
+
+TEST(CostModel, RefusesAProfileWithoutTheRateItNeeds) {
+  DeviceProfile p = profile();
+  p.gemm_flops_bf16 = 0;
+  p.name = "half";
+  std::string what;
+  try {
+    kernel_time_s({"matmul", CostKind::gemm, DType::bf16, 1, 1}, p);
+  } catch (const Error& e) {
+    what = e.what();
+  }
+  EXPECT_EQ(what,
+            "[cost model] device profile 'half': gemm_flops_bf16 must be > 0 to cost this step (calibrate it with "
+            "tidal plan --calibrate or set it in the profile)");
+}
+
+TEST(CostModel, OffloadCopiesHideBehindComputeWhenFastEnough) {
+  const DryRun d = dry_run(parse_train_args(tiny({})));
+  TrainArgs args = parse_train_args(tiny({"--activation-offload"}));
+  DeviceProfile fast = profile(), slow = profile();
+  fast.d2h_bandwidth = fast.h2d_bandwidth = 1e15;
+  slow.d2h_bandwidth = slow.h2d_bandwidth = 1e3;
+  // The step's own host transfers (the batch, the loss read back) are the same with and without the flag.
+  const TrainArgs plain = parse_train_args(tiny({}));
+  const StepTime f0 = predict_step_time(d, plain, fast), s0 = predict_step_time(d, plain, slow);
+  const StepTime f = predict_step_time(d, args, fast), s = predict_step_time(d, args, slow);
+  EXPECT_GT(f.copy_s, f0.copy_s);
+  EXPECT_EQ(f.exposed_copy_s, f0.exposed_copy_s);  // every offload copy hidden
+  EXPECT_GT(s.exposed_copy_s - s0.exposed_copy_s, 0.99 * (s.copy_s - s0.copy_s));  // nearly all exposed
+  EXPECT_DOUBLE_EQ(s.total_s, s.compute_s + s.exposed_copy_s);
+  EXPECT_DOUBLE_EQ(f.compute_s, s.compute_s);
+  // --offload-prefetch-depth 0 brings a block back only when its backward unpacks it: exposed however fast.
+  const StepTime f_no_prefetch =
+      predict_step_time(d, parse_train_args(tiny({"--activation-offload", "--offload-prefetch-depth", "0"})), fast);
+  EXPECT_GT(f_no_prefetch.exposed_copy_s, f0.exposed_copy_s);
+}
+
+TEST(CostModel, SwapOptimizerExposesTheFirstWindowInAndTheLastOut) {
+  const DryRun d = dry_run(parse_train_args(tiny({})));
+  TrainArgs args = parse_train_args(tiny({"--swap-optimizer", "--swap-optimizer-times", "4"}));
+  DeviceProfile fast = profile();
+  fast.d2h_bandwidth = fast.h2d_bandwidth = 1e15;
+  const double states = double(d.device.category[size_t(MemoryCategory::optimizer_state)].peak);
+  ASSERT_GT(states, 0);
+  const StepTime f0 = predict_step_time(d, parse_train_args(tiny({})), fast), f = predict_step_time(d, args, fast);
+  EXPECT_NEAR(f.copy_s - f0.copy_s, 2 * states / 1e15, 1e-22);
+  EXPECT_NEAR(f.exposed_copy_s - f0.exposed_copy_s, 2 * states / 4 / 1e15, 1e-22);  // first window in, last out
+}
+
+}  // namespace
+}  // namespace tidal::train

@@ -1,0 +1,251 @@
+// Note [Cost model] (docs/planning.md, "The cost model"): a roofline per recorded kernel, summed in
+// the order the compute thread runs them (one stream: kernels never overlap each other), then the
+// copies and collectives that side streams run, each hidden behind the compute it overlaps, or exposed
+// for the part that is longer. On the cpu backend a copy or comm stream competes with the compute
+// threads for cores and memory bandwidth; the model does not charge for that (there is no measured
+// factor to take it from): a hidden copy costs nothing, so CPU predictions with offload, swap or
+// overlap are optimistic.
+#include "tidal/train/cost_model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "tidal/base/error.h"
+#include "tidal/memory/estimator.h"
+#include "tidal/ops/attention.h"
+#include "tidal/train/data_parallel.h"
+
+namespace tidal::train {
+namespace {
+
+void check_rate(double v, const char* field, const DeviceProfile& p) {
+  TIDAL_CHECK(v > 0, "[cost model] device profile '", p.name, "': ", field,
+              " must be > 0 to cost this step (calibrate it with tidal plan --calibrate or set it in the profile)");
+}
+
+double flop_rate(const KernelCost& k, const DeviceProfile& p) {
+  const bool bf16 = k.dtype == DType::bf16;
+  if (k.kind == CostKind::gemm) {
+    const double r = bf16 ? p.gemm_flops_bf16 : p.gemm_flops_f32;
+    check_rate(r, bf16 ? "gemm_flops_bf16" : "gemm_flops_f32", p);
+    return r;
+  }
+  const double r = bf16 ? p.attention_flops_bf16 : p.attention_flops_f32;
+  check_rate(r, bf16 ? "attention_flops_bf16" : "attention_flops_f32", p);
+  return r;
+}
+
+// The roofline part of a kernel's time (no overhead).
+double roofline_s(const KernelCost& k, const DeviceProfile& p) {
+  if (k.kind == CostKind::host_transfer) {
+    check_rate(p.h2d_bandwidth, "h2d_bandwidth", p);
+    check_rate(p.d2h_bandwidth, "d2h_bandwidth", p);
+    return double(k.bytes) / std::min(p.h2d_bandwidth, p.d2h_bandwidth);
+  }
+  check_rate(p.memory_bandwidth, "memory_bandwidth", p);
+  const double memory = double(k.bytes) / p.memory_bandwidth;
+  if (k.kind != CostKind::gemm && k.kind != CostKind::attention) return memory;
+  return std::max(double(k.flops) / flop_rate(k, p), memory);
+}
+
+// Compute time per layer and phase, for the copies and collectives that overlap it.
+struct Compute {
+  std::vector<double> forward, backward;  // per layer: forward; backward + recompute
+  double backward_total = 0, forward_total = 0, optimizer = 0;
+};
+
+// Activation offload (docs/offload.md, "How it works"): blocks are layers and the last is never
+// offloaded. Block l's saved tensors go to the host as the block saves them and must be there when
+// block l + 1 starts: the copy hides behind block l's forward. In backward, block l comes back from the
+// first unpack of block l + K (K = --offload-prefetch-depth): behind the backward (and recompute) of
+// blocks l + K ... l + 1; K = 0 exposes it all. Per block, the exposed part is the copy beyond that
+// compute (queueing on the copy stream when copies outrun compute is not modelled).
+void add_offload(const TrainArgs& args, const Compute& c, int64_t accum, const DeviceProfile& p, StepTime& t) {
+  const int64_t layers = args.model.num_hidden_layers;
+  if (!args.memory.offload.enabled || layers < 2) return;
+  const auto kernel = args.attention == "eager" ? AttentionKernel::eager : AttentionKernel::flash;
+  const memory::ActivationEstimate est = memory::estimate_activations(
+      args.model, memory::activation_inputs(args.memory, args.micro_batch_size, args.seq_length, kernel,
+                                            args.precision.param_dtype()));
+  const double block = double(est.offloaded_per_step) / double(layers - 1);
+  check_rate(p.d2h_bandwidth, "d2h_bandwidth", p);
+  check_rate(p.h2d_bandwidth, "h2d_bandwidth", p);
+  double out = block / p.d2h_bandwidth, in = block / p.h2d_bandwidth;
+  if (args.memory.offload.target == memory::OffloadTarget::disk) {  // host then the spill file, in series
+    check_rate(p.disk_bandwidth, "disk_bandwidth", p);
+    out += block / p.disk_bandwidth;
+    in += block / p.disk_bandwidth;
+  }
+  const int64_t depth = std::max<int64_t>(0, args.memory.offload.prefetch_depth);
+  const double per_mb = 1.0 / double(accum);
+  double exposed = 0;
+  for (int64_t l = 0; l + 1 < layers; ++l) {
+    exposed += std::max(0.0, out - c.forward[size_t(l)] * per_mb);
+    double behind = 0;
+    for (int64_t j = l + 1; j <= std::min(l + depth, layers - 1); ++j) behind += c.backward[size_t(j)] * per_mb;
+    exposed += std::max(0.0, in - behind);
+  }
+  t.copy_s += double(accum) * double(layers - 1) * (out + in);
+  t.exposed_copy_s += double(accum) * exposed;
+}
+
+// Swap optimizer (memory/swap_optimizer.h): the states cross in K windows; while window i is updated,
+// window i - 1 goes out and then window i + 1 comes in. The first window's way in and the last one's
+// way out are exposed, and each window's copies beyond its update.
+void add_swap(const DryRun& run, const TrainArgs& args, const Compute& c, double share, const DeviceProfile& p,
+              StepTime& t) {
+  if (!args.memory.swap_optimizer.on) return;
+  const int64_t K = std::max<int64_t>(1, args.memory.swap_optimizer.requested_times());
+  const double states = double(run.device.category[size_t(MemoryCategory::optimizer_state)].peak) * share;
+  check_rate(p.d2h_bandwidth, "d2h_bandwidth", p);
+  check_rate(p.h2d_bandwidth, "h2d_bandwidth", p);
+  const double in = states / double(K) / p.h2d_bandwidth, out = states / double(K) / p.d2h_bandwidth;
+  const double update = c.optimizer / double(K);
+  double exposed = in + out;
+  for (int64_t i = 0; i < K && K > 1; ++i) {
+    const double copies = (i > 0 ? out : 0.0) + (i + 1 < K ? in : 0.0);
+    exposed += std::max(0.0, copies - update);
+  }
+  t.copy_s += double(K) * (in + out);
+  t.exposed_copy_s += exposed;
+}
+
+// Data-parallel collectives (docs/distributed.md), per rank: an all-reduce moves 2(n-1)/n of the
+// bytes, a reduce-scatter or an all-gather (n-1)/n. Gradient reductions overlap the backward of the
+// micro-batch that reduces under --overlap-grad-reduce (all but the last bucket); ZeRO-3's parameter
+// gathers overlap compute under --overlap-param-gather; the rest is exposed.
+void add_collectives(const DryRun& run, const TrainArgs& args, const Compute& c, int64_t accum, int64_t ranks,
+                     int64_t param_tensors, const DeviceProfile& p, StepTime& t) {
+  if (ranks <= 1) return;
+  check_rate(p.collective_bandwidth, "collective_bandwidth", p);
+  const double f = double(ranks - 1) / double(ranks);
+  const int64_t item = dtype_size(args.precision.param_dtype());
+  const double params = double(run.device.category[size_t(MemoryCategory::parameter)].peak) / double(item);
+  const double grads = params * 4, weights = params * double(item);  // f32 gradients (or f32 sums)
+  const DataParallelConfig& dp = args.data_parallel;
+  // Gradients are reduced tensor by tensor (an all-reduce is two collectives: docs/distributed.md,
+  // "Not yet"); with overlap, the last bucket's share is the least that stays exposed.
+  const int64_t buckets = std::max<int64_t>(1, int64_t(params) / dp.bucket_elements(int(ranks)) + 1);
+  const int64_t per_reduce = param_tensors;
+  auto seconds = [&](double bytes, int64_t count) {
+    return bytes / p.collective_bandwidth + double(count) * p.collective_latency_s;
+  };
+  double reduce = 0, gather = 0;  // one reduction; the step's parameter gathers
+  int64_t reductions = 1, gathers = 0;
+  switch (dp.sharding) {
+    case ShardingStrategy::no_shard: reduce = seconds(2 * f * grads, 2 * per_reduce); break;
+    case ShardingStrategy::optim:
+      reduce = seconds(f * grads, per_reduce);
+      gathers = 1;
+      break;
+    case ShardingStrategy::optim_grads:
+      reduce = seconds(f * grads, per_reduce);
+      reductions = accum;
+      gathers = 1;
+      break;
+    case ShardingStrategy::optim_grads_params:
+      reduce = seconds(f * grads, per_reduce);
+      reductions = accum;
+      gathers = 2 * accum;  // forward and backward of every micro-batch
+      break;
+  }
+  gather = seconds(f * weights, param_tensors);
+  const double scalars = seconds(0, 2);  // the loss and the gradient norm
+  double exposed = scalars;
+  const double backward_mb = c.backward_total / double(accum);
+  exposed += double(reductions) * (dp.overlap_grad_reduce
+                                       ? std::max(reduce / double(buckets), reduce - backward_mb)
+                                       : reduce);
+  if (dp.sharding == ShardingStrategy::optim_grads_params && dp.overlap_param_gather) {
+    const double pass = (c.forward_total + c.backward_total) / double(gathers);
+    exposed += double(gathers) * std::max(0.0, gather - pass);
+  } else {
+    exposed += double(gathers) * gather;
+  }
+  t.comm_s += double(reductions) * reduce + double(gathers) * gather + scalars;
+  t.exposed_comm_s += exposed;
+}
+
+}  // namespace
+
+double kernel_time_s(const KernelCost& k, const DeviceProfile& profile) {
+  return roofline_s(k, profile) + profile.kernel_overhead_s;
+}
+
+StepTime predict_step_time(const DryRun& run, const TrainArgs& args, const DeviceProfile& profile,
+                           int64_t data_parallel) {
+  TIDAL_CHECK(data_parallel >= 1, "[cost model] data-parallel ranks must be >= 1, got ", data_parallel);
+  TIDAL_CHECK(!run.kernels.empty(), "[cost model] the dry run recorded no kernels to cost");
+  // The dry run is one process running the whole global batch; a rank runs its share of the
+  // micro-batches, and under sharding its share of the update.
+  const int64_t dry_micro_batches = std::max<int64_t>(1, args.grad_accumulation_steps());
+  TIDAL_CHECK(dry_micro_batches % data_parallel == 0, "[cost model] the global batch's ", dry_micro_batches,
+              " micro-batches do not divide over ", data_parallel,
+              " data-parallel ranks: make --global-batch-size a multiple of --micro-batch-size x ranks");
+  const int64_t accum = dry_micro_batches / data_parallel;
+  const double batch_share = 1.0 / double(data_parallel);
+  const double update_share =
+      args.data_parallel.sharding == ShardingStrategy::no_shard ? 1.0 : 1.0 / double(data_parallel);
+  StepTime t;
+  Compute c;
+  const size_t layers = size_t(std::max<int64_t>(0, args.model.num_hidden_layers));
+  c.forward.assign(layers, 0.0);
+  c.backward.assign(layers, 0.0);
+  int64_t param_tensors = 0;
+  double kernels = 0, flops = 0;
+  for (const StepKernel& sk : run.kernels) {
+    const KernelCost& k = sk.cost;
+    const bool update = sk.phase == StepPhase::optimizer || k.kind == CostKind::optimizer;
+    const double share = update ? update_share : batch_share;
+    const double roof = roofline_s(k, profile) * share, overhead = profile.kernel_overhead_s * share;
+    const double time = roof + overhead;
+    kernels += share;
+    flops += double(k.flops) * share;
+    t.overhead_s += overhead;
+    switch (k.kind) {
+      case CostKind::gemm: t.gemm_s += roof; break;
+      case CostKind::attention: t.attention_s += roof; break;
+      case CostKind::memory:
+      case CostKind::copy: t.memory_s += roof; break;
+      case CostKind::optimizer:
+        t.optimizer_s += roof;
+        ++param_tensors;
+        break;
+      case CostKind::host_transfer:  // synchronous: the compute thread waits for it
+        t.copy_s += roof;
+        t.exposed_copy_s += roof;
+        break;
+    }
+    const bool in_layer = sk.layer >= 0 && size_t(sk.layer) < layers;
+    switch (sk.phase) {
+      case StepPhase::forward:
+        c.forward_total += time;
+        if (in_layer) c.forward[size_t(sk.layer)] += time;
+        break;
+      case StepPhase::recompute:
+        t.recompute_s += time;
+        [[fallthrough]];
+      case StepPhase::backward:
+        c.backward_total += time;
+        if (in_layer) c.backward[size_t(sk.layer)] += time;
+        break;
+      case StepPhase::optimizer:
+        if (k.kind == CostKind::optimizer) c.optimizer += time;
+        break;
+      case StepPhase::loss:
+      case StepPhase::other: break;
+    }
+  }
+  t.kernels = std::llround(kernels);
+  t.flops = std::llround(flops);
+  t.compute_s = t.gemm_s + t.attention_s + t.memory_s + t.optimizer_s + t.overhead_s;
+  add_offload(args, c, accum, profile, t);
+  add_swap(run, args, c, update_share, profile, t);
+  add_collectives(run, args, c, accum, data_parallel, param_tensors, profile, t);
+  t.hidden_copy_fraction = t.copy_s > 0 ? 1.0 - t.exposed_copy_s / t.copy_s : 1.0;
+  t.total_s = t.compute_s + t.exposed_copy_s + t.exposed_comm_s;
+  return t;
+}
+
+}  // namespace tidal::train
