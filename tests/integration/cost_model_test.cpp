@@ -87,9 +87,9 @@ DeviceProfile profile() {
 
 TEST(CostModel, RooflineArithmetic) {
   const DeviceProfile p = profile();
-  const KernelCost compute_bound{"matmul", CostKind::gemm, DType::f32, 2'000'000'000, 1'000'000};  // 2 ms vs 10 us
+  const KernelCost compute_bound{"matmul", CostKind::gemm, DType::f32, 2'000'000'000, 1'000'000};    // 2 ms vs 10 us
   const KernelCost bandwidth_bound{"matmul", CostKind::gemm, DType::f32, 1'000'000, 1'000'000'000};  // 1 us vs 10 ms
-  const KernelCost memory{"unary", CostKind::memory, DType::f32, 1'000'000'000'000, 500'000'000};  // flops ignored
+  const KernelCost memory{"unary", CostKind::memory, DType::f32, 1'000'000'000'000, 500'000'000};    // flops ignored
   EXPECT_DOUBLE_EQ(kernel_time_s(compute_bound, p), 2e-3 + 1e-5);
   EXPECT_DOUBLE_EQ(kernel_time_s(bandwidth_bound, p), 1e-2 + 1e-5);
   EXPECT_DOUBLE_EQ(kernel_time_s(memory, p), 5e-3 + 1e-5);
@@ -123,6 +123,21 @@ TEST(CostModel, RooflineArithmetic) {
   EXPECT_DOUBLE_EQ(dp.comm_s, 4e6 / 1e10 + 2 * 1 * 1e-4 + 2 * 1e-4);  // one parameter tensor; loss and norm
   EXPECT_DOUBLE_EQ(dp.exposed_comm_s, dp.comm_s);
   EXPECT_DOUBLE_EQ(dp.total_s, dp.compute_s + dp.comm_s);
+
+  // ZeRO-1: a reduce-scatter of the gradients and an all-gather of the parameters, (n-1)/n each; each
+  // rank updates half the parameters.
+  args.data_parallel.sharding = ShardingStrategy::optim;
+  const StepTime z1 = predict_step_time(run, args, p, 2);
+  EXPECT_DOUBLE_EQ(z1.comm_s, (2e6 / 1e10 + 1e-4) + (2e6 / 1e10 + 1e-4) + 2 * 1e-4);
+  EXPECT_DOUBLE_EQ(z1.optimizer_s, 1e-3);
+  // --overlap-grad-reduce: the reduction (3e-4 s) hides behind the backward (1 ms per rank) but for
+  // the last of its 10 buckets; the parameters' all-gather and the scalars stay exposed.
+  args.data_parallel.overlap_grad_reduce = true;
+  args.data_parallel.bucket_size = 100'000;
+  run.kernels.push_back({compute_bound, StepPhase::backward, 0, "", "LinearBackward"});
+  const StepTime overlapped = predict_step_time(run, args, p, 2);
+  EXPECT_DOUBLE_EQ(overlapped.exposed_comm_s, 3e-4 / 10 + 3e-4 + 2e-4);
+  EXPECT_DOUBLE_EQ(overlapped.comm_s, z1.comm_s);
 }
 
 TEST(CostModel, RefusesAProfileWithoutTheRateItNeeds) {
@@ -151,7 +166,7 @@ TEST(CostModel, OffloadCopiesHideBehindComputeWhenFastEnough) {
   const StepTime f0 = predict_step_time(d, plain, fast), s0 = predict_step_time(d, plain, slow);
   const StepTime f = predict_step_time(d, args, fast), s = predict_step_time(d, args, slow);
   EXPECT_GT(f.copy_s, f0.copy_s);
-  EXPECT_EQ(f.exposed_copy_s, f0.exposed_copy_s);  // every offload copy hidden
+  EXPECT_EQ(f.exposed_copy_s, f0.exposed_copy_s);                                  // every offload copy hidden
   EXPECT_GT(s.exposed_copy_s - s0.exposed_copy_s, 0.99 * (s.copy_s - s0.copy_s));  // nearly all exposed
   EXPECT_DOUBLE_EQ(s.total_s, s.compute_s + s.exposed_copy_s);
   EXPECT_DOUBLE_EQ(f.compute_s, s.compute_s);

@@ -126,7 +126,8 @@ void add_collectives(const DryRun& run, const TrainArgs& args, const Compute& c,
   const DataParallelConfig& dp = args.data_parallel;
   // Gradients are reduced tensor by tensor (an all-reduce is two collectives: docs/distributed.md,
   // "Not yet"); with overlap, the last bucket's share is the least that stays exposed.
-  const int64_t buckets = std::max<int64_t>(1, int64_t(params) / dp.bucket_elements(int(ranks)) + 1);
+  const int64_t per_bucket = dp.bucket_elements(int(ranks));
+  const int64_t buckets = std::max<int64_t>(1, (int64_t(params) + per_bucket - 1) / per_bucket);
   const int64_t per_reduce = param_tensors;
   auto seconds = [&](double bytes, int64_t count) {
     return bytes / p.collective_bandwidth + double(count) * p.collective_latency_s;
@@ -154,9 +155,8 @@ void add_collectives(const DryRun& run, const TrainArgs& args, const Compute& c,
   const double scalars = seconds(0, 2);  // the loss and the gradient norm
   double exposed = scalars;
   const double backward_mb = c.backward_total / double(accum);
-  exposed += double(reductions) * (dp.overlap_grad_reduce
-                                       ? std::max(reduce / double(buckets), reduce - backward_mb)
-                                       : reduce);
+  exposed +=
+      double(reductions) * (dp.overlap_grad_reduce ? std::max(reduce / double(buckets), reduce - backward_mb) : reduce);
   if (dp.sharding == ShardingStrategy::optim_grads_params && dp.overlap_param_gather) {
     const double pass = (c.forward_total + c.backward_total) / double(gathers);
     exposed += double(gathers) * std::max(0.0, gather - pass);
@@ -223,9 +223,7 @@ StepTime predict_step_time(const DryRun& run, const TrainArgs& args, const Devic
         c.forward_total += time;
         if (in_layer) c.forward[size_t(sk.layer)] += time;
         break;
-      case StepPhase::recompute:
-        t.recompute_s += time;
-        [[fallthrough]];
+      case StepPhase::recompute: t.recompute_s += time; [[fallthrough]];
       case StepPhase::backward:
         c.backward_total += time;
         if (in_layer) c.backward[size_t(sk.layer)] += time;

@@ -14,15 +14,15 @@
 namespace tidal::train {
 
 struct StepTime {
-  double total_s = 0;      // compute_s + exposed_copy_s + exposed_comm_s
-  double compute_s = 0;    // every kernel: gemm + attention + memory + optimizer + overhead
-  double gemm_s = 0;       // matrix products (the chunked loss's GEMMs included)
-  double attention_s = 0;  // flash attention forward and backward
-  double memory_s = 0;     // elementwise, norms, softmax, reductions, indexing, device copies
-  double optimizer_s = 0;  // AdamW updates
-  double overhead_s = 0;   // kernels × kernel_overhead_s
-  double recompute_s = 0;  // the part of compute_s spent replaying forwards (recompute phase)
-  double copy_s = 0;       // host <-> device copies: offload, swap optimizer, kernels' host transfers
+  double total_s = 0;                 // compute_s + exposed_copy_s + exposed_comm_s
+  double compute_s = 0;               // every kernel: gemm + attention + memory + optimizer + overhead
+  double gemm_s = 0;                  // matrix products (the chunked loss's GEMMs included)
+  double attention_s = 0;             // flash attention forward and backward
+  double memory_s = 0;                // elementwise, norms, softmax, reductions, indexing, device copies
+  double optimizer_s = 0;             // AdamW updates
+  double overhead_s = 0;              // kernels × kernel_overhead_s
+  double recompute_s = 0;             // the part of compute_s spent replaying forwards (recompute phase)
+  double copy_s = 0;                  // host <-> device copies: offload, swap optimizer, kernels' host transfers
   double exposed_copy_s = 0;          // the part of copy_s compute does not hide
   double hidden_copy_fraction = 1.0;  // 1 - exposed_copy_s / copy_s (1 without copies)
   double comm_s = 0;                  // data-parallel collectives

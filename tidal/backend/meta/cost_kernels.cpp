@@ -53,8 +53,7 @@ class CostKernels final : public Kernels {
   int64_t flash_forward_workspace(const Tensor& q, const Tensor& k, const Tensor& v) const override {
     return cpu().flash_forward_workspace(q, k, v);
   }
-  int64_t flash_backward_workspace(const Tensor& dq, const Tensor& q, const Tensor& k,
-                                   const Tensor& v) const override {
+  int64_t flash_backward_workspace(const Tensor& dq, const Tensor& q, const Tensor& k, const Tensor& v) const override {
     return cpu().flash_backward_workspace(dq, q, k, v);
   }
 
@@ -133,8 +132,7 @@ class CostKernels final : public Kernels {
   void max(const Tensor& values, const Tensor& indices, const Tensor& x, int64_t, int64_t, int64_t) override {
     report("max", CostKind::memory, x.dtype(), ne(x), nb(x) + nb(values) + nb(indices));
   }
-  void max_backward(const Tensor& grad_in, const Tensor& g, const Tensor& indices, int64_t, int64_t,
-                    int64_t) override {
+  void max_backward(const Tensor& grad_in, const Tensor& g, const Tensor& indices, int64_t, int64_t, int64_t) override {
     report("max_backward", CostKind::memory, g.dtype(), 0, nb(grad_in) + nb(g) + nb(indices));
   }
   void sum_of_squares(const Tensor& x, int64_t chunk, double* partials) override {
@@ -201,14 +199,13 @@ class CostKernels final : public Kernels {
                                const Tensor& k, const Tensor& v, const Tensor&) override {
     const int64_t flops =
         flash_forward_flops(q.size(0), q.size(1), q.size(2), k.size(2), q.size(3), v.size(3), a.causal);
-    report("flash_attention_forward", CostKind::attention, q.dtype(), flops,
-           nb(q) + nb(k) + nb(v) + nb(out) + nb(lse));
+    report("flash_attention_forward", CostKind::attention, q.dtype(), flops, nb(q) + nb(k) + nb(v) + nb(out) + nb(lse));
   }
   void flash_attention_backward(const FlashArgs& a, const Tensor& dq, const Tensor& dk, const Tensor& dv,
                                 const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
                                 const Tensor& out, const Tensor& lse, const Tensor&) override {
-    const int64_t flops = flash_backward_flops(q.size(0), q.size(1), q.size(2), k.size(2), q.size(3), v.size(3),
-                                               a.causal, dq.defined());
+    const int64_t flops =
+        flash_backward_flops(q.size(0), q.size(1), q.size(2), k.size(2), q.size(3), v.size(3), a.causal, dq.defined());
     report("flash_attention_backward", CostKind::attention, q.dtype(), flops,
            nb(dout) + nb(q) + nb(k) + nb(v) + nb(out) + nb(lse) + nb(dq) + nb(dk) + nb(dv));
   }

@@ -90,7 +90,7 @@ TEST(CostKernels, ChunkedLossCountsEachChunksGemms) {
   chunked_lm_loss(h, w, empty({N}, DType::i64, Device::meta()), chunk).backward();
   int64_t gemms = 0;
   for (const KernelCost& c : r.records) gemms += c.kind == CostKind::gemm;
-  EXPECT_EQ(gemms, 3 * 3);                               // logits, grad_hidden, grad_weight per chunk
+  EXPECT_EQ(gemms, 3 * 3);                                // logits, grad_hidden, grad_weight per chunk
   EXPECT_EQ(r.flops(CostKind::gemm), 3 * 2 * N * V * C);  // the three GEMMs over all rows
 }
 
@@ -98,7 +98,7 @@ TEST(CostKernels, ValueReadingOpsTakeStandIns) {
   Recording r;
   Tensor logits = meta({6, 11}, DType::f32, true);
   Tensor loss = cross_entropy(logits, empty({6}, DType::i64, Device::meta()));  // find_bad_target: -1
-  loss.backward();                                                             // the scale read as 0
+  loss.backward();                                                              // the scale read as 0
   bool forward = false, backward = false;
   for (const KernelCost& c : r.records) {
     forward = forward || std::string(c.kernel) == "cross_entropy_forward";
