@@ -50,7 +50,11 @@ TEST(PlanDeviceCli, QuickCalibrationWritesAProfileThatPlanReads) {
   ASSERT_EQ(plan.code, 0) << plan.output;
   EXPECT_EQ(plan.output.find("Device: "), 0u) << plan.output;
   EXPECT_NE(plan.output.find(" (calibrated) (tidal plan --calibrate (quick"), std::string::npos) << plan.output;
-  EXPECT_NE(plan.output.find("It fits the budget, 1.00 GiB"), std::string::npos) << plan.output;
+  // With a profile, the search: step times and the fastest configuration that fits.
+  EXPECT_NE(plan.output.find("Budget 1.00 GiB less 102.40 MiB of headroom: 921.60 MiB.\nAs given: device peak "),
+            std::string::npos)
+      << plan.output;
+  EXPECT_NE(plan.output.find("Chosen"), std::string::npos) << plan.output;
 
   const Result out = run(kTidal + " plan --calibrate --quick --profile-out " + dir + "/other.json");
   ASSERT_EQ(out.code, 0) << out.output;
@@ -71,11 +75,12 @@ TEST(PlanDeviceCli, BuiltinDevicesAndTheirMemoryAsTheBudget) {
   ASSERT_EQ(h100.code, 0) << h100.output;
   EXPECT_NE(h100.output.find("Device: NVIDIA H100 80GB SXM (NVIDIA datasheet"), std::string::npos) << h100.output;
   EXPECT_NE(h100.output.find("; its memory is the budget"), std::string::npos) << h100.output;
-  EXPECT_NE(h100.output.find("It fits the budget, 79.65 GiB"), std::string::npos) << h100.output;
+  EXPECT_NE(h100.output.find("Budget 79.65 GiB less 7.96 GiB of headroom"), std::string::npos) << h100.output;
   // --memory wins over the device's memory.
   const Result small = run(kTidal + " plan" + kTiny + " --device a100 --memory 3.5MiB");
   EXPECT_EQ(small.output.find("its memory is the budget"), std::string::npos) << small.output;
-  EXPECT_NE(small.output.find("It does not fit the budget, 3.50 MiB"), std::string::npos) << small.output;
+  EXPECT_NE(small.output.find("Budget 3.50 MiB less "), std::string::npos) << small.output;
+  EXPECT_NE(small.output.find(": does not fit.\n"), std::string::npos) << small.output;
 }
 
 TEST(PlanDeviceCli, BadUsesAreRefusedByName) {
@@ -101,6 +106,42 @@ TEST(PlanDeviceCli, BadUsesAreRefusedByName) {
   EXPECT_NE(r.output.find("/nonexistent/dir/p.json"), std::string::npos) << r.output;
   const Result help = run(kTidal + " plan --help");
   EXPECT_NE(help.output.find("tidal plan --calibrate [--profile-out FILE] [--quick]"), std::string::npos);
+}
+
+}  // namespace
+
+namespace {
+
+TEST(PlanSearchCli, JsonSaysGivenChosenAndCandidates) {
+  const Result r = run(kTidal + " plan" + kTiny + " --global-batch-size 8 --device h100 --memory 3MiB --json");
+  ASSERT_EQ(r.code, 0) << r.output;
+  const nlohmann::json j = nlohmann::json::parse(r.output);  // nothing but the JSON on stdout
+  for (const char* key : {"device_peak_bytes", "host_peak_bytes", "step_ms", "fits"}) {
+    EXPECT_TRUE(j["given"].contains(key)) << key;
+    EXPECT_TRUE(j["chosen"].contains(key)) << key;
+  }
+  EXPECT_FALSE(j["given"]["fits"].get<bool>());
+  EXPECT_TRUE(j["chosen"]["fits"].get<bool>());
+  EXPECT_LE(j["chosen"]["device_peak_bytes"].get<int64_t>(), j["target_bytes"].get<int64_t>());
+  EXPECT_FALSE(j["chosen"]["flags"].get<std::string>().empty());
+  EXPECT_GT(j["candidates"].size(), 10u);
+  EXPECT_EQ(j["profile"]["name"], "NVIDIA H100 80GB SXM");
+  // Nothing fits: exit code 3, and the reason.
+  const Result none = run(kTidal + " plan" + kTiny + " --device h100 --memory 100KiB --json");
+  EXPECT_EQ(none.code, 3) << none.output;
+  const nlohmann::json n = nlohmann::json::parse(none.output);
+  EXPECT_TRUE(n["chosen"].is_null());
+  EXPECT_NE(n["nothing_fits"].get<std::string>().find("Parameters and optimizer states alone take"), std::string::npos);
+  // --json needs step times, so a profile.
+  const std::string dir = ::testing::TempDir() + "tidal_plan_json";  // without ./tidal-device-profile.json
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const Result no_profile = run("cd " + dir + " && " + kTidal + " plan" + kTiny + " --memory 3MiB --json");
+  std::filesystem::remove_all(dir);
+  EXPECT_EQ(no_profile.code, 1) << no_profile.output;
+  EXPECT_NE(no_profile.output.find("tidal plan --json: the search needs step times: give --device NAME|FILE"),
+            std::string::npos)
+      << no_profile.output;
 }
 
 }  // namespace

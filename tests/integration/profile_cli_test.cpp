@@ -144,7 +144,7 @@ TEST(ProfileCli, OutOfMemoryStopsWithAdviceExitCode3AndKeepsCheckpoints) {
                         "--recompute-granularity full --recompute-method uniform --recompute-num-layers 1 would save",
                         "5. swap optimizer:", "--swap-optimizer --swap-optimizer-times 16 would save 1.14 MiB",
                         "--micro-batch-size 2 --global-batch-size 4 would save", "already on: fused (flash) attention",
-                        "'tidal plan' with the same flags and --memory 3.50MiB picks the steps",
+                        "For the fastest configuration that fits 3.50 MiB: rerun with --auto-memory",
                         "Checkpoints already written are intact"})
     EXPECT_NE(r.output.find(s), std::string::npos) << s << "\n" << r.output;
   EXPECT_EQ(r.output.find("What to try: a smaller"), std::string::npos) << r.output;

@@ -4,6 +4,7 @@
 
 #include "tidal/base/error.h"
 #include "tidal/memory/estimator.h"
+#include "tidal/memory_stats.h"
 #include "tidal/profile/profiler.h"
 #include "tidal/train/memory_flags.h"
 
@@ -65,7 +66,16 @@ Flags train_flags() {
       .option("eval-iters", "validation batches per evaluation", "N")
       .option("metrics-json", "keep a JSON file of settings, per-step metrics and the summary", "FILE")
       .flag("no-progress", "no progress bar")
-      .flag("report-memory", "print the table of tensors saved for backward in the first step");
+      .flag("report-memory", "print the table of tensors saved for backward in the first step")
+      .flag("auto-memory",
+            "train with tidal plan's choice: the memory flags, micro-batch and sharding that fit the device's memory "
+            "and train fastest (they replace the given ones; docs/planning.md)")
+      .option("auto-memory-budget", "with --auto-memory: the device memory to fit (default: TIDAL_DEVICE_MEMORY)",
+              "BYTES")
+      .option("device-profile",
+              "with --auto-memory: the device profile that times the candidates, a built-in name or a file of "
+              "tidal plan --calibrate (default: that file if it exists, else a quick calibration)",
+              "NAME|FILE");
   add_memory_flags(f);
   add_precision_flags(f);
   add_data_parallel_flags(f)
@@ -280,6 +290,15 @@ void parse_outputs(const Flags& f, TrainArgs& a) {
   a.eval_iters = f.integer("eval-iters", a.eval_iters, 1, kMaxSize);
   a.metrics_json = f.str("metrics-json");
   a.report_memory = f.flag_on("report-memory");
+  a.auto_memory = f.flag_on("auto-memory");
+  if (f.has("auto-memory-budget")) {
+    TIDAL_CHECK(a.auto_memory, "tidal train: --auto-memory-budget needs --auto-memory");
+    a.auto_memory_budget = parse_bytes(f.str("auto-memory-budget"));
+    TIDAL_CHECK(a.auto_memory_budget > 0, "tidal train: --auto-memory-budget must be positive, got '",
+                f.str("auto-memory-budget"), "'");
+  }
+  a.device_profile = f.str("device-profile");
+  TIDAL_CHECK(a.auto_memory || a.device_profile.empty(), "tidal train: --device-profile needs --auto-memory");
 }
 
 // --profile DIR [--profile-steps A:B] (after --train-iters, which the window must not start past).
@@ -338,6 +357,7 @@ nlohmann::json TrainArgs::to_json() const {
   j["skip_nonfinite_steps"] = skip_nonfinite_steps;
   j["seed"] = seed;
   j["attention"] = attention;
+  j["auto_memory"] = auto_memory;
   j["save"] = save;
   j["load"] = load;
   j["exit_on_missing_checkpoint"] = exit_on_missing_checkpoint;

@@ -52,6 +52,11 @@ struct TrainArgs {
   std::string metrics_json;
   bool progress = true;        // a progress bar when stdout is a terminal
   bool report_memory = false;  // print the saved-tensor table of the first step
+  // --auto-memory [--auto-memory-budget BYTES] [--device-profile NAME|FILE]: train with tidal plan's
+  // choice (train/auto_memory.h); the budget 0: the device's limit.
+  bool auto_memory = false;
+  int64_t auto_memory_budget = 0;
+  std::string device_profile;
   // --recompute-*, --activation-offload / --offload-*, --loss-compute-mode / --loss-chunk-size,
   // --swap-optimizer[-times] (train/memory_flags.h; validated against the model)
   memory::MemoryConfig memory;

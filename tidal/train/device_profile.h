@@ -35,6 +35,9 @@ struct DeviceProfile {
 // is required, typed and range-checked; an unknown field is refused by name. Errors name the file and
 // the field, never the file's contents.
 inline constexpr int kDeviceProfileVersion = 1;
+// Where `tidal plan --calibrate` writes this machine's profile by default (in the working directory),
+// and where `tidal plan` and `tidal train --auto-memory` look for it when no --device is given.
+inline constexpr const char* kDefaultDeviceProfileFile = "tidal-device-profile.json";
 
 // A built-in profile: `key` is what --device takes ("h100"); the profile's name is accepted too.
 struct BuiltinDevice {

@@ -444,7 +444,8 @@ std::string oom_advice(const models::ModelConfig& m, const TriageSettings& s, in
   return out;
 }
 
-std::string out_of_memory_message(const OutOfMemory& e, const models::ModelConfig& m, const TriageSettings& s) {
+std::string out_of_memory_message(const OutOfMemory& e, const models::ModelConfig& m, const TriageSettings& s,
+                                  const std::string& planner) {
   std::string msg = e.what();
   const size_t hint = msg.find("What to try:");
   if (hint != std::string::npos) msg.resize(hint);
@@ -458,7 +459,8 @@ std::string out_of_memory_message(const OutOfMemory& e, const models::ModelConfi
   std::string limit_arg = format_bytes(limit);  // one shell word: "3.50MiB"
   limit_arg.erase(std::remove(limit_arg.begin(), limit_arg.end(), ' '), limit_arg.end());
   return msg + advice +
-         (limit > 0
+         (!planner.empty() ? planner
+          : limit > 0
               ? "'tidal plan' with the same flags and --memory " + limit_arg + " picks the steps that make it fit.\n"
               : std::string()) +
          "Checkpoints already written are intact; 'tidal train --profile DIR --profile-steps 1' shows the timeline up "

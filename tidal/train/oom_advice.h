@@ -86,7 +86,9 @@ std::vector<Suggestion> triage(const models::ModelConfig& m, const TriageSetting
 // it marks what would be enough alone.
 std::string oom_advice(const models::ModelConfig& m, const TriageSettings& s, int64_t limit = 0);
 // The allocator's message (what failed, the breakdown at that moment) with its generic hint
-// replaced by the advice.
-std::string out_of_memory_message(const OutOfMemory& e, const models::ModelConfig& m, const TriageSettings& s);
+// replaced by the advice; `planner` (the search's choice for the limit, train/auto_memory.h), when not
+// empty, replaces the line that points to `tidal plan`.
+std::string out_of_memory_message(const OutOfMemory& e, const models::ModelConfig& m, const TriageSettings& s,
+                                  const std::string& planner = "");
 
 }  // namespace tidal::train

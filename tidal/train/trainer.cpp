@@ -6,6 +6,7 @@
 #include "tidal/models/generate.h"
 #include "tidal/ops/random.h"
 #include "tidal/optim/grad_clip.h"
+#include "tidal/train/auto_memory.h"
 #include "tidal/train/checkpoint.h"
 #include "tidal/train/oom_advice.h"
 #include "tidal/train/profiling.h"
@@ -96,12 +97,20 @@ TrainResult train_loop(const TrainArgs& args, std::FILE* out, models::ModelConfi
   return result;
 }
 
-TrainResult run_training_on(const TrainArgs& args, std::FILE* out, dist::Communicator& comm) {
+TrainResult run_training_on(const TrainArgs& given, std::FILE* out, dist::Communicator& comm) {
+  const TrainArgs args = given.auto_memory ? apply_auto_memory(given, comm.size(), out) : given;
   models::ModelConfig config = args.model;  // load_data may take the tokenizer's vocabulary
   try {
     return train_loop(args, out, config, comm);
   } catch (const OutOfMemory& e) {  // the breakdown at that moment and what to try (oom_advice.h)
-    throw OutOfMemory(out_of_memory_message(e, config, triage_settings(args, comm.size())), e.requested(), e.stats());
+    std::string planner;
+    try {
+      planner = planner_advice(args, comm.size(), e.stats().limit);
+    } catch (const std::exception& x) {  // the advice must never hide the error itself
+      planner = std::string("(no plan: ") + x.what() + ")\n";
+    }
+    throw OutOfMemory(out_of_memory_message(e, config, triage_settings(args, comm.size()), planner), e.requested(),
+                      e.stats());
   }
 }
 

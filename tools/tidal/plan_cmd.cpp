@@ -4,6 +4,8 @@
 // (tidal/train/calibrate.h); `tidal plan --list-devices` prints the built-in profiles.
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
+#include <optional>
 
 #include "tidal/base/error.h"
 #include "tidal/base/flags.h"
@@ -13,17 +15,17 @@
 #include "tidal/train/calibrate.h"
 #include "tidal/train/device_profile.h"
 #include "tidal/train/plan.h"
+#include "tidal/train/plan_report.h"
+#include "tidal/train/plan_search.h"
 #include "tools/tidal/cli.h"
 
 namespace tidal::cli {
 namespace {
 
-constexpr const char* kDefaultProfileOut = "tidal-device-profile.json";
-
 // `tidal plan --calibrate [--quick] [--profile-out FILE]`: every rank measures (the all-reduce needs
 // them all), rank 0 prints the table and writes the file.
 int run_calibrate(bool quick, std::string out) {
-  if (out.empty()) out = kDefaultProfileOut;
+  if (out.empty()) out = train::kDefaultDeviceProfileFile;
   const bool first = dist::world().rank() == 0;
   train::CalibrateOptions o;
   o.quick = quick;
@@ -74,7 +76,7 @@ int run_plan(const std::vector<std::string>& argv) {
     }
     if (argv[i] == "--dry-run") {
       dry = true;
-    } else if (argv[i] == "--calibrate" || argv[i] == "--quick" || argv[i] == "--list-devices") {
+    } else if (argv[i] == "--calibrate" || argv[i] == "--json" || argv[i] == "--quick" || argv[i] == "--list-devices") {
       own.push_back(argv[i]);
     } else if (argv[i] == "--memory" || argv[i] == "--headroom" || argv[i] == "--data-parallel-size" ||
                argv[i] == "--device" || argv[i] == "--profile-out") {
@@ -92,7 +94,8 @@ int run_plan(const std::vector<std::string>& argv) {
       .option("profile-out", "where --calibrate writes the profile", "FILE")
       .flag("calibrate", "measure this machine into a device profile")
       .flag("quick", "with --calibrate: tiny shapes, a smoke test")
-      .flag("list-devices", "print the built-in device profiles");
+      .flag("list-devices", "print the built-in device profiles")
+      .flag("json", "print the search as JSON: given, chosen, candidates");
   f.parse(own);
   if (f.flag_on("list-devices")) {
     for (const train::BuiltinDevice& b : train::builtin_device_profiles())
@@ -106,13 +109,22 @@ int run_plan(const std::vector<std::string>& argv) {
   }
   TIDAL_CHECK(!f.flag_on("quick") && !f.has("profile-out"), "--quick and --profile-out go with --calibrate");
   std::string memory = f.str("memory");
+  const bool json = f.flag_on("json");
+  TIDAL_CHECK(!(json && dry), "tidal plan: --json prints the search; run --dry-run without it");
+  // The profile that times the search: --device, else this machine's calibrated file when it exists.
+  std::optional<train::DeviceProfile> device;
+  std::string device_from;
   if (f.has("device")) {
-    const train::DeviceProfile device = train::load_device_profile(f.str("device"));
-    const bool budget = memory.empty() && device.memory_bytes > 0;
-    if (budget) memory = std::to_string(device.memory_bytes);
-    std::printf("Device: %s (%s)%s\n", device.name.c_str(), device.source.c_str(),
-                budget ? "; its memory is the budget" : "");
+    device = train::load_device_profile(f.str("device"));
+    const bool budget = memory.empty() && device->memory_bytes > 0;
+    if (budget) memory = std::to_string(device->memory_bytes);
+    device_from = budget ? "; its memory is the budget" : "";
+  } else if (std::error_code ec; std::filesystem::is_regular_file(train::kDefaultDeviceProfileFile, ec)) {
+    device = train::load_device_profile(std::string("./") + train::kDefaultDeviceProfileFile);
+    device_from = std::string(", from ./") + train::kDefaultDeviceProfileFile;
   }
+  if (device && !json)
+    std::printf("Device: %s (%s)%s\n", device->name.c_str(), device->source.c_str(), device_from.c_str());
   const double headroom = f.number("headroom", train::kDefaultPlanHeadroom * 100, 0, 95) / 100;
   if (memory.empty()) {
     const char* env = std::getenv("TIDAL_DEVICE_MEMORY");
@@ -132,9 +144,28 @@ int run_plan(const std::vector<std::string>& argv) {
   }
   const int64_t budget = parse_bytes(memory);
   TIDAL_CHECK(budget > 0, "tidal plan: --memory must be positive, got '", memory, "'");
-  const train::Plan plan = train::make_plan(args.model, s, budget, headroom);
-  std::fputs(train::format_plan(plan, args.model, s).c_str(), stdout);
-  return plan.fits ? kOk : kOutOfMemory;
+  if (!device) {  // no step times: the triage order on the estimator alone
+    TIDAL_CHECK(!json, "tidal plan --json: the search needs step times: give --device NAME|FILE (tidal plan ",
+                "--list-devices), or run tidal plan --calibrate first");
+    const train::Plan plan = train::make_plan(args.model, s, budget, headroom);
+    std::fputs(train::format_plan(plan, args.model, s).c_str(), stdout);
+    std::printf(
+        "(for the fastest configuration that fits, with step times: --device NAME|FILE, or tidal plan "
+        "--calibrate first)\n");
+    return plan.fits ? kOk : kOutOfMemory;
+  }
+  train::SearchOptions o;
+  o.budget = budget;
+  o.headroom = headroom;
+  o.data_parallel = s.data_parallel;
+  o.profile = *device;
+  const train::PlanSearch search = train::search_plans(args, o);
+  if (json) {
+    std::printf("%s\n", train::plan_search_json(search, o).dump(2).c_str());
+  } else {
+    std::fputs(train::format_plan_search(search, args, o).c_str(), stdout);
+  }
+  return search.chosen >= 0 ? kOk : kOutOfMemory;
 }
 
 }  // namespace tidal::cli

@@ -1,0 +1,130 @@
+// tidal plan's search (tidal/train/plan_search.h): candidates, the exact fit, the fastest that fits.
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "tidal/memory_stats.h"
+#include "tidal/train/device_profile.h"
+#include "tidal/train/dry_run.h"
+#include "tidal/train/memory_flags.h"
+#include "tidal/train/plan_candidates.h"
+#include "tidal/train/plan_report.h"
+#include "tidal/train/plan_search.h"
+
+namespace tidal::train {
+namespace {
+
+TrainArgs args(std::vector<std::string> extra) {
+  std::vector<std::string> argv = {
+      "--model", "small-gpt2",          "--mock-data", "--seq-length",  "128", "--micro-batch-size",
+      "4",       "--global-batch-size", "8",           "--train-iters", "2"};
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  return parse_train_args(argv);
+}
+
+SearchOptions options(int64_t budget) {
+  SearchOptions o;
+  o.budget = budget;
+  o.profile = load_device_profile("a100");  // PCIe Gen4: offload copies are not all hidden
+  return o;
+}
+
+TEST(PlanCandidates, TheLadderClimbsFromNothingToEveryLayer) {
+  const models::ModelConfig m = models::preset("gpt2-124m");
+  const std::vector<memory::RecomputeConfig> ladder = recompute_ladder(m, AttentionKernel::flash);
+  ASSERT_GE(ladder.size(), 15u);
+  EXPECT_FALSE(ladder.front().any());
+  memory::RecomputeConfig act;
+  act.activation_function = true;
+  EXPECT_EQ(ladder[1], act);
+  int blocks = 0;
+  for (const memory::RecomputeConfig& c : ladder)
+    if (c.method == memory::RecomputeMethod::block) ++blocks;
+  EXPECT_EQ(blocks, 11);  // block 1 .. 11 of 12 layers; uniform 1 recomputes all 12
+  EXPECT_EQ(ladder[ladder.size() - 2].method, memory::RecomputeMethod::uniform);
+}
+
+TEST(PlanCandidates, EveryCandidateIsAValidDistinctRunOfTheSameGlobalBatch) {
+  const TrainArgs given = args({"--attention", "eager"});
+  const std::vector<CandidateConfig> all = enumerate_candidates(given, 1);
+  ASSERT_GT(all.size(), 100u);
+  EXPECT_EQ(all.front().flags, "");
+  std::set<std::string> seen;
+  bool flash = false, smaller = false, larger = false, core_attn_offload = false;
+  for (size_t i = 1; i < all.size(); ++i) {
+    const TrainArgs& a = all[i].args;
+    EXPECT_TRUE(seen.insert(all[i].flags).second) << all[i].flags;
+    EXPECT_EQ(a.global_batch_size, 8);
+    EXPECT_EQ(a.global_batch_size % a.micro_batch_size, 0);
+    // The memory flags say exactly the configuration (and tidal train accepts them).
+    EXPECT_EQ(parse_memory_config(memory_config_flags(a.memory), a.model), a.memory) << all[i].flags;
+    flash |= a.attention == "flash";
+    smaller |= a.micro_batch_size < 4;
+    larger |= a.micro_batch_size > 4;
+    if (a.memory.offload.enabled && a.memory.offload.policy.kind == memory::OffloadPolicyKind::core_attn) {
+      core_attn_offload = true;
+      for (const memory::LayerRecompute& l : a.memory.recompute_plan) EXPECT_FALSE(l.full) << all[i].flags;
+    }
+  }
+  EXPECT_TRUE(flash && smaller && larger && core_attn_offload);
+}
+
+TEST(PlanSearch, WithRoomToSpareTheFastestCandidateIsChosenAndFitsExactly) {
+  const TrainArgs given = args({});
+  const PlanSearch s = search_plans(given, options(int64_t(64) << 30));
+  ASSERT_GE(s.chosen, 0);
+  const PlanCandidate& c = s.candidates[size_t(s.chosen)];
+  EXPECT_TRUE(c.exact && c.fits);
+  for (const PlanCandidate& x : s.candidates)
+    if (x.fits) {
+      EXPECT_GE(x.time.total_s, c.time.total_s) << x.flags;
+    }
+  EXPECT_LE(c.time.total_s, s.given.time.total_s);
+  EXPECT_TRUE(s.given.exact);
+  EXPECT_EQ(s.given.device_peak, dry_run(given).device.peak_allocated);
+}
+
+TEST(PlanSearch, ATightBudgetChoosesTheFastestCandidateWhoseDryRunFits) {
+  const TrainArgs given = args({});
+  const int64_t need = dry_run(given).device.peak_allocated;
+  const SearchOptions o = options(need * 3 / 4);  // target: 0.675 of what the run needs as given
+  const PlanSearch s = search_plans(given, o);
+  EXPECT_FALSE(s.given.fits);
+  ASSERT_GE(s.chosen, 0) << format_plan_search(s, given, o);
+  const PlanCandidate& c = s.candidates[size_t(s.chosen)];
+  ASSERT_TRUE(c.exact);
+  EXPECT_EQ(c.device_peak, dry_run(c.args).device.peak_allocated);  // the dry run's peak, to the byte
+  EXPECT_LE(c.device_peak, s.target);
+  EXPECT_FALSE(c.flags.empty());
+  // Nothing timed that fits exactly is faster.
+  for (const PlanCandidate& x : s.candidates)
+    if (x.fits && x.exact) {
+      EXPECT_GE(x.time.total_s, c.time.total_s) << x.flags;
+    }
+  // The Pareto front: sorted by time, each member smaller than every faster candidate.
+  int64_t smallest = INT64_MAX;
+  for (const PlanCandidate& x : s.candidates) {
+    EXPECT_EQ(x.pareto, x.device_peak < smallest) << x.flags;
+    smallest = std::min(smallest, x.device_peak);
+  }
+  const std::string text = format_plan_search(s, given, o);
+  EXPECT_NE(text.find("Chosen, the fastest that fits: " + c.flags), std::string::npos) << text;
+  const nlohmann::json j = plan_search_json(s, o);
+  EXPECT_EQ(j["chosen"]["flags"], c.flags);
+  EXPECT_EQ(j["chosen"]["device_peak_bytes"], c.device_peak);
+  EXPECT_EQ(j["given"]["fits"], false);
+  EXPECT_EQ(j["candidates"].size(), s.candidates.size());
+}
+
+TEST(PlanSearch, WhenNothingFitsItSaysWhatDominates) {
+  const TrainArgs given = args({});
+  const SearchOptions o = options(4 << 20);  // 4 MiB: below the parameters and AdamW's states
+  const PlanSearch s = search_plans(given, o);
+  EXPECT_EQ(s.chosen, -1);
+  EXPECT_NE(s.nothing_fits.find("Parameters and optimizer states alone take"), std::string::npos) << s.nothing_fits;
+  EXPECT_NE(s.nothing_fits.find("shard them over >= "), std::string::npos) << s.nothing_fits;
+  EXPECT_TRUE(plan_search_json(s, o)["chosen"].is_null());
+}
+
+}  // namespace
+}  // namespace tidal::train

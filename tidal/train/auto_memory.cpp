@@ -1,0 +1,83 @@
+#include "tidal/train/auto_memory.h"
+
+#include <filesystem>
+
+#include "tidal/allocator.h"
+#include "tidal/base/error.h"
+#include "tidal/memory_stats.h"
+#include "tidal/train/calibrate.h"
+#include "tidal/train/plan_search.h"
+
+namespace tidal::train {
+
+std::optional<DeviceProfile> saved_device_profile(const std::string& device_profile) {
+  if (!device_profile.empty()) return load_device_profile(device_profile);
+  std::error_code ec;
+  if (std::filesystem::is_regular_file(kDefaultDeviceProfileFile, ec))
+    return load_device_profile(std::string("./") + kDefaultDeviceProfileFile);
+  return std::nullopt;
+}
+
+DeviceProfile auto_memory_profile(const std::string& device_profile, std::FILE* out) {
+  if (std::optional<DeviceProfile> p = saved_device_profile(device_profile)) return *p;
+  std::fprintf(out,
+               "--auto-memory: no device profile (--device-profile, or ./%s from tidal plan --calibrate): "
+               "calibrating this machine now\n",
+               kDefaultDeviceProfileFile);
+  std::fflush(out);
+  return calibrate();
+}
+
+namespace {
+
+std::string seconds(double s) {
+  char b[32];
+  std::snprintf(b, sizeof b, s >= 10 ? "%.1f s" : "%.1f ms", s >= 10 ? s : s * 1000);
+  return b;
+}
+
+}  // namespace
+
+TrainArgs apply_auto_memory(const TrainArgs& args, int data_parallel, std::FILE* out) {
+  SearchOptions o;
+  o.data_parallel = data_parallel;
+  o.budget = args.auto_memory_budget > 0 ? args.auto_memory_budget : device_allocator(Device::cpu()).limit();
+  TIDAL_CHECK(o.budget > 0,
+              "tidal train --auto-memory: no device memory to fit (the cpu device is this machine's RAM, without a "
+              "limit of its own): give --auto-memory-budget BYTES or TIDAL_DEVICE_MEMORY");
+  o.profile = auto_memory_profile(args.device_profile, out);
+  const PlanSearch s = search_plans(args, o);
+  TIDAL_CHECK(s.chosen >= 0, "tidal train --auto-memory: ", s.nothing_fits);
+  const PlanCandidate& c = s.candidates[size_t(s.chosen)];
+  std::fprintf(out,
+               "--auto-memory: %s (device peak %s%s of %s less %.0f%% headroom; a step predicted at %s on %s; %s)\n",
+               c.flags.empty() ? "the run as given" : c.flags.c_str(), c.exact ? "" : "about ",
+               format_bytes(c.device_peak).c_str(), format_bytes(s.budget).c_str(), o.headroom * 100,
+               seconds(c.time.total_s).c_str(), o.profile.name.c_str(), c.why.c_str());
+  return c.args;
+}
+
+std::string planner_advice(const TrainArgs& args, int data_parallel, int64_t limit) {
+  if (limit <= 0) return "";
+  std::optional<DeviceProfile> profile;
+  try {
+    profile = saved_device_profile(args.device_profile);
+  } catch (const Error&) {  // a bad profile file: the advice must not hide the out-of-memory error
+  }
+  if (!profile)
+    return "For the fastest configuration that fits " + format_bytes(limit) +
+           ": rerun with --auto-memory (it calibrates this machine first), or run 'tidal plan --calibrate' once and "
+           "this message names it.\n";
+  SearchOptions o;
+  o.budget = limit;
+  o.data_parallel = data_parallel;
+  o.profile = *profile;
+  const PlanSearch s = search_plans(args, o);
+  if (s.chosen < 0) return s.nothing_fits + "\n";
+  const PlanCandidate& c = s.candidates[size_t(s.chosen)];
+  return "tidal plan's choice for " + format_bytes(limit) + " (the fastest that fits, " + format_bytes(c.device_peak) +
+         ", a step of " + seconds(c.time.total_s) + " on " + o.profile.name + "): " + c.flags +
+         "\n(rerun with --auto-memory to apply it).\n";
+}
+
+}  // namespace tidal::train

@@ -1,0 +1,191 @@
+#include "tidal/train/plan_candidates.h"
+
+#include <algorithm>
+
+#include "tidal/base/error.h"
+#include "tidal/train/memory_flags.h"
+
+namespace tidal::train {
+namespace {
+
+using memory::Granularity;
+using memory::RecomputeConfig;
+using memory::RecomputeMethod;
+using memory::RecomputeModule;
+
+RecomputeConfig full(RecomputeMethod method, int64_t n) {
+  RecomputeConfig c;
+  c.granularity = Granularity::full;
+  c.method = method;
+  c.num_layers = n;
+  return c;
+}
+
+// 1 .. n-1: every value up to 16, then about x1.5 apart.
+std::vector<int64_t> block_sizes(int64_t layers) {
+  std::vector<int64_t> out;
+  for (int64_t n = 1; n < layers; n = n < 16 ? n + 1 : n * 3 / 2) out.push_back(n);
+  return out;
+}
+
+bool valid(const RecomputeConfig& c, const models::ModelConfig& m) {
+  try {
+    memory::validate_recompute(c, m);
+    return true;
+  } catch (const Error&) {
+    return false;
+  }
+}
+
+AttentionKernel kernel_of(const std::string& attention) {
+  return attention == "eager" ? AttentionKernel::eager : AttentionKernel::flash;
+}
+
+template <typename T>
+void add_unique(std::vector<T>& v, const T& x) {
+  if (std::find(v.begin(), v.end(), x) == v.end()) v.push_back(x);
+}
+
+// Micro-batch sizes that divide a rank's share of the global batch: the given one and its powers of
+// two either way (larger ones accumulate less).
+std::vector<int64_t> micro_batches(const TrainArgs& g, int ranks) {
+  const int64_t per_rank = g.global_batch_size / ranks;
+  std::vector<int64_t> out = {g.micro_batch_size};
+  for (int64_t d = g.micro_batch_size / 2; d >= 1; d /= 2)
+    if (per_rank % d == 0) out.push_back(d);
+  for (int64_t d = g.micro_batch_size * 2; d <= per_rank; d *= 2)
+    if (per_rank % d == 0) out.push_back(d);
+  return out;
+}
+
+std::vector<memory::OffloadConfig> offload_options(const memory::OffloadConfig& given) {
+  std::vector<memory::OffloadConfig> out;
+  add_unique(out, given);
+  add_unique(out, memory::OffloadConfig{});
+  using memory::OffloadPolicyKind;
+  for (auto [kind, depth] :
+       {std::pair{OffloadPolicyKind::all, 1}, std::pair{OffloadPolicyKind::all, 2},
+        std::pair{OffloadPolicyKind::layer_input, 1}, std::pair{OffloadPolicyKind::core_attn, 1}}) {
+    memory::OffloadConfig o;
+    o.enabled = true;
+    o.policy.kind = kind;
+    o.prefetch_depth = depth;
+    add_unique(out, o);
+  }
+  return out;
+}
+
+std::vector<ShardingStrategy> sharding_options(ShardingStrategy given, int ranks) {
+  std::vector<ShardingStrategy> out = {given};
+  if (ranks > 1)
+    for (ShardingStrategy s : {ShardingStrategy::no_shard, ShardingStrategy::optim, ShardingStrategy::optim_grads,
+                               ShardingStrategy::optim_grads_params})
+      add_unique(out, s);
+  return out;
+}
+
+}  // namespace
+
+std::vector<RecomputeConfig> recompute_ladder(const models::ModelConfig& m, AttentionKernel attention) {
+  std::vector<RecomputeConfig> rungs;
+  auto add = [&](const RecomputeConfig& c) {
+    if (valid(c, m)) add_unique(rungs, c);
+  };
+  add(RecomputeConfig{});
+  RecomputeConfig act;
+  act.activation_function = true;
+  add(act);
+  RecomputeConfig act_norm = act;
+  act_norm.norm = true;
+  add(act_norm);
+  std::vector<std::vector<RecomputeModule>> module_sets;
+  if (attention == AttentionKernel::eager) module_sets.push_back({RecomputeModule::core_attn});
+  if (m.is_moe()) {
+    module_sets.push_back({RecomputeModule::mlp, RecomputeModule::moe_act});
+    module_sets.push_back({RecomputeModule::mlp, RecomputeModule::moe});
+  } else {
+    module_sets.push_back({RecomputeModule::mlp});
+  }
+  for (const auto& modules : module_sets) {
+    RecomputeConfig c;
+    c.granularity = Granularity::selective;
+    c.modules = modules;
+    add(c);
+    if (!m.is_moe()) continue;
+    c.modules.erase(c.modules.begin());  // a model whose every layer is MoE refuses mlp
+    add(c);
+  }
+  for (int64_t n : block_sizes(m.num_hidden_layers)) add(full(RecomputeMethod::block, n));
+  add(full(RecomputeMethod::uniform, 1));
+  if (m.num_hidden_layers >= 4) add(full(RecomputeMethod::uniform, 2));
+  return rungs;
+}
+
+std::string changed_flags(const TrainArgs& given, const TrainArgs& c) {
+  std::vector<std::string> words;
+  if (!(given.memory == c.memory)) {
+    const std::vector<std::string> memory = memory_config_flags(c.memory);
+    words.insert(words.end(), memory.begin(), memory.end());
+  }
+  if (given.attention != c.attention) words.insert(words.end(), {"--attention", c.attention});
+  if (given.micro_batch_size != c.micro_batch_size)
+    words.insert(words.end(), {"--micro-batch-size", std::to_string(c.micro_batch_size), "--global-batch-size",
+                               std::to_string(c.global_batch_size)});
+  if (given.data_parallel.sharding != c.data_parallel.sharding)
+    words.insert(words.end(), {"--data-parallel-sharding-strategy", sharding_name(c.data_parallel.sharding)});
+  if (given.data_parallel.overlap_param_gather != c.data_parallel.overlap_param_gather &&
+      c.data_parallel.overlap_param_gather)
+    words.push_back("--overlap-param-gather");
+  return join_flags(words);
+}
+
+std::vector<CandidateConfig> enumerate_candidates(const TrainArgs& given, int data_parallel) {
+  std::vector<CandidateConfig> out;
+  out.push_back({given, "", 0, given.memory.recompute.any() ? given.memory.recompute.describe() : "none"});
+  std::vector<std::string> attentions = {given.attention};
+  add_unique(attentions, std::string("flash"));
+  for (const std::string& attention : attentions) {
+    std::vector<RecomputeConfig> ladder = recompute_ladder(given.model, kernel_of(attention));
+    add_unique(ladder, given.memory.recompute);
+    for (int64_t mb : micro_batches(given, data_parallel)) {
+      std::vector<memory::LossComputeConfig> losses = {given.memory.loss};
+      add_unique(losses, memory::LossComputeConfig{
+                             true, std::min<int64_t>(1024, std::max<int64_t>(1, mb * given.seq_length / 4))});
+      for (ShardingStrategy sharding : sharding_options(given.data_parallel.sharding, data_parallel)) {
+        for (const memory::LossComputeConfig& loss : losses) {
+          for (const memory::OffloadConfig& offload : offload_options(given.memory.offload)) {
+            std::vector<memory::SwapOptimizerConfig> swaps = {given.memory.swap_optimizer};
+            add_unique(swaps, memory::SwapOptimizerConfig{});
+            add_unique(swaps, memory::SwapOptimizerConfig{true, -1});
+            for (const memory::SwapOptimizerConfig& swap : swaps) {
+              for (size_t rung = 0; rung < ladder.size(); ++rung) {
+                memory::MemoryConfig mc;
+                mc.recompute = ladder[rung];
+                mc.offload = offload;
+                mc.loss = loss;
+                mc.swap_optimizer = swap;
+                CandidateConfig c{given, "", int(rung), ladder[rung].any() ? ladder[rung].describe() : "none"};
+                try {  // validated as tidal train validates its flags
+                  c.args.memory = parse_memory_config(memory_config_flags(mc), given.model);
+                } catch (const Error&) {
+                  continue;
+                }
+                c.args.attention = attention;
+                c.args.micro_batch_size = mb;
+                c.args.data_parallel.sharding = sharding;
+                c.args.data_parallel.overlap_param_gather =
+                    sharding == ShardingStrategy::optim_grads_params && given.data_parallel.overlap_param_gather;
+                c.flags = changed_flags(given, c.args);
+                if (c.flags.empty()) continue;  // the given configuration, already candidate 0
+                out.push_back(std::move(c));
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace tidal::train

@@ -1,0 +1,249 @@
+#include "tidal/train/plan_search.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <map>
+#include <optional>
+
+#include "tidal/base/error.h"
+#include "tidal/memory_stats.h"
+#include "tidal/train/dry_run.h"
+#include "tidal/train/oom_advice.h"
+#include "tidal/train/plan_candidates.h"
+
+namespace tidal::train {
+namespace {
+
+// The estimator is within a few percent of the dry run (tests); a candidate it puts this far above
+// the target cannot fit.
+constexpr double kEstimateSlack = 1.2;
+// Pareto members (and chosen ones) made exact by their own dry run, at most.
+constexpr int kMaxVerified = 16;
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// A dry run of `a` as planned, on the rank of `ranks` with the highest peak: --load and --pretrained
+// only give values (the model config has the shapes). nullopt when the dry run refuses the
+// configuration (--overlap-grad-reduce, whose peak depends on timing).
+std::optional<DryRun> try_dry_run(TrainArgs a, int ranks) {
+  a.load.clear();
+  a.pretrained.clear();
+  try {
+    return ranks > 1 ? dry_run_largest_rank(a, ranks) : dry_run(a);
+  } catch (const Error&) {
+    return std::nullopt;
+  }
+}
+
+// The configuration whose kernels time `a`: the same without offload, the swap optimizer and
+// overlapped gradient reduction (they add or move only copies and collectives, which the cost model
+// times from their bytes).
+TrainArgs kernel_args(const TrainArgs& a) {
+  TrainArgs k = a;
+  k.memory.offload = memory::OffloadConfig{};
+  k.memory.swap_optimizer = memory::SwapOptimizerConfig{};
+  k.data_parallel.overlap_grad_reduce = false;
+  k.data_parallel.bucket_size = 0;
+  return k;
+}
+bool same_kernels(const TrainArgs& a) {
+  return !a.memory.offload.enabled && !a.memory.swap_optimizer.on && !a.data_parallel.overlap_grad_reduce;
+}
+
+std::string kernel_key(const TrainArgs& a) {
+  return a.memory.recompute.describe() + "|" + a.memory.loss.describe() + "|" + a.attention + "|" +
+         std::to_string(a.micro_batch_size) + "|" + sharding_name(a.data_parallel.sharding) + "|" +
+         std::to_string(int(a.data_parallel.overlap_param_gather));
+}
+// Everything but the recompute: the candidates that differ only in their recompute rung share it.
+std::string outer_key(const TrainArgs& a) {
+  return a.memory.loss.describe() + "|" + a.memory.offload.describe() + "|" +
+         std::to_string(a.memory.offload.prefetch_depth) + "|" + std::to_string(int(a.memory.swap_optimizer.on)) + "|" +
+         a.attention + "|" + std::to_string(a.micro_batch_size) + "|" + sharding_name(a.data_parallel.sharding);
+}
+
+void set_exact(PlanCandidate& c, const DryRun& d, int64_t target) {
+  c.device_peak = d.device.peak_allocated;
+  c.host_peak = 0;  // LOCAL: d.host after the dry-run helper lands
+  c.exact = true;
+  c.fits = c.device_peak <= target;
+}
+
+std::string ms(double s) {
+  char b[32];
+  std::snprintf(b, sizeof b, s >= 10 ? "%.1f s" : "%.0f ms", s >= 10 ? s : s * 1000);
+  return b;
+}
+std::string percent(double f) {
+  char b[16];
+  std::snprintf(b, sizeof b, "%.0f%%", f * 100);
+  return b;
+}
+
+std::string explain(const PlanCandidate& c, const TrainArgs& g, int o_ranks) {
+  std::vector<std::string> parts;
+  const TrainArgs& a = c.args;
+  const StepTime& t = c.time;
+  if (a.memory.loss.chunked && !g.memory.loss.chunked)
+    parts.push_back("chunked loss: the logits exist a chunk at a time");
+  if (a.attention != g.attention) parts.push_back(a.attention + " attention");
+  if (t.recompute_s > 0)
+    parts.push_back("recompute (" + c.recompute + ") replays " + ms(t.recompute_s) + ", " +
+                    percent(t.recompute_s / std::max(t.total_s, 1e-12)) + " of the step");
+  const bool offload = a.memory.offload.enabled, swap = a.memory.swap_optimizer.on;
+  if (offload || swap)
+    parts.push_back(std::string(offload && swap ? "offload (" + memory::name(a.memory.offload.policy) +
+                                                      ") and the swap optimizer hide "
+                                : offload ? "offload (" + memory::name(a.memory.offload.policy) + ") hides "
+                                          : "the swap optimizer hides ") +
+                    percent(t.hidden_copy_fraction) + " of their " + ms(t.copy_s) + " of copies at this size" +
+                    (t.exposed_copy_s > 0 ? " (" + ms(t.exposed_copy_s) + " exposed)" : ""));
+  if (a.micro_batch_size != g.micro_batch_size)
+    parts.push_back("micro-batch " + std::to_string(a.micro_batch_size) + ": " +
+                    std::to_string(a.global_batch_size / a.micro_batch_size / o_ranks) + " per rank a step");
+  if (a.data_parallel.sharding != ShardingStrategy::no_shard)
+    parts.push_back(std::string(sharding_name(a.data_parallel.sharding)) + " sharding: " + ms(t.comm_s) +
+                    " of collectives, " + ms(t.exposed_comm_s) + " exposed");
+  if (parts.empty()) return "no memory feature beyond the given run's";
+  std::string out;
+  for (const std::string& p : parts) out += (out.empty() ? "" : "; ") + p;
+  return out;
+}
+
+// Why nothing fits, from the estimator's view of the smallest candidate.
+std::string nothing_fits(const PlanCandidate& s, const SearchOptions& o, int64_t target) {
+  const StepPeak p = predict_step_peak(s.args.model, triage_settings(s.args, o.data_parallel));
+  const int64_t fixed = p.parameters + p.optimizer_states;
+  std::string out = "Nothing fits " + format_bytes(target) + ": the smallest candidate (" +
+                    (s.flags.empty() ? std::string("as given") : s.flags) + ") needs " + format_bytes(s.device_peak) +
+                    ".";
+  if (fixed >= target) {
+    const int64_t ranks = (fixed + target - 1) / std::max<int64_t>(target, 1) + 1;
+    out += " Parameters and optimizer states alone take " + format_bytes(fixed) +
+           ": shard them over >= " + std::to_string(ranks) +
+           " ranks (mpirun -np N with --use-distributed-optimizer or --data-parallel-sharding-strategy "
+           "optim_grads_params; tidal plan --data-parallel-size N), or a larger device.";
+  } else {
+    out += " Its activations take " + format_bytes(p.activations) + " and its logits " + format_bytes(p.logits) +
+           ": a shorter sequence, a smaller micro-batch or a larger device.";
+  }
+  return out;
+}
+
+}  // namespace
+
+PlanSearch search_plans(const TrainArgs& given, const SearchOptions& o) {
+  TIDAL_CHECK(o.budget > 0, "tidal plan: the memory budget must be positive");
+  TIDAL_CHECK(o.headroom >= 0 && o.headroom < 1, "tidal plan: the headroom must be in [0, 1), got ", o.headroom);
+  PlanSearch r;
+  r.budget = o.budget;
+  r.target = int64_t(double(o.budget) * (1 - o.headroom));
+  std::vector<CandidateConfig> configs = enumerate_candidates(given, o.data_parallel);
+  r.enumerated = int64_t(configs.size());
+  std::vector<PlanCandidate> all;
+  all.reserve(configs.size());
+  for (CandidateConfig& c : configs) {
+    PlanCandidate p;
+    p.args = std::move(c.args);
+    p.flags = std::move(c.flags);
+    p.recompute = std::move(c.recompute);
+    p.recompute_rung = c.recompute_rung;
+    p.estimated_peak = predict_step_peak(p.args.model, triage_settings(p.args, o.data_parallel)).total;
+    p.device_peak = p.estimated_peak;
+    p.fits = p.device_peak <= r.target;
+    all.push_back(std::move(p));
+  }
+
+  // Kernel dry runs, one per kernel key, cached; the seconds they took.
+  std::map<std::string, std::optional<DryRun>> runs;
+  double dry_run_seconds = 0;
+  auto kernels_of = [&](const TrainArgs& a) -> const std::optional<DryRun>& {
+    const std::string key = kernel_key(a);
+    auto it = runs.find(key);
+    if (it != runs.end()) return it->second;
+    const auto t0 = std::chrono::steady_clock::now();
+    std::optional<DryRun> d = try_dry_run(kernel_args(a), o.data_parallel);
+    dry_run_seconds += seconds_since(t0);
+    ++r.dry_runs;
+    return runs.emplace(key, std::move(d)).first->second;
+  };
+  auto time = [&](PlanCandidate& c) {
+    const std::optional<DryRun>& d = kernels_of(c.args);
+    if (!d) return;
+    if (same_kernels(c.args)) set_exact(c, *d, r.target);
+    c.time = predict_step_time(*d, c.args, o.profile, o.data_parallel);
+    c.timed = true;
+  };
+
+  // The given run, as given: exact and timed whatever its size.
+  r.given = all.front();
+  time(r.given);
+  if (!r.given.exact)
+    if (std::optional<DryRun> d = try_dry_run(r.given.args, o.data_parallel)) set_exact(r.given, *d, r.target);
+
+  // Which candidates to time: those that may fit. First, per combination of the other switches, the
+  // first rung of the recompute ladder that fits (the fastest of its ladder, unless a rung below it
+  // fits after all); then the others while the dry runs stay within their time.
+  std::vector<size_t> may_fit;
+  std::map<std::string, int> first_rung;
+  for (size_t i = 1; i < all.size(); ++i) {
+    if (double(all[i].estimated_peak) > double(r.target) * kEstimateSlack) continue;
+    may_fit.push_back(i);
+    if (all[i].estimated_peak <= r.target) {
+      auto [it, fresh] = first_rung.emplace(outer_key(all[i].args), all[i].recompute_rung);
+      if (!fresh) it->second = std::min(it->second, all[i].recompute_rung);
+    }
+  }
+  auto first = [&](size_t i) {
+    auto it = first_rung.find(outer_key(all[i].args));
+    return it != first_rung.end() && it->second == all[i].recompute_rung;
+  };
+  for (size_t i : may_fit)
+    if (first(i)) time(all[i]);
+  for (size_t i : may_fit)
+    if (!first(i) && (runs.count(kernel_key(all[i].args)) > 0 || dry_run_seconds < o.dry_run_seconds)) time(all[i]);
+
+  if (r.given.timed) r.candidates.push_back(r.given);  // as given is a candidate too (no flags)
+  for (size_t i = 1; i < all.size(); ++i)
+    if (all[i].timed) r.candidates.push_back(all[i]);
+  auto by_time = [](const PlanCandidate& a, const PlanCandidate& b) { return a.time.total_s < b.time.total_s; };
+  std::stable_sort(r.candidates.begin(), r.candidates.end(), by_time);
+
+  // The fastest that fits, by its own exact dry run where it has one.
+  int verified = 0;
+  for (size_t i = 0; i < r.candidates.size() && r.chosen < 0; ++i) {
+    PlanCandidate& c = r.candidates[i];
+    if (!c.fits) continue;
+    if (!c.exact && verified < kMaxVerified) {
+      ++verified;
+      if (std::optional<DryRun> d = try_dry_run(c.args, o.data_parallel)) set_exact(c, *d, r.target);
+    }
+    if (c.fits) r.chosen = int(i);
+  }
+  // The Pareto front of device peak against step time.
+  int64_t smallest = INT64_MAX;
+  for (PlanCandidate& c : r.candidates) {
+    if (c.device_peak < smallest && !c.exact && verified < kMaxVerified) {
+      ++verified;
+      if (std::optional<DryRun> d = try_dry_run(c.args, o.data_parallel)) set_exact(c, *d, r.target);
+    }
+    c.pareto = c.device_peak < smallest;
+    smallest = std::min(smallest, c.device_peak);
+  }
+  for (PlanCandidate& c : r.candidates) c.why = c.flags.empty() ? "as given" : explain(c, given, o.data_parallel);
+  r.given.why = "as given";
+
+  if (r.chosen < 0) {
+    const auto it = std::min_element(all.begin(), all.end(), [](const PlanCandidate& a, const PlanCandidate& b) {
+      return a.estimated_peak < b.estimated_peak;
+    });
+    r.smallest = *it;
+    r.nothing_fits = nothing_fits(r.smallest, o, r.target);
+  }
+  return r;
+}
+
+}  // namespace tidal::train

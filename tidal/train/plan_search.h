@@ -1,0 +1,64 @@
+#pragma once
+// `tidal plan`'s search: the fastest configuration that fits a memory budget. Every candidate of
+// train/plan_candidates.h gets the estimator's step peak (cheap); those that may fit get the exact
+// peak and the kernels of a meta-device dry run (train/dry_run.h) and a predicted step time from the
+// cost model (train/cost_model.h) against a device profile (train/device_profile.h). The search keeps
+// the Pareto front of device memory against time, and chooses the fastest candidate whose exact peak
+// fits the budget less the headroom.
+//
+// Pruning ("what cannot win"): a candidate the estimator puts above the budget by more than its
+// error is not timed. Activation offload, the swap optimizer and overlapped gradient reduction run the
+// same kernels as the configuration without them (they add copies and move collectives, which the cost
+// model times from their bytes), so one dry run times every such variant of a configuration. The
+// first recompute rung that fits is timed for every combination of the other switches; the other
+// rungs while the dry runs stay within SearchOptions::dry_run_seconds (large MoE models take seconds
+// each).
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "tidal/train/arguments.h"
+#include "tidal/train/cost_model.h"
+#include "tidal/train/device_profile.h"
+
+namespace tidal::train {
+
+struct PlanCandidate {
+  TrainArgs args;
+  std::string flags;      // what differs from the given run (plan_candidates.h)
+  std::string recompute;  // its recompute rung, in words
+  int recompute_rung = 0;
+  int64_t estimated_peak = 0;  // the estimator's step peak (oom_advice.h predict_step_peak)
+  int64_t device_peak = 0;     // the dry run's peak when `exact`, else the estimate
+  int64_t host_peak = 0;       // the dry run's host peak when `exact` (offload, swap optimizer), else 0
+  bool exact = false;
+  bool timed = false;
+  StepTime time;        // when `timed`
+  bool fits = false;    // device_peak within the target
+  bool pareto = false;  // no timed candidate is both faster and smaller
+  std::string why;      // one line: what its switches cost or save
+};
+
+struct SearchOptions {
+  int64_t budget = 0;           // device bytes
+  double headroom = 0.10;       // fraction of the budget kept free
+  int data_parallel = 1;        // ranks
+  DeviceProfile profile;        // for the step time
+  double dry_run_seconds = 20;  // about how long the timing dry runs may take in all
+};
+
+struct PlanSearch {
+  int64_t budget = 0, target = 0;  // the budget and the budget less the headroom
+  PlanCandidate given;
+  std::vector<PlanCandidate> candidates;  // every timed candidate (the given one too, flags ""), fastest first
+  int chosen = -1;                        // index into candidates of the fastest that fits; -1: none
+  int64_t enumerated = 0;                 // candidates considered (estimated)
+  int64_t dry_runs = 0;                   // dry runs made
+  // Nothing fits: the smallest candidate (by the estimator) and what dominates its peak, in words.
+  PlanCandidate smallest;
+  std::string nothing_fits;
+};
+
+PlanSearch search_plans(const TrainArgs& given, const SearchOptions& options);
+
+}  // namespace tidal::train
