@@ -19,7 +19,9 @@ if [[ -z "$profile" ]]; then
   profile="$tmp/profile.json"
   build/tidal plan --calibrate --profile-out "$profile" >&2
 fi
-given=(--model gpt2-124m --mock-data --seq-length 512 --micro-batch-size 4 --global-batch-size 8 "$@")
+base=(--model gpt2-124m --mock-data --seq-length 512 "$@")
+batch=(--micro-batch-size 4 --global-batch-size 8)
+given=("${base[@]}" "${batch[@]}")
 build/tidal plan "${given[@]}" --device "$profile" --memory "$budget" --json >"$tmp/plan.json" || true
 run=(--train-iters "$iters" --lr-warmup-iters 0 --log-interval 1000 --eval-interval 0 --no-progress --sample-tokens 0)
 /usr/bin/python3 - "$tmp" "$count" <<'PY' >"$tmp/picked.txt"
@@ -42,8 +44,10 @@ for c in picked: print(c["flags"])
 PY
 i=0
 while IFS= read -r flags; do
+  # A candidate's flags replace the given batch flags when they change the micro-batch.
+  if [[ "$flags" == *--micro-batch-size* ]]; then cmd=("${base[@]}"); else cmd=("${given[@]}"); fi
   # shellcheck disable=SC2086
-  build/tidal train "${given[@]}" "${run[@]}" $flags --metrics-json "$tmp/run.$i.json" >/dev/null
+  build/tidal train "${cmd[@]}" "${run[@]}" $flags --metrics-json "$tmp/run.$i.json" >/dev/null
   i=$((i + 1))
 done <"$tmp/picked.txt"
 /usr/bin/python3 - "$tmp" "$i" <<'PY'

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "tests/integration/train_helpers.h"
+#include "tests/support/error_of.h"
 
 namespace tidal::train {
 namespace {
@@ -174,6 +175,24 @@ TEST(CostModel, OffloadCopiesHideBehindComputeWhenFastEnough) {
   const StepTime f_no_prefetch =
       predict_step_time(d, parse_train_args(tiny({"--activation-offload", "--offload-prefetch-depth", "0"})), fast);
   EXPECT_GT(f_no_prefetch.exposed_copy_s, f0.exposed_copy_s);
+}
+
+TEST(CostModel, ARanksDryRunIsItsShareOfTheWholeBatch) {
+  // 4 micro-batches over 2 ranks: the one-process dry run is costed at half its kernels, a dry run
+  // that played rank 0 of 2 (2 micro-batches, its shard's update) at all of them.
+  for (const char* sharding : {"no_shard", "optim_grads_params"}) {
+    TrainArgs a = parse_train_args(tiny({"--data-parallel-sharding-strategy", sharding}));
+    a.global_batch_size = 8;
+    const StepTime whole = predict_step_time(dry_run(a), a, profile(), 2);
+    const StepTime rank = predict_step_time(dry_run(a, 0, 2), a, profile(), 2);
+    EXPECT_NEAR(rank.gemm_s, whole.gemm_s, 1e-12 * whole.gemm_s) << sharding;
+    EXPECT_NEAR(rank.attention_s, whole.attention_s, 1e-12 * whole.attention_s) << sharding;
+    EXPECT_GT(rank.gemm_s, 0) << sharding;
+  }
+  TrainArgs a = parse_train_args(tiny({}));
+  a.global_batch_size = 8;
+  EXPECT_EQ(testing::error_of([&] { predict_step_time(dry_run(a, 0, 2), a, profile(), 4); }),
+            "[cost model] the dry run played a rank of 2 ranks, not of 4");
 }
 
 TEST(CostModel, SwapOptimizerExposesTheFirstWindowInAndTheLastOut) {

@@ -116,6 +116,28 @@ TEST(PlanSearch, ATightBudgetChoosesTheFastestCandidateWhoseDryRunFits) {
   EXPECT_EQ(j["candidates"].size(), s.candidates.size());
 }
 
+TEST(PlanSearch, WithRanksTheLargestRankIsPlannedAndShardingIsACandidate) {
+  const TrainArgs given = args({});
+  SearchOptions o = options(int64_t(64) << 30);
+  o.data_parallel = 2;
+  const PlanSearch s = search_plans(given, o);
+  EXPECT_TRUE(s.given.exact);
+  EXPECT_EQ(s.given.device_peak, dry_run_largest_rank(given, 2).device.peak_allocated);
+  bool sharded = false, overlapped = false;
+  for (const PlanCandidate& c : s.candidates) {
+    sharded |= c.args.data_parallel.sharding == ShardingStrategy::optim_grads_params;
+    overlapped |= c.args.data_parallel.overlap_grad_reduce;
+    if (c.args.data_parallel.overlap_grad_reduce) {
+      EXPECT_FALSE(c.exact) << c.flags;  // the estimator's peak: a dry run refuses --overlap-grad-reduce
+    }
+  }
+  EXPECT_TRUE(sharded && overlapped);
+  ASSERT_GE(s.chosen, 0);
+  // Half the global batch per rank: each rank runs 1 of the 2 micro-batches.
+  const std::string why = s.candidates[size_t(s.chosen)].why;
+  EXPECT_EQ(why.find("micro-batches a step"), std::string::npos) << why;
+}
+
 TEST(PlanSearch, WhenNothingFitsItSaysWhatDominates) {
   const TrainArgs given = args({});
   const SearchOptions o = options(4 << 20);  // 4 MiB: below the parameters and AdamW's states

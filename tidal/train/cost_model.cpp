@@ -177,16 +177,20 @@ StepTime predict_step_time(const DryRun& run, const TrainArgs& args, const Devic
                            int64_t data_parallel) {
   TIDAL_CHECK(data_parallel >= 1, "[cost model] data-parallel ranks must be >= 1, got ", data_parallel);
   TIDAL_CHECK(!run.kernels.empty(), "[cost model] the dry run recorded no kernels to cost");
-  // The dry run is one process running the whole global batch; a rank runs its share of the
-  // micro-batches, and under sharding its share of the update.
+  // A dry run of one process (run.ranks 1) ran the whole global batch: a rank runs its share of the
+  // micro-batches, and under sharding its share of the update. A dry run that played a rank of
+  // `data_parallel` (dry_run(args, rank, ranks)) ran that rank's share already.
+  TIDAL_CHECK(run.ranks == 1 || run.ranks == data_parallel, "[cost model] the dry run played a rank of ", run.ranks,
+              " ranks, not of ", data_parallel);
   const int64_t dry_micro_batches = std::max<int64_t>(1, args.grad_accumulation_steps());
   TIDAL_CHECK(dry_micro_batches % data_parallel == 0, "[cost model] the global batch's ", dry_micro_batches,
               " micro-batches do not divide over ", data_parallel,
               " data-parallel ranks: make --global-batch-size a multiple of --micro-batch-size x ranks");
   const int64_t accum = dry_micro_batches / data_parallel;
-  const double batch_share = 1.0 / double(data_parallel);
+  const bool one_rank_run = run.ranks > 1;
+  const double batch_share = one_rank_run ? 1.0 : 1.0 / double(data_parallel);
   const double update_share =
-      args.data_parallel.sharding == ShardingStrategy::no_shard ? 1.0 : 1.0 / double(data_parallel);
+      one_rank_run || args.data_parallel.sharding == ShardingStrategy::no_shard ? 1.0 : 1.0 / double(data_parallel);
   StepTime t;
   Compute c;
   const size_t layers = size_t(std::max<int64_t>(0, args.model.num_hidden_layers));

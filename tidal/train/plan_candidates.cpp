@@ -75,12 +75,14 @@ std::vector<memory::OffloadConfig> offload_options(const memory::OffloadConfig& 
   return out;
 }
 
-std::vector<ShardingStrategy> sharding_options(ShardingStrategy given, int ranks) {
-  std::vector<ShardingStrategy> out = {given};
+// Sharding strategies, each with gradients reduced after backward or bucket by bucket during it
+// (--overlap-grad-reduce: under ZeRO-2/3 a bucket's full gradients are freed once reduced).
+std::vector<std::pair<ShardingStrategy, bool>> sharding_options(const DataParallelConfig& given, int ranks) {
+  std::vector<std::pair<ShardingStrategy, bool>> out = {{given.sharding, given.overlap_grad_reduce}};
   if (ranks > 1)
     for (ShardingStrategy s : {ShardingStrategy::no_shard, ShardingStrategy::optim, ShardingStrategy::optim_grads,
                                ShardingStrategy::optim_grads_params})
-      add_unique(out, s);
+      for (bool overlap : {given.overlap_grad_reduce, true}) add_unique(out, std::pair{s, overlap});
   return out;
 }
 
@@ -133,6 +135,9 @@ std::string changed_flags(const TrainArgs& given, const TrainArgs& c) {
                                std::to_string(c.global_batch_size)});
   if (given.data_parallel.sharding != c.data_parallel.sharding)
     words.insert(words.end(), {"--data-parallel-sharding-strategy", sharding_name(c.data_parallel.sharding)});
+  if (given.data_parallel.overlap_grad_reduce != c.data_parallel.overlap_grad_reduce &&
+      c.data_parallel.overlap_grad_reduce)
+    words.push_back("--overlap-grad-reduce");
   if (given.data_parallel.overlap_param_gather != c.data_parallel.overlap_param_gather &&
       c.data_parallel.overlap_param_gather)
     words.push_back("--overlap-param-gather");
@@ -151,7 +156,7 @@ std::vector<CandidateConfig> enumerate_candidates(const TrainArgs& given, int da
       std::vector<memory::LossComputeConfig> losses = {given.memory.loss};
       add_unique(losses, memory::LossComputeConfig{
                              true, std::min<int64_t>(1024, std::max<int64_t>(1, mb * given.seq_length / 4))});
-      for (ShardingStrategy sharding : sharding_options(given.data_parallel.sharding, data_parallel)) {
+      for (const auto& [sharding, overlap_grad_reduce] : sharding_options(given.data_parallel, data_parallel)) {
         for (const memory::LossComputeConfig& loss : losses) {
           for (const memory::OffloadConfig& offload : offload_options(given.memory.offload)) {
             std::vector<memory::SwapOptimizerConfig> swaps = {given.memory.swap_optimizer};
@@ -173,6 +178,7 @@ std::vector<CandidateConfig> enumerate_candidates(const TrainArgs& given, int da
                 c.args.attention = attention;
                 c.args.micro_batch_size = mb;
                 c.args.data_parallel.sharding = sharding;
+                c.args.data_parallel.overlap_grad_reduce = overlap_grad_reduce;
                 c.args.data_parallel.overlap_param_gather =
                     sharding == ShardingStrategy::optim_grads_params && given.data_parallel.overlap_param_gather;
                 c.flags = changed_flags(given, c.args);

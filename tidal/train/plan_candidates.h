@@ -1,8 +1,8 @@
 #pragma once
 // The configurations `tidal plan` searches (train/plan_search.h): the given run with its memory
 // switches changed along the triage order and beyond — chunked loss, fused attention, data-parallel
-// sharding (with several ranks), recompute (activation function, norm, selective modules, full block
-// N, full uniform N), activation offload (policy, prefetch depth), the swap optimizer, and a smaller
+// sharding and --overlap-grad-reduce (with several ranks), recompute (activation function, norm, selective modules,
+// full block N, full uniform N), activation offload (policy, prefetch depth), the swap optimizer, and a smaller
 // micro-batch with gradient accumulation (the same global batch). Every candidate is validated as
 // `tidal train` validates its flags (its memory flags are re-parsed), so an impossible combination
 // never becomes a candidate.

@@ -28,11 +28,12 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 // A dry run of `a` as planned, on the rank of `ranks` with the highest peak: --load and --pretrained
 // only give values (the model config has the shapes). nullopt when the dry run refuses the
 // configuration (--overlap-grad-reduce, whose peak depends on timing).
-std::optional<DryRun> try_dry_run(TrainArgs a, int ranks) {
+// `largest` false: rank 0 alone (its kernels time any rank: they differ only in the update's shard).
+std::optional<DryRun> try_dry_run(TrainArgs a, int ranks, bool largest = true) {
   a.load.clear();
   a.pretrained.clear();
   try {
-    return ranks > 1 ? dry_run_largest_rank(a, ranks) : dry_run(a);
+    return ranks > 1 && largest ? dry_run_largest_rank(a, ranks) : dry_run(a, 0, ranks);
   } catch (const Error&) {
     return std::nullopt;
   }
@@ -62,7 +63,8 @@ std::string kernel_key(const TrainArgs& a) {
 std::string outer_key(const TrainArgs& a) {
   return a.memory.loss.describe() + "|" + a.memory.offload.describe() + "|" +
          std::to_string(a.memory.offload.prefetch_depth) + "|" + std::to_string(int(a.memory.swap_optimizer.on)) + "|" +
-         a.attention + "|" + std::to_string(a.micro_batch_size) + "|" + sharding_name(a.data_parallel.sharding);
+         a.attention + "|" + std::to_string(a.micro_batch_size) + "|" + sharding_name(a.data_parallel.sharding) + "|" +
+         std::to_string(int(a.data_parallel.overlap_grad_reduce));
 }
 
 void set_exact(PlanCandidate& c, const DryRun& d, int64_t target) {
@@ -165,7 +167,7 @@ PlanSearch search_plans(const TrainArgs& given, const SearchOptions& o) {
     auto it = runs.find(key);
     if (it != runs.end()) return it->second;
     const auto t0 = std::chrono::steady_clock::now();
-    std::optional<DryRun> d = try_dry_run(kernel_args(a), o.data_parallel);
+    std::optional<DryRun> d = try_dry_run(kernel_args(a), o.data_parallel, false);
     dry_run_seconds += seconds_since(t0);
     ++r.dry_runs;
     return runs.emplace(key, std::move(d)).first->second;
@@ -173,7 +175,9 @@ PlanSearch search_plans(const TrainArgs& given, const SearchOptions& o) {
   auto time = [&](PlanCandidate& c) {
     const std::optional<DryRun>& d = kernels_of(c.args);
     if (!d) return;
-    if (same_kernels(c.args)) set_exact(c, *d, r.target);
+    // Rank 0's peak is every rank's without sharding; sharded, the largest rank's is verified below.
+    if (same_kernels(c.args) && (o.data_parallel == 1 || c.args.data_parallel.sharding == ShardingStrategy::no_shard))
+      set_exact(c, *d, r.target);
     c.time = predict_step_time(*d, c.args, o.profile, o.data_parallel);
     c.timed = true;
   };
@@ -209,7 +213,9 @@ PlanSearch search_plans(const TrainArgs& given, const SearchOptions& o) {
   if (r.given.timed) r.candidates.push_back(r.given);  // as given is a candidate too (no flags)
   for (size_t i = 1; i < all.size(); ++i)
     if (all[i].timed) r.candidates.push_back(all[i]);
-  auto by_time = [](const PlanCandidate& a, const PlanCandidate& b) { return a.time.total_s < b.time.total_s; };
+  auto by_time = [](const PlanCandidate& a, const PlanCandidate& b) {  // equal times: the smaller first
+    return a.time.total_s < b.time.total_s || (a.time.total_s == b.time.total_s && a.device_peak < b.device_peak);
+  };
   std::stable_sort(r.candidates.begin(), r.candidates.end(), by_time);
 
   // The fastest that fits, by its own exact dry run where it has one.
