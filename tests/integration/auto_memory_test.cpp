@@ -77,7 +77,7 @@ TEST(AutoMemory, BadUsesAreRefusedByName) {
   r = run(kTidal + " train" + joined(kGiven) + " --auto-memory --auto-memory-budget 64KiB --device-profile h100");
   EXPECT_EQ(r.code, 1) << r.output;
   EXPECT_NE(r.output.find("tidal train --auto-memory: Nothing fits"), std::string::npos) << r.output;
-  EXPECT_NE(r.output.find("Parameters and optimizer states alone take"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("Parameters, gradients and optimizer states alone take"), std::string::npos) << r.output;
 }
 
 }  // namespace

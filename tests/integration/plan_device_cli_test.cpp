@@ -131,7 +131,8 @@ TEST(PlanSearchCli, JsonSaysGivenChosenAndCandidates) {
   EXPECT_EQ(none.code, 3) << none.output;
   const nlohmann::json n = nlohmann::json::parse(none.output);
   EXPECT_TRUE(n["chosen"].is_null());
-  EXPECT_NE(n["nothing_fits"].get<std::string>().find("Parameters and optimizer states alone take"), std::string::npos);
+  EXPECT_NE(n["nothing_fits"].get<std::string>().find("Parameters, gradients and optimizer states alone take"),
+            std::string::npos);
   // --json needs step times, so a profile.
   const std::string dir = ::testing::TempDir() + "tidal_plan_json";  // without ./tidal-device-profile.json
   std::filesystem::remove_all(dir);

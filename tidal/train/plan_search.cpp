@@ -118,13 +118,15 @@ std::string explain(const PlanCandidate& c, const TrainArgs& g, int o_ranks) {
 // Why nothing fits, from the estimator's view of the smallest candidate.
 std::string nothing_fits(const PlanCandidate& s, const SearchOptions& o, int64_t target) {
   const StepPeak p = predict_step_peak(s.args.model, triage_settings(s.args, o.data_parallel));
-  const int64_t fixed = p.parameters + p.optimizer_states;
+  // Gradients are f32 (the f32 sums under --bf16): 4 bytes an element beside 2- or 4-byte parameters.
+  const int64_t gradients = p.parameters * (s.args.precision.bf16 ? 2 : 1);
+  const int64_t fixed = p.parameters + gradients + p.optimizer_states;
   std::string out = "Nothing fits " + format_bytes(target) + ": the smallest candidate (" +
                     (s.flags.empty() ? std::string("as given") : s.flags) + ") needs " + format_bytes(s.device_peak) +
                     ".";
   if (fixed >= target) {
     const int64_t ranks = (fixed + target - 1) / std::max<int64_t>(target, 1) + 1;
-    out += " Parameters and optimizer states alone take " + format_bytes(fixed) +
+    out += " Parameters, gradients and optimizer states alone take " + format_bytes(fixed) +
            ": shard them over >= " + std::to_string(ranks) +
            " ranks (mpirun -np N with --use-distributed-optimizer or --data-parallel-sharding-strategy "
            "optim_grads_params; tidal plan --data-parallel-size N), or a larger device.";
