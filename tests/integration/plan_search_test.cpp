@@ -37,11 +37,14 @@ TEST(PlanCandidates, TheLadderClimbsFromNothingToEveryLayer) {
   memory::RecomputeConfig act;
   act.activation_function = true;
   EXPECT_EQ(ladder[1], act);
-  int blocks = 0;
-  for (const memory::RecomputeConfig& c : ladder)
-    if (c.method == memory::RecomputeMethod::block) ++blocks;
+  int blocks = 0, uniform = 0;
+  for (const memory::RecomputeConfig& c : ladder) {
+    blocks += c.method == memory::RecomputeMethod::block;
+    uniform += c.method == memory::RecomputeMethod::uniform;
+  }
   EXPECT_EQ(blocks, 11);  // block 1 .. 11 of 12 layers; uniform 1 recomputes all 12
-  EXPECT_EQ(ladder[ladder.size() - 2].method, memory::RecomputeMethod::uniform);
+  EXPECT_EQ(uniform, 3);  // groups of 1, 2 and 4 layers
+  EXPECT_EQ(ladder.back().method, memory::RecomputeMethod::uniform);
 }
 
 TEST(PlanCandidates, EveryCandidateIsAValidDistinctRunOfTheSameGlobalBatch) {
@@ -50,7 +53,8 @@ TEST(PlanCandidates, EveryCandidateIsAValidDistinctRunOfTheSameGlobalBatch) {
   ASSERT_GT(all.size(), 100u);
   EXPECT_EQ(all.front().flags, "");
   std::set<std::string> seen;
-  bool flash = false, smaller = false, larger = false, core_attn_offload = false;
+  bool flash = false, smaller = false, larger = false, core_attn_offload = false, swap4 = false;
+  std::set<int64_t> chunks;
   for (size_t i = 1; i < all.size(); ++i) {
     const TrainArgs& a = all[i].args;
     EXPECT_TRUE(seen.insert(all[i].flags).second) << all[i].flags;
@@ -59,6 +63,8 @@ TEST(PlanCandidates, EveryCandidateIsAValidDistinctRunOfTheSameGlobalBatch) {
     // The memory flags say exactly the configuration (and tidal train accepts them).
     EXPECT_EQ(parse_memory_config(memory_config_flags(a.memory), a.model), a.memory) << all[i].flags;
     flash |= a.attention == "flash";
+    swap4 |= a.memory.swap_optimizer.on && a.memory.swap_optimizer.times == 4;
+    if (a.memory.loss.chunked && a.micro_batch_size == 4) chunks.insert(a.memory.loss.chunk_size);
     smaller |= a.micro_batch_size < 4;
     larger |= a.micro_batch_size > 4;
     if (a.memory.offload.enabled && a.memory.offload.policy.kind == memory::OffloadPolicyKind::core_attn) {
@@ -66,7 +72,8 @@ TEST(PlanCandidates, EveryCandidateIsAValidDistinctRunOfTheSameGlobalBatch) {
       for (const memory::LayerRecompute& l : a.memory.recompute_plan) EXPECT_FALSE(l.full) << all[i].flags;
     }
   }
-  EXPECT_TRUE(flash && smaller && larger && core_attn_offload);
+  EXPECT_TRUE(flash && smaller && larger && core_attn_offload && swap4);
+  EXPECT_EQ(chunks, (std::set<int64_t>{128, 256}));  // 4 x 128 tokens: a quarter and a half
 }
 
 TEST(PlanSearch, WithRoomToSpareTheFastestCandidateIsChosenAndFitsExactly) {

@@ -118,8 +118,8 @@ std::vector<RecomputeConfig> recompute_ladder(const models::ModelConfig& m, Atte
     add(c);
   }
   for (int64_t n : block_sizes(m.num_hidden_layers)) add(full(RecomputeMethod::block, n));
-  add(full(RecomputeMethod::uniform, 1));
-  if (m.num_hidden_layers >= 4) add(full(RecomputeMethod::uniform, 2));
+  for (int64_t n : {1, 2, 4})  // groups of n layers: fewer checkpoints, a larger replay
+    if (n == 1 || m.num_hidden_layers >= 2 * n) add(full(RecomputeMethod::uniform, n));
   return rungs;
 }
 
@@ -154,14 +154,18 @@ std::vector<CandidateConfig> enumerate_candidates(const TrainArgs& given, int da
     add_unique(ladder, given.memory.recompute);
     for (int64_t mb : micro_batches(given, data_parallel)) {
       std::vector<memory::LossComputeConfig> losses = {given.memory.loss};
-      add_unique(losses, memory::LossComputeConfig{
-                             true, std::min<int64_t>(1024, std::max<int64_t>(1, mb * given.seq_length / 4))});
+      // Chunks of min(1024, tokens / 4) (the advice's), and larger ones of min(4096, tokens / 2) (faster
+      // LM-head products, a larger chunk of logits).
+      const int64_t tokens = mb * given.seq_length;
+      add_unique(losses, memory::LossComputeConfig{true, std::min<int64_t>(1024, std::max<int64_t>(1, tokens / 4))});
+      add_unique(losses, memory::LossComputeConfig{true, std::min<int64_t>(4096, std::max<int64_t>(1, tokens / 2))});
       for (const auto& [sharding, overlap_grad_reduce] : sharding_options(given.data_parallel, data_parallel)) {
         for (const memory::LossComputeConfig& loss : losses) {
           for (const memory::OffloadConfig& offload : offload_options(given.memory.offload)) {
             std::vector<memory::SwapOptimizerConfig> swaps = {given.memory.swap_optimizer};
             add_unique(swaps, memory::SwapOptimizerConfig{});
-            add_unique(swaps, memory::SwapOptimizerConfig{true, -1});
+            add_unique(swaps, memory::SwapOptimizerConfig{true, -1});  // 16 windows
+            add_unique(swaps, memory::SwapOptimizerConfig{true, 4});   // fewer, larger windows
             for (const memory::SwapOptimizerConfig& swap : swaps) {
               for (size_t rung = 0; rung < ladder.size(); ++rung) {
                 memory::MemoryConfig mc;

@@ -1,9 +1,10 @@
 #pragma once
 // The configurations `tidal plan` searches (train/plan_search.h): the given run with its memory
-// switches changed along the triage order and beyond — chunked loss, fused attention, data-parallel
-// sharding and --overlap-grad-reduce (with several ranks), recompute (activation function, norm, selective modules,
-// full block N, full uniform N), activation offload (policy, prefetch depth), the swap optimizer, and a smaller
-// micro-batch with gradient accumulation (the same global batch). Every candidate is validated as
+// switches changed along the triage order and beyond — chunked loss (two chunk sizes), fused
+// attention, data-parallel sharding and --overlap-grad-reduce (with several ranks), recompute
+// (activation function, norm, selective modules, full block N, full uniform N), activation offload
+// (policy, prefetch depth), the swap optimizer (16 or 4 windows), and a smaller or larger micro-batch
+// with gradient accumulation (the same global batch). Every candidate is validated as
 // `tidal train` validates its flags (its memory flags are re-parsed), so an impossible combination
 // never becomes a candidate.
 #include <cstdint>
@@ -28,7 +29,8 @@ struct CandidateConfig {
 
 // The recompute ladder for `m`: none, activation function, activation function + norm, selective
 // modules (mlp, or moe_act and moe for MoE models; core_attn with eager attention), full block N for
-// N on a ladder of 1 .. layers-1 (every N up to 16 layers, then about x1.5 apart), full uniform 1.
+// N on a ladder of 1 .. layers-1 (every N up to 16 layers, then about x1.5 apart), full uniform 1, 2
+// and 4 (groups of N layers).
 // Rungs the model refuses (validate_recompute) are left out.
 std::vector<memory::RecomputeConfig> recompute_ladder(const models::ModelConfig& m, AttentionKernel attention);
 
