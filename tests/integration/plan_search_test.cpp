@@ -145,6 +145,36 @@ TEST(PlanSearch, WithRanksTheLargestRankIsPlannedAndShardingIsACandidate) {
   EXPECT_EQ(why.find("micro-batches a step"), std::string::npos) << why;
 }
 
+TEST(PlanSearch, AHostBudgetKeepsTheChoiceWithinItAndTheDiskTierIsSearched) {
+  const TrainArgs given = args({});
+  const int64_t need = dry_run(given).device.peak_allocated;
+  SearchOptions o = options(need / 2);  // offload or the swap optimizer is needed
+  o.host_budget = 2 << 20;              // 2 MiB of host memory: too little to offload much there
+  const PlanSearch host_only = search_plans(given, o);
+  o.disk_dir = ::testing::TempDir();
+  const PlanSearch disk = search_plans(given, o);
+  bool disk_timed = false;
+  for (const PlanCandidate& c : disk.candidates) {
+    disk_timed |= c.args.memory.offload.target == memory::OffloadTarget::disk;
+    if (c.fits && c.exact) {
+      EXPECT_LE(c.host_peak, o.host_budget) << c.flags;
+    }
+  }
+  EXPECT_TRUE(disk_timed);
+  for (const PlanSearch* s : {&host_only, &disk}) {
+    if (s->chosen < 0) {
+      EXPECT_NE(s->nothing_fits.find("fit the device but not the host budget, 2.00 MiB"), std::string::npos)
+          << s->nothing_fits;
+      continue;
+    }
+    const PlanCandidate& c = s->candidates[size_t(s->chosen)];
+    EXPECT_TRUE(c.exact) << c.flags;
+    EXPECT_LE(c.host_peak, o.host_budget) << c.flags;
+    EXPECT_EQ(c.host_peak, dry_run(c.args).host.peak_allocated) << c.flags;
+  }
+  EXPECT_EQ(plan_search_json(disk, o)["host_budget_bytes"], 2 << 20);
+}
+
 TEST(PlanSearch, WhenNothingFitsItSaysWhatDominates) {
   const TrainArgs given = args({});
   const SearchOptions o = options(4 << 20);  // 4 MiB: below the parameters and AdamW's states

@@ -58,7 +58,7 @@ std::vector<int64_t> micro_batches(const TrainArgs& g, int ranks) {
   return out;
 }
 
-std::vector<memory::OffloadConfig> offload_options(const memory::OffloadConfig& given) {
+std::vector<memory::OffloadConfig> offload_options(const memory::OffloadConfig& given, const std::string& disk_dir) {
   std::vector<memory::OffloadConfig> out;
   add_unique(out, given);
   add_unique(out, memory::OffloadConfig{});
@@ -71,6 +71,16 @@ std::vector<memory::OffloadConfig> offload_options(const memory::OffloadConfig& 
     o.policy.kind = kind;
     o.prefetch_depth = depth;
     add_unique(out, o);
+  }
+  if (!disk_dir.empty()) {  // the disk tier: offloaded tensors in a spill file, staged through host buffers
+    for (OffloadPolicyKind kind : {OffloadPolicyKind::all, OffloadPolicyKind::layer_input}) {
+      memory::OffloadConfig o;
+      o.enabled = true;
+      o.policy.kind = kind;
+      o.target = memory::OffloadTarget::disk;
+      o.dir = disk_dir;
+      add_unique(out, o);
+    }
   }
   return out;
 }
@@ -144,7 +154,8 @@ std::string changed_flags(const TrainArgs& given, const TrainArgs& c) {
   return join_flags(words);
 }
 
-std::vector<CandidateConfig> enumerate_candidates(const TrainArgs& given, int data_parallel) {
+std::vector<CandidateConfig> enumerate_candidates(const TrainArgs& given, int data_parallel,
+                                                  const std::string& disk_dir) {
   std::vector<CandidateConfig> out;
   out.push_back({given, "", 0, given.memory.recompute.any() ? given.memory.recompute.describe() : "none"});
   std::vector<std::string> attentions = {given.attention};
@@ -161,7 +172,7 @@ std::vector<CandidateConfig> enumerate_candidates(const TrainArgs& given, int da
       add_unique(losses, memory::LossComputeConfig{true, std::min<int64_t>(4096, std::max<int64_t>(1, tokens / 2))});
       for (const auto& [sharding, overlap_grad_reduce] : sharding_options(given.data_parallel, data_parallel)) {
         for (const memory::LossComputeConfig& loss : losses) {
-          for (const memory::OffloadConfig& offload : offload_options(given.memory.offload)) {
+          for (const memory::OffloadConfig& offload : offload_options(given.memory.offload, disk_dir)) {
             std::vector<memory::SwapOptimizerConfig> swaps = {given.memory.swap_optimizer};
             add_unique(swaps, memory::SwapOptimizerConfig{});
             add_unique(swaps, memory::SwapOptimizerConfig{true, -1});  // 16 windows

@@ -35,8 +35,10 @@ struct CandidateConfig {
 std::vector<memory::RecomputeConfig> recompute_ladder(const models::ModelConfig& m, AttentionKernel attention);
 
 // Every candidate: the product of the switches above, less the combinations `tidal train` refuses.
-// The given configuration is candidate 0, as given. `data_parallel` ranks (sharding candidates when > 1).
-std::vector<CandidateConfig> enumerate_candidates(const TrainArgs& given, int data_parallel);
+// The given configuration is candidate 0, as given. `data_parallel` ranks (sharding candidates when > 1);
+// `disk_dir` not empty: offload to a spill file there is a candidate too (policies all and layer-input).
+std::vector<CandidateConfig> enumerate_candidates(const TrainArgs& given, int data_parallel,
+                                                  const std::string& disk_dir = "");
 
 // The flags a candidate's configuration differs from `given` by (see CandidateConfig::flags).
 std::string changed_flags(const TrainArgs& given, const TrainArgs& c);

@@ -57,7 +57,8 @@ std::string format_plan_search(const PlanSearch& s, const TrainArgs& g, const Se
                     (o.data_parallel == 1 ? " rank" : " ranks") + "; step times for " + o.profile.name + " (" +
                     o.profile.source + ").\n";
   out += "Budget " + format_bytes(s.budget) + " less " + format_bytes(s.budget - s.target) +
-         " of headroom: " + format_bytes(s.target) + ".\n";
+         " of headroom: " + format_bytes(s.target) +
+         (s.host_budget > 0 ? "; host memory " + format_bytes(s.host_budget) : std::string()) + ".\n";
   out += "As given: device peak " + peak(s.given) +
          (s.given.host_peak > 0 ? ", host " + format_bytes(s.given.host_peak) : "") + ", step " + step_time(s.given) +
          (s.given.fits ? ": fits.\n" : ": does not fit.\n");
@@ -102,6 +103,7 @@ nlohmann::json plan_search_json(const PlanSearch& s, const SearchOptions& o) {
   nlohmann::json j;
   j["budget_bytes"] = s.budget;
   j["target_bytes"] = s.target;
+  j["host_budget_bytes"] = s.host_budget;
   j["headroom"] = o.headroom;
   j["data_parallel_size"] = o.data_parallel;
   j["profile"] = {{"name", o.profile.name}, {"source", o.profile.source}};

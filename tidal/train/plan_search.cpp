@@ -67,11 +67,11 @@ std::string outer_key(const TrainArgs& a) {
          std::to_string(int(a.data_parallel.overlap_grad_reduce));
 }
 
-void set_exact(PlanCandidate& c, const DryRun& d, int64_t target) {
+void set_exact(PlanCandidate& c, const DryRun& d, const PlanSearch& r) {
   c.device_peak = d.device.peak_allocated;
-  c.host_peak = 0;  // LOCAL: d.host after the dry-run helper lands
+  c.host_peak = d.host.peak_allocated;
   c.exact = true;
-  c.fits = c.device_peak <= target;
+  c.fits = c.device_peak <= r.target && (r.host_budget == 0 || c.host_peak <= r.host_budget);
 }
 
 std::string ms(double s) {
@@ -145,7 +145,9 @@ PlanSearch search_plans(const TrainArgs& given, const SearchOptions& o) {
   PlanSearch r;
   r.budget = o.budget;
   r.target = int64_t(double(o.budget) * (1 - o.headroom));
-  std::vector<CandidateConfig> configs = enumerate_candidates(given, o.data_parallel);
+  TIDAL_CHECK(o.host_budget >= 0, "tidal plan: the host memory budget must be >= 0, got ", o.host_budget);
+  r.host_budget = o.host_budget;
+  std::vector<CandidateConfig> configs = enumerate_candidates(given, o.data_parallel, o.disk_dir);
   r.enumerated = int64_t(configs.size());
   std::vector<PlanCandidate> all;
   all.reserve(configs.size());
@@ -179,7 +181,7 @@ PlanSearch search_plans(const TrainArgs& given, const SearchOptions& o) {
     if (!d) return;
     // Rank 0's peak is every rank's without sharding; sharded, the largest rank's is verified below.
     if (same_kernels(c.args) && (o.data_parallel == 1 || c.args.data_parallel.sharding == ShardingStrategy::no_shard))
-      set_exact(c, *d, r.target);
+      set_exact(c, *d, r);
     c.time = predict_step_time(*d, c.args, o.profile, o.data_parallel);
     c.timed = true;
   };
@@ -188,7 +190,7 @@ PlanSearch search_plans(const TrainArgs& given, const SearchOptions& o) {
   r.given = all.front();
   time(r.given);
   if (!r.given.exact)
-    if (std::optional<DryRun> d = try_dry_run(r.given.args, o.data_parallel)) set_exact(r.given, *d, r.target);
+    if (std::optional<DryRun> d = try_dry_run(r.given.args, o.data_parallel)) set_exact(r.given, *d, r);
 
   // Which candidates to time: those that may fit. First, per combination of the other switches, the
   // first rung of the recompute ladder that fits (the fastest of its ladder, unless a rung below it
@@ -227,16 +229,16 @@ PlanSearch search_plans(const TrainArgs& given, const SearchOptions& o) {
     if (!c.fits) continue;
     if (!c.exact && verified < kMaxVerified) {
       ++verified;
-      if (std::optional<DryRun> d = try_dry_run(c.args, o.data_parallel)) set_exact(c, *d, r.target);
+      if (std::optional<DryRun> d = try_dry_run(c.args, o.data_parallel)) set_exact(c, *d, r);
     }
-    if (c.fits) r.chosen = int(i);
+    if (c.fits && (c.exact || r.host_budget == 0)) r.chosen = int(i);  // a host budget needs the dry run's host peak
   }
   // The Pareto front of device peak against step time.
   int64_t smallest = INT64_MAX;
   for (PlanCandidate& c : r.candidates) {
     if (c.device_peak < smallest && !c.exact && verified < kMaxVerified) {
       ++verified;
-      if (std::optional<DryRun> d = try_dry_run(c.args, o.data_parallel)) set_exact(c, *d, r.target);
+      if (std::optional<DryRun> d = try_dry_run(c.args, o.data_parallel)) set_exact(c, *d, r);
     }
     c.pareto = c.device_peak < smallest;
     smallest = std::min(smallest, c.device_peak);
@@ -250,6 +252,14 @@ PlanSearch search_plans(const TrainArgs& given, const SearchOptions& o) {
     });
     r.smallest = *it;
     r.nothing_fits = nothing_fits(r.smallest, o, r.target);
+    // Candidates whose device peak fits but whose host peak does not.
+    int64_t host = INT64_MAX;
+    for (const PlanCandidate& c : r.candidates)
+      if (c.exact && c.device_peak <= r.target) host = std::min(host, c.host_peak);
+    if (r.host_budget > 0 && host != INT64_MAX)
+      r.nothing_fits += " Some candidates fit the device but not the host budget, " + format_bytes(r.host_budget) +
+                        " (the smallest needs " + format_bytes(host) + " of host memory): raise --host-memory" +
+                        (o.disk_dir.empty() ? ", or give --offload-dir DIR to search offload to disk." : ".");
   }
   return r;
 }

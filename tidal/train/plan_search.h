@@ -34,7 +34,7 @@ struct PlanCandidate {
   bool exact = false;
   bool timed = false;
   StepTime time;        // when `timed`
-  bool fits = false;    // device_peak within the target
+  bool fits = false;    // device_peak within the target (and, exact, host_peak within the host budget)
   bool pareto = false;  // no timed candidate is both faster and smaller
   std::string why;      // one line: what its switches cost or save
 };
@@ -45,10 +45,15 @@ struct SearchOptions {
   int data_parallel = 1;        // ranks
   DeviceProfile profile;        // for the step time
   double dry_run_seconds = 20;  // about how long the timing dry runs may take in all
+  // Host memory the run may use (offloaded activations, the swap optimizer's states, staging
+  // buffers); 0: no limit. A candidate fits when its exact host peak is within it too.
+  int64_t host_budget = 0;
+  std::string disk_dir;  // not empty: offload to a spill file in this directory is searched too
 };
 
 struct PlanSearch {
   int64_t budget = 0, target = 0;  // the budget and the budget less the headroom
+  int64_t host_budget = 0;         // SearchOptions::host_budget
   PlanCandidate given;
   std::vector<PlanCandidate> candidates;  // every timed candidate (the given one too, flags ""), fastest first
   int chosen = -1;                        // index into candidates of the fastest that fits; -1: none

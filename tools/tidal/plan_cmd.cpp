@@ -48,7 +48,7 @@ int run_plan(const std::vector<std::string>& argv) {
     if (argv[i] == "--help" || argv[i] == "-h") {
       std::printf(
           "usage: tidal plan [tidal train flags] [--memory BYTES] [--headroom PERCENT] [--data-parallel-size N]\n"
-          "                  [--dry-run] [--device NAME|FILE]\n"
+          "                  [--dry-run] [--device NAME|FILE] [--json] [--host-memory BYTES] [--offload-dir DIR]\n"
           "       tidal plan --calibrate [--profile-out FILE] [--quick]\n"
           "       tidal plan --list-devices\n\n"
           "Predicts the device memory of one training step of that configuration (nothing is allocated:\n"
@@ -65,7 +65,13 @@ int run_plan(const std::vector<std::string>& argv) {
           "--data-parallel-size N it plays ranks of N in one process and prints the rank with the highest\n"
           "peak. It refuses --load, --pretrained and --overlap-grad-reduce.\n"
           "--device NAME|FILE plans for a device profile: a built-in (--list-devices: h100, h200, a100) or\n"
-          "a file from --calibrate; its memory is the budget when --memory is not given.\n"
+          "a file from --calibrate (./tidal-device-profile.json is read when it exists); its memory is the\n"
+          "budget when --memory is not given. With a profile, tidal plan searches the memory features,\n"
+          "the micro-batch and (with ranks) sharding for the fastest configuration that fits: exact peaks\n"
+          "from dry runs, step times from a cost model over their kernels; it prints the Pareto front of\n"
+          "memory against time with the chosen one marked (--json: as JSON). --host-memory BYTES: the host\n"
+          "memory offload and the swap optimizer may use; --offload-dir DIR: search offload to disk too.\n"
+          "tidal train --auto-memory trains with the choice (docs/planning.md).\n"
           "--calibrate measures this machine with tidal's own kernels (GEMM and flash attention f32/bf16,\n"
           "memory bandwidth, kernel overhead, host copies, spill-file disk, all-reduce under mpirun; about\n"
           "10-20 s on 2 cores) and writes the profile to --profile-out (default ./tidal-device-profile.json);\n"
@@ -79,7 +85,8 @@ int run_plan(const std::vector<std::string>& argv) {
     } else if (argv[i] == "--calibrate" || argv[i] == "--json" || argv[i] == "--quick" || argv[i] == "--list-devices") {
       own.push_back(argv[i]);
     } else if (argv[i] == "--memory" || argv[i] == "--headroom" || argv[i] == "--data-parallel-size" ||
-               argv[i] == "--device" || argv[i] == "--profile-out") {
+               argv[i] == "--device" || argv[i] == "--profile-out" || argv[i] == "--host-memory" ||
+               argv[i] == "--offload-dir") {
       own.push_back(argv[i]);
       if (i + 1 < argv.size()) own.push_back(argv[++i]);
     } else {
@@ -95,7 +102,9 @@ int run_plan(const std::vector<std::string>& argv) {
       .flag("calibrate", "measure this machine into a device profile")
       .flag("quick", "with --calibrate: tiny shapes, a smoke test")
       .flag("list-devices", "print the built-in device profiles")
-      .flag("json", "print the search as JSON: given, chosen, candidates");
+      .flag("json", "print the search as JSON: given, chosen, candidates")
+      .option("host-memory", "the host memory the run may use (offload, swap optimizer); default: no limit", "BYTES")
+      .option("offload-dir", "search offload to disk too, with the spill file in DIR", "DIR");
   f.parse(own);
   if (f.flag_on("list-devices")) {
     for (const train::BuiltinDevice& b : train::builtin_device_profiles())
@@ -145,6 +154,9 @@ int run_plan(const std::vector<std::string>& argv) {
   const int64_t budget = parse_bytes(memory);
   TIDAL_CHECK(budget > 0, "tidal plan: --memory must be positive, got '", memory, "'");
   if (!device) {  // no step times: the triage order on the estimator alone
+    TIDAL_CHECK(
+        !f.has("host-memory") && !f.has("offload-dir"), "tidal plan: --host-memory and --offload-dir go ",
+        "with the search, which needs step times: give --device NAME|FILE, or run tidal plan --calibrate first");
     TIDAL_CHECK(!json, "tidal plan --json: the search needs step times: give --device NAME|FILE (tidal plan ",
                 "--list-devices), or run tidal plan --calibrate first");
     const train::Plan plan = train::make_plan(args.model, s, budget, headroom);
@@ -159,6 +171,11 @@ int run_plan(const std::vector<std::string>& argv) {
   o.headroom = headroom;
   o.data_parallel = s.data_parallel;
   o.profile = *device;
+  if (f.has("host-memory")) {
+    o.host_budget = parse_bytes(f.str("host-memory"));
+    TIDAL_CHECK(o.host_budget > 0, "tidal plan: --host-memory must be positive, got '", f.str("host-memory"), "'");
+  }
+  o.disk_dir = f.str("offload-dir");
   const train::PlanSearch search = train::search_plans(args, o);
   if (json) {
     std::printf("%s\n", train::plan_search_json(search, o).dump(2).c_str());
