@@ -30,7 +30,7 @@ nlohmann::json candidate_json(const PlanCandidate& c) {
   nlohmann::json j = {{"flags", c.flags},
                       {"recompute", c.recompute},
                       {"device_peak_bytes", c.device_peak},
-                      {"host_peak_bytes", c.host_peak},
+                      {"host_peak_bytes", c.exact ? nlohmann::json(c.host_peak) : nlohmann::json(nullptr)},
                       {"estimated_peak_bytes", c.estimated_peak},
                       {"exact", c.exact},
                       {"fits", c.fits},
@@ -76,14 +76,14 @@ std::string format_plan_search(const PlanSearch& s, const TrainArgs& g, const Se
          std::to_string(s.candidates.size()) + " with " + std::to_string(s.dry_runs) + " dry runs. The Pareto front " +
          "of device peak against step time has " + std::to_string(front.size()) + " members" +
          (last - first < front.size() ? "; around the chosen one (--json lists every candidate)" : "") +
-         " (~: the estimator's peak; * chosen):\n";
+         " (~: the estimator's peak, its host peak unknown: -; * chosen):\n";
   out += "       step   device peak     host peak  flags\n";
   for (size_t k = first; k < last; ++k) {
     const size_t i = front[k];
     const PlanCandidate& c = s.candidates[i];
     char line[96];
     std::snprintf(line, sizeof line, "  %c %8s %13s %13s  ", int(i) == s.chosen ? '*' : ' ', step_time(c).c_str(),
-                  peak(c).c_str(), format_bytes(c.host_peak).c_str());
+                  peak(c).c_str(), c.exact ? format_bytes(c.host_peak).c_str() : "-");
     out += line + (c.flags.empty() ? std::string("(as given)") : c.flags) + (c.fits ? "" : "  [does not fit]") + "\n";
     out += "             " + c.why + "\n";
   }

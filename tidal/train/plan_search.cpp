@@ -1,7 +1,6 @@
 #include "tidal/train/plan_search.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <map>
 #include <optional>
@@ -20,10 +19,6 @@ namespace {
 constexpr double kEstimateSlack = 1.2;
 // Pareto members (and chosen ones) made exact by their own dry run, at most.
 constexpr int kMaxVerified = 16;
-
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
 
 // A dry run of `a` as planned, on the rank of `ranks` with the highest peak: --load and --pretrained
 // only give values (the model config has the shapes). nullopt when the dry run refuses the
@@ -165,14 +160,13 @@ PlanSearch search_plans(const TrainArgs& given, const SearchOptions& o) {
 
   // Kernel dry runs, one per kernel key, cached; the seconds they took.
   std::map<std::string, std::optional<DryRun>> runs;
-  double dry_run_seconds = 0;
+  int64_t dry_run_kernels = 0;  // recorded by the dry runs so far: their work, counted deterministically
   auto kernels_of = [&](const TrainArgs& a) -> const std::optional<DryRun>& {
     const std::string key = kernel_key(a);
     auto it = runs.find(key);
     if (it != runs.end()) return it->second;
-    const auto t0 = std::chrono::steady_clock::now();
     std::optional<DryRun> d = try_dry_run(kernel_args(a), o.data_parallel, false);
-    dry_run_seconds += seconds_since(t0);
+    if (d) dry_run_kernels += int64_t(d->kernels.size());
     ++r.dry_runs;
     return runs.emplace(key, std::move(d)).first->second;
   };
@@ -212,7 +206,7 @@ PlanSearch search_plans(const TrainArgs& given, const SearchOptions& o) {
   for (size_t i : may_fit)
     if (first(i)) time(all[i]);
   for (size_t i : may_fit)
-    if (!first(i) && (runs.count(kernel_key(all[i].args)) > 0 || dry_run_seconds < o.dry_run_seconds)) time(all[i]);
+    if (!first(i) && (runs.count(kernel_key(all[i].args)) > 0 || dry_run_kernels < o.dry_run_kernels)) time(all[i]);
 
   if (r.given.timed) r.candidates.push_back(r.given);  // as given is a candidate too (no flags)
   for (size_t i = 1; i < all.size(); ++i)

@@ -11,8 +11,9 @@
 // same kernels as the configuration without them (they add copies and move collectives, which the cost
 // model times from their bytes), so one dry run times every such variant of a configuration. The
 // first recompute rung that fits is timed for every combination of the other switches; the other
-// rungs while the dry runs stay within SearchOptions::dry_run_seconds (large MoE models take seconds
-// each).
+// rungs while the dry runs have recorded fewer than SearchOptions::dry_run_kernels kernels (a bound on
+// their work that every rank counts alike, unlike time, so every rank makes the same choice; a large
+// MoE model's dry run takes seconds).
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -40,11 +41,13 @@ struct PlanCandidate {
 };
 
 struct SearchOptions {
-  int64_t budget = 0;           // device bytes
-  double headroom = 0.10;       // fraction of the budget kept free
-  int data_parallel = 1;        // ranks
-  DeviceProfile profile;        // for the step time
-  double dry_run_seconds = 20;  // about how long the timing dry runs may take in all
+  int64_t budget = 0;      // device bytes
+  double headroom = 0.10;  // fraction of the budget kept free
+  int data_parallel = 1;   // ranks
+  DeviceProfile profile;   // for the step time
+  // The kernels the timing dry runs may record in all before the optional rungs stop (about 100 dry
+  // runs of a dense 8B model, 10 of a 30B MoE at 32k tokens).
+  int64_t dry_run_kernels = 1000000;
   // Host memory the run may use (offloaded activations, the swap optimizer's states, staging
   // buffers); 0: no limit. A candidate fits when its exact host peak is within it too.
   int64_t host_budget = 0;
