@@ -108,6 +108,29 @@ TEST(PlanCli, DryRunPrintsTheRealRunsPeak) {
       << refused.output;
 }
 
+// The saved-tensor table from the dry run (--report-memory) is the one the real run prints, line for
+// line: the same code saved the same tensors, on the meta device.
+std::string saved_table(const std::string& output) {
+  const size_t from = output.find("layer  module");
+  const size_t all = output.find("  all:", from);
+  if (from == std::string::npos || all == std::string::npos) return "";
+  return output.substr(from, output.find('\n', all) - from);
+}
+
+TEST(PlanCli, DryRunPrintsTheRealRunsSavedTensorTable) {
+  const std::string flags = kTiny + " --train-iters 2 --lr-warmup-iters 0 --recompute-activation-function";
+  const Result train = run(kTidal + " train" + flags + " --report-memory");
+  ASSERT_EQ(train.code, 0) << train.output;
+  const Result plan = run(kTidal + " plan --dry-run --report-memory" + flags);
+  ASSERT_EQ(plan.code, 0) << plan.output;
+  ASSERT_NE(saved_table(train.output), "") << train.output;
+  EXPECT_EQ(saved_table(plan.output), saved_table(train.output)) << plan.output;
+  const Result hint = run(kTidal + " plan --dry-run" + flags);
+  ASSERT_EQ(hint.code, 0) << hint.output;
+  EXPECT_EQ(saved_table(hint.output), "") << hint.output;
+  EXPECT_NE(hint.output.find("  (--report-memory: the table of the "), std::string::npos) << hint.output;
+}
+
 // With offload and the swap optimizer the dry run prints the host peak a real run reports in
 // --metrics-json, to the byte, and its device peak too.
 TEST(PlanCli, DryRunPrintsTheRealRunsHostPeak) {

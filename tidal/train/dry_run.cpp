@@ -105,6 +105,7 @@ DryRun dry_run(const TrainArgs& given, int rank, int ranks) {
         r.activation_bytes_outside_layers += x.bytes;
       }
     }
+    r.saved = std::move(saved);
   }
   meta.empty_cache();
   host.empty_cache();

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "tidal/autograd/saved_tensor_log.h"
 #include "tidal/memory_stats.h"
 #include "tidal/train/arguments.h"
 #include "tidal/train/kernel_records.h"
@@ -38,6 +39,9 @@ struct DryRun {
   // embedding's ids, the final norm, the LM head's input, the loss's statistics).
   std::vector<int64_t> activation_bytes_per_layer;
   int64_t activation_bytes_outside_layers = 0;
+  // What the first micro-batch's forward saved for backward, tensor by tensor (what `tidal train
+  // --report-memory` prints): layer, module, op, shape, dtype, bytes, policy.
+  std::vector<autograd::SavedTensorRecord> saved;
   int64_t steps = 0;           // steps run: kDryRunSteps, or --train-iters when fewer
   int rank = 0, ranks = 1;     // the data-parallel rank this dry run played, of `ranks`
   std::vector<int> ranks_run;  // dry_run_largest_rank: the ranks it dry-ran

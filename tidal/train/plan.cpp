@@ -94,7 +94,7 @@ std::string format_plan(const Plan& p, const models::ModelConfig& m, const Triag
   return out;
 }
 
-std::string format_dry_run(const DryRun& d, const StepPeak& predicted) {
+std::string format_dry_run(const DryRun& d, const StepPeak& predicted, bool saved_table) {
   const MemoryStats& st = d.device;
   const double ratio = predicted.total > 0 ? double(st.peak_allocated) / double(predicted.total) : 0.0;
   char line[160];
@@ -134,7 +134,9 @@ std::string format_dry_run(const DryRun& d, const StepPeak& predicted) {
     }
   }
   out += "\n";
-  return out;
+  if (!saved_table)
+    return out + "  (--report-memory: the table of the " + std::to_string(d.saved.size()) + " tensors saved)\n";
+  return out + "Tensors the first micro-batch saved for backward:\n" + autograd::saved_tensors_table(d.saved);
 }
 
 }  // namespace tidal::train

@@ -47,7 +47,9 @@ std::string format_plan(const Plan& p, const models::ModelConfig& m, const Triag
 
 // What `tidal plan --dry-run` prints: the dry run's device peak beside the estimator's `predicted`
 // one, which rank it is (of several), the host peak, the bytes of each category at the peak and its
-// own peak (host_offload: the host's), and the activations saved per layer.
-std::string format_dry_run(const DryRun& d, const StepPeak& predicted);
+// own peak (host_offload: the host's), and the activations saved per layer; with `saved_table` the
+// table of every tensor the first micro-batch saved for backward (--report-memory), else a line
+// saying how to ask for it.
+std::string format_dry_run(const DryRun& d, const StepPeak& predicted, bool saved_table);
 
 }  // namespace tidal::train

@@ -4,7 +4,6 @@
 // (tidal/train/calibrate.h); `tidal plan --list-devices` prints the built-in profiles.
 #include <cstdio>
 #include <cstdlib>
-#include <filesystem>
 #include <optional>
 
 #include "tidal/base/error.h"
@@ -12,6 +11,7 @@
 #include "tidal/dist/communicator.h"
 #include "tidal/memory_stats.h"
 #include "tidal/train/arguments.h"
+#include "tidal/train/auto_memory.h"
 #include "tidal/train/calibrate.h"
 #include "tidal/train/device_profile.h"
 #include "tidal/train/plan.h"
@@ -61,7 +61,8 @@ int run_plan(const std::vector<std::string>& argv) {
           "--dry-run also runs two training steps of the configuration on the meta device (shapes, no\n"
           "values: any size, no memory touched, no file written; the same code as training, offload and\n"
           "the swap optimizer included) and prints the allocators' exact device and host peaks and their\n"
-          "breakdown beside the estimator's prediction (docs/memory.md, \"Dry run\"); with\n"
+          "breakdown beside the estimator's prediction (docs/memory.md, \"Dry run\"), and with\n"
+          "--report-memory the table of every tensor the first micro-batch saved for backward; with\n"
           "--data-parallel-size N it plays ranks of N in one process and prints the rank with the highest\n"
           "peak. It refuses --load, --pretrained and --overlap-grad-reduce.\n"
           "--device NAME|FILE plans for a device profile: a built-in (--list-devices: h100, h200, a100) or\n"
@@ -121,15 +122,15 @@ int run_plan(const std::vector<std::string>& argv) {
   const bool json = f.flag_on("json");
   TIDAL_CHECK(!(json && dry), "tidal plan: --json prints the search; run --dry-run without it");
   // The profile that times the search: --device, else this machine's calibrated file when it exists.
-  std::optional<train::DeviceProfile> device;
+  TIDAL_CHECK(!f.has("device") || !f.str("device").empty(), "tidal plan: --device needs a profile: a built-in ",
+              "name (tidal plan --list-devices) or a file from tidal plan --calibrate");
+  const std::optional<train::DeviceProfile> device = train::saved_device_profile(f.str("device"));
   std::string device_from;
   if (f.has("device")) {
-    device = train::load_device_profile(f.str("device"));
     const bool budget = memory.empty() && device->memory_bytes > 0;
     if (budget) memory = std::to_string(device->memory_bytes);
     device_from = budget ? "; its memory is the budget" : "";
-  } else if (std::error_code ec; std::filesystem::is_regular_file(train::kDefaultDeviceProfileFile, ec)) {
-    device = train::load_device_profile(std::string("./") + train::kDefaultDeviceProfileFile);
+  } else if (device) {
     device_from = std::string(", from ./") + train::kDefaultDeviceProfileFile;
   }
   if (device && !json)
@@ -144,7 +145,7 @@ int run_plan(const std::vector<std::string>& argv) {
       train::triage_settings(args, int(f.integer("data-parallel-size", 1, 1, train::kMaxDataParallelSize)));
   if (dry) {
     const train::DryRun d = train::dry_run_largest_rank(args, int(s.data_parallel));
-    std::fputs(train::format_dry_run(d, train::predict_step_peak(args.model, s)).c_str(), stdout);
+    std::fputs(train::format_dry_run(d, train::predict_step_peak(args.model, s), args.report_memory).c_str(), stdout);
   }
   if (memory.empty()) {  // no budget: what a step needs and what each step of the triage would save
     std::fputs(train::oom_advice(args.model, s).c_str(), stdout);
