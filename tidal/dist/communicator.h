@@ -32,6 +32,12 @@ class Communicator {
   // stream's worker thread can run collectives on it while another thread runs them here. A
   // collective: every rank calls it, in the same order. Statistics are shared with this one.
   virtual std::unique_ptr<Communicator> duplicate() = 0;
+  // A communicator over `members`: ranks of this one, ascending, this rank among them; its rank is
+  // this rank's index in `members`. A collective: every rank of this one calls it, in the same order,
+  // each with the members of its own group, and the groups partition the ranks (expert-parallel and
+  // context-parallel groups, and the data-parallel groups across them). Throws tidal::Error on a
+  // list that is not such a group. Statistics are shared with this one.
+  virtual std::unique_ptr<Communicator> subgroup(const std::vector<int>& members) = 0;
 
   // Every rank sends `bytes_per_rank` bytes to every rank (block r of `send` goes to rank r) and
   // receives rank r's block into block r of `recv`. Blocking; buffers are device memory.
@@ -84,6 +90,10 @@ Communicator& world();
 bool launched_by_mpi_launcher();
 // Shuts the distributed runtime down cleanly (MPI_Finalize); call once at the end of main.
 void finalize();
+
+// Throws tidal::Error unless `members` is ascending, without repeats, within [0, size) and holds `rank`;
+// returns `rank`'s index in it. For Communicator::subgroup's implementations.
+int check_subgroup(const std::vector<int>& members, int rank, int size);
 
 // Every rank's string, in rank order (error messages, per-rank summaries).
 std::vector<std::string> all_gather_strings(Communicator& comm, const std::string& mine);

@@ -16,6 +16,12 @@ std::unique_ptr<Communicator> MetaCommunicator::duplicate() {
   return d;
 }
 
+std::unique_ptr<Communicator> MetaCommunicator::subgroup(const std::vector<int>& members) {
+  auto d = std::make_unique<MetaCommunicator>(check_subgroup(members, rank_, size_), int(members.size()));
+  d->share_stats_of(*this);
+  return d;
+}
+
 void MetaCommunicator::all_to_all(const void* send, void* recv, int64_t bytes_per_rank) {
   if (bytes_per_rank <= 0 || send == nullptr || recv == nullptr) return;
   const char* mine = static_cast<const char*>(send) + int64_t(rank_) * bytes_per_rank;

@@ -16,6 +16,7 @@ class MetaCommunicator final : public Communicator {
   int size() const override { return size_; }
   const char* backend() const override { return "meta"; }
   std::unique_ptr<Communicator> duplicate() override;
+  std::unique_ptr<Communicator> subgroup(const std::vector<int>& members) override;
   // Every rank's block is this rank's `send` block (all_to_all: the block for this rank).
   void all_to_all(const void* send, void* recv, int64_t bytes_per_rank) override;
   void all_gather(const void* send, void* recv, int64_t bytes_per_rank) override;

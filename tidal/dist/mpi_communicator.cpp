@@ -104,6 +104,21 @@ std::unique_ptr<Communicator> MpiCommunicator::duplicate() {
   return d;
 }
 
+std::unique_ptr<Communicator> MpiCommunicator::subgroup(const std::vector<int>& members) {
+  const int index = check_subgroup(members, rank_, size_);
+  auto handle = std::make_unique<Handle>();
+  {
+    std::lock_guard lock(mutex_);  // the groups are named by their first member; ranks keep their order
+    check(MPI_Comm_split(handle_->comm, members.front(), rank_, &handle->comm), "MPI_Comm_split");
+  }
+  std::unique_ptr<MpiCommunicator> d(new MpiCommunicator(std::move(handle)));
+  d->share_stats_of(*this);
+  TIDAL_CHECK(d->size() == int(members.size()) && d->rank() == index, "[dist] rank ", rank_, "'s group of ",
+              members.size(), " ranks from ", members.front(), " has ", d->size(),
+              " ranks on the others: every rank must name the same groups");
+  return d;
+}
+
 MpiCommunicator::~MpiCommunicator() {
   if (world_) {
     finalize();

@@ -19,6 +19,7 @@ class MpiCommunicator final : public Communicator {
   int size() const override { return size_; }
   const char* backend() const override { return "mpi"; }
   std::unique_ptr<Communicator> duplicate() override;
+  std::unique_ptr<Communicator> subgroup(const std::vector<int>& members) override;
   void all_to_all(const void* send, void* recv, int64_t bytes_per_rank) override;
   void all_gather(const void* send, void* recv, int64_t bytes_per_rank) override;
   void exchange(const std::vector<Transfer>& sends, const std::vector<Transfer>& receives) override;
