@@ -43,6 +43,18 @@ TEST(Subgroup, ContiguousAndStridedGroupsPartitionTheRanks) {
   expect_group_gathers_its_members(*comm.subgroup(all), all);
 }
 
+// On four ranks: {0,1} {2,3} and {0,2} {1,3} at once, as expert-parallel groups and the
+// expert-data-parallel groups across them.
+TEST(Subgroup, PairsAndStridesOnFourRanks) {
+  Communicator& comm = world();
+  if (comm.size() != 4) GTEST_SKIP() << "runs on four ranks (ctest dist4)";
+  const int r = comm.rank();
+  const std::vector<int> pair = {r - r % 2, r - r % 2 + 1}, stride = {r % 2, r % 2 + 2};
+  std::unique_ptr<Communicator> a = comm.subgroup(pair), b = comm.subgroup(stride);
+  expect_group_gathers_its_members(*a, pair);
+  expect_group_gathers_its_members(*b, stride);
+}
+
 TEST(Subgroup, ExchangesStayInsideTheGroup) {
   Communicator& comm = world();
   const int n = comm.size(), r = comm.rank();
