@@ -47,6 +47,19 @@ TEST(MetaParity, AttentionAndRope) {
     EXPECT_TRUE(meta_matches_cpu([&](auto& x) { return scaled_dot_product_attention(x[0], x[1], x[2], opt); },
                                  {{{2, 4, 20, 16}}, {{2, 2, 20, 16}}, {{2, 2, 20, 16}}}))
         << "kernel " << (kernel == AttentionKernel::flash ? "flash" : "eager");
+    // A block of a larger matrix (context parallelism): the same allocations.
+    opt.dropout_frame.rows = 40;
+    opt.dropout_frame.cols = 60;
+    opt.dropout_frame.row_offset = 20;
+    opt.dropout_frame.col_offset = 10;
+    opt.causal = false;
+    EXPECT_TRUE(meta_matches_cpu(
+        [&](auto& x) {
+          opt.dropout_frame.rng = reserve_attention_dropout(2, 4, 40, 60);
+          return scaled_dot_product_attention(x[0], x[1], x[2], opt);
+        },
+        {{{2, 4, 20, 16}}, {{2, 2, 20, 16}}, {{2, 2, 20, 16}}}))
+        << "kernel " << (kernel == AttentionKernel::flash ? "flash" : "eager") << " with a dropout frame";
   }
   EXPECT_TRUE(meta_matches_cpu(
       [](auto& x) {

@@ -41,6 +41,11 @@ TEST(MetaParity, MatmulLinearDropout) {
   EXPECT_TRUE(meta_matches_cpu([](auto& x) { return linear(x[0].transpose(0, 1), x[1], x[2]); },
                                {{{5, 4, 16}}, {{12, 16}}, {{12}}}));
   EXPECT_TRUE(meta_matches_cpu([](auto& x) { return dropout(x[0], 0.3); }, {{{5, 4, 16}}}));
+  EXPECT_TRUE(meta_matches_cpu(  // a piece of a (5, 9, 16) tensor, strided input: the contiguous copy too
+      [](auto& x) {
+        return dropout_rows(x[0].transpose(0, 1), 0.3, reserve_row_frame(5, 9, 16, {8, 0, 3, 4}));
+      },
+      {{{4, 5, 16}}}));
   EXPECT_TRUE(meta_matches_cpu([](auto& x) { return matmul(x[0].to(DType::bf16), x[1].to(DType::bf16)); },
                                {{{8, 16}}, {{16, 4}}}));
 }

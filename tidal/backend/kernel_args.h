@@ -50,10 +50,27 @@ struct FlashArgs {
   double scale = 1.0;
   bool causal = true;  // bottom-right aligned: query i sees keys j <= i + S - T
   // Dropout as tidal::dropout draws it (keep where uniform >= float(p), scale 1/(1-p)); 0: none.
-  // Probability (b, h, i, j) uses Philox key `seed` at position rng_start + ((b*Hq + h)*T + i)*S + j.
+  // Probability (b, h, i, j) uses Philox key `seed` at position
+  //   rng_start + ((b*Hq + h)*T_g + rng_row_offset + i)*S_g + rng_col_offset + j
+  // where this call is the block at (rng_row_offset, rng_col_offset) of a (T_g, S_g) = (rng_rows,
+  // rng_cols) attention matrix (context parallelism draws each block as the whole matrix would);
+  // rng_rows/rng_cols 0 mean this call's T and S, so the defaults give rng_start + ((b*Hq + h)*T + i)*S + j.
   double dropout_p = 0;
   uint64_t seed = 0;
   uint64_t rng_start = 0;
+  int64_t rng_row_offset = 0, rng_col_offset = 0;
+  int64_t rng_rows = 0, rng_cols = 0;
+};
+
+// --- dropout of a piece of a larger tensor (ops/random.h dropout_rows): x contiguous, seen as
+// (outer, rows, inner); element (o, t, c) draws Philox key `seed` at position
+//   start + (o*global_rows + g(t))*global_inner + col_offset + c,   g(t) = row_map ? row_map[t] : row_offset + t.
+struct DropoutRowsArgs {
+  int64_t outer = 1, rows = 1, inner = 1;
+  int64_t global_rows = 0, global_inner = 0;  // the whole tensor's row count and row length
+  int64_t row_offset = 0, col_offset = 0;
+  const int64_t* row_map = nullptr;  // `rows` entries (host memory), or nullptr
+  uint64_t seed = 0, start = 0;
 };
 
 // --- cross-entropy over rows of logits (rows, vocab)

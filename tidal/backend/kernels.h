@@ -54,6 +54,9 @@ class Kernels {
   virtual void dropout_forward(const Tensor& out, const Tensor& mask, const Tensor& x, double p, double scale,
                                uint64_t seed, uint64_t start) = 0;
   virtual void dropout_backward(const Tensor& dx, const Tensor& g, const Tensor& mask, double scale) = 0;
+  // dropout_forward with the stream positions of DropoutRowsArgs (a piece of a larger tensor). x contiguous.
+  virtual void dropout_rows_forward(const DropoutRowsArgs& a, const Tensor& out, const Tensor& mask, const Tensor& x,
+                                    double p, double scale) = 0;
 
   // --- activations
   virtual void gelu_forward(const Tensor& out, const Tensor& x, bool tanh_approx) = 0;

@@ -5,7 +5,9 @@
 #include <cmath>
 
 #include "tidal/backend/kernels.h"
+#include "tidal/base/checked_math.h"
 #include "tidal/ops/common.h"
+#include "tidal/ops/dropout_positions.h"
 #include "tidal/ops/matmul.h"
 #include "tidal/ops/random.h"
 #include "tidal/ops/rope.h"
@@ -75,7 +77,39 @@ void check_inputs(const Tensor& q, const Tensor& k, const Tensor& v, const Atten
   TIDAL_CHECK(std::isfinite(opt.scale), "[", op, "] scale must be finite, got ", opt.scale);
 }
 
-Tensor eager_attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale, const AttentionOptions& opt) {
+// The dropout frame resolved: T_g, S_g and the count the whole matrix needs; refuses a frame that
+// does not contain the call's block.
+struct DropoutFrame {
+  int64_t rows, cols;
+  uint64_t count;
+  bool is_default;
+};
+DropoutFrame resolve_frame(const Tensor& q, const Tensor& k, const AttentionDropoutFrame& f) {
+  const char* op = "scaled_dot_product_attention";
+  const int64_t t = q.size(2), s = k.size(2);
+  TIDAL_CHECK(f.row_offset >= 0 && f.col_offset >= 0 && f.rows >= 0 && f.cols >= 0, "[", op,
+              "] dropout_frame fields must be non-negative, got row_offset ", f.row_offset, ", col_offset ",
+              f.col_offset, ", rows ", f.rows, ", cols ", f.cols);
+  const int64_t rows = f.rows > 0 ? f.rows : t, cols = f.cols > 0 ? f.cols : s;
+  TIDAL_CHECK(f.row_offset <= rows - t && f.col_offset <= cols - s, "[", op, "] dropout_frame (", rows, " x ", cols,
+              " from row ", f.row_offset, ", column ", f.col_offset, ") does not contain the block of ", t,
+              " query rows x ", s, " keys");
+  const int64_t dims[] = {q.size(0), q.size(1), rows, cols};
+  const uint64_t count = uint64_t(checked_product(dims, "[scaled_dot_product_attention] dropout_frame B*Hq*T_g*S_g"));
+  TIDAL_CHECK(!f.rng || f.rng->count == count, "[", op, "] dropout_frame.rng holds ", f.rng ? f.rng->count : 0,
+              " positions but the whole matrix (B*Hq*T_g*S_g) needs ", count,
+              ": reserve it with reserve_attention_dropout(B, Hq, T_g, S_g)");
+  const bool is_default = f.row_offset == 0 && f.col_offset == 0 && rows == t && cols == s && !f.rng;
+  return {rows, cols, count, is_default};
+}
+
+// The frame's range, or one reserved now for the whole matrix.
+RandomRange frame_range(const AttentionDropoutFrame& f, const DropoutFrame& r) {
+  return f.rng ? *f.rng : reserve_random_range(r.count);
+}
+
+Tensor eager_attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale, const AttentionOptions& opt,
+                       const DropoutFrame& frame) {
   const int64_t b = q.size(0), hq = q.size(1), t = q.size(2), d = q.size(3);
   const int64_t hkv = k.size(1), s = k.size(2), dv = v.size(3), g = hq / hkv;
   // GQA without repeating k/v: fold the group's query heads into rows when q's layout allows (one
@@ -89,20 +123,44 @@ Tensor eager_attention(const Tensor& q, const Tensor& k, const Tensor& v, double
     scores = matmul(q.view({b, hkv, g, t, d}), k.unsqueeze(2).mT()).view({b, hq, t, s});
   }
   Tensor probs = scaled_masked_softmax(scores, scale, opt.causal);  // (B, Hq, T, S)
-  Tensor dropped = dropout(probs, opt.dropout_p);                   // (B, Hq, T, S), saves a u8 mask
+  Tensor dropped;                                                   // (B, Hq, T, S), saves a u8 mask
+  if (frame.is_default || opt.dropout_p == 0) {
+    dropped = dropout(probs, opt.dropout_p);
+  } else {
+    const RandomRange range = frame_range(opt.dropout_frame, frame);
+    DropoutRowsArgs a;
+    a.outer = b * hq;
+    a.rows = t;
+    a.inner = s;
+    a.global_rows = frame.rows;
+    a.global_inner = frame.cols;
+    a.row_offset = opt.dropout_frame.row_offset;
+    a.col_offset = opt.dropout_frame.col_offset;
+    a.seed = range.seed;
+    a.start = range.start;
+    dropped = detail::dropout_at("dropout", probs, opt.dropout_p, a);  // the scope dropout() has
+  }
   if (g == 1) return matmul(dropped, v);
   return matmul(dropped.view({b, hkv, g * t, s}), v).view({b, hq, t, dv});  // (B, Hq, T, Dv)
 }
 
-Tensor flash_attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale, const AttentionOptions& opt) {
-  const int64_t b = q.size(0), hq = q.size(1), t = q.size(2), s = k.size(2), dv = v.size(3);
+Tensor flash_attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale, const AttentionOptions& opt,
+                       const DropoutFrame& frame) {
+  const int64_t b = q.size(0), hq = q.size(1), t = q.size(2), dv = v.size(3);
   FlashArgs cfg;
   cfg.scale = scale;
   cfg.causal = opt.causal;
   cfg.dropout_p = opt.dropout_p;
   if (opt.dropout_p > 0) {
-    cfg.seed = get_rng_state().seed;
-    cfg.rng_start = reserve_random(uint64_t(b * hq * t * s));
+    const RandomRange range = frame_range(opt.dropout_frame, frame);  // B*Hq*T*S by default
+    cfg.seed = range.seed;
+    cfg.rng_start = range.start;
+    if (!frame.is_default) {
+      cfg.rng_row_offset = opt.dropout_frame.row_offset;
+      cfg.rng_col_offset = opt.dropout_frame.col_offset;
+      cfg.rng_rows = frame.rows;
+      cfg.rng_cols = frame.cols;
+    }
   }
   Tensor out = empty({b, t, hq, dv}, q.dtype(), q.device()).transpose(1, 2);  // (B, Hq, T, Dv) view
   const bool grad = autograd::needs_grad(q, k, v);
@@ -127,6 +185,11 @@ Tensor flash_attention(const Tensor& q, const Tensor& k, const Tensor& v, double
 
 }  // namespace
 
+RandomRange reserve_attention_dropout(int64_t batch, int64_t q_heads, int64_t rows, int64_t cols) {
+  const int64_t dims[] = {batch, q_heads, rows, cols};
+  return reserve_random_range(uint64_t(checked_product(dims, "[reserve_attention_dropout] B*Hq*T_g*S_g")));
+}
+
 Tensor scaled_masked_softmax(const Tensor& scores, double scale, bool causal) {
   OpScope scope("scaled_masked_softmax");
   detail::check_floating("scaled_masked_softmax", scores);
@@ -147,8 +210,9 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
   OpScope scope("scaled_dot_product_attention");
   check_inputs(q, k, v, opt);
   const double scale = opt.scale != 0 ? opt.scale : 1.0 / std::sqrt(double(q.size(3)));
-  return opt.kernel == AttentionKernel::eager ? eager_attention(q, k, v, scale, opt)
-                                              : flash_attention(q, k, v, scale, opt);
+  const DropoutFrame frame = resolve_frame(q, k, opt.dropout_frame);
+  return opt.kernel == AttentionKernel::eager ? eager_attention(q, k, v, scale, opt, frame)
+                                              : flash_attention(q, k, v, scale, opt, frame);
 }
 
 }  // namespace tidal

@@ -9,20 +9,44 @@
 //    per-row log-sum-exp (B, Hq, T); backward recomputes the probabilities tile by tile.
 // Both draw dropout from the Philox stream the same way (see AttentionOptions::dropout_p), so they
 // agree to rounding, dropout included.
+#include <optional>
+
+#include "tidal/ops/random.h"
 #include "tidal/tensor.h"
 
 namespace tidal {
 
 enum class AttentionKernel { eager, flash };
 
+// Where a call's (T, S) attention matrix sits in a larger (T_g, S_g) one whose dropout mask it must
+// reproduce: context parallelism's ring attention computes the whole matrix as blocks, on several
+// ranks. Probability (b, h, i, j) of the block draws position
+//   rng.start + ((b*Hq + h)*T_g + row_offset + i)*S_g + col_offset + j,
+// the position one call on the whole matrix draws for it. The default frame is the call itself.
+struct AttentionDropoutFrame {
+  int64_t row_offset = 0;  // the block's first query row in the whole matrix
+  int64_t col_offset = 0;  // the block's first key column
+  int64_t rows = 0;        // T_g; 0: this call's T
+  int64_t cols = 0;        // S_g; 0: this call's S
+  // The range reserved once for the whole matrix (B*Hq*T_g*S_g positions: reserve_attention_dropout);
+  // unset: this call reserves that many itself, as a call without a frame does.
+  std::optional<RandomRange> rng;
+};
+
 struct AttentionOptions {
   bool causal = true;  // bottom-right aligned: query i sees keys j <= i + S - T (flash-attention's rule)
   double scale = 0;    // 0: 1/sqrt(D)
   // Dropout on the probabilities. Each call reserves B*Hq*T*S Philox positions and draws probability
-  // (b, h, i, j) from position start + ((b*Hq + h)*T + i)*S + j, in both kernels.
+  // (b, h, i, j) from position start + ((b*Hq + h)*T + i)*S + j, in both kernels (with a
+  // dropout_frame: the positions above, from the frame's range).
   double dropout_p = 0;
+  AttentionDropoutFrame dropout_frame;
   AttentionKernel kernel = AttentionKernel::flash;
 };
+
+// Reserves the dropout range of a whole (B, Hq, T_g, S_g) attention matrix computed as blocks
+// (every context-parallel rank reserves it, so the streams stay in step).
+RandomRange reserve_attention_dropout(int64_t batch, int64_t q_heads, int64_t rows, int64_t cols);
 
 // q (B, Hq, T, D), k (B, Hkv, S, D), v (B, Hkv, S, Dv) with Hq % Hkv == 0 (query head h uses kv head
 // h / (Hq / Hkv)); any strides (transposed views of (B, T, H, D) projections are read in place).

@@ -185,8 +185,21 @@ struct Dims {
         d(q.size(3)),
         dv(v.size(3)) {}
   double flops() const { return 2.0 * double(b * hq * t * s) * double(d + dv); }
-  uint64_t rng_pos(const FlashArgs& cfg, int64_t bi, int64_t h, int64_t i, int64_t j) const {
-    return cfg.rng_start + uint64_t(((bi * hq + h) * t + i) * s + j);
+};
+
+// The Philox position of probability (b, h, i, j): FlashArgs' global frame, resolved once per call
+// (the defaults, T_g = T, S_g = S and no offsets, give rng_start + ((b*Hq + h)*T + i)*S + j).
+struct RngFrame {
+  uint64_t start;
+  int64_t hq, rows, cols;
+  RngFrame(const FlashArgs& cfg, const Dims& n)
+      : start(cfg.rng_start +
+              uint64_t(cfg.rng_row_offset * (cfg.rng_cols > 0 ? cfg.rng_cols : n.s) + cfg.rng_col_offset)),
+        hq(n.hq),
+        rows(cfg.rng_rows > 0 ? cfg.rng_rows : n.t),
+        cols(cfg.rng_cols > 0 ? cfg.rng_cols : n.s) {}
+  uint64_t pos(int64_t bi, int64_t h, int64_t i, int64_t j) const {
+    return start + uint64_t(((bi * hq + h) * rows + i) * cols + j);
   }
 };
 
@@ -232,6 +245,7 @@ void forward_typed(const FlashArgs& cfg, const Tensor& out, const Tensor& lse, c
   A* lp = lse.defined() ? lse.data<A>() : nullptr;
   const A scale = A(cfg.scale), keep_scale = A(1.0 / (1.0 - cfg.dropout_p));
   const bool dropout = cfg.dropout_p > 0;
+  const RngFrame rng(cfg, n);
   const int64_t nqb = (n.t + kFwdBlockQ - 1) / kFwdBlockQ;
   using G = gemm_t<T>;
   const ForwardLayout lay = forward_layout(n, !std::is_same_v<G, A>);
@@ -280,7 +294,7 @@ void forward_typed(const FlashArgs& cfg, const Tensor& out, const Tensor& lse, c
           for (int64_t c = 0; c < n.dv; ++c) orow[c] *= corr;
         }
         if (dropout) {
-          dropout_factors(cfg.seed, n.rng_pos(cfg, b, h, i, j0), nv, float(cfg.dropout_p), keep_scale, z, bits);
+          dropout_factors(cfg.seed, rng.pos(b, h, i, j0), nv, float(cfg.dropout_p), keep_scale, z, bits);
 #pragma omp simd
           for (int64_t c = 0; c < nv; ++c) sr[c] *= z[c];  // masked keys are 0 already
         }
@@ -306,6 +320,7 @@ void backward_typed(const FlashArgs& cfg, const Tensor& dq, const Tensor& dk, co
   const A* lp = lse.data<A>();
   const A scale = A(cfg.scale), keep_scale = A(1.0 / (1.0 - cfg.dropout_p));
   const bool dropout = cfg.dropout_p > 0;
+  const RngFrame rng(cfg, n);
 
   // delta[b, h, i] = rowsum(dO * O): the softmax backward's rowsum(P * dP), dropout included.
   using G = gemm_t<T>;
@@ -374,7 +389,7 @@ void backward_typed(const FlashArgs& cfg, const Tensor& dq, const Tensor& dk, co
             A* dr = ds + r * kBwdBlockK;
             const A row_lse = lp[(b * n.hq + h) * n.t + i], row_delta = dp[(b * n.hq + h) * n.t + i];
             if (dropout && nv > 0) {
-              dropout_factors(cfg.seed, n.rng_pos(cfg, b, h, i, j0), nv, float(cfg.dropout_p), keep_scale, z, bits);
+              dropout_factors(cfg.seed, rng.pos(b, h, i, j0), nv, float(cfg.dropout_p), keep_scale, z, bits);
 #pragma omp simd
               for (int64_t c = 0; c < nv; ++c) {
                 const A e = fast_exp(pr[c] - row_lse);

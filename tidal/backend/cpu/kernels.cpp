@@ -84,6 +84,10 @@ class CpuKernels final : public Kernels {
   void dropout_backward(const Tensor& dx, const Tensor& g, const Tensor& mask, double scale) override {
     cpu::dropout_backward(dx, g, mask, scale);
   }
+  void dropout_rows_forward(const DropoutRowsArgs& a, const Tensor& out, const Tensor& mask, const Tensor& x, double p,
+                            double scale) override {
+    cpu::dropout_rows_forward(a, out, mask, x, p, scale);
+  }
 
   void gelu_forward(const Tensor& out, const Tensor& x, bool tanh_approx) override {
     cpu::gelu_forward(out, x, tanh_approx);

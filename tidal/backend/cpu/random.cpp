@@ -38,6 +38,22 @@ void randint_fill(const Tensor& out, int64_t low, int64_t high, uint64_t seed, u
   });
 }
 
+namespace {
+
+// The mask and the scaling of n elements from their uniform bits, as one vectorized loop: keep where
+// the uniform is >= p; out = keep ? x * scale : 0, mask = keep.
+template <typename T, typename A>
+inline void apply_dropout(const uint32_t* bits, const T* x, T* out, uint8_t* mask, int64_t n, float p, A scale) {
+#pragma omp simd
+  for (int64_t e = 0; e < n; ++e) {
+    const bool keep = u32_to_unit(bits[e]) >= p;
+    mask[e] = uint8_t(keep);
+    out[e] = store_as<T>(keep ? A(x[e]) * scale : A(0));
+  }
+}
+
+}  // namespace
+
 void dropout_forward(const Tensor& out, const Tensor& mask, const Tensor& x, double p, double scale, uint64_t seed,
                      uint64_t start) {
   const float pf = float(p);
@@ -62,12 +78,32 @@ void dropout_forward(const Tensor& out, const Tensor& mask, const Tensor& x, dou
       for (int64_t c = c0; c < c1; ++c) {
         const int64_t b0 = c * kChunk, nb = std::min(kChunk, blocks - b0);
         philox4x32_fill(start / 4 + uint64_t(b0), seed, nb, bits);
-        const int64_t i0 = b0 * 4, m = std::min(nb * 4, n - i0);
-#pragma omp simd
-        for (int64_t e = 0; e < m; ++e) {
-          const bool keep = u32_to_unit(bits[e]) >= p_;
-          m_[i0 + e] = uint8_t(keep);
-          o_[i0 + e] = store_as<T>(keep ? A(x_[i0 + e]) * s_ : A(0));
+        const int64_t i0 = b0 * 4;
+        apply_dropout(bits, x_ + i0, o_ + i0, m_ + i0, std::min(nb * 4, n - i0), p_, s_);
+      }
+    });
+  });
+}
+
+void dropout_rows_forward(const DropoutRowsArgs& a, const Tensor& out, const Tensor& mask, const Tensor& x, double p,
+                          double scale) {
+  dispatch_float(x.dtype(), "dropout_rows", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const int64_t rows = a.outer * a.rows, inner = a.inner;
+    constexpr int64_t kSpan = 1024;  // elements per Philox buffer
+    parallel_for(0, rows, std::max<int64_t>(1, 16384 / std::max<int64_t>(inner, 1)), [&](int64_t r0, int64_t r1) {
+      alignas(64) uint32_t bits[kSpan + 8];  // a row piece may start mid-block: up to 3 lanes before it
+      for (int64_t r = r0; r < r1; ++r) {
+        const int64_t o = r / a.rows, t = r % a.rows;
+        const int64_t g = a.row_map ? a.row_map[t] : a.row_offset + t;
+        const uint64_t row_pos = a.start + uint64_t((o * a.global_rows + g) * a.global_inner + a.col_offset);
+        for (int64_t c0 = 0; c0 < inner; c0 += kSpan) {
+          const int64_t n = std::min(kSpan, inner - c0), at = r * inner + c0;
+          const uint64_t pos = row_pos + uint64_t(c0);
+          const int64_t lane0 = int64_t(pos % 4);
+          philox4x32_fill(pos / 4, a.seed, (lane0 + n + 3) / 4, bits);
+          apply_dropout(bits + lane0, x.data<T>() + at, out.data<T>() + at, mask.data<uint8_t>() + at, n, float(p),
+                        acc_t<T>(scale));
         }
       }
     });

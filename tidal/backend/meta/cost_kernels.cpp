@@ -104,6 +104,10 @@ class CostKernels final : public Kernels {
   void dropout_backward(const Tensor& dx, const Tensor& g, const Tensor& mask, double) override {
     elementwise("dropout_backward", dx, nb(g) + nb(mask), 1, g.dtype());
   }
+  void dropout_rows_forward(const DropoutRowsArgs&, const Tensor& out, const Tensor& mask, const Tensor& x, double,
+                            double) override {
+    elementwise("dropout_rows_forward", out, nb(x) + nb(mask), 10, x.dtype());
+  }
 
   void gelu_forward(const Tensor& out, const Tensor& x, bool) override {
     elementwise("gelu_forward", out, nb(x), 8, x.dtype());
