@@ -20,6 +20,7 @@
 #include "tidal/ops/elementwise.h"
 #include "tidal/ops/reduce.h"
 #include "tidal/profile/profiler.h"
+#include "tidal/rng.h"
 #include "tidal/train/expert_parallel.h"
 #include "tidal/train/setup.h"
 #include "tidal/train/step.h"
@@ -97,6 +98,40 @@ TEST(AllToAllRows, OnMetaAllocatesWhatTheRealExchangeDoes) {
   EXPECT_EQ(bytes(meta, Device::meta()), real);
 }
 
+// A sparse block whose router sends every token to experts 0 and 1 (rank 0's): the other ranks of
+// the group receive no rows, run no expert and still take part in both exchanges, forward and
+// backward. Output and input gradient equal the block with every expert in one process.
+TEST(ExpertParallel, RanksWithoutRowsStillExchange) {
+  dist::Communicator& world = dist::world();
+  const int n = world.size();
+  models::ModelConfig c = models::preset("tiny-qwen3-moe");
+  if (c.num_experts % n != 0) GTEST_SKIP() << n << " ranks";
+  auto run = [&](std::shared_ptr<dist::Communicator> group) {
+    c.expert_group = std::move(group);
+    manual_seed(7);
+    models::SparseMoeBlock block(c, nn::Init{});
+    {
+      NoGradGuard no_grad;
+      for (const auto& [name, p] : block.named_parameters())
+        if (name == "gate.weight") {
+          Tensor w = p;
+          w.fill_(0.0);
+          w.narrow(0, 0, 1).fill_(1.0);
+          w.narrow(0, 1, 1).fill_(0.5);
+        }
+    }
+    Tensor x = full({2, 8, c.hidden_size}, 0.1, DType::f32).set_requires_grad(true);
+    models::RouterStats stats;
+    Tensor y = block.forward(x, stats);
+    sum(mul(y, y)).backward();
+    return std::vector<Tensor>{y.detach(), x.grad()};
+  };
+  const std::vector<Tensor> ep = run(std::shared_ptr<dist::Communicator>(&world, [](dist::Communicator*) {}));
+  const std::vector<Tensor> one = run(nullptr);
+  EXPECT_LE(max_abs_difference(ep[0], one[0]), 1e-7);
+  EXPECT_LE(max_abs_difference(ep[1], one[1]), 1e-7);
+}
+
 struct Trained {
   std::vector<double> losses;
   std::map<std::string, Tensor> weights;  // this rank's parameters
@@ -148,7 +183,8 @@ Trained compare_with_one_process(int e, const std::vector<std::string>& extra = 
   dist::SingleCommunicator single;
   Trained one = train(single, args_for(micro, global, "", "tiny-qwen3-moe"));
   EXPECT_EQ(ep.losses.size(), one.losses.size());
-  for (size_t i = 0; i < ep.losses.size(); ++i) EXPECT_NEAR(ep.losses[i], one.losses[i], kLossTolerance) << "step " << i;
+  for (size_t i = 0; i < ep.losses.size(); ++i)
+    EXPECT_NEAR(ep.losses[i], one.losses[i], kLossTolerance) << "step " << i;
   // Every parameter of this rank, the experts by their global names, is one process's.
   size_t experts = 0;
   for (const auto& [name, w] : ep.weights) {
@@ -183,7 +219,7 @@ TEST(ExpertParallel, RecomputeAndOffloadAgreeWithOneProcess) {
   const Trained plain = compare_with_one_process(n);
   EXPECT_EQ(compare_with_one_process(n, {"--recompute-modules", "moe"}).comm_calls - plain.comm_calls, replayed);
   const std::vector<std::string> full = {"--recompute-granularity", "full", "--recompute-method", "uniform",
-                                         "--recompute-num-layers", "1"};
+                                         "--recompute-num-layers",  "1"};
   EXPECT_EQ(compare_with_one_process(n, full).comm_calls - plain.comm_calls, replayed);
   EXPECT_EQ(compare_with_one_process(n, {"--recompute-modules", "moe_act"}).comm_calls, plain.comm_calls);
   compare_with_one_process(n, {"--activation-offload"});

@@ -31,7 +31,7 @@ Tensor exchange_rows(dist::Communicator& comm, const Tensor& x, const std::vecto
   shape[0] = total(recv);
   Tensor out = empty(shape, x.dtype(), x.device());
   const Tensor in = x.detach().contiguous();  // a copy when x is not (on meta too: the same bytes)
-  if (x.is_meta()) return out;                 // no values to move (as dist/collectives.h)
+  if (x.is_meta()) return out;                // no values to move (as dist/collectives.h)
   const int64_t row = shape[0] > 0 ? out.numel() / shape[0] * out.itemsize() : 0;
   const int64_t in_row = x.size(0) > 0 ? in.numel() / x.size(0) * in.itemsize() : 0;
   std::vector<dist::Communicator::Transfer> sends, receives;
