@@ -275,7 +275,8 @@ TEST(ExpertParallel, RefusesWhatItCannotDo) {
   const std::string defaults = "works with the defaults only for now";
   for (const std::vector<std::string>& flags :
        {with({"--use-distributed-optimizer"}), with({"--data-parallel-sharding-strategy", "optim_grads"}),
-        with({"--overlap-grad-reduce"}), with({"--bf16"}), with({"--save", "/tmp/x"}), with({"--load", "/tmp/x"})}) {
+        with({"--overlap-grad-reduce"}), with({"--bf16"}), with({"--auto-memory"}), with({"--save", "/tmp/x"}),
+        with({"--load", "/tmp/x"})}) {
     const std::string m = refusal(flags, 4);
     EXPECT_NE(m.find("is not supported yet"), std::string::npos) << flags[2] << ": " << m;
     EXPECT_NE(m.find(defaults), std::string::npos) << flags[2] << ": " << m;
