@@ -2,12 +2,17 @@
 // Model configuration: the fields of a Hugging Face config.json for the architectures tidal builds
 // (model_type gpt2, llama, qwen3, qwen3_moe), with HF's names and defaults, plus built-in presets.
 #include <cstdint>
+#include <memory>
 #include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "tidal/dtype.h"
+
+namespace tidal::dist {
+class Communicator;
+}
 
 namespace tidal::models {
 
@@ -51,6 +56,10 @@ struct ModelConfig {
   int64_t decoder_sparse_step = 1;
   std::vector<int64_t> mlp_only_layers;
   double router_aux_loss_coef = 0.001;
+  // Expert parallelism (--expert-model-parallel-size, docs/distributed.md): the ranks this rank's
+  // MoE layers divide their experts among (its rank there picks its block of experts). Not a field of
+  // config.json: null builds every expert, as one process does.
+  std::shared_ptr<dist::Communicator> expert_group;
 
   bool is_gpt2() const { return model_type == "gpt2"; }
   bool is_moe() const { return num_experts > 0; }

@@ -1,15 +1,19 @@
 #include "tidal/models/moe.h"
 
+#include <utility>
+
 #include "tidal/autograd/checkpoint.h"
 #include "tidal/autograd/checkpoint_without_output.h"
 #include "tidal/autograd/grad_mode.h"
 #include "tidal/memory_scope.h"
 #include "tidal/ops/activation.h"
+#include "tidal/ops/all_to_all.h"
 #include "tidal/ops/elementwise.h"
 #include "tidal/ops/index.h"
 #include "tidal/ops/reduce.h"
 #include "tidal/ops/softmax.h"
 #include "tidal/ops/view.h"
+#include "tidal/rng.h"
 
 namespace tidal::models {
 
@@ -31,11 +35,27 @@ Tensor SwiGluMlp::finish(const std::vector<Tensor>& gate_up, bool recompute_act)
 Tensor SwiGluMlp::forward(const Tensor& x, bool recompute_act) const { return finish(project(x), recompute_act); }
 
 SparseMoeBlock::SparseMoeBlock(const ModelConfig& c, const nn::Init& init)
-    : experts_(c.num_experts), top_k_(c.num_experts_per_tok), norm_topk_(c.norm_topk_prob) {
+    : experts_(c.num_experts), top_k_(c.num_experts_per_tok), norm_topk_(c.norm_topk_prob), group_(c.expert_group) {
   gate_ = &register_module("gate", std::make_unique<nn::Linear>(c.hidden_size, c.num_experts, false, init));
-  experts_list_ = &register_module("experts", std::make_unique<nn::ModuleList<SwiGluMlp>>());
-  for (int64_t e = 0; e < c.num_experts; ++e)
-    experts_list_->add(std::make_unique<SwiGluMlp>(c.hidden_size, c.moe_intermediate_size, init));
+  auto& experts = register_module("experts", std::make_unique<nn::ModuleDict>());
+  const int64_t ranks = group_ ? group_->size() : 1, rank = group_ ? group_->rank() : 0;
+  TIDAL_CHECK(c.num_experts % ranks == 0, "[moe] ", ranks, " expert-parallel ranks do not divide the model's ",
+              c.num_experts, " experts (num_experts)");
+  const int64_t local = c.num_experts / ranks;
+  for (int64_t e = 0; e < c.num_experts; ++e) {
+    if (e / local == rank) {
+      local_.push_back(
+          experts.add(std::to_string(e), std::make_unique<SwiGluMlp>(c.hidden_size, c.moe_intermediate_size, init)));
+    } else if (!init.device.is_meta()) {
+      // Another rank's expert: its three weights' draws are skipped, so each expert has the values
+      // it has in the whole model (the generator is counter-based: a draw depends on its position).
+      for (int w = 0; w < 3; ++w) reserve_random(uint64_t(c.hidden_size * c.moe_intermediate_size));
+    }
+  }
+}
+
+bool is_expert_parameter(const std::string& name) {
+  return name.starts_with("experts.") || name.find(".experts.") != std::string::npos;
 }
 
 namespace {
@@ -74,17 +94,22 @@ Tensor SparseMoeBlock::forward(const Tensor& x, RouterStats& stats, bool recompu
   Tensor slot_token = div(order, scalar_tensor(double(top_k_), DType::i64, x.device()));  // (N*k) token of each slot
   Tensor slot_weight = index_select(weights.reshape({n * top_k_}), 0, order);             // (N*k)
   const std::vector<int64_t> counts = expert_counts(slot_expert, experts_);
-  std::vector<Tensor> outs;
-  int64_t start = 0;
-  for (int64_t e = 0; e < experts_; ++e) {
-    const int64_t m = counts[size_t(e)];
-    if (m == 0) continue;
-    Tensor tokens = slot_token.narrow(0, start, m);                                                // (m)
-    Tensor y = (*experts_list_)[size_t(e)].forward(index_select(flat, 0, tokens), recompute_act);  // (m, C)
-    outs.push_back(mul(y, slot_weight.narrow(0, start, m).unsqueeze(1)));
-    start += m;
+  Tensor combined;  // (N*k, C) in slot order
+  if (group_) {
+    combined = run_on_owners(flat, slot_token, slot_weight, counts, recompute_act);
+  } else {
+    std::vector<Tensor> outs;
+    int64_t start = 0;
+    for (int64_t e = 0; e < experts_; ++e) {
+      const int64_t m = counts[size_t(e)];
+      if (m == 0) continue;
+      Tensor tokens = slot_token.narrow(0, start, m);                                       // (m)
+      Tensor y = local_[size_t(e)]->forward(index_select(flat, 0, tokens), recompute_act);  // (m, C)
+      outs.push_back(mul(y, slot_weight.narrow(0, start, m).unsqueeze(1)));
+      start += m;
+    }
+    combined = outs.size() == 1 ? outs[0] : cat(outs, 0);
   }
-  Tensor combined = outs.size() == 1 ? outs[0] : cat(outs, 0);                            // (N*k, C) in slot order
   Tensor out = index_add(zeros({n, c}, x.dtype(), x.device()), 0, slot_token, combined);  // (N, C)
 
   stats.prob_sum = sum(probs, {0});  // (E)
@@ -99,6 +124,47 @@ Tensor SparseMoeBlock::forward(const Tensor& x, RouterStats& stats, bool recompu
     stats.topk_counts = counts_ke;
   }
   return out.reshape({b, t, c});
+}
+
+Tensor SparseMoeBlock::run_on_owners(const Tensor& flat, const Tensor& slot_token, const Tensor& slot_weight,
+                                     const std::vector<int64_t>& counts, bool recompute_act) const {
+  dist::Communicator& group = *group_;
+  const size_t ranks = size_t(group.size()), local = local_.size();
+  // Rows to each rank (its block of experts: the slots are sorted by expert, so by owner), and the rows
+  // of this rank's experts from each rank ([source][local expert]: every rank sends its counts).
+  std::vector<int64_t> send(ranks, 0), from(ranks * local, 0), recv(ranks, 0);
+  for (size_t e = 0; e < counts.size(); ++e) send[e / local] += counts[e];
+  group.all_to_all(counts.data(), from.data(), int64_t(local * sizeof(int64_t)));
+  for (size_t s = 0; s < ranks; ++s)
+    for (size_t l = 0; l < local; ++l) recv[s] += from[s * local + l];
+  Tensor got = all_to_all_rows(group, index_select(flat, 0, slot_token), send, recv);  // (R, C) by source
+  Tensor back = got;  // no rows for this rank's experts: nothing to run, the return still exchanges
+  if (got.size(0) > 0) {
+    // Grouped by local expert (each expert's rows from every source, in source order), one matrix
+    // product per expert, then back in the order they came.
+    std::vector<int64_t> start(ranks * local), order, inverse(size_t(got.size(0)));
+    int64_t at = 0;
+    for (size_t i = 0; i < start.size(); ++i) start[i] = std::exchange(at, at + from[i]);
+    for (size_t l = 0; l < local; ++l)
+      for (size_t s = 0; s < ranks; ++s)
+        for (int64_t i = 0; i < from[s * local + l]; ++i) order.push_back(start[s * local + l] + i);
+    for (size_t i = 0; i < order.size(); ++i) inverse[size_t(order[i])] = int64_t(i);
+    const Shape rows{got.size(0)};
+    Tensor grouped = index_select(got, 0, from_vector_i64(order, rows, got.device()));
+    std::vector<Tensor> outs;
+    int64_t first = 0;
+    for (size_t l = 0; l < local; ++l) {
+      int64_t m = 0;
+      for (size_t s = 0; s < ranks; ++s) m += from[s * local + l];
+      if (m == 0) continue;
+      outs.push_back(local_[l]->forward(grouped.narrow(0, first, m), recompute_act));
+      first += m;
+    }
+    Tensor y = outs.size() == 1 ? outs[0] : cat(outs, 0);
+    back = index_select(y, 0, from_vector_i64(inverse, rows, got.device()));
+  }
+  Tensor returned = all_to_all_rows(group, back, recv, send);  // (N*k, C) in slot order
+  return mul(returned, slot_weight.unsqueeze(1));
 }
 
 Tensor load_balancing_loss(const std::vector<RouterStats>& layers, int64_t experts) {

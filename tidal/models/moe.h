@@ -4,6 +4,14 @@
 // experts' outputs weighted. Tokens are grouped per expert with a stable sort, so each expert runs
 // one matrix product over its tokens. The routing decision goes through checkpoint_decision: a
 // recompute replays exactly the experts of the first run.
+//
+// Expert parallel (ModelConfig::expert_group, docs/distributed.md): the block builds only its rank's
+// block of experts (named by their global index, as in the whole model) and exchanges the tokens with
+// the group's other ranks (Megatron's all-to-all token dispatcher): the rows sorted by expert go to the
+// experts' owners, run there one matrix product per local expert, come back and are combined.
+#include <memory>
+#include <string>
+
 #include "tidal/models/config.h"
 #include "tidal/nn/layers.h"
 
@@ -41,11 +49,21 @@ class SparseMoeBlock : public nn::Module {
   Tensor forward(const Tensor& x, RouterStats& stats, bool recompute_act = false) const;
 
  private:
+  // Expert parallel: the slots' rows (`slot_token` of `flat`, sorted by expert; `counts` per expert)
+  // through their experts on the group's ranks, weighted: (N*k, C) in slot order.
+  Tensor run_on_owners(const Tensor& flat, const Tensor& slot_token, const Tensor& slot_weight,
+                       const std::vector<int64_t>& counts, bool recompute_act) const;
+
   int64_t experts_, top_k_;
   bool norm_topk_;
   nn::Linear* gate_;
-  nn::ModuleList<SwiGluMlp>* experts_list_;
+  std::shared_ptr<dist::Communicator> group_;  // expert parallel; null: every expert is here
+  std::vector<SwiGluMlp*> local_;              // this rank's experts, in global order
 };
+
+// Whether a parameter of the model (by its name) belongs to an expert: under expert parallelism its
+// gradient is summed over the expert-data-parallel ranks only.
+bool is_expert_parameter(const std::string& name);
 
 // HF's load_balancing_loss_func over the sparse layers of one forward pass:
 // E * sum_{j,e} (counts[j, e] / N) * (prob_sum[e] / N), N = tokens over all sparse layers.

@@ -16,17 +16,25 @@ std::vector<double> sum_of_squares_chunks(const Tensor& g) {
   return chunks;
 }
 
-double norm_from_chunks(const std::vector<std::vector<double>>& per_gradient) {
+namespace {
+
+double sum_of_chunks(const std::vector<std::vector<double>>& per_gradient) {
   double sum = 0;
   for (const std::vector<double>& chunks : per_gradient) {
     double s = 0;
     for (double c : chunks) s += c;
     sum += s;
   }
-  return std::sqrt(sum);
+  return sum;
 }
 
-double grad_norm(const std::vector<Tensor>& params) {
+}  // namespace
+
+double norm_from_chunks(const std::vector<std::vector<double>>& per_gradient) {
+  return std::sqrt(sum_of_chunks(per_gradient));
+}
+
+double grad_sum_of_squares(const std::vector<Tensor>& params) {
   OpScope op("grad_norm");
   std::vector<std::vector<double>> chunks;
   for (const Tensor& p : params) {
@@ -34,7 +42,19 @@ double grad_norm(const std::vector<Tensor>& params) {
     const Tensor g = p.grad();
     if (g.defined()) chunks.push_back(sum_of_squares_chunks(g.contiguous()));
   }
-  return norm_from_chunks(chunks);
+  return sum_of_chunks(chunks);
+}
+
+double grad_norm(const std::vector<Tensor>& params) { return std::sqrt(grad_sum_of_squares(params)); }
+
+void scale_gradients(const std::vector<Tensor>& params, double coef) {
+  if (coef == 1.0) return;
+  OpScope op("clip_grad_norm");
+  NoGradGuard no_grad;
+  for (const Tensor& p : params) {
+    Tensor g = p.grad();
+    if (g.defined()) g.mul_(coef);
+  }
 }
 
 double clip_coefficient(double norm, double max_norm) {
@@ -45,14 +65,7 @@ double clip_coefficient(double norm, double max_norm) {
 
 double clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
   const double norm = grad_norm(params);
-  const double coef = clip_coefficient(norm, max_norm);
-  if (coef == 1.0) return norm;
-  OpScope op("clip_grad_norm");
-  NoGradGuard no_grad;
-  for (const Tensor& p : params) {
-    Tensor g = p.grad();
-    if (g.defined()) g.mul_(coef);
-  }
+  scale_gradients(params, clip_coefficient(norm, max_norm));
   return norm;
 }
 

@@ -16,6 +16,11 @@ namespace tidal::optim {
 double clip_grad_norm(const std::vector<Tensor>& params, double max_norm);
 // The same norm without clipping.
 double grad_norm(const std::vector<Tensor>& params);
+// Its square before the square root: Σ g², added as grad_norm adds (a norm over gradients on several
+// ranks, expert parallelism's, adds these).
+double grad_sum_of_squares(const std::vector<Tensor>& params);
+// Every gradient scaled in place by `coef` (clip_coefficient's), in its dtype; nothing when it is 1.
+void scale_gradients(const std::vector<Tensor>& params, double coef);
 
 // The norm's partial sums, for a norm over gradients split across ranks (dist optimizer): Σ g² over
 // each chunk of kGradNormChunk elements of a gradient, from its start, in f64. A shard that starts

@@ -352,6 +352,7 @@ nlohmann::json TrainArgs::to_json() const {
   j["overlap_grad_reduce"] = data_parallel.overlap_grad_reduce;
   if (data_parallel.overlap_grad_reduce) j["ddp_bucket_size"] = data_parallel.bucket_size;
   j["overlap_param_gather"] = data_parallel.overlap_param_gather;
+  j["expert_model_parallel_size"] = data_parallel.expert_parallel;
   j["bf16"] = precision.bf16;
   j["check_for_nan_in_loss_and_grad"] = check_for_nan;
   j["skip_nonfinite_steps"] = skip_nonfinite_steps;

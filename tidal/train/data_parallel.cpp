@@ -32,7 +32,9 @@ Flags& add_data_parallel_flags(Flags& f) {
               "parameters per bucket of --overlap-grad-reduce (default max(40000000, 1000000 x ranks), Megatron's)",
               "N")
       .flag("overlap-param-gather",
-            "ZeRO-3: gather the next layer's parameters on a communication stream while the current one computes");
+            "ZeRO-3: gather the next layer's parameters on a communication stream while the current one computes")
+      .option("expert-model-parallel-size",
+              "divide each MoE layer's experts among groups of E ranks, tokens exchanged all-to-all (default 1)", "E");
 }
 
 namespace {
@@ -68,6 +70,7 @@ DataParallelConfig parse_data_parallel(const Flags& f) {
   c.overlap_grad_reduce = f.flag_on("overlap-grad-reduce");
   c.bucket_size = f.integer("ddp-bucket-size", 0, 1, int64_t(1) << 40);
   c.overlap_param_gather = f.flag_on("overlap-param-gather");
+  c.expert_parallel = int(f.integer("expert-model-parallel-size", 1, 1, kMaxDataParallelSize));
   TIDAL_CHECK(!c.overlap_param_gather || c.sharding == ShardingStrategy::optim_grads_params,
               "tidal train: --overlap-param-gather overlaps ZeRO-3's gathering of each layer's parameters: give "
               "--data-parallel-sharding-strategy optim_grads_params too (the other strategies keep whole parameters)");

@@ -32,6 +32,9 @@ struct DataParallelConfig {
   // --overlap-param-gather (ZeRO-3): the next layer's parameters gathered on the "gather" stream
   // while the current layer computes (train/param_gather.h).
   bool overlap_param_gather = false;
+  // --expert-model-parallel-size E (Megatron's): each MoE layer's experts divided among E ranks
+  // (train/expert_parallel.h); 1: every rank holds every expert.
+  int expert_parallel = 1;
   int64_t bucket_elements(int ranks) const {
     return bucket_size > 0 ? bucket_size : std::max<int64_t>(40000000, int64_t(1000000) * ranks);
   }

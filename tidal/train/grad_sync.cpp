@@ -3,12 +3,15 @@
 #include "tidal/base/clock.h"
 #include "tidal/base/error.h"
 #include "tidal/memory_scope.h"
+#include "tidal/models/moe.h"
 
 namespace tidal::train {
 
 GradSync::GradSync(const std::vector<std::pair<std::string, Tensor>>& params, dist::Communicator& comm,
-                   optim::DistributedAdamW* sharded, const DataParallelConfig& config)
-    : params_(params), comm_(comm), sharded_(sharded), config_(config) {
+                   optim::DistributedAdamW* sharded, const DataParallelConfig& config, dist::Communicator* expert_data)
+    : params_(params), comm_(comm), sharded_(sharded), config_(config), expert_data_(expert_data) {
+  TIDAL_ASSERT(!expert_data || (!sharded && !config.overlap_grad_reduce),
+               "[data parallel] expert parallelism reduces with no_shard, after backward");
   TIDAL_ASSERT(!sharded || sharded->parameters().size() == params.size(),
                "[data parallel] the distributed optimizer holds other parameters than the model");
   bucket_of_.resize(params_.size());
@@ -83,10 +86,13 @@ void GradSync::reduce(size_t bucket) {
   if (sharded_) {
     sharded_->reduce_scatter(idx, &comm);
   } else {
-    std::vector<std::pair<std::string, Tensor>> subset;
+    std::vector<std::pair<std::string, Tensor>> subset, experts;
     subset.reserve(idx.size());
-    for (size_t i : idx) subset.push_back(params_[i]);
+    for (size_t i : idx)
+      (expert_data_ && models::is_expert_parameter(params_[i].first) ? experts : subset).push_back(params_[i]);
     all_reduce_gradients(comm, subset);
+    // Expert parallel: the ranks holding the same experts (every rank of the group has the same list).
+    if (expert_data_) all_reduce_gradients(*expert_data_, experts);
   }
   ++stats_.reductions;
   stats_.busy_ns += now_ns() - start;

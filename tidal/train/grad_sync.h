@@ -39,8 +39,11 @@ struct GradSyncStats {
 class GradSync {
  public:
   // `sharded`: the distributed optimizer whose shard receives the sums (null: all-reduce in place).
+  // `expert_data` (expert parallel, no_shard): the experts' parameters are summed over these ranks,
+  // the others over `comm`.
   GradSync(const std::vector<std::pair<std::string, Tensor>>& params, dist::Communicator& comm,
-           optim::DistributedAdamW* sharded, const DataParallelConfig& config);
+           optim::DistributedAdamW* sharded, const DataParallelConfig& config,
+           dist::Communicator* expert_data = nullptr);
   ~GradSync();  // removes the hooks (after the last reduction finished)
   GradSync(const GradSync&) = delete;
   GradSync& operator=(const GradSync&) = delete;
@@ -66,6 +69,7 @@ class GradSync {
   dist::Communicator& comm_;
   optim::DistributedAdamW* sharded_;
   DataParallelConfig config_;
+  dist::Communicator* expert_data_;
   std::unique_ptr<Stream> stream_;                   // "comm", with --overlap-grad-reduce
   std::unique_ptr<dist::Communicator> stream_comm_;  // the stream's own duplicate of comm_
   std::vector<std::vector<size_t>> buckets_;         // parameter indexes, reverse order

@@ -1,5 +1,7 @@
 #include "tidal/train/setup.h"
 
+#include "tidal/train/expert_parallel.h"
+
 #include <chrono>
 #include <filesystem>
 #include <functional>
@@ -232,7 +234,15 @@ Setup setup_training(const TrainArgs& args, models::ModelConfig& config, std::FI
   const bool zero3 = args.data_parallel.sharding == ShardingStrategy::optim_grads_params;
   std::shared_ptr<nn::DeferredInit> deferred =
       zero3 && args.pretrained.empty() ? std::make_shared<nn::DeferredInit>() : nullptr;
-  std::unique_ptr<models::CausalLM> model = build_model(args, config, deferred, device);
+  // Expert parallel: the model builds this rank's experts only (models/moe.h).
+  check_expert_parallel(args, config, comm.size());
+  ExpertGroups groups;
+  models::ModelConfig built = config;
+  if (args.data_parallel.expert_parallel > 1) {
+    groups = make_expert_groups(comm, args.data_parallel.expert_parallel);
+    built.expert_group = groups.experts;
+  }
+  std::unique_ptr<models::CausalLM> model = build_model(args, built, deferred, device);
   std::unique_ptr<memory::Offloader> offloader = attach_offloader(args.memory, config, *model, device);
   if (!args.pretrained.empty()) model->load_hf_state_dict(models::load_pretrained_dir(args.pretrained).weights);
   std::unique_ptr<optim::DistributedAdamW> sharded;
@@ -256,6 +266,7 @@ Setup setup_training(const TrainArgs& args, models::ModelConfig& config, std::FI
           nlohmann::json(),
           &comm,
           micro_batches,
+          std::move(groups.expert_data),
           std::move(sharded),
           nullptr,
           nullptr,
@@ -269,7 +280,8 @@ Setup setup_training(const TrainArgs& args, models::ModelConfig& config, std::FI
     // The f32 draws of the initialization (nn::normal_parameter) are the build's, not the training's.
     device_allocator(device).reset_peak_stats();
   }
-  s.grad_sync = std::make_unique<GradSync>(s.model->named_parameters(), comm, s.sharded.get(), args.data_parallel);
+  s.grad_sync = std::make_unique<GradSync>(s.model->named_parameters(), comm, s.sharded.get(), args.data_parallel,
+                                           s.expert_data.get());
   if (s.sharded && s.sharded->shards_parameters()) {
     // The built values (one parameter at a time), or what --load put into the whole parameters.
     std::function<void(const Tensor&)> materialize;

@@ -44,6 +44,10 @@ struct Setup {
   nlohmann::json settings;
   dist::Communicator* comm = nullptr;  // the data-parallel ranks (one without mpirun)
   int64_t micro_batches = 1;           // per rank and step: global batch / (micro-batch × ranks)
+  // --expert-model-parallel-size E > 1: the ranks holding this rank's experts, which sum their
+  // gradients (train/expert_parallel.h; the expert-parallel group is the model config's
+  // expert_group). Null otherwise.
+  std::unique_ptr<dist::Communicator> expert_data;
   // --use-distributed-optimizer: the gradient buffer, shards and collectives; `optimizer` then
   // updates this rank's shard only. Null without sharding.
   std::unique_ptr<optim::DistributedAdamW> sharded;

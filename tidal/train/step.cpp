@@ -10,6 +10,7 @@
 #include "tidal/ops/elementwise.h"
 #include "tidal/optim/grad_clip.h"
 #include "tidal/train/data_parallel.h"
+#include "tidal/train/expert_parallel.h"
 #include "tidal/train/grad_sync.h"
 #include "tidal/train/nan_guard.h"
 
@@ -67,6 +68,10 @@ StepResult train_step(int64_t it, const TrainArgs& args, Setup& s, profile::Prof
   profile::Range phase("optimizer", profile::kPhase);
   if (s.sharded) {
     r.grad_norm = s.sharded->finish_reduction();  // the norm from every shard
+  } else if (s.expert_data) {
+    // Expert parallel: each expert's gradient is on its owners only; the norm counts it once.
+    r.grad_norm =
+        clip_grad_norm_expert_parallel(s.model->named_parameters(), *s.model->config().expert_group, args.clip_grad);
   } else {
     // A non-finite norm leaves the gradients unscaled (grad_clip.h): the check below sees them as they are.
     r.grad_norm = optim::clip_grad_norm(s.model->parameters(), args.clip_grad);

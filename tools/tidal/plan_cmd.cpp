@@ -141,6 +141,11 @@ int run_plan(const std::vector<std::string>& argv) {
     if (env != nullptr) memory = env;
   }
   const train::TrainArgs args = train::parse_train_args(train_argv);
+  // The estimator and the triage know no expert parallelism yet: a plan for it would be a plan for E = 1.
+  TIDAL_CHECK(args.data_parallel.expert_parallel == 1, "tidal plan: --expert-model-parallel-size ",
+              args.data_parallel.expert_parallel,
+              " is not planned for yet: plan without it (every rank holding every expert); docs/distributed.md, "
+              "\"Expert parallel\", gives each rank's expert bytes");
   const train::TriageSettings s =
       train::triage_settings(args, int(f.integer("data-parallel-size", 1, 1, train::kMaxDataParallelSize)));
   if (dry) {

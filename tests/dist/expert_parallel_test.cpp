@@ -1,0 +1,307 @@
+// Expert parallelism (--expert-model-parallel-size, docs/distributed.md "Expert parallel"): the
+// all-to-all of rows and its backward, and E ranks training tiny-qwen3-moe against one process on the
+// same global batch.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "tests/dist/train_runs.h"
+#include "tidal/allocator.h"
+#include "tidal/autograd/grad_mode.h"
+#include "tidal/dist/meta_communicator.h"
+#include "tidal/dist/single_communicator.h"
+#include "tidal/models/causal_lm.h"
+#include "tidal/models/moe.h"
+#include "tidal/ops/all_to_all.h"
+#include "tidal/ops/elementwise.h"
+#include "tidal/ops/reduce.h"
+#include "tidal/profile/profiler.h"
+#include "tidal/rng.h"
+#include "tidal/train/expert_parallel.h"
+#include "tidal/train/setup.h"
+#include "tidal/train/step.h"
+
+namespace tidal::train {
+namespace {
+
+// Rows rank `from` sends to rank `to` (some none).
+int64_t rows_between(int from, int to) { return (from + 2 * to + 1) % 3; }
+// The value of column c of row i of those rows.
+float value(int from, int to, int64_t i, int64_t c) { return float(100 * from + 10 * to + i) + 0.25f * float(c); }
+// A weight on the received row: the adjoint check's other vector.
+float weight(int at, int from, int64_t i, int64_t c) { return float(7 * at + 3 * from + i) - 0.5f * float(c); }
+
+// Forward: every rank receives exactly the rows sent to it, in rank order. Backward, checked as the
+// adjoint of a linear map (<A x, w> = <x, A^T w>, exact for a permutation of rows): the gradient of
+// Σ out ⊙ w reaches each sent row from where it landed.
+TEST(AllToAllRows, ForwardAndBackwardAreTheExchangeAndItsReverse) {
+  dist::Communicator& comm = dist::world();
+  const int me = comm.rank(), n = comm.size();
+  const int64_t cols = 3;
+  std::vector<int64_t> send(static_cast<size_t>(n)), recv(static_cast<size_t>(n));
+  std::vector<double> x_values, w_values;
+  for (int r = 0; r < n; ++r) {
+    send[size_t(r)] = rows_between(me, r);
+    recv[size_t(r)] = rows_between(r, me);
+    for (int64_t i = 0; i < send[size_t(r)]; ++i)
+      for (int64_t c = 0; c < cols; ++c) x_values.push_back(value(me, r, i, c));
+    for (int64_t i = 0; i < recv[size_t(r)]; ++i)
+      for (int64_t c = 0; c < cols; ++c) w_values.push_back(weight(me, r, i, c));
+  }
+  const int64_t sent = int64_t(x_values.size()) / cols, received = int64_t(w_values.size()) / cols;
+  Tensor x = from_vector(x_values, {sent, cols}).set_requires_grad(true);
+  Tensor w = from_vector(w_values, {received, cols});
+  Tensor out = all_to_all_rows(comm, x, send, recv);
+  ASSERT_EQ(out.shape(), Shape({received, cols}));
+  const std::vector<float> got = out.to_vector<float>();
+  size_t k = 0;
+  for (int r = 0; r < n; ++r)
+    for (int64_t i = 0; i < recv[size_t(r)]; ++i)
+      for (int64_t c = 0; c < cols; ++c) EXPECT_EQ(got[k++], value(r, me, i, c)) << "from " << r;
+  sum(mul(out, w)).backward();
+  const std::vector<float> grad = x.grad().to_vector<float>();
+  k = 0;
+  for (int r = 0; r < n; ++r)
+    for (int64_t i = 0; i < send[size_t(r)]; ++i)
+      for (int64_t c = 0; c < cols; ++c) EXPECT_EQ(grad[k++], weight(r, me, i, c)) << "to " << r;
+}
+
+// On the meta device it moves nothing and allocates the rows it would receive.
+TEST(AllToAllRows, OnMetaAllocatesTheReceivedRows) {
+  dist::MetaCommunicator comm(1, 3);
+  Tensor x = empty({5, 4}, DType::f32, Device::meta());
+  EXPECT_EQ(all_to_all_rows(comm, x, {2, 2, 1}, {2, 2, 2}).shape(), Shape({6, 4}));
+}
+
+// With even counts (what a dry run assumes, models/moe.cpp) the meta exchange allocates the bytes the
+// real one does, forward and backward: peak and total allocations.
+TEST(AllToAllRows, OnMetaAllocatesWhatTheRealExchangeDoes) {
+  dist::Communicator& comm = dist::world();
+  const int n = comm.size();
+  const std::vector<int64_t> even(static_cast<size_t>(n), 3);
+  auto bytes = [&](dist::Communicator& c, Device d) {
+    Allocator& a = device_allocator(d);
+    Tensor x = zeros({3 * n, 8}, DType::f32, d).set_requires_grad(true);
+    a.reset_peak_stats();
+    const MemoryStats before = a.stats();
+    sum(all_to_all_rows(c, x, even, even)).backward();
+    const MemoryStats after = a.stats();
+    return std::vector<int64_t>{after.peak_allocated - before.allocated, after.total_allocs - before.total_allocs};
+  };
+  dist::MetaCommunicator meta(comm.rank(), n);
+  const std::vector<int64_t> real = bytes(comm, Device::cpu());
+  EXPECT_GT(real[0], 0);
+  EXPECT_EQ(bytes(meta, Device::meta()), real);
+}
+
+// A sparse block whose router sends every token to experts 0 and 1 (rank 0's): the other ranks of
+// the group receive no rows, run no expert and still take part in both exchanges, forward and
+// backward. Output and input gradient equal the block with every expert in one process.
+TEST(ExpertParallel, RanksWithoutRowsStillExchange) {
+  dist::Communicator& world = dist::world();
+  const int n = world.size();
+  models::ModelConfig c = models::preset("tiny-qwen3-moe");
+  if (c.num_experts % n != 0) GTEST_SKIP() << n << " ranks";
+  auto run = [&](std::shared_ptr<dist::Communicator> group) {
+    c.expert_group = std::move(group);
+    manual_seed(7);
+    models::SparseMoeBlock block(c, nn::Init{});
+    {
+      NoGradGuard no_grad;
+      for (const auto& [name, p] : block.named_parameters())
+        if (name == "gate.weight") {
+          Tensor w = p;
+          w.fill_(0.0);
+          w.narrow(0, 0, 1).fill_(1.0);
+          w.narrow(0, 1, 1).fill_(0.5);
+        }
+    }
+    Tensor x = full({2, 8, c.hidden_size}, 0.1, DType::f32).set_requires_grad(true);
+    models::RouterStats stats;
+    Tensor y = block.forward(x, stats);
+    sum(mul(y, y)).backward();
+    return std::vector<Tensor>{y.detach(), x.grad()};
+  };
+  const std::vector<Tensor> ep = run(std::shared_ptr<dist::Communicator>(&world, [](dist::Communicator*) {}));
+  const std::vector<Tensor> one = run(nullptr);
+  EXPECT_LE(max_abs_difference(ep[0], one[0]), 1e-7);
+  EXPECT_LE(max_abs_difference(ep[1], one[1]), 1e-7);
+}
+
+struct Trained {
+  std::vector<double> losses;
+  std::map<std::string, Tensor> weights;  // this rank's parameters
+  int64_t expert_bytes = 0;               // of this rank's expert parameters
+  int64_t parameter_bytes = 0;            // the allocator's parameter category, after training
+  int64_t comm_calls = 0;
+};
+
+// `tidal train`'s setup and steps, keeping the trained parameters (expert parallelism cannot --save yet).
+Trained train(dist::Communicator& comm, const TrainArgs& args) {
+  models::ModelConfig config = args.model;
+  std::FILE* quiet = std::fopen("/dev/null", "w");
+  Trained t;
+  {
+    Setup s = setup_training(args, config, quiet, comm);
+    profile::Profiler profiler(profile::ProfileOptions{}, nlohmann::json::object());
+    SavedTensors saved;
+    const int64_t calls = comm.stats().calls;
+    for (int64_t it = 1; it <= args.train_iters; ++it)
+      t.losses.push_back(train_step(it, args, s, profiler, saved, [](int64_t) {}).loss);
+    t.comm_calls = comm.stats().calls - calls;
+    for (const auto& [name, p] : s.model->named_parameters()) {
+      t.weights[name] = p.detach().clone();
+      if (models::is_expert_parameter(name)) t.expert_bytes += p.numel() * p.itemsize();
+    }
+    t.parameter_bytes = device_allocator(Device::cpu()).stats()[MemoryCategory::parameter].allocated;
+  }
+  std::fclose(quiet);
+  return t;
+}
+
+// The tolerances of E ranks against one process. An expert's weight gradient adds every EP rank's
+// tokens in one matrix product where one process adds micro-batch after micro-batch, and the norm adds
+// the squares in another order: fp32 summation order. The losses stay within a few ulps (measured:
+// equal on 2 ranks, 2.4e-7 on 4). AdamW turns a gradient element near zero into an update of about
+// ±lr whatever its size, so a rounding difference there moves a weight by up to the step's lr (the 4
+// steps' lr add up to 2e-4 in warmup): measured 6.5e-7 on 2 ranks, 1.5e-5 on 4 (DP 2 × EP 2: 6.6e-6).
+constexpr double kLossTolerance = 1e-6;
+constexpr double kWeightTolerance = 5e-5;
+
+// This run's ranks with --expert-model-parallel-size `e` (and `extra`) against one process
+// accumulating the same micro-batches; returns the expert-parallel run.
+Trained compare_with_one_process(int e, const std::vector<std::string>& extra = {}) {
+  dist::Communicator& world = dist::world();
+  const int64_t micro = 2, global = micro * world.size();
+  std::vector<std::string> flags = {"--expert-model-parallel-size", std::to_string(e)};
+  flags.insert(flags.end(), extra.begin(), extra.end());
+  Trained ep = train(world, args_for(micro, global, "", "tiny-qwen3-moe", flags));
+  dist::SingleCommunicator single;
+  Trained one = train(single, args_for(micro, global, "", "tiny-qwen3-moe"));
+  EXPECT_EQ(ep.losses.size(), one.losses.size());
+  for (size_t i = 0; i < ep.losses.size(); ++i)
+    EXPECT_NEAR(ep.losses[i], one.losses[i], kLossTolerance) << "step " << i;
+  // Every parameter of this rank, the experts by their global names, is one process's.
+  size_t experts = 0;
+  for (const auto& [name, w] : ep.weights) {
+    EXPECT_TRUE(one.weights.count(name)) << name;
+    if (!one.weights.count(name)) continue;
+    EXPECT_LE(max_abs_difference(w, one.weights.at(name)), kWeightTolerance) << name;
+    experts += models::is_expert_parameter(name);
+  }
+  const models::ModelConfig m = models::preset("tiny-qwen3-moe");
+  EXPECT_EQ(int64_t(experts), 3 * m.num_experts / e);  // one MoE layer: 3 weights per local expert
+  // Per rank: num_experts / E experts × 3 weights of hidden × moe_ffn f32 elements per MoE layer.
+  EXPECT_EQ(ep.expert_bytes, 1 * (m.num_experts / e) * 3 * m.hidden_size * m.moe_intermediate_size * 4);
+  EXPECT_EQ(one.parameter_bytes - ep.parameter_bytes,
+            1 * (m.num_experts - m.num_experts / e) * 3 * m.hidden_size * m.moe_intermediate_size * 4);
+  return ep;
+}
+
+TEST(ExpertParallel, ExpertsOnEveryRankAgreeWithOneProcess) {
+  const int n = dist::world().size();
+  if (n < 2 || models::preset("tiny-qwen3-moe").num_experts % n != 0) GTEST_SKIP() << n << " ranks";
+  compare_with_one_process(n);
+}
+
+// The MoE block recomputed in backward (the routing replayed: --recompute-modules moe, and the whole
+// layers with full recompute), the experts' activation recomputed (moe_act) and the saves offloaded:
+// the same result. A recompute of the block re-runs its exchanges on every rank: 3 more calls (the
+// counts, the dispatch, the return) per MoE layer and micro-batch.
+TEST(ExpertParallel, RecomputeAndOffloadAgreeWithOneProcess) {
+  const int n = dist::world().size();
+  if (n < 2 || models::preset("tiny-qwen3-moe").num_experts % n != 0) GTEST_SKIP() << n << " ranks";
+  const int64_t replayed = 4 /*steps*/ * 1 /*micro-batch*/ * 1 /*MoE layer*/ * 3;
+  const Trained plain = compare_with_one_process(n);
+  EXPECT_EQ(compare_with_one_process(n, {"--recompute-modules", "moe"}).comm_calls - plain.comm_calls, replayed);
+  const std::vector<std::string> full = {"--recompute-granularity", "full", "--recompute-method", "uniform",
+                                         "--recompute-num-layers",  "1"};
+  EXPECT_EQ(compare_with_one_process(n, full).comm_calls - plain.comm_calls, replayed);
+  EXPECT_EQ(compare_with_one_process(n, {"--recompute-modules", "moe_act"}).comm_calls, plain.comm_calls);
+  compare_with_one_process(n, {"--activation-offload"});
+}
+
+// DP 2 × EP 2: two expert-parallel groups {0, 1}, {2, 3}; ranks 0 and 2 (and 1 and 3) hold the same
+// experts and sum their gradients.
+TEST(ExpertParallel, DataAndExpertParallelOnFourRanks) {
+  if (dist::world().size() != 4) GTEST_SKIP() << "needs 4 ranks";
+  compare_with_one_process(2);
+  compare_with_one_process(2, {"--recompute-modules", "moe"});
+}
+
+TEST(ExpertParallel, GroupsAreMegatronsLayout) {
+  dist::Communicator& world = dist::world();
+  const int n = world.size();
+  if (n % 2 != 0) GTEST_SKIP() << n << " ranks";
+  const ExpertGroups g = make_expert_groups(world, 2);
+  EXPECT_EQ(g.experts->size(), 2);
+  EXPECT_EQ(g.experts->rank(), world.rank() % 2);
+  EXPECT_EQ(g.expert_data->size(), n / 2);
+  EXPECT_EQ(g.expert_data->rank(), world.rank() / 2);
+}
+
+std::string refusal(const std::vector<std::string>& flags, int ranks, const std::string& model = "tiny-qwen3-moe") {
+  std::vector<std::string> argv = {"--model", model, "--mock-data"};
+  argv.insert(argv.end(), flags.begin(), flags.end());
+  try {
+    const TrainArgs args = parse_train_args(argv);
+    check_expert_parallel(args, args.model, ranks);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(ExpertParallel, RefusesWhatItCannotDo) {
+  const std::vector<std::string> ep2 = {"--expert-model-parallel-size", "2"};
+  auto with = [&](std::vector<std::string> more) {
+    more.insert(more.begin(), ep2.begin(), ep2.end());
+    return more;
+  };
+  EXPECT_EQ(refusal(ep2, 2), "");
+  EXPECT_EQ(refusal({"--expert-model-parallel-size", "1"}, 3, "tiny-gpt2"), "");
+  EXPECT_NE(refusal({"--expert-model-parallel-size", "0"}, 2).find("--expert-model-parallel-size must be in [1,"),
+            std::string::npos);
+  EXPECT_NE(refusal(ep2, 2, "tiny-llama").find("divides the experts of MoE layers, but the model (llama) has none"),
+            std::string::npos);
+  EXPECT_NE(refusal(ep2, 3).find("--expert-model-parallel-size 2 does not divide the 3 ranks"), std::string::npos);
+  EXPECT_NE(refusal({"--expert-model-parallel-size", "3"}, 3)
+                .find("--expert-model-parallel-size 3 does not divide the model's 8 experts (num_experts)"),
+            std::string::npos);
+  const std::string defaults = "works with the defaults only for now";
+  for (const std::vector<std::string>& flags :
+       {with({"--use-distributed-optimizer"}), with({"--data-parallel-sharding-strategy", "optim_grads"}),
+        with({"--overlap-grad-reduce"}), with({"--bf16"}), with({"--auto-memory"}), with({"--save", "/tmp/x"}),
+        with({"--load", "/tmp/x"})}) {
+    const std::string m = refusal(flags, 4);
+    EXPECT_NE(m.find("is not supported yet"), std::string::npos) << flags[2] << ": " << m;
+    EXPECT_NE(m.find(defaults), std::string::npos) << flags[2] << ": " << m;
+  }
+}
+
+// A dry run's model (meta device) builds this rank's experts only and runs forward and backward with
+// the even routing the planner assumes.
+TEST(ExpertParallel, MetaModelHoldsItsExpertsAndRuns) {
+  models::ModelConfig c = models::preset("tiny-qwen3-moe");
+  c.expert_group = std::make_shared<dist::MetaCommunicator>(1, 4);
+  nn::Init init;
+  init.device = Device::meta();
+  auto model = models::create_model(c, init);
+  std::vector<std::string> experts;
+  for (const auto& [name, p] : model->named_parameters())
+    if (models::is_expert_parameter(name)) experts.push_back(name);
+  ASSERT_EQ(experts.size(), size_t(6));
+  EXPECT_EQ(experts[0], "model.layers.1.mlp.experts.2.gate_proj.weight");
+  Tensor ids = empty({2, 16}, DType::i64, Device::meta());
+  const models::ModelOutput out = model->forward(ids);
+  Tensor loss = add(sum(out.logits), out.aux_loss);
+  loss.backward();
+  EXPECT_TRUE(loss.is_meta());
+}
+
+}  // namespace
+}  // namespace tidal::train
