@@ -4,9 +4,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <cmath>
 #include <memory>
 #include <string>
 #include <vector>
@@ -53,9 +53,7 @@ struct Errors {
 // Inputs in the models' (B, T, H, D) memory order, read as (B, H, T, D) views.
 Errors ring_against_full(Communicator& group, const Case& c) {
   manual_seed(7);  // the same whole sequence on every rank
-  const auto leaf = [&](int64_t heads) {
-    return randn({c.b, c.seq, heads, c.d}).to(c.dtype).set_requires_grad(true);
-  };
+  const auto leaf = [&](int64_t heads) { return randn({c.b, c.seq, heads, c.d}).to(c.dtype).set_requires_grad(true); };
   Tensor q = leaf(c.hq), k = leaf(c.hkv), v = leaf(c.hkv);
   const Tensor w = randn({c.b, c.hq, c.seq, c.d}).to(c.dtype);  // the output's gradient
   const Tensor full = scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2));
@@ -101,7 +99,7 @@ std::vector<int> contiguous_group(int rank, int size, int world) {
 
 void expect_all_cases(Communicator& group) {
   for (DType dt : {DType::f32, DType::bf16}) {
-    expect_matches(group, {2, 4, 4, 12 * group.size(), 8, dt});  // MHA, chunks of 6
+    expect_matches(group, {2, 4, 4, 12 * group.size(), 8, dt});   // MHA, chunks of 6
     expect_matches(group, {1, 6, 2, 20 * group.size(), 16, dt});  // GQA 3:1, chunks of 10
   }
 }
@@ -166,8 +164,9 @@ TEST(RingAttention, RefusesWhatItDoesNotRunYet) {
   dropout.dropout_p = 0.1;
   EXPECT_NE(testing::error_of([&] { ring_attention(q, k, k, w, dropout); }).find("dropout is not supported"),
             std::string::npos);
-  EXPECT_NE(testing::error_of([&] { ring_attention(empty({1, 2, 3, 8}), empty({1, 2, 3, 8}), empty({1, 2, 3, 8}), w); })
-                .find("two chunks of equal length, got length 3"),
+  EXPECT_NE(testing::error_of([&] {
+              ring_attention(empty({1, 2, 3, 8}), empty({1, 2, 3, 8}), empty({1, 2, 3, 8}), w);
+            }).find("two chunks of equal length, got length 3"),
             std::string::npos);
   EXPECT_EQ(testing::error_of([] { context_chunks(20, 3, 0); }),
             "[context_chunks] 2 x context-parallel size (6) must divide the sequence length 20");

@@ -82,8 +82,8 @@ struct RingAttentionBackward : Node {
   const char* name() const override { return "RingAttentionBackward"; }
 
   // dq, dk, dv of one block, in the inputs' dtype.
-  static std::array<Tensor, 3> block_backward(const FlashArgs& cfg, const Tensor& g, const Tensor& q,
-                                              const Tensor& k, const Tensor& v, const Tensor& o, const Tensor& l) {
+  static std::array<Tensor, 3> block_backward(const FlashArgs& cfg, const Tensor& g, const Tensor& q, const Tensor& k,
+                                              const Tensor& v, const Tensor& o, const Tensor& l) {
     Tensor dq = empty(q.shape(), q.dtype(), q.device()), dk = empty(k.shape(), k.dtype(), k.device());
     Tensor dv = empty(v.shape(), v.dtype(), v.device());
     Tensor ws = empty({device_kernels(q.device()).flash_backward_workspace(dq, q, k, v)}, accumulate_type(q.dtype()),
@@ -124,8 +124,8 @@ struct RingAttentionBackward : Node {
           dv_cur.add_(d[2].to(acc));
         } else {
           const int64_t keys = part == Part::own ? 2 * half : half;
-          const auto d = block_backward(cfg, g, qv.detach(), kcur.narrow(2, 0, keys), vcur.narrow(2, 0, keys),
-                                        ov.detach(), lv);
+          const auto d =
+              block_backward(cfg, g, qv.detach(), kcur.narrow(2, 0, keys), vcur.narrow(2, 0, keys), ov.detach(), lv);
           dq_acc.add_(d[0].to(acc));
           dk_cur.narrow(2, 0, keys).add_(d[1].to(acc));
           dv_cur.narrow(2, 0, keys).add_(d[2].to(acc));
