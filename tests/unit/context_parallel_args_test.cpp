@@ -29,7 +29,9 @@ TEST(ContextParallelArgs, ParsesTheSize) {
 }
 
 TEST(ContextParallelArgs, TwiceTheSizeMustDivideTheSequence) {
-  EXPECT_EQ(error_of([] { parse_train_args(cp_args({"--context-parallel-size", "5"})); }),
+  EXPECT_EQ(error_of([] {
+              parse_train_args(cp_args({"--context-parallel-size", "5"}));
+            }),
             "tidal train: --seq-length 24 is not a multiple of 2 x --context-parallel-size 5 = 10: each rank holds "
             "two equal chunks of every sequence");
 }
@@ -46,8 +48,8 @@ TEST(ContextParallelArgs, RefusesWhatDoesNotRunYet) {
             "tidal train: --context-parallel-size 2 does not run with --attention eager " + works);
   EXPECT_NE(refused({"--attention-dropout", "0.1"}).find("does not run with dropout"), std::string::npos);
   EXPECT_NE(error_of([] {
-              parse_train_args({"--model", "tiny-qwen3-moe", "--mock-data", "--seq-length", "24",
-                                "--context-parallel-size", "2"});
+              parse_train_args(
+                  {"--model", "tiny-qwen3-moe", "--mock-data", "--seq-length", "24", "--context-parallel-size", "2"});
             }).find("mixture-of-experts models"),
             std::string::npos);
   EXPECT_NE(refused({"--use-distributed-optimizer"}).find("with a --data-parallel-sharding-strategy"),
