@@ -55,7 +55,6 @@ std::pair<Peaks, Peaks> compare_cp(const std::string& model, int cp, const std::
   return {cp_peaks, one_peaks};
 }
 
-
 TEST(ContextParallel, TwoRanksTrainLikeOneProcess) {
   if (dist::world().size() != 2) GTEST_SKIP() << "runs on two ranks (ctest dist2)";
   for (const std::string model : {"tiny-llama", "tiny-qwen3", "tiny-gpt2"}) {
@@ -69,7 +68,8 @@ TEST(ContextParallel, TwoRanksTrainLikeOneProcess) {
 
 TEST(ContextParallel, TwoRanksWithRecomputeAndOffload) {
   if (dist::world().size() != 2) GTEST_SKIP() << "runs on two ranks (ctest dist2)";
-  compare_cp("tiny-llama", 2, {"--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", "1"});
+  compare_cp("tiny-llama", 2,
+             {"--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", "1"});
   compare_cp("tiny-gpt2", 2, {"--recompute-granularity", "selective"});
   compare_cp("tiny-qwen3", 2, {"--activation-offload"});
 }

@@ -50,8 +50,15 @@ struct Errors {
   double out = 0, dq = 0, dk = 0, dv = 0;
 };
 
-// Inputs in the models' (B, T, H, D) memory order, read as (B, H, T, D) views.
-Errors ring_against_full(Communicator& group, const Case& c) {
+// This rank's output and q/k/v gradients, and their errors against the whole attention.
+struct Local {
+  std::vector<Tensor> results;  // out, dq, dk, dv
+  Errors errors;
+};
+
+// Inputs in the models' (B, T, H, D) memory order, read as (B, H, T, D) views. `overlap`: a
+// duplicate of `group` that moves the K/V blocks from a worker thread.
+Local ring_against_full(Communicator& group, const Case& c, Communicator* overlap = nullptr) {
   manual_seed(7);  // the same whole sequence on every rank
   const auto leaf = [&](int64_t heads) { return randn({c.b, c.seq, heads, c.d}).to(c.dtype).set_requires_grad(true); };
   Tensor q = leaf(c.hq), k = leaf(c.hkv), v = leaf(c.hkv);
@@ -63,14 +70,15 @@ Errors ring_against_full(Communicator& group, const Case& c) {
   Tensor ql = local_chunks(q.detach(), 1, at).set_requires_grad(true);
   Tensor kl = local_chunks(k.detach(), 1, at).set_requires_grad(true);
   Tensor vl = local_chunks(v.detach(), 1, at).set_requires_grad(true);
-  const Tensor out = ring_attention(ql.transpose(1, 2), kl.transpose(1, 2), vl.transpose(1, 2), group);
+  const Tensor out =
+      ring_attention(ql.transpose(1, 2), kl.transpose(1, 2), vl.transpose(1, 2), group, AttentionOptions{}, overlap);
   autograd::backward({out}, {local_chunks(w, 2, at)});
   Errors e;
   e.out = max_error(out, local_chunks(full.detach(), 2, at));
   e.dq = max_error(ql.grad(), local_chunks(q.grad(), 1, at));
   e.dk = max_error(kl.grad(), local_chunks(k.grad(), 1, at));
   e.dv = max_error(vl.grad(), local_chunks(v.grad(), 1, at));
-  return e;
+  return {{out.detach(), ql.grad(), kl.grad(), vl.grad()}, e};
 }
 
 // Errors relative to max(1, |value|), measured on C = 2, 3, 4: f32 at most 1.6e-6 (summation order:
@@ -78,7 +86,7 @@ Errors ring_against_full(Communicator& group, const Case& c) {
 // values in [1, 2): the partial outputs and per-block gradients are rounded to bf16 by the kernel
 // before the f32 merge. Tolerances: 4e-6 and three roundings.
 void expect_matches(Communicator& group, const Case& c) {
-  const Errors e = ring_against_full(group, c);
+  const Errors e = ring_against_full(group, c).errors;
   const double tol = c.dtype == DType::f32 ? 4e-6 : 3 * 0x1p-7;
   const std::string where = "C=" + std::to_string(group.size()) + " rank " + std::to_string(group.rank()) + " " +
                             std::string(dtype_name(c.dtype)) + " Hq=" + std::to_string(c.hq) +
@@ -125,6 +133,21 @@ TEST(RingAttention, MatchesFullCausalAttentionOnFourRanks) {
   std::unique_ptr<Communicator> pair = w.subgroup(contiguous_group(w.rank(), 2, 4));
   expect_all_cases(w);
   expect_all_cases(*pair);
+}
+
+// The K/V blocks moved from a worker thread over a duplicate communicator while the blocks compute:
+// the same arithmetic in the same order, so the same bits.
+TEST(RingAttention, OverlappedExchangeGivesTheSameBits) {
+  Communicator& w = world();
+  std::vector<int> all(size_t(w.size()));
+  for (int r = 0; r < w.size(); ++r) all[size_t(r)] = r;
+  std::unique_ptr<Communicator> group = w.subgroup(all), overlap = group->duplicate();
+  for (DType dt : {DType::f32, DType::bf16}) {
+    const Case c{1, 6, 2, 16 * group->size(), 16, dt};
+    const Local blocking = ring_against_full(*group, c), overlapped = ring_against_full(*group, c, overlap.get());
+    for (size_t n = 0; n < blocking.results.size(); ++n)
+      EXPECT_EQ(max_error(overlapped.results[n], blocking.results[n]), 0.0) << n;
+  }
 }
 
 // A dry run's rank allocates exactly what the real rank does, forward and backward (the meta

@@ -14,7 +14,8 @@ namespace tidal::models {
 
 struct CoreAttention {
   AttentionKernel kernel = AttentionKernel::flash;
-  dist::Communicator* cp = nullptr;  // the context-parallel group; null: none
+  dist::Communicator* cp = nullptr;       // the context-parallel group; null: none
+  dist::Communicator* overlap = nullptr;  // a duplicate of cp: K/V blocks move while compute runs
   bool context_parallel() const { return cp != nullptr && cp->size() > 1; }
   // q (B, Hq, T, D), k/v (B, Hkv, T, D) as scaled_dot_product_attention takes them; opt.kernel is set here.
   Tensor operator()(const Tensor& q, const Tensor& k, const Tensor& v, AttentionOptions opt) const;

@@ -2,6 +2,8 @@
 
 #include <array>
 #include <cmath>
+#include <future>
+#include <optional>
 #include <vector>
 
 #include "tidal/autograd/grad_mode.h"
@@ -60,6 +62,34 @@ void ring_exchange(dist::Communicator& comm, const std::vector<Tensor>& send, co
   comm.exchange(sends, receives);
 }
 
+// The exchange of the next K/V block: on a worker thread over `overlap` (a duplicate of the CP
+// communicator, whose messages never match the main one's) while this thread computes, or at once
+// over `cp` when there is none. The tensors are held until it is done.
+class BlockExchange {
+ public:
+  BlockExchange(dist::Communicator& cp, dist::Communicator* overlap, std::vector<Tensor> send,
+                std::vector<Tensor> recv) {
+    if (overlap == nullptr || send.front().is_meta()) {
+      ring_exchange(cp, send, recv);
+      return;
+    }
+    done_ = std::async(std::launch::async, [overlap, send = std::move(send), recv = std::move(recv)] {
+      ring_exchange(*overlap, send, recv);
+    });
+  }
+  BlockExchange(const BlockExchange&) = delete;
+  BlockExchange& operator=(const BlockExchange&) = delete;
+  ~BlockExchange() {
+    if (done_.valid()) done_.wait();
+  }
+  void wait() {  // rethrows the worker's error
+    if (done_.valid()) done_.get();
+  }
+
+ private:
+  std::future<void> done_;
+};
+
 // Which part of the block of CP rank j the queries of rank i see at a ring step (see the header).
 enum class Part { own, first_keys, second_queries };
 Part part_of(int i, int j) { return j == i ? Part::own : j < i ? Part::first_keys : Part::second_queries; }
@@ -78,6 +108,7 @@ struct RingBuffers {
 struct RingAttentionBackward : Node {
   SavedTensor q, k, v, out, lse;
   dist::Communicator* comm = nullptr;
+  dist::Communicator* overlap = nullptr;  // carries the K/V blocks from a worker thread; null: none
   double scale = 1.0;
   const char* name() const override { return "RingAttentionBackward"; }
 
@@ -113,6 +144,12 @@ struct RingAttentionBackward : Node {
       FlashArgs cfg;
       cfg.scale = scale;
       for (int s = 0; s < c; ++s) {
+        // The next K/V block comes while this one computes.
+        const Tensor k_next = s + 1 < c ? kb.next(s + 1, kcur) : Tensor();
+        const Tensor v_next = s + 1 < c ? vb.next(s + 1, vcur) : Tensor();
+        std::optional<BlockExchange> blocks;
+        if (s + 1 < c)
+          blocks.emplace(*comm, overlap, std::vector<Tensor>{kcur, vcur}, std::vector<Tensor>{k_next, v_next});
         const Part part = part_of(i, (i - s + c) % c);
         cfg.causal = part == Part::own;
         if (part == Part::second_queries) {
@@ -130,16 +167,14 @@ struct RingAttentionBackward : Node {
           dk_cur.narrow(2, 0, keys).add_(d[1].to(acc));
           dv_cur.narrow(2, 0, keys).add_(d[2].to(acc));
         }
-        // The block and its gradient go on; after the last step only the gradient, which is then home.
+        // The block's gradient follows it; after the last step it is home.
         const Tensor dk_next = dkb.next(s + 1, dk_cur), dv_next = dvb.next(s + 1, dv_cur);
-        if (s + 1 < c) {
-          const Tensor k_next = kb.next(s + 1, kcur), v_next = vb.next(s + 1, vcur);
-          ring_exchange(*comm, {kcur, vcur, dk_cur, dv_cur}, {k_next, v_next, dk_next, dv_next});
+        if (blocks) {
+          blocks->wait();
           kcur = k_next;
           vcur = v_next;
-        } else {
-          ring_exchange(*comm, {dk_cur, dv_cur}, {dk_next, dv_next});
         }
+        ring_exchange(*comm, {dk_cur, dv_cur}, {dk_next, dv_next});
         dk_cur = dk_next;
         dv_cur = dv_next;
       }
@@ -186,7 +221,7 @@ ContextChunks context_chunks(int64_t seq, int size, int rank) {
 }
 
 Tensor ring_attention(const Tensor& q, const Tensor& k, const Tensor& v, dist::Communicator& cp,
-                      const AttentionOptions& opt) {
+                      const AttentionOptions& opt, dist::Communicator* overlap) {
   OpScope scope(kOp);
   check_inputs(q, k, v, opt);
   if (cp.size() == 1) return scaled_dot_product_attention(q, k, v, opt);
@@ -205,12 +240,11 @@ Tensor ring_attention(const Tensor& q, const Tensor& k, const Tensor& v, dist::C
     RingBuffers kb, vb;
     Tensor acc_out = empty({b, hq, t, dv}, acc, q.device());  // (B, Hq, T, Dv)
     for (int s = 0; s < c; ++s) {
-      if (s > 0) {
-        const Tensor k_next = kb.next(s, kcur), v_next = vb.next(s, vcur);
-        ring_exchange(cp, {kcur, vcur}, {k_next, v_next});
-        kcur = k_next;
-        vcur = v_next;
-      }
+      // The next K/V block comes while this one computes.
+      const Tensor k_next = s + 1 < c ? kb.next(s + 1, kcur) : Tensor();
+      const Tensor v_next = s + 1 < c ? vb.next(s + 1, vcur) : Tensor();
+      std::optional<BlockExchange> blocks;
+      if (s + 1 < c) blocks.emplace(cp, overlap, std::vector<Tensor>{kcur, vcur}, std::vector<Tensor>{k_next, v_next});
       const Part part = part_of(i, (i - s + c) % c);
       cfg.causal = part == Part::own;
       if (part == Part::own) {
@@ -223,6 +257,11 @@ Tensor ring_attention(const Tensor& q, const Tensor& k, const Tensor& v, dist::C
         merge(acc_out.narrow(2, half, half), lse.narrow(2, half, half),
               flash_block(cfg, qd.narrow(2, half, half), kcur, vcur));
       }
+      if (blocks) {
+        blocks->wait();
+        kcur = k_next;
+        vcur = v_next;
+      }
     }
     out.copy_(acc_out);
   }
@@ -234,6 +273,7 @@ Tensor ring_attention(const Tensor& q, const Tensor& k, const Tensor& v, dist::C
     node->out = SavedTensor(out);
     node->lse = SavedTensor(lse);
     node->comm = &cp;
+    node->overlap = overlap;
     node->scale = cfg.scale;
     autograd::set_history(out, node);
   }

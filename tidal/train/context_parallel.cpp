@@ -52,6 +52,11 @@ ContextParallelGroups context_parallel_groups(dist::Communicator& world, const C
   ContextParallelGroups g;
   g.cp = world.subgroup(block);
   g.dp = world.subgroup(strided);
+  try {
+    g.ring = g.cp->duplicate();
+  } catch (const Error&) {  // the same MPI library on every rank: all of them go without
+    g.ring = nullptr;
+  }
   return g;
 }
 

@@ -28,10 +28,12 @@ ContextParallelConfig parse_context_parallel(const Flags& f);
 void check_context_parallel(const TrainArgs& args);
 
 // The groups of a run of `world.size()` ranks: CP groups are contiguous blocks of C ranks, DP
-// groups strided across them. A collective (every rank builds its two groups). Throws tidal::Error
-// unless C divides the ranks.
+// groups strided across them, and a duplicate of the CP group that moves the ring's K/V blocks from
+// a worker thread while attention computes (null where MPI offers no MPI_THREAD_MULTIPLE: the
+// exchanges then block). A collective (every rank builds its groups). Throws tidal::Error unless C
+// divides the ranks.
 struct ContextParallelGroups {
-  std::unique_ptr<dist::Communicator> cp, dp;
+  std::unique_ptr<dist::Communicator> cp, dp, ring;
 };
 ContextParallelGroups context_parallel_groups(dist::Communicator& world, const ContextParallelConfig& c);
 

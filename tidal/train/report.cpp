@@ -76,7 +76,9 @@ Report::Report(const TrainArgs& args, const models::ModelConfig& config, const S
                (long long)s.model->num_parameters(), s.data.description.c_str());
   std::string ranks;
   if (s.data_comm().size() > 1) ranks += ", " + std::to_string(s.data_comm().size()) + " data-parallel ranks";
-  if (s.cp_size() > 1) ranks += ", context-parallel size " + std::to_string(s.cp_size());
+  if (s.cp_size() > 1)
+    ranks += ", context-parallel size " + std::to_string(s.cp_size()) +
+             (s.context.ring ? " (K/V exchange overlapped)" : " (blocking K/V exchange)");
   std::fprintf(out,
                "training %lld iterations of %lld x %lld tokens (micro-batch %lld, %lld accumulation steps%s), "
                "%s attention, recompute: %s, offload: %s\n",

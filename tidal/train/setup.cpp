@@ -265,7 +265,7 @@ Setup setup_training(const TrainArgs& args, models::ModelConfig& config, std::FI
           nullptr,
           device,
           std::move(context)};
-  s.model->set_context_parallel(s.context.cp.get());
+  s.model->set_context_parallel(s.context.cp.get(), s.context.ring.get());
   set_rng_state({args.seed, 0});
   if (!args.load.empty()) resume(args, config, s, out);
   if (args.precision.bf16) {

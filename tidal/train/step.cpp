@@ -108,7 +108,7 @@ double validation_loss(const TrainArgs& args, Setup& s) {
                  .item<double>();
     }
   }
-  s.model->set_context_parallel(s.context.cp.get());
+  s.model->set_context_parallel(s.context.cp.get(), s.context.ring.get());
   s.model->train(true);
   return sum / double(args.eval_iters);
 }
