@@ -18,14 +18,14 @@ std::string scratch_dir(const std::string& name, int ranks) {
 }
 
 TrainArgs args_for(int64_t micro, int64_t global, const std::string& save, const std::string& model,
-                   const std::vector<std::string>& extra, int64_t iters) {
+                   const std::vector<std::string>& extra, int64_t iters, int64_t seq) {
   std::vector<std::string> argv = {"--model",
                                    model,
                                    "--mock-data",
                                    "--train-iters",
                                    std::to_string(iters),
                                    "--seq-length",
-                                   "16",
+                                   std::to_string(seq),
                                    "--micro-batch-size",
                                    std::to_string(micro),
                                    "--global-batch-size",

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "tidal/models/config.h"
+#include "tidal/models/core_attention.h"
 #include "tidal/models/layer_recompute.h"
 #include "tidal/nn/layers.h"
 #include "tidal/ops/attention.h"
@@ -65,6 +66,16 @@ class CausalLM : public nn::Module {
   const std::vector<LayerRecompute>& recompute_plan() const { return plan_; }
   void set_attention_kernel(AttentionKernel k) { attention_kernel_ = k; }
   AttentionKernel attention_kernel() const { return attention_kernel_; }
+  // Context parallelism: every sample's tokens given to forward are this rank's two chunks of the
+  // sequence (train/context_parallel.h) and attention runs around the ring of `cp`, which must
+  // outlive the forwards and backwards, as `overlap`, a duplicate of it over which the K/V blocks
+  // move while attention computes (null: blocking exchanges); cp nullptr: the whole sequence.
+  void set_context_parallel(dist::Communicator* cp, dist::Communicator* overlap = nullptr) {
+    cp_ = cp;
+    cp_overlap_ = overlap;
+  }
+  dist::Communicator* context_parallel() const { return cp_; }
+  CoreAttention core_attention() const { return {attention_kernel_, cp_, cp_overlap_}; }
 
  protected:
   std::vector<Tensor> run_layer(int64_t index, const LayerFn& fn, const std::vector<Tensor>& inputs) const;
@@ -82,6 +93,8 @@ class CausalLM : public nn::Module {
   LayerRunner runner_;
   LayerParamHooks* param_hooks_ = nullptr;
   AttentionKernel attention_kernel_ = AttentionKernel::flash;
+  dist::Communicator* cp_ = nullptr;
+  dist::Communicator* cp_overlap_ = nullptr;
 };
 
 // Builds the model of config.model_type with freshly initialized parameters (HF's init: normal

@@ -25,7 +25,7 @@ Gpt2Block::Gpt2Block(const ModelConfig& c, const nn::Init& init) {
   mlp_proj_ = mlp.add("c_proj", std::make_unique<nn::Conv1D>(c.intermediate_size, d, init, proj_std));
 }
 
-Tensor Gpt2Block::forward(const Tensor& x, const ModelConfig& c, AttentionKernel kernel, bool training,
+Tensor Gpt2Block::forward(const Tensor& x, const ModelConfig& c, const CoreAttention& attn, bool training,
                           const LayerRecompute& rc) const {
   const int64_t b = x.size(0), t = x.size(1), d = c.hidden_size, heads = c.num_attention_heads, hd = d / heads;
   // ln_1 -> c_attn; with norm recompute ln_1's output is freed once c_attn saved it.
@@ -35,17 +35,16 @@ Tensor Gpt2Block::forward(const Tensor& x, const ModelConfig& c, AttentionKernel
   std::vector<Tensor> qkv = split(qkv_all, {d, d, d}, -1);                                     // 3 x (B, T, C)
   auto heads_of = [&](const Tensor& y) { return y.view({b, t, heads, hd}).transpose(1, 2); };  // (B, H, T, hd)
   AttentionOptions opt;
-  opt.kernel = kernel;
   opt.dropout_p = training ? c.attention_dropout : 0.0;
-  auto core = [opt, module = attn_->name()](const std::vector<Tensor>& in) {
+  auto core = [opt, attn, module = attn_->name()](const std::vector<Tensor>& in) {
     ModuleScope scope(module);
-    return std::vector<Tensor>{scaled_dot_product_attention(in[0], in[1], in[2], opt)};
+    return std::vector<Tensor>{attn(in[0], in[1], in[2], opt)};
   };
   const std::vector<Tensor> qkv_heads = {heads_of(qkv[0]), heads_of(qkv[1]), heads_of(qkv[2])};
   // Selective recompute of the core attention; the flash kernel keeps no (T, T) tensor to drop.
-  Tensor a = rc.core_attn && kernel == AttentionKernel::eager ? autograd::checkpoint(core, qkv_heads)[0]
-                                                              : core(qkv_heads)[0];  // (B, H, T, hd)
-  Tensor attn_out = attn_proj_->forward(a.transpose(1, 2).reshape({b, t, d}));       // (B, T, C)
+  Tensor a = rc.core_attn && attn.kernel == AttentionKernel::eager ? autograd::checkpoint(core, qkv_heads)[0]
+                                                                   : core(qkv_heads)[0];  // (B, H, T, hd)
+  Tensor attn_out = attn_proj_->forward(a.transpose(1, 2).reshape({b, t, d}));            // (B, T, C)
   Tensor x1 = add(x, dropout(attn_out, c.hidden_dropout, training));
   const GeluApprox approx = c.hidden_act == "gelu" ? GeluApprox::none : GeluApprox::tanh;
   ModuleScope mlp_scope(mlp_->name());  // the GELU's saved input and output
@@ -82,16 +81,19 @@ Gpt2::Gpt2(const ModelConfig& c, const nn::Init& init) : CausalLM(c) {
 
 ModelOutput Gpt2::forward_hidden(const Tensor& ids) const {
   TIDAL_CHECK(ids.dim() == 2, "[gpt2] token ids must be (batch, seq), got ", ids.shape());
-  const int64_t t = ids.size(1);
+  const CoreAttention attn = core_attention();
+  const int64_t t = attn.sequence_length(ids.size(1));
   TIDAL_CHECK(t <= config_.max_position_embeddings, "[gpt2] sequence length ", t, " exceeds n_positions ",
               config_.max_position_embeddings);
-  Tensor pos = arange(0, t, 1, DType::i64, ids.device());
+  std::vector<Tensor> runs;  // the tokens' global positions
+  for (const auto& [start, length] : attn.positions(ids.size(1)))
+    runs.push_back(arange(start, start + length, 1, DType::i64, ids.device()));
+  Tensor pos = runs.size() == 1 ? runs[0] : cat(runs, 0);
   Tensor x = dropout(add(wte_->forward(ids), wpe_->forward(pos)), config_.hidden_dropout, is_training());  // (B, T, C)
   x = run_layers(
       std::move(x),  // the layers own it: offload may release it once block 0 is done
-      [this](int64_t l, const std::vector<Tensor>& in) {
-        return std::vector<Tensor>{
-            (*h_)[size_t(l)].forward(in[0], config_, attention_kernel(), is_training(), recompute_of(l))};
+      [this, attn](int64_t l, const std::vector<Tensor>& in) {
+        return std::vector<Tensor>{(*h_)[size_t(l)].forward(in[0], config_, attn, is_training(), recompute_of(l))};
       },
       nullptr);
   return {ln_f_->forward(x), Tensor(), Tensor()};

@@ -9,7 +9,7 @@ class Gpt2Block : public nn::Module {
  public:
   Gpt2Block(const ModelConfig& c, const nn::Init& init);
   // x (B, T, C) -> (B, T, C), with the layer's recompute policies (layer_recompute.h).
-  Tensor forward(const Tensor& x, const ModelConfig& c, AttentionKernel kernel, bool training,
+  Tensor forward(const Tensor& x, const ModelConfig& c, const CoreAttention& attn, bool training,
                  const LayerRecompute& rc) const;
 
  private:

@@ -28,7 +28,7 @@ std::vector<Tensor> LlamaAttention::project(const Tensor& h, const ModelConfig& 
 }
 
 Tensor LlamaAttention::attend(const std::vector<Tensor>& qkv, const RopeTables& rope, const ModelConfig& c,
-                              AttentionKernel kernel, bool training, bool recompute_core) const {
+                              const CoreAttention& attn, bool training, bool recompute_core) const {
   const int64_t b = qkv[0].size(0), t = qkv[0].size(1), h = c.num_attention_heads, hd = c.head_size();
   Tensor q = qkv[0], k = qkv[1];
   if (q_norm_ != nullptr) {
@@ -38,17 +38,16 @@ Tensor LlamaAttention::attend(const std::vector<Tensor>& qkv, const RopeTables& 
   q = apply_rope(q.transpose(1, 2), rope.cos, rope.sin);  // (B, H, T, hd)
   k = apply_rope(k.transpose(1, 2), rope.cos, rope.sin);  // (B, Hkv, T, hd)
   AttentionOptions opt;
-  opt.kernel = kernel;
   opt.dropout_p = training ? c.attention_dropout : 0.0;
-  auto core = [opt, module = name()](const std::vector<Tensor>& in) {
+  auto core = [opt, attn, module = name()](const std::vector<Tensor>& in) {
     ModuleScope scope(module);
-    return std::vector<Tensor>{scaled_dot_product_attention(in[0], in[1], in[2], opt)};
+    return std::vector<Tensor>{attn(in[0], in[1], in[2], opt)};
   };
   const std::vector<Tensor> in = {q, k, qkv[2].transpose(1, 2)};
   // Selective recompute of the core attention; the flash kernel keeps no (T, T) tensor to drop.
-  Tensor a = recompute_core && kernel == AttentionKernel::eager ? autograd::checkpoint(core, in)[0]
-                                                                : core(in)[0];  // (B, H, T, hd)
-  return o_proj_->forward(a.transpose(1, 2).reshape({b, t, h * hd}));           // (B, T, C)
+  Tensor a = recompute_core && attn.kernel == AttentionKernel::eager ? autograd::checkpoint(core, in)[0]
+                                                                     : core(in)[0];  // (B, H, T, hd)
+  return o_proj_->forward(a.transpose(1, 2).reshape({b, t, h * hd}));                // (B, T, C)
 }
 
 LlamaDecoderLayer::LlamaDecoderLayer(const ModelConfig& c, int64_t index, const nn::Init& init) {
@@ -64,13 +63,14 @@ LlamaDecoderLayer::LlamaDecoderLayer(const ModelConfig& c, int64_t index, const 
 }
 
 std::vector<Tensor> LlamaDecoderLayer::forward(const Tensor& x, const RopeTables& rope, const ModelConfig& c,
-                                               AttentionKernel kernel, bool training, const LayerRecompute& rc) const {
+                                               const CoreAttention& attn, bool training,
+                                               const LayerRecompute& rc) const {
   // input_layernorm -> q/k/v projections; with norm recompute the norm's output is freed once the
   // projections saved it, and comes back before the first of their backwards.
   std::vector<Tensor> qkv = autograd::with_discarded_outputs(
       rc.norm, [this](const std::vector<Tensor>& in) { return std::vector<Tensor>{input_layernorm_->forward(in[0])}; },
       {x}, [this, &c](const std::vector<Tensor>& h) { return self_attn_->project(h[0], c); });
-  Tensor x1 = add(x, self_attn_->attend(qkv, rope, c, kernel, training, rc.core_attn));  // (B, T, C)
+  Tensor x1 = add(x, self_attn_->attend(qkv, rope, c, attn, training, rc.core_attn));  // (B, T, C)
   auto norm2 = [this](const std::vector<Tensor>& in) {
     return std::vector<Tensor>{post_attention_layernorm_->forward(in[0])};
   };
@@ -114,17 +114,22 @@ const Tensor& Llama::lm_head_weight() const {
 
 ModelOutput Llama::forward_hidden(const Tensor& ids) const {
   TIDAL_CHECK(ids.dim() == 2, "[", config_.model_type, "] token ids must be (batch, seq), got ", ids.shape());
-  const int64_t t = ids.size(1);
+  const CoreAttention attn = core_attention();
+  const int64_t t = attn.sequence_length(ids.size(1));
   TIDAL_CHECK(t <= config_.max_position_embeddings, "[", config_.model_type, "] sequence length ", t,
               " exceeds max_position_embeddings ", config_.max_position_embeddings);
-  const RopeTables rope =
-      rope_tables(t, config_.head_size(), config_.rope_theta, embed_tokens_->weight().dtype(), ids.device());
+  RopeTables rope;  // (T_local, hd): the rows of the tokens' global positions
+  for (const auto& [start, length] : attn.positions(ids.size(1))) {
+    RopeTables run = rope_tables(length, config_.head_size(), config_.rope_theta, embed_tokens_->weight().dtype(),
+                                 ids.device(), start);
+    rope = rope.cos.defined() ? RopeTables{cat({rope.cos, run.cos}, 0), cat({rope.sin, run.sin}, 0)} : run;
+  }
   Tensor x = embed_tokens_->forward(ids);  // (B, T, C)
   std::vector<std::vector<Tensor>> extras;
   x = run_layers(
       std::move(x),  // the layers own it: offload may release it once block 0 is done
-      [this, rope](int64_t l, const std::vector<Tensor>& in) {
-        return (*layers_)[size_t(l)].forward(in[0], rope, config_, attention_kernel(), is_training(), recompute_of(l));
+      [this, rope, attn](int64_t l, const std::vector<Tensor>& in) {
+        return (*layers_)[size_t(l)].forward(in[0], rope, config_, attn, is_training(), recompute_of(l));
       },
       &extras);
   std::vector<RouterStats> routers;

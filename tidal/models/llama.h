@@ -15,7 +15,7 @@ class LlamaAttention : public nn::Module {
   std::vector<Tensor> project(const Tensor& h, const ModelConfig& c) const;
   // The rest: QK-norm, RoPE, the attention core (checkpointed with `recompute_core` under the eager
   // kernel) and the output projection -> (B, T, C).
-  Tensor attend(const std::vector<Tensor>& qkv, const RopeTables& rope, const ModelConfig& c, AttentionKernel kernel,
+  Tensor attend(const std::vector<Tensor>& qkv, const RopeTables& rope, const ModelConfig& c, const CoreAttention& attn,
                 bool training, bool recompute_core) const;
 
  private:
@@ -31,7 +31,7 @@ class LlamaDecoderLayer : public nn::Module {
  public:
   LlamaDecoderLayer(const ModelConfig& c, int64_t index, const nn::Init& init);
   // {x (B, T, C)} -> {x} for dense layers, {x, router prob_sum (E), top-k counts (k, E)} for sparse.
-  std::vector<Tensor> forward(const Tensor& x, const RopeTables& rope, const ModelConfig& c, AttentionKernel kernel,
+  std::vector<Tensor> forward(const Tensor& x, const RopeTables& rope, const ModelConfig& c, const CoreAttention& attn,
                               bool training, const LayerRecompute& rc) const;
   bool sparse() const { return moe_ != nullptr; }
 

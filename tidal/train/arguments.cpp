@@ -78,6 +78,7 @@ Flags train_flags() {
               "NAME|FILE");
   add_memory_flags(f);
   add_precision_flags(f);
+  add_context_parallel_flags(f);
   add_data_parallel_flags(f)
       .option("sample-prompt", "text to continue with the trained model at the end", "TEXT")
       .option("sample-tokens", "tokens to generate for the sample (default 64 with a prompt)", "N")
@@ -199,6 +200,7 @@ TrainArgs parse_train_args(const std::vector<std::string>& argv) {
   parse_outputs(f, a);
   a.memory = parse_memory_config(f, m);
   a.data_parallel = parse_data_parallel(f);
+  a.context_parallel = parse_context_parallel(f);
   a.precision = parse_precision(f);
   m.torch_dtype = a.precision.torch_dtype();  // what the checkpoint's config.json says its weights are
   a.progress = !f.flag_on("no-progress");
@@ -207,6 +209,7 @@ TrainArgs parse_train_args(const std::vector<std::string>& argv) {
   // Sizes from flags that overflow 64-bit byte counts are an error now, not a wrapped allocation later.
   memory::check_step_sizes(a.model, a.micro_batch_size, a.seq_length,
                            a.attention == "eager" ? AttentionKernel::eager : AttentionKernel::flash);
+  check_context_parallel(a);
   return a;
 }
 
@@ -353,6 +356,7 @@ nlohmann::json TrainArgs::to_json() const {
   if (data_parallel.overlap_grad_reduce) j["ddp_bucket_size"] = data_parallel.bucket_size;
   j["overlap_param_gather"] = data_parallel.overlap_param_gather;
   j["expert_model_parallel_size"] = data_parallel.expert_parallel;
+  j["context_parallel_size"] = context_parallel.size;
   j["bf16"] = precision.bf16;
   j["check_for_nan_in_loss_and_grad"] = check_for_nan;
   j["skip_nonfinite_steps"] = skip_nonfinite_steps;

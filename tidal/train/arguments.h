@@ -9,6 +9,7 @@
 #include "tidal/base/flags.h"
 #include "tidal/memory/memory_config.h"
 #include "tidal/models/config.h"
+#include "tidal/train/context_parallel.h"
 #include "tidal/train/data_parallel.h"
 #include "tidal/train/precision.h"
 
@@ -63,6 +64,8 @@ struct TrainArgs {
   // --use-distributed-optimizer / --data-parallel-sharding-strategy / --overlap-grad-reduce /
   // --ddp-bucket-size (train/data_parallel.h)
   DataParallelConfig data_parallel;
+  // --context-parallel-size (train/context_parallel.h)
+  ContextParallelConfig context_parallel;
   // --bf16: mixed precision (train/precision.h)
   PrecisionConfig precision;
   std::string sample_prompt;  // printed sample at the end ("" : none)

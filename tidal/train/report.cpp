@@ -74,13 +74,17 @@ Report::Report(const TrainArgs& args, const models::ModelConfig& config, const S
   const memory::MemoryConfig& mem = args.memory;
   std::fprintf(out, "model: %s (%s), %lld parameters; data: %s\n", config.model_type.c_str(), args.model_source.c_str(),
                (long long)s.model->num_parameters(), s.data.description.c_str());
+  std::string ranks;
+  if (s.data_comm().size() > 1) ranks += ", " + std::to_string(s.data_comm().size()) + " data-parallel ranks";
+  if (s.cp_size() > 1)
+    ranks += ", context-parallel size " + std::to_string(s.cp_size()) +
+             (s.context.ring ? " (K/V exchange overlapped)" : " (blocking K/V exchange)");
   std::fprintf(out,
                "training %lld iterations of %lld x %lld tokens (micro-batch %lld, %lld accumulation steps%s), "
                "%s attention, recompute: %s, offload: %s\n",
                (long long)args.train_iters, (long long)args.global_batch_size, (long long)args.seq_length,
-               (long long)args.micro_batch_size, (long long)s.micro_batches,
-               s.comm->size() > 1 ? (", " + std::to_string(s.comm->size()) + " data-parallel ranks").c_str() : "",
-               args.attention.c_str(), mem.recompute.describe().c_str(), mem.offload.describe().c_str());
+               (long long)args.micro_batch_size, (long long)s.micro_batches, ranks.c_str(), args.attention.c_str(),
+               mem.recompute.describe().c_str(), mem.offload.describe().c_str());
   print_core_attn_note(args, out);
   if (args.precision.bf16)
     std::fprintf(out,

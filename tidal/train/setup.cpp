@@ -222,7 +222,10 @@ void resume(const TrainArgs& args, const models::ModelConfig& config, Setup& s, 
 
 Setup setup_training(const TrainArgs& args, models::ModelConfig& config, std::FILE* out, dist::Communicator& comm,
                      Device device) {
-  const int64_t micro_batches = micro_batches_per_rank(args.global_batch_size, args.micro_batch_size, comm.size());
+  ContextParallelGroups context;
+  if (args.context_parallel.enabled()) context = context_parallel_groups(comm, args.context_parallel);
+  const int data_ranks = context.dp ? context.dp->size() : comm.size();
+  const int64_t micro_batches = micro_batches_per_rank(args.global_batch_size, args.micro_batch_size, data_ranks);
   TrainingData data = load_data(args, config, out);
   config.validate();
   device_allocator(device).reset_peak_stats();
@@ -271,7 +274,9 @@ Setup setup_training(const TrainArgs& args, models::ModelConfig& config, std::FI
           nullptr,
           nullptr,
           nullptr,
-          device};
+          device,
+          std::move(context)};
+  s.model->set_context_parallel(s.context.cp.get(), s.context.ring.get());
   set_rng_state({args.seed, 0});
   if (!args.load.empty()) resume(args, config, s, out);
   if (args.precision.bf16) {
@@ -300,7 +305,7 @@ Setup setup_training(const TrainArgs& args, models::ModelConfig& config, std::FI
   s.settings = args.to_json();
   s.settings["model"] = models::config_to_json(config);
   s.settings["data"] = s.data.description;
-  s.settings["data_parallel_size"] = comm.size();
+  s.settings["data_parallel_size"] = data_ranks;
   return s;
 }
 

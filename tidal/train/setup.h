@@ -42,8 +42,10 @@ struct Setup {
   int64_t start = 0;  // the iteration a --load resumed from (0 without one)
   // Every setting with the resolved model and the data, as --metrics-json and checkpoints record them.
   nlohmann::json settings;
-  dist::Communicator* comm = nullptr;  // the data-parallel ranks (one without mpirun)
-  int64_t micro_batches = 1;           // per rank and step: global batch / (micro-batch × ranks)
+  // All the ranks (one without mpirun): the gradients are summed over them. Without context
+  // parallelism they are the data-parallel ranks.
+  dist::Communicator* comm = nullptr;
+  int64_t micro_batches = 1;  // per rank and step: global batch / (micro-batch × data-parallel ranks)
   // --expert-model-parallel-size E > 1: the ranks holding this rank's experts, which sum their
   // gradients (train/expert_parallel.h; the expert-parallel group is the model config's
   // expert_group). Null otherwise.
@@ -60,6 +62,12 @@ struct Setup {
   std::unique_ptr<MainGrads> main_grads;
   // Where the model lives: cpu, or meta for a dry run (dry_run.h), whose step feeds meta batches.
   Device device = Device::cpu();
+  // --context-parallel-size C > 1 (train/context_parallel.h): this rank's CP group (the model's
+  // ring) and DP group (whose rank picks the samples); null otherwise.
+  ContextParallelGroups context;
+  dist::Communicator& data_comm() const { return context.dp ? *context.dp : *comm; }
+  int cp_size() const { return context.cp ? context.cp->size() : 1; }
+  int cp_rank() const { return context.cp ? context.cp->rank() : 0; }
 };
 
 // Loads the data (the tokenizer's vocabulary goes into `config`), validates `config`, resets the

@@ -18,18 +18,21 @@ namespace tidal::train {
 
 StepResult train_step(int64_t it, const TrainArgs& args, Setup& s, profile::Profiler& profiler,
                       SavedTensors& first_saved, const std::function<void(int64_t m)>& after_forward) {
-  dist::Communicator& comm = *s.comm;
+  dist::Communicator& comm = *s.comm;  // all ranks: the gradients are summed over them
+  dist::Communicator& data = s.data_comm();
   const int64_t accum = s.micro_batches;  // per rank
   // Each micro-batch's share of the global batch: the same scale as one process accumulating them all.
-  const int64_t global_micro_batches = accum * comm.size();
+  // With context parallelism each of the C ranks of a sample has the mean over its 2T/C tokens: a
+  // C-th of the sample's mean.
+  const int64_t global_micro_batches = accum * data.size() * s.cp_size();
   const double aux_coef = s.model->config().router_aux_loss_coef;
   StepResult r;
   r.lr = optim::lr_at(it - 1, s.schedule);
   double loss_sum = 0;
   for (int64_t m = 0; m < accum; ++m) {
-    Tensor tokens = next_rank_batch(s.loader, args.micro_batch_size, comm.rank(), comm.size()).tokens;  // (B, T+1)
+    Tensor tokens = next_rank_batch(s.loader, args.micro_batch_size, data.rank(), data.size()).tokens;  // (B, T+1)
     if (s.device.is_meta()) tokens = tokens.to(s.device);  // a dry run (dry_run.h): the batch's shape only
-    const int64_t t = tokens.size(1) - 1;
+    const LocalTokens local = local_tokens(tokens, s.cp_size(), s.cp_rank());  // this rank's chunks
     Tensor loss;
     if (s.offloader) s.offloader->begin_micro_batch();
     ParamGather::Scope gathered(s.param_gather.get());  // ZeRO-3: the parameters outside the layers
@@ -37,7 +40,7 @@ StepResult train_step(int64_t it, const TrainArgs& args, Setup& s, profile::Prof
       profile::Range phase("forward", profile::kPhase);
       std::optional<autograd::SavedTensorLog> log;
       if (first_saved.empty() || profiler.wants_saved_tensors(it, m)) log.emplace();
-      loss = memory::lm_loss(*s.model, tokens.narrow(1, 0, t), tokens.narrow(1, 1, t), args.memory.loss, aux_coef);
+      loss = memory::lm_loss(*s.model, local.inputs, local.labels, args.memory.loss, aux_coef);
       if (log) {
         if (first_saved.empty()) first_saved = log->snapshot();
         profiler.set_saved_tensors(it, log->snapshot());
@@ -99,6 +102,8 @@ double validation_loss(const TrainArgs& args, Setup& s) {
   double sum = 0;
   {
     NoGradGuard no_grad;
+    // Every rank evaluates whole sequences (context parallelism splits the training steps only).
+    s.model->set_context_parallel(nullptr);
     ParamGather::Scope gathered(s.param_gather.get());
     data::DataLoader loader(s.data.valid);
     for (int64_t i = 0; i < args.eval_iters; ++i) {
@@ -108,6 +113,7 @@ double validation_loss(const TrainArgs& args, Setup& s) {
                  .item<double>();
     }
   }
+  s.model->set_context_parallel(s.context.cp.get(), s.context.ring.get());
   s.model->train(true);
   return sum / double(args.eval_iters);
 }

@@ -47,6 +47,7 @@ std::string sample(const TrainArgs& args, const Setup& s, Report& report) {
   so.seed = args.seed;
   so.stop_token = s.data.tokenizer->eod_id();
   ParamGather::Scope whole(s.param_gather.get(), /*whole=*/true);
+  s.model->set_context_parallel(nullptr);  // every rank generates from the whole prompt
   const std::vector<int64_t> ids = models::generate(*s.model, s.data.tokenizer->encode(args.sample_prompt), so);
   std::string text = s.data.tokenizer->decode(ids, /*skip_special=*/true);
   report.sample(so.temperature, so.top_k, text);

@@ -1,0 +1,73 @@
+// --context-parallel-size: parsed once into train::ContextParallelConfig, and what it does not run
+// yet refused with the numbers and flags involved.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "tests/support/error_of.h"
+#include "tidal/train/arguments.h"
+#include "tidal/train/context_parallel.h"
+
+namespace tidal::train {
+namespace {
+
+using testing::error_of;
+
+std::vector<std::string> cp_args(std::vector<std::string> more) {
+  std::vector<std::string> a = {"--model", "tiny-llama", "--mock-data", "--seq-length", "24"};
+  a.insert(a.end(), more.begin(), more.end());
+  return a;
+}
+
+TEST(ContextParallelArgs, ParsesTheSize) {
+  EXPECT_EQ(parse_train_args(cp_args({})).context_parallel.size, 1);
+  EXPECT_FALSE(parse_train_args(cp_args({})).context_parallel.enabled());
+  const TrainArgs a = parse_train_args(cp_args({"--context-parallel-size", "3"}));
+  EXPECT_EQ(a.context_parallel.size, 3);
+  EXPECT_EQ(a.to_json()["context_parallel_size"], 3);
+  EXPECT_NE(error_of([] { parse_train_args(cp_args({"--context-parallel-size", "0"})); }), "no error");
+}
+
+TEST(ContextParallelArgs, TwiceTheSizeMustDivideTheSequence) {
+  EXPECT_EQ(error_of([] {
+              parse_train_args(cp_args({"--context-parallel-size", "5"}));
+            }),
+            "tidal train: --seq-length 24 is not a multiple of 2 x --context-parallel-size 5 = 10: each rank holds "
+            "two equal chunks of every sequence");
+}
+
+TEST(ContextParallelArgs, RefusesWhatDoesNotRunYet) {
+  const std::string works =
+      "yet; context parallelism runs dense models (gpt2, llama, qwen3) with --attention flash, no dropout, no "
+      "sharding and no --overlap-grad-reduce";
+  const auto refused = [](std::vector<std::string> more) {
+    more.insert(more.begin(), {"--context-parallel-size", "2"});
+    return error_of([&] { parse_train_args(cp_args(more)); });
+  };
+  EXPECT_EQ(refused({"--attention", "eager"}),
+            "tidal train: --context-parallel-size 2 does not run with --attention eager " + works);
+  EXPECT_NE(refused({"--attention-dropout", "0.1"}).find("does not run with dropout"), std::string::npos);
+  EXPECT_NE(error_of([] {
+              parse_train_args(
+                  {"--model", "tiny-qwen3-moe", "--mock-data", "--seq-length", "24", "--context-parallel-size", "2"});
+            }).find("mixture-of-experts models"),
+            std::string::npos);
+  EXPECT_NE(refused({"--use-distributed-optimizer"}).find("with a --data-parallel-sharding-strategy"),
+            std::string::npos);
+  EXPECT_NE(refused({"--overlap-grad-reduce"}).find("with --overlap-grad-reduce yet"), std::string::npos);
+  EXPECT_NE(refused({"--auto-memory"}).find("with --auto-memory"), std::string::npos);
+}
+
+TEST(ContextParallelArgs, LocalTokensAreTheRanksTwoChunks) {
+  // 1 sample of 8 tokens + 1 label; C = 2: rank 0 holds positions 0-1 and 6-7, rank 1 2-3 and 4-5.
+  const Tensor tokens = arange(0, 9, 1, DType::i64).view({1, 9});
+  const LocalTokens r0 = local_tokens(tokens, 2, 0), r1 = local_tokens(tokens, 2, 1);
+  EXPECT_EQ(r0.inputs.contiguous().to_vector<int64_t>(), (std::vector<int64_t>{0, 1, 6, 7}));
+  EXPECT_EQ(r0.labels.contiguous().to_vector<int64_t>(), (std::vector<int64_t>{1, 2, 7, 8}));
+  EXPECT_EQ(r1.inputs.contiguous().to_vector<int64_t>(), (std::vector<int64_t>{2, 3, 4, 5}));
+  EXPECT_EQ(r1.labels.contiguous().to_vector<int64_t>(), (std::vector<int64_t>{3, 4, 5, 6}));
+  EXPECT_EQ(local_tokens(tokens, 1, 0).inputs.size(1), 8);
+}
+
+}  // namespace
+}  // namespace tidal::train

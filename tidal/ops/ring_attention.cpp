@@ -1,0 +1,283 @@
+#include "tidal/ops/ring_attention.h"
+
+#include <array>
+#include <cmath>
+#include <future>
+#include <optional>
+#include <vector>
+
+#include "tidal/autograd/grad_mode.h"
+#include "tidal/backend/kernels.h"
+#include "tidal/memory_scope.h"
+#include "tidal/ops/common.h"
+#include "tidal/ops/elementwise.h"
+#include "tidal/ops/view.h"
+
+namespace tidal {
+namespace {
+
+using autograd::Node;
+using autograd::SavedTensor;
+using autograd::TensorList;
+
+constexpr const char* kOp = "ring_attention";
+
+DType accumulate_type(DType t) { return t == DType::f64 ? DType::f64 : DType::f32; }
+
+// A partial attention: the output (q's dtype) and its per-row log-sum-exp (accumulate type).
+struct Partial {
+  Tensor out, lse;
+};
+
+// Flash forward of q against k, v (no history): the kernel a one-rank attention runs.
+Partial flash_block(const FlashArgs& cfg, const Tensor& q, const Tensor& k, const Tensor& v) {
+  const int64_t b = q.size(0), hq = q.size(1), t = q.size(2), dv = v.size(3);
+  const DType acc = accumulate_type(q.dtype());
+  Partial p;
+  p.out = empty({b, t, hq, dv}, q.dtype(), q.device()).transpose(1, 2);  // (B, Hq, T, Dv)
+  p.lse = empty({b, hq, t}, acc, q.device());                            // (B, Hq, T)
+  Tensor ws = empty({device_kernels(q.device()).flash_forward_workspace(q, k, v)}, acc, q.device());
+  if (Kernels* kern = kernels_for(p.out)) kern->flash_attention_forward(cfg, p.out, p.lse, q, k, v, ws);
+  return p;
+}
+
+// (out, lse) ← the attention over the keys of both: out = Σ exp(lse_s − lse)·out_s, in place on
+// views of the accumulators (out in the accumulate type).
+void merge(Tensor out, Tensor lse, const Partial& p) {
+  const Tensor m = maximum(lse, p.lse);
+  const Tensor merged = add(m, log(add(exp(sub(lse, m)), exp(sub(p.lse, m)))));
+  const Tensor mine = exp(sub(lse, merged)).unsqueeze(-1), theirs = exp(sub(p.lse, merged)).unsqueeze(-1);
+  out.copy_(add(mul(out, mine), mul(p.out.to(out.dtype()), theirs)));
+  lse.copy_(merged);
+}
+
+// Sends `send` (contiguous) to the next rank of the ring and receives the previous rank's into
+// `recv`, in order. Meta tensors hold no bytes: nothing moves.
+void ring_exchange(dist::Communicator& comm, const std::vector<Tensor>& send, const std::vector<Tensor>& recv) {
+  if (send.front().is_meta()) return;
+  const int c = comm.size(), next = (comm.rank() + 1) % c, prev = (comm.rank() + c - 1) % c;
+  std::vector<dist::Communicator::Transfer> sends, receives;
+  for (const Tensor& t : send) sends.push_back({next, t.raw_data(), t.nbytes()});
+  for (const Tensor& t : recv) receives.push_back({prev, t.raw_data(), t.nbytes()});
+  comm.exchange(sends, receives);
+}
+
+// The exchange of the next K/V block: on a worker thread over `overlap` (a duplicate of the CP
+// communicator, whose messages never match the main one's) while this thread computes, or at once
+// over `cp` when there is none. The tensors are held until it is done.
+class BlockExchange {
+ public:
+  BlockExchange(dist::Communicator& cp, dist::Communicator* overlap, std::vector<Tensor> send,
+                std::vector<Tensor> recv) {
+    if (overlap == nullptr || send.front().is_meta()) {
+      ring_exchange(cp, send, recv);
+      return;
+    }
+    done_ = std::async(std::launch::async, [overlap, send = std::move(send), recv = std::move(recv)] {
+      ring_exchange(*overlap, send, recv);
+    });
+  }
+  BlockExchange(const BlockExchange&) = delete;
+  BlockExchange& operator=(const BlockExchange&) = delete;
+  ~BlockExchange() {
+    if (done_.valid()) done_.wait();
+  }
+  void wait() {  // rethrows the worker's error
+    if (done_.valid()) done_.get();
+  }
+
+ private:
+  std::future<void> done_;
+};
+
+// Which part of the block of CP rank j the queries of rank i see at a ring step (see the header).
+enum class Part { own, first_keys, second_queries };
+Part part_of(int i, int j) { return j == i ? Part::own : j < i ? Part::first_keys : Part::second_queries; }
+
+// A double buffer for blocks received around the ring: the block in hand is sent while the next
+// lands in the other buffer.
+struct RingBuffers {
+  std::array<Tensor, 2> buf;
+  Tensor next(int step, const Tensor& like) {
+    Tensor& b = buf[size_t(step % 2)];
+    if (!b.defined()) b = empty(like.shape(), like.dtype(), like.device());
+    return b;
+  }
+};
+
+struct RingAttentionBackward : Node {
+  SavedTensor q, k, v, out, lse;
+  dist::Communicator* comm = nullptr;
+  dist::Communicator* overlap = nullptr;  // carries the K/V blocks from a worker thread; null: none
+  double scale = 1.0;
+  const char* name() const override { return "RingAttentionBackward"; }
+
+  // dq, dk, dv of one block, in the inputs' dtype.
+  static std::array<Tensor, 3> block_backward(const FlashArgs& cfg, const Tensor& g, const Tensor& q, const Tensor& k,
+                                              const Tensor& v, const Tensor& o, const Tensor& l) {
+    Tensor dq = empty(q.shape(), q.dtype(), q.device()), dk = empty(k.shape(), k.dtype(), k.device());
+    Tensor dv = empty(v.shape(), v.dtype(), v.device());
+    Tensor ws = empty({device_kernels(q.device()).flash_backward_workspace(dq, q, k, v)}, accumulate_type(q.dtype()),
+                      q.device());
+    if (Kernels* kern = kernels_for(ws)) kern->flash_attention_backward(cfg, dq, dk, dv, g, q, k, v, o, l, ws);
+    return {dq, dk, dv};
+  }
+
+  TensorList apply(TensorList&& grads) override {
+    if (!grads[0].defined()) return {Tensor(), Tensor(), Tensor()};
+    const Tensor qv = q.unpack(name()), kv = k.unpack(name()), vv = v.unpack(name());
+    const Tensor ov = out.unpack(name()), lv = lse.unpack(name());
+    const int c = comm->size(), i = comm->rank();  // c >= 2: one rank is plain attention
+    const int64_t half = qv.size(2) / 2;
+    const DType acc = accumulate_type(qv.dtype());
+    Tensor dq = empty_like_layout(qv, qv.dtype()), dk = empty_like_layout(kv, kv.dtype());
+    Tensor dv = empty_like_layout(vv, vv.dtype());
+    {
+      MemoryScope scope(MemoryCategory::temporary);
+      const Tensor g = grads[0].detach();
+      Tensor dq_acc = zeros(qv.shape(), acc, qv.device());
+      Tensor kcur = kv.detach().contiguous(), vcur = vv.detach().contiguous();
+      RingBuffers kb, vb, dkb, dvb;
+      // The gradient of the block in hand, travelling with it.
+      Tensor dk_cur = dkb.buf[0] = zeros(kv.shape(), acc, kv.device());
+      Tensor dv_cur = dvb.buf[0] = zeros(vv.shape(), acc, vv.device());
+      FlashArgs cfg;
+      cfg.scale = scale;
+      for (int s = 0; s < c; ++s) {
+        // The next K/V block comes while this one computes.
+        const Tensor k_next = s + 1 < c ? kb.next(s + 1, kcur) : Tensor();
+        const Tensor v_next = s + 1 < c ? vb.next(s + 1, vcur) : Tensor();
+        std::optional<BlockExchange> blocks;
+        if (s + 1 < c)
+          blocks.emplace(*comm, overlap, std::vector<Tensor>{kcur, vcur}, std::vector<Tensor>{k_next, v_next});
+        const Part part = part_of(i, (i - s + c) % c);
+        cfg.causal = part == Part::own;
+        if (part == Part::second_queries) {
+          const Tensor l2 = lv.narrow(2, half, half).contiguous();
+          const auto d = block_backward(cfg, g.narrow(2, half, half), qv.narrow(2, half, half).detach(), kcur, vcur,
+                                        ov.narrow(2, half, half).detach(), l2);
+          dq_acc.narrow(2, half, half).add_(d[0].to(acc));
+          dk_cur.add_(d[1].to(acc));
+          dv_cur.add_(d[2].to(acc));
+        } else {
+          const int64_t keys = part == Part::own ? 2 * half : half;
+          const auto d =
+              block_backward(cfg, g, qv.detach(), kcur.narrow(2, 0, keys), vcur.narrow(2, 0, keys), ov.detach(), lv);
+          dq_acc.add_(d[0].to(acc));
+          dk_cur.narrow(2, 0, keys).add_(d[1].to(acc));
+          dv_cur.narrow(2, 0, keys).add_(d[2].to(acc));
+        }
+        // The block's gradient follows it; after the last step it is home.
+        const Tensor dk_next = dkb.next(s + 1, dk_cur), dv_next = dvb.next(s + 1, dv_cur);
+        if (blocks) {
+          blocks->wait();
+          kcur = k_next;
+          vcur = v_next;
+        }
+        ring_exchange(*comm, {dk_cur, dv_cur}, {dk_next, dv_next});
+        dk_cur = dk_next;
+        dv_cur = dv_next;
+      }
+      dq.copy_(dq_acc);
+      dk.copy_(dk_cur);
+      dv.copy_(dv_cur);
+    }
+    return {dq, dk, dv};
+  }
+  void release_saved() override { autograd::reset_all(q, k, v, out, lse); }
+};
+
+void check_inputs(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& opt) {
+  TIDAL_CHECK(opt.kernel == AttentionKernel::flash, "[", kOp,
+              "] context parallelism runs the flash attention kernel only; use the flash kernel (not eager)");
+  TIDAL_CHECK(opt.dropout_p == 0.0, "[", kOp, "] attention dropout is not supported with context parallelism yet, got ",
+              opt.dropout_p, "; set the attention dropout to 0");
+  TIDAL_CHECK(opt.causal, "[", kOp, "] context parallelism supports causal attention only");
+  TIDAL_CHECK(std::isfinite(opt.scale), "[", kOp, "] scale must be finite, got ", opt.scale);
+  detail::check_dim(kOp, q, 4, "q (B, Hq, T, D)");
+  detail::check_dim(kOp, k, 4, "k (B, Hkv, T, D)");
+  detail::check_dim(kOp, v, 4, "v (B, Hkv, T, Dv)");
+  detail::check_floating(kOp, q);
+  detail::check_same(kOp, q, k);
+  detail::check_same(kOp, q, v);
+  const auto shapes = [&] { return detail::str_cat("q ", q.shape(), ", k ", k.shape(), ", v ", v.shape()); };
+  TIDAL_CHECK(k.size(0) == q.size(0) && v.size(0) == q.size(0) && k.size(2) == q.size(2) && v.size(2) == q.size(2) &&
+                  v.size(1) == k.size(1),
+              "[", kOp, "] q, k and v must have the same batch and length, k and v the same heads: ", shapes());
+  TIDAL_CHECK(k.size(1) > 0 && q.size(1) % k.size(1) == 0, "[", kOp,
+              "] query heads must be a multiple of kv heads (GQA): ", shapes());
+  TIDAL_CHECK(k.size(3) == q.size(3) && q.size(3) > 0, "[", kOp, "] q and k need one positive head dim: ", shapes());
+  TIDAL_CHECK(q.size(2) % 2 == 0, "[", kOp, "] a rank holds two chunks of equal length, got length ", q.size(2));
+}
+
+}  // namespace
+
+ContextChunks context_chunks(int64_t seq, int size, int rank) {
+  TIDAL_CHECK(size >= 1 && rank >= 0 && rank < size, "[context_chunks] rank ", rank, " is not one of ", size);
+  TIDAL_CHECK(seq > 0 && seq % (2 * int64_t(size)) == 0, "[context_chunks] 2 x context-parallel size (", 2 * size,
+              ") must divide the sequence length ", seq);
+  const int64_t chunk = seq / (2 * size);
+  return {chunk, rank * chunk, (2 * size - 1 - rank) * chunk};
+}
+
+Tensor ring_attention(const Tensor& q, const Tensor& k, const Tensor& v, dist::Communicator& cp,
+                      const AttentionOptions& opt, dist::Communicator* overlap) {
+  OpScope scope(kOp);
+  check_inputs(q, k, v, opt);
+  if (cp.size() == 1) return scaled_dot_product_attention(q, k, v, opt);
+  const int c = cp.size(), i = cp.rank();
+  const int64_t b = q.size(0), hq = q.size(1), t = q.size(2), dv = v.size(3), half = t / 2;
+  const DType acc = accumulate_type(q.dtype());
+  FlashArgs cfg;
+  cfg.scale = opt.scale != 0 ? opt.scale : 1.0 / std::sqrt(double(q.size(3)));
+  Tensor out = empty({b, t, hq, dv}, q.dtype(), q.device()).transpose(1, 2);  // (B, Hq, T, Dv) view
+  Tensor lse = empty({b, hq, t}, acc, q.device());                            // (B, Hq, T)
+  {
+    MemoryScope temporary(MemoryCategory::temporary);
+    NoGradGuard no_grad;
+    const Tensor qd = q.detach();
+    Tensor kcur = k.detach().contiguous(), vcur = v.detach().contiguous();  // sent as they are
+    RingBuffers kb, vb;
+    Tensor acc_out = empty({b, hq, t, dv}, acc, q.device());  // (B, Hq, T, Dv)
+    for (int s = 0; s < c; ++s) {
+      // The next K/V block comes while this one computes.
+      const Tensor k_next = s + 1 < c ? kb.next(s + 1, kcur) : Tensor();
+      const Tensor v_next = s + 1 < c ? vb.next(s + 1, vcur) : Tensor();
+      std::optional<BlockExchange> blocks;
+      if (s + 1 < c) blocks.emplace(cp, overlap, std::vector<Tensor>{kcur, vcur}, std::vector<Tensor>{k_next, v_next});
+      const Part part = part_of(i, (i - s + c) % c);
+      cfg.causal = part == Part::own;
+      if (part == Part::own) {
+        const Partial p = flash_block(cfg, qd, kcur, vcur);
+        acc_out.copy_(p.out);
+        lse.copy_(p.lse);
+      } else if (part == Part::first_keys) {
+        merge(acc_out, lse, flash_block(cfg, qd, kcur.narrow(2, 0, half), vcur.narrow(2, 0, half)));
+      } else {
+        merge(acc_out.narrow(2, half, half), lse.narrow(2, half, half),
+              flash_block(cfg, qd.narrow(2, half, half), kcur, vcur));
+      }
+      if (blocks) {
+        blocks->wait();
+        kcur = k_next;
+        vcur = v_next;
+      }
+    }
+    out.copy_(acc_out);
+  }
+  if (autograd::needs_grad(q, k, v)) {
+    auto node = autograd::make_node<RingAttentionBackward>({&q, &k, &v});
+    node->q = SavedTensor(q);
+    node->k = SavedTensor(k);
+    node->v = SavedTensor(v);
+    node->out = SavedTensor(out);
+    node->lse = SavedTensor(lse);
+    node->comm = &cp;
+    node->overlap = overlap;
+    node->scale = cfg.scale;
+    autograd::set_history(out, node);
+  }
+  return out;
+}
+
+}  // namespace tidal

@@ -1,0 +1,74 @@
+#include "tidal/train/context_parallel.h"
+
+#include <vector>
+
+#include "tidal/base/error.h"
+#include "tidal/ops/ring_attention.h"
+#include "tidal/ops/view.h"
+#include "tidal/train/arguments.h"
+
+namespace tidal::train {
+
+Flags& add_context_parallel_flags(Flags& f) {
+  return f.option("context-parallel-size",
+                  "split every sample's sequence over C ranks (ring attention; default 1: off); the ranks must be a "
+                  "multiple of C and --seq-length a multiple of 2C",
+                  "C");
+}
+
+ContextParallelConfig parse_context_parallel(const Flags& f) {
+  ContextParallelConfig c;
+  c.size = f.integer("context-parallel-size", 1, 1, int64_t(1) << 20);
+  return c;
+}
+
+void check_context_parallel(const TrainArgs& a) {
+  const int64_t c = a.context_parallel.size;
+  if (c == 1) return;
+  const auto refuse = [c](bool ok, const std::string& what) {
+    TIDAL_CHECK(ok, "tidal train: --context-parallel-size ", c, " does not run ", what,
+                " yet; context parallelism runs dense models (gpt2, llama, qwen3) with --attention flash, no dropout, "
+                "no sharding and no --overlap-grad-reduce");
+  };
+  TIDAL_CHECK(a.seq_length % (2 * c) == 0, "tidal train: --seq-length ", a.seq_length,
+              " is not a multiple of 2 x --context-parallel-size ", c, " = ", 2 * c,
+              ": each rank holds two equal chunks of every sequence");
+  refuse(a.attention == "flash", "with --attention eager");
+  refuse(a.model.attention_dropout == 0.0 && a.model.hidden_dropout == 0.0,
+         "with dropout (--attention-dropout / --hidden-dropout)");
+  refuse(!a.model.is_moe(), "mixture-of-experts models");
+  refuse(a.data_parallel.sharding == ShardingStrategy::no_shard, "with a --data-parallel-sharding-strategy");
+  refuse(!a.data_parallel.overlap_grad_reduce, "with --overlap-grad-reduce");
+  refuse(!a.auto_memory, "with --auto-memory (the planner does not know it)");
+}
+
+ContextParallelGroups context_parallel_groups(dist::Communicator& world, const ContextParallelConfig& c) {
+  const int ranks = world.size(), size = int(c.size), rank = world.rank();
+  TIDAL_CHECK(c.size <= ranks && ranks % size == 0, "tidal train: --context-parallel-size ", c.size,
+              " does not divide the ", ranks, " ranks: the ranks are data-parallel size x context-parallel size");
+  std::vector<int> block, strided;
+  for (int m = rank - rank % size; m < rank - rank % size + size; ++m) block.push_back(m);
+  for (int m = rank % size; m < ranks; m += size) strided.push_back(m);
+  ContextParallelGroups g;
+  g.cp = world.subgroup(block);
+  g.dp = world.subgroup(strided);
+  try {
+    g.ring = g.cp->duplicate();
+  } catch (const Error&) {  // the same MPI library on every rank: all of them go without
+    g.ring = nullptr;
+  }
+  return g;
+}
+
+LocalTokens local_tokens(const Tensor& tokens, int cp_size, int cp_rank) {
+  const int64_t t = tokens.size(1) - 1;
+  const Tensor inputs = tokens.narrow(1, 0, t), labels = tokens.narrow(1, 1, t);
+  if (cp_size == 1) return {inputs, labels};
+  const ContextChunks at = context_chunks(t, cp_size, cp_rank);
+  const auto mine = [&](const Tensor& x) {
+    return cat({x.narrow(1, at.first, at.chunk), x.narrow(1, at.second, at.chunk)}, 1);
+  };
+  return {mine(inputs), mine(labels)};
+}
+
+}  // namespace tidal::train
