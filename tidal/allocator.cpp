@@ -37,11 +37,18 @@ using LiveBlocks = std::unordered_map<void*, int64_t>;
 struct SpareNodes {
   std::vector<FreeBlocks::node_type> free;
   std::vector<LiveBlocks::node_type> live;
+  ~SpareNodes();
 };
 
-SpareNodes& spare_nodes() {
+// Set when this thread's spare nodes are destroyed (at its exit), after which tensors that outlive
+// them (thread-local or static ones) still free their storage: plain map operations then.
+thread_local bool spare_nodes_gone = false;
+SpareNodes::~SpareNodes() { spare_nodes_gone = true; }
+
+SpareNodes* spare_nodes() {
+  if (spare_nodes_gone) return nullptr;
   thread_local SpareNodes spare;
-  return spare;
+  return &spare;
 }
 
 }  // namespace
@@ -89,7 +96,10 @@ void* Allocator::allocate(int64_t nbytes, MemoryCategory category) {
   if (it != free_blocks_.end() && it->first <= max_reuse(want)) {
     block = it->first;
     ptr = it->second;
-    spare_nodes().free.push_back(free_blocks_.extract(it));
+    if (SpareNodes* spare = spare_nodes())
+      spare->free.push_back(free_blocks_.extract(it));
+    else
+      free_blocks_.erase(it);
     ++stats_.cache_hits;
   } else {
     if (stats_.limit > 0 && stats_.reserved + want > stats_.limit) release_cached_locked();
@@ -105,15 +115,15 @@ void* Allocator::allocate(int64_t nbytes, MemoryCategory category) {
     stats_.peak_reserved = std::max(stats_.peak_reserved, stats_.reserved);
     ++stats_.system_allocs;
   }
-  std::vector<LiveBlocks::node_type>& spare_live = spare_nodes().live;
-  if (spare_live.empty()) {
+  SpareNodes* spare = spare_nodes();
+  if (spare == nullptr || spare->live.empty()) {
     live_blocks_.emplace(ptr, block);
   } else {
-    LiveBlocks::node_type& node = spare_live.back();
+    LiveBlocks::node_type& node = spare->live.back();
     node.key() = ptr;
     node.mapped() = block;
     live_blocks_.insert(std::move(node));
-    spare_live.pop_back();
+    spare->live.pop_back();
   }
   ++stats_.num_allocs;
   ++stats_.total_allocs;
@@ -131,16 +141,21 @@ void Allocator::deallocate(void* ptr, int64_t nbytes, MemoryCategory category) {
   auto it = live_blocks_.find(ptr);
   TIDAL_ASSERT(it != live_blocks_.end(), "free of a pointer the ", name_, " allocator does not own");
   const int64_t block = it->second;
-  SpareNodes& spare = spare_nodes();
-  spare.live.push_back(live_blocks_.extract(it));
-  if (spare.free.empty()) {
+  SpareNodes* spare = spare_nodes();
+  if (spare == nullptr) {
+    live_blocks_.erase(it);
     free_blocks_.emplace(block, ptr);
   } else {
-    FreeBlocks::node_type& node = spare.free.back();
-    node.key() = block;
-    node.mapped() = ptr;
-    free_blocks_.insert(std::move(node));  // at the end of the blocks of its size, like emplace
-    spare.free.pop_back();
+    spare->live.push_back(live_blocks_.extract(it));
+    if (spare->free.empty()) {
+      free_blocks_.emplace(block, ptr);
+    } else {
+      FreeBlocks::node_type& node = spare->free.back();
+      node.key() = block;
+      node.mapped() = ptr;
+      free_blocks_.insert(std::move(node));  // at the end of the blocks of its size, like emplace
+      spare->free.pop_back();
+    }
   }
   --stats_.num_allocs;
   --stats_.category[size_t(category)].count;
