@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <map>
+#include <unordered_map>
+#include <vector>
 
 #include "tidal/backend/runtime.h"
 #include "tidal/base/clock.h"
@@ -23,6 +26,30 @@ int64_t round_block(int64_t n) {
 
 // A cached block is reused for a request if it wastes at most 1/8 of it (plus one rounding unit).
 int64_t max_reuse(int64_t block) { return block + block / 8 + (block <= kSmall ? kSmallRound : kLargeRound); }
+
+using FreeBlocks = std::multimap<int64_t, void*>;
+using LiveBlocks = std::unordered_map<void*, int64_t>;
+
+// Map nodes taken out of an allocator's maps, put back in (into any allocator's: the maps use
+// std::allocator) with new contents, so that after warm-up an allocation and a free allocate no node
+// (a dry run of an MoE model makes hundreds of thousands of each per step). Per thread, so the
+// allocator's own mutex is all that guards its maps.
+struct SpareNodes {
+  std::vector<FreeBlocks::node_type> free;
+  std::vector<LiveBlocks::node_type> live;
+  ~SpareNodes();
+};
+
+// Set when this thread's spare nodes are destroyed (at its exit), after which tensors that outlive
+// them (thread-local or static ones) still free their storage: plain map operations then.
+thread_local bool spare_nodes_gone = false;
+SpareNodes::~SpareNodes() { spare_nodes_gone = true; }
+
+SpareNodes* spare_nodes() {
+  if (spare_nodes_gone) return nullptr;
+  thread_local SpareNodes spare;
+  return &spare;
+}
 
 }  // namespace
 
@@ -69,7 +96,10 @@ void* Allocator::allocate(int64_t nbytes, MemoryCategory category) {
   if (it != free_blocks_.end() && it->first <= max_reuse(want)) {
     block = it->first;
     ptr = it->second;
-    free_blocks_.erase(it);
+    if (SpareNodes* spare = spare_nodes())
+      spare->free.push_back(free_blocks_.extract(it));
+    else
+      free_blocks_.erase(it);
     ++stats_.cache_hits;
   } else {
     if (stats_.limit > 0 && stats_.reserved + want > stats_.limit) release_cached_locked();
@@ -85,7 +115,16 @@ void* Allocator::allocate(int64_t nbytes, MemoryCategory category) {
     stats_.peak_reserved = std::max(stats_.peak_reserved, stats_.reserved);
     ++stats_.system_allocs;
   }
-  live_blocks_.emplace(ptr, block);
+  SpareNodes* spare = spare_nodes();
+  if (spare == nullptr || spare->live.empty()) {
+    live_blocks_.emplace(ptr, block);
+  } else {
+    LiveBlocks::node_type& node = spare->live.back();
+    node.key() = ptr;
+    node.mapped() = block;
+    live_blocks_.insert(std::move(node));
+    spare->live.pop_back();
+  }
   ++stats_.num_allocs;
   ++stats_.total_allocs;
   CategoryStats& cs = stats_.category[size_t(category)];
@@ -102,8 +141,22 @@ void Allocator::deallocate(void* ptr, int64_t nbytes, MemoryCategory category) {
   auto it = live_blocks_.find(ptr);
   TIDAL_ASSERT(it != live_blocks_.end(), "free of a pointer the ", name_, " allocator does not own");
   const int64_t block = it->second;
-  live_blocks_.erase(it);
-  free_blocks_.emplace(block, ptr);
+  SpareNodes* spare = spare_nodes();
+  if (spare == nullptr) {
+    live_blocks_.erase(it);
+    free_blocks_.emplace(block, ptr);
+  } else {
+    spare->live.push_back(live_blocks_.extract(it));
+    if (spare->free.empty()) {
+      free_blocks_.emplace(block, ptr);
+    } else {
+      FreeBlocks::node_type& node = spare->free.back();
+      node.key() = block;
+      node.mapped() = ptr;
+      free_blocks_.insert(std::move(node));  // at the end of the blocks of its size, like emplace
+      spare->free.pop_back();
+    }
+  }
   --stats_.num_allocs;
   --stats_.category[size_t(category)].count;
   account(-nbytes, -block, category);

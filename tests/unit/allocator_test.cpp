@@ -52,6 +52,32 @@ TEST(Allocator, AccountsPerCategoryWithPeaks) {
   EXPECT_EQ(a.stats().peak_allocated, 0);
 }
 
+TEST(Allocator, ReusesTheSmallestFittingBlockFirstFreedFirst) {
+  Allocator a = make_test_allocator();
+  const MemoryCategory c = MemoryCategory::temporary;
+  for (int round = 0; round < 2; ++round) {  // the second round runs on the map nodes of the first
+    void* big = a.allocate(8192, c);
+    void* x = a.allocate(4096, c);
+    void* y = a.allocate(4096, c);
+    void* z = a.allocate(4096, c);
+    a.deallocate(big, 8192, c);
+    a.deallocate(y, 4096, c);
+    a.deallocate(x, 4096, c);
+    a.deallocate(z, 4096, c);
+    // 4000 bytes take a 4096-byte block before the 8192-byte one, the one freed first first.
+    EXPECT_EQ(a.allocate(4000, c), y);
+    EXPECT_EQ(a.allocate(4000, c), x);
+    EXPECT_EQ(a.allocate(4000, c), z);
+    EXPECT_EQ(a.allocate(7500, c), big);  // 7680 bytes: 8192 wastes less than 1/8 + 512
+    a.deallocate(x, 4000, c);
+    a.deallocate(y, 4000, c);
+    a.deallocate(z, 4000, c);
+    a.deallocate(big, 7500, c);
+  }
+  EXPECT_EQ(a.stats().system_allocs, 4);
+  EXPECT_EQ(a.stats().cache_hits, 12);
+}
+
 TEST(Allocator, CapacityLimitThrowsOutOfMemoryWithBreakdown) {
   Allocator a = make_test_allocator();
   a.set_limit(1 << 20);

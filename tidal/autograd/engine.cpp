@@ -50,9 +50,13 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads
   GradModeGuard no_grad(false);
   OpScope op("backward");
 
-  // Dependencies: how many edges of the reachable graph point at each node.
-  std::unordered_map<Node*, int> deps;
-  std::unordered_map<Node*, TensorList> buffers;
+  // Per reachable node: how many edges of the graph point at it (its dependencies), and the
+  // gradients gathered for its outputs. One map for both: one lookup and one entry per node.
+  struct Pending {
+    int deps = 0;
+    TensorList grads;
+  };
+  std::unordered_map<Node*, Pending> pending;
   std::vector<Node*> stack;
   std::vector<std::shared_ptr<Node>> keep_alive;  // roots' nodes, for the duration of the walk
   for (size_t r = 0; r < roots.size(); ++r) {
@@ -62,11 +66,9 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads
     TIDAL_CHECK(grads[r].shape() == roots[r].shape(), "[backward] gradient ", grads[r].shape(),
                 " does not match its output ", roots[r].shape());
     keep_alive.push_back(e.fn);
-    if (!deps.count(e.fn.get())) {
-      deps[e.fn.get()] = 0;
-      stack.push_back(e.fn.get());
-    }
-    TensorList& buf = buffers[e.fn.get()];
+    auto [it, inserted] = pending.try_emplace(e.fn.get());
+    if (inserted) stack.push_back(e.fn.get());
+    TensorList& buf = it->second.grads;
     buf.resize(e.fn->num_outputs());
     accumulate(buf[e.input_nr], grads[r].to(roots[r].dtype()));
   }
@@ -75,8 +77,8 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads
     stack.pop_back();
     for (const Edge& e : n->next_edges()) {
       if (!e.fn) continue;
-      auto [it, inserted] = deps.emplace(e.fn.get(), 0);
-      ++it->second;
+      auto [it, inserted] = pending.try_emplace(e.fn.get());
+      ++it->second.deps;
       if (inserted) stack.push_back(e.fn.get());
     }
   }
@@ -85,8 +87,9 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads
   for (size_t r = 0; r < roots.size(); ++r) {
     Node* n = roots[r].impl()->grad_fn ? roots[r].impl()->grad_fn.get() : nullptr;
     if (n == nullptr) n = gradient_edge(roots[r]).fn.get();
-    if (deps[n] == 0) {
-      deps[n] = -1;  // queued
+    int& deps = pending[n].deps;
+    if (deps == 0) {
+      deps = -1;  // queued
       ready.push(n);
     }
   }
@@ -94,8 +97,7 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads
   while (!ready.empty()) {
     Node* node = ready.top();
     ready.pop();
-    TensorList in = std::move(buffers[node]);
-    buffers.erase(node);
+    TensorList in = std::move(pending[node].grads);
     in.resize(node->num_outputs());
     bool any = false;
     for (size_t i = 0; i < in.size(); ++i) {
@@ -119,12 +121,12 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads
     for (size_t i = 0; i < edges.size(); ++i) {
       Node* next = edges[i].fn.get();
       if (next == nullptr) continue;
+      Pending& p = pending[next];
       if (i < out.size() && out[i].defined()) {
-        TensorList& buf = buffers[next];
-        buf.resize(next->num_outputs());
-        accumulate(buf[edges[i].input_nr], std::move(out[i]));
+        p.grads.resize(next->num_outputs());
+        accumulate(p.grads[edges[i].input_nr], std::move(out[i]));
       }
-      if (--deps[next] == 0) ready.push(next);
+      if (--p.deps == 0) ready.push(next);
     }
   }
 }

@@ -71,6 +71,7 @@ std::vector<Item> llama_layer(const Dims& d, const models::ModelConfig& cfg, int
       {"input_layernorm rstd", n * d.acc, Part::attn, Region::none, false, Discard::norm1, false},
       {"q/k/v_proj input", n * c * el, Part::attn, Region::none, false, Discard::norm1},
   };
+  v.reserve(v.size() + 24 + 5 * expert_tokens.size());
   if (cfg.qk_norm) {
     v.push_back({"q_norm input", n * d.a * el, Part::attn});
     v.push_back({"q_norm rstd", n * d.h * d.acc, Part::attn});
@@ -270,10 +271,33 @@ void mark_offloaded(std::vector<Block>& blocks, const std::vector<std::vector<It
   }
 }
 
+// Where the activation peak is reached: prefix, a layer (and a last layer), then two texts, e.g.
+// "layer 3 q (rotated)". Kept as parts and written out only once, at the end: the replay passes
+// thousands of new peaks per step and the search replays thousands of steps.
+struct Where {
+  const char* prefix = "";
+  int64_t layer = -1, last = -1;  // -1: not printed
+  const char* text = "";
+  const char* more = "";
+  std::string str() const {
+    std::string s = prefix;
+    if (layer >= 0) s += std::to_string(layer);
+    if (last >= 0) {
+      s += '-';
+      s += std::to_string(last);
+    }
+    s += text;
+    s += more;
+    return s;
+  }
+};
+
+Where at_layer(int64_t l, const char* name) { return {"layer ", l, -1, " ", name}; }
+
 // The activation bytes held as the step's saves and frees are replayed, and their peak.
 class Replay {
  public:
-  void bump(int64_t delta, const std::string& where) {
+  void bump(int64_t delta, const Where& where = {}) {
     cur_ += delta;
     if (cur_ > peak_) {
       peak_ = cur_;
@@ -282,11 +306,11 @@ class Replay {
   }
   int64_t current() const { return cur_; }
   int64_t peak() const { return peak_; }
-  const std::string& peak_at() const { return peak_at_; }
+  std::string peak_at() const { return peak_at_.str(); }
 
  private:
   int64_t cur_ = 0, peak_ = 0;
-  std::string peak_at_ = "start";
+  Where peak_at_{"start"};
 };
 
 // Forward of a layer with the finer policies: what it keeps; a discarded output exists only until its
@@ -297,18 +321,18 @@ int64_t forward_layer(Replay& r, int64_t l, const std::vector<Item>& v, const La
     if (in_region(it, p) && !it.region_input) continue;
     if (discarded(it, p)) {
       if (!it.in_forward) continue;
-      r.bump(it.bytes, "layer " + std::to_string(l) + " " + it.name);
+      r.bump(it.bytes, at_layer(l, it.name));
       // The router input's consumer is the whole sparse MoE block: it goes when the block is done.
       if (it.region == Region::moe && !p.moe)
         pending += it.bytes;
       else
-        r.bump(-it.bytes, "");
+        r.bump(-it.bytes);
       continue;
     }
-    r.bump(it.bytes, "layer " + std::to_string(l) + " " + it.name);
+    r.bump(it.bytes, at_layer(l, it.name));
     kept += it.bytes;
   }
-  r.bump(-pending, "");
+  r.bump(-pending);
   return kept;
 }
 
@@ -323,10 +347,10 @@ void forward_pass(Replay& r, const std::vector<Block>& blocks, const std::vector
                   const LayerPlans& plan, ActivationEstimate& est) {
   for (size_t bi = 0; bi < blocks.size(); ++bi) {
     const Block& b = blocks[bi];
-    if (bi > 0) r.bump(-blocks[bi - 1].offloaded, "");
+    if (bi > 0) r.bump(-blocks[bi - 1].offloaded);
     if (b.full) {
       const int64_t input = items[size_t(b.first)][0].bytes;
-      r.bump(input, "layer " + std::to_string(b.first) + " checkpoint input");
+      r.bump(input, at_layer(b.first, "checkpoint input"));
       for (int64_t j = b.first; j <= b.last; ++j) {
         est.layer_kept.push_back(j == b.first ? input : 0);
         est.layer_full.push_back(total_bytes(items[size_t(j)]));
@@ -344,8 +368,8 @@ void backward_group(Replay& r, const Block& b, const std::vector<std::vector<Ite
   int64_t group = 0;
   for (int64_t j = b.first; j <= b.last; ++j) group += total_bytes(items[size_t(j)]);
   group -= items[size_t(b.first)][0].bytes;
-  r.bump(group, "backward: replay of layers " + std::to_string(b.first) + "-" + std::to_string(b.last));
-  r.bump(-(group + items[size_t(b.first)][0].bytes), "");
+  r.bump(group, {"backward: replay of layers ", b.first, b.last});
+  r.bump(-(group + items[size_t(b.first)][0].bytes));
 }
 
 // Backward of a layer with the finer policies, item by item from its last save. Items come back
@@ -365,8 +389,8 @@ void backward_layer(Replay& r, int64_t l, const std::vector<Item>& v, const Laye
           bytes += v[y].bytes;
         }
   };
-  auto came_back = [&](const std::string& what) {
-    r.bump(bytes, "backward: layer " + std::to_string(l) + " " + what);
+  auto came_back = [&](const char* what, const char* name = "") {
+    r.bump(bytes, {"backward: layer ", l, -1, what, name});
     bytes = 0;
   };
   Region replayed = Region::none;
@@ -377,21 +401,21 @@ void backward_layer(Replay& r, int64_t l, const std::vector<Item>& v, const Laye
       replayed = it.region;
       for (size_t x = 0; x < v.size(); ++x)
         if (v[x].region == it.region && (!v[x].region_input || discarded(v[x], p))) bring(x);
-      came_back(std::string("replay of ") + (it.region == Region::core_attn ? "core attention"
-                                             : it.region == Region::mlp     ? "MLP"
-                                                                            : "MoE"));
+      came_back(" replay of ", it.region == Region::core_attn ? "core attention"
+                               : it.region == Region::mlp     ? "MLP"
+                                                              : "MoE");
     } else if (it.region == Region::moe && !p.moe && !moe_started) {
       // A discarded router input comes back first, before the backward of the block's output.
       moe_started = true;
       for (size_t x = 0; x < v.size(); ++x)
         if (v[x].region == Region::moe && v[x].region_input && discarded(v[x], p)) bring(x);
-      if (bytes > 0) came_back("recomputed router input");
+      if (bytes > 0) came_back(" recomputed router input");
     }
     if (!back[i] && discarded(it, p)) {
       bring(i);
-      came_back(std::string("recomputed ") + it.name);
+      came_back(" recomputed ", it.name);
     }
-    r.bump(-it.bytes, "");
+    r.bump(-it.bytes);
   }
 }
 
@@ -404,7 +428,7 @@ void backward_pass(Replay& r, const std::vector<Block>& blocks, const std::vecto
     for (int64_t j = int64_t(bi); j >= std::max<int64_t>(0, int64_t(bi) - prefetch_depth); --j)
       if (!back[size_t(j)]) {
         back[size_t(j)] = true;
-        r.bump(blocks[size_t(j)].offloaded, "backward: block " + std::to_string(j) + " prefetched");
+        r.bump(blocks[size_t(j)].offloaded, {"backward: block ", j, -1, " prefetched"});
       }
     const Block& b = blocks[bi];
     if (b.full)
@@ -460,15 +484,15 @@ ActivationEstimate estimate_activations(const models::ModelConfig& cfg, const Ac
   ActivationEstimate est;
   est.outside_layers = outside.before + outside.after;
   Replay r;
-  r.bump(outside.before, "embedding");
+  r.bump(outside.before, {"embedding"});
   forward_pass(r, blocks, items, plan, est);
-  r.bump(outside.after, "loss");
+  r.bump(outside.after, {"loss"});
   est.after_forward = r.current();
   for (const Block& b : blocks) est.offloaded_per_step += b.offloaded;
   // Backward: the loss and the head first, then the blocks.
-  r.bump(-outside.after, "");
+  r.bump(-outside.after);
   backward_pass(r, blocks, items, plan, in.offload_prefetch_depth);
-  r.bump(-outside.before, "");
+  r.bump(-outside.before);
   est.peak = r.peak();
   est.peak_at = r.peak_at();
   return est;

@@ -53,14 +53,18 @@ int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 // parameter boundary, and every multiple of kCutElements inside a parameter.
 class Cuts {
  public:
-  explicit Cuts(const std::vector<SwapParam>& p) {
-    int64_t pos = 0;
+  explicit Cuts(const std::vector<SwapParam>& p) : params_(p) {
+    int64_t pos = 0, bytes = 0;
+    start_.reserve(p.size() + 1);
+    bytes_.reserve(p.size() + 1);
     for (const SwapParam& x : p) {
       start_.push_back(pos);
+      bytes_.push_back(bytes);
       pos += x.numel;
+      bytes += x.numel * swap_state_bytes_per_element(x.dtype);
     }
     start_.push_back(pos);
-    params_ = p;
+    bytes_.push_back(bytes);
   }
   int64_t total() const { return start_.back(); }
   // The parameter holding element x (skips empty parameters).
@@ -81,24 +85,20 @@ class Cuts {
   }
   // The allowed position nearest to `bytes` of state from the start (rounding inside a parameter).
   int64_t at_bytes(int64_t bytes) const {
-    int64_t acc = 0;
-    for (size_t p = 0; p < params_.size(); ++p) {
-      const int64_t b = params_[p].numel * swap_state_bytes_per_element(params_[p].dtype);
-      if (bytes < acc + b) {
-        const int64_t per = swap_state_bytes_per_element(params_[p].dtype);
-        const int64_t elems = (bytes - acc) / per;
-        const int64_t off = std::min((elems + kCutElements / 2) / kCutElements * kCutElements, params_[p].numel);
-        return start_[p] + off;
-      }
-      acc += b;
-    }
-    return total();
+    // The first parameter whose state ends past `bytes` (empty ones end where they start).
+    const size_t p = size_t(std::upper_bound(bytes_.begin() + 1, bytes_.end(), bytes) - bytes_.begin()) - 1;
+    if (p >= params_.size()) return total();
+    const int64_t per = swap_state_bytes_per_element(params_[p].dtype);
+    const int64_t elems = (bytes - bytes_[p]) / per;
+    const int64_t off = std::min((elems + kCutElements / 2) / kCutElements * kCutElements, params_[p].numel);
+    return start_[p] + off;
   }
   int64_t start(size_t p) const { return start_[p]; }
 
  private:
   std::vector<int64_t> start_;
-  std::vector<SwapParam> params_;
+  std::vector<int64_t> bytes_;            // state bytes before each parameter, then the total
+  const std::vector<SwapParam>& params_;  // outlives the Cuts (one call of swap_windows)
 };
 
 }  // namespace
@@ -107,7 +107,11 @@ int64_t swap_state_bytes_per_element(DType param_dtype) {
   return state_count(param_dtype) * state_itemsize(param_dtype);
 }
 
-std::vector<SwapWindow> plan_swap_windows(const std::vector<SwapParam>& params, int64_t K) {
+namespace {
+
+// plan_swap_windows; with `pieces` false only each window's device bytes (what the planner asks for
+// every candidate, over tens of thousands of expert parameters).
+std::vector<SwapWindow> swap_windows(const std::vector<SwapParam>& params, int64_t K, bool pieces) {
   int64_t nonempty = 0, total_bytes = 0;
   for (const SwapParam& p : params) {
     TIDAL_CHECK(p.numel >= 0, "[swap_optimizer] a parameter with ", p.numel, " elements");
@@ -136,11 +140,12 @@ std::vector<SwapWindow> plan_swap_windows(const std::vector<SwapParam>& params, 
     SwapWindow& win = windows[size_t(w)];
     const int64_t b = cut[size_t(w)], e = cut[size_t(w + 1)];
     TIDAL_ASSERT(b < e, "swap window ", w, " is empty: [", b, ", ", e, ")");
-    for (size_t p = 0; p < params.size(); ++p) {
+    // Parameters before the one holding b end at or before b; those from e on start at or after e.
+    for (size_t p = cuts.holding(b); p < params.size() && cuts.start(p) < e; ++p) {
       const int64_t ps = cuts.start(p), pe = ps + params[p].numel;
       const int64_t lo_e = std::max(b, ps), hi_e = std::min(e, pe);
       if (lo_e >= hi_e) continue;
-      win.pieces.push_back({p, lo_e - ps, hi_e - ps});
+      if (pieces) win.pieces.push_back({p, lo_e - ps, hi_e - ps});
       const int64_t n = hi_e - lo_e, item = state_itemsize(params[p].dtype);
       win.device_bytes += state_count(params[p].dtype) * round_up(n * item, kAlign);
     }
@@ -148,9 +153,15 @@ std::vector<SwapWindow> plan_swap_windows(const std::vector<SwapParam>& params, 
   return windows;
 }
 
+}  // namespace
+
+std::vector<SwapWindow> plan_swap_windows(const std::vector<SwapParam>& params, int64_t K) {
+  return swap_windows(params, K, true);
+}
+
 int64_t swap_optimizer_device_bytes(const std::vector<SwapParam>& params, int64_t K) {
   int64_t largest = 0;
-  for (const SwapWindow& w : plan_swap_windows(params, K)) largest = std::max(largest, w.device_bytes);
+  for (const SwapWindow& w : swap_windows(params, K, false)) largest = std::max(largest, w.device_bytes);
   return (K == 1 ? 1 : 2) * largest;
 }
 
