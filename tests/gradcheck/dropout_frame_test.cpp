@@ -193,8 +193,9 @@ TEST(DropoutFrame, AttentionRefusesAFrameWithoutTheBlock) {
     opt.dropout_frame.rows = 8;
     opt.dropout_frame.cols = 6;
     opt.dropout_frame.row_offset = 5;
-    EXPECT_NE(error_of([&] { scaled_dot_product_attention(q, k, k, opt); })
-                  .find("dropout_frame (8 x 6 from row 5, column 0) does not contain the block of 4 query rows x 6 keys"),
+    EXPECT_NE(error_of([&] {
+                scaled_dot_product_attention(q, k, k, opt);
+              }).find("dropout_frame (8 x 6 from row 5, column 0) does not contain the block of 4 query rows x 6 keys"),
               std::string::npos);
     opt.dropout_frame.row_offset = 4;
     opt.dropout_frame.col_offset = 1;
@@ -205,8 +206,9 @@ TEST(DropoutFrame, AttentionRefusesAFrameWithoutTheBlock) {
               std::string::npos);
     opt.dropout_frame.col_offset = 0;
     opt.dropout_frame.rng = reserve_attention_dropout(1, 2, 8, 7);
-    EXPECT_NE(error_of([&] { scaled_dot_product_attention(q, k, k, opt); })
-                  .find("dropout_frame.rng holds 112 positions but the whole matrix (B*Hq*T_g*S_g) needs 96"),
+    EXPECT_NE(error_of([&] {
+                scaled_dot_product_attention(q, k, k, opt);
+              }).find("dropout_frame.rng holds 112 positions but the whole matrix (B*Hq*T_g*S_g) needs 96"),
               std::string::npos);
     opt.dropout_frame.rng = reserve_attention_dropout(1, 2, 8, 6);
     EXPECT_EQ(error_of([&] { scaled_dot_product_attention(q, k, k, opt); }), "no error");
@@ -252,16 +254,17 @@ TEST(DropoutFrame, RowsGradcheckAndChecks) {
   EXPECT_TRUE(bitwise_equal(dropout_rows(x, 0.3, f, /*training=*/false), x));
   EXPECT_TRUE(bitwise_equal(dropout_rows(x, 0.0, f), x));
 
-  EXPECT_NE(error_of([&] { dropout_rows(x.narrow(1, 0, 4), 0.3, f); })
-                .find("[dropout_rows] frame.rows has 6 entries but x has 4 rows"),
+  EXPECT_NE(error_of([&] {
+              dropout_rows(x.narrow(1, 0, 4), 0.3, f);
+            }).find("[dropout_rows] frame.rows has 6 entries but x has 4 rows"),
             std::string::npos);
   RowFrame bad = f;
   bad.rows[3] = 10;
-  EXPECT_NE(error_of([&] { dropout_rows(x, 0.3, bad); })
-                .find("frame.rows[3] = 10 is outside the global rows [0, 10)"),
+  EXPECT_NE(error_of([&] { dropout_rows(x, 0.3, bad); }).find("frame.rows[3] = 10 is outside the global rows [0, 10)"),
             std::string::npos);
-  EXPECT_NE(error_of([&] { dropout_rows(x.narrow(2, 0, 4), 0.3, f); })
-                .find("frame.rng holds 100 positions but the whole tensor (B 2, T_g 10, C 4) needs 80"),
+  EXPECT_NE(error_of([&] {
+              dropout_rows(x.narrow(2, 0, 4), 0.3, f);
+            }).find("frame.rng holds 100 positions but the whole tensor (B 2, T_g 10, C 4) needs 80"),
             std::string::npos);
   EXPECT_NE(error_of([&] { dropout_rows(x, 1.0, f); }).find("probability must be in [0, 1)"), std::string::npos);
   EXPECT_NE(error_of([&] { dropout_rows(x.select(0, 0).select(0, 0), 0.3, f); }).find("must be (B, T_local, C...)"),

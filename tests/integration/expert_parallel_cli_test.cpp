@@ -11,7 +11,8 @@ namespace {
 using Result = tidal::testing::CommandResult;
 
 const std::string kTidal = "OMP_WAIT_POLICY=passive " TIDAL_BINARY_DIR "/tidal";
-const std::string kMoe = " --model tiny-qwen3-moe --mock-data --seq-length 16 --micro-batch-size 2 --global-batch-size 2";
+const std::string kMoe =
+    " --model tiny-qwen3-moe --mock-data --seq-length 16 --micro-batch-size 2 --global-batch-size 2";
 
 TEST(ExpertParallelCli, RefusedWhereItCannotWork) {
   const Result one = tidal::testing::run_command(kTidal + " train" + kMoe + " --expert-model-parallel-size 2");
