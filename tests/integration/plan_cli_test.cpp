@@ -166,4 +166,11 @@ TEST(PlanCli, DryRunOfShardedRanksNamesTheLargest) {
   EXPECT_EQ(one.output.find("has the highest device peak"), std::string::npos) << one.output;
 }
 
+// Context parallelism is not planned for yet: refused, not planned as if every rank held whole sequences.
+TEST(PlanCli, ContextParallelIsRefusedUntilPlanned) {
+  const Result r = run(kTidal + " plan" + kTiny + " --context-parallel-size 2 --memory 1GiB");
+  EXPECT_EQ(r.code, 1) << r.output;
+  EXPECT_NE(r.output.find("--context-parallel-size 2 is not planned for yet"), std::string::npos) << r.output;
+}
+
 }  // namespace

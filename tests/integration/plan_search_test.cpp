@@ -3,6 +3,7 @@
 
 #include <set>
 
+#include "tidal/base/error.h"
 #include "tidal/memory_stats.h"
 #include "tidal/train/device_profile.h"
 #include "tidal/train/dry_run.h"
@@ -184,6 +185,21 @@ TEST(PlanSearch, WhenNothingFitsItSaysWhatDominates) {
       << s.nothing_fits;
   EXPECT_NE(s.nothing_fits.find("shard them over >= "), std::string::npos) << s.nothing_fits;
   EXPECT_TRUE(plan_search_json(s, o)["chosen"].is_null());
+}
+
+// A global batch that cannot be split over the planned ranks is the answer, before any search.
+TEST(PlanSearch, AGlobalBatchThatDoesNotDivideOverTheRanksIsSaid) {
+  SearchOptions o = options(int64_t(1) << 30);
+  o.data_parallel = 4;  // global batch 8 = micro-batch 4 x 2: not over 4 ranks
+  try {
+    search_plans(args({}), o);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("tidal plan: --global-batch-size 8 is not a multiple of --micro-batch-size 4 "
+                                         "x 4 data-parallel ranks, so no candidate could run"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 }  // namespace

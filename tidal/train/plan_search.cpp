@@ -141,6 +141,12 @@ PlanSearch search_plans(const TrainArgs& given, const SearchOptions& o) {
   r.budget = o.budget;
   r.target = int64_t(double(o.budget) * (1 - o.headroom));
   TIDAL_CHECK(o.host_budget >= 0, "tidal plan: the host memory budget must be >= 0, got ", o.host_budget);
+  TIDAL_CHECK(given.global_batch_size % (given.micro_batch_size * o.data_parallel) == 0,
+              "tidal plan: ", "--global-batch-size ", given.global_batch_size,
+              " is not a multiple of --micro-batch-size ", given.micro_batch_size, " x ", o.data_parallel,
+              " data-parallel ranks, so no candidate could run: give ",
+              "a global batch of micro-batch x accumulation steps x ranks (e.g. --global-batch-size ",
+              given.micro_batch_size * o.data_parallel, ")");
   r.host_budget = o.host_budget;
   std::vector<CandidateConfig> configs = enumerate_candidates(given, o.data_parallel, o.disk_dir);
   r.enumerated = int64_t(configs.size());

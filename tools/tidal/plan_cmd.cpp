@@ -146,6 +146,9 @@ int run_plan(const std::vector<std::string>& argv) {
               args.data_parallel.expert_parallel,
               " is not planned for yet: plan without it (every rank holding every expert); docs/distributed.md, "
               "\"Expert parallel\", gives each rank's expert bytes");
+  TIDAL_CHECK(args.context_parallel.size == 1, "tidal plan: --context-parallel-size ", args.context_parallel.size,
+              " is not planned for yet: plan without it (whole sequences on every rank); docs/distributed.md, ",
+              "\"Context parallel\", says what each rank holds");
   const train::TriageSettings s =
       train::triage_settings(args, int(f.integer("data-parallel-size", 1, 1, train::kMaxDataParallelSize)));
   if (dry) {
