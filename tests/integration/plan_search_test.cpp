@@ -202,5 +202,15 @@ TEST(PlanSearch, AGlobalBatchThatDoesNotDivideOverTheRanksIsSaid) {
   }
 }
 
+// When the dry runs refuse every candidate the answer says so, with their reason, instead of a
+// memory figure (here: two context-parallel ranks planned on one).
+TEST(PlanSearch, DryRunsThatRefuseTheRunAreTheAnswerNotMemory) {
+  const PlanSearch s = search_plans(args({"--context-parallel-size", "2"}), options(int64_t(1) << 30));
+  EXPECT_EQ(s.chosen, -1);
+  EXPECT_EQ(s.nothing_fits.find("Nothing could be timed: the smallest candidate ("), 0u) << s.nothing_fits;
+  EXPECT_NE(s.nothing_fits.find("but the dry runs refuse the configuration: "), std::string::npos) << s.nothing_fits;
+  EXPECT_NE(s.nothing_fits.find("--context-parallel-size 2"), std::string::npos) << s.nothing_fits;
+}
+
 }  // namespace
 }  // namespace tidal::train

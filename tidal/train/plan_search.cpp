@@ -24,12 +24,14 @@ constexpr int kMaxVerified = 16;
 // only give values (the model config has the shapes). nullopt when the dry run refuses the
 // configuration (--overlap-grad-reduce, whose peak depends on timing).
 // `largest` false: rank 0 alone (its kernels time any rank: they differ only in the update's shard).
-std::optional<DryRun> try_dry_run(TrainArgs a, int ranks, bool largest = true) {
+// `error` keeps the first refusal's message.
+std::optional<DryRun> try_dry_run(TrainArgs a, int ranks, bool largest = true, std::string* error = nullptr) {
   a.load.clear();
   a.pretrained.clear();
   try {
     return ranks > 1 && largest ? dry_run_largest_rank(a, ranks) : dry_run(a, 0, ranks);
-  } catch (const Error&) {
+  } catch (const Error& e) {
+    if (error != nullptr && error->empty()) *error = e.what();
     return std::nullopt;
   }
 }
@@ -167,11 +169,12 @@ PlanSearch search_plans(const TrainArgs& given, const SearchOptions& o) {
   // Kernel dry runs, one per kernel key, cached; the seconds they took.
   std::map<std::string, std::optional<DryRun>> runs;
   int64_t dry_run_kernels = 0;  // recorded by the dry runs so far: their work, counted deterministically
+  std::string dry_run_error;    // the first kernel dry run's refusal, if any
   auto kernels_of = [&](const TrainArgs& a) -> const std::optional<DryRun>& {
     const std::string key = kernel_key(a);
     auto it = runs.find(key);
     if (it != runs.end()) return it->second;
-    std::optional<DryRun> d = try_dry_run(kernel_args(a), o.data_parallel, false);
+    std::optional<DryRun> d = try_dry_run(kernel_args(a), o.data_parallel, false, &dry_run_error);
     if (d) dry_run_kernels += int64_t(d->kernels.size());
     ++r.dry_runs;
     return runs.emplace(key, std::move(d)).first->second;
@@ -252,6 +255,12 @@ PlanSearch search_plans(const TrainArgs& given, const SearchOptions& o) {
     });
     r.smallest = *it;
     r.nothing_fits = nothing_fits(r.smallest, o, r.target);
+    // Within the budget by the estimator, yet nothing timed: the dry runs refused the configuration.
+    if (r.smallest.estimated_peak <= r.target && r.candidates.empty() && !dry_run_error.empty())
+      r.nothing_fits = "Nothing could be timed: the smallest candidate (" +
+                       (r.smallest.flags.empty() ? std::string("as given") : r.smallest.flags) + ") needs about " +
+                       format_bytes(r.smallest.estimated_peak) + ", within " + format_bytes(r.target) +
+                       ", but the dry runs refuse the configuration: " + dry_run_error;
     // Candidates whose device peak fits but whose host peak does not.
     int64_t host = INT64_MAX;
     for (const PlanCandidate& c : r.candidates)
