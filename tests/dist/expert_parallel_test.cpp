@@ -269,11 +269,15 @@ TEST(ExpertParallel, RecomputeAndOffloadAgreeWithOneProcess) {
 // measured 4.2e-3 beyond the rounding on 2 and 4 ranks, 4.5e-3 on DP 2 × EP 2 (embedding rows).
 constexpr Tolerances kBf16Tolerances{3e-4, 5.3e-3, 0x1p-7};
 
-// --bf16: bf16 parameters and activations, f32 gradient sums (main grads) and master weights.
+// --bf16: bf16 parameters and activations, f32 gradient sums (main grads) and master weights; with
+// recompute and offload too.
 TEST(ExpertParallel, Bf16AgreesWithOneProcess) {
   const int n = dist::world().size();
   if (n < 2 || models::preset("tiny-qwen3-moe").num_experts % n != 0) GTEST_SKIP() << n << " ranks";
   compare_with_one_process(n, {}, {"--bf16"}, kBf16Tolerances);
+  // The MoE block recomputed in backward and the saves offloaded: the same bf16 values again.
+  compare_with_one_process(n, {"--recompute-modules", "moe"}, {"--bf16"}, kBf16Tolerances);
+  compare_with_one_process(n, {"--activation-offload"}, {"--bf16"}, kBf16Tolerances);
 }
 
 // DP 2 × EP 2: two expert-parallel groups {0, 1}, {2, 3}; ranks 0 and 2 (and 1 and 3) hold the same
