@@ -3,12 +3,16 @@
 #include "tidal/autograd/grad_mode.h"
 #include "tidal/dist/collectives.h"
 #include "tidal/memory_scope.h"
+#include "tidal/models/moe.h"
 
 namespace tidal::train {
 
-MainGrads::MainGrads(std::vector<Tensor> params) {
-  for (Tensor& p : params)
-    if (p.dtype() == DType::bf16 && p.is_leaf()) params_.push_back(std::move(p));
+MainGrads::MainGrads(const std::vector<std::pair<std::string, Tensor>>& params) {
+  for (const auto& [name, p] : params)
+    if (p.dtype() == DType::bf16 && p.is_leaf()) {
+      params_.push_back(p);
+      expert_.push_back(models::is_expert_parameter(name));
+    }
   sums_.resize(params_.size());
   published_.assign(params_.size(), 0);
   for (size_t i = 0; i < params_.size(); ++i)
@@ -44,15 +48,30 @@ void MainGrads::on_gradient(size_t i) {
   }
 }
 
-void MainGrads::expose(dist::Communicator& comm) {
-  if (comm.size() > 1) {
-    std::string have(params_.size(), '\0');
-    for (size_t i = 0; i < params_.size(); ++i) have[i] = sums_[i].defined() || published_[i];
-    have = dist::any_rank(comm, have);
-    MemoryScope scope(MemoryCategory::gradient);
+void MainGrads::expose(dist::Communicator& comm, dist::Communicator* expert_data) {
+  // Per group: which of its parameters some rank of it has a sum for (every rank of a group lists the
+  // same parameters, in the same order).
+  // `which`: 0 the dense parameters, 1 the experts', 2 all.
+  auto fill = [&](dist::Communicator& group, int which) {
+    if (group.size() == 1) return;
+    std::vector<size_t> mine;
     for (size_t i = 0; i < params_.size(); ++i)
-      if (have[i] && !sums_[i].defined() && !published_[i])
+      if (which == 2 || int(expert_[i]) == which) mine.push_back(i);
+    std::string have(mine.size(), '\0');
+    for (size_t k = 0; k < mine.size(); ++k) have[k] = sums_[mine[k]].defined() || published_[mine[k]];
+    have = dist::any_rank(group, have);
+    MemoryScope scope(MemoryCategory::gradient);
+    for (size_t k = 0; k < mine.size(); ++k) {
+      const size_t i = mine[k];
+      if (have[k] && !sums_[i].defined() && !published_[i])
         sums_[i] = zeros(params_[i].shape(), DType::f32, params_[i].device());
+    }
+  };
+  if (expert_data) {
+    fill(comm, 0);
+    fill(*expert_data, 1);
+  } else {
+    fill(comm, 2);
   }
   for (size_t i = 0; i < params_.size(); ++i) {
     if (published_[i]) continue;

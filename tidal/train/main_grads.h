@@ -15,6 +15,8 @@
 // bf16 gradient (2 bytes per element) is alive beside them until its hook has added it, so the
 // gradient category peaks at 4 P + 2 max(numel) bytes.
 #include <cstddef>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "tidal/dist/communicator.h"
@@ -24,8 +26,9 @@ namespace tidal::train {
 
 class MainGrads {
  public:
-  // Installs the hooks on the bf16 parameters among `params` (the others keep their gradients).
-  explicit MainGrads(std::vector<Tensor> params);
+  // Installs the hooks on the bf16 parameters among `params` (the others keep their gradients). The
+  // experts' (models::is_expert_parameter) are told apart for expose().
+  explicit MainGrads(const std::vector<std::pair<std::string, Tensor>>& params);
   ~MainGrads();  // removes the hooks
   MainGrads(const MainGrads&) = delete;
   MainGrads& operator=(const MainGrads&) = delete;
@@ -38,13 +41,16 @@ class MainGrads {
   // gradient (published ones already are, and are not touched: their reduction may be running), and
   // this holds none. A parameter some other rank of `comm` has a sum for and this one
   // has not (an expert none of its tokens chose) gets f32 zeros, so every rank reduces f32 tensors;
-  // one no rank has a sum for keeps no gradient. Every rank of `comm` calls it.
-  void expose(dist::Communicator& comm);
+  // one no rank has a sum for keeps no gradient. Every rank of `comm` calls it. `expert_data`
+  // (expert parallel): the experts' parameters are asked about over these ranks, the ranks that hold
+  // them and sum their gradients (train/expert_parallel.h), the others over `comm`.
+  void expose(dist::Communicator& comm, dist::Communicator* expert_data = nullptr);
 
  private:
   void on_gradient(size_t i);
 
   std::vector<Tensor> params_;  // the bf16 ones
+  std::vector<char> expert_;    // per parameter: an expert's (models::is_expert_parameter)
   std::vector<Tensor> sums_;
   std::vector<uint64_t> hooks_;  // the keys of the hooks, per parameter
   std::vector<char> published_;  // per parameter: its sum became its gradient in this backward

@@ -281,7 +281,7 @@ Setup setup_training(const TrainArgs& args, models::ModelConfig& config, std::FI
   if (!args.load.empty()) resume(args, config, s, out);
   if (args.precision.bf16) {
     // Before the reduction's hooks: its hook moves a bf16 gradient into the f32 sum they reduce.
-    s.main_grads = std::make_unique<MainGrads>(s.model->parameters());
+    s.main_grads = std::make_unique<MainGrads>(s.model->named_parameters());
     // The f32 draws of the initialization (nn::normal_parameter) are the build's, not the training's.
     device_allocator(device).reset_peak_stats();
   }

@@ -64,7 +64,7 @@ StepResult train_step(int64_t it, const TrainArgs& args, Setup& s, profile::Prof
     // ZeRO-2/3, which reduce-scatter each micro-batch's.
     const bool shard_grads = args.data_parallel.sharding == ShardingStrategy::optim_grads ||
                              args.data_parallel.sharding == ShardingStrategy::optim_grads_params;
-    if (s.main_grads && (m + 1 == accum || shard_grads)) s.main_grads->expose(comm);
+    if (s.main_grads && (m + 1 == accum || shard_grads)) s.main_grads->expose(comm, s.expert_data.get());
     s.grad_sync->end_micro_batch();  // the gradients summed over the ranks (train/grad_sync.h)
   }
   r.loss = dist::all_reduce_sum(comm, loss_sum) / double(global_micro_batches);  // the global batch's mean
