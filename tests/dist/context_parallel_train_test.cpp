@@ -153,6 +153,10 @@ TEST(ContextParallel, TwoRanksOverlapGradReduceTrainLikeOneProcess) {
   std::vector<std::string> zero2 = sharding("optim_grads");
   zero2.push_back("--overlap-grad-reduce");
   compare_cp("tiny-llama", 2, {}, 16, kWeightTolerance, kLossTolerance, zero2);
+  // ZeRO-3 with the next layer's gather run ahead (--overlap-param-gather).
+  std::vector<std::string> zero3 = sharding("optim_grads_params");
+  zero3.insert(zero3.end(), {"--overlap-grad-reduce", "--overlap-param-gather"});
+  compare_cp("tiny-qwen3", 2, {}, 16, kWeightTolerance, kLossTolerance, zero3);
 }
 
 TEST(ContextParallel, ShardedDataTimesContextParallelOnFourRanks) {
