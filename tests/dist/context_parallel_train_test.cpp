@@ -18,6 +18,7 @@
 #include "tidal/models/causal_lm.h"
 #include "tidal/optim/grad_clip.h"
 #include "tidal/optim/shard_layout.h"
+#include "tidal/train/trainer.h"
 
 namespace tidal::train {
 namespace {
@@ -157,6 +158,24 @@ TEST(ContextParallel, TwoRanksOverlapGradReduceTrainLikeOneProcess) {
   std::vector<std::string> zero3 = sharding("optim_grads_params");
   zero3.insert(zero3.end(), {"--overlap-grad-reduce", "--overlap-param-gather"});
   compare_cp("tiny-qwen3", 2, {}, 16, kWeightTolerance, kLossTolerance, zero3);
+}
+
+// A sharded CP run's checkpoint (each rank its shard of N = DP x C): resumed by the same ranks it
+// continues bit for bit; one process resumes from it too (it assembles the whole state).
+TEST(ContextParallel, ShardedCheckpointsResume) {
+  if (dist::world().size() != 2) GTEST_SKIP() << "runs on two ranks (ctest dist2)";
+  auto args = [&](const std::string& save, int64_t iters, const std::string& load, bool cp) {
+    std::vector<std::string> extra = {"--lr-decay-iters", "4", "--adam-eps", "1"};  // one schedule at 2 and 4
+    if (!load.empty()) extra.insert(extra.end(), {"--load", load});
+    if (cp)
+      extra.insert(extra.end(), {"--context-parallel-size", "2", "--data-parallel-sharding-strategy", "optim_grads"});
+    return args_for(2, 2, save, "tiny-llama", extra, iters);
+  };
+  const ResumedRuns runs = resume_runs(dist::world(), scratch_dir("cp_resume", 2), args);
+  for (const auto& [name, t] : runs.full) {
+    EXPECT_EQ(max_abs_difference(runs.resumed.at(name), t), 0.0) << name;
+    EXPECT_LE(max_abs_difference(runs.one.at(name), t), kWeightTolerance) << name;
+  }
 }
 
 TEST(ContextParallel, ShardedDataTimesContextParallelOnFourRanks) {

@@ -96,4 +96,23 @@ void compare(const std::string& model, int64_t micro_per_rank, double tolerance,
   expect_same(dp, one, tolerance, loss_tolerance < 0 ? tolerance : loss_tolerance);
 }
 
+ResumedRuns resume_runs(dist::Communicator& world, const std::string& dir, const ResumeArgs& args) {
+  if (world.rank() == 0) std::filesystem::remove_all(dir);
+  world.barrier();
+  std::FILE* quiet = std::fopen("/dev/null", "w");
+  run_training(args(dir + "/full", 4, "", true), quiet, world);
+  run_training(args(dir + "/half", 2, "", true), quiet, world);
+  world.barrier();
+  run_training(args(dir + "/resumed", 4, dir + "/half", true), quiet, world);
+  dist::SingleCommunicator single;
+  const std::string own = dir + "/one" + std::to_string(world.rank());
+  run_training(args(own, 4, dir + "/half", false), quiet, single);
+  world.barrier();
+  std::fclose(quiet);
+  const auto model = [](const std::string& run) {
+    return io::load_safetensors(run + "/iter_0000004/model.safetensors").tensors;
+  };
+  return {model(dir + "/full"), model(dir + "/resumed"), model(own)};
+}
+
 }  // namespace tidal::train
