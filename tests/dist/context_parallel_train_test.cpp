@@ -130,7 +130,7 @@ void expect_sharded_peaks(const Peaks& p, const std::string& model, const std::s
   const int64_t shard = layout.shard_size(world.rank());
   EXPECT_EQ(p.optimizer_state, 8 * shard) << strategy;
   EXPECT_EQ(p.gradient, 4 * (layout.total() + shard)) << strategy;
-  // (ZeRO-3's parameters: these runs save, which gathers the whole model beside the shard.)
+  // (ZeRO-3's parameters: these runs save, which gathers the whole model; ZeRO3ParametersPerRank… below.)
   if (strategy != "optim_grads_params") {
     EXPECT_EQ(p.parameter, 4 * layout.total()) << strategy;
   }
@@ -145,6 +145,24 @@ TEST(ContextParallel, TwoRanksShardedTrainLikeOneProcess) {
   for (const std::string strategy : {"optim", "optim_grads", "optim_grads_params"}) {
     const Peaks cp = compare_cp("tiny-llama", 2, {}, 16, kWeightTolerance, kLossTolerance, sharding(strategy)).first;
     expect_sharded_peaks(cp, "tiny-llama", strategy);
+  }
+}
+
+// ZeRO-3's parameters under CP (a run that does not save: saving gathers the whole model).
+TEST(ContextParallel, ZeRO3ParametersPerRankAreTheFormula) {
+  if (dist::world().size() != 2) GTEST_SKIP() << "runs on two ranks (ctest dist2)";
+  dist::Communicator& world = dist::world();
+  for (const bool prefetch : {false, true}) {
+    std::vector<std::string> flags = {"--context-parallel-size", "2", "--data-parallel-sharding-strategy",
+                                      "optim_grads_params"};
+    if (prefetch) flags.push_back("--overlap-param-gather");
+    const TrainArgs args = args_for(2, 2, "", "tiny-llama", flags);
+    std::FILE* quiet = std::fopen("/dev/null", "w");
+    run_training(args, quiet, world);
+    std::fclose(quiet);
+    EXPECT_EQ(device_allocator(Device::cpu()).stats()[MemoryCategory::parameter].peak,
+              4 * zero3_parameter_peak(args, world.size(), world.rank(), prefetch))
+        << prefetch;
   }
 }
 

@@ -49,4 +49,8 @@ using ResumeArgs =
     std::function<TrainArgs(const std::string& save, int64_t iters, const std::string& load, bool sharded)>;
 ResumedRuns resume_runs(dist::Communicator& world, const std::string& dir, const ResumeArgs& args);
 
+// ZeRO-3's peak of parameter elements on `rank` of `ranks` (docs/distributed.md): its shard, the
+// parameters outside the layers, and one layer's at a time (with `prefetch`, a layer's and the next's).
+int64_t zero3_parameter_peak(const TrainArgs& args, int ranks, int rank, bool prefetch);
+
 }  // namespace tidal::train
