@@ -16,8 +16,6 @@
 #include "tests/support/error_of.h"
 #include "tidal/allocator.h"
 #include "tidal/dist/collectives.h"
-#include "tidal/dist/single_communicator.h"
-#include "tidal/io/safetensors.h"
 #include "tidal/memory_scope.h"
 #include "tidal/models/causal_lm.h"
 #include "tidal/optim/distributed_adamw.h"
@@ -188,29 +186,16 @@ TEST(ZeRO3, ComposesWithEveryMemoryFeature) {
 // a ZeRO-3 run resumes bit for bit, and one process (without sharding) resumes from it too.
 TEST(ZeRO3, CheckpointsResumeBitwise) {
   dist::Communicator& world = dist::world();
-  const std::string dir = scratch_dir("zero3_resume", world.size());
-  if (world.rank() == 0) fs::remove_all(dir);
-  world.barrier();
   auto args = [&](const std::string& save, int64_t iters, const std::string& load, bool sharded) {
     std::vector<std::string> extra = {"--lr-decay-iters", "4"};
     if (!load.empty()) extra.insert(extra.end(), {"--load", load});
     if (sharded) extra.insert(extra.end(), kZero3.begin(), kZero3.end());
     return args_for(2, 2 * world.size(), save, "tiny-llama", extra, iters);
   };
-  std::FILE* quiet = std::fopen("/dev/null", "w");
-  run_training(args(dir + "/full", 4, "", true), quiet, world);
-  run_training(args(dir + "/half", 2, "", true), quiet, world);
-  world.barrier();
-  run_training(args(dir + "/resumed", 4, dir + "/half", true), quiet, world);
-  dist::SingleCommunicator single;
-  const std::string own = dir + "/one" + std::to_string(world.rank());
-  run_training(args(own, 4, dir + "/half", false), quiet, single);
-  world.barrier();
-  std::fclose(quiet);
-  const auto full = io::load_safetensors(dir + "/full/iter_0000004/model.safetensors").tensors;
-  for (const std::string& run : {dir + "/resumed", own}) {
-    const auto w = io::load_safetensors(run + "/iter_0000004/model.safetensors").tensors;
-    for (const auto& [name, t] : full) EXPECT_EQ(max_abs_difference(w.at(name), t), 0.0) << run << " " << name;
+  const ResumedRuns runs = resume_runs(world, scratch_dir("zero3_resume", world.size()), args);
+  for (const auto& [name, t] : runs.full) {
+    EXPECT_EQ(max_abs_difference(runs.resumed.at(name), t), 0.0) << "resumed " << name;
+    EXPECT_EQ(max_abs_difference(runs.one.at(name), t), 0.0) << "one process " << name;
   }
 }
 

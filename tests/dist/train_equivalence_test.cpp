@@ -90,18 +90,8 @@ TEST(DistributedOptimizer, PerRankMemoryIsExactlyTheFormula) {
     if (!strategy.starts_with("optim_grads_params")) {
       EXPECT_EQ(st[MemoryCategory::parameter].peak, param_bytes * layout.total()) << run;
     } else {
-      // ZeRO-3: the shard, the parameters outside the layers, and one layer's at a time.
-      std::vector<int64_t> per_layer(size_t(args.model.num_hidden_layers), 0);
-      int64_t outer = 0;
-      for (const auto& [name, p] : model->named_parameters()) {
-        const int64_t l = model->layer_of_parameter(name);
-        (l < 0 ? outer : per_layer[size_t(l)]) += p.numel();
-      }
-      // With --overlap-param-gather the next layer's (forward) or the one below's (backward) too.
-      int64_t layers = 0;
-      for (size_t l = 0; l < per_layer.size(); ++l)
-        layers = std::max(layers, per_layer[l] + (prefetch && l + 1 < per_layer.size() ? per_layer[l + 1] : 0));
-      EXPECT_EQ(st[MemoryCategory::parameter].peak, param_bytes * (layout.shard_size(world.rank()) + outer + layers))
+      EXPECT_EQ(st[MemoryCategory::parameter].peak,
+                param_bytes * zero3_parameter_peak(args, world.size(), world.rank(), prefetch))
           << run;
     }
     // bf16 under ZeRO-2/3: at the end of a backward after the first, the shard's sums and every f32

@@ -2,12 +2,16 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 
 #include "tidal/dist/single_communicator.h"
 #include "tidal/io/safetensors.h"
+#include "tidal/models/causal_lm.h"
+#include "tidal/optim/grad_clip.h"
+#include "tidal/optim/shard_layout.h"
 
 namespace tidal::train {
 
@@ -94,6 +98,40 @@ void compare(const std::string& model, int64_t micro_per_rank, double tolerance,
   const Run one =
       train_on(single, world, args_for(micro, global, dir + "/one_rank" + std::to_string(world.rank()), model, both));
   expect_same(dp, one, tolerance, loss_tolerance < 0 ? tolerance : loss_tolerance);
+}
+
+ResumedRuns resume_runs(dist::Communicator& world, const std::string& dir, const ResumeArgs& args) {
+  if (world.rank() == 0) std::filesystem::remove_all(dir);
+  world.barrier();
+  std::FILE* quiet = std::fopen("/dev/null", "w");
+  run_training(args(dir + "/full", 4, "", true), quiet, world);
+  run_training(args(dir + "/half", 2, "", true), quiet, world);
+  world.barrier();
+  run_training(args(dir + "/resumed", 4, dir + "/half", true), quiet, world);
+  dist::SingleCommunicator single;
+  const std::string own = dir + "/one" + std::to_string(world.rank());
+  run_training(args(own, 4, dir + "/half", false), quiet, single);
+  world.barrier();
+  std::fclose(quiet);
+  const auto model = [](const std::string& run) {
+    return io::load_safetensors(run + "/iter_0000004/model.safetensors").tensors;
+  };
+  return {model(dir + "/full"), model(dir + "/resumed"), model(own)};
+}
+
+int64_t zero3_parameter_peak(const TrainArgs& args, int ranks, int rank, bool prefetch) {
+  auto model = models::create_model(args.model);
+  std::vector<int64_t> numels, per_layer(size_t(args.model.num_hidden_layers), 0);
+  int64_t outer = 0;
+  for (const auto& [name, p] : model->named_parameters()) {
+    numels.push_back(p.numel());
+    const int64_t l = model->layer_of_parameter(name);
+    (l < 0 ? outer : per_layer[size_t(l)]) += p.numel();
+  }
+  int64_t layers = 0;
+  for (size_t l = 0; l < per_layer.size(); ++l)
+    layers = std::max(layers, per_layer[l] + (prefetch && l + 1 < per_layer.size() ? per_layer[l + 1] : 0));
+  return optim::make_shard_layout(numels, ranks, optim::kGradNormChunk).shard_size(rank) + outer + layers;
 }
 
 }  // namespace tidal::train

@@ -1,6 +1,7 @@
 #pragma once
 // What the distributed training tests share: a run of `tidal train` on some ranks, and the
 // comparison of N ranks with one process accumulating the same micro-batches (docs/distributed.md).
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -37,5 +38,19 @@ void expect_same(const Run& dp, const Run& one, double tolerance, double loss_to
 void compare(const std::string& model, int64_t micro_per_rank, double tolerance,
              const std::vector<std::string>& extra = {}, double loss_tolerance = -1,
              const std::vector<std::string>& both = {});
+
+// A run interrupted and resumed, in `dir` (emptied first): `args(save, iters, load, sharded)` gives the
+// flags. Trains 4 steps uninterrupted and 2 saved on `world` (sharded), resumes those to 4 on `world`,
+// and one process (not sharded) from the same save. Returns the three models after step 4.
+struct ResumedRuns {
+  std::map<std::string, Tensor> full, resumed, one;
+};
+using ResumeArgs =
+    std::function<TrainArgs(const std::string& save, int64_t iters, const std::string& load, bool sharded)>;
+ResumedRuns resume_runs(dist::Communicator& world, const std::string& dir, const ResumeArgs& args);
+
+// ZeRO-3's peak of parameter elements on `rank` of `ranks` (docs/distributed.md): its shard, the
+// parameters outside the layers, and one layer's at a time (with `prefetch`, a layer's and the next's).
+int64_t zero3_parameter_peak(const TrainArgs& args, int ranks, int rank, bool prefetch);
 
 }  // namespace tidal::train

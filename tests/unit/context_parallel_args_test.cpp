@@ -38,8 +38,7 @@ TEST(ContextParallelArgs, TwiceTheSizeMustDivideTheSequence) {
 
 TEST(ContextParallelArgs, RefusesWhatDoesNotRunYet) {
   const std::string works =
-      "yet; context parallelism runs dense models (gpt2, llama, qwen3) with --attention flash, no dropout, no "
-      "sharding and no --overlap-grad-reduce";
+      "yet; context parallelism runs dense models (gpt2, llama, qwen3) with --attention flash and no dropout";
   const auto refused = [](std::vector<std::string> more) {
     more.insert(more.begin(), {"--context-parallel-size", "2"});
     return error_of([&] { parse_train_args(cp_args(more)); });
@@ -52,10 +51,20 @@ TEST(ContextParallelArgs, RefusesWhatDoesNotRunYet) {
                   {"--model", "tiny-qwen3-moe", "--mock-data", "--seq-length", "24", "--context-parallel-size", "2"});
             }).find("mixture-of-experts models"),
             std::string::npos);
-  EXPECT_NE(refused({"--use-distributed-optimizer"}).find("with a --data-parallel-sharding-strategy"),
-            std::string::npos);
-  EXPECT_NE(refused({"--overlap-grad-reduce"}).find("with --overlap-grad-reduce yet"), std::string::npos);
   EXPECT_NE(refused({"--auto-memory"}).find("with --auto-memory"), std::string::npos);
+}
+
+// The distributed optimizer shards over all DP x CP ranks (tests/dist/context_parallel_train_test.cpp).
+TEST(ContextParallelArgs, RunsWithEveryShardingStrategyAndOverlap) {
+  for (const std::string strategy : {"optim", "optim_grads", "optim_grads_params"}) {
+    const TrainArgs a = parse_train_args(cp_args(
+        {"--context-parallel-size", "2", "--data-parallel-sharding-strategy", strategy, "--overlap-grad-reduce"}));
+    EXPECT_EQ(a.context_parallel.size, 2);
+    EXPECT_TRUE(a.data_parallel.overlap_grad_reduce);
+  }
+  EXPECT_EQ(
+      parse_train_args(cp_args({"--context-parallel-size", "2", "--use-distributed-optimizer"})).data_parallel.sharding,
+      ShardingStrategy::optim);
 }
 
 TEST(ContextParallelArgs, LocalTokensAreTheRanksTwoChunks) {
