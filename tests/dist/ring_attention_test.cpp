@@ -58,20 +58,25 @@ struct Local {
 
 // Inputs in the models' (B, T, H, D) memory order, read as (B, H, T, D) views. `overlap`: a
 // duplicate of `group` that moves the K/V blocks from a worker thread.
-Local ring_against_full(Communicator& group, const Case& c, Communicator* overlap = nullptr) {
+// With `dropout`, both draw from the same point of the stream (manual_seed(11) before each), as one
+// process would: the ring's blocks must put together the whole call's mask.
+Local ring_against_full(Communicator& group, const Case& c, Communicator* overlap = nullptr, double dropout = 0) {
   manual_seed(7);  // the same whole sequence on every rank
   const auto leaf = [&](int64_t heads) { return randn({c.b, c.seq, heads, c.d}).to(c.dtype).set_requires_grad(true); };
   Tensor q = leaf(c.hq), k = leaf(c.hkv), v = leaf(c.hkv);
   const Tensor w = randn({c.b, c.hq, c.seq, c.d}).to(c.dtype);  // the output's gradient
-  const Tensor full = scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2));
+  AttentionOptions opt;
+  opt.dropout_p = dropout;
+  manual_seed(11);
+  const Tensor full = scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), opt);
   autograd::backward({full}, {w});
 
   const ContextChunks at = context_chunks(c.seq, group.size(), group.rank());
   Tensor ql = local_chunks(q.detach(), 1, at).set_requires_grad(true);
   Tensor kl = local_chunks(k.detach(), 1, at).set_requires_grad(true);
   Tensor vl = local_chunks(v.detach(), 1, at).set_requires_grad(true);
-  const Tensor out =
-      ring_attention(ql.transpose(1, 2), kl.transpose(1, 2), vl.transpose(1, 2), group, AttentionOptions{}, overlap);
+  manual_seed(11);
+  const Tensor out = ring_attention(ql.transpose(1, 2), kl.transpose(1, 2), vl.transpose(1, 2), group, opt, overlap);
   autograd::backward({out}, {local_chunks(w, 2, at)});
   Errors e;
   e.out = max_error(out, local_chunks(full.detach(), 2, at));
@@ -85,12 +90,12 @@ Local ring_against_full(Communicator& group, const Case& c, Communicator* overla
 // the merge of the partial softmaxes); bf16 at most 1.56e-2, two bf16 roundings (2^-7 each) of
 // values in [1, 2): the partial outputs and per-block gradients are rounded to bf16 by the kernel
 // before the f32 merge. Tolerances: 4e-6 and three roundings.
-void expect_matches(Communicator& group, const Case& c) {
-  const Errors e = ring_against_full(group, c).errors;
+void expect_matches(Communicator& group, const Case& c, double dropout = 0) {
+  const Errors e = ring_against_full(group, c, nullptr, dropout).errors;
   const double tol = c.dtype == DType::f32 ? 4e-6 : 3 * 0x1p-7;
   const std::string where = "C=" + std::to_string(group.size()) + " rank " + std::to_string(group.rank()) + " " +
                             std::string(dtype_name(c.dtype)) + " Hq=" + std::to_string(c.hq) +
-                            " Hkv=" + std::to_string(c.hkv);
+                            " Hkv=" + std::to_string(c.hkv) + " dropout " + std::to_string(dropout);
   EXPECT_LE(e.out, tol) << where;
   EXPECT_LE(e.dq, tol) << where;
   EXPECT_LE(e.dk, tol) << where;
@@ -105,10 +110,13 @@ std::vector<int> contiguous_group(int rank, int size, int world) {
   return members;
 }
 
+// Dropout 0.3: a mask that differed anywhere would move outputs by O(1) (kept values scale by 1/0.7).
 void expect_all_cases(Communicator& group) {
   for (DType dt : {DType::f32, DType::bf16}) {
-    expect_matches(group, {2, 4, 4, 12 * group.size(), 8, dt});   // MHA, chunks of 6
-    expect_matches(group, {1, 6, 2, 20 * group.size(), 16, dt});  // GQA 3:1, chunks of 10
+    for (double dropout : {0.0, 0.3}) {
+      expect_matches(group, {2, 4, 4, 12 * group.size(), 8, dt}, dropout);   // MHA, chunks of 6
+      expect_matches(group, {1, 6, 2, 20 * group.size(), 16, dt}, dropout);  // GQA 3:1, chunks of 10
+    }
   }
 }
 
@@ -144,7 +152,8 @@ TEST(RingAttention, OverlappedExchangeGivesTheSameBits) {
   std::unique_ptr<Communicator> group = w.subgroup(all), overlap = group->duplicate();
   for (DType dt : {DType::f32, DType::bf16}) {
     const Case c{1, 6, 2, 16 * group->size(), 16, dt};
-    const Local blocking = ring_against_full(*group, c), overlapped = ring_against_full(*group, c, overlap.get());
+    const Local blocking = ring_against_full(*group, c, nullptr, 0.2);
+    const Local overlapped = ring_against_full(*group, c, overlap.get(), 0.2);
     for (size_t n = 0; n < blocking.results.size(); ++n)
       EXPECT_EQ(max_error(overlapped.results[n], blocking.results[n]), 0.0) << n;
   }
@@ -183,10 +192,11 @@ TEST(RingAttention, RefusesWhatItDoesNotRunYet) {
   eager.kernel = AttentionKernel::eager;
   EXPECT_NE(testing::error_of([&] { ring_attention(q, k, k, w, eager); }).find("flash attention kernel only"),
             std::string::npos);
-  AttentionOptions dropout;
-  dropout.dropout_p = 0.1;
-  EXPECT_NE(testing::error_of([&] { ring_attention(q, k, k, w, dropout); }).find("dropout is not supported"),
-            std::string::npos);
+  AttentionOptions framed;
+  framed.dropout_p = 0.1;
+  framed.dropout_frame.row_offset = 2;
+  EXPECT_EQ(testing::error_of([&] { ring_attention(q, k, k, w, framed); }),
+            "[ring_attention] takes no dropout_frame: it places each block of the whole matrix itself");
   EXPECT_NE(testing::error_of([&] {
               ring_attention(empty({1, 2, 3, 8}), empty({1, 2, 3, 8}), empty({1, 2, 3, 8}), w);
             }).find("two chunks of equal length, got length 3"),

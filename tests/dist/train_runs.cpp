@@ -34,12 +34,10 @@ TrainArgs args_for(int64_t micro, int64_t global, const std::string& save, const
                                    std::to_string(micro),
                                    "--global-batch-size",
                                    std::to_string(global),
-                                   "--attention-dropout",
-                                   "0",
-                                   "--hidden-dropout",
-                                   "0",
                                    "--eval-interval",
                                    "0"};
+  for (const char* flag : {"--attention-dropout", "--hidden-dropout"})  // 0 unless `extra` sets it
+    if (std::find(extra.begin(), extra.end(), flag) == extra.end()) argv.insert(argv.end(), {flag, "0"});
   if (!save.empty()) argv.insert(argv.end(), {"--save", save, "--save-interval", "2"});
   argv.insert(argv.end(), extra.begin(), extra.end());
   return parse_train_args(argv);

@@ -1,5 +1,6 @@
 #include "tidal/models/core_attention.h"
 
+#include "tidal/ops/random.h"
 #include "tidal/ops/ring_attention.h"
 
 namespace tidal::models {
@@ -15,6 +16,14 @@ std::vector<std::pair<int64_t, int64_t>> CoreAttention::positions(int64_t local)
   if (!context_parallel()) return {{0, local}};
   const ContextChunks at = context_chunks(sequence_length(local), cp->size(), cp->rank());
   return {{at.first, at.chunk}, {at.second, at.chunk}};
+}
+
+Tensor CoreAttention::dropout(const Tensor& x, double p, bool training) const {
+  if (!context_parallel() || !training || p == 0.0) return tidal::dropout(x, p, training);
+  int64_t row = 1;  // the elements of one token
+  for (int d = 2; d < x.dim(); ++d) row *= x.size(d);
+  const int64_t seq = sequence_length(x.size(1));
+  return dropout_rows(x, p, reserve_row_frame(x.size(0), seq, row, context_rows(seq, cp->size(), cp->rank())));
 }
 
 }  // namespace tidal::models

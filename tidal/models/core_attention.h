@@ -1,7 +1,7 @@
 #pragma once
 // The decoder layers' core attention: scaled_dot_product_attention over the whole sequence, or, with
 // context parallelism, ring attention over the CP group (ops/ring_attention.h), and the global
-// positions of the tokens a rank holds.
+// positions of the tokens a rank holds (and the hidden dropout drawn at them).
 #include <cstdint>
 #include <utility>
 #include <vector>
@@ -24,6 +24,9 @@ struct CoreAttention {
   // The runs of global positions (start, length) of a rank's `local` tokens, in order: [0, local),
   // or its two chunks.
   std::vector<std::pair<int64_t, int64_t>> positions(int64_t local) const;
+  // Dropout of a (B, T_local, C...) activation of the sequence: dropout() or, under context
+  // parallelism, dropout_rows at the rank's global rows, so the mask is one process's.
+  Tensor dropout(const Tensor& x, double p, bool training) const;
 };
 
 }  // namespace tidal::models

@@ -45,7 +45,7 @@ Tensor Gpt2Block::forward(const Tensor& x, const ModelConfig& c, const CoreAtten
   Tensor a = rc.core_attn && attn.kernel == AttentionKernel::eager ? autograd::checkpoint(core, qkv_heads)[0]
                                                                    : core(qkv_heads)[0];  // (B, H, T, hd)
   Tensor attn_out = attn_proj_->forward(a.transpose(1, 2).reshape({b, t, d}));            // (B, T, C)
-  Tensor x1 = add(x, dropout(attn_out, c.hidden_dropout, training));
+  Tensor x1 = add(x, attn.dropout(attn_out, c.hidden_dropout, training));
   const GeluApprox approx = c.hidden_act == "gelu" ? GeluApprox::none : GeluApprox::tanh;
   ModuleScope mlp_scope(mlp_->name());  // the GELU's saved input and output
   auto ln2 = [this](const std::vector<Tensor>& in) { return std::vector<Tensor>{ln_2_->forward(in[0])}; };
@@ -67,7 +67,7 @@ Tensor Gpt2Block::forward(const Tensor& x, const ModelConfig& c, const CoreAtten
         {f}, [this](const std::vector<Tensor>& g) { return std::vector<Tensor>{mlp_proj_->forward(g[0])}; })[0];
   }
   // (the scope also covers the residual dropout's mask below: it belongs to the MLP's output)
-  return add(x1, dropout(m, c.hidden_dropout, training));
+  return add(x1, attn.dropout(m, c.hidden_dropout, training));
 }
 
 Gpt2::Gpt2(const ModelConfig& c, const nn::Init& init) : CausalLM(c) {
@@ -89,7 +89,8 @@ ModelOutput Gpt2::forward_hidden(const Tensor& ids) const {
   for (const auto& [start, length] : attn.positions(ids.size(1)))
     runs.push_back(arange(start, start + length, 1, DType::i64, ids.device()));
   Tensor pos = runs.size() == 1 ? runs[0] : cat(runs, 0);
-  Tensor x = dropout(add(wte_->forward(ids), wpe_->forward(pos)), config_.hidden_dropout, is_training());  // (B, T, C)
+  Tensor x =
+      attn.dropout(add(wte_->forward(ids), wpe_->forward(pos)), config_.hidden_dropout, is_training());  // (B, T, C)
   x = run_layers(
       std::move(x),  // the layers own it: offload may release it once block 0 is done
       [this, attn](int64_t l, const std::vector<Tensor>& in) {

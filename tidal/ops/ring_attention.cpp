@@ -94,6 +94,53 @@ class BlockExchange {
 enum class Part { own, first_keys, second_queries };
 Part part_of(int i, int j) { return j == i ? Part::own : j < i ? Part::first_keys : Part::second_queries; }
 
+// One flash call of a ring step: local query rows [q0, q0 + qn) against local key rows [k0, k0 + kn)
+// of the block in hand. With dropout each call covers one chunk of queries and one of keys, so that
+// it is one contiguous block of the whole (T_g, T_g) matrix, drawn where one call on it would draw
+// (AttentionDropoutFrame); without, a step is one or two calls on the chunks concatenated.
+struct Block {
+  int64_t q0, qn, k0, kn;
+  bool causal;
+};
+std::vector<Block> blocks_of(Part part, int64_t half, bool per_chunk) {
+  const int64_t h = half, t = 2 * half;
+  if (!per_chunk) {
+    if (part == Part::own) return {{0, t, 0, t, true}};
+    if (part == Part::first_keys) return {{0, t, 0, h, false}};
+    return {{h, h, 0, t, false}};
+  }
+  // Queries of the first chunk never see keys of the second (of this block or a later rank's).
+  if (part == Part::own) return {{0, h, 0, h, true}, {h, h, 0, h, false}, {h, h, h, h, true}};
+  if (part == Part::first_keys) return {{0, h, 0, h, false}, {h, h, 0, h, false}};
+  return {{h, h, 0, h, false}, {h, h, h, h, false}};
+}
+
+// The attention dropout of a ring: the range reserved for the whole (B, Hq, T_g, T_g) matrix and
+// the ranks' chunk starts, from which each block's place in it follows.
+struct RingDropout {
+  double p = 0;
+  RandomRange rng;
+  int c = 1;
+  int64_t half = 0;
+  // The global position of local row `local` (0 or half: a chunk's start) of CP rank `rank`.
+  int64_t global(int rank, int64_t local) const {
+    const ContextChunks at = context_chunks(2 * half * c, c, rank);
+    return local == 0 ? at.first : at.second;
+  }
+  // cfg for block b of query rank i and key rank j.
+  FlashArgs args(FlashArgs cfg, const Block& b, int i, int j) const {
+    cfg.causal = b.causal;
+    if (p == 0) return cfg;
+    cfg.dropout_p = p;
+    cfg.seed = rng.seed;
+    cfg.rng_start = rng.start;
+    cfg.rng_row_offset = global(i, b.q0);
+    cfg.rng_col_offset = global(j, b.k0);
+    cfg.rng_rows = cfg.rng_cols = 2 * half * c;
+    return cfg;
+  }
+};
+
 // A double buffer for blocks received around the ring: the block in hand is sent while the next
 // lands in the other buffer.
 struct RingBuffers {
@@ -110,6 +157,7 @@ struct RingAttentionBackward : Node {
   dist::Communicator* comm = nullptr;
   dist::Communicator* overlap = nullptr;  // carries the K/V blocks from a worker thread; null: none
   double scale = 1.0;
+  RingDropout drop;
   const char* name() const override { return "RingAttentionBackward"; }
 
   // dq, dk, dv of one block, in the inputs' dtype.
@@ -150,22 +198,15 @@ struct RingAttentionBackward : Node {
         std::optional<BlockExchange> blocks;
         if (s + 1 < c)
           blocks.emplace(*comm, overlap, std::vector<Tensor>{kcur, vcur}, std::vector<Tensor>{k_next, v_next});
-        const Part part = part_of(i, (i - s + c) % c);
-        cfg.causal = part == Part::own;
-        if (part == Part::second_queries) {
-          const Tensor l2 = lv.narrow(2, half, half).contiguous();
-          const auto d = block_backward(cfg, g.narrow(2, half, half), qv.narrow(2, half, half).detach(), kcur, vcur,
-                                        ov.narrow(2, half, half).detach(), l2);
-          dq_acc.narrow(2, half, half).add_(d[0].to(acc));
-          dk_cur.add_(d[1].to(acc));
-          dv_cur.add_(d[2].to(acc));
-        } else {
-          const int64_t keys = part == Part::own ? 2 * half : half;
-          const auto d =
-              block_backward(cfg, g, qv.detach(), kcur.narrow(2, 0, keys), vcur.narrow(2, 0, keys), ov.detach(), lv);
-          dq_acc.add_(d[0].to(acc));
-          dk_cur.narrow(2, 0, keys).add_(d[1].to(acc));
-          dv_cur.narrow(2, 0, keys).add_(d[2].to(acc));
+        const int j = (i - s + c) % c;
+        for (const Block& blk : blocks_of(part_of(i, j), half, drop.p > 0)) {
+          const Tensor l = lv.narrow(2, blk.q0, blk.qn).contiguous();
+          const auto d = block_backward(drop.args(cfg, blk, i, j), g.narrow(2, blk.q0, blk.qn),
+                                        qv.narrow(2, blk.q0, blk.qn).detach(), kcur.narrow(2, blk.k0, blk.kn),
+                                        vcur.narrow(2, blk.k0, blk.kn), ov.narrow(2, blk.q0, blk.qn).detach(), l);
+          dq_acc.narrow(2, blk.q0, blk.qn).add_(d[0].to(acc));
+          dk_cur.narrow(2, blk.k0, blk.kn).add_(d[1].to(acc));
+          dv_cur.narrow(2, blk.k0, blk.kn).add_(d[2].to(acc));
         }
         // The block's gradient follows it; after the last step it is home.
         const Tensor dk_next = dkb.next(s + 1, dk_cur), dv_next = dvb.next(s + 1, dv_cur);
@@ -190,8 +231,11 @@ struct RingAttentionBackward : Node {
 void check_inputs(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& opt) {
   TIDAL_CHECK(opt.kernel == AttentionKernel::flash, "[", kOp,
               "] context parallelism runs the flash attention kernel only; use the flash kernel (not eager)");
-  TIDAL_CHECK(opt.dropout_p == 0.0, "[", kOp, "] attention dropout is not supported with context parallelism yet, got ",
-              opt.dropout_p, "; set the attention dropout to 0");
+  TIDAL_CHECK(opt.dropout_p >= 0.0 && opt.dropout_p < 1.0, "[", kOp, "] dropout_p must be in [0, 1), got ",
+              opt.dropout_p);
+  const AttentionDropoutFrame& f = opt.dropout_frame;
+  TIDAL_CHECK(f.row_offset == 0 && f.col_offset == 0 && f.rows == 0 && f.cols == 0 && !f.rng, "[", kOp,
+              "] takes no dropout_frame: it places each block of the whole matrix itself");
   TIDAL_CHECK(opt.causal, "[", kOp, "] context parallelism supports causal attention only");
   TIDAL_CHECK(std::isfinite(opt.scale), "[", kOp, "] scale must be finite, got ", opt.scale);
   detail::check_dim(kOp, q, 4, "q (B, Hq, T, D)");
@@ -220,6 +264,15 @@ ContextChunks context_chunks(int64_t seq, int size, int rank) {
   return {chunk, rank * chunk, (2 * size - 1 - rank) * chunk};
 }
 
+std::vector<int64_t> context_rows(int64_t seq, int size, int rank) {
+  const ContextChunks at = context_chunks(seq, size, rank);
+  std::vector<int64_t> rows;
+  rows.reserve(size_t(2 * at.chunk));
+  for (int64_t start : {at.first, at.second})
+    for (int64_t r = start; r < start + at.chunk; ++r) rows.push_back(r);
+  return rows;
+}
+
 Tensor ring_attention(const Tensor& q, const Tensor& k, const Tensor& v, dist::Communicator& cp,
                       const AttentionOptions& opt, dist::Communicator* overlap) {
   OpScope scope(kOp);
@@ -230,6 +283,13 @@ Tensor ring_attention(const Tensor& q, const Tensor& k, const Tensor& v, dist::C
   const DType acc = accumulate_type(q.dtype());
   FlashArgs cfg;
   cfg.scale = opt.scale != 0 ? opt.scale : 1.0 / std::sqrt(double(q.size(3)));
+  RingDropout drop;  // the whole matrix's range, reserved on every rank as one call on it would
+  drop.c = c;
+  drop.half = half;
+  if (opt.dropout_p > 0) {
+    drop.p = opt.dropout_p;
+    drop.rng = reserve_attention_dropout(b, hq, t * c, t * c);
+  }
   Tensor out = empty({b, t, hq, dv}, q.dtype(), q.device()).transpose(1, 2);  // (B, Hq, T, Dv) view
   Tensor lse = empty({b, hq, t}, acc, q.device());                            // (B, Hq, T)
   {
@@ -238,6 +298,7 @@ Tensor ring_attention(const Tensor& q, const Tensor& k, const Tensor& v, dist::C
     const Tensor qd = q.detach();
     Tensor kcur = k.detach().contiguous(), vcur = v.detach().contiguous();  // sent as they are
     RingBuffers kb, vb;
+    std::array<bool, 2> filled{};                             // which chunks of queries hold a partial result
     Tensor acc_out = empty({b, hq, t, dv}, acc, q.device());  // (B, Hq, T, Dv)
     for (int s = 0; s < c; ++s) {
       // The next K/V block comes while this one computes.
@@ -245,17 +306,18 @@ Tensor ring_attention(const Tensor& q, const Tensor& k, const Tensor& v, dist::C
       const Tensor v_next = s + 1 < c ? vb.next(s + 1, vcur) : Tensor();
       std::optional<BlockExchange> blocks;
       if (s + 1 < c) blocks.emplace(cp, overlap, std::vector<Tensor>{kcur, vcur}, std::vector<Tensor>{k_next, v_next});
-      const Part part = part_of(i, (i - s + c) % c);
-      cfg.causal = part == Part::own;
-      if (part == Part::own) {
-        const Partial p = flash_block(cfg, qd, kcur, vcur);
-        acc_out.copy_(p.out);
-        lse.copy_(p.lse);
-      } else if (part == Part::first_keys) {
-        merge(acc_out, lse, flash_block(cfg, qd, kcur.narrow(2, 0, half), vcur.narrow(2, 0, half)));
-      } else {
-        merge(acc_out.narrow(2, half, half), lse.narrow(2, half, half),
-              flash_block(cfg, qd.narrow(2, half, half), kcur, vcur));
+      const int j = (i - s + c) % c;
+      for (const Block& blk : blocks_of(part_of(i, j), half, drop.p > 0)) {
+        const Partial p = flash_block(drop.args(cfg, blk, i, j), qd.narrow(2, blk.q0, blk.qn),
+                                      kcur.narrow(2, blk.k0, blk.kn), vcur.narrow(2, blk.k0, blk.kn));
+        Tensor o = acc_out.narrow(2, blk.q0, blk.qn), l = lse.narrow(2, blk.q0, blk.qn);
+        if (filled[size_t(blk.q0 / half)]) {  // (a block's rows are all filled or none)
+          merge(o, l, p);
+          continue;
+        }
+        o.copy_(p.out);
+        l.copy_(p.lse);
+        for (int64_t r = blk.q0; r < blk.q0 + blk.qn; r += half) filled[size_t(r / half)] = true;
       }
       if (blocks) {
         blocks->wait();
@@ -275,6 +337,7 @@ Tensor ring_attention(const Tensor& q, const Tensor& k, const Tensor& v, dist::C
     node->comm = &cp;
     node->overlap = overlap;
     node->scale = cfg.scale;
+    node->drop = drop;
     autograd::set_history(out, node);
   }
   return out;

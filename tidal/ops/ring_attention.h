@@ -12,6 +12,13 @@
 // blocks and come home after C steps. Given a duplicate of the CP communicator, the exchange of the
 // next K/V block runs on a worker thread while this one computes on the current block (forward and
 // backward); the dK/dV exchange of backward, which needs the step's result, does not overlap.
+// Attention dropout draws the mask one call on the whole sequence would draw: every rank reserves
+// the range of the whole (B, Hq, T_g, T_g) matrix and each flash call covers one chunk of queries
+// against one chunk of keys, a contiguous block of the matrix placed by its AttentionDropoutFrame
+// positions (without dropout a step runs on the chunks concatenated, in fewer calls).
+#include <cstdint>
+#include <vector>
+
 #include "tidal/dist/communicator.h"
 #include "tidal/ops/attention.h"
 #include "tidal/tensor.h"
@@ -26,13 +33,16 @@ struct ContextChunks {
   int64_t first = 0, second = 0;  // start positions in the whole sequence
 };
 ContextChunks context_chunks(int64_t seq, int size, int rank);
+// The global positions of a CP rank's tokens in order, its two chunks (for dropout_rows' frame).
+std::vector<int64_t> context_rows(int64_t seq, int size, int rank);
 
 // q (B, Hq, T, D), k (B, Hkv, T, D), v (B, Hkv, T, Dv): this rank's two chunks, T = 2·chunk, as
 // scaled_dot_product_attention takes them (GQA, any strides). `cp` is the context-parallel group
 // (its rank is the CP rank); `overlap`, when given, a duplicate of it (Communicator::duplicate)
 // that carries the K/V blocks from a worker thread; both must outlive the backward. Returns
-// (B, Hq, T, Dv) in (B, T, Hq, Dv) memory order, like the flash kernel. Causal flash attention
-// without dropout only: anything else is refused with a tidal::Error saying so. On one rank it is
+// (B, Hq, T, Dv) in (B, T, Hq, Dv) memory order, like the flash kernel. Causal flash attention only,
+// with or without dropout (opt.dropout_p; no dropout_frame: the ring places the blocks itself):
+// anything else is refused with a tidal::Error saying so. On one rank it is
 // scaled_dot_product_attention.
 Tensor ring_attention(const Tensor& q, const Tensor& k, const Tensor& v, dist::Communicator& cp,
                       const AttentionOptions& opt = {}, dist::Communicator* overlap = nullptr);
