@@ -95,6 +95,18 @@ TEST(ContextParallel, TwoRanksTrainLikeOneProcess) {
   }
 }
 
+// Mixture of experts: the tokens of a rank's chunks are routed as on one process; the load-balancing
+// loss takes the sample's expert counts (summed over the CP group), so it is one process's too
+// (with each rank's own counts the losses move by 4.3e-5, beyond kLossTolerance).
+// (With expert parallelism: tests/dist/expert_parallel_test.cpp.)
+TEST(ContextParallel, MixtureOfExpertsOnTwoRanks) {
+  if (dist::world().size() != 2) GTEST_SKIP() << "runs on two ranks (ctest dist2)";
+  const auto [cp, one] = compare_cp("tiny-qwen3-moe", 2);
+  EXPECT_EQ(cp.logits * 2, one.logits);
+  compare_cp("tiny-qwen3-moe", 2, {"--recompute-granularity", "selective", "--recompute-modules", "moe"});
+  compare_cp("tiny-qwen3-moe", 2, {"--activation-offload"});
+}
+
 TEST(ContextParallel, TwoRanksWithRecomputeAndOffload) {
   if (dist::world().size() != 2) GTEST_SKIP() << "runs on two ranks (ctest dist2)";
   compare_cp("tiny-llama", 2,
@@ -234,8 +246,9 @@ TEST(ContextParallel, ThreeRanksTrainLikeOneProcess) {
 
 TEST(ContextParallel, DataTimesContextParallelOnFourRanks) {
   if (dist::world().size() != 4) GTEST_SKIP() << "runs on four ranks (ctest dist4)";
-  compare_cp("tiny-llama", 2);  // DP 2 x CP 2
-  compare_cp("tiny-gpt2", 4);   // CP 4
+  compare_cp("tiny-llama", 2);      // DP 2 x CP 2
+  compare_cp("tiny-gpt2", 4);       // CP 4
+  compare_cp("tiny-qwen3-moe", 2);  // DP 2 x CP 2
 }
 
 }  // namespace

@@ -394,5 +394,21 @@ TEST(ExpertParallel, MetaModelHoldsItsExpertsAndRuns) {
   EXPECT_TRUE(loss.is_meta());
 }
 
+// Expert x context parallel: the rank's two chunks of each sequence go through the experts of the EP
+// group; the load-balancing loss takes the sample's counts over the CP group (models/moe.h).
+TEST(ExpertParallel, ContextParallelAgreesWithOneProcess) {
+  if (dist::world().size() != 2) GTEST_SKIP() << "runs on two ranks (ctest dist2)";
+  compare_with_one_process(2, {"--context-parallel-size", "2"});  // the EP group is the CP group
+  compare_with_one_process(2, {"--context-parallel-size", "2", "--recompute-granularity", "selective",
+                               "--recompute-modules", "moe", "--activation-offload"});
+}
+
+TEST(ExpertParallel, ContextParallelOnFourRanks) {
+  if (dist::world().size() != 4) GTEST_SKIP() << "runs on four ranks (ctest dist4)";
+  compare_with_one_process(2, {"--context-parallel-size", "2"});  // DP 2 x CP 2, EP groups = CP groups
+  compare_with_one_process(4, {"--context-parallel-size", "2"});  // EP over both samples' CP groups
+  compare_with_one_process(2, {"--context-parallel-size", "4"});  // EP 2 inside one CP group of 4
+}
+
 }  // namespace
 }  // namespace tidal::train

@@ -136,7 +136,7 @@ ModelOutput Llama::forward_hidden(const Tensor& ids) const {
   for (const std::vector<Tensor>& e : extras)
     if (e.size() == 2) routers.push_back({e[0], e[1], ids.numel()});
   ModelOutput result{norm_->forward(x), Tensor(), Tensor()};
-  if (!routers.empty()) result.aux_loss = load_balancing_loss(routers, config_.num_experts);
+  if (!routers.empty()) result.aux_loss = load_balancing_loss(routers, config_.num_experts, context_parallel());
   return result;
 }
 

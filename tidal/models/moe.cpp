@@ -5,6 +5,7 @@
 #include "tidal/autograd/checkpoint.h"
 #include "tidal/autograd/checkpoint_without_output.h"
 #include "tidal/autograd/grad_mode.h"
+#include "tidal/dist/collectives.h"
 #include "tidal/memory_scope.h"
 #include "tidal/ops/activation.h"
 #include "tidal/ops/all_to_all.h"
@@ -167,7 +168,7 @@ Tensor SparseMoeBlock::run_on_owners(const Tensor& flat, const Tensor& slot_toke
   return mul(returned, slot_weight.unsqueeze(1));
 }
 
-Tensor load_balancing_loss(const std::vector<RouterStats>& layers, int64_t experts) {
+Tensor load_balancing_loss(const std::vector<RouterStats>& layers, int64_t experts, dist::Communicator* context) {
   TIDAL_CHECK(!layers.empty(), "[moe] load-balancing loss over no sparse layers");
   Tensor probs = layers[0].prob_sum, counts = layers[0].topk_counts;
   int64_t n = layers[0].tokens;
@@ -176,9 +177,18 @@ Tensor load_balancing_loss(const std::vector<RouterStats>& layers, int64_t exper
     counts = add(counts, layers[i].topk_counts);
     n += layers[i].tokens;
   }
-  const double inv = 1.0 / double(n);
+  double scale = double(experts) / (double(n) * double(n));
+  if (context != nullptr && context->size() > 1) {
+    // Context parallel: the sample's counts and token total are the group's. This rank's term pairs them
+    // with its own probabilities; the terms of the C ranks sum to the whole sequence's loss, and each
+    // rank's loss is a C-th of the sample's (train/step.cpp), so the term is scaled by C.
+    counts = counts.clone();  // (k, E)
+    dist::all_reduce_sum(*context, counts);
+    const double c = double(context->size()), total = double(n) * c;
+    scale = double(experts) * c / (total * total);
+  }
   // (k, E) * (E) summed: E * sum tokens_per_expert * router_prob_per_expert
-  return mul(sum(mul(counts, probs)), double(experts) * inv * inv);
+  return mul(sum(mul(counts, probs)), scale);
 }
 
 }  // namespace tidal::models

@@ -67,6 +67,10 @@ bool is_expert_parameter(const std::string& name);
 
 // HF's load_balancing_loss_func over the sparse layers of one forward pass:
 // E * sum_{j,e} (counts[j, e] / N) * (prob_sum[e] / N), N = tokens over all sparse layers.
-Tensor load_balancing_loss(const std::vector<RouterStats>& layers, int64_t experts);
+// `context`: the context-parallel group, whose ranks hold the chunks of the same samples: the counts
+// and N are the group's sums, and this rank's term (scaled by C, as its cross-entropy is a C-th of
+// the sample's) takes its own probabilities, so the group's terms average to one process's loss.
+Tensor load_balancing_loss(const std::vector<RouterStats>& layers, int64_t experts,
+                           dist::Communicator* context = nullptr);
 
 }  // namespace tidal::models

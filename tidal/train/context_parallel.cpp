@@ -27,13 +27,12 @@ void check_context_parallel(const TrainArgs& a) {
   if (c == 1) return;
   const auto refuse = [c](bool ok, const std::string& what) {
     TIDAL_CHECK(ok, "tidal train: --context-parallel-size ", c, " does not run ", what,
-                " yet; context parallelism runs dense models (gpt2, llama, qwen3) with --attention flash");
+                " yet; context parallelism runs with --attention flash");
   };
   TIDAL_CHECK(a.seq_length % (2 * c) == 0, "tidal train: --seq-length ", a.seq_length,
               " is not a multiple of 2 x --context-parallel-size ", c, " = ", 2 * c,
               ": each rank holds two equal chunks of every sequence");
   refuse(a.attention == "flash", "with --attention eager");
-  refuse(!a.model.is_moe(), "mixture-of-experts models");
   refuse(!a.auto_memory, "with --auto-memory (the planner does not know it)");
 }
 
