@@ -24,6 +24,7 @@ inline constexpr const char* kOp = "op";              // an op (OpScope)
 inline constexpr const char* kBackward = "backward";  // an autograd node's backward
 inline constexpr const char* kPhase = "phase";        // forward / backward / optimizer of a step
 inline constexpr const char* kWait = "wait";          // the compute thread blocked on a side stream
+inline constexpr const char* kComm = "comm";          // a blocking exchange between ranks
 
 // Records [construction, destruction) when the recorder is on. `name` and `kind` must outlive the
 // recording (string literals).

@@ -3,6 +3,7 @@
 #include <numeric>
 
 #include "tidal/ops/common.h"
+#include "tidal/range_recorder.h"
 
 namespace tidal {
 namespace {
@@ -51,7 +52,10 @@ Tensor exchange_rows(dist::Communicator& comm, const Tensor& x, const std::vecto
     at_send += s;
     at_recv += n;
   }
-  comm.exchange(sends, receives);
+  {
+    profile::Range range("all-to-all exchange", profile::kComm);  // blocking: not compute in a profile
+    comm.exchange(sends, receives);
+  }
   return out;
 }
 

@@ -41,13 +41,14 @@ std::vector<Interval> union_of(std::vector<Interval> v) {
 }
 
 // When the compute thread was working: inside an op or a node's backward, and not blocked in a
-// wait (a node that waits for its saved tensor's copy is not computing meanwhile).
+// wait (a node that waits for its saved tensor's copy is not computing meanwhile) or in a blocking
+// exchange between ranks (ring attention's dK/dV, the MoE all-to-all).
 std::vector<Interval> compute_busy(const ProfileData& d) {
   std::vector<Interval> ops, waits;
   for (const RangeRecord& r : d.ranges) {
     if (r.thread != 0 || r.end_ns <= r.start_ns) continue;
     if (r.kind == kOp || r.kind == kBackward) ops.push_back({r.start_ns, r.end_ns});
-    if (r.kind == kWait) waits.push_back({r.start_ns, r.end_ns});
+    if (r.kind == kWait || r.kind == kComm) waits.push_back({r.start_ns, r.end_ns});
   }
   const std::vector<Interval> busy = union_of(std::move(ops)), idle = union_of(std::move(waits));
   std::vector<Interval> out;
@@ -274,7 +275,7 @@ void op_times(const ProfileData& d, nlohmann::json& s) {
     o.self += self;
     o.total += r->end_ns - r->start_ns;
   };
-  int64_t recompute_ns = 0, recompute_n = 0, wait_ns = 0;
+  int64_t recompute_ns = 0, recompute_n = 0, wait_ns = 0, comm_ns = 0;
   for (const RangeRecord* r : lane) {
     while (!stack.empty() && stack.back().first->end_ns <= r->start_ns) {
       close(stack.back().first, stack.back().second);
@@ -285,6 +286,7 @@ void op_times(const ProfileData& d, nlohmann::json& s) {
     stack.push_back({r, dur});
     if (is_recompute(r->name)) recompute_ns += dur, ++recompute_n;
     if (r->kind == kWait) wait_ns += dur;
+    if (r->kind == kComm) comm_ns += dur;
   }
   for (; !stack.empty(); stack.pop_back()) close(stack.back().first, stack.back().second);
   std::vector<std::pair<std::string, OpTime>> sorted(ops.begin(), ops.end());
@@ -296,6 +298,7 @@ void op_times(const ProfileData& d, nlohmann::json& s) {
         {{"name", name}, {"kind", o.kind}, {"calls", o.calls}, {"self_ms", ms(o.self)}, {"total_ms", ms(o.total)}});
   s["recompute"] = {{"ranges", recompute_n}, {"ms", ms(recompute_ns)}};
   s["compute_wait_ms"] = ms(wait_ns);
+  s["compute_comm_ms"] = ms(comm_ns);  // blocking exchanges between ranks on the compute thread
 }
 
 // Side streams: busy time and how much of it compute hid.

@@ -156,6 +156,9 @@ std::string format_summary(const nlohmann::json& s) {
                       st.value("busy_ms", 0.0), 100.0 * st.value("overlap_fraction", 0.0));
   if (s.value("compute_wait_ms", 0.0) > 0)
     out += printf_str("compute waited on side streams for %.2f ms\n", s.value("compute_wait_ms", 0.0));
+  if (s.value("compute_comm_ms", 0.0) > 0)
+    out += printf_str("compute blocked in exchanges between ranks for %.2f ms (ops of kind comm)\n",
+                      s.value("compute_comm_ms", 0.0));
   return out;
 }
 

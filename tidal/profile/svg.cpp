@@ -374,10 +374,12 @@ std::string memory_svg(const ProfileData& d) {
 
 namespace {
 
-// Op colors by family (forward ops and their backward nodes alike); recompute red, waits grey.
+// Op colors by family (forward ops and their backward nodes alike); recompute red, waits grey,
+// blocking exchanges olive.
 const char* op_color(const std::string& name, const std::string& kind) {
   if (is_recompute(name)) return "#e15759";
   if (kind == kWait) return "#7f7f7f";
+  if (kind == kComm) return "#bcbd22";  // a blocking exchange between ranks
   std::string n;
   for (char c : name) n += char(std::tolower(static_cast<unsigned char>(c)));
   auto has = [&](const char* s) { return n.find(s) != std::string::npos; };

@@ -118,6 +118,7 @@ nlohmann::json chrome_trace(const ProfileData& d) {
                         {"args", {{"layer", r.layer}, {"module", r.module}}}};
     if (recompute) e["cname"] = "terrible";  // chrome://tracing's red
     if (r.kind == kWait) e["cname"] = "grey";
+    if (r.kind == kComm) e["cname"] = "olive";
     ev.push_back(std::move(e));
   }
   for (int tid : other_threads)
