@@ -2,13 +2,13 @@
 # How much of the exchanges between ranks the compute hides, read from the profiler's trace
 # (docs/distributed.md, "The exchanges' overlap: the benchmark"). Two ranks under mpirun, one compute
 # thread each:
-#   cp2   context parallel (--context-parallel-size 2): ring attention's K/V blocks travel on a worker
-#         thread while the current block computes (the "cp ring" lane); backward's dK/dV exchange
-#         blocks (ranges of kind comm)
+#   cp2   context parallel (--context-parallel-size 2): ring attention's K/V blocks (and backward's
+#         dK/dV) travel on a worker thread while the current block computes (the "cp ring" lane);
+#         each layer's last dK/dV exchange, going home, blocks (ranges of kind comm)
 #   ep2   expert parallel (--expert-model-parallel-size 2): the MoE all-to-all blocks (kind comm)
 # Each run profiles steps 2-3 (TIDAL_BENCH_ITERS sets the steps, default 3) and the table gives, per
-# profiled step: the step, the K/V blocks' busy time on the worker and the part of it that overlapped
-# compute, what the compute thread waited for them, and what it spent blocked in exchanges. Sizes:
+# profiled step: the step, the ring exchanges' busy time on the worker and the part of it that
+# overlapped compute, what the compute thread waited for them, and what it spent blocked in exchanges. Sizes:
 # TIDAL_BENCH_SEQ (default 2048 tokens, CP) and TIDAL_BENCH_MOE_SEQ (default 512, EP).
 # Usage: bench/exchange_overlap_bench.sh
 set -euo pipefail
@@ -36,7 +36,7 @@ import json, sys
 tmp, seq, moe_seq = sys.argv[1], sys.argv[2], sys.argv[3]
 cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
 print(f"\nExchanges between 2 ranks (rank 0's profile, per step; CPU: {cpu})\n")
-print("| run | step (ms) | K/V blocks on the worker (ms) | of it overlapped with compute | compute waited for them (ms) | blocked in exchanges (ms) | exchanges' share of the step |")
+print("| run | step (ms) | ring exchanges on the worker (ms) | of it overlapped with compute | compute waited for them (ms) | blocked in exchanges (ms) | exchanges' share of the step |")
 print("|---|---|---|---|---|---|---|")
 for name, what in (("cp2", f"CP 2, small-gpt2, {seq} tokens"), ("ep2", f"EP 2, qwen3-moe hidden 256, 2 x {moe_seq} tokens")):
     s = json.load(open(f"{tmp}/{name}/summary.json"))

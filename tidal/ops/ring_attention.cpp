@@ -207,34 +207,52 @@ struct RingAttentionBackward : Node {
       Tensor dv_cur = dvb.buf[0] = zeros(vv.shape(), acc, vv.device());
       FlashArgs cfg;
       cfg.scale = scale;
+      // Step s computes the gradients of the block in hand (rank j's). Its K/V came with the previous
+      // step's exchange; the partial dK/dV of the ranks before this one (zero at s = 0: the own
+      // block) come with this step's, together with the next K/V block, while the first flash call
+      // computes. The sums are the blocking order's: the arrived partial first, then each call's part.
       for (int s = 0; s < c; ++s) {
-        // The next K/V block comes while this one computes.
-        const Tensor k_next = s + 1 < c ? kb.next(s + 1, kcur) : Tensor();
-        const Tensor v_next = s + 1 < c ? vb.next(s + 1, vcur) : Tensor();
-        std::optional<BlockExchange> blocks;
-        if (s + 1 < c)
-          blocks.emplace(*comm, overlap, std::vector<Tensor>{kcur, vcur}, std::vector<Tensor>{k_next, v_next});
+        std::vector<Tensor> send, recv;
+        Tensor k_next, v_next;
+        if (s + 1 < c) {
+          k_next = kb.next(s + 1, kcur);
+          v_next = vb.next(s + 1, vcur);
+          send = {kcur, vcur};
+          recv = {k_next, v_next};
+        }
+        if (s > 0) {  // the previous step's block and its gradient move on; this block's arrives
+          const Tensor dk_in = dkb.next(s, dk_cur), dv_in = dvb.next(s, dv_cur);
+          send.insert(send.end(), {dk_cur, dv_cur});
+          recv.insert(recv.end(), {dk_in, dv_in});
+          dk_cur = dk_in;
+          dv_cur = dv_in;
+        }
+        std::optional<BlockExchange> exchange;
+        exchange.emplace(*comm, overlap, std::move(send), std::move(recv));
         const int j = (i - s + c) % c;
         for (const Block& blk : blocks_of(part_of(i, j), half, drop.p > 0)) {
           const Tensor l = lv.narrow(2, blk.q0, blk.qn).contiguous();
           const auto d = block_backward(drop.args(cfg, blk, i, j), g.narrow(2, blk.q0, blk.qn),
                                         qv.narrow(2, blk.q0, blk.qn).detach(), kcur.narrow(2, blk.k0, blk.kn),
                                         vcur.narrow(2, blk.k0, blk.kn), ov.narrow(2, blk.q0, blk.qn).detach(), l);
+          if (exchange) {  // after the first call: the later ones' parts add at once, as blocking
+            exchange->wait();
+            exchange.reset();
+          }
           dq_acc.narrow(2, blk.q0, blk.qn).add_(d[0].to(acc));
           dk_cur.narrow(2, blk.k0, blk.kn).add_(d[1].to(acc));
           dv_cur.narrow(2, blk.k0, blk.kn).add_(d[2].to(acc));
         }
-        // The block's gradient follows it; after the last step it is home.
-        const Tensor dk_next = dkb.next(s + 1, dk_cur), dv_next = dvb.next(s + 1, dv_cur);
-        if (blocks) {
-          blocks->wait();
+        if (s + 1 < c) {
           kcur = k_next;
           vcur = v_next;
         }
-        blocking_ring_exchange(*comm, {dk_cur, dv_cur}, {dk_next, dv_next});
-        dk_cur = dk_next;
-        dv_cur = dv_next;
       }
+      // The last block's gradient goes home: after C steps each rank holds its own.
+      const Tensor dk_home = dkb.next(c, dk_cur), dv_home = dvb.next(c, dv_cur);
+      blocking_ring_exchange(*comm, {dk_cur, dv_cur}, {dk_home, dv_home});
+      dk_cur = dk_home;
+      dv_cur = dv_home;
       dq.copy_(dq_acc);
       dk.copy_(dk_cur);
       dv.copy_(dv_cur);

@@ -11,7 +11,8 @@
 // flash backward per block with the final output and log-sum-exp; dK/dV travel the ring with the
 // blocks and come home after C steps. Given a duplicate of the CP communicator, the exchange of the
 // next K/V block runs on a worker thread while this one computes on the current block (forward and
-// backward); the dK/dV exchange of backward, which needs the step's result, does not overlap.
+// backward); in backward the same exchange carries the previous step's dK/dV on, and the block's
+// partial dK/dV arrive during its first flash call; only the last step's, which goes home, blocks.
 // Attention dropout draws the mask one call on the whole sequence would draw: every rank reserves
 // the range of the whole (B, Hq, T_g, T_g) matrix and each flash call covers one chunk of queries
 // against one chunk of keys, a contiguous block of the matrix placed by its AttentionDropoutFrame

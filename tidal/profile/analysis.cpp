@@ -42,7 +42,7 @@ std::vector<Interval> union_of(std::vector<Interval> v) {
 
 // When the compute thread was working: inside an op or a node's backward, and not blocked in a
 // wait (a node that waits for its saved tensor's copy is not computing meanwhile) or in a blocking
-// exchange between ranks (ring attention's dK/dV, the MoE all-to-all).
+// exchange between ranks (ring attention's last dK/dV, the MoE all-to-all).
 std::vector<Interval> compute_busy(const ProfileData& d) {
   std::vector<Interval> ops, waits;
   for (const RangeRecord& r : d.ranges) {
