@@ -34,7 +34,6 @@ void check_context_parallel(const TrainArgs& a) {
               ": each rank holds two equal chunks of every sequence");
   refuse(a.attention == "flash", "with --attention eager");
   refuse(!a.model.is_moe(), "mixture-of-experts models");
-  refuse(!a.auto_memory, "with --auto-memory (the planner does not know it)");
 }
 
 ContextParallelGroups context_parallel_groups(dist::Communicator& world, const ContextParallelConfig& c) {
