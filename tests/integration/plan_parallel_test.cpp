@@ -16,14 +16,15 @@ namespace tidal::train {
 namespace {
 
 // tiny-qwen3-moe with large experts (8 of 1024 wide in layer 1): the experts are most of the bytes.
-const std::vector<std::string> kMoe = {"--model",           "tiny-qwen3-moe", "--mock-data", "--seq-length", "64",
-                                       "--micro-batch-size", "2",             "--global-batch-size", "8",
-                                       "--moe-ffn-hidden-size", "1024",       "--train-iters", "2"};
+const std::vector<std::string> kMoe = {"--model", "tiny-qwen3-moe",        "--mock-data", "--seq-length",
+                                       "64",      "--micro-batch-size",    "2",           "--global-batch-size",
+                                       "8",       "--moe-ffn-hidden-size", "1024",        "--train-iters",
+                                       "2"};
 // tiny-llama at 4096 tokens: the activations are most of the bytes.
-const std::vector<std::string> kLong = {"--model",          "tiny-llama", "--mock-data",         "--seq-length",
-                                        "4096",             "--max-position-embeddings",          "4096",
-                                        "--micro-batch-size", "1",        "--global-batch-size", "4",
-                                        "--train-iters",    "2"};
+const std::vector<std::string> kLong = {
+    "--model", "tiny-llama",         "--mock-data", "--seq-length",        "4096", "--max-position-embeddings",
+    "4096",    "--micro-batch-size", "1",           "--global-batch-size", "4",    "--train-iters",
+    "2"};
 
 TrainArgs args(std::vector<std::string> flags, const std::vector<std::string>& more = {}) {
   flags.insert(flags.end(), more.begin(), more.end());

@@ -16,6 +16,8 @@
 #include "tidal/models/moe.h"
 #include "tidal/optim/grad_clip.h"
 #include "tidal/optim/shard_layout.h"
+#include "tidal/train/context_parallel.h"
+#include "tidal/train/expert_parallel.h"
 #include "tidal/train/memory_flags.h"
 
 namespace tidal::train {
@@ -433,9 +435,62 @@ std::optional<Suggestion> suggest_smaller_micro_batch(const models::ModelConfig&
       saving(m, s, t), "the same global batch by gradient accumulation", t};
 }
 
+std::vector<Suggestion> suggest_parallel(const models::ModelConfig& m, const TriageSettings& s) {
+  std::vector<Suggestion> out;
+  const int ranks = s.data_parallel;
+  if (ranks <= 1) return out;
+  TrainArgs a;  // what tidal train checks, from the settings
+  a.model = m;
+  a.seq_length = s.seq;
+  a.attention = s.attention == AttentionKernel::eager ? "eager" : "flash";
+  a.data_parallel.sharding = s.sharding;
+  a.data_parallel.overlap_grad_reduce = s.overlap_grad_reduce;
+  a.data_parallel.expert_parallel = s.expert_parallel;
+  a.context_parallel.size = s.context_parallel;
+  const auto runs = [&](const TrainArgs& t) {
+    try {
+      check_expert_parallel(t, m, ranks);
+      check_context_parallel(t);
+      return ranks % (int64_t(t.data_parallel.expert_parallel) * t.context_parallel.size) == 0;
+    } catch (const Error&) {
+      return false;
+    }
+  };
+  // The largest size that runs: the most it saves (the search weighs the collectives).
+  const auto largest = [&](const char* step, const char* flag, auto set, auto note) {
+    for (int n = ranks; n > 1; --n) {
+      TrainArgs t = a;
+      TriageSettings w = s;
+      set(t, w, n);
+      if (!runs(t)) continue;
+      const int64_t saved = saving(m, s, w);
+      if (saved > 0) out.push_back({step, std::string(flag) + " " + std::to_string(n), saved, note(n), w});
+      return;
+    }
+  };
+  if (m.is_moe() && s.expert_parallel == 1)
+    largest(
+        "expert parallel", "--expert-model-parallel-size",
+        [](TrainArgs& t, TriageSettings& w, int n) { t.data_parallel.expert_parallel = w.expert_parallel = n; },
+        [&](int n) {
+          return std::to_string(m.num_experts / n) + " of the " + std::to_string(m.num_experts) +
+                 " experts of each MoE layer a rank, with their gradients and states; tokens go to their experts' "
+                 "ranks and back (all-to-all)";
+        });
+  if (s.context_parallel == 1)
+    largest(
+        "context parallel", "--context-parallel-size",
+        [](TrainArgs& t, TriageSettings& w, int n) { t.context_parallel.size = w.context_parallel = n; },
+        [&](int n) {
+          return std::to_string(s.seq / n) + " of each sequence's " + std::to_string(s.seq) +
+                 " tokens a rank: activations and logits / " + std::to_string(n) + "; K/V blocks go around the ring";
+        });
+  return out;
+}
+
 int triage_group(const std::string& step) {
   if (step == "chunked loss" || step == "fused ops") return 1;
-  if (step == "sharding") return 2;
+  if (step == "sharding" || step == "expert parallel" || step == "context parallel") return 2;
   if (step.rfind("recompute", 0) == 0) return 3;
   if (step == "async offload") return 4;
   if (step == "swap optimizer") return 5;
@@ -450,6 +505,7 @@ std::vector<Suggestion> triage(const models::ModelConfig& m, const TriageSetting
   add(suggest_chunked_loss(m, s));
   add(suggest_fused_attention(m, s));
   out.push_back(suggest_sharding(m, s));
+  for (Suggestion& x : suggest_parallel(m, s)) out.push_back(std::move(x));
   for (Suggestion& x : suggest_recompute(m, s)) out.push_back(std::move(x));
   add(suggest_offload(m, s));
   add(suggest_swap_optimizer(m, s));

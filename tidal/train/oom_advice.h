@@ -56,6 +56,10 @@ struct Suggestion {
 std::optional<Suggestion> suggest_chunked_loss(const models::ModelConfig& m, const TriageSettings& s);
 std::optional<Suggestion> suggest_fused_attention(const models::ModelConfig& m, const TriageSettings& s);
 Suggestion suggest_sharding(const models::ModelConfig& m, const TriageSettings& s);
+// Expert parallelism (MoE models) and context parallelism with several ranks, each at the largest size
+// tidal train runs on them (check_expert_parallel, check_context_parallel): the ranks' layout, in the
+// sharding group of the triage order (after sharding, before recompute).
+std::vector<Suggestion> suggest_parallel(const models::ModelConfig& m, const TriageSettings& s);
 std::vector<Suggestion> suggest_recompute(const models::ModelConfig& m, const TriageSettings& s);
 std::optional<Suggestion> suggest_offload(const models::ModelConfig& m, const TriageSettings& s);
 std::optional<Suggestion> suggest_swap_optimizer(const models::ModelConfig& m, const TriageSettings& s);
@@ -87,7 +91,8 @@ StepPeak predict_step_peak(const models::ModelConfig& m, const TriageSettings& s
 int64_t exchange_buffer_bytes(const models::ModelConfig& m, const TriageSettings& s);
 // Each suggestion's saving is the drop of this prediction when its setting is turned on.
 
-// The step's place in the triage order: 1 chunked loss / fused ops, 2 sharding, 3 recompute,
+// The step's place in the triage order: 1 chunked loss / fused ops, 2 sharding (and expert and context
+// parallelism), 3 recompute,
 // 4 async offload, 5 swap optimizer, 6 a smaller micro-batch (not in the order: the last resort).
 int triage_group(const std::string& step);
 
