@@ -118,8 +118,9 @@ std::string explain(const PlanCandidate& c, const TrainArgs& g, int o_ranks) {
                     std::to_string(a.seq_length / a.context_parallel.size) + " tokens a rank, ring exchange " +
                     ms(t.ring_s) + ", " + ms(t.exposed_ring_s) + " exposed");
   if (a.data_parallel.sharding != ShardingStrategy::no_shard)
-    parts.push_back(std::string(sharding_name(a.data_parallel.sharding)) + " sharding: " + ms(t.comm_s) +
-                    " of collectives, " + ms(t.exposed_comm_s) + " exposed");
+    parts.push_back(std::string(sharding_name(a.data_parallel.sharding)) +
+                    " sharding: " + ms(t.comm_s - t.all_to_all_s - t.ring_s) + " of collectives, " +
+                    ms(t.exposed_comm_s - t.all_to_all_s - t.exposed_ring_s) + " exposed");
   if (parts.empty()) return "no memory feature beyond the given run's";
   std::string out;
   for (const std::string& p : parts) out += (out.empty() ? "" : "; ") + p;
