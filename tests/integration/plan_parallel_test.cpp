@@ -7,7 +7,10 @@
 #include <string>
 #include <vector>
 
+#include "tidal/train/auto_memory.h"
+#include "tidal/train/cost_model.h"
 #include "tidal/train/device_profile.h"
+#include "tidal/train/dry_run.h"
 #include "tidal/train/plan_candidates.h"
 #include "tidal/train/plan_report.h"
 #include "tidal/train/plan_search.h"
@@ -101,6 +104,40 @@ TEST(PlanParallel, OnlyContextParallelismFitsAndIsChosen) {
   EXPECT_LE(c.time.exposed_ring_s, c.time.ring_s);
   const nlohmann::json j = plan_search_json(s, options(16 << 20));
   EXPECT_EQ(j["chosen"]["context_parallel_size"], c.args.context_parallel.size);
+}
+
+// The all-to-all: per MoE layer (tiny-qwen3-moe has one) and micro-batch, the counts and four row
+// exchanges of (E-1)/E x tokens x top-k x hidden elements, all exposed. The ring: per layer and
+// micro-batch C-1 K/V blocks each way, hidden behind attention up to its time per block, and C f32
+// dK/dV exchanges, exposed.
+TEST(PlanParallel, TheCostModelTimesTheAllToAllAndTheRing) {
+  const DeviceProfile p = load_device_profile("a100");
+  const TrainArgs moe = args(kMoe, {"--expert-model-parallel-size", "2"});
+  const StepTime ep = predict_step_time(dry_run(moe, 0, 4), moe, p, 4);
+  const double rows = 2.0 * 64 * 2 * 64 * 4;  // tokens x top-k x hidden x f32
+  const int64_t accum = 8 / (2 * 4);
+  EXPECT_NEAR(ep.all_to_all_s, double(accum) * (4 * rows / 2 / p.collective_bandwidth + 5 * p.collective_latency_s),
+              1e-12);
+  EXPECT_EQ(ep.ring_s, 0);
+  const TrainArgs cp = args(kLong, {"--context-parallel-size", "2"});
+  const StepTime ring = predict_step_time(dry_run(cp, 0, 4), cp, p, 4);
+  const models::ModelConfig& m = cp.model;
+  const double kv = 2.0 * 1 * 2048 * double(m.kv_heads() * m.head_size());        // one block's K and V
+  const double block = kv * 4 / p.collective_bandwidth + p.collective_latency_s;  // f32 K/V, and dK/dV
+  const double per = double(4 / 2 / 1 * m.num_hidden_layers);                     // 2 micro-batches a rank, every layer
+  EXPECT_NEAR(ring.ring_s, per * (2 * block + 2 * block), 1e-12);
+  EXPECT_GE(ring.exposed_ring_s, per * 2 * block - 1e-12);  // dK/dV block
+  EXPECT_LE(ring.exposed_ring_s, ring.ring_s);
+  EXPECT_EQ(ring.all_to_all_s, 0);
+}
+
+// The out-of-memory advice names the planner's choice: expert parallelism where only it fits.
+TEST(PlanParallel, TheOutOfMemoryAdviceNamesTheChosenSizes) {
+  TrainArgs a = args(kMoe);
+  a.device_profile = "a100";
+  const std::string advice = planner_advice(a, 4, 10 << 20);
+  EXPECT_NE(advice.find("tidal plan's choice for 10.00 MiB"), std::string::npos) << advice;
+  EXPECT_NE(advice.find("--expert-model-parallel-size"), std::string::npos) << advice;
 }
 
 }  // namespace
