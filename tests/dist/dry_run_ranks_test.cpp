@@ -12,6 +12,7 @@
 #include "tests/dist/train_runs.h"
 #include "tests/support/peaks_since.h"
 #include "tidal/allocator.h"
+#include "tidal/train/auto_memory.h"
 #include "tidal/train/dry_run.h"
 #include "tidal/train/trainer.h"
 
@@ -49,6 +50,60 @@ TEST(DryRunRanks, EachRanksPeaksEqualItsRealRun) {
       testing::expect_same_peaks(dry.device, real_device, what + " (device)");
       testing::expect_same_peaks(dry.host, real_host, what + " (host)");
     }
+  }
+}
+
+// --auto-memory on four ranks under budgets only expert parallelism (a MoE model with wide experts) or
+// context parallelism (a dense model at 4096 tokens) fits (tests/integration/plan_parallel_test.cpp):
+// the run trains with E or C > 1, below the run as given, and its per-rank peaks are the dry run's of
+// the choice — every category for context parallelism without --overlap-grad-reduce (with it the
+// reductions' timing moves the gradients' peak), the parameters, gradients and AdamW states for expert
+// parallelism (a real router's uneven split moves the activations).
+TEST(DryRunRanks, AutoMemoryAppliesExpertAndContextParallelismOnFourRanks) {
+  dist::Communicator& world = dist::world();
+  if (world.size() != 4) GTEST_SKIP() << "runs on four ranks (ctest dist4)";
+  struct Case {
+    std::string model;
+    std::vector<std::string> flags;
+    bool experts;
+  };
+  const std::vector<Case> cases = {
+      {"tiny-qwen3-moe", {"--moe-ffn-hidden-size", "1024", "--auto-memory-budget", "10MiB"}, true},
+      {"tiny-llama", {"--max-position-embeddings", "4096", "--auto-memory-budget", "16MiB"}, false},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.model);
+    std::vector<std::string> flags = c.flags;
+    flags.insert(flags.end(), {"--auto-memory", "--device-profile", "a100"});
+    const int64_t seq = c.experts ? 64 : 4096, micro = c.experts ? 2 : 1;
+    const TrainArgs given = args_for(micro, micro * 4, "", c.model, flags, 2, seq);
+    std::FILE* quiet = std::fopen("/dev/null", "w");
+    const TrainArgs chosen = apply_auto_memory(given, 4, quiet);
+    if (c.experts) {
+      EXPECT_GT(chosen.data_parallel.expert_parallel, 1);
+    } else {
+      EXPECT_GT(chosen.context_parallel.size, 1);
+    }
+    Allocator& cpu = device_allocator(Device::cpu());
+    const MemoryStats before = cpu.stats();
+    run_training(given, quiet, world);  // --auto-memory: trains with `chosen`
+    std::fclose(quiet);
+    const MemoryStats real = testing::peaks_since(before, cpu.stats());
+    TrainArgs dry_args = chosen;
+    dry_args.data_parallel.overlap_grad_reduce = false;  // a dry run refuses it (its peak is the estimator's)
+    const DryRun dry = dry_run(dry_args, world.rank(), 4);
+    if (!c.experts && !chosen.data_parallel.overlap_grad_reduce) {
+      testing::expect_same_peaks(dry.device, real, "device");
+    } else {  // the state each rank holds: its experts, its shard
+      for (MemoryCategory m : {MemoryCategory::parameter, MemoryCategory::optimizer_state})
+        EXPECT_EQ(real[m].peak, dry.device[m].peak) << category_name(m);
+      if (c.experts) {
+        EXPECT_EQ(real[MemoryCategory::gradient].peak, dry.device[MemoryCategory::gradient].peak);
+      }
+    }
+    TrainArgs whole = given;  // without the choice: every expert, whole sequences
+    whole.auto_memory = false;
+    EXPECT_LT(real.peak_allocated, dry_run(whole, world.rank(), 4).device.peak_allocated);
   }
 }
 

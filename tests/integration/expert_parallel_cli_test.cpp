@@ -1,5 +1,5 @@
 // --expert-model-parallel-size on the command line (docs/distributed.md, "Expert parallel"): what one
-// process cannot do, and what `tidal plan` does not plan for yet, are refused by name.
+// process cannot do is refused by name; tidal plan plans it per rank.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -19,11 +19,16 @@ TEST(ExpertParallelCli, RefusedWhereItCannotWork) {
   EXPECT_EQ(one.code, 1) << one.output;
   EXPECT_NE(one.output.find("--expert-model-parallel-size 2 does not divide the 1 ranks"), std::string::npos)
       << one.output;
+  // tidal plan plans it on ranks it divides (each rank holds num_experts / E experts).
   const Result plan =
       tidal::testing::run_command(kTidal + " plan" + kMoe + " --expert-model-parallel-size 2 --memory 1GiB");
   EXPECT_EQ(plan.code, 1) << plan.output;
-  EXPECT_NE(plan.output.find("--expert-model-parallel-size 2 is not planned for yet"), std::string::npos)
+  EXPECT_NE(plan.output.find("--expert-model-parallel-size 2 does not divide the 1 ranks"), std::string::npos)
       << plan.output;
+  const Result two = tidal::testing::run_command(
+      kTidal + " plan" + kMoe + " --expert-model-parallel-size 2 --memory 1GiB --data-parallel-size 2");
+  EXPECT_EQ(two.code, 0) << two.output;
+  EXPECT_NE(two.output.find("It fits"), std::string::npos) << two.output;
 }
 
 }  // namespace

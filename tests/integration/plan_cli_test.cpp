@@ -166,11 +166,24 @@ TEST(PlanCli, DryRunOfShardedRanksNamesTheLargest) {
   EXPECT_EQ(one.output.find("has the highest device peak"), std::string::npos) << one.output;
 }
 
-// Context parallelism is not planned for yet: refused, not planned as if every rank held whole sequences.
-TEST(PlanCli, ContextParallelIsRefusedUntilPlanned) {
-  const Result r = run(kTidal + " plan" + kTiny + " --context-parallel-size 2 --memory 1GiB");
-  EXPECT_EQ(r.code, 1) << r.output;
-  EXPECT_NE(r.output.find("--context-parallel-size 2 is not planned for yet"), std::string::npos) << r.output;
+// Context parallelism is planned per rank (seq / C tokens of activations and logits), on ranks it divides.
+TEST(PlanCli, ContextParallelIsPlannedPerRank) {
+  const std::string flags = kTiny + " --global-batch-size 8 --memory 1GiB --data-parallel-size 2";
+  const Result whole = run(kTidal + " plan" + flags);
+  const Result halves = run(kTidal + " plan" + flags + " --context-parallel-size 2 --dry-run");
+  ASSERT_EQ(halves.code, 0) << halves.output;
+  ASSERT_EQ(whole.code, 0) << whole.output;
+  EXPECT_NE(halves.output.find("Dry run (2 steps"), std::string::npos) << halves.output;
+  auto needs = [](const std::string& out) {
+    const size_t at = out.find("needs about ");
+    return at == std::string::npos ? std::string() : out.substr(at, out.find(' ', at + 12) - at);
+  };
+  EXPECT_NE(needs(halves.output), "") << halves.output;
+  EXPECT_NE(needs(halves.output), needs(whole.output)) << halves.output;
+  const Result one = run(kTidal + " plan" + kTiny + " --context-parallel-size 2 --memory 1GiB");
+  EXPECT_EQ(one.code, 1) << one.output;
+  EXPECT_NE(one.output.find("--context-parallel-size 2 does not divide the 1 ranks planned for"), std::string::npos)
+      << one.output;
 }
 
 }  // namespace

@@ -135,6 +135,44 @@ TEST(Plan, ZeRO3WithOverlappedReductionMakesAThirtyBillionMoEFit) {
   EXPECT_EQ(p.flags().find("--swap-optimizer"), std::string::npos) << p.flags();
 }
 
+// Expert and context parallelism in the triage: after sharding, before recompute, at the largest size
+// tidal train runs (E without sharding for now; C for dense models with flash attention).
+TEST(Plan, ExpertAndContextParallelismComeAfterShardingAndBeforeRecompute) {
+  const models::ModelConfig moe = models::preset("qwen3-30b-a3b");
+  TriageSettings s = qwen3_8b_batch(1);
+  s.seq = 32768;
+  s.data_parallel = 16;
+  std::vector<Suggestion> ep = suggest_parallel(moe, s);
+  ASSERT_EQ(ep.size(), 1u);  // no context parallelism for MoE models yet
+  EXPECT_EQ(ep[0].step, "expert parallel");
+  EXPECT_EQ(ep[0].flags, "--expert-model-parallel-size 16");
+  EXPECT_EQ(ep[0].with.expert_parallel, 16);
+  EXPECT_GT(ep[0].saving, 0);
+  EXPECT_EQ(triage_group("expert parallel"), 2);
+  s.sharding = ShardingStrategy::optim;  // expert parallelism does not run sharded yet
+  EXPECT_TRUE(suggest_parallel(moe, s).empty());
+  const models::ModelConfig dense = models::preset("qwen3-8b");
+  TriageSettings d = qwen3_8b_batch(1);
+  d.seq = 32768;
+  d.data_parallel = 8;
+  d.sharding = ShardingStrategy::optim_grads_params;
+  d.overlap_grad_reduce = true;
+  const std::vector<Suggestion> cp = suggest_parallel(dense, d);
+  ASSERT_EQ(cp.size(), 1u);
+  EXPECT_EQ(cp[0].flags, "--context-parallel-size 8");
+  EXPECT_EQ(predict_step_peak(dense, cp[0].with).logits, predict_step_peak(dense, d).logits / 8);
+  d.attention = AttentionKernel::eager;
+  EXPECT_TRUE(suggest_parallel(dense, d).empty());
+  d.attention = AttentionKernel::flash;
+  // The plan takes ZeRO-3 (already on), then context parallelism, before any recompute.
+  const Plan p = make_plan(dense, d, 80 * GiB);
+  ASSERT_FALSE(p.steps.empty()) << format_plan(p, dense, d);
+  size_t at = 0;
+  while (at < p.steps.size() && p.steps[at].suggestion.step != "context parallel") ++at;
+  ASSERT_LT(at, p.steps.size()) << format_plan(p, dense, d);
+  for (size_t i = 0; i < at; ++i) EXPECT_LE(triage_group(p.steps[i].suggestion.step), 2) << p.steps[i].suggestion.flags;
+}
+
 // --bf16 (Megatron's 18 bytes per parameter): 2-byte parameters, the same f32 gradients, 12 bytes of
 // AdamW state (an f32 master weight beside the two moments), bf16 activations and logits — whole,
 // sharded over ranks, ZeRO-3's gathered layers and the swap optimizer's windows alike.

@@ -29,6 +29,7 @@ struct Item {
 
 struct Dims {
   int64_t n, b, s, c, f, h, hkv, hd, a, akv, e, k, fm, el;
+  int64_t ep;   // expert-parallel ranks (1: every expert here)
   int64_t acc;  // bytes of an element the kernels keep in their accumulator dtype (f32 for f32 and bf16)
   bool drop_attn, drop_hidden;
 };
@@ -117,13 +118,23 @@ std::vector<Item> llama_layer(const Dims& d, const models::ModelConfig& cfg, int
   v.push_back({"slot order", slots * 8, Part::mlp, Region::moe});
   v.push_back({"slot tokens", slots * 8, Part::mlp, Region::moe});
   v.push_back({"slot weights", slots * el, Part::mlp, Region::moe});
+  const bool dispatched = d.ep > 1;  // expert parallel: the rows go to their experts' ranks and come back
+  int64_t received = 0;
   for (const int64_t m : expert_tokens) {
     if (m == 0) continue;
+    received += m;
     v.push_back({"expert input", m * c * el, Part::mlp, Region::moe});
     v.push_back({"expert gate_proj output", m * d.fm * el, Part::mlp, Region::moe});
     v.push_back({"expert up_proj output", m * d.fm * el, Part::mlp, Region::moe});
     v.push_back({"expert down_proj input", m * d.fm * el, Part::mlp, Region::moe, false, Discard::act});
-    v.push_back({"expert output", m * c * el, Part::mlp, Region::moe});
+    if (!dispatched) v.push_back({"expert output", m * c * el, Part::mlp, Region::moe});
+  }
+  if (dispatched) {
+    if (received > 0) {
+      v.push_back({"received rows' order", received * 8, Part::mlp, Region::moe});
+      v.push_back({"returned rows' order", received * 8, Part::mlp, Region::moe});
+    }
+    v.push_back({"returned rows", slots * c * el, Part::mlp, Region::moe});
   }
   return v;
 }
@@ -164,6 +175,7 @@ Dims dims_of(const models::ModelConfig& cfg, const ActivationInputs& in) {
   d.e = cfg.num_experts;
   d.k = cfg.num_experts_per_tok;
   d.fm = cfg.moe_intermediate_size;
+  d.ep = std::max<int64_t>(1, in.expert_parallel);
   d.el = dtype_size(in.dtype);
   d.acc = in.dtype == DType::f64 ? 8 : 4;
   d.drop_attn = in.training && cfg.attention_dropout > 0;
@@ -181,6 +193,8 @@ std::vector<int64_t> routed_tokens(const ActivationInputs& in, const Dims& d, in
     for (const int64_t m : routed) total += m;
     TIDAL_CHECK(int64_t(routed.size()) == d.e && total == slots, "[estimator] layer ", l, ": expert_tokens needs ", d.e,
                 " counts summing to ", slots, " (tokens x top-k)");
+  } else if (d.ep > 1) {  // rank 0's experts, each with its share of every rank's slots
+    for (int64_t e = 0; e < d.e / d.ep; ++e) routed.push_back(d.ep * (slots / d.e + (e < slots % d.e ? 1 : 0)));
   } else {
     for (int64_t e = 0; e < d.e; ++e) routed.push_back(slots / d.e + (e < slots % d.e ? 1 : 0));
   }

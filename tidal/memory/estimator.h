@@ -35,6 +35,11 @@ struct ActivationInputs {
   // Sparse MoE layers: how many (token, expert) slots each expert got, per layer ([layer][expert]);
   // a layer without counts assumes an even split (what a meta-device run of the model does).
   std::vector<std::vector<int64_t>> expert_tokens;
+  // --expert-model-parallel-size E: this rank runs num_experts / E experts (rank 0's block), each on the
+  // slots every one of the E ranks sends it (the even split: E x its share of this rank's slots), and keeps
+  // the all-to-all's row orders and the returned rows (models/moe.cpp run_on_owners) instead of the
+  // experts' outputs.
+  int64_t expert_parallel = 1;
   int64_t loss_chunk = 0;  // --loss-compute-mode chunk's tokens per chunk; 0: default mode
 };
 

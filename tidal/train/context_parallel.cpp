@@ -33,7 +33,6 @@ void check_context_parallel(const TrainArgs& a) {
               " is not a multiple of 2 x --context-parallel-size ", c, " = ", 2 * c,
               ": each rank holds two equal chunks of every sequence");
   refuse(a.attention == "flash", "with --attention eager");
-  refuse(!a.auto_memory, "with --auto-memory (the planner does not know it)");
 }
 
 ContextParallelGroups context_parallel_groups(dist::Communicator& world, const ContextParallelConfig& c) {

@@ -53,6 +53,7 @@ double roofline_s(const KernelCost& k, const DeviceProfile& p) {
 struct Compute {
   std::vector<double> forward, backward;  // per layer: forward; backward + recompute
   double backward_total = 0, forward_total = 0, optimizer = 0;
+  double attention_forward = 0, attention_backward = 0;  // attention kernels, every layer (ring overlap)
 };
 
 // Activation offload (docs/offload.md, "How it works"): blocks are layers and the last is never
@@ -65,9 +66,11 @@ void add_offload(const TrainArgs& args, const Compute& c, int64_t accum, const D
   const int64_t layers = args.model.num_hidden_layers;
   if (!args.memory.offload.enabled || layers < 2) return;
   const auto kernel = args.attention == "eager" ? AttentionKernel::eager : AttentionKernel::flash;
-  const memory::ActivationEstimate est = memory::estimate_activations(
-      args.model, memory::activation_inputs(args.memory, args.micro_batch_size, args.seq_length, kernel,
-                                            args.precision.param_dtype()));
+  memory::ActivationInputs inputs = memory::activation_inputs(
+      args.memory, args.micro_batch_size, args.seq_length / std::max<int64_t>(1, args.context_parallel.size), kernel,
+      args.precision.param_dtype());
+  inputs.expert_parallel = args.data_parallel.expert_parallel;
+  const memory::ActivationEstimate est = memory::estimate_activations(args.model, inputs);
   const double block = double(est.offloaded_per_step) / double(layers - 1);
   check_rate(p.d2h_bandwidth, "d2h_bandwidth", p);
   check_rate(p.h2d_bandwidth, "h2d_bandwidth", p);
@@ -167,6 +170,60 @@ void add_collectives(const DryRun& run, const TrainArgs& args, const Compute& c,
   t.exposed_comm_s += exposed;
 }
 
+// Expert parallelism (models/moe.cpp run_on_owners): per MoE layer and micro-batch, the token counts,
+// then the rows to the experts' ranks and back (dispatch and combine) in forward and again in backward;
+// a rank sends (E-1)/E of its tokens x top-k rows (the even split). The exchanges block the compute
+// thread: all exposed.
+void add_all_to_all(const TrainArgs& args, int64_t accum, const DeviceProfile& p, StepTime& t) {
+  const models::ModelConfig& m = args.model;
+  const int64_t e = args.data_parallel.expert_parallel;
+  if (e <= 1 || !m.is_moe()) return;
+  check_rate(p.collective_bandwidth, "collective_bandwidth", p);
+  int64_t moe_layers = 0;
+  for (int64_t l = 0; l < m.num_hidden_layers; ++l) moe_layers += m.is_moe_layer(l) ? 1 : 0;
+  const int64_t tokens = args.micro_batch_size * args.seq_length / std::max<int64_t>(1, args.context_parallel.size);
+  const double rows = double(tokens * m.num_experts_per_tok * m.hidden_size * dtype_size(args.precision.param_dtype()));
+  const double bytes = rows * double(e - 1) / double(e);
+  const double layer = 4 * bytes / p.collective_bandwidth + 5 * p.collective_latency_s;  // counts + 4 exchanges
+  const double s = double(accum * moe_layers) * layer;
+  t.all_to_all_s += s;
+  t.comm_s += s;
+  t.exposed_comm_s += s;
+}
+
+// Context parallelism (ops/ring_attention.h): per layer and micro-batch, C-1 K/V blocks arrive in
+// forward, each while attention computes on the block before it (a worker thread: max(compute,
+// comm) per exchange, the part beyond compute exposed). Backward's C exchanges run the same way: the
+// first carries the next K/V block, the middle ones K/V and the previous step's f32 dK/dV, the last
+// the dK/dV only; then the last dK/dV, going home, blocks.
+void add_ring(const TrainArgs& args, const Compute& c, int64_t accum, const DeviceProfile& p, StepTime& t) {
+  const int64_t cp = args.context_parallel.size;
+  const int64_t layers = args.model.num_hidden_layers;
+  if (cp <= 1 || layers < 1) return;
+  check_rate(p.collective_bandwidth, "collective_bandwidth", p);
+  const models::ModelConfig& m = args.model;
+  const double kv = double(2 * args.micro_batch_size * (args.seq_length / cp) * m.kv_heads() * m.head_size());
+  const double latency = p.collective_latency_s;
+  const double block = kv * double(dtype_size(args.precision.param_dtype())) / p.collective_bandwidth;
+  const double grads = kv * 4 / p.collective_bandwidth;
+  const double per = double(accum * layers), steps = double(cp - 1);
+  const double forward = c.attention_forward / per / double(cp), backward = c.attention_backward / per / double(cp);
+  std::vector<double> back;  // backward's exchanges on the worker
+  for (int64_t s = 0; s < cp; ++s) back.push_back((s + 1 < cp ? block : 0.0) + (s > 0 ? grads : 0.0) + latency);
+  double ring = steps * (block + latency) + grads + latency, exposed = grads + latency;
+  exposed += steps * std::max(0.0, block + latency - forward);
+  for (double e : back) {
+    ring += e;
+    exposed += std::max(0.0, e - backward);
+  }
+  ring *= per;
+  exposed *= per;
+  t.ring_s += ring;
+  t.exposed_ring_s += exposed;
+  t.comm_s += ring;
+  t.exposed_comm_s += exposed;
+}
+
 }  // namespace
 
 double kernel_time_s(const KernelCost& k, const DeviceProfile& profile) {
@@ -183,12 +240,13 @@ StepTime predict_step_time(const DryRun& run, const TrainArgs& args, const Devic
   TIDAL_CHECK(run.ranks == 1 || run.ranks == data_parallel, "[cost model] the dry run played a rank of ", run.ranks,
               " ranks, not of ", data_parallel);
   const int64_t dry_micro_batches = std::max<int64_t>(1, args.grad_accumulation_steps());
-  TIDAL_CHECK(dry_micro_batches % data_parallel == 0, "[cost model] the global batch's ", dry_micro_batches,
-              " micro-batches do not divide over ", data_parallel,
+  const int64_t dp = std::max<int64_t>(1, data_parallel / std::max<int64_t>(1, args.context_parallel.size));
+  TIDAL_CHECK(dry_micro_batches % dp == 0, "[cost model] the global batch's ", dry_micro_batches,
+              " micro-batches do not divide over ", dp,
               " data-parallel ranks: make --global-batch-size a multiple of --micro-batch-size x ranks");
-  const int64_t accum = dry_micro_batches / data_parallel;
+  const int64_t accum = dry_micro_batches / dp;
   const bool one_rank_run = run.ranks > 1;
-  const double batch_share = one_rank_run ? 1.0 : 1.0 / double(data_parallel);
+  const double batch_share = one_rank_run ? 1.0 : 1.0 / double(dp);
   const double update_share =
       one_rank_run || args.data_parallel.sharding == ShardingStrategy::no_shard ? 1.0 : 1.0 / double(data_parallel);
   StepTime t;
@@ -224,11 +282,13 @@ StepTime predict_step_time(const DryRun& run, const TrainArgs& args, const Devic
     const bool in_layer = sk.layer >= 0 && size_t(sk.layer) < layers;
     switch (sk.phase) {
       case StepPhase::forward:
+        if (k.kind == CostKind::attention) c.attention_forward += time;
         c.forward_total += time;
         if (in_layer) c.forward[size_t(sk.layer)] += time;
         break;
       case StepPhase::recompute: t.recompute_s += time; [[fallthrough]];
       case StepPhase::backward:
+        if (k.kind == CostKind::attention) c.attention_backward += time;
         c.backward_total += time;
         if (in_layer) c.backward[size_t(sk.layer)] += time;
         break;
@@ -245,6 +305,8 @@ StepTime predict_step_time(const DryRun& run, const TrainArgs& args, const Devic
   add_offload(args, c, accum, profile, t);
   add_swap(run, args, c, update_share, profile, t);
   add_collectives(run, args, c, accum, data_parallel, param_tensors, profile, t);
+  add_all_to_all(args, accum, profile, t);
+  add_ring(args, c, accum, profile, t);
   t.hidden_copy_fraction = t.copy_s > 0 ? 1.0 - t.exposed_copy_s / t.copy_s : 1.0;
   t.total_s = t.compute_s + t.exposed_copy_s + t.exposed_comm_s;
   return t;

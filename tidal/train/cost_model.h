@@ -25,8 +25,11 @@ struct StepTime {
   double copy_s = 0;                  // host <-> device copies: offload, swap optimizer, kernels' host transfers
   double exposed_copy_s = 0;          // the part of copy_s compute does not hide
   double hidden_copy_fraction = 1.0;  // 1 - exposed_copy_s / copy_s (1 without copies)
-  double comm_s = 0;                  // data-parallel collectives
+  double comm_s = 0;                  // collectives: data-parallel, all-to-all, ring (all_to_all_s, ring_s)
   double exposed_comm_s = 0;          // the part of comm_s compute does not hide
+  double all_to_all_s = 0;            // expert parallelism's token dispatch and return (exposed: blocking)
+  double ring_s = 0;                  // context parallelism's K/V blocks and dK/dV around the ring
+  double exposed_ring_s = 0;          // the part of ring_s attention does not hide
   int64_t kernels = 0;                // kernel calls (records)
   int64_t flops = 0;                  // their FLOPs
 };
@@ -38,7 +41,8 @@ struct StepTime {
 double kernel_time_s(const KernelCost& k, const DeviceProfile& profile);
 
 // The step of `run` (its `kernels`, recorded by dry_run) under `args` on `profile`, with
-// `data_parallel` ranks (TrainArgs does not carry the rank count). Offload and swap-optimizer copies
+// `data_parallel` ranks (TrainArgs does not carry the rank count; under --context-parallel-size C
+// they are C x the data-parallel ranks, each CP group of C reading the same samples). Offload and swap-optimizer copies
 // are taken from `args` (the bytes from the estimator and from the dry run's optimizer_state peak),
 // so a dry run without them (the dry run refuses them today) can be costed with them.
 StepTime predict_step_time(const DryRun& run, const TrainArgs& args, const DeviceProfile& profile,

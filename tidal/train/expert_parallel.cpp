@@ -27,10 +27,6 @@ void check_expert_parallel(const TrainArgs& args, const models::ModelConfig& mod
               " (or --use-distributed-optimizer) is not supported yet: expert parallelism ", what);
   TIDAL_CHECK(!args.data_parallel.overlap_grad_reduce, "tidal train: --expert-model-parallel-size ", e,
               " with --overlap-grad-reduce is not supported yet: expert parallelism ", what);
-  TIDAL_CHECK(!args.auto_memory, "tidal train: --expert-model-parallel-size ", e,
-              " with --auto-memory is not supported yet (tidal plan does not plan for experts divided among ranks): "
-              "expert parallelism ",
-              what);
   TIDAL_CHECK(args.save.empty() && args.load.empty() && args.pretrained.empty(),
               "tidal train: --expert-model-parallel-size ", e,
               " with --save, --load or --pretrained is not supported yet (each rank holds only its experts): expert "

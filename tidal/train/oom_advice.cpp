@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -12,16 +13,24 @@
 #include "tidal/memory/swap_optimizer.h"
 #include "tidal/models/causal_lm.h"
 #include "tidal/models/config.h"
+#include "tidal/models/moe.h"
 #include "tidal/optim/grad_clip.h"
 #include "tidal/optim/shard_layout.h"
+#include "tidal/train/context_parallel.h"
+#include "tidal/train/expert_parallel.h"
 #include "tidal/train/memory_flags.h"
 
 namespace tidal::train {
 namespace {
 
+// The tokens of a sequence one rank holds: all of them, or its two chunks of 2C under context parallelism.
+int64_t local_seq(const TriageSettings& s) { return s.seq / std::max(1, s.context_parallel); }
+
 memory::ActivationEstimate estimate(const models::ModelConfig& m, const TriageSettings& s) {
-  return memory::estimate_activations(
-      m, memory::activation_inputs(s.memory, s.micro_batch, s.seq, s.attention, s.precision.param_dtype()));
+  memory::ActivationInputs in =
+      memory::activation_inputs(s.memory, s.micro_batch, local_seq(s), s.attention, s.precision.param_dtype());
+  in.expert_parallel = s.expert_parallel;
+  return memory::estimate_activations(m, in);
 }
 
 // The flags of one part of a configuration (train/memory_flags.h), e.g. only its offload settings.
@@ -41,16 +50,28 @@ int64_t logits_bytes(const models::ModelConfig& m, const TriageSettings& s, int6
 // only, no bytes), or `n` f32 elements in one piece when only the count is known.
 // What the predictions need of a model's parameters, from a meta-device model built once per
 // configuration (a plan predicts many steps of the same model; a 30B MoE model has 18k parameters).
+// Under expert parallelism E, rank 0's: the dense parameters and the first num_experts / E experts of
+// each MoE layer (every rank holds as many).
 struct ModelShape {
   std::vector<memory::SwapParam> params;  // in named_parameters order
+  std::vector<bool> expert;               // params[i] is an expert's (models/moe.h is_expert_parameter)
   int64_t outer = 0;                      // elements outside the layers
   std::vector<int64_t> per_layer;         // elements of each layer
 };
 
-const ModelShape& model_shape(const models::ModelConfig& m) {
+// The expert index in a parameter name "….experts.<e>.…", or -1.
+int64_t expert_index(const std::string& name) {
+  const std::string key = "experts.";
+  const size_t at = name.find(key);
+  if (at == std::string::npos) return -1;
+  return std::strtoll(name.c_str() + at + key.size(), nullptr, 10);
+}
+
+const ModelShape& model_shape(const models::ModelConfig& m, int expert_parallel = 1) {
   static std::mutex mu;
   static std::map<std::string, ModelShape> cache;
-  const std::string key = models::config_to_json(m).dump();
+  const std::string key = models::config_to_json(m).dump() + "|" + std::to_string(expert_parallel);
+  const int64_t local = m.num_experts / std::max(1, expert_parallel);
   std::lock_guard lock(mu);
   if (auto it = cache.find(key); it != cache.end()) return it->second;
   if (cache.size() >= 16) cache.clear();  // a bound; the references handed out are used at once
@@ -60,7 +81,10 @@ const ModelShape& model_shape(const models::ModelConfig& m) {
   ModelShape shape;
   shape.per_layer.assign(size_t(m.num_hidden_layers), 0);
   for (const auto& [name, p] : model->named_parameters()) {
+    const bool expert = models::is_expert_parameter(name);
+    if (expert && expert_parallel > 1 && expert_index(name) >= local) continue;  // another rank's
     shape.params.push_back({p.numel(), p.dtype()});
+    shape.expert.push_back(expert);
     const int64_t l = model->layer_of_parameter(name);
     (l < 0 ? shape.outer : shape.per_layer[size_t(l)]) += p.numel();
   }
@@ -71,7 +95,7 @@ const ModelShape& model_shape(const models::ModelConfig& m) {
 std::vector<memory::SwapParam> swap_params(const models::ModelConfig& m, const TriageSettings& s) {
   const DType dtype = s.precision.param_dtype();
   if (s.num_parameters > 0) return {{s.num_parameters, dtype}};
-  std::vector<memory::SwapParam> params = model_shape(m).params;
+  std::vector<memory::SwapParam> params = model_shape(m, s.expert_parallel).params;
   for (memory::SwapParam& p : params) p.dtype = dtype;
   return params;
 }
@@ -81,7 +105,7 @@ std::vector<memory::SwapParam> swap_params(const models::ModelConfig& m, const T
 // only the count is known.
 std::pair<int64_t, int64_t> gathered_elements(const models::ModelConfig& m, const TriageSettings& s) {
   if (s.num_parameters > 0) return {s.num_parameters, 0};
-  const ModelShape& shape = model_shape(m);
+  const ModelShape& shape = model_shape(m, s.expert_parallel);
   const std::vector<int64_t>& per_layer = shape.per_layer;
   const int64_t outer = shape.outer;
   int64_t layers = 0;
@@ -97,6 +121,27 @@ int64_t element_count(const std::vector<memory::SwapParam>& params) {
   return n;
 }
 
+// The largest rank's shard of `params` (optim/shard_layout.h); under expert parallelism Megatron's
+// layout: the dense parameters over all N ranks, the rank's experts over the N / E of its expert-data group.
+int64_t largest_shard(const models::ModelConfig& m, const TriageSettings& s,
+                      const std::vector<memory::SwapParam>& params) {
+  const bool by_kind = s.expert_parallel > 1 && s.num_parameters == 0;
+  const std::vector<bool>& expert = model_shape(m, s.expert_parallel).expert;
+  int64_t shard = 0;
+  for (const bool experts : {false, true}) {
+    if (experts && !by_kind) break;
+    std::vector<int64_t> numels;
+    for (size_t i = 0; i < params.size(); ++i)
+      if (!by_kind || expert[i] == experts) numels.push_back(params[i].numel);
+    const int ranks = experts ? std::max(1, s.data_parallel / s.expert_parallel) : s.data_parallel;
+    const optim::ShardLayout layout = optim::make_shard_layout(numels, ranks, optim::kGradNormChunk);
+    int64_t largest = 0;
+    for (int r = 0; r < ranks; ++r) largest = std::max(largest, layout.shard_size(r));
+    shard += largest;
+  }
+  return shard;
+}
+
 // How much predict_step_peak drops from `s` to `t` (the same settings with one change).
 int64_t saving(const models::ModelConfig& m, const TriageSettings& s, const TriageSettings& t) {
   return predict_step_peak(m, s).total - predict_step_peak(m, t).total;
@@ -107,6 +152,17 @@ std::string shape_str(int64_t b, int64_t s, int64_t v) {
 }
 
 }  // namespace
+
+int64_t exchange_buffer_bytes(const models::ModelConfig& m, const TriageSettings& s) {
+  const int64_t tokens = s.micro_batch * local_seq(s), el = dtype_size(s.precision.param_dtype());
+  int64_t bytes = 0;
+  if (s.expert_parallel > 1 && m.is_moe()) bytes = 2 * tokens * m.num_experts_per_tok * m.hidden_size * el;
+  if (s.context_parallel > 1) {
+    const int64_t kv = 2 * tokens * m.kv_heads() * m.head_size();  // one block's K and V, elements
+    bytes = std::max(bytes, 2 * kv * el + 2 * kv * 4);
+  }
+  return bytes;
+}
 
 StepPeak predict_step_peak(const models::ModelConfig& m, const TriageSettings& s) {
   StepPeak p;
@@ -123,13 +179,7 @@ StepPeak predict_step_peak(const models::ModelConfig& m, const TriageSettings& s
   // and 3 alike at the step's last reduce-scatter, where the peak of the step's end is.
   const bool sharded = s.sharding != ShardingStrategy::no_shard;
   int64_t shard = n;
-  if (sharded) {
-    std::vector<int64_t> numels;
-    for (const memory::SwapParam& q : params) numels.push_back(q.numel);
-    const optim::ShardLayout layout = optim::make_shard_layout(numels, s.data_parallel, optim::kGradNormChunk);
-    shard = 0;
-    for (int r = 0; r < s.data_parallel; ++r) shard = std::max(shard, layout.shard_size(r));
-  }
+  if (sharded) shard = largest_shard(m, s, params);
   const int64_t states = memory::swap_state_bytes_per_element(dtype) * shard;  // moments (+ bf16's master)
   // ZeRO-3: the shard, and the whole parameters outside the layers and of one layer at a time while
   // layers compute (none at the step's end).
@@ -153,13 +203,13 @@ StepPeak predict_step_peak(const models::ModelConfig& m, const TriageSettings& s
   // The LM head and loss: what forward keeps for them is in a.after_forward (the estimator counts
   // the same bytes as `saved`); their own peak on top of the rest.
   const memory::LossComputeConfig& loss_mode = s.memory.loss;
-  const memory::LossHeadMemory head = memory::loss_head_memory(s.micro_batch, s.seq, m.hidden_size, m.vocab_size,
+  const memory::LossHeadMemory head = memory::loss_head_memory(s.micro_batch, local_seq(s), m.hidden_size, m.vocab_size,
                                                                loss_mode.chunked ? loss_mode.chunk_size : 0, dtype);
-  const int64_t tokens = s.micro_batch * s.seq;
+  const int64_t tokens = s.micro_batch * local_seq(s);
   p.logits = loss_mode.chunked ? head.logits : 2 * logits_bytes(m, s, tokens);
   // Gradients kept between micro-batches (accumulation): the whole ones summed so far, or (ZeRO-2/3)
   // the shard's sums — through every later micro-batch's forward and backward.
-  const int64_t per_rank_batch = s.micro_batch * std::max(1, s.data_parallel);
+  const int64_t per_rank_batch = s.micro_batch * std::max(1, s.data_parallel / std::max(1, s.context_parallel));
   const int64_t accumulation =
       per_rank_batch > 0 && s.global_batch % per_rank_batch == 0 ? s.global_batch / per_rank_batch : 1;
   const bool shard_grads =
@@ -183,7 +233,12 @@ StepPeak predict_step_peak(const models::ModelConfig& m, const TriageSettings& s
   const int64_t optimizer =
       sharded ? parameters_at_end + (bucketed ? 4 * bucket : whole) + p.optimizer_states + 4 * shard + pieces
               : parameters_at_end + whole + p.optimizer_states;
-  p.total = std::max({loss, backward, optimizer});
+  // Expert and context parallelism's buffers inside a layer, on top of the activations: the rows the
+  // all-to-all brings to this rank's experts and those it returns (tokens x top-k each), or the ring's
+  // K/V blocks (the one computed on and the next arriving) with, in backward, their f32 dK/dV.
+  const int64_t buffers = exchange_buffer_bytes(m, s);
+  const int64_t in_layers = buffers > 0 ? resident + held + a.peak + buffers : 0;
+  p.total = std::max({loss, backward, optimizer, in_layers});
   return p;
 }
 
@@ -194,6 +249,8 @@ TriageSettings triage_settings(const TrainArgs& args, int data_parallel) {
   s.overlap_param_gather = args.data_parallel.overlap_param_gather;
   s.overlap_grad_reduce = args.data_parallel.overlap_grad_reduce;
   s.bucket_elements = args.data_parallel.bucket_elements(data_parallel);
+  s.expert_parallel = args.data_parallel.expert_parallel;
+  s.context_parallel = int(args.context_parallel.size);
   s.micro_batch = args.micro_batch_size;
   s.seq = args.seq_length;
   s.global_batch = args.global_batch_size;
@@ -378,9 +435,62 @@ std::optional<Suggestion> suggest_smaller_micro_batch(const models::ModelConfig&
       saving(m, s, t), "the same global batch by gradient accumulation", t};
 }
 
+std::vector<Suggestion> suggest_parallel(const models::ModelConfig& m, const TriageSettings& s) {
+  std::vector<Suggestion> out;
+  const int ranks = s.data_parallel;
+  if (ranks <= 1) return out;
+  TrainArgs a;  // what tidal train checks, from the settings
+  a.model = m;
+  a.seq_length = s.seq;
+  a.attention = s.attention == AttentionKernel::eager ? "eager" : "flash";
+  a.data_parallel.sharding = s.sharding;
+  a.data_parallel.overlap_grad_reduce = s.overlap_grad_reduce;
+  a.data_parallel.expert_parallel = s.expert_parallel;
+  a.context_parallel.size = s.context_parallel;
+  const auto runs = [&](const TrainArgs& t) {
+    try {
+      check_expert_parallel(t, m, ranks);
+      check_context_parallel(t);
+      return ranks % (int64_t(t.data_parallel.expert_parallel) * t.context_parallel.size) == 0;
+    } catch (const Error&) {
+      return false;
+    }
+  };
+  // The largest size that runs: the most it saves (the search weighs the collectives).
+  const auto largest = [&](const char* step, const char* flag, auto set, auto note) {
+    for (int n = ranks; n > 1; --n) {
+      TrainArgs t = a;
+      TriageSettings w = s;
+      set(t, w, n);
+      if (!runs(t)) continue;
+      const int64_t saved = saving(m, s, w);
+      if (saved > 0) out.push_back({step, std::string(flag) + " " + std::to_string(n), saved, note(n), w});
+      return;
+    }
+  };
+  if (m.is_moe() && s.expert_parallel == 1)
+    largest(
+        "expert parallel", "--expert-model-parallel-size",
+        [](TrainArgs& t, TriageSettings& w, int n) { t.data_parallel.expert_parallel = w.expert_parallel = n; },
+        [&](int n) {
+          return std::to_string(m.num_experts / n) + " of the " + std::to_string(m.num_experts) +
+                 " experts of each MoE layer a rank, with their gradients and states; tokens go to their experts' "
+                 "ranks and back (all-to-all)";
+        });
+  if (s.context_parallel == 1)
+    largest(
+        "context parallel", "--context-parallel-size",
+        [](TrainArgs& t, TriageSettings& w, int n) { t.context_parallel.size = w.context_parallel = n; },
+        [&](int n) {
+          return std::to_string(s.seq / n) + " of each sequence's " + std::to_string(s.seq) +
+                 " tokens a rank: activations and logits / " + std::to_string(n) + "; K/V blocks go around the ring";
+        });
+  return out;
+}
+
 int triage_group(const std::string& step) {
   if (step == "chunked loss" || step == "fused ops") return 1;
-  if (step == "sharding") return 2;
+  if (step == "sharding" || step == "expert parallel" || step == "context parallel") return 2;
   if (step.rfind("recompute", 0) == 0) return 3;
   if (step == "async offload") return 4;
   if (step == "swap optimizer") return 5;
@@ -395,6 +505,7 @@ std::vector<Suggestion> triage(const models::ModelConfig& m, const TriageSetting
   add(suggest_chunked_loss(m, s));
   add(suggest_fused_attention(m, s));
   out.push_back(suggest_sharding(m, s));
+  for (Suggestion& x : suggest_parallel(m, s)) out.push_back(std::move(x));
   for (Suggestion& x : suggest_recompute(m, s)) out.push_back(std::move(x));
   add(suggest_offload(m, s));
   add(suggest_swap_optimizer(m, s));

@@ -30,6 +30,13 @@ struct TriageSettings {
   bool overlap_param_gather = false;  // ZeRO-3 gathers the next layer's parameters early
   bool overlap_grad_reduce = false;   // gradients reduced (and, sharded, freed) bucket by bucket
   int64_t bucket_elements = 0;        // --ddp-bucket-size as resolved for the ranks (0: one bucket)
+  // --expert-model-parallel-size E: a rank holds num_experts / E experts of each MoE layer (their
+  // states sharded over the N / E ranks of its expert-data group, the dense ones over all N), runs
+  // them on the rows the all-to-all brings (an even split: tokens x top-k rows) and keeps that
+  // exchange's rows. --context-parallel-size C: a rank holds 2 of 2C chunks of every sequence
+  // (seq / C tokens: activations and logits), and the ring's K/V blocks in flight.
+  int expert_parallel = 1;
+  int context_parallel = 1;
   // --bf16: bf16 parameters and activations, f32 gradient sums, AdamW's f32 master weights and moments.
   PrecisionConfig precision;
 };
@@ -49,6 +56,10 @@ struct Suggestion {
 std::optional<Suggestion> suggest_chunked_loss(const models::ModelConfig& m, const TriageSettings& s);
 std::optional<Suggestion> suggest_fused_attention(const models::ModelConfig& m, const TriageSettings& s);
 Suggestion suggest_sharding(const models::ModelConfig& m, const TriageSettings& s);
+// Expert parallelism (MoE models) and context parallelism with several ranks, each at the largest size
+// tidal train runs on them (check_expert_parallel, check_context_parallel): the ranks' layout, in the
+// sharding group of the triage order (after sharding, before recompute).
+std::vector<Suggestion> suggest_parallel(const models::ModelConfig& m, const TriageSettings& s);
 std::vector<Suggestion> suggest_recompute(const models::ModelConfig& m, const TriageSettings& s);
 std::optional<Suggestion> suggest_offload(const models::ModelConfig& m, const TriageSettings& s);
 std::optional<Suggestion> suggest_swap_optimizer(const models::ModelConfig& m, const TriageSettings& s);
@@ -74,9 +85,14 @@ struct StepPeak {
   int64_t logits = 0;            // the logits and their gradient, or one chunk of logits
 };
 StepPeak predict_step_peak(const models::ModelConfig& m, const TriageSettings& s);
+// The exchange buffers of expert or context parallelism a layer holds beside the activations (0
+// without either): the all-to-all's received and returned rows, 2 x tokens x top-k x hidden, or the
+// ring's current and next K/V blocks with their f32 dK/dV in backward.
+int64_t exchange_buffer_bytes(const models::ModelConfig& m, const TriageSettings& s);
 // Each suggestion's saving is the drop of this prediction when its setting is turned on.
 
-// The step's place in the triage order: 1 chunked loss / fused ops, 2 sharding, 3 recompute,
+// The step's place in the triage order: 1 chunked loss / fused ops, 2 sharding (and expert and context
+// parallelism), 3 recompute,
 // 4 async offload, 5 swap optimizer, 6 a smaller micro-batch (not in the order: the last resort).
 int triage_group(const std::string& step);
 

@@ -21,6 +21,13 @@ std::string needs_line(const StepPeak& p) {
          format_bytes(p.logits) + ")";
 }
 
+// The greedy's order: the triage groups, with expert and context parallelism (printed in the sharding
+// group) a group of their own after sharding and before recompute.
+int plan_order(const std::string& step) {
+  const bool parallel = step == "expert parallel" || step == "context parallel";
+  return 2 * triage_group(step) + (parallel ? 1 : 0);
+}
+
 }  // namespace
 
 std::string Plan::flags() const {
@@ -54,10 +61,10 @@ Plan make_plan(const models::ModelConfig& m, const TriageSettings& s, int64_t bu
     for (Suggestion& x : triage(m, cur))
       if (x.saving > 0) options.push_back(std::move(x));
     if (options.empty()) break;
-    const int group = triage_group(options.front().step);  // triage() lists them in the order
+    const int group = plan_order(options.front().step);  // triage() lists them in the order
     const Suggestion *enough = nullptr, *largest = nullptr;
     for (const Suggestion& x : options) {
-      if (triage_group(x.step) != group) continue;
+      if (plan_order(x.step) != group) continue;
       if (peak - x.saving <= budget && (enough == nullptr || x.saving < enough->saving)) enough = &x;
       if (largest == nullptr || x.saving > largest->saving) largest = &x;
     }

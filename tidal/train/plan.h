@@ -38,7 +38,8 @@ struct Plan {
 
 // Greedy in the triage order: while the prediction is above the budget, take the first group that
 // still has a step with a positive saving; in it, the step with the smallest saving that is enough
-// alone, else the one with the largest saving. Sharding (unavailable) is skipped.
+// alone, else the one with the largest saving. Sharding (unavailable) is skipped; expert and context
+// parallelism (suggest_parallel) are a group after sharding's and before recompute.
 Plan make_plan(const models::ModelConfig& m, const TriageSettings& s, int64_t budget,
                double headroom = kDefaultPlanHeadroom);
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "tidal/base/error.h"
+#include "tidal/train/expert_parallel.h"
 #include "tidal/train/memory_flags.h"
 
 namespace tidal::train {
@@ -96,7 +97,65 @@ std::vector<std::pair<ShardingStrategy, bool>> sharding_options(const DataParall
   return out;
 }
 
+// Expert-parallel sizes: the given one when > 1 (kept), else for a MoE model every E dividing its experts
+// and the ranks (1 first).
+std::vector<int> expert_parallel_options(const TrainArgs& g, int ranks) {
+  if (g.data_parallel.expert_parallel > 1 || !g.model.is_moe()) return {g.data_parallel.expert_parallel};
+  std::vector<int> out;
+  for (int e = 1; e <= ranks; ++e)
+    if (ranks % e == 0 && g.model.num_experts % e == 0) out.push_back(e);
+  return out;
+}
+
+// Context-parallel sizes: the given one when > 1 (kept), else every C dividing the ranks whose 2C chunks
+// divide the sequence (1 first); check_context_parallel then takes out what does not run yet.
+std::vector<int64_t> context_parallel_options(const TrainArgs& g, int ranks) {
+  if (g.context_parallel.size > 1) return {g.context_parallel.size};
+  std::vector<int64_t> out;
+  for (int64_t c = 1; c <= ranks; ++c)
+    if (ranks % c == 0 && g.seq_length % (2 * c) == 0) out.push_back(c);
+  return out;
+}
+
+// The (E, C) pairs to search with `attention`: those whose E x C divides the ranks and that
+// check_context_parallel does not refuse for the run as given with that attention.
+std::vector<std::pair<int, int64_t>> parallel_options(const TrainArgs& g, const std::string& attention, int ranks) {
+  std::vector<std::pair<int, int64_t>> out;
+  for (int e : expert_parallel_options(g, ranks)) {
+    for (int64_t c : context_parallel_options(g, ranks)) {
+      if (ranks % (int64_t(e) * c) != 0) continue;
+      TrainArgs a = g;
+      a.attention = attention;
+      a.context_parallel.size = c;
+      try {
+        check_context_parallel(a);
+      } catch (const Error&) {
+        continue;
+      }
+      out.push_back({e, c});
+    }
+  }
+  return out;
+}
+
+// Whether `tidal train` runs expert parallel E and context parallel C of `a` on `ranks` ranks.
+bool runs_parallel(const TrainArgs& a, int ranks) {
+  const int64_t ec = int64_t(a.data_parallel.expert_parallel) * a.context_parallel.size;
+  if (ec > 1 && ranks % ec != 0) return false;
+  try {
+    check_expert_parallel(a, a.model, ranks);
+    check_context_parallel(a);
+    return true;
+  } catch (const Error&) {
+    return false;
+  }
+}
+
 }  // namespace
+
+int data_parallel_ranks(const TrainArgs& a, int ranks) {
+  return std::max<int>(1, ranks / int(std::max<int64_t>(1, a.context_parallel.size)));
+}
 
 std::vector<RecomputeConfig> recompute_ladder(const models::ModelConfig& m, AttentionKernel attention) {
   std::vector<RecomputeConfig> rungs;
@@ -151,6 +210,10 @@ std::string changed_flags(const TrainArgs& given, const TrainArgs& c) {
   if (given.data_parallel.overlap_param_gather != c.data_parallel.overlap_param_gather &&
       c.data_parallel.overlap_param_gather)
     words.push_back("--overlap-param-gather");
+  if (given.data_parallel.expert_parallel != c.data_parallel.expert_parallel)
+    words.insert(words.end(), {"--expert-model-parallel-size", std::to_string(c.data_parallel.expert_parallel)});
+  if (given.context_parallel.size != c.context_parallel.size)
+    words.insert(words.end(), {"--context-parallel-size", std::to_string(c.context_parallel.size)});
   return join_flags(words);
 }
 
@@ -163,48 +226,52 @@ std::vector<CandidateConfig> enumerate_candidates(const TrainArgs& given, int da
   for (const std::string& attention : attentions) {
     std::vector<RecomputeConfig> ladder = recompute_ladder(given.model, kernel_of(attention));
     add_unique(ladder, given.memory.recompute);
-    for (int64_t mb : micro_batches(given, data_parallel)) {
-      std::vector<memory::LossComputeConfig> losses = {given.memory.loss};
-      // Chunks of min(1024, tokens / 4) (the advice's), and larger ones of min(4096, tokens / 2) (faster
-      // LM-head products, a larger chunk of logits).
-      const int64_t tokens = mb * given.seq_length;
-      add_unique(losses, memory::LossComputeConfig{true, std::min<int64_t>(1024, std::max<int64_t>(1, tokens / 4))});
-      add_unique(losses, memory::LossComputeConfig{true, std::min<int64_t>(4096, std::max<int64_t>(1, tokens / 2))});
-      for (const auto& [sharding, overlap_grad_reduce] : sharding_options(given.data_parallel, data_parallel)) {
-        for (const memory::LossComputeConfig& loss : losses) {
-          for (const memory::OffloadConfig& offload : offload_options(given.memory.offload, disk_dir)) {
-            std::vector<memory::SwapOptimizerConfig> swaps = {given.memory.swap_optimizer};
-            add_unique(swaps, memory::SwapOptimizerConfig{});
-            add_unique(swaps, memory::SwapOptimizerConfig{true, -1});  // 16 windows
-            add_unique(swaps, memory::SwapOptimizerConfig{true, 4});   // fewer, larger windows
-            for (const memory::SwapOptimizerConfig& swap : swaps) {
-              for (size_t rung = 0; rung < ladder.size(); ++rung) {
-                memory::MemoryConfig mc;
-                mc.recompute = ladder[rung];
-                mc.offload = offload;
-                mc.loss = loss;
-                mc.swap_optimizer = swap;
-                CandidateConfig c{given, "", int(rung), ladder[rung].any() ? ladder[rung].describe() : "none"};
-                try {  // validated as tidal train validates its flags
-                  c.args.memory = parse_memory_config(memory_config_flags(mc), given.model);
-                } catch (const Error&) {
-                  continue;
+    for (const auto& [ep, cp] : parallel_options(given, attention, data_parallel))
+      for (int64_t mb : micro_batches(given, data_parallel / int(cp))) {
+        std::vector<memory::LossComputeConfig> losses = {given.memory.loss};
+        // Chunks of min(1024, tokens / 4) (the advice's), and larger ones of min(4096, tokens / 2) (faster
+        // LM-head products, a larger chunk of logits).
+        const int64_t tokens = mb * given.seq_length;
+        add_unique(losses, memory::LossComputeConfig{true, std::min<int64_t>(1024, std::max<int64_t>(1, tokens / 4))});
+        add_unique(losses, memory::LossComputeConfig{true, std::min<int64_t>(4096, std::max<int64_t>(1, tokens / 2))});
+        for (const auto& [sharding, overlap_grad_reduce] : sharding_options(given.data_parallel, data_parallel)) {
+          for (const memory::LossComputeConfig& loss : losses) {
+            for (const memory::OffloadConfig& offload : offload_options(given.memory.offload, disk_dir)) {
+              std::vector<memory::SwapOptimizerConfig> swaps = {given.memory.swap_optimizer};
+              add_unique(swaps, memory::SwapOptimizerConfig{});
+              add_unique(swaps, memory::SwapOptimizerConfig{true, -1});  // 16 windows
+              add_unique(swaps, memory::SwapOptimizerConfig{true, 4});   // fewer, larger windows
+              for (const memory::SwapOptimizerConfig& swap : swaps) {
+                for (size_t rung = 0; rung < ladder.size(); ++rung) {
+                  memory::MemoryConfig mc;
+                  mc.recompute = ladder[rung];
+                  mc.offload = offload;
+                  mc.loss = loss;
+                  mc.swap_optimizer = swap;
+                  CandidateConfig c{given, "", int(rung), ladder[rung].any() ? ladder[rung].describe() : "none"};
+                  try {  // validated as tidal train validates its flags
+                    c.args.memory = parse_memory_config(memory_config_flags(mc), given.model);
+                  } catch (const Error&) {
+                    continue;
+                  }
+                  c.args.attention = attention;
+                  c.args.micro_batch_size = mb;
+                  c.args.data_parallel.expert_parallel = ep;
+                  c.args.context_parallel.size = cp;
+                  c.args.data_parallel.sharding = sharding;
+                  c.args.data_parallel.overlap_grad_reduce = overlap_grad_reduce;
+                  c.args.data_parallel.overlap_param_gather =
+                      sharding == ShardingStrategy::optim_grads_params && given.data_parallel.overlap_param_gather;
+                  c.flags = changed_flags(given, c.args);
+                  if (c.flags.empty()) continue;  // the given configuration, already candidate 0
+                  if ((ep > 1 || cp > 1) && !runs_parallel(c.args, data_parallel)) continue;
+                  out.push_back(std::move(c));
                 }
-                c.args.attention = attention;
-                c.args.micro_batch_size = mb;
-                c.args.data_parallel.sharding = sharding;
-                c.args.data_parallel.overlap_grad_reduce = overlap_grad_reduce;
-                c.args.data_parallel.overlap_param_gather =
-                    sharding == ShardingStrategy::optim_grads_params && given.data_parallel.overlap_param_gather;
-                c.flags = changed_flags(given, c.args);
-                if (c.flags.empty()) continue;  // the given configuration, already candidate 0
-                out.push_back(std::move(c));
               }
             }
           }
         }
       }
-    }
   }
   return out;
 }

@@ -3,10 +3,12 @@
 // switches changed along the triage order and beyond — chunked loss (two chunk sizes), fused
 // attention, data-parallel sharding and --overlap-grad-reduce (with several ranks), recompute
 // (activation function, norm, selective modules, full block N, full uniform N), activation offload
-// (policy, prefetch depth), the swap optimizer (16 or 4 windows), and a smaller or larger micro-batch
-// with gradient accumulation (the same global batch). Every candidate is validated as
-// `tidal train` validates its flags (its memory flags are re-parsed), so an impossible combination
-// never becomes a candidate.
+// (policy, prefetch depth), the swap optimizer (16 or 4 windows), a smaller or larger micro-batch
+// with gradient accumulation (the same global batch), and — when not given — expert parallelism (E
+// dividing the experts and the ranks; MoE models) and context parallelism (C dividing the ranks, 2C
+// the sequence) where tidal train runs them (check_expert_parallel, check_context_parallel). Every candidate is
+// validated as `tidal train` validates its flags (its memory flags are re-parsed), so an impossible combination never
+// becomes a candidate.
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -39,6 +41,10 @@ std::vector<memory::RecomputeConfig> recompute_ladder(const models::ModelConfig&
 // `disk_dir` not empty: offload to a spill file there is a candidate too (policies all and layer-input).
 std::vector<CandidateConfig> enumerate_candidates(const TrainArgs& given, int data_parallel,
                                                   const std::string& disk_dir = "");
+
+// The data-parallel ranks of a run of `ranks` ranks: ranks / --context-parallel-size (the CP group's
+// ranks read the same samples).
+int data_parallel_ranks(const TrainArgs& a, int ranks);
 
 // The flags a candidate's configuration differs from `given` by (see CandidateConfig::flags).
 std::string changed_flags(const TrainArgs& given, const TrainArgs& c);

@@ -35,13 +35,21 @@ nlohmann::json candidate_json(const PlanCandidate& c) {
                       {"exact", c.exact},
                       {"fits", c.fits},
                       {"pareto", c.pareto},
+                      {"expert_model_parallel_size", c.args.data_parallel.expert_parallel},
+                      {"context_parallel_size", c.args.context_parallel.size},
                       {"why", c.why}};
   if (c.timed) {
     const StepTime& t = c.time;
     j["step_ms"] = t.total_s * 1e3;
-    j["time_ms"] = {{"compute", t.compute_s * 1e3},  {"recompute", t.recompute_s * 1e3},
-                    {"copies", t.copy_s * 1e3},      {"exposed_copies", t.exposed_copy_s * 1e3},
-                    {"collectives", t.comm_s * 1e3}, {"exposed_collectives", t.exposed_comm_s * 1e3}};
+    j["time_ms"] = {{"compute", t.compute_s * 1e3},
+                    {"recompute", t.recompute_s * 1e3},
+                    {"copies", t.copy_s * 1e3},
+                    {"exposed_copies", t.exposed_copy_s * 1e3},
+                    {"collectives", t.comm_s * 1e3},
+                    {"exposed_collectives", t.exposed_comm_s * 1e3},
+                    {"all_to_all", t.all_to_all_s * 1e3},
+                    {"ring", t.ring_s * 1e3},
+                    {"exposed_ring", t.exposed_ring_s * 1e3}};
   } else {
     j["step_ms"] = nullptr;
   }

@@ -51,17 +51,22 @@ bool same_kernels(const TrainArgs& a) {
   return !a.memory.offload.enabled && !a.memory.swap_optimizer.on && !a.data_parallel.overlap_grad_reduce;
 }
 
+// Expert and context parallelism: E and C.
+std::string parallel_key(const TrainArgs& a) {
+  return "|" + std::to_string(a.data_parallel.expert_parallel) + "|" + std::to_string(a.context_parallel.size);
+}
+
 std::string kernel_key(const TrainArgs& a) {
   return a.memory.recompute.describe() + "|" + a.memory.loss.describe() + "|" + a.attention + "|" +
          std::to_string(a.micro_batch_size) + "|" + sharding_name(a.data_parallel.sharding) + "|" +
-         std::to_string(int(a.data_parallel.overlap_param_gather));
+         std::to_string(int(a.data_parallel.overlap_param_gather)) + parallel_key(a);
 }
 // Everything but the recompute: the candidates that differ only in their recompute rung share it.
 std::string outer_key(const TrainArgs& a) {
   return a.memory.loss.describe() + "|" + a.memory.offload.describe() + "|" +
          std::to_string(a.memory.offload.prefetch_depth) + "|" + std::to_string(int(a.memory.swap_optimizer.on)) + "|" +
          a.attention + "|" + std::to_string(a.micro_batch_size) + "|" + sharding_name(a.data_parallel.sharding) + "|" +
-         std::to_string(int(a.data_parallel.overlap_grad_reduce));
+         std::to_string(int(a.data_parallel.overlap_grad_reduce)) + parallel_key(a);
 }
 
 void set_exact(PlanCandidate& c, const DryRun& d, const PlanSearch& r) {
@@ -102,10 +107,20 @@ std::string explain(const PlanCandidate& c, const TrainArgs& g, int o_ranks) {
                     (t.exposed_copy_s > 0 ? " (" + ms(t.exposed_copy_s) + " exposed)" : ""));
   if (a.micro_batch_size != g.micro_batch_size)
     parts.push_back("micro-batch " + std::to_string(a.micro_batch_size) + ": " +
-                    std::to_string(a.global_batch_size / a.micro_batch_size / o_ranks) + " per rank a step");
+                    std::to_string(a.global_batch_size / a.micro_batch_size / data_parallel_ranks(a, o_ranks)) +
+                    " per rank a step");
+  if (a.data_parallel.expert_parallel > 1)
+    parts.push_back("expert parallel " + std::to_string(a.data_parallel.expert_parallel) + ": " +
+                    std::to_string(a.model.num_experts / a.data_parallel.expert_parallel) +
+                    " experts a rank, all-to-all " + ms(t.all_to_all_s));
+  if (a.context_parallel.size > 1)
+    parts.push_back("context parallel " + std::to_string(a.context_parallel.size) + ": " +
+                    std::to_string(a.seq_length / a.context_parallel.size) + " tokens a rank, ring exchange " +
+                    ms(t.ring_s) + ", " + ms(t.exposed_ring_s) + " exposed");
   if (a.data_parallel.sharding != ShardingStrategy::no_shard)
-    parts.push_back(std::string(sharding_name(a.data_parallel.sharding)) + " sharding: " + ms(t.comm_s) +
-                    " of collectives, " + ms(t.exposed_comm_s) + " exposed");
+    parts.push_back(std::string(sharding_name(a.data_parallel.sharding)) +
+                    " sharding: " + ms(t.comm_s - t.all_to_all_s - t.ring_s) + " of collectives, " +
+                    ms(t.exposed_comm_s - t.all_to_all_s - t.exposed_ring_s) + " exposed");
   if (parts.empty()) return "no memory feature beyond the given run's";
   std::string out;
   for (const std::string& p : parts) out += (out.empty() ? "" : "; ") + p;
@@ -143,12 +158,12 @@ PlanSearch search_plans(const TrainArgs& given, const SearchOptions& o) {
   r.budget = o.budget;
   r.target = int64_t(double(o.budget) * (1 - o.headroom));
   TIDAL_CHECK(o.host_budget >= 0, "tidal plan: the host memory budget must be >= 0, got ", o.host_budget);
-  TIDAL_CHECK(given.global_batch_size % (given.micro_batch_size * o.data_parallel) == 0,
-              "tidal plan: ", "--global-batch-size ", given.global_batch_size,
-              " is not a multiple of --micro-batch-size ", given.micro_batch_size, " x ", o.data_parallel,
+  const int dp = data_parallel_ranks(given, o.data_parallel);
+  TIDAL_CHECK(given.global_batch_size % (given.micro_batch_size * dp) == 0, "tidal plan: ", "--global-batch-size ",
+              given.global_batch_size, " is not a multiple of --micro-batch-size ", given.micro_batch_size, " x ", dp,
               " data-parallel ranks, so no candidate could run: give ",
               "a global batch of micro-batch x accumulation steps x ranks (e.g. --global-batch-size ",
-              given.micro_batch_size * o.data_parallel, ")");
+              given.micro_batch_size * dp, ")");
   r.host_budget = o.host_budget;
   std::vector<CandidateConfig> configs = enumerate_candidates(given, o.data_parallel, o.disk_dir);
   r.enumerated = int64_t(configs.size());

@@ -14,6 +14,7 @@
 #include "tidal/train/auto_memory.h"
 #include "tidal/train/calibrate.h"
 #include "tidal/train/device_profile.h"
+#include "tidal/train/expert_parallel.h"
 #include "tidal/train/plan.h"
 #include "tidal/train/plan_report.h"
 #include "tidal/train/plan_search.h"
@@ -68,7 +69,8 @@ int run_plan(const std::vector<std::string>& argv) {
           "--device NAME|FILE plans for a device profile: a built-in (--list-devices: h100, h200, a100) or\n"
           "a file from --calibrate (./tidal-device-profile.json is read when it exists); its memory is the\n"
           "budget when --memory is not given. With a profile, tidal plan searches the memory features,\n"
-          "the micro-batch and (with ranks) sharding for the fastest configuration that fits: exact peaks\n"
+          "the micro-batch and (with ranks) sharding, expert and context parallelism (when not given: given\n"
+          "sizes are kept and must divide N) for the fastest configuration that fits: exact peaks\n"
           "from dry runs, step times from a cost model over their kernels; it prints the Pareto front of\n"
           "memory against time with the chosen one marked (--json: as JSON). --host-memory BYTES: the host\n"
           "memory offload and the swap optimizer may use; --offload-dir DIR: search offload to disk too.\n"
@@ -141,16 +143,14 @@ int run_plan(const std::vector<std::string>& argv) {
     if (env != nullptr) memory = env;
   }
   const train::TrainArgs args = train::parse_train_args(train_argv);
-  // The estimator and the triage know no expert parallelism yet: a plan for it would be a plan for E = 1.
-  TIDAL_CHECK(args.data_parallel.expert_parallel == 1, "tidal plan: --expert-model-parallel-size ",
-              args.data_parallel.expert_parallel,
-              " is not planned for yet: plan without it (every rank holding every expert); docs/distributed.md, "
-              "\"Expert parallel\", gives each rank's expert bytes");
-  TIDAL_CHECK(args.context_parallel.size == 1, "tidal plan: --context-parallel-size ", args.context_parallel.size,
-              " is not planned for yet: plan without it (whole sequences on every rank); docs/distributed.md, ",
-              "\"Context parallel\", says what each rank holds");
   const train::TriageSettings s =
       train::triage_settings(args, int(f.integer("data-parallel-size", 1, 1, train::kMaxDataParallelSize)));
+  // Expert and context parallelism as given are kept (the search varies them when not given): they must
+  // run on the ranks planned for.
+  train::check_expert_parallel(args, args.model, s.data_parallel);
+  TIDAL_CHECK(s.data_parallel % args.context_parallel.size == 0, "tidal plan: --context-parallel-size ",
+              args.context_parallel.size, " does not divide the ", s.data_parallel,
+              " ranks planned for (--data-parallel-size): the ranks are data-parallel size x context-parallel size");
   if (dry) {
     const train::DryRun d = train::dry_run_largest_rank(args, int(s.data_parallel));
     std::fputs(train::format_dry_run(d, train::predict_step_peak(args.model, s), args.report_memory).c_str(), stdout);
