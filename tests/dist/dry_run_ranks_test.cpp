@@ -55,10 +55,10 @@ TEST(DryRunRanks, EachRanksPeaksEqualItsRealRun) {
 
 // --auto-memory on four ranks under budgets only expert parallelism (a MoE model with wide experts) or
 // context parallelism (a dense model at 4096 tokens) fits (tests/integration/plan_parallel_test.cpp):
-// the run trains with E or C > 1, below the run as given, and its per-rank peaks are the dry run's of
-// the choice — every category for context parallelism without --overlap-grad-reduce (with it the
-// reductions' timing moves the gradients' peak), the parameters, gradients and AdamW states for expert
-// parallelism (a real router's uneven split moves the activations).
+// the run trains with E or C > 1, within the budget, below the run as given, and its per-rank peaks are the dry run's
+// of the choice — every category for context parallelism without --overlap-grad-reduce (with it the reductions' timing
+// moves the gradients' peak), the parameters, gradients and AdamW states for expert parallelism (a real router's uneven
+// split moves the activations).
 TEST(DryRunRanks, AutoMemoryAppliesExpertAndContextParallelismOnFourRanks) {
   dist::Communicator& world = dist::world();
   if (world.size() != 4) GTEST_SKIP() << "runs on four ranks (ctest dist4)";
@@ -66,10 +66,11 @@ TEST(DryRunRanks, AutoMemoryAppliesExpertAndContextParallelismOnFourRanks) {
     std::string model;
     std::vector<std::string> flags;
     bool experts;
+    int64_t budget;
   };
   const std::vector<Case> cases = {
-      {"tiny-qwen3-moe", {"--moe-ffn-hidden-size", "1024", "--auto-memory-budget", "10MiB"}, true},
-      {"tiny-llama", {"--max-position-embeddings", "4096", "--auto-memory-budget", "16MiB"}, false},
+      {"tiny-qwen3-moe", {"--moe-ffn-hidden-size", "1024", "--auto-memory-budget", "10MiB"}, true, 10 << 20},
+      {"tiny-llama", {"--max-position-embeddings", "4096", "--auto-memory-budget", "16MiB"}, false, 16 << 20},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.model);
@@ -101,6 +102,9 @@ TEST(DryRunRanks, AutoMemoryAppliesExpertAndContextParallelismOnFourRanks) {
         EXPECT_EQ(real[MemoryCategory::gradient].peak, dry.device[MemoryCategory::gradient].peak);
       }
     }
+    // The choice trains within the budget (an --overlap-grad-reduce choice's peak is its dry run without
+    // the overlap plus the buckets the estimator adds).
+    EXPECT_LE(real.peak_allocated, c.budget);
     TrainArgs whole = given;  // without the choice: every expert, whole sequences
     whole.auto_memory = false;
     EXPECT_LT(real.peak_allocated, dry_run(whole, world.rank(), 4).device.peak_allocated);

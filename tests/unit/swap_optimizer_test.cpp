@@ -281,6 +281,15 @@ TEST(SwapOptimizer, FlagsAndLimitsAreChecked) {
   ASSERT_NE(dynamic_cast<SwapAdamW*>(def.get()), nullptr);
   EXPECT_EQ(dynamic_cast<SwapAdamW*>(def.get())->windows(), 8);
   EXPECT_EQ(dynamic_cast<SwapAdamW*>(make_adamw(p.named(), {}, {}).get()), nullptr);
+  // A shard of a larger model (sharding): K is checked against the model's parameters, and a shard
+  // with fewer pieces than K runs a window per piece.
+  auto shard = make_adamw(p.named(), {}, {true, 12}, optim::default_weight_decay, 20);
+  ASSERT_NE(dynamic_cast<SwapAdamW*>(shard.get()), nullptr);
+  EXPECT_EQ(dynamic_cast<SwapAdamW*>(shard.get())->windows(), 8);
+  EXPECT_NE(error_of([&] {
+              make_adamw(p.named(), {}, {true, 21}, optim::default_weight_decay, 20);
+            }).find("exceeds the model's 20 parameters"),
+            std::string::npos);
   Tensor meta = empty({3}, DType::f32, Device::meta()).set_requires_grad(true);
   EXPECT_NE(error_of([&] {
               SwapAdamW({{"a", p.t[0]}, {"b", meta}}, 1);

@@ -203,14 +203,18 @@ nlohmann::json SwapAdamW::stats_json() const {
 }
 
 std::unique_ptr<optim::AdamW> make_adamw(optim::NamedParameters params, const optim::AdamWOptions& options,
-                                         const SwapOptimizerConfig& swap, const optim::DecayRule& decay) {
+                                         const SwapOptimizerConfig& swap, const optim::DecayRule& decay,
+                                         int64_t model_parameters) {
   if (!swap.on) return std::make_unique<optim::AdamW>(std::move(params), options, decay);
   int64_t nonempty = 0;
   for (const auto& [name, p] : params) nonempty += p.defined() && p.numel() > 0;
-  const int64_t k = swap.times < 0 ? std::min<int64_t>(kSwapOptimizerDefaultTimes, nonempty) : swap.times;
-  TIDAL_CHECK(k <= nonempty, "tidal train: --swap-optimizer-times ", k, " exceeds the model's ", nonempty,
-              " parameters: the step runs in K windows over the parameters, so K must be at most ", nonempty);
-  return std::make_unique<SwapAdamW>(std::move(params), k, options, decay);
+  const int64_t whole = model_parameters >= 0 ? model_parameters : nonempty;
+  const int64_t k = swap.times < 0 ? std::min<int64_t>(kSwapOptimizerDefaultTimes, whole) : swap.times;
+  TIDAL_CHECK(k <= whole, "tidal train: --swap-optimizer-times ", k, " exceeds the model's ", whole,
+              " parameters: the step runs in K windows over the parameters, so K must be at most ", whole);
+  // A shard may hold fewer pieces than K (the last ranks' shards of a small model): a window each.
+  if (nonempty == 0) return std::make_unique<optim::AdamW>(std::move(params), options, decay);
+  return std::make_unique<SwapAdamW>(std::move(params), std::min(k, nonempty), options, decay);
 }
 
 }  // namespace tidal::memory

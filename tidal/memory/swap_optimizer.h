@@ -59,9 +59,12 @@ class SwapAdamW : public optim::AdamW {
 };
 
 // AdamW, swapped or not as configured (SwapOptimizerConfig: K defaults to 16, MindSpeed's, capped at
-// the number of parameters when not given); checks K against the parameters (the flag's name in errors).
+// the number of parameters when not given); checks K against the model's parameters (the flag's name
+// in errors). `model_parameters`: the whole model's count when `params` are a rank's shard pieces
+// (-1: `params` are the model's); a rank with fewer pieces than K runs one window per piece.
 std::unique_ptr<optim::AdamW> make_adamw(optim::NamedParameters params, const optim::AdamWOptions& options,
                                          const SwapOptimizerConfig& swap,
-                                         const optim::DecayRule& decay = optim::default_weight_decay);
+                                         const optim::DecayRule& decay = optim::default_weight_decay,
+                                         int64_t model_parameters = -1);
 
 }  // namespace tidal::memory

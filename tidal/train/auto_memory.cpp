@@ -1,11 +1,15 @@
 #include "tidal/train/auto_memory.h"
 
 #include <filesystem>
+#include <string>
+#include <utility>
 
 #include "tidal/allocator.h"
 #include "tidal/base/error.h"
+#include "tidal/dist/collectives.h"
 #include "tidal/memory_stats.h"
 #include "tidal/train/calibrate.h"
+#include "tidal/train/plan_candidates.h"
 #include "tidal/train/plan_search.h"
 
 namespace tidal::train {
@@ -38,7 +42,9 @@ std::string seconds(double s) {
 
 }  // namespace
 
-TrainArgs apply_auto_memory(const TrainArgs& args, int data_parallel, std::FILE* out) {
+// The search's choice for `args` on `data_parallel` ranks, announced on `out`: the configuration and
+// its flags (empty: the run as given).
+std::pair<TrainArgs, std::string> search_choice(const TrainArgs& args, int data_parallel, std::FILE* out) {
   SearchOptions o;
   o.data_parallel = data_parallel;
   o.budget = args.auto_memory_budget > 0 ? args.auto_memory_budget : device_allocator(Device::cpu()).limit();
@@ -54,7 +60,40 @@ TrainArgs apply_auto_memory(const TrainArgs& args, int data_parallel, std::FILE*
                c.flags.empty() ? "the run as given" : c.flags.c_str(), c.exact ? "" : "about ",
                format_bytes(c.device_peak).c_str(), format_bytes(s.budget).c_str(), o.headroom * 100,
                seconds(c.time.total_s).c_str(), o.profile.name.c_str(), c.why.c_str());
-  return c.args;
+  return {c.args, c.flags};
+}
+
+TrainArgs apply_auto_memory(const TrainArgs& args, int data_parallel, std::FILE* out) {
+  return search_choice(args, data_parallel, out).first;
+}
+
+TrainArgs apply_auto_memory(const TrainArgs& args, dist::Communicator& comm, std::FILE* out) {
+  if (comm.size() == 1) return apply_auto_memory(args, 1, out);
+  // Rank 0 searches and every rank takes its choice: ranks that each searched could choose apart
+  // (a candidate on the edge of the budget) and then train different configurations, which hangs.
+  // The others find the choice among the same candidates by its flags. The profile is loaded (or
+  // calibrated, which measures the ranks' all-reduce) on every rank.
+  std::string chosen;  // rank 0's flags, or its error after "!"
+  if (comm.rank() == 0) {
+    try {
+      chosen = search_choice(args, comm.size(), out).second;
+      chosen.insert(chosen.begin(), ' ');
+    } catch (const Error& e) {
+      chosen = e.what();
+      chosen.insert(chosen.begin(), '!');
+    }
+  } else {
+    auto_memory_profile(args.device_profile, out);
+  }
+  chosen = dist::all_gather_strings(comm, chosen)[0];
+  TIDAL_CHECK(chosen[0] != '!', chosen.substr(1));
+  const std::string flags = chosen.substr(1);
+  if (flags.empty()) return args;
+  for (CandidateConfig& c : enumerate_candidates(args, comm.size()))
+    if (c.flags == flags) return std::move(c.args);
+  TIDAL_CHECK(false, "tidal train --auto-memory: rank ", comm.rank(), " does not have rank 0's choice (", flags,
+              ") among its candidates: the ranks were given different flags");
+  return args;
 }
 
 std::string planner_advice(const TrainArgs& args, int data_parallel, int64_t limit) {

@@ -8,6 +8,7 @@
 #include <optional>
 #include <string>
 
+#include "tidal/dist/communicator.h"
 #include "tidal/train/arguments.h"
 #include "tidal/train/device_profile.h"
 
@@ -24,6 +25,8 @@ DeviceProfile auto_memory_profile(const std::string& device_profile, std::FILE* 
 // run of `data_parallel` ranks. Throws tidal::Error when there is no budget (no --auto-memory-budget
 // and no device limit) or nothing fits (saying what the smallest candidate needs and what dominates).
 TrainArgs apply_auto_memory(const TrainArgs& args, int data_parallel, std::FILE* out);
+// Under mpirun: rank 0 searches, every rank trains with its choice (and fails with its error).
+TrainArgs apply_auto_memory(const TrainArgs& args, dist::Communicator& comm, std::FILE* out);
 
 // For the out-of-memory message of a run without --auto-memory: the search's choice for the device's
 // `limit` (the fastest configuration that fits it, on --device-profile or this machine's calibrated

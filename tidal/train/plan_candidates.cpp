@@ -117,13 +117,14 @@ std::vector<int64_t> context_parallel_options(const TrainArgs& g, int ranks) {
   return out;
 }
 
-// The (E, C) pairs to search with `attention`: those whose E x C divides the ranks and that
-// check_context_parallel does not refuse for the run as given with that attention.
+// The (E, C) pairs to search with `attention`: each divides the ranks (the EP groups are carved from
+// all DP x C ranks, as Megatron's, so E x C need not), and check_context_parallel does not refuse
+// the run as given with that attention.
 std::vector<std::pair<int, int64_t>> parallel_options(const TrainArgs& g, const std::string& attention, int ranks) {
   std::vector<std::pair<int, int64_t>> out;
   for (int e : expert_parallel_options(g, ranks)) {
     for (int64_t c : context_parallel_options(g, ranks)) {
-      if (ranks % (int64_t(e) * c) != 0) continue;
+      if (ranks % c != 0 || ranks % e != 0) continue;  // a given size that does not divide the ranks
       TrainArgs a = g;
       a.attention = attention;
       a.context_parallel.size = c;
@@ -140,8 +141,7 @@ std::vector<std::pair<int, int64_t>> parallel_options(const TrainArgs& g, const 
 
 // Whether `tidal train` runs expert parallel E and context parallel C of `a` on `ranks` ranks.
 bool runs_parallel(const TrainArgs& a, int ranks) {
-  const int64_t ec = int64_t(a.data_parallel.expert_parallel) * a.context_parallel.size;
-  if (ec > 1 && ranks % ec != 0) return false;
+  if (ranks % a.context_parallel.size != 0) return false;
   try {
     check_expert_parallel(a, a.model, ranks);
     check_context_parallel(a);

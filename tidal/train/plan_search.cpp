@@ -17,7 +17,8 @@ namespace {
 // The estimator is within a few percent of the dry run (tests); a candidate it puts this far above
 // the target cannot fit.
 constexpr double kEstimateSlack = 1.2;
-// Pareto members (and chosen ones) made exact by their own dry run, at most.
+// Pareto members made exact by their own dry run, at most (the chosen one always is, and every
+// faster candidate the estimator put within the budget before it).
 constexpr int kMaxVerified = 16;
 
 // A dry run of `a` as planned, on the rank of `ranks` with the highest peak: --load and --pretrained
@@ -240,14 +241,31 @@ PlanSearch search_plans(const TrainArgs& given, const SearchOptions& o) {
   };
   std::stable_sort(r.candidates.begin(), r.candidates.end(), by_time);
 
-  // The fastest that fits, by its own exact dry run where it has one.
+  // The fastest that fits, by its own exact dry run where it has one. --overlap-grad-reduce has none
+  // (its peak depends on when the buckets' reductions end): the dry run without it, plus what the
+  // estimator says the buckets add, so that only the buckets are estimated (the estimator alone runs
+  // low where backward's temporaries dominate, at long sequences with small hidden sizes).
   int verified = 0;
+  const auto verify = [&](PlanCandidate& c) {
+    if (std::optional<DryRun> d = try_dry_run(c.args, o.data_parallel)) return set_exact(c, *d, r);
+    if (!c.args.data_parallel.overlap_grad_reduce) return;
+    TrainArgs plain = c.args;
+    plain.data_parallel.overlap_grad_reduce = false;
+    plain.data_parallel.bucket_size = 0;
+    const std::optional<DryRun> d = try_dry_run(plain, o.data_parallel);
+    if (!d) return;
+    const int64_t buckets = std::max<int64_t>(
+        0, c.estimated_peak - predict_step_peak(plain.model, triage_settings(plain, o.data_parallel)).total);
+    c.device_peak = d->device.peak_allocated + buckets;
+    c.host_peak = d->host.peak_allocated;
+    c.fits = c.device_peak <= r.target && (r.host_budget == 0 || c.host_peak <= r.host_budget);
+  };
   for (size_t i = 0; i < r.candidates.size() && r.chosen < 0; ++i) {
     PlanCandidate& c = r.candidates[i];
     if (!c.fits) continue;
-    if (!c.exact && verified < kMaxVerified) {
+    if (!c.exact) {  // every one until one fits: the choice is never the estimator's alone
       ++verified;
-      if (std::optional<DryRun> d = try_dry_run(c.args, o.data_parallel)) set_exact(c, *d, r);
+      verify(c);
     }
     if (c.fits && (c.exact || r.host_budget == 0)) r.chosen = int(i);  // a host budget needs the dry run's host peak
   }
@@ -256,7 +274,7 @@ PlanSearch search_plans(const TrainArgs& given, const SearchOptions& o) {
   for (PlanCandidate& c : r.candidates) {
     if (c.device_peak < smallest && !c.exact && verified < kMaxVerified) {
       ++verified;
-      if (std::optional<DryRun> d = try_dry_run(c.args, o.data_parallel)) set_exact(c, *d, r);
+      verify(c);
     }
     c.pareto = c.device_peak < smallest;
     smallest = std::min(smallest, c.device_peak);

@@ -253,7 +253,7 @@ Setup setup_training(const TrainArgs& args, models::ModelConfig& config, std::FI
   if (args.data_parallel.sharding != ShardingStrategy::no_shard) {
     sharded = std::make_unique<optim::DistributedAdamW>(model->named_parameters(), comm, zero3);
     optimizer = memory::make_adamw(sharded->shard_parameters(), adamw_options(args), args.memory.swap_optimizer,
-                                   sharded->decay_rule());
+                                   sharded->decay_rule(), int64_t(model->named_parameters().size()));
   } else {
     optimizer = memory::make_adamw(model->named_parameters(), adamw_options(args), args.memory.swap_optimizer);
   }

@@ -105,7 +105,7 @@ TrainResult train_loop(const TrainArgs& args, std::FILE* out, models::ModelConfi
 }
 
 TrainResult run_training_on(const TrainArgs& given, std::FILE* out, dist::Communicator& comm) {
-  const TrainArgs args = given.auto_memory ? apply_auto_memory(given, comm.size(), out) : given;
+  const TrainArgs args = given.auto_memory ? apply_auto_memory(given, comm, out) : given;
   models::ModelConfig config = args.model;  // load_data may take the tokenizer's vocabulary
   try {
     return train_loop(args, out, config, comm);
