@@ -110,7 +110,7 @@ void expect_memory(const Trained& t, const Elements& el, const std::string& stra
     EXPECT_EQ(st[MemoryCategory::gradient].peak, 4 * (el.params + el.shard)) << strategy;
 }
 
-// Every strategy against one process, its memory per rank, and:
+// Every strategy against one process, its memory per rank, and (no_shard too, for the overlap):
 //  - ZeRO-1 with one micro-batch per rank is bit for bit no_shard's expert parallelism (the
 //    reduce-scatter adds in rank order as the all-reduce does; the norm adds the same squares);
 //  - ZeRO-3 is bit for bit ZeRO-2 (it gathers the parameters bit for bit and reduces as ZeRO-2);
@@ -119,6 +119,8 @@ void expect_memory(const Trained& t, const Elements& el, const std::string& stra
 void every_strategy() {
   OneProcess one_process;
   const Trained no_shard = train(dist::world(), expert_args(1, with_ep({})));
+  expect_bitwise(train(dist::world(), expert_args(1, with_ep({"--overlap-grad-reduce", "--ddp-bucket-size", "10000"}))),
+                 no_shard, "no_shard with --overlap-grad-reduce");
   std::map<std::string, Trained> plain;
   for (const std::string strategy : {"optim", "optim_grads", "optim_grads_params"}) {
     const int64_t micro_per_rank = strategy == "optim" ? 1 : 2;  // ZeRO-2/3 reduce between micro-batches
