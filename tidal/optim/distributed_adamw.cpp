@@ -29,8 +29,11 @@ DistributedAdamW::DistributedAdamW(const NamedParameters& params, dist::Communic
     groups_[1].comm = experts->data;
     expert_parallel_ = experts->experts;
   }
-  for (size_t i = 0; i < params.size(); ++i)
-    groups_[experts != nullptr && experts->is_expert[i] ? 1 : 0].params.push_back(i);
+  group_of_.assign(params.size(), 0);
+  for (size_t i = 0; i < params.size(); ++i) {
+    group_of_[i] = experts != nullptr && experts->is_expert[i] ? 1 : 0;
+    groups_[group_of_[i]].params.push_back(i);
+  }
   int64_t shard = 0;  // this rank's elements over the groups
   for (Group& g : groups_) {
     std::vector<int64_t> numels;
@@ -106,9 +109,10 @@ void DistributedAdamW::gather_parameters(const std::vector<size_t>& subset, Shar
 }
 
 std::function<void()> DistributedAdamW::start_gather(const std::vector<size_t>& subset, ShardComms via) {
-  std::vector<char> in(params_.size(), 0);
+  std::vector<char> in(params_.size(), 0), touched(groups_.size(), 0);  // per parameter, per group
   for (size_t i : subset) {
     in[i] = 1;
+    touched[group_of_[i]] = 1;
     if (shard_parameters_) params_[i].second.storage()->rematerialize();
   }
   const Tensor& first = params_.front().second;
@@ -120,6 +124,7 @@ std::function<void()> DistributedAdamW::start_gather(const std::vector<size_t>& 
   };
   std::vector<Exchange> exchanges;  // one per group, in group order (the same on every rank)
   for (size_t g = 0; g < groups_.size(); ++g) {
+    if (!touched[g]) continue;  // alike on every rank: the subsets list the same positions
     dist::Communicator& comm = comm_of(g, via);
     const int me = comm.rank();
     Exchange x{&comm, {}, {}};
@@ -173,17 +178,15 @@ void DistributedAdamW::reduce_scatter(const std::vector<size_t>& subset, ShardCo
   const int64_t itemsize = dtype_size(grad_dtype);
   const bool meta = first.is_meta();
   if (has_grad_.size() != params_.size()) has_grad_.assign(params_.size(), 0);
-  std::vector<char> group_of(params_.size(), 0);
-  for (size_t g = 0; g < groups_.size(); ++g)
-    for (size_t i : groups_[g].params) group_of[i] = char(g);
   std::vector<Tensor> grads(params_.size());  // (numel) each; defined for this call's parameters only
+  std::vector<char> any(groups_.size(), 0);   // per group: whether it reduces something (alike on its ranks)
   for (size_t g = 0; g < groups_.size(); ++g) {
     // Which of this group's parameters have a gradient on some rank of the group: one without any
     // takes no part (and, if it gets none all step, keeps none, as in one process: AdamW then skips
     // it); where another rank has one, a missing gradient here counts as zeros.
     std::vector<size_t> mine;
     for (size_t i : subset)
-      if (size_t(group_of[i]) == g) mine.push_back(i);
+      if (group_of_[i] == g) mine.push_back(i);
     if (mine.empty()) continue;
     dist::Communicator& comm = comm_of(g, via);
     std::string have(mine.size(), '\0');
@@ -193,6 +196,7 @@ void DistributedAdamW::reduce_scatter(const std::vector<size_t>& subset, ShardCo
       if (!have[k]) continue;
       const size_t i = mine[k];
       has_grad_[i] = 1;
+      any[g] = 1;
       const Tensor& p = params_[i].second;
       Tensor grad = p.grad();
       if (!grad.defined()) {
@@ -211,6 +215,7 @@ void DistributedAdamW::reduce_scatter(const std::vector<size_t>& subset, ShardCo
     shard_grad_ = zeros({shard}, grad_dtype, first.device());  // (shard): summed gradients
   }
   for (size_t g = 0; g < groups_.size(); ++g) {
+    if (!any[g]) continue;
     dist::Communicator& comm = comm_of(g, via);
     const int ranks = comm.size(), me = comm.rank();
     // This call's pieces of my shard, packed: runs of (offset in my shard, offset in the packing, length).
@@ -229,9 +234,6 @@ void DistributedAdamW::reduce_scatter(const std::vector<size_t>& subset, ShardCo
       }
       shard_at += f.length;
     }
-    bool any = false;  // the same on every rank of the group: the gradients it has are the group's
-    for (size_t i : groups_[g].params) any = any || grads[i].defined();
-    if (!any) continue;
     MemoryScope scope(MemoryCategory::temporary);
     Tensor blocks = empty({ranks, packed}, grad_dtype, first.device());  // every rank's pieces, packed
     std::vector<dist::Communicator::Transfer> sends, receives;

@@ -120,8 +120,9 @@ class DistributedAdamW {
   dist::Communicator& comm_;
   NamedParameters params_;
   bool shard_parameters_ = false;
-  Tensor shard_data_;          // (shard elements): this rank's pieces of the parameters, with shard_parameters
-  std::vector<Group> groups_;  // [0] dense (or all), [1] the experts'
+  Tensor shard_data_;             // (shard elements): this rank's pieces of the parameters, with shard_parameters
+  std::vector<Group> groups_;     // [0] dense (or all), [1] the experts'
+  std::vector<size_t> group_of_;  // per parameter: its group
   dist::Communicator* expert_parallel_ = nullptr;  // with experts: their norm's squares summed over it
   Tensor shard_grad_;                              // (shard elements): this rank's summed gradients, during a step
   std::vector<char> has_grad_;                     // per parameter: whether it had a gradient on some rank this step
