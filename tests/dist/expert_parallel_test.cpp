@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/dist/expert_runs.h"
 #include "tests/dist/train_runs.h"
 #include "tidal/allocator.h"
 #include "tidal/autograd/grad_mode.h"
@@ -136,104 +137,6 @@ TEST(ExpertParallel, RanksWithoutRowsStillExchange) {
   EXPECT_LE(max_abs_difference(ep[1], one[1]), 1e-7);
 }
 
-struct Trained {
-  std::vector<double> losses;
-  std::map<std::string, Tensor> weights;  // this rank's parameters
-  int64_t expert_bytes = 0;               // of this rank's expert parameters
-  int64_t parameter_bytes = 0;            // the allocator's parameter category, after training
-  int64_t comm_calls = 0;
-};
-
-// `tidal train`'s setup and steps, keeping the trained parameters (expert parallelism cannot --save yet).
-Trained train(dist::Communicator& comm, const TrainArgs& args) {
-  models::ModelConfig config = args.model;
-  std::FILE* quiet = std::fopen("/dev/null", "w");
-  Trained t;
-  {
-    Setup s = setup_training(args, config, quiet, comm);
-    profile::Profiler profiler(profile::ProfileOptions{}, nlohmann::json::object());
-    SavedTensors saved;
-    const int64_t calls = comm.stats().calls;
-    for (int64_t it = 1; it <= args.train_iters; ++it)
-      t.losses.push_back(train_step(it, args, s, profiler, saved, [](int64_t) {}).loss);
-    t.comm_calls = comm.stats().calls - calls;
-    for (const auto& [name, p] : s.model->named_parameters()) {
-      t.weights[name] = p.detach().clone().to(DType::f32);
-      if (models::is_expert_parameter(name)) t.expert_bytes += p.numel() * p.itemsize();
-    }
-    t.parameter_bytes = device_allocator(Device::cpu()).stats()[MemoryCategory::parameter].allocated;
-  }
-  std::fclose(quiet);
-  return t;
-}
-
-// The tolerances of E ranks against one process. An expert's weight gradient adds every EP rank's
-// tokens in one matrix product where one process adds micro-batch after micro-batch, and the norm adds
-// the squares in another order: fp32 summation order. The losses stay within a few ulps (measured:
-// equal on 2 ranks, 2.4e-7 on 4). AdamW turns a gradient element near zero into an update of about
-// ±lr whatever its size, so a rounding difference there moves a weight by up to the step's lr (the 4
-// steps' lr add up to 5.3e-3, see kBf16Tolerances): measured 6.5e-7 on 2 ranks, 1.5e-5 on 4 (DP 2 × EP 2: 6.6e-6).
-constexpr double kLossTolerance = 1e-6;
-constexpr double kWeightTolerance = 5e-5;
-
-// `relative`: a weight element may also differ by this fraction of its size (a bf16 rounding).
-struct Tolerances {
-  double loss = kLossTolerance, weight = kWeightTolerance, relative = 0;
-};
-
-// The largest |a - b| - relative × max(|a|, |b|) over the elements.
-double max_excess(const Tensor& a, const Tensor& b, double relative) {
-  const auto x = a.to_vector<float>(), y = b.to_vector<float>();
-  double worst = 0;
-  for (size_t i = 0; i < x.size(); ++i) {
-    const double big = std::max(std::abs(double(x[i])), std::abs(double(y[i])));
-    worst = std::max(worst, std::abs(double(x[i]) - double(y[i])) - relative * big);
-  }
-  return worst;
-}
-
-// This run's ranks with --expert-model-parallel-size `e` (and `extra`) against one process
-// accumulating the same micro-batches, both with `both`; returns the expert-parallel run.
-Trained compare_with_one_process(int e, const std::vector<std::string>& extra = {},
-                                 const std::vector<std::string>& both = {}, Tolerances tol = {}) {
-  dist::Communicator& world = dist::world();
-  const int64_t micro = 2, global = micro * world.size();
-  std::vector<std::string> flags = {"--expert-model-parallel-size", std::to_string(e)};
-  flags.insert(flags.end(), extra.begin(), extra.end());
-  flags.insert(flags.end(), both.begin(), both.end());
-  Trained ep = train(world, args_for(micro, global, "", "tiny-qwen3-moe", flags));
-  dist::SingleCommunicator single;
-  Trained one = train(single, args_for(micro, global, "", "tiny-qwen3-moe", both));
-  EXPECT_EQ(ep.losses.size(), one.losses.size());
-  double loss_diff = 0, weight_diff = 0;
-  for (size_t i = 0; i < ep.losses.size(); ++i) {
-    EXPECT_NEAR(ep.losses[i], one.losses[i], tol.loss) << "step " << i;
-    loss_diff = std::max(loss_diff, std::abs(ep.losses[i] - one.losses[i]));
-  }
-  // Every parameter of this rank, the experts by their global names, is one process's.
-  size_t experts = 0;
-  for (const auto& [name, w] : ep.weights) {
-    EXPECT_TRUE(one.weights.count(name)) << name;
-    if (!one.weights.count(name)) continue;
-    const double d = max_excess(w, one.weights.at(name), tol.relative);
-    EXPECT_LE(d, tol.weight) << name;
-    weight_diff = std::max(weight_diff, d);
-    experts += models::is_expert_parameter(name);
-  }
-  if (std::getenv("TIDAL_PRINT_DIFFERENCES"))  // to measure the tolerances
-    std::fprintf(stderr, "[rank %d] E=%d: losses within %.3g, weights within %.3g (beyond the relative part)\n",
-                 world.rank(), e, loss_diff, weight_diff);
-  const models::ModelConfig m = models::preset("tiny-qwen3-moe");
-  EXPECT_EQ(int64_t(experts), 3 * m.num_experts / e);  // one MoE layer: 3 weights per local expert
-  // Per rank: num_experts / E experts × 3 weights of hidden × moe_ffn elements per MoE layer (f32, or
-  // bf16 with --bf16).
-  const int64_t element = std::find(both.begin(), both.end(), "--bf16") != both.end() ? 2 : 4;
-  EXPECT_EQ(ep.expert_bytes, 1 * (m.num_experts / e) * 3 * m.hidden_size * m.moe_intermediate_size * element);
-  EXPECT_EQ(one.parameter_bytes - ep.parameter_bytes,
-            1 * (m.num_experts - m.num_experts / e) * 3 * m.hidden_size * m.moe_intermediate_size * element);
-  return ep;
-}
-
 TEST(ExpertParallel, ExpertsOnEveryRankAgreeWithOneProcess) {
   const int n = dist::world().size();
   if (n < 2 || models::preset("tiny-qwen3-moe").num_experts % n != 0) GTEST_SKIP() << n << " ranks";
@@ -256,18 +159,6 @@ TEST(ExpertParallel, RecomputeAndOffloadAgreeWithOneProcess) {
   EXPECT_EQ(compare_with_one_process(n, {"--recompute-modules", "moe_act"}).comm_calls, plain.comm_calls);
   compare_with_one_process(n, {"--activation-offload"});
 }
-
-// --bf16 against one bf16 process: the first step's loss is the same bit for bit (the exchanged rows
-// are bf16 rows moved as bytes, and the experts compute each row as one process does), but an
-// expert's weight gradient is one bf16 matrix product over every rank's rows (rounded to bf16 once)
-// where one process rounds each micro-batch's before adding it into the f32 sum. From the second step
-// the losses differ (measured 6.6e-5 on 2 ranks, 1.5e-4 on 4 with E = 4, 1.0e-4 on DP 2 × EP 2). A
-// weight element differs by one bf16 rounding of itself (at most 2^-7 of its size: the norm weights
-// near 1 differ by one ulp) plus its f32 master weight's difference, which AdamW bounds by the steps'
-// lr (an element whose gradient is near zero moves by about ±lr whatever the gradient's rounding):
-// 2e-3, 1.74e-3, 1.1e-3 and 4.6e-4 (no warmup in 4 iterations, cosine to 2e-4), 5.3e-3 in all;
-// measured 4.2e-3 beyond the rounding on 2 and 4 ranks, 4.5e-3 on DP 2 × EP 2 (embedding rows).
-constexpr Tolerances kBf16Tolerances{3e-4, 5.3e-3, 0x1p-7};
 
 // --bf16: bf16 parameters and activations, f32 gradient sums (main grads) and master weights; with
 // recompute and offload too.
@@ -364,14 +255,24 @@ TEST(ExpertParallel, RefusesWhatItCannotDo) {
                 .find("--expert-model-parallel-size 3 does not divide the model's 8 experts (num_experts)"),
             std::string::npos);
   EXPECT_EQ(refusal(with({"--auto-memory"}), 4), "");  // tidal plan plans it (docs/planning.md)
-  const std::string defaults = "works with the defaults only for now";
-  for (const std::vector<std::string>& flags :
-       {with({"--use-distributed-optimizer"}), with({"--data-parallel-sharding-strategy", "optim_grads"}),
-        with({"--overlap-grad-reduce"}), with({"--save", "/tmp/x"}), with({"--load", "/tmp/x"})}) {
-    const std::string m = refusal(flags, 4);
-    EXPECT_NE(m.find("is not supported yet"), std::string::npos) << flags[2] << ": " << m;
-    EXPECT_NE(m.find(defaults), std::string::npos) << flags[2] << ": " << m;
+  // Checkpoints with no_shard (tests/dist/expert_parallel_checkpoint_test.cpp).
+  EXPECT_EQ(refusal(with({"--save", "/tmp/x"}), 4), "");
+  EXPECT_EQ(refusal(with({"--load", "/tmp/x"}), 4), "");
+  // Every sharding strategy and --overlap-grad-reduce train (tests/dist/expert_parallel_sharded_test.cpp),
+  // but a sharded run has no checkpoint of its two layouts.
+  for (const std::string strategy : {"optim", "optim_grads", "optim_grads_params"}) {
+    EXPECT_EQ(refusal(with({"--data-parallel-sharding-strategy", strategy, "--overlap-grad-reduce"}), 4), "");
+    EXPECT_NE(refusal(with({"--data-parallel-sharding-strategy", strategy, "--save", "/tmp/x"}), 4)
+                  .find("--expert-model-parallel-size 2 with --save, --load or --pretrained and "
+                        "--data-parallel-sharding-strategy " +
+                        strategy + " (or --use-distributed-optimizer) is not supported yet"),
+              std::string::npos);
   }
+  EXPECT_EQ(refusal(with({"--use-distributed-optimizer"}), 4), "");
+  EXPECT_NE(refusal(with({"--use-distributed-optimizer", "--load", "/tmp/x"}), 4)
+                .find("--data-parallel-sharding-strategy optim (or --use-distributed-optimizer) is not supported "
+                      "yet: expert parallelism saves and loads checkpoints with no_shard only"),
+            std::string::npos);
 }
 
 // A dry run's model (meta device) builds this rank's experts only and runs forward and backward with

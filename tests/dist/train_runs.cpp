@@ -117,19 +117,25 @@ ResumedRuns resume_runs(dist::Communicator& world, const std::string& dir, const
   return {model(dir + "/full"), model(dir + "/resumed"), model(own)};
 }
 
-int64_t zero3_parameter_peak(const TrainArgs& args, int ranks, int rank, bool prefetch) {
-  auto model = models::create_model(args.model);
-  std::vector<int64_t> numels, per_layer(size_t(args.model.num_hidden_layers), 0);
+int64_t zero3_parameter_peak(const models::CausalLM& model, int64_t shard, bool prefetch) {
+  std::vector<int64_t> per_layer(size_t(model.config().num_hidden_layers), 0);
   int64_t outer = 0;
-  for (const auto& [name, p] : model->named_parameters()) {
-    numels.push_back(p.numel());
-    const int64_t l = model->layer_of_parameter(name);
+  for (const auto& [name, p] : model.named_parameters()) {
+    const int64_t l = model.layer_of_parameter(name);
     (l < 0 ? outer : per_layer[size_t(l)]) += p.numel();
   }
   int64_t layers = 0;
   for (size_t l = 0; l < per_layer.size(); ++l)
     layers = std::max(layers, per_layer[l] + (prefetch && l + 1 < per_layer.size() ? per_layer[l + 1] : 0));
-  return optim::make_shard_layout(numels, ranks, optim::kGradNormChunk).shard_size(rank) + outer + layers;
+  return shard + outer + layers;
+}
+
+int64_t zero3_parameter_peak(const TrainArgs& args, int ranks, int rank, bool prefetch) {
+  auto model = models::create_model(args.model);
+  std::vector<int64_t> numels;
+  for (const auto& [name, p] : model->named_parameters()) numels.push_back(p.numel());
+  return zero3_parameter_peak(*model, optim::make_shard_layout(numels, ranks, optim::kGradNormChunk).shard_size(rank),
+                              prefetch);
 }
 
 }  // namespace tidal::train

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "tidal/dist/communicator.h"
+#include "tidal/models/causal_lm.h"
 #include "tidal/tensor.h"
 #include "tidal/train/trainer.h"
 
@@ -52,5 +53,7 @@ ResumedRuns resume_runs(dist::Communicator& world, const std::string& dir, const
 // ZeRO-3's peak of parameter elements on `rank` of `ranks` (docs/distributed.md): its shard, the
 // parameters outside the layers, and one layer's at a time (with `prefetch`, a layer's and the next's).
 int64_t zero3_parameter_peak(const TrainArgs& args, int ranks, int rank, bool prefetch);
+// The same for `model` (this rank's, e.g. built on the meta device) and a shard of `shard` elements.
+int64_t zero3_parameter_peak(const models::CausalLM& model, int64_t shard, bool prefetch);
 
 }  // namespace tidal::train

@@ -12,33 +12,64 @@
 
 namespace tidal::optim {
 
-DistributedAdamW::DistributedAdamW(const NamedParameters& params, dist::Communicator& comm, bool shard_parameters)
+DistributedAdamW::DistributedAdamW(const NamedParameters& params, dist::Communicator& comm, bool shard_parameters,
+                                   const ExpertShards* experts)
     : comm_(comm), params_(params), shard_parameters_(shard_parameters) {
   TIDAL_CHECK(!params.empty(), "[distributed optimizer] no parameters");
   const Tensor& first = params.front().second;
-  std::vector<int64_t> numels;
-  for (const auto& [name, p] : params) {
+  for (const auto& [name, p] : params)
     TIDAL_CHECK(p.dtype() == first.dtype() && p.device() == first.device() && p.is_contiguous(),
                 "[distributed optimizer] parameter '", name, "' is ", p.dtype(), " on ", p.device(),
                 ": every parameter must be contiguous and share one dtype and device");
-    numels.push_back(p.numel());
+  groups_.resize(experts != nullptr ? 2 : 1);
+  groups_[0].comm = &comm;
+  if (experts != nullptr) {
+    TIDAL_ASSERT(experts->is_expert.size() == params.size() && experts->data && experts->experts,
+                 "[distributed optimizer] expert shards without their groups");
+    groups_[1].comm = experts->data;
+    expert_parallel_ = experts->experts;
   }
-  layout_ = make_shard_layout(numels, comm.size(), kGradNormChunk);
+  group_of_.assign(params.size(), 0);
+  for (size_t i = 0; i < params.size(); ++i) {
+    group_of_[i] = experts != nullptr && experts->is_expert[i] ? 1 : 0;
+    groups_[group_of_[i]].params.push_back(i);
+  }
+  int64_t shard = 0;  // this rank's elements over the groups
+  for (Group& g : groups_) {
+    std::vector<int64_t> numels;
+    for (size_t i : g.params) numels.push_back(params[i].second.numel());
+    g.layout = make_shard_layout(numels, g.comm->size(), kGradNormChunk);
+    g.at = shard;
+    shard += g.layout.shard_size(g.comm->rank());
+  }
   if (shard_parameters_) {
     MemoryScope scope(MemoryCategory::parameter);
-    shard_data_ = empty({layout_.shard_size(comm.rank())}, first.dtype(), first.device());  // (shard)
+    shard_data_ = empty({shard}, first.dtype(), first.device());  // (shard)
   }
-  int64_t at = 0;  // where the fragment starts in this rank's shard
-  for (const ShardLayout::Fragment& f : layout_.fragments(comm.rank())) {
-    const auto& [name, p] = params[f.param];
-    Tensor piece = p.detach().view({p.numel()}).narrow(0, f.begin, f.length);  // (length)
-    if (shard_parameters_) piece = shard_data_.narrow(0, at, f.length);
-    const bool whole = f.begin == 0 && f.length == p.numel();
-    shard_params_.emplace_back(
-        whole ? name : name + "[" + std::to_string(f.begin) + ":" + std::to_string(f.begin + f.length) + "]", piece);
-    shard_names_of_.push_back(name);
-    at += f.length;
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    int64_t at = groups_[g].at;  // where the fragment starts in this rank's shard
+    for (const ShardLayout::Fragment& f : fragments(g, groups_[g].comm->rank())) {
+      const auto& [name, p] = params[f.param];
+      Tensor piece = p.detach().view({p.numel()}).narrow(0, f.begin, f.length);  // (length)
+      if (shard_parameters_) piece = shard_data_.narrow(0, at, f.length);
+      const bool whole = f.begin == 0 && f.length == p.numel();
+      shard_params_.emplace_back(
+          whole ? name : name + "[" + std::to_string(f.begin) + ":" + std::to_string(f.begin + f.length) + "]", piece);
+      shard_names_of_.push_back(name);
+      at += f.length;
+    }
   }
+}
+
+std::vector<ShardLayout::Fragment> DistributedAdamW::fragments(size_t g, int rank) const {
+  std::vector<ShardLayout::Fragment> out = groups_[g].layout.fragments(rank);
+  for (ShardLayout::Fragment& f : out) f.param = groups_[g].params[f.param];
+  return out;
+}
+
+dist::Communicator& DistributedAdamW::comm_of(size_t g, ShardComms via) const {
+  dist::Communicator* c = g == 0 ? via.dense : via.experts;
+  return c != nullptr ? *c : *groups_[g].comm;
 }
 
 namespace {
@@ -56,56 +87,72 @@ void copy_elements(const Tensor& dst, int64_t dst_at, const Tensor& src, int64_t
 
 void DistributedAdamW::copy_shard_from_parameters(const std::function<void(const Tensor&)>& materialize) {
   if (!shard_parameters_) return;
-  int64_t at = 0;
-  for (const ShardLayout::Fragment& f : layout_.fragments(comm_.rank())) {
-    const Tensor& p = params_[f.param].second;
-    const bool released = !p.storage()->is_materialized();
-    if (released) {  // one parameter's bytes at a time
-      TIDAL_ASSERT(materialize != nullptr, "[distributed optimizer] parameter '", params_[f.param].first,
-                   "' has no values to copy");
-      materialize(p);
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    int64_t at = groups_[g].at;
+    for (const ShardLayout::Fragment& f : fragments(g, groups_[g].comm->rank())) {
+      const Tensor& p = params_[f.param].second;
+      const bool released = !p.storage()->is_materialized();
+      if (released) {  // one parameter's bytes at a time
+        TIDAL_ASSERT(materialize != nullptr, "[distributed optimizer] parameter '", params_[f.param].first,
+                     "' has no values to copy");
+        materialize(p);
+      }
+      copy_elements(shard_data_, at, p, f.begin, f.length);
+      if (released) p.storage()->release();
+      at += f.length;
     }
-    copy_elements(shard_data_, at, p, f.begin, f.length);
-    if (released) p.storage()->release();
-    at += f.length;
   }
 }
 
-void DistributedAdamW::gather_parameters(const std::vector<size_t>& subset, dist::Communicator* via) {
+void DistributedAdamW::gather_parameters(const std::vector<size_t>& subset, ShardComms via) {
   start_gather(subset, via)();
 }
 
-std::function<void()> DistributedAdamW::start_gather(const std::vector<size_t>& subset, dist::Communicator* via) {
-  dist::Communicator& comm = via != nullptr ? *via : comm_;
-  const int me = comm.rank();
-  std::vector<char> in(params_.size(), 0);
+std::function<void()> DistributedAdamW::start_gather(const std::vector<size_t>& subset, ShardComms via) {
+  std::vector<char> in(params_.size(), 0), touched(groups_.size(), 0);  // per parameter, per group
   for (size_t i : subset) {
     in[i] = 1;
+    touched[group_of_[i]] = 1;
     if (shard_parameters_) params_[i].second.storage()->rematerialize();
   }
   const Tensor& first = params_.front().second;
   const int64_t itemsize = first.itemsize();
   const bool meta = first.is_meta();
-  std::vector<dist::Communicator::Transfer> sends, receives;
-  int64_t at = 0;
-  for (const ShardLayout::Fragment& f : layout_.fragments(me)) {
-    const Tensor& p = params_[f.param].second;
-    if (in[f.param]) {
-      if (shard_parameters_) copy_elements(p, f.begin, shard_data_, at, f.length);
-      for (int r = 0; r < comm.size() && !meta; ++r)
-        if (r != me) sends.push_back({r, static_cast<char*>(p.raw_data()) + f.begin * itemsize, f.length * itemsize});
+  struct Exchange {
+    dist::Communicator* comm;
+    std::vector<dist::Communicator::Transfer> sends, receives;
+  };
+  std::vector<Exchange> exchanges;  // one per group, in group order (the same on every rank)
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    if (!touched[g]) continue;  // alike on every rank: the subsets list the same positions
+    dist::Communicator& comm = comm_of(g, via);
+    const int me = comm.rank();
+    Exchange x{&comm, {}, {}};
+    int64_t at = groups_[g].at;
+    for (const ShardLayout::Fragment& f : fragments(g, me)) {
+      const Tensor& p = params_[f.param].second;
+      if (in[f.param]) {
+        if (shard_parameters_) copy_elements(p, f.begin, shard_data_, at, f.length);
+        for (int r = 0; r < comm.size() && !meta; ++r)
+          if (r != me)
+            x.sends.push_back({r, static_cast<char*>(p.raw_data()) + f.begin * itemsize, f.length * itemsize});
+      }
+      at += f.length;
     }
-    at += f.length;
+    if (comm.size() == 1 || meta) continue;
+    for (int r = 0; r < comm.size(); ++r) {
+      if (r == me) continue;
+      for (const ShardLayout::Fragment& f : fragments(g, r))
+        if (in[f.param])
+          x.receives.push_back(
+              {r, static_cast<char*>(params_[f.param].second.raw_data()) + f.begin * itemsize, f.length * itemsize});
+    }
+    exchanges.push_back(std::move(x));
   }
-  if (comm.size() == 1 || meta) return [] {};
-  for (int r = 0; r < comm.size(); ++r) {
-    if (r == me) continue;
-    for (const ShardLayout::Fragment& f : layout_.fragments(r))
-      if (in[f.param])
-        receives.push_back(
-            {r, static_cast<char*>(params_[f.param].second.raw_data()) + f.begin * itemsize, f.length * itemsize});
-  }
-  return [&comm, sends = std::move(sends), receives = std::move(receives)] { comm.exchange(sends, receives); };
+  if (exchanges.empty()) return [] {};
+  return [exchanges = std::move(exchanges)] {
+    for (const Exchange& x : exchanges) x.comm->exchange(x.sends, x.receives);
+  };
 }
 
 void DistributedAdamW::release_parameters(const std::vector<size_t>& subset) {
@@ -123,64 +170,76 @@ DecayRule DistributedAdamW::decay_rule() const {
   return [decays](const std::string& name, const Tensor&) { return decays.at(name); };
 }
 
-void DistributedAdamW::reduce_scatter(const std::vector<size_t>& subset, dist::Communicator* via) {
+void DistributedAdamW::reduce_scatter(const std::vector<size_t>& subset, ShardComms via) {
   NoGradGuard no_grad;
-  dist::Communicator& comm = via != nullptr ? *via : comm_;
-  const int ranks = comm.size(), me = comm.rank();
   const Tensor& first = params_.front().second;
   // Gradients are summed in f32 for bf16 parameters (--bf16's main gradients), else in their dtype.
   const DType grad_dtype = first.dtype() == DType::bf16 ? DType::f32 : first.dtype();
   const int64_t itemsize = dtype_size(grad_dtype);
   const bool meta = first.is_meta();
   if (has_grad_.size() != params_.size()) has_grad_.assign(params_.size(), 0);
-  // Which of them have a gradient on some rank: one without any takes no part (and, if it gets none
-  // all step, keeps none, as in one process: AdamW then skips it); where another rank has one, a
-  // missing gradient here counts as zeros.
-  std::string have(subset.size(), '\0');
-  for (size_t k = 0; k < subset.size(); ++k) have[k] = params_[subset[k]].second.grad().defined() ? 1 : 0;
-  if (ranks > 1) have = dist::any_rank(comm, have);
   std::vector<Tensor> grads(params_.size());  // (numel) each; defined for this call's parameters only
-  for (size_t k = 0; k < subset.size(); ++k) {
-    if (!have[k]) continue;
-    const size_t i = subset[k];
-    has_grad_[i] = 1;
-    const Tensor& p = params_[i].second;
-    Tensor g = p.grad();
-    if (!g.defined()) {
-      MemoryScope scope(MemoryCategory::gradient);
-      g = zeros(p.shape(), grad_dtype, p.device());
+  std::vector<char> any(groups_.size(), 0);   // per group: whether it reduces something (alike on its ranks)
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    // Which of this group's parameters have a gradient on some rank of the group: one without any
+    // takes no part (and, if it gets none all step, keeps none, as in one process: AdamW then skips
+    // it); where another rank has one, a missing gradient here counts as zeros.
+    std::vector<size_t> mine;
+    for (size_t i : subset)
+      if (group_of_[i] == g) mine.push_back(i);
+    if (mine.empty()) continue;
+    dist::Communicator& comm = comm_of(g, via);
+    std::string have(mine.size(), '\0');
+    for (size_t k = 0; k < mine.size(); ++k) have[k] = params_[mine[k]].second.grad().defined() ? 1 : 0;
+    if (comm.size() > 1) have = dist::any_rank(comm, have);
+    for (size_t k = 0; k < mine.size(); ++k) {
+      if (!have[k]) continue;
+      const size_t i = mine[k];
+      has_grad_[i] = 1;
+      any[g] = 1;
+      const Tensor& p = params_[i].second;
+      Tensor grad = p.grad();
+      if (!grad.defined()) {
+        MemoryScope scope(MemoryCategory::gradient);
+        grad = zeros(p.shape(), grad_dtype, p.device());
+      }
+      TIDAL_ASSERT(grad.dtype() == grad_dtype, "[distributed optimizer] parameter '", params_[i].first, "' has a ",
+                   grad.dtype(), " gradient; its sums are ", grad_dtype);
+      grads[i] = grad.contiguous().view({p.numel()});
     }
-    TIDAL_ASSERT(g.dtype() == grad_dtype, "[distributed optimizer] parameter '", params_[i].first, "' has a ",
-                 g.dtype(), " gradient; its sums are ", grad_dtype);
-    grads[i] = g.contiguous().view({p.numel()});
   }
   if (!shard_grad_.defined()) {
+    int64_t shard = 0;
+    for (const Group& g : groups_) shard += g.layout.shard_size(g.comm->rank());
     MemoryScope scope(MemoryCategory::gradient);
-    shard_grad_ = zeros({layout_.shard_size(me)}, grad_dtype, first.device());  // (shard): summed gradients
+    shard_grad_ = zeros({shard}, grad_dtype, first.device());  // (shard): summed gradients
   }
-  // This call's pieces of my shard, packed: runs of (offset in my shard, offset in the packing, length).
-  struct Run {
-    int64_t shard_at, packed_at, length;
-  };
-  std::vector<Run> runs;
-  int64_t packed = 0, shard_at = 0;
-  for (const ShardLayout::Fragment& f : layout_.fragments(me)) {
-    if (grads[f.param].defined()) {
-      if (!runs.empty() && runs.back().shard_at + runs.back().length == shard_at)
-        runs.back().length += f.length;
-      else
-        runs.push_back({shard_at, packed, f.length});
-      packed += f.length;
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    if (!any[g]) continue;
+    dist::Communicator& comm = comm_of(g, via);
+    const int ranks = comm.size(), me = comm.rank();
+    // This call's pieces of my shard, packed: runs of (offset in my shard, offset in the packing, length).
+    struct Run {
+      int64_t shard_at, packed_at, length;
+    };
+    std::vector<Run> runs;
+    int64_t packed = 0, shard_at = groups_[g].at;
+    for (const ShardLayout::Fragment& f : fragments(g, me)) {
+      if (grads[f.param].defined()) {
+        if (!runs.empty() && runs.back().shard_at + runs.back().length == shard_at)
+          runs.back().length += f.length;
+        else
+          runs.push_back({shard_at, packed, f.length});
+        packed += f.length;
+      }
+      shard_at += f.length;
     }
-    shard_at += f.length;
-  }
-  {
     MemoryScope scope(MemoryCategory::temporary);
     Tensor blocks = empty({ranks, packed}, grad_dtype, first.device());  // every rank's pieces, packed
     std::vector<dist::Communicator::Transfer> sends, receives;
     for (int r = 0; r < ranks; ++r) {
       int64_t at = 0;  // where the piece lands in the packing of rank r's pieces
-      for (const ShardLayout::Fragment& f : layout_.fragments(r)) {
+      for (const ShardLayout::Fragment& f : fragments(g, r)) {
         if (!grads[f.param].defined()) continue;
         Tensor piece = grads[f.param].narrow(0, f.begin, f.length);  // (length)
         if (r == me) {
@@ -207,47 +266,55 @@ void DistributedAdamW::reduce_scatter(const std::vector<size_t>& subset, dist::C
 
 double DistributedAdamW::finish_reduction() {
   NoGradGuard no_grad;
-  const int me = comm_.rank();
   if (has_grad_.size() != params_.size()) has_grad_.assign(params_.size(), 0);
   const bool meta = params_.front().second.is_meta();
   // The shard's pieces become the local AdamW's gradients; their chunk sums make the norm.
-  const std::vector<ShardLayout::Fragment> frags = layout_.fragments(me);
-  std::string mine_chunks;
-  int64_t at = 0;
-  for (size_t k = 0; k < frags.size(); ++k) {
-    const ShardLayout::Fragment& f = frags[k];
-    const int64_t here = at;
-    at += f.length;
-    if (!has_grad_[f.param]) {
-      shard_params_[k].second.zero_grad();
-      continue;
+  std::vector<double> squares;  // per group
+  size_t k = 0;                 // shard parameter
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    dist::Communicator& comm = *groups_[g].comm;
+    std::string mine_chunks;
+    int64_t at = groups_[g].at;
+    for (const ShardLayout::Fragment& f : fragments(g, comm.rank())) {
+      const int64_t here = at;
+      at += f.length;
+      Tensor& piece = shard_params_[k++].second;
+      if (!has_grad_[f.param]) {
+        piece.zero_grad();
+        continue;
+      }
+      Tensor grad = shard_grad_.narrow(0, here, f.length);
+      piece.set_grad(grad);
+      const std::vector<double> c = sum_of_squares_chunks(grad);
+      const int64_t header[2] = {int64_t(f.param), int64_t(c.size())};
+      mine_chunks.append(reinterpret_cast<const char*>(header), sizeof header);
+      mine_chunks.append(reinterpret_cast<const char*>(c.data()), c.size() * sizeof(double));
     }
-    Tensor g = shard_grad_.narrow(0, here, f.length);
-    shard_params_[k].second.set_grad(g);
-    const std::vector<double> c = sum_of_squares_chunks(g);
-    const int64_t header[2] = {int64_t(f.param), int64_t(c.size())};
-    mine_chunks.append(reinterpret_cast<const char*>(header), sizeof header);
-    mine_chunks.append(reinterpret_cast<const char*>(c.data()), c.size() * sizeof(double));
+    if (meta) continue;
+    // Every gradient's chunks, in rank order (a gradient's pieces are in rank order), as grad_norm adds them.
+    std::vector<std::vector<double>> chunks(params_.size());
+    for (const std::string& bytes : dist::all_gather_strings(comm, mine_chunks)) {
+      for (size_t pos = 0; pos < bytes.size();) {
+        int64_t header[2];
+        std::memcpy(header, bytes.data() + pos, sizeof header);
+        pos += sizeof header;
+        std::vector<double>& dst = chunks[size_t(header[0])];
+        const size_t old = dst.size();
+        dst.resize(old + size_t(header[1]));
+        std::memcpy(dst.data() + old, bytes.data() + pos, size_t(header[1]) * sizeof(double));
+        pos += size_t(header[1]) * sizeof(double);
+      }
+    }
+    std::vector<std::vector<double>> per_gradient;
+    for (size_t i : groups_[g].params)
+      if (has_grad_[i]) per_gradient.push_back(std::move(chunks[i]));
+    squares.push_back(sum_of_squares_from_chunks(per_gradient));
   }
   if (meta) return 0;
-  // Every gradient's chunks, in rank order (a gradient's pieces are in rank order), as grad_norm adds them.
-  std::vector<std::vector<double>> chunks(params_.size());
-  for (const std::string& bytes : dist::all_gather_strings(comm_, mine_chunks)) {
-    for (size_t pos = 0; pos < bytes.size();) {
-      int64_t header[2];
-      std::memcpy(header, bytes.data() + pos, sizeof header);
-      pos += sizeof header;
-      std::vector<double>& dst = chunks[size_t(header[0])];
-      const size_t old = dst.size();
-      dst.resize(old + size_t(header[1]));
-      std::memcpy(dst.data() + old, bytes.data() + pos, size_t(header[1]) * sizeof(double));
-      pos += size_t(header[1]) * sizeof(double);
-    }
-  }
-  std::vector<std::vector<double>> per_gradient;
-  for (size_t i = 0; i < params_.size(); ++i)
-    if (has_grad_[i]) per_gradient.push_back(std::move(chunks[i]));
-  return norm_from_chunks(per_gradient);
+  // The dense gradients are the same on every rank; the experts' squares of every rank of the
+  // expert-parallel group are added, each expert once (train/expert_parallel.h's norm).
+  if (groups_.size() == 1) return std::sqrt(squares[0]);
+  return std::sqrt(squares[0] + dist::all_reduce_sum(*expert_parallel_, squares[1]));
 }
 
 void DistributedAdamW::update(double lr, double max_norm, double norm, AdamW& local) {

@@ -14,6 +14,11 @@
 // With `shard_parameters` (ZeRO-3, --data-parallel-sharding-strategy optim_grads_params) this rank's
 // pieces of the parameters live in a shard of their own, the AdamW updates them there, and the whole
 // parameters exist only between gather_parameters and release_parameters (train/param_gather.h).
+// With expert parallelism (ExpertShards; train/expert_parallel.h, Megatron's layout) the parameters
+// form two groups, each with a layout of its own: the dense ones sharded over every rank, the experts'
+// over their expert-data-parallel group (the N/E ranks holding the same experts). This rank's shard is
+// its dense shard followed by its expert shard; the norm counts each expert once (its squares summed
+// over the expert-parallel group).
 #include <functional>
 #include <map>
 #include <memory>
@@ -27,10 +32,26 @@
 
 namespace tidal::optim {
 
+// Expert parallelism: which parameters are experts', and the groups that shard and count them.
+struct ExpertShards {
+  std::vector<char> is_expert;            // per parameter
+  dist::Communicator* data = nullptr;     // the expert-data-parallel group: shards and sums them
+  dist::Communicator* experts = nullptr;  // the expert-parallel group: the norm sums over it
+};
+
+// The communicators of a collective of DistributedAdamW: null means the constructor's (`dense`: over
+// every rank of `comm`; `experts`: over the expert-data-parallel group). A stream passes duplicates.
+struct ShardComms {
+  dist::Communicator* dense = nullptr;
+  dist::Communicator* experts = nullptr;
+};
+
 class DistributedAdamW {
  public:
-  // All parameters must be contiguous and share a dtype and device.
-  DistributedAdamW(const NamedParameters& params, dist::Communicator& comm, bool shard_parameters = false);
+  // All parameters must be contiguous and share a dtype and device. `experts` (expert parallelism):
+  // the experts' parameters are sharded over experts->data instead of `comm`.
+  DistributedAdamW(const NamedParameters& params, dist::Communicator& comm, bool shard_parameters = false,
+                   const ExpertShards* experts = nullptr);
 
   // This rank's pieces of the parameters, as parameters of their own (flat views of the parameters
   // named "<name>" or "<name>[begin:end]"), for the AdamW that updates them (swapped or not), with
@@ -45,8 +66,8 @@ class DistributedAdamW {
   // micro-batch's backward (ZeRO-2: --data-parallel-sharding-strategy optim_grads), or bucket by
   // bucket during backward (--overlap-grad-reduce). A parameter without a gradient on some ranks
   // counts zeros there; one without a gradient on every rank takes no part.
-  // `via`: a duplicate of the communicator, for a stream's thread (null: the constructor's).
-  void reduce_scatter(const std::vector<size_t>& subset, dist::Communicator* via = nullptr);
+  // `via`: duplicates of the communicators, for a stream's thread.
+  void reduce_scatter(const std::vector<size_t>& subset, ShardComms via = {});
   // After the step's last reduce_scatter: the shard's sums become the local AdamW's gradients
   // (none for a parameter that had none on every rank all step, which AdamW then skips, as in one
   // process), and returns the norm of the whole gradients (a collective).
@@ -60,10 +81,10 @@ class DistributedAdamW {
 
   // Every rank's pieces of parameters `subset` into the parameters (a collective; with sharded
   // parameters their bytes are allocated again first and this rank's pieces come from its shard).
-  void gather_parameters(const std::vector<size_t>& subset, dist::Communicator* via = nullptr);
+  void gather_parameters(const std::vector<size_t>& subset, ShardComms via = {});
   // The same in two halves: the bytes allocated and this rank's pieces copied now, the exchange with
   // the other ranks in the function returned (run it once, e.g. on a stream; --overlap-param-gather).
-  std::function<void()> start_gather(const std::vector<size_t>& subset, dist::Communicator* via = nullptr);
+  std::function<void()> start_gather(const std::vector<size_t>& subset, ShardComms via = {});
   // Sharded parameters: frees the whole parameters' bytes (their tensors stay valid).
   void release_parameters(const std::vector<size_t>& subset);
   // Sharded parameters: this rank's pieces from the whole parameters into the shard (after they were
@@ -71,24 +92,40 @@ class DistributedAdamW {
   // deferred init: nn/deferred_init.h) and released again, one at a time.
   void copy_shard_from_parameters(const std::function<void(const Tensor&)>& materialize = {});
   bool shards_parameters() const { return shard_parameters_; }
+  // The expert-data-parallel group the experts are sharded over (null without expert parallelism).
+  dist::Communicator* expert_data() const { return groups_.size() > 1 ? groups_[1].comm : nullptr; }
 
   // Checkpoints (distributed_adamw_state.cpp; docs/distributed.md): every rank saves its local
   // AdamW's state_dict (its shard parameters' states) in a file of its own. The whole parameters
   // and their layout over the ranks, which a checkpoint records so it can be re-sharded:
+  // (Not with expert parallelism: its two layouts have no checkpoint format yet.)
   const NamedParameters& parameters() const { return params_; }
-  const ShardLayout& layout() const { return layout_; }
+  const ShardLayout& layout() const;
   // Loads into `local` this rank's pieces of a saved state (of any number of ranks, or of one
   // process: optim/shard_state.h), reading only the saved ranks that hold them.
   void load_state(AdamW& local, const SavedState& saved) const;
 
  private:
+  // Parameters sharded over one communicator: all of them, or the dense ones and the experts'.
+  struct Group {
+    dist::Communicator* comm = nullptr;
+    std::vector<size_t> params;  // indexes into params_, in order
+    ShardLayout layout;          // over them
+    int64_t at = 0;              // where this rank's shard of them starts in shard_data_ / shard_grad_
+  };
+  // The pieces of rank `rank` of group g's communicator, `param` an index into params_.
+  std::vector<ShardLayout::Fragment> fragments(size_t g, int rank) const;
+  dist::Communicator& comm_of(size_t g, ShardComms via) const;
+
   dist::Communicator& comm_;
   NamedParameters params_;
   bool shard_parameters_ = false;
-  Tensor shard_data_;  // (shard elements): this rank's pieces of the parameters, with shard_parameters
-  ShardLayout layout_;
-  Tensor shard_grad_;           // (shard elements): this rank's summed gradients, during a step
-  std::vector<char> has_grad_;  // per parameter: whether it had a gradient on some rank this step
+  Tensor shard_data_;             // (shard elements): this rank's pieces of the parameters, with shard_parameters
+  std::vector<Group> groups_;     // [0] dense (or all), [1] the experts'
+  std::vector<size_t> group_of_;  // per parameter: its group
+  dist::Communicator* expert_parallel_ = nullptr;  // with experts: their norm's squares summed over it
+  Tensor shard_grad_;                              // (shard elements): this rank's summed gradients, during a step
+  std::vector<char> has_grad_;                     // per parameter: whether it had a gradient on some rank this step
   NamedParameters shard_params_;
   std::vector<std::string> shard_names_of_;  // the whole parameter's name of each shard parameter
 };

@@ -3,8 +3,13 @@
 
 namespace tidal::optim {
 
+const ShardLayout& DistributedAdamW::layout() const {
+  TIDAL_ASSERT(groups_.size() == 1, "[distributed optimizer] experts' shards have no checkpoint layout");
+  return groups_[0].layout;
+}
+
 void DistributedAdamW::load_state(AdamW& local, const SavedState& saved) const {
-  local.load_state_dict(reshard_state(params_, saved, layout_, comm_.rank(), /*whole_shapes=*/false));
+  local.load_state_dict(reshard_state(params_, saved, layout(), comm_.rank(), /*whole_shapes=*/false));
 }
 
 }  // namespace tidal::optim

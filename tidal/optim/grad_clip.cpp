@@ -30,8 +30,8 @@ double sum_of_chunks(const std::vector<std::vector<double>>& per_gradient) {
 
 }  // namespace
 
-double norm_from_chunks(const std::vector<std::vector<double>>& per_gradient) {
-  return std::sqrt(sum_of_chunks(per_gradient));
+double sum_of_squares_from_chunks(const std::vector<std::vector<double>>& per_gradient) {
+  return sum_of_chunks(per_gradient);
 }
 
 double grad_sum_of_squares(const std::vector<Tensor>& params) {

@@ -28,9 +28,9 @@ void scale_gradients(const std::vector<Tensor>& params, double coef);
 // assembled from every rank's chunks is bit for bit grad_norm's.
 inline constexpr int64_t kGradNormChunk = int64_t(1) << 14;
 std::vector<double> sum_of_squares_chunks(const Tensor& g);  // contiguous; empty on meta
-// sqrt of the chunks added as grad_norm adds them: within a gradient in chunk order, then the
-// gradients in order.
-double norm_from_chunks(const std::vector<std::vector<double>>& per_gradient);
+// The chunks added as grad_sum_of_squares adds them: within a gradient in chunk order, then the
+// gradients in order (its square root is grad_norm's value).
+double sum_of_squares_from_chunks(const std::vector<std::vector<double>>& per_gradient);
 // What clip_grad_norm scales the gradients by: max_norm / (norm + 1e-6) when that is below 1 (and
 // max_norm > 0 and the norm finite), else exactly 1 (no scaling).
 double clip_coefficient(double norm, double max_norm);

@@ -10,8 +10,8 @@ namespace tidal::train {
 GradSync::GradSync(const std::vector<std::pair<std::string, Tensor>>& params, dist::Communicator& comm,
                    optim::DistributedAdamW* sharded, const DataParallelConfig& config, dist::Communicator* expert_data)
     : params_(params), comm_(comm), sharded_(sharded), config_(config), expert_data_(expert_data) {
-  TIDAL_ASSERT(!expert_data || (!sharded && !config.overlap_grad_reduce),
-               "[data parallel] expert parallelism reduces with no_shard, after backward");
+  TIDAL_ASSERT(!expert_data || !sharded || sharded->expert_data() == expert_data,
+               "[data parallel] the distributed optimizer shards the experts over another group");
   TIDAL_ASSERT(!sharded || sharded->parameters().size() == params.size(),
                "[data parallel] the distributed optimizer holds other parameters than the model");
   bucket_of_.resize(params_.size());
@@ -32,6 +32,7 @@ GradSync::GradSync(const std::vector<std::pair<std::string, Tensor>>& params, di
     }
     stream_ = std::make_unique<Stream>("comm");
     stream_comm_ = comm_.duplicate();  // the stream's collectives never meet the compute thread's
+    if (expert_data_) stream_expert_comm_ = expert_data_->duplicate();
   }
   for (size_t b = 0; b < buckets_.size(); ++b)
     for (size_t i : buckets_[b]) bucket_of_[i] = b;
@@ -83,8 +84,9 @@ void GradSync::reduce(size_t bucket) {
   const int64_t start = now_ns();
   const std::vector<size_t>& idx = buckets_[bucket];
   dist::Communicator& comm = stream_comm_ ? *stream_comm_ : comm_;
+  dist::Communicator* expert_comm = stream_expert_comm_ ? stream_expert_comm_.get() : expert_data_;
   if (sharded_) {
-    sharded_->reduce_scatter(idx, &comm);
+    sharded_->reduce_scatter(idx, {&comm, expert_comm});
   } else {
     std::vector<std::pair<std::string, Tensor>> subset, experts;
     subset.reserve(idx.size());
@@ -92,7 +94,7 @@ void GradSync::reduce(size_t bucket) {
       (expert_data_ && models::is_expert_parameter(params_[i].first) ? experts : subset).push_back(params_[i]);
     all_reduce_gradients(comm, subset);
     // Expert parallel: the ranks holding the same experts (every rank of the group has the same list).
-    if (expert_data_) all_reduce_gradients(*expert_data_, experts);
+    if (expert_comm) all_reduce_gradients(*expert_comm, experts);
   }
   ++stats_.reductions;
   stats_.busy_ns += now_ns() - start;

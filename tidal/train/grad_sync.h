@@ -8,8 +8,9 @@
 // backward has accumulated every gradient in it (post-accumulate-grad hooks), while backward goes on.
 // Buckets start in bucket order on every rank (a collective must be called in the same order
 // everywhere); a bucket whose gradients some rank lacks (an expert none of its tokens chose) starts
-// when backward ends. Each element's sum is added in rank order either way, so overlapping changes
-// no bit of the result.
+// when backward ends. Expert parallel: a bucket's experts are summed over their expert-data-parallel
+// group after its dense parameters over every rank. Each element's sum is added in rank order either way, so
+// overlapping changes no bit of the result.
 #include <algorithm>
 #include <cstdint>
 #include <memory>
@@ -39,8 +40,8 @@ struct GradSyncStats {
 class GradSync {
  public:
   // `sharded`: the distributed optimizer whose shard receives the sums (null: all-reduce in place).
-  // `expert_data` (expert parallel, no_shard): the experts' parameters are summed over these ranks,
-  // the others over `comm`.
+  // `expert_data` (expert parallel): the experts' parameters are summed over these ranks (the
+  // distributed optimizer's expert shards are over it too), the others over `comm`.
   GradSync(const std::vector<std::pair<std::string, Tensor>>& params, dist::Communicator& comm,
            optim::DistributedAdamW* sharded, const DataParallelConfig& config,
            dist::Communicator* expert_data = nullptr);
@@ -70,15 +71,16 @@ class GradSync {
   optim::DistributedAdamW* sharded_;
   DataParallelConfig config_;
   dist::Communicator* expert_data_;
-  std::unique_ptr<Stream> stream_;                   // "comm", with --overlap-grad-reduce
-  std::unique_ptr<dist::Communicator> stream_comm_;  // the stream's own duplicate of comm_
-  std::vector<std::vector<size_t>> buckets_;         // parameter indexes, reverse order
-  std::vector<size_t> bucket_of_;                    // per parameter
-  std::vector<size_t> ready_in_;                     // per bucket: gradients accumulated this backward
-  std::vector<char> seen_;                           // per parameter, this backward
-  std::vector<uint64_t> hooks_;                      // the keys of the hooks, per parameter
-  size_t launched_ = 0;                              // buckets started this backward
-  bool reducing_ = false;                            // whether this micro-batch's backward reduces
+  std::unique_ptr<Stream> stream_;                          // "comm", with --overlap-grad-reduce
+  std::unique_ptr<dist::Communicator> stream_comm_;         // the stream's own duplicate of comm_
+  std::unique_ptr<dist::Communicator> stream_expert_comm_;  // and of expert_data_ (expert parallel)
+  std::vector<std::vector<size_t>> buckets_;                // parameter indexes, reverse order
+  std::vector<size_t> bucket_of_;                           // per parameter
+  std::vector<size_t> ready_in_;                            // per bucket: gradients accumulated this backward
+  std::vector<char> seen_;                                  // per parameter, this backward
+  std::vector<uint64_t> hooks_;                             // the keys of the hooks, per parameter
+  size_t launched_ = 0;                                     // buckets started this backward
+  bool reducing_ = false;                                   // whether this micro-batch's backward reduces
   GradSyncStats stats_;
 };
 

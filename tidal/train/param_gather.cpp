@@ -23,6 +23,7 @@ ParamGather::ParamGather(models::CausalLM& model, optim::DistributedAdamW& shard
   release_all();
   if (overlap) {
     stream_comm_ = comm.duplicate();
+    if (sharded.expert_data()) stream_expert_comm_ = sharded.expert_data()->duplicate();
     stream_ = std::make_unique<Stream>("gather");
   }
   model_.set_layer_param_hooks(this);
@@ -43,7 +44,7 @@ ParamGather::~ParamGather() {
 }
 
 void ParamGather::start(size_t unit) {
-  std::function<void()> exchange = sharded_.start_gather(units_[unit], stream_comm_.get());
+  std::function<void()> exchange = sharded_.start_gather(units_[unit], {stream_comm_.get(), stream_expert_comm_.get()});
   ++stats_.gathers;
   state_[unit] = State::in_flight;
   if (!stream_) {  // on this thread, now

@@ -15,7 +15,8 @@
 // With --overlap-param-gather the exchanges run on a "gather" stream (its own duplicate communicator,
 // in the order they were asked for, the same on every rank): in forward the next layer's parameters
 // are gathered while the current layer computes, in backward the layer below's, so two layers' whole
-// parameters are present at a time.
+// parameters are present at a time. Expert parallel: a layer's experts are gathered from their
+// expert-data-parallel group (the optimizer's expert shards), after its dense parameters from every rank.
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -77,6 +78,7 @@ class ParamGather final : public models::LayerParamHooks {
   std::vector<Event> done_;                          // per unit in flight: its exchange
   bool pinned_ = false;                              // a whole Scope: layers stay gathered
   std::unique_ptr<dist::Communicator> stream_comm_;  // with overlap
+  std::unique_ptr<dist::Communicator> stream_expert_comm_;  // with overlap and expert parallelism
   std::unique_ptr<Stream> stream_;
   Stats stats_;
 };

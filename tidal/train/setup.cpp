@@ -11,6 +11,7 @@
 #include "tidal/io/shown_name.h"
 #include "tidal/memory/offload_runner.h"
 #include "tidal/memory/swap_optimizer.h"
+#include "tidal/models/moe.h"
 #include "tidal/models/pretrained.h"
 #include "tidal/nn/deferred_init.h"
 #include "tidal/ops/random.h"
@@ -251,7 +252,16 @@ Setup setup_training(const TrainArgs& args, models::ModelConfig& config, std::FI
   std::unique_ptr<optim::DistributedAdamW> sharded;
   std::unique_ptr<optim::AdamW> optimizer;
   if (args.data_parallel.sharding != ShardingStrategy::no_shard) {
-    sharded = std::make_unique<optim::DistributedAdamW>(model->named_parameters(), comm, zero3);
+    // Expert parallel: the experts' shards over their expert-data-parallel group (optim::ExpertShards).
+    optim::ExpertShards experts;
+    if (groups.expert_data) {
+      for (const auto& [name, p] : model->named_parameters())
+        experts.is_expert.push_back(models::is_expert_parameter(name));
+      experts.data = groups.expert_data.get();
+      experts.experts = groups.experts.get();  // the model's config keeps it
+    }
+    sharded = std::make_unique<optim::DistributedAdamW>(model->named_parameters(), comm, zero3,
+                                                        groups.expert_data ? &experts : nullptr);
     optimizer = memory::make_adamw(sharded->shard_parameters(), adamw_options(args), args.memory.swap_optimizer,
                                    sharded->decay_rule(), int64_t(model->named_parameters().size()));
   } else {

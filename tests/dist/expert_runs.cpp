@@ -1,0 +1,111 @@
+#include "tests/dist/expert_runs.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <nlohmann/json.hpp>
+
+#include "tests/dist/train_runs.h"
+#include "tidal/dist/single_communicator.h"
+#include "tidal/models/causal_lm.h"
+#include "tidal/models/moe.h"
+#include "tidal/profile/profiler.h"
+#include "tidal/train/setup.h"
+#include "tidal/train/step.h"
+
+namespace tidal::train {
+
+Trained train(dist::Communicator& comm, const TrainArgs& args) {
+  models::ModelConfig config = args.model;
+  std::FILE* quiet = std::fopen("/dev/null", "w");
+  Trained t;
+  {
+    Setup s = setup_training(args, config, quiet, comm);
+    profile::Profiler profiler(profile::ProfileOptions{}, nlohmann::json::object());
+    SavedTensors saved;
+    const int64_t calls = comm.stats().calls;
+    for (int64_t it = 1; it <= args.train_iters; ++it) {
+      const StepResult r = train_step(it, args, s, profiler, saved, [](int64_t) {});
+      t.losses.push_back(r.loss);
+      t.norms.push_back(r.grad_norm);
+    }
+    t.comm_calls = comm.stats().calls - calls;
+    t.memory = device_allocator(Device::cpu()).stats();
+    ParamGather::Scope whole(s.param_gather.get(), /*whole=*/true);  // ZeRO-3: the parameters' values
+    for (const auto& [name, p] : s.model->named_parameters()) {
+      t.weights[name] = p.detach().clone().to(DType::f32);
+      if (models::is_expert_parameter(name)) t.expert_bytes += p.numel() * p.itemsize();
+    }
+    t.parameter_bytes = t.memory[MemoryCategory::parameter].allocated;
+  }
+  std::fclose(quiet);
+  return t;
+}
+
+TrainArgs expert_args(int64_t micro_per_rank, const std::vector<std::string>& flags) {
+  const int64_t micro = 2;
+  return args_for(micro, micro * micro_per_rank * dist::world().size(), "", "tiny-qwen3-moe", flags);
+}
+
+namespace {
+
+// The largest |a - b| - relative × max(|a|, |b|) over the elements.
+double max_excess(const Tensor& a, const Tensor& b, double relative) {
+  const auto x = a.to_vector<float>(), y = b.to_vector<float>();
+  double worst = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    const double big = std::max(std::abs(double(x[i])), std::abs(double(y[i])));
+    worst = std::max(worst, std::abs(double(x[i]) - double(y[i])) - relative * big);
+  }
+  return worst;
+}
+
+}  // namespace
+
+void expect_agrees(const Trained& ep, const Trained& one, int e, int64_t element, Tolerances tol) {
+  EXPECT_EQ(ep.losses.size(), one.losses.size());
+  double loss_diff = 0, weight_diff = 0;
+  for (size_t i = 0; i < ep.losses.size() && i < one.losses.size(); ++i) {
+    EXPECT_NEAR(ep.losses[i], one.losses[i], tol.loss) << "step " << i;
+    loss_diff = std::max(loss_diff, std::abs(ep.losses[i] - one.losses[i]));
+  }
+  // Every parameter of this rank, the experts by their global names, is one process's.
+  size_t experts = 0;
+  for (const auto& [name, w] : ep.weights) {
+    EXPECT_TRUE(one.weights.count(name)) << name;
+    if (!one.weights.count(name)) continue;
+    const double d = max_excess(w, one.weights.at(name), tol.relative);
+    EXPECT_LE(d, tol.weight) << name;
+    weight_diff = std::max(weight_diff, d);
+    experts += models::is_expert_parameter(name);
+  }
+  if (std::getenv("TIDAL_PRINT_DIFFERENCES"))  // to measure the tolerances
+    std::fprintf(stderr, "[rank %d] E=%d: losses within %.3g, weights within %.3g (beyond the relative part)\n",
+                 dist::world().rank(), e, loss_diff, weight_diff);
+  const models::ModelConfig m = models::preset("tiny-qwen3-moe");
+  EXPECT_EQ(int64_t(experts), 3 * m.num_experts / e);  // one MoE layer: 3 weights per local expert
+  // Per rank: num_experts / E experts × 3 weights of hidden × moe_ffn elements per MoE layer.
+  EXPECT_EQ(ep.expert_bytes, 1 * (m.num_experts / e) * 3 * m.hidden_size * m.moe_intermediate_size * element);
+}
+
+Trained compare_with_one_process(int e, const std::vector<std::string>& extra, const std::vector<std::string>& both,
+                                 Tolerances tol) {
+  std::vector<std::string> flags = {"--expert-model-parallel-size", std::to_string(e)};
+  flags.insert(flags.end(), extra.begin(), extra.end());
+  flags.insert(flags.end(), both.begin(), both.end());
+  Trained ep = train(dist::world(), expert_args(1, flags));
+  dist::SingleCommunicator single;
+  Trained one = train(single, expert_args(1, both));
+  // f32 parameters, or bf16 with --bf16.
+  const int64_t element = std::find(both.begin(), both.end(), "--bf16") != both.end() ? 2 : 4;
+  expect_agrees(ep, one, e, element, tol);
+  const models::ModelConfig m = models::preset("tiny-qwen3-moe");
+  EXPECT_EQ(one.parameter_bytes - ep.parameter_bytes,
+            1 * (m.num_experts - m.num_experts / e) * 3 * m.hidden_size * m.moe_intermediate_size * element);
+  return ep;
+}
+
+}  // namespace tidal::train
