@@ -58,6 +58,26 @@ bool is_expert_parameter(const std::string& name) {
   return name.starts_with("experts.") || name.find(".experts.") != std::string::npos;
 }
 
+std::string expert_of(const std::string& name) {
+  const std::string key = "experts.";
+  size_t at = name.starts_with(key) ? 0 : name.find(".experts.");
+  if (at == std::string::npos) return "";
+  at += name.starts_with(key) ? key.size() : key.size() + 1;
+  size_t end = at;
+  while (end < name.size() && name[end] >= '0' && name[end] <= '9') ++end;
+  return end == at ? "" : name.substr(0, end);
+}
+
+std::function<bool(const std::string&)> held_here(const std::vector<std::string>& names) {
+  auto mine = std::make_shared<std::set<std::string>>();
+  for (const std::string& n : names)
+    if (const std::string e = expert_of(n); !e.empty()) mine->insert(e);
+  return [mine](const std::string& name) {
+    const std::string e = expert_of(name);
+    return e.empty() || mine->count(e) > 0;
+  };
+}
+
 namespace {
 
 // Per-expert token counts; on meta tensors (no values) an even split, the planner's assumption.

@@ -9,8 +9,11 @@
 // block of experts (named by their global index, as in the whole model) and exchanges the tokens with
 // the group's other ranks (Megatron's all-to-all token dispatcher): the rows sorted by expert go to the
 // experts' owners, run there one matrix product per local expert, come back and are combined.
+#include <functional>
 #include <memory>
+#include <set>
 #include <string>
+#include <vector>
 
 #include "tidal/models/config.h"
 #include "tidal/nn/layers.h"
@@ -64,6 +67,14 @@ class SparseMoeBlock : public nn::Module {
 // Whether a parameter of the model (by its name) belongs to an expert: under expert parallelism its
 // gradient is summed over the expert-data-parallel ranks only.
 bool is_expert_parameter(const std::string& name);
+// The expert a parameter (or a state named after it, "<name>.exp_avg") belongs to: its name up to the
+// expert's index ("model.layers.1.mlp.experts.2"); "" for the rest.
+std::string expert_of(const std::string& name);
+// Expert parallel: which tensors of a whole model's checkpoint (every expert, as one process saves it)
+// this rank takes, by name: all but the experts of other ranks, i.e. those whose expert_of is not
+// the expert of one of `names` (this rank's parameters). A name of no expert is kept, so a strict
+// load still refuses what belongs to no parameter.
+std::function<bool(const std::string&)> held_here(const std::vector<std::string>& names);
 
 // HF's load_balancing_loss_func over the sparse layers of one forward pass:
 // E * sum_{j,e} (counts[j, e] / N) * (prob_sum[e] / N), N = tokens over all sparse layers.

@@ -21,7 +21,7 @@ void check_expert_parallel(const TrainArgs& args, const models::ModelConfig& mod
   TIDAL_CHECK(model.num_experts % e == 0, "tidal train: --expert-model-parallel-size ", e,
               " does not divide the model's ", model.num_experts, " experts (num_experts): each rank holds ",
               "num_experts / E of them");
-  const char* what = "works with the defaults only for now: no_shard, no --overlap-grad-reduce, no checkpoints";
+  const char* what = "works with the defaults only for now: no_shard, no --overlap-grad-reduce";
   TIDAL_CHECK(args.data_parallel.sharding == ShardingStrategy::no_shard, "tidal train: --expert-model-parallel-size ",
               e, " with --data-parallel-sharding-strategy ", sharding_name(args.data_parallel.sharding),
               " (or --use-distributed-optimizer) is not supported yet: expert parallelism ", what);
@@ -31,11 +31,12 @@ void check_expert_parallel(const TrainArgs& args, const models::ModelConfig& mod
               " with --auto-memory is not supported yet (tidal plan does not plan for experts divided among ranks): "
               "expert parallelism ",
               what);
-  TIDAL_CHECK(args.save.empty() && args.load.empty() && args.pretrained.empty(),
-              "tidal train: --expert-model-parallel-size ", e,
-              " with --save, --load or --pretrained is not supported yet (each rank holds only its experts): expert "
-              "parallelism ",
-              what);
+  // Checkpoints gather the experts of one process's model and AdamW (checkpoint.h): not a sharded optimizer's.
+  TIDAL_CHECK(args.data_parallel.sharding == ShardingStrategy::no_shard ||
+                  (args.save.empty() && args.load.empty() && args.pretrained.empty()),
+              "tidal train: --expert-model-parallel-size ", e, " with --save, --load or --pretrained and ",
+              "--data-parallel-sharding-strategy ", sharding_name(args.data_parallel.sharding),
+              " is not supported yet: expert parallelism saves and loads checkpoints with no_shard only");
 }
 
 ExpertGroups make_expert_groups(dist::Communicator& comm, int expert_parallel) {
