@@ -63,10 +63,10 @@ TrainArgs moe_args(int e, const std::string& save, int64_t iters, const std::str
 void save_and_resume(int e) {
   dist::Communicator& world = dist::world();
   const std::string dir = scratch_dir("ep_checkpoint_e" + std::to_string(e), world.size());
-  const ResumedRuns runs = resume_runs(world, dir, [&](const std::string& save, int64_t iters,
-                                                       const std::string& load, bool sharded) {
-    return moe_args(sharded ? e : 1, save, iters, load);
-  });
+  const ResumedRuns runs =
+      resume_runs(world, dir, [&](const std::string& save, int64_t iters, const std::string& load, bool sharded) {
+        return moe_args(sharded ? e : 1, save, iters, load);
+      });
   expect_same_tensors(runs.resumed, runs.full, 0, "resumed under E=" + std::to_string(e));
   expect_same_tensors(runs.one, runs.full, kWeightTolerance, "resumed by one process");
   // The optimizer's states too: the expert-parallel resume's bit for bit.
@@ -123,10 +123,25 @@ TEST(ExpertParallelCheckpoint, PretrainedGivesEachRankItsExperts) {
     models::save_pretrained(*models::create_model(models::preset("tiny-qwen3-moe")), dir + "/hf");
   }
   world.barrier();
-  const std::vector<std::string> common = {"--pretrained", dir + "/hf", "--mock-data", "--train-iters", "2",
-                                           "--seq-length", "16", "--micro-batch-size", "2", "--global-batch-size",
-                                           std::to_string(2 * n), "--eval-interval", "0", "--attention-dropout", "0",
-                                           "--hidden-dropout", "0", "--save-interval", "2"};
+  const std::vector<std::string> common = {"--pretrained",
+                                           dir + "/hf",
+                                           "--mock-data",
+                                           "--train-iters",
+                                           "2",
+                                           "--seq-length",
+                                           "16",
+                                           "--micro-batch-size",
+                                           "2",
+                                           "--global-batch-size",
+                                           std::to_string(2 * n),
+                                           "--eval-interval",
+                                           "0",
+                                           "--attention-dropout",
+                                           "0",
+                                           "--hidden-dropout",
+                                           "0",
+                                           "--save-interval",
+                                           "2"};
   auto args = [&](int e, const std::string& save) {
     std::vector<std::string> argv = common;
     argv.insert(argv.end(), {"--save", save, "--expert-model-parallel-size", std::to_string(e)});
@@ -144,8 +159,8 @@ TEST(ExpertParallelCheckpoint, PretrainedGivesEachRankItsExperts) {
   expect_same_tensors(read(dir + "/ep/iter_0000002/model.safetensors"), read(own + "/iter_0000002/model.safetensors"),
                       kWeightTolerance, "trained from --pretrained");
   // The directory's weights were loaded: a run from the seed's weights starts elsewhere.
-  const TrainArgs fresh = args_for(2, 2 * n, "", "tiny-qwen3-moe", {"--expert-model-parallel-size",
-                                   std::to_string(n)}, 1);
+  const TrainArgs fresh =
+      args_for(2, 2 * n, "", "tiny-qwen3-moe", {"--expert-model-parallel-size", std::to_string(n)}, 1);
   std::FILE* quiet2 = std::fopen("/dev/null", "w");
   const TrainResult scratch = run_training(fresh, quiet2, world);
   std::fclose(quiet2);

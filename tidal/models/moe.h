@@ -39,6 +39,30 @@ class SwiGluMlp : public nn::Module {
 
 // What a sparse block contributes to the load-balancing loss (Switch Transformer / HF
 // load_balancing_loss_func): summed over the layer's tokens.
+// Token dropping (ModelConfig::moe_expert_capacity_factor, Megatron-LM's apply_router_token_dropping):
+// the capacity of each expert for `tokens` tokens of `top_k` slots each, ceil(tokens x top_k / experts x
+// factor) (Megatron's get_capacity of tokens x top_k).
+int64_t expert_capacity(int64_t tokens, int64_t top_k, int64_t experts, double factor);
+// The rows the experts run under a capacity, from the routing of N = batch x seq tokens (`chosen`
+// (N, k) i64 and their weights (N, k) f32, after norm_topk_prob): a (3, M) i64 tensor of {token, slot
+// (n x k + j), expert} grouped by expert in expert order, each expert's rows in token order. An expert
+// chosen by more slots than its capacity keeps, by the policy, those of the highest weights (ties: the
+// earlier position) or the earliest positions; the position of token b x seq + t is t x batch + b,
+// Megatron's [sequence, batch] order. The dropped slots are not there: they contribute nothing, and
+// the kept weights are not renormalized (Megatron). With padding, each expert's rows are completed
+// to min(capacity, N) with tokens that did not choose it, earliest position first, whose slot is N x k
+// (a weight of zero). `dropped` gets the number of slots dropped. On meta tensors the routing is taken
+// as even (the planner's assumption) and nothing is counted.
+Tensor capacity_routing(const Tensor& chosen, const Tensor& weights, int64_t batch, int64_t experts,
+                        const ModelConfig& c, int64_t& dropped);
+// The (token, expert) slots routed under a capacity and those dropped by the forwards since the last
+// call (replays of a recompute not counted), summed over the blocks of this process; resets both.
+// For the step log.
+struct DroppedSlots {
+  int64_t routed = 0, dropped = 0;
+};
+DroppedSlots take_dropped_slots();
+
 struct RouterStats {
   Tensor prob_sum;     // (E) sum over tokens of the router probabilities (differentiable)
   Tensor topk_counts;  // (k, E) f32: how many tokens chose expert e as their j-th choice (constant)
@@ -59,6 +83,7 @@ class SparseMoeBlock : public nn::Module {
 
   int64_t experts_, top_k_;
   bool norm_topk_;
+  ModelConfig capacity_;  // its moe_expert_capacity_factor, drop policy and padding
   nn::Linear* gate_;
   std::shared_ptr<dist::Communicator> group_;  // expert parallel; null: every expert is here
   std::vector<SwiGluMlp*> local_;              // this rank's experts, in global order
