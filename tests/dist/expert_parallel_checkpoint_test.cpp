@@ -3,6 +3,7 @@
 // any number of ranks, and --pretrained gives each rank its experts out of a whole model's files.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <map>
@@ -16,6 +17,7 @@
 #include "tidal/models/moe.h"
 #include "tidal/models/pretrained.h"
 #include "tidal/rng.h"
+#include "tidal/train/checkpoint.h"
 #include "tidal/train/expert_parallel.h"
 
 namespace tidal::train {
@@ -165,6 +167,51 @@ TEST(ExpertParallelCheckpoint, PretrainedGivesEachRankItsExperts) {
   const TrainResult scratch = run_training(fresh, quiet2, world);
   std::fclose(quiet2);
   EXPECT_NE(scratch.losses[0], ep.losses[0]);
+}
+
+// A save that fails on one rank fails every rank of the group, and leaves no checkpoint: a NaN in rank
+// 1's expert (before anything is written), and rank 0 failing between the model's file and the
+// optimizer's (a tokenizer that is not there) while rank 1 still has its optimizer states to send:
+// rank 0 takes them (drops them) so rank 1 does not wait, and both report the failure.
+TEST(ExpertParallelCheckpoint, AFailedSaveFailsEveryRankOfTheGroup) {
+  dist::Communicator& world = dist::world();
+  if (world.size() != 2) GTEST_SKIP() << "runs on two ranks";
+  const std::string dir = scratch_dir("ep_failed_save", 2);
+  if (world.rank() == 0) fs::remove_all(dir);
+  world.barrier();
+  const std::string mine = "model.layers.1.mlp.experts." + std::to_string(world.rank()) + ".up_proj.weight";
+  const std::map<std::string, Tensor> model = {{"model.norm.weight", ones({4})}, {mine, ones({2, 3})}};
+  const std::map<std::string, Tensor> optimizer = {{mine + ".exp_avg", ones({2, 3})}, {"step", ones({1})}};
+  const TrainingState state{2, {}, 0, nlohmann::json::object(), nlohmann::json::object()};
+  const nlohmann::json config = models::config_to_json(models::preset("tiny-qwen3-moe"));
+  auto failure = [&](const std::map<std::string, Tensor>& m, const std::string& tokenizer,
+                     const std::map<std::string, Tensor>& o) {
+    try {
+      save_expert_parallel_checkpoint(world, dir, state, m, o, config, tokenizer);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  std::map<std::string, Tensor> nan = model;
+  if (world.rank() == 1) nan[mine] = full({2, 3}, std::nan(""));
+  const std::string a = failure(nan, "", optimizer);
+  EXPECT_NE(a.find("iteration 2 was not saved, on rank 1 of 2"), std::string::npos) << a;
+  EXPECT_NE(a.find("holds NaN"), std::string::npos) << a;
+  const std::string b = failure(model, dir + "/no-tokenizer.json", optimizer);
+  EXPECT_NE(b.find("iteration 2 was not saved, on rank 0 of 2"), std::string::npos) << b;
+  EXPECT_EQ(latest_iteration(dir), -1);
+  // And a good save after them: every expert in the files, rank 1's states those of this save (had
+  // rank 0 not taken the failed save's, they would arrive here in their place).
+  const std::map<std::string, Tensor> later = {{mine + ".exp_avg", full({2, 3}, 2.0)}, {"step", ones({1})}};
+  EXPECT_EQ(failure(model, "", later), "no error");
+  world.barrier();
+  const std::map<std::string, Tensor> saved = read(dir + "/iter_0000002/model.safetensors");
+  EXPECT_EQ(saved.size(), 3u);
+  EXPECT_TRUE(saved.count("model.layers.1.mlp.experts.1.up_proj.weight"));
+  const std::map<std::string, Tensor> states = read(dir + "/iter_0000002/optimizer.safetensors");
+  ASSERT_EQ(states.size(), 3u);
+  EXPECT_EQ(states.at("model.layers.1.mlp.experts.1.up_proj.weight.exp_avg").to_vector<float>()[0], 2.0f);
 }
 
 // A sharding strategy with expert parallelism saves and loads no checkpoint yet.
