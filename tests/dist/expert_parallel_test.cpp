@@ -144,7 +144,7 @@ struct Trained {
   int64_t comm_calls = 0;
 };
 
-// `tidal train`'s setup and steps, keeping the trained parameters (expert parallelism cannot --save yet).
+// `tidal train`'s setup and steps, keeping this rank's trained parameters (its experts only).
 Trained train(dist::Communicator& comm, const TrainArgs& args) {
   models::ModelConfig config = args.model;
   std::FILE* quiet = std::fopen("/dev/null", "w");
