@@ -245,6 +245,7 @@ TEST(ExpertParallel, RefusesWhatItCannotDo) {
     return more;
   };
   EXPECT_EQ(refusal(ep2, 2), "");
+  EXPECT_EQ(refusal(with({"--save", "/tmp/x", "--load", "/tmp/x"}), 2), "");  // no_shard checkpoints gather
   EXPECT_EQ(refusal({"--expert-model-parallel-size", "1"}, 3, "tiny-gpt2"), "");
   EXPECT_NE(refusal({"--expert-model-parallel-size", "0"}, 2).find("--expert-model-parallel-size must be in [1,"),
             std::string::npos);

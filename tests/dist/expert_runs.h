@@ -24,7 +24,7 @@ struct Trained {
   int64_t comm_calls = 0;
 };
 
-// `tidal train`'s setup and steps, keeping the trained parameters (expert parallelism cannot --save yet).
+// `tidal train`'s setup and steps, keeping this rank's trained parameters (its experts only).
 Trained train(dist::Communicator& comm, const TrainArgs& args);
 
 // The tolerances of E ranks against one process. An expert's weight gradient adds every EP rank's

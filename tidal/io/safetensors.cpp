@@ -137,7 +137,7 @@ void read_at(std::ifstream& f, uint64_t offset, void* dst, uint64_t n, const std
 
 }  // namespace
 
-Safetensors load_safetensors(const std::string& path) {
+Safetensors load_safetensors(const std::string& path, const std::function<bool(const std::string&)>& keep) {
   TIDAL_CHECK(fs::is_regular_file(path), "[safetensors] ", path, " is not a regular file");
   std::ifstream f(path, std::ios::binary);
   TIDAL_CHECK(f.good(), "[safetensors] cannot open ", path);
@@ -172,6 +172,7 @@ Safetensors load_safetensors(const std::string& path) {
 
   MemoryScope scope(MemoryCategory::parameter);
   for (const Entry& e : entries) {
+    if (keep && !keep(e.name)) continue;
     const uint64_t n = e.end - e.begin;
     Tensor t;
     if (e.f16) {
@@ -191,18 +192,29 @@ Safetensors load_safetensors(const std::string& path) {
 
 void save_safetensors(const std::string& path, const std::map<std::string, Tensor>& tensors,
                       const std::map<std::string, std::string>& metadata) {
-  json header = json::object();
-  uint64_t offset = 0;
-  std::vector<Tensor> order;
+  std::vector<TensorEntry> entries;
   for (const auto& [name, t] : tensors) {
     TIDAL_CHECK(t.defined() && !t.is_meta(), "[safetensors] cannot save '", name,
                 "': ", t.defined() ? "a meta tensor has no data" : "undefined tensor");
-    Tensor c = t.contiguous();
-    header[name] = {{"dtype", st_dtype(c.dtype())},
-                    {"shape", c.shape().vec()},
-                    {"data_offsets", {offset, offset + uint64_t(c.nbytes())}}};
-    offset += uint64_t(c.nbytes());
-    order.push_back(c);
+    entries.push_back({name, t.dtype(), t.shape()});
+  }
+  save_safetensors_streamed(
+      path, std::move(entries), [&](const TensorEntry& e) { return tensors.at(e.name); }, metadata);
+}
+
+void save_safetensors_streamed(const std::string& path, std::vector<TensorEntry> entries,
+                               const std::function<Tensor(const TensorEntry&)>& produce,
+                               const std::map<std::string, std::string>& metadata) {
+  std::sort(entries.begin(), entries.end(), [](const TensorEntry& a, const TensorEntry& b) { return a.name < b.name; });
+  json header = json::object();
+  uint64_t offset = 0;
+  for (size_t i = 0; i < entries.size(); ++i) {
+    const TensorEntry& e = entries[i];
+    TIDAL_ASSERT(i == 0 || entries[i - 1].name != e.name, "[safetensors] ", e.name, " twice");
+    const uint64_t bytes = uint64_t(e.shape.numel()) * uint64_t(dtype_size(e.dtype));
+    header[e.name] = {
+        {"dtype", st_dtype(e.dtype)}, {"shape", e.shape.vec()}, {"data_offsets", {offset, offset + bytes}}};
+    offset += bytes;
   }
   if (!metadata.empty()) header["__metadata__"] = metadata;
   std::string text = header.dump();
@@ -211,8 +223,12 @@ void save_safetensors(const std::string& path, const std::map<std::string, Tenso
     const uint64_t len = text.size();
     write_all(fd, &len, 8, path);
     write_all(fd, text.data(), text.size(), path);
-    for (const Tensor& t : order)
+    for (const TensorEntry& e : entries) {
+      const Tensor t = produce(e).contiguous();
+      TIDAL_ASSERT(t.dtype() == e.dtype && t.shape() == e.shape, "[safetensors] ", e.name,
+                   " is not what its header says");
       if (t.nbytes() > 0) write_all(fd, t.raw_data(), size_t(t.nbytes()), path);
+    }
   });
 }
 

@@ -3,8 +3,10 @@
 // {"name": {"dtype", "shape", "data_offsets": [begin, end]}, "__metadata__": {...}}, then the raw
 // little-endian tensor data. Checkpoints of the ecosystem load; ours load in the ecosystem.
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "tidal/tensor.h"
 
@@ -25,9 +27,25 @@ inline constexpr uint64_t kMaxHeaderBytes = 100'000'000;
 // from 0, no holes, no overlaps, no trailing bytes); __metadata__ an object of strings. Throws
 // tidal::Error naming the file and the field; messages never echo the file's contents (tensor names
 // are shown cut to 64 characters).
-Safetensors load_safetensors(const std::string& path);
+// `keep`, when given: only the tensors it accepts (by name) are read, the others' bytes are skipped
+// (the whole header is checked all the same).
+Safetensors load_safetensors(const std::string& path, const std::function<bool(const std::string&)>& keep = {});
 // Writes atomically (io/atomic_file.h). Tensors are written contiguous, in name order.
 void save_safetensors(const std::string& path, const std::map<std::string, Tensor>& tensors,
                       const std::map<std::string, std::string>& metadata = {});
+
+// A tensor of a file written one tensor at a time: what the header says before its bytes exist.
+struct TensorEntry {
+  std::string name;
+  DType dtype = DType::f32;
+  Shape shape;
+};
+// save_safetensors of tensors produced one at a time: the header from `entries` (names unique, any
+// order: written in name order), then `produce(entry)` for each in name order, written and released
+// before the next is asked for (expert parallel's checkpoint receives each expert from its rank).
+// A produced tensor must have its entry's dtype and shape (an assertion).
+void save_safetensors_streamed(const std::string& path, std::vector<TensorEntry> entries,
+                               const std::function<Tensor(const TensorEntry&)>& produce,
+                               const std::map<std::string, std::string>& metadata = {});
 
 }  // namespace tidal::io

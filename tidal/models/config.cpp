@@ -149,6 +149,8 @@ void ModelConfig::validate(std::string_view source) const {
     TIDAL_CHECK(decoder_sparse_step > 0, at, "decoder_sparse_step must be positive");
     TIDAL_CHECK(std::isfinite(router_aux_loss_coef) && router_aux_loss_coef >= 0, at,
                 "router_aux_loss_coef must be a finite number >= 0");
+    TIDAL_CHECK(std::isfinite(moe_expert_capacity_factor) && moe_expert_capacity_factor >= 0, at,
+                "the expert capacity factor must be a finite number >= 0 (0: no capacity)");
     for (int64_t l : mlp_only_layers)
       TIDAL_CHECK(l >= 0 && l < num_hidden_layers, at, "mlp_only_layers names layer ", l, ", not one of the ",
                   num_hidden_layers, " layers");

@@ -56,6 +56,14 @@ struct ModelConfig {
   int64_t decoder_sparse_step = 1;
   std::vector<int64_t> mlp_only_layers;
   double router_aux_loss_coef = 0.001;
+  // Token dropping (Megatron-LM's --moe-expert-capacity-factor, --moe-token-drop-policy,
+  // --moe-pad-expert-input-to-capacity; not fields of config.json; models/moe.h): each expert takes at
+  // most ceil(N x k / num_experts x factor) of a forward's N tokens' (token, expert) slots, the others
+  // are dropped. 0: no capacity, nothing dropped.
+  double moe_expert_capacity_factor = 0;
+  enum class DropPolicy { probs, position };
+  DropPolicy moe_token_drop_policy = DropPolicy::probs;  // probs: keep the highest weights; position: the earliest
+  bool moe_pad_expert_input_to_capacity = false;         // every expert runs `capacity` rows (zero-weight padding)
   // Expert parallelism (--expert-model-parallel-size, docs/distributed.md): the ranks this rank's
   // MoE layers divide their experts among (its rank there picks its block of experts). Not a field of
   // config.json: null builds every expert, as one process does.

@@ -1,5 +1,8 @@
 #include "tidal/models/moe.h"
 
+#include <algorithm>
+#include <atomic>
+#include <cmath>
 #include <utility>
 
 #include "tidal/autograd/checkpoint.h"
@@ -36,7 +39,12 @@ Tensor SwiGluMlp::finish(const std::vector<Tensor>& gate_up, bool recompute_act)
 Tensor SwiGluMlp::forward(const Tensor& x, bool recompute_act) const { return finish(project(x), recompute_act); }
 
 SparseMoeBlock::SparseMoeBlock(const ModelConfig& c, const nn::Init& init)
-    : experts_(c.num_experts), top_k_(c.num_experts_per_tok), norm_topk_(c.norm_topk_prob), group_(c.expert_group) {
+    : experts_(c.num_experts),
+      top_k_(c.num_experts_per_tok),
+      norm_topk_(c.norm_topk_prob),
+      capacity_(c),
+      group_(c.expert_group) {
+  capacity_.expert_group = nullptr;  // only the capacity fields are read
   gate_ = &register_module("gate", std::make_unique<nn::Linear>(c.hidden_size, c.num_experts, false, init));
   auto& experts = register_module("experts", std::make_unique<nn::ModuleDict>());
   const int64_t ranks = group_ ? group_->size() : 1, rank = group_ ? group_->rank() : 0;
@@ -57,6 +65,96 @@ SparseMoeBlock::SparseMoeBlock(const ModelConfig& c, const nn::Init& init)
 
 bool is_expert_parameter(const std::string& name) {
   return name.starts_with("experts.") || name.find(".experts.") != std::string::npos;
+}
+
+std::string expert_of(const std::string& name) {
+  const std::string key = "experts.";
+  size_t at = name.starts_with(key) ? 0 : name.find(".experts.");
+  if (at == std::string::npos) return "";
+  at += name.starts_with(key) ? key.size() : key.size() + 1;
+  size_t end = at;
+  while (end < name.size() && name[end] >= '0' && name[end] <= '9') ++end;
+  return end == at ? "" : name.substr(0, end);
+}
+
+std::function<bool(const std::string&)> held_here(const std::vector<std::string>& names) {
+  auto mine = std::make_shared<std::set<std::string>>();
+  for (const std::string& n : names)
+    if (const std::string e = expert_of(n); !e.empty()) mine->insert(e);
+  return [mine](const std::string& name) {
+    const std::string e = expert_of(name);
+    return e.empty() || mine->count(e) > 0;
+  };
+}
+
+int64_t expert_capacity(int64_t tokens, int64_t top_k, int64_t experts, double factor) {
+  return int64_t(std::ceil(double(tokens * top_k) / double(experts) * factor));
+}
+
+namespace {
+std::atomic<int64_t> g_routed{0}, g_dropped{0};  // take_dropped_slots
+}  // namespace
+
+DroppedSlots take_dropped_slots() { return {g_routed.exchange(0), g_dropped.exchange(0)}; }
+
+Tensor capacity_routing(const Tensor& chosen, const Tensor& weights, int64_t batch, int64_t experts,
+                        const ModelConfig& c, int64_t& dropped) {
+  const int64_t n = chosen.size(0), k = chosen.size(1), seq = n / batch;
+  const int64_t cap = expert_capacity(n, k, experts, c.moe_expert_capacity_factor);
+  const bool pad = c.moe_pad_expert_input_to_capacity;
+  dropped = 0;
+  if (chosen.is_meta()) {
+    int64_t rows = 0;
+    for (int64_t e = 0; e < experts; ++e) {
+      const int64_t even = n * k / experts + (e < n * k % experts ? 1 : 0);
+      rows += pad ? std::min(cap, n) : std::min(cap, even);
+    }
+    return empty({3, rows}, DType::i64, chosen.device());
+  }
+  const std::vector<int64_t> expert = chosen.to_vector<int64_t>();
+  const std::vector<float> weight = weights.to(DType::f32).to_vector<float>();
+  auto position = [&](int64_t token) { return token % seq * batch + token / seq; };
+  std::vector<std::vector<int64_t>> slots(static_cast<size_t>(experts));  // per expert, in token order
+  for (int64_t i = 0; i < n * k; ++i) slots[size_t(expert[size_t(i)])].push_back(i);
+  std::vector<int64_t> token, slot, owner;
+  for (int64_t e = 0; e < experts; ++e) {
+    std::vector<int64_t>& mine = slots[size_t(e)];
+    if (int64_t(mine.size()) > cap) {
+      std::vector<int64_t> ranked = mine;
+      std::stable_sort(ranked.begin(), ranked.end(), [&](int64_t a, int64_t b) {
+        if (c.moe_token_drop_policy == ModelConfig::DropPolicy::probs && weight[size_t(a)] != weight[size_t(b)])
+          return weight[size_t(a)] > weight[size_t(b)];
+        return position(a / k) < position(b / k);
+      });
+      ranked.resize(size_t(cap));
+      std::sort(ranked.begin(), ranked.end());  // back in token order
+      dropped += int64_t(mine.size()) - cap;
+      mine = std::move(ranked);
+    }
+    for (int64_t i : mine) {
+      token.push_back(i / k);
+      slot.push_back(i);
+      owner.push_back(e);
+    }
+    if (!pad) continue;
+    // Padding: the earliest positions whose token did not choose e, weight zero.
+    std::vector<bool> taken(size_t(n), false);
+    for (int64_t i = 0; i < n * k; ++i)
+      if (expert[size_t(i)] == e) taken[size_t(i / k)] = true;
+    int64_t rows = int64_t(mine.size());
+    for (int64_t p = 0; p < n && rows < std::min(cap, n); ++p) {
+      const int64_t t = p % batch * seq + p / batch;  // the token at position p
+      if (taken[size_t(t)]) continue;
+      token.push_back(t);
+      slot.push_back(n * k);
+      owner.push_back(e);
+      ++rows;
+    }
+  }
+  std::vector<int64_t> all = token;
+  all.insert(all.end(), slot.begin(), slot.end());
+  all.insert(all.end(), owner.begin(), owner.end());
+  return from_vector_i64(all, Shape{3, int64_t(token.size())}, chosen.device());
 }
 
 namespace {
@@ -87,15 +185,36 @@ Tensor SparseMoeBlock::forward(const Tensor& x, RouterStats& stats, bool recompu
   });
   Tensor weights = gather(probs, 1, chosen);  // (N, k), differentiable
   if (norm_topk_) weights = div(weights, sum(weights, {-1}, true));
+  Tensor routed = weights;  // f32: what the probs drop policy ranks
   weights = weights.to(x.dtype());
 
-  // Group the N * k (token, expert) slots by expert: a stable sort keeps token order per expert.
-  Tensor slot_expert = chosen.reshape({n * top_k_});  // (N*k)
-  Tensor order = argsort(slot_expert);                // (N*k) slots sorted by expert
-  Tensor slot_token = div(order, scalar_tensor(double(top_k_), DType::i64, x.device()));  // (N*k) token of each slot
-  Tensor slot_weight = index_select(weights.reshape({n * top_k_}), 0, order);             // (N*k)
-  const std::vector<int64_t> counts = expert_counts(slot_expert, experts_);
-  Tensor combined;  // (N*k, C) in slot order
+  Tensor slot_token, slot_weight;  // (M) the rows the experts run, grouped by expert
+  std::vector<int64_t> counts;     // rows per expert
+  if (capacity_.moe_expert_capacity_factor > 0) {
+    // Which slots each expert keeps: a decision, replayed exactly by a recompute.
+    Tensor rows = autograd::checkpoint_decision([&] {
+      NoGradGuard no_grad;
+      int64_t dropped = 0;
+      Tensor r = capacity_routing(chosen, routed.detach(), b, experts_, capacity_, dropped);
+      if (!chosen.is_meta()) g_routed += n * top_k_;
+      g_dropped += dropped;
+      return r;
+    });
+    const int64_t m = rows.size(1);
+    slot_token = rows.narrow(0, 0, 1).reshape({m});
+    // A padding row's slot is N*k: the zero after the weights.
+    Tensor padded = cat({weights.reshape({n * top_k_}), zeros({1}, weights.dtype(), x.device())}, 0);
+    slot_weight = index_select(padded, 0, rows.narrow(0, 1, 1).reshape({m}));
+    counts = expert_counts(rows.narrow(0, 2, 1).reshape({m}), experts_);
+  } else {
+    // Group the N * k (token, expert) slots by expert: a stable sort keeps token order per expert.
+    Tensor slot_expert = chosen.reshape({n * top_k_});                               // (N*k)
+    Tensor order = argsort(slot_expert);                                             // (N*k) slots sorted by expert
+    slot_token = div(order, scalar_tensor(double(top_k_), DType::i64, x.device()));  // (N*k) token of each slot
+    slot_weight = index_select(weights.reshape({n * top_k_}), 0, order);             // (N*k)
+    counts = expert_counts(slot_expert, experts_);
+  }
+  Tensor combined;  // (M, C) in row order
   if (group_) {
     combined = run_on_owners(flat, slot_token, slot_weight, counts, recompute_act);
   } else {
@@ -109,7 +228,7 @@ Tensor SparseMoeBlock::forward(const Tensor& x, RouterStats& stats, bool recompu
       outs.push_back(mul(y, slot_weight.narrow(0, start, m).unsqueeze(1)));
       start += m;
     }
-    combined = outs.size() == 1 ? outs[0] : cat(outs, 0);
+    combined = outs.empty() ? zeros({0, c}, x.dtype(), x.device()) : outs.size() == 1 ? outs[0] : cat(outs, 0);
   }
   Tensor out = index_add(zeros({n, c}, x.dtype(), x.device()), 0, slot_token, combined);  // (N, C)
 

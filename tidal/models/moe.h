@@ -9,8 +9,11 @@
 // block of experts (named by their global index, as in the whole model) and exchanges the tokens with
 // the group's other ranks (Megatron's all-to-all token dispatcher): the rows sorted by expert go to the
 // experts' owners, run there one matrix product per local expert, come back and are combined.
+#include <functional>
 #include <memory>
+#include <set>
 #include <string>
+#include <vector>
 
 #include "tidal/models/config.h"
 #include "tidal/nn/layers.h"
@@ -36,6 +39,30 @@ class SwiGluMlp : public nn::Module {
 
 // What a sparse block contributes to the load-balancing loss (Switch Transformer / HF
 // load_balancing_loss_func): summed over the layer's tokens.
+// Token dropping (ModelConfig::moe_expert_capacity_factor, Megatron-LM's apply_router_token_dropping):
+// the capacity of each expert for `tokens` tokens of `top_k` slots each, ceil(tokens x top_k / experts x
+// factor) (Megatron's get_capacity of tokens x top_k).
+int64_t expert_capacity(int64_t tokens, int64_t top_k, int64_t experts, double factor);
+// The rows the experts run under a capacity, from the routing of N = batch x seq tokens (`chosen`
+// (N, k) i64 and their weights (N, k) f32, after norm_topk_prob): a (3, M) i64 tensor of {token, slot
+// (n x k + j), expert} grouped by expert in expert order, each expert's rows in token order. An expert
+// chosen by more slots than its capacity keeps, by the policy, those of the highest weights (ties: the
+// earlier position) or the earliest positions; the position of token b x seq + t is t x batch + b,
+// Megatron's [sequence, batch] order. The dropped slots are not there: they contribute nothing, and
+// the kept weights are not renormalized (Megatron). With padding, each expert's rows are completed
+// to min(capacity, N) with tokens that did not choose it, earliest position first, whose slot is N x k
+// (a weight of zero). `dropped` gets the number of slots dropped. On meta tensors the routing is taken
+// as even (the planner's assumption) and nothing is counted.
+Tensor capacity_routing(const Tensor& chosen, const Tensor& weights, int64_t batch, int64_t experts,
+                        const ModelConfig& c, int64_t& dropped);
+// The (token, expert) slots routed under a capacity and those dropped by the forwards since the last
+// call (replays of a recompute not counted), summed over the blocks of this process; resets both.
+// For the step log.
+struct DroppedSlots {
+  int64_t routed = 0, dropped = 0;
+};
+DroppedSlots take_dropped_slots();
+
 struct RouterStats {
   Tensor prob_sum;     // (E) sum over tokens of the router probabilities (differentiable)
   Tensor topk_counts;  // (k, E) f32: how many tokens chose expert e as their j-th choice (constant)
@@ -56,6 +83,7 @@ class SparseMoeBlock : public nn::Module {
 
   int64_t experts_, top_k_;
   bool norm_topk_;
+  ModelConfig capacity_;  // its moe_expert_capacity_factor, drop policy and padding
   nn::Linear* gate_;
   std::shared_ptr<dist::Communicator> group_;  // expert parallel; null: every expert is here
   std::vector<SwiGluMlp*> local_;              // this rank's experts, in global order
@@ -64,6 +92,14 @@ class SparseMoeBlock : public nn::Module {
 // Whether a parameter of the model (by its name) belongs to an expert: under expert parallelism its
 // gradient is summed over the expert-data-parallel ranks only.
 bool is_expert_parameter(const std::string& name);
+// The expert a parameter (or a state named after it, "<name>.exp_avg") belongs to: its name up to the
+// expert's index ("model.layers.1.mlp.experts.2"); "" for the rest.
+std::string expert_of(const std::string& name);
+// Expert parallel: which tensors of a whole model's checkpoint (every expert, as one process saves it)
+// this rank takes, by name: all but the experts of other ranks, i.e. those whose expert_of is not
+// the expert of one of `names` (this rank's parameters). A name of no expert is kept, so a strict
+// load still refuses what belongs to no parameter.
+std::function<bool(const std::string&)> held_here(const std::vector<std::string>& names);
 
 // HF's load_balancing_loss_func over the sparse layers of one forward pass:
 // E * sum_{j,e} (counts[j, e] / N) * (prob_sum[e] / N), N = tokens over all sparse layers.

@@ -2,6 +2,7 @@
 // A Hugging Face model directory (what save_pretrained writes and the Hub serves): config.json, the
 // weights as model.safetensors or shards listed in model.safetensors.index.json, and usually
 // tokenizer.json. tidal's own checkpoint directories hold the same files, so both load the same way.
+#include <functional>
 #include <map>
 #include <string>
 
@@ -16,8 +17,9 @@ struct PretrainedFiles {
 };
 
 // Reads config.json, the weights (single file or shards) and finds tokenizer.json. Throws naming the
-// file that is missing or malformed.
-PretrainedFiles load_pretrained_dir(const std::string& dir);
+// file that is missing or malformed. `keep`, when given: only the weights it accepts (by name) are
+// read (expert parallel: models::held_here).
+PretrainedFiles load_pretrained_dir(const std::string& dir, const std::function<bool(const std::string&)>& keep = {});
 // Builds the model of the directory and loads its weights.
 std::unique_ptr<CausalLM> load_pretrained_model(const std::string& dir, PretrainedFiles* files = nullptr);
 // Writes config.json and model.safetensors (and copies tokenizer.json when given) into `dir`.

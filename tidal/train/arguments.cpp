@@ -20,6 +20,15 @@ Flags train_flags() {
       .option("ffn-hidden-size", "MLP hidden size (with --hidden-size: 4 x hidden, or Megatron's 8/3 rule for SwiGLU)",
               "N")
       .option("moe-ffn-hidden-size", "expert MLP hidden size of MoE models (default with --ffn-hidden-size: it)", "N")
+      .option("moe-expert-capacity-factor",
+              "MoE token dropping: each expert takes at most ceil(tokens x top-k / experts x F) slots (default: no "
+              "capacity, nothing dropped)",
+              "F")
+      .option("moe-token-drop-policy",
+              "which slots an expert over capacity keeps: probs (the highest weights, "
+              "default) or position (the earliest)",
+              "probs|position")
+      .flag("moe-pad-expert-input-to-capacity", "every expert runs exactly its capacity of rows (zero-weight padding)")
       .option("num-attention-heads", "attention heads", "N")
       .option("num-query-groups", "key/value heads (grouped-query attention)", "N")
       .option("kv-channels", "head dimension (default with --hidden-size or --num-attention-heads: hidden / heads)",
@@ -111,6 +120,29 @@ int64_t override_int(const Flags& f, const char* name, int64_t current, int64_t 
 //   moe-ffn-hidden-size  with a new ffn-hidden-size (given or derived): the same
 //   kv-channels          (head_dim) with --hidden-size or --num-attention-heads: hidden / heads
 // The key/value heads stay the preset's unless --num-query-groups is given (Megatron derives them from nothing).
+// --moe-expert-capacity-factor F (Megatron-LM's; models/moe.h): F > 0 and finite, for MoE models only;
+// --moe-token-drop-policy and --moe-pad-expert-input-to-capacity only with it.
+void parse_moe_capacity(const Flags& f, models::ModelConfig& m) {
+  const bool policy = f.has("moe-token-drop-policy"), pad = f.flag_on("moe-pad-expert-input-to-capacity");
+  if (!f.has("moe-expert-capacity-factor")) {
+    TIDAL_CHECK(!policy && !pad, "tidal train: --",
+                policy ? "moe-token-drop-policy" : "moe-pad-expert-input-to-capacity",
+                " needs --moe-expert-capacity-factor (without a capacity no token is dropped)");
+    return;
+  }
+  TIDAL_CHECK(m.is_moe(), "tidal train: --moe-expert-capacity-factor is for MoE models (e.g. --model tiny-qwen3-moe); ",
+              "the model (", m.model_type, ") has no experts");
+  m.moe_expert_capacity_factor = f.number("moe-expert-capacity-factor", 0, 0, 1e6);
+  TIDAL_CHECK(m.moe_expert_capacity_factor > 0, "tidal train: --moe-expert-capacity-factor must be > 0, got ",
+              m.moe_expert_capacity_factor, " (leave it out for no capacity)");
+  const std::string name = f.str("moe-token-drop-policy", "probs");
+  TIDAL_CHECK(name == "probs" || name == "position", "tidal train: --moe-token-drop-policy must be probs or position, ",
+              "got '", name, "'");
+  m.moe_token_drop_policy =
+      name == "probs" ? models::ModelConfig::DropPolicy::probs : models::ModelConfig::DropPolicy::position;
+  m.moe_pad_expert_input_to_capacity = pad;
+}
+
 void derive_sizes(const Flags& f, models::ModelConfig& m) {
   constexpr int64_t kBig = int64_t(1) << 40;
   int64_t ffn = m.intermediate_size;
@@ -180,6 +212,7 @@ TrainArgs parse_train_args(const std::vector<std::string>& argv) {
   m.num_attention_heads = override_int(f, "num-attention-heads", m.num_attention_heads, 1, 100000);
   m.num_key_value_heads = override_int(f, "num-query-groups", m.kv_heads(), 1, 100000);
   derive_sizes(f, m);  // ffn, moe ffn and head sizes (Note [Derived sizes])
+  parse_moe_capacity(f, m);
   for (const char* size : {"num-layers", "hidden-size", "ffn-hidden-size", "moe-ffn-hidden-size", "num-attention-heads",
                            "num-query-groups", "kv-channels"})
     if (f.has(size)) {
@@ -330,6 +363,11 @@ nlohmann::json TrainArgs::to_json() const {
   nlohmann::json j;
   j["model"] = models::config_to_json(model);
   j["model_source"] = model_source;
+  if (model.moe_expert_capacity_factor > 0)
+    j["moe_capacity"] = {
+        {"factor", model.moe_expert_capacity_factor},
+        {"drop_policy", model.moe_token_drop_policy == models::ModelConfig::DropPolicy::probs ? "probs" : "position"},
+        {"pad_to_capacity", model.moe_pad_expert_input_to_capacity}};
   j["pretrained"] = pretrained;
   j["data_path"] = data_path;
   j["tokenizer"] = tokenizer;

@@ -20,6 +20,7 @@
 #include "tidal/io/atomic_file.h"
 #include "tidal/io/safetensors.h"
 #include "tidal/io/shown_name.h"
+#include "tidal/models/moe.h"
 #include "tidal/optim/finite.h"
 #include "tidal/train/every_rank.h"
 
@@ -140,10 +141,20 @@ void writing(const std::string& tmp, const std::string& final_dir, const std::fu
   }
 }
 
+// Writes a file of tensors: io::save_safetensors, or expert parallel's gathering writer.
+using TensorWriter = std::function<void(const std::string& path, const std::map<std::string, Tensor>& tensors,
+                                        const std::map<std::string, std::string>& metadata)>;
+
+const TensorWriter kSaveTensors = [](const std::string& path, const std::map<std::string, Tensor>& tensors,
+                                     const std::map<std::string, std::string>& metadata) {
+  io::save_safetensors(path, tensors, metadata);
+};
+
 // Every checkpoint's files but the optimizer's and state.json: their names.
 std::vector<std::string> write_model_files(const std::string& tmp, const std::map<std::string, Tensor>& model,
-                                           const json& config, const std::string& tokenizer_path) {
-  io::save_safetensors(tmp + "/model.safetensors", model, {{"format", "pt"}});
+                                           const json& config, const std::string& tokenizer_path,
+                                           const TensorWriter& write = kSaveTensors) {
+  write(tmp + "/model.safetensors", model, {{"format", "pt"}});
   write_text(tmp + "/config.json", config.dump(2) + "\n");
   std::vector<std::string> files = {"model.safetensors", "config.json"};
   if (!tokenizer_path.empty()) {
@@ -256,6 +267,80 @@ OptimizerShards read_shards(const json& s, const std::string& where) {
   }
   return o;
 }
+
+// Expert parallel: what rank `rank` of the group sends rank 0 for a file: everything on rank 0 (which
+// writes it), each other rank its experts (the rest is rank 0's too).
+std::map<std::string, Tensor> contribution(const std::map<std::string, Tensor>& all, int rank) {
+  if (rank == 0) return all;
+  std::map<std::string, Tensor> out;
+  for (const auto& [name, t] : all)
+    if (models::is_expert_parameter(name)) out.emplace(name, t);
+  return out;
+}
+
+json manifest(const std::map<std::string, Tensor>& tensors) {
+  json out = json::array();
+  for (const auto& [name, t] : tensors) out.push_back({name, int(t.dtype()), t.shape().vec()});
+  return out;
+}
+
+// Rank 0's side of one file of an expert-parallel save: its own tensors and the other ranks' experts
+// (from their manifests), each received from its rank when the file's writer reaches it. The ranks
+// send in name order, the writer writes in name order, so the messages match in the order listed.
+class ExpertReceiver {
+ public:
+  ExpertReceiver(dist::Communicator& comm, const std::vector<std::string>& manifests, const char* file) : comm_(comm) {
+    for (size_t r = 1; r < manifests.size(); ++r) {
+      const json listed = json::parse(manifests[r]);
+      for (const json& e : listed.at(file))
+        remote_.push_back(
+            {int(r), {e[0].get<std::string>(), DType(e[1].get<int>()), Shape(e[2].get<std::vector<int64_t>>())}});
+    }
+    std::sort(remote_.begin(), remote_.end(),
+              [](const Remote& a, const Remote& b) { return a.entry.name < b.entry.name; });
+  }
+  TensorWriter writer() {
+    return [this](const std::string& path, const std::map<std::string, Tensor>& own,
+                  const std::map<std::string, std::string>& metadata) {
+      device_ = own.empty() ? Device::cpu() : own.begin()->second.device();
+      std::vector<io::TensorEntry> entries;
+      for (const auto& [name, t] : own) entries.push_back({name, t.dtype(), t.shape()});
+      for (const Remote& r : remote_) {
+        TIDAL_ASSERT(!own.count(r.entry.name), "[checkpoint] ", r.entry.name, " is on two expert-parallel ranks");
+        entries.push_back(r.entry);
+      }
+      io::save_safetensors_streamed(
+          path, std::move(entries),
+          [&](const io::TensorEntry& e) {
+            auto it = own.find(e.name);
+            return it != own.end() ? it->second : receive(e.name);
+          },
+          metadata);
+    };
+  }
+  // What was not received yet (a failed write): taken and dropped, so no rank waits to send it.
+  void drain() {
+    while (next_ < remote_.size()) receive(remote_[next_].entry.name);
+  }
+
+ private:
+  struct Remote {
+    int rank;
+    io::TensorEntry entry;
+  };
+  Tensor receive(const std::string& name) {
+    TIDAL_ASSERT(next_ < remote_.size() && remote_[next_].entry.name == name, "[checkpoint] ", name,
+                 " is not the next expert tensor to receive");
+    const Remote& r = remote_[next_++];
+    Tensor t = empty(r.entry.shape, r.entry.dtype, device_);
+    if (t.nbytes() > 0) comm_.exchange({}, {{r.rank, t.raw_data(), t.nbytes()}});
+    return t;
+  }
+  dist::Communicator& comm_;
+  std::vector<Remote> remote_;  // by name
+  size_t next_ = 0;
+  Device device_ = Device::cpu();
+};
 
 }  // namespace
 
@@ -373,7 +458,63 @@ void save_sharded_checkpoint(dist::Communicator& comm, const std::string& dir, c
   });
 }
 
-Checkpoint load_checkpoint(const std::string& dir) {
+void save_expert_parallel_checkpoint(dist::Communicator& experts, const std::string& dir, const TrainingState& state,
+                                     const std::map<std::string, Tensor>& model,
+                                     const std::map<std::string, Tensor>& optimizer, const json& config,
+                                     const std::string& tokenizer_path) {
+  const int me = experts.rank();
+  const std::map<std::string, Tensor> my_model = contribution(model, me), my_optimizer = contribution(optimizer, me);
+  const std::string final_dir = dir + "/" + iter_name(state.iteration);
+  const std::string what = "[checkpoint] iteration " + std::to_string(state.iteration) + " was not saved";
+  // 1. Nothing that is not finite; what every rank sends; rank 0 makes the temporary directory.
+  std::string tmp;
+  std::vector<std::string> manifests;
+  try {
+    manifests = on_every_rank(experts, what, [&] {
+      check_finite(my_model, "parameter", state.iteration);
+      check_finite(my_optimizer, "optimizer state", state.iteration);
+      if (me == 0) tmp = make_temporary(dir, final_dir);
+      return json{{"model", manifest(my_model)}, {"optimizer", manifest(my_optimizer)}}.dump();
+    });
+  } catch (...) {
+    std::error_code ec;
+    if (!tmp.empty()) fs::remove_all(tmp, ec);
+    throw;
+  }
+  // 2. The other ranks send their experts, model then optimizer, each in name order; rank 0 writes.
+  std::string failure;
+  json record;
+  if (me != 0) {
+    for (const auto* file : {&my_model, &my_optimizer})
+      for (const auto& [name, t] : *file) {
+        const Tensor c = t.contiguous();
+        if (c.nbytes() > 0) experts.exchange({{0, c.raw_data(), c.nbytes()}}, {});
+      }
+  } else {
+    ExpertReceiver model_in(experts, manifests, "model"), optimizer_in(experts, manifests, "optimizer");
+    try {
+      writing(tmp, final_dir, [&] {
+        std::vector<std::string> files = write_model_files(tmp, model, config, tokenizer_path, model_in.writer());
+        optimizer_in.writer()(tmp + "/optimizer.safetensors", optimizer, {});
+        files.push_back("optimizer.safetensors");
+        record = state_record(state, file_sums(tmp, files));
+      });
+    } catch (const std::exception& e) {
+      failure = e.what();
+      model_in.drain();
+      optimizer_in.drain();
+    }
+  }
+  // 3. Rank 0 publishes; every rank of the group learns how it went.
+  on_every_rank(experts, what, [&] {
+    if (me != 0) return std::string();
+    TIDAL_CHECK(failure.empty(), failure);
+    publish(dir, tmp, final_dir, record, state.iteration);
+    return std::string();
+  });
+}
+
+Checkpoint load_checkpoint(const std::string& dir, const std::function<bool(const std::string&)>& keep) {
   TIDAL_CHECK(fs::is_directory(dir), "[checkpoint] --load ", dir, " is not a directory");
   const int64_t it = latest_iteration(dir);
   TIDAL_CHECK(it >= 0, "[checkpoint] ", dir, " has no ", kTracker, ": no complete checkpoint was saved there");
@@ -412,8 +553,8 @@ Checkpoint load_checkpoint(const std::string& dir) {
     verify_file(c.path + "/" + name, info, where + " field 'files." + name, !shard);
   }
   c.files = files;
-  c.model = io::load_safetensors(c.path + "/model.safetensors").tensors;
-  if (c.shards.ranks == 0) c.optimizer = io::load_safetensors(c.path + "/optimizer.safetensors").tensors;
+  c.model = io::load_safetensors(c.path + "/model.safetensors", keep).tensors;
+  if (c.shards.ranks == 0) c.optimizer = io::load_safetensors(c.path + "/optimizer.safetensors", keep).tensors;
   c.config = parse_json(io::read_file(c.path + "/config.json"), "[checkpoint] " + c.path + "/config.json");
   if (files.contains("tokenizer.json")) c.tokenizer_path = c.path + "/tokenizer.json";
   return c;

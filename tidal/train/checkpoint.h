@@ -18,6 +18,7 @@
 // so DIR must be one directory that every rank sees (a shared filesystem, as Megatron-LM assumes);
 // rank 0 writes the rest once every rank's file is in, and a resume on another number of ranks
 // assembles each rank's pieces from the files that hold them (docs/distributed.md).
+#include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -77,10 +78,23 @@ void save_sharded_checkpoint(dist::Communicator& comm, const std::string& dir, c
                              const std::map<std::string, Tensor>& model, const OptimizerShards& shards,
                              const std::map<std::string, Tensor>& shard, const nlohmann::json& config,
                              const std::string& tokenizer_path = "");
+// Expert parallel without a sharded optimizer: every rank of the expert-parallel group `experts` that
+// holds rank 0 of the run calls it with its model and AdamW state_dict (its experts, by their global
+// names, and the rest, which every rank holds alike). Rank 0 writes one process's checkpoint (every
+// expert, every expert's moments: it loads with any --expert-model-parallel-size and any number of
+// ranks), receiving each other rank's expert tensor as it writes it, so no rank ever holds the
+// others' experts; `config` and `tokenizer_path` are rank 0's. Returns on every rank of the group
+// once the checkpoint is published; a failure on any rank (a NaN, an unwritable disk) throws
+// tidal::Error on every rank of the group and leaves the previous checkpoint current.
+void save_expert_parallel_checkpoint(dist::Communicator& experts, const std::string& dir, const TrainingState& state,
+                                     const std::map<std::string, Tensor>& model,
+                                     const std::map<std::string, Tensor>& optimizer, const nlohmann::json& config,
+                                     const std::string& tokenizer_path = "");
 // Reads the latest complete checkpoint under `dir`, verifying every file's size and CRC-32 (a
 // sharded optimizer's files: their presence and sizes; load_optimizer_shard checks the CRC-32 of
-// those it reads); throws tidal::Error naming the file and what is wrong.
-Checkpoint load_checkpoint(const std::string& dir);
+// those it reads); throws tidal::Error naming the file and what is wrong. `keep`, when given: only
+// the model's and the optimizer's tensors it accepts are read (expert parallel: models::held_here).
+Checkpoint load_checkpoint(const std::string& dir, const std::function<bool(const std::string&)>& keep = {});
 // Saved rank `rank`'s optimizer shard of `c` (shards.ranks > 0): its AdamW state_dict, after
 // checking the file's CRC-32 and that it is the shard the layout says.
 std::map<std::string, Tensor> load_optimizer_shard(const Checkpoint& c, int rank);

@@ -120,10 +120,13 @@ void Report::step(int64_t it, const StepResult& r, double seconds, int64_t consu
   std::fprintf(out_,
                " iteration %8lld/%8lld | consumed samples: %10lld | elapsed time per iteration (ms): %8.1f | "
                "tokens/s: %8.0f | achieved GFLOP/s: %6.1f | learning rate: %.6E | global batch size: %5lld | "
-               "lm loss: %.6E | grad norm: %.3f | mem alloc: %s | mem peak: %s\n",
+               "lm loss: %.6E | grad norm: %.3f | mem alloc: %s | mem peak: %s",
                (long long)it, (long long)args_.train_iters, (long long)consumed_samples, sm.step_ms, sm.tokens_per_s,
                flops_per_token_ * sm.tokens_per_s / 1e9, r.lr, (long long)args_.global_batch_size, r.loss, r.grad_norm,
                format_bytes(s.allocated).c_str(), format_bytes(s.peak_allocated).c_str());
+  if (r.moe_dropped >= 0)  // --moe-expert-capacity-factor
+    std::fprintf(out_, " | moe dropped slots: %lld of %lld", (long long)r.moe_dropped, (long long)r.moe_slots);
+  std::fprintf(out_, "\n");
   std::fflush(out_);
   metrics_.write();
 }

@@ -63,6 +63,13 @@ TrainingData load_data(const TrainArgs& a, models::ModelConfig& config, std::FIL
   return d;
 }
 
+// Expert parallel: which tensors of a whole model's files this rank's model takes (models/moe.h).
+std::function<bool(const std::string&)> held_here(const models::CausalLM& model) {
+  std::vector<std::string> names;
+  for (const auto& [name, p] : model.named_parameters()) names.push_back(name);
+  return models::held_here(names);
+}
+
 // The model as configured, its weights drawn from the generator seeded just before.
 // `deferred`: the parameters made without their values (ZeRO-3: nn/deferred_init.h). --bf16: each
 // weight drawn in f32 as an f32 run draws it, then rounded to bf16 (nn::normal_parameter).
@@ -203,7 +210,13 @@ void resume(const TrainArgs& args, const models::ModelConfig& config, Setup& s, 
   }
   std::string path;
   on_every_rank(*s.comm, what, [&] {
-    const Checkpoint ck = load_checkpoint(dir);
+    // Expert parallel: this rank's experts (and their moments) out of the whole model's files.
+    const bool expert_parallel = s.model->config().expert_group != nullptr;
+    const Checkpoint ck = load_checkpoint(dir, expert_parallel ? held_here(*s.model) : nullptr);
+    TIDAL_CHECK(!expert_parallel || ck.shards.ranks == 0, "[checkpoint] ", ck.path, " holds the distributed ",
+                "optimizer's states in ", ck.shards.ranks, " shard files, which --expert-model-parallel-size does not ",
+                "read yet: resume it without expert parallelism, or from a checkpoint saved without ",
+                "--use-distributed-optimizer");
     check_same_model(ck.config, config, ck.path);
     check_same_precision(ck.config, config, ck.path);
     // A ZeRO-3 model built without its values (nn/deferred_init.h) gets its bytes to load into.
@@ -248,7 +261,9 @@ Setup setup_training(const TrainArgs& args, models::ModelConfig& config, std::FI
   }
   std::unique_ptr<models::CausalLM> model = build_model(args, built, deferred, device);
   std::unique_ptr<memory::Offloader> offloader = attach_offloader(args.memory, config, *model, device);
-  if (!args.pretrained.empty()) model->load_hf_state_dict(models::load_pretrained_dir(args.pretrained).weights);
+  if (!args.pretrained.empty())  // expert parallel: this rank's experts out of the whole model's
+    model->load_hf_state_dict(
+        models::load_pretrained_dir(args.pretrained, built.expert_group ? held_here(*model) : nullptr).weights);
   std::unique_ptr<optim::DistributedAdamW> sharded;
   std::unique_ptr<optim::AdamW> optimizer;
   if (args.data_parallel.sharding != ShardingStrategy::no_shard) {

@@ -7,6 +7,7 @@
 #include "tidal/autograd/saved_tensor_log.h"
 #include "tidal/dist/collectives.h"
 #include "tidal/memory/chunk_loss.h"
+#include "tidal/models/moe.h"
 #include "tidal/ops/elementwise.h"
 #include "tidal/optim/grad_clip.h"
 #include "tidal/train/data_parallel.h"
@@ -29,6 +30,7 @@ StepResult train_step(int64_t it, const TrainArgs& args, Setup& s, profile::Prof
   StepResult r;
   r.lr = optim::lr_at(it - 1, s.schedule);
   double loss_sum = 0;
+  models::take_dropped_slots();  // from here: this step's forwards (not a validation's)
   for (int64_t m = 0; m < accum; ++m) {
     Tensor tokens = next_rank_batch(s.loader, args.micro_batch_size, data.rank(), data.size()).tokens;  // (B, T+1)
     if (s.device.is_meta()) tokens = tokens.to(s.device);  // a dry run (dry_run.h): the batch's shape only
@@ -68,6 +70,11 @@ StepResult train_step(int64_t it, const TrainArgs& args, Setup& s, profile::Prof
     s.grad_sync->end_micro_batch();  // the gradients summed over the ranks (train/grad_sync.h)
   }
   r.loss = dist::all_reduce_sum(comm, loss_sum) / double(global_micro_batches);  // the global batch's mean
+  if (s.model->config().moe_expert_capacity_factor > 0) {  // every rank's forwards: the global batch's
+    const models::DroppedSlots d = models::take_dropped_slots();
+    r.moe_slots = int64_t(dist::all_reduce_sum(comm, double(d.routed)));
+    r.moe_dropped = int64_t(dist::all_reduce_sum(comm, double(d.dropped)));
+  }
   profile::Range phase("optimizer", profile::kPhase);
   if (s.sharded) {
     r.grad_norm = s.sharded->finish_reduction();  // the norm from every shard

@@ -19,6 +19,9 @@ struct StepResult {
   double lr = 0;
   double grad_norm = 0;   // before clipping
   std::string nonfinite;  // why the step was skipped (--skip-nonfinite-steps); "" when it was taken
+  // --moe-expert-capacity-factor: the (token, expert) slots of the global batch's forwards, and those
+  // dropped (models/moe.h); -1 without a capacity.
+  int64_t moe_slots = -1, moe_dropped = -1;
 };
 
 // The tensors the run's first micro-batch saved for backward: the summary's "saved_tensors" and the

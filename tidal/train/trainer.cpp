@@ -27,6 +27,13 @@ void save(const TrainArgs& args, const models::ModelConfig& config, const Setup&
   const TrainingState st{it, get_rng_state(), s.loader.position(), s.settings, nlohmann::json::object()};
   const bool rank0 = s.comm->rank() == 0;
   ParamGather::Scope whole(s.param_gather.get(), /*whole=*/true);  // ZeRO-3: the model for rank 0 to write
+  if (!s.sharded && s.model->config().expert_group) {  // expert parallel: the group of rank 0 gathers its experts
+    dist::Communicator& experts = *s.model->config().expert_group;
+    if (s.comm->rank() < experts.size())  // the groups are contiguous (expert_parallel.h)
+      save_expert_parallel_checkpoint(experts, args.save, st, s.model->state_dict(), s.optimizer->state_dict(),
+                                      models::config_to_json(config), s.data.tokenizer_path);
+    return;
+  }
   if (!s.sharded) {
     if (rank0)
       save_checkpoint(args.save, st, s.model->state_dict(), s.optimizer->state_dict(), models::config_to_json(config),
