@@ -143,14 +143,17 @@ TEST(Plan, ExpertAndContextParallelismComeAfterShardingAndBeforeRecompute) {
   s.seq = 32768;
   s.data_parallel = 16;
   std::vector<Suggestion> ep = suggest_parallel(moe, s);
-  ASSERT_EQ(ep.size(), 1u);  // no context parallelism for MoE models yet
+  ASSERT_EQ(ep.size(), 2u);  // expert parallel, then context parallel (MoE models run it too)
   EXPECT_EQ(ep[0].step, "expert parallel");
   EXPECT_EQ(ep[0].flags, "--expert-model-parallel-size 16");
   EXPECT_EQ(ep[0].with.expert_parallel, 16);
   EXPECT_GT(ep[0].saving, 0);
+  EXPECT_EQ(ep[1].step, "context parallel");
+  EXPECT_EQ(ep[1].flags, "--context-parallel-size 16");
   EXPECT_EQ(triage_group("expert parallel"), 2);
-  s.sharding = ShardingStrategy::optim;  // expert parallelism does not run sharded yet
-  EXPECT_TRUE(suggest_parallel(moe, s).empty());
+  s.sharding = ShardingStrategy::optim;  // expert parallelism runs sharded too
+  ASSERT_FALSE(suggest_parallel(moe, s).empty());
+  EXPECT_EQ(suggest_parallel(moe, s)[0].flags, "--expert-model-parallel-size 16");
   const models::ModelConfig dense = models::preset("qwen3-8b");
   TriageSettings d = qwen3_8b_batch(1);
   d.seq = 32768;

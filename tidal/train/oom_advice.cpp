@@ -451,7 +451,7 @@ std::vector<Suggestion> suggest_parallel(const models::ModelConfig& m, const Tri
     try {
       check_expert_parallel(t, m, ranks);
       check_context_parallel(t);
-      return ranks % (int64_t(t.data_parallel.expert_parallel) * t.context_parallel.size) == 0;
+      return ranks % t.context_parallel.size == 0;  // E x C need not divide the ranks (docs/distributed.md)
     } catch (const Error&) {
       return false;
     }
