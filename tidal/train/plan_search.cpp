@@ -17,8 +17,8 @@ namespace {
 // The estimator is within a few percent of the dry run (tests); a candidate it puts this far above
 // the target cannot fit.
 constexpr double kEstimateSlack = 1.2;
-// Pareto members made exact by their own dry run, at most (the chosen one always is, and every
-// faster candidate the estimator put within the budget before it).
+// Candidates made exact by their own dry run, at most: first the fastest the estimator puts within
+// the budget (until one fits), then Pareto members.
 constexpr int kMaxVerified = 16;
 
 // A dry run of `a` as planned, on the rank of `ranks` with the highest peak: --load and --pretrained
@@ -260,15 +260,20 @@ PlanSearch search_plans(const TrainArgs& given, const SearchOptions& o) {
     c.host_peak = d->host.peak_allocated;
     c.fits = c.device_peak <= r.target && (r.host_budget == 0 || c.host_peak <= r.host_budget);
   };
+  // At most kMaxVerified dry runs: past them only candidates already exact are taken (the estimator
+  // runs low where backward's temporaries dominate, so its peak alone may not fit), and only when
+  // none is does the choice fall back to the estimator's peak.
   for (size_t i = 0; i < r.candidates.size() && r.chosen < 0; ++i) {
     PlanCandidate& c = r.candidates[i];
     if (!c.fits) continue;
-    if (!c.exact) {  // every one until one fits: the choice is never the estimator's alone
+    if (!c.exact && verified < kMaxVerified) {
       ++verified;
       verify(c);
     }
-    if (c.fits && (c.exact || r.host_budget == 0)) r.chosen = int(i);  // a host budget needs the dry run's host peak
+    if (c.fits && c.exact) r.chosen = int(i);
   }
+  for (size_t i = 0; i < r.candidates.size() && r.chosen < 0 && r.host_budget == 0; ++i)  // a host budget needs
+    if (r.candidates[i].fits) r.chosen = int(i);                                          // the dry run's host peak
   // The Pareto front of device peak against step time.
   int64_t smallest = INT64_MAX;
   for (PlanCandidate& c : r.candidates) {
