@@ -2,6 +2,7 @@
 // (train/cost_model.h): exact GEMM FLOPs of a step, recompute's replayed records, the roofline's
 // arithmetic, and offload copies hidden or exposed by the profile's bandwidth. No timing is measured.
 #include "tidal/train/cost_model.h"
+#include "tidal/train/device_profile.h"
 
 #include <gtest/gtest.h>
 
@@ -116,7 +117,7 @@ TEST(CostModel, RooflineArithmetic) {
 
   // Two ranks, no sharding: each runs one of the two micro-batches the dry run ran (half the forward
   // and recompute), the whole update, and all-reduces the f32 gradients, 2·(n-1)/n of their bytes.
-  run.device.category[size_t(MemoryCategory::parameter)].peak = 4'000'000;  // 1M f32 parameters
+  run.parameter_numels = {1'000'000};  // 1M f32 parameters
   args.global_batch_size = 2;
   const StepTime dp = predict_step_time(run, args, p, 2);
   EXPECT_DOUBLE_EQ(dp.gemm_s, 1e-3);
@@ -131,14 +132,15 @@ TEST(CostModel, RooflineArithmetic) {
   const StepTime z1 = predict_step_time(run, args, p, 2);
   EXPECT_DOUBLE_EQ(z1.comm_s, (2e6 / 1e10 + 1e-4) + (2e6 / 1e10 + 1e-4) + 2 * 1e-4);
   EXPECT_DOUBLE_EQ(z1.optimizer_s, 1e-3);
-  // --overlap-grad-reduce: the reduction (3e-4 s) hides behind the backward (1 ms per rank) but for
-  // the last of its 10 buckets; the parameters' all-gather and the scalars stay exposed.
+  // --overlap-grad-reduce: a reduce-scatter per bucket (10, each 1e-4 of latency), 1.2 ms in all, hides
+  // behind the backward (and its recompute) but for the last bucket's; the parameters' all-gather and
+  // the scalars stay exposed.
   args.data_parallel.overlap_grad_reduce = true;
   args.data_parallel.bucket_size = 100'000;
   run.kernels.push_back({compute_bound, StepPhase::backward, 0, "", "LinearBackward"});
   const StepTime overlapped = predict_step_time(run, args, p, 2);
-  EXPECT_DOUBLE_EQ(overlapped.exposed_comm_s, 3e-4 / 10 + 3e-4 + 2e-4);
-  EXPECT_DOUBLE_EQ(overlapped.comm_s, z1.comm_s);
+  EXPECT_DOUBLE_EQ(overlapped.exposed_comm_s, 1.2e-3 / 10 + 3e-4 + 2e-4);
+  EXPECT_DOUBLE_EQ(overlapped.comm_s, z1.comm_s + 9e-4);
 }
 
 TEST(CostModel, RefusesAProfileWithoutTheRateItNeeds) {
@@ -205,6 +207,98 @@ TEST(CostModel, SwapOptimizerExposesTheFirstWindowInAndTheLastOut) {
   const StepTime f0 = predict_step_time(d, parse_train_args(tiny({})), fast), f = predict_step_time(d, args, fast);
   EXPECT_NEAR(f.copy_s - f0.copy_s, 2 * states / 1e15, 1e-22);
   EXPECT_NEAR(f.exposed_copy_s - f0.exposed_copy_s, 2 * states / 4 / 1e15, 1e-22);  // first window in, last out
+}
+
+// A sharded run's step from another strategy's kernels (what tidal plan's search does): ZeRO-1 from
+// no_shard's, ZeRO-3 from ZeRO-2's. The same kernels but the update's, which the shard's share scales,
+// and a collective's own reduction kernels, which the collectives' time covers in either. Within 1% of
+// the sharded dry run's own kernels on qwen3-0.6b; within 3% on tiny-qwen3-moe, where the kernels'
+// launch overhead dominates (ZeRO-1: a shard's update runs per piece, not per tensor).
+TEST(CostModel, AShardedUpdateIsTimedFromAnotherStrategysKernels) {
+  struct Case {
+    const char* model;
+    int ep;
+    const char* seq;
+    double tolerance;
+  };
+  const std::vector<std::pair<ShardingStrategy, ShardingStrategy>> pairs = {
+      {ShardingStrategy::optim, ShardingStrategy::no_shard},
+      {ShardingStrategy::optim_grads_params, ShardingStrategy::optim_grads}};
+  for (const Case& k : {Case{"qwen3-0.6b", 1, "256", 0.01}, Case{"tiny-qwen3-moe", 2, "32", 0.03}}) {
+    for (const auto& [sharding, from_sharding] : pairs) {
+      TrainArgs a = parse_train_args(with({"--model",
+                                           k.model,
+                                           "--mock-data",
+                                           "--seq-length",
+                                           k.seq,
+                                           "--micro-batch-size",
+                                           "1",
+                                           "--global-batch-size",
+                                           "8",
+                                           "--train-iters",
+                                           "2",
+                                           "--lr-warmup-iters",
+                                           "0",
+                                           "--eval-interval",
+                                           "0",
+                                           "--bf16",
+                                           "--attention",
+                                           "flash",
+                                           "--expert-model-parallel-size",
+                                           std::to_string(k.ep)},
+                                          {}));
+      a.data_parallel.sharding = sharding;
+      TrainArgs other = a;
+      other.data_parallel.sharding = from_sharding;
+      const DeviceProfile p = load_device_profile("h100");
+      // The same rank (the search's kernel dry runs play rank 0 for every sharded candidate, as before).
+      const DryRun od = dry_run_largest_rank(a, 4), fd = dry_run(other, od.rank, 4);
+      const StepTime own = predict_step_time(od, a, p, 4), from = predict_step_time(fd, a, p, 4);
+      const std::string what = std::string(k.model) + " " + sharding_name(sharding);
+      EXPECT_NEAR(from.compute_s, own.compute_s, k.tolerance * own.compute_s) << what;
+      EXPECT_NEAR(from.total_s, own.total_s, k.tolerance * own.total_s) << what;
+      EXPECT_NEAR(from.optimizer_s, own.optimizer_s, 0.01 * own.optimizer_s) << what;  // the shard's bytes
+      EXPECT_EQ(from.comm_s, own.comm_s) << what;  // from the parameters' sizes alike
+    }
+  }
+  TrainArgs a = parse_train_args(tiny({"--data-parallel-sharding-strategy", "optim"}));
+  a.global_batch_size = 4;
+  TrainArgs zero2 = a;
+  zero2.data_parallel.sharding = ShardingStrategy::optim_grads;
+  EXPECT_EQ(testing::error_of([&] { predict_step_time(dry_run(zero2, 0, 2), a, profile(), 2); }),
+            "[cost model] a dry run of a rank under optim_grads does not time optim");
+}
+
+// Expert parallelism: the experts' gradients reduce over the N / E ranks of their expert-data group,
+// the dense ones over all N; a recompute that replays the MoE block runs its forward's all-to-alls again
+// (the counts, dispatch and combine). tiny-qwen3-moe: 2 layers, the second MoE (8 experts, top-2, hidden
+// 64), bf16; 4 ranks, E = 2, one micro-batch of 32 tokens a rank.
+TEST(CostModel, ExpertParallelExchangesAndReductions) {
+  TrainArgs a =
+      parse_train_args(with({"--model", "tiny-qwen3-moe", "--mock-data", "--seq-length", "32", "--micro-batch-size",
+                             "1", "--global-batch-size", "4", "--train-iters", "2", "--lr-warmup-iters", "0",
+                             "--eval-interval", "0", "--bf16", "--expert-model-parallel-size", "2"},
+                            {}));
+  const DryRun d = dry_run(a, 0, 4);
+  int64_t dense = 0, experts = 0;
+  for (size_t i = 0; i < d.parameter_numels.size(); ++i)
+    (d.expert_parameter[i] ? experts : dense) += d.parameter_numels[i];
+  ASSERT_GT(experts, 0);
+  const DeviceProfile p = profile();
+  const StepTime t = predict_step_time(d, a, p, 4);
+  // All-reduces of f32 gradients, 2(n-1)/n of the bytes: n = 4 dense, 2 experts; a latency per
+  // collective (two per tensor), and the loss's and the norm's.
+  const double bytes = 2 * 4 * (double(dense) * 3 / 4 + double(experts) * 1 / 2);
+  const double latencies = double(2 * d.parameter_numels.size() + 2) * p.collective_latency_s;
+  const double rows = 32 * 2 * 64 * 2 * 0.5;  // tokens x top-k x hidden x bf16, half to the other rank
+  const double all_to_all = 4 * rows / p.collective_bandwidth + 5 * p.collective_latency_s;
+  EXPECT_DOUBLE_EQ(t.all_to_all_s, all_to_all);
+  EXPECT_NEAR(t.comm_s - t.all_to_all_s, bytes / p.collective_bandwidth + latencies, 1e-15);
+  TrainArgs moe = a;
+  moe.memory.recompute.granularity = memory::Granularity::selective;
+  moe.memory.recompute.modules = {memory::RecomputeModule::moe};
+  const StepTime r = predict_step_time(dry_run(moe, 0, 4), moe, p, 4);
+  EXPECT_DOUBLE_EQ(r.all_to_all_s, all_to_all + 2 * rows / p.collective_bandwidth + 3 * p.collective_latency_s);
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 
 #include "tidal/base/error.h"
 #include "tidal/memory_scope.h"
+#include "tidal/range_recorder.h"
 
 namespace tidal::dist {
 namespace {
@@ -21,6 +22,7 @@ void sum_blocks_in_rank_order(Tensor out, const Tensor& blocks) {
 }  // namespace
 
 void reduce_scatter_sum(Communicator& comm, const Tensor& out, const Tensor& in) {
+  profile::Range range(kReductionRange);
   check_contiguous(out, "reduce_scatter", "out");
   check_contiguous(in, "reduce_scatter", "in");
   const int64_t n = out.numel(), size = comm.size();
@@ -47,6 +49,7 @@ void all_reduce_sum(Communicator& comm, const Tensor& t) {
   check_contiguous(t, "all_reduce", "the tensor");
   const int64_t n = t.numel(), size = comm.size();
   if (size == 1 || n == 0) return;
+  profile::Range range(kReductionRange);
   const int64_t shard = (n + size - 1) / size;
   MemoryScope scope(MemoryCategory::temporary);
   Tensor flat = t.view({n});  // (n)

@@ -1,5 +1,7 @@
 #include "tidal/optim/distributed_adamw.h"
 
+#include "tidal/range_recorder.h"
+
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -9,6 +11,7 @@
 #include "tidal/dist/collectives.h"
 #include "tidal/memory_scope.h"
 #include "tidal/optim/grad_clip.h"
+#include "tidal/range_recorder.h"
 
 namespace tidal::optim {
 
@@ -235,6 +238,7 @@ void DistributedAdamW::reduce_scatter(const std::vector<size_t>& subset, ShardCo
       shard_at += f.length;
     }
     MemoryScope scope(MemoryCategory::temporary);
+    profile::Range range(dist::kReductionRange);  // the packing and the sums: the reduce-scatter's own work
     Tensor blocks = empty({ranks, packed}, grad_dtype, first.device());  // every rank's pieces, packed
     std::vector<dist::Communicator::Transfer> sends, receives;
     for (int r = 0; r < ranks; ++r) {

@@ -36,4 +36,23 @@ std::vector<ShardLayout::Fragment> ShardLayout::fragments(int rank) const {
   return out;
 }
 
+int64_t largest_shard(const std::vector<int64_t>& numels, const std::vector<bool>& expert, int ranks,
+                      int expert_parallel, int64_t align) {
+  TIDAL_ASSERT(expert.size() == numels.size() && expert_parallel >= 1);
+  const bool by_kind = expert_parallel > 1 && std::find(expert.begin(), expert.end(), true) != expert.end();
+  int64_t shard = 0;
+  for (const bool experts : {false, true}) {
+    if (experts && !by_kind) break;
+    std::vector<int64_t> part;
+    for (size_t i = 0; i < numels.size(); ++i)
+      if (!by_kind || expert[i] == experts) part.push_back(numels[i]);
+    const int n = experts ? std::max(1, ranks / expert_parallel) : ranks;
+    const ShardLayout layout = make_shard_layout(part, n, align);
+    int64_t largest = 0;
+    for (int r = 0; r < n; ++r) largest = std::max(largest, layout.shard_size(r));
+    shard += largest;
+  }
+  return shard;
+}
+
 }  // namespace tidal::optim

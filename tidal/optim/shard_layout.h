@@ -32,4 +32,12 @@ struct ShardLayout {
 // within a parameter.
 ShardLayout make_shard_layout(const std::vector<int64_t>& numels, int ranks, int64_t align);
 
+// The largest rank's shard, in elements, of a rank's parameters (`numels`; `expert[i]`: parameter i is
+// one of its experts'). Without expert parallelism (expert_parallel 1, or no expert parameter flagged)
+// one layout over `ranks`; with it Megatron's two: the dense parameters over all `ranks`, the experts
+// over the ranks / expert_parallel of an expert-data group (the distributed optimizer's), cuts aligned
+// to `align` elements.
+int64_t largest_shard(const std::vector<int64_t>& numels, const std::vector<bool>& expert, int ranks,
+                      int expert_parallel, int64_t align);
+
 }  // namespace tidal::optim

@@ -13,7 +13,10 @@
 
 #include "tidal/base/error.h"
 #include "tidal/memory/estimator.h"
+#include "tidal/memory/recompute.h"
 #include "tidal/ops/attention.h"
+#include "tidal/optim/grad_clip.h"
+#include "tidal/optim/shard_layout.h"
 #include "tidal/train/data_parallel.h"
 
 namespace tidal::train {
@@ -47,6 +50,20 @@ double roofline_s(const KernelCost& k, const DeviceProfile& p) {
   const double memory = double(k.bytes) / p.memory_bandwidth;
   if (k.kind != CostKind::gemm && k.kind != CostKind::attention) return memory;
   return std::max(double(k.flops) / flop_rate(k, p), memory);
+}
+
+// The rank's parameters the dry run built: tensors, elements and of them the experts'.
+struct RankParameters {
+  int64_t tensors = 0, elements = 0, experts = 0;
+};
+RankParameters rank_parameters(const DryRun& run) {
+  RankParameters r;
+  r.tensors = int64_t(run.parameter_numels.size());
+  for (size_t i = 0; i < run.parameter_numels.size(); ++i) {
+    r.elements += run.parameter_numels[i];
+    if (i < run.expert_parameter.size() && run.expert_parameter[i]) r.experts += run.parameter_numels[i];
+  }
+  return r;
 }
 
 // Compute time per layer and phase, for the copies and collectives that overlap it.
@@ -115,46 +132,56 @@ void add_swap(const DryRun& run, const TrainArgs& args, const Compute& c, double
 }
 
 // Data-parallel collectives (docs/distributed.md), per rank: an all-reduce moves 2(n-1)/n of the
-// bytes, a reduce-scatter or an all-gather (n-1)/n. Gradient reductions overlap the backward of the
-// micro-batch that reduces under --overlap-grad-reduce (all but the last bucket); ZeRO-3's parameter
-// gathers overlap compute under --overlap-param-gather; the rest is exposed.
+// bytes, a reduce-scatter or an all-gather (n-1)/n, where n is the group's ranks: all N for the dense
+// parameters, the N / E of an expert-data group for a rank's experts (expert parallelism E). Without
+// sharding gradients are all-reduced tensor by tensor (two collectives each: docs/distributed.md, "Not
+// yet"); sharded, each group's are reduce-scattered at once (a bucket at a time with overlap) and its
+// parameters gathered at once after the update, or layer by layer in forward and backward (ZeRO-3).
+// Gradient reductions overlap the backward of the micro-batch that reduces under --overlap-grad-reduce
+// (all but the last bucket); ZeRO-3's parameter gathers overlap compute under --overlap-param-gather;
+// the rest is exposed.
 void add_collectives(const DryRun& run, const TrainArgs& args, const Compute& c, int64_t accum, int64_t ranks,
-                     int64_t param_tensors, const DeviceProfile& p, StepTime& t) {
+                     const DeviceProfile& p, StepTime& t) {
   if (ranks <= 1) return;
   check_rate(p.collective_bandwidth, "collective_bandwidth", p);
-  const double f = double(ranks - 1) / double(ranks);
+  const RankParameters rp = rank_parameters(run);
+  const int expert_parallel = std::max(1, args.data_parallel.expert_parallel);
+  const int64_t expert_ranks = std::max<int64_t>(1, ranks / expert_parallel);
+  const int64_t groups = expert_parallel > 1 && rp.experts > 0 ? 2 : 1;
+  // Elements weighted by their group's (n-1)/n.
+  const auto moved = [](double elements, int64_t n) { return elements * double(n - 1) / double(n); };
+  const double elements = moved(double(rp.elements - rp.experts), ranks) + moved(double(rp.experts), expert_ranks);
   const int64_t item = dtype_size(args.precision.param_dtype());
-  const double params = double(run.device.category[size_t(MemoryCategory::parameter)].peak) / double(item);
-  const double grads = params * 4, weights = params * double(item);  // f32 gradients (or f32 sums)
+  const double grads = elements * 4, weights = elements * double(item);  // f32 gradients (or f32 sums)
   const DataParallelConfig& dp = args.data_parallel;
-  // Gradients are reduced tensor by tensor (an all-reduce is two collectives: docs/distributed.md,
-  // "Not yet"); with overlap, the last bucket's share is the least that stays exposed.
+  // With overlap, the last bucket's share is the least that stays exposed.
   const int64_t per_bucket = dp.bucket_elements(int(ranks));
-  const int64_t buckets = std::max<int64_t>(1, (int64_t(params) + per_bucket - 1) / per_bucket);
-  const int64_t per_reduce = param_tensors;
+  const int64_t buckets = std::max<int64_t>(1, (rp.elements + per_bucket - 1) / per_bucket);
   auto seconds = [&](double bytes, int64_t count) {
     return bytes / p.collective_bandwidth + double(count) * p.collective_latency_s;
   };
-  double reduce = 0, gather = 0;  // one reduction; the step's parameter gathers
-  int64_t reductions = 1, gathers = 0;
+  const int64_t sharded_reductions = groups * (dp.overlap_grad_reduce ? buckets : 1);
+  double reduce = 0, gather = 0;  // one reduction; one pass of parameter gathers
+  int64_t reductions = 1, gathers = 0, gathered_per_pass = groups;
   switch (dp.sharding) {
-    case ShardingStrategy::no_shard: reduce = seconds(2 * f * grads, 2 * per_reduce); break;
+    case ShardingStrategy::no_shard: reduce = seconds(2 * grads, 2 * rp.tensors); break;
     case ShardingStrategy::optim:
-      reduce = seconds(f * grads, per_reduce);
+      reduce = seconds(grads, sharded_reductions);
       gathers = 1;
       break;
     case ShardingStrategy::optim_grads:
-      reduce = seconds(f * grads, per_reduce);
+      reduce = seconds(grads, sharded_reductions);
       reductions = accum;
       gathers = 1;
       break;
     case ShardingStrategy::optim_grads_params:
-      reduce = seconds(f * grads, per_reduce);
+      reduce = seconds(grads, sharded_reductions);
       reductions = accum;
-      gathers = 2 * accum;  // forward and backward of every micro-batch
+      gathers = 2 * accum;                                              // forward and backward of every micro-batch
+      gathered_per_pass = groups * (args.model.num_hidden_layers + 1);  // layer by layer, and the rest
       break;
   }
-  gather = seconds(f * weights, param_tensors);
+  gather = seconds(weights, gathered_per_pass);
   const double scalars = seconds(0, 2);  // the loss and the gradient norm
   double exposed = scalars;
   const double backward_mb = c.backward_total / double(accum);
@@ -172,20 +199,27 @@ void add_collectives(const DryRun& run, const TrainArgs& args, const Compute& c,
 
 // Expert parallelism (models/moe.cpp run_on_owners): per MoE layer and micro-batch, the token counts,
 // then the rows to the experts' ranks and back (dispatch and combine) in forward and again in backward;
-// a rank sends (E-1)/E of its tokens x top-k rows (the even split). The exchanges block the compute
-// thread: all exposed.
+// a rank sends (E-1)/E of its tokens x top-k rows (the even split). A recompute that replays the MoE
+// block (--recompute-modules moe, or the layer in a full-recompute checkpoint) runs its forward's
+// counts, dispatch and combine again. The exchanges block the compute thread: all exposed.
 void add_all_to_all(const TrainArgs& args, int64_t accum, const DeviceProfile& p, StepTime& t) {
   const models::ModelConfig& m = args.model;
   const int64_t e = args.data_parallel.expert_parallel;
   if (e <= 1 || !m.is_moe()) return;
   check_rate(p.collective_bandwidth, "collective_bandwidth", p);
-  int64_t moe_layers = 0;
-  for (int64_t l = 0; l < m.num_hidden_layers; ++l) moe_layers += m.is_moe_layer(l) ? 1 : 0;
+  const std::vector<memory::LayerRecompute> plan = memory::plan_recompute(args.memory.recompute, m);
+  int64_t moe_layers = 0, replayed = 0;
+  for (int64_t l = 0; l < m.num_hidden_layers; ++l) {
+    if (!m.is_moe_layer(l)) continue;
+    ++moe_layers;
+    if (size_t(l) < plan.size() && (plan[size_t(l)].full || plan[size_t(l)].moe)) ++replayed;
+  }
   const int64_t tokens = args.micro_batch_size * args.seq_length / std::max<int64_t>(1, args.context_parallel.size);
   const double rows = double(tokens * m.num_experts_per_tok * m.hidden_size * dtype_size(args.precision.param_dtype()));
   const double bytes = rows * double(e - 1) / double(e);
-  const double layer = 4 * bytes / p.collective_bandwidth + 5 * p.collective_latency_s;  // counts + 4 exchanges
-  const double s = double(accum * moe_layers) * layer;
+  const double layer = 4 * bytes / p.collective_bandwidth + 5 * p.collective_latency_s;   // counts + 4 exchanges
+  const double replay = 2 * bytes / p.collective_bandwidth + 3 * p.collective_latency_s;  // counts + 2
+  const double s = double(accum) * (double(moe_layers) * layer + double(replayed) * replay);
   t.all_to_all_s += s;
   t.comm_s += s;
   t.exposed_comm_s += s;
@@ -247,16 +281,37 @@ StepTime predict_step_time(const DryRun& run, const TrainArgs& args, const Devic
   const int64_t accum = dry_micro_batches / dp;
   const bool one_rank_run = run.ranks > 1;
   const double batch_share = one_rank_run ? 1.0 : 1.0 / double(dp);
-  const double update_share =
-      one_rank_run || args.data_parallel.sharding == ShardingStrategy::no_shard ? 1.0 : 1.0 / double(data_parallel);
+  // The update's share of what the dry run updated: a sharded run updates the largest rank's shard. A
+  // one-process dry run updated the whole model; a dry run of one rank of a sharded run its shard, one
+  // of a no_shard run the rank's whole parameters, of which the shard is a share. Timing one strategy
+  // from another's kernels: ZeRO-1 from no_shard's (the same forward and backward), ZeRO-3 from
+  // ZeRO-2's (the same kernels: ZeRO-3's gathers are collectives). ZeRO-2 and 3 from no_shard's is
+  // approximate: no_shard accumulates the micro-batches' whole gradients in backward, they their shard.
+  const ShardingStrategy sharding = args.data_parallel.sharding;
+  const bool zero3_from_zero2 =
+      run.sharding == ShardingStrategy::optim_grads && sharding == ShardingStrategy::optim_grads_params;
+  TIDAL_CHECK(
+      !one_rank_run || run.sharding == sharding || run.sharding == ShardingStrategy::no_shard || zero3_from_zero2,
+      "[cost model] a dry run of a rank under ", sharding_name(run.sharding), " does not time ",
+      sharding_name(sharding));
+  double update_share = 1;
+  if (sharding != ShardingStrategy::no_shard && !one_rank_run) {
+    update_share = 1.0 / double(data_parallel);
+  } else if (sharding != ShardingStrategy::no_shard && run.sharding == ShardingStrategy::no_shard) {
+    std::vector<bool> expert = run.expert_parameter;
+    expert.resize(run.parameter_numels.size(), false);
+    const int64_t shard = optim::largest_shard(run.parameter_numels, expert, int(data_parallel),
+                                               args.data_parallel.expert_parallel, optim::kGradNormChunk);
+    update_share = double(shard) / double(std::max<int64_t>(1, rank_parameters(run).elements));
+  }
   StepTime t;
   Compute c;
   const size_t layers = size_t(std::max<int64_t>(0, args.model.num_hidden_layers));
   c.forward.assign(layers, 0.0);
   c.backward.assign(layers, 0.0);
-  int64_t param_tensors = 0;
   double kernels = 0, flops = 0;
   for (const StepKernel& sk : run.kernels) {
+    if (sk.phase == StepPhase::collective) continue;  // the collective's own work: add_collectives times it
     const KernelCost& k = sk.cost;
     const bool update = sk.phase == StepPhase::optimizer || k.kind == CostKind::optimizer;
     const double share = update ? update_share : batch_share;
@@ -270,10 +325,7 @@ StepTime predict_step_time(const DryRun& run, const TrainArgs& args, const Devic
       case CostKind::attention: t.attention_s += roof; break;
       case CostKind::memory:
       case CostKind::copy: t.memory_s += roof; break;
-      case CostKind::optimizer:
-        t.optimizer_s += roof;
-        ++param_tensors;
-        break;
+      case CostKind::optimizer: t.optimizer_s += roof; break;
       case CostKind::host_transfer:  // synchronous: the compute thread waits for it
         t.copy_s += roof;
         t.exposed_copy_s += roof;
@@ -296,6 +348,7 @@ StepTime predict_step_time(const DryRun& run, const TrainArgs& args, const Devic
         if (k.kind == CostKind::optimizer) c.optimizer += time;
         break;
       case StepPhase::loss:
+      case StepPhase::collective:
       case StepPhase::other: break;
     }
   }
@@ -304,7 +357,7 @@ StepTime predict_step_time(const DryRun& run, const TrainArgs& args, const Devic
   t.compute_s = t.gemm_s + t.attention_s + t.memory_s + t.optimizer_s + t.overhead_s;
   add_offload(args, c, accum, profile, t);
   add_swap(run, args, c, update_share, profile, t);
-  add_collectives(run, args, c, accum, data_parallel, param_tensors, profile, t);
+  add_collectives(run, args, c, accum, data_parallel, profile, t);
   add_all_to_all(args, accum, profile, t);
   add_ring(args, c, accum, profile, t);
   t.hidden_copy_fraction = t.copy_s > 0 ? 1.0 - t.exposed_copy_s / t.copy_s : 1.0;

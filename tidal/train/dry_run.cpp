@@ -10,6 +10,7 @@
 #include "tidal/base/error.h"
 #include "tidal/dist/meta_communicator.h"
 #include "tidal/models/causal_lm.h"
+#include "tidal/models/moe.h"
 #include "tidal/optim/grad_clip.h"
 #include "tidal/optim/shard_layout.h"
 #include "tidal/train/profiling.h"
@@ -77,10 +78,15 @@ DryRun dry_run(const TrainArgs& given, int rank, int ranks) {
   DryRun r;
   r.rank = rank;
   r.ranks = ranks;
+  r.sharding = args.data_parallel.sharding;
   {
     std::FILE* quiet = std::fopen("/dev/null", "w");  // setup's log lines (ZeRO-3's build) are the real run's
     std::unique_ptr<std::FILE, int (*)(std::FILE*)> closer(quiet, std::fclose);
     Setup s = setup_training(args, config, quiet != nullptr ? quiet : stderr, comm, Device::meta());
+    for (const auto& [name, p] : s.model->named_parameters()) {
+      r.parameter_numels.push_back(p.numel());
+      r.expert_parameter.push_back(models::is_expert_parameter(name));
+    }
     // Off (no --profile-dir), and without profile_info: its advice builds a model on the meta device.
     profile::Profiler profiler(profile_options(args, 0), nlohmann::json::object());
     SavedTensors saved;

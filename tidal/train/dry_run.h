@@ -45,6 +45,13 @@ struct DryRun {
   int64_t steps = 0;           // steps run: kDryRunSteps, or --train-iters when fewer
   int rank = 0, ranks = 1;     // the data-parallel rank this dry run played, of `ranks`
   std::vector<int> ranks_run;  // dry_run_largest_rank: the ranks it dry-ran
+  // The sharding strategy it ran under: its optimizer step's kernels update the rank's shard (the
+  // cost model times a sharded run's update from a no_shard one's by the shard's share).
+  ShardingStrategy sharding = ShardingStrategy::no_shard;
+  // The rank's parameters (under expert parallelism the dense ones and its experts), in
+  // named_parameters order: their element counts, and which are experts' (models/moe.h).
+  std::vector<int64_t> parameter_numels;
+  std::vector<bool> expert_parameter;
   // The kernels of the last step run (the second: the steady state), as the meta device's cost
   // kernels report them, tagged with phase, layer and module (kernel_records.h): the cost model's input.
   std::vector<StepKernel> kernels;

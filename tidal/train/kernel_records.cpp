@@ -5,6 +5,7 @@
 
 #include "tidal/base/clock.h"
 #include "tidal/base/error.h"
+#include "tidal/dist/collectives.h"
 #include "tidal/memory_scope.h"
 #include "tidal/range_recorder.h"
 
@@ -56,6 +57,7 @@ const char* step_phase_name(StepPhase p) {
     case StepPhase::recompute: return "recompute";
     case StepPhase::loss: return "loss";
     case StepPhase::optimizer: return "optimizer";
+    case StepPhase::collective: return "collective";
     case StepPhase::other: return "other";
   }
   return "?";
@@ -91,7 +93,7 @@ std::vector<StepKernel> KernelRecorder::finish() {
   set_cost_sink(nullptr);
   profile::stop_recording();
   active_ = false;
-  std::vector<Span> phases, recompute, loss;
+  std::vector<Span> phases, recompute, loss, collective;
   for (const profile::RangeEvent& r : profile::take_ranges()) {
     if (r.thread != 0) continue;
     const Span s{r.start_ns, r.end_ns, StepPhase::other};
@@ -99,6 +101,8 @@ std::vector<StepKernel> KernelRecorder::finish() {
       if (named(r.name, {"forward"})) phases.push_back({s.start, s.end, StepPhase::forward});
       if (named(r.name, {"backward"})) phases.push_back({s.start, s.end, StepPhase::backward});
       if (named(r.name, {"optimizer"})) phases.push_back({s.start, s.end, StepPhase::optimizer});
+    } else if (named(r.name, {dist::kReductionRange})) {
+      collective.push_back(s);
     } else if (named(r.name, {"checkpoint_replay", "recompute_output"})) {
       recompute.push_back(s);
     } else if (named(r.name, {"cross_entropy", "chunked_lm_loss", "CrossEntropyBackward", "ChunkedLmLossBackward"})) {
@@ -109,10 +113,13 @@ std::vector<StepKernel> KernelRecorder::finish() {
   std::sort(phases.begin(), phases.end(), [](const Span& a, const Span& b) { return a.start < b.start; });
   recompute = merged(std::move(recompute));
   loss = merged(std::move(loss));
+  collective = merged(std::move(collective));
   std::vector<StepKernel> out;
   out.reserve(raw_.size());
   for (Raw& r : raw_) {
-    if (holding(recompute, r.time_ns)) {
+    if (holding(collective, r.time_ns)) {
+      r.kernel.phase = StepPhase::collective;
+    } else if (holding(recompute, r.time_ns)) {
       r.kernel.phase = StepPhase::recompute;
     } else if (holding(loss, r.time_ns)) {
       r.kernel.phase = StepPhase::loss;

@@ -14,9 +14,11 @@ namespace tidal::train {
 // Where a kernel ran. The phases are the step's ranges (step.cpp: forward, backward, optimizer);
 // within them, a checkpoint replay or an output-discarding recompute is `recompute`, and the loss's
 // kernels (cross_entropy / chunked_lm_loss and their backward nodes: in chunk mode the LM head's
-// GEMMs too) are `loss`. `other`: outside the phases (the batch's tokens).
-enum class StepPhase : uint8_t { forward, backward, recompute, loss, optimizer, other };
-inline constexpr int kNumStepPhases = 6;
+// GEMMs too) are `loss`; a collective's own reduction kernels (dist/collectives.h kReductionRange,
+// which a collective library runs inside the collective) are `collective`, wherever they run. `other`:
+// outside the phases (the batch's tokens).
+enum class StepPhase : uint8_t { forward, backward, recompute, loss, optimizer, collective, other };
+inline constexpr int kNumStepPhases = 7;
 const char* step_phase_name(StepPhase p);
 
 struct StepKernel {

@@ -125,21 +125,11 @@ int64_t element_count(const std::vector<memory::SwapParam>& params) {
 // layout: the dense parameters over all N ranks, the rank's experts over the N / E of its expert-data group.
 int64_t largest_shard(const models::ModelConfig& m, const TriageSettings& s,
                       const std::vector<memory::SwapParam>& params) {
-  const bool by_kind = s.expert_parallel > 1 && s.num_parameters == 0;
-  const std::vector<bool>& expert = model_shape(m, s.expert_parallel).expert;
-  int64_t shard = 0;
-  for (const bool experts : {false, true}) {
-    if (experts && !by_kind) break;
-    std::vector<int64_t> numels;
-    for (size_t i = 0; i < params.size(); ++i)
-      if (!by_kind || expert[i] == experts) numels.push_back(params[i].numel);
-    const int ranks = experts ? std::max(1, s.data_parallel / s.expert_parallel) : s.data_parallel;
-    const optim::ShardLayout layout = optim::make_shard_layout(numels, ranks, optim::kGradNormChunk);
-    int64_t largest = 0;
-    for (int r = 0; r < ranks; ++r) largest = std::max(largest, layout.shard_size(r));
-    shard += largest;
-  }
-  return shard;
+  std::vector<int64_t> numels;
+  for (const memory::SwapParam& p : params) numels.push_back(p.numel);
+  std::vector<bool> expert = model_shape(m, s.expert_parallel).expert;
+  if (s.num_parameters > 0) expert.assign(numels.size(), false);  // the count alone: one piece
+  return optim::largest_shard(numels, expert, s.data_parallel, s.expert_parallel, optim::kGradNormChunk);
 }
 
 // How much predict_step_peak drops from `s` to `t` (the same settings with one change).

@@ -19,7 +19,8 @@ std::string step_time(const PlanCandidate& c) {
   return b;
 }
 
-// "~" marks the estimator's figure (no dry run of its own).
+// "~" marks a figure not wholly the candidate's own dry run's: the estimator's, or for
+// --overlap-grad-reduce the dry run without the overlap plus the estimator's buckets.
 std::string peak(const PlanCandidate& c) {
   std::string s = format_bytes(c.device_peak);
   if (!c.exact) s.insert(s.begin(), '~');
@@ -30,9 +31,10 @@ nlohmann::json candidate_json(const PlanCandidate& c) {
   nlohmann::json j = {{"flags", c.flags},
                       {"recompute", c.recompute},
                       {"device_peak_bytes", c.device_peak},
-                      {"host_peak_bytes", c.exact ? nlohmann::json(c.host_peak) : nlohmann::json(nullptr)},
+                      {"host_peak_bytes", c.checked ? nlohmann::json(c.host_peak) : nlohmann::json(nullptr)},
                       {"estimated_peak_bytes", c.estimated_peak},
                       {"exact", c.exact},
+                      {"checked", c.checked},
                       {"fits", c.fits},
                       {"pareto", c.pareto},
                       {"expert_model_parallel_size", c.args.data_parallel.expert_parallel},
@@ -84,14 +86,15 @@ std::string format_plan_search(const PlanSearch& s, const TrainArgs& g, const Se
          std::to_string(s.candidates.size()) + " with " + std::to_string(s.dry_runs) + " dry runs. The Pareto front " +
          "of device peak against step time has " + std::to_string(front.size()) + " members" +
          (last - first < front.size() ? "; around the chosen one (--json lists every candidate)" : "") +
-         " (~: the estimator's peak, its host peak unknown: -; * chosen):\n";
+         " (~: not its own dry run's peak: the estimator's, or for --overlap-grad-reduce the dry run's without it "
+         "plus the estimator's buckets; host peak unknown: -; * chosen):\n";
   out += "       step   device peak     host peak  flags\n";
   for (size_t k = first; k < last; ++k) {
     const size_t i = front[k];
     const PlanCandidate& c = s.candidates[i];
     char line[96];
     std::snprintf(line, sizeof line, "  %c %8s %13s %13s  ", int(i) == s.chosen ? '*' : ' ', step_time(c).c_str(),
-                  peak(c).c_str(), c.exact ? format_bytes(c.host_peak).c_str() : "-");
+                  peak(c).c_str(), c.checked ? format_bytes(c.host_peak).c_str() : "-");
     out += line + (c.flags.empty() ? std::string("(as given)") : c.flags) + (c.fits ? "" : "  [does not fit]") + "\n";
     out += "             " + c.why + "\n";
   }

@@ -37,19 +37,27 @@ std::optional<DryRun> try_dry_run(TrainArgs a, int ranks, bool largest = true, s
   }
 }
 
-// The configuration whose kernels time `a`: the same without offload, the swap optimizer and
-// overlapped gradient reduction (they add or move only copies and collectives, which the cost model
-// times from their bytes).
+// The configuration whose kernels time `a`: the same without offload, the swap optimizer and overlapped
+// gradient reduction (they add or move only copies and collectives, which the cost model times from
+// their bytes), and under ZeRO-1 without sharding, under ZeRO-3 as ZeRO-2 (the same kernels but the
+// update's, which the cost model scales to the shard: cost_model.h).
 TrainArgs kernel_args(const TrainArgs& a) {
   TrainArgs k = a;
   k.memory.offload = memory::OffloadConfig{};
   k.memory.swap_optimizer = memory::SwapOptimizerConfig{};
   k.data_parallel.overlap_grad_reduce = false;
   k.data_parallel.bucket_size = 0;
+  k.data_parallel.overlap_param_gather = false;
+  const ShardingStrategy s = a.data_parallel.sharding;
+  k.data_parallel.sharding = s == ShardingStrategy::optim                ? ShardingStrategy::no_shard
+                             : s == ShardingStrategy::optim_grads_params ? ShardingStrategy::optim_grads
+                                                                         : s;
   return k;
 }
+// Whether `a`'s kernel dry run is `a` itself (its peak exact).
 bool same_kernels(const TrainArgs& a) {
-  return !a.memory.offload.enabled && !a.memory.swap_optimizer.on && !a.data_parallel.overlap_grad_reduce;
+  return !a.memory.offload.enabled && !a.memory.swap_optimizer.on && !a.data_parallel.overlap_grad_reduce &&
+         kernel_args(a).data_parallel.sharding == a.data_parallel.sharding;
 }
 
 // Expert and context parallelism: E and C.
@@ -59,8 +67,8 @@ std::string parallel_key(const TrainArgs& a) {
 
 std::string kernel_key(const TrainArgs& a) {
   return a.memory.recompute.describe() + "|" + a.memory.loss.describe() + "|" + a.attention + "|" +
-         std::to_string(a.micro_batch_size) + "|" + sharding_name(a.data_parallel.sharding) + "|" +
-         std::to_string(int(a.data_parallel.overlap_param_gather)) + parallel_key(a);
+         std::to_string(a.micro_batch_size) + "|" + sharding_name(kernel_args(a).data_parallel.sharding) +
+         parallel_key(a);
 }
 // Everything but the recompute: the candidates that differ only in their recompute rung share it.
 std::string outer_key(const TrainArgs& a) {
@@ -70,10 +78,22 @@ std::string outer_key(const TrainArgs& a) {
          std::to_string(int(a.data_parallel.overlap_grad_reduce)) + parallel_key(a);
 }
 
+// What the search keeps of a kernel dry run: its statistics and its kernels' costs, phases and layers
+// (what the cost model reads), not the saved-tensor table nor the kernels' module and op names (a 30B
+// MoE model's dry run records hundreds of thousands of kernels, and the search keeps hundreds of runs).
+void keep_for_timing(DryRun& d) {
+  d.saved = {};
+  for (StepKernel& k : d.kernels) {
+    k.module = {};
+    k.op = {};
+  }
+}
+
 void set_exact(PlanCandidate& c, const DryRun& d, const PlanSearch& r) {
   c.device_peak = d.device.peak_allocated;
   c.host_peak = d.host.peak_allocated;
   c.exact = true;
+  c.checked = true;
   c.fits = c.device_peak <= r.target && (r.host_budget == 0 || c.host_peak <= r.host_budget);
 }
 
@@ -191,7 +211,10 @@ PlanSearch search_plans(const TrainArgs& given, const SearchOptions& o) {
     auto it = runs.find(key);
     if (it != runs.end()) return it->second;
     std::optional<DryRun> d = try_dry_run(kernel_args(a), o.data_parallel, false, &dry_run_error);
-    if (d) dry_run_kernels += int64_t(d->kernels.size());
+    if (d) {
+      dry_run_kernels += int64_t(d->kernels.size());
+      keep_for_timing(*d);
+    }
     ++r.dry_runs;
     return runs.emplace(key, std::move(d)).first->second;
   };
@@ -258,26 +281,27 @@ PlanSearch search_plans(const TrainArgs& given, const SearchOptions& o) {
         0, c.estimated_peak - predict_step_peak(plain.model, triage_settings(plain, o.data_parallel)).total);
     c.device_peak = d->device.peak_allocated + buckets;
     c.host_peak = d->host.peak_allocated;
+    c.checked = true;
     c.fits = c.device_peak <= r.target && (r.host_budget == 0 || c.host_peak <= r.host_budget);
   };
-  // At most kMaxVerified dry runs: past them only candidates already exact are taken (the estimator
+  // At most kMaxVerified dry runs: past them only candidates already checked are taken (the estimator
   // runs low where backward's temporaries dominate, so its peak alone may not fit), and only when
   // none is does the choice fall back to the estimator's peak.
   for (size_t i = 0; i < r.candidates.size() && r.chosen < 0; ++i) {
     PlanCandidate& c = r.candidates[i];
     if (!c.fits) continue;
-    if (!c.exact && verified < kMaxVerified) {
+    if (!c.checked && verified < kMaxVerified) {
       ++verified;
       verify(c);
     }
-    if (c.fits && c.exact) r.chosen = int(i);
+    if (c.fits && c.checked) r.chosen = int(i);
   }
   for (size_t i = 0; i < r.candidates.size() && r.chosen < 0 && r.host_budget == 0; ++i)  // a host budget needs
     if (r.candidates[i].fits) r.chosen = int(i);                                          // the dry run's host peak
   // The Pareto front of device peak against step time.
   int64_t smallest = INT64_MAX;
   for (PlanCandidate& c : r.candidates) {
-    if (c.device_peak < smallest && !c.exact && verified < kMaxVerified) {
+    if (c.device_peak < smallest && !c.checked && verified < kMaxVerified) {
       ++verified;
       verify(c);
     }

@@ -9,7 +9,9 @@
 // Pruning ("what cannot win"): a candidate the estimator puts above the budget by more than its
 // error is not timed. Activation offload, the swap optimizer and overlapped gradient reduction run the
 // same kernels as the configuration without them (they add copies and move collectives, which the cost
-// model times from their bytes), so one dry run times every such variant of a configuration. The
+// model times from their bytes), and ZeRO-1 those of no_shard, ZeRO-3 those of ZeRO-2, but for the
+// update's, which the cost model scales to the shard; so one dry run times every such variant of a
+// configuration. The
 // first recompute rung that fits is timed for every combination of the other switches; the other
 // rungs while the dry runs have recorded fewer than SearchOptions::dry_run_kernels kernels (a bound on
 // their work that every rank counts alike, unlike time, so every rank makes the same choice; a large
@@ -33,6 +35,9 @@ struct PlanCandidate {
   int64_t device_peak = 0;     // the dry run's peak when `exact`, else the estimate
   int64_t host_peak = 0;       // the dry run's host peak when `exact` (offload, swap optimizer), else 0
   bool exact = false;
+  // Its device peak comes from a dry run: `exact`, or (--overlap-grad-reduce, which a dry run refuses)
+  // the dry run without the overlap plus the estimator's buckets.
+  bool checked = false;
   bool timed = false;
   StepTime time;        // when `timed`
   bool fits = false;    // device_peak within the target (and, exact, host_peak within the host budget)
