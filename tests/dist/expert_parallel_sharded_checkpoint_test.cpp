@@ -82,8 +82,8 @@ void save_and_resume(const std::string& strategy, const std::vector<std::vector<
   const std::vector<double> resumed = losses_of(run_args(layout, dir + "/resumed", 4, dir + "/half"));
   EXPECT_EQ(resumed, std::vector<double>(full.begin() + 2, full.end()));
   const std::string end = "/iter_0000004/";
-  expect_same_tensors(read(dir + "/resumed" + end + "model.safetensors"), read(dir + "/full" + end + "model.safetensors"),
-                      0, strategy + " resumed: weights");
+  expect_same_tensors(read(dir + "/resumed" + end + "model.safetensors"),
+                      read(dir + "/full" + end + "model.safetensors"), 0, strategy + " resumed: weights");
   expect_same_tensors(read(dir + "/resumed" + end + "optimizer.safetensors"),
                       read(dir + "/full" + end + "optimizer.safetensors"), 0, strategy + " resumed: optimizer states");
   // One process's files: every expert and every expert's moments, by their global names.
@@ -155,8 +155,9 @@ TEST(ExpertParallelShardedCheckpoint, NoShardCheckpointResumesShardedRun) {
     const std::string to = dir + "/" + strategy;
     const std::vector<double> resumed = losses_of(run_args(ep2(strategy), to, 4, dir + "/half"));
     expect_same_losses(resumed, std::vector<double>(full.begin() + 2, full.end()), kLossTolerance, strategy);
-    expect_same_tensors(read(to + "/iter_0000004/model.safetensors"), read(dir + "/full/iter_0000004/model.safetensors"),
-                        kWeightTolerance, "no_shard checkpoint resumed under " + strategy);
+    expect_same_tensors(read(to + "/iter_0000004/model.safetensors"),
+                        read(dir + "/full/iter_0000004/model.safetensors"), kWeightTolerance,
+                        "no_shard checkpoint resumed under " + strategy);
   }
 }
 
@@ -173,10 +174,23 @@ TEST(ExpertParallelShardedCheckpoint, PretrainedWithParametersSharded) {
   }
   world.barrier();
   auto args = [&](const std::vector<std::string>& layout, int64_t global) {
-    std::vector<std::string> argv = {"--pretrained", dir + "/hf", "--mock-data", "--train-iters", "2",
-                                     "--seq-length", "16", "--micro-batch-size", "2", "--global-batch-size",
-                                     std::to_string(global), "--eval-interval", "0", "--attention-dropout", "0",
-                                     "--hidden-dropout", "0"};
+    std::vector<std::string> argv = {"--pretrained",
+                                     dir + "/hf",
+                                     "--mock-data",
+                                     "--train-iters",
+                                     "2",
+                                     "--seq-length",
+                                     "16",
+                                     "--micro-batch-size",
+                                     "2",
+                                     "--global-batch-size",
+                                     std::to_string(global),
+                                     "--eval-interval",
+                                     "0",
+                                     "--attention-dropout",
+                                     "0",
+                                     "--hidden-dropout",
+                                     "0"};
     argv.insert(argv.end(), layout.begin(), layout.end());
     return parse_train_args(argv);
   };

@@ -17,7 +17,9 @@
 // the distributed optimizer every rank writes its own shard file into rank 0's temporary directory,
 // so DIR must be one directory that every rank sees (a shared filesystem, as Megatron-LM assumes);
 // rank 0 writes the rest once every rank's file is in, and a resume on another number of ranks
-// assembles each rank's pieces from the files that hold them (docs/distributed.md).
+// assembles each rank's pieces from the files that hold them (docs/distributed.md). Under expert
+// parallelism (any sharding strategy) a checkpoint is one process's files, which rank 0 assembles
+// from every rank's pieces (save_gathered_checkpoint), so it resumes under any E and any layout.
 #include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
