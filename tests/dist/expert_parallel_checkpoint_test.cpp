@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/dist/expert_runs.h"
 #include "tests/dist/train_runs.h"
 #include "tidal/dist/single_communicator.h"
 #include "tidal/io/safetensors.h"
@@ -18,37 +19,14 @@
 #include "tidal/models/pretrained.h"
 #include "tidal/rng.h"
 #include "tidal/train/checkpoint.h"
-#include "tidal/train/expert_parallel.h"
 
 namespace tidal::train {
 namespace {
 
 namespace fs = std::filesystem;
 
-// E ranks against one process (tests/dist/expert_parallel_test.cpp): an expert's weight gradient adds
-// every rank's tokens in one matrix product where one process adds micro-batch after micro-batch, and
-// AdamW turns a rounding difference of a gradient near zero into up to the step's lr.
-constexpr double kWeightTolerance = 5e-5;
-constexpr double kLossTolerance = 1e-6;
-
+// kWeightTolerance, kLossTolerance: E ranks against one process (tests/dist/expert_runs.h).
 std::map<std::string, Tensor> read(const std::string& path) { return io::load_safetensors(path).tensors; }
-
-// The same names, dtypes and shapes, and values within `tolerance` (0: bitwise).
-void expect_same_tensors(const std::map<std::string, Tensor>& got, const std::map<std::string, Tensor>& want,
-                         double tolerance, const std::string& what) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  for (const auto& [name, w] : want) {
-    ASSERT_TRUE(got.count(name)) << what << ": " << name;
-    const Tensor& g = got.at(name);
-    ASSERT_EQ(g.dtype(), w.dtype()) << what << ": " << name;
-    ASSERT_EQ(g.shape(), w.shape()) << what << ": " << name;
-    const double d = max_abs_difference(g.to(DType::f32), w.to(DType::f32));
-    if (tolerance == 0)
-      EXPECT_EQ(d, 0.0) << what << ": " << name;
-    else
-      EXPECT_LE(d, tolerance) << what << ": " << name;
-  }
-}
 
 // tiny-qwen3-moe, micro-batches of 2, as many as the world has ranks per step; with `e` > 1 expert
 // parallel, saving every 2 steps to `save`, resuming from `load`.
@@ -212,20 +190,6 @@ TEST(ExpertParallelCheckpoint, AFailedSaveFailsEveryRankOfTheGroup) {
   const std::map<std::string, Tensor> states = read(dir + "/iter_0000002/optimizer.safetensors");
   ASSERT_EQ(states.size(), 3u);
   EXPECT_EQ(states.at("model.layers.1.mlp.experts.1.up_proj.weight.exp_avg").to_vector<float>()[0], 2.0f);
-}
-
-// A sharding strategy with expert parallelism saves and loads no checkpoint yet.
-TEST(ExpertParallelCheckpoint, RefusedWithAShardingStrategy) {
-  for (const char* flag : {"--save", "--load"}) {
-    const TrainArgs args = parse_train_args({"--model", "tiny-qwen3-moe", "--mock-data", "--expert-model-parallel-size",
-                                             "2", "--use-distributed-optimizer", flag, "/tmp/x"});
-    try {
-      check_expert_parallel(args, args.model, 2);
-      ADD_FAILURE() << flag << " was accepted";
-    } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find("is not supported yet"), std::string::npos) << e.what();
-    }
-  }
 }
 
 }  // namespace

@@ -108,4 +108,21 @@ Trained compare_with_one_process(int e, const std::vector<std::string>& extra, c
   return ep;
 }
 
+void expect_same_tensors(const std::map<std::string, Tensor>& got, const std::map<std::string, Tensor>& want,
+                         double tolerance, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  double worst = 0;
+  for (const auto& [name, w] : want) {
+    ASSERT_TRUE(got.count(name)) << what << ": " << name;
+    const Tensor& g = got.at(name);
+    ASSERT_EQ(g.dtype(), w.dtype()) << what << ": " << name;
+    ASSERT_EQ(g.shape(), w.shape()) << what << ": " << name;
+    const double d = max_abs_difference(g.to(DType::f32), w.to(DType::f32));
+    EXPECT_LE(d, tolerance) << what << ": " << name;
+    worst = std::max(worst, d);
+  }
+  if (std::getenv("TIDAL_PRINT_DIFFERENCES"))
+    std::fprintf(stderr, "[rank %d] %s: within %.3g\n", dist::world().rank(), what.c_str(), worst);
+}
+
 }  // namespace tidal::train

@@ -67,4 +67,9 @@ void expect_agrees(const Trained& ep, const Trained& one, int e, int64_t element
 Trained compare_with_one_process(int e, const std::vector<std::string>& extra = {},
                                  const std::vector<std::string>& both = {}, Tolerances tol = {});
 
+// The same names, dtypes and shapes, and values within `tolerance` (0: bitwise); with
+// TIDAL_PRINT_DIFFERENCES set, prints the largest difference (to measure the tolerances).
+void expect_same_tensors(const std::map<std::string, Tensor>& got, const std::map<std::string, Tensor>& want,
+                         double tolerance, const std::string& what);
+
 }  // namespace tidal::train

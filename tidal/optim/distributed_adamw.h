@@ -97,12 +97,19 @@ class DistributedAdamW {
 
   // Checkpoints (distributed_adamw_state.cpp; docs/distributed.md): every rank saves its local
   // AdamW's state_dict (its shard parameters' states) in a file of its own. The whole parameters
-  // and their layout over the ranks, which a checkpoint records so it can be re-sharded:
-  // (Not with expert parallelism: its two layouts have no checkpoint format yet.)
+  // and their layout over the ranks, which a checkpoint records so it can be re-sharded (not with
+  // expert parallelism, whose two layouts save one process's states instead: state_pieces):
   const NamedParameters& parameters() const { return params_; }
   const ShardLayout& layout() const;
+  // This rank's pieces of one process's AdamW state_dict, from `state`, its local AdamW's: each
+  // moment of a shard parameter as a piece of the whole parameter's moment, each whole parameter's
+  // step count once (from the rank whose shard holds its first element), and with `with_step` the
+  // optimizer's step count. Over every rank (over every expert-parallel rank's experts) the pieces
+  // cover one process's state_dict once.
+  std::vector<TensorPiece> state_pieces(const std::map<std::string, Tensor>& state, bool with_step) const;
   // Loads into `local` this rank's pieces of a saved state (of any number of ranks, or of one
-  // process: optim/shard_state.h), reading only the saved ranks that hold them.
+  // process: optim/shard_state.h), reading only the saved ranks that hold them. With expert
+  // parallelism only one process's state (its experts this rank's), each group's pieces in its layout.
   void load_state(AdamW& local, const SavedState& saved) const;
 
  private:

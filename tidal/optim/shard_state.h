@@ -22,6 +22,16 @@ std::string fragment_name(const std::string& name, int64_t numel, const ShardLay
 // shard is empty (every saved rank's state holds the optimizer's step count).
 std::vector<int> overlapping_ranks(const ShardLayout& from, const ShardLayout& to, int rank);
 
+// A piece of one process's tensor (a parameter, or a state of its AdamW: "<name>.exp_avg"): elements
+// [begin, begin + data.numel()) of the flat tensor `name` of shape `shape` (the whole tensor when
+// `data` has `shape`). Expert parallel's checkpoint assembles one process's files from them.
+struct TensorPiece {
+  std::string name;
+  Shape shape;
+  int64_t begin = 0;
+  Tensor data;
+};
+
 struct SavedState {
   ShardLayout layout;  // how the saved state was sharded (the same parameters as the target's)
   // Saved rank r's state dict; called at most once per rank, and what it returns is dropped when used.

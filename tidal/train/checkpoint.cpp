@@ -268,77 +268,129 @@ OptimizerShards read_shards(const json& s, const std::string& where) {
   return o;
 }
 
-// Expert parallel: what rank `rank` of the group sends rank 0 for a file: everything on rank 0 (which
-// writes it), each other rank its experts (the rest is rank 0's too).
-std::map<std::string, Tensor> contribution(const std::map<std::string, Tensor>& all, int rank) {
-  if (rank == 0) return all;
-  std::map<std::string, Tensor> out;
-  for (const auto& [name, t] : all)
-    if (models::is_expert_parameter(name)) out.emplace(name, t);
-  return out;
-}
-
-json manifest(const std::map<std::string, Tensor>& tensors) {
+// A piece as a manifest lists it: [name, dtype, whole shape, begin, length].
+json manifest(const std::vector<optim::TensorPiece>& pieces) {
   json out = json::array();
-  for (const auto& [name, t] : tensors) out.push_back({name, int(t.dtype()), t.shape().vec()});
+  for (const optim::TensorPiece& p : pieces)
+    out.push_back({p.name, int(p.data.dtype()), p.shape.vec(), p.begin, p.data.numel()});
   return out;
 }
 
-// Rank 0's side of one file of an expert-parallel save: its own tensors and the other ranks' experts
-// (from their manifests), each received from its rank when the file's writer reaches it. The ranks
-// send in name order, the writer writes in name order, so the messages match in the order listed.
-class ExpertReceiver {
+// The order every rank sends its pieces in and rank 0 writes the tensors in: by name.
+std::vector<optim::TensorPiece> by_name(std::vector<optim::TensorPiece> pieces) {
+  std::stable_sort(pieces.begin(), pieces.end(),
+                   [](const optim::TensorPiece& a, const optim::TensorPiece& b) { return a.name < b.name; });
+  return pieces;
+}
+
+void check_finite(const std::vector<optim::TensorPiece>& pieces, const char* what, int64_t iteration) {
+  for (const optim::TensorPiece& p : pieces)
+    TIDAL_CHECK(optim::all_finite(p.data), "[checkpoint] refusing to save iteration ", iteration, ": ", what, " ",
+                p.name, " holds NaN or infinite values (training diverged; --check-for-nan-in-loss-and-grad, on by ",
+                "default, stops at the step that does it)");
+}
+
+// Rank 0's side of one file of a gathered save (expert parallel): every tensor of one process's file
+// assembled from the pieces the ranks' manifests list, rank 0's own copied, the others' received from
+// their ranks when the file's writer reaches the tensor, so rank 0 holds one assembled tensor at a
+// time. Every rank sends its pieces in name order (at most one per tensor), the writer writes in name
+// order, so the messages match in the order listed.
+class PieceReceiver {
  public:
-  ExpertReceiver(dist::Communicator& comm, const std::vector<std::string>& manifests, const char* file) : comm_(comm) {
+  PieceReceiver(dist::Communicator& comm, const std::vector<std::string>& manifests, const char* file,
+                const std::vector<optim::TensorPiece>& own)
+      : comm_(comm), queue_(manifests.size()), next_(manifests.size(), 0) {
+    if (!own.empty()) device_ = own.front().data.device();
+    for (const optim::TensorPiece& p : own) add(p.name, p.data.dtype(), p.shape, {0, p.begin, p.data.numel(), &p});
     for (size_t r = 1; r < manifests.size(); ++r) {
       const json listed = json::parse(manifests[r]);
-      for (const json& e : listed.at(file))
-        remote_.push_back(
-            {int(r), {e[0].get<std::string>(), DType(e[1].get<int>()), Shape(e[2].get<std::vector<int64_t>>())}});
+      for (const json& e : listed.at(file)) {
+        const std::string name = e[0].get<std::string>();
+        const Piece piece{int(r), e[3].get<int64_t>(), e[4].get<int64_t>(), nullptr};
+        add(name, DType(e[1].get<int>()), Shape(e[2].get<std::vector<int64_t>>()), piece);
+        if (piece.length > 0) queue_[r].push_back({name, DType(e[1].get<int>()), piece.length});
+      }
     }
-    std::sort(remote_.begin(), remote_.end(),
-              [](const Remote& a, const Remote& b) { return a.entry.name < b.entry.name; });
   }
   TensorWriter writer() {
-    return [this](const std::string& path, const std::map<std::string, Tensor>& own,
+    return [this](const std::string& path, const std::map<std::string, Tensor>& tensors,
                   const std::map<std::string, std::string>& metadata) {
-      device_ = own.empty() ? Device::cpu() : own.begin()->second.device();
+      TIDAL_ASSERT(tensors.empty(), "[checkpoint] a gathered file's tensors are its pieces");
       std::vector<io::TensorEntry> entries;
-      for (const auto& [name, t] : own) entries.push_back({name, t.dtype(), t.shape()});
-      for (const Remote& r : remote_) {
-        TIDAL_ASSERT(!own.count(r.entry.name), "[checkpoint] ", r.entry.name, " is on two expert-parallel ranks");
-        entries.push_back(r.entry);
-      }
+      for (const auto& [name, w] : tensors_) entries.push_back({name, w.dtype, w.shape});
       io::save_safetensors_streamed(
-          path, std::move(entries),
-          [&](const io::TensorEntry& e) {
-            auto it = own.find(e.name);
-            return it != own.end() ? it->second : receive(e.name);
-          },
-          metadata);
+          path, std::move(entries), [this](const io::TensorEntry& e) { return produce(e); }, metadata);
     };
   }
   // What was not received yet (a failed write): taken and dropped, so no rank waits to send it.
   void drain() {
-    while (next_ < remote_.size()) receive(remote_[next_].entry.name);
+    for (size_t r = 1; r < queue_.size(); ++r)
+      for (; next_[r] < queue_[r].size(); ++next_[r]) {
+        const Pending& p = queue_[r][next_[r]];
+        Tensor t = empty({p.length}, p.dtype, device_);
+        comm_.exchange({}, {{int(r), t.raw_data(), t.nbytes()}});
+      }
   }
 
  private:
-  struct Remote {
+  struct Piece {
     int rank;
-    io::TensorEntry entry;
+    int64_t begin, length;
+    const optim::TensorPiece* own;  // rank 0's, else null
   };
-  Tensor receive(const std::string& name) {
-    TIDAL_ASSERT(next_ < remote_.size() && remote_[next_].entry.name == name, "[checkpoint] ", name,
-                 " is not the next expert tensor to receive");
-    const Remote& r = remote_[next_++];
-    Tensor t = empty(r.entry.shape, r.entry.dtype, device_);
-    if (t.nbytes() > 0) comm_.exchange({}, {{r.rank, t.raw_data(), t.nbytes()}});
+  struct Whole {
+    DType dtype;
+    Shape shape;
+    std::vector<Piece> pieces;
+    bool consistent = true;  // every piece of the same dtype and shape
+  };
+  struct Pending {
+    std::string name;
+    DType dtype;
+    int64_t length;
+  };
+  void add(const std::string& name, DType dtype, const Shape& shape, const Piece& piece) {
+    auto [it, fresh] = tensors_.try_emplace(name, Whole{dtype, shape, {}});
+    if (!fresh && (it->second.dtype != dtype || it->second.shape != shape)) it->second.consistent = false;
+    it->second.pieces.push_back(piece);
+  }
+  Tensor produce(const io::TensorEntry& e) {
+    Whole& w = tensors_.at(e.name);
+    // The pieces tile the tensor, and the ranks' next pieces to receive are these.
+    TIDAL_ASSERT(w.consistent, "[checkpoint] the pieces of ", e.name, " disagree on its dtype or shape");
+    std::sort(w.pieces.begin(), w.pieces.end(), [](const Piece& a, const Piece& b) { return a.begin < b.begin; });
+    int64_t at = 0;
+    std::vector<size_t> next = next_;
+    for (const Piece& p : w.pieces) {
+      TIDAL_ASSERT(p.begin == at, "[checkpoint] the pieces of ", e.name, " leave a gap or overlap at element ", at);
+      at += p.length;
+      if (p.own == nullptr && p.length > 0)
+        TIDAL_ASSERT(next[size_t(p.rank)] < queue_[size_t(p.rank)].size() &&
+                         queue_[size_t(p.rank)][next[size_t(p.rank)]++].name == e.name,
+                     "[checkpoint] ", e.name, " is not rank ", p.rank, "'s next piece to receive");
+    }
+    TIDAL_ASSERT(at == w.shape.numel(), "[checkpoint] the pieces of ", e.name, " hold ", at, " of its ",
+                 w.shape.numel(), " elements");
+    if (w.pieces.size() == 1 && w.pieces[0].own != nullptr && w.pieces[0].own->data.shape() == w.shape)
+      return w.pieces[0].own->data;  // one whole tensor of rank 0's
+    Tensor t = empty(w.shape, w.dtype, device_);
+    Tensor flat = t.view({at});
+    const int64_t itemsize = t.itemsize();
+    std::vector<dist::Communicator::Transfer> receives;
+    for (const Piece& p : w.pieces) {
+      if (p.own != nullptr)
+        flat.narrow(0, p.begin, p.length).copy_(p.own->data.contiguous().view({p.length}));
+      else if (p.length > 0)
+        receives.push_back({p.rank, static_cast<char*>(t.raw_data()) + p.begin * itemsize, p.length * itemsize});
+    }
+    next_ = std::move(next);
+    if (!receives.empty()) comm_.exchange({}, receives);
     return t;
   }
   dist::Communicator& comm_;
-  std::vector<Remote> remote_;  // by name
-  size_t next_ = 0;
+  std::map<std::string, Whole> tensors_;     // by name
+  std::vector<std::vector<Pending>> queue_;  // per rank: its pieces to receive, in order
+  std::vector<size_t> next_;                 // per rank: the next of them
   Device device_ = Device::cpu();
 };
 
@@ -458,44 +510,51 @@ void save_sharded_checkpoint(dist::Communicator& comm, const std::string& dir, c
   });
 }
 
-void save_expert_parallel_checkpoint(dist::Communicator& experts, const std::string& dir, const TrainingState& state,
-                                     const std::map<std::string, Tensor>& model,
-                                     const std::map<std::string, Tensor>& optimizer, const json& config,
-                                     const std::string& tokenizer_path) {
-  const int me = experts.rank();
-  const std::map<std::string, Tensor> my_model = contribution(model, me), my_optimizer = contribution(optimizer, me);
+std::vector<optim::TensorPiece> expert_contribution(const std::map<std::string, Tensor>& all, int rank) {
+  std::vector<optim::TensorPiece> out;
+  for (const auto& [name, t] : all)
+    if (rank == 0 || models::is_expert_parameter(name)) out.push_back({name, t.shape(), 0, t});
+  return out;
+}
+
+void save_gathered_checkpoint(dist::Communicator& comm, const std::string& dir, const TrainingState& state,
+                              const std::vector<optim::TensorPiece>& model_pieces,
+                              const std::vector<optim::TensorPiece>& optimizer_pieces, const json& config,
+                              const std::string& tokenizer_path) {
+  const int me = comm.rank();
+  const std::vector<optim::TensorPiece> model = by_name(model_pieces), optimizer = by_name(optimizer_pieces);
   const std::string final_dir = dir + "/" + iter_name(state.iteration);
   const std::string what = "[checkpoint] iteration " + std::to_string(state.iteration) + " was not saved";
   // 1. Nothing that is not finite; what every rank sends; rank 0 makes the temporary directory.
   std::string tmp;
   std::vector<std::string> manifests;
   try {
-    manifests = on_every_rank(experts, what, [&] {
-      check_finite(my_model, "parameter", state.iteration);
-      check_finite(my_optimizer, "optimizer state", state.iteration);
+    manifests = on_every_rank(comm, what, [&] {
+      check_finite(model, "parameter", state.iteration);
+      check_finite(optimizer, "optimizer state", state.iteration);
       if (me == 0) tmp = make_temporary(dir, final_dir);
-      return json{{"model", manifest(my_model)}, {"optimizer", manifest(my_optimizer)}}.dump();
+      return json{{"model", manifest(model)}, {"optimizer", manifest(optimizer)}}.dump();
     });
   } catch (...) {
     std::error_code ec;
     if (!tmp.empty()) fs::remove_all(tmp, ec);
     throw;
   }
-  // 2. The other ranks send their experts, model then optimizer, each in name order; rank 0 writes.
+  // 2. The other ranks send their pieces, model then optimizer, each in name order; rank 0 writes.
   std::string failure;
   json record;
   if (me != 0) {
-    for (const auto* file : {&my_model, &my_optimizer})
-      for (const auto& [name, t] : *file) {
-        const Tensor c = t.contiguous();
-        if (c.nbytes() > 0) experts.exchange({{0, c.raw_data(), c.nbytes()}}, {});
+    for (const auto* file : {&model, &optimizer})
+      for (const optim::TensorPiece& p : *file) {
+        const Tensor c = p.data.contiguous();
+        if (c.nbytes() > 0) comm.exchange({{0, c.raw_data(), c.nbytes()}}, {});
       }
   } else {
-    ExpertReceiver model_in(experts, manifests, "model"), optimizer_in(experts, manifests, "optimizer");
+    PieceReceiver model_in(comm, manifests, "model", model), optimizer_in(comm, manifests, "optimizer", optimizer);
     try {
       writing(tmp, final_dir, [&] {
-        std::vector<std::string> files = write_model_files(tmp, model, config, tokenizer_path, model_in.writer());
-        optimizer_in.writer()(tmp + "/optimizer.safetensors", optimizer, {});
+        std::vector<std::string> files = write_model_files(tmp, {}, config, tokenizer_path, model_in.writer());
+        optimizer_in.writer()(tmp + "/optimizer.safetensors", {}, {});
         files.push_back("optimizer.safetensors");
         record = state_record(state, file_sums(tmp, files));
       });
@@ -505,13 +564,21 @@ void save_expert_parallel_checkpoint(dist::Communicator& experts, const std::str
       optimizer_in.drain();
     }
   }
-  // 3. Rank 0 publishes; every rank of the group learns how it went.
-  on_every_rank(experts, what, [&] {
+  // 3. Rank 0 publishes; every rank learns how it went.
+  on_every_rank(comm, what, [&] {
     if (me != 0) return std::string();
     TIDAL_CHECK(failure.empty(), failure);
     publish(dir, tmp, final_dir, record, state.iteration);
     return std::string();
   });
+}
+
+void save_expert_parallel_checkpoint(dist::Communicator& experts, const std::string& dir, const TrainingState& state,
+                                     const std::map<std::string, Tensor>& model,
+                                     const std::map<std::string, Tensor>& optimizer, const json& config,
+                                     const std::string& tokenizer_path) {
+  save_gathered_checkpoint(experts, dir, state, expert_contribution(model, experts.rank()),
+                           expert_contribution(optimizer, experts.rank()), config, tokenizer_path);
 }
 
 Checkpoint load_checkpoint(const std::string& dir, const std::function<bool(const std::string&)>& keep) {

@@ -17,7 +17,9 @@
 // the distributed optimizer every rank writes its own shard file into rank 0's temporary directory,
 // so DIR must be one directory that every rank sees (a shared filesystem, as Megatron-LM assumes);
 // rank 0 writes the rest once every rank's file is in, and a resume on another number of ranks
-// assembles each rank's pieces from the files that hold them (docs/distributed.md).
+// assembles each rank's pieces from the files that hold them (docs/distributed.md). Under expert
+// parallelism (any sharding strategy) a checkpoint is one process's files, which rank 0 assembles
+// from every rank's pieces (save_gathered_checkpoint), so it resumes under any E and any layout.
 #include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -28,6 +30,7 @@
 #include "tidal/dist/communicator.h"
 #include "tidal/ops/random.h"
 #include "tidal/optim/shard_layout.h"
+#include "tidal/optim/shard_state.h"
 #include "tidal/tensor.h"
 
 namespace tidal::train {
@@ -90,6 +93,23 @@ void save_expert_parallel_checkpoint(dist::Communicator& experts, const std::str
                                      const std::map<std::string, Tensor>& model,
                                      const std::map<std::string, Tensor>& optimizer, const nlohmann::json& config,
                                      const std::string& tokenizer_path = "");
+// Expert parallel with a sharded optimizer (and the above, which calls it): one process's checkpoint
+// gathered from pieces. Every rank of `comm` calls it with the pieces of one process's model and
+// optimizer files it contributes (together they cover each tensor once; optim::TensorPiece,
+// DistributedAdamW::state_pieces); `config` and `tokenizer_path` are rank 0's. Rank 0 writes the
+// files, assembling each tensor from its own pieces and those it receives from their ranks as it
+// writes it, so no rank ever holds more than one tensor of the others' states. It loads with any
+// --expert-model-parallel-size, any sharding strategy and any number of ranks. Returns on every rank
+// of `comm` once the checkpoint is published; a failure on any rank (a NaN, an unwritable disk)
+// throws tidal::Error on every rank naming the rank, and leaves the previous checkpoint current.
+void save_gathered_checkpoint(dist::Communicator& comm, const std::string& dir, const TrainingState& state,
+                              const std::vector<optim::TensorPiece>& model,
+                              const std::vector<optim::TensorPiece>& optimizer, const nlohmann::json& config,
+                              const std::string& tokenizer_path = "");
+// What rank `rank` of an expert-parallel group contributes of a whole file's tensors `all` (its model
+// or its one-process AdamW's state_dict): everything on rank 0, each other rank its experts (the rest
+// is rank 0's too), each tensor whole.
+std::vector<optim::TensorPiece> expert_contribution(const std::map<std::string, Tensor>& all, int rank);
 // Reads the latest complete checkpoint under `dir`, verifying every file's size and CRC-32 (a
 // sharded optimizer's files: their presence and sizes; load_optimizer_shard checks the CRC-32 of
 // those it reads); throws tidal::Error naming the file and what is wrong. `keep`, when given: only

@@ -21,15 +21,6 @@ void check_expert_parallel(const TrainArgs& args, const models::ModelConfig& mod
   TIDAL_CHECK(model.num_experts % e == 0, "tidal train: --expert-model-parallel-size ", e,
               " does not divide the model's ", model.num_experts, " experts (num_experts): each rank holds ",
               "num_experts / E of them");
-  // Checkpoints gather the experts of one process's model and AdamW (checkpoint.h): not a sharded
-  // optimizer's, whose dense and expert shards have two layouts.
-  TIDAL_CHECK(args.data_parallel.sharding == ShardingStrategy::no_shard ||
-                  (args.save.empty() && args.load.empty() && args.pretrained.empty()),
-              "tidal train: --expert-model-parallel-size ", e, " with --save, --load or --pretrained and ",
-              "--data-parallel-sharding-strategy ", sharding_name(args.data_parallel.sharding),
-              " (or --use-distributed-optimizer) is not supported yet: expert parallelism saves and loads ",
-              "checkpoints with no_shard only (the distributed optimizer's shards of the dense parameters and of ",
-              "the experts have two layouts); drop the sharding strategy or the checkpoint flags");
 }
 
 ExpertGroups make_expert_groups(dist::Communicator& comm, int expert_parallel) {

@@ -17,8 +17,7 @@
 namespace tidal::train {
 
 // Throws tidal::Error naming the numbers unless E fits the run: E divides the ranks and the model's
-// experts, the model has experts (E > 1), and nothing this increment cannot do with E > 1 is asked for
-// (--save, --load and --pretrained with a sharding strategy).
+// experts and the model has experts (E > 1).
 void check_expert_parallel(const TrainArgs& args, const models::ModelConfig& model, int ranks);
 
 struct ExpertGroups {

@@ -216,7 +216,7 @@ void resume(const TrainArgs& args, const models::ModelConfig& config, Setup& s, 
     TIDAL_CHECK(!expert_parallel || ck.shards.ranks == 0, "[checkpoint] ", ck.path, " holds the distributed ",
                 "optimizer's states in ", ck.shards.ranks, " shard files, which --expert-model-parallel-size does not ",
                 "read yet: resume it without expert parallelism, or from a checkpoint saved without ",
-                "--use-distributed-optimizer");
+                "--use-distributed-optimizer or with --expert-model-parallel-size (one process's files)");
     check_same_model(ck.config, config, ck.path);
     check_same_precision(ck.config, config, ck.path);
     // A ZeRO-3 model built without its values (nn/deferred_init.h) gets its bytes to load into.

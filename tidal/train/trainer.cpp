@@ -23,15 +23,29 @@ bool due(int64_t it, int64_t interval, int64_t last) { return (interval > 0 && i
 
 // Rank 0 writes one process's checkpoint; with the distributed optimizer every rank writes its shard
 // of the optimizer's states, and rank 0 the rest (checkpoint.h): no rank gathers another's states.
+// Expert parallel: one process's checkpoint, rank 0 receiving the others' experts and (sharded) the
+// pieces of the optimizer's states tensor by tensor as it writes them.
 void save(const TrainArgs& args, const models::ModelConfig& config, const Setup& s, int64_t it) {
   const TrainingState st{it, get_rng_state(), s.loader.position(), s.settings, nlohmann::json::object()};
   const bool rank0 = s.comm->rank() == 0;
   ParamGather::Scope whole(s.param_gather.get(), /*whole=*/true);  // ZeRO-3: the model for rank 0 to write
-  if (!s.sharded && s.model->config().expert_group) {  // expert parallel: the group of rank 0 gathers its experts
+  if (s.model->config().expert_group) {
     dist::Communicator& experts = *s.model->config().expert_group;
-    if (s.comm->rank() < experts.size())  // the groups are contiguous (expert_parallel.h)
-      save_expert_parallel_checkpoint(experts, args.save, st, s.model->state_dict(), s.optimizer->state_dict(),
-                                      models::config_to_json(config), s.data.tokenizer_path);
+    // The expert-parallel group of rank 0 holds every expert: the groups are contiguous (expert_parallel.h).
+    const bool in_first_group = s.comm->rank() < experts.size();
+    if (!s.sharded) {  // every rank holds its experts' whole states: the group of rank 0 sends them
+      if (in_first_group)
+        save_expert_parallel_checkpoint(experts, args.save, st, s.model->state_dict(), s.optimizer->state_dict(),
+                                        models::config_to_json(config), s.data.tokenizer_path);
+      return;
+    }
+    // Sharded: the states' pieces are spread over every rank (the dense ones' over all, an expert's
+    // over its expert-data-parallel group), so every rank sends its own.
+    save_gathered_checkpoint(
+        *s.comm, args.save, st,
+        in_first_group ? expert_contribution(s.model->state_dict(), s.comm->rank()) : std::vector<optim::TensorPiece>(),
+        s.sharded->state_pieces(s.optimizer->state_dict(), rank0), models::config_to_json(config),
+        s.data.tokenizer_path);
     return;
   }
   if (!s.sharded) {
