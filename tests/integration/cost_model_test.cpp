@@ -301,5 +301,25 @@ TEST(CostModel, ExpertParallelExchangesAndReductions) {
   EXPECT_DOUBLE_EQ(r.all_to_all_s, all_to_all + 2 * rows / p.collective_bandwidth + 3 * p.collective_latency_s);
 }
 
+// The plan search keeps a kernel dry run's records merged: fewer of them, the same prediction.
+TEST(CostModel, MergedRecordsPredictTheSameStep) {
+  const TrainArgs a = parse_train_args(
+      with({"--model", "tiny-qwen3-moe", "--mock-data", "--seq-length", "32", "--micro-batch-size", "1",
+            "--global-batch-size", "2", "--train-iters", "2", "--lr-warmup-iters", "0", "--eval-interval", "0"},
+           {}));
+  const DryRun d = dry_run(a);
+  DryRun m = d;
+  m.kernels = merge_identical(m.kernels);
+  ASSERT_LT(m.kernels.size(), d.kernels.size() / 2);
+  int64_t count = 0;
+  for (const StepKernel& k : m.kernels) count += k.count;
+  EXPECT_EQ(count, int64_t(d.kernels.size()));
+  const StepTime x = predict_step_time(d, a, profile()), y = predict_step_time(m, a, profile());
+  EXPECT_EQ(x.kernels, y.kernels);
+  EXPECT_EQ(x.flops, y.flops);
+  EXPECT_NEAR(y.compute_s, x.compute_s, 1e-12 * x.compute_s);
+  EXPECT_NEAR(y.total_s, x.total_s, 1e-12 * x.total_s);
+}
+
 }  // namespace
 }  // namespace tidal::train

@@ -314,7 +314,7 @@ StepTime predict_step_time(const DryRun& run, const TrainArgs& args, const Devic
     if (sk.phase == StepPhase::collective) continue;  // the collective's own work: add_collectives times it
     const KernelCost& k = sk.cost;
     const bool update = sk.phase == StepPhase::optimizer || k.kind == CostKind::optimizer;
-    const double share = update ? update_share : batch_share;
+    const double share = (update ? update_share : batch_share) * double(sk.count);
     const double roof = roofline_s(k, profile) * share, overhead = profile.kernel_overhead_s * share;
     const double time = roof + overhead;
     kernels += share;

@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <cstring>
+#include <map>
+#include <string_view>
+#include <tuple>
 
 #include "tidal/base/clock.h"
 #include "tidal/base/error.h"
@@ -61,6 +64,27 @@ const char* step_phase_name(StepPhase p) {
     case StepPhase::other: return "other";
   }
   return "?";
+}
+
+std::vector<StepKernel> merge_identical(std::vector<StepKernel> kernels) {
+  using Key = std::tuple<std::string_view, CostKind, DType, int64_t, int64_t, StepPhase, int>;
+  std::map<Key, size_t> at;
+  std::vector<StepKernel> merged;
+  for (StepKernel& k : kernels) {
+    const Key key{k.cost.kernel, k.cost.kind, k.cost.dtype, k.cost.flops, k.cost.bytes, k.phase, k.layer};
+    const auto [it, fresh] = at.emplace(key, merged.size());
+    if (!fresh) {
+      merged[it->second].count += k.count;
+      continue;
+    }
+    StepKernel m;
+    m.cost = k.cost;
+    m.phase = k.phase;
+    m.layer = k.layer;
+    m.count = k.count;
+    merged.push_back(m);
+  }
+  return merged;
 }
 
 KernelRecorder::KernelRecorder() {

@@ -27,7 +27,13 @@ struct StepKernel {
   int layer = -1;      // the decoder layer (-1: outside the layers)
   std::string module;  // the dotted module name ("" outside modules)
   std::string op;      // the innermost op or backward node ("linear", "FlashAttentionBackward", ...)
+  int64_t count = 1;   // identical records this one stands for (tidal plan's search merges them)
 };
+
+// The records with identical costs, phases and layers merged into one each, with their counts summed
+// (a MoE layer's experts run the same kernels under a dry run's even routing), in the order each first
+// ran; module and op names dropped. The cost model's prediction is the same (up to the sums' order).
+std::vector<StepKernel> merge_identical(std::vector<StepKernel> kernels);
 
 // Records the kernels run on the meta device between construction and finish(): installs the cost
 // sink and turns the range recorder on (range_recorder.h; the phases and replays are its ranges).

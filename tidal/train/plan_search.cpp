@@ -78,15 +78,12 @@ std::string outer_key(const TrainArgs& a) {
          std::to_string(int(a.data_parallel.overlap_grad_reduce)) + parallel_key(a);
 }
 
-// What the search keeps of a kernel dry run: its statistics and its kernels' costs, phases and layers
-// (what the cost model reads), not the saved-tensor table nor the kernels' module and op names (a 30B
-// MoE model's dry run records hundreds of thousands of kernels, and the search keeps hundreds of runs).
+// What the search keeps of a kernel dry run: its statistics and its kernels merged (what the cost
+// model reads), not the saved-tensor table. A 30B MoE model's dry run records hundreds of thousands of
+// kernels, and the search keeps hundreds of runs.
 void keep_for_timing(DryRun& d) {
   d.saved = {};
-  for (StepKernel& k : d.kernels) {
-    k.module = {};
-    k.op = {};
-  }
+  d.kernels = merge_identical(std::move(d.kernels));
 }
 
 void set_exact(PlanCandidate& c, const DryRun& d, const PlanSearch& r) {
