@@ -30,6 +30,7 @@ memory::ActivationEstimate estimate(const models::ModelConfig& m, const TriageSe
   memory::ActivationInputs in =
       memory::activation_inputs(s.memory, s.micro_batch, local_seq(s), s.attention, s.precision.param_dtype());
   in.expert_parallel = s.expert_parallel;
+  in.context_parallel = s.context_parallel;
   return memory::estimate_activations(m, in);
 }
 
