@@ -484,7 +484,9 @@ std::vector<Suggestion> suggest_parallel(const models::ModelConfig& m, const Tri
         [](TrainArgs& t, TriageSettings& w, int n) { t.context_parallel.size = w.context_parallel = n; },
         [&](int n) {
           return std::to_string(s.seq / n) + " of each sequence's " + std::to_string(s.seq) +
-                 " tokens a rank: activations and logits / " + std::to_string(n) + "; K/V blocks go around the ring";
+                 " tokens a rank: activations and logits / " + std::to_string(n) +
+                 (s.attention == AttentionKernel::eager ? "; K/V all-gathered over the ranks"
+                                                        : "; K/V blocks go around the ring");
         });
   return out;
 }
