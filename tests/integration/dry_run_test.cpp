@@ -252,12 +252,14 @@ TEST(DryRun, TheEstimatorPredictsEachRankUnderExpertAndContextParallelism) {
       tiny("tiny-llama", {"--context-parallel-size", "2", "--global-batch-size", "4"}),
       tiny("tiny-qwen3", {"--context-parallel-size", "2", "--global-batch-size", "4", "--bf16", "--loss-compute-mode",
                           "chunk", "--loss-chunk-size", "8"}),
-      // Eager attention under CP: the gathered K/V and each chunk's probabilities against its keys.
+      // Eager attention under CP: the gathered K/V and each chunk's probabilities against its keys
+      // (peaks measured 6.5% to 7.8% above the prediction).
       tiny("tiny-llama", {"--context-parallel-size", "2", "--global-batch-size", "4", "--attention", "eager",
                           "--attention-dropout", "0.1"}),
       tiny("tiny-llama", {"--context-parallel-size", "2", "--global-batch-size", "4", "--attention", "eager",
                           "--recompute-granularity", "selective", "--recompute-modules", "core_attn"}),
       tiny("tiny-gpt2", {"--context-parallel-size", "2", "--global-batch-size", "4", "--attention", "eager"}),
+      tiny("tiny-qwen3", {"--context-parallel-size", "4", "--global-batch-size", "2", "--attention", "eager"}),
   };
   for (const std::vector<std::string>& flags : runs) {
     SCOPED_TRACE(joined(flags));
