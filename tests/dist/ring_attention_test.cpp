@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/dist/attention_cases.h"
 #include "tests/support/error_of.h"
 #include "tidal/allocator.h"
 #include "tidal/autograd/engine.h"
@@ -24,27 +25,6 @@
 
 namespace tidal::dist {
 namespace {
-
-struct Case {
-  int64_t b, hq, hkv, seq, d;
-  DType dtype;
-};
-
-// The largest |a - b| relative to max(1, |b|) over the elements.
-double max_error(const Tensor& a, const Tensor& b) {
-  const std::vector<float> x = a.to(DType::f32).contiguous().to_vector<float>();
-  const std::vector<float> y = b.to(DType::f32).contiguous().to_vector<float>();
-  EXPECT_EQ(x.size(), y.size());
-  double worst = 0;
-  for (size_t n = 0; n < std::min(x.size(), y.size()); ++n)
-    worst = std::max(worst, std::abs(double(x[n]) - double(y[n])) / std::max(1.0, std::abs(double(y[n]))));
-  return worst;
-}
-
-// This rank's two chunks of a (B, T, ...) tensor along dim `dim`.
-Tensor local_chunks(const Tensor& t, int64_t dim, const ContextChunks& at) {
-  return cat({t.narrow(dim, at.first, at.chunk), t.narrow(dim, at.second, at.chunk)}, dim).contiguous();
-}
 
 struct Errors {
   double out = 0, dq = 0, dk = 0, dv = 0;
@@ -61,29 +41,18 @@ struct Local {
 // With `dropout`, both draw from the same point of the stream (manual_seed(11) before each), as one
 // process would: the ring's blocks must put together the whole call's mask.
 Local ring_against_full(Communicator& group, const Case& c, Communicator* overlap = nullptr, double dropout = 0) {
-  manual_seed(7);  // the same whole sequence on every rank
-  const auto leaf = [&](int64_t heads) { return randn({c.b, c.seq, heads, c.d}).to(c.dtype).set_requires_grad(true); };
-  Tensor q = leaf(c.hq), k = leaf(c.hkv), v = leaf(c.hkv);
-  const Tensor w = randn({c.b, c.hq, c.seq, c.d}).to(c.dtype);  // the output's gradient
   AttentionOptions opt;
   opt.dropout_p = dropout;
-  manual_seed(11);
-  const Tensor full = scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), opt);
-  autograd::backward({full}, {w});
-
-  const ContextChunks at = context_chunks(c.seq, group.size(), group.rank());
-  Tensor ql = local_chunks(q.detach(), 1, at).set_requires_grad(true);
-  Tensor kl = local_chunks(k.detach(), 1, at).set_requires_grad(true);
-  Tensor vl = local_chunks(v.detach(), 1, at).set_requires_grad(true);
-  manual_seed(11);
-  const Tensor out = ring_attention(ql.transpose(1, 2), kl.transpose(1, 2), vl.transpose(1, 2), group, opt, overlap);
-  autograd::backward({out}, {local_chunks(w, 2, at)});
+  const Compared r = compare_with_whole(
+      group, c,
+      [&](const Tensor& q, const Tensor& k, const Tensor& v) { return scaled_dot_product_attention(q, k, v, opt); },
+      [&](const Tensor& q, const Tensor& k, const Tensor& v) { return ring_attention(q, k, v, group, opt, overlap); });
   Errors e;
-  e.out = max_error(out, local_chunks(full.detach(), 2, at));
-  e.dq = max_error(ql.grad(), local_chunks(q.grad(), 1, at));
-  e.dk = max_error(kl.grad(), local_chunks(k.grad(), 1, at));
-  e.dv = max_error(vl.grad(), local_chunks(v.grad(), 1, at));
-  return {{out.detach(), ql.grad(), kl.grad(), vl.grad()}, e};
+  e.out = max_error(r.mine[0], r.whole[0]);
+  e.dq = max_error(r.mine[1], r.whole[1]);
+  e.dk = max_error(r.mine[2], r.whole[2]);
+  e.dv = max_error(r.mine[3], r.whole[3]);
+  return {r.mine, e};
 }
 
 // Errors relative to max(1, |value|), measured on C = 2, 3, 4: f32 at most 1.6e-6 (summation order:
@@ -163,26 +132,14 @@ TEST(RingAttention, OverlappedExchangeGivesTheSameBits) {
 // communicator moves no bytes).
 TEST(RingAttention, MetaAllocatesWhatARealRankAllocates) {
   Communicator& w = world();
-  const auto run = [&](Device dev, Communicator& group) {
-    Allocator& alloc = device_allocator(dev);
-    const int64_t t = 8 * group.size();
-    Tensor q = empty({2, t, 6, 8}, DType::f32, dev).fill_(0.5).set_requires_grad(true);
-    Tensor k = empty({2, t, 2, 8}, DType::f32, dev).fill_(0.25).set_requires_grad(true);
-    Tensor v = empty({2, t, 2, 8}, DType::f32, dev).fill_(1.0).set_requires_grad(true);
-    const Tensor g = empty({2, 6, t, 8}, DType::f32, dev).fill_(1.0);
-    alloc.reset_peak_stats();
-    const int64_t before = alloc.stats().allocated;
-    Tensor out = ring_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), group);
-    const int64_t after_forward = alloc.stats().allocated - before;
-    autograd::backward({out}, {g});
-    return std::vector<int64_t>{after_forward, alloc.stats().peak_allocated - before,
-                                alloc.stats()[MemoryCategory::temporary].peak};
+  const CpAttention ring = [](const Tensor& q, const Tensor& k, const Tensor& v, Communicator& group) {
+    return ring_attention(q, k, v, group);
   };
   std::vector<int> all(size_t(w.size()));
   for (int r = 0; r < w.size(); ++r) all[size_t(r)] = r;
   std::unique_ptr<Communicator> group = w.subgroup(all);
   MetaCommunicator meta(w.rank(), w.size());
-  EXPECT_EQ(run(Device::meta(), meta), run(Device::cpu(), *group));
+  EXPECT_EQ(allocations_of(ring, Device::meta(), meta), allocations_of(ring, Device::cpu(), *group));
 }
 
 TEST(RingAttention, RefusesWhatItDoesNotRunYet) {

@@ -1,5 +1,5 @@
-// --context-parallel-size: parsed once into train::ContextParallelConfig, and what it does not run
-// yet refused with the numbers and flags involved.
+// --context-parallel-size: parsed once into train::ContextParallelConfig, and a --seq-length it
+// cannot split refused with the numbers and flags involved.
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -36,14 +36,14 @@ TEST(ContextParallelArgs, TwiceTheSizeMustDivideTheSequence) {
             "two equal chunks of every sequence");
 }
 
-TEST(ContextParallelArgs, RefusesWhatDoesNotRunYet) {
-  const std::string works = "yet; context parallelism runs with --attention flash";
+TEST(ContextParallelArgs, RunsEveryAttentionKernelDropoutAndMoe) {
   const auto refused = [](std::vector<std::string> more) {
     more.insert(more.begin(), {"--context-parallel-size", "2"});
     return error_of([&] { parse_train_args(cp_args(more)); });
   };
-  EXPECT_EQ(refused({"--attention", "eager"}),
-            "tidal train: --context-parallel-size 2 does not run with --attention eager " + works);
+  // Eager gathers K/V over the CP group (context_gather_attention_test, context_parallel_eager_test).
+  EXPECT_EQ(refused({"--attention", "eager"}), "no error");
+  EXPECT_EQ(refused({"--attention", "eager", "--recompute-granularity", "selective"}), "no error");
   // Dropout runs: ring attention and the hidden dropout draw one process's masks (context_parallel_train_test).
   EXPECT_EQ(refused({"--attention-dropout", "0.1", "--hidden-dropout", "0.1"}), "no error");
   // Mixture-of-experts models run, with expert parallelism too (context_parallel_train_test).

@@ -30,12 +30,36 @@ struct Item {
 struct Dims {
   int64_t n, b, s, c, f, h, hkv, hd, a, akv, e, k, fm, el;
   int64_t ep;   // expert-parallel ranks (1: every expert here)
+  int64_t cp;   // context-parallel ranks (1: the whole sequence here)
   int64_t acc;  // bytes of an element the kernels keep in their accumulator dtype (f32 for f32 and bf16)
   bool drop_attn, drop_hidden;
 };
 
+// Eager attention's matrices (probabilities, and with dropout its mask and the dropped ones) and, under
+// context parallelism, the gathered K and V (ops/context_gather_attention.h), in the order of their
+// first saves: one (B, H, s, s) matrix; or the whole K, one chunk of queries against the keys before
+// it, the whole V, the other chunk (rank 0's: L x L, then L x 2C·L; L = s / 2).
+void push_eager_core(std::vector<Item>& v, const Dims& d, const char* gathered_k, const char* gathered_v) {
+  const auto matrix = [&](int64_t elements) {
+    v.push_back({"probabilities", elements * d.el, Part::attn, Region::core_attn, false, Discard::none, true, true});
+    if (!d.drop_attn) return;
+    v.push_back({"dropout mask", elements, Part::attn, Region::core_attn, false, Discard::none, true, true});
+    v.push_back(
+        {"dropped probabilities", elements * d.el, Part::attn, Region::core_attn, false, Discard::none, true, true});
+  };
+  if (d.cp == 1) {
+    matrix(d.b * d.h * d.s * d.s);
+    return;
+  }
+  const int64_t whole = d.b * d.s * d.cp * d.akv * d.el, l = d.s / 2;
+  v.push_back({gathered_k, whole, Part::attn, Region::core_attn, false, Discard::none, true, true});
+  matrix(d.b * d.h * l * l);
+  v.push_back({gathered_v, whole, Part::attn, Region::core_attn, false, Discard::none, true, true});
+  matrix(d.b * d.h * l * 2 * d.cp * l);
+}
+
 std::vector<Item> gpt2_layer(const Dims& d, AttentionKernel kernel) {
-  const int64_t el = d.el, n = d.n, c = d.c, bhss = d.b * d.h * d.s * d.s;
+  const int64_t el = d.el, n = d.n, c = d.c;
   std::vector<Item> v = {
       {"ln_1 input", n * c * el, Part::attn},
       {"ln_1 mean, rstd", 2 * n * d.acc, Part::attn, Region::none, false, Discard::norm1, false},
@@ -43,12 +67,7 @@ std::vector<Item> gpt2_layer(const Dims& d, AttentionKernel kernel) {
       {"q, k, v", n * 3 * c * el, Part::attn, Region::core_attn, true, Discard::none, true, true},
   };
   if (kernel == AttentionKernel::eager) {
-    v.push_back({"probabilities", bhss * el, Part::attn, Region::core_attn, false, Discard::none, true, true});
-    if (d.drop_attn) {
-      v.push_back({"dropout mask", bhss, Part::attn, Region::core_attn, false, Discard::none, true, true});
-      v.push_back(
-          {"dropped probabilities", bhss * el, Part::attn, Region::core_attn, false, Discard::none, true, true});
-    }
+    push_eager_core(v, d, "gathered k", "gathered v");  // (q, k, v above: q's view keeps them)
     v.push_back({"c_proj input", n * c * el, Part::attn});
   } else {
     v.push_back({"attention output", n * c * el, Part::attn, Region::none, false, Discard::none, true, true});
@@ -65,8 +84,8 @@ std::vector<Item> gpt2_layer(const Dims& d, AttentionKernel kernel) {
 }
 
 std::vector<Item> llama_layer(const Dims& d, const models::ModelConfig& cfg, int64_t l, AttentionKernel kernel,
-                              const std::vector<int64_t>& expert_tokens) {
-  const int64_t el = d.el, n = d.n, c = d.c, bhss = d.b * d.h * d.s * d.s;
+                              bool core_recompute, const std::vector<int64_t>& expert_tokens) {
+  const int64_t el = d.el, n = d.n, c = d.c;
   std::vector<Item> v = {
       {"input_layernorm input", n * c * el, Part::attn},
       {"input_layernorm rstd", n * d.acc, Part::attn, Region::none, false, Discard::norm1, false},
@@ -80,18 +99,18 @@ std::vector<Item> llama_layer(const Dims& d, const models::ModelConfig& cfg, int
     v.push_back({"k_norm rstd", n * d.hkv * d.acc, Part::attn});
   }
   v.push_back({"q (rotated)", n * d.a * el, Part::attn, Region::core_attn, true, Discard::none, true, true});
-  v.push_back({"k (rotated)", n * d.akv * el, Part::attn, Region::core_attn, true, Discard::none, true, true});
+  // Under context parallelism eager attention saves the gathered K and V, not these: only a core_attn
+  // recompute keeps them (its inputs).
+  const bool local_kv = kernel != AttentionKernel::eager || d.cp == 1 || core_recompute;
+  const Item k = {"k (rotated)", n * d.akv * el, Part::attn, Region::core_attn, true, Discard::none, true, true};
+  const Item local_v = {"v", n * d.akv * el, Part::attn, Region::core_attn, true, Discard::none, true, true};
+  if (local_kv) v.push_back(k);
   if (kernel == AttentionKernel::eager) {
-    v.push_back({"probabilities", bhss * el, Part::attn, Region::core_attn, false, Discard::none, true, true});
-    if (d.drop_attn) {
-      v.push_back({"dropout mask", bhss, Part::attn, Region::core_attn, false, Discard::none, true, true});
-      v.push_back(
-          {"dropped probabilities", bhss * el, Part::attn, Region::core_attn, false, Discard::none, true, true});
-    }
-    v.push_back({"v", n * d.akv * el, Part::attn, Region::core_attn, true, Discard::none, true, true});
+    push_eager_core(v, d, "gathered k", "gathered v");
+    if (local_kv) v.push_back(local_v);
     v.push_back({"o_proj input", n * d.a * el, Part::attn});
   } else {
-    v.push_back({"v", n * d.akv * el, Part::attn, Region::core_attn, true, Discard::none, true, true});
+    v.push_back(local_v);
     v.push_back({"attention output", n * d.a * el, Part::attn, Region::none, false, Discard::none, true, true});
     v.push_back({"log-sum-exp", d.b * d.h * d.s * d.acc, Part::attn, Region::none, false, Discard::none, true, true});
   }
@@ -176,6 +195,7 @@ Dims dims_of(const models::ModelConfig& cfg, const ActivationInputs& in) {
   d.k = cfg.num_experts_per_tok;
   d.fm = cfg.moe_intermediate_size;
   d.ep = std::max<int64_t>(1, in.expert_parallel);
+  d.cp = std::max<int64_t>(1, in.context_parallel);
   d.el = dtype_size(in.dtype);
   d.acc = in.dtype == DType::f64 ? 8 : 4;
   d.drop_attn = in.training && cfg.attention_dropout > 0;
@@ -210,7 +230,8 @@ std::vector<std::vector<Item>> layer_items(const models::ModelConfig& cfg, const
       continue;
     }
     const std::vector<int64_t> routed = cfg.is_moe_layer(l) ? routed_tokens(in, d, l) : std::vector<int64_t>{};
-    items[size_t(l)] = llama_layer(d, cfg, l, in.kernel, routed);
+    const bool core_recompute = size_t(l) < in.plan.size() && in.plan[size_t(l)].core_attn;
+    items[size_t(l)] = llama_layer(d, cfg, l, in.kernel, core_recompute, routed);
   }
   return items;
 }
@@ -483,7 +504,10 @@ void check_step_sizes(const models::ModelConfig& cfg, int64_t batch, int64_t seq
 }
 
 ActivationEstimate estimate_activations(const models::ModelConfig& cfg, const ActivationInputs& in) {
-  check_step_sizes(cfg, in.batch, in.seq, in.kernel);
+  // The whole sequence bounds what a context-parallel rank keeps too (the gathered K/V, its chunks' probabilities).
+  check_step_sizes(cfg, in.batch,
+                   checked_mul(in.seq, std::max<int64_t>(1, in.context_parallel), "[estimator] seq x context_parallel"),
+                   in.kernel);
   cfg.validate();
   const int64_t layers = cfg.num_hidden_layers;
   TIDAL_CHECK(in.plan.empty() || int64_t(in.plan.size()) == layers, "[estimator] plan has ", in.plan.size(),

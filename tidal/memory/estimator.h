@@ -40,6 +40,13 @@ struct ActivationInputs {
   // the all-to-all's row orders and the returned rows (models/moe.cpp run_on_owners) instead of the
   // experts' outputs.
   int64_t expert_parallel = 1;
+  // --context-parallel-size C: `seq` is this rank's two chunks of the sequence (C·seq tokens in all).
+  // Flash attention saves as without it (the ring's blocks are transient); eager keeps the gathered K
+  // and V of the whole sequence (ops/context_gather_attention.h) instead of the local ones (which a
+  // core_attn recompute keeps as its inputs), and the probabilities of each chunk of queries against
+  // the keys before it: rank 0's chunks, L x L and L x 2C·L (L = seq / 2), (2C+1)·L² in all on every
+  // rank.
+  int64_t context_parallel = 1;
   int64_t loss_chunk = 0;  // --loss-compute-mode chunk's tokens per chunk; 0: default mode
 };
 

@@ -1,5 +1,6 @@
 #include "tidal/models/core_attention.h"
 
+#include "tidal/ops/context_gather_attention.h"
 #include "tidal/ops/random.h"
 #include "tidal/ops/ring_attention.h"
 
@@ -7,7 +8,9 @@ namespace tidal::models {
 
 Tensor CoreAttention::operator()(const Tensor& q, const Tensor& k, const Tensor& v, AttentionOptions opt) const {
   opt.kernel = kernel;
-  return context_parallel() ? ring_attention(q, k, v, *cp, opt, overlap) : scaled_dot_product_attention(q, k, v, opt);
+  if (!context_parallel()) return scaled_dot_product_attention(q, k, v, opt);
+  return kernel == AttentionKernel::eager ? context_gather_attention(q, k, v, *cp, opt)
+                                          : ring_attention(q, k, v, *cp, opt, overlap);
 }
 
 int64_t CoreAttention::sequence_length(int64_t local) const { return context_parallel() ? local * cp->size() : local; }

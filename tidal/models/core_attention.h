@@ -1,6 +1,7 @@
 #pragma once
 // The decoder layers' core attention: scaled_dot_product_attention over the whole sequence, or, with
-// context parallelism, ring attention over the CP group (ops/ring_attention.h), and the global
+// context parallelism, ring attention over the CP group (ops/ring_attention.h) with the flash kernel or
+// the all-gather of K/V with eager (ops/context_gather_attention.h), and the global
 // positions of the tokens a rank holds (and the hidden dropout drawn at them).
 #include <cstdint>
 #include <utility>
@@ -15,7 +16,7 @@ namespace tidal::models {
 struct CoreAttention {
   AttentionKernel kernel = AttentionKernel::flash;
   dist::Communicator* cp = nullptr;       // the context-parallel group; null: none
-  dist::Communicator* overlap = nullptr;  // a duplicate of cp: K/V blocks move while compute runs
+  dist::Communicator* overlap = nullptr;  // a duplicate of cp: the ring's K/V blocks move while compute runs
   bool context_parallel() const { return cp != nullptr && cp->size() > 1; }
   // q (B, Hq, T, D), k/v (B, Hkv, T, D) as scaled_dot_product_attention takes them; opt.kernel is set here.
   Tensor operator()(const Tensor& q, const Tensor& k, const Tensor& v, AttentionOptions opt) const;

@@ -11,8 +11,8 @@ namespace tidal::train {
 
 Flags& add_context_parallel_flags(Flags& f) {
   return f.option("context-parallel-size",
-                  "split every sample's sequence over C ranks (ring attention; default 1: off); the ranks must be a "
-                  "multiple of C and --seq-length a multiple of 2C",
+                  "split every sample's sequence over C ranks (ring attention with --attention flash, all-gathered K/V "
+                  "with eager; default 1: off); the ranks must be a multiple of C and --seq-length a multiple of 2C",
                   "C");
 }
 
@@ -25,14 +25,9 @@ ContextParallelConfig parse_context_parallel(const Flags& f) {
 void check_context_parallel(const TrainArgs& a) {
   const int64_t c = a.context_parallel.size;
   if (c == 1) return;
-  const auto refuse = [c](bool ok, const std::string& what) {
-    TIDAL_CHECK(ok, "tidal train: --context-parallel-size ", c, " does not run ", what,
-                " yet; context parallelism runs with --attention flash");
-  };
   TIDAL_CHECK(a.seq_length % (2 * c) == 0, "tidal train: --seq-length ", a.seq_length,
               " is not a multiple of 2 x --context-parallel-size ", c, " = ", 2 * c,
               ": each rank holds two equal chunks of every sequence");
-  refuse(a.attention == "flash", "with --attention eager");
 }
 
 ContextParallelGroups context_parallel_groups(dist::Communicator& world, const ContextParallelConfig& c) {

@@ -1,6 +1,7 @@
 #pragma once
 // Context parallelism of `tidal train` (docs/distributed.md, "Context parallel"):
-// --context-parallel-size C splits every sample's sequence over C ranks (ops/ring_attention.h).
+// --context-parallel-size C splits every sample's sequence over C ranks (ops/ring_attention.h with the
+// flash kernel, ops/context_gather_attention.h with eager).
 // The ranks form contiguous blocks of C (the CP groups); the data-parallel groups are strided
 // across them, world = DP x C. Each CP group reads its DP rank's samples and every rank keeps its
 // two chunks of the tokens and labels.
@@ -23,8 +24,7 @@ struct ContextParallelConfig {
 // --context-parallel-size, added to `tidal train`'s table, and its typed value.
 Flags& add_context_parallel_flags(Flags& f);
 ContextParallelConfig parse_context_parallel(const Flags& f);
-// Refuses settings context parallelism does not run yet, and a --seq-length that 2C does not divide,
-// naming the flags and what works. No-op when C is 1.
+// Refuses a --seq-length that 2C does not divide, naming the flags. No-op when C is 1.
 void check_context_parallel(const TrainArgs& args);
 
 // The groups of a run of `world.size()` ranks: CP groups are contiguous blocks of C ranks, DP

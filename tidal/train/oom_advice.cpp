@@ -30,6 +30,7 @@ memory::ActivationEstimate estimate(const models::ModelConfig& m, const TriageSe
   memory::ActivationInputs in =
       memory::activation_inputs(s.memory, s.micro_batch, local_seq(s), s.attention, s.precision.param_dtype());
   in.expert_parallel = s.expert_parallel;
+  in.context_parallel = s.context_parallel;
   return memory::estimate_activations(m, in);
 }
 
@@ -147,7 +148,11 @@ int64_t exchange_buffer_bytes(const models::ModelConfig& m, const TriageSettings
   const int64_t tokens = s.micro_batch * local_seq(s), el = dtype_size(s.precision.param_dtype());
   int64_t bytes = 0;
   if (s.expert_parallel > 1 && m.is_moe()) bytes = 2 * tokens * m.num_experts_per_tok * m.hidden_size * el;
-  if (s.context_parallel > 1) {
+  if (s.context_parallel > 1 && s.attention == AttentionKernel::eager) {
+    // Eager's all-gather (ops/context_gather_attention.h): in backward the whole sequence's dK and dV,
+    // and for one of them its blocks by rank and the reduce-scatter's copy of them.
+    bytes = std::max(bytes, 4 * s.context_parallel * tokens * m.kv_heads() * m.head_size() * el);
+  } else if (s.context_parallel > 1) {
     const int64_t kv = 2 * tokens * m.kv_heads() * m.head_size();  // one block's K and V, elements
     bytes = std::max(bytes, 2 * kv * el + 2 * kv * 4);
   }
@@ -473,7 +478,9 @@ std::vector<Suggestion> suggest_parallel(const models::ModelConfig& m, const Tri
         [](TrainArgs& t, TriageSettings& w, int n) { t.context_parallel.size = w.context_parallel = n; },
         [&](int n) {
           return std::to_string(s.seq / n) + " of each sequence's " + std::to_string(s.seq) +
-                 " tokens a rank: activations and logits / " + std::to_string(n) + "; K/V blocks go around the ring";
+                 " tokens a rank: activations and logits / " + std::to_string(n) +
+                 (s.attention == AttentionKernel::eager ? "; K/V all-gathered over the ranks"
+                                                        : "; K/V blocks go around the ring");
         });
   return out;
 }

@@ -87,7 +87,8 @@ struct StepPeak {
 StepPeak predict_step_peak(const models::ModelConfig& m, const TriageSettings& s);
 // The exchange buffers of expert or context parallelism a layer holds beside the activations (0
 // without either): the all-to-all's received and returned rows, 2 x tokens x top-k x hidden, or the
-// ring's current and next K/V blocks with their f32 dK/dV in backward.
+// ring's current and next K/V blocks with their f32 dK/dV in backward (with eager attention the
+// all-gather's whole-sequence dK and dV, with one of them by rank twice: 4 x C x tokens x K's width).
 int64_t exchange_buffer_bytes(const models::ModelConfig& m, const TriageSettings& s);
 // Each suggestion's saving is the drop of this prediction when its setting is turned on.
 
