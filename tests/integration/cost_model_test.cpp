@@ -321,5 +321,26 @@ TEST(CostModel, MergedRecordsPredictTheSameStep) {
   EXPECT_NEAR(y.total_s, x.total_s, 1e-12 * x.total_s);
 }
 
+// Context parallelism with --attention eager: K and V all-gathered in forward and their gradients
+// reduce-scattered in backward, (C-1) x a rank's K/V each, two collectives, blocking; a replay of the
+// attention core gathers again. tiny-llama (2 layers, 2 kv heads of 16) on 2 ranks, C = 2, 32 tokens.
+TEST(CostModel, EagerContextParallelGathersKeysAndValues) {
+  TrainArgs a =
+      parse_train_args(with({"--model", "tiny-llama", "--mock-data", "--seq-length", "32", "--micro-batch-size", "1",
+                             "--global-batch-size", "1", "--train-iters", "2", "--lr-warmup-iters", "0",
+                             "--eval-interval", "0", "--attention", "eager", "--context-parallel-size", "2"},
+                            {}));
+  const DeviceProfile p = profile();
+  const models::ModelConfig& m = a.model;
+  const double kv = 2.0 * 16 * double(m.kv_heads() * m.head_size()) * 4;  // K and V of 16 tokens, f32
+  const double pass = kv / p.collective_bandwidth + 2 * p.collective_latency_s;
+  const StepTime t = predict_step_time(dry_run(a, 0, 2), a, p, 2);
+  EXPECT_DOUBLE_EQ(t.ring_s, 2 * 2 * pass);  // layers x (forward + backward)
+  EXPECT_DOUBLE_EQ(t.exposed_ring_s, t.ring_s);
+  a.memory.recompute.granularity = memory::Granularity::selective;
+  a.memory.recompute.modules = {memory::RecomputeModule::core_attn};
+  EXPECT_DOUBLE_EQ(predict_step_time(dry_run(a, 0, 2), a, p, 2).ring_s, 2 * 3 * pass);
+}
+
 }  // namespace
 }  // namespace tidal::train

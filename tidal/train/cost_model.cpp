@@ -87,6 +87,7 @@ void add_offload(const TrainArgs& args, const Compute& c, int64_t accum, const D
       args.memory, args.micro_batch_size, args.seq_length / std::max<int64_t>(1, args.context_parallel.size), kernel,
       args.precision.param_dtype());
   inputs.expert_parallel = args.data_parallel.expert_parallel;
+  inputs.context_parallel = args.context_parallel.size;
   const memory::ActivationEstimate est = memory::estimate_activations(args.model, inputs);
   const double block = double(est.offloaded_per_step) / double(layers - 1);
   check_rate(p.d2h_bandwidth, "d2h_bandwidth", p);
@@ -230,6 +231,10 @@ void add_all_to_all(const TrainArgs& args, int64_t accum, const DeviceProfile& p
 // comm) per exchange, the part beyond compute exposed). Backward's C exchanges run the same way: the
 // first carries the next K/V block, the middle ones K/V and the previous step's f32 dK/dV, the last
 // the dK/dV only; then the last dK/dV, going home, blocks.
+// With --attention eager (ops/context_gather_attention.h) K and V are all-gathered instead, and their
+// gradients reduce-scattered home, blocking: per layer and micro-batch a rank sends (C-1) x its K/V in
+// forward and again in backward (two collectives each), and once more in a recompute that replays the
+// attention core (--recompute-modules core_attn, or the layer inside a full recompute).
 void add_ring(const TrainArgs& args, const Compute& c, int64_t accum, const DeviceProfile& p, StepTime& t) {
   const int64_t cp = args.context_parallel.size;
   const int64_t layers = args.model.num_hidden_layers;
@@ -238,6 +243,20 @@ void add_ring(const TrainArgs& args, const Compute& c, int64_t accum, const Devi
   const models::ModelConfig& m = args.model;
   const double kv = double(2 * args.micro_batch_size * (args.seq_length / cp) * m.kv_heads() * m.head_size());
   const double latency = p.collective_latency_s;
+  if (args.attention == "eager") {
+    const double pass =
+        double(cp - 1) * kv * double(dtype_size(args.precision.param_dtype())) / p.collective_bandwidth + 2 * latency;
+    const std::vector<memory::LayerRecompute> plan = memory::plan_recompute(args.memory.recompute, m);
+    double passes = 0;
+    for (int64_t l = 0; l < layers; ++l)
+      passes += 2 + (size_t(l) < plan.size() && (plan[size_t(l)].full || plan[size_t(l)].core_attn) ? 1 : 0);
+    const double s = double(accum) * passes * pass;
+    t.ring_s += s;
+    t.exposed_ring_s += s;
+    t.comm_s += s;
+    t.exposed_comm_s += s;
+    return;
+  }
   const double block = kv * double(dtype_size(args.precision.param_dtype())) / p.collective_bandwidth;
   const double grads = kv * 4 / p.collective_bandwidth;
   const double per = double(accum * layers), steps = double(cp - 1);

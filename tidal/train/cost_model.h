@@ -28,7 +28,8 @@ struct StepTime {
   double comm_s = 0;                  // collectives: data-parallel, all-to-all, ring (all_to_all_s, ring_s)
   double exposed_comm_s = 0;          // the part of comm_s compute does not hide
   double all_to_all_s = 0;            // expert parallelism's token dispatch and return (exposed: blocking)
-  double ring_s = 0;                  // context parallelism's K/V blocks and dK/dV around the ring
+  double ring_s = 0;                  // context parallelism's K/V blocks and dK/dV around the ring (eager:
+                                      // their all-gather and reduce-scatter)
   double exposed_ring_s = 0;          // the part of ring_s attention does not hide
   int64_t kernels = 0;                // kernel calls (records)
   int64_t flops = 0;                  // their FLOPs

@@ -133,8 +133,9 @@ std::string explain(const PlanCandidate& c, const TrainArgs& g, int o_ranks) {
                     " experts a rank, all-to-all " + ms(t.all_to_all_s));
   if (a.context_parallel.size > 1)
     parts.push_back("context parallel " + std::to_string(a.context_parallel.size) + ": " +
-                    std::to_string(a.seq_length / a.context_parallel.size) + " tokens a rank, ring exchange " +
-                    ms(t.ring_s) + ", " + ms(t.exposed_ring_s) + " exposed");
+                    std::to_string(a.seq_length / a.context_parallel.size) + " tokens a rank, " +
+                    (a.attention == "eager" ? "K/V all-gather " : "ring exchange ") + ms(t.ring_s) + ", " +
+                    ms(t.exposed_ring_s) + " exposed");
   if (a.data_parallel.sharding != ShardingStrategy::no_shard)
     parts.push_back(std::string(sharding_name(a.data_parallel.sharding)) +
                     " sharding: " + ms(t.comm_s - t.all_to_all_s - t.ring_s) + " of collectives, " +
