@@ -187,6 +187,36 @@ TEST(PlanSearch, WhenNothingFitsItSaysWhatDominates) {
   EXPECT_TRUE(plan_search_json(s, o)["chosen"].is_null());
 }
 
+// Past sharding, the triage order's second step: expert parallelism for a MoE model's states, context
+// parallelism for activations; and a smallest candidate the dry runs measured is said with their peak.
+TEST(PlanSearch, WhenNothingFitsItNamesExpertAndContextParallelism) {
+  const PlanSearch moe =
+      search_plans(parse_train_args({"--model", "tiny-qwen3-moe", "--mock-data", "--seq-length", "64",
+                                     "--micro-batch-size", "1", "--global-batch-size", "8", "--train-iters", "2"}),
+                   options(200 << 10));
+  EXPECT_EQ(moe.chosen, -1);
+  EXPECT_NE(moe.nothing_fits.find("--expert-model-parallel-size E holds 8 / E experts of each MoE layer a rank"),
+            std::string::npos)
+      << moe.nothing_fits;
+  const TrainArgs long_seq =
+      parse_train_args({"--model", "small-gpt2", "--mock-data", "--seq-length", "1024", "--micro-batch-size", "4",
+                        "--global-batch-size", "8", "--train-iters", "2"});
+  const PlanSearch dense = search_plans(long_seq, options(54 << 20));
+  EXPECT_EQ(dense.chosen, -1);
+  EXPECT_NE(dense.nothing_fits.find("Its activations take"), std::string::npos) << dense.nothing_fits;
+  EXPECT_NE(dense.nothing_fits.find("or context parallelism over more ranks (--context-parallel-size C"),
+            std::string::npos)
+      << dense.nothing_fits;
+  // 75 MiB: the estimator puts the smallest within the target, its dry run above it.
+  const PlanSearch measured = search_plans(long_seq, options(75 << 20));
+  EXPECT_EQ(measured.chosen, -1);
+  EXPECT_TRUE(measured.smallest.checked);
+  EXPECT_GT(measured.smallest.device_peak, measured.target);
+  EXPECT_NE(measured.nothing_fits.find(format_bytes(measured.smallest.device_peak) + " (its dry run)"),
+            std::string::npos)
+      << measured.nothing_fits;
+}
+
 // A global batch that cannot be split over the planned ranks is the answer, before any search.
 TEST(PlanSearch, AGlobalBatchThatDoesNotDivideOverTheRanksIsSaid) {
   SearchOptions o = options(int64_t(1) << 30);

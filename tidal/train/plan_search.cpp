@@ -146,24 +146,38 @@ std::string explain(const PlanCandidate& c, const TrainArgs& g, int o_ranks) {
   return out;
 }
 
-// Why nothing fits, from the estimator's view of the smallest candidate.
+// Why nothing fits, from the estimator's view of the smallest candidate (its peak its dry run's when it
+// has one). Past sharding, the triage order's second step names expert parallelism (MoE models) for
+// the states and context parallelism for the activations.
 std::string nothing_fits(const PlanCandidate& s, const SearchOptions& o, int64_t target) {
   const StepPeak p = predict_step_peak(s.args.model, triage_settings(s.args, o.data_parallel));
   // Gradients are f32 (the f32 sums under --bf16): 4 bytes an element beside 2- or 4-byte parameters.
   const int64_t gradients = p.parameters * (s.args.precision.bf16 ? 2 : 1);
   const int64_t fixed = p.parameters + gradients + p.optimizer_states;
+  const models::ModelConfig& m = s.args.model;
   std::string out = "Nothing fits " + format_bytes(target) + ": the smallest candidate (" +
                     (s.flags.empty() ? std::string("as given") : s.flags) + ") needs " + format_bytes(s.device_peak) +
-                    ".";
+                    (s.checked ? " (its dry run)." : " (the estimator).");
   if (fixed >= target) {
     const int64_t ranks = (fixed + target - 1) / std::max<int64_t>(target, 1) + 1;
     out += " Parameters, gradients and optimizer states alone take " + format_bytes(fixed) +
            ": shard them over >= " + std::to_string(ranks) +
            " ranks (mpirun -np N with --use-distributed-optimizer or --data-parallel-sharding-strategy "
            "optim_grads_params; tidal plan --data-parallel-size N), or a larger device.";
+    if (m.is_moe() && s.args.data_parallel.expert_parallel < m.num_experts)
+      out += " Expert parallelism divides the experts too: --expert-model-parallel-size E holds " +
+             std::to_string(m.num_experts) + " / E experts of each MoE layer a rank (tidal plan searches E with " +
+             "--data-parallel-size N).";
   } else {
     out += " Its activations take " + format_bytes(p.activations) + " and its logits " + format_bytes(p.logits) +
-           ": a shorter sequence, a smaller micro-batch or a larger device.";
+           ": a shorter sequence, a smaller micro-batch, a larger device";
+    const int64_t c = s.args.context_parallel.size;
+    if (s.args.seq_length % (4 * c) == 0)
+      out +=
+          ", or context parallelism over more ranks (--context-parallel-size C: a rank holds seq / C of "
+          "every sequence's tokens, --seq-length a multiple of 2C; tidal plan searches C with "
+          "--data-parallel-size N)";
+    out += ".";
   }
   return out;
 }
@@ -314,6 +328,11 @@ PlanSearch search_plans(const TrainArgs& given, const SearchOptions& o) {
       return a.estimated_peak < b.estimated_peak;
     });
     r.smallest = *it;
+    // The estimator put it within the target, but the dry runs found more: the smallest they measured.
+    for (const PlanCandidate& c : r.candidates)
+      if (it->estimated_peak <= r.target && c.checked &&
+          (!r.smallest.checked || c.device_peak < r.smallest.device_peak))
+        r.smallest = c;
     r.nothing_fits = nothing_fits(r.smallest, o, r.target);
     // Within the budget by the estimator, yet nothing timed: the dry runs refused the configuration.
     if (r.smallest.estimated_peak <= r.target && r.candidates.empty() && !dry_run_error.empty())
