@@ -295,6 +295,16 @@ TEST(DryRun, EagerAttentionUnderContextParallelKeepsTheFormulasBytesOnEveryRank)
     EXPECT_EQ(dry_run(a, r, 2).activation_bytes_per_layer, std::vector<int64_t>(2, layer)) << r;
 }
 
+// --offload-policy core-attn under context parallelism offloads the attention core's saved tensors:
+// ring attention's (flash) and the all-gathered K/V's (eager), as on one rank.
+TEST(DryRun, CoreAttentionOffloadUnderContextParallelOffloadsTheCore) {
+  for (const char* attention : {"flash", "eager"}) {
+    const TrainArgs a = parse_train_args(tiny("tiny-llama", {"--context-parallel-size", "2", "--attention", attention,
+                                                             "--activation-offload", "--offload-policy", "core-attn"}));
+    EXPECT_GT(dry_run(a, 0, 2).host[MemoryCategory::host_offload].peak, 0) << attention;
+  }
+}
+
 TEST(DryRun, RefusesWhatItCannotAccount) {
   auto error = [](const std::vector<std::string>& more) {
     return testing::error_of([&] { dry_run(parse_train_args(tiny("tiny-gpt2", more))); });

@@ -414,7 +414,8 @@ OffloadCheck offload_check(const OffloadPolicy& policy, const Tensor& block_inpu
         const std::string op = ctx.op != nullptr ? ctx.op : "";
         const bool attn = module.size() >= 4 && module.compare(module.size() - 4, 4, "attn") == 0;
         return attn && (op == "matmul" || op == "scaled_masked_softmax" || op == "dropout" ||
-                        op == "scaled_dot_product_attention");
+                        op == "scaled_dot_product_attention" || op == "ring_attention" ||
+                        op == "context_gather_attention" || op == "context_all_gather");
       };
     case OffloadPolicyKind::min_bytes: break;
   }

@@ -20,7 +20,7 @@ std::string step_time(const PlanCandidate& c) {
 }
 
 // "~" marks a figure not wholly the candidate's own dry run's: the estimator's, or for
-// --overlap-grad-reduce the dry run without the overlap plus the estimator's buckets.
+// --overlap-grad-reduce the dry run without the overlap plus the overlap's change by the estimator.
 std::string peak(const PlanCandidate& c) {
   std::string s = format_bytes(c.device_peak);
   if (!c.exact) s.insert(s.begin(), '~');
@@ -87,7 +87,7 @@ std::string format_plan_search(const PlanSearch& s, const TrainArgs& g, const Se
          "of device peak against step time has " + std::to_string(front.size()) + " members" +
          (last - first < front.size() ? "; around the chosen one (--json lists every candidate)" : "") +
          " (~: not its own dry run's peak: the estimator's, or for --overlap-grad-reduce the dry run's without it "
-         "plus the estimator's buckets; host peak unknown: -; * chosen):\n";
+         "plus the overlap's change by the estimator; host peak unknown: -; * chosen):\n";
   out += "       step   device peak     host peak  flags\n";
   for (size_t k = first; k < last; ++k) {
     const size_t i = front[k];

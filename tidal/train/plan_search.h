@@ -36,7 +36,7 @@ struct PlanCandidate {
   int64_t host_peak = 0;       // the dry run's host peak when `exact` (offload, swap optimizer), else 0
   bool exact = false;
   // Its device peak comes from a dry run: `exact`, or (--overlap-grad-reduce, which a dry run refuses)
-  // the dry run without the overlap plus the estimator's buckets.
+  // the dry run without the overlap plus the overlap's change by the estimator.
   bool checked = false;
   bool timed = false;
   StepTime time;        // when `timed`
