@@ -97,31 +97,9 @@ TEST(ExpertParallelCheckpoint, PretrainedGivesEachRankItsExperts) {
   const int n = world.size();
   if (n < 2 || models::preset("tiny-qwen3-moe").num_experts % n != 0) GTEST_SKIP() << n << " ranks";
   const std::string dir = scratch_dir("ep_pretrained", n);
-  if (world.rank() == 0) {
-    fs::remove_all(dir);
-    manual_seed(99);  // not the training's seed (1234): the weights are the directory's
-    models::save_pretrained(*models::create_model(models::preset("tiny-qwen3-moe")), dir + "/hf");
-  }
-  world.barrier();
-  const std::vector<std::string> common = {"--pretrained",
-                                           dir + "/hf",
-                                           "--mock-data",
-                                           "--train-iters",
-                                           "2",
-                                           "--seq-length",
-                                           "16",
-                                           "--micro-batch-size",
-                                           "2",
-                                           "--global-batch-size",
-                                           std::to_string(2 * n),
-                                           "--eval-interval",
-                                           "0",
-                                           "--attention-dropout",
-                                           "0",
-                                           "--hidden-dropout",
-                                           "0",
-                                           "--save-interval",
-                                           "2"};
+  write_pretrained_moe(world, dir);
+  std::vector<std::string> common = pretrained_moe_flags(dir, 2 * n);
+  common.insert(common.end(), {"--save-interval", "2"});
   auto args = [&](int e, const std::string& save) {
     std::vector<std::string> argv = common;
     argv.insert(argv.end(), {"--save", save, "--expert-model-parallel-size", std::to_string(e)});

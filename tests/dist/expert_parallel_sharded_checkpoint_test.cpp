@@ -167,30 +167,9 @@ TEST(ExpertParallelShardedCheckpoint, PretrainedWithParametersSharded) {
   dist::Communicator& world = dist::world();
   if (world.size() != 2) GTEST_SKIP() << "runs on two ranks";
   const std::string dir = scratch_dir("ep_sharded_pretrained", world.size());
-  if (world.rank() == 0) {
-    fs::remove_all(dir);
-    manual_seed(99);  // not the training's seed (1234): the weights are the directory's
-    models::save_pretrained(*models::create_model(models::preset("tiny-qwen3-moe")), dir + "/hf");
-  }
-  world.barrier();
+  write_pretrained_moe(world, dir);
   auto args = [&](const std::vector<std::string>& layout, int64_t global) {
-    std::vector<std::string> argv = {"--pretrained",
-                                     dir + "/hf",
-                                     "--mock-data",
-                                     "--train-iters",
-                                     "2",
-                                     "--seq-length",
-                                     "16",
-                                     "--micro-batch-size",
-                                     "2",
-                                     "--global-batch-size",
-                                     std::to_string(global),
-                                     "--eval-interval",
-                                     "0",
-                                     "--attention-dropout",
-                                     "0",
-                                     "--hidden-dropout",
-                                     "0"};
+    std::vector<std::string> argv = pretrained_moe_flags(dir, global);
     argv.insert(argv.end(), layout.begin(), layout.end());
     return parse_train_args(argv);
   };

@@ -6,13 +6,16 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 
 #include "tests/dist/train_runs.h"
 #include "tidal/dist/single_communicator.h"
 #include "tidal/models/causal_lm.h"
 #include "tidal/models/moe.h"
+#include "tidal/models/pretrained.h"
 #include "tidal/profile/profiler.h"
+#include "tidal/rng.h"
 #include "tidal/train/setup.h"
 #include "tidal/train/step.h"
 
@@ -123,6 +126,35 @@ void expect_same_tensors(const std::map<std::string, Tensor>& got, const std::ma
   }
   if (std::getenv("TIDAL_PRINT_DIFFERENCES"))
     std::fprintf(stderr, "[rank %d] %s: within %.3g\n", dist::world().rank(), what.c_str(), worst);
+}
+
+void write_pretrained_moe(dist::Communicator& world, const std::string& dir) {
+  if (world.rank() == 0) {
+    std::filesystem::remove_all(dir);
+    manual_seed(99);
+    models::save_pretrained(*models::create_model(models::preset("tiny-qwen3-moe")), dir + "/hf");
+  }
+  world.barrier();
+}
+
+std::vector<std::string> pretrained_moe_flags(const std::string& dir, int64_t global) {
+  return {"--pretrained",
+          dir + "/hf",
+          "--mock-data",
+          "--train-iters",
+          "2",
+          "--seq-length",
+          "16",
+          "--micro-batch-size",
+          "2",
+          "--global-batch-size",
+          std::to_string(global),
+          "--eval-interval",
+          "0",
+          "--attention-dropout",
+          "0",
+          "--hidden-dropout",
+          "0"};
 }
 
 }  // namespace tidal::train

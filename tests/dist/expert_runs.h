@@ -72,4 +72,12 @@ Trained compare_with_one_process(int e, const std::vector<std::string>& extra = 
 void expect_same_tensors(const std::map<std::string, Tensor>& got, const std::map<std::string, Tensor>& want,
                          double tolerance, const std::string& what);
 
+// A Hugging Face directory of tiny-qwen3-moe at DIR/hf (seed 99, not the training's 1234: the
+// weights are the directory's), written by rank 0 of `world` after emptying DIR; every rank returns
+// once it is there.
+void write_pretrained_moe(dist::Communicator& world, const std::string& dir);
+// The flags of a run from it: --pretrained DIR/hf, mock data, 2 steps of micro-batches of 2 x 16
+// tokens, `global` samples a step, no dropout.
+std::vector<std::string> pretrained_moe_flags(const std::string& dir, int64_t global);
+
 }  // namespace tidal::train
