@@ -249,6 +249,11 @@ TEST(DryRun, TheEstimatorPredictsEachRankUnderExpertAndContextParallelism) {
       tiny("tiny-qwen3-moe", {"--expert-model-parallel-size", "2", "--global-batch-size", "8"}),
       tiny("tiny-qwen3-moe", {"--expert-model-parallel-size", "2", "--global-batch-size", "8", "--bf16",
                               "--recompute-activation-function"}),
+      // Sharded under EP: the reduce-scatter's pieces per group (dense over 4 ranks, experts over 4 / E).
+      tiny("tiny-qwen3-moe", {"--expert-model-parallel-size", "4", "--global-batch-size", "8",
+                              "--data-parallel-sharding-strategy", "optim_grads"}),
+      tiny("tiny-qwen3-moe", {"--expert-model-parallel-size", "2", "--global-batch-size", "8", "--bf16",
+                              "--data-parallel-sharding-strategy", "optim_grads_params"}),
       tiny("tiny-llama", {"--context-parallel-size", "2", "--global-batch-size", "4"}),
       tiny("tiny-qwen3", {"--context-parallel-size", "2", "--global-batch-size", "4", "--bf16", "--loss-compute-mode",
                           "chunk", "--loss-chunk-size", "8"}),
@@ -264,7 +269,7 @@ TEST(DryRun, TheEstimatorPredictsEachRankUnderExpertAndContextParallelism) {
   for (const std::vector<std::string>& flags : runs) {
     SCOPED_TRACE(joined(flags));
     const TrainArgs a = parse_train_args(flags);
-    const DryRun dry = dry_run(a, 0, 4);
+    const DryRun dry = dry_run_largest_rank(a, 4);  // sharded: the estimator's is the largest shard's
     const TriageSettings s = triage_settings(a, 4);
     const StepPeak p = predict_step_peak(a.model, s);
     EXPECT_EQ(dry.device[MemoryCategory::parameter].peak, p.parameters);

@@ -133,6 +133,26 @@ int64_t largest_shard(const models::ModelConfig& m, const TriageSettings& s,
   return optim::largest_shard(numels, expert, s.data_parallel, s.expert_parallel, optim::kGradNormChunk);
 }
 
+// The reduce-scatter's buffer of every rank's pieces (f32, optim/distributed_adamw.cpp), one group at
+// a time: the dense parameters' largest shard times the N ranks, and under expert parallelism the
+// experts' times the N / E of an expert-data group; each shard at most `bucket` elements with overlap.
+int64_t reduce_scatter_pieces(const models::ModelConfig& m, const TriageSettings& s,
+                              const std::vector<memory::SwapParam>& params, int64_t bucket) {
+  std::vector<int64_t> dense, experts;
+  const std::vector<bool>& expert = model_shape(m, s.expert_parallel).expert;
+  const bool by_kind = s.num_parameters == 0 && s.expert_parallel > 1;
+  for (size_t i = 0; i < params.size(); ++i) (by_kind && expert[i] ? experts : dense).push_back(params[i].numel);
+  int64_t most = 0;
+  for (const auto& [numels, ranks] :
+       {std::pair{dense, s.data_parallel}, std::pair{experts, std::max(1, s.data_parallel / s.expert_parallel)}}) {
+    if (numels.empty()) continue;
+    const int64_t shard =
+        optim::largest_shard(numels, std::vector<bool>(numels.size(), false), ranks, 1, optim::kGradNormChunk);
+    most = std::max(most, int64_t(ranks) * std::min(shard, bucket));
+  }
+  return 4 * most;
+}
+
 // How much predict_step_peak drops from `s` to `t` (the same settings with one change).
 int64_t saving(const models::ModelConfig& m, const TriageSettings& s, const TriageSettings& t) {
   return predict_step_peak(m, s).total - predict_step_peak(m, t).total;
@@ -217,7 +237,7 @@ StepPeak predict_step_peak(const models::ModelConfig& m, const TriageSettings& s
   const bool bucketed = sharded && s.overlap_grad_reduce;
   const int64_t bucket = std::min(n, s.bucket_elements > 0 ? s.bucket_elements : n);
   const int64_t live_grads = bucketed ? std::min(whole, 2 * 4 * bucket) : whole;
-  const int64_t pieces = 4 * int64_t(s.data_parallel) * (bucketed ? std::min(shard, bucket) : shard);
+  const int64_t pieces = sharded ? reduce_scatter_pieces(m, s, params, bucketed ? bucket : shard) : 0;
   // A recompute replay or an offload prefetch later in backward, with gradients already there; the
   // optimizer step.
   // (Summed in place: whole gradients held from earlier micro-batches take the new ones.)

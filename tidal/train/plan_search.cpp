@@ -293,9 +293,11 @@ PlanSearch search_plans(const TrainArgs& given, const SearchOptions& o) {
     if (!d) return;
     // What the overlap changes by the estimator: the buckets in flight without sharding (more), each
     // bucket's whole gradients freed once reduce-scattered under ZeRO-2/3 (less).
-    const int64_t overlap =
-        c.estimated_peak - predict_step_peak(plain.model, triage_settings(plain, o.data_parallel)).total;
-    c.device_peak = std::max<int64_t>(0, d->device.peak_allocated + overlap);
+    // It frees no more than the gradients the dry run held (a bound on the estimator's error).
+    const int64_t held = d->device.category[size_t(MemoryCategory::gradient)].peak;
+    const int64_t overlap = std::max<int64_t>(
+        -held, c.estimated_peak - predict_step_peak(plain.model, triage_settings(plain, o.data_parallel)).total);
+    c.device_peak = d->device.peak_allocated + overlap;
     c.host_peak = d->host.peak_allocated;
     c.checked = true;
     c.fits = c.device_peak <= r.target && (r.host_budget == 0 || c.host_peak <= r.host_budget);
