@@ -43,6 +43,11 @@ std::optional<DryRun> try_dry_run(TrainArgs a, int ranks, bool largest = true, s
 // gradient reduction (they add or move only copies and collectives, which the cost model times from
 // their bytes), and under ZeRO-1 without sharding, under ZeRO-3 as ZeRO-2 (the same kernels but the
 // update's, which the cost model scales to the shard: cost_model.h).
+ShardingStrategy kernel_sharding(ShardingStrategy s) {
+  return s == ShardingStrategy::optim                ? ShardingStrategy::no_shard
+         : s == ShardingStrategy::optim_grads_params ? ShardingStrategy::optim_grads
+                                                     : s;
+}
 TrainArgs kernel_args(const TrainArgs& a) {
   TrainArgs k = a;
   k.memory.offload = memory::OffloadConfig{};
@@ -50,16 +55,13 @@ TrainArgs kernel_args(const TrainArgs& a) {
   k.data_parallel.overlap_grad_reduce = false;
   k.data_parallel.bucket_size = 0;
   k.data_parallel.overlap_param_gather = false;
-  const ShardingStrategy s = a.data_parallel.sharding;
-  k.data_parallel.sharding = s == ShardingStrategy::optim                ? ShardingStrategy::no_shard
-                             : s == ShardingStrategy::optim_grads_params ? ShardingStrategy::optim_grads
-                                                                         : s;
+  k.data_parallel.sharding = kernel_sharding(a.data_parallel.sharding);
   return k;
 }
 // Whether `a`'s kernel dry run is `a` itself (its peak exact).
 bool same_kernels(const TrainArgs& a) {
   return !a.memory.offload.enabled && !a.memory.swap_optimizer.on && !a.data_parallel.overlap_grad_reduce &&
-         kernel_args(a).data_parallel.sharding == a.data_parallel.sharding;
+         kernel_sharding(a.data_parallel.sharding) == a.data_parallel.sharding;
 }
 
 // Expert and context parallelism: E and C.
@@ -69,7 +71,7 @@ std::string parallel_key(const TrainArgs& a) {
 
 std::string kernel_key(const TrainArgs& a) {
   return a.memory.recompute.describe() + "|" + a.memory.loss.describe() + "|" + a.attention + "|" +
-         std::to_string(a.micro_batch_size) + "|" + sharding_name(kernel_args(a).data_parallel.sharding) +
+         std::to_string(a.micro_batch_size) + "|" + sharding_name(kernel_sharding(a.data_parallel.sharding)) +
          parallel_key(a);
 }
 // Everything but the recompute: the candidates that differ only in their recompute rung share it.
