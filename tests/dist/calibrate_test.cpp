@@ -3,17 +3,17 @@
 #include <gtest/gtest.h>
 
 #include "tidal/dist/communicator.h"
-#include "tidal/train/calibrate.h"
+#include "tidal/plan/calibrate.h"
 
 namespace tidal::train {
 namespace {
 
 TEST(DistCalibrate, TheAllReduceIsMeasuredAcrossRanks) {
   const int ranks = dist::world().size();
-  CalibrateOptions o;
+  plan::CalibrateOptions o;
   o.quick = true;
-  const DeviceProfile p = calibrate(o);
-  check_device_profile(p, "calibrated");
+  const plan::DeviceProfile p = plan::calibrate(o);
+  plan::check_device_profile(p, "calibrated");
   if (ranks == 1) {
     EXPECT_EQ(p.collective_bandwidth, 0);
     EXPECT_EQ(p.collective_latency_s, 0);

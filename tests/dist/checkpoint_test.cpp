@@ -13,6 +13,7 @@
 #include "tests/integration/run_command.h"
 #include "tests/support/error_of.h"
 #include "tidal/allocator.h"
+#include "tidal/checkpoint/checkpoint.h"
 #include "tidal/dist/communicator.h"
 #include "tidal/io/atomic_file.h"
 #include "tidal/io/safetensors.h"
@@ -20,7 +21,6 @@
 #include "tidal/models/pretrained.h"
 #include "tidal/optim/grad_clip.h"
 #include "tidal/optim/shard_layout.h"
-#include "tidal/train/checkpoint.h"
 #include "tidal/train/trainer.h"
 
 namespace tidal::train {
@@ -39,14 +39,14 @@ std::string fresh_dir(const std::string& name) {
 }
 
 // `iters` steps of tiny-gpt2 on one micro-batch of 2 per rank, the distributed optimizer, --save every 2.
-TrainArgs sharded_args(const std::string& save, std::vector<std::string> extra = {}, int iters = 4) {
+train::TrainArgs sharded_args(const std::string& save, std::vector<std::string> extra = {}, int iters = 4) {
   extra.push_back("--use-distributed-optimizer");
   return args_for(2, 2 * dist::world().size(), save, "tiny-gpt2", extra, iters);
 }
 
-void train_quietly(const TrainArgs& args) {
+void train_quietly(const train::TrainArgs& args) {
   std::FILE* quiet = std::fopen("/dev/null", "w");
-  run_training(args, quiet, dist::world());
+  train::run_training(args, quiet, dist::world());
   std::fclose(quiet);
 }
 
@@ -63,11 +63,11 @@ TEST(ShardedCheckpoint, EveryRankWritesItsOwnShardFile) {
   train_quietly(sharded_args(dir));
   EXPECT_EQ(entries(dir), (std::set<std::string>{"iter_0000002", "iter_0000004", "latest_checkpointed_iteration.txt"}));
   std::set<std::string> want = {"config.json", "model.safetensors", "state.json"};
-  for (int r = 0; r < ranks; ++r) want.insert(optimizer_shard_file(r, ranks));
+  for (int r = 0; r < ranks; ++r) want.insert(checkpoint::optimizer_shard_file(r, ranks));
   EXPECT_EQ(entries(dir + "/iter_0000004"), want);
-  EXPECT_EQ(optimizer_shard_file(1, 4), "optimizer.rank00001-of-00004.safetensors");
+  EXPECT_EQ(checkpoint::optimizer_shard_file(1, 4), "optimizer.rank00001-of-00004.safetensors");
 
-  const Checkpoint c = load_checkpoint(dir);
+  const checkpoint::Checkpoint c = checkpoint::load_checkpoint(dir);
   EXPECT_EQ(c.shards.ranks, ranks);
   EXPECT_EQ(c.shards.align, optim::kGradNormChunk);
   EXPECT_TRUE(c.optimizer.empty());
@@ -81,7 +81,8 @@ TEST(ShardedCheckpoint, EveryRankWritesItsOwnShardFile) {
   }
   // My file: my shard's two moments, each piece's step count, the optimizer's, and what it covers.
   const optim::ShardLayout layout = optim::make_shard_layout(numels, ranks, optim::kGradNormChunk);
-  const io::Safetensors mine = io::load_safetensors(c.path + "/" + optimizer_shard_file(world.rank(), ranks));
+  const io::Safetensors mine =
+      io::load_safetensors(c.path + "/" + checkpoint::optimizer_shard_file(world.rank(), ranks));
   int64_t moments = 0;
   for (const auto& [name, t] : mine.tensors)
     if (name.ends_with(".exp_avg") || name.ends_with(".exp_avg_sq")) moments += t.numel();
@@ -129,19 +130,19 @@ TEST(ShardedCheckpoint, ABadShardFileFailsEveryRank) {
   const std::string iter = dir + "/iter_0000004/";
   const std::string prefix = ranks == 1 ? "" : "[checkpoint] cannot resume from --load " + dir + ", on rank ";
   // A flipped byte in the last rank's file: only that rank reads it.
-  if (world.rank() == 0) flip_byte(iter + optimizer_shard_file(last, ranks), 100);
+  if (world.rank() == 0) flip_byte(iter + checkpoint::optimizer_shard_file(last, ranks), 100);
   world.barrier();
   std::string msg = testing::error_of([&] { train_quietly(sharded_args("", {"--load", dir}, 6)); });
-  std::string want = "[checkpoint] " + iter + optimizer_shard_file(last, ranks) +
+  std::string want = "[checkpoint] " + iter + checkpoint::optimizer_shard_file(last, ranks) +
                      " is corrupted: its CRC-32 does not match the one recorded when it was saved";
   if (ranks > 1) want = prefix + std::to_string(last) + " of " + std::to_string(ranks) + ": " + want;
   EXPECT_EQ(msg, want);
   // A missing file: every rank sees it in state.json's list.
   world.barrier();
-  if (world.rank() == 0) fs::remove(iter + optimizer_shard_file(0, ranks));
+  if (world.rank() == 0) fs::remove(iter + checkpoint::optimizer_shard_file(0, ranks));
   world.barrier();
   msg = testing::error_of([&] { train_quietly(sharded_args("", {"--load", dir}, 6)); });
-  want = "[checkpoint] " + iter + optimizer_shard_file(0, ranks) + " is missing";
+  want = "[checkpoint] " + iter + checkpoint::optimizer_shard_file(0, ranks) + " is missing";
   if (ranks > 1)
     want = prefix.substr(0, prefix.size() - 5) + "ranks 0, 1" + (ranks == 3 ? ", 2" : "") + " of " +
            std::to_string(ranks) + ": " + want;
@@ -171,15 +172,16 @@ TEST(ShardedCheckpoint, AFailedSaveOnOneRankFailsEveryRank) {
   const int ranks = world.size(), last = ranks - 1;
   const std::string dir = fresh_dir("save_fails");
   const std::map<std::string, Tensor> model = {{"w", ones({4})}};
-  const OptimizerShards shards{ranks, 1, {{"w", 4}}};
+  const checkpoint::OptimizerShards shards{ranks, 1, {{"w", 4}}};
   const std::map<std::string, Tensor> mine = {{"step", from_vector_i64({2}, Shape{})}};
   auto save = [&](int64_t iteration, const std::map<std::string, Tensor>& shard) {
-    TrainingState st;
+    checkpoint::TrainingState st;
     st.iteration = iteration;
-    save_sharded_checkpoint(world, dir, st, model, shards, shard, {{"model_type", "gpt2"}});
+    checkpoint::save_sharded_checkpoint(world, dir, st, model, shards, shard, {{"model_type", "gpt2"}});
   };
   save(2, mine);
-  EXPECT_EQ(load_optimizer_shard(load_checkpoint(dir), world.rank()).at("step").item<int64_t>(), 2);
+  EXPECT_EQ(checkpoint::load_optimizer_shard(checkpoint::load_checkpoint(dir), world.rank()).at("step").item<int64_t>(),
+            2);
   const std::string what = ranks == 1 ? ""
                                       : "[checkpoint] iteration 3 was not saved, on rank " + std::to_string(last) +
                                             " of " + std::to_string(ranks) + ": ";
@@ -194,7 +196,7 @@ TEST(ShardedCheckpoint, AFailedSaveOnOneRankFailsEveryRank) {
   EXPECT_EQ(testing::error_of([&] { save(3, bad); }),
             what + "[safetensors] cannot save 'w.exp_avg': a meta tensor has no data");
   world.barrier();
-  EXPECT_EQ(latest_iteration(dir), 2);
+  EXPECT_EQ(checkpoint::latest_iteration(dir), 2);
   EXPECT_EQ(entries(dir), (std::set<std::string>{"iter_0000002", "latest_checkpointed_iteration.txt"}));
 }
 
@@ -228,7 +230,7 @@ TEST(ShardedCheckpoint, ResumesOnAnotherNumberOfRanksBitwise) {
   for (const Case c : {Case{2, 3, true}, Case{3, 1, false}, Case{1, 2, true}}) {
     const std::string tag = dir + "/" + std::to_string(c.from) + "to" + std::to_string(c.to);
     train(c.from, 6 / c.from, true, 2, tag + "/half", "");
-    EXPECT_EQ(load_checkpoint(tag + "/half").shards.ranks, c.from) << tag;
+    EXPECT_EQ(checkpoint::load_checkpoint(tag + "/half").shards.ranks, c.from) << tag;
     train(c.to, 6 / c.to, c.sharded_after, 4, tag + "/resumed", tag + "/half");
     // One process splitting the global batch as the ranks did, before and after the resume.
     train(1, 6 / c.from, false, 2, tag + "/one_half", "");

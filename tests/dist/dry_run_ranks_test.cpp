@@ -1,4 +1,4 @@
-// The dry run of one rank of N (train/dry_run.h, dist/meta_communicator.h), in this rank's process,
+// The dry run of one rank of N (plan/dry_run.h, dist/meta_communicator.h), in this rank's process,
 // against this rank's real run on the same flags: the device and host allocators' peaks, per
 // category, to the byte — for every sharding strategy, --overlap-param-gather, --bf16, accumulation,
 // and offload and the swap optimizer over sharded states. Run as 1 process (ctest dist1) and as 2 and
@@ -12,8 +12,9 @@
 #include "tests/dist/train_runs.h"
 #include "tests/support/peaks_since.h"
 #include "tidal/allocator.h"
-#include "tidal/train/auto_memory.h"
-#include "tidal/train/dry_run.h"
+#include "tidal/plan/auto_memory.h"
+#include "tidal/plan/dry_run.h"
+#include "tidal/plan/training.h"
 #include "tidal/train/trainer.h"
 
 namespace tidal::train {
@@ -37,15 +38,15 @@ TEST(DryRunRanks, EachRanksPeaksEqualItsRealRun) {
     for (const std::vector<std::string>& flags : runs) {
       std::string what = model + " on rank " + std::to_string(world.rank()) + " of " + std::to_string(world.size());
       for (const std::string& f : flags) what += " " + f;
-      const TrainArgs args = args_for(2, 2 * 2 * world.size(), "", model, flags, 2);  // 2 micro-batches per rank
+      const train::TrainArgs args = args_for(2, 2 * 2 * world.size(), "", model, flags, 2);  // 2 micro-batches per rank
       Allocator& cpu = device_allocator(Device::cpu());
       const MemoryStats device = cpu.stats(), host = host_allocator().stats();
       std::FILE* quiet = std::fopen("/dev/null", "w");
-      run_training(args, quiet, world);
+      train::run_training(args, quiet, world);
       std::fclose(quiet);
       const MemoryStats real_device = testing::peaks_since(device, cpu.stats());
       const MemoryStats real_host = testing::peaks_since(host, host_allocator().stats());
-      const DryRun dry = dry_run(args, world.rank(), world.size());
+      const plan::DryRun dry = plan::dry_run(args, world.rank(), world.size());
       EXPECT_EQ(dry.rank, world.rank());
       testing::expect_same_peaks(dry.device, real_device, what + " (device)");
       testing::expect_same_peaks(dry.host, real_host, what + " (host)");
@@ -77,9 +78,9 @@ TEST(DryRunRanks, AutoMemoryAppliesExpertAndContextParallelismOnFourRanks) {
     std::vector<std::string> flags = c.flags;
     flags.insert(flags.end(), {"--auto-memory", "--device-profile", "a100"});
     const int64_t seq = c.experts ? 64 : 4096, micro = c.experts ? 2 : 1;
-    const TrainArgs given = args_for(micro, micro * 4, "", c.model, flags, 2, seq);
+    const train::TrainArgs given = args_for(micro, micro * 4, "", c.model, flags, 2, seq);
     std::FILE* quiet = std::fopen("/dev/null", "w");
-    const TrainArgs chosen = apply_auto_memory(given, 4, quiet);
+    const train::TrainArgs chosen = plan::apply_auto_memory(given, 4, quiet);
     if (c.experts) {
       EXPECT_GT(chosen.data_parallel.expert_parallel, 1);
     } else {
@@ -87,12 +88,12 @@ TEST(DryRunRanks, AutoMemoryAppliesExpertAndContextParallelismOnFourRanks) {
     }
     Allocator& cpu = device_allocator(Device::cpu());
     const MemoryStats before = cpu.stats();
-    run_training(given, quiet, world);  // --auto-memory: trains with `chosen`
+    plan::run_training(given, quiet, world);  // --auto-memory: trains with `chosen`
     std::fclose(quiet);
     const MemoryStats real = testing::peaks_since(before, cpu.stats());
-    TrainArgs dry_args = chosen;
+    train::TrainArgs dry_args = chosen;
     dry_args.data_parallel.overlap_grad_reduce = false;  // a dry run refuses it (its peak is the estimator's)
-    const DryRun dry = dry_run(dry_args, world.rank(), 4);
+    const plan::DryRun dry = plan::dry_run(dry_args, world.rank(), 4);
     if (!c.experts && !chosen.data_parallel.overlap_grad_reduce) {
       testing::expect_same_peaks(dry.device, real, "device");
     } else {  // the state each rank holds: its experts, its shard
@@ -105,9 +106,9 @@ TEST(DryRunRanks, AutoMemoryAppliesExpertAndContextParallelismOnFourRanks) {
     // The choice trains within the budget (an --overlap-grad-reduce choice's peak is its dry run without
     // the overlap plus the buckets the estimator adds).
     EXPECT_LE(real.peak_allocated, c.budget);
-    TrainArgs whole = given;  // without the choice: every expert, whole sequences
+    train::TrainArgs whole = given;  // without the choice: every expert, whole sequences
     whole.auto_memory = false;
-    EXPECT_LT(real.peak_allocated, dry_run(whole, world.rank(), 4).device.peak_allocated);
+    EXPECT_LT(real.peak_allocated, plan::dry_run(whole, world.rank(), 4).device.peak_allocated);
   }
 }
 

@@ -12,13 +12,13 @@
 
 #include "tests/dist/expert_runs.h"
 #include "tests/dist/train_runs.h"
+#include "tidal/checkpoint/checkpoint.h"
 #include "tidal/dist/single_communicator.h"
 #include "tidal/io/safetensors.h"
 #include "tidal/models/causal_lm.h"
 #include "tidal/models/moe.h"
 #include "tidal/models/pretrained.h"
 #include "tidal/rng.h"
-#include "tidal/train/checkpoint.h"
 
 namespace tidal::train {
 namespace {
@@ -138,12 +138,12 @@ TEST(ExpertParallelCheckpoint, AFailedSaveFailsEveryRankOfTheGroup) {
   const std::string mine = "model.layers.1.mlp.experts." + std::to_string(world.rank()) + ".up_proj.weight";
   const std::map<std::string, Tensor> model = {{"model.norm.weight", ones({4})}, {mine, ones({2, 3})}};
   const std::map<std::string, Tensor> optimizer = {{mine + ".exp_avg", ones({2, 3})}, {"step", ones({1})}};
-  const TrainingState state{2, {}, 0, nlohmann::json::object(), nlohmann::json::object()};
+  const checkpoint::TrainingState state{2, {}, 0, nlohmann::json::object(), nlohmann::json::object()};
   const nlohmann::json config = models::config_to_json(models::preset("tiny-qwen3-moe"));
   auto failure = [&](const std::map<std::string, Tensor>& m, const std::string& tokenizer,
                      const std::map<std::string, Tensor>& o) {
     try {
-      save_expert_parallel_checkpoint(world, dir, state, m, o, config, tokenizer);
+      checkpoint::save_expert_parallel_checkpoint(world, dir, state, m, o, config, tokenizer);
     } catch (const Error& e) {
       return std::string(e.what());
     }
@@ -156,7 +156,7 @@ TEST(ExpertParallelCheckpoint, AFailedSaveFailsEveryRankOfTheGroup) {
   EXPECT_NE(a.find("holds NaN"), std::string::npos) << a;
   const std::string b = failure(model, dir + "/no-tokenizer.json", optimizer);
   EXPECT_NE(b.find("iteration 2 was not saved, on rank 0 of 2"), std::string::npos) << b;
-  EXPECT_EQ(latest_iteration(dir), -1);
+  EXPECT_EQ(checkpoint::latest_iteration(dir), -1);
   // And a good save after them: every expert in the files, rank 1's states those of this save (had
   // rank 0 not taken the failed save's, they would arrive here in their place).
   const std::map<std::string, Tensor> later = {{mine + ".exp_avg", full({2, 3}, 2.0)}, {"step", ones({1})}};

@@ -15,13 +15,13 @@
 
 #include "tests/dist/expert_runs.h"
 #include "tests/dist/train_runs.h"
+#include "tidal/checkpoint/checkpoint.h"
 #include "tidal/dist/single_communicator.h"
 #include "tidal/io/safetensors.h"
 #include "tidal/models/causal_lm.h"
 #include "tidal/models/moe.h"
 #include "tidal/models/pretrained.h"
 #include "tidal/rng.h"
-#include "tidal/train/checkpoint.h"
 
 namespace tidal::train {
 namespace {
@@ -87,7 +87,7 @@ void save_and_resume(const std::string& strategy, const std::vector<std::vector<
   expect_same_tensors(read(dir + "/resumed" + end + "optimizer.safetensors"),
                       read(dir + "/full" + end + "optimizer.safetensors"), 0, strategy + " resumed: optimizer states");
   // One process's files: every expert and every expert's moments, by their global names.
-  EXPECT_FALSE(fs::exists(dir + "/half/iter_0000002/" + optimizer_shard_file(0, world.size())));
+  EXPECT_FALSE(fs::exists(dir + "/half/iter_0000002/" + checkpoint::optimizer_shard_file(0, world.size())));
   const models::ModelConfig m = models::preset("tiny-qwen3-moe");
   int64_t moments = 0;
   for (const auto& [name, t] : read(dir + "/half/iter_0000002/optimizer.safetensors"))
@@ -204,11 +204,11 @@ TEST(ExpertParallelShardedCheckpoint, GathersPiecesAndAFailureFailsEveryRank) {
     if (me == 0) o.push_back({"step", Shape{}, 0, from_vector_i64({2}, Shape{})});
     return o;
   };
-  const TrainingState state{2, {}, 0, nlohmann::json::object(), nlohmann::json::object()};
+  const checkpoint::TrainingState state{2, {}, 0, nlohmann::json::object(), nlohmann::json::object()};
   const nlohmann::json config = models::config_to_json(models::preset("tiny-qwen3-moe"));
   auto failure = [&](const std::vector<optim::TensorPiece>& o, const std::string& tokenizer) {
     try {
-      save_gathered_checkpoint(world, dir, state, model, o, config, tokenizer);
+      checkpoint::save_gathered_checkpoint(world, dir, state, model, o, config, tokenizer);
     } catch (const Error& e) {
       return std::string(e.what());
     }
@@ -221,7 +221,7 @@ TEST(ExpertParallelShardedCheckpoint, GathersPiecesAndAFailureFailsEveryRank) {
   EXPECT_NE(a.find("optimizer state model.norm.weight.exp_avg holds NaN"), std::string::npos) << a;
   const std::string b = failure(states(1), dir + "/no-tokenizer.json");
   EXPECT_NE(b.find("iteration 2 was not saved, on rank 0 of 2"), std::string::npos) << b;
-  EXPECT_EQ(latest_iteration(dir), -1);
+  EXPECT_EQ(checkpoint::latest_iteration(dir), -1);
   EXPECT_EQ(failure(states(10), ""), "no error");
   world.barrier();
   const std::map<std::string, Tensor> saved = read(dir + "/iter_0000002/model.safetensors");

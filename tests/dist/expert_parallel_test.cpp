@@ -23,9 +23,9 @@
 #include "tidal/ops/all_to_all.h"
 #include "tidal/ops/elementwise.h"
 #include "tidal/ops/reduce.h"
+#include "tidal/parallel/expert.h"
 #include "tidal/profile/profiler.h"
 #include "tidal/rng.h"
-#include "tidal/train/expert_parallel.h"
 #include "tidal/train/main_grads.h"
 #include "tidal/train/setup.h"
 #include "tidal/train/step.h"
@@ -190,7 +190,7 @@ TEST(ExpertParallel, Bf16MainGradsAskTheExpertDataGroupOnFourRanks) {
   dist::Communicator& world = dist::world();
   if (world.size() != 4) GTEST_SKIP() << "needs 4 ranks";
   const int me = world.rank(), first = 2 * (me % 2);
-  const ExpertGroups groups = make_expert_groups(world, 2);
+  const parallel::ExpertGroups groups = parallel::make_expert_groups(world, 2);
   std::vector<std::pair<std::string, Tensor>> params;
   params.emplace_back("model.norm.weight", ones({4}, DType::bf16).set_requires_grad(true));
   for (int g = first; g < first + 2; ++g)
@@ -219,7 +219,7 @@ TEST(ExpertParallel, GroupsAreMegatronsLayout) {
   dist::Communicator& world = dist::world();
   const int n = world.size();
   if (n % 2 != 0) GTEST_SKIP() << n << " ranks";
-  const ExpertGroups g = make_expert_groups(world, 2);
+  const parallel::ExpertGroups g = parallel::make_expert_groups(world, 2);
   EXPECT_EQ(g.experts->size(), 2);
   EXPECT_EQ(g.experts->rank(), world.rank() % 2);
   EXPECT_EQ(g.expert_data->size(), n / 2);
@@ -231,7 +231,7 @@ std::string refusal(const std::vector<std::string>& flags, int ranks, const std:
   argv.insert(argv.end(), flags.begin(), flags.end());
   try {
     const TrainArgs args = parse_train_args(argv);
-    check_expert_parallel(args, args.model, ranks);
+    parallel::check_expert_parallel(args.data_parallel.expert_parallel, args.model, ranks);
   } catch (const Error& e) {
     return e.what();
   }

@@ -37,7 +37,7 @@ Trained train(dist::Communicator& comm, const TrainArgs& args) {
     }
     t.comm_calls = comm.stats().calls - calls;
     t.memory = device_allocator(Device::cpu()).stats();
-    ParamGather::Scope whole(s.param_gather.get(), /*whole=*/true);  // ZeRO-3: the parameters' values
+    parallel::ParamGather::Scope whole(s.param_gather.get(), /*whole=*/true);  // ZeRO-3: the parameters' values
     for (const auto& [name, p] : s.model->named_parameters()) {
       t.weights[name] = p.detach().clone().to(DType::f32);
       if (models::is_expert_parameter(name)) t.expert_bytes += p.numel() * p.itemsize();

@@ -1,4 +1,4 @@
-// Gradient reduction (train/grad_sync.h): ZeRO-2 (--data-parallel-sharding-strategy optim_grads),
+// Gradient reduction (parallel/grad_sync.h): ZeRO-2 (--data-parallel-sharding-strategy optim_grads),
 // which reduce-scatters after every micro-batch, and --overlap-grad-reduce, which reduces bucket by
 // bucket on the "comm" stream while backward runs. Every element's sum is added in rank order and,
 // under ZeRO-2, micro-batch after micro-batch in the global batch's order: bit for bit one process
@@ -110,31 +110,31 @@ TEST(OverlapGradReduce, TheCommLaneOverlapsBackward) {
   world.barrier();
   // A backward of tens of milliseconds (small-gpt2), longer than a scheduler's time slice: the ranks
   // share 2 cores with their comm threads here, and a tiny model's backward ends before they run.
-  TrainArgs args = parse_train_args({"--model",
-                                     "small-gpt2",
-                                     "--mock-data",
-                                     "--seq-length",
-                                     "128",
-                                     "--micro-batch-size",
-                                     "2",
-                                     "--global-batch-size",
-                                     std::to_string(2 * world.size()),
-                                     "--train-iters",
-                                     "3",
-                                     "--eval-interval",
-                                     "0",
-                                     "--overlap-grad-reduce",
-                                     "--ddp-bucket-size",
-                                     "1000000",
-                                     "--data-parallel-sharding-strategy",
-                                     "optim_grads_params",
-                                     "--overlap-param-gather",
-                                     "--profile",
-                                     dir,
-                                     "--profile-steps",
-                                     "2:3"});
+  train::TrainArgs args = train::parse_train_args({"--model",
+                                                   "small-gpt2",
+                                                   "--mock-data",
+                                                   "--seq-length",
+                                                   "128",
+                                                   "--micro-batch-size",
+                                                   "2",
+                                                   "--global-batch-size",
+                                                   std::to_string(2 * world.size()),
+                                                   "--train-iters",
+                                                   "3",
+                                                   "--eval-interval",
+                                                   "0",
+                                                   "--overlap-grad-reduce",
+                                                   "--ddp-bucket-size",
+                                                   "1000000",
+                                                   "--data-parallel-sharding-strategy",
+                                                   "optim_grads_params",
+                                                   "--overlap-param-gather",
+                                                   "--profile",
+                                                   dir,
+                                                   "--profile-steps",
+                                                   "2:3"});
   std::FILE* quiet = std::fopen("/dev/null", "w");
-  run_training(args, quiet, world);
+  train::run_training(args, quiet, world);
   std::fclose(quiet);
   if (world.rank() != 0) return;  // rank 0 profiles
   std::ifstream in(dir + "/summary.json");
@@ -212,7 +212,7 @@ TEST(ShardedNanGuard, NamesTheFirstNonFinitePieceOfAnyRank) {
       {"w[" + std::to_string(4 * world.rank()) + ":" + std::to_string(4 * world.rank() + 4) + "]", piece}};
   const std::string want = "w[" + std::to_string(4 * last) + ":" + std::to_string(4 * last + 4) + "]" +
                            (world.size() > 1 ? " (rank " + std::to_string(last) + "'s shard)" : "");
-  EXPECT_EQ(nonfinite_step(1.0, std::nan(""), mine, &world),
+  EXPECT_EQ(train::nonfinite_step(1.0, std::nan(""), mine, &world),
             "the gradient norm is nan (first non-finite gradient: " + want + ")");
 }
 

@@ -19,7 +19,7 @@
 #include "tidal/models/causal_lm.h"
 #include "tidal/optim/grad_clip.h"
 #include "tidal/optim/shard_layout.h"
-#include "tidal/train/oom_advice.h"
+#include "tidal/plan/oom_advice.h"
 #include "tidal/train/trainer.h"
 
 namespace tidal::train {
@@ -201,7 +201,8 @@ TEST(DistributedOptimizer, PredictedPeakMatchesTheLargestRank) {
     run_training(args, quiet, world);
     std::fclose(quiet);
     const double measured = dist::all_reduce_max(world, double(device_allocator(Device::cpu()).stats().peak_allocated));
-    const double predicted = double(predict_step_peak(args.model, triage_settings(args, world.size())).total);
+    const double predicted =
+        double(plan::predict_step_peak(args.model, plan::triage_settings(args, world.size())).total);
     EXPECT_NEAR(predicted / measured, 1.0, 0.01)
         << model << " " << strategy << ": predicted " << predicted << ", measured " << measured;
   }

@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "tests/fuzz/fuzz_support.h"
+#include "tidal/plan/oom_advice.h"
 #include "tidal/train/arguments.h"
-#include "tidal/train/oom_advice.h"
 
 namespace {
 
@@ -37,7 +37,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   tidal::fuzz::expect_clean_errors([&] {
     const tidal::train::TrainArgs args = tidal::train::parse_train_args(argv);
     (void)args.to_json().dump();
-    (void)tidal::train::oom_advice(args.model, tidal::train::triage_settings(args));
+    (void)tidal::plan::oom_advice(args.model, tidal::plan::triage_settings(args));
   });
   return 0;
 }

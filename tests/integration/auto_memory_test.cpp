@@ -1,4 +1,4 @@
-// `tidal train --auto-memory` (tidal/train/auto_memory.h): a run that does not fit the device's memory
+// `tidal train --auto-memory` (tidal/plan/auto_memory.h): a run that does not fit the device's memory
 // as given trains with tidal plan's choice, under the same limit; bad uses are refused by name.
 #include <gtest/gtest.h>
 
@@ -6,9 +6,9 @@
 #include <string>
 
 #include "tests/integration/run_command.h"
+#include "tidal/plan/device_profile.h"
+#include "tidal/plan/dry_run.h"
 #include "tidal/train/arguments.h"
-#include "tidal/train/device_profile.h"
-#include "tidal/train/dry_run.h"
 
 namespace tidal::train {
 namespace {
@@ -39,7 +39,7 @@ std::string joined(const std::vector<std::string>& v) {
 }
 
 TEST(AutoMemory, ARunThatDoesNotFitTrainsWithThePlansChoiceUnderTheSameLimit) {
-  const int64_t need = dry_run(parse_train_args(kGiven)).device.peak_allocated;
+  const int64_t need = plan::dry_run(train::parse_train_args(kGiven)).device.peak_allocated;
   const std::string limit = "OMP_WAIT_POLICY=passive TIDAL_DEVICE_MEMORY=" + std::to_string(need * 3 / 4) + " ";
   const Result as_given = run(limit + kTidal + " train" + joined(kGiven));
   EXPECT_EQ(as_given.code, 3) << as_given.output;  // out of memory
@@ -50,11 +50,12 @@ TEST(AutoMemory, ARunThatDoesNotFitTrainsWithThePlansChoiceUnderTheSameLimit) {
 }
 
 TEST(AutoMemory, OutOfMemoryAdviceNamesThePlansChoiceWhenAProfileIsAtHand) {
-  const int64_t need = dry_run(parse_train_args(kGiven)).device.peak_allocated;
+  const int64_t need = plan::dry_run(train::parse_train_args(kGiven)).device.peak_allocated;
   const std::string dir = ::testing::TempDir() + "tidal_auto_memory_oom";
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
-  save_device_profile(dir + "/" + kDefaultDeviceProfileFile, load_device_profile("h100"));  // as --calibrate writes it
+  plan::save_device_profile(dir + "/" + plan::kDefaultDeviceProfileFile,
+                            plan::load_device_profile("h100"));  // as --calibrate writes it
   const Result r = run("cd " + dir + " && OMP_WAIT_POLICY=passive TIDAL_DEVICE_MEMORY=" + std::to_string(need * 3 / 4) +
                        " " + kTidal + " train" + joined(kGiven));
   std::filesystem::remove_all(dir);

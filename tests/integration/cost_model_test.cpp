@@ -1,8 +1,8 @@
-// The dry run's kernel records (train/kernel_records.h) and the cost model on them
-// (train/cost_model.h): exact GEMM FLOPs of a step, recompute's replayed records, the roofline's
+// The dry run's kernel records (plan/kernel_records.h) and the cost model on them
+// (plan/cost_model.h): exact GEMM FLOPs of a step, recompute's replayed records, the roofline's
 // arithmetic, and offload copies hidden or exposed by the profile's bandwidth. No timing is measured.
-#include "tidal/train/cost_model.h"
-#include "tidal/train/device_profile.h"
+#include "tidal/plan/cost_model.h"
+#include "tidal/plan/device_profile.h"
 
 #include <gtest/gtest.h>
 
@@ -23,24 +23,24 @@ std::vector<std::string> tiny(const std::vector<std::string>& more) {
               more);
 }
 
-int64_t gemm_flops(const DryRun& d, StepPhase only, bool any_phase) {
+int64_t gemm_flops(const plan::DryRun& d, plan::StepPhase only, bool any_phase) {
   int64_t f = 0;
-  for (const StepKernel& k : d.kernels)
+  for (const plan::StepKernel& k : d.kernels)
     if (k.cost.kind == CostKind::gemm && (any_phase || k.phase == only)) f += k.cost.flops;
   return f;
 }
 
 TEST(CostModel, StepGemmFlopsAreSixTimesTokensTimesMatmulParameters) {
-  const DryRun d = dry_run(parse_train_args(tiny({})));
+  const plan::DryRun d = plan::dry_run(train::parse_train_args(tiny({})));
   // Per layer the four projections hold 12·C² weights (qkv 3C², out C², MLP 4C² twice), the LM head
   // C·V; forward 2·N·weights, backward dX and dW twice that (every input needs its gradient).
   const int64_t N = 2 * 32, C = 64, V = 512, L = 2;
-  EXPECT_EQ(gemm_flops(d, StepPhase::other, true), 6 * N * (12 * C * C * L + C * V));
-  EXPECT_EQ(gemm_flops(d, StepPhase::forward, false), 2 * N * 12 * C * C * L + 2 * N * C * V);
-  EXPECT_EQ(gemm_flops(d, StepPhase::backward, false), 4 * N * (12 * C * C * L + C * V));
+  EXPECT_EQ(gemm_flops(d, plan::StepPhase::other, true), 6 * N * (12 * C * C * L + C * V));
+  EXPECT_EQ(gemm_flops(d, plan::StepPhase::forward, false), 2 * N * 12 * C * C * L + 2 * N * C * V);
+  EXPECT_EQ(gemm_flops(d, plan::StepPhase::backward, false), 4 * N * (12 * C * C * L + C * V));
   int64_t adamw = 0, attention = 0;
-  for (const StepKernel& k : d.kernels) {
-    adamw += std::string(k.cost.kernel) == "adamw_step" && k.phase == StepPhase::optimizer;
+  for (const plan::StepKernel& k : d.kernels) {
+    adamw += std::string(k.cost.kernel) == "adamw_step" && k.phase == plan::StepPhase::optimizer;
     attention += k.cost.kind == CostKind::attention && k.layer >= 0;
   }
   EXPECT_EQ(adamw, 4 + 12 * L);  // wte, wpe, final norm weight and bias; 12 tensors per layer
@@ -48,14 +48,14 @@ TEST(CostModel, StepGemmFlopsAreSixTimesTokensTimesMatmulParameters) {
 }
 
 TEST(CostModel, RecomputeReplaysTheForwardOfEachLayer) {
-  const DryRun plain = dry_run(parse_train_args(tiny({})));
-  const DryRun full = dry_run(parse_train_args(
+  const plan::DryRun plain = plan::dry_run(train::parse_train_args(tiny({})));
+  const plan::DryRun full = plan::dry_run(train::parse_train_args(
       tiny({"--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", "1"})));
   // Each layer's replay runs its forward's kernels in order (a prefix: the replay stops at its last save).
-  std::map<int, std::vector<const StepKernel*>> forward, replay;
-  for (const StepKernel& k : full.kernels) {
-    if (k.phase == StepPhase::forward && k.layer >= 0) forward[k.layer].push_back(&k);
-    if (k.phase == StepPhase::recompute) replay[k.layer].push_back(&k);
+  std::map<int, std::vector<const plan::StepKernel*>> forward, replay;
+  for (const plan::StepKernel& k : full.kernels) {
+    if (k.phase == plan::StepPhase::forward && k.layer >= 0) forward[k.layer].push_back(&k);
+    if (k.phase == plan::StepPhase::recompute) replay[k.layer].push_back(&k);
   }
   ASSERT_EQ(replay.size(), 2u);
   for (const auto& [layer, ks] : replay) {
@@ -68,13 +68,13 @@ TEST(CostModel, RecomputeReplaysTheForwardOfEachLayer) {
     }
   }
   // What recompute adds to the step's GEMMs is exactly the replays' GEMMs.
-  EXPECT_EQ(gemm_flops(full, StepPhase::other, true) - gemm_flops(plain, StepPhase::other, true),
-            gemm_flops(full, StepPhase::recompute, false));
-  EXPECT_GT(gemm_flops(full, StepPhase::recompute, false), 0);
+  EXPECT_EQ(gemm_flops(full, plan::StepPhase::other, true) - gemm_flops(plain, plan::StepPhase::other, true),
+            gemm_flops(full, plan::StepPhase::recompute, false));
+  EXPECT_GT(gemm_flops(full, plan::StepPhase::recompute, false), 0);
 }
 
-DeviceProfile profile() {
-  DeviceProfile p;
+plan::DeviceProfile profile() {
+  plan::DeviceProfile p;
   p.name = "hand-made";
   p.gemm_flops_f32 = p.gemm_flops_bf16 = 1e12;
   p.attention_flops_f32 = p.attention_flops_bf16 = 5e11;
@@ -88,21 +88,22 @@ DeviceProfile profile() {
 }
 
 TEST(CostModel, RooflineArithmetic) {
-  const DeviceProfile p = profile();
+  const plan::DeviceProfile p = profile();
   const KernelCost compute_bound{"matmul", CostKind::gemm, DType::f32, 2'000'000'000, 1'000'000};    // 2 ms vs 10 us
   const KernelCost bandwidth_bound{"matmul", CostKind::gemm, DType::f32, 1'000'000, 1'000'000'000};  // 1 us vs 10 ms
   const KernelCost memory{"unary", CostKind::memory, DType::f32, 1'000'000'000'000, 500'000'000};    // flops ignored
-  EXPECT_DOUBLE_EQ(kernel_time_s(compute_bound, p), 2e-3 + 1e-5);
-  EXPECT_DOUBLE_EQ(kernel_time_s(bandwidth_bound, p), 1e-2 + 1e-5);
-  EXPECT_DOUBLE_EQ(kernel_time_s(memory, p), 5e-3 + 1e-5);
+  EXPECT_DOUBLE_EQ(plan::kernel_time_s(compute_bound, p), 2e-3 + 1e-5);
+  EXPECT_DOUBLE_EQ(plan::kernel_time_s(bandwidth_bound, p), 1e-2 + 1e-5);
+  EXPECT_DOUBLE_EQ(plan::kernel_time_s(memory, p), 5e-3 + 1e-5);
 
-  DryRun run;
-  run.kernels = {{compute_bound, StepPhase::forward, 0, "", "linear"},
-                 {memory, StepPhase::recompute, 0, "", "gelu"},
-                 {{"adamw_step", CostKind::optimizer, DType::f32, 0, 200'000'000}, StepPhase::optimizer, -1, "", ""}};
-  TrainArgs args;
+  plan::DryRun run;
+  run.kernels = {
+      {compute_bound, plan::StepPhase::forward, 0, "", "linear"},
+      {memory, plan::StepPhase::recompute, 0, "", "gelu"},
+      {{"adamw_step", CostKind::optimizer, DType::f32, 0, 200'000'000}, plan::StepPhase::optimizer, -1, "", ""}};
+  train::TrainArgs args;
   args.micro_batch_size = args.global_batch_size = 1;
-  const StepTime t = predict_step_time(run, args, p);
+  const plan::StepTime t = plan::predict_step_time(run, args, p);
   EXPECT_EQ(t.kernels, 3);
   EXPECT_EQ(t.flops, 2'000'000'000 + 1'000'000'000'000);
   EXPECT_DOUBLE_EQ(t.gemm_s, 2e-3);
@@ -119,7 +120,7 @@ TEST(CostModel, RooflineArithmetic) {
   // and recompute), the whole update, and all-reduces the f32 gradients, 2·(n-1)/n of their bytes.
   run.parameter_numels = {1'000'000};  // 1M f32 parameters
   args.global_batch_size = 2;
-  const StepTime dp = predict_step_time(run, args, p, 2);
+  const plan::StepTime dp = plan::predict_step_time(run, args, p, 2);
   EXPECT_DOUBLE_EQ(dp.gemm_s, 1e-3);
   EXPECT_DOUBLE_EQ(dp.optimizer_s, 2e-3);
   EXPECT_DOUBLE_EQ(dp.comm_s, 4e6 / 1e10 + 2 * 1 * 1e-4 + 2 * 1e-4);  // one parameter tensor; loss and norm
@@ -128,8 +129,8 @@ TEST(CostModel, RooflineArithmetic) {
 
   // ZeRO-1: a reduce-scatter of the gradients and an all-gather of the parameters, (n-1)/n each; each
   // rank updates half the parameters.
-  args.data_parallel.sharding = ShardingStrategy::optim;
-  const StepTime z1 = predict_step_time(run, args, p, 2);
+  args.data_parallel.sharding = parallel::ShardingStrategy::optim;
+  const plan::StepTime z1 = plan::predict_step_time(run, args, p, 2);
   EXPECT_DOUBLE_EQ(z1.comm_s, (2e6 / 1e10 + 1e-4) + (2e6 / 1e10 + 1e-4) + 2 * 1e-4);
   EXPECT_DOUBLE_EQ(z1.optimizer_s, 1e-3);
   // --overlap-grad-reduce: a reduce-scatter per bucket (10, each 1e-4 of latency), 1.2 ms in all, hides
@@ -137,19 +138,19 @@ TEST(CostModel, RooflineArithmetic) {
   // the scalars stay exposed.
   args.data_parallel.overlap_grad_reduce = true;
   args.data_parallel.bucket_size = 100'000;
-  run.kernels.push_back({compute_bound, StepPhase::backward, 0, "", "LinearBackward"});
-  const StepTime overlapped = predict_step_time(run, args, p, 2);
+  run.kernels.push_back({compute_bound, plan::StepPhase::backward, 0, "", "LinearBackward"});
+  const plan::StepTime overlapped = plan::predict_step_time(run, args, p, 2);
   EXPECT_DOUBLE_EQ(overlapped.exposed_comm_s, 1.2e-3 / 10 + 3e-4 + 2e-4);
   EXPECT_DOUBLE_EQ(overlapped.comm_s, z1.comm_s + 9e-4);
 }
 
 TEST(CostModel, RefusesAProfileWithoutTheRateItNeeds) {
-  DeviceProfile p = profile();
+  plan::DeviceProfile p = profile();
   p.gemm_flops_bf16 = 0;
   p.name = "half";
   std::string what;
   try {
-    kernel_time_s({"matmul", CostKind::gemm, DType::bf16, 1, 1}, p);
+    plan::kernel_time_s({"matmul", CostKind::gemm, DType::bf16, 1, 1}, p);
   } catch (const Error& e) {
     what = e.what();
   }
@@ -159,23 +160,23 @@ TEST(CostModel, RefusesAProfileWithoutTheRateItNeeds) {
 }
 
 TEST(CostModel, OffloadCopiesHideBehindComputeWhenFastEnough) {
-  const DryRun d = dry_run(parse_train_args(tiny({})));
-  TrainArgs args = parse_train_args(tiny({"--activation-offload"}));
-  DeviceProfile fast = profile(), slow = profile();
+  const plan::DryRun d = plan::dry_run(train::parse_train_args(tiny({})));
+  train::TrainArgs args = train::parse_train_args(tiny({"--activation-offload"}));
+  plan::DeviceProfile fast = profile(), slow = profile();
   fast.d2h_bandwidth = fast.h2d_bandwidth = 1e15;
   slow.d2h_bandwidth = slow.h2d_bandwidth = 1e3;
   // The step's own host transfers (the batch, the loss read back) are the same with and without the flag.
-  const TrainArgs plain = parse_train_args(tiny({}));
-  const StepTime f0 = predict_step_time(d, plain, fast), s0 = predict_step_time(d, plain, slow);
-  const StepTime f = predict_step_time(d, args, fast), s = predict_step_time(d, args, slow);
+  const train::TrainArgs plain = train::parse_train_args(tiny({}));
+  const plan::StepTime f0 = plan::predict_step_time(d, plain, fast), s0 = plan::predict_step_time(d, plain, slow);
+  const plan::StepTime f = plan::predict_step_time(d, args, fast), s = plan::predict_step_time(d, args, slow);
   EXPECT_GT(f.copy_s, f0.copy_s);
   EXPECT_EQ(f.exposed_copy_s, f0.exposed_copy_s);                                  // every offload copy hidden
   EXPECT_GT(s.exposed_copy_s - s0.exposed_copy_s, 0.99 * (s.copy_s - s0.copy_s));  // nearly all exposed
   EXPECT_DOUBLE_EQ(s.total_s, s.compute_s + s.exposed_copy_s);
   EXPECT_DOUBLE_EQ(f.compute_s, s.compute_s);
   // --offload-prefetch-depth 0 brings a block back only when its backward unpacks it: exposed however fast.
-  const StepTime f_no_prefetch =
-      predict_step_time(d, parse_train_args(tiny({"--activation-offload", "--offload-prefetch-depth", "0"})), fast);
+  const plan::StepTime f_no_prefetch = plan::predict_step_time(
+      d, train::parse_train_args(tiny({"--activation-offload", "--offload-prefetch-depth", "0"})), fast);
   EXPECT_GT(f_no_prefetch.exposed_copy_s, f0.exposed_copy_s);
 }
 
@@ -183,28 +184,29 @@ TEST(CostModel, ARanksDryRunIsItsShareOfTheWholeBatch) {
   // 4 micro-batches over 2 ranks: the one-process dry run is costed at half its kernels, a dry run
   // that played rank 0 of 2 (2 micro-batches, its shard's update) at all of them.
   for (const char* sharding : {"no_shard", "optim_grads_params"}) {
-    TrainArgs a = parse_train_args(tiny({"--data-parallel-sharding-strategy", sharding}));
+    train::TrainArgs a = train::parse_train_args(tiny({"--data-parallel-sharding-strategy", sharding}));
     a.global_batch_size = 8;
-    const StepTime whole = predict_step_time(dry_run(a), a, profile(), 2);
-    const StepTime rank = predict_step_time(dry_run(a, 0, 2), a, profile(), 2);
+    const plan::StepTime whole = plan::predict_step_time(plan::dry_run(a), a, profile(), 2);
+    const plan::StepTime rank = plan::predict_step_time(plan::dry_run(a, 0, 2), a, profile(), 2);
     EXPECT_NEAR(rank.gemm_s, whole.gemm_s, 1e-12 * whole.gemm_s) << sharding;
     EXPECT_NEAR(rank.attention_s, whole.attention_s, 1e-12 * whole.attention_s) << sharding;
     EXPECT_GT(rank.gemm_s, 0) << sharding;
   }
-  TrainArgs a = parse_train_args(tiny({}));
+  train::TrainArgs a = train::parse_train_args(tiny({}));
   a.global_batch_size = 8;
-  EXPECT_EQ(testing::error_of([&] { predict_step_time(dry_run(a, 0, 2), a, profile(), 4); }),
+  EXPECT_EQ(testing::error_of([&] { plan::predict_step_time(plan::dry_run(a, 0, 2), a, profile(), 4); }),
             "[cost model] the dry run played a rank of 2 ranks, not of 4");
 }
 
 TEST(CostModel, SwapOptimizerExposesTheFirstWindowInAndTheLastOut) {
-  const DryRun d = dry_run(parse_train_args(tiny({})));
-  TrainArgs args = parse_train_args(tiny({"--swap-optimizer", "--swap-optimizer-times", "4"}));
-  DeviceProfile fast = profile();
+  const plan::DryRun d = plan::dry_run(train::parse_train_args(tiny({})));
+  train::TrainArgs args = train::parse_train_args(tiny({"--swap-optimizer", "--swap-optimizer-times", "4"}));
+  plan::DeviceProfile fast = profile();
   fast.d2h_bandwidth = fast.h2d_bandwidth = 1e15;
   const double states = double(d.device.category[size_t(MemoryCategory::optimizer_state)].peak);
   ASSERT_GT(states, 0);
-  const StepTime f0 = predict_step_time(d, parse_train_args(tiny({})), fast), f = predict_step_time(d, args, fast);
+  const plan::StepTime f0 = plan::predict_step_time(d, train::parse_train_args(tiny({})), fast),
+                       f = plan::predict_step_time(d, args, fast);
   EXPECT_NEAR(f.copy_s - f0.copy_s, 2 * states / 1e15, 1e-22);
   EXPECT_NEAR(f.exposed_copy_s - f0.exposed_copy_s, 2 * states / 4 / 1e15, 1e-22);  // first window in, last out
 }
@@ -221,51 +223,51 @@ TEST(CostModel, AShardedUpdateIsTimedFromAnotherStrategysKernels) {
     const char* seq;
     double tolerance;
   };
-  const std::vector<std::pair<ShardingStrategy, ShardingStrategy>> pairs = {
-      {ShardingStrategy::optim, ShardingStrategy::no_shard},
-      {ShardingStrategy::optim_grads_params, ShardingStrategy::optim_grads}};
+  const std::vector<std::pair<parallel::ShardingStrategy, parallel::ShardingStrategy>> pairs = {
+      {parallel::ShardingStrategy::optim, parallel::ShardingStrategy::no_shard},
+      {parallel::ShardingStrategy::optim_grads_params, parallel::ShardingStrategy::optim_grads}};
   for (const Case& k : {Case{"qwen3-0.6b", 1, "256", 0.01}, Case{"tiny-qwen3-moe", 2, "32", 0.03}}) {
     for (const auto& [sharding, from_sharding] : pairs) {
-      TrainArgs a = parse_train_args(with({"--model",
-                                           k.model,
-                                           "--mock-data",
-                                           "--seq-length",
-                                           k.seq,
-                                           "--micro-batch-size",
-                                           "1",
-                                           "--global-batch-size",
-                                           "8",
-                                           "--train-iters",
-                                           "2",
-                                           "--lr-warmup-iters",
-                                           "0",
-                                           "--eval-interval",
-                                           "0",
-                                           "--bf16",
-                                           "--attention",
-                                           "flash",
-                                           "--expert-model-parallel-size",
-                                           std::to_string(k.ep)},
-                                          {}));
+      train::TrainArgs a = train::parse_train_args(with({"--model",
+                                                         k.model,
+                                                         "--mock-data",
+                                                         "--seq-length",
+                                                         k.seq,
+                                                         "--micro-batch-size",
+                                                         "1",
+                                                         "--global-batch-size",
+                                                         "8",
+                                                         "--train-iters",
+                                                         "2",
+                                                         "--lr-warmup-iters",
+                                                         "0",
+                                                         "--eval-interval",
+                                                         "0",
+                                                         "--bf16",
+                                                         "--attention",
+                                                         "flash",
+                                                         "--expert-model-parallel-size",
+                                                         std::to_string(k.ep)},
+                                                        {}));
       a.data_parallel.sharding = sharding;
-      TrainArgs other = a;
+      train::TrainArgs other = a;
       other.data_parallel.sharding = from_sharding;
-      const DeviceProfile p = load_device_profile("h100");
+      const plan::DeviceProfile p = plan::load_device_profile("h100");
       // The same rank (the search's kernel dry runs play rank 0 for every sharded candidate, as before).
-      const DryRun od = dry_run_largest_rank(a, 4), fd = dry_run(other, od.rank, 4);
-      const StepTime own = predict_step_time(od, a, p, 4), from = predict_step_time(fd, a, p, 4);
-      const std::string what = std::string(k.model) + " " + sharding_name(sharding);
+      const plan::DryRun od = plan::dry_run_largest_rank(a, 4), fd = plan::dry_run(other, od.rank, 4);
+      const plan::StepTime own = plan::predict_step_time(od, a, p, 4), from = plan::predict_step_time(fd, a, p, 4);
+      const std::string what = std::string(k.model) + " " + parallel::sharding_name(sharding);
       EXPECT_NEAR(from.compute_s, own.compute_s, k.tolerance * own.compute_s) << what;
       EXPECT_NEAR(from.total_s, own.total_s, k.tolerance * own.total_s) << what;
       EXPECT_NEAR(from.optimizer_s, own.optimizer_s, 0.01 * own.optimizer_s) << what;  // the shard's bytes
       EXPECT_EQ(from.comm_s, own.comm_s) << what;  // from the parameters' sizes alike
     }
   }
-  TrainArgs a = parse_train_args(tiny({"--data-parallel-sharding-strategy", "optim"}));
+  train::TrainArgs a = train::parse_train_args(tiny({"--data-parallel-sharding-strategy", "optim"}));
   a.global_batch_size = 4;
-  TrainArgs zero2 = a;
-  zero2.data_parallel.sharding = ShardingStrategy::optim_grads;
-  EXPECT_EQ(testing::error_of([&] { predict_step_time(dry_run(zero2, 0, 2), a, profile(), 2); }),
+  train::TrainArgs zero2 = a;
+  zero2.data_parallel.sharding = parallel::ShardingStrategy::optim_grads;
+  EXPECT_EQ(testing::error_of([&] { plan::predict_step_time(plan::dry_run(zero2, 0, 2), a, profile(), 2); }),
             "[cost model] a dry run of a rank under optim_grads does not time optim");
 }
 
@@ -274,18 +276,18 @@ TEST(CostModel, AShardedUpdateIsTimedFromAnotherStrategysKernels) {
 // (the counts, dispatch and combine). tiny-qwen3-moe: 2 layers, the second MoE (8 experts, top-2, hidden
 // 64), bf16; 4 ranks, E = 2, one micro-batch of 32 tokens a rank.
 TEST(CostModel, ExpertParallelExchangesAndReductions) {
-  TrainArgs a =
-      parse_train_args(with({"--model", "tiny-qwen3-moe", "--mock-data", "--seq-length", "32", "--micro-batch-size",
-                             "1", "--global-batch-size", "4", "--train-iters", "2", "--lr-warmup-iters", "0",
-                             "--eval-interval", "0", "--bf16", "--expert-model-parallel-size", "2"},
-                            {}));
-  const DryRun d = dry_run(a, 0, 4);
+  train::TrainArgs a = train::parse_train_args(
+      with({"--model", "tiny-qwen3-moe", "--mock-data", "--seq-length", "32", "--micro-batch-size", "1",
+            "--global-batch-size", "4", "--train-iters", "2", "--lr-warmup-iters", "0", "--eval-interval", "0",
+            "--bf16", "--expert-model-parallel-size", "2"},
+           {}));
+  const plan::DryRun d = plan::dry_run(a, 0, 4);
   int64_t dense = 0, experts = 0;
   for (size_t i = 0; i < d.parameter_numels.size(); ++i)
     (d.expert_parameter[i] ? experts : dense) += d.parameter_numels[i];
   ASSERT_GT(experts, 0);
-  const DeviceProfile p = profile();
-  const StepTime t = predict_step_time(d, a, p, 4);
+  const plan::DeviceProfile p = profile();
+  const plan::StepTime t = plan::predict_step_time(d, a, p, 4);
   // All-reduces of f32 gradients, 2(n-1)/n of the bytes: n = 4 dense, 2 experts; a latency per
   // collective (two per tensor), and the loss's and the norm's.
   const double bytes = 2 * 4 * (double(dense) * 3 / 4 + double(experts) * 1 / 2);
@@ -294,27 +296,27 @@ TEST(CostModel, ExpertParallelExchangesAndReductions) {
   const double all_to_all = 4 * rows / p.collective_bandwidth + 5 * p.collective_latency_s;
   EXPECT_DOUBLE_EQ(t.all_to_all_s, all_to_all);
   EXPECT_NEAR(t.comm_s - t.all_to_all_s, bytes / p.collective_bandwidth + latencies, 1e-15);
-  TrainArgs moe = a;
+  train::TrainArgs moe = a;
   moe.memory.recompute.granularity = memory::Granularity::selective;
   moe.memory.recompute.modules = {memory::RecomputeModule::moe};
-  const StepTime r = predict_step_time(dry_run(moe, 0, 4), moe, p, 4);
+  const plan::StepTime r = plan::predict_step_time(plan::dry_run(moe, 0, 4), moe, p, 4);
   EXPECT_DOUBLE_EQ(r.all_to_all_s, all_to_all + 2 * rows / p.collective_bandwidth + 3 * p.collective_latency_s);
 }
 
 // The plan search keeps a kernel dry run's records merged: fewer of them, the same prediction.
 TEST(CostModel, MergedRecordsPredictTheSameStep) {
-  const TrainArgs a = parse_train_args(
+  const train::TrainArgs a = train::parse_train_args(
       with({"--model", "tiny-qwen3-moe", "--mock-data", "--seq-length", "32", "--micro-batch-size", "1",
             "--global-batch-size", "2", "--train-iters", "2", "--lr-warmup-iters", "0", "--eval-interval", "0"},
            {}));
-  const DryRun d = dry_run(a);
-  DryRun m = d;
-  m.kernels = merge_identical(m.kernels);
+  const plan::DryRun d = plan::dry_run(a);
+  plan::DryRun m = d;
+  m.kernels = plan::merge_identical(m.kernels);
   ASSERT_LT(m.kernels.size(), d.kernels.size() / 2);
   int64_t count = 0;
-  for (const StepKernel& k : m.kernels) count += k.count;
+  for (const plan::StepKernel& k : m.kernels) count += k.count;
   EXPECT_EQ(count, int64_t(d.kernels.size()));
-  const StepTime x = predict_step_time(d, a, profile()), y = predict_step_time(m, a, profile());
+  const plan::StepTime x = plan::predict_step_time(d, a, profile()), y = plan::predict_step_time(m, a, profile());
   EXPECT_EQ(x.kernels, y.kernels);
   EXPECT_EQ(x.flops, y.flops);
   EXPECT_NEAR(y.compute_s, x.compute_s, 1e-12 * x.compute_s);
@@ -325,21 +327,21 @@ TEST(CostModel, MergedRecordsPredictTheSameStep) {
 // reduce-scattered in backward, (C-1) x a rank's K/V each, two collectives, blocking; a replay of the
 // attention core gathers again. tiny-llama (2 layers, 2 kv heads of 16) on 2 ranks, C = 2, 32 tokens.
 TEST(CostModel, EagerContextParallelGathersKeysAndValues) {
-  TrainArgs a =
-      parse_train_args(with({"--model", "tiny-llama", "--mock-data", "--seq-length", "32", "--micro-batch-size", "1",
-                             "--global-batch-size", "1", "--train-iters", "2", "--lr-warmup-iters", "0",
-                             "--eval-interval", "0", "--attention", "eager", "--context-parallel-size", "2"},
-                            {}));
-  const DeviceProfile p = profile();
+  train::TrainArgs a =
+      train::parse_train_args(with({"--model", "tiny-llama", "--mock-data", "--seq-length", "32", "--micro-batch-size",
+                                    "1", "--global-batch-size", "1", "--train-iters", "2", "--lr-warmup-iters", "0",
+                                    "--eval-interval", "0", "--attention", "eager", "--context-parallel-size", "2"},
+                                   {}));
+  const plan::DeviceProfile p = profile();
   const models::ModelConfig& m = a.model;
   const double kv = 2.0 * 16 * double(m.kv_heads() * m.head_size()) * 4;  // K and V of 16 tokens, f32
   const double pass = kv / p.collective_bandwidth + 2 * p.collective_latency_s;
-  const StepTime t = predict_step_time(dry_run(a, 0, 2), a, p, 2);
+  const plan::StepTime t = plan::predict_step_time(plan::dry_run(a, 0, 2), a, p, 2);
   EXPECT_DOUBLE_EQ(t.ring_s, 2 * 2 * pass);  // layers x (forward + backward)
   EXPECT_DOUBLE_EQ(t.exposed_ring_s, t.ring_s);
   a.memory.recompute.granularity = memory::Granularity::selective;
   a.memory.recompute.modules = {memory::RecomputeModule::core_attn};
-  EXPECT_DOUBLE_EQ(predict_step_time(dry_run(a, 0, 2), a, p, 2).ring_s, 2 * 3 * pass);
+  EXPECT_DOUBLE_EQ(plan::predict_step_time(plan::dry_run(a, 0, 2), a, p, 2).ring_s, 2 * 3 * pass);
 }
 
 }  // namespace

@@ -1,6 +1,6 @@
-// tidal::train::dry_run (train/dry_run.h): the meta-device dry run of a configuration allocates, byte
+// tidal::plan::dry_run (plan/dry_run.h): the meta-device dry run of a configuration allocates, byte
 // for byte, what the real run of it allocates on the device, and touches no memory for a large model.
-#include "tidal/train/dry_run.h"
+#include "tidal/plan/dry_run.h"
 
 #include <sys/resource.h>
 
@@ -13,7 +13,7 @@
 #include "tests/support/peaks_since.h"
 #include "tidal/allocator.h"
 #include "tidal/memory/estimator.h"
-#include "tidal/train/oom_advice.h"
+#include "tidal/plan/oom_advice.h"
 
 namespace tidal::train {
 namespace {
@@ -64,7 +64,7 @@ Measured measured(const std::vector<std::string>& flags) {
 
 void expect_same_peaks(const std::vector<std::string>& flags) {
   SCOPED_TRACE(joined(flags));
-  const DryRun dry = dry_run(parse_train_args(flags));
+  const plan::DryRun dry = plan::dry_run(train::parse_train_args(flags));
   const Measured real = measured(flags);
   EXPECT_EQ(dry.steps, 2);
   testing::expect_same_peaks(dry.device, real.device, "device");
@@ -93,12 +93,12 @@ TEST(DryRun, MoeMatchesTheRealRunsStatesAndTheEstimatorsActivations) {
   for (const auto& f : kFeatures) {
     const std::vector<std::string> flags = tiny("tiny-qwen3-moe", f);
     SCOPED_TRACE(joined(flags));
-    const TrainArgs a = parse_train_args(flags);
-    const DryRun dry = dry_run(a);
+    const train::TrainArgs a = train::parse_train_args(flags);
+    const plan::DryRun dry = plan::dry_run(a);
     const MemoryStats real = measured(flags).device;
     for (MemoryCategory c : {MemoryCategory::parameter, MemoryCategory::gradient, MemoryCategory::optimizer_state})
       EXPECT_EQ(dry.device[c].peak, real[c].peak) << category_name(c);
-    const TriageSettings s = triage_settings(a);
+    const plan::TriageSettings s = plan::triage_settings(a);
     const memory::ActivationEstimate e = memory::estimate_activations(
         a.model,
         memory::activation_inputs(a.memory, a.micro_batch_size, a.seq_length, s.attention, s.precision.param_dtype()));
@@ -146,12 +146,12 @@ TEST(DryRun, OffloadPeaksEqualTheRealRunsOnDeviceAndHost) {
     expect_same_peaks(tiny("tiny-llama", f));
     expect_same_peaks(tiny("tiny-gpt2", f));
   }
-  const DryRun host = dry_run(parse_train_args(tiny("tiny-gpt2", {"--activation-offload"})));
+  const plan::DryRun host = plan::dry_run(train::parse_train_args(tiny("tiny-gpt2", {"--activation-offload"})));
   EXPECT_GT(host.host[MemoryCategory::host_offload].peak, 0);  // the copies of layer 0 (layer 1 keeps its own)
   // The real runs made the spill directory; a dry run makes nothing.
   const std::string none = dir + "/never";
-  const DryRun d = dry_run(
-      parse_train_args(tiny("tiny-gpt2", {"--activation-offload", "--offload-target", "disk", "--offload-dir", none})));
+  const plan::DryRun d = plan::dry_run(train::parse_train_args(
+      tiny("tiny-gpt2", {"--activation-offload", "--offload-target", "disk", "--offload-dir", none})));
   EXPECT_FALSE(std::filesystem::exists(none));
   // The two 16 MiB staging buffers of the disk tier, in host memory.
   EXPECT_EQ(d.host[MemoryCategory::host_offload].peak, 2 * (int64_t(16) << 20));
@@ -169,13 +169,13 @@ TEST(DryRun, SwapOptimizerPeaksEqualTheRealRunsOnDeviceAndHost) {
     expect_same_peaks(tiny("tiny-llama", f));
     expect_same_peaks(tiny("tiny-qwen3", f));
   }
-  const DryRun d = dry_run(parse_train_args(tiny("tiny-gpt2", {"--swap-optimizer"})));
+  const plan::DryRun d = plan::dry_run(train::parse_train_args(tiny("tiny-gpt2", {"--swap-optimizer"})));
   EXPECT_GT(d.host[MemoryCategory::host_offload].peak, 0);
   EXPECT_EQ(d.host[MemoryCategory::host_offload].peak, d.host.peak_allocated);
 }
 
 TEST(DryRun, ActivationsPerLayerAreTheSavedTensors) {
-  const DryRun dry = dry_run(parse_train_args(tiny("tiny-llama", {})));
+  const plan::DryRun dry = plan::dry_run(train::parse_train_args(tiny("tiny-llama", {})));
   ASSERT_EQ(dry.activation_bytes_per_layer.size(), 2u);
   EXPECT_GT(dry.activation_bytes_per_layer[0], 0);
   EXPECT_EQ(dry.activation_bytes_per_layer[0], dry.activation_bytes_per_layer[1]);  // alike layers
@@ -190,20 +190,22 @@ int64_t max_rss_bytes() {
 
 TEST(DryRun, ALargeModelTouchesNoMemory) {
   const int64_t before = max_rss_bytes();
-  const DryRun dry = dry_run(parse_train_args({"--model", "gpt2-124m", "--mock-data", "--seq-length", "1024",
-                                               "--micro-batch-size", "4", "--global-batch-size", "4"}));
+  const plan::DryRun dry =
+      plan::dry_run(train::parse_train_args({"--model", "gpt2-124m", "--mock-data", "--seq-length", "1024",
+                                             "--micro-batch-size", "4", "--global-batch-size", "4"}));
   // 124M f32 parameters, their gradients and AdamW's two moments alone: 2 GB on the meta device.
   EXPECT_GT(dry.device.peak_allocated, int64_t(2e9));
   // Qwen3-8B at 4096 tokens: 134 GiB on the meta device.
-  const DryRun big = dry_run(parse_train_args({"--model", "qwen3-8b", "--mock-data", "--seq-length", "4096",
-                                               "--micro-batch-size", "1", "--global-batch-size", "1"}));
+  const plan::DryRun big =
+      plan::dry_run(train::parse_train_args({"--model", "qwen3-8b", "--mock-data", "--seq-length", "4096",
+                                             "--micro-batch-size", "1", "--global-batch-size", "1"}));
   EXPECT_GT(big.device.peak_allocated, int64_t(100) << 30);
   EXPECT_EQ(big.activation_bytes_per_layer.size(), 36u);
   // Its host side too: the swapped AdamW states (8 bytes per parameter) and the offloaded copies,
   // counted by the meta host allocator, touched nowhere.
-  const DryRun host =
-      dry_run(parse_train_args({"--model", "qwen3-8b", "--mock-data", "--seq-length", "4096", "--micro-batch-size", "1",
-                                "--global-batch-size", "1", "--activation-offload", "--swap-optimizer"}));
+  const plan::DryRun host = plan::dry_run(
+      train::parse_train_args({"--model", "qwen3-8b", "--mock-data", "--seq-length", "4096", "--micro-batch-size", "1",
+                               "--global-batch-size", "1", "--activation-offload", "--swap-optimizer"}));
   EXPECT_GT(host.host[MemoryCategory::host_offload].peak, int64_t(60) << 30);
   EXPECT_LT(host.device[MemoryCategory::optimizer_state].peak, big.device[MemoryCategory::optimizer_state].peak / 4);
   EXPECT_LT(max_rss_bytes() - before, int64_t(200) << 20);
@@ -213,28 +215,30 @@ TEST(DryRun, ALargeModelTouchesNoMemory) {
 // takes the one with the highest device peak among every rank (up to kDryRunRanks ranks) or the
 // kDryRunRanks ranks with the largest shards.
 TEST(DryRun, TheLargestRankIsTheHighestOfTheRanksItRuns) {
-  const TrainArgs a = parse_train_args(tiny("tiny-llama", {"--use-distributed-optimizer", "--global-batch-size", "6"}));
+  const train::TrainArgs a =
+      train::parse_train_args(tiny("tiny-llama", {"--use-distributed-optimizer", "--global-batch-size", "6"}));
   int64_t highest = 0;
   int at = -1;
   std::vector<int64_t> states;
   for (int r = 0; r < 3; ++r) {
-    const DryRun d = dry_run(a, r, 3);
+    const plan::DryRun d = plan::dry_run(a, r, 3);
     EXPECT_EQ(d.rank, r);
     EXPECT_EQ(d.ranks, 3);
     states.push_back(d.device[MemoryCategory::optimizer_state].peak);
     if (d.device.peak_allocated > highest) highest = d.device.peak_allocated, at = r;
   }
   EXPECT_NE(states[0], states[2]);  // the shards differ
-  const DryRun largest = dry_run_largest_rank(a, 3);
+  const plan::DryRun largest = plan::dry_run_largest_rank(a, 3);
   EXPECT_EQ(largest.device.peak_allocated, highest);
   EXPECT_EQ(largest.rank, at);
   EXPECT_EQ(largest.ranks_run, (std::vector<int>{0, 1, 2}));
   // More ranks than kDryRunRanks: the ranks with the largest shards.
-  const TrainArgs six =
-      parse_train_args(tiny("tiny-llama", {"--use-distributed-optimizer", "--global-batch-size", "12"}));
-  EXPECT_EQ(dry_run_largest_rank(six, 6).ranks_run.size(), size_t(kDryRunRanks));
+  const train::TrainArgs six =
+      train::parse_train_args(tiny("tiny-llama", {"--use-distributed-optimizer", "--global-batch-size", "12"}));
+  EXPECT_EQ(plan::dry_run_largest_rank(six, 6).ranks_run.size(), size_t(plan::kDryRunRanks));
   // Without sharding every rank holds the same: rank 0 is run.
-  const DryRun plain = dry_run_largest_rank(parse_train_args(tiny("tiny-llama", {"--global-batch-size", "4"})), 2);
+  const plan::DryRun plain =
+      plan::dry_run_largest_rank(train::parse_train_args(tiny("tiny-llama", {"--global-batch-size", "4"})), 2);
   EXPECT_EQ(plain.ranks_run, std::vector<int>{0});
   EXPECT_EQ(plain.ranks, 2);
 }
@@ -268,10 +272,10 @@ TEST(DryRun, TheEstimatorPredictsEachRankUnderExpertAndContextParallelism) {
   };
   for (const std::vector<std::string>& flags : runs) {
     SCOPED_TRACE(joined(flags));
-    const TrainArgs a = parse_train_args(flags);
-    const DryRun dry = dry_run_largest_rank(a, 4);  // sharded: the estimator's is the largest shard's
-    const TriageSettings s = triage_settings(a, 4);
-    const StepPeak p = predict_step_peak(a.model, s);
+    const train::TrainArgs a = train::parse_train_args(flags);
+    const plan::DryRun dry = plan::dry_run_largest_rank(a, 4);  // sharded: the estimator's is the largest shard's
+    const plan::TriageSettings s = plan::triage_settings(a, 4);
+    const plan::StepPeak p = plan::predict_step_peak(a.model, s);
     EXPECT_EQ(dry.device[MemoryCategory::parameter].peak, p.parameters);
     EXPECT_EQ(dry.device[MemoryCategory::optimizer_state].peak, p.optimizer_states);
     memory::ActivationInputs in = memory::activation_inputs(
@@ -291,28 +295,30 @@ TEST(DryRun, TheEstimatorPredictsEachRankUnderExpertAndContextParallelism) {
 // keeps N(16h + 8ad + 12f + 8) + 8·b·Cs·a_kv·d (the gathered K and V) + 4·a·b·(2C+1)·L² (each chunk's
 // probabilities against the keys before it) bytes, on every rank (docs/memory.md).
 TEST(DryRun, EagerAttentionUnderContextParallelKeepsTheFormulasBytesOnEveryRank) {
-  const TrainArgs a = parse_train_args(tiny("tiny-llama", {"--context-parallel-size", "2", "--attention", "eager"}));
+  const train::TrainArgs a =
+      train::parse_train_args(tiny("tiny-llama", {"--context-parallel-size", "2", "--attention", "eager"}));
   const int64_t b = 2, s = 16, c = 2, n = b * s, l = s / 2, h = 64, heads = 4, d = 16, kv = 2 * d, f = 176;
   const int64_t layer =
       n * (16 * h + 8 * heads * d + 12 * f + 8) + 8 * b * c * s * kv + 4 * heads * b * (2 * c + 1) * l * l;
   EXPECT_EQ(layer, 143616);
   for (int r = 0; r < 2; ++r)
-    EXPECT_EQ(dry_run(a, r, 2).activation_bytes_per_layer, std::vector<int64_t>(2, layer)) << r;
+    EXPECT_EQ(plan::dry_run(a, r, 2).activation_bytes_per_layer, std::vector<int64_t>(2, layer)) << r;
 }
 
 // --offload-policy core-attn under context parallelism offloads the attention core's saved tensors:
 // ring attention's (flash) and the all-gathered K/V's (eager), as on one rank.
 TEST(DryRun, CoreAttentionOffloadUnderContextParallelOffloadsTheCore) {
   for (const char* attention : {"flash", "eager"}) {
-    const TrainArgs a = parse_train_args(tiny("tiny-llama", {"--context-parallel-size", "2", "--attention", attention,
-                                                             "--activation-offload", "--offload-policy", "core-attn"}));
-    EXPECT_GT(dry_run(a, 0, 2).host[MemoryCategory::host_offload].peak, 0) << attention;
+    const train::TrainArgs a =
+        train::parse_train_args(tiny("tiny-llama", {"--context-parallel-size", "2", "--attention", attention,
+                                                    "--activation-offload", "--offload-policy", "core-attn"}));
+    EXPECT_GT(plan::dry_run(a, 0, 2).host[MemoryCategory::host_offload].peak, 0) << attention;
   }
 }
 
 TEST(DryRun, RefusesWhatItCannotAccount) {
   auto error = [](const std::vector<std::string>& more) {
-    return testing::error_of([&] { dry_run(parse_train_args(tiny("tiny-gpt2", more))); });
+    return testing::error_of([&] { plan::dry_run(train::parse_train_args(tiny("tiny-gpt2", more))); });
   };
   EXPECT_NE(error({"--load", "/nonexistent"}).find("tidal plan --dry-run: --load and --pretrained read values"),
             std::string::npos);
@@ -320,7 +326,7 @@ TEST(DryRun, RefusesWhatItCannotAccount) {
                 .find("tidal plan --dry-run: --overlap-grad-reduce is not dry-run: its reductions run on a stream"),
             std::string::npos);
   EXPECT_NE(testing::error_of([&] {
-              dry_run(parse_train_args(tiny("tiny-gpt2", {})), 2, 2);
+              plan::dry_run(train::parse_train_args(tiny("tiny-gpt2", {})), 2, 2);
             }).find("[dist] a dry run's rank must be in [0, 2), got 2"),
             std::string::npos);
 }

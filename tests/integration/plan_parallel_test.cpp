@@ -1,4 +1,4 @@
-// tidal plan's search over expert and context parallelism (tidal/train/plan_candidates.h): E and C are
+// tidal plan's search over expert and context parallelism (tidal/plan/candidates.h): E and C are
 // candidates when not given (MoE models; dense models with flash attention), a given one is kept, and
 // under a budget only they fit, the search picks them.
 #include <gtest/gtest.h>
@@ -7,13 +7,13 @@
 #include <string>
 #include <vector>
 
-#include "tidal/train/auto_memory.h"
-#include "tidal/train/cost_model.h"
-#include "tidal/train/device_profile.h"
-#include "tidal/train/dry_run.h"
-#include "tidal/train/plan_candidates.h"
-#include "tidal/train/plan_report.h"
-#include "tidal/train/plan_search.h"
+#include "tidal/plan/auto_memory.h"
+#include "tidal/plan/candidates.h"
+#include "tidal/plan/cost_model.h"
+#include "tidal/plan/device_profile.h"
+#include "tidal/plan/dry_run.h"
+#include "tidal/plan/report.h"
+#include "tidal/plan/search.h"
 
 namespace tidal::train {
 namespace {
@@ -29,82 +29,83 @@ const std::vector<std::string> kLong = {
     "4096",    "--micro-batch-size", "1",           "--global-batch-size", "4",    "--train-iters",
     "2"};
 
-TrainArgs args(std::vector<std::string> flags, const std::vector<std::string>& more = {}) {
+train::TrainArgs args(std::vector<std::string> flags, const std::vector<std::string>& more = {}) {
   flags.insert(flags.end(), more.begin(), more.end());
-  return parse_train_args(flags);
+  return train::parse_train_args(flags);
 }
 
-SearchOptions options(int64_t budget) {
-  SearchOptions o;
+plan::SearchOptions options(int64_t budget) {
+  plan::SearchOptions o;
   o.budget = budget;
   o.data_parallel = 4;
-  o.profile = load_device_profile("a100");
+  o.profile = plan::load_device_profile("a100");
   return o;
 }
 
-std::set<std::pair<int, int64_t>> parallel_sizes(const std::vector<CandidateConfig>& all) {
+std::set<std::pair<int, int64_t>> parallel_sizes(const std::vector<plan::CandidateConfig>& all) {
   std::set<std::pair<int, int64_t>> out;
-  for (const CandidateConfig& c : all) out.insert({c.args.data_parallel.expert_parallel, c.args.context_parallel.size});
+  for (const plan::CandidateConfig& c : all)
+    out.insert({c.args.data_parallel.expert_parallel, c.args.context_parallel.size});
   return out;
 }
 
 TEST(PlanParallel, TheCandidatesHoldTheSizesTidalTrainRuns) {
   // MoE: E divides the 8 experts and the 4 ranks, C the ranks (2C the 64 tokens), E x C the ranks
   // (the search's grid; tidal train runs E 4 x C 2 on 4 ranks too).
-  const std::vector<CandidateConfig> moe = enumerate_candidates(args(kMoe), 4);
+  const std::vector<plan::CandidateConfig> moe = plan::enumerate_candidates(args(kMoe), 4);
   EXPECT_EQ(parallel_sizes(moe), (std::set<std::pair<int, int64_t>>{{1, 1}, {1, 2}, {1, 4}, {2, 1}, {2, 2}, {4, 1}}));
   bool sharded_experts = false;  // expert parallelism runs with every sharding strategy
-  for (const CandidateConfig& c : moe) {
+  for (const plan::CandidateConfig& c : moe) {
     if (c.args.data_parallel.expert_parallel == 1) continue;
-    sharded_experts |= c.args.data_parallel.sharding != ShardingStrategy::no_shard;
+    sharded_experts |= c.args.data_parallel.sharding != parallel::ShardingStrategy::no_shard;
     EXPECT_NE(c.flags.find("--expert-model-parallel-size"), std::string::npos) << c.flags;
   }
   EXPECT_TRUE(sharded_experts);
   // Dense: C divides the 4 ranks and 2C the 4096 tokens, with either attention kernel (eager gathers K/V).
-  const std::vector<CandidateConfig> dense = enumerate_candidates(args(kLong, {"--attention", "eager"}), 4);
+  const std::vector<plan::CandidateConfig> dense = plan::enumerate_candidates(args(kLong, {"--attention", "eager"}), 4);
   EXPECT_EQ(parallel_sizes(dense), (std::set<std::pair<int, int64_t>>{{1, 1}, {1, 2}, {1, 4}}));
   std::set<std::string> cp_kernels;
-  for (const CandidateConfig& c : dense)
+  for (const plan::CandidateConfig& c : dense)
     if (c.args.context_parallel.size > 1) cp_kernels.insert(c.args.attention);
   EXPECT_EQ(cp_kernels, (std::set<std::string>{"eager", "flash"}));
   // Given sizes are kept; 2C must divide the sequence.
-  EXPECT_EQ(parallel_sizes(enumerate_candidates(args(kLong, {"--context-parallel-size", "2"}), 4)),
+  EXPECT_EQ(parallel_sizes(plan::enumerate_candidates(args(kLong, {"--context-parallel-size", "2"}), 4)),
             (std::set<std::pair<int, int64_t>>{{1, 2}}));
-  EXPECT_EQ(parallel_sizes(enumerate_candidates(args(kMoe, {"--expert-model-parallel-size", "2"}), 4)),
+  EXPECT_EQ(parallel_sizes(plan::enumerate_candidates(args(kMoe, {"--expert-model-parallel-size", "2"}), 4)),
             (std::set<std::pair<int, int64_t>>{{2, 1}, {2, 2}}));
   std::vector<std::string> odd = kLong;
   odd[4] = "4092";
-  EXPECT_EQ(parallel_sizes(enumerate_candidates(args(odd), 4)),
+  EXPECT_EQ(parallel_sizes(plan::enumerate_candidates(args(odd), 4)),
             (std::set<std::pair<int, int64_t>>{{1, 1}, {1, 2}}));  // 4092 = 2 x 2 x 1023
 }
 
 // As given a rank holds every expert (28 MB); the smallest run without expert parallelism needs 15 MB,
 // with E = 2 8 MB: under 10 MiB only expert parallelism fits.
 TEST(PlanParallel, OnlyExpertParallelismFitsAndIsChosen) {
-  const PlanSearch s = search_plans(args(kMoe), options(10 << 20));
+  const plan::PlanSearch s = plan::search_plans(args(kMoe), options(10 << 20));
   ASSERT_GE(s.chosen, 0) << s.nothing_fits;
-  const PlanCandidate& c = s.candidates[size_t(s.chosen)];
+  const plan::PlanCandidate& c = s.candidates[size_t(s.chosen)];
   EXPECT_GT(c.args.data_parallel.expert_parallel, 1) << c.flags;
   EXPECT_TRUE(c.exact) << c.flags;
   EXPECT_LE(c.device_peak, s.target);
   EXPECT_NE(c.why.find("experts a rank, all-to-all"), std::string::npos) << c.why;
   EXPECT_GT(c.time.all_to_all_s, 0);
-  const nlohmann::json j = plan_search_json(s, options(10 << 20));
+  const nlohmann::json j = plan::plan_search_json(s, options(10 << 20));
   EXPECT_EQ(j["chosen"]["expert_model_parallel_size"], c.args.data_parallel.expert_parallel);
   EXPECT_EQ(j["chosen"]["context_parallel_size"], 1);
 }
 
 // At 4096 tokens the smallest run on whole sequences needs 18 MB, with C = 2 11.5 MB and C = 4 6 MB.
 TEST(PlanParallel, OnlyContextParallelismFitsAndIsChosen) {
-  const PlanSearch s = search_plans(args(kLong), options(16 << 20));
+  const plan::PlanSearch s = plan::search_plans(args(kLong), options(16 << 20));
   ASSERT_GE(s.chosen, 0) << s.nothing_fits;
-  const PlanCandidate& c = s.candidates[size_t(s.chosen)];
+  const plan::PlanCandidate& c = s.candidates[size_t(s.chosen)];
   EXPECT_GT(c.args.context_parallel.size, 1) << c.flags;
   EXPECT_LE(c.device_peak, s.target);
   EXPECT_NE(c.why.find("tokens a rank, ring exchange"), std::string::npos) << c.why;
   EXPECT_GT(c.time.ring_s, 0);
   EXPECT_LE(c.time.exposed_ring_s, c.time.ring_s);
-  const nlohmann::json j = plan_search_json(s, options(16 << 20));
+  const nlohmann::json j = plan::plan_search_json(s, options(16 << 20));
   EXPECT_EQ(j["chosen"]["context_parallel_size"], c.args.context_parallel.size);
 }
 
@@ -113,16 +114,16 @@ TEST(PlanParallel, OnlyContextParallelismFitsAndIsChosen) {
 // micro-batch C-1 K/V blocks forward and C exchanges backward (K/V and the f32 dK/dV riding with
 // them), hidden behind attention up to its time per block, and the last dK/dV, going home, exposed.
 TEST(PlanParallel, TheCostModelTimesTheAllToAllAndTheRing) {
-  const DeviceProfile p = load_device_profile("a100");
-  const TrainArgs moe = args(kMoe, {"--expert-model-parallel-size", "2"});
-  const StepTime ep = predict_step_time(dry_run(moe, 0, 4), moe, p, 4);
+  const plan::DeviceProfile p = plan::load_device_profile("a100");
+  const train::TrainArgs moe = args(kMoe, {"--expert-model-parallel-size", "2"});
+  const plan::StepTime ep = plan::predict_step_time(plan::dry_run(moe, 0, 4), moe, p, 4);
   const double rows = 2.0 * 64 * 2 * 64 * 4;  // tokens x top-k x hidden x f32
   const int64_t accum = 8 / (2 * 4);
   EXPECT_NEAR(ep.all_to_all_s, double(accum) * (4 * rows / 2 / p.collective_bandwidth + 5 * p.collective_latency_s),
               1e-12);
   EXPECT_EQ(ep.ring_s, 0);
-  const TrainArgs cp = args(kLong, {"--context-parallel-size", "2"});
-  const StepTime ring = predict_step_time(dry_run(cp, 0, 4), cp, p, 4);
+  const train::TrainArgs cp = args(kLong, {"--context-parallel-size", "2"});
+  const plan::StepTime ring = plan::predict_step_time(plan::dry_run(cp, 0, 4), cp, p, 4);
   const models::ModelConfig& m = cp.model;
   const double kv = 2.0 * 1 * 2048 * double(m.kv_heads() * m.head_size());        // one block's K and V
   const double block = kv * 4 / p.collective_bandwidth + p.collective_latency_s;  // f32 K/V, and dK/dV
@@ -137,9 +138,9 @@ TEST(PlanParallel, TheCostModelTimesTheAllToAllAndTheRing) {
 
 // The out-of-memory advice names the planner's choice: expert parallelism where only it fits.
 TEST(PlanParallel, TheOutOfMemoryAdviceNamesTheChosenSizes) {
-  TrainArgs a = args(kMoe);
+  train::TrainArgs a = args(kMoe);
   a.device_profile = "a100";
-  const std::string advice = planner_advice(a, 4, 10 << 20);
+  const std::string advice = plan::planner_advice(a, 4, 10 << 20);
   EXPECT_NE(advice.find("tidal plan's choice for 10.00 MiB"), std::string::npos) << advice;
   EXPECT_NE(advice.find("--expert-model-parallel-size"), std::string::npos) << advice;
 }

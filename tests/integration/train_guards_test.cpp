@@ -11,10 +11,10 @@
 
 #include "tests/integration/run_command.h"
 #include "tests/integration/train_helpers.h"
+#include "tidal/checkpoint/checkpoint.h"
 #include "tidal/data/gpt_dataset.h"
 #include "tidal/io/atomic_file.h"
 #include "tidal/models/pretrained.h"
-#include "tidal/train/checkpoint.h"
 
 namespace tidal::train {
 namespace {
@@ -89,7 +89,7 @@ TEST(TrainGuards, SkipModeSkipsTheBadStepsAndNeverSavesANonFiniteWeight) {
   });
   EXPECT_TRUE(has(msg, "[checkpoint] refusing to save iteration 2: parameter model.embed_tokens.weight holds NaN"))
       << msg;
-  EXPECT_EQ(latest_iteration(save), -1);
+  EXPECT_EQ(checkpoint::latest_iteration(save), -1);
 }
 
 TEST(TrainGuards, AWeightTheLossNeverSeesIsStillCheckedBeforeSaving) {
@@ -121,7 +121,7 @@ TEST(TrainGuards, SavePathsAreCheckedAndClearedBeforeTheFirstStep) {
   EXPECT_TRUE(has(r.output, "removed " + save + "/iter_0000002.tmp-77, left by an interrupted save")) << r.output;
   EXPECT_TRUE(has(r.output, "resumed from " + save + "/iter_0000001 at iteration 1")) << r.output;
   EXPECT_FALSE(fs::exists(save + "/iter_0000002.tmp-77"));
-  EXPECT_EQ(latest_iteration(save), 2);
+  EXPECT_EQ(checkpoint::latest_iteration(save), 2);
 }
 
 TEST(TrainGuards, LoadOfADirectoryWithoutACheckpointStartsFreshUnlessStrict) {

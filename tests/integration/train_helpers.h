@@ -8,8 +8,8 @@
 #include <gtest/gtest.h>
 
 #include "tests/support/error_of.h"
+#include "tidal/plan/training.h"
 #include "tidal/train/arguments.h"
-#include "tidal/train/trainer.h"
 
 namespace tidal::train {
 
@@ -23,7 +23,7 @@ inline std::string fresh_dir(const std::string& name) {
 inline TrainResult train(std::vector<std::string> flags) {
   flags.push_back("--no-progress");
   std::FILE* quiet = std::fopen("/dev/null", "w");
-  TrainResult r = run_training(parse_train_args(flags), quiet);
+  TrainResult r = plan::run_training(parse_train_args(flags), quiet);  // as `tidal train` runs it
   std::fclose(quiet);
   return r;
 }

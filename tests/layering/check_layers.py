@@ -18,9 +18,11 @@ LAYERS = {
     "ops": 3,
     "nn": 4, "optim": 4,
     "models": 5,
-    "memory": 6,
-    "profile": 7,
-    "train": 8,
+    "parallel": 6,
+    "memory": 7, "checkpoint": 7,
+    "profile": 8,
+    "train": 9,
+    "plan": 10,
 }
 
 # (from layer, to layer): why the include is allowed to point up.

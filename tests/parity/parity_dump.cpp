@@ -23,13 +23,13 @@
 #include <string>
 
 #include "tidal/autograd/grad_mode.h"
+#include "tidal/checkpoint/checkpoint.h"
 #include "tidal/io/atomic_file.h"
 #include "tidal/io/safetensors.h"
 #include "tidal/models/causal_lm.h"
 #include "tidal/ops/random.h"
 #include "tidal/optim/adamw.h"
 #include "tidal/optim/grad_clip.h"
-#include "tidal/train/checkpoint.h"
 
 namespace {
 
@@ -145,8 +145,9 @@ void dump(const std::string& name, const std::string& dir, const std::vector<std
 // forward of "tokens".
 void dump_checkpoint_logits(const std::string& ckpt, const std::string& tokens_file, const std::string& out,
                             bool widen) {
-  TIDAL_CHECK(train::latest_iteration(ckpt) >= 0, ckpt, " has no checkpoint (give a tidal train --save directory)");
-  train::Checkpoint ck = train::load_checkpoint(ckpt);
+  TIDAL_CHECK(checkpoint::latest_iteration(ckpt) >= 0, ckpt,
+              " has no checkpoint (give a tidal train --save directory)");
+  checkpoint::Checkpoint ck = checkpoint::load_checkpoint(ckpt);
   const ModelConfig config = config_from_json(ck.config);
   nn::Init init;
   init.dtype = config.torch_dtype == "bfloat16" && !widen ? DType::bf16 : DType::f32;

@@ -1,14 +1,14 @@
-// --context-parallel-size: parsed once into train::ContextParallelConfig, and a --seq-length it
+// --context-parallel-size: parsed once into ContextParallelConfig, and a --seq-length it
 // cannot split refused with the numbers and flags involved.
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
 
 #include "tests/support/error_of.h"
+#include "tidal/parallel/context.h"
 #include "tidal/train/arguments.h"
-#include "tidal/train/context_parallel.h"
 
-namespace tidal::train {
+namespace tidal::parallel {
 namespace {
 
 using testing::error_of;
@@ -20,17 +20,17 @@ std::vector<std::string> cp_args(std::vector<std::string> more) {
 }
 
 TEST(ContextParallelArgs, ParsesTheSize) {
-  EXPECT_EQ(parse_train_args(cp_args({})).context_parallel.size, 1);
-  EXPECT_FALSE(parse_train_args(cp_args({})).context_parallel.enabled());
-  const TrainArgs a = parse_train_args(cp_args({"--context-parallel-size", "3"}));
+  EXPECT_EQ(train::parse_train_args(cp_args({})).context_parallel.size, 1);
+  EXPECT_FALSE(train::parse_train_args(cp_args({})).context_parallel.enabled());
+  const train::TrainArgs a = train::parse_train_args(cp_args({"--context-parallel-size", "3"}));
   EXPECT_EQ(a.context_parallel.size, 3);
   EXPECT_EQ(a.to_json()["context_parallel_size"], 3);
-  EXPECT_NE(error_of([] { parse_train_args(cp_args({"--context-parallel-size", "0"})); }), "no error");
+  EXPECT_NE(error_of([] { train::parse_train_args(cp_args({"--context-parallel-size", "0"})); }), "no error");
 }
 
 TEST(ContextParallelArgs, TwiceTheSizeMustDivideTheSequence) {
   EXPECT_EQ(error_of([] {
-              parse_train_args(cp_args({"--context-parallel-size", "5"}));
+              train::parse_train_args(cp_args({"--context-parallel-size", "5"}));
             }),
             "tidal train: --seq-length 24 is not a multiple of 2 x --context-parallel-size 5 = 10: each rank holds "
             "two equal chunks of every sequence");
@@ -39,7 +39,7 @@ TEST(ContextParallelArgs, TwiceTheSizeMustDivideTheSequence) {
 TEST(ContextParallelArgs, RunsEveryAttentionKernelDropoutAndMoe) {
   const auto refused = [](std::vector<std::string> more) {
     more.insert(more.begin(), {"--context-parallel-size", "2"});
-    return error_of([&] { parse_train_args(cp_args(more)); });
+    return error_of([&] { train::parse_train_args(cp_args(more)); });
   };
   // Eager gathers K/V over the CP group (context_gather_attention_test, context_parallel_eager_test).
   EXPECT_EQ(refused({"--attention", "eager"}), "no error");
@@ -48,7 +48,7 @@ TEST(ContextParallelArgs, RunsEveryAttentionKernelDropoutAndMoe) {
   EXPECT_EQ(refused({"--attention-dropout", "0.1", "--hidden-dropout", "0.1"}), "no error");
   // Mixture-of-experts models run, with expert parallelism too (context_parallel_train_test).
   EXPECT_EQ(error_of([] {
-              parse_train_args(
+              train::parse_train_args(
                   {"--model", "tiny-qwen3-moe", "--mock-data", "--seq-length", "24", "--context-parallel-size", "2"});
             }),
             "no error");
@@ -58,14 +58,14 @@ TEST(ContextParallelArgs, RunsEveryAttentionKernelDropoutAndMoe) {
 // The distributed optimizer shards over all DP x CP ranks (tests/dist/context_parallel_train_test.cpp).
 TEST(ContextParallelArgs, RunsWithEveryShardingStrategyAndOverlap) {
   for (const std::string strategy : {"optim", "optim_grads", "optim_grads_params"}) {
-    const TrainArgs a = parse_train_args(cp_args(
+    const train::TrainArgs a = train::parse_train_args(cp_args(
         {"--context-parallel-size", "2", "--data-parallel-sharding-strategy", strategy, "--overlap-grad-reduce"}));
     EXPECT_EQ(a.context_parallel.size, 2);
     EXPECT_TRUE(a.data_parallel.overlap_grad_reduce);
   }
-  EXPECT_EQ(
-      parse_train_args(cp_args({"--context-parallel-size", "2", "--use-distributed-optimizer"})).data_parallel.sharding,
-      ShardingStrategy::optim);
+  EXPECT_EQ(train::parse_train_args(cp_args({"--context-parallel-size", "2", "--use-distributed-optimizer"}))
+                .data_parallel.sharding,
+            ShardingStrategy::optim);
 }
 
 TEST(ContextParallelArgs, LocalTokensAreTheRanksTwoChunks) {
@@ -80,4 +80,4 @@ TEST(ContextParallelArgs, LocalTokensAreTheRanksTwoChunks) {
 }
 
 }  // namespace
-}  // namespace tidal::train
+}  // namespace tidal::parallel

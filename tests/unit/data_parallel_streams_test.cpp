@@ -11,10 +11,10 @@
 
 #include "tidal/train/trainer.h"
 
-namespace tidal::train {
+namespace tidal::parallel {
 namespace {
 
-TrainResult train_quietly(std::vector<std::string> extra) {
+train::TrainResult train_quietly(std::vector<std::string> extra) {
   std::vector<std::string> argv = {"--model",
                                    "tiny-llama",
                                    "--mock-data",
@@ -35,7 +35,7 @@ TrainResult train_quietly(std::vector<std::string> extra) {
                                    "0"};
   argv.insert(argv.end(), extra.begin(), extra.end());
   std::FILE* quiet = std::fopen("/dev/null", "w");
-  TrainResult r = run_training(parse_train_args(argv), quiet);
+  train::TrainResult r = train::run_training(train::parse_train_args(argv), quiet);
   std::fclose(quiet);
   return r;
 }
@@ -44,13 +44,13 @@ TrainResult train_quietly(std::vector<std::string> extra) {
 // buckets already complete (train/main_grads.h).
 TEST(DataParallelStreams, OverlappedReductionAndPrefetchOnOneRankAreBitwisePlain) {
   for (const std::vector<std::string>& precision : {std::vector<std::string>{}, std::vector<std::string>{"--bf16"}}) {
-    const TrainResult plain = train_quietly(precision);
+    const train::TrainResult plain = train_quietly(precision);
     for (std::vector<std::string> flags :
          {std::vector<std::string>{"--overlap-grad-reduce", "--ddp-bucket-size", "10000"},
           std::vector<std::string>{"--data-parallel-sharding-strategy", "optim_grads_params", "--overlap-param-gather",
                                    "--overlap-grad-reduce", "--ddp-bucket-size", "10000"}}) {
       flags.insert(flags.end(), precision.begin(), precision.end());
-      const TrainResult r = train_quietly(flags);
+      const train::TrainResult r = train_quietly(flags);
       ASSERT_EQ(r.losses.size(), plain.losses.size());
       for (size_t i = 0; i < r.losses.size(); ++i)
         EXPECT_EQ(r.losses[i], plain.losses[i]) << flags[0] << " " << flags.back() << " step " << i;
@@ -59,4 +59,4 @@ TEST(DataParallelStreams, OverlappedReductionAndPrefetchOnOneRankAreBitwisePlain
 }
 
 }  // namespace
-}  // namespace tidal::train
+}  // namespace tidal::parallel

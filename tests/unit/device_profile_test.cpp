@@ -1,7 +1,7 @@
-// tidal/train/device_profile.h and calibrate.h: profile files round-trip, every bad input is refused
+// tidal/plan/device_profile.h and calibrate.h: profile files round-trip, every bad input is refused
 // with a message naming the file and the field (never its contents), built-ins load by key and name,
 // and a quick calibration yields a complete profile (its structure only, never its timings).
-#include "tidal/train/device_profile.h"
+#include "tidal/plan/device_profile.h"
 
 #include <gtest/gtest.h>
 
@@ -13,9 +13,9 @@
 #include <string>
 
 #include "tests/support/error_of.h"
-#include "tidal/train/calibrate.h"
+#include "tidal/plan/calibrate.h"
 
-namespace tidal::train {
+namespace tidal::plan {
 namespace {
 
 using testing::error_of;
@@ -228,4 +228,4 @@ TEST(Calibrate, AQuickRunGivesACompleteProfile) {
 }
 
 }  // namespace
-}  // namespace tidal::train
+}  // namespace tidal::plan

@@ -1,5 +1,5 @@
 // The meta device's host side and ranks, what a dry run's offload, swap optimizer and sharding run on
-// (train/dry_run.h): the meta host allocator counts as the real host allocator counts, meta streams
+// (plan/dry_run.h): the meta host allocator counts as the real host allocator counts, meta streams
 // order copies and move nothing, a counted spill file allocates regions as a real one without a file,
 // and the meta communicator plays one rank of N.
 #include <gtest/gtest.h>

@@ -1,4 +1,4 @@
-// tidal plan's greedy choice in the triage order (tidal/train/plan.h), on the estimator alone.
+// tidal plan's greedy choice in the triage order (tidal/plan/triage.h), on the estimator alone.
 #include <gtest/gtest.h>
 
 #include <optional>
@@ -10,9 +10,9 @@
 #include "tidal/memory/savings.h"
 #include "tidal/memory_stats.h"
 #include "tidal/models/config.h"
-#include "tidal/train/plan.h"
+#include "tidal/plan/triage.h"
 
-namespace tidal::train {
+namespace tidal::plan {
 namespace {
 
 TriageSettings qwen3_8b_batch(int64_t micro_batch) {
@@ -96,7 +96,7 @@ TEST(Plan, ShardingIsTakenWithSeveralRanksAndExplainedWithOne) {
   TriageSettings eight = qwen3_8b_batch(1);
   eight.data_parallel = 8;
   TriageSettings sharded = eight;
-  sharded.sharding = ShardingStrategy::optim;
+  sharded.sharding = parallel::ShardingStrategy::optim;
   const StepPeak whole = predict_step_peak(m, eight), shard = predict_step_peak(m, sharded);
   // The largest of 8 shards: an eighth of the states, rounded up to the norm's chunk.
   EXPECT_GE(shard.optimizer_states, whole.optimizer_states / 8);
@@ -123,7 +123,7 @@ TEST(Plan, ZeRO3WithOverlappedReductionMakesAThirtyBillionMoEFit) {
   TriageSettings s = qwen3_8b_batch(1);
   s.data_parallel = 16;
   s.bucket_elements = 40000000;  // Megatron's default at 16 ranks
-  s.sharding = ShardingStrategy::optim;
+  s.sharding = parallel::ShardingStrategy::optim;
   const Suggestion take = suggest_sharding(m, s);
   EXPECT_EQ(take.flags, "--overlap-grad-reduce --data-parallel-sharding-strategy optim_grads_params");
   EXPECT_GT(take.saving, 0);
@@ -151,14 +151,14 @@ TEST(Plan, ExpertAndContextParallelismComeAfterShardingAndBeforeRecompute) {
   EXPECT_EQ(ep[1].step, "context parallel");
   EXPECT_EQ(ep[1].flags, "--context-parallel-size 16");
   EXPECT_EQ(triage_group("expert parallel"), 2);
-  s.sharding = ShardingStrategy::optim;  // expert parallelism runs sharded too
+  s.sharding = parallel::ShardingStrategy::optim;  // expert parallelism runs sharded too
   ASSERT_FALSE(suggest_parallel(moe, s).empty());
   EXPECT_EQ(suggest_parallel(moe, s)[0].flags, "--expert-model-parallel-size 16");
   const models::ModelConfig dense = models::preset("qwen3-8b");
   TriageSettings d = qwen3_8b_batch(1);
   d.seq = 32768;
   d.data_parallel = 8;
-  d.sharding = ShardingStrategy::optim_grads_params;
+  d.sharding = parallel::ShardingStrategy::optim_grads_params;
   d.overlap_grad_reduce = true;
   const std::vector<Suggestion> cp = suggest_parallel(dense, d);
   ASSERT_EQ(cp.size(), 1u);
@@ -199,8 +199,9 @@ TEST(Plan, Bf16PredictsBf16ParametersAndActivationsAndTwelveBytesOfState) {
   EXPECT_GT(bf16.activations, f32.activations / 2);
   EXPECT_NE(oom_advice(m, b).find("bf16 mixed precision"), std::string::npos);
   // Sharded over 8 ranks: the same elements at 2 and 12 bytes instead of 4 and 8.
-  for (const ShardingStrategy strategy :
-       {ShardingStrategy::optim, ShardingStrategy::optim_grads, ShardingStrategy::optim_grads_params}) {
+  for (const parallel::ShardingStrategy strategy :
+       {parallel::ShardingStrategy::optim, parallel::ShardingStrategy::optim_grads,
+        parallel::ShardingStrategy::optim_grads_params}) {
     TriageSettings s8 = s;
     s8.data_parallel = 8;
     s8.sharding = strategy;
@@ -242,4 +243,4 @@ TEST(Plan, Bf16PredictsBf16ParametersAndActivationsAndTwelveBytesOfState) {
 }
 
 }  // namespace
-}  // namespace tidal::train
+}  // namespace tidal::plan

@@ -17,12 +17,12 @@
 #include "tidal/ops/elementwise.h"
 #include "tidal/ops/random.h"
 #include "tidal/ops/reduce.h"
+#include "tidal/plan/oom_advice.h"
 #include "tidal/profile/analysis.h"
 #include "tidal/profile/profiler.h"
 #include "tidal/stream.h"
 #include "tidal/train/arguments.h"
 #include "tidal/train/memory_flags.h"
-#include "tidal/train/oom_advice.h"
 #include "tidal/train/trainer.h"
 
 namespace tidal::profile {
@@ -230,7 +230,7 @@ namespace tidal::train {
 TEST(OomAdvice, EachSuggestionComesFromTheEstimatorAndSkipsWhatIsOn) {
   models::ModelConfig m = models::preset("tiny-gpt2");
   m.num_hidden_layers = 4;
-  TriageSettings s;
+  plan::TriageSettings s;
   s.micro_batch = 4;
   s.seq = 64;
   s.global_batch = 8;
@@ -246,16 +246,16 @@ TEST(OomAdvice, EachSuggestionComesFromTheEstimatorAndSkipsWhatIsOn) {
                                                    "--recompute-num-layers",  "1"};
   const int64_t now = kept(none, AttentionKernel::eager);
 
-  std::map<std::string, Suggestion> by_flags;
+  std::map<std::string, plan::Suggestion> by_flags;
   std::vector<std::string> order;
-  for (const Suggestion& x : triage(m, s)) {
+  for (const plan::Suggestion& x : plan::triage(m, s)) {
     by_flags[x.flags] = x;
     order.push_back(x.step);
     // Every saving is the drop of the predicted step peak.
     if (x.step == "recompute (full)") {
-      TriageSettings t = s;
-      t.memory = parse_memory_config(full_uniform_1, m);
-      EXPECT_EQ(x.saving, predict_step_peak(m, s).total - predict_step_peak(m, t).total);
+      plan::TriageSettings t = s;
+      t.memory = train::parse_memory_config(full_uniform_1, m);
+      EXPECT_EQ(x.saving, plan::predict_step_peak(m, s).total - plan::predict_step_peak(m, t).total);
     }
   }
   // The triage order.
@@ -267,7 +267,8 @@ TEST(OomAdvice, EachSuggestionComesFromTheEstimatorAndSkipsWhatIsOn) {
   EXPECT_EQ(by_flags["--loss-compute-mode chunk --loss-chunk-size 64"].saving,
             memory::chunked_loss_savings(4, 64, m.hidden_size, 512, 64));
   EXPECT_EQ(by_flags["--attention flash"].saving, now - kept(none, AttentionKernel::flash));
-  const memory::RecomputeConfig selective = parse_memory_config({"--recompute-granularity", "selective"}, m).recompute;
+  const memory::RecomputeConfig selective =
+      train::parse_memory_config({"--recompute-granularity", "selective"}, m).recompute;
   EXPECT_EQ(by_flags["--recompute-granularity selective"].saving, now - kept(selective, AttentionKernel::eager));
   const std::string full_flags = "--recompute-granularity full --recompute-method uniform --recompute-num-layers 1";
   ASSERT_TRUE(by_flags.count(full_flags));
@@ -277,23 +278,23 @@ TEST(OomAdvice, EachSuggestionComesFromTheEstimatorAndSkipsWhatIsOn) {
   const int64_t params = models::create_model(m)->num_parameters();
   // Swapped, AdamW's states leave the device for forward and backward, where this step peaks.
   EXPECT_EQ(by_flags["--swap-optimizer --swap-optimizer-times 16"].saving, 8 * params);
-  EXPECT_EQ(predict_step_peak(m, s).parameters, 4 * params);
+  EXPECT_EQ(plan::predict_step_peak(m, s).parameters, 4 * params);
   EXPECT_TRUE(by_flags.count("--micro-batch-size 2 --global-batch-size 8"));
   EXPECT_TRUE(by_flags.count(""));  // sharding: a line, no flags, no saving
   EXPECT_EQ(by_flags[""].saving, 0);
 
   // What is on is skipped.
   s.attention = AttentionKernel::flash;
-  s.memory = parse_memory_config(full_uniform_1, m);
+  s.memory = train::parse_memory_config(full_uniform_1, m);
   s.memory.loss.chunked = s.memory.offload.enabled = s.memory.swap_optimizer.on = true;
-  for (const Suggestion& x : triage(m, s)) {
+  for (const plan::Suggestion& x : plan::triage(m, s)) {
     EXPECT_NE(x.step, "chunked loss");
     EXPECT_NE(x.step, "fused ops");
     EXPECT_EQ(x.step.find("recompute"), std::string::npos) << x.flags;
     EXPECT_NE(x.step, "async offload");
     EXPECT_NE(x.step, "swap optimizer");
   }
-  const std::string text = oom_advice(m, s);
+  const std::string text = plan::oom_advice(m, s);
   EXPECT_NE(text.find("already on: chunked loss, fused (flash) attention, recompute full uniform 1, activation "
                       "offload, swap optimizer"),
             std::string::npos)
@@ -311,10 +312,10 @@ TEST(OomAdvice, TheMessageKeepsTheBreakdownAndReplacesTheGenericHint) {
     OpScope op("linear");
     Tensor big = empty({1 << 20});
   } catch (const OutOfMemory& e) {
-    TriageSettings s;
+    plan::TriageSettings s;
     s.micro_batch = 2;
     s.seq = 32;
-    msg = out_of_memory_message(e, models::preset("tiny-llama"), s);
+    msg = plan::out_of_memory_message(e, models::preset("tiny-llama"), s);
   }
   dev.set_limit(old_limit);
   EXPECT_NE(msg.find("out of memory"), std::string::npos) << msg;
@@ -363,13 +364,13 @@ TEST(OomAdvice, PredictedStepPeakMatchesTheMeasuredOne) {
         "--mock-data",   "--seq-length",    "64", "--micro-batch-size", "4", "--train-iters", "2",
         "--no-progress", "--eval-interval", "0",  "--metrics-json",     path};
     flags.insert(flags.end(), extra.begin(), extra.end());
-    const TrainArgs args = parse_train_args(flags);
+    const train::TrainArgs args = train::parse_train_args(flags);
     std::FILE* quiet = std::fopen("/dev/null", "w");
-    run_training(args, quiet);
+    train::run_training(args, quiet);
     std::fclose(quiet);
     const nlohmann::json j = nlohmann::json::parse(io::read_file(path));
     const double measured = double(j["steps"][1]["device_peak_bytes"].get<int64_t>());
-    const double predicted = double(predict_step_peak(args.model, triage_settings(args)).total);
+    const double predicted = double(plan::predict_step_peak(args.model, plan::triage_settings(args)).total);
     std::string what;
     for (const std::string& x : extra) what += x + " ";
     if (std::getenv("TIDAL_ESTIMATOR_VERBOSE"))

@@ -1,4 +1,4 @@
-// The distributed optimizer's checkpoint files (train/checkpoint.h) as one rank writes and reads
+// The distributed optimizer's checkpoint files (checkpoint/checkpoint.h) as one rank writes and reads
 // them: state.json's layout record, each shard file's metadata, and what a resume checks before it
 // uses them. The N-rank behaviour is tested under mpirun in tests/dist/checkpoint_test.cpp.
 #include <gtest/gtest.h>
@@ -8,12 +8,12 @@
 #include <nlohmann/json.hpp>
 
 #include "tests/support/error_of.h"
+#include "tidal/checkpoint/checkpoint.h"
 #include "tidal/dist/single_communicator.h"
 #include "tidal/io/atomic_file.h"
-#include "tidal/train/checkpoint.h"
 #include "tidal/train/trainer.h"
 
-namespace tidal::train {
+namespace tidal::checkpoint {
 namespace {
 
 namespace fs = std::filesystem;
@@ -116,23 +116,23 @@ TEST(ShardedCheckpointFiles, AResumeChecksTheSavedParameters) {
                                      "--save",
                                      dir};
     if (!load.empty()) argv.insert(argv.end(), {"--load", load});
-    return parse_train_args(argv);
+    return train::parse_train_args(argv);
   };
   std::FILE* quiet = std::fopen("/dev/null", "w");
-  run_training(args(2, ""), quiet);
+  train::run_training(args(2, ""), quiet);
   const std::string state = dir + "/iter_0000002/state.json";
   json j = json::parse(io::read_file(state));
   const std::string first = j["optimizer_shards"]["parameters"][0][0];
   j["optimizer_shards"]["parameters"][0][0] = "renamed";
   std::ofstream(state, std::ios::trunc) << j.dump();
-  EXPECT_EQ(testing::error_of([&] { run_training(args(4, dir), quiet); }),
+  EXPECT_EQ(testing::error_of([&] { train::run_training(args(4, dir), quiet); }),
             "[checkpoint] " + dir +
                 "/iter_0000002/state.json field 'optimizer_shards.parameters' names 'renamed' of 32768 elements as "
                 "parameter 0, this model has '" +
                 first + "' of 32768: use the same model flags as the run that saved it");
   j["optimizer_shards"]["parameters"].erase(0);
   std::ofstream(state, std::ios::trunc) << j.dump();
-  EXPECT_EQ(testing::error_of([&] { run_training(args(4, dir), quiet); }),
+  EXPECT_EQ(testing::error_of([&] { train::run_training(args(4, dir), quiet); }),
             "[checkpoint] " + dir +
                 "/iter_0000002/state.json field 'optimizer_shards.parameters' lists 27 parameters, this model has "
                 "28: use the same model flags as the run that saved it");
@@ -140,4 +140,4 @@ TEST(ShardedCheckpointFiles, AResumeChecksTheSavedParameters) {
 }
 
 }  // namespace
-}  // namespace tidal::train
+}  // namespace tidal::checkpoint

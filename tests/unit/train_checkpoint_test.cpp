@@ -10,10 +10,10 @@
 
 #include "tests/support/error_of.h"
 #include "tests/support/gradcheck.h"
+#include "tidal/checkpoint/checkpoint.h"
 #include "tidal/ops/random.h"
-#include "tidal/train/checkpoint.h"
 
-namespace tidal::train {
+namespace tidal::checkpoint {
 namespace {
 
 namespace fs = std::filesystem;
@@ -191,4 +191,4 @@ TEST(TrainCheckpoint, PrepareSaveDirRemovesOnlyPartialSaves) {
   }
 }
 
-}  // namespace tidal::train
+}  // namespace tidal::checkpoint

@@ -13,7 +13,7 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads
 
 // Called with every backward node's layer (-1 outside the layers) just before the node runs, after
 // its pre-hooks; an empty function removes it. ZeRO-3 checks there that the layer's parameters are
-// gathered (train/param_gather.h).
+// gathered (parallel/param_gather.h).
 void set_backward_node_check(std::function<void(int layer)> check);
 
 }  // namespace tidal::autograd

@@ -4,8 +4,8 @@
 // kernels_for(meta tensor) returns kernels that report what they would compute (FLOPs, bytes read
 // plus written, a kind, a dtype) from shapes and dtypes alone, never touching data. Off by default:
 // without a sink a meta tensor runs nothing. The sink is a callback an upper layer installs
-// (train/kernel_records.h tags each record with the phase, layer and module); the cost model
-// (train/cost_model.h) turns the records into time.
+// (plan/kernel_records.h tags each record with the phase, layer and module); the cost model
+// (plan/cost_model.h) turns the records into time.
 #include <cstdint>
 #include <functional>
 

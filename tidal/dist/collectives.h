@@ -14,7 +14,7 @@ namespace tidal::dist {
 
 // The range (range_recorder.h, kind op) around a reduction's own kernels: the padding copies and the
 // sums in rank order, which a collective library (NCCL) runs inside the collective. The cost model
-// charges collectives from their bytes, so its kernel records (train/kernel_records.h) set these apart.
+// charges collectives from their bytes, so its kernel records (plan/kernel_records.h) set these apart.
 inline constexpr const char* kReductionRange = "collective_reduction";
 
 // t (contiguous) ← Σ_r t_r on every rank, in place. Any numel (uneven shards are padded).

@@ -1,5 +1,5 @@
 #pragma once
-// The communicator of a dry run (train/dry_run.h): this process plays rank `rank` of `size` ranks on
+// The communicator of a dry run (plan/dry_run.h): this process plays rank `rank` of `size` ranks on
 // the meta device, where the tensors have shapes and no values. It moves no tensor bytes (the
 // tensor collectives skip meta tensors: dist/collectives.h); what the ranks exchange on the host to
 // agree on shapes (which gradients exist, string lengths) every rank is taken to have alike, so each

@@ -29,7 +29,7 @@ using LayerRunner =
     std::function<std::vector<Tensor>(int64_t index, const LayerFn& fn, const std::vector<Tensor>& inputs)>;
 
 // Called around every layer's forward, also when a recompute replays it: ZeRO-3 gathers a layer's
-// parameters before its forward and frees them after (train/param_gather.h).
+// parameters before its forward and frees them after (parallel/param_gather.h).
 class LayerParamHooks {
  public:
   virtual ~LayerParamHooks() = default;
@@ -67,7 +67,7 @@ class CausalLM : public nn::Module {
   void set_attention_kernel(AttentionKernel k) { attention_kernel_ = k; }
   AttentionKernel attention_kernel() const { return attention_kernel_; }
   // Context parallelism: every sample's tokens given to forward are this rank's two chunks of the
-  // sequence (train/context_parallel.h) and attention runs around the ring of `cp`, which must
+  // sequence (parallel/context.h) and attention runs around the ring of `cp`, which must
   // outlive the forwards and backwards, as `overlap`, a duplicate of it over which the K/V blocks
   // move while attention computes (null: blocking exchanges); cp nullptr: the whole sequence.
   void set_context_parallel(dist::Communicator* cp, dist::Communicator* overlap = nullptr) {

@@ -1,6 +1,6 @@
 #pragma once
 // Parameters made without their values, for a model whose whole parameters need not fit at once
-// (ZeRO-3 builds its model so: train/param_gather.h). A parameter built under an Init with a
+// (ZeRO-3 builds its model so: parallel/param_gather.h). A parameter built under an Init with a
 // DeferredInit gets its bytes released at once and a recipe — the generator's position for a normal
 // draw, or a constant — and materialize() later writes exactly the values building it directly would
 // have: the generator is counter-based (rng.h), so a draw depends only on its position, and building

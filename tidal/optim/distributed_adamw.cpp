@@ -316,7 +316,7 @@ double DistributedAdamW::finish_reduction() {
   }
   if (meta) return 0;
   // The dense gradients are the same on every rank; the experts' squares of every rank of the
-  // expert-parallel group are added, each expert once (train/expert_parallel.h's norm).
+  // expert-parallel group are added, each expert once (parallel/expert.h's norm).
   if (groups_.size() == 1) return std::sqrt(squares[0]);
   return std::sqrt(squares[0] + dist::all_reduce_sum(*expert_parallel_, squares[1]));
 }

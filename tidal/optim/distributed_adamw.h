@@ -13,8 +13,8 @@
 // With one micro-batch per rank the result is bit for bit one process's (tests/dist/).
 // With `shard_parameters` (ZeRO-3, --data-parallel-sharding-strategy optim_grads_params) this rank's
 // pieces of the parameters live in a shard of their own, the AdamW updates them there, and the whole
-// parameters exist only between gather_parameters and release_parameters (train/param_gather.h).
-// With expert parallelism (ExpertShards; train/expert_parallel.h, Megatron's layout) the parameters
+// parameters exist only between gather_parameters and release_parameters (parallel/param_gather.h).
+// With expert parallelism (ExpertShards; parallel/expert.h, Megatron's layout) the parameters
 // form two groups, each with a layout of its own: the dense ones sharded over every rank, the experts'
 // over their expert-data-parallel group (the N/E ranks holding the same experts). This rank's shard is
 // its dense shard followed by its expert shard; the norm counts each expert once (its squares summed

@@ -9,8 +9,8 @@
 #include "tidal/base/flags.h"
 #include "tidal/memory/memory_config.h"
 #include "tidal/models/config.h"
-#include "tidal/train/context_parallel.h"
-#include "tidal/train/data_parallel.h"
+#include "tidal/parallel/context.h"
+#include "tidal/parallel/data.h"
 #include "tidal/train/precision.h"
 
 namespace tidal::train {
@@ -54,7 +54,7 @@ struct TrainArgs {
   bool progress = true;        // a progress bar when stdout is a terminal
   bool report_memory = false;  // print the saved-tensor table of the first step
   // --auto-memory [--auto-memory-budget BYTES] [--device-profile NAME|FILE]: train with tidal plan's
-  // choice (train/auto_memory.h); the budget 0: the device's limit.
+  // choice (plan/auto_memory.h); the budget 0: the device's limit.
   bool auto_memory = false;
   int64_t auto_memory_budget = 0;
   std::string device_profile;
@@ -62,10 +62,10 @@ struct TrainArgs {
   // --swap-optimizer[-times] (train/memory_flags.h; validated against the model)
   memory::MemoryConfig memory;
   // --use-distributed-optimizer / --data-parallel-sharding-strategy / --overlap-grad-reduce /
-  // --ddp-bucket-size (train/data_parallel.h)
-  DataParallelConfig data_parallel;
-  // --context-parallel-size (train/context_parallel.h)
-  ContextParallelConfig context_parallel;
+  // --ddp-bucket-size (parallel/data.h)
+  parallel::DataParallelConfig data_parallel;
+  // --context-parallel-size (parallel/context.h)
+  parallel::ContextParallelConfig context_parallel;
   // --bf16: mixed precision (train/precision.h)
   PrecisionConfig precision;
   std::string sample_prompt;  // printed sample at the end ("" : none)

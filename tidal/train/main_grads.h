@@ -43,7 +43,7 @@ class MainGrads {
   // has not (an expert none of its tokens chose) gets f32 zeros, so every rank reduces f32 tensors;
   // one no rank has a sum for keeps no gradient. Every rank of `comm` calls it. `expert_data`
   // (expert parallel): the experts' parameters are asked about over these ranks, the ranks that hold
-  // them and sum their gradients (train/expert_parallel.h), the others over `comm`.
+  // them and sum their gradients (parallel/expert.h), the others over `comm`.
   void expose(dist::Communicator& comm, dist::Communicator* expert_data = nullptr);
 
  private:

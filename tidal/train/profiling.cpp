@@ -2,8 +2,6 @@
 
 #include <algorithm>
 
-#include "tidal/train/oom_advice.h"
-
 namespace tidal::train {
 
 profile::ProfileOptions profile_options(const TrainArgs& args, int64_t start) {
@@ -30,12 +28,6 @@ nlohmann::json profile_info(const TrainArgs& args, const models::ModelConfig& co
   if (mem.loss.chunked) j["loss"] = mem.loss.describe();
   if (mem.offload.enabled) j["offload"] = mem.offload.describe();
   if (mem.swap_optimizer.on) j["swap_optimizer"] = mem.swap_optimizer.requested_times();  // windows
-  // The triage order with this run's predicted savings (memory_report.md, "What to try next").
-  try {
-    j["advice"] = oom_advice(config, triage_settings(args));
-  } catch (const std::exception& e) {
-    j["advice"] = std::string("(no advice: ") + e.what() + ")";
-  }
   return j;
 }
 

@@ -161,7 +161,7 @@ void Report::summary(const Setup& s, int64_t last_iteration, double final_loss, 
   if (s.comm->size() > 1) {
     metrics_.set_summary_field("ranks", ranks_json(*s.comm, dev));
     const dist::CommStats c = s.comm->stats();
-    const GradSyncStats& g = s.grad_sync->stats();
+    const parallel::GradSyncStats& g = s.grad_sync->stats();
     nlohmann::json comm = {{"backend", s.comm->backend()},
                            {"calls", c.calls},
                            {"bytes_sent", c.bytes_sent},
@@ -172,7 +172,7 @@ void Report::summary(const Setup& s, int64_t last_iteration, double final_loss, 
                            {"grad_reduce_exposed_ms", double(g.exposed_ns) / 1e6},
                            {"hidden_fraction", g.hidden_fraction()}};
     if (s.param_gather) {
-      const ParamGather::Stats& p = s.param_gather->stats();
+      const parallel::ParamGather::Stats& p = s.param_gather->stats();
       comm["param_gathers"] = p.gathers;
       comm["param_gather_ms"] = double(p.busy_ns) / 1e6;
       comm["param_gather_exposed_ms"] = double(p.exposed_ns) / 1e6;

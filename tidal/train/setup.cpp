@@ -1,12 +1,14 @@
 #include "tidal/train/setup.h"
 
-#include "tidal/train/expert_parallel.h"
+#include "tidal/parallel/expert.h"
 
 #include <chrono>
 #include <filesystem>
 #include <functional>
 
 #include "tidal/allocator.h"
+#include "tidal/checkpoint/checkpoint.h"
+#include "tidal/dist/every_rank.h"
 #include "tidal/io/atomic_file.h"
 #include "tidal/io/shown_name.h"
 #include "tidal/memory/offload_runner.h"
@@ -15,10 +17,8 @@
 #include "tidal/models/pretrained.h"
 #include "tidal/nn/deferred_init.h"
 #include "tidal/ops/random.h"
+#include "tidal/parallel/data.h"
 #include "tidal/train/builtin_corpus.h"
-#include "tidal/train/checkpoint.h"
-#include "tidal/train/data_parallel.h"
-#include "tidal/train/every_rank.h"
 
 namespace tidal::train {
 namespace {
@@ -144,7 +144,7 @@ void check_same_precision(const nlohmann::json& saved, const models::ModelConfig
 }
 
 // A sharded checkpoint's record of the parameters against this model's.
-void check_same_parameters(const Checkpoint& ck, const optim::NamedParameters& params) {
+void check_same_parameters(const checkpoint::Checkpoint& ck, const optim::NamedParameters& params) {
   const std::string where = "[checkpoint] " + ck.path + "/state.json field 'optimizer_shards.parameters'";
   const auto& saved = ck.shards.parameters;
   TIDAL_CHECK(saved.size() == params.size(), where, " lists ", saved.size(), " parameters, this model has ",
@@ -159,7 +159,7 @@ void check_same_parameters(const Checkpoint& ck, const optim::NamedParameters& p
 // The optimizer's states from `ck`: one process's into one process's optimizer as they are; otherwise
 // this rank's pieces (or a non-sharded run's whole state) assembled from the saved files that hold
 // them, each rank reading only those (optim/shard_state.h).
-void load_optimizer(const Checkpoint& ck, Setup& s) {
+void load_optimizer(const checkpoint::Checkpoint& ck, Setup& s) {
   if (!s.sharded && ck.shards.ranks == 0) {
     s.optimizer->load_state_dict(ck.optimizer);
     return;
@@ -176,8 +176,10 @@ void load_optimizer(const Checkpoint& ck, Setup& s) {
   } else {
     check_same_parameters(ck, params);
     saved.layout = ck.shards.layout();
-    saved.read = [&](int r) { return load_optimizer_shard(ck, r); };
-    saved.source = [&](int r) { return "[checkpoint] " + ck.path + "/" + optimizer_shard_file(r, ck.shards.ranks); };
+    saved.read = [&](int r) { return checkpoint::load_optimizer_shard(ck, r); };
+    saved.source = [&](int r) {
+      return "[checkpoint] " + ck.path + "/" + checkpoint::optimizer_shard_file(r, ck.shards.ranks);
+    };
   }
   if (s.sharded)
     s.sharded->load_state(*s.optimizer, saved);
@@ -193,10 +195,10 @@ void resume(const TrainArgs& args, const models::ModelConfig& config, Setup& s, 
   const std::string& dir = args.load;
   const std::string what = "[checkpoint] cannot resume from --load " + dir;
   // The iteration to resume from (-1: none), which every rank must see alike.
-  const std::vector<std::string> found = on_every_rank(*s.comm, what, [&] {
+  const std::vector<std::string> found = dist::on_every_rank(*s.comm, what, [&] {
     TIDAL_CHECK(!std::filesystem::exists(dir) || std::filesystem::is_directory(dir), "[checkpoint] --load ", dir,
                 " is not a directory");
-    return std::to_string(std::filesystem::exists(dir) ? latest_iteration(dir) : -1);
+    return std::to_string(std::filesystem::exists(dir) ? checkpoint::latest_iteration(dir) : -1);
   });
   auto seen = [](const std::string& it) { return it == "-1" ? "no checkpoint" : "iteration " + it; };
   for (size_t r = 1; r < found.size(); ++r)
@@ -209,10 +211,10 @@ void resume(const TrainArgs& args, const models::ModelConfig& config, Setup& s, 
     return;
   }
   std::string path;
-  on_every_rank(*s.comm, what, [&] {
+  dist::on_every_rank(*s.comm, what, [&] {
     // Expert parallel: this rank's experts (and their moments) out of the whole model's files.
     const bool expert_parallel = s.model->config().expert_group != nullptr;
-    const Checkpoint ck = load_checkpoint(dir, expert_parallel ? held_here(*s.model) : nullptr);
+    const checkpoint::Checkpoint ck = checkpoint::load_checkpoint(dir, expert_parallel ? held_here(*s.model) : nullptr);
     TIDAL_CHECK(!expert_parallel || ck.shards.ranks == 0, "[checkpoint] ", ck.path, " holds the distributed ",
                 "optimizer's states in ", ck.shards.ranks, " shard files, which --expert-model-parallel-size does not ",
                 "read yet: resume it without expert parallelism, or from a checkpoint saved without ",
@@ -236,10 +238,11 @@ void resume(const TrainArgs& args, const models::ModelConfig& config, Setup& s, 
 
 Setup setup_training(const TrainArgs& args, models::ModelConfig& config, std::FILE* out, dist::Communicator& comm,
                      Device device) {
-  ContextParallelGroups context;
-  if (args.context_parallel.enabled()) context = context_parallel_groups(comm, args.context_parallel);
+  parallel::ContextParallelGroups context;
+  if (args.context_parallel.enabled()) context = parallel::context_parallel_groups(comm, args.context_parallel);
   const int data_ranks = context.dp ? context.dp->size() : comm.size();
-  const int64_t micro_batches = micro_batches_per_rank(args.global_batch_size, args.micro_batch_size, data_ranks);
+  const int64_t micro_batches =
+      parallel::micro_batches_per_rank(args.global_batch_size, args.micro_batch_size, data_ranks);
   TrainingData data = load_data(args, config, out);
   config.validate();
   device_allocator(device).reset_peak_stats();
@@ -248,15 +251,15 @@ Setup setup_training(const TrainArgs& args, models::ModelConfig& config, std::FI
   manual_seed(args.seed);
   // ZeRO-3 builds the model without its values: each rank materializes one parameter at a time and
   // keeps its shard, so the whole model never needs to fit (not with --pretrained: it loads whole).
-  const bool zero3 = args.data_parallel.sharding == ShardingStrategy::optim_grads_params;
+  const bool zero3 = args.data_parallel.sharding == parallel::ShardingStrategy::optim_grads_params;
   std::shared_ptr<nn::DeferredInit> deferred =
       zero3 && args.pretrained.empty() ? std::make_shared<nn::DeferredInit>() : nullptr;
   // Expert parallel: the model builds this rank's experts only (models/moe.h).
-  check_expert_parallel(args, config, comm.size());
-  ExpertGroups groups;
+  parallel::check_expert_parallel(args.data_parallel.expert_parallel, config, comm.size());
+  parallel::ExpertGroups groups;
   models::ModelConfig built = config;
   if (args.data_parallel.expert_parallel > 1) {
-    groups = make_expert_groups(comm, args.data_parallel.expert_parallel);
+    groups = parallel::make_expert_groups(comm, args.data_parallel.expert_parallel);
     built.expert_group = groups.experts;
   }
   std::unique_ptr<models::CausalLM> model = build_model(args, built, deferred, device);
@@ -266,7 +269,7 @@ Setup setup_training(const TrainArgs& args, models::ModelConfig& config, std::FI
         models::load_pretrained_dir(args.pretrained, built.expert_group ? held_here(*model) : nullptr).weights);
   std::unique_ptr<optim::DistributedAdamW> sharded;
   std::unique_ptr<optim::AdamW> optimizer;
-  if (args.data_parallel.sharding != ShardingStrategy::no_shard) {
+  if (args.data_parallel.sharding != parallel::ShardingStrategy::no_shard) {
     // Expert parallel: the experts' shards over their expert-data-parallel group (optim::ExpertShards).
     optim::ExpertShards experts;
     if (groups.expert_data) {
@@ -310,14 +313,15 @@ Setup setup_training(const TrainArgs& args, models::ModelConfig& config, std::FI
     // The f32 draws of the initialization (nn::normal_parameter) are the build's, not the training's.
     device_allocator(device).reset_peak_stats();
   }
-  s.grad_sync = std::make_unique<GradSync>(s.model->named_parameters(), comm, s.sharded.get(), args.data_parallel,
-                                           s.expert_data.get());
+  s.grad_sync = std::make_unique<parallel::GradSync>(s.model->named_parameters(), comm, s.sharded.get(),
+                                                     args.data_parallel, s.expert_data.get());
   if (s.sharded && s.sharded->shards_parameters()) {
     // The built values (one parameter at a time), or what --load put into the whole parameters.
     std::function<void(const Tensor&)> materialize;
     if (deferred) materialize = [&deferred](const Tensor& p) { deferred->materialize(p); };
     s.sharded->copy_shard_from_parameters(materialize);
-    s.param_gather = std::make_unique<ParamGather>(*s.model, *s.sharded, comm, args.data_parallel.overlap_param_gather);
+    s.param_gather =
+        std::make_unique<parallel::ParamGather>(*s.model, *s.sharded, comm, args.data_parallel.overlap_param_gather);
     // Building is not training: the peaks count from here, and the log says what building took.
     const MemoryStats built = device_allocator(device).stats();
     std::fprintf(out, "ZeRO-3: the model was built %s (device peak %s), now %s of parameters on this rank\n",

@@ -16,10 +16,10 @@
 #include "tidal/optim/adamw.h"
 #include "tidal/optim/distributed_adamw.h"
 #include "tidal/optim/lr_schedule.h"
+#include "tidal/parallel/grad_sync.h"
+#include "tidal/parallel/param_gather.h"
 #include "tidal/train/arguments.h"
-#include "tidal/train/grad_sync.h"
 #include "tidal/train/main_grads.h"
-#include "tidal/train/param_gather.h"
 
 namespace tidal::train {
 
@@ -47,24 +47,24 @@ struct Setup {
   dist::Communicator* comm = nullptr;
   int64_t micro_batches = 1;  // per rank and step: global batch / (micro-batch × data-parallel ranks)
   // --expert-model-parallel-size E > 1: the ranks holding this rank's experts, which sum their
-  // gradients (train/expert_parallel.h; the expert-parallel group is the model config's
+  // gradients (parallel/expert.h; the expert-parallel group is the model config's
   // expert_group). Null otherwise.
   std::unique_ptr<dist::Communicator> expert_data;
   // --use-distributed-optimizer: the gradient buffer, shards and collectives; `optimizer` then
   // updates this rank's shard only. Null without sharding.
   std::unique_ptr<optim::DistributedAdamW> sharded;
-  // Sums the gradients over the ranks (train/grad_sync.h); last, so it goes first (its hooks and
+  // Sums the gradients over the ranks (parallel/grad_sync.h); last, so it goes first (its hooks and
   // stream refer to the model's parameters and `sharded`).
-  std::unique_ptr<GradSync> grad_sync;
-  // ZeRO-3: gathers each layer's parameters when it computes (train/param_gather.h); null otherwise.
-  std::unique_ptr<ParamGather> param_gather;
+  std::unique_ptr<parallel::GradSync> grad_sync;
+  // ZeRO-3: gathers each layer's parameters when it computes (parallel/param_gather.h); null otherwise.
+  std::unique_ptr<parallel::ParamGather> param_gather;
   // --bf16: the f32 sums of the bf16 gradients (train/main_grads.h); null otherwise.
   std::unique_ptr<MainGrads> main_grads;
   // Where the model lives: cpu, or meta for a dry run (dry_run.h), whose step feeds meta batches.
   Device device = Device::cpu();
-  // --context-parallel-size C > 1 (train/context_parallel.h): this rank's CP group (the model's
+  // --context-parallel-size C > 1 (parallel/context.h): this rank's CP group (the model's
   // ring) and DP group (whose rank picks the samples); null otherwise.
-  ContextParallelGroups context;
+  parallel::ContextParallelGroups context;
   dist::Communicator& data_comm() const { return context.dp ? *context.dp : *comm; }
   int cp_size() const { return context.cp ? context.cp->size() : 1; }
   int cp_rank() const { return context.cp ? context.cp->rank() : 0; }

@@ -10,9 +10,9 @@
 #include "tidal/models/moe.h"
 #include "tidal/ops/elementwise.h"
 #include "tidal/optim/grad_clip.h"
-#include "tidal/train/data_parallel.h"
-#include "tidal/train/expert_parallel.h"
-#include "tidal/train/grad_sync.h"
+#include "tidal/parallel/data.h"
+#include "tidal/parallel/expert.h"
+#include "tidal/parallel/grad_sync.h"
 #include "tidal/train/nan_guard.h"
 
 namespace tidal::train {
@@ -32,12 +32,13 @@ StepResult train_step(int64_t it, const TrainArgs& args, Setup& s, profile::Prof
   double loss_sum = 0;
   models::take_dropped_slots();  // from here: this step's forwards (not a validation's)
   for (int64_t m = 0; m < accum; ++m) {
-    Tensor tokens = next_rank_batch(s.loader, args.micro_batch_size, data.rank(), data.size()).tokens;  // (B, T+1)
+    Tensor tokens =
+        parallel::next_rank_batch(s.loader, args.micro_batch_size, data.rank(), data.size()).tokens;  // (B, T+1)
     if (s.device.is_meta()) tokens = tokens.to(s.device);  // a dry run (dry_run.h): the batch's shape only
-    const LocalTokens local = local_tokens(tokens, s.cp_size(), s.cp_rank());  // this rank's chunks
+    const parallel::LocalTokens local = parallel::local_tokens(tokens, s.cp_size(), s.cp_rank());  // this rank's chunks
     Tensor loss;
     if (s.offloader) s.offloader->begin_micro_batch();
-    ParamGather::Scope gathered(s.param_gather.get());  // ZeRO-3: the parameters outside the layers
+    parallel::ParamGather::Scope gathered(s.param_gather.get());  // ZeRO-3: the parameters outside the layers
     {
       profile::Range phase("forward", profile::kPhase);
       std::optional<autograd::SavedTensorLog> log;
@@ -64,10 +65,10 @@ StepResult train_step(int64_t it, const TrainArgs& args, Setup& s, profile::Prof
     // --bf16: before a reduction the f32 sums become the gradients the reduction, clipping, the NaN
     // guard and AdamW read (train/main_grads.h): after the last backward, or after every one under
     // ZeRO-2/3, which reduce-scatter each micro-batch's.
-    const bool shard_grads = args.data_parallel.sharding == ShardingStrategy::optim_grads ||
-                             args.data_parallel.sharding == ShardingStrategy::optim_grads_params;
+    const bool shard_grads = args.data_parallel.sharding == parallel::ShardingStrategy::optim_grads ||
+                             args.data_parallel.sharding == parallel::ShardingStrategy::optim_grads_params;
     if (s.main_grads && (m + 1 == accum || shard_grads)) s.main_grads->expose(comm, s.expert_data.get());
-    s.grad_sync->end_micro_batch();  // the gradients summed over the ranks (train/grad_sync.h)
+    s.grad_sync->end_micro_batch();  // the gradients summed over the ranks (parallel/grad_sync.h)
   }
   r.loss = dist::all_reduce_sum(comm, loss_sum) / double(global_micro_batches);  // the global batch's mean
   if (s.model->config().moe_expert_capacity_factor > 0) {  // every rank's forwards: the global batch's
@@ -80,8 +81,8 @@ StepResult train_step(int64_t it, const TrainArgs& args, Setup& s, profile::Prof
     r.grad_norm = s.sharded->finish_reduction();  // the norm from every shard
   } else if (s.expert_data) {
     // Expert parallel: each expert's gradient is on its owners only; the norm counts it once.
-    r.grad_norm =
-        clip_grad_norm_expert_parallel(s.model->named_parameters(), *s.model->config().expert_group, args.clip_grad);
+    r.grad_norm = parallel::clip_grad_norm_expert_parallel(s.model->named_parameters(), *s.model->config().expert_group,
+                                                           args.clip_grad);
   } else {
     // A non-finite norm leaves the gradients unscaled (grad_clip.h): the check below sees them as they are.
     r.grad_norm = optim::clip_grad_norm(s.model->parameters(), args.clip_grad);
@@ -111,7 +112,7 @@ double validation_loss(const TrainArgs& args, Setup& s) {
     NoGradGuard no_grad;
     // Every rank evaluates whole sequences (context parallelism splits the training steps only).
     s.model->set_context_parallel(nullptr);
-    ParamGather::Scope gathered(s.param_gather.get());
+    parallel::ParamGather::Scope gathered(s.param_gather.get());
     data::DataLoader loader(s.data.valid);
     for (int64_t i = 0; i < args.eval_iters; ++i) {
       const Tensor tokens = loader.next(args.micro_batch_size).tokens;  // (B, T + 1)

@@ -3,12 +3,10 @@
 #include <chrono>
 #include <cmath>
 
+#include "tidal/checkpoint/checkpoint.h"
 #include "tidal/models/generate.h"
 #include "tidal/ops/random.h"
 #include "tidal/optim/grad_clip.h"
-#include "tidal/train/auto_memory.h"
-#include "tidal/train/checkpoint.h"
-#include "tidal/train/oom_advice.h"
 #include "tidal/train/profiling.h"
 #include "tidal/train/report.h"
 #include "tidal/train/setup.h"
@@ -26,39 +24,42 @@ bool due(int64_t it, int64_t interval, int64_t last) { return (interval > 0 && i
 // Expert parallel: one process's checkpoint, rank 0 receiving the others' experts and (sharded) the
 // pieces of the optimizer's states tensor by tensor as it writes them.
 void save(const TrainArgs& args, const models::ModelConfig& config, const Setup& s, int64_t it) {
-  const TrainingState st{it, get_rng_state(), s.loader.position(), s.settings, nlohmann::json::object()};
+  const checkpoint::TrainingState st{it, get_rng_state(), s.loader.position(), s.settings, nlohmann::json::object()};
   const bool rank0 = s.comm->rank() == 0;
-  ParamGather::Scope whole(s.param_gather.get(), /*whole=*/true);  // ZeRO-3: the model for rank 0 to write
+  parallel::ParamGather::Scope whole(s.param_gather.get(), /*whole=*/true);  // ZeRO-3: the model for rank 0 to write
   if (s.model->config().expert_group) {
     dist::Communicator& experts = *s.model->config().expert_group;
     // The expert-parallel group of rank 0 holds every expert: the groups are contiguous (expert_parallel.h).
     const bool in_first_group = s.comm->rank() < experts.size();
     if (!s.sharded) {  // every rank holds its experts' whole states: the group of rank 0 sends them
       if (in_first_group)
-        save_expert_parallel_checkpoint(experts, args.save, st, s.model->state_dict(), s.optimizer->state_dict(),
-                                        models::config_to_json(config), s.data.tokenizer_path);
+        checkpoint::save_expert_parallel_checkpoint(experts, args.save, st, s.model->state_dict(),
+                                                    s.optimizer->state_dict(), models::config_to_json(config),
+                                                    s.data.tokenizer_path);
       return;
     }
     // Sharded: the states' pieces are spread over every rank (the dense ones' over all, an expert's
     // over its expert-data-parallel group), so every rank sends its own.
-    save_gathered_checkpoint(
-        *s.comm, args.save, st,
-        in_first_group ? expert_contribution(s.model->state_dict(), s.comm->rank()) : std::vector<optim::TensorPiece>(),
-        s.sharded->state_pieces(s.optimizer->state_dict(), rank0), models::config_to_json(config),
-        s.data.tokenizer_path);
+    checkpoint::save_gathered_checkpoint(*s.comm, args.save, st,
+                                         in_first_group
+                                             ? checkpoint::expert_contribution(s.model->state_dict(), s.comm->rank())
+                                             : std::vector<optim::TensorPiece>(),
+                                         s.sharded->state_pieces(s.optimizer->state_dict(), rank0),
+                                         models::config_to_json(config), s.data.tokenizer_path);
     return;
   }
   if (!s.sharded) {
     if (rank0)
-      save_checkpoint(args.save, st, s.model->state_dict(), s.optimizer->state_dict(), models::config_to_json(config),
-                      s.data.tokenizer_path);
+      checkpoint::save_checkpoint(args.save, st, s.model->state_dict(), s.optimizer->state_dict(),
+                                  models::config_to_json(config), s.data.tokenizer_path);
     return;
   }
-  OptimizerShards shards{s.comm->size(), optim::kGradNormChunk, {}};
+  checkpoint::OptimizerShards shards{s.comm->size(), optim::kGradNormChunk, {}};
   for (const auto& [name, p] : s.sharded->parameters()) shards.parameters.emplace_back(name, p.numel());
   TIDAL_ASSERT(shards.layout().bounds == s.sharded->layout().bounds, "the checkpoint's layout is not the optimizer's");
-  save_sharded_checkpoint(*s.comm, args.save, st, rank0 ? s.model->state_dict() : std::map<std::string, Tensor>(),
-                          shards, s.optimizer->state_dict(), models::config_to_json(config), s.data.tokenizer_path);
+  checkpoint::save_sharded_checkpoint(*s.comm, args.save, st,
+                                      rank0 ? s.model->state_dict() : std::map<std::string, Tensor>(), shards,
+                                      s.optimizer->state_dict(), models::config_to_json(config), s.data.tokenizer_path);
 }
 
 // --sample-prompt continued by the trained model (when the data has a tokenizer).
@@ -67,7 +68,7 @@ std::string sample(const TrainArgs& args, const Setup& s, Report& report) {
   so.max_new_tokens = args.sample_tokens;
   so.seed = args.seed;
   so.stop_token = s.data.tokenizer->eod_id();
-  ParamGather::Scope whole(s.param_gather.get(), /*whole=*/true);
+  parallel::ParamGather::Scope whole(s.param_gather.get(), /*whole=*/true);
   s.model->set_context_parallel(nullptr);  // every rank generates from the whole prompt
   const std::vector<int64_t> ids = models::generate(*s.model, s.data.tokenizer->encode(args.sample_prompt), so);
   std::string text = s.data.tokenizer->decode(ids, /*skip_special=*/true);
@@ -77,15 +78,18 @@ std::string sample(const TrainArgs& args, const Setup& s, Report& report) {
 
 // Setup (setup.h), then one step (step.h) per iteration with its log line, evaluation and checkpoint,
 // then the summary (report.h).
-TrainResult train_loop(const TrainArgs& args, std::FILE* out, models::ModelConfig& config, dist::Communicator& comm) {
+TrainResult train_loop(const TrainArgs& args, std::FILE* out, models::ModelConfig& config, dist::Communicator& comm,
+                       const TrainHooks& hooks) {
   Setup s = setup_training(args, config, out, comm);
   Report report(args, config, s, out);
   // An unwritable --save fails now, not after the first interval's steps; a killed save's leftovers go.
   // Rank 0 writes for the run.
   if (!args.save.empty() && comm.rank() == 0)
-    for (const std::string& name : prepare_save_dir(args.save))
+    for (const std::string& name : checkpoint::prepare_save_dir(args.save))
       std::fprintf(out, "removed %s/%s, left by an interrupted save\n", args.save.c_str(), name.c_str());
-  profile::Profiler profiler(profile_options(args, s.start), profile_info(args, config, s.model->num_parameters()));
+  nlohmann::json info = profile_info(args, config, s.model->num_parameters());
+  if (hooks.advice && !args.profile_dir.empty()) info["advice"] = hooks.advice(args, config);
+  profile::Profiler profiler(profile_options(args, s.start), std::move(info));
 
   TrainResult result;
   result.iterations = s.start;
@@ -125,37 +129,35 @@ TrainResult train_loop(const TrainArgs& args, std::FILE* out, models::ModelConfi
   return result;
 }
 
-TrainResult run_training_on(const TrainArgs& given, std::FILE* out, dist::Communicator& comm) {
-  const TrainArgs args = given.auto_memory ? apply_auto_memory(given, comm, out) : given;
+TrainResult run_training_on(const TrainArgs& given, std::FILE* out, dist::Communicator& comm, const TrainHooks& hooks) {
+  TIDAL_CHECK(!given.auto_memory || hooks.choose, "tidal train: --auto-memory needs the planner: run it through ",
+              "plan::run_training (plan/training.h), as `tidal train` does");
+  const TrainArgs args = given.auto_memory ? hooks.choose(given, comm, out) : given;
   models::ModelConfig config = args.model;  // load_data may take the tokenizer's vocabulary
   try {
-    return train_loop(args, out, config, comm);
-  } catch (const OutOfMemory& e) {  // the breakdown at that moment and what to try (oom_advice.h)
-    std::string planner;
-    try {
-      planner = planner_advice(args, comm.size(), e.stats().limit);
-    } catch (const std::exception& x) {  // the advice must never hide the error itself
-      planner = std::string("(no plan: ") + x.what() + ")\n";
-    }
-    throw OutOfMemory(out_of_memory_message(e, config, triage_settings(args, comm.size()), planner), e.requested(),
-                      e.stats());
+    return train_loop(args, out, config, comm, hooks);
+  } catch (const OutOfMemory& e) {
+    if (!hooks.out_of_memory) throw;
+    throw OutOfMemory(hooks.out_of_memory(e, args, config, comm.size()), e.requested(), e.stats());
   }
 }
 
 }  // namespace
 
-TrainResult run_training(const TrainArgs& args, std::FILE* out) { return run_training(args, out, dist::world()); }
+TrainResult run_training(const TrainArgs& args, std::FILE* out, const TrainHooks& hooks) {
+  return run_training(args, out, dist::world(), hooks);
+}
 
-TrainResult run_training(const TrainArgs& args, std::FILE* out, dist::Communicator& comm) {
+TrainResult run_training(const TrainArgs& args, std::FILE* out, dist::Communicator& comm, const TrainHooks& hooks) {
   if (comm.rank() != 0) {  // rank 0 speaks and writes for the run
     TrainArgs quiet = args;
     quiet.metrics_json.clear();
     quiet.profile_dir.clear();
     std::unique_ptr<std::FILE, int (*)(std::FILE*)> null(std::fopen("/dev/null", "w"), &std::fclose);
     TIDAL_CHECK(null != nullptr, "tidal train: cannot open /dev/null for rank ", comm.rank(), "'s output");
-    return run_training_on(quiet, null.get(), comm);
+    return run_training_on(quiet, null.get(), comm, hooks);
   }
-  return run_training_on(args, out, comm);
+  return run_training_on(args, out, comm, hooks);
 }
 
 }  // namespace tidal::train

@@ -3,7 +3,11 @@
 // accumulation and clipping, Megatron-style log lines, evaluation, checkpoints that resume bit for
 // bit, --metrics-json, and a memory summary at the end. docs/training.md is the user guide.
 #include <cstdio>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <string>
 
+#include "tidal/allocator.h"
 #include "tidal/dist/communicator.h"
 #include "tidal/train/arguments.h"
 
@@ -18,11 +22,25 @@ struct TrainResult {
   int64_t skipped_iterations = 0;  // steps --skip-nonfinite-steps skipped (nan_guard.h)
 };
 
+// What a caller adds around the loop without the trainer knowing it: the planner's (plan/training.h,
+// which `tidal train` runs) chooses --auto-memory's configuration, writes the advice into a profile's
+// header and turns an out-of-memory error into one with the next steps. Each may be left empty.
+struct TrainHooks {
+  // Before anything is built: the settings to train with (--auto-memory), announced on `out`. Every
+  // rank of `comm` calls it.
+  std::function<TrainArgs(const TrainArgs& args, dist::Communicator& comm, std::FILE* out)> choose;
+  // The profile header's "advice" for the model as resolved (its vocabulary the tokenizer's).
+  std::function<nlohmann::json(const TrainArgs& args, const models::ModelConfig& model)> advice;
+  // The message an out-of-memory error is rethrown with, for the model as resolved, on `ranks` ranks.
+  std::function<std::string(const OutOfMemory& e, const TrainArgs& args, const models::ModelConfig& model, int ranks)>
+      out_of_memory;
+};
+
 // Runs training as configured, printing progress to `out`. Throws tidal::Error (tidal::OutOfMemory
-// past a device limit) with a message saying what to do.
-TrainResult run_training(const TrainArgs& args, std::FILE* out = stdout);
+// past a device limit) with a message saying what to do. --auto-memory needs `hooks.choose`.
+TrainResult run_training(const TrainArgs& args, std::FILE* out = stdout, const TrainHooks& hooks = {});
 // The same on the ranks of `comm` (data parallel, docs/distributed.md): every rank calls it; rank 0
 // prints to `out` and writes --metrics-json, --save and --profile; the other ranks print nothing.
-TrainResult run_training(const TrainArgs& args, std::FILE* out, dist::Communicator& comm);
+TrainResult run_training(const TrainArgs& args, std::FILE* out, dist::Communicator& comm, const TrainHooks& hooks = {});
 
 }  // namespace tidal::train

@@ -2,10 +2,10 @@
 #include <cstdio>
 
 #include "tidal/base/flags.h"
+#include "tidal/checkpoint/checkpoint.h"
 #include "tidal/data/tokenizer.h"
 #include "tidal/models/generate.h"
 #include "tidal/models/pretrained.h"
-#include "tidal/train/checkpoint.h"
 #include "tools/tidal/cli.h"
 
 namespace tidal::cli {
@@ -25,8 +25,8 @@ int run_generate(const std::vector<std::string>& argv) {
   const std::string dir = f.str("load");
   std::unique_ptr<models::CausalLM> model;
   std::string saved_tokenizer, origin = dir;
-  if (train::latest_iteration(dir) >= 0) {  // a training checkpoint
-    train::Checkpoint ck = train::load_checkpoint(dir);
+  if (checkpoint::latest_iteration(dir) >= 0) {  // a training checkpoint
+    checkpoint::Checkpoint ck = checkpoint::load_checkpoint(dir);
     model = models::create_model(models::config_from_json(ck.config));
     model->load_state_dict(ck.model);
     saved_tokenizer = ck.tokenizer_path;

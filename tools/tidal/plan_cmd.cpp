@@ -1,7 +1,7 @@
 // `tidal plan [tidal train flags] [--memory BYTES] [--headroom PERCENT] [--dry-run] [--device NAME|FILE]`: the step
 // peak tidal predicts for a training configuration and, against a budget, the memory features that make it fit
-// (tidal/train/plan.h). `tidal plan --calibrate` measures this machine into a device profile
-// (tidal/train/calibrate.h); `tidal plan --list-devices` prints the built-in profiles.
+// (tidal/plan/triage.h). `tidal plan --calibrate` measures this machine into a device profile
+// (tidal/plan/calibrate.h); `tidal plan --list-devices` prints the built-in profiles.
 #include <cstdio>
 #include <cstdlib>
 #include <optional>
@@ -10,14 +10,14 @@
 #include "tidal/base/flags.h"
 #include "tidal/dist/communicator.h"
 #include "tidal/memory_stats.h"
+#include "tidal/parallel/expert.h"
+#include "tidal/plan/auto_memory.h"
+#include "tidal/plan/calibrate.h"
+#include "tidal/plan/device_profile.h"
+#include "tidal/plan/report.h"
+#include "tidal/plan/search.h"
+#include "tidal/plan/triage.h"
 #include "tidal/train/arguments.h"
-#include "tidal/train/auto_memory.h"
-#include "tidal/train/calibrate.h"
-#include "tidal/train/device_profile.h"
-#include "tidal/train/expert_parallel.h"
-#include "tidal/train/plan.h"
-#include "tidal/train/plan_report.h"
-#include "tidal/train/plan_search.h"
 #include "tools/tidal/cli.h"
 
 namespace tidal::cli {
@@ -26,15 +26,15 @@ namespace {
 // `tidal plan --calibrate [--quick] [--profile-out FILE]`: every rank measures (the all-reduce needs
 // them all), rank 0 prints the table and writes the file.
 int run_calibrate(bool quick, std::string out) {
-  if (out.empty()) out = train::kDefaultDeviceProfileFile;
+  if (out.empty()) out = plan::kDefaultDeviceProfileFile;
   const bool first = dist::world().rank() == 0;
-  train::CalibrateOptions o;
+  plan::CalibrateOptions o;
   o.quick = quick;
   if (first) o.progress = [](const std::string& what) { std::fprintf(stderr, "calibrating: %s\n", what.c_str()); };
-  const train::DeviceProfile p = train::calibrate(o);
+  const plan::DeviceProfile p = plan::calibrate(o);
   if (!first) return kOk;
-  train::save_device_profile(out, p);
-  std::printf("%s(written to %s; plan with it: tidal plan --device %s ...)\n", train::format_device_profile(p).c_str(),
+  plan::save_device_profile(out, p);
+  std::printf("%s(written to %s; plan with it: tidal plan --device %s ...)\n", plan::format_device_profile(p).c_str(),
               out.c_str(), out.c_str());
   return kOk;
 }
@@ -110,8 +110,8 @@ int run_plan(const std::vector<std::string>& argv) {
       .option("offload-dir", "search offload to disk too, with the spill file in DIR", "DIR");
   f.parse(own);
   if (f.flag_on("list-devices")) {
-    for (const train::BuiltinDevice& b : train::builtin_device_profiles())
-      std::fputs(train::format_device_line(b.key, b.profile).c_str(), stdout);
+    for (const plan::BuiltinDevice& b : plan::builtin_device_profiles())
+      std::fputs(plan::format_device_line(b.key, b.profile).c_str(), stdout);
     return kOk;
   }
   if (f.flag_on("calibrate")) {
@@ -126,37 +126,37 @@ int run_plan(const std::vector<std::string>& argv) {
   // The profile that times the search: --device, else this machine's calibrated file when it exists.
   TIDAL_CHECK(!f.has("device") || !f.str("device").empty(), "tidal plan: --device needs a profile: a built-in ",
               "name (tidal plan --list-devices) or a file from tidal plan --calibrate");
-  const std::optional<train::DeviceProfile> device = train::saved_device_profile(f.str("device"));
+  const std::optional<plan::DeviceProfile> device = plan::saved_device_profile(f.str("device"));
   std::string device_from;
   if (f.has("device")) {
     const bool budget = memory.empty() && device->memory_bytes > 0;
     if (budget) memory = std::to_string(device->memory_bytes);
     device_from = budget ? "; its memory is the budget" : "";
   } else if (device) {
-    device_from = std::string(", from ./") + train::kDefaultDeviceProfileFile;
+    device_from = std::string(", from ./") + plan::kDefaultDeviceProfileFile;
   }
   if (device && !json)
     std::printf("Device: %s (%s)%s\n", device->name.c_str(), device->source.c_str(), device_from.c_str());
-  const double headroom = f.number("headroom", train::kDefaultPlanHeadroom * 100, 0, 95) / 100;
+  const double headroom = f.number("headroom", plan::kDefaultPlanHeadroom * 100, 0, 95) / 100;
   if (memory.empty()) {
     const char* env = std::getenv("TIDAL_DEVICE_MEMORY");
     if (env != nullptr) memory = env;
   }
   const train::TrainArgs args = train::parse_train_args(train_argv);
-  const train::TriageSettings s =
-      train::triage_settings(args, int(f.integer("data-parallel-size", 1, 1, train::kMaxDataParallelSize)));
+  const plan::TriageSettings s =
+      plan::triage_settings(args, int(f.integer("data-parallel-size", 1, 1, parallel::kMaxDataParallelSize)));
   // Expert and context parallelism as given are kept (the search varies them when not given): they must
   // run on the ranks planned for.
-  train::check_expert_parallel(args, args.model, s.data_parallel);
+  parallel::check_expert_parallel(args.data_parallel.expert_parallel, args.model, s.data_parallel);
   TIDAL_CHECK(s.data_parallel % args.context_parallel.size == 0, "tidal plan: --context-parallel-size ",
               args.context_parallel.size, " does not divide the ", s.data_parallel,
               " ranks planned for (--data-parallel-size): the ranks are data-parallel size x context-parallel size");
   if (dry) {
-    const train::DryRun d = train::dry_run_largest_rank(args, int(s.data_parallel));
-    std::fputs(train::format_dry_run(d, train::predict_step_peak(args.model, s), args.report_memory).c_str(), stdout);
+    const plan::DryRun d = plan::dry_run_largest_rank(args, int(s.data_parallel));
+    std::fputs(plan::format_dry_run(d, plan::predict_step_peak(args.model, s), args.report_memory).c_str(), stdout);
   }
   if (memory.empty()) {  // no budget: what a step needs and what each step of the triage would save
-    std::fputs(train::oom_advice(args.model, s).c_str(), stdout);
+    std::fputs(plan::oom_advice(args.model, s).c_str(), stdout);
     std::printf("(give a budget, --memory 80GiB or TIDAL_DEVICE_MEMORY, for a plan)\n");
     return kOk;
   }
@@ -168,14 +168,14 @@ int run_plan(const std::vector<std::string>& argv) {
         "with the search, which needs step times: give --device NAME|FILE, or run tidal plan --calibrate first");
     TIDAL_CHECK(!json, "tidal plan --json: the search needs step times: give --device NAME|FILE (tidal plan ",
                 "--list-devices), or run tidal plan --calibrate first");
-    const train::Plan plan = train::make_plan(args.model, s, budget, headroom);
-    std::fputs(train::format_plan(plan, args.model, s).c_str(), stdout);
+    const plan::Plan plan = plan::make_plan(args.model, s, budget, headroom);
+    std::fputs(plan::format_plan(plan, args.model, s).c_str(), stdout);
     std::printf(
         "(for the fastest configuration that fits, with step times: --device NAME|FILE, or tidal plan "
         "--calibrate first)\n");
     return plan.fits ? kOk : kOutOfMemory;
   }
-  train::SearchOptions o;
+  plan::SearchOptions o;
   o.budget = budget;
   o.headroom = headroom;
   o.data_parallel = s.data_parallel;
@@ -185,11 +185,11 @@ int run_plan(const std::vector<std::string>& argv) {
     TIDAL_CHECK(o.host_budget > 0, "tidal plan: --host-memory must be positive, got '", f.str("host-memory"), "'");
   }
   o.disk_dir = f.str("offload-dir");
-  const train::PlanSearch search = train::search_plans(args, o);
+  const plan::PlanSearch search = plan::search_plans(args, o);
   if (json) {
-    std::printf("%s\n", train::plan_search_json(search, o).dump(2).c_str());
+    std::printf("%s\n", plan::plan_search_json(search, o).dump(2).c_str());
   } else {
-    std::fputs(train::format_plan_search(search, args, o).c_str(), stdout);
+    std::fputs(plan::format_plan_search(search, args, o).c_str(), stdout);
   }
   return search.chosen >= 0 ? kOk : kOutOfMemory;
 }

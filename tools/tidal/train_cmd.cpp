@@ -1,8 +1,8 @@
 // `tidal train`: see docs/training.md. Without arguments it trains small-gpt2 on the built-in corpus.
 #include <cstdio>
 
+#include "tidal/plan/training.h"
 #include "tidal/train/arguments.h"
-#include "tidal/train/trainer.h"
 #include "tools/tidal/cli.h"
 
 namespace tidal::cli {
@@ -15,7 +15,7 @@ int run_train(const std::vector<std::string>& argv) {
       return kOk;
     }
   const train::TrainArgs args = train::parse_train_args(argv);
-  train::run_training(args, stdout);
+  plan::run_training(args, stdout);
   return kOk;
 }
 

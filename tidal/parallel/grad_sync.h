@@ -1,0 +1,87 @@
+#pragma once
+// How a step's gradients become the global batch's (docs/distributed.md, "Gradient reduction"):
+// summed over the data-parallel ranks — all-reduced in place (no_shard) or reduce-scattered into
+// the distributed optimizer's shard (optim, optim_grads) — after the step's last backward, or after
+// every micro-batch's backward under optim_grads (ZeRO-2: only the shard's sums are kept between
+// micro-batches). With --overlap-grad-reduce the parameters are grouped into buckets, in reverse
+// order (the order backward finishes them), and a bucket is reduced on the "comm" stream as soon as
+// backward has accumulated every gradient in it (post-accumulate-grad hooks), while backward goes on.
+// Buckets start in bucket order on every rank (a collective must be called in the same order
+// everywhere); a bucket whose gradients some rank lacks (an expert none of its tokens chose) starts
+// when backward ends. Expert parallel: a bucket's experts are summed over their expert-data-parallel
+// group after its dense parameters over every rank. Each element's sum is added in rank order either way, so
+// overlapping changes no bit of the result.
+#include <algorithm>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "tidal/dist/communicator.h"
+#include "tidal/optim/distributed_adamw.h"
+#include "tidal/parallel/data.h"
+#include "tidal/stream.h"
+#include "tidal/tensor.h"
+
+namespace tidal::parallel {
+
+// Time the gradient reduction took and how much of it the compute thread waited for.
+struct GradSyncStats {
+  int64_t buckets = 0;     // per reducing backward
+  int64_t reductions = 0;  // buckets reduced so far
+  int64_t busy_ns = 0;     // reducing (on the comm stream with overlap)
+  int64_t exposed_ns = 0;  // the compute thread blocked on it
+  double hidden_fraction() const {
+    return busy_ns > 0 ? std::max(0.0, 1.0 - double(exposed_ns) / double(busy_ns)) : 0.0;
+  }
+};
+
+class GradSync {
+ public:
+  // `sharded`: the distributed optimizer whose shard receives the sums (null: all-reduce in place).
+  // `expert_data` (expert parallel): the experts' parameters are summed over these ranks (the
+  // distributed optimizer's expert shards are over it too), the others over `comm`.
+  GradSync(const std::vector<std::pair<std::string, Tensor>>& params, dist::Communicator& comm,
+           optim::DistributedAdamW* sharded, const DataParallelConfig& config,
+           dist::Communicator* expert_data = nullptr);
+  ~GradSync();  // removes the hooks (after the last reduction finished)
+  GradSync(const GradSync&) = delete;
+  GradSync& operator=(const GradSync&) = delete;
+
+  // Around micro-batch m's backward (of `count` per rank and step). end_micro_batch must run on
+  // every rank for every micro-batch, also one whose backward was skipped (a non-finite loss): the
+  // reductions are collectives. It returns when this micro-batch's reductions are done.
+  void begin_micro_batch(int64_t m, int64_t count);
+  void end_micro_batch();
+  // Between the two: whether this backward's buckets are reduced while it runs (--overlap-grad-reduce
+  // on a micro-batch that reduces), so that --bf16's f32 sums must be gradients as they complete.
+  bool overlapping() const { return reducing_ && stream_ != nullptr; }
+
+  const GradSyncStats& stats() const { return stats_; }
+
+ private:
+  void on_gradient(size_t param);
+  void launch_ready();
+  void launch(size_t bucket);  // on the comm stream
+  void reduce(size_t bucket);
+
+  std::vector<std::pair<std::string, Tensor>> params_;
+  dist::Communicator& comm_;
+  optim::DistributedAdamW* sharded_;
+  DataParallelConfig config_;
+  dist::Communicator* expert_data_;
+  std::unique_ptr<Stream> stream_;                          // "comm", with --overlap-grad-reduce
+  std::unique_ptr<dist::Communicator> stream_comm_;         // the stream's own duplicate of comm_
+  std::unique_ptr<dist::Communicator> stream_expert_comm_;  // and of expert_data_ (expert parallel)
+  std::vector<std::vector<size_t>> buckets_;                // parameter indexes, reverse order
+  std::vector<size_t> bucket_of_;                           // per parameter
+  std::vector<size_t> ready_in_;                            // per bucket: gradients accumulated this backward
+  std::vector<char> seen_;                                  // per parameter, this backward
+  std::vector<uint64_t> hooks_;                             // the keys of the hooks, per parameter
+  size_t launched_ = 0;                                     // buckets started this backward
+  bool reducing_ = false;                                   // whether this micro-batch's backward reduces
+  GradSyncStats stats_;
+};
+
+}  // namespace tidal::parallel

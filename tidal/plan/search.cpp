@@ -1,0 +1,370 @@
+#include "tidal/plan/search.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <optional>
+
+#include "tidal/base/error.h"
+#include "tidal/memory_stats.h"
+#include "tidal/plan/candidates.h"
+#include "tidal/plan/dry_run.h"
+#include "tidal/plan/oom_advice.h"
+
+namespace tidal::plan {
+namespace {
+
+// The estimator is within a few percent of the dry run (tests); a candidate it puts this far above
+// the target cannot fit.
+constexpr double kEstimateSlack = 1.2;
+// Candidates made exact by their own dry run, at most: first the fastest the estimator puts within
+// the budget (until one fits), then Pareto members.
+constexpr int kMaxVerified = 16;
+// And of those the estimator puts above the budget, within its error: the fastest, until one fits.
+constexpr int kMaxVerifiedAbove = 8;
+
+// A dry run of `a` as planned, on the rank of `ranks` with the highest peak: --load and --pretrained
+// only give values (the model config has the shapes). nullopt when the dry run refuses the
+// configuration (--overlap-grad-reduce, whose peak depends on timing).
+// `largest` false: rank 0 alone (its kernels time any rank: they differ only in the update's shard).
+// `error` keeps the first refusal's message.
+std::optional<DryRun> try_dry_run(train::TrainArgs a, int ranks, bool largest = true, std::string* error = nullptr) {
+  a.load.clear();
+  a.pretrained.clear();
+  try {
+    return ranks > 1 && largest ? dry_run_largest_rank(a, ranks) : dry_run(a, 0, ranks);
+  } catch (const Error& e) {
+    if (error != nullptr && error->empty()) *error = e.what();
+    return std::nullopt;
+  }
+}
+
+// The configuration whose kernels time `a`: the same without offload, the swap optimizer and overlapped
+// gradient reduction (they add or move only copies and collectives, which the cost model times from
+// their bytes), and under ZeRO-1 without sharding, under ZeRO-3 as ZeRO-2 (the same kernels but the
+// update's, which the cost model scales to the shard: cost_model.h).
+parallel::ShardingStrategy kernel_sharding(parallel::ShardingStrategy s) {
+  return s == parallel::ShardingStrategy::optim                ? parallel::ShardingStrategy::no_shard
+         : s == parallel::ShardingStrategy::optim_grads_params ? parallel::ShardingStrategy::optim_grads
+                                                               : s;
+}
+train::TrainArgs kernel_args(const train::TrainArgs& a) {
+  train::TrainArgs k = a;
+  k.memory.offload = memory::OffloadConfig{};
+  k.memory.swap_optimizer = memory::SwapOptimizerConfig{};
+  k.data_parallel.overlap_grad_reduce = false;
+  k.data_parallel.bucket_size = 0;
+  k.data_parallel.overlap_param_gather = false;
+  k.data_parallel.sharding = kernel_sharding(a.data_parallel.sharding);
+  return k;
+}
+// Whether `a`'s kernel dry run is `a` itself (its peak exact).
+bool same_kernels(const train::TrainArgs& a) {
+  return !a.memory.offload.enabled && !a.memory.swap_optimizer.on && !a.data_parallel.overlap_grad_reduce &&
+         kernel_sharding(a.data_parallel.sharding) == a.data_parallel.sharding;
+}
+
+// Expert and context parallelism: E and C.
+std::string parallel_key(const train::TrainArgs& a) {
+  return "|" + std::to_string(a.data_parallel.expert_parallel) + "|" + std::to_string(a.context_parallel.size);
+}
+
+std::string kernel_key(const train::TrainArgs& a) {
+  return a.memory.recompute.describe() + "|" + a.memory.loss.describe() + "|" + a.attention + "|" +
+         std::to_string(a.micro_batch_size) + "|" + parallel::sharding_name(kernel_sharding(a.data_parallel.sharding)) +
+         parallel_key(a);
+}
+// Everything but the recompute: the candidates that differ only in their recompute rung share it.
+std::string outer_key(const train::TrainArgs& a) {
+  return a.memory.loss.describe() + "|" + a.memory.offload.describe() + "|" +
+         std::to_string(a.memory.offload.prefetch_depth) + "|" + std::to_string(int(a.memory.swap_optimizer.on)) + "|" +
+         a.attention + "|" + std::to_string(a.micro_batch_size) + "|" +
+         parallel::sharding_name(a.data_parallel.sharding) + "|" +
+         std::to_string(int(a.data_parallel.overlap_grad_reduce)) + parallel_key(a);
+}
+
+// What the search keeps of a kernel dry run: its statistics and its kernels merged (what the cost
+// model reads), not the saved-tensor table. A 30B MoE model's dry run records hundreds of thousands of
+// kernels, and the search keeps hundreds of runs.
+void keep_for_timing(DryRun& d) {
+  d.saved = {};
+  d.kernels = merge_identical(std::move(d.kernels));
+}
+
+void set_exact(PlanCandidate& c, const DryRun& d, const PlanSearch& r) {
+  c.device_peak = d.device.peak_allocated;
+  c.host_peak = d.host.peak_allocated;
+  c.exact = true;
+  c.checked = true;
+  c.fits = c.device_peak <= r.target && (r.host_budget == 0 || c.host_peak <= r.host_budget);
+}
+
+std::string ms(double s) {
+  char b[32];
+  std::snprintf(b, sizeof b, s >= 10 ? "%.1f s" : "%.0f ms", s >= 10 ? s : s * 1000);
+  return b;
+}
+std::string percent(double f) {
+  char b[16];
+  std::snprintf(b, sizeof b, "%.0f%%", f * 100);
+  return b;
+}
+
+std::string explain(const PlanCandidate& c, const train::TrainArgs& g, int o_ranks) {
+  std::vector<std::string> parts;
+  const train::TrainArgs& a = c.args;
+  const StepTime& t = c.time;
+  if (a.memory.loss.chunked && !g.memory.loss.chunked)
+    parts.push_back("chunked loss: the logits exist a chunk at a time");
+  if (a.attention != g.attention) parts.push_back(a.attention + " attention");
+  if (t.recompute_s > 0)
+    parts.push_back("recompute (" + c.recompute + ") replays " + ms(t.recompute_s) + ", " +
+                    percent(t.recompute_s / std::max(t.total_s, 1e-12)) + " of the step");
+  const bool offload = a.memory.offload.enabled, swap = a.memory.swap_optimizer.on;
+  if (offload || swap)
+    parts.push_back(std::string(offload && swap ? "offload (" + memory::name(a.memory.offload.policy) +
+                                                      ") and the swap optimizer hide "
+                                : offload ? "offload (" + memory::name(a.memory.offload.policy) + ") hides "
+                                          : "the swap optimizer hides ") +
+                    percent(t.hidden_copy_fraction) + " of their " + ms(t.copy_s) + " of copies at this size" +
+                    (t.exposed_copy_s > 0 ? " (" + ms(t.exposed_copy_s) + " exposed)" : ""));
+  if (a.micro_batch_size != g.micro_batch_size)
+    parts.push_back("micro-batch " + std::to_string(a.micro_batch_size) + ": " +
+                    std::to_string(a.global_batch_size / a.micro_batch_size / data_parallel_ranks(a, o_ranks)) +
+                    " per rank a step");
+  if (a.data_parallel.expert_parallel > 1)
+    parts.push_back("expert parallel " + std::to_string(a.data_parallel.expert_parallel) + ": " +
+                    std::to_string(a.model.num_experts / a.data_parallel.expert_parallel) +
+                    " experts a rank, all-to-all " + ms(t.all_to_all_s));
+  if (a.context_parallel.size > 1)
+    parts.push_back("context parallel " + std::to_string(a.context_parallel.size) + ": " +
+                    std::to_string(a.seq_length / a.context_parallel.size) + " tokens a rank, " +
+                    (a.attention == "eager" ? "K/V all-gather " : "ring exchange ") + ms(t.ring_s) + ", " +
+                    ms(t.exposed_ring_s) + " exposed");
+  if (a.data_parallel.sharding != parallel::ShardingStrategy::no_shard)
+    parts.push_back(std::string(parallel::sharding_name(a.data_parallel.sharding)) +
+                    " sharding: " + ms(t.comm_s - t.all_to_all_s - t.ring_s) + " of collectives, " +
+                    ms(t.exposed_comm_s - t.all_to_all_s - t.exposed_ring_s) + " exposed");
+  if (parts.empty()) return "no memory feature beyond the given run's";
+  std::string out;
+  for (const std::string& p : parts) out += (out.empty() ? "" : "; ") + p;
+  return out;
+}
+
+// Why nothing fits, from the estimator's view of the smallest candidate (its peak its dry run's when it
+// has one). Past sharding, the triage order's second step names expert parallelism (MoE models) for
+// the states and context parallelism for the activations.
+std::string nothing_fits(const PlanCandidate& s, const SearchOptions& o, int64_t target) {
+  const StepPeak p = predict_step_peak(s.args.model, triage_settings(s.args, o.data_parallel));
+  // Gradients are f32 (the f32 sums under --bf16): 4 bytes an element beside 2- or 4-byte parameters.
+  const int64_t gradients = p.parameters * (s.args.precision.bf16 ? 2 : 1);
+  const int64_t fixed = p.parameters + gradients + p.optimizer_states;
+  const models::ModelConfig& m = s.args.model;
+  std::string out = "Nothing fits " + format_bytes(target) + ": the smallest candidate (" +
+                    (s.flags.empty() ? std::string("as given") : s.flags) + ") needs " + format_bytes(s.device_peak) +
+                    (s.checked ? " (its dry run)." : " (the estimator).");
+  if (fixed >= target) {
+    const int64_t ranks = (fixed + target - 1) / std::max<int64_t>(target, 1) + 1;
+    out += " Parameters, gradients and optimizer states alone take " + format_bytes(fixed) +
+           ": shard them over >= " + std::to_string(ranks) +
+           " ranks (mpirun -np N with --use-distributed-optimizer or --data-parallel-sharding-strategy "
+           "optim_grads_params; tidal plan --data-parallel-size N), or a larger device.";
+    if (m.is_moe() && s.args.data_parallel.expert_parallel < m.num_experts)
+      out += " Expert parallelism divides the experts too: --expert-model-parallel-size E holds " +
+             std::to_string(m.num_experts) + " / E experts of each MoE layer a rank (tidal plan searches E with " +
+             "--data-parallel-size N).";
+  } else {
+    out += " Its activations take " + format_bytes(p.activations) + " and its logits " + format_bytes(p.logits) +
+           ": a shorter sequence, a smaller micro-batch, a larger device";
+    const int64_t c = s.args.context_parallel.size;
+    if (s.args.seq_length % (4 * c) == 0)
+      out +=
+          ", or context parallelism over more ranks (--context-parallel-size C: a rank holds seq / C of "
+          "every sequence's tokens, --seq-length a multiple of 2C; tidal plan searches C with "
+          "--data-parallel-size N)";
+    out += ".";
+  }
+  return out;
+}
+
+}  // namespace
+
+PlanSearch search_plans(const train::TrainArgs& given, const SearchOptions& o) {
+  TIDAL_CHECK(o.budget > 0, "tidal plan: the memory budget must be positive");
+  TIDAL_CHECK(o.headroom >= 0 && o.headroom < 1, "tidal plan: the headroom must be in [0, 1), got ", o.headroom);
+  PlanSearch r;
+  r.budget = o.budget;
+  r.target = int64_t(double(o.budget) * (1 - o.headroom));
+  TIDAL_CHECK(o.host_budget >= 0, "tidal plan: the host memory budget must be >= 0, got ", o.host_budget);
+  const int dp = data_parallel_ranks(given, o.data_parallel);
+  TIDAL_CHECK(given.global_batch_size % (given.micro_batch_size * dp) == 0, "tidal plan: ", "--global-batch-size ",
+              given.global_batch_size, " is not a multiple of --micro-batch-size ", given.micro_batch_size, " x ", dp,
+              " data-parallel ranks, so no candidate could run: give ",
+              "a global batch of micro-batch x accumulation steps x ranks (e.g. --global-batch-size ",
+              given.micro_batch_size * dp, ")");
+  r.host_budget = o.host_budget;
+  std::vector<CandidateConfig> configs = enumerate_candidates(given, o.data_parallel, o.disk_dir);
+  r.enumerated = int64_t(configs.size());
+  std::vector<PlanCandidate> all;
+  all.reserve(configs.size());
+  for (CandidateConfig& c : configs) {
+    PlanCandidate p;
+    p.args = std::move(c.args);
+    p.flags = std::move(c.flags);
+    p.recompute = std::move(c.recompute);
+    p.recompute_rung = c.recompute_rung;
+    p.estimated_peak = predict_step_peak(p.args.model, triage_settings(p.args, o.data_parallel)).total;
+    p.device_peak = p.estimated_peak;
+    p.fits = p.device_peak <= r.target;
+    all.push_back(std::move(p));
+  }
+
+  // Kernel dry runs, one per kernel key, cached; the seconds they took.
+  std::map<std::string, std::optional<DryRun>> runs;
+  int64_t dry_run_kernels = 0;  // recorded by the dry runs so far: their work, counted deterministically
+  std::string dry_run_error;    // the first kernel dry run's refusal, if any
+  auto kernels_of = [&](const train::TrainArgs& a) -> const std::optional<DryRun>& {
+    const std::string key = kernel_key(a);
+    auto it = runs.find(key);
+    if (it != runs.end()) return it->second;
+    std::optional<DryRun> d = try_dry_run(kernel_args(a), o.data_parallel, false, &dry_run_error);
+    if (d) {
+      dry_run_kernels += int64_t(d->kernels.size());
+      keep_for_timing(*d);
+    }
+    ++r.dry_runs;
+    return runs.emplace(key, std::move(d)).first->second;
+  };
+  auto time = [&](PlanCandidate& c) {
+    const std::optional<DryRun>& d = kernels_of(c.args);
+    if (!d) return;
+    // Rank 0's peak is every rank's without sharding; sharded, the largest rank's is verified below.
+    if (same_kernels(c.args) &&
+        (o.data_parallel == 1 || c.args.data_parallel.sharding == parallel::ShardingStrategy::no_shard))
+      set_exact(c, *d, r);
+    c.time = predict_step_time(*d, c.args, o.profile, o.data_parallel);
+    c.timed = true;
+  };
+
+  // The given run, as given: exact and timed whatever its size.
+  r.given = all.front();
+  time(r.given);
+  if (!r.given.exact)
+    if (std::optional<DryRun> d = try_dry_run(r.given.args, o.data_parallel)) set_exact(r.given, *d, r);
+
+  // Which candidates to time: those that may fit. First, per combination of the other switches, the
+  // first rung of the recompute ladder that fits (the fastest of its ladder, unless a rung below it
+  // fits after all); then the others while the dry runs stay within their time.
+  std::vector<size_t> may_fit;
+  std::map<std::string, int> first_rung;
+  for (size_t i = 1; i < all.size(); ++i) {
+    if (double(all[i].estimated_peak) > double(r.target) * kEstimateSlack) continue;
+    may_fit.push_back(i);
+    if (all[i].estimated_peak <= r.target) {
+      auto [it, fresh] = first_rung.emplace(outer_key(all[i].args), all[i].recompute_rung);
+      if (!fresh) it->second = std::min(it->second, all[i].recompute_rung);
+    }
+  }
+  auto first = [&](size_t i) {
+    auto it = first_rung.find(outer_key(all[i].args));
+    return it != first_rung.end() && it->second == all[i].recompute_rung;
+  };
+  for (size_t i : may_fit)
+    if (first(i)) time(all[i]);
+  for (size_t i : may_fit)
+    if (!first(i) && (runs.count(kernel_key(all[i].args)) > 0 || dry_run_kernels < o.dry_run_kernels)) time(all[i]);
+
+  if (r.given.timed) r.candidates.push_back(r.given);  // as given is a candidate too (no flags)
+  for (size_t i = 1; i < all.size(); ++i)
+    if (all[i].timed) r.candidates.push_back(all[i]);
+  auto by_time = [](const PlanCandidate& a, const PlanCandidate& b) {  // equal times: the smaller first
+    return a.time.total_s < b.time.total_s || (a.time.total_s == b.time.total_s && a.device_peak < b.device_peak);
+  };
+  std::stable_sort(r.candidates.begin(), r.candidates.end(), by_time);
+
+  // The fastest that fits, by its own exact dry run where it has one. --overlap-grad-reduce has none
+  // (its peak depends on when the buckets' reductions end): the dry run without it, plus what the
+  // estimator says the overlap changes, so that only the buckets are estimated (the estimator alone
+  // runs low where backward's temporaries dominate, at long sequences with small hidden sizes).
+  int verified = 0;
+  const auto verify = [&](PlanCandidate& c) {
+    if (std::optional<DryRun> d = try_dry_run(c.args, o.data_parallel)) return set_exact(c, *d, r);
+    if (!c.args.data_parallel.overlap_grad_reduce) return;
+    train::TrainArgs plain = c.args;
+    plain.data_parallel.overlap_grad_reduce = false;
+    plain.data_parallel.bucket_size = 0;
+    const std::optional<DryRun> d = try_dry_run(plain, o.data_parallel);
+    if (!d) return;
+    // What the overlap changes by the estimator: the buckets in flight without sharding (more), each
+    // bucket's whole gradients freed once reduce-scattered under ZeRO-2/3 (less).
+    // It frees no more than the gradients the dry run held (a bound on the estimator's error).
+    const int64_t held = d->device.category[size_t(MemoryCategory::gradient)].peak;
+    const int64_t overlap = std::max<int64_t>(
+        -held, c.estimated_peak - predict_step_peak(plain.model, triage_settings(plain, o.data_parallel)).total);
+    c.device_peak = d->device.peak_allocated + overlap;
+    c.host_peak = d->host.peak_allocated;
+    c.checked = true;
+    c.fits = c.device_peak <= r.target && (r.host_budget == 0 || c.host_peak <= r.host_budget);
+  };
+  // At most kMaxVerified dry runs: past them only candidates already checked are taken (the estimator
+  // runs low where backward's temporaries dominate, so its peak alone may not fit), and only when
+  // none is does the choice fall back to the estimator's peak.
+  // Candidates the estimator puts above the target by less than its error are verified too (at most
+  // kMaxVerifiedAbove, apart, so that they do not use up the others'): its peak runs high as well as
+  // low (Qwen3-8B at 32k with CP 2: 82 GiB estimated, 71 GiB checked).
+  int verified_above = 0;
+  for (size_t i = 0; i < r.candidates.size() && r.chosen < 0; ++i) {
+    PlanCandidate& c = r.candidates[i];
+    if (c.checked ? !c.fits : double(c.estimated_peak) > double(r.target) * kEstimateSlack) continue;
+    int& count = c.fits ? verified : verified_above;
+    if (!c.checked && count < (c.fits ? kMaxVerified : kMaxVerifiedAbove)) {
+      ++count;
+      verify(c);
+    }
+    if (c.fits && c.checked) r.chosen = int(i);
+  }
+  for (size_t i = 0; i < r.candidates.size() && r.chosen < 0 && r.host_budget == 0; ++i)  // a host budget needs
+    if (r.candidates[i].fits) r.chosen = int(i);                                          // the dry run's host peak
+  // The Pareto front of device peak against step time.
+  int64_t smallest = INT64_MAX;
+  for (PlanCandidate& c : r.candidates) {
+    if (c.device_peak < smallest && !c.checked && verified < kMaxVerified) {
+      ++verified;
+      verify(c);
+    }
+    c.pareto = c.device_peak < smallest;
+    smallest = std::min(smallest, c.device_peak);
+  }
+  for (PlanCandidate& c : r.candidates) c.why = c.flags.empty() ? "as given" : explain(c, given, o.data_parallel);
+  r.given.why = "as given";
+
+  if (r.chosen < 0) {
+    const auto it = std::min_element(all.begin(), all.end(), [](const PlanCandidate& a, const PlanCandidate& b) {
+      return a.estimated_peak < b.estimated_peak;
+    });
+    r.smallest = *it;
+    // The estimator put it within the target, but the dry runs found more: the smallest they measured.
+    for (const PlanCandidate& c : r.candidates)
+      if (it->estimated_peak <= r.target && c.checked &&
+          (!r.smallest.checked || c.device_peak < r.smallest.device_peak))
+        r.smallest = c;
+    r.nothing_fits = nothing_fits(r.smallest, o, r.target);
+    // Within the budget by the estimator, yet nothing timed: the dry runs refused the configuration.
+    if (r.smallest.estimated_peak <= r.target && r.candidates.empty() && !dry_run_error.empty())
+      r.nothing_fits = "Nothing could be timed: the smallest candidate (" +
+                       (r.smallest.flags.empty() ? std::string("as given") : r.smallest.flags) + ") needs about " +
+                       format_bytes(r.smallest.estimated_peak) + ", within " + format_bytes(r.target) +
+                       ", but the dry runs refuse the configuration: " + dry_run_error;
+    // Candidates whose device peak fits but whose host peak does not.
+    int64_t host = INT64_MAX;
+    for (const PlanCandidate& c : r.candidates)
+      if (c.exact && c.device_peak <= r.target) host = std::min(host, c.host_peak);
+    if (r.host_budget > 0 && host != INT64_MAX)
+      r.nothing_fits += " Some candidates fit the device but not the host budget, " + format_bytes(r.host_budget) +
+                        " (the smallest needs " + format_bytes(host) + " of host memory): raise --host-memory" +
+                        (o.disk_dir.empty() ? ", or give --offload-dir DIR to search offload to disk." : ".");
+  }
+  return r;
+}
+
+}  // namespace tidal::plan

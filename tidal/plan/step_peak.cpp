@@ -1,0 +1,260 @@
+#include "tidal/plan/step_peak.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "tidal/memory/estimator.h"
+#include "tidal/memory/savings.h"
+#include "tidal/memory/swap_optimizer.h"
+#include "tidal/models/causal_lm.h"
+#include "tidal/models/config.h"
+#include "tidal/models/moe.h"
+#include "tidal/optim/grad_clip.h"
+#include "tidal/optim/shard_layout.h"
+
+namespace tidal::plan {
+namespace {
+
+// The tokens of a sequence one rank holds: all of them, or its two chunks of 2C under context parallelism.
+int64_t local_seq(const TriageSettings& s) { return s.seq / std::max(1, s.context_parallel); }
+
+memory::ActivationEstimate estimate(const models::ModelConfig& m, const TriageSettings& s) {
+  memory::ActivationInputs in =
+      memory::activation_inputs(s.memory, s.micro_batch, local_seq(s), s.attention, s.precision.param_dtype());
+  in.expert_parallel = s.expert_parallel;
+  in.context_parallel = s.context_parallel;
+  return memory::estimate_activations(m, in);
+}
+
+// What the predictions need of a model's parameters, from a meta-device model built once per
+// configuration (a plan predicts many steps of the same model; a 30B MoE model has 18k parameters).
+// Under expert parallelism E, rank 0's: the dense parameters and the first num_experts / E experts of
+// each MoE layer (every rank holds as many).
+struct ModelShape {
+  std::vector<memory::SwapParam> params;  // in named_parameters order
+  std::vector<bool> expert;               // params[i] is an expert's (models/moe.h is_expert_parameter)
+  int64_t outer = 0;                      // elements outside the layers
+  std::vector<int64_t> per_layer;         // elements of each layer
+};
+
+// The expert index in a parameter name "….experts.<e>.…", or -1.
+int64_t expert_index(const std::string& name) {
+  const std::string key = "experts.";
+  const size_t at = name.find(key);
+  if (at == std::string::npos) return -1;
+  return std::strtoll(name.c_str() + at + key.size(), nullptr, 10);
+}
+
+const ModelShape& model_shape(const models::ModelConfig& m, int expert_parallel = 1) {
+  static std::mutex mu;
+  static std::map<std::string, ModelShape> cache;
+  const std::string key = models::config_to_json(m).dump() + "|" + std::to_string(expert_parallel);
+  const int64_t local = m.num_experts / std::max(1, expert_parallel);
+  std::lock_guard lock(mu);
+  if (auto it = cache.find(key); it != cache.end()) return it->second;
+  if (cache.size() >= 16) cache.clear();  // a bound; the references handed out are used at once
+  nn::Init init;
+  init.device = Device::meta();
+  const std::unique_ptr<models::CausalLM> model = models::create_model(m, init);
+  ModelShape shape;
+  shape.per_layer.assign(size_t(m.num_hidden_layers), 0);
+  for (const auto& [name, p] : model->named_parameters()) {
+    const bool expert = models::is_expert_parameter(name);
+    if (expert && expert_parallel > 1 && expert_index(name) >= local) continue;  // another rank's
+    shape.params.push_back({p.numel(), p.dtype()});
+    shape.expert.push_back(expert);
+    const int64_t l = model->layer_of_parameter(name);
+    (l < 0 ? shape.outer : shape.per_layer[size_t(l)]) += p.numel();
+  }
+  return cache.emplace(key, std::move(shape)).first->second;
+}
+
+}  // namespace
+
+// The default loss's logits: the model's dtype (bf16 under --bf16).
+int64_t logits_bytes(const models::ModelConfig& m, const TriageSettings& s, int64_t tokens) {
+  return tokens * m.vocab_size * dtype_size(s.precision.param_dtype());
+}
+
+// The parameters of the model as the swap optimizer plans its windows (a meta-device model: shapes
+// only, no bytes), in the run's dtype (the meta-device model is f32; --bf16 makes every parameter bf16).
+std::vector<memory::SwapParam> swap_params(const models::ModelConfig& m, const TriageSettings& s) {
+  const DType dtype = s.precision.param_dtype();
+  if (s.num_parameters > 0) return {{s.num_parameters, dtype}};
+  std::vector<memory::SwapParam> params = model_shape(m, s.expert_parallel).params;
+  for (memory::SwapParam& p : params) p.dtype = dtype;
+  return params;
+}
+
+int64_t element_count(const std::vector<memory::SwapParam>& params) {
+  int64_t n = 0;
+  for (const memory::SwapParam& p : params) n += p.numel;
+  return n;
+}
+
+namespace {
+
+// ZeRO-3's whole parameters at a time: those outside the layers, and the largest layer's — or two
+// adjacent layers' with --overlap-param-gather (a meta-device model); all of them (and no layer) when
+// only the count is known.
+std::pair<int64_t, int64_t> gathered_elements(const models::ModelConfig& m, const TriageSettings& s) {
+  if (s.num_parameters > 0) return {s.num_parameters, 0};
+  const ModelShape& shape = model_shape(m, s.expert_parallel);
+  const std::vector<int64_t>& per_layer = shape.per_layer;
+  const int64_t outer = shape.outer;
+  int64_t layers = 0;
+  for (size_t l = 0; l < per_layer.size(); ++l)
+    layers =
+        std::max(layers, per_layer[l] + (s.overlap_param_gather && l + 1 < per_layer.size() ? per_layer[l + 1] : 0));
+  return {outer, layers};
+}
+
+// The largest rank's shard of `params` (optim/shard_layout.h); under expert parallelism Megatron's
+// layout: the dense parameters over all N ranks, the rank's experts over the N / E of its expert-data group.
+int64_t largest_shard(const models::ModelConfig& m, const TriageSettings& s,
+                      const std::vector<memory::SwapParam>& params) {
+  std::vector<int64_t> numels;
+  for (const memory::SwapParam& p : params) numels.push_back(p.numel);
+  std::vector<bool> expert = model_shape(m, s.expert_parallel).expert;
+  if (s.num_parameters > 0) expert.assign(numels.size(), false);  // the count alone: one piece
+  return optim::largest_shard(numels, expert, s.data_parallel, s.expert_parallel, optim::kGradNormChunk);
+}
+
+// The reduce-scatter's buffer of every rank's pieces (f32, optim/distributed_adamw.cpp), one group at
+// a time: the dense parameters' largest shard times the N ranks, and under expert parallelism the
+// experts' times the N / E of an expert-data group; each shard at most `bucket` elements with overlap.
+int64_t reduce_scatter_pieces(const models::ModelConfig& m, const TriageSettings& s,
+                              const std::vector<memory::SwapParam>& params, int64_t bucket) {
+  std::vector<int64_t> dense, experts;
+  const std::vector<bool>& expert = model_shape(m, s.expert_parallel).expert;
+  const bool by_kind = s.num_parameters == 0 && s.expert_parallel > 1;
+  for (size_t i = 0; i < params.size(); ++i) (by_kind && expert[i] ? experts : dense).push_back(params[i].numel);
+  int64_t most = 0;
+  for (const auto& [numels, ranks] :
+       {std::pair{dense, s.data_parallel}, std::pair{experts, std::max(1, s.data_parallel / s.expert_parallel)}}) {
+    if (numels.empty()) continue;
+    const int64_t shard =
+        optim::largest_shard(numels, std::vector<bool>(numels.size(), false), ranks, 1, optim::kGradNormChunk);
+    most = std::max(most, int64_t(ranks) * std::min(shard, bucket));
+  }
+  return 4 * most;
+}
+
+}  // namespace
+
+int64_t exchange_buffer_bytes(const models::ModelConfig& m, const TriageSettings& s) {
+  const int64_t tokens = s.micro_batch * local_seq(s), el = dtype_size(s.precision.param_dtype());
+  int64_t bytes = 0;
+  if (s.expert_parallel > 1 && m.is_moe()) bytes = 2 * tokens * m.num_experts_per_tok * m.hidden_size * el;
+  if (s.context_parallel > 1 && s.attention == AttentionKernel::eager) {
+    // Eager's all-gather (ops/context_gather_attention.h): in backward the whole sequence's dK and dV,
+    // and for one of them its blocks by rank and the reduce-scatter's copy of them.
+    bytes = std::max(bytes, 4 * s.context_parallel * tokens * m.kv_heads() * m.head_size() * el);
+  } else if (s.context_parallel > 1) {
+    const int64_t kv = 2 * tokens * m.kv_heads() * m.head_size();  // one block's K and V, elements
+    bytes = std::max(bytes, 2 * kv * el + 2 * kv * 4);
+  }
+  return bytes;
+}
+
+StepPeak predict_step_peak(const models::ModelConfig& m, const TriageSettings& s) {
+  StepPeak p;
+  const std::vector<memory::SwapParam> params = swap_params(m, s);
+  const int64_t n = element_count(params);
+  const DType dtype = s.precision.param_dtype();
+  const int64_t param_size = dtype_size(dtype);  // bytes of a parameter element: 4, or 2 under --bf16
+  const int64_t whole = 4 * n;                   // the whole gradients (f32: under --bf16 the f32 sums)
+  // --bf16: a backward's bf16 gradient lives beside the sums until its hook adds it (train/main_grads.h):
+  // a parameter used once is added as soon as its backward is done, a tied embedding's only after
+  // the embedding's backward — through the whole backward, where replays and prefetches peak.
+  const int64_t in_flight = dtype == DType::bf16 && m.tie_word_embeddings ? 2 * m.vocab_size * m.hidden_size : 0;
+  // The distributed optimizer: AdamW's states of the largest shard (optim/shard_layout.h). ZeRO-1, 2
+  // and 3 alike at the step's last reduce-scatter, where the peak of the step's end is.
+  const bool sharded = s.sharding != parallel::ShardingStrategy::no_shard;
+  int64_t shard = n;
+  if (sharded) shard = largest_shard(m, s, params);
+  const int64_t states = memory::swap_state_bytes_per_element(dtype) * shard;  // moments (+ bf16's master)
+  // ZeRO-3: the shard, and the whole parameters outside the layers and of one layer at a time while
+  // layers compute (none at the step's end).
+  const bool zero3 = s.sharding == parallel::ShardingStrategy::optim_grads_params;
+  const auto [outer, layer] = zero3 ? gathered_elements(m, s) : std::pair<int64_t, int64_t>{n, 0};
+  p.parameters = param_size * (zero3 ? shard + outer + layer : n);
+  const int64_t parameters_at_end = param_size * (zero3 ? shard + outer : n);
+  const memory::SwapOptimizerConfig& swap = s.memory.swap_optimizer;
+  const int64_t swap_k = std::min<int64_t>(swap.requested_times(), int64_t(params.size()));
+  // The swap optimizer's windows over a shard: about its share of the whole's windows.
+  const int64_t swapped = swap.on ? memory::swap_optimizer_device_bytes(params, swap_k) : 0;
+  p.optimizer_states = !swap.on  ? states
+                       : sharded ? int64_t(double(swapped) * double(shard) / double(std::max<int64_t>(n, 1)))
+                                 : swapped;
+  // Between optimizer steps a swapped optimizer keeps no state on the device.
+  const int64_t resident = p.parameters + (swap.on ? 0 : states);
+  // The LM head and the optimizer step run with no layer's parameters gathered (ZeRO-3).
+  const int64_t resident_outside_layers = parameters_at_end + (swap.on ? 0 : states);
+  const memory::ActivationEstimate a = estimate(m, s);
+  p.activations = a.peak;
+  // The LM head and loss: what forward keeps for them is in a.after_forward (the estimator counts
+  // the same bytes as `saved`); their own peak on top of the rest.
+  const memory::LossComputeConfig& loss_mode = s.memory.loss;
+  const memory::LossHeadMemory head = memory::loss_head_memory(s.micro_batch, local_seq(s), m.hidden_size, m.vocab_size,
+                                                               loss_mode.chunked ? loss_mode.chunk_size : 0, dtype);
+  const int64_t tokens = s.micro_batch * local_seq(s);
+  p.logits = loss_mode.chunked ? head.logits : 2 * logits_bytes(m, s, tokens);
+  // Gradients kept between micro-batches (accumulation): the whole ones summed so far, or (ZeRO-2/3)
+  // the shard's sums — through every later micro-batch's forward and backward.
+  const int64_t per_rank_batch = s.micro_batch * std::max(1, s.data_parallel / std::max(1, s.context_parallel));
+  const int64_t accumulation =
+      per_rank_batch > 0 && s.global_batch % per_rank_batch == 0 ? s.global_batch / per_rank_batch : 1;
+  const bool shard_grads = s.sharding == parallel::ShardingStrategy::optim_grads ||
+                           s.sharding == parallel::ShardingStrategy::optim_grads_params;
+  const int64_t held = accumulation > 1 ? (shard_grads ? 4 * shard : whole) : 0;
+  const int64_t loss = resident_outside_layers + held + a.after_forward - head.saved + head.peak;
+  // Whole gradients alive at once: all of them, or — sharded with --overlap-grad-reduce, each bucket's
+  // freed once reduce-scattered — about the bucket being reduced and the one filling (a bound: when a
+  // bucket is done depends on timing), with every rank's pieces of one bucket's share of the shard.
+  const bool bucketed = sharded && s.overlap_grad_reduce;
+  const int64_t bucket = std::min(n, s.bucket_elements > 0 ? s.bucket_elements : n);
+  const int64_t live_grads = bucketed ? std::min(whole, 2 * 4 * bucket) : whole;
+  const int64_t pieces = sharded ? reduce_scatter_pieces(m, s, params, bucketed ? bucket : shard) : 0;
+  // A recompute replay or an offload prefetch later in backward, with gradients already there; the
+  // optimizer step.
+  // (Summed in place: whole gradients held from earlier micro-batches take the new ones.)
+  const int64_t grads_in_backward = (shard_grads ? held + live_grads : std::max(held, live_grads)) + in_flight;
+  const int64_t backward = a.peak > a.after_forward ? resident + a.peak + grads_in_backward : 0;
+  // Sharded, the reduce-scatter holds the whole gradients (the last bucket's with overlap), the
+  // shard's sum and every rank's pieces of it.
+  const int64_t optimizer =
+      sharded ? parameters_at_end + (bucketed ? 4 * bucket : whole) + p.optimizer_states + 4 * shard + pieces
+              : parameters_at_end + whole + p.optimizer_states;
+  // Expert and context parallelism's buffers inside a layer, on top of the activations: the rows the
+  // all-to-all brings to this rank's experts and those it returns (tokens x top-k each), or the ring's
+  // K/V blocks (the one computed on and the next arriving) with, in backward, their f32 dK/dV.
+  const int64_t buffers = exchange_buffer_bytes(m, s);
+  const int64_t in_layers = buffers > 0 ? resident + held + a.peak + buffers : 0;
+  p.total = std::max({loss, backward, optimizer, in_layers});
+  return p;
+}
+
+TriageSettings triage_settings(const train::TrainArgs& args, int data_parallel) {
+  TriageSettings s;
+  s.data_parallel = data_parallel;
+  s.sharding = args.data_parallel.sharding;
+  s.overlap_param_gather = args.data_parallel.overlap_param_gather;
+  s.overlap_grad_reduce = args.data_parallel.overlap_grad_reduce;
+  s.bucket_elements = args.data_parallel.bucket_elements(data_parallel);
+  s.expert_parallel = args.data_parallel.expert_parallel;
+  s.context_parallel = int(args.context_parallel.size);
+  s.micro_batch = args.micro_batch_size;
+  s.seq = args.seq_length;
+  s.global_batch = args.global_batch_size;
+  s.attention = args.attention == "eager" ? AttentionKernel::eager : AttentionKernel::flash;
+  s.memory = args.memory;
+  s.precision = args.precision;
+  return s;
+}
+}  // namespace tidal::plan
