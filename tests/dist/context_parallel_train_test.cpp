@@ -269,7 +269,7 @@ TEST(ContextParallel, EagerAttentionOnTwoRanksTrainsLikeOneProcess) {
   EXPECT_EQ(cp.logits * 2, one.logits);
   // The activations peak where the rank's dry run says (its layers keep the formula's bytes: dry_run_test).
   const TrainArgs eager = args_for(2, 2, "", "tiny-llama", eager_with({"--context-parallel-size", "2"}), 4, 16);
-  EXPECT_EQ(plan::dry_run(eager, dist::world().rank(), 2).device[MemoryCategory::activation].peak, cp.activation);
+  EXPECT_EQ(plan::dry_run(eager.on(2), dist::world().rank()).device[MemoryCategory::activation].peak, cp.activation);
   compare_cp("tiny-gpt2", 2, eager_with(kDropout));  // the probabilities' dropout is one process's mask
   compare_cp("tiny-qwen3", 2, eager_with({"--recompute-granularity", "selective", "--recompute-modules", "core_attn"}));
   compare_cp("tiny-llama", 2, eager_with({"--activation-offload"}));

@@ -46,7 +46,7 @@ TEST(DryRunRanks, EachRanksPeaksEqualItsRealRun) {
       std::fclose(quiet);
       const MemoryStats real_device = testing::peaks_since(device, cpu.stats());
       const MemoryStats real_host = testing::peaks_since(host, host_allocator().stats());
-      const plan::DryRun dry = plan::dry_run(args, world.rank(), world.size());
+      const plan::DryRun dry = plan::dry_run(args.on(world.size()), world.rank());
       EXPECT_EQ(dry.rank, world.rank());
       testing::expect_same_peaks(dry.device, real_device, what + " (device)");
       testing::expect_same_peaks(dry.host, real_host, what + " (host)");
@@ -80,11 +80,11 @@ TEST(DryRunRanks, AutoMemoryAppliesExpertAndContextParallelismOnFourRanks) {
     const int64_t seq = c.experts ? 64 : 4096, micro = c.experts ? 2 : 1;
     const train::TrainArgs given = args_for(micro, micro * 4, "", c.model, flags, 2, seq);
     std::FILE* quiet = std::fopen("/dev/null", "w");
-    const train::TrainArgs chosen = plan::apply_auto_memory(given, 4, quiet);
+    const train::TrainArgs chosen = plan::auto_memory_choice(given.on(4), quiet);
     if (c.experts) {
-      EXPECT_GT(chosen.data_parallel.expert_parallel, 1);
+      EXPECT_GT(chosen.parallel.expert, 1);
     } else {
-      EXPECT_GT(chosen.context_parallel.size, 1);
+      EXPECT_GT(chosen.parallel.context, 1);
     }
     Allocator& cpu = device_allocator(Device::cpu());
     const MemoryStats before = cpu.stats();
@@ -92,9 +92,9 @@ TEST(DryRunRanks, AutoMemoryAppliesExpertAndContextParallelismOnFourRanks) {
     std::fclose(quiet);
     const MemoryStats real = testing::peaks_since(before, cpu.stats());
     train::TrainArgs dry_args = chosen;
-    dry_args.data_parallel.overlap_grad_reduce = false;  // a dry run refuses it (its peak is the estimator's)
-    const plan::DryRun dry = plan::dry_run(dry_args, world.rank(), 4);
-    if (!c.experts && !chosen.data_parallel.overlap_grad_reduce) {
+    dry_args.parallel.overlap_grad_reduce = false;  // a dry run refuses it (its peak is the estimator's)
+    const plan::DryRun dry = plan::dry_run(dry_args.on(4), world.rank());
+    if (!c.experts && !chosen.parallel.overlap_grad_reduce) {
       testing::expect_same_peaks(dry.device, real, "device");
     } else {  // the state each rank holds: its experts, its shard
       for (MemoryCategory m : {MemoryCategory::parameter, MemoryCategory::optimizer_state})
@@ -108,7 +108,7 @@ TEST(DryRunRanks, AutoMemoryAppliesExpertAndContextParallelismOnFourRanks) {
     EXPECT_LE(real.peak_allocated, c.budget);
     train::TrainArgs whole = given;  // without the choice: every expert, whole sequences
     whole.auto_memory = false;
-    EXPECT_LT(real.peak_allocated, plan::dry_run(whole, world.rank(), 4).device.peak_allocated);
+    EXPECT_LT(real.peak_allocated, plan::dry_run(whole.on(4), world.rank()).device.peak_allocated);
   }
 }
 

@@ -35,10 +35,10 @@ Elements elements(const TrainArgs& args) {
   dist::Communicator& world = dist::world();
   const int n = world.size(), rank = world.rank(), e = kExpertParallel;
   models::ModelConfig c = args.model;
-  c.expert_group = std::make_shared<dist::MetaCommunicator>(rank % e, e);  // this rank's experts
   nn::Init init;
   init.device = Device::meta();
-  const auto model = models::create_model(c, init);
+  const auto model =
+      models::create_model(c, init, std::make_shared<dist::MetaCommunicator>(rank % e, e));  // this rank's experts
   std::vector<int64_t> dense, experts;
   Elements out;
   for (const auto& [name, p] : model->named_parameters()) {

@@ -24,6 +24,7 @@
 #include "tidal/ops/elementwise.h"
 #include "tidal/ops/reduce.h"
 #include "tidal/parallel/expert.h"
+#include "tidal/parallel/groups.h"
 #include "tidal/profile/profiler.h"
 #include "tidal/rng.h"
 #include "tidal/train/main_grads.h"
@@ -112,9 +113,8 @@ TEST(ExpertParallel, RanksWithoutRowsStillExchange) {
   models::ModelConfig c = models::preset("tiny-qwen3-moe");
   if (c.num_experts % n != 0) GTEST_SKIP() << n << " ranks";
   auto run = [&](std::shared_ptr<dist::Communicator> group) {
-    c.expert_group = std::move(group);
     manual_seed(7);
-    models::SparseMoeBlock block(c, nn::Init{});
+    models::SparseMoeBlock block(c, nn::Init{}, std::move(group));
     {
       NoGradGuard no_grad;
       for (const auto& [name, p] : block.named_parameters())
@@ -190,7 +190,9 @@ TEST(ExpertParallel, Bf16MainGradsAskTheExpertDataGroupOnFourRanks) {
   dist::Communicator& world = dist::world();
   if (world.size() != 4) GTEST_SKIP() << "needs 4 ranks";
   const int me = world.rank(), first = 2 * (me % 2);
-  const parallel::ExpertGroups groups = parallel::make_expert_groups(world, 2);
+  parallel::ParallelLayout layout;
+  layout.expert = 2;
+  const parallel::ParallelGroups groups(world, layout.on(world.size()));
   std::vector<std::pair<std::string, Tensor>> params;
   params.emplace_back("model.norm.weight", ones({4}, DType::bf16).set_requires_grad(true));
   for (int g = first; g < first + 2; ++g)
@@ -202,7 +204,7 @@ TEST(ExpertParallel, Bf16MainGradsAskTheExpertDataGroupOnFourRanks) {
   if (me == 0) loss = add(loss, sum(params[1].second));
   if (me == 1) loss = add(loss, sum(params[2].second));
   loss.backward();
-  main_grads.expose(world, groups.expert_data.get());
+  main_grads.expose(world, groups.expert_data());
   auto grad_sum = [&](size_t i) {
     const Tensor g = params[i].second.grad();
     if (!g.defined()) return -1.0;
@@ -219,11 +221,15 @@ TEST(ExpertParallel, GroupsAreMegatronsLayout) {
   dist::Communicator& world = dist::world();
   const int n = world.size();
   if (n % 2 != 0) GTEST_SKIP() << n << " ranks";
-  const parallel::ExpertGroups g = parallel::make_expert_groups(world, 2);
-  EXPECT_EQ(g.experts->size(), 2);
-  EXPECT_EQ(g.experts->rank(), world.rank() % 2);
-  EXPECT_EQ(g.expert_data->size(), n / 2);
-  EXPECT_EQ(g.expert_data->rank(), world.rank() / 2);
+  parallel::ParallelLayout layout;
+  layout.expert = 2;
+  const parallel::ParallelGroups g(world, layout.on(n));
+  EXPECT_EQ(g.experts()->size(), 2);
+  EXPECT_EQ(g.experts()->rank(), world.rank() % 2);
+  EXPECT_EQ(g.expert_data()->size(), n / 2);
+  EXPECT_EQ(g.expert_data()->rank(), world.rank() / 2);
+  EXPECT_EQ(&g.data(), &world);  // no context parallelism: the data-parallel group is the world
+  EXPECT_EQ(g.context(), nullptr);
 }
 
 std::string refusal(const std::vector<std::string>& flags, int ranks, const std::string& model = "tiny-qwen3-moe") {
@@ -231,7 +237,7 @@ std::string refusal(const std::vector<std::string>& flags, int ranks, const std:
   argv.insert(argv.end(), flags.begin(), flags.end());
   try {
     const TrainArgs args = parse_train_args(argv);
-    parallel::check_expert_parallel(args.data_parallel.expert_parallel, args.model, ranks);
+    parallel::check_expert_parallel(args.parallel.on(ranks), args.model);
   } catch (const Error& e) {
     return e.what();
   }
@@ -273,10 +279,9 @@ TEST(ExpertParallel, RefusesWhatItCannotDo) {
 // the even routing the planner assumes.
 TEST(ExpertParallel, MetaModelHoldsItsExpertsAndRuns) {
   models::ModelConfig c = models::preset("tiny-qwen3-moe");
-  c.expert_group = std::make_shared<dist::MetaCommunicator>(1, 4);
   nn::Init init;
   init.device = Device::meta();
-  auto model = models::create_model(c, init);
+  auto model = models::create_model(c, init, std::make_shared<dist::MetaCommunicator>(1, 4));
   std::vector<std::string> experts;
   for (const auto& [name, p] : model->named_parameters())
     if (models::is_expert_parameter(name)) experts.push_back(name);

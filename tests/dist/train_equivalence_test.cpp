@@ -202,7 +202,7 @@ TEST(DistributedOptimizer, PredictedPeakMatchesTheLargestRank) {
     std::fclose(quiet);
     const double measured = dist::all_reduce_max(world, double(device_allocator(Device::cpu()).stats().peak_allocated));
     const double predicted =
-        double(plan::predict_step_peak(args.model, plan::triage_settings(args, world.size())).total);
+        double(plan::predict_step_peak(args.model, plan::triage_settings(args.on(world.size()))).total);
     EXPECT_NEAR(predicted / measured, 1.0, 0.01)
         << model << " " << strategy << ": predicted " << predicted << ", measured " << measured;
   }

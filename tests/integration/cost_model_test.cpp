@@ -120,7 +120,7 @@ TEST(CostModel, RooflineArithmetic) {
   // and recompute), the whole update, and all-reduces the f32 gradients, 2·(n-1)/n of their bytes.
   run.parameter_numels = {1'000'000};  // 1M f32 parameters
   args.global_batch_size = 2;
-  const plan::StepTime dp = plan::predict_step_time(run, args, p, 2);
+  const plan::StepTime dp = plan::predict_step_time(run, args.on(2), p);
   EXPECT_DOUBLE_EQ(dp.gemm_s, 1e-3);
   EXPECT_DOUBLE_EQ(dp.optimizer_s, 2e-3);
   EXPECT_DOUBLE_EQ(dp.comm_s, 4e6 / 1e10 + 2 * 1 * 1e-4 + 2 * 1e-4);  // one parameter tensor; loss and norm
@@ -129,17 +129,17 @@ TEST(CostModel, RooflineArithmetic) {
 
   // ZeRO-1: a reduce-scatter of the gradients and an all-gather of the parameters, (n-1)/n each; each
   // rank updates half the parameters.
-  args.data_parallel.sharding = parallel::ShardingStrategy::optim;
-  const plan::StepTime z1 = plan::predict_step_time(run, args, p, 2);
+  args.parallel.sharding = parallel::ShardingStrategy::optim;
+  const plan::StepTime z1 = plan::predict_step_time(run, args.on(2), p);
   EXPECT_DOUBLE_EQ(z1.comm_s, (2e6 / 1e10 + 1e-4) + (2e6 / 1e10 + 1e-4) + 2 * 1e-4);
   EXPECT_DOUBLE_EQ(z1.optimizer_s, 1e-3);
   // --overlap-grad-reduce: a reduce-scatter per bucket (10, each 1e-4 of latency), 1.2 ms in all, hides
   // behind the backward (and its recompute) but for the last bucket's; the parameters' all-gather and
   // the scalars stay exposed.
-  args.data_parallel.overlap_grad_reduce = true;
-  args.data_parallel.bucket_size = 100'000;
+  args.parallel.overlap_grad_reduce = true;
+  args.parallel.bucket_size = 100'000;
   run.kernels.push_back({compute_bound, plan::StepPhase::backward, 0, "", "LinearBackward"});
-  const plan::StepTime overlapped = plan::predict_step_time(run, args, p, 2);
+  const plan::StepTime overlapped = plan::predict_step_time(run, args.on(2), p);
   EXPECT_DOUBLE_EQ(overlapped.exposed_comm_s, 1.2e-3 / 10 + 3e-4 + 2e-4);
   EXPECT_DOUBLE_EQ(overlapped.comm_s, z1.comm_s + 9e-4);
 }
@@ -186,15 +186,15 @@ TEST(CostModel, ARanksDryRunIsItsShareOfTheWholeBatch) {
   for (const char* sharding : {"no_shard", "optim_grads_params"}) {
     train::TrainArgs a = train::parse_train_args(tiny({"--data-parallel-sharding-strategy", sharding}));
     a.global_batch_size = 8;
-    const plan::StepTime whole = plan::predict_step_time(plan::dry_run(a), a, profile(), 2);
-    const plan::StepTime rank = plan::predict_step_time(plan::dry_run(a, 0, 2), a, profile(), 2);
+    const plan::StepTime whole = plan::predict_step_time(plan::dry_run(a), a.on(2), profile());
+    const plan::StepTime rank = plan::predict_step_time(plan::dry_run(a.on(2), 0), a.on(2), profile());
     EXPECT_NEAR(rank.gemm_s, whole.gemm_s, 1e-12 * whole.gemm_s) << sharding;
     EXPECT_NEAR(rank.attention_s, whole.attention_s, 1e-12 * whole.attention_s) << sharding;
     EXPECT_GT(rank.gemm_s, 0) << sharding;
   }
   train::TrainArgs a = train::parse_train_args(tiny({}));
   a.global_batch_size = 8;
-  EXPECT_EQ(testing::error_of([&] { plan::predict_step_time(plan::dry_run(a, 0, 2), a, profile(), 4); }),
+  EXPECT_EQ(testing::error_of([&] { plan::predict_step_time(plan::dry_run(a.on(2), 0), a.on(4), profile()); }),
             "[cost model] the dry run played a rank of 2 ranks, not of 4");
 }
 
@@ -249,13 +249,14 @@ TEST(CostModel, AShardedUpdateIsTimedFromAnotherStrategysKernels) {
                                                          "--expert-model-parallel-size",
                                                          std::to_string(k.ep)},
                                                         {}));
-      a.data_parallel.sharding = sharding;
+      a.parallel.sharding = sharding;
       train::TrainArgs other = a;
-      other.data_parallel.sharding = from_sharding;
+      other.parallel.sharding = from_sharding;
       const plan::DeviceProfile p = plan::load_device_profile("h100");
       // The same rank (the search's kernel dry runs play rank 0 for every sharded candidate, as before).
-      const plan::DryRun od = plan::dry_run_largest_rank(a, 4), fd = plan::dry_run(other, od.rank, 4);
-      const plan::StepTime own = plan::predict_step_time(od, a, p, 4), from = plan::predict_step_time(fd, a, p, 4);
+      const plan::DryRun od = plan::dry_run_largest_rank(a.on(4)), fd = plan::dry_run(other.on(4), od.rank);
+      const plan::StepTime own = plan::predict_step_time(od, a.on(4), p),
+                           from = plan::predict_step_time(fd, a.on(4), p);
       const std::string what = std::string(k.model) + " " + parallel::sharding_name(sharding);
       EXPECT_NEAR(from.compute_s, own.compute_s, k.tolerance * own.compute_s) << what;
       EXPECT_NEAR(from.total_s, own.total_s, k.tolerance * own.total_s) << what;
@@ -266,8 +267,8 @@ TEST(CostModel, AShardedUpdateIsTimedFromAnotherStrategysKernels) {
   train::TrainArgs a = train::parse_train_args(tiny({"--data-parallel-sharding-strategy", "optim"}));
   a.global_batch_size = 4;
   train::TrainArgs zero2 = a;
-  zero2.data_parallel.sharding = parallel::ShardingStrategy::optim_grads;
-  EXPECT_EQ(testing::error_of([&] { plan::predict_step_time(plan::dry_run(zero2, 0, 2), a, profile(), 2); }),
+  zero2.parallel.sharding = parallel::ShardingStrategy::optim_grads;
+  EXPECT_EQ(testing::error_of([&] { plan::predict_step_time(plan::dry_run(zero2.on(2), 0), a.on(2), profile()); }),
             "[cost model] a dry run of a rank under optim_grads does not time optim");
 }
 
@@ -281,13 +282,13 @@ TEST(CostModel, ExpertParallelExchangesAndReductions) {
             "--global-batch-size", "4", "--train-iters", "2", "--lr-warmup-iters", "0", "--eval-interval", "0",
             "--bf16", "--expert-model-parallel-size", "2"},
            {}));
-  const plan::DryRun d = plan::dry_run(a, 0, 4);
+  const plan::DryRun d = plan::dry_run(a.on(4), 0);
   int64_t dense = 0, experts = 0;
   for (size_t i = 0; i < d.parameter_numels.size(); ++i)
     (d.expert_parameter[i] ? experts : dense) += d.parameter_numels[i];
   ASSERT_GT(experts, 0);
   const plan::DeviceProfile p = profile();
-  const plan::StepTime t = plan::predict_step_time(d, a, p, 4);
+  const plan::StepTime t = plan::predict_step_time(d, a.on(4), p);
   // All-reduces of f32 gradients, 2(n-1)/n of the bytes: n = 4 dense, 2 experts; a latency per
   // collective (two per tensor), and the loss's and the norm's.
   const double bytes = 2 * 4 * (double(dense) * 3 / 4 + double(experts) * 1 / 2);
@@ -299,7 +300,7 @@ TEST(CostModel, ExpertParallelExchangesAndReductions) {
   train::TrainArgs moe = a;
   moe.memory.recompute.granularity = memory::Granularity::selective;
   moe.memory.recompute.modules = {memory::RecomputeModule::moe};
-  const plan::StepTime r = plan::predict_step_time(plan::dry_run(moe, 0, 4), moe, p, 4);
+  const plan::StepTime r = plan::predict_step_time(plan::dry_run(moe.on(4), 0), moe.on(4), p);
   EXPECT_DOUBLE_EQ(r.all_to_all_s, all_to_all + 2 * rows / p.collective_bandwidth + 3 * p.collective_latency_s);
 }
 
@@ -336,12 +337,12 @@ TEST(CostModel, EagerContextParallelGathersKeysAndValues) {
   const models::ModelConfig& m = a.model;
   const double kv = 2.0 * 16 * double(m.kv_heads() * m.head_size()) * 4;  // K and V of 16 tokens, f32
   const double pass = kv / p.collective_bandwidth + 2 * p.collective_latency_s;
-  const plan::StepTime t = plan::predict_step_time(plan::dry_run(a, 0, 2), a, p, 2);
+  const plan::StepTime t = plan::predict_step_time(plan::dry_run(a.on(2), 0), a.on(2), p);
   EXPECT_DOUBLE_EQ(t.ring_s, 2 * 2 * pass);  // layers x (forward + backward)
   EXPECT_DOUBLE_EQ(t.exposed_ring_s, t.ring_s);
   a.memory.recompute.granularity = memory::Granularity::selective;
   a.memory.recompute.modules = {memory::RecomputeModule::core_attn};
-  EXPECT_DOUBLE_EQ(plan::predict_step_time(plan::dry_run(a, 0, 2), a, p, 2).ring_s, 2 * 3 * pass);
+  EXPECT_DOUBLE_EQ(plan::predict_step_time(plan::dry_run(a.on(2), 0), a.on(2), p).ring_s, 2 * 3 * pass);
 }
 
 }  // namespace

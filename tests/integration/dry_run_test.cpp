@@ -221,24 +221,24 @@ TEST(DryRun, TheLargestRankIsTheHighestOfTheRanksItRuns) {
   int at = -1;
   std::vector<int64_t> states;
   for (int r = 0; r < 3; ++r) {
-    const plan::DryRun d = plan::dry_run(a, r, 3);
+    const plan::DryRun d = plan::dry_run(a.on(3), r);
     EXPECT_EQ(d.rank, r);
     EXPECT_EQ(d.ranks, 3);
     states.push_back(d.device[MemoryCategory::optimizer_state].peak);
     if (d.device.peak_allocated > highest) highest = d.device.peak_allocated, at = r;
   }
   EXPECT_NE(states[0], states[2]);  // the shards differ
-  const plan::DryRun largest = plan::dry_run_largest_rank(a, 3);
+  const plan::DryRun largest = plan::dry_run_largest_rank(a.on(3));
   EXPECT_EQ(largest.device.peak_allocated, highest);
   EXPECT_EQ(largest.rank, at);
   EXPECT_EQ(largest.ranks_run, (std::vector<int>{0, 1, 2}));
   // More ranks than kDryRunRanks: the ranks with the largest shards.
   const train::TrainArgs six =
       train::parse_train_args(tiny("tiny-llama", {"--use-distributed-optimizer", "--global-batch-size", "12"}));
-  EXPECT_EQ(plan::dry_run_largest_rank(six, 6).ranks_run.size(), size_t(plan::kDryRunRanks));
+  EXPECT_EQ(plan::dry_run_largest_rank(six.on(6)).ranks_run.size(), size_t(plan::kDryRunRanks));
   // Without sharding every rank holds the same: rank 0 is run.
   const plan::DryRun plain =
-      plan::dry_run_largest_rank(train::parse_train_args(tiny("tiny-llama", {"--global-batch-size", "4"})), 2);
+      plan::dry_run_largest_rank((train::parse_train_args(tiny("tiny-llama", {"--global-batch-size", "4"}))).on(2));
   EXPECT_EQ(plain.ranks_run, std::vector<int>{0});
   EXPECT_EQ(plain.ranks, 2);
 }
@@ -273,15 +273,14 @@ TEST(DryRun, TheEstimatorPredictsEachRankUnderExpertAndContextParallelism) {
   for (const std::vector<std::string>& flags : runs) {
     SCOPED_TRACE(joined(flags));
     const train::TrainArgs a = train::parse_train_args(flags);
-    const plan::DryRun dry = plan::dry_run_largest_rank(a, 4);  // sharded: the estimator's is the largest shard's
-    const plan::TriageSettings s = plan::triage_settings(a, 4);
+    const plan::DryRun dry = plan::dry_run_largest_rank(a.on(4));  // sharded: the estimator's is the largest shard's
+    const plan::TriageSettings s = plan::triage_settings(a.on(4));
     const plan::StepPeak p = plan::predict_step_peak(a.model, s);
     EXPECT_EQ(dry.device[MemoryCategory::parameter].peak, p.parameters);
     EXPECT_EQ(dry.device[MemoryCategory::optimizer_state].peak, p.optimizer_states);
     memory::ActivationInputs in = memory::activation_inputs(
-        a.memory, a.micro_batch_size, a.seq_length / a.context_parallel.size, s.attention, s.precision.param_dtype());
-    in.expert_parallel = a.data_parallel.expert_parallel;
-    in.context_parallel = a.context_parallel.size;
+        a.memory, a.micro_batch_size, a.seq_length / a.parallel.context, s.attention, s.precision.param_dtype());
+    in.parallel = a.parallel;
     const memory::ActivationEstimate e = memory::estimate_activations(a.model, in);
     EXPECT_EQ(dry.activation_bytes_per_layer, e.layer_kept);
     const double ratio = double(dry.device.peak_allocated) / double(p.total);
@@ -302,7 +301,7 @@ TEST(DryRun, EagerAttentionUnderContextParallelKeepsTheFormulasBytesOnEveryRank)
       n * (16 * h + 8 * heads * d + 12 * f + 8) + 8 * b * c * s * kv + 4 * heads * b * (2 * c + 1) * l * l;
   EXPECT_EQ(layer, 143616);
   for (int r = 0; r < 2; ++r)
-    EXPECT_EQ(plan::dry_run(a, r, 2).activation_bytes_per_layer, std::vector<int64_t>(2, layer)) << r;
+    EXPECT_EQ(plan::dry_run(a.on(2), r).activation_bytes_per_layer, std::vector<int64_t>(2, layer)) << r;
 }
 
 // --offload-policy core-attn under context parallelism offloads the attention core's saved tensors:
@@ -312,7 +311,7 @@ TEST(DryRun, CoreAttentionOffloadUnderContextParallelOffloadsTheCore) {
     const train::TrainArgs a =
         train::parse_train_args(tiny("tiny-llama", {"--context-parallel-size", "2", "--attention", attention,
                                                     "--activation-offload", "--offload-policy", "core-attn"}));
-    EXPECT_GT(plan::dry_run(a, 0, 2).host[MemoryCategory::host_offload].peak, 0) << attention;
+    EXPECT_GT(plan::dry_run(a.on(2), 0).host[MemoryCategory::host_offload].peak, 0) << attention;
   }
 }
 
@@ -326,7 +325,7 @@ TEST(DryRun, RefusesWhatItCannotAccount) {
                 .find("tidal plan --dry-run: --overlap-grad-reduce is not dry-run: its reductions run on a stream"),
             std::string::npos);
   EXPECT_NE(testing::error_of([&] {
-              plan::dry_run(train::parse_train_args(tiny("tiny-gpt2", {})), 2, 2);
+              plan::dry_run((train::parse_train_args(tiny("tiny-gpt2", {}))).on(2), 2);
             }).find("[dist] a dry run's rank must be in [0, 2), got 2"),
             std::string::npos);
 }

@@ -50,7 +50,7 @@ TEST(PlanCandidates, TheLadderClimbsFromNothingToEveryLayer) {
 
 TEST(PlanCandidates, EveryCandidateIsAValidDistinctRunOfTheSameGlobalBatch) {
   const train::TrainArgs given = args({"--attention", "eager"});
-  const std::vector<plan::CandidateConfig> all = plan::enumerate_candidates(given, 1);
+  const std::vector<plan::CandidateConfig> all = plan::enumerate_candidates(given);
   ASSERT_GT(all.size(), 100u);
   EXPECT_EQ(all.front().flags, "");
   std::set<std::string> seen;
@@ -127,15 +127,14 @@ TEST(PlanSearch, ATightBudgetChoosesTheFastestCandidateWhoseDryRunFits) {
 TEST(PlanSearch, WithRanksTheLargestRankIsPlannedAndShardingIsACandidate) {
   const train::TrainArgs given = args({});
   plan::SearchOptions o = options(int64_t(64) << 30);
-  o.data_parallel = 2;
-  const plan::PlanSearch s = plan::search_plans(given, o);
+  const plan::PlanSearch s = plan::search_plans(given.on(2), o);
   EXPECT_TRUE(s.given.exact);
-  EXPECT_EQ(s.given.device_peak, plan::dry_run_largest_rank(given, 2).device.peak_allocated);
+  EXPECT_EQ(s.given.device_peak, plan::dry_run_largest_rank(given.on(2)).device.peak_allocated);
   bool sharded = false, overlapped = false;
   for (const plan::PlanCandidate& c : s.candidates) {
-    sharded |= c.args.data_parallel.sharding == parallel::ShardingStrategy::optim_grads_params;
-    overlapped |= c.args.data_parallel.overlap_grad_reduce;
-    if (c.args.data_parallel.overlap_grad_reduce) {
+    sharded |= c.args.parallel.sharding == parallel::ShardingStrategy::optim_grads_params;
+    overlapped |= c.args.parallel.overlap_grad_reduce;
+    if (c.args.parallel.overlap_grad_reduce) {
       EXPECT_FALSE(c.exact) << c.flags;  // the estimator's peak: a dry run refuses --overlap-grad-reduce
     }
   }
@@ -220,9 +219,8 @@ TEST(PlanSearch, WhenNothingFitsItNamesExpertAndContextParallelism) {
 // A global batch that cannot be split over the planned ranks is the answer, before any search.
 TEST(PlanSearch, AGlobalBatchThatDoesNotDivideOverTheRanksIsSaid) {
   plan::SearchOptions o = options(int64_t(1) << 30);
-  o.data_parallel = 4;  // global batch 8 = micro-batch 4 x 2: not over 4 ranks
   try {
-    plan::search_plans(args({}), o);
+    plan::search_plans(args({}).on(4), o);  // global batch 8 = micro-batch 4 x 2: not over 4 ranks
     FAIL() << "no error";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("tidal plan: --global-batch-size 8 is not a multiple of --micro-batch-size 4 "

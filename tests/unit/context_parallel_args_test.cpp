@@ -20,10 +20,9 @@ std::vector<std::string> cp_args(std::vector<std::string> more) {
 }
 
 TEST(ContextParallelArgs, ParsesTheSize) {
-  EXPECT_EQ(train::parse_train_args(cp_args({})).context_parallel.size, 1);
-  EXPECT_FALSE(train::parse_train_args(cp_args({})).context_parallel.enabled());
+  EXPECT_EQ(train::parse_train_args(cp_args({})).parallel.context, 1);
   const train::TrainArgs a = train::parse_train_args(cp_args({"--context-parallel-size", "3"}));
-  EXPECT_EQ(a.context_parallel.size, 3);
+  EXPECT_EQ(a.parallel.context, 3);
   EXPECT_EQ(a.to_json()["context_parallel_size"], 3);
   EXPECT_NE(error_of([] { train::parse_train_args(cp_args({"--context-parallel-size", "0"})); }), "no error");
 }
@@ -60,11 +59,11 @@ TEST(ContextParallelArgs, RunsWithEveryShardingStrategyAndOverlap) {
   for (const std::string strategy : {"optim", "optim_grads", "optim_grads_params"}) {
     const train::TrainArgs a = train::parse_train_args(cp_args(
         {"--context-parallel-size", "2", "--data-parallel-sharding-strategy", strategy, "--overlap-grad-reduce"}));
-    EXPECT_EQ(a.context_parallel.size, 2);
-    EXPECT_TRUE(a.data_parallel.overlap_grad_reduce);
+    EXPECT_EQ(a.parallel.context, 2);
+    EXPECT_TRUE(a.parallel.overlap_grad_reduce);
   }
   EXPECT_EQ(train::parse_train_args(cp_args({"--context-parallel-size", "2", "--use-distributed-optimizer"}))
-                .data_parallel.sharding,
+                .parallel.sharding,
             ShardingStrategy::optim);
 }
 

@@ -116,7 +116,7 @@ std::vector<Tensor> run_block(double factor, bool pad = false) {
   c.moe_expert_capacity_factor = factor;
   c.moe_pad_expert_input_to_capacity = pad;
   manual_seed(3);
-  SparseMoeBlock block(c, nn::Init{});
+  SparseMoeBlock block(c, nn::Init{}, nullptr);
   Tensor x = randn({2, 8, c.hidden_size}).set_requires_grad(true);
   RouterStats stats;
   Tensor y = block.forward(x, stats);

@@ -94,9 +94,9 @@ TEST(Plan, WhenNothingFitsItSaysSo) {
 TEST(Plan, ShardingIsTakenWithSeveralRanksAndExplainedWithOne) {
   const models::ModelConfig m = models::preset("qwen3-8b");
   TriageSettings eight = qwen3_8b_batch(1);
-  eight.data_parallel = 8;
+  eight.parallel.world = 8;
   TriageSettings sharded = eight;
-  sharded.sharding = parallel::ShardingStrategy::optim;
+  sharded.parallel.sharding = parallel::ShardingStrategy::optim;
   const StepPeak whole = predict_step_peak(m, eight), shard = predict_step_peak(m, sharded);
   // The largest of 8 shards: an eighth of the states, rounded up to the norm's chunk.
   EXPECT_GE(shard.optimizer_states, whole.optimizer_states / 8);
@@ -121,9 +121,9 @@ TEST(Plan, ShardingIsTakenWithSeveralRanksAndExplainedWithOne) {
 TEST(Plan, ZeRO3WithOverlappedReductionMakesAThirtyBillionMoEFit) {
   const models::ModelConfig m = models::preset("qwen3-30b-a3b");
   TriageSettings s = qwen3_8b_batch(1);
-  s.data_parallel = 16;
-  s.bucket_elements = 40000000;  // Megatron's default at 16 ranks
-  s.sharding = parallel::ShardingStrategy::optim;
+  s.parallel.world = 16;
+  s.parallel.bucket_size = 40000000;  // Megatron's default at 16 ranks
+  s.parallel.sharding = parallel::ShardingStrategy::optim;
   const Suggestion take = suggest_sharding(m, s);
   EXPECT_EQ(take.flags, "--overlap-grad-reduce --data-parallel-sharding-strategy optim_grads_params");
   EXPECT_GT(take.saving, 0);
@@ -141,25 +141,25 @@ TEST(Plan, ExpertAndContextParallelismComeAfterShardingAndBeforeRecompute) {
   const models::ModelConfig moe = models::preset("qwen3-30b-a3b");
   TriageSettings s = qwen3_8b_batch(1);
   s.seq = 32768;
-  s.data_parallel = 16;
+  s.parallel.world = 16;
   std::vector<Suggestion> ep = suggest_parallel(moe, s);
   ASSERT_EQ(ep.size(), 2u);  // expert parallel, then context parallel (MoE models run it too)
   EXPECT_EQ(ep[0].step, "expert parallel");
   EXPECT_EQ(ep[0].flags, "--expert-model-parallel-size 16");
-  EXPECT_EQ(ep[0].with.expert_parallel, 16);
+  EXPECT_EQ(ep[0].with.parallel.expert, 16);
   EXPECT_GT(ep[0].saving, 0);
   EXPECT_EQ(ep[1].step, "context parallel");
   EXPECT_EQ(ep[1].flags, "--context-parallel-size 16");
   EXPECT_EQ(triage_group("expert parallel"), 2);
-  s.sharding = parallel::ShardingStrategy::optim;  // expert parallelism runs sharded too
+  s.parallel.sharding = parallel::ShardingStrategy::optim;  // expert parallelism runs sharded too
   ASSERT_FALSE(suggest_parallel(moe, s).empty());
   EXPECT_EQ(suggest_parallel(moe, s)[0].flags, "--expert-model-parallel-size 16");
   const models::ModelConfig dense = models::preset("qwen3-8b");
   TriageSettings d = qwen3_8b_batch(1);
   d.seq = 32768;
-  d.data_parallel = 8;
-  d.sharding = parallel::ShardingStrategy::optim_grads_params;
-  d.overlap_grad_reduce = true;
+  d.parallel.world = 8;
+  d.parallel.sharding = parallel::ShardingStrategy::optim_grads_params;
+  d.parallel.overlap_grad_reduce = true;
   const std::vector<Suggestion> cp = suggest_parallel(dense, d);
   ASSERT_EQ(cp.size(), 1u);
   EXPECT_EQ(cp[0].flags, "--context-parallel-size 8");
@@ -203,8 +203,8 @@ TEST(Plan, Bf16PredictsBf16ParametersAndActivationsAndTwelveBytesOfState) {
        {parallel::ShardingStrategy::optim, parallel::ShardingStrategy::optim_grads,
         parallel::ShardingStrategy::optim_grads_params}) {
     TriageSettings s8 = s;
-    s8.data_parallel = 8;
-    s8.sharding = strategy;
+    s8.parallel.world = 8;
+    s8.parallel.sharding = strategy;
     TriageSettings b8 = s8;
     b8.precision.bf16 = true;
     const StepPeak f = predict_step_peak(m, s8), h = predict_step_peak(m, b8);

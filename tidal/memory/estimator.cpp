@@ -194,8 +194,8 @@ Dims dims_of(const models::ModelConfig& cfg, const ActivationInputs& in) {
   d.e = cfg.num_experts;
   d.k = cfg.num_experts_per_tok;
   d.fm = cfg.moe_intermediate_size;
-  d.ep = std::max<int64_t>(1, in.expert_parallel);
-  d.cp = std::max<int64_t>(1, in.context_parallel);
+  d.ep = std::max<int64_t>(1, in.parallel.expert);
+  d.cp = std::max<int64_t>(1, in.parallel.context);
   d.el = dtype_size(in.dtype);
   d.acc = in.dtype == DType::f64 ? 8 : 4;
   d.drop_attn = in.training && cfg.attention_dropout > 0;
@@ -506,7 +506,7 @@ void check_step_sizes(const models::ModelConfig& cfg, int64_t batch, int64_t seq
 ActivationEstimate estimate_activations(const models::ModelConfig& cfg, const ActivationInputs& in) {
   // The whole sequence bounds what a context-parallel rank keeps too (the gathered K/V, its chunks' probabilities).
   check_step_sizes(cfg, in.batch,
-                   checked_mul(in.seq, std::max<int64_t>(1, in.context_parallel), "[estimator] seq x context_parallel"),
+                   checked_mul(in.seq, std::max<int64_t>(1, in.parallel.context), "[estimator] seq x context_parallel"),
                    in.kernel);
   cfg.validate();
   const int64_t layers = cfg.num_hidden_layers;

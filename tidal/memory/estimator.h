@@ -15,6 +15,7 @@
 #include "tidal/memory/recompute.h"
 #include "tidal/models/config.h"
 #include "tidal/ops/attention.h"
+#include "tidal/parallel/layout.h"
 
 namespace tidal::memory {
 
@@ -35,18 +36,15 @@ struct ActivationInputs {
   // Sparse MoE layers: how many (token, expert) slots each expert got, per layer ([layer][expert]);
   // a layer without counts assumes an even split (what a meta-device run of the model does).
   std::vector<std::vector<int64_t>> expert_tokens;
-  // --expert-model-parallel-size E: this rank runs num_experts / E experts (rank 0's block), each on the
-  // slots every one of the E ranks sends it (the even split: E x its share of this rank's slots), and keeps
-  // the all-to-all's row orders and the returned rows (models/moe.cpp run_on_owners) instead of the
-  // experts' outputs.
-  int64_t expert_parallel = 1;
-  // --context-parallel-size C: `seq` is this rank's two chunks of the sequence (C·seq tokens in all).
-  // Flash attention saves as without it (the ring's blocks are transient); eager keeps the gathered K
-  // and V of the whole sequence (ops/context_gather_attention.h) instead of the local ones (which a
-  // core_attn recompute keeps as its inputs), and the probabilities of each chunk of queries against
-  // the keys before it: rank 0's chunks, L x L and L x 2C·L (L = seq / 2), (2C+1)·L² in all on every
-  // rank.
-  int64_t context_parallel = 1;
+  // The run's parallel layout (parallel/layout.h). Expert parallel E: this rank runs num_experts / E experts (rank 0's
+  // block), each on the slots every one of the E ranks sends it (the even split: E x its share of this rank's slots),
+  // and keeps the all-to-all's row orders and the returned rows (models/moe.cpp run_on_owners) instead of the experts'
+  // outputs. Context parallel C: `seq` is this rank's two chunks of the sequence (C·seq tokens in all). Flash attention
+  // saves as without it (the ring's blocks are transient); eager keeps the gathered K and V of the whole sequence
+  // (ops/context_gather_attention.h) instead of the local ones (which a core_attn recompute keeps as its inputs), and
+  // the probabilities of each chunk of queries against the keys before it: rank 0's chunks, L x L and L x 2C·L (L = seq
+  // / 2), (2C+1)·L² in all on every rank.
+  parallel::ParallelLayout parallel;
   int64_t loss_chunk = 0;  // --loss-compute-mode chunk's tokens per chunk; 0: default mode
 };
 

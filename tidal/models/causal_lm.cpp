@@ -109,15 +109,18 @@ void CausalLM::load_hf_state_dict(std::map<std::string, Tensor> state) {
   load_state_dict(mine, /*strict=*/true);
 }
 
-std::unique_ptr<CausalLM> create_model(const ModelConfig& config, const nn::Init& init_in) {
+std::unique_ptr<CausalLM> create_model(const ModelConfig& config, const nn::Init& init_in,
+                                       std::shared_ptr<dist::Communicator> experts) {
   config.validate();
   nn::Init init = init_in;
   init.std = config.initializer_range;
   std::unique_ptr<CausalLM> model;
+  TIDAL_CHECK(experts == nullptr || config.is_moe(), "[model] expert parallelism needs a MoE model, not ",
+              config.model_type);
   if (config.is_gpt2())
     model = std::make_unique<Gpt2>(config, init);
   else
-    model = std::make_unique<Llama>(config, init);
+    model = std::make_unique<Llama>(config, init, std::move(experts));
   model->assign_names();
   return model;
 }

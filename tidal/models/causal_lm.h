@@ -40,8 +40,12 @@ class LayerParamHooks {
 
 class CausalLM : public nn::Module {
  public:
-  explicit CausalLM(ModelConfig config) : config_(std::move(config)) {}
+  explicit CausalLM(ModelConfig config, std::shared_ptr<dist::Communicator> experts = nullptr)
+      : config_(std::move(config)), experts_(std::move(experts)) {}
   const ModelConfig& config() const { return config_; }
+  // Expert parallelism: the ranks the MoE layers divide their experts among (create_model's
+  // `experts`); null: every expert is here.
+  dist::Communicator* expert_parallel() const { return experts_.get(); }
 
   // ids (B, T) i64 -> hidden states after the final norm, and the MoE auxiliary loss.
   virtual ModelOutput forward_hidden(const Tensor& ids) const = 0;
@@ -90,6 +94,7 @@ class CausalLM : public nn::Module {
   std::vector<LayerRecompute> plan_;
 
  private:
+  std::shared_ptr<dist::Communicator> experts_;
   LayerRunner runner_;
   LayerParamHooks* param_hooks_ = nullptr;
   AttentionKernel attention_kernel_ = AttentionKernel::flash;
@@ -100,7 +105,10 @@ class CausalLM : public nn::Module {
 // Builds the model of config.model_type with freshly initialized parameters (HF's init: normal
 // with initializer_range, GPT-2's residual projections scaled by 1/sqrt(2 * layers), norms at 1).
 // Parameters are created with init.dtype on init.device (meta: shapes and accounting only).
-std::unique_ptr<CausalLM> create_model(const ModelConfig& config, const nn::Init& init = {});
+// `experts` (expert parallelism, parallel/groups.h): the ranks each MoE layer divides its experts
+// among; this rank builds its block of them (models/moe.h). Null: every expert, as one process.
+std::unique_ptr<CausalLM> create_model(const ModelConfig& config, const nn::Init& init = {},
+                                       std::shared_ptr<dist::Communicator> experts = nullptr);
 
 // Mean cross-entropy of next-token prediction: logits (B, T, V) against targets (B, T) (ignore_index
 // -100), plus coef * aux_loss when the model produced one.

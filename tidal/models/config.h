@@ -10,10 +10,6 @@
 
 #include "tidal/dtype.h"
 
-namespace tidal::dist {
-class Communicator;
-}
-
 namespace tidal::models {
 
 // Limits on what a config (a config.json from a stranger, a flag, a checkpoint) may ask for, checked by
@@ -64,10 +60,6 @@ struct ModelConfig {
   enum class DropPolicy { probs, position };
   DropPolicy moe_token_drop_policy = DropPolicy::probs;  // probs: keep the highest weights; position: the earliest
   bool moe_pad_expert_input_to_capacity = false;         // every expert runs `capacity` rows (zero-weight padding)
-  // Expert parallelism (--expert-model-parallel-size, docs/distributed.md): the ranks this rank's
-  // MoE layers divide their experts among (its rank there picks its block of experts). Not a field of
-  // config.json: null builds every expert, as one process does.
-  std::shared_ptr<dist::Communicator> expert_group;
 
   bool is_gpt2() const { return model_type == "gpt2"; }
   bool is_moe() const { return num_experts > 0; }

@@ -50,14 +50,15 @@ Tensor LlamaAttention::attend(const std::vector<Tensor>& qkv, const RopeTables& 
   return o_proj_->forward(a.transpose(1, 2).reshape({b, t, h * hd}));                // (B, T, C)
 }
 
-LlamaDecoderLayer::LlamaDecoderLayer(const ModelConfig& c, int64_t index, const nn::Init& init) {
+LlamaDecoderLayer::LlamaDecoderLayer(const ModelConfig& c, int64_t index, const nn::Init& init,
+                                     const std::shared_ptr<dist::Communicator>& experts) {
   input_layernorm_ =
       &register_module("input_layernorm", std::make_unique<nn::RMSNorm>(c.hidden_size, c.norm_eps, init));
   self_attn_ = &register_module("self_attn", std::make_unique<LlamaAttention>(c, init));
   post_attention_layernorm_ =
       &register_module("post_attention_layernorm", std::make_unique<nn::RMSNorm>(c.hidden_size, c.norm_eps, init));
   if (c.is_moe_layer(index))
-    moe_ = &register_module("mlp", std::make_unique<SparseMoeBlock>(c, init));
+    moe_ = &register_module("mlp", std::make_unique<SparseMoeBlock>(c, init, experts));
   else
     mlp_ = &register_module("mlp", std::make_unique<SwiGluMlp>(c.hidden_size, c.intermediate_size, init));
 }
@@ -98,11 +99,13 @@ std::vector<Tensor> LlamaDecoderLayer::forward(const Tensor& x, const RopeTables
   return {add(x1, out[0]), out[1], out[2]};
 }
 
-Llama::Llama(const ModelConfig& c, const nn::Init& init) : CausalLM(c) {
+Llama::Llama(const ModelConfig& c, const nn::Init& init, std::shared_ptr<dist::Communicator> experts)
+    : CausalLM(c, experts) {
   nn::ModuleDict& model = register_module("model", std::make_unique<nn::ModuleDict>());
   embed_tokens_ = model.add("embed_tokens", std::make_unique<nn::Embedding>(c.vocab_size, c.hidden_size, init));
   layers_ = model.add("layers", std::make_unique<nn::ModuleList<LlamaDecoderLayer>>());
-  for (int64_t l = 0; l < c.num_hidden_layers; ++l) layers_->add(std::make_unique<LlamaDecoderLayer>(c, l, init));
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l)
+    layers_->add(std::make_unique<LlamaDecoderLayer>(c, l, init, experts));
   norm_ = model.add("norm", std::make_unique<nn::RMSNorm>(c.hidden_size, c.norm_eps, init));
   if (!c.tie_word_embeddings)
     lm_head_ = &register_module("lm_head", std::make_unique<nn::Linear>(c.hidden_size, c.vocab_size, false, init));

@@ -29,7 +29,8 @@ class LlamaAttention : public nn::Module {
 
 class LlamaDecoderLayer : public nn::Module {
  public:
-  LlamaDecoderLayer(const ModelConfig& c, int64_t index, const nn::Init& init);
+  LlamaDecoderLayer(const ModelConfig& c, int64_t index, const nn::Init& init,
+                    const std::shared_ptr<dist::Communicator>& experts);
   // {x (B, T, C)} -> {x} for dense layers, {x, router prob_sum (E), top-k counts (k, E)} for sparse.
   std::vector<Tensor> forward(const Tensor& x, const RopeTables& rope, const ModelConfig& c, const CoreAttention& attn,
                               bool training, const LayerRecompute& rc) const;
@@ -45,7 +46,7 @@ class LlamaDecoderLayer : public nn::Module {
 
 class Llama : public CausalLM {
  public:
-  Llama(const ModelConfig& c, const nn::Init& init);
+  Llama(const ModelConfig& c, const nn::Init& init, std::shared_ptr<dist::Communicator> experts);
   ModelOutput forward_hidden(const Tensor& ids) const override;
   const Tensor& lm_head_weight() const override;
 

@@ -38,13 +38,13 @@ Tensor SwiGluMlp::finish(const std::vector<Tensor>& gate_up, bool recompute_act)
 
 Tensor SwiGluMlp::forward(const Tensor& x, bool recompute_act) const { return finish(project(x), recompute_act); }
 
-SparseMoeBlock::SparseMoeBlock(const ModelConfig& c, const nn::Init& init)
+SparseMoeBlock::SparseMoeBlock(const ModelConfig& c, const nn::Init& init,
+                               std::shared_ptr<dist::Communicator> expert_group)
     : experts_(c.num_experts),
       top_k_(c.num_experts_per_tok),
       norm_topk_(c.norm_topk_prob),
       capacity_(c),
-      group_(c.expert_group) {
-  capacity_.expert_group = nullptr;  // only the capacity fields are read
+      group_(std::move(expert_group)) {
   gate_ = &register_module("gate", std::make_unique<nn::Linear>(c.hidden_size, c.num_experts, false, init));
   auto& experts = register_module("experts", std::make_unique<nn::ModuleDict>());
   const int64_t ranks = group_ ? group_->size() : 1, rank = group_ ? group_->rank() : 0;

@@ -5,7 +5,7 @@
 // one matrix product over its tokens. The routing decision goes through checkpoint_decision: a
 // recompute replays exactly the experts of the first run.
 //
-// Expert parallel (ModelConfig::expert_group, docs/distributed.md): the block builds only its rank's
+// Expert parallel (create_model's `experts`, docs/distributed.md): the block builds only its rank's
 // block of experts (named by their global index, as in the whole model) and exchanges the tokens with
 // the group's other ranks (Megatron's all-to-all token dispatcher): the rows sorted by expert go to the
 // experts' owners, run there one matrix product per local expert, come back and are combined.
@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "tidal/dist/communicator.h"
 #include "tidal/models/config.h"
 #include "tidal/nn/layers.h"
 
@@ -71,7 +72,9 @@ struct RouterStats {
 
 class SparseMoeBlock : public nn::Module {
  public:
-  SparseMoeBlock(const ModelConfig& c, const nn::Init& init);
+  // `expert_group` (expert parallel): the ranks the block divides its experts among, this rank building its
+  // block of them; null: every expert here.
+  SparseMoeBlock(const ModelConfig& c, const nn::Init& init, std::shared_ptr<dist::Communicator> expert_group);
   // x (B, T, C) -> (B, T, C); fills `stats` for the auxiliary loss. `recompute_act`: moe_act.
   Tensor forward(const Tensor& x, RouterStats& stats, bool recompute_act = false) const;
 

@@ -9,43 +9,11 @@
 #include <utility>
 #include <vector>
 
-#include "tidal/base/flags.h"
 #include "tidal/data/gpt_dataset.h"
 #include "tidal/dist/communicator.h"
 #include "tidal/tensor.h"
 
 namespace tidal::parallel {
-
-// What the data-parallel ranks split among themselves (Megatron-FSDP's
-// --data-parallel-sharding-strategy; --use-distributed-optimizer is `optim`).
-enum class ShardingStrategy { no_shard, optim, optim_grads, optim_grads_params };
-const char* sharding_name(ShardingStrategy s);
-
-// How the data-parallel ranks train together: what they shard and how gradients are reduced.
-struct DataParallelConfig {
-  ShardingStrategy sharding = ShardingStrategy::no_shard;
-  // --overlap-grad-reduce: gradients reduced bucket by bucket on the "comm" stream as backward
-  // produces them (parallel/grad_sync.h), instead of all at once after it.
-  bool overlap_grad_reduce = false;
-  // --ddp-bucket-size: parameters (elements) per bucket; 0 is Megatron's default, max(4e7, 1e6 × ranks).
-  int64_t bucket_size = 0;
-  // --overlap-param-gather (ZeRO-3): the next layer's parameters gathered on the "gather" stream
-  // while the current layer computes (parallel/param_gather.h).
-  bool overlap_param_gather = false;
-  // --expert-model-parallel-size E (Megatron's): each MoE layer's experts divided among E ranks
-  // (parallel/expert.h); 1: every rank holds every expert.
-  int expert_parallel = 1;
-  int64_t bucket_elements(int ranks) const {
-    return bucket_size > 0 ? bucket_size : std::max<int64_t>(40000000, int64_t(1000000) * ranks);
-  }
-};
-
-// The flags of distributed training, added to `tidal train`'s table, and their typed value.
-Flags& add_data_parallel_flags(Flags& f);
-DataParallelConfig parse_data_parallel(const Flags& f);
-
-// The most ranks tidal plans for (tidal plan --data-parallel-size).
-inline constexpr int64_t kMaxDataParallelSize = 1 << 20;
 
 // Micro-batches each rank runs per step: global batch = micro-batch × this × ranks. A global batch
 // that does not divide is an error naming the three numbers.

@@ -10,31 +10,6 @@
 
 namespace tidal::parallel {
 
-void check_expert_parallel(int expert_parallel, const models::ModelConfig& model, int ranks) {
-  const int e = expert_parallel;
-  if (e == 1) return;
-  TIDAL_CHECK(model.is_moe(), "tidal train: --expert-model-parallel-size ", e,
-              " divides the experts of MoE layers, but the model (", model.model_type,
-              ") has none: give 1, or a MoE model (e.g. --model tiny-qwen3-moe)");
-  TIDAL_CHECK(ranks % e == 0, "tidal train: --expert-model-parallel-size ", e, " does not divide the ", ranks,
-              " ranks: the ranks are data-parallel groups of ", e, " expert-parallel ranks");
-  TIDAL_CHECK(model.num_experts % e == 0, "tidal train: --expert-model-parallel-size ", e,
-              " does not divide the model's ", model.num_experts, " experts (num_experts): each rank holds ",
-              "num_experts / E of them");
-}
-
-ExpertGroups make_expert_groups(dist::Communicator& comm, int expert_parallel) {
-  const int n = comm.size(), e = expert_parallel, rank = comm.rank();
-  TIDAL_ASSERT(e >= 1 && n % e == 0, "[expert parallel] ", e, " ranks per group do not divide ", n);
-  std::vector<int> block, strided;
-  for (int r = rank / e * e; r < rank / e * e + e; ++r) block.push_back(r);
-  for (int r = rank % e; r < n; r += e) strided.push_back(r);
-  ExpertGroups g;
-  g.experts = comm.subgroup(block);
-  g.expert_data = comm.subgroup(strided);
-  return g;
-}
-
 double clip_grad_norm_expert_parallel(const std::vector<std::pair<std::string, Tensor>>& params,
                                       dist::Communicator& experts, double max_norm) {
   std::vector<Tensor> dense, local;

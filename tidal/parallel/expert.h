@@ -3,8 +3,8 @@
 // or pipeline parallelism; docs/distributed.md "Expert parallel"): the N ranks form N/E expert-parallel
 // groups of E contiguous ranks {kE, …, kE+E-1}, which divide each MoE layer's experts among them
 // (models/moe.h), and E expert-data-parallel groups {j, j+E, j+2E, …}, which hold the same experts and
-// sum their gradients. Everything else (attention, router, embeddings, norms) stays data-parallel over
-// all N ranks.
+// sum their gradients (parallel/groups.h makes them). Everything else (attention, router, embeddings,
+// norms) stays data-parallel over all N ranks.
 #include <memory>
 #include <string>
 #include <utility>
@@ -15,19 +15,6 @@
 #include "tidal/tensor.h"
 
 namespace tidal::parallel {
-
-// Throws tidal::Error naming the numbers unless E fits the run: E divides the ranks and the model's
-// experts and the model has experts (E > 1).
-void check_expert_parallel(int expert_parallel, const models::ModelConfig& model, int ranks);
-
-struct ExpertGroups {
-  std::shared_ptr<dist::Communicator> experts;      // this rank's expert-parallel group (E ranks)
-  std::unique_ptr<dist::Communicator> expert_data;  // this rank's expert-data-parallel group (N/E ranks)
-};
-
-// The groups of this rank of `comm` for E ranks per expert-parallel group: a collective (every rank
-// of `comm` calls it, in the same order). E must divide comm's size.
-ExpertGroups make_expert_groups(dist::Communicator& comm, int expert_parallel);
 
 // clip_grad_norm (optim/grad_clip.h) of the whole model when this rank holds only its experts: the
 // squares of the dense gradients (the same on every rank once summed) plus those of the experts of

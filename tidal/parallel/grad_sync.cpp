@@ -4,13 +4,18 @@
 #include "tidal/base/error.h"
 #include "tidal/memory_scope.h"
 #include "tidal/models/moe.h"
+#include "tidal/parallel/data.h"
 
 namespace tidal::parallel {
 
-GradSync::GradSync(const std::vector<std::pair<std::string, Tensor>>& params, dist::Communicator& comm,
-                   optim::DistributedAdamW* sharded, const DataParallelConfig& config, dist::Communicator* expert_data)
-    : params_(params), comm_(comm), sharded_(sharded), config_(config), expert_data_(expert_data) {
-  TIDAL_ASSERT(!expert_data || !sharded || sharded->expert_data() == expert_data,
+GradSync::GradSync(const std::vector<std::pair<std::string, Tensor>>& params, const ParallelGroups& groups,
+                   optim::DistributedAdamW* sharded)
+    : params_(params),
+      comm_(groups.world()),
+      sharded_(sharded),
+      config_(groups.layout()),
+      expert_data_(groups.expert_data()) {
+  TIDAL_ASSERT(!expert_data_ || !sharded || sharded->expert_data() == expert_data_,
                "[data parallel] the distributed optimizer shards the experts over another group");
   TIDAL_ASSERT(!sharded || sharded->parameters().size() == params.size(),
                "[data parallel] the distributed optimizer holds other parameters than the model");
@@ -20,7 +25,7 @@ GradSync::GradSync(const std::vector<std::pair<std::string, Tensor>>& params, di
     for (size_t i = 0; i < params_.size(); ++i) buckets_.back().push_back(i);
   } else {
     // Reverse order, cut when a bucket reaches the size: backward produces the last layers' first.
-    const int64_t limit = config_.bucket_elements(comm_.size());
+    const int64_t limit = config_.bucket_elements();
     int64_t filled = limit;
     for (size_t k = params_.size(); k-- > 0;) {
       if (filled >= limit) {
@@ -51,8 +56,7 @@ GradSync::~GradSync() {
 
 void GradSync::begin_micro_batch(int64_t m, int64_t count) {
   // ZeRO-2/3 keep only the shard's sums between micro-batches; the others sum locally until the last.
-  reducing_ = config_.sharding == ShardingStrategy::optim_grads ||
-              config_.sharding == ShardingStrategy::optim_grads_params || m + 1 == count;
+  reducing_ = config_.shards_gradients() || m + 1 == count;
   launched_ = 0;
   ready_in_.assign(buckets_.size(), 0);
   seen_.assign(params_.size(), 0);

@@ -20,7 +20,7 @@
 
 #include "tidal/dist/communicator.h"
 #include "tidal/optim/distributed_adamw.h"
-#include "tidal/parallel/data.h"
+#include "tidal/parallel/groups.h"
 #include "tidal/stream.h"
 #include "tidal/tensor.h"
 
@@ -39,12 +39,11 @@ struct GradSyncStats {
 
 class GradSync {
  public:
-  // `sharded`: the distributed optimizer whose shard receives the sums (null: all-reduce in place).
-  // `expert_data` (expert parallel): the experts' parameters are summed over these ranks (the
-  // distributed optimizer's expert shards are over it too), the others over `comm`.
-  GradSync(const std::vector<std::pair<std::string, Tensor>>& params, dist::Communicator& comm,
-           optim::DistributedAdamW* sharded, const DataParallelConfig& config,
-           dist::Communicator* expert_data = nullptr);
+  // Sums over the world of `groups` (`groups` must outlive this); expert parallel: the experts'
+  // parameters over their expert-data group (the distributed optimizer's expert shards are over it
+  // too). `sharded`: the distributed optimizer whose shard receives the sums (null: all-reduce in place).
+  GradSync(const std::vector<std::pair<std::string, Tensor>>& params, const ParallelGroups& groups,
+           optim::DistributedAdamW* sharded);
   ~GradSync();  // removes the hooks (after the last reduction finished)
   GradSync(const GradSync&) = delete;
   GradSync& operator=(const GradSync&) = delete;
@@ -69,7 +68,7 @@ class GradSync {
   std::vector<std::pair<std::string, Tensor>> params_;
   dist::Communicator& comm_;
   optim::DistributedAdamW* sharded_;
-  DataParallelConfig config_;
+  ParallelLayout config_;
   dist::Communicator* expert_data_;
   std::unique_ptr<Stream> stream_;                          // "comm", with --overlap-grad-reduce
   std::unique_ptr<dist::Communicator> stream_comm_;         // the stream's own duplicate of comm_

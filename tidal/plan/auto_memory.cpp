@@ -42,12 +42,10 @@ std::string seconds(double s) {
 
 }  // namespace
 
-// The search's choice for `args` on `data_parallel` ranks, announced on `out`: the configuration and
-// its flags (empty: the run as given).
-std::pair<train::TrainArgs, std::string> search_choice(const train::TrainArgs& args, int data_parallel,
-                                                       std::FILE* out) {
+// The search's choice for `args` on its ranks, announced on `out`: the configuration and its flags
+// (empty: the run as given).
+std::pair<train::TrainArgs, std::string> search_choice(const train::TrainArgs& args, std::FILE* out) {
   SearchOptions o;
-  o.data_parallel = data_parallel;
   o.budget = args.auto_memory_budget > 0 ? args.auto_memory_budget : device_allocator(Device::cpu()).limit();
   TIDAL_CHECK(o.budget > 0,
               "tidal train --auto-memory: no device memory to fit (the cpu device is this machine's RAM, without a "
@@ -64,12 +62,14 @@ std::pair<train::TrainArgs, std::string> search_choice(const train::TrainArgs& a
   return {c.args, c.flags};
 }
 
-train::TrainArgs apply_auto_memory(const train::TrainArgs& args, int data_parallel, std::FILE* out) {
-  return search_choice(args, data_parallel, out).first;
+train::TrainArgs auto_memory_choice(const train::TrainArgs& args, std::FILE* out) {
+  return search_choice(args, out).first;
 }
 
-train::TrainArgs apply_auto_memory(const train::TrainArgs& args, dist::Communicator& comm, std::FILE* out) {
-  if (comm.size() == 1) return apply_auto_memory(args, 1, out);
+train::TrainArgs apply_auto_memory(const train::TrainArgs& given, dist::Communicator& comm, std::FILE* out) {
+  train::TrainArgs args = given;
+  args.parallel = given.parallel.on(comm.size());
+  if (comm.size() == 1) return auto_memory_choice(args, out);
   // Rank 0 searches and every rank takes its choice: ranks that each searched could choose apart
   // (a candidate on the edge of the budget) and then train different configurations, which hangs.
   // The others find the choice among the same candidates by its flags. The profile is loaded (or
@@ -77,7 +77,7 @@ train::TrainArgs apply_auto_memory(const train::TrainArgs& args, dist::Communica
   std::string chosen;  // rank 0's flags, or its error after "!"
   if (comm.rank() == 0) {
     try {
-      chosen = search_choice(args, comm.size(), out).second;
+      chosen = search_choice(args, out).second;
       chosen.insert(chosen.begin(), ' ');
     } catch (const Error& e) {
       chosen = e.what();
@@ -90,14 +90,14 @@ train::TrainArgs apply_auto_memory(const train::TrainArgs& args, dist::Communica
   TIDAL_CHECK(chosen[0] != '!', chosen.substr(1));
   const std::string flags = chosen.substr(1);
   if (flags.empty()) return args;
-  for (CandidateConfig& c : enumerate_candidates(args, comm.size()))
+  for (CandidateConfig& c : enumerate_candidates(args))
     if (c.flags == flags) return std::move(c.args);
   TIDAL_CHECK(false, "tidal train --auto-memory: rank ", comm.rank(), " does not have rank 0's choice (", flags,
               ") among its candidates: the ranks were given different flags");
   return args;
 }
 
-std::string planner_advice(const train::TrainArgs& args, int data_parallel, int64_t limit) {
+std::string planner_advice(const train::TrainArgs& args, int64_t limit) {
   if (limit <= 0) return "";
   std::optional<DeviceProfile> profile;
   try {
@@ -110,7 +110,6 @@ std::string planner_advice(const train::TrainArgs& args, int data_parallel, int6
            "this message names it.\n";
   SearchOptions o;
   o.budget = limit;
-  o.data_parallel = data_parallel;
   o.profile = *profile;
   const PlanSearch s = search_plans(args, o);
   if (s.chosen < 0) return s.nothing_fits + "\n";

@@ -22,15 +22,17 @@ std::optional<DeviceProfile> saved_device_profile(const std::string& device_prof
 DeviceProfile auto_memory_profile(const std::string& device_profile, std::FILE* out);
 
 // `args` with the chosen configuration in place of its memory flags, micro-batch and sharding, for a
-// run of `data_parallel` ranks. Throws tidal::Error when there is no budget (no --auto-memory-budget
-// and no device limit) or nothing fits (saying what the smallest candidate needs and what dominates).
-train::TrainArgs apply_auto_memory(const train::TrainArgs& args, int data_parallel, std::FILE* out);
-// Under mpirun: rank 0 searches, every rank trains with its choice (and fails with its error).
+// run on the ranks of args.parallel, announced on `out`. Throws tidal::Error when there is no budget
+// (no --auto-memory-budget and no device limit) or nothing fits (saying what the smallest candidate
+// needs and what dominates).
+train::TrainArgs auto_memory_choice(const train::TrainArgs& args, std::FILE* out);
+// The same on the ranks of `comm` (args.parallel bound to them): under mpirun rank 0 searches and
+// every rank trains with its choice (and fails with its error).
 train::TrainArgs apply_auto_memory(const train::TrainArgs& args, dist::Communicator& comm, std::FILE* out);
 
 // For the out-of-memory message of a run without --auto-memory: the search's choice for the device's
 // `limit` (the fastest configuration that fits it, on --device-profile or this machine's calibrated
-// file), or, without a profile, how to get it. "" when there is no limit.
-std::string planner_advice(const train::TrainArgs& args, int data_parallel, int64_t limit);
+// file) on the ranks of args.parallel, or, without a profile, how to get it. "" when there is no limit.
+std::string planner_advice(const train::TrainArgs& args, int64_t limit);
 
 }  // namespace tidal::plan

@@ -88,7 +88,7 @@ std::vector<memory::OffloadConfig> offload_options(const memory::OffloadConfig& 
 
 // Sharding strategies, each with gradients reduced after backward or bucket by bucket during it
 // (--overlap-grad-reduce: under ZeRO-2/3 a bucket's full gradients are freed once reduced).
-std::vector<std::pair<parallel::ShardingStrategy, bool>> sharding_options(const parallel::DataParallelConfig& given,
+std::vector<std::pair<parallel::ShardingStrategy, bool>> sharding_options(const parallel::ParallelLayout& given,
                                                                           int ranks) {
   std::vector<std::pair<parallel::ShardingStrategy, bool>> out = {{given.sharding, given.overlap_grad_reduce}};
   if (ranks > 1)
@@ -102,7 +102,7 @@ std::vector<std::pair<parallel::ShardingStrategy, bool>> sharding_options(const 
 // Expert-parallel sizes: the given one when > 1 (kept), else for a MoE model every E dividing its experts
 // and the ranks (1 first).
 std::vector<int> expert_parallel_options(const train::TrainArgs& g, int ranks) {
-  if (g.data_parallel.expert_parallel > 1 || !g.model.is_moe()) return {g.data_parallel.expert_parallel};
+  if (g.parallel.expert > 1 || !g.model.is_moe()) return {g.parallel.expert};
   std::vector<int> out;
   for (int e = 1; e <= ranks; ++e)
     if (ranks % e == 0 && g.model.num_experts % e == 0) out.push_back(e);
@@ -111,30 +111,28 @@ std::vector<int> expert_parallel_options(const train::TrainArgs& g, int ranks) {
 
 // Context-parallel sizes: the given one when > 1 (kept), else every C dividing the ranks whose 2C chunks
 // divide the sequence (1 first); check_context_parallel then takes out what does not run yet.
-std::vector<int64_t> context_parallel_options(const train::TrainArgs& g, int ranks) {
-  if (g.context_parallel.size > 1) return {g.context_parallel.size};
-  std::vector<int64_t> out;
-  for (int64_t c = 1; c <= ranks; ++c)
+std::vector<int> context_parallel_options(const train::TrainArgs& g, int ranks) {
+  if (g.parallel.context > 1) return {g.parallel.context};
+  std::vector<int> out;
+  for (int c = 1; c <= ranks; ++c)
     if (ranks % c == 0 && g.seq_length % (2 * c) == 0) out.push_back(c);
   return out;
 }
 
-// The (E, C) pairs to search with `attention`: E x C divides the ranks, and check_context_parallel
-// does not refuse the run as given with that attention.
-std::vector<std::pair<int, int64_t>> parallel_options(const train::TrainArgs& g, const std::string& attention,
-                                                      int ranks) {
-  std::vector<std::pair<int, int64_t>> out;
+// The (E, C) pairs to search: E x C divides the ranks, and check_context_parallel does not refuse the
+// run as given.
+std::vector<std::pair<int, int>> parallel_options(const train::TrainArgs& g, int ranks) {
+  std::vector<std::pair<int, int>> out;
   for (int e : expert_parallel_options(g, ranks)) {
-    for (int64_t c : context_parallel_options(g, ranks)) {
+    for (int c : context_parallel_options(g, ranks)) {
       // E x C dividing the ranks: tidal train runs any E and C that divide them (EP groups are carved
       // from all DP x C ranks), but the search keeps to the pairs that tile them, as Megatron's grids
       // do, which keeps it to minutes for a 16-rank MoE plan (every pair made it 5x larger).
       if (ranks % (int64_t(e) * c) != 0) continue;
-      train::TrainArgs a = g;
-      a.attention = attention;
-      a.context_parallel.size = c;
+      parallel::ParallelLayout l = g.parallel;
+      l.context = c;
       try {
-        parallel::check_context_parallel(a.seq_length, a.context_parallel.size);
+        parallel::check_context_parallel(l, g.seq_length);
       } catch (const Error&) {
         continue;
       }
@@ -145,11 +143,11 @@ std::vector<std::pair<int, int64_t>> parallel_options(const train::TrainArgs& g,
 }
 
 // Whether `tidal train` runs expert parallel E and context parallel C of `a` on `ranks` ranks.
-bool runs_parallel(const train::TrainArgs& a, int ranks) {
-  if (ranks % a.context_parallel.size != 0) return false;
+bool runs_parallel(const train::TrainArgs& a) {
+  if (a.parallel.world % a.parallel.context != 0) return false;
   try {
-    parallel::check_expert_parallel(a.data_parallel.expert_parallel, a.model, ranks);
-    parallel::check_context_parallel(a.seq_length, a.context_parallel.size);
+    parallel::check_expert_parallel(a.parallel, a.model);
+    parallel::check_context_parallel(a.parallel, a.seq_length);
     return true;
   } catch (const Error&) {
     return false;
@@ -157,10 +155,6 @@ bool runs_parallel(const train::TrainArgs& a, int ranks) {
 }
 
 }  // namespace
-
-int data_parallel_ranks(const train::TrainArgs& a, int ranks) {
-  return std::max<int>(1, ranks / int(std::max<int64_t>(1, a.context_parallel.size)));
-}
 
 std::vector<RecomputeConfig> recompute_ladder(const models::ModelConfig& m, AttentionKernel attention) {
   std::vector<RecomputeConfig> rungs;
@@ -207,39 +201,37 @@ std::string changed_flags(const train::TrainArgs& given, const train::TrainArgs&
   if (given.micro_batch_size != c.micro_batch_size)
     words.insert(words.end(), {"--micro-batch-size", std::to_string(c.micro_batch_size), "--global-batch-size",
                                std::to_string(c.global_batch_size)});
-  if (given.data_parallel.sharding != c.data_parallel.sharding)
-    words.insert(words.end(), {"--data-parallel-sharding-strategy", parallel::sharding_name(c.data_parallel.sharding)});
-  if (given.data_parallel.overlap_grad_reduce != c.data_parallel.overlap_grad_reduce &&
-      c.data_parallel.overlap_grad_reduce)
+  if (given.parallel.sharding != c.parallel.sharding)
+    words.insert(words.end(), {"--data-parallel-sharding-strategy", parallel::sharding_name(c.parallel.sharding)});
+  if (given.parallel.overlap_grad_reduce != c.parallel.overlap_grad_reduce && c.parallel.overlap_grad_reduce)
     words.push_back("--overlap-grad-reduce");
-  if (given.data_parallel.overlap_param_gather != c.data_parallel.overlap_param_gather &&
-      c.data_parallel.overlap_param_gather)
+  if (given.parallel.overlap_param_gather != c.parallel.overlap_param_gather && c.parallel.overlap_param_gather)
     words.push_back("--overlap-param-gather");
-  if (given.data_parallel.expert_parallel != c.data_parallel.expert_parallel)
-    words.insert(words.end(), {"--expert-model-parallel-size", std::to_string(c.data_parallel.expert_parallel)});
-  if (given.context_parallel.size != c.context_parallel.size)
-    words.insert(words.end(), {"--context-parallel-size", std::to_string(c.context_parallel.size)});
+  if (given.parallel.expert != c.parallel.expert)
+    words.insert(words.end(), {"--expert-model-parallel-size", std::to_string(c.parallel.expert)});
+  if (given.parallel.context != c.parallel.context)
+    words.insert(words.end(), {"--context-parallel-size", std::to_string(c.parallel.context)});
   return train::join_flags(words);
 }
 
-std::vector<CandidateConfig> enumerate_candidates(const train::TrainArgs& given, int data_parallel,
-                                                  const std::string& disk_dir) {
+std::vector<CandidateConfig> enumerate_candidates(const train::TrainArgs& given, const std::string& disk_dir) {
   std::vector<CandidateConfig> out;
+  const int data_parallel = given.parallel.world;
   out.push_back({given, "", 0, given.memory.recompute.any() ? given.memory.recompute.describe() : "none"});
   std::vector<std::string> attentions = {given.attention};
   add_unique(attentions, std::string("flash"));
   for (const std::string& attention : attentions) {
     std::vector<RecomputeConfig> ladder = recompute_ladder(given.model, kernel_of(attention));
     add_unique(ladder, given.memory.recompute);
-    for (const auto& [ep, cp] : parallel_options(given, attention, data_parallel))
-      for (int64_t mb : micro_batches(given, data_parallel / int(cp))) {
+    for (const auto& [ep, cp] : parallel_options(given, data_parallel))
+      for (int64_t mb : micro_batches(given, data_parallel / cp)) {
         std::vector<memory::LossComputeConfig> losses = {given.memory.loss};
         // Chunks of min(1024, tokens / 4) (the advice's), and larger ones of min(4096, tokens / 2) (faster
         // LM-head products, a larger chunk of logits).
         const int64_t tokens = mb * given.seq_length;
         add_unique(losses, memory::LossComputeConfig{true, std::min<int64_t>(1024, std::max<int64_t>(1, tokens / 4))});
         add_unique(losses, memory::LossComputeConfig{true, std::min<int64_t>(4096, std::max<int64_t>(1, tokens / 2))});
-        for (const auto& [sharding, overlap_grad_reduce] : sharding_options(given.data_parallel, data_parallel)) {
+        for (const auto& [sharding, overlap_grad_reduce] : sharding_options(given.parallel, data_parallel)) {
           for (const memory::LossComputeConfig& loss : losses) {
             for (const memory::OffloadConfig& offload : offload_options(given.memory.offload, disk_dir)) {
               std::vector<memory::SwapOptimizerConfig> swaps = {given.memory.swap_optimizer};
@@ -261,16 +253,15 @@ std::vector<CandidateConfig> enumerate_candidates(const train::TrainArgs& given,
                   }
                   c.args.attention = attention;
                   c.args.micro_batch_size = mb;
-                  c.args.data_parallel.expert_parallel = ep;
-                  c.args.context_parallel.size = cp;
-                  c.args.data_parallel.sharding = sharding;
-                  c.args.data_parallel.overlap_grad_reduce = overlap_grad_reduce;
-                  c.args.data_parallel.overlap_param_gather =
-                      sharding == parallel::ShardingStrategy::optim_grads_params &&
-                      given.data_parallel.overlap_param_gather;
+                  c.args.parallel.expert = ep;
+                  c.args.parallel.context = cp;
+                  c.args.parallel.sharding = sharding;
+                  c.args.parallel.overlap_grad_reduce = overlap_grad_reduce;
+                  c.args.parallel.overlap_param_gather =
+                      sharding == parallel::ShardingStrategy::optim_grads_params && given.parallel.overlap_param_gather;
                   c.flags = changed_flags(given, c.args);
                   if (c.flags.empty()) continue;  // the given configuration, already candidate 0
-                  if ((ep > 1 || cp > 1) && !runs_parallel(c.args, data_parallel)) continue;
+                  if ((ep > 1 || cp > 1) && !runs_parallel(c.args)) continue;
                   out.push_back(std::move(c));
                 }
               }

@@ -37,14 +37,10 @@ struct CandidateConfig {
 std::vector<memory::RecomputeConfig> recompute_ladder(const models::ModelConfig& m, AttentionKernel attention);
 
 // Every candidate: the product of the switches above, less the combinations `tidal train` refuses.
-// The given configuration is candidate 0, as given. `data_parallel` ranks (sharding candidates when > 1);
-// `disk_dir` not empty: offload to a spill file there is a candidate too (policies all and layer-input).
-std::vector<CandidateConfig> enumerate_candidates(const train::TrainArgs& given, int data_parallel,
-                                                  const std::string& disk_dir = "");
-
-// The data-parallel ranks of a run of `ranks` ranks: ranks / --context-parallel-size (the CP group's
-// ranks read the same samples).
-int data_parallel_ranks(const train::TrainArgs& a, int ranks);
+// The given configuration is candidate 0, as given. On the ranks of given.parallel (sharding
+// candidates when > 1); `disk_dir` not empty: offload to a spill file there is a candidate too
+// (policies all and layer-input).
+std::vector<CandidateConfig> enumerate_candidates(const train::TrainArgs& given, const std::string& disk_dir = "");
 
 // The flags a candidate's configuration differs from `given` by (see CandidateConfig::flags).
 std::string changed_flags(const train::TrainArgs& given, const train::TrainArgs& c);

@@ -83,11 +83,10 @@ void add_offload(const train::TrainArgs& args, const Compute& c, int64_t accum, 
   const int64_t layers = args.model.num_hidden_layers;
   if (!args.memory.offload.enabled || layers < 2) return;
   const auto kernel = args.attention == "eager" ? AttentionKernel::eager : AttentionKernel::flash;
-  memory::ActivationInputs inputs = memory::activation_inputs(
-      args.memory, args.micro_batch_size, args.seq_length / std::max<int64_t>(1, args.context_parallel.size), kernel,
-      args.precision.param_dtype());
-  inputs.expert_parallel = args.data_parallel.expert_parallel;
-  inputs.context_parallel = args.context_parallel.size;
+  memory::ActivationInputs inputs =
+      memory::activation_inputs(args.memory, args.micro_batch_size, args.seq_length / args.parallel.context, kernel,
+                                args.precision.param_dtype());
+  inputs.parallel = args.parallel;
   const memory::ActivationEstimate est = memory::estimate_activations(args.model, inputs);
   const double block = double(est.offloaded_per_step) / double(layers - 1);
   check_rate(p.d2h_bandwidth, "d2h_bandwidth", p);
@@ -146,7 +145,7 @@ void add_collectives(const DryRun& run, const train::TrainArgs& args, const Comp
   if (ranks <= 1) return;
   check_rate(p.collective_bandwidth, "collective_bandwidth", p);
   const RankParameters rp = rank_parameters(run);
-  const int expert_parallel = std::max(1, args.data_parallel.expert_parallel);
+  const int expert_parallel = args.parallel.expert;
   const int64_t expert_ranks = std::max<int64_t>(1, ranks / expert_parallel);
   const int64_t groups = expert_parallel > 1 && rp.experts > 0 ? 2 : 1;
   // Elements weighted by their group's (n-1)/n.
@@ -154,9 +153,9 @@ void add_collectives(const DryRun& run, const train::TrainArgs& args, const Comp
   const double elements = moved(double(rp.elements - rp.experts), ranks) + moved(double(rp.experts), expert_ranks);
   const int64_t item = dtype_size(args.precision.param_dtype());
   const double grads = elements * 4, weights = elements * double(item);  // f32 gradients (or f32 sums)
-  const parallel::DataParallelConfig& dp = args.data_parallel;
+  const parallel::ParallelLayout& dp = args.parallel;
   // With overlap, the last bucket's share is the least that stays exposed.
-  const int64_t per_bucket = dp.bucket_elements(int(ranks));
+  const int64_t per_bucket = dp.bucket_elements();
   const int64_t buckets = std::max<int64_t>(1, (rp.elements + per_bucket - 1) / per_bucket);
   auto seconds = [&](double bytes, int64_t count) {
     return bytes / p.collective_bandwidth + double(count) * p.collective_latency_s;
@@ -205,7 +204,7 @@ void add_collectives(const DryRun& run, const train::TrainArgs& args, const Comp
 // counts, dispatch and combine again. The exchanges block the compute thread: all exposed.
 void add_all_to_all(const train::TrainArgs& args, int64_t accum, const DeviceProfile& p, StepTime& t) {
   const models::ModelConfig& m = args.model;
-  const int64_t e = args.data_parallel.expert_parallel;
+  const int64_t e = args.parallel.expert;
   if (e <= 1 || !m.is_moe()) return;
   check_rate(p.collective_bandwidth, "collective_bandwidth", p);
   const std::vector<memory::LayerRecompute> plan = memory::plan_recompute(args.memory.recompute, m);
@@ -215,7 +214,7 @@ void add_all_to_all(const train::TrainArgs& args, int64_t accum, const DevicePro
     ++moe_layers;
     if (size_t(l) < plan.size() && (plan[size_t(l)].full || plan[size_t(l)].moe)) ++replayed;
   }
-  const int64_t tokens = args.micro_batch_size * args.seq_length / std::max<int64_t>(1, args.context_parallel.size);
+  const int64_t tokens = args.micro_batch_size * args.seq_length / args.parallel.context;
   const double rows = double(tokens * m.num_experts_per_tok * m.hidden_size * dtype_size(args.precision.param_dtype()));
   const double bytes = rows * double(e - 1) / double(e);
   const double layer = 4 * bytes / p.collective_bandwidth + 5 * p.collective_latency_s;   // counts + 4 exchanges
@@ -236,7 +235,7 @@ void add_all_to_all(const train::TrainArgs& args, int64_t accum, const DevicePro
 // forward and again in backward (two collectives each), and once more in a recompute that replays the
 // attention core (--recompute-modules core_attn, or the layer inside a full recompute).
 void add_ring(const train::TrainArgs& args, const Compute& c, int64_t accum, const DeviceProfile& p, StepTime& t) {
-  const int64_t cp = args.context_parallel.size;
+  const int64_t cp = args.parallel.context;
   const int64_t layers = args.model.num_hidden_layers;
   if (cp <= 1 || layers < 1) return;
   check_rate(p.collective_bandwidth, "collective_bandwidth", p);
@@ -283,8 +282,8 @@ double kernel_time_s(const KernelCost& k, const DeviceProfile& profile) {
   return roofline_s(k, profile) + profile.kernel_overhead_s;
 }
 
-StepTime predict_step_time(const DryRun& run, const train::TrainArgs& args, const DeviceProfile& profile,
-                           int64_t data_parallel) {
+StepTime predict_step_time(const DryRun& run, const train::TrainArgs& args, const DeviceProfile& profile) {
+  const int64_t data_parallel = args.parallel.world;
   TIDAL_CHECK(data_parallel >= 1, "[cost model] data-parallel ranks must be >= 1, got ", data_parallel);
   TIDAL_CHECK(!run.kernels.empty(), "[cost model] the dry run recorded no kernels to cost");
   // A dry run of one process (run.ranks 1) ran the whole global batch: a rank runs its share of the
@@ -293,7 +292,7 @@ StepTime predict_step_time(const DryRun& run, const train::TrainArgs& args, cons
   TIDAL_CHECK(run.ranks == 1 || run.ranks == data_parallel, "[cost model] the dry run played a rank of ", run.ranks,
               " ranks, not of ", data_parallel);
   const int64_t dry_micro_batches = std::max<int64_t>(1, args.grad_accumulation_steps());
-  const int64_t dp = std::max<int64_t>(1, data_parallel / std::max<int64_t>(1, args.context_parallel.size));
+  const int64_t dp = std::max<int64_t>(1, args.parallel.data());
   TIDAL_CHECK(dry_micro_batches % dp == 0, "[cost model] the global batch's ", dry_micro_batches,
               " micro-batches do not divide over ", dp,
               " data-parallel ranks: make --global-batch-size a multiple of --micro-batch-size x ranks");
@@ -306,7 +305,7 @@ StepTime predict_step_time(const DryRun& run, const train::TrainArgs& args, cons
   // from another's kernels: ZeRO-1 from no_shard's (the same forward and backward), ZeRO-3 from
   // ZeRO-2's (the same kernels: ZeRO-3's gathers are collectives). ZeRO-2 and 3 from no_shard's is
   // approximate: no_shard accumulates the micro-batches' whole gradients in backward, they their shard.
-  const parallel::ShardingStrategy sharding = args.data_parallel.sharding;
+  const parallel::ShardingStrategy sharding = args.parallel.sharding;
   const bool zero3_from_zero2 = run.sharding == parallel::ShardingStrategy::optim_grads &&
                                 sharding == parallel::ShardingStrategy::optim_grads_params;
   TIDAL_CHECK(!one_rank_run || run.sharding == sharding || run.sharding == parallel::ShardingStrategy::no_shard ||
@@ -319,8 +318,8 @@ StepTime predict_step_time(const DryRun& run, const train::TrainArgs& args, cons
   } else if (sharding != parallel::ShardingStrategy::no_shard && run.sharding == parallel::ShardingStrategy::no_shard) {
     std::vector<bool> expert = run.expert_parameter;
     expert.resize(run.parameter_numels.size(), false);
-    const int64_t shard = optim::largest_shard(run.parameter_numels, expert, int(data_parallel),
-                                               args.data_parallel.expert_parallel, optim::kGradNormChunk);
+    const int64_t shard = optim::largest_shard(run.parameter_numels, expert, int(data_parallel), args.parallel.expert,
+                                               optim::kGradNormChunk);
     update_share = double(shard) / double(std::max<int64_t>(1, rank_parameters(run).elements));
   }
   StepTime t;

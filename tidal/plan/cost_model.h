@@ -41,12 +41,11 @@ struct StepTime {
 // (taken as the slower of the two). Rates of 0 are refused (tidal::Error naming the field).
 double kernel_time_s(const KernelCost& k, const DeviceProfile& profile);
 
-// The step of `run` (its `kernels`, recorded by dry_run) under `args` on `profile`, with
-// `data_parallel` ranks (TrainArgs does not carry the rank count; under --context-parallel-size C
-// they are C x the data-parallel ranks, each CP group of C reading the same samples). Offload and swap-optimizer copies
-// are taken from `args` (the bytes from the estimator and from the dry run's optimizer_state peak),
-// so a dry run without them (the dry run refuses them today) can be costed with them.
-StepTime predict_step_time(const DryRun& run, const train::TrainArgs& args, const DeviceProfile& profile,
-                           int64_t data_parallel = 1);
+// The step of `run` (its `kernels`, recorded by dry_run) under `args` on `profile`, on the ranks of
+// args.parallel (under --context-parallel-size C they are C x the data-parallel ranks, each CP group
+// of C reading the same samples). Offload and swap-optimizer copies are taken from `args` (the bytes
+// from the estimator and from the dry run's optimizer_state peak), so a dry run without them (the dry
+// run refuses them today) can be costed with them.
+StepTime predict_step_time(const DryRun& run, const train::TrainArgs& args, const DeviceProfile& profile);
 
 }  // namespace tidal::plan

@@ -25,7 +25,7 @@ void check_supported(const train::TrainArgs& a) {
   TIDAL_CHECK(a.load.empty() && a.pretrained.empty(), what,
               "--load and --pretrained read values a dry run does not have: drop them (the model flags give the "
               "shapes)");
-  TIDAL_CHECK(!a.data_parallel.overlap_grad_reduce, what,
+  TIDAL_CHECK(!a.parallel.overlap_grad_reduce, what,
               "--overlap-grad-reduce is not dry-run: its reductions run on a stream thread beside backward, so the "
               "peak depends on timing (in a real run too); drop it for the dry run (the buffers are the same, less "
               "the overlap's transient bytes)");
@@ -66,7 +66,8 @@ std::vector<int64_t> shard_sizes(const train::TrainArgs& args, int ranks) {
 
 }  // namespace
 
-DryRun dry_run(const train::TrainArgs& given, int rank, int ranks) {
+DryRun dry_run(const train::TrainArgs& given, int rank) {
+  const int ranks = given.parallel.world;
   check_supported(given);
   const train::TrainArgs args = dry_args(given);
   Allocator& meta = device_allocator(Device::meta());
@@ -78,7 +79,7 @@ DryRun dry_run(const train::TrainArgs& given, int rank, int ranks) {
   DryRun r;
   r.rank = rank;
   r.ranks = ranks;
-  r.sharding = args.data_parallel.sharding;
+  r.sharding = args.parallel.sharding;
   {
     std::FILE* quiet = std::fopen("/dev/null", "w");  // setup's log lines (ZeRO-3's build) are the real run's
     std::unique_ptr<std::FILE, int (*)(std::FILE*)> closer(quiet, std::fclose);
@@ -118,10 +119,11 @@ DryRun dry_run(const train::TrainArgs& given, int rank, int ranks) {
   return r;
 }
 
-DryRun dry_run_largest_rank(const train::TrainArgs& args, int ranks) {
+DryRun dry_run_largest_rank(const train::TrainArgs& args) {
+  const int ranks = args.parallel.world;
   TIDAL_CHECK(ranks >= 1, "tidal plan --dry-run: --data-parallel-size must be >= 1, got ", ranks);
   std::vector<int> run = {0};
-  if (ranks > 1 && args.data_parallel.sharding != parallel::ShardingStrategy::no_shard) {
+  if (ranks > 1 && args.parallel.sharded()) {
     check_supported(args);
     const std::vector<int64_t> sizes = shard_sizes(args, ranks);
     run.resize(size_t(ranks));
@@ -132,7 +134,7 @@ DryRun dry_run_largest_rank(const train::TrainArgs& args, int ranks) {
   }
   DryRun best;
   for (int r : run) {
-    DryRun d = dry_run(args, r, ranks);
+    DryRun d = dry_run(args, r);
     const bool higher =
         best.ranks_run.empty() || d.device.peak_allocated > best.device.peak_allocated ||
         (d.device.peak_allocated == best.device.peak_allocated && d.host.peak_allocated > best.host.peak_allocated);

@@ -57,16 +57,16 @@ struct DryRun {
   std::vector<StepKernel> kernels;
 };
 
-// Dry-runs `args` in this process as rank `rank` of `ranks` data-parallel ranks. The data are mock
+// Dry-runs `args` in this process as rank `rank` of its layout's ranks (args.parallel.world). The data are mock
 // tokens of the configured micro-batch shape and vocabulary (--data-path, the built-in corpus and a
 // tokenizer are not read). Refuses, with tidal::Error, what it cannot account: --load and
 // --pretrained (values), and --overlap-grad-reduce (its reductions run on a stream thread beside
 // backward, so its peak depends on timing, in a real run too).
-DryRun dry_run(const train::TrainArgs& args, int rank = 0, int ranks = 1);
+DryRun dry_run(const train::TrainArgs& args, int rank = 0);
 
-// The rank of `ranks` with the highest device peak (then host peak, then the lowest rank): without
+// The rank of args.parallel.world with the highest device peak (then host peak, then the lowest rank): without
 // sharding every rank alike (rank 0 is run); sharded, every rank up to kDryRunRanks ranks, beyond
 // that the kDryRunRanks ranks with the largest shards.
-DryRun dry_run_largest_rank(const train::TrainArgs& args, int ranks);
+DryRun dry_run_largest_rank(const train::TrainArgs& args);
 
 }  // namespace tidal::plan

@@ -69,42 +69,43 @@ std::optional<Suggestion> suggest_fused_attention(const models::ModelConfig& m, 
 
 Suggestion suggest_sharding(const models::ModelConfig& m, const TriageSettings& s) {
   TriageSettings zero3 = s;
-  zero3.sharding = parallel::ShardingStrategy::optim_grads_params;
-  if (s.sharding == parallel::ShardingStrategy::optim_grads_params && s.overlap_grad_reduce)
+  zero3.parallel.sharding = parallel::ShardingStrategy::optim_grads_params;
+  if (s.parallel.sharding == parallel::ShardingStrategy::optim_grads_params && s.parallel.overlap_grad_reduce)
     return {"sharding", "", 0, "on: parameters, gradients and optimizer states are sharded over the ranks", s};
-  zero3.overlap_grad_reduce = true;
-  if (s.sharding != parallel::ShardingStrategy::no_shard) {
+  zero3.parallel.overlap_grad_reduce = true;
+  if (s.parallel.sharding != parallel::ShardingStrategy::no_shard) {
     const int64_t more = saving(m, s, zero3);
     if (more <= 0) return {"sharding", "", 0, "on: the optimizer states are sharded over the ranks", s};
-    const bool params = s.sharding != parallel::ShardingStrategy::optim_grads_params;
-    const std::string flags =
-        std::string(s.overlap_grad_reduce ? "" : "--overlap-grad-reduce") +
-        (params ? std::string(s.overlap_grad_reduce ? "" : " ") + "--data-parallel-sharding-strategy optim_grads_params"
-                : "");
+    const bool params = s.parallel.sharding != parallel::ShardingStrategy::optim_grads_params;
+    const std::string flags = std::string(s.parallel.overlap_grad_reduce ? "" : "--overlap-grad-reduce") +
+                              (params ? std::string(s.parallel.overlap_grad_reduce ? "" : " ") +
+                                            "--data-parallel-sharding-strategy optim_grads_params"
+                                      : "");
     return {"sharding", flags, more,
             std::string(params ? "the parameters too, gathered layer by layer when they compute (ZeRO-3; two "
                                  "all-gathers of every layer per micro-batch)"
                                : "") +
-                (s.overlap_grad_reduce ? ""
-                                       : std::string(params ? ", and " : "") +
-                                             "each bucket of gradients freed once reduce-scattered during backward"),
+                (s.parallel.overlap_grad_reduce
+                     ? ""
+                     : std::string(params ? ", and " : "") +
+                           "each bucket of gradients freed once reduce-scattered during backward"),
             zero3};
   }
   TriageSettings t = s;
-  t.sharding = parallel::ShardingStrategy::optim;
-  if (s.data_parallel > 1) {
+  t.parallel.sharding = parallel::ShardingStrategy::optim;
+  if (s.parallel.world > 1) {
     const int64_t more = saving(m, t, zero3);
     return {"sharding", "--use-distributed-optimizer", saving(m, s, t),
-            "AdamW's states split over the " + std::to_string(s.data_parallel) + " ranks (ZeRO-1)" +
+            "AdamW's states split over the " + std::to_string(s.parallel.world) + " ranks (ZeRO-1)" +
                 (more > 0 ? "; --data-parallel-sharding-strategy optim_grads_params would save " + format_bytes(more) +
                                 " more (ZeRO-3: the parameters too, gathered layer by layer)"
                           : std::string()),
             t};
   }
   // One rank: what 8 would save, for a run under mpirun -np 8 (docs/distributed.md).
-  t.data_parallel = 8;
+  t.parallel.world = 8;
   TriageSettings eight = s;
-  eight.data_parallel = 8;
+  eight.parallel.world = 8;
   const int64_t per_rank = saving(m, eight, t);
   return {"sharding", "", 0,
           "needs several ranks: under mpirun -np 8 with --use-distributed-optimizer each rank would hold " +
@@ -219,21 +220,14 @@ std::optional<Suggestion> suggest_smaller_micro_batch(const models::ModelConfig&
 
 std::vector<Suggestion> suggest_parallel(const models::ModelConfig& m, const TriageSettings& s) {
   std::vector<Suggestion> out;
-  const int ranks = s.data_parallel;
+  const int ranks = s.parallel.world;
   if (ranks <= 1) return out;
-  train::TrainArgs a;  // what tidal train checks, from the settings
-  a.model = m;
-  a.seq_length = s.seq;
-  a.attention = s.attention == AttentionKernel::eager ? "eager" : "flash";
-  a.data_parallel.sharding = s.sharding;
-  a.data_parallel.overlap_grad_reduce = s.overlap_grad_reduce;
-  a.data_parallel.expert_parallel = s.expert_parallel;
-  a.context_parallel.size = s.context_parallel;
-  const auto runs = [&](const train::TrainArgs& t) {
+  // What tidal train checks of a layout.
+  const auto runs = [&](const parallel::ParallelLayout& l) {
     try {
-      parallel::check_expert_parallel(t.data_parallel.expert_parallel, m, ranks);
-      parallel::check_context_parallel(t.seq_length, t.context_parallel.size);
-      return ranks % t.context_parallel.size == 0;  // E x C need not divide the ranks (docs/distributed.md)
+      parallel::check_expert_parallel(l, m);
+      parallel::check_context_parallel(l, s.seq);
+      return ranks % l.context == 0;  // E x C need not divide the ranks (docs/distributed.md)
     } catch (const Error&) {
       return false;
     }
@@ -241,28 +235,25 @@ std::vector<Suggestion> suggest_parallel(const models::ModelConfig& m, const Tri
   // The largest size that runs: the most it saves (the search weighs the collectives).
   const auto largest = [&](const char* step, const char* flag, auto set, auto note) {
     for (int n = ranks; n > 1; --n) {
-      train::TrainArgs t = a;
       TriageSettings w = s;
-      set(t, w, n);
-      if (!runs(t)) continue;
+      set(w.parallel, n);
+      if (!runs(w.parallel)) continue;
       const int64_t saved = saving(m, s, w);
       if (saved > 0) out.push_back({step, std::string(flag) + " " + std::to_string(n), saved, note(n), w});
       return;
     }
   };
-  if (m.is_moe() && s.expert_parallel == 1)
+  if (m.is_moe() && s.parallel.expert == 1)
     largest(
-        "expert parallel", "--expert-model-parallel-size",
-        [](train::TrainArgs& t, TriageSettings& w, int n) { t.data_parallel.expert_parallel = w.expert_parallel = n; },
+        "expert parallel", "--expert-model-parallel-size", [](parallel::ParallelLayout& l, int n) { l.expert = n; },
         [&](int n) {
           return std::to_string(m.num_experts / n) + " of the " + std::to_string(m.num_experts) +
                  " experts of each MoE layer a rank, with their gradients and states; tokens go to their experts' "
                  "ranks and back (all-to-all)";
         });
-  if (s.context_parallel == 1)
+  if (s.parallel.context == 1)
     largest(
-        "context parallel", "--context-parallel-size",
-        [](train::TrainArgs& t, TriageSettings& w, int n) { t.context_parallel.size = w.context_parallel = n; },
+        "context parallel", "--context-parallel-size", [](parallel::ParallelLayout& l, int n) { l.context = n; },
         [&](int n) {
           return std::to_string(s.seq / n) + " of each sequence's " + std::to_string(s.seq) +
                  " tokens a rank: activations and logits / " + std::to_string(n) +

@@ -37,8 +37,8 @@ nlohmann::json candidate_json(const PlanCandidate& c) {
                       {"checked", c.checked},
                       {"fits", c.fits},
                       {"pareto", c.pareto},
-                      {"expert_model_parallel_size", c.args.data_parallel.expert_parallel},
-                      {"context_parallel_size", c.args.context_parallel.size},
+                      {"expert_model_parallel_size", c.args.parallel.expert},
+                      {"context_parallel_size", c.args.parallel.context},
                       {"why", c.why}};
   if (c.timed) {
     const StepTime& t = c.time;
@@ -63,8 +63,8 @@ nlohmann::json candidate_json(const PlanCandidate& c) {
 std::string format_plan_search(const PlanSearch& s, const train::TrainArgs& g, const SearchOptions& o) {
   std::string out = g.model.model_type + ", micro-batch " + std::to_string(g.micro_batch_size) + " x " +
                     std::to_string(g.seq_length) + " tokens, global batch " + std::to_string(g.global_batch_size) +
-                    (g.precision.bf16 ? ", bf16" : ", fp32") + ", " + std::to_string(o.data_parallel) +
-                    (o.data_parallel == 1 ? " rank" : " ranks") + "; step times for " + o.profile.name + " (" +
+                    (g.precision.bf16 ? ", bf16" : ", fp32") + ", " + std::to_string(g.parallel.world) +
+                    (g.parallel.world == 1 ? " rank" : " ranks") + "; step times for " + o.profile.name + " (" +
                     o.profile.source + ").\n";
   out += "Budget " + format_bytes(s.budget) + " less " + format_bytes(s.budget - s.target) +
          " of headroom: " + format_bytes(s.target) +
@@ -116,7 +116,7 @@ nlohmann::json plan_search_json(const PlanSearch& s, const SearchOptions& o) {
   j["target_bytes"] = s.target;
   j["host_budget_bytes"] = s.host_budget;
   j["headroom"] = o.headroom;
-  j["data_parallel_size"] = o.data_parallel;
+  j["data_parallel_size"] = s.given.args.parallel.world;
   j["profile"] = {{"name", o.profile.name}, {"source", o.profile.source}};
   j["given"] = candidate_json(s.given);
   j["chosen"] = s.chosen >= 0 ? candidate_json(s.candidates[size_t(s.chosen)]) : nlohmann::json(nullptr);

@@ -23,16 +23,16 @@ constexpr int kMaxVerified = 16;
 // And of those the estimator puts above the budget, within its error: the fastest, until one fits.
 constexpr int kMaxVerifiedAbove = 8;
 
-// A dry run of `a` as planned, on the rank of `ranks` with the highest peak: --load and --pretrained
+// A dry run of `a` as planned, on the rank of its ranks with the highest peak: --load and --pretrained
 // only give values (the model config has the shapes). nullopt when the dry run refuses the
 // configuration (--overlap-grad-reduce, whose peak depends on timing).
 // `largest` false: rank 0 alone (its kernels time any rank: they differ only in the update's shard).
 // `error` keeps the first refusal's message.
-std::optional<DryRun> try_dry_run(train::TrainArgs a, int ranks, bool largest = true, std::string* error = nullptr) {
+std::optional<DryRun> try_dry_run(train::TrainArgs a, bool largest = true, std::string* error = nullptr) {
   a.load.clear();
   a.pretrained.clear();
   try {
-    return ranks > 1 && largest ? dry_run_largest_rank(a, ranks) : dry_run(a, 0, ranks);
+    return a.parallel.world > 1 && largest ? dry_run_largest_rank(a) : dry_run(a, 0);
   } catch (const Error& e) {
     if (error != nullptr && error->empty()) *error = e.what();
     return std::nullopt;
@@ -52,35 +52,34 @@ train::TrainArgs kernel_args(const train::TrainArgs& a) {
   train::TrainArgs k = a;
   k.memory.offload = memory::OffloadConfig{};
   k.memory.swap_optimizer = memory::SwapOptimizerConfig{};
-  k.data_parallel.overlap_grad_reduce = false;
-  k.data_parallel.bucket_size = 0;
-  k.data_parallel.overlap_param_gather = false;
-  k.data_parallel.sharding = kernel_sharding(a.data_parallel.sharding);
+  k.parallel.overlap_grad_reduce = false;
+  k.parallel.bucket_size = 0;
+  k.parallel.overlap_param_gather = false;
+  k.parallel.sharding = kernel_sharding(a.parallel.sharding);
   return k;
 }
 // Whether `a`'s kernel dry run is `a` itself (its peak exact).
 bool same_kernels(const train::TrainArgs& a) {
-  return !a.memory.offload.enabled && !a.memory.swap_optimizer.on && !a.data_parallel.overlap_grad_reduce &&
-         kernel_sharding(a.data_parallel.sharding) == a.data_parallel.sharding;
+  return !a.memory.offload.enabled && !a.memory.swap_optimizer.on && !a.parallel.overlap_grad_reduce &&
+         kernel_sharding(a.parallel.sharding) == a.parallel.sharding;
 }
 
 // Expert and context parallelism: E and C.
 std::string parallel_key(const train::TrainArgs& a) {
-  return "|" + std::to_string(a.data_parallel.expert_parallel) + "|" + std::to_string(a.context_parallel.size);
+  return "|" + std::to_string(a.parallel.expert) + "|" + std::to_string(a.parallel.context);
 }
 
 std::string kernel_key(const train::TrainArgs& a) {
   return a.memory.recompute.describe() + "|" + a.memory.loss.describe() + "|" + a.attention + "|" +
-         std::to_string(a.micro_batch_size) + "|" + parallel::sharding_name(kernel_sharding(a.data_parallel.sharding)) +
+         std::to_string(a.micro_batch_size) + "|" + parallel::sharding_name(kernel_sharding(a.parallel.sharding)) +
          parallel_key(a);
 }
 // Everything but the recompute: the candidates that differ only in their recompute rung share it.
 std::string outer_key(const train::TrainArgs& a) {
   return a.memory.loss.describe() + "|" + a.memory.offload.describe() + "|" +
          std::to_string(a.memory.offload.prefetch_depth) + "|" + std::to_string(int(a.memory.swap_optimizer.on)) + "|" +
-         a.attention + "|" + std::to_string(a.micro_batch_size) + "|" +
-         parallel::sharding_name(a.data_parallel.sharding) + "|" +
-         std::to_string(int(a.data_parallel.overlap_grad_reduce)) + parallel_key(a);
+         a.attention + "|" + std::to_string(a.micro_batch_size) + "|" + parallel::sharding_name(a.parallel.sharding) +
+         "|" + std::to_string(int(a.parallel.overlap_grad_reduce)) + parallel_key(a);
 }
 
 // What the search keeps of a kernel dry run: its statistics and its kernels merged (what the cost
@@ -110,7 +109,7 @@ std::string percent(double f) {
   return b;
 }
 
-std::string explain(const PlanCandidate& c, const train::TrainArgs& g, int o_ranks) {
+std::string explain(const PlanCandidate& c, const train::TrainArgs& g) {
   std::vector<std::string> parts;
   const train::TrainArgs& a = c.args;
   const StepTime& t = c.time;
@@ -130,19 +129,18 @@ std::string explain(const PlanCandidate& c, const train::TrainArgs& g, int o_ran
                     (t.exposed_copy_s > 0 ? " (" + ms(t.exposed_copy_s) + " exposed)" : ""));
   if (a.micro_batch_size != g.micro_batch_size)
     parts.push_back("micro-batch " + std::to_string(a.micro_batch_size) + ": " +
-                    std::to_string(a.global_batch_size / a.micro_batch_size / data_parallel_ranks(a, o_ranks)) +
-                    " per rank a step");
-  if (a.data_parallel.expert_parallel > 1)
-    parts.push_back("expert parallel " + std::to_string(a.data_parallel.expert_parallel) + ": " +
-                    std::to_string(a.model.num_experts / a.data_parallel.expert_parallel) +
-                    " experts a rank, all-to-all " + ms(t.all_to_all_s));
-  if (a.context_parallel.size > 1)
-    parts.push_back("context parallel " + std::to_string(a.context_parallel.size) + ": " +
-                    std::to_string(a.seq_length / a.context_parallel.size) + " tokens a rank, " +
+                    std::to_string(a.global_batch_size / a.micro_batch_size / a.parallel.data()) + " per rank a step");
+  if (a.parallel.expert > 1)
+    parts.push_back("expert parallel " + std::to_string(a.parallel.expert) + ": " +
+                    std::to_string(a.model.num_experts / a.parallel.expert) + " experts a rank, all-to-all " +
+                    ms(t.all_to_all_s));
+  if (a.parallel.context > 1)
+    parts.push_back("context parallel " + std::to_string(a.parallel.context) + ": " +
+                    std::to_string(a.seq_length / a.parallel.context) + " tokens a rank, " +
                     (a.attention == "eager" ? "K/V all-gather " : "ring exchange ") + ms(t.ring_s) + ", " +
                     ms(t.exposed_ring_s) + " exposed");
-  if (a.data_parallel.sharding != parallel::ShardingStrategy::no_shard)
-    parts.push_back(std::string(parallel::sharding_name(a.data_parallel.sharding)) +
+  if (a.parallel.sharding != parallel::ShardingStrategy::no_shard)
+    parts.push_back(std::string(parallel::sharding_name(a.parallel.sharding)) +
                     " sharding: " + ms(t.comm_s - t.all_to_all_s - t.ring_s) + " of collectives, " +
                     ms(t.exposed_comm_s - t.all_to_all_s - t.exposed_ring_s) + " exposed");
   if (parts.empty()) return "no memory feature beyond the given run's";
@@ -154,8 +152,8 @@ std::string explain(const PlanCandidate& c, const train::TrainArgs& g, int o_ran
 // Why nothing fits, from the estimator's view of the smallest candidate (its peak its dry run's when it
 // has one). Past sharding, the triage order's second step names expert parallelism (MoE models) for
 // the states and context parallelism for the activations.
-std::string nothing_fits(const PlanCandidate& s, const SearchOptions& o, int64_t target) {
-  const StepPeak p = predict_step_peak(s.args.model, triage_settings(s.args, o.data_parallel));
+std::string nothing_fits(const PlanCandidate& s, int64_t target) {
+  const StepPeak p = predict_step_peak(s.args.model, triage_settings(s.args));
   // Gradients are f32 (the f32 sums under --bf16): 4 bytes an element beside 2- or 4-byte parameters.
   const int64_t gradients = p.parameters * (s.args.precision.bf16 ? 2 : 1);
   const int64_t fixed = p.parameters + gradients + p.optimizer_states;
@@ -169,14 +167,14 @@ std::string nothing_fits(const PlanCandidate& s, const SearchOptions& o, int64_t
            ": shard them over >= " + std::to_string(ranks) +
            " ranks (mpirun -np N with --use-distributed-optimizer or --data-parallel-sharding-strategy "
            "optim_grads_params; tidal plan --data-parallel-size N), or a larger device.";
-    if (m.is_moe() && s.args.data_parallel.expert_parallel < m.num_experts)
+    if (m.is_moe() && s.args.parallel.expert < m.num_experts)
       out += " Expert parallelism divides the experts too: --expert-model-parallel-size E holds " +
              std::to_string(m.num_experts) + " / E experts of each MoE layer a rank (tidal plan searches E with " +
              "--data-parallel-size N).";
   } else {
     out += " Its activations take " + format_bytes(p.activations) + " and its logits " + format_bytes(p.logits) +
            ": a shorter sequence, a smaller micro-batch, a larger device";
-    const int64_t c = s.args.context_parallel.size;
+    const int64_t c = s.args.parallel.context;
     if (s.args.seq_length % (4 * c) == 0)
       out +=
           ", or context parallelism over more ranks (--context-parallel-size C: a rank holds seq / C of "
@@ -196,14 +194,14 @@ PlanSearch search_plans(const train::TrainArgs& given, const SearchOptions& o) {
   r.budget = o.budget;
   r.target = int64_t(double(o.budget) * (1 - o.headroom));
   TIDAL_CHECK(o.host_budget >= 0, "tidal plan: the host memory budget must be >= 0, got ", o.host_budget);
-  const int dp = data_parallel_ranks(given, o.data_parallel);
+  const int dp = std::max(1, given.parallel.data());
   TIDAL_CHECK(given.global_batch_size % (given.micro_batch_size * dp) == 0, "tidal plan: ", "--global-batch-size ",
               given.global_batch_size, " is not a multiple of --micro-batch-size ", given.micro_batch_size, " x ", dp,
               " data-parallel ranks, so no candidate could run: give ",
               "a global batch of micro-batch x accumulation steps x ranks (e.g. --global-batch-size ",
               given.micro_batch_size * dp, ")");
   r.host_budget = o.host_budget;
-  std::vector<CandidateConfig> configs = enumerate_candidates(given, o.data_parallel, o.disk_dir);
+  std::vector<CandidateConfig> configs = enumerate_candidates(given, o.disk_dir);
   r.enumerated = int64_t(configs.size());
   std::vector<PlanCandidate> all;
   all.reserve(configs.size());
@@ -213,7 +211,7 @@ PlanSearch search_plans(const train::TrainArgs& given, const SearchOptions& o) {
     p.flags = std::move(c.flags);
     p.recompute = std::move(c.recompute);
     p.recompute_rung = c.recompute_rung;
-    p.estimated_peak = predict_step_peak(p.args.model, triage_settings(p.args, o.data_parallel)).total;
+    p.estimated_peak = predict_step_peak(p.args.model, triage_settings(p.args)).total;
     p.device_peak = p.estimated_peak;
     p.fits = p.device_peak <= r.target;
     all.push_back(std::move(p));
@@ -227,7 +225,7 @@ PlanSearch search_plans(const train::TrainArgs& given, const SearchOptions& o) {
     const std::string key = kernel_key(a);
     auto it = runs.find(key);
     if (it != runs.end()) return it->second;
-    std::optional<DryRun> d = try_dry_run(kernel_args(a), o.data_parallel, false, &dry_run_error);
+    std::optional<DryRun> d = try_dry_run(kernel_args(a), false, &dry_run_error);
     if (d) {
       dry_run_kernels += int64_t(d->kernels.size());
       keep_for_timing(*d);
@@ -239,10 +237,8 @@ PlanSearch search_plans(const train::TrainArgs& given, const SearchOptions& o) {
     const std::optional<DryRun>& d = kernels_of(c.args);
     if (!d) return;
     // Rank 0's peak is every rank's without sharding; sharded, the largest rank's is verified below.
-    if (same_kernels(c.args) &&
-        (o.data_parallel == 1 || c.args.data_parallel.sharding == parallel::ShardingStrategy::no_shard))
-      set_exact(c, *d, r);
-    c.time = predict_step_time(*d, c.args, o.profile, o.data_parallel);
+    if (same_kernels(c.args) && (given.parallel.world == 1 || !c.args.parallel.sharded())) set_exact(c, *d, r);
+    c.time = predict_step_time(*d, c.args, o.profile);
     c.timed = true;
   };
 
@@ -250,7 +246,7 @@ PlanSearch search_plans(const train::TrainArgs& given, const SearchOptions& o) {
   r.given = all.front();
   time(r.given);
   if (!r.given.exact)
-    if (std::optional<DryRun> d = try_dry_run(r.given.args, o.data_parallel)) set_exact(r.given, *d, r);
+    if (std::optional<DryRun> d = try_dry_run(r.given.args)) set_exact(r.given, *d, r);
 
   // Which candidates to time: those that may fit. First, per combination of the other switches, the
   // first rung of the recompute ladder that fits (the fastest of its ladder, unless a rung below it
@@ -288,19 +284,19 @@ PlanSearch search_plans(const train::TrainArgs& given, const SearchOptions& o) {
   // runs low where backward's temporaries dominate, at long sequences with small hidden sizes).
   int verified = 0;
   const auto verify = [&](PlanCandidate& c) {
-    if (std::optional<DryRun> d = try_dry_run(c.args, o.data_parallel)) return set_exact(c, *d, r);
-    if (!c.args.data_parallel.overlap_grad_reduce) return;
+    if (std::optional<DryRun> d = try_dry_run(c.args)) return set_exact(c, *d, r);
+    if (!c.args.parallel.overlap_grad_reduce) return;
     train::TrainArgs plain = c.args;
-    plain.data_parallel.overlap_grad_reduce = false;
-    plain.data_parallel.bucket_size = 0;
-    const std::optional<DryRun> d = try_dry_run(plain, o.data_parallel);
+    plain.parallel.overlap_grad_reduce = false;
+    plain.parallel.bucket_size = 0;
+    const std::optional<DryRun> d = try_dry_run(plain);
     if (!d) return;
     // What the overlap changes by the estimator: the buckets in flight without sharding (more), each
     // bucket's whole gradients freed once reduce-scattered under ZeRO-2/3 (less).
     // It frees no more than the gradients the dry run held (a bound on the estimator's error).
     const int64_t held = d->device.category[size_t(MemoryCategory::gradient)].peak;
-    const int64_t overlap = std::max<int64_t>(
-        -held, c.estimated_peak - predict_step_peak(plain.model, triage_settings(plain, o.data_parallel)).total);
+    const int64_t overlap =
+        std::max<int64_t>(-held, c.estimated_peak - predict_step_peak(plain.model, triage_settings(plain)).total);
     c.device_peak = d->device.peak_allocated + overlap;
     c.host_peak = d->host.peak_allocated;
     c.checked = true;
@@ -335,7 +331,7 @@ PlanSearch search_plans(const train::TrainArgs& given, const SearchOptions& o) {
     c.pareto = c.device_peak < smallest;
     smallest = std::min(smallest, c.device_peak);
   }
-  for (PlanCandidate& c : r.candidates) c.why = c.flags.empty() ? "as given" : explain(c, given, o.data_parallel);
+  for (PlanCandidate& c : r.candidates) c.why = c.flags.empty() ? "as given" : explain(c, given);
   r.given.why = "as given";
 
   if (r.chosen < 0) {
@@ -348,7 +344,7 @@ PlanSearch search_plans(const train::TrainArgs& given, const SearchOptions& o) {
       if (it->estimated_peak <= r.target && c.checked &&
           (!r.smallest.checked || c.device_peak < r.smallest.device_peak))
         r.smallest = c;
-    r.nothing_fits = nothing_fits(r.smallest, o, r.target);
+    r.nothing_fits = nothing_fits(r.smallest, r.target);
     // Within the budget by the estimator, yet nothing timed: the dry runs refused the configuration.
     if (r.smallest.estimated_peak <= r.target && r.candidates.empty() && !dry_run_error.empty())
       r.nothing_fits = "Nothing could be timed: the smallest candidate (" +

@@ -48,7 +48,6 @@ struct PlanCandidate {
 struct SearchOptions {
   int64_t budget = 0;      // device bytes
   double headroom = 0.10;  // fraction of the budget kept free
-  int data_parallel = 1;   // ranks
   DeviceProfile profile;   // for the step time
   // The kernels the timing dry runs may record in all before the optional rungs stop (about 100 dry
   // runs of a dense 8B model, 10 of a 30B MoE at 32k tokens).
@@ -72,6 +71,7 @@ struct PlanSearch {
   std::string nothing_fits;
 };
 
+// On the ranks of given.parallel (its world).
 PlanSearch search_plans(const train::TrainArgs& given, const SearchOptions& options);
 
 }  // namespace tidal::plan

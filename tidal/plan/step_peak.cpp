@@ -21,13 +21,12 @@ namespace tidal::plan {
 namespace {
 
 // The tokens of a sequence one rank holds: all of them, or its two chunks of 2C under context parallelism.
-int64_t local_seq(const TriageSettings& s) { return s.seq / std::max(1, s.context_parallel); }
+int64_t local_seq(const TriageSettings& s) { return s.seq / s.parallel.context; }
 
 memory::ActivationEstimate estimate(const models::ModelConfig& m, const TriageSettings& s) {
   memory::ActivationInputs in =
       memory::activation_inputs(s.memory, s.micro_batch, local_seq(s), s.attention, s.precision.param_dtype());
-  in.expert_parallel = s.expert_parallel;
-  in.context_parallel = s.context_parallel;
+  in.parallel = s.parallel;
   return memory::estimate_activations(m, in);
 }
 
@@ -86,7 +85,7 @@ int64_t logits_bytes(const models::ModelConfig& m, const TriageSettings& s, int6
 std::vector<memory::SwapParam> swap_params(const models::ModelConfig& m, const TriageSettings& s) {
   const DType dtype = s.precision.param_dtype();
   if (s.num_parameters > 0) return {{s.num_parameters, dtype}};
-  std::vector<memory::SwapParam> params = model_shape(m, s.expert_parallel).params;
+  std::vector<memory::SwapParam> params = model_shape(m, s.parallel.expert).params;
   for (memory::SwapParam& p : params) p.dtype = dtype;
   return params;
 }
@@ -104,13 +103,13 @@ namespace {
 // only the count is known.
 std::pair<int64_t, int64_t> gathered_elements(const models::ModelConfig& m, const TriageSettings& s) {
   if (s.num_parameters > 0) return {s.num_parameters, 0};
-  const ModelShape& shape = model_shape(m, s.expert_parallel);
+  const ModelShape& shape = model_shape(m, s.parallel.expert);
   const std::vector<int64_t>& per_layer = shape.per_layer;
   const int64_t outer = shape.outer;
   int64_t layers = 0;
   for (size_t l = 0; l < per_layer.size(); ++l)
-    layers =
-        std::max(layers, per_layer[l] + (s.overlap_param_gather && l + 1 < per_layer.size() ? per_layer[l + 1] : 0));
+    layers = std::max(
+        layers, per_layer[l] + (s.parallel.overlap_param_gather && l + 1 < per_layer.size() ? per_layer[l + 1] : 0));
   return {outer, layers};
 }
 
@@ -120,9 +119,9 @@ int64_t largest_shard(const models::ModelConfig& m, const TriageSettings& s,
                       const std::vector<memory::SwapParam>& params) {
   std::vector<int64_t> numels;
   for (const memory::SwapParam& p : params) numels.push_back(p.numel);
-  std::vector<bool> expert = model_shape(m, s.expert_parallel).expert;
+  std::vector<bool> expert = model_shape(m, s.parallel.expert).expert;
   if (s.num_parameters > 0) expert.assign(numels.size(), false);  // the count alone: one piece
-  return optim::largest_shard(numels, expert, s.data_parallel, s.expert_parallel, optim::kGradNormChunk);
+  return optim::largest_shard(numels, expert, s.parallel.world, s.parallel.expert, optim::kGradNormChunk);
 }
 
 // The reduce-scatter's buffer of every rank's pieces (f32, optim/distributed_adamw.cpp), one group at
@@ -131,12 +130,12 @@ int64_t largest_shard(const models::ModelConfig& m, const TriageSettings& s,
 int64_t reduce_scatter_pieces(const models::ModelConfig& m, const TriageSettings& s,
                               const std::vector<memory::SwapParam>& params, int64_t bucket) {
   std::vector<int64_t> dense, experts;
-  const std::vector<bool>& expert = model_shape(m, s.expert_parallel).expert;
-  const bool by_kind = s.num_parameters == 0 && s.expert_parallel > 1;
+  const std::vector<bool>& expert = model_shape(m, s.parallel.expert).expert;
+  const bool by_kind = s.num_parameters == 0 && s.parallel.expert > 1;
   for (size_t i = 0; i < params.size(); ++i) (by_kind && expert[i] ? experts : dense).push_back(params[i].numel);
   int64_t most = 0;
   for (const auto& [numels, ranks] :
-       {std::pair{dense, s.data_parallel}, std::pair{experts, std::max(1, s.data_parallel / s.expert_parallel)}}) {
+       {std::pair{dense, s.parallel.world}, std::pair{experts, std::max(1, s.parallel.world / s.parallel.expert)}}) {
     if (numels.empty()) continue;
     const int64_t shard =
         optim::largest_shard(numels, std::vector<bool>(numels.size(), false), ranks, 1, optim::kGradNormChunk);
@@ -150,12 +149,12 @@ int64_t reduce_scatter_pieces(const models::ModelConfig& m, const TriageSettings
 int64_t exchange_buffer_bytes(const models::ModelConfig& m, const TriageSettings& s) {
   const int64_t tokens = s.micro_batch * local_seq(s), el = dtype_size(s.precision.param_dtype());
   int64_t bytes = 0;
-  if (s.expert_parallel > 1 && m.is_moe()) bytes = 2 * tokens * m.num_experts_per_tok * m.hidden_size * el;
-  if (s.context_parallel > 1 && s.attention == AttentionKernel::eager) {
+  if (s.parallel.expert > 1 && m.is_moe()) bytes = 2 * tokens * m.num_experts_per_tok * m.hidden_size * el;
+  if (s.parallel.context > 1 && s.attention == AttentionKernel::eager) {
     // Eager's all-gather (ops/context_gather_attention.h): in backward the whole sequence's dK and dV,
     // and for one of them its blocks by rank and the reduce-scatter's copy of them.
-    bytes = std::max(bytes, 4 * s.context_parallel * tokens * m.kv_heads() * m.head_size() * el);
-  } else if (s.context_parallel > 1) {
+    bytes = std::max(bytes, 4 * s.parallel.context * tokens * m.kv_heads() * m.head_size() * el);
+  } else if (s.parallel.context > 1) {
     const int64_t kv = 2 * tokens * m.kv_heads() * m.head_size();  // one block's K and V, elements
     bytes = std::max(bytes, 2 * kv * el + 2 * kv * 4);
   }
@@ -175,13 +174,13 @@ StepPeak predict_step_peak(const models::ModelConfig& m, const TriageSettings& s
   const int64_t in_flight = dtype == DType::bf16 && m.tie_word_embeddings ? 2 * m.vocab_size * m.hidden_size : 0;
   // The distributed optimizer: AdamW's states of the largest shard (optim/shard_layout.h). ZeRO-1, 2
   // and 3 alike at the step's last reduce-scatter, where the peak of the step's end is.
-  const bool sharded = s.sharding != parallel::ShardingStrategy::no_shard;
+  const bool sharded = s.parallel.sharded();
   int64_t shard = n;
   if (sharded) shard = largest_shard(m, s, params);
   const int64_t states = memory::swap_state_bytes_per_element(dtype) * shard;  // moments (+ bf16's master)
   // ZeRO-3: the shard, and the whole parameters outside the layers and of one layer at a time while
   // layers compute (none at the step's end).
-  const bool zero3 = s.sharding == parallel::ShardingStrategy::optim_grads_params;
+  const bool zero3 = s.parallel.shards_parameters();
   const auto [outer, layer] = zero3 ? gathered_elements(m, s) : std::pair<int64_t, int64_t>{n, 0};
   p.parameters = param_size * (zero3 ? shard + outer + layer : n);
   const int64_t parameters_at_end = param_size * (zero3 ? shard + outer : n);
@@ -207,18 +206,17 @@ StepPeak predict_step_peak(const models::ModelConfig& m, const TriageSettings& s
   p.logits = loss_mode.chunked ? head.logits : 2 * logits_bytes(m, s, tokens);
   // Gradients kept between micro-batches (accumulation): the whole ones summed so far, or (ZeRO-2/3)
   // the shard's sums — through every later micro-batch's forward and backward.
-  const int64_t per_rank_batch = s.micro_batch * std::max(1, s.data_parallel / std::max(1, s.context_parallel));
+  const int64_t per_rank_batch = s.micro_batch * std::max(1, s.parallel.world / s.parallel.context);
   const int64_t accumulation =
       per_rank_batch > 0 && s.global_batch % per_rank_batch == 0 ? s.global_batch / per_rank_batch : 1;
-  const bool shard_grads = s.sharding == parallel::ShardingStrategy::optim_grads ||
-                           s.sharding == parallel::ShardingStrategy::optim_grads_params;
+  const bool shard_grads = s.parallel.shards_gradients();
   const int64_t held = accumulation > 1 ? (shard_grads ? 4 * shard : whole) : 0;
   const int64_t loss = resident_outside_layers + held + a.after_forward - head.saved + head.peak;
   // Whole gradients alive at once: all of them, or — sharded with --overlap-grad-reduce, each bucket's
   // freed once reduce-scattered — about the bucket being reduced and the one filling (a bound: when a
   // bucket is done depends on timing), with every rank's pieces of one bucket's share of the shard.
-  const bool bucketed = sharded && s.overlap_grad_reduce;
-  const int64_t bucket = std::min(n, s.bucket_elements > 0 ? s.bucket_elements : n);
+  const bool bucketed = sharded && s.parallel.overlap_grad_reduce;
+  const int64_t bucket = std::min(n, s.parallel.bucket_elements());
   const int64_t live_grads = bucketed ? std::min(whole, 2 * 4 * bucket) : whole;
   const int64_t pieces = sharded ? reduce_scatter_pieces(m, s, params, bucketed ? bucket : shard) : 0;
   // A recompute replay or an offload prefetch later in backward, with gradients already there; the
@@ -240,15 +238,9 @@ StepPeak predict_step_peak(const models::ModelConfig& m, const TriageSettings& s
   return p;
 }
 
-TriageSettings triage_settings(const train::TrainArgs& args, int data_parallel) {
+TriageSettings triage_settings(const train::TrainArgs& args) {
   TriageSettings s;
-  s.data_parallel = data_parallel;
-  s.sharding = args.data_parallel.sharding;
-  s.overlap_param_gather = args.data_parallel.overlap_param_gather;
-  s.overlap_grad_reduce = args.data_parallel.overlap_grad_reduce;
-  s.bucket_elements = args.data_parallel.bucket_elements(data_parallel);
-  s.expert_parallel = args.data_parallel.expert_parallel;
-  s.context_parallel = int(args.context_parallel.size);
+  s.parallel = args.parallel;
   s.micro_batch = args.micro_batch_size;
   s.seq = args.seq_length;
   s.global_batch = args.global_batch_size;

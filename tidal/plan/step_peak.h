@@ -21,23 +21,20 @@ struct TriageSettings {
   AttentionKernel attention = AttentionKernel::flash;
   memory::MemoryConfig memory;  // recompute (set with set_recompute: it carries the plan), offload, loss, swap
   int64_t num_parameters = 0;   // 0: counted from the config (a meta-device model)
-  int data_parallel = 1;        // ranks (mpirun -np N; tidal plan --data-parallel-size N)
-  parallel::ShardingStrategy sharding = parallel::ShardingStrategy::no_shard;
-  bool overlap_param_gather = false;  // ZeRO-3 gathers the next layer's parameters early
-  bool overlap_grad_reduce = false;   // gradients reduced (and, sharded, freed) bucket by bucket
-  int64_t bucket_elements = 0;        // --ddp-bucket-size as resolved for the ranks (0: one bucket)
-  // --expert-model-parallel-size E: a rank holds num_experts / E experts of each MoE layer (their
-  // states sharded over the N / E ranks of its expert-data group, the dense ones over all N), runs
-  // them on the rows the all-to-all brings (an even split: tokens x top-k rows) and keeps that
-  // exchange's rows. --context-parallel-size C: a rank holds 2 of 2C chunks of every sequence
-  // (seq / C tokens: activations and logits), and the ring's K/V blocks in flight.
-  int expert_parallel = 1;
-  int context_parallel = 1;
+  // The ranks (mpirun -np N; tidal plan --data-parallel-size N) and how they split the run: what they
+  // shard (ZeRO-3 gathers a layer's parameters at a time, the next one's early with the overlap),
+  // whether gradients are reduced (and, sharded, freed) bucket by bucket. Expert parallel E: a rank
+  // holds num_experts / E experts of each MoE layer (their states sharded over the N / E ranks of its
+  // expert-data group, the dense ones over all N), runs them on the rows the all-to-all brings (an
+  // even split: tokens x top-k rows) and keeps that exchange's rows. Context parallel C: a rank holds
+  // 2 of 2C chunks of every sequence (seq / C tokens: activations and logits), and the ring's K/V
+  // blocks in flight.
+  parallel::ParallelLayout parallel;
   // --bf16: bf16 parameters and activations, f32 gradient sums, AdamW's f32 master weights and moments.
   train::PrecisionConfig precision;
 };
-// `data_parallel`: the ranks the run has (or is planned for).
-TriageSettings triage_settings(const train::TrainArgs& args, int data_parallel = 1);
+// The settings of `args` (its layout's world: the ranks the run has, or is planned for).
+TriageSettings triage_settings(const train::TrainArgs& args);
 
 // The peak of a training step as the estimator sees it (within a few percent of the measured one,
 // tested): the largest of the LM head and loss (parameters, AdamW's states unless swapped, what

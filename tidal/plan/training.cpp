@@ -22,15 +22,14 @@ train::TrainHooks training_hooks() {
     }
   };
   // The breakdown at that moment and what to try (oom_advice.h), with the search's choice for the limit.
-  h.out_of_memory = [](const OutOfMemory& e, const train::TrainArgs& args, const models::ModelConfig& model,
-                       int ranks) {
+  h.out_of_memory = [](const OutOfMemory& e, const train::TrainArgs& args, const models::ModelConfig& model) {
     std::string planner;
     try {
-      planner = planner_advice(args, ranks, e.stats().limit);
+      planner = planner_advice(args, e.stats().limit);
     } catch (const std::exception& x) {  // the advice must never hide the error itself
       planner = std::string("(no plan: ") + x.what() + ")\n";
     }
-    return out_of_memory_message(e, model, triage_settings(args, ranks), planner);
+    return out_of_memory_message(e, model, triage_settings(args), planner);
   };
   return h;
 }

@@ -87,8 +87,7 @@ Flags train_flags() {
               "NAME|FILE");
   add_memory_flags(f);
   add_precision_flags(f);
-  parallel::add_context_parallel_flags(f);
-  parallel::add_data_parallel_flags(f)
+  parallel::add_parallel_flags(f)
       .option("sample-prompt", "text to continue with the trained model at the end", "TEXT")
       .option("sample-tokens", "tokens to generate for the sample (default 64 with a prompt)", "N")
       .option("profile",
@@ -232,8 +231,7 @@ TrainArgs parse_train_args(const std::vector<std::string>& argv) {
               "tidal train: --attention must be flash or eager, got '", a.attention, "'");
   parse_outputs(f, a);
   a.memory = parse_memory_config(f, m);
-  a.data_parallel = parallel::parse_data_parallel(f);
-  a.context_parallel = parallel::parse_context_parallel(f);
+  a.parallel = parallel::parse_parallel_layout(f);
   a.precision = parse_precision(f);
   m.torch_dtype = a.precision.torch_dtype();  // what the checkpoint's config.json says its weights are
   a.progress = !f.flag_on("no-progress");
@@ -242,7 +240,7 @@ TrainArgs parse_train_args(const std::vector<std::string>& argv) {
   // Sizes from flags that overflow 64-bit byte counts are an error now, not a wrapped allocation later.
   memory::check_step_sizes(a.model, a.micro_batch_size, a.seq_length,
                            a.attention == "eager" ? AttentionKernel::eager : AttentionKernel::flash);
-  parallel::check_context_parallel(a.seq_length, a.context_parallel.size);
+  parallel::check_context_parallel(a.parallel, a.seq_length);
   return a;
 }
 
@@ -389,12 +387,7 @@ nlohmann::json TrainArgs::to_json() const {
   j["adam_beta2"] = adam_beta2;
   j["adam_eps"] = adam_eps;
   j["clip_grad"] = clip_grad;
-  j["data_parallel_sharding_strategy"] = parallel::sharding_name(data_parallel.sharding);
-  j["overlap_grad_reduce"] = data_parallel.overlap_grad_reduce;
-  if (data_parallel.overlap_grad_reduce) j["ddp_bucket_size"] = data_parallel.bucket_size;
-  j["overlap_param_gather"] = data_parallel.overlap_param_gather;
-  j["expert_model_parallel_size"] = data_parallel.expert_parallel;
-  j["context_parallel_size"] = context_parallel.size;
+  parallel::to_json(j, parallel);
   j["bf16"] = precision.bf16;
   j["check_for_nan_in_loss_and_grad"] = check_for_nan;
   j["skip_nonfinite_steps"] = skip_nonfinite_steps;

@@ -9,8 +9,7 @@
 #include "tidal/base/flags.h"
 #include "tidal/memory/memory_config.h"
 #include "tidal/models/config.h"
-#include "tidal/parallel/context.h"
-#include "tidal/parallel/data.h"
+#include "tidal/parallel/layout.h"
 #include "tidal/train/precision.h"
 
 namespace tidal::train {
@@ -62,10 +61,10 @@ struct TrainArgs {
   // --swap-optimizer[-times] (train/memory_flags.h; validated against the model)
   memory::MemoryConfig memory;
   // --use-distributed-optimizer / --data-parallel-sharding-strategy / --overlap-grad-reduce /
-  // --ddp-bucket-size (parallel/data.h)
-  parallel::DataParallelConfig data_parallel;
-  // --context-parallel-size (parallel/context.h)
-  parallel::ContextParallelConfig context_parallel;
+  // --ddp-bucket-size / --overlap-param-gather / --expert-model-parallel-size / --context-parallel-size
+  // (parallel/layout.h). Its world is the ranks the run is for: run_training binds it to the
+  // communicator's, tidal plan to --data-parallel-size.
+  parallel::ParallelLayout parallel;
   // --bf16: mixed precision (train/precision.h)
   PrecisionConfig precision;
   std::string sample_prompt;  // printed sample at the end ("" : none)
@@ -75,6 +74,12 @@ struct TrainArgs {
   int64_t profile_first_step = 0, profile_last_step = 0;
 
   int64_t grad_accumulation_steps() const { return global_batch_size / micro_batch_size; }
+  // These settings on `ranks` ranks (parallel::ParallelLayout::on: C must divide them).
+  TrainArgs on(int ranks) const {
+    TrainArgs a = *this;
+    a.parallel = parallel.on(ranks);
+    return a;
+  }
   // Every resolved setting, for metrics and checkpoints.
   nlohmann::json to_json() const;
 };

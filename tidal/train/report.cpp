@@ -75,10 +75,10 @@ Report::Report(const TrainArgs& args, const models::ModelConfig& config, const S
   std::fprintf(out, "model: %s (%s), %lld parameters; data: %s\n", config.model_type.c_str(), args.model_source.c_str(),
                (long long)s.model->num_parameters(), s.data.description.c_str());
   std::string ranks;
-  if (s.data_comm().size() > 1) ranks += ", " + std::to_string(s.data_comm().size()) + " data-parallel ranks";
-  if (s.cp_size() > 1)
-    ranks += ", context-parallel size " + std::to_string(s.cp_size()) +
-             (s.context.ring ? " (K/V exchange overlapped)" : " (blocking K/V exchange)");
+  if (s.groups->data().size() > 1) ranks += ", " + std::to_string(s.groups->data().size()) + " data-parallel ranks";
+  if (s.groups->context_size() > 1)
+    ranks += ", context-parallel size " + std::to_string(s.groups->context_size()) +
+             (s.groups->ring() ? " (K/V exchange overlapped)" : " (blocking K/V exchange)");
   std::fprintf(out,
                "training %lld iterations of %lld x %lld tokens (micro-batch %lld, %lld accumulation steps%s), "
                "%s attention, recompute: %s, offload: %s\n",
@@ -158,11 +158,11 @@ void Report::summary(const Setup& s, int64_t last_iteration, double final_loss, 
     std::fprintf(out_, "%s\n", s.offloader->describe_stats(steps).c_str());
   }
   if (mem.swap_optimizer.on) metrics_.set_summary_field("swap_optimizer", s.optimizer->stats_json());
-  if (s.comm->size() > 1) {
-    metrics_.set_summary_field("ranks", ranks_json(*s.comm, dev));
-    const dist::CommStats c = s.comm->stats();
+  if (s.comm().size() > 1) {
+    metrics_.set_summary_field("ranks", ranks_json(s.comm(), dev));
+    const dist::CommStats c = s.comm().stats();
     const parallel::GradSyncStats& g = s.grad_sync->stats();
-    nlohmann::json comm = {{"backend", s.comm->backend()},
+    nlohmann::json comm = {{"backend", s.comm().backend()},
                            {"calls", c.calls},
                            {"bytes_sent", c.bytes_sent},
                            {"bytes_received", c.bytes_received},
@@ -183,7 +183,7 @@ void Report::summary(const Setup& s, int64_t last_iteration, double final_loss, 
     std::fprintf(out_,
                  "communication (rank 0, %s): %lld calls, %s sent, %s received, %.1f ms in collectives; gradient "
                  "reduction %.1f ms in %lld bucket(s) per backward, %.0f%% hidden behind backward\n",
-                 s.comm->backend(), (long long)c.calls, format_bytes(c.bytes_sent).c_str(),
+                 s.comm().backend(), (long long)c.calls, format_bytes(c.bytes_sent).c_str(),
                  format_bytes(c.bytes_received).c_str(), double(c.busy_ns) / 1e6, double(g.busy_ns) / 1e6,
                  (long long)g.buckets, 100.0 * g.hidden_fraction());
   }

@@ -74,12 +74,13 @@ std::function<bool(const std::string&)> held_here(const models::CausalLM& model)
 // `deferred`: the parameters made without their values (ZeRO-3: nn/deferred_init.h). --bf16: each
 // weight drawn in f32 as an f32 run draws it, then rounded to bf16 (nn::normal_parameter).
 std::unique_ptr<models::CausalLM> build_model(const TrainArgs& args, const models::ModelConfig& config,
+                                              const std::shared_ptr<dist::Communicator>& experts,
                                               const std::shared_ptr<nn::DeferredInit>& deferred, Device device) {
   nn::Init init;
   init.device = device;
   init.deferred = deferred;
   init.dtype = args.precision.param_dtype();
-  std::unique_ptr<models::CausalLM> model = models::create_model(config, init);
+  std::unique_ptr<models::CausalLM> model = models::create_model(config, init, experts);
   model->set_attention_kernel(args.attention == "eager" ? AttentionKernel::eager : AttentionKernel::flash);
   if (args.memory.recompute.any()) model->set_recompute(args.memory.recompute_plan);
   return model;
@@ -195,7 +196,7 @@ void resume(const TrainArgs& args, const models::ModelConfig& config, Setup& s, 
   const std::string& dir = args.load;
   const std::string what = "[checkpoint] cannot resume from --load " + dir;
   // The iteration to resume from (-1: none), which every rank must see alike.
-  const std::vector<std::string> found = dist::on_every_rank(*s.comm, what, [&] {
+  const std::vector<std::string> found = dist::on_every_rank(s.comm(), what, [&] {
     TIDAL_CHECK(!std::filesystem::exists(dir) || std::filesystem::is_directory(dir), "[checkpoint] --load ", dir,
                 " is not a directory");
     return std::to_string(std::filesystem::exists(dir) ? checkpoint::latest_iteration(dir) : -1);
@@ -211,9 +212,9 @@ void resume(const TrainArgs& args, const models::ModelConfig& config, Setup& s, 
     return;
   }
   std::string path;
-  dist::on_every_rank(*s.comm, what, [&] {
+  dist::on_every_rank(s.comm(), what, [&] {
     // Expert parallel: this rank's experts (and their moments) out of the whole model's files.
-    const bool expert_parallel = s.model->config().expert_group != nullptr;
+    const bool expert_parallel = s.layout().expert > 1;
     const checkpoint::Checkpoint ck = checkpoint::load_checkpoint(dir, expert_parallel ? held_here(*s.model) : nullptr);
     TIDAL_CHECK(!expert_parallel || ck.shards.ranks == 0, "[checkpoint] ", ck.path, " holds the distributed ",
                 "optimizer's states in ", ck.shards.ranks, " shard files, which --expert-model-parallel-size does not ",
@@ -236,75 +237,55 @@ void resume(const TrainArgs& args, const models::ModelConfig& config, Setup& s, 
 
 }  // namespace
 
+Setup::Setup(std::unique_ptr<parallel::ParallelGroups> groups_in, TrainingData data_in, int64_t micro_batches_in,
+             Device device_in)
+    : groups(std::move(groups_in)),
+      data(std::move(data_in)),
+      loader(data.train),
+      micro_batches(micro_batches_in),
+      device(device_in) {}
+
 Setup setup_training(const TrainArgs& args, models::ModelConfig& config, std::FILE* out, dist::Communicator& comm,
                      Device device) {
-  parallel::ContextParallelGroups context;
-  if (args.context_parallel.enabled()) context = parallel::context_parallel_groups(comm, args.context_parallel);
-  const int data_ranks = context.dp ? context.dp->size() : comm.size();
+  const parallel::ParallelLayout layout = args.parallel.on(comm.size());
   const int64_t micro_batches =
-      parallel::micro_batches_per_rank(args.global_batch_size, args.micro_batch_size, data_ranks);
+      parallel::micro_batches_per_rank(args.global_batch_size, args.micro_batch_size, layout.data());
   TrainingData data = load_data(args, config, out);
   config.validate();
+  parallel::check_expert_parallel(layout, config);
   device_allocator(device).reset_peak_stats();
   host_allocator(device).reset_peak_stats();
 
+  Setup s(std::make_unique<parallel::ParallelGroups>(comm, layout), std::move(data), micro_batches, device);
   manual_seed(args.seed);
   // ZeRO-3 builds the model without its values: each rank materializes one parameter at a time and
   // keeps its shard, so the whole model never needs to fit (not with --pretrained: it loads whole).
-  const bool zero3 = args.data_parallel.sharding == parallel::ShardingStrategy::optim_grads_params;
   std::shared_ptr<nn::DeferredInit> deferred =
-      zero3 && args.pretrained.empty() ? std::make_shared<nn::DeferredInit>() : nullptr;
+      layout.shards_parameters() && args.pretrained.empty() ? std::make_shared<nn::DeferredInit>() : nullptr;
   // Expert parallel: the model builds this rank's experts only (models/moe.h).
-  parallel::check_expert_parallel(args.data_parallel.expert_parallel, config, comm.size());
-  parallel::ExpertGroups groups;
-  models::ModelConfig built = config;
-  if (args.data_parallel.expert_parallel > 1) {
-    groups = parallel::make_expert_groups(comm, args.data_parallel.expert_parallel);
-    built.expert_group = groups.experts;
-  }
-  std::unique_ptr<models::CausalLM> model = build_model(args, built, deferred, device);
-  std::unique_ptr<memory::Offloader> offloader = attach_offloader(args.memory, config, *model, device);
+  s.model = build_model(args, config, s.groups->experts(), deferred, device);
+  s.offloader = attach_offloader(args.memory, config, *s.model, device);
   if (!args.pretrained.empty())  // expert parallel: this rank's experts out of the whole model's
-    model->load_hf_state_dict(
-        models::load_pretrained_dir(args.pretrained, built.expert_group ? held_here(*model) : nullptr).weights);
-  std::unique_ptr<optim::DistributedAdamW> sharded;
-  std::unique_ptr<optim::AdamW> optimizer;
-  if (args.data_parallel.sharding != parallel::ShardingStrategy::no_shard) {
+    s.model->load_hf_state_dict(
+        models::load_pretrained_dir(args.pretrained, layout.expert > 1 ? held_here(*s.model) : nullptr).weights);
+  if (layout.sharded()) {
     // Expert parallel: the experts' shards over their expert-data-parallel group (optim::ExpertShards).
     optim::ExpertShards experts;
-    if (groups.expert_data) {
-      for (const auto& [name, p] : model->named_parameters())
+    if (layout.expert > 1) {
+      for (const auto& [name, p] : s.model->named_parameters())
         experts.is_expert.push_back(models::is_expert_parameter(name));
-      experts.data = groups.expert_data.get();
-      experts.experts = groups.experts.get();  // the model's config keeps it
+      experts.data = s.groups->expert_data();
+      experts.experts = s.groups->experts().get();
     }
-    sharded = std::make_unique<optim::DistributedAdamW>(model->named_parameters(), comm, zero3,
-                                                        groups.expert_data ? &experts : nullptr);
-    optimizer = memory::make_adamw(sharded->shard_parameters(), adamw_options(args), args.memory.swap_optimizer,
-                                   sharded->decay_rule(), int64_t(model->named_parameters().size()));
+    s.sharded = std::make_unique<optim::DistributedAdamW>(s.model->named_parameters(), comm, layout.shards_parameters(),
+                                                          layout.expert > 1 ? &experts : nullptr);
+    s.optimizer = memory::make_adamw(s.sharded->shard_parameters(), adamw_options(args), args.memory.swap_optimizer,
+                                     s.sharded->decay_rule(), int64_t(s.model->named_parameters().size()));
   } else {
-    optimizer = memory::make_adamw(model->named_parameters(), adamw_options(args), args.memory.swap_optimizer);
+    s.optimizer = memory::make_adamw(s.model->named_parameters(), adamw_options(args), args.memory.swap_optimizer);
   }
-  optim::LrSchedule schedule = lr_schedule(args);
-  data::DataLoader loader(data.train);
-  Setup s{std::move(data),
-          std::move(model),
-          std::move(offloader),
-          std::move(optimizer),
-          schedule,
-          std::move(loader),
-          0,
-          nlohmann::json(),
-          &comm,
-          micro_batches,
-          std::move(groups.expert_data),
-          std::move(sharded),
-          nullptr,
-          nullptr,
-          nullptr,
-          device,
-          std::move(context)};
-  s.model->set_context_parallel(s.context.cp.get(), s.context.ring.get());
+  s.schedule = lr_schedule(args);
+  s.model->set_context_parallel(s.groups->context(), s.groups->ring());
   set_rng_state({args.seed, 0});
   if (!args.load.empty()) resume(args, config, s, out);
   if (args.precision.bf16) {
@@ -313,15 +294,13 @@ Setup setup_training(const TrainArgs& args, models::ModelConfig& config, std::FI
     // The f32 draws of the initialization (nn::normal_parameter) are the build's, not the training's.
     device_allocator(device).reset_peak_stats();
   }
-  s.grad_sync = std::make_unique<parallel::GradSync>(s.model->named_parameters(), comm, s.sharded.get(),
-                                                     args.data_parallel, s.expert_data.get());
-  if (s.sharded && s.sharded->shards_parameters()) {
+  s.grad_sync = std::make_unique<parallel::GradSync>(s.model->named_parameters(), *s.groups, s.sharded.get());
+  if (layout.shards_parameters()) {
     // The built values (one parameter at a time), or what --load put into the whole parameters.
     std::function<void(const Tensor&)> materialize;
     if (deferred) materialize = [&deferred](const Tensor& p) { deferred->materialize(p); };
     s.sharded->copy_shard_from_parameters(materialize);
-    s.param_gather =
-        std::make_unique<parallel::ParamGather>(*s.model, *s.sharded, comm, args.data_parallel.overlap_param_gather);
+    s.param_gather = std::make_unique<parallel::ParamGather>(*s.model, *s.sharded, comm, layout.overlap_param_gather);
     // Building is not training: the peaks count from here, and the log says what building took.
     const MemoryStats built = device_allocator(device).stats();
     std::fprintf(out, "ZeRO-3: the model was built %s (device peak %s), now %s of parameters on this rank\n",
@@ -334,7 +313,7 @@ Setup setup_training(const TrainArgs& args, models::ModelConfig& config, std::FI
   s.settings = args.to_json();
   s.settings["model"] = models::config_to_json(config);
   s.settings["data"] = s.data.description;
-  s.settings["data_parallel_size"] = data_ranks;
+  s.settings["data_parallel_size"] = layout.data();
   return s;
 }
 

@@ -17,6 +17,7 @@
 #include "tidal/optim/distributed_adamw.h"
 #include "tidal/optim/lr_schedule.h"
 #include "tidal/parallel/grad_sync.h"
+#include "tidal/parallel/groups.h"
 #include "tidal/parallel/param_gather.h"
 #include "tidal/train/arguments.h"
 #include "tidal/train/main_grads.h"
@@ -30,9 +31,14 @@ struct TrainingData {
   std::string description;  // "PREFIX (N documents, M tokens; split 98,2,0)", for the log and the metrics
 };
 
-// Members are made in this order and unmade in reverse: the offloader, whose runner the model calls,
-// finishes its copies before the model goes.
+// Members are made in this order and unmade in reverse: the groups outlive everything that
+// communicates; the offloader, whose runner the model calls, finishes its copies before the model goes.
 struct Setup {
+  // Reads the training split from its first sample.
+  Setup(std::unique_ptr<parallel::ParallelGroups> groups, TrainingData data, int64_t micro_batches, Device device);
+
+  // The run's parallel layout on its ranks, and their communicators (parallel/groups.h).
+  std::unique_ptr<parallel::ParallelGroups> groups;
   TrainingData data;
   std::unique_ptr<models::CausalLM> model;
   std::unique_ptr<memory::Offloader> offloader;  // null without --activation-offload
@@ -42,19 +48,12 @@ struct Setup {
   int64_t start = 0;  // the iteration a --load resumed from (0 without one)
   // Every setting with the resolved model and the data, as --metrics-json and checkpoints record them.
   nlohmann::json settings;
-  // All the ranks (one without mpirun): the gradients are summed over them. Without context
-  // parallelism they are the data-parallel ranks.
-  dist::Communicator* comm = nullptr;
   int64_t micro_batches = 1;  // per rank and step: global batch / (micro-batch × data-parallel ranks)
-  // --expert-model-parallel-size E > 1: the ranks holding this rank's experts, which sum their
-  // gradients (parallel/expert.h; the expert-parallel group is the model config's
-  // expert_group). Null otherwise.
-  std::unique_ptr<dist::Communicator> expert_data;
   // --use-distributed-optimizer: the gradient buffer, shards and collectives; `optimizer` then
   // updates this rank's shard only. Null without sharding.
   std::unique_ptr<optim::DistributedAdamW> sharded;
-  // Sums the gradients over the ranks (parallel/grad_sync.h); last, so it goes first (its hooks and
-  // stream refer to the model's parameters and `sharded`).
+  // Sums the gradients over the ranks (parallel/grad_sync.h); after `sharded`, so it goes first (its
+  // hooks and stream refer to the model's parameters and `sharded`).
   std::unique_ptr<parallel::GradSync> grad_sync;
   // ZeRO-3: gathers each layer's parameters when it computes (parallel/param_gather.h); null otherwise.
   std::unique_ptr<parallel::ParamGather> param_gather;
@@ -62,12 +61,10 @@ struct Setup {
   std::unique_ptr<MainGrads> main_grads;
   // Where the model lives: cpu, or meta for a dry run (dry_run.h), whose step feeds meta batches.
   Device device = Device::cpu();
-  // --context-parallel-size C > 1 (parallel/context.h): this rank's CP group (the model's
-  // ring) and DP group (whose rank picks the samples); null otherwise.
-  parallel::ContextParallelGroups context;
-  dist::Communicator& data_comm() const { return context.dp ? *context.dp : *comm; }
-  int cp_size() const { return context.cp ? context.cp->size() : 1; }
-  int cp_rank() const { return context.cp ? context.cp->rank() : 0; }
+
+  const parallel::ParallelLayout& layout() const { return groups->layout(); }
+  // All the ranks (one without mpirun): the gradients are summed over them.
+  dist::Communicator& comm() const { return groups->world(); }
 };
 
 // Loads the data (the tokenizer's vocabulary goes into `config`), validates `config`, resets the

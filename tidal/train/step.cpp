@@ -10,6 +10,7 @@
 #include "tidal/models/moe.h"
 #include "tidal/ops/elementwise.h"
 #include "tidal/optim/grad_clip.h"
+#include "tidal/parallel/context.h"
 #include "tidal/parallel/data.h"
 #include "tidal/parallel/expert.h"
 #include "tidal/parallel/grad_sync.h"
@@ -19,13 +20,13 @@ namespace tidal::train {
 
 StepResult train_step(int64_t it, const TrainArgs& args, Setup& s, profile::Profiler& profiler,
                       SavedTensors& first_saved, const std::function<void(int64_t m)>& after_forward) {
-  dist::Communicator& comm = *s.comm;  // all ranks: the gradients are summed over them
-  dist::Communicator& data = s.data_comm();
+  dist::Communicator& comm = s.comm();  // all ranks: the gradients are summed over them
+  dist::Communicator& data = s.groups->data();
   const int64_t accum = s.micro_batches;  // per rank
   // Each micro-batch's share of the global batch: the same scale as one process accumulating them all.
   // With context parallelism each of the C ranks of a sample has the mean over its 2T/C tokens: a
   // C-th of the sample's mean.
-  const int64_t global_micro_batches = accum * data.size() * s.cp_size();
+  const int64_t global_micro_batches = accum * data.size() * s.groups->context_size();
   const double aux_coef = s.model->config().router_aux_loss_coef;
   StepResult r;
   r.lr = optim::lr_at(it - 1, s.schedule);
@@ -35,7 +36,8 @@ StepResult train_step(int64_t it, const TrainArgs& args, Setup& s, profile::Prof
     Tensor tokens =
         parallel::next_rank_batch(s.loader, args.micro_batch_size, data.rank(), data.size()).tokens;  // (B, T+1)
     if (s.device.is_meta()) tokens = tokens.to(s.device);  // a dry run (dry_run.h): the batch's shape only
-    const parallel::LocalTokens local = parallel::local_tokens(tokens, s.cp_size(), s.cp_rank());  // this rank's chunks
+    const parallel::LocalTokens local =
+        parallel::local_tokens(tokens, s.groups->context_size(), s.groups->context_rank());  // this rank's chunks
     Tensor loss;
     if (s.offloader) s.offloader->begin_micro_batch();
     parallel::ParamGather::Scope gathered(s.param_gather.get());  // ZeRO-3: the parameters outside the layers
@@ -65,9 +67,8 @@ StepResult train_step(int64_t it, const TrainArgs& args, Setup& s, profile::Prof
     // --bf16: before a reduction the f32 sums become the gradients the reduction, clipping, the NaN
     // guard and AdamW read (train/main_grads.h): after the last backward, or after every one under
     // ZeRO-2/3, which reduce-scatter each micro-batch's.
-    const bool shard_grads = args.data_parallel.sharding == parallel::ShardingStrategy::optim_grads ||
-                             args.data_parallel.sharding == parallel::ShardingStrategy::optim_grads_params;
-    if (s.main_grads && (m + 1 == accum || shard_grads)) s.main_grads->expose(comm, s.expert_data.get());
+    const bool shard_grads = s.layout().shards_gradients();
+    if (s.main_grads && (m + 1 == accum || shard_grads)) s.main_grads->expose(comm, s.groups->expert_data());
     s.grad_sync->end_micro_batch();  // the gradients summed over the ranks (parallel/grad_sync.h)
   }
   r.loss = dist::all_reduce_sum(comm, loss_sum) / double(global_micro_batches);  // the global batch's mean
@@ -79,10 +80,10 @@ StepResult train_step(int64_t it, const TrainArgs& args, Setup& s, profile::Prof
   profile::Range phase("optimizer", profile::kPhase);
   if (s.sharded) {
     r.grad_norm = s.sharded->finish_reduction();  // the norm from every shard
-  } else if (s.expert_data) {
+  } else if (s.groups->experts()) {
     // Expert parallel: each expert's gradient is on its owners only; the norm counts it once.
-    r.grad_norm = parallel::clip_grad_norm_expert_parallel(s.model->named_parameters(), *s.model->config().expert_group,
-                                                           args.clip_grad);
+    r.grad_norm =
+        parallel::clip_grad_norm_expert_parallel(s.model->named_parameters(), *s.groups->experts(), args.clip_grad);
   } else {
     // A non-finite norm leaves the gradients unscaled (grad_clip.h): the check below sees them as they are.
     r.grad_norm = optim::clip_grad_norm(s.model->parameters(), args.clip_grad);
@@ -90,7 +91,7 @@ StepResult train_step(int64_t it, const TrainArgs& args, Setup& s, profile::Prof
   // The loss and the norm are global, so every rank takes the same decision.
   if (args.check_for_nan) {
     // Sharded, the whole gradients are gone: the shards' pieces name the culprit.
-    r.nonfinite = s.sharded ? nonfinite_step(r.loss, r.grad_norm, s.sharded->shard_parameters(), s.comm)
+    r.nonfinite = s.sharded ? nonfinite_step(r.loss, r.grad_norm, s.sharded->shard_parameters(), &s.comm())
                             : nonfinite_step(r.loss, r.grad_norm, s.model->named_parameters());
     if (!r.nonfinite.empty() && !args.skip_nonfinite_steps) stop_nonfinite(it, r.nonfinite, args);
   }
@@ -121,7 +122,7 @@ double validation_loss(const TrainArgs& args, Setup& s) {
                  .item<double>();
     }
   }
-  s.model->set_context_parallel(s.context.cp.get(), s.context.ring.get());
+  s.model->set_context_parallel(s.groups->context(), s.groups->ring());
   s.model->train(true);
   return sum / double(args.eval_iters);
 }

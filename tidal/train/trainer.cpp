@@ -25,12 +25,12 @@ bool due(int64_t it, int64_t interval, int64_t last) { return (interval > 0 && i
 // pieces of the optimizer's states tensor by tensor as it writes them.
 void save(const TrainArgs& args, const models::ModelConfig& config, const Setup& s, int64_t it) {
   const checkpoint::TrainingState st{it, get_rng_state(), s.loader.position(), s.settings, nlohmann::json::object()};
-  const bool rank0 = s.comm->rank() == 0;
+  const bool rank0 = s.comm().rank() == 0;
   parallel::ParamGather::Scope whole(s.param_gather.get(), /*whole=*/true);  // ZeRO-3: the model for rank 0 to write
-  if (s.model->config().expert_group) {
-    dist::Communicator& experts = *s.model->config().expert_group;
+  if (s.groups->experts()) {
+    dist::Communicator& experts = *s.groups->experts();
     // The expert-parallel group of rank 0 holds every expert: the groups are contiguous (expert_parallel.h).
-    const bool in_first_group = s.comm->rank() < experts.size();
+    const bool in_first_group = s.comm().rank() < experts.size();
     if (!s.sharded) {  // every rank holds its experts' whole states: the group of rank 0 sends them
       if (in_first_group)
         checkpoint::save_expert_parallel_checkpoint(experts, args.save, st, s.model->state_dict(),
@@ -40,9 +40,9 @@ void save(const TrainArgs& args, const models::ModelConfig& config, const Setup&
     }
     // Sharded: the states' pieces are spread over every rank (the dense ones' over all, an expert's
     // over its expert-data-parallel group), so every rank sends its own.
-    checkpoint::save_gathered_checkpoint(*s.comm, args.save, st,
+    checkpoint::save_gathered_checkpoint(s.comm(), args.save, st,
                                          in_first_group
-                                             ? checkpoint::expert_contribution(s.model->state_dict(), s.comm->rank())
+                                             ? checkpoint::expert_contribution(s.model->state_dict(), s.comm().rank())
                                              : std::vector<optim::TensorPiece>(),
                                          s.sharded->state_pieces(s.optimizer->state_dict(), rank0),
                                          models::config_to_json(config), s.data.tokenizer_path);
@@ -54,10 +54,10 @@ void save(const TrainArgs& args, const models::ModelConfig& config, const Setup&
                                   models::config_to_json(config), s.data.tokenizer_path);
     return;
   }
-  checkpoint::OptimizerShards shards{s.comm->size(), optim::kGradNormChunk, {}};
+  checkpoint::OptimizerShards shards{s.comm().size(), optim::kGradNormChunk, {}};
   for (const auto& [name, p] : s.sharded->parameters()) shards.parameters.emplace_back(name, p.numel());
   TIDAL_ASSERT(shards.layout().bounds == s.sharded->layout().bounds, "the checkpoint's layout is not the optimizer's");
-  checkpoint::save_sharded_checkpoint(*s.comm, args.save, st,
+  checkpoint::save_sharded_checkpoint(s.comm(), args.save, st,
                                       rank0 ? s.model->state_dict() : std::map<std::string, Tensor>(), shards,
                                       s.optimizer->state_dict(), models::config_to_json(config), s.data.tokenizer_path);
 }
@@ -121,7 +121,7 @@ TrainResult train_loop(const TrainArgs& args, std::FILE* out, models::ModelConfi
   if (s.data.tokenizer && !args.sample_prompt.empty() && args.sample_tokens > 0) {
     // Every rank would generate, exchanging tokens with its experts' owners, and ranks whose samples
     // differed by a rounding would then run different numbers of forwards: not yet.
-    if (args.data_parallel.expert_parallel > 1)
+    if (args.parallel.expert > 1)
       std::fprintf(out, "no sample: --sample-prompt is skipped with --expert-model-parallel-size > 1 (not yet)\n");
     else
       result.sample = sample(args, s, report);
@@ -132,13 +132,15 @@ TrainResult train_loop(const TrainArgs& args, std::FILE* out, models::ModelConfi
 TrainResult run_training_on(const TrainArgs& given, std::FILE* out, dist::Communicator& comm, const TrainHooks& hooks) {
   TIDAL_CHECK(!given.auto_memory || hooks.choose, "tidal train: --auto-memory needs the planner: run it through ",
               "plan::run_training (plan/training.h), as `tidal train` does");
-  const TrainArgs args = given.auto_memory ? hooks.choose(given, comm, out) : given;
+  TrainArgs bound = given;
+  bound.parallel = given.parallel.on(comm.size());
+  const TrainArgs args = given.auto_memory ? hooks.choose(bound, comm, out) : bound;
   models::ModelConfig config = args.model;  // load_data may take the tokenizer's vocabulary
   try {
     return train_loop(args, out, config, comm, hooks);
   } catch (const OutOfMemory& e) {
     if (!hooks.out_of_memory) throw;
-    throw OutOfMemory(hooks.out_of_memory(e, args, config, comm.size()), e.requested(), e.stats());
+    throw OutOfMemory(hooks.out_of_memory(e, args, config), e.requested(), e.stats());
   }
 }
 

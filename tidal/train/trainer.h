@@ -27,12 +27,12 @@ struct TrainResult {
 // header and turns an out-of-memory error into one with the next steps. Each may be left empty.
 struct TrainHooks {
   // Before anything is built: the settings to train with (--auto-memory), announced on `out`. Every
-  // rank of `comm` calls it.
+  // rank of `comm` calls it. The hooks' arguments have their layout bound to the run's ranks.
   std::function<TrainArgs(const TrainArgs& args, dist::Communicator& comm, std::FILE* out)> choose;
   // The profile header's "advice" for the model as resolved (its vocabulary the tokenizer's).
   std::function<nlohmann::json(const TrainArgs& args, const models::ModelConfig& model)> advice;
-  // The message an out-of-memory error is rethrown with, for the model as resolved, on `ranks` ranks.
-  std::function<std::string(const OutOfMemory& e, const TrainArgs& args, const models::ModelConfig& model, int ranks)>
+  // The message an out-of-memory error is rethrown with, for the model as resolved.
+  std::function<std::string(const OutOfMemory& e, const TrainArgs& args, const models::ModelConfig& model)>
       out_of_memory;
 };
 

@@ -142,17 +142,17 @@ int run_plan(const std::vector<std::string>& argv) {
     const char* env = std::getenv("TIDAL_DEVICE_MEMORY");
     if (env != nullptr) memory = env;
   }
-  const train::TrainArgs args = train::parse_train_args(train_argv);
-  const plan::TriageSettings s =
-      plan::triage_settings(args, int(f.integer("data-parallel-size", 1, 1, parallel::kMaxDataParallelSize)));
+  train::TrainArgs args = train::parse_train_args(train_argv);
+  args.parallel.world = int(f.integer("data-parallel-size", 1, 1, parallel::kMaxDataParallelSize));
+  const plan::TriageSettings s = plan::triage_settings(args);
   // Expert and context parallelism as given are kept (the search varies them when not given): they must
   // run on the ranks planned for.
-  parallel::check_expert_parallel(args.data_parallel.expert_parallel, args.model, s.data_parallel);
-  TIDAL_CHECK(s.data_parallel % args.context_parallel.size == 0, "tidal plan: --context-parallel-size ",
-              args.context_parallel.size, " does not divide the ", s.data_parallel,
+  parallel::check_expert_parallel(args.parallel, args.model);
+  TIDAL_CHECK(args.parallel.world % args.parallel.context == 0, "tidal plan: --context-parallel-size ",
+              args.parallel.context, " does not divide the ", args.parallel.world,
               " ranks planned for (--data-parallel-size): the ranks are data-parallel size x context-parallel size");
   if (dry) {
-    const plan::DryRun d = plan::dry_run_largest_rank(args, int(s.data_parallel));
+    const plan::DryRun d = plan::dry_run_largest_rank(args);
     std::fputs(plan::format_dry_run(d, plan::predict_step_peak(args.model, s), args.report_memory).c_str(), stdout);
   }
   if (memory.empty()) {  // no budget: what a step needs and what each step of the triage would save
@@ -178,7 +178,6 @@ int run_plan(const std::vector<std::string>& argv) {
   plan::SearchOptions o;
   o.budget = budget;
   o.headroom = headroom;
-  o.data_parallel = s.data_parallel;
   o.profile = *device;
   if (f.has("host-memory")) {
     o.host_budget = parse_bytes(f.str("host-memory"));
