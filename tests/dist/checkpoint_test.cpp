@@ -13,7 +13,8 @@
 #include "tests/integration/run_command.h"
 #include "tests/support/error_of.h"
 #include "tidal/allocator.h"
-#include "tidal/checkpoint/checkpoint.h"
+#include "tidal/checkpoint/load.h"
+#include "tidal/checkpoint/save.h"
 #include "tidal/dist/communicator.h"
 #include "tidal/io/atomic_file.h"
 #include "tidal/io/safetensors.h"
@@ -177,7 +178,12 @@ TEST(ShardedCheckpoint, AFailedSaveOnOneRankFailsEveryRank) {
   auto save = [&](int64_t iteration, const std::map<std::string, Tensor>& shard) {
     checkpoint::TrainingState st;
     st.iteration = iteration;
-    checkpoint::save_sharded_checkpoint(world, dir, st, model, shards, shard, {{"model_type", "gpt2"}});
+    checkpoint::save_checkpoint(
+        world, dir, st,
+        checkpoint::sharded_files(world.rank() == 0 ? checkpoint::whole_pieces(model)  // rank 0's model
+                                                    : std::vector<optim::TensorPiece>(),
+                                  shard, shards, world.rank()),
+        {{"model_type", "gpt2"}});
   };
   save(2, mine);
   EXPECT_EQ(checkpoint::load_optimizer_shard(checkpoint::load_checkpoint(dir), world.rank()).at("step").item<int64_t>(),

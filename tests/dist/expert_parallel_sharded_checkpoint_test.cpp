@@ -15,7 +15,7 @@
 
 #include "tests/dist/expert_runs.h"
 #include "tests/dist/train_runs.h"
-#include "tidal/checkpoint/checkpoint.h"
+#include "tidal/checkpoint/save.h"
 #include "tidal/dist/single_communicator.h"
 #include "tidal/io/safetensors.h"
 #include "tidal/models/causal_lm.h"
@@ -208,7 +208,7 @@ TEST(ExpertParallelShardedCheckpoint, GathersPiecesAndAFailureFailsEveryRank) {
   const nlohmann::json config = models::config_to_json(models::preset("tiny-qwen3-moe"));
   auto failure = [&](const std::vector<optim::TensorPiece>& o, const std::string& tokenizer) {
     try {
-      checkpoint::save_gathered_checkpoint(world, dir, state, model, o, config, tokenizer);
+      checkpoint::save_checkpoint(world, dir, state, checkpoint::one_process_files(model, o), config, tokenizer);
     } catch (const Error& e) {
       return std::string(e.what());
     }

@@ -2,9 +2,9 @@
 // saves one small valid checkpoint (iteration 0) in its scratch directory; each input replaces its
 // state.json, which names the checkpoint's files with their sizes and CRC-32s (the seeds hold the right
 // ones, so mutants reach the safetensors and config.json readers too).
-#include "tidal/checkpoint/checkpoint.h"
 #include "tests/fuzz/checkpoint_fixture.h"
 #include "tests/fuzz/fuzz_support.h"
+#include "tidal/checkpoint/load.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static const std::string dir = tidal::fuzz::save_fixture_checkpoint(tidal::fuzz::scratch_dir() + "/ckpt");

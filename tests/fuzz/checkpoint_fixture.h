@@ -5,7 +5,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "tidal/checkpoint/checkpoint.h"
+#include "tidal/checkpoint/save.h"
 #include "tidal/tensor.h"
 
 namespace tidal::fuzz {

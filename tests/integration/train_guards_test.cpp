@@ -11,7 +11,7 @@
 
 #include "tests/integration/run_command.h"
 #include "tests/integration/train_helpers.h"
-#include "tidal/checkpoint/checkpoint.h"
+#include "tidal/checkpoint/load.h"
 #include "tidal/data/gpt_dataset.h"
 #include "tidal/io/atomic_file.h"
 #include "tidal/models/pretrained.h"

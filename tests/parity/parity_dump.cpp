@@ -23,7 +23,7 @@
 #include <string>
 
 #include "tidal/autograd/grad_mode.h"
-#include "tidal/checkpoint/checkpoint.h"
+#include "tidal/checkpoint/load.h"
 #include "tidal/io/atomic_file.h"
 #include "tidal/io/safetensors.h"
 #include "tidal/models/causal_lm.h"

@@ -53,7 +53,8 @@ State rank_state(const ShardLayout& l, int rank) {
 
 // A saved state of `from` whose rank r reads `states[r]`; the ranks read are appended to `read`.
 SavedState saved(const ShardLayout& from, const std::vector<State>& states, std::vector<int>* read = nullptr) {
-  return {from,
+  return {{},  // the parameters: reshard_state's own
+          from,
           [states, read](int r) {
             if (read != nullptr) read->push_back(r);
             return states[size_t(r)];

@@ -8,7 +8,8 @@
 #include <nlohmann/json.hpp>
 
 #include "tests/support/error_of.h"
-#include "tidal/checkpoint/checkpoint.h"
+#include "tidal/checkpoint/load.h"
+#include "tidal/checkpoint/save.h"
 #include "tidal/dist/single_communicator.h"
 #include "tidal/io/atomic_file.h"
 #include "tidal/train/trainer.h"
@@ -34,7 +35,8 @@ std::string save_small(const std::string& dir) {
                                                {"w.exp_avg_sq", from_vector({5, 6, 7, 8}, {4})},
                                                {"w.step", from_vector_i64({2}, Shape{})},
                                                {"step", from_vector_i64({2}, Shape{})}};
-  save_sharded_checkpoint(one, dir, st, {{"w", ones({4})}}, {1, 16, {{"w", 4}}}, shard, {{"model_type", "gpt2"}});
+  save_checkpoint(one, dir, st, sharded_files(whole_pieces({{"w", ones({4})}}), shard, {1, 16, {{"w", 4}}}, 0),
+                  {{"model_type", "gpt2"}});
   return dir + "/iter_0000002/state.json";
 }
 

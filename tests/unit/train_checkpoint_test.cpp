@@ -10,7 +10,8 @@
 
 #include "tests/support/error_of.h"
 #include "tests/support/gradcheck.h"
-#include "tidal/checkpoint/checkpoint.h"
+#include "tidal/checkpoint/load.h"
+#include "tidal/checkpoint/save.h"
 #include "tidal/ops/random.h"
 
 namespace tidal::checkpoint {

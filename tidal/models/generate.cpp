@@ -50,6 +50,7 @@ std::vector<int64_t> generate(CausalLM& model, const std::vector<int64_t>& promp
         }
       }
     }
+    if (opt.agree) next = opt.agree(next);
     ids.push_back(next);
     if (next == opt.stop_token) break;
   }

@@ -107,10 +107,10 @@ class DistributedAdamW {
   // optimizer's step count. Over every rank (over every expert-parallel rank's experts) the pieces
   // cover one process's state_dict once.
   std::vector<TensorPiece> state_pieces(const std::map<std::string, Tensor>& state, bool with_step) const;
-  // Loads into `local` this rank's pieces of a saved state (of any number of ranks, or of one
-  // process: optim/shard_state.h), reading only the saved ranks that hold them. With expert
-  // parallelism only one process's state (its experts this rank's), each group's pieces in its layout.
-  void load_state(AdamW& local, const SavedState& saved) const;
+  // What this rank's local AdamW holds of one process's state: each shard parameter as a piece of its
+  // whole parameter's moments (flat), for assemble_state (optim/shard_state.h) to read from any saved
+  // layout.
+  std::vector<StateTarget> state_targets() const;
 
  private:
   // Parameters sharded over one communicator: all of them, or the dense ones and the experts'.

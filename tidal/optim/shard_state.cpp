@@ -13,14 +13,15 @@ namespace {
 
 const char* const kMoments[] = {".exp_avg", ".exp_avg_sq", ".master"};  // .master: bf16 parameters only
 
-// One piece of the target shard, filled from the saved pieces that overlap it.
+// One target, filled from the saved pieces that overlap it.
 struct Target {
-  ShardLayout::Fragment frag;
-  std::string name;
+  StateTarget want;
+  size_t param = 0;                       // its index among the saved parameters
   int64_t step = -1;                      // -1: no saved piece with moments seen yet
   std::map<std::string, Tensor> moments;  // suffix -> (length)
   std::map<std::string, int64_t> filled;  // suffix -> elements copied
   std::string with, without;              // the first saved file with moments for it, and without
+  Tensor saved_step;                      // its step count as saved (`share`, a whole saved piece)
 };
 
 int64_t count_of(const std::map<std::string, Tensor>& state, const std::string& key, const std::string& where) {
@@ -49,26 +50,62 @@ std::vector<int> overlapping_ranks(const ShardLayout& from, const ShardLayout& t
   return out;
 }
 
+std::vector<StateTarget> layout_targets(const NamedParameters& params, const ShardLayout& to, int rank,
+                                        bool whole_shapes) {
+  TIDAL_ASSERT(to.offsets.size() == params.size() + 1);
+  std::vector<StateTarget> out;
+  for (const ShardLayout::Fragment& f : to.fragments(rank)) {
+    const auto& [name, p] = params[f.param];
+    const bool whole = whole_shapes && f.length == p.numel();
+    out.push_back({name, f.begin, f.length, fragment_name(name, p.numel(), f), whole ? p.shape() : Shape{f.length}});
+  }
+  return out;
+}
+
 std::map<std::string, Tensor> reshard_state(const NamedParameters& params, const SavedState& saved,
                                             const ShardLayout& to, int rank, bool whole_shapes) {
-  TIDAL_ASSERT(saved.layout.offsets == to.offsets && to.offsets.size() == params.size() + 1);
+  SavedState s = saved;
+  if (s.parameters.empty())
+    for (const auto& [name, p] : params) s.parameters.emplace_back(name, p.numel());
+  TIDAL_ASSERT(s.layout.offsets == to.offsets);
+  return assemble_state(s, layout_targets(params, to, rank, whole_shapes));
+}
+
+std::map<std::string, Tensor> assemble_state(const SavedState& saved, const std::vector<StateTarget>& wanted,
+                                             bool share) {
+  const std::vector<std::pair<std::string, int64_t>>& params = saved.parameters;
+  TIDAL_ASSERT(saved.layout.offsets.size() == params.size() + 1);
   NoGradGuard no_grad;
   MemoryScope scope(MemoryCategory::temporary);
+  std::map<std::string, size_t> index;
+  for (size_t i = 0; i < params.size(); ++i) index.emplace(params[i].first, i);
   std::vector<Target> targets;
-  for (const ShardLayout::Fragment& f : to.fragments(rank)) {
+  std::set<int> ranks;  // the saved ranks holding a piece of a target
+  for (const StateTarget& w : wanted) {
+    auto it = index.find(w.param);
+    TIDAL_CHECK(it != index.end(), saved.source(0), " and the other saved files hold no state of ",
+                io::shown_name(w.param), ": the checkpoint is of another model");
+    TIDAL_ASSERT(w.begin >= 0 && w.length >= 0 && w.begin + w.length <= params[it->second].second);
     targets.emplace_back();
-    targets.back().frag = f;
-    targets.back().name = fragment_name(params[f.param].first, params[f.param].second.numel(), f);
+    targets.back().want = w;
+    targets.back().param = it->second;
+    const int64_t begin = saved.layout.offsets[it->second] + w.begin, end = begin + w.length;
+    for (int s = 0; s < saved.layout.ranks(); ++s)
+      if (saved.layout.shard_size(s) > 0 && saved.layout.shard_begin(s) < end &&
+          begin < saved.layout.shard_begin(s) + saved.layout.shard_size(s))
+        ranks.insert(s);
   }
+  if (ranks.empty()) ranks.insert(0);  // every saved rank's state holds the optimizer's step count
   int64_t steps = -1;
-  for (const int s : overlapping_ranks(saved.layout, to, rank)) {
+  Tensor saved_steps;  // with `share`: the optimizer's step count as saved (one saved rank)
+  for (const int s : ranks) {
     const std::map<std::string, Tensor> state = saved.read(s);
     const std::string where = saved.source(s);
     // Every entry is a moment or step count of one of the rank's fragments, or the step count.
     std::set<std::string> known{"step"};
     const std::vector<ShardLayout::Fragment> frags = saved.layout.fragments(s);
     for (const ShardLayout::Fragment& f : frags) {
-      const std::string piece = fragment_name(params[f.param].first, params[f.param].second.numel(), f);
+      const std::string piece = fragment_name(params[f.param].first, params[f.param].second, f);
       for (const char* suffix : {".exp_avg", ".exp_avg_sq", ".master", ".step"}) known.insert(piece + suffix);
     }
     for (const auto& [key, t] : state)
@@ -78,13 +115,14 @@ std::map<std::string, Tensor> reshard_state(const NamedParameters& params, const
     const int64_t n = count_of(state, "step", where);
     TIDAL_CHECK(steps < 0 || n == steps, where, " says the optimizer took ", n, " steps, an earlier shard ", steps);
     steps = n;
+    if (share && ranks.size() == 1) saved_steps = state.at("step");
     for (const ShardLayout::Fragment& sf : frags) {
-      const std::string piece = fragment_name(params[sf.param].first, params[sf.param].second.numel(), sf);
+      const std::string piece = fragment_name(params[sf.param].first, params[sf.param].second, sf);
       const bool has_state = state.count(piece + ".step") > 0;
       for (Target& t : targets) {
-        if (t.frag.param != sf.param) continue;
-        const int64_t a = std::max(t.frag.begin, sf.begin);
-        const int64_t b = std::min(t.frag.begin + t.frag.length, sf.begin + sf.length);
+        if (t.param != sf.param) continue;
+        const int64_t a = std::max(t.want.begin, sf.begin);
+        const int64_t b = std::min(t.want.begin + t.want.length, sf.begin + sf.length);
         if (a >= b) continue;
         if (!has_state) {
           for (const char* m : kMoments)
@@ -109,31 +147,36 @@ std::map<std::string, Tensor> reshard_state(const NamedParameters& params, const
           TIDAL_CHECK(src.numel() == sf.length, where, ": ", io::shown_name(piece + m), " has ", src.numel(),
                       " elements, the piece ", sf.length);
           Tensor& dst = t.moments[m];
-          if (!dst.defined()) dst = zeros({t.frag.length}, src.dtype(), src.device());
-          TIDAL_CHECK(dst.dtype() == src.dtype(), where, ": ", io::shown_name(piece + m), " is ", src.dtype(),
-                      ", another saved piece of it ", dst.dtype());
-          dst.narrow(0, a - t.frag.begin, b - a)
-              .copy_(src.contiguous().view({sf.length}).narrow(0, a - sf.begin, b - a));
+          if (share && !dst.defined() && sf.begin == t.want.begin && sf.length == t.want.length &&
+              src.is_contiguous()) {
+            dst = src;  // the saved piece is the target whole
+            t.saved_step = state.at(piece + ".step");
+          } else {
+            if (!dst.defined()) dst = zeros({t.want.length}, src.dtype(), src.device());
+            TIDAL_CHECK(dst.dtype() == src.dtype(), where, ": ", io::shown_name(piece + m), " is ", src.dtype(),
+                        ", another saved piece of it ", dst.dtype());
+            dst.view({t.want.length})
+                .narrow(0, a - t.want.begin, b - a)
+                .copy_(src.contiguous().view({sf.length}).narrow(0, a - sf.begin, b - a));
+          }
           t.filled[m] += b - a;
         }
       }
     }
   }
   std::map<std::string, Tensor> out;
-  out["step"] = from_vector_i64({steps}, Shape{});
+  out["step"] = saved_steps.defined() ? saved_steps : from_vector_i64({steps}, Shape{});
   for (Target& t : targets) {
     if (t.step < 0) continue;  // no saved piece had moments: the parameter was never updated
-    const std::string& param = params[t.frag.param].first;
+    const std::string& param = t.want.param;
     TIDAL_CHECK(t.without.empty(), t.with, " holds optimizer moments for part of ", io::shown_name(param), " but ",
                 t.without, " none for another part: the files do not belong together");
-    const Tensor& p = params[t.frag.param].second;
-    const bool reshape = whole_shapes && t.frag.length == p.numel();
     for (auto& [suffix, moment] : t.moments) {
-      TIDAL_CHECK(t.filled[suffix] == t.frag.length, t.with, " and the other saved files hold ", suffix.substr(1),
+      TIDAL_CHECK(t.filled[suffix] == t.want.length, t.with, " and the other saved files hold ", suffix.substr(1),
                   " for only part of ", io::shown_name(param), ": the files do not belong together");
-      out[t.name + suffix] = reshape ? moment.view(p.shape()) : moment;
+      out[t.want.name + suffix] = moment.view(t.want.shape);
     }
-    out[t.name + ".step"] = from_vector_i64({t.step}, Shape{});
+    out[t.want.name + ".step"] = t.saved_step.defined() ? t.saved_step : from_vector_i64({t.step}, Shape{});
   }
   return out;
 }

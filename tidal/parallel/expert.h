@@ -16,10 +16,12 @@
 
 namespace tidal::parallel {
 
-// clip_grad_norm (optim/grad_clip.h) of the whole model when this rank holds only its experts: the
-// squares of the dense gradients (the same on every rank once summed) plus those of the experts of
-// every rank of the expert-parallel group `experts`, each expert once. Returns the norm; a collective.
-double clip_grad_norm_expert_parallel(const std::vector<std::pair<std::string, Tensor>>& params,
-                                      dist::Communicator& experts, double max_norm);
+// optim::clip_grad_norm of the whole model's gradients, summed over the ranks already. With `experts`
+// (expert parallelism: this rank holds only its experts) the squares of the dense gradients (the same
+// on every rank) plus those of the experts of every rank of the expert-parallel group, each expert
+// once (a collective over it); null: every parameter is here, optim::clip_grad_norm bit for bit.
+// Returns the norm.
+double clip_grad_norm(const std::vector<std::pair<std::string, Tensor>>& params, dist::Communicator* experts,
+                      double max_norm);
 
 }  // namespace tidal::parallel

@@ -56,6 +56,9 @@ class GradSync {
   // Between the two: whether this backward's buckets are reduced while it runs (--overlap-grad-reduce
   // on a micro-batch that reduces), so that --bf16's f32 sums must be gradients as they complete.
   bool overlapping() const { return reducing_ && stream_ != nullptr; }
+  // Between the two: whether this micro-batch's backward is reduced at its end (the step's last, or
+  // every one under ZeRO-2/3, which keep only the shard's sums between micro-batches).
+  bool reducing() const { return reducing_; }
 
   const GradSyncStats& stats() const { return stats_; }
 

@@ -1,14 +1,12 @@
 #include "tidal/train/setup.h"
 
-#include "tidal/parallel/expert.h"
+#include "tidal/train/resume.h"
 
 #include <chrono>
 #include <filesystem>
 #include <functional>
 
 #include "tidal/allocator.h"
-#include "tidal/checkpoint/checkpoint.h"
-#include "tidal/dist/every_rank.h"
 #include "tidal/io/atomic_file.h"
 #include "tidal/io/shown_name.h"
 #include "tidal/memory/offload_runner.h"
@@ -122,119 +120,6 @@ optim::LrSchedule lr_schedule(const TrainArgs& args) {
   return schedule;
 }
 
-// Architecture fields a checkpoint must agree on.
-void check_same_model(const nlohmann::json& saved, const models::ModelConfig& now, const std::string& path) {
-  const models::ModelConfig s = models::config_from_json(saved);
-  TIDAL_CHECK(s.model_type == now.model_type && s.num_hidden_layers == now.num_hidden_layers &&
-                  s.hidden_size == now.hidden_size && s.num_attention_heads == now.num_attention_heads &&
-                  s.kv_heads() == now.kv_heads() && s.vocab_size == now.vocab_size &&
-                  s.intermediate_size == now.intermediate_size && s.num_experts == now.num_experts,
-              "[checkpoint] ", path, " holds a different model (", s.model_type, ", ", s.num_hidden_layers,
-              " layers, hidden ", s.hidden_size, ", vocab ", s.vocab_size, ") than the one configured (",
-              now.model_type, ", ", now.num_hidden_layers, " layers, hidden ", now.hidden_size, ", vocab ",
-              now.vocab_size, "): use the same model flags as the run that saved it");
-}
-
-// A --bf16 checkpoint's master weights resume only a --bf16 run, and an f32 one's weights an f32 run.
-void check_same_precision(const nlohmann::json& saved, const models::ModelConfig& now, const std::string& path) {
-  const std::string dtype = models::config_from_json(saved).torch_dtype;
-  TIDAL_CHECK(
-      dtype == now.torch_dtype, "[checkpoint] ", path, "/config.json field 'torch_dtype' says ", dtype,
-      ", this run trains in ", now.torch_dtype, ": ",
-      dtype == "bfloat16" ? "give --bf16 as the run that saved it did" : "drop --bf16 as the run that saved it did");
-}
-
-// A sharded checkpoint's record of the parameters against this model's.
-void check_same_parameters(const checkpoint::Checkpoint& ck, const optim::NamedParameters& params) {
-  const std::string where = "[checkpoint] " + ck.path + "/state.json field 'optimizer_shards.parameters'";
-  const auto& saved = ck.shards.parameters;
-  TIDAL_CHECK(saved.size() == params.size(), where, " lists ", saved.size(), " parameters, this model has ",
-              params.size(), ": use the same model flags as the run that saved it");
-  for (size_t i = 0; i < saved.size(); ++i)
-    TIDAL_CHECK(saved[i].first == params[i].first && saved[i].second == params[i].second.numel(), where, " names ",
-                io::shown_name(saved[i].first), " of ", saved[i].second, " elements as parameter ", i,
-                ", this model has '", params[i].first, "' of ", params[i].second.numel(),
-                ": use the same model flags as the run that saved it");
-}
-
-// The optimizer's states from `ck`: one process's into one process's optimizer as they are; otherwise
-// this rank's pieces (or a non-sharded run's whole state) assembled from the saved files that hold
-// them, each rank reading only those (optim/shard_state.h).
-void load_optimizer(const checkpoint::Checkpoint& ck, Setup& s) {
-  if (!s.sharded && ck.shards.ranks == 0) {
-    s.optimizer->load_state_dict(ck.optimizer);
-    return;
-  }
-  const optim::NamedParameters params = s.model->named_parameters();
-  std::vector<int64_t> numels;
-  for (const auto& [name, p] : params) numels.push_back(p.numel());
-  const optim::ShardLayout one_process = optim::make_shard_layout(numels, 1, 1);
-  optim::SavedState saved;
-  if (ck.shards.ranks == 0) {
-    saved.layout = one_process;
-    saved.read = [&](int) { return ck.optimizer; };
-    saved.source = [&](int) { return "[checkpoint] " + ck.path + "/optimizer.safetensors"; };
-  } else {
-    check_same_parameters(ck, params);
-    saved.layout = ck.shards.layout();
-    saved.read = [&](int r) { return checkpoint::load_optimizer_shard(ck, r); };
-    saved.source = [&](int r) {
-      return "[checkpoint] " + ck.path + "/" + checkpoint::optimizer_shard_file(r, ck.shards.ranks);
-    };
-  }
-  if (s.sharded)
-    s.sharded->load_state(*s.optimizer, saved);
-  else
-    s.optimizer->load_state_dict(optim::reshard_state(params, saved, one_process, 0, /*whole_shapes=*/true));
-}
-
-// --load: weights, optimizer states, iteration, data position and generator state. A directory with
-// no complete checkpoint (no tracker file) starts fresh with a warning, as Megatron-LM does, unless
-// --exit-on-missing-checkpoint. Every rank reads what it needs; a failure on one fails every rank, and
-// ranks that do not find the same checkpoint (no shared filesystem) fail too.
-void resume(const TrainArgs& args, const models::ModelConfig& config, Setup& s, std::FILE* out) {
-  const std::string& dir = args.load;
-  const std::string what = "[checkpoint] cannot resume from --load " + dir;
-  // The iteration to resume from (-1: none), which every rank must see alike.
-  const std::vector<std::string> found = dist::on_every_rank(s.comm(), what, [&] {
-    TIDAL_CHECK(!std::filesystem::exists(dir) || std::filesystem::is_directory(dir), "[checkpoint] --load ", dir,
-                " is not a directory");
-    return std::to_string(std::filesystem::exists(dir) ? checkpoint::latest_iteration(dir) : -1);
-  });
-  auto seen = [](const std::string& it) { return it == "-1" ? "no checkpoint" : "iteration " + it; };
-  for (size_t r = 1; r < found.size(); ++r)
-    TIDAL_CHECK(found[r] == found[0], what, ": rank 0 finds ", seen(found[0]), " there, rank ", r, " ", seen(found[r]),
-                ": --load must be one directory every rank sees (a shared filesystem)");
-  if (found[0] == "-1") {
-    TIDAL_CHECK(!args.exit_on_missing_checkpoint, "[checkpoint] --load ", dir, " holds no complete checkpoint ",
-                "(no latest_checkpointed_iteration.txt) and --exit-on-missing-checkpoint is set");
-    std::fprintf(out, "warning: --load %s holds no complete checkpoint: starting from scratch\n", dir.c_str());
-    return;
-  }
-  std::string path;
-  dist::on_every_rank(s.comm(), what, [&] {
-    // Expert parallel: this rank's experts (and their moments) out of the whole model's files.
-    const bool expert_parallel = s.layout().expert > 1;
-    const checkpoint::Checkpoint ck = checkpoint::load_checkpoint(dir, expert_parallel ? held_here(*s.model) : nullptr);
-    TIDAL_CHECK(!expert_parallel || ck.shards.ranks == 0, "[checkpoint] ", ck.path, " holds the distributed ",
-                "optimizer's states in ", ck.shards.ranks, " shard files, which --expert-model-parallel-size does not ",
-                "read yet: resume it without expert parallelism, or from a checkpoint saved without ",
-                "--use-distributed-optimizer or with --expert-model-parallel-size (one process's files)");
-    check_same_model(ck.config, config, ck.path);
-    check_same_precision(ck.config, config, ck.path);
-    // A ZeRO-3 model built without its values (nn/deferred_init.h) gets its bytes to load into.
-    for (const auto& [name, p] : s.model->named_parameters()) p.storage()->rematerialize();
-    s.model->load_state_dict(ck.model);
-    load_optimizer(ck, s);
-    s.start = ck.state.iteration;
-    s.loader.set_position(ck.state.data_position);
-    set_rng_state(ck.state.rng);
-    path = ck.path;
-    return std::string();
-  });
-  std::fprintf(out, "resumed from %s at iteration %lld\n", path.c_str(), (long long)s.start);
-}
-
 }  // namespace
 
 Setup::Setup(std::unique_ptr<parallel::ParallelGroups> groups_in, TrainingData data_in, int64_t micro_batches_in,
@@ -286,6 +171,7 @@ Setup setup_training(const TrainArgs& args, models::ModelConfig& config, std::FI
   }
   s.schedule = lr_schedule(args);
   s.model->set_context_parallel(s.groups->context(), s.groups->ring());
+  s.checkpoint = std::make_unique<checkpoint::RankState>(*s.model, *s.optimizer, s.sharded.get(), *s.groups);
   set_rng_state({args.seed, 0});
   if (!args.load.empty()) resume(args, config, s, out);
   if (args.precision.bf16) {
@@ -295,6 +181,9 @@ Setup setup_training(const TrainArgs& args, models::ModelConfig& config, std::FI
     device_allocator(device).reset_peak_stats();
   }
   s.grad_sync = std::make_unique<parallel::GradSync>(s.model->named_parameters(), *s.groups, s.sharded.get());
+  s.update =
+      s.sharded ? sharded_step(*s.sharded, *s.optimizer, comm, args.clip_grad)
+                : replicated_step(s.model->named_parameters(), *s.optimizer, s.groups->experts().get(), args.clip_grad);
   if (layout.shards_parameters()) {
     // The built values (one parameter at a time), or what --load put into the whole parameters.
     std::function<void(const Tensor&)> materialize;

@@ -8,6 +8,7 @@
 #include <optional>
 #include <string>
 
+#include "tidal/checkpoint/rank_state.h"
 #include "tidal/data/gpt_dataset.h"
 #include "tidal/data/tokenizer.h"
 #include "tidal/dist/communicator.h"
@@ -21,6 +22,7 @@
 #include "tidal/parallel/param_gather.h"
 #include "tidal/train/arguments.h"
 #include "tidal/train/main_grads.h"
+#include "tidal/train/update.h"
 
 namespace tidal::train {
 
@@ -59,6 +61,10 @@ struct Setup {
   std::unique_ptr<parallel::ParamGather> param_gather;
   // --bf16: the f32 sums of the bf16 gradients (train/main_grads.h); null otherwise.
   std::unique_ptr<MainGrads> main_grads;
+  // The step's norm, clipping, AdamW update and cleared gradients for this layout (train/update.h).
+  std::unique_ptr<OptimizerStep> update;
+  // What this rank saves of a checkpoint and reads back from one (checkpoint/rank_state.h).
+  std::unique_ptr<checkpoint::RankState> checkpoint;
   // Where the model lives: cpu, or meta for a dry run (dry_run.h), whose step feeds meta batches.
   Device device = Device::cpu();
 

@@ -9,10 +9,8 @@
 #include "tidal/memory/chunk_loss.h"
 #include "tidal/models/moe.h"
 #include "tidal/ops/elementwise.h"
-#include "tidal/optim/grad_clip.h"
 #include "tidal/parallel/context.h"
 #include "tidal/parallel/data.h"
-#include "tidal/parallel/expert.h"
 #include "tidal/parallel/grad_sync.h"
 #include "tidal/train/nan_guard.h"
 
@@ -67,8 +65,7 @@ StepResult train_step(int64_t it, const TrainArgs& args, Setup& s, profile::Prof
     // --bf16: before a reduction the f32 sums become the gradients the reduction, clipping, the NaN
     // guard and AdamW read (train/main_grads.h): after the last backward, or after every one under
     // ZeRO-2/3, which reduce-scatter each micro-batch's.
-    const bool shard_grads = s.layout().shards_gradients();
-    if (s.main_grads && (m + 1 == accum || shard_grads)) s.main_grads->expose(comm, s.groups->expert_data());
+    if (s.main_grads && s.grad_sync->reducing()) s.main_grads->expose(comm, s.groups->expert_data());
     s.grad_sync->end_micro_batch();  // the gradients summed over the ranks (parallel/grad_sync.h)
   }
   r.loss = dist::all_reduce_sum(comm, loss_sum) / double(global_micro_batches);  // the global batch's mean
@@ -78,30 +75,13 @@ StepResult train_step(int64_t it, const TrainArgs& args, Setup& s, profile::Prof
     r.moe_dropped = int64_t(dist::all_reduce_sum(comm, double(d.dropped)));
   }
   profile::Range phase("optimizer", profile::kPhase);
-  if (s.sharded) {
-    r.grad_norm = s.sharded->finish_reduction();  // the norm from every shard
-  } else if (s.groups->experts()) {
-    // Expert parallel: each expert's gradient is on its owners only; the norm counts it once.
-    r.grad_norm =
-        parallel::clip_grad_norm_expert_parallel(s.model->named_parameters(), *s.groups->experts(), args.clip_grad);
-  } else {
-    // A non-finite norm leaves the gradients unscaled (grad_clip.h): the check below sees them as they are.
-    r.grad_norm = optim::clip_grad_norm(s.model->parameters(), args.clip_grad);
-  }
+  r.grad_norm = s.update->norm();
   // The loss and the norm are global, so every rank takes the same decision.
   if (args.check_for_nan) {
-    // Sharded, the whole gradients are gone: the shards' pieces name the culprit.
-    r.nonfinite = s.sharded ? nonfinite_step(r.loss, r.grad_norm, s.sharded->shard_parameters(), &s.comm())
-                            : nonfinite_step(r.loss, r.grad_norm, s.model->named_parameters());
+    r.nonfinite = s.update->nonfinite(r.loss, r.grad_norm);
     if (!r.nonfinite.empty() && !args.skip_nonfinite_steps) stop_nonfinite(it, r.nonfinite, args);
   }
-  if (s.sharded) {
-    if (r.nonfinite.empty()) s.sharded->update(r.lr, args.clip_grad, r.grad_norm, *s.optimizer);
-    s.sharded->finish_step();
-  } else {
-    if (r.nonfinite.empty()) s.optimizer->step(r.lr);
-    s.optimizer->zero_grad();
-  }
+  s.update->update(r.lr, r.grad_norm, r.nonfinite.empty());
   return r;
 }
 

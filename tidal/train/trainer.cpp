@@ -3,10 +3,11 @@
 #include <chrono>
 #include <cmath>
 
-#include "tidal/checkpoint/checkpoint.h"
+#include "tidal/checkpoint/format.h"
+#include "tidal/checkpoint/save.h"
+#include "tidal/dist/collectives.h"
 #include "tidal/models/generate.h"
 #include "tidal/ops/random.h"
-#include "tidal/optim/grad_clip.h"
 #include "tidal/train/profiling.h"
 #include "tidal/train/report.h"
 #include "tidal/train/setup.h"
@@ -19,47 +20,12 @@ using Clock = std::chrono::steady_clock;
 
 bool due(int64_t it, int64_t interval, int64_t last) { return (interval > 0 && it % interval == 0) || it == last; }
 
-// Rank 0 writes one process's checkpoint; with the distributed optimizer every rank writes its shard
-// of the optimizer's states, and rank 0 the rest (checkpoint.h): no rank gathers another's states.
-// Expert parallel: one process's checkpoint, rank 0 receiving the others' experts and (sharded) the
-// pieces of the optimizer's states tensor by tensor as it writes them.
+// Every rank writes its pieces of the checkpoint (checkpoint/rank_state.h: which, by the run's layout).
 void save(const TrainArgs& args, const models::ModelConfig& config, const Setup& s, int64_t it) {
   const checkpoint::TrainingState st{it, get_rng_state(), s.loader.position(), s.settings, nlohmann::json::object()};
-  const bool rank0 = s.comm().rank() == 0;
-  parallel::ParamGather::Scope whole(s.param_gather.get(), /*whole=*/true);  // ZeRO-3: the model for rank 0 to write
-  if (s.groups->experts()) {
-    dist::Communicator& experts = *s.groups->experts();
-    // The expert-parallel group of rank 0 holds every expert: the groups are contiguous (expert_parallel.h).
-    const bool in_first_group = s.comm().rank() < experts.size();
-    if (!s.sharded) {  // every rank holds its experts' whole states: the group of rank 0 sends them
-      if (in_first_group)
-        checkpoint::save_expert_parallel_checkpoint(experts, args.save, st, s.model->state_dict(),
-                                                    s.optimizer->state_dict(), models::config_to_json(config),
-                                                    s.data.tokenizer_path);
-      return;
-    }
-    // Sharded: the states' pieces are spread over every rank (the dense ones' over all, an expert's
-    // over its expert-data-parallel group), so every rank sends its own.
-    checkpoint::save_gathered_checkpoint(s.comm(), args.save, st,
-                                         in_first_group
-                                             ? checkpoint::expert_contribution(s.model->state_dict(), s.comm().rank())
-                                             : std::vector<optim::TensorPiece>(),
-                                         s.sharded->state_pieces(s.optimizer->state_dict(), rank0),
-                                         models::config_to_json(config), s.data.tokenizer_path);
-    return;
-  }
-  if (!s.sharded) {
-    if (rank0)
-      checkpoint::save_checkpoint(args.save, st, s.model->state_dict(), s.optimizer->state_dict(),
-                                  models::config_to_json(config), s.data.tokenizer_path);
-    return;
-  }
-  checkpoint::OptimizerShards shards{s.comm().size(), optim::kGradNormChunk, {}};
-  for (const auto& [name, p] : s.sharded->parameters()) shards.parameters.emplace_back(name, p.numel());
-  TIDAL_ASSERT(shards.layout().bounds == s.sharded->layout().bounds, "the checkpoint's layout is not the optimizer's");
-  checkpoint::save_sharded_checkpoint(s.comm(), args.save, st,
-                                      rank0 ? s.model->state_dict() : std::map<std::string, Tensor>(), shards,
-                                      s.optimizer->state_dict(), models::config_to_json(config), s.data.tokenizer_path);
+  parallel::ParamGather::Scope whole(s.param_gather.get(), /*whole=*/true);  // ZeRO-3: the whole model to write
+  checkpoint::save_checkpoint(s.comm(), args.save, st, s.checkpoint->files(), models::config_to_json(config),
+                              s.data.tokenizer_path);
 }
 
 // --sample-prompt continued by the trained model (when the data has a tokenizer).
@@ -68,6 +34,9 @@ std::string sample(const TrainArgs& args, const Setup& s, Report& report) {
   so.max_new_tokens = args.sample_tokens;
   so.seed = args.seed;
   so.stop_token = s.data.tokenizer->eod_id();
+  // Every rank generates (under expert parallelism each forward is a collective) and takes rank 0's tokens.
+  dist::Communicator& world = s.comm();
+  so.agree = [&world](int64_t token) { return int64_t(dist::all_gather_values(world, double(token))[0]); };
   parallel::ParamGather::Scope whole(s.param_gather.get(), /*whole=*/true);
   s.model->set_context_parallel(nullptr);  // every rank generates from the whole prompt
   const std::vector<int64_t> ids = models::generate(*s.model, s.data.tokenizer->encode(args.sample_prompt), so);
@@ -118,14 +87,8 @@ TrainResult train_loop(const TrainArgs& args, std::FILE* out, models::ModelConfi
     }
   }
   report.summary(s, result.iterations, result.final_loss, result.final_val_loss, saved);
-  if (s.data.tokenizer && !args.sample_prompt.empty() && args.sample_tokens > 0) {
-    // Every rank would generate, exchanging tokens with its experts' owners, and ranks whose samples
-    // differed by a rounding would then run different numbers of forwards: not yet.
-    if (args.parallel.expert > 1)
-      std::fprintf(out, "no sample: --sample-prompt is skipped with --expert-model-parallel-size > 1 (not yet)\n");
-    else
-      result.sample = sample(args, s, report);
-  }
+  if (s.data.tokenizer && !args.sample_prompt.empty() && args.sample_tokens > 0)
+    result.sample = sample(args, s, report);
   return result;
 }
 

@@ -2,7 +2,7 @@
 #include <cstdio>
 
 #include "tidal/base/flags.h"
-#include "tidal/checkpoint/checkpoint.h"
+#include "tidal/checkpoint/load.h"
 #include "tidal/data/tokenizer.h"
 #include "tidal/models/generate.h"
 #include "tidal/models/pretrained.h"

@@ -1,0 +1,111 @@
+#include "tidal/checkpoint/rank_state.h"
+
+#include <map>
+#include <vector>
+
+#include "tidal/base/error.h"
+#include "tidal/io/shown_name.h"
+#include "tidal/models/moe.h"
+#include "tidal/optim/grad_clip.h"
+#include "tidal/optim/shard_layout.h"
+
+namespace tidal::checkpoint {
+namespace {
+
+std::vector<optim::TensorPiece> pieces_of(const std::map<std::string, Tensor>& all,
+                                          const std::function<bool(const std::string&)>& mine) {
+  std::vector<optim::TensorPiece> out;
+  for (const auto& [name, t] : all)
+    if (mine(name)) out.push_back({name, t.shape(), 0, t});
+  return out;
+}
+
+// A sharded checkpoint's record of the parameters against this rank's (in order; under expert
+// parallelism this rank's are the dense ones and its experts, among the record's).
+void check_saved_parameters(const Checkpoint& ck, const optim::NamedParameters& params) {
+  const std::string where = "[checkpoint] " + ck.path + "/state.json field 'optimizer_shards.parameters'";
+  const auto& saved = ck.shards.parameters;
+  TIDAL_CHECK(saved.size() >= params.size(), where, " lists ", saved.size(), " parameters, this model has ",
+              params.size(), ": use the same model flags as the run that saved it");
+  if (saved.size() == params.size()) {
+    for (size_t i = 0; i < saved.size(); ++i)
+      TIDAL_CHECK(saved[i].first == params[i].first && saved[i].second == params[i].second.numel(), where, " names ",
+                  io::shown_name(saved[i].first), " of ", saved[i].second, " elements as parameter ", i,
+                  ", this model has '", params[i].first, "' of ", params[i].second.numel(),
+                  ": use the same model flags as the run that saved it");
+    return;
+  }
+  std::map<std::string, int64_t> numel;
+  for (const auto& [name, n] : saved) numel.emplace(name, n);
+  for (const auto& [name, p] : params) {
+    auto it = numel.find(name);
+    TIDAL_CHECK(it != numel.end() && it->second == p.numel(), where, " has no parameter '", name, "' of ", p.numel(),
+                " elements (this model's): use the same model flags as the run that saved it");
+  }
+}
+
+}  // namespace
+
+RankState::RankState(models::CausalLM& model, optim::AdamW& optimizer, const optim::DistributedAdamW* sharded,
+                     const parallel::ParallelGroups& groups)
+    : model_(model), optimizer_(optimizer), sharded_(sharded), groups_(groups) {}
+
+bool RankState::saves(const std::string& name) const {
+  const int rank = groups_.world().rank();
+  if (groups_.experts() && models::is_expert_parameter(name)) return rank < groups_.layout().expert;
+  return rank == 0;
+}
+
+CheckpointFiles RankState::files() const {
+  const auto mine = [this](const std::string& name) { return saves(name); };
+  std::vector<optim::TensorPiece> model = pieces_of(model_.state_dict(), mine);
+  if (sharded_ == nullptr) return one_process_files(std::move(model), pieces_of(optimizer_.state_dict(), mine));
+  const int rank = groups_.world().rank();
+  if (groups_.experts())  // two shard layouts: one process's file, assembled from every rank's pieces
+    return one_process_files(std::move(model), sharded_->state_pieces(optimizer_.state_dict(), rank == 0));
+  OptimizerShards shards{groups_.world().size(), optim::kGradNormChunk, {}};
+  for (const auto& [name, p] : sharded_->parameters()) shards.parameters.emplace_back(name, p.numel());
+  TIDAL_ASSERT(shards.layout().bounds == sharded_->layout().bounds, "the checkpoint's layout is not the optimizer's");
+  return sharded_files(std::move(model), optimizer_.state_dict(), shards, rank);
+}
+
+std::function<bool(const std::string&)> RankState::holds() const {
+  if (!groups_.experts()) return nullptr;
+  std::vector<std::string> names;
+  for (const auto& [name, p] : model_.named_parameters()) names.push_back(name);
+  return models::held_here(names);
+}
+
+void RankState::load(const Checkpoint& ck) const {
+  // A ZeRO-3 model built without its values (nn/deferred_init.h) gets its bytes to load into.
+  const optim::NamedParameters params = model_.named_parameters();
+  for (const auto& [name, p] : params) p.storage()->rematerialize();
+  model_.load_state_dict(ck.model);
+  optim::SavedState saved;
+  if (ck.shards.ranks == 0) {  // one process's file: its entries are this rank's parameters' (holds())
+    std::vector<int64_t> numels;
+    for (const auto& [name, p] : params) {
+      saved.parameters.emplace_back(name, p.numel());
+      numels.push_back(p.numel());
+    }
+    saved.layout = optim::make_shard_layout(numels, 1, 1);
+    saved.read = [&](int) { return ck.optimizer; };
+    saved.source = [&](int) { return "[checkpoint] " + ck.path + "/optimizer.safetensors"; };
+  } else {
+    check_saved_parameters(ck, params);
+    saved.parameters = ck.shards.parameters;
+    saved.layout = ck.shards.layout();
+    saved.read = [&](int r) { return load_optimizer_shard(ck, r); };
+    saved.source = [&](int r) { return "[checkpoint] " + ck.path + "/" + optimizer_shard_file(r, ck.shards.ranks); };
+  }
+  std::vector<optim::StateTarget> targets;
+  if (sharded_ != nullptr) {
+    targets = sharded_->state_targets();
+  } else {
+    for (const auto& [name, p] : params) targets.push_back({name, 0, p.numel(), name, p.shape()});
+  }
+  // One process's file into one process's optimizer: the saved tensors as they are (no copy).
+  optimizer_.load_state_dict(optim::assemble_state(saved, targets, ck.shards.ranks == 0 && sharded_ == nullptr));
+}
+
+}  // namespace tidal::checkpoint
