@@ -24,13 +24,13 @@ constexpr double kLossTolerance = 1e-6;
 
 // Trains with `flags` on `comm`, saving to `save`; returns the run and its log.
 Run train_logged(dist::Communicator& comm, dist::Communicator& world, const TrainArgs& args, std::string& log) {
-  const std::string path = args.save + ".log";
+  const std::string path = args.checkpoint.save + ".log";
   std::filesystem::create_directories(std::filesystem::path(path).parent_path());
   std::FILE* out = std::fopen(path.c_str(), "w");
   Run run{run_training(args, out, comm), {}};
   std::fclose(out);
   world.barrier();
-  run.weights = io::load_safetensors(args.save + "/iter_0000004/model.safetensors").tensors;
+  run.weights = io::load_safetensors(args.checkpoint.save + "/iter_0000004/model.safetensors").tensors;
   std::ifstream f(path);
   std::stringstream text;
   text << f.rdbuf();

@@ -50,7 +50,7 @@ std::vector<std::string> ep2(const std::string& strategy) {
   return {"--expert-model-parallel-size", "2", "--data-parallel-sharding-strategy", strategy};
 }
 
-// The training losses of `args` on the world; its saves where args.save says.
+// The training losses of `args` on the world; its saves where args.checkpoint.save says.
 std::vector<double> losses_of(const TrainArgs& args) {
   std::FILE* quiet = std::fopen("/dev/null", "w");
   const TrainResult r = run_training(args, quiet, dist::world());

@@ -48,7 +48,7 @@ Run train_on(dist::Communicator& comm, dist::Communicator& world, const TrainArg
   Run run{run_training(args, quiet, comm), {}};
   std::fclose(quiet);
   world.barrier();  // rank 0 has saved
-  run.weights = io::load_safetensors(args.save + "/iter_0000004/model.safetensors").tensors;
+  run.weights = io::load_safetensors(args.checkpoint.save + "/iter_0000004/model.safetensors").tensors;
   return run;
 }
 

@@ -26,7 +26,7 @@ struct Run {
   std::map<std::string, Tensor> weights;  // the saved model, read back by every rank
 };
 
-// Trains on `comm` (rank 0 saves to args.save) and reads the weights back once every rank is done.
+// Trains on `comm` (rank 0 saves to args.checkpoint.save) and reads the weights back once every rank is done.
 Run train_on(dist::Communicator& comm, dist::Communicator& world, const TrainArgs& args);
 
 double max_abs_difference(const Tensor& a, const Tensor& b);

@@ -64,7 +64,7 @@ TEST(PlanParallel, TheCandidatesHoldTheSizesTidalTrainRuns) {
   EXPECT_EQ(parallel_sizes(dense), (std::set<std::pair<int, int64_t>>{{1, 1}, {1, 2}, {1, 4}}));
   std::set<std::string> cp_kernels;
   for (const plan::CandidateConfig& c : dense)
-    if (c.args.parallel.context > 1) cp_kernels.insert(c.args.attention);
+    if (c.args.parallel.context > 1) cp_kernels.insert(name(c.args.attention));
   EXPECT_EQ(cp_kernels, (std::set<std::string>{"eager", "flash"}));
   // Given sizes are kept; 2C must divide the sequence.
   EXPECT_EQ(parallel_sizes(plan::enumerate_candidates(args(kLong, {"--context-parallel-size", "2"}))),

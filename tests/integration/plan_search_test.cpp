@@ -63,7 +63,7 @@ TEST(PlanCandidates, EveryCandidateIsAValidDistinctRunOfTheSameGlobalBatch) {
     EXPECT_EQ(a.global_batch_size % a.micro_batch_size, 0);
     // The memory flags say exactly the configuration (and tidal train accepts them).
     EXPECT_EQ(train::parse_memory_config(train::memory_config_flags(a.memory), a.model), a.memory) << all[i].flags;
-    flash |= a.attention == "flash";
+    flash |= a.attention == AttentionKernel::flash;
     swap4 |= a.memory.swap_optimizer.on && a.memory.swap_optimizer.times == 4;
     if (a.memory.loss.chunked && a.micro_batch_size == 4) chunks.insert(a.memory.loss.chunk_size);
     smaller |= a.micro_batch_size < 4;

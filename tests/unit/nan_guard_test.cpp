@@ -69,7 +69,7 @@ TEST(NanGuard, StoppingNamesTheStepTheTensorAndTheWayOut) {
   Params p;
   p.poison(0, kNaN);
   TrainArgs args;
-  args.lr = 0.5;
+  args.schedule.lr = 0.5;
   const std::string msg = testing::error_of([&] { stop_nonfinite(7, nonfinite_step(3.0, kNaN, p.named), args); });
   EXPECT_EQ(msg,
             "iteration 7: the gradient norm is nan (first non-finite gradient: embed.weight); training stopped before "

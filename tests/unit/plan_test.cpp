@@ -52,7 +52,7 @@ TEST(Plan, StepsFollowTheTriageOrderEachLoweringThePeakUntilItFits) {
   }
   EXPECT_LE(p.steps.back().peak, p.target);
   EXPECT_GT(p.steps[p.steps.size() - 2].peak, p.target);  // it stops as soon as it fits
-  EXPECT_EQ(p.steps.front().suggestion.step, "chunked loss");
+  EXPECT_EQ(p.steps.front().suggestion.step, TriageStep::chunked_loss);
   // Each flag once in the command line to add.
   const std::string flags = p.flags();
   for (const char* f : {"--loss-compute-mode", "--recompute-granularity", "--swap-optimizer "}) {
@@ -64,13 +64,13 @@ TEST(Plan, StepsFollowTheTriageOrderEachLoweringThePeakUntilItFits) {
 
 TEST(Plan, ALaterRecomputeStepReplacesTheEarlierFlags) {
   Plan p;
-  Suggestion a{"recompute (selective)", "--recompute-activation-function --recompute-norm", 1, "", {}};
-  Suggestion b{"recompute (full)",
+  Suggestion a{TriageStep::recompute_selective, "--recompute-activation-function --recompute-norm", 1, "", {}};
+  Suggestion b{TriageStep::recompute_full,
                "--recompute-granularity full --recompute-method uniform --recompute-num-layers 1",
                2,
                "",
                {}};
-  Suggestion c{"chunked loss", "--loss-compute-mode chunk --loss-chunk-size 1024", 3, "", {}};
+  Suggestion c{TriageStep::chunked_loss, "--loss-compute-mode chunk --loss-chunk-size 1024", 3, "", {}};
   p.steps = {{c, 0}, {a, 0}, {b, 0}};
   EXPECT_EQ(p.flags(),
             "--loss-compute-mode chunk --loss-chunk-size 1024 --recompute-granularity full "
@@ -144,13 +144,13 @@ TEST(Plan, ExpertAndContextParallelismComeAfterShardingAndBeforeRecompute) {
   s.parallel.world = 16;
   std::vector<Suggestion> ep = suggest_parallel(moe, s);
   ASSERT_EQ(ep.size(), 2u);  // expert parallel, then context parallel (MoE models run it too)
-  EXPECT_EQ(ep[0].step, "expert parallel");
+  EXPECT_EQ(ep[0].step, TriageStep::expert_parallel);
   EXPECT_EQ(ep[0].flags, "--expert-model-parallel-size 16");
   EXPECT_EQ(ep[0].with.parallel.expert, 16);
   EXPECT_GT(ep[0].saving, 0);
-  EXPECT_EQ(ep[1].step, "context parallel");
+  EXPECT_EQ(ep[1].step, TriageStep::context_parallel);
   EXPECT_EQ(ep[1].flags, "--context-parallel-size 16");
-  EXPECT_EQ(triage_group("expert parallel"), 2);
+  EXPECT_EQ(triage_group(TriageStep::expert_parallel), 2);
   s.parallel.sharding = parallel::ShardingStrategy::optim;  // expert parallelism runs sharded too
   ASSERT_FALSE(suggest_parallel(moe, s).empty());
   EXPECT_EQ(suggest_parallel(moe, s)[0].flags, "--expert-model-parallel-size 16");
@@ -172,7 +172,7 @@ TEST(Plan, ExpertAndContextParallelismComeAfterShardingAndBeforeRecompute) {
   const Plan p = make_plan(dense, d, 80 * GiB);
   ASSERT_FALSE(p.steps.empty()) << format_plan(p, dense, d);
   size_t at = 0;
-  while (at < p.steps.size() && p.steps[at].suggestion.step != "context parallel") ++at;
+  while (at < p.steps.size() && p.steps[at].suggestion.step != TriageStep::context_parallel) ++at;
   ASSERT_LT(at, p.steps.size()) << format_plan(p, dense, d);
   for (size_t i = 0; i < at; ++i) EXPECT_LE(triage_group(p.steps[i].suggestion.step), 2) << p.steps[i].suggestion.flags;
 }

@@ -97,6 +97,19 @@ void Flags::parse(const std::vector<std::string>& argv) {
 
 bool Flags::flag_on(const std::string& name) const { return values_.count(name) > 0; }
 
+bool Flags::declares(const std::string& name) const {
+  return std::any_of(specs_.begin(), specs_.end(), [&](const auto& s) { return s.first == name; });
+}
+
+std::vector<std::string> Flags::take(const std::string& name) {
+  auto it = values_.find(name);
+  if (it == values_.end()) return {};
+  std::vector<std::string> out = std::move(it->second);
+  values_.erase(it);
+  given_.erase(std::find(given_.begin(), given_.end(), name));
+  return out;
+}
+
 const std::vector<std::string>& Flags::values(const std::string& name) const {
   static const std::vector<std::string> none;
   auto it = values_.find(name);

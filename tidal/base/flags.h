@@ -26,6 +26,7 @@ class Flags {
   bool help_requested() const { return help_requested_; }
 
   bool has(const std::string& name) const { return values_.count(name) > 0; }
+  bool declares(const std::string& name) const;
   bool flag_on(const std::string& name) const;
   std::string str(const std::string& name, const std::string& fallback = "") const;
   std::vector<std::string> strs(const std::string& name) const;
@@ -33,6 +34,9 @@ class Flags {
   double number(const std::string& name, double fallback, double lo, double hi) const;
   // The names that were given, in order.
   const std::vector<std::string>& given() const { return given_; }
+  // Removes a parsed flag and returns its values: a command that shares another's table (tidal plan,
+  // tidal train's flags) takes what it reads itself before handing the rest on.
+  std::vector<std::string> take(const std::string& name);
 
   std::string help() const;  // "  --name VALUE   help" lines
   // "usage: tidal COMMAND SYNOPSIS\n\n" + help(): what a command prints for --help.

@@ -43,6 +43,15 @@ struct OptimizerShards {
   std::vector<std::pair<std::string, int64_t>> parameters;  // every parameter's name and numel, in order
   optim::ShardLayout layout() const;
 };
+// What a training run saves and resumes: --save DIR, --save-interval N (0: only at the end),
+// --load DIR and --exit-on-missing-checkpoint (a --load without a complete checkpoint is an error, not
+// a fresh start).
+struct CheckpointOptions {
+  std::string save, load;
+  int64_t save_interval = 0;
+  bool exit_on_missing = false;
+};
+
 // Most ranks a checkpoint may have (file names hold five digits).
 inline constexpr int kMaxCheckpointRanks = 99999;
 // "optimizer.rank00001-of-00004.safetensors"

@@ -4,6 +4,8 @@
 // what a recompute brings back just before it is needed. docs/memory.md has the closed forms.
 #include "tidal/memory/estimator.h"
 
+#include "tidal/memory/estimator_items.h"
+
 #include <algorithm>
 
 #include "tidal/base/checked_math.h"
@@ -12,151 +14,15 @@
 namespace tidal::memory {
 namespace {
 
-enum class Part { attn, mlp };
-enum class Region { none, core_attn, mlp, moe };  // inside which selective checkpoint region
-enum class Discard { none, norm1, norm2, act };   // output an output-discarding recompute may free
-
-struct Item {
-  const char* name;
-  int64_t bytes;
-  Part part;
-  Region region = Region::none;
-  bool region_input = false;  // kept by the region's checkpoint as its input
-  Discard discard = Discard::none;
-  bool in_forward = true;  // false: only exists when recomputed (a discarded norm's statistics)
-  bool core = false;       // saved by the attention core (what offload's core-attn policy takes)
-};
-
-struct Dims {
-  int64_t n, b, s, c, f, h, hkv, hd, a, akv, e, k, fm, el;
-  int64_t ep;   // expert-parallel ranks (1: every expert here)
-  int64_t cp;   // context-parallel ranks (1: the whole sequence here)
-  int64_t acc;  // bytes of an element the kernels keep in their accumulator dtype (f32 for f32 and bf16)
-  bool drop_attn, drop_hidden;
-};
-
-// Eager attention's matrices (probabilities, and with dropout its mask and the dropped ones) and, under
-// context parallelism, the gathered K and V (ops/context_gather_attention.h), in the order of their
-// first saves: one (B, H, s, s) matrix; or the whole K, one chunk of queries against the keys before
-// it, the whole V, the other chunk (rank 0's: L x L, then L x 2C·L; L = s / 2).
-void push_eager_core(std::vector<Item>& v, const Dims& d, const char* gathered_k, const char* gathered_v) {
-  const auto matrix = [&](int64_t elements) {
-    v.push_back({"probabilities", elements * d.el, Part::attn, Region::core_attn, false, Discard::none, true, true});
-    if (!d.drop_attn) return;
-    v.push_back({"dropout mask", elements, Part::attn, Region::core_attn, false, Discard::none, true, true});
-    v.push_back(
-        {"dropped probabilities", elements * d.el, Part::attn, Region::core_attn, false, Discard::none, true, true});
-  };
-  if (d.cp == 1) {
-    matrix(d.b * d.h * d.s * d.s);
-    return;
-  }
-  const int64_t whole = d.b * d.s * d.cp * d.akv * d.el, l = d.s / 2;
-  v.push_back({gathered_k, whole, Part::attn, Region::core_attn, false, Discard::none, true, true});
-  matrix(d.b * d.h * l * l);
-  v.push_back({gathered_v, whole, Part::attn, Region::core_attn, false, Discard::none, true, true});
-  matrix(d.b * d.h * l * 2 * d.cp * l);
-}
-
-std::vector<Item> gpt2_layer(const Dims& d, AttentionKernel kernel) {
-  const int64_t el = d.el, n = d.n, c = d.c;
-  std::vector<Item> v = {
-      {"ln_1 input", n * c * el, Part::attn},
-      {"ln_1 mean, rstd", 2 * n * d.acc, Part::attn, Region::none, false, Discard::norm1, false},
-      {"c_attn input", n * c * el, Part::attn, Region::none, false, Discard::norm1},
-      {"q, k, v", n * 3 * c * el, Part::attn, Region::core_attn, true, Discard::none, true, true},
-  };
-  if (kernel == AttentionKernel::eager) {
-    push_eager_core(v, d, "gathered k", "gathered v");  // (q, k, v above: q's view keeps them)
-    v.push_back({"c_proj input", n * c * el, Part::attn});
-  } else {
-    v.push_back({"attention output", n * c * el, Part::attn, Region::none, false, Discard::none, true, true});
-    v.push_back({"log-sum-exp", d.b * d.h * d.s * d.acc, Part::attn, Region::none, false, Discard::none, true, true});
-  }
-  if (d.drop_hidden) v.push_back({"residual dropout mask", n * c, Part::attn});
-  v.push_back({"ln_2 input", n * c * el, Part::mlp});
-  v.push_back({"ln_2 mean, rstd", 2 * n * d.acc, Part::mlp, Region::none, false, Discard::norm2, false});
-  v.push_back({"c_fc input", n * c * el, Part::mlp, Region::mlp, true, Discard::norm2});
-  v.push_back({"gelu input", n * d.f * el, Part::mlp, Region::mlp});
-  v.push_back({"mlp c_proj input", n * d.f * el, Part::mlp, Region::mlp, false, Discard::act});
-  if (d.drop_hidden) v.push_back({"residual dropout mask", n * c, Part::mlp});
-  return v;
-}
-
-std::vector<Item> llama_layer(const Dims& d, const models::ModelConfig& cfg, int64_t l, AttentionKernel kernel,
-                              bool core_recompute, const std::vector<int64_t>& expert_tokens) {
-  const int64_t el = d.el, n = d.n, c = d.c;
-  std::vector<Item> v = {
-      {"input_layernorm input", n * c * el, Part::attn},
-      {"input_layernorm rstd", n * d.acc, Part::attn, Region::none, false, Discard::norm1, false},
-      {"q/k/v_proj input", n * c * el, Part::attn, Region::none, false, Discard::norm1},
-  };
-  v.reserve(v.size() + 24 + 5 * expert_tokens.size());
-  if (cfg.qk_norm) {
-    v.push_back({"q_norm input", n * d.a * el, Part::attn});
-    v.push_back({"q_norm rstd", n * d.h * d.acc, Part::attn});
-    v.push_back({"k_norm input", n * d.akv * el, Part::attn});
-    v.push_back({"k_norm rstd", n * d.hkv * d.acc, Part::attn});
-  }
-  v.push_back({"q (rotated)", n * d.a * el, Part::attn, Region::core_attn, true, Discard::none, true, true});
-  // Under context parallelism eager attention saves the gathered K and V, not these: only a core_attn
-  // recompute keeps them (its inputs).
-  const bool local_kv = kernel != AttentionKernel::eager || d.cp == 1 || core_recompute;
-  const Item k = {"k (rotated)", n * d.akv * el, Part::attn, Region::core_attn, true, Discard::none, true, true};
-  const Item local_v = {"v", n * d.akv * el, Part::attn, Region::core_attn, true, Discard::none, true, true};
-  if (local_kv) v.push_back(k);
-  if (kernel == AttentionKernel::eager) {
-    push_eager_core(v, d, "gathered k", "gathered v");
-    if (local_kv) v.push_back(local_v);
-    v.push_back({"o_proj input", n * d.a * el, Part::attn});
-  } else {
-    v.push_back(local_v);
-    v.push_back({"attention output", n * d.a * el, Part::attn, Region::none, false, Discard::none, true, true});
-    v.push_back({"log-sum-exp", d.b * d.h * d.s * d.acc, Part::attn, Region::none, false, Discard::none, true, true});
-  }
-  v.push_back({"post_attention_layernorm input", n * c * el, Part::mlp});
-  v.push_back({"post_attention_layernorm rstd", n * d.acc, Part::mlp, Region::none, false, Discard::norm2, false});
-  if (!cfg.is_moe_layer(l)) {
-    v.push_back({"gate/up_proj input", n * c * el, Part::mlp, Region::mlp, true, Discard::norm2});
-    v.push_back({"gate_proj output", n * d.f * el, Part::mlp, Region::mlp});
-    v.push_back({"up_proj output", n * d.f * el, Part::mlp, Region::mlp});
-    v.push_back({"down_proj input", n * d.f * el, Part::mlp, Region::mlp, false, Discard::act});
-    return v;
-  }
-  // Sparse MoE block (moe.cpp): router, top-k bookkeeping, then each expert on its tokens (N*k
-  // (token, expert) slots in all); each expert's tensors are storages of their own.
-  const int64_t slots = n * d.k;
-  v.push_back({"router input", n * c * el, Part::mlp, Region::moe, true, Discard::norm2});
-  v.push_back({"router probabilities", n * d.e * d.acc, Part::mlp, Region::moe});
-  v.push_back({"chosen experts", slots * 8, Part::mlp, Region::moe});
-  if (cfg.norm_topk_prob) {
-    // Normalized before the cast to the activations' dtype: in the router's f32.
-    v.push_back({"top-k weights", slots * d.acc, Part::mlp, Region::moe});
-    v.push_back({"top-k weight sums", n * d.acc, Part::mlp, Region::moe});
-  }
-  v.push_back({"slot order", slots * 8, Part::mlp, Region::moe});
-  v.push_back({"slot tokens", slots * 8, Part::mlp, Region::moe});
-  v.push_back({"slot weights", slots * el, Part::mlp, Region::moe});
-  const bool dispatched = d.ep > 1;  // expert parallel: the rows go to their experts' ranks and come back
-  int64_t received = 0;
-  for (const int64_t m : expert_tokens) {
-    if (m == 0) continue;
-    received += m;
-    v.push_back({"expert input", m * c * el, Part::mlp, Region::moe});
-    v.push_back({"expert gate_proj output", m * d.fm * el, Part::mlp, Region::moe});
-    v.push_back({"expert up_proj output", m * d.fm * el, Part::mlp, Region::moe});
-    v.push_back({"expert down_proj input", m * d.fm * el, Part::mlp, Region::moe, false, Discard::act});
-    if (!dispatched) v.push_back({"expert output", m * c * el, Part::mlp, Region::moe});
-  }
-  if (dispatched) {
-    if (received > 0) {
-      v.push_back({"received rows' order", received * 8, Part::mlp, Region::moe});
-      v.push_back({"returned rows' order", received * 8, Part::mlp, Region::moe});
-    }
-    v.push_back({"returned rows", slots * c * el, Part::mlp, Region::moe});
-  }
-  return v;
-}
+using estimator::Dims;
+using estimator::dims_of;
+using estimator::Discard;
+using estimator::Item;
+using estimator::layer_items;
+using estimator::outside_layers;
+using estimator::OutsideLayers;
+using estimator::Part;
+using estimator::Region;
 
 bool in_region(const Item& it, const LayerRecompute& p) {
   return (it.region == Region::core_attn && p.core_attn) || (it.region == Region::mlp && p.mlp) ||
@@ -178,84 +44,6 @@ class LayerPlans {
   const std::vector<LayerRecompute>& plan_;
   LayerRecompute none_;
 };
-
-Dims dims_of(const models::ModelConfig& cfg, const ActivationInputs& in) {
-  Dims d{};
-  d.b = in.batch;
-  d.s = in.seq;
-  d.n = in.batch * in.seq;
-  d.c = cfg.hidden_size;
-  d.f = cfg.intermediate_size;
-  d.h = cfg.num_attention_heads;
-  d.hkv = cfg.kv_heads();
-  d.hd = cfg.head_size();
-  d.a = d.h * d.hd;
-  d.akv = d.hkv * d.hd;
-  d.e = cfg.num_experts;
-  d.k = cfg.num_experts_per_tok;
-  d.fm = cfg.moe_intermediate_size;
-  d.ep = std::max<int64_t>(1, in.parallel.expert);
-  d.cp = std::max<int64_t>(1, in.parallel.context);
-  d.el = dtype_size(in.dtype);
-  d.acc = in.dtype == DType::f64 ? 8 : 4;
-  d.drop_attn = in.training && cfg.attention_dropout > 0;
-  d.drop_hidden = in.training && cfg.hidden_dropout > 0;
-  return d;
-}
-
-// Tokens per expert of sparse MoE layer `l`: the counts given, or the even split the planner assumes.
-std::vector<int64_t> routed_tokens(const ActivationInputs& in, const Dims& d, int64_t l) {
-  std::vector<int64_t> routed;
-  const int64_t slots = d.n * d.k;
-  if (size_t(l) < in.expert_tokens.size() && !in.expert_tokens[size_t(l)].empty()) {
-    routed = in.expert_tokens[size_t(l)];
-    int64_t total = 0;
-    for (const int64_t m : routed) total += m;
-    TIDAL_CHECK(int64_t(routed.size()) == d.e && total == slots, "[estimator] layer ", l, ": expert_tokens needs ", d.e,
-                " counts summing to ", slots, " (tokens x top-k)");
-  } else if (d.ep > 1) {  // rank 0's experts, each with its share of every rank's slots
-    for (int64_t e = 0; e < d.e / d.ep; ++e) routed.push_back(d.ep * (slots / d.e + (e < slots % d.e ? 1 : 0)));
-  } else {
-    for (int64_t e = 0; e < d.e; ++e) routed.push_back(slots / d.e + (e < slots % d.e ? 1 : 0));
-  }
-  return routed;
-}
-
-// What each layer saves, in forward order.
-std::vector<std::vector<Item>> layer_items(const models::ModelConfig& cfg, const ActivationInputs& in, const Dims& d) {
-  std::vector<std::vector<Item>> items(static_cast<size_t>(cfg.num_hidden_layers));
-  for (int64_t l = 0; l < cfg.num_hidden_layers; ++l) {
-    if (cfg.is_gpt2()) {
-      items[size_t(l)] = gpt2_layer(d, in.kernel);
-      continue;
-    }
-    const std::vector<int64_t> routed = cfg.is_moe_layer(l) ? routed_tokens(in, d, l) : std::vector<int64_t>{};
-    const bool core_recompute = size_t(l) < in.plan.size() && in.plan[size_t(l)].core_attn;
-    items[size_t(l)] = llama_layer(d, cfg, l, in.kernel, core_recompute, routed);
-  }
-  return items;
-}
-
-// Outside the layers: token (and position) ids and the embedding dropout mask before; after, the
-// final norm's input and statistics, the LM head's input, the loss's log-sum-exp and targets (the
-// logits themselves are accounted as `logits`, not activations), and MoE's aux-loss counts.
-struct OutsideLayers {
-  int64_t before = 0, after = 0;
-};
-
-OutsideLayers outside_layers(const models::ModelConfig& cfg, const ActivationInputs& in, const Dims& d) {
-  OutsideLayers o{d.n * 8, d.n * d.c * d.el + d.n * d.acc + d.n * d.c * d.el + d.n * d.acc + d.n * 8};
-  if (cfg.is_gpt2()) {
-    o.before += d.s * 8 + (d.drop_hidden ? d.n * d.c : 0);
-    o.after += d.n * d.acc;  // layer_norm keeps mean and rstd
-  }
-  if (cfg.is_moe()) o.after += d.k * d.e * 4;
-  // Chunked loss saves the gradients w.r.t. the head input (N, C) and weight (V, C) instead of the
-  // head input, the log-sum-exp and the targets (ops/chunked_loss.cpp, Note [Chunked loss memory]).
-  // Both in the activations' dtype (bf16: cast from the f32 the loss computes in).
-  if (in.loss_chunk > 0) o.after += cfg.vocab_size * d.c * d.el - d.n * d.acc - d.n * 8;
-  return o;
-}
 
 // Blocks: what runs as one unit (a layer, or a full-recompute group), the unit offload works on.
 struct Block {

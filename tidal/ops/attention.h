@@ -17,6 +17,7 @@
 namespace tidal {
 
 enum class AttentionKernel { eager, flash };
+inline const char* name(AttentionKernel k) { return k == AttentionKernel::eager ? "eager" : "flash"; }
 
 // Where a call's (T, S) attention matrix sits in a larger (T_g, S_g) one whose dropout mask it must
 // reproduce: context parallelism's ring attention computes the whole matrix as blocks, on several

@@ -38,10 +38,6 @@ bool valid(const RecomputeConfig& c, const models::ModelConfig& m) {
   }
 }
 
-AttentionKernel kernel_of(const std::string& attention) {
-  return attention == "eager" ? AttentionKernel::eager : AttentionKernel::flash;
-}
-
 template <typename T>
 void add_unique(std::vector<T>& v, const T& x) {
   if (std::find(v.begin(), v.end(), x) == v.end()) v.push_back(x);
@@ -197,7 +193,7 @@ std::string changed_flags(const train::TrainArgs& given, const train::TrainArgs&
     const std::vector<std::string> memory = train::memory_config_flags(c.memory);
     words.insert(words.end(), memory.begin(), memory.end());
   }
-  if (given.attention != c.attention) words.insert(words.end(), {"--attention", c.attention});
+  if (given.attention != c.attention) words.insert(words.end(), {"--attention", name(c.attention)});
   if (given.micro_batch_size != c.micro_batch_size)
     words.insert(words.end(), {"--micro-batch-size", std::to_string(c.micro_batch_size), "--global-batch-size",
                                std::to_string(c.global_batch_size)});
@@ -218,10 +214,10 @@ std::vector<CandidateConfig> enumerate_candidates(const train::TrainArgs& given,
   std::vector<CandidateConfig> out;
   const int data_parallel = given.parallel.world;
   out.push_back({given, "", 0, given.memory.recompute.any() ? given.memory.recompute.describe() : "none"});
-  std::vector<std::string> attentions = {given.attention};
-  add_unique(attentions, std::string("flash"));
-  for (const std::string& attention : attentions) {
-    std::vector<RecomputeConfig> ladder = recompute_ladder(given.model, kernel_of(attention));
+  std::vector<AttentionKernel> attentions = {given.attention};
+  add_unique(attentions, AttentionKernel::flash);
+  for (const AttentionKernel attention : attentions) {
+    std::vector<RecomputeConfig> ladder = recompute_ladder(given.model, attention);
     add_unique(ladder, given.memory.recompute);
     for (const auto& [ep, cp] : parallel_options(given, data_parallel))
       for (int64_t mb : micro_batches(given, data_parallel / cp)) {
@@ -247,10 +243,11 @@ std::vector<CandidateConfig> enumerate_candidates(const train::TrainArgs& given,
                   mc.swap_optimizer = swap;
                   CandidateConfig c{given, "", int(rung), ladder[rung].any() ? ladder[rung].describe() : "none"};
                   try {  // validated as tidal train validates its flags
-                    c.args.memory = train::parse_memory_config(train::memory_config_flags(mc), given.model);
+                    train::validate_memory_config(mc, given.model);
                   } catch (const Error&) {
                     continue;
                   }
+                  c.args.memory = std::move(mc);
                   c.args.attention = attention;
                   c.args.micro_batch_size = mb;
                   c.args.parallel.expert = ep;

@@ -82,7 +82,7 @@ struct Compute {
 void add_offload(const train::TrainArgs& args, const Compute& c, int64_t accum, const DeviceProfile& p, StepTime& t) {
   const int64_t layers = args.model.num_hidden_layers;
   if (!args.memory.offload.enabled || layers < 2) return;
-  const auto kernel = args.attention == "eager" ? AttentionKernel::eager : AttentionKernel::flash;
+  const AttentionKernel kernel = args.attention;
   memory::ActivationInputs inputs =
       memory::activation_inputs(args.memory, args.micro_batch_size, args.seq_length / args.parallel.context, kernel,
                                 args.precision.param_dtype());
@@ -242,7 +242,7 @@ void add_ring(const train::TrainArgs& args, const Compute& c, int64_t accum, con
   const models::ModelConfig& m = args.model;
   const double kv = double(2 * args.micro_batch_size * (args.seq_length / cp) * m.kv_heads() * m.head_size());
   const double latency = p.collective_latency_s;
-  if (args.attention == "eager") {
+  if (args.attention == AttentionKernel::eager) {
     const double pass =
         double(cp - 1) * kv * double(dtype_size(args.precision.param_dtype())) / p.collective_bandwidth + 2 * latency;
     const std::vector<memory::LayerRecompute> plan = memory::plan_recompute(args.memory.recompute, m);
@@ -274,6 +274,60 @@ void add_ring(const train::TrainArgs& args, const Compute& c, int64_t accum, con
   t.exposed_ring_s += exposed;
   t.comm_s += ring;
   t.exposed_comm_s += exposed;
+}
+
+// The dry run's kernels as a rank of `args` runs them: a batch kernel's time by `batch_share` of the
+// micro-batches the dry run ran, an update's by `update_share`; into `t` by kind and `c` by phase and layer.
+void add_kernels(const DryRun& run, const train::TrainArgs& args, const DeviceProfile& profile, double batch_share,
+                 double update_share, StepTime& t, Compute& c) {
+  const size_t layers = size_t(std::max<int64_t>(0, args.model.num_hidden_layers));
+  c.forward.assign(layers, 0.0);
+  c.backward.assign(layers, 0.0);
+  double kernels = 0, flops = 0;
+  for (const StepKernel& sk : run.kernels) {
+    if (sk.phase == StepPhase::collective) continue;  // the collective's own work: add_collectives times it
+    const KernelCost& k = sk.cost;
+    const bool update = sk.phase == StepPhase::optimizer || k.kind == CostKind::optimizer;
+    const double share = (update ? update_share : batch_share) * double(sk.count);
+    const double roof = roofline_s(k, profile) * share, overhead = profile.kernel_overhead_s * share;
+    const double time = roof + overhead;
+    kernels += share;
+    flops += double(k.flops) * share;
+    t.overhead_s += overhead;
+    switch (k.kind) {
+      case CostKind::gemm: t.gemm_s += roof; break;
+      case CostKind::attention: t.attention_s += roof; break;
+      case CostKind::memory:
+      case CostKind::copy: t.memory_s += roof; break;
+      case CostKind::optimizer: t.optimizer_s += roof; break;
+      case CostKind::host_transfer:  // synchronous: the compute thread waits for it
+        t.copy_s += roof;
+        t.exposed_copy_s += roof;
+        break;
+    }
+    const bool in_layer = sk.layer >= 0 && size_t(sk.layer) < layers;
+    switch (sk.phase) {
+      case StepPhase::forward:
+        if (k.kind == CostKind::attention) c.attention_forward += time;
+        c.forward_total += time;
+        if (in_layer) c.forward[size_t(sk.layer)] += time;
+        break;
+      case StepPhase::recompute: t.recompute_s += time; [[fallthrough]];
+      case StepPhase::backward:
+        if (k.kind == CostKind::attention) c.attention_backward += time;
+        c.backward_total += time;
+        if (in_layer) c.backward[size_t(sk.layer)] += time;
+        break;
+      case StepPhase::optimizer:
+        if (k.kind == CostKind::optimizer) c.optimizer += time;
+        break;
+      case StepPhase::loss:
+      case StepPhase::collective:
+      case StepPhase::other: break;
+    }
+  }
+  t.kernels = std::llround(kernels);
+  t.flops = std::llround(flops);
 }
 
 }  // namespace
@@ -324,54 +378,7 @@ StepTime predict_step_time(const DryRun& run, const train::TrainArgs& args, cons
   }
   StepTime t;
   Compute c;
-  const size_t layers = size_t(std::max<int64_t>(0, args.model.num_hidden_layers));
-  c.forward.assign(layers, 0.0);
-  c.backward.assign(layers, 0.0);
-  double kernels = 0, flops = 0;
-  for (const StepKernel& sk : run.kernels) {
-    if (sk.phase == StepPhase::collective) continue;  // the collective's own work: add_collectives times it
-    const KernelCost& k = sk.cost;
-    const bool update = sk.phase == StepPhase::optimizer || k.kind == CostKind::optimizer;
-    const double share = (update ? update_share : batch_share) * double(sk.count);
-    const double roof = roofline_s(k, profile) * share, overhead = profile.kernel_overhead_s * share;
-    const double time = roof + overhead;
-    kernels += share;
-    flops += double(k.flops) * share;
-    t.overhead_s += overhead;
-    switch (k.kind) {
-      case CostKind::gemm: t.gemm_s += roof; break;
-      case CostKind::attention: t.attention_s += roof; break;
-      case CostKind::memory:
-      case CostKind::copy: t.memory_s += roof; break;
-      case CostKind::optimizer: t.optimizer_s += roof; break;
-      case CostKind::host_transfer:  // synchronous: the compute thread waits for it
-        t.copy_s += roof;
-        t.exposed_copy_s += roof;
-        break;
-    }
-    const bool in_layer = sk.layer >= 0 && size_t(sk.layer) < layers;
-    switch (sk.phase) {
-      case StepPhase::forward:
-        if (k.kind == CostKind::attention) c.attention_forward += time;
-        c.forward_total += time;
-        if (in_layer) c.forward[size_t(sk.layer)] += time;
-        break;
-      case StepPhase::recompute: t.recompute_s += time; [[fallthrough]];
-      case StepPhase::backward:
-        if (k.kind == CostKind::attention) c.attention_backward += time;
-        c.backward_total += time;
-        if (in_layer) c.backward[size_t(sk.layer)] += time;
-        break;
-      case StepPhase::optimizer:
-        if (k.kind == CostKind::optimizer) c.optimizer += time;
-        break;
-      case StepPhase::loss:
-      case StepPhase::collective:
-      case StepPhase::other: break;
-    }
-  }
-  t.kernels = std::llround(kernels);
-  t.flops = std::llround(flops);
+  add_kernels(run, args, profile, batch_share, update_share, t, c);
   t.compute_s = t.gemm_s + t.attention_s + t.memory_s + t.optimizer_s + t.overhead_s;
   add_offload(args, c, accum, profile, t);
   add_swap(run, args, c, update_share, profile, t);

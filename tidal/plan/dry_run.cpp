@@ -22,7 +22,7 @@ namespace {
 
 void check_supported(const train::TrainArgs& a) {
   const char* what = "tidal plan --dry-run: ";
-  TIDAL_CHECK(a.load.empty() && a.pretrained.empty(), what,
+  TIDAL_CHECK(a.checkpoint.load.empty() && a.pretrained.empty(), what,
               "--load and --pretrained read values a dry run does not have: drop them (the model flags give the "
               "shapes)");
   TIDAL_CHECK(!a.parallel.overlap_grad_reduce, what,
@@ -37,9 +37,9 @@ train::TrainArgs dry_args(const train::TrainArgs& a) {
   d.mock_data = true;
   d.builtin_corpus = false;
   d.data_path.clear();
-  d.save.clear();
+  d.checkpoint.save.clear();
   d.metrics_json.clear();
-  d.profile_dir.clear();
+  d.profile.dir.clear();
   return d;
 }
 

@@ -49,7 +49,7 @@ std::optional<Suggestion> suggest_chunked_loss(const models::ModelConfig& m, con
   t.memory.loss = {true, std::min<int64_t>(1024, std::max<int64_t>(1, tokens / 4))};
   const int64_t saved = saving(m, s, t);
   if (saved <= 0) return std::nullopt;
-  return Suggestion{"chunked loss", flags_of(&memory::MemoryConfig::loss, t.memory.loss), saved,
+  return Suggestion{TriageStep::chunked_loss, flags_of(&memory::MemoryConfig::loss, t.memory.loss), saved,
                     "the " + shape_str(s.micro_batch, s.seq, m.vocab_size) + " " +
                         std::string(dtype_name(s.precision.param_dtype())) + " logits (" +
                         format_bytes(logits_bytes(m, s, tokens)) +
@@ -64,24 +64,26 @@ std::optional<Suggestion> suggest_fused_attention(const models::ModelConfig& m, 
   t.attention = AttentionKernel::flash;
   const int64_t saved = saving(m, s, t);
   if (saved <= 0) return std::nullopt;
-  return Suggestion{"fused ops", "--attention flash", saved, "fused attention keeps no (s x s) tensor for backward", t};
+  return Suggestion{TriageStep::fused_ops, "--attention flash", saved,
+                    "fused attention keeps no (s x s) tensor for backward", t};
 }
 
 Suggestion suggest_sharding(const models::ModelConfig& m, const TriageSettings& s) {
   TriageSettings zero3 = s;
   zero3.parallel.sharding = parallel::ShardingStrategy::optim_grads_params;
   if (s.parallel.sharding == parallel::ShardingStrategy::optim_grads_params && s.parallel.overlap_grad_reduce)
-    return {"sharding", "", 0, "on: parameters, gradients and optimizer states are sharded over the ranks", s};
+    return {TriageStep::sharding, "", 0, "on: parameters, gradients and optimizer states are sharded over the ranks",
+            s};
   zero3.parallel.overlap_grad_reduce = true;
   if (s.parallel.sharding != parallel::ShardingStrategy::no_shard) {
     const int64_t more = saving(m, s, zero3);
-    if (more <= 0) return {"sharding", "", 0, "on: the optimizer states are sharded over the ranks", s};
+    if (more <= 0) return {TriageStep::sharding, "", 0, "on: the optimizer states are sharded over the ranks", s};
     const bool params = s.parallel.sharding != parallel::ShardingStrategy::optim_grads_params;
     const std::string flags = std::string(s.parallel.overlap_grad_reduce ? "" : "--overlap-grad-reduce") +
                               (params ? std::string(s.parallel.overlap_grad_reduce ? "" : " ") +
                                             "--data-parallel-sharding-strategy optim_grads_params"
                                       : "");
-    return {"sharding", flags, more,
+    return {TriageStep::sharding, flags, more,
             std::string(params ? "the parameters too, gathered layer by layer when they compute (ZeRO-3; two "
                                  "all-gathers of every layer per micro-batch)"
                                : "") +
@@ -95,7 +97,7 @@ Suggestion suggest_sharding(const models::ModelConfig& m, const TriageSettings& 
   t.parallel.sharding = parallel::ShardingStrategy::optim;
   if (s.parallel.world > 1) {
     const int64_t more = saving(m, t, zero3);
-    return {"sharding", "--use-distributed-optimizer", saving(m, s, t),
+    return {TriageStep::sharding, "--use-distributed-optimizer", saving(m, s, t),
             "AdamW's states split over the " + std::to_string(s.parallel.world) + " ranks (ZeRO-1)" +
                 (more > 0 ? "; --data-parallel-sharding-strategy optim_grads_params would save " + format_bytes(more) +
                                 " more (ZeRO-3: the parameters too, gathered layer by layer)"
@@ -107,7 +109,7 @@ Suggestion suggest_sharding(const models::ModelConfig& m, const TriageSettings& 
   TriageSettings eight = s;
   eight.parallel.world = 8;
   const int64_t per_rank = saving(m, eight, t);
-  return {"sharding", "", 0,
+  return {TriageStep::sharding, "", 0,
           "needs several ranks: under mpirun -np 8 with --use-distributed-optimizer each rank would hold " +
               format_bytes(predict_step_peak(m, t).optimizer_states) + " of AdamW's states instead of " +
               format_bytes(predict_step_peak(m, eight).optimizer_states) +
@@ -169,7 +171,7 @@ std::vector<Suggestion> suggest_recompute(const models::ModelConfig& m, const Tr
     }
     const int64_t saved = saving(m, s, t);
     if (saved <= 0) continue;
-    out.push_back({c.granularity == Granularity::full ? "recompute (full)" : "recompute (selective)",
+    out.push_back({c.granularity == Granularity::full ? TriageStep::recompute_full : TriageStep::recompute_selective,
                    flags_of(&memory::MemoryConfig::recompute, c), saved,
                    note + (cur.any() ? "; replaces the current --recompute-* flags" : ""), t});
   }
@@ -185,7 +187,7 @@ std::optional<Suggestion> suggest_offload(const models::ModelConfig& m, const Tr
   t.memory.offload.policy = {full ? memory::OffloadPolicyKind::layer_input : memory::OffloadPolicyKind::all};
   const int64_t saved = saving(m, s, t);
   if (saved <= 0) return std::nullopt;
-  return Suggestion{"async offload", flags_of(&memory::MemoryConfig::offload, t.memory.offload), saved,
+  return Suggestion{TriageStep::async_offload, flags_of(&memory::MemoryConfig::offload, t.memory.offload), saved,
                     std::string(full ? "the checkpointed layer inputs" : "the saved activations") +
                         " of every block but the last wait in host memory, one block comes back ahead of backward; "
                         "copies overlap compute",
@@ -200,7 +202,7 @@ std::optional<Suggestion> suggest_swap_optimizer(const models::ModelConfig& m, c
   const int64_t saved = saving(m, s, t);
   if (saved <= 0) return std::nullopt;
   return Suggestion{
-      "swap optimizer", flags_of(&memory::MemoryConfig::swap_optimizer, t.memory.swap_optimizer), saved,
+      TriageStep::swap_optimizer, flags_of(&memory::MemoryConfig::swap_optimizer, t.memory.swap_optimizer), saved,
       std::string(s.precision.bf16 ? "AdamW's f32 master weights and moments (" : "AdamW's moments (") +
           format_bytes(memory::swap_state_bytes_per_element(s.precision.param_dtype()) * element_count(params)) +
           ") live in host memory: none on the device in forward and backward, two of its " +
@@ -213,7 +215,7 @@ std::optional<Suggestion> suggest_smaller_micro_batch(const models::ModelConfig&
   TriageSettings t = s;
   t.micro_batch = s.micro_batch / 2;
   return Suggestion{
-      "batch",
+      TriageStep::batch,
       "--micro-batch-size " + std::to_string(t.micro_batch) + " --global-batch-size " + std::to_string(s.global_batch),
       saving(m, s, t), "the same global batch by gradient accumulation", t};
 }
@@ -233,7 +235,7 @@ std::vector<Suggestion> suggest_parallel(const models::ModelConfig& m, const Tri
     }
   };
   // The largest size that runs: the most it saves (the search weighs the collectives).
-  const auto largest = [&](const char* step, const char* flag, auto set, auto note) {
+  const auto largest = [&](TriageStep step, const char* flag, auto set, auto note) {
     for (int n = ranks; n > 1; --n) {
       TriageSettings w = s;
       set(w.parallel, n);
@@ -245,7 +247,8 @@ std::vector<Suggestion> suggest_parallel(const models::ModelConfig& m, const Tri
   };
   if (m.is_moe() && s.parallel.expert == 1)
     largest(
-        "expert parallel", "--expert-model-parallel-size", [](parallel::ParallelLayout& l, int n) { l.expert = n; },
+        TriageStep::expert_parallel, "--expert-model-parallel-size",
+        [](parallel::ParallelLayout& l, int n) { l.expert = n; },
         [&](int n) {
           return std::to_string(m.num_experts / n) + " of the " + std::to_string(m.num_experts) +
                  " experts of each MoE layer a rank, with their gradients and states; tokens go to their experts' "
@@ -253,7 +256,8 @@ std::vector<Suggestion> suggest_parallel(const models::ModelConfig& m, const Tri
         });
   if (s.parallel.context == 1)
     largest(
-        "context parallel", "--context-parallel-size", [](parallel::ParallelLayout& l, int n) { l.context = n; },
+        TriageStep::context_parallel, "--context-parallel-size",
+        [](parallel::ParallelLayout& l, int n) { l.context = n; },
         [&](int n) {
           return std::to_string(s.seq / n) + " of each sequence's " + std::to_string(s.seq) +
                  " tokens a rank: activations and logits / " + std::to_string(n) +
@@ -263,13 +267,36 @@ std::vector<Suggestion> suggest_parallel(const models::ModelConfig& m, const Tri
   return out;
 }
 
-int triage_group(const std::string& step) {
-  if (step == "chunked loss" || step == "fused ops") return 1;
-  if (step == "sharding" || step == "expert parallel" || step == "context parallel") return 2;
-  if (step.rfind("recompute", 0) == 0) return 3;
-  if (step == "async offload") return 4;
-  if (step == "swap optimizer") return 5;
-  return 6;  // a smaller micro-batch: outside the triage order, the last resort
+const char* name(TriageStep step) {
+  switch (step) {
+    case TriageStep::chunked_loss: return "chunked loss";
+    case TriageStep::fused_ops: return "fused ops";
+    case TriageStep::sharding: return "sharding";
+    case TriageStep::expert_parallel: return "expert parallel";
+    case TriageStep::context_parallel: return "context parallel";
+    case TriageStep::recompute_selective: return "recompute (selective)";
+    case TriageStep::recompute_full: return "recompute (full)";
+    case TriageStep::async_offload: return "async offload";
+    case TriageStep::swap_optimizer: return "swap optimizer";
+    case TriageStep::batch: return "batch";
+  }
+  return "?";
+}
+
+int triage_group(TriageStep step) {
+  switch (step) {
+    case TriageStep::chunked_loss:
+    case TriageStep::fused_ops: return 1;
+    case TriageStep::sharding:
+    case TriageStep::expert_parallel:
+    case TriageStep::context_parallel: return 2;
+    case TriageStep::recompute_selective:
+    case TriageStep::recompute_full: return 3;
+    case TriageStep::async_offload: return 4;
+    case TriageStep::swap_optimizer: return 5;
+    case TriageStep::batch: return 6;
+  }
+  return 6;
 }
 
 std::vector<Suggestion> triage(const models::ModelConfig& m, const TriageSettings& s) {
@@ -299,7 +326,7 @@ std::string oom_advice(const models::ModelConfig& m, const TriageSettings& s, in
   out += "What to try, in the triage order (savings predicted by tidal's estimator):\n";
   int last_group = 0;
   for (const Suggestion& x : triage(m, s)) {
-    if (x.step == "batch") {
+    if (x.step == TriageStep::batch) {
       out += "  also: " + x.flags + " would save " + format_bytes(x.saving) + " (" + x.note +
              "); or a larger device (TIDAL_DEVICE_MEMORY)\n";
       continue;
@@ -307,7 +334,7 @@ std::string oom_advice(const models::ModelConfig& m, const TriageSettings& s, in
     const int g = triage_group(x.step);
     char head[64];
     std::snprintf(head, sizeof head, "  %-3s%-24s", g != last_group ? (std::to_string(g) + ".").c_str() : "",
-                  (x.step + ":").c_str());
+                  (std::string(name(x.step)) + ":").c_str());
     last_group = g;
     out += head;
     const bool enough = limit > 0 && peak.total - x.saving <= limit;

@@ -20,9 +20,23 @@
 
 namespace tidal::plan {
 
+// A step of the triage order, and what the advice calls it ("chunked loss", "recompute (selective)", ...).
+enum class TriageStep {
+  chunked_loss,
+  fused_ops,
+  sharding,  // saves only with several ranks; on one, its note says what N ranks would
+  expert_parallel,
+  context_parallel,
+  recompute_selective,
+  recompute_full,
+  async_offload,
+  swap_optimizer,
+  batch,  // a smaller micro-batch: outside the triage order, the last resort
+};
+const char* name(TriageStep step);
+
 struct Suggestion {
-  std::string step;  // "chunked loss", "fused ops", "sharding", "recompute", "async offload", "swap optimizer", "batch"
-                     // (sharding saves only with several ranks; on one, its note says what N ranks would)
+  TriageStep step = TriageStep::chunked_loss;
   std::string flags;    // to add to the command line ("" when there is nothing to add)
   int64_t saving = 0;   // predicted bytes saved at the step's peak
   std::string note;     // where the number comes from, or why it is not available
@@ -45,9 +59,9 @@ std::optional<Suggestion> suggest_smaller_micro_batch(const models::ModelConfig&
 // Each suggestion's saving is the drop of this prediction when its setting is turned on.
 
 // The step's place in the triage order: 1 chunked loss / fused ops, 2 sharding (and expert and context
-// parallelism), 3 recompute,
-// 4 async offload, 5 swap optimizer, 6 a smaller micro-batch (not in the order: the last resort).
-int triage_group(const std::string& step);
+// parallelism), 3 recompute, 4 async offload, 5 swap optimizer, 6 a smaller micro-batch (not in the
+// order: the last resort).
+int triage_group(TriageStep step);
 
 // All of them in the triage order.
 std::vector<Suggestion> triage(const models::ModelConfig& m, const TriageSettings& s);

@@ -29,7 +29,7 @@ constexpr int kMaxVerifiedAbove = 8;
 // `largest` false: rank 0 alone (its kernels time any rank: they differ only in the update's shard).
 // `error` keeps the first refusal's message.
 std::optional<DryRun> try_dry_run(train::TrainArgs a, bool largest = true, std::string* error = nullptr) {
-  a.load.clear();
+  a.checkpoint.load.clear();
   a.pretrained.clear();
   try {
     return a.parallel.world > 1 && largest ? dry_run_largest_rank(a) : dry_run(a, 0);
@@ -70,7 +70,7 @@ std::string parallel_key(const train::TrainArgs& a) {
 }
 
 std::string kernel_key(const train::TrainArgs& a) {
-  return a.memory.recompute.describe() + "|" + a.memory.loss.describe() + "|" + a.attention + "|" +
+  return a.memory.recompute.describe() + "|" + a.memory.loss.describe() + "|" + name(a.attention) + "|" +
          std::to_string(a.micro_batch_size) + "|" + parallel::sharding_name(kernel_sharding(a.parallel.sharding)) +
          parallel_key(a);
 }
@@ -78,8 +78,9 @@ std::string kernel_key(const train::TrainArgs& a) {
 std::string outer_key(const train::TrainArgs& a) {
   return a.memory.loss.describe() + "|" + a.memory.offload.describe() + "|" +
          std::to_string(a.memory.offload.prefetch_depth) + "|" + std::to_string(int(a.memory.swap_optimizer.on)) + "|" +
-         a.attention + "|" + std::to_string(a.micro_batch_size) + "|" + parallel::sharding_name(a.parallel.sharding) +
-         "|" + std::to_string(int(a.parallel.overlap_grad_reduce)) + parallel_key(a);
+         name(a.attention) + "|" + std::to_string(a.micro_batch_size) + "|" +
+         parallel::sharding_name(a.parallel.sharding) + "|" + std::to_string(int(a.parallel.overlap_grad_reduce)) +
+         parallel_key(a);
 }
 
 // What the search keeps of a kernel dry run: its statistics and its kernels merged (what the cost
@@ -115,7 +116,7 @@ std::string explain(const PlanCandidate& c, const train::TrainArgs& g) {
   const StepTime& t = c.time;
   if (a.memory.loss.chunked && !g.memory.loss.chunked)
     parts.push_back("chunked loss: the logits exist a chunk at a time");
-  if (a.attention != g.attention) parts.push_back(a.attention + " attention");
+  if (a.attention != g.attention) parts.push_back(std::string(name(a.attention)) + " attention");
   if (t.recompute_s > 0)
     parts.push_back("recompute (" + c.recompute + ") replays " + ms(t.recompute_s) + ", " +
                     percent(t.recompute_s / std::max(t.total_s, 1e-12)) + " of the step");
@@ -137,8 +138,8 @@ std::string explain(const PlanCandidate& c, const train::TrainArgs& g) {
   if (a.parallel.context > 1)
     parts.push_back("context parallel " + std::to_string(a.parallel.context) + ": " +
                     std::to_string(a.seq_length / a.parallel.context) + " tokens a rank, " +
-                    (a.attention == "eager" ? "K/V all-gather " : "ring exchange ") + ms(t.ring_s) + ", " +
-                    ms(t.exposed_ring_s) + " exposed");
+                    (a.attention == AttentionKernel::eager ? "K/V all-gather " : "ring exchange ") + ms(t.ring_s) +
+                    ", " + ms(t.exposed_ring_s) + " exposed");
   if (a.parallel.sharding != parallel::ShardingStrategy::no_shard)
     parts.push_back(std::string(parallel::sharding_name(a.parallel.sharding)) +
                     " sharding: " + ms(t.comm_s - t.all_to_all_s - t.ring_s) + " of collectives, " +
@@ -185,106 +186,122 @@ std::string nothing_fits(const PlanCandidate& s, int64_t target) {
   return out;
 }
 
-}  // namespace
-
-PlanSearch search_plans(const train::TrainArgs& given, const SearchOptions& o) {
-  TIDAL_CHECK(o.budget > 0, "tidal plan: the memory budget must be positive");
-  TIDAL_CHECK(o.headroom >= 0 && o.headroom < 1, "tidal plan: the headroom must be in [0, 1), got ", o.headroom);
-  PlanSearch r;
-  r.budget = o.budget;
-  r.target = int64_t(double(o.budget) * (1 - o.headroom));
-  TIDAL_CHECK(o.host_budget >= 0, "tidal plan: the host memory budget must be >= 0, got ", o.host_budget);
-  const int dp = std::max(1, given.parallel.data());
-  TIDAL_CHECK(given.global_batch_size % (given.micro_batch_size * dp) == 0, "tidal plan: ", "--global-batch-size ",
-              given.global_batch_size, " is not a multiple of --micro-batch-size ", given.micro_batch_size, " x ", dp,
-              " data-parallel ranks, so no candidate could run: give ",
-              "a global batch of micro-batch x accumulation steps x ranks (e.g. --global-batch-size ",
-              given.micro_batch_size * dp, ")");
-  r.host_budget = o.host_budget;
-  std::vector<CandidateConfig> configs = enumerate_candidates(given, o.disk_dir);
-  r.enumerated = int64_t(configs.size());
-  std::vector<PlanCandidate> all;
-  all.reserve(configs.size());
-  for (CandidateConfig& c : configs) {
-    PlanCandidate p;
-    p.args = std::move(c.args);
-    p.flags = std::move(c.flags);
-    p.recompute = std::move(c.recompute);
-    p.recompute_rung = c.recompute_rung;
-    p.estimated_peak = predict_step_peak(p.args.model, triage_settings(p.args)).total;
-    p.device_peak = p.estimated_peak;
-    p.fits = p.device_peak <= r.target;
-    all.push_back(std::move(p));
+// The search in its phases: estimate every candidate, time those that may fit (kernel dry runs
+// shared across candidates), choose the fastest whose peak a dry run checked, then the Pareto front
+// and the answer's words.
+class Search {
+ public:
+  Search(const train::TrainArgs& given, const SearchOptions& o) : given_(given), o_(o) {
+    TIDAL_CHECK(o.budget > 0, "tidal plan: the memory budget must be positive");
+    TIDAL_CHECK(o.headroom >= 0 && o.headroom < 1, "tidal plan: the headroom must be in [0, 1), got ", o.headroom);
+    r_.budget = o.budget;
+    r_.target = int64_t(double(o.budget) * (1 - o.headroom));
+    TIDAL_CHECK(o.host_budget >= 0, "tidal plan: the host memory budget must be >= 0, got ", o.host_budget);
+    const int dp = std::max(1, given.parallel.data());
+    TIDAL_CHECK(given.global_batch_size % (given.micro_batch_size * dp) == 0, "tidal plan: ", "--global-batch-size ",
+                given.global_batch_size, " is not a multiple of --micro-batch-size ", given.micro_batch_size, " x ", dp,
+                " data-parallel ranks, so no candidate could run: give ",
+                "a global batch of micro-batch x accumulation steps x ranks (e.g. --global-batch-size ",
+                given.micro_batch_size * dp, ")");
+    r_.host_budget = o.host_budget;
   }
 
-  // Kernel dry runs, one per kernel key, cached; the seconds they took.
-  std::map<std::string, std::optional<DryRun>> runs;
-  int64_t dry_run_kernels = 0;  // recorded by the dry runs so far: their work, counted deterministically
-  std::string dry_run_error;    // the first kernel dry run's refusal, if any
-  auto kernels_of = [&](const train::TrainArgs& a) -> const std::optional<DryRun>& {
+  PlanSearch run() {
+    estimate();
+    time();
+    choose();
+    mark_pareto();
+    for (PlanCandidate& c : r_.candidates) c.why = c.flags.empty() ? "as given" : explain(c, given_);
+    r_.given.why = "as given";
+    if (r_.chosen < 0) say_why_nothing_fits();
+    return std::move(r_);
+  }
+
+ private:
+  // Every candidate with the estimator's step peak (cheap).
+  void estimate() {
+    std::vector<CandidateConfig> configs = enumerate_candidates(given_, o_.disk_dir);
+    r_.enumerated = int64_t(configs.size());
+    all_.reserve(configs.size());
+    for (CandidateConfig& c : configs) {
+      PlanCandidate p;
+      p.args = std::move(c.args);
+      p.flags = std::move(c.flags);
+      p.recompute = std::move(c.recompute);
+      p.recompute_rung = c.recompute_rung;
+      p.estimated_peak = predict_step_peak(p.args.model, triage_settings(p.args)).total;
+      p.device_peak = p.estimated_peak;
+      p.fits = p.device_peak <= r_.target;
+      all_.push_back(std::move(p));
+    }
+  }
+
+  // The kernel dry run of `a` (one per kernel key, cached).
+  const std::optional<DryRun>& kernels_of(const train::TrainArgs& a) {
     const std::string key = kernel_key(a);
-    auto it = runs.find(key);
-    if (it != runs.end()) return it->second;
-    std::optional<DryRun> d = try_dry_run(kernel_args(a), false, &dry_run_error);
+    auto it = runs_.find(key);
+    if (it != runs_.end()) return it->second;
+    std::optional<DryRun> d = try_dry_run(kernel_args(a), false, &dry_run_error_);
     if (d) {
-      dry_run_kernels += int64_t(d->kernels.size());
+      dry_run_kernels_ += int64_t(d->kernels.size());
       keep_for_timing(*d);
     }
-    ++r.dry_runs;
-    return runs.emplace(key, std::move(d)).first->second;
-  };
-  auto time = [&](PlanCandidate& c) {
+    ++r_.dry_runs;
+    return runs_.emplace(key, std::move(d)).first->second;
+  }
+
+  void time(PlanCandidate& c) {
     const std::optional<DryRun>& d = kernels_of(c.args);
     if (!d) return;
     // Rank 0's peak is every rank's without sharding; sharded, the largest rank's is verified below.
-    if (same_kernels(c.args) && (given.parallel.world == 1 || !c.args.parallel.sharded())) set_exact(c, *d, r);
-    c.time = predict_step_time(*d, c.args, o.profile);
+    if (same_kernels(c.args) && (given_.parallel.world == 1 || !c.args.parallel.sharded())) set_exact(c, *d, r_);
+    c.time = predict_step_time(*d, c.args, o_.profile);
     c.timed = true;
-  };
-
-  // The given run, as given: exact and timed whatever its size.
-  r.given = all.front();
-  time(r.given);
-  if (!r.given.exact)
-    if (std::optional<DryRun> d = try_dry_run(r.given.args)) set_exact(r.given, *d, r);
-
-  // Which candidates to time: those that may fit. First, per combination of the other switches, the
-  // first rung of the recompute ladder that fits (the fastest of its ladder, unless a rung below it
-  // fits after all); then the others while the dry runs stay within their time.
-  std::vector<size_t> may_fit;
-  std::map<std::string, int> first_rung;
-  for (size_t i = 1; i < all.size(); ++i) {
-    if (double(all[i].estimated_peak) > double(r.target) * kEstimateSlack) continue;
-    may_fit.push_back(i);
-    if (all[i].estimated_peak <= r.target) {
-      auto [it, fresh] = first_rung.emplace(outer_key(all[i].args), all[i].recompute_rung);
-      if (!fresh) it->second = std::min(it->second, all[i].recompute_rung);
-    }
   }
-  auto first = [&](size_t i) {
-    auto it = first_rung.find(outer_key(all[i].args));
-    return it != first_rung.end() && it->second == all[i].recompute_rung;
-  };
-  for (size_t i : may_fit)
-    if (first(i)) time(all[i]);
-  for (size_t i : may_fit)
-    if (!first(i) && (runs.count(kernel_key(all[i].args)) > 0 || dry_run_kernels < o.dry_run_kernels)) time(all[i]);
 
-  if (r.given.timed) r.candidates.push_back(r.given);  // as given is a candidate too (no flags)
-  for (size_t i = 1; i < all.size(); ++i)
-    if (all[i].timed) r.candidates.push_back(all[i]);
-  auto by_time = [](const PlanCandidate& a, const PlanCandidate& b) {  // equal times: the smaller first
-    return a.time.total_s < b.time.total_s || (a.time.total_s == b.time.total_s && a.device_peak < b.device_peak);
-  };
-  std::stable_sort(r.candidates.begin(), r.candidates.end(), by_time);
+  // The given run as given, exact and timed whatever its size; then those that may fit: per
+  // combination of the other switches the first rung of the recompute ladder that fits (the fastest
+  // of its ladder, unless a rung below it fits after all), then the others while the dry runs stay
+  // within their work. The timed ones, fastest first.
+  void time() {
+    r_.given = all_.front();
+    time(r_.given);
+    if (!r_.given.exact)
+      if (std::optional<DryRun> d = try_dry_run(r_.given.args)) set_exact(r_.given, *d, r_);
+    std::vector<size_t> may_fit;
+    std::map<std::string, int> first_rung;
+    for (size_t i = 1; i < all_.size(); ++i) {
+      if (double(all_[i].estimated_peak) > double(r_.target) * kEstimateSlack) continue;
+      may_fit.push_back(i);
+      if (all_[i].estimated_peak <= r_.target) {
+        auto [it, fresh] = first_rung.emplace(outer_key(all_[i].args), all_[i].recompute_rung);
+        if (!fresh) it->second = std::min(it->second, all_[i].recompute_rung);
+      }
+    }
+    auto first = [&](size_t i) {
+      auto it = first_rung.find(outer_key(all_[i].args));
+      return it != first_rung.end() && it->second == all_[i].recompute_rung;
+    };
+    for (size_t i : may_fit)
+      if (first(i)) time(all_[i]);
+    for (size_t i : may_fit)
+      if (!first(i) && (runs_.count(kernel_key(all_[i].args)) > 0 || dry_run_kernels_ < o_.dry_run_kernels))
+        time(all_[i]);
+    if (r_.given.timed) r_.candidates.push_back(r_.given);  // as given is a candidate too (no flags)
+    for (size_t i = 1; i < all_.size(); ++i)
+      if (all_[i].timed) r_.candidates.push_back(all_[i]);
+    auto by_time = [](const PlanCandidate& a, const PlanCandidate& b) {  // equal times: the smaller first
+      return a.time.total_s < b.time.total_s || (a.time.total_s == b.time.total_s && a.device_peak < b.device_peak);
+    };
+    std::stable_sort(r_.candidates.begin(), r_.candidates.end(), by_time);
+  }
 
-  // The fastest that fits, by its own exact dry run where it has one. --overlap-grad-reduce has none
-  // (its peak depends on when the buckets' reductions end): the dry run without it, plus what the
-  // estimator says the overlap changes, so that only the buckets are estimated (the estimator alone
-  // runs low where backward's temporaries dominate, at long sequences with small hidden sizes).
-  int verified = 0;
-  const auto verify = [&](PlanCandidate& c) {
-    if (std::optional<DryRun> d = try_dry_run(c.args)) return set_exact(c, *d, r);
+  // `c`'s peak by its own exact dry run where it has one. --overlap-grad-reduce has none (its peak
+  // depends on when the buckets' reductions end): the dry run without it, plus what the estimator
+  // says the overlap changes, so that only the buckets are estimated (the estimator alone runs low
+  // where backward's temporaries dominate, at long sequences with small hidden sizes).
+  void verify(PlanCandidate& c) {
+    if (std::optional<DryRun> d = try_dry_run(c.args)) return set_exact(c, *d, r_);
     if (!c.args.parallel.overlap_grad_reduce) return;
     train::TrainArgs plain = c.args;
     plain.parallel.overlap_grad_reduce = false;
@@ -300,67 +317,83 @@ PlanSearch search_plans(const train::TrainArgs& given, const SearchOptions& o) {
     c.device_peak = d->device.peak_allocated + overlap;
     c.host_peak = d->host.peak_allocated;
     c.checked = true;
-    c.fits = c.device_peak <= r.target && (r.host_budget == 0 || c.host_peak <= r.host_budget);
-  };
-  // At most kMaxVerified dry runs: past them only candidates already checked are taken (the estimator
-  // runs low where backward's temporaries dominate, so its peak alone may not fit), and only when
-  // none is does the choice fall back to the estimator's peak.
-  // Candidates the estimator puts above the target by less than its error are verified too (at most
+    c.fits = c.device_peak <= r_.target && (r_.host_budget == 0 || c.host_peak <= r_.host_budget);
+  }
+
+  // The fastest that fits, checked. At most kMaxVerified dry runs: past them only candidates already
+  // checked are taken (the estimator runs low where backward's temporaries dominate, so its peak alone
+  // may not fit), and only when none is does the choice fall back to the estimator's peak. Candidates
+  // the estimator puts above the target by less than its error are verified too (at most
   // kMaxVerifiedAbove, apart, so that they do not use up the others'): its peak runs high as well as
   // low (Qwen3-8B at 32k with CP 2: 82 GiB estimated, 71 GiB checked).
-  int verified_above = 0;
-  for (size_t i = 0; i < r.candidates.size() && r.chosen < 0; ++i) {
-    PlanCandidate& c = r.candidates[i];
-    if (c.checked ? !c.fits : double(c.estimated_peak) > double(r.target) * kEstimateSlack) continue;
-    int& count = c.fits ? verified : verified_above;
-    if (!c.checked && count < (c.fits ? kMaxVerified : kMaxVerifiedAbove)) {
-      ++count;
-      verify(c);
+  void choose() {
+    int verified_above = 0;
+    for (size_t i = 0; i < r_.candidates.size() && r_.chosen < 0; ++i) {
+      PlanCandidate& c = r_.candidates[i];
+      if (c.checked ? !c.fits : double(c.estimated_peak) > double(r_.target) * kEstimateSlack) continue;
+      int& count = c.fits ? verified_ : verified_above;
+      if (!c.checked && count < (c.fits ? kMaxVerified : kMaxVerifiedAbove)) {
+        ++count;
+        verify(c);
+      }
+      if (c.fits && c.checked) r_.chosen = int(i);
     }
-    if (c.fits && c.checked) r.chosen = int(i);
+    for (size_t i = 0; i < r_.candidates.size() && r_.chosen < 0 && r_.host_budget == 0; ++i)  // a host budget
+      if (r_.candidates[i].fits) r_.chosen = int(i);  // needs the dry run's host peak
   }
-  for (size_t i = 0; i < r.candidates.size() && r.chosen < 0 && r.host_budget == 0; ++i)  // a host budget needs
-    if (r.candidates[i].fits) r.chosen = int(i);                                          // the dry run's host peak
-  // The Pareto front of device peak against step time.
-  int64_t smallest = INT64_MAX;
-  for (PlanCandidate& c : r.candidates) {
-    if (c.device_peak < smallest && !c.checked && verified < kMaxVerified) {
-      ++verified;
-      verify(c);
-    }
-    c.pareto = c.device_peak < smallest;
-    smallest = std::min(smallest, c.device_peak);
-  }
-  for (PlanCandidate& c : r.candidates) c.why = c.flags.empty() ? "as given" : explain(c, given);
-  r.given.why = "as given";
 
-  if (r.chosen < 0) {
-    const auto it = std::min_element(all.begin(), all.end(), [](const PlanCandidate& a, const PlanCandidate& b) {
+  // The Pareto front of device peak against step time (its members checked while verifications last).
+  void mark_pareto() {
+    int64_t smallest = INT64_MAX;
+    for (PlanCandidate& c : r_.candidates) {
+      if (c.device_peak < smallest && !c.checked && verified_ < kMaxVerified) {
+        ++verified_;
+        verify(c);
+      }
+      c.pareto = c.device_peak < smallest;
+      smallest = std::min(smallest, c.device_peak);
+    }
+  }
+
+  void say_why_nothing_fits() {
+    const auto it = std::min_element(all_.begin(), all_.end(), [](const PlanCandidate& a, const PlanCandidate& b) {
       return a.estimated_peak < b.estimated_peak;
     });
-    r.smallest = *it;
+    r_.smallest = *it;
     // The estimator put it within the target, but the dry runs found more: the smallest they measured.
-    for (const PlanCandidate& c : r.candidates)
-      if (it->estimated_peak <= r.target && c.checked &&
-          (!r.smallest.checked || c.device_peak < r.smallest.device_peak))
-        r.smallest = c;
-    r.nothing_fits = nothing_fits(r.smallest, r.target);
+    for (const PlanCandidate& c : r_.candidates)
+      if (it->estimated_peak <= r_.target && c.checked &&
+          (!r_.smallest.checked || c.device_peak < r_.smallest.device_peak))
+        r_.smallest = c;
+    r_.nothing_fits = nothing_fits(r_.smallest, r_.target);
     // Within the budget by the estimator, yet nothing timed: the dry runs refused the configuration.
-    if (r.smallest.estimated_peak <= r.target && r.candidates.empty() && !dry_run_error.empty())
-      r.nothing_fits = "Nothing could be timed: the smallest candidate (" +
-                       (r.smallest.flags.empty() ? std::string("as given") : r.smallest.flags) + ") needs about " +
-                       format_bytes(r.smallest.estimated_peak) + ", within " + format_bytes(r.target) +
-                       ", but the dry runs refuse the configuration: " + dry_run_error;
+    if (r_.smallest.estimated_peak <= r_.target && r_.candidates.empty() && !dry_run_error_.empty())
+      r_.nothing_fits = "Nothing could be timed: the smallest candidate (" +
+                        (r_.smallest.flags.empty() ? std::string("as given") : r_.smallest.flags) + ") needs about " +
+                        format_bytes(r_.smallest.estimated_peak) + ", within " + format_bytes(r_.target) +
+                        ", but the dry runs refuse the configuration: " + dry_run_error_;
     // Candidates whose device peak fits but whose host peak does not.
     int64_t host = INT64_MAX;
-    for (const PlanCandidate& c : r.candidates)
-      if (c.exact && c.device_peak <= r.target) host = std::min(host, c.host_peak);
-    if (r.host_budget > 0 && host != INT64_MAX)
-      r.nothing_fits += " Some candidates fit the device but not the host budget, " + format_bytes(r.host_budget) +
-                        " (the smallest needs " + format_bytes(host) + " of host memory): raise --host-memory" +
-                        (o.disk_dir.empty() ? ", or give --offload-dir DIR to search offload to disk." : ".");
+    for (const PlanCandidate& c : r_.candidates)
+      if (c.exact && c.device_peak <= r_.target) host = std::min(host, c.host_peak);
+    if (r_.host_budget > 0 && host != INT64_MAX)
+      r_.nothing_fits += " Some candidates fit the device but not the host budget, " + format_bytes(r_.host_budget) +
+                         " (the smallest needs " + format_bytes(host) + " of host memory): raise --host-memory" +
+                         (o_.disk_dir.empty() ? ", or give --offload-dir DIR to search offload to disk." : ".");
   }
-  return r;
-}
+
+  const train::TrainArgs& given_;
+  const SearchOptions& o_;
+  PlanSearch r_;
+  std::vector<PlanCandidate> all_;                     // every candidate, the given one first
+  std::map<std::string, std::optional<DryRun>> runs_;  // kernel dry runs by kernel key
+  int64_t dry_run_kernels_ = 0;  // recorded by the dry runs so far: their work, counted deterministically
+  std::string dry_run_error_;    // the first kernel dry run's refusal, if any
+  int verified_ = 0;             // candidates made exact by a dry run of their own
+};
+
+}  // namespace
+
+PlanSearch search_plans(const train::TrainArgs& given, const SearchOptions& o) { return Search(given, o).run(); }
 
 }  // namespace tidal::plan

@@ -244,7 +244,7 @@ TriageSettings triage_settings(const train::TrainArgs& args) {
   s.micro_batch = args.micro_batch_size;
   s.seq = args.seq_length;
   s.global_batch = args.global_batch_size;
-  s.attention = args.attention == "eager" ? AttentionKernel::eager : AttentionKernel::flash;
+  s.attention = args.attention;
   s.memory = args.memory;
   s.precision = args.precision;
   return s;

@@ -10,10 +10,7 @@ namespace tidal::plan {
 namespace {
 
 // Which flags a step sets: a later step of the same kind replaces the earlier one's flags.
-std::string kind(const std::string& step) {
-  if (step.rfind("recompute", 0) == 0) return "recompute";
-  return step;
-}
+TriageStep kind(TriageStep step) { return step == TriageStep::recompute_full ? TriageStep::recompute_selective : step; }
 
 std::string needs_line(const StepPeak& p) {
   return format_bytes(p.total) + " (parameters " + format_bytes(p.parameters) + ", optimizer states " +
@@ -23,17 +20,17 @@ std::string needs_line(const StepPeak& p) {
 
 // The greedy's order: the triage groups, with expert and context parallelism (printed in the sharding
 // group) a group of their own after sharding and before recompute.
-int plan_order(const std::string& step) {
-  const bool parallel = step == "expert parallel" || step == "context parallel";
+int plan_order(TriageStep step) {
+  const bool parallel = step == TriageStep::expert_parallel || step == TriageStep::context_parallel;
   return 2 * triage_group(step) + (parallel ? 1 : 0);
 }
 
 }  // namespace
 
 std::string Plan::flags() const {
-  std::vector<std::pair<std::string, std::string>> by_kind;  // in the order first taken
+  std::vector<std::pair<TriageStep, std::string>> by_kind;  // in the order first taken
   for (const PlanStep& st : steps) {
-    const std::string k = kind(st.suggestion.step);
+    const TriageStep k = kind(st.suggestion.step);
     auto it = std::find_if(by_kind.begin(), by_kind.end(), [&](const auto& e) { return e.first == k; });
     if (it == by_kind.end()) {
       by_kind.push_back({k, st.suggestion.flags});
@@ -89,7 +86,7 @@ std::string format_plan(const Plan& p, const models::ModelConfig& m, const Triag
   out += "It does not fit " + target + ". In the triage order, each step on top of those before it:\n";
   for (const PlanStep& st : p.steps) {
     char head[64];
-    std::snprintf(head, sizeof head, "  %-24s", (st.suggestion.step + ":").c_str());
+    std::snprintf(head, sizeof head, "  %-24s", (std::string(name(st.suggestion.step)) + ":").c_str());
     out += head + st.suggestion.flags + "  -> " + format_bytes(st.peak) + (st.peak <= p.target ? ", fits" : "") + "\n";
   }
   if (p.fits) {

@@ -10,8 +10,8 @@
 
 namespace tidal::train {
 
-Flags train_flags() {
-  Flags f("train");
+Flags train_flags(const std::string& command) {
+  Flags f(command);
   f.option("model", "a built-in model preset (tidal presets lists them)", "NAME")
       .option("config", "a Hugging Face config.json (model_type gpt2, llama, qwen3, qwen3_moe)", "FILE")
       .option("pretrained", "start from a Hugging Face model directory (config.json + safetensors weights)", "DIR")
@@ -188,6 +188,10 @@ std::string shape_of(const models::ModelConfig& m) {
 TrainArgs parse_train_args(const std::vector<std::string>& argv) {
   Flags f = train_flags();
   f.parse(argv);
+  return train_args(f);
+}
+
+TrainArgs train_args(const Flags& f) {
   check_encodable(f);
   TrainArgs a;
   TIDAL_CHECK(int(f.has("model")) + int(f.has("config")) + int(f.has("pretrained")) <= 1,
@@ -226,9 +230,10 @@ TrainArgs parse_train_args(const std::vector<std::string>& argv) {
   parse_batch_and_schedule(f, a);
   parse_optimizer(f, a);
   a.seed = uint64_t(f.integer("seed", int64_t(a.seed), 0, int64_t(1) << 62));
-  a.attention = f.str("attention", a.attention);
-  TIDAL_CHECK(a.attention == "flash" || a.attention == "eager",
-              "tidal train: --attention must be flash or eager, got '", a.attention, "'");
+  const std::string attention = f.str("attention", "flash");
+  TIDAL_CHECK(attention == "flash" || attention == "eager", "tidal train: --attention must be flash or eager, got '",
+              attention, "'");
+  a.attention = attention == "eager" ? AttentionKernel::eager : AttentionKernel::flash;
   parse_outputs(f, a);
   a.memory = parse_memory_config(f, m);
   a.parallel = parallel::parse_parallel_layout(f);
@@ -238,8 +243,7 @@ TrainArgs parse_train_args(const std::vector<std::string>& argv) {
   parse_profile(f, a);
   parse_sample(f, a);
   // Sizes from flags that overflow 64-bit byte counts are an error now, not a wrapped allocation later.
-  memory::check_step_sizes(a.model, a.micro_batch_size, a.seq_length,
-                           a.attention == "eager" ? AttentionKernel::eager : AttentionKernel::flash);
+  memory::check_step_sizes(a.model, a.micro_batch_size, a.seq_length, a.attention);
   parallel::check_context_parallel(a.parallel, a.seq_length);
   return a;
 }
@@ -278,27 +282,32 @@ void parse_batch_and_schedule(const Flags& f, TrainArgs& a) {
               " exceeds the model's max position embeddings ", a.model.max_position_embeddings,
               " (raise --max-position-embeddings)");
   a.train_iters = f.integer("train-iters", a.train_iters, 0, kMaxSize);
-  a.lr = f.number("lr", a.lr, 0.0, 10.0);
-  a.min_lr = f.number("min-lr", std::min(a.min_lr, a.lr), 0.0, 10.0);
-  TIDAL_CHECK(a.min_lr <= a.lr, "tidal train: --min-lr ", a.min_lr, " is above --lr ", a.lr);
-  a.lr_warmup_iters = f.integer("lr-warmup-iters", std::min(a.lr_warmup_iters, a.train_iters / 10), 0, kMaxSize);
-  a.lr_decay_iters = f.integer("lr-decay-iters", a.lr_decay_iters, 0, kMaxSize);
-  const int64_t decay = a.lr_decay_iters > 0 ? a.lr_decay_iters : a.train_iters;
-  TIDAL_CHECK(a.lr_warmup_iters == 0 || a.lr_warmup_iters < decay, "tidal train: --lr-warmup-iters ", a.lr_warmup_iters,
+  optim::LrSchedule& s = a.schedule;
+  s.train_iters = a.train_iters;
+  s.lr = f.number("lr", s.lr, 0.0, 10.0);
+  s.min_lr = f.number("min-lr", std::min(s.min_lr, s.lr), 0.0, 10.0);
+  TIDAL_CHECK(s.min_lr <= s.lr, "tidal train: --min-lr ", s.min_lr, " is above --lr ", s.lr);
+  s.warmup_iters = f.integer("lr-warmup-iters", std::min(s.warmup_iters, a.train_iters / 10), 0, kMaxSize);
+  s.decay_iters = f.integer("lr-decay-iters", s.decay_iters, 0, kMaxSize);
+  const int64_t decay = s.decay_iters > 0 ? s.decay_iters : a.train_iters;
+  TIDAL_CHECK(s.warmup_iters == 0 || s.warmup_iters < decay, "tidal train: --lr-warmup-iters ", s.warmup_iters,
               " must be below the decay length ", decay, " (--lr-decay-iters, else --train-iters)");
-  a.lr_decay_style = f.str("lr-decay-style", a.lr_decay_style);
-  TIDAL_CHECK(a.lr_decay_style == "cosine" || a.lr_decay_style == "linear" || a.lr_decay_style == "constant",
-              "tidal train: --lr-decay-style must be cosine, linear or constant, got '", a.lr_decay_style, "'");
+  const std::string style = f.str("lr-decay-style", "cosine");
+  TIDAL_CHECK(style == "cosine" || style == "linear" || style == "constant",
+              "tidal train: --lr-decay-style must be cosine, linear or constant, got '", style, "'");
+  s.style = optim::parse_lr_decay_style(style);
+  a.adamw.lr = s.lr;  // what AdamW::step() without an argument would use; training passes lr_at's
 }
 
 // AdamW's weight decay, betas and epsilon, and gradient clipping.
 void parse_optimizer(const Flags& f, TrainArgs& a) {
-  a.weight_decay = f.number("weight-decay", a.weight_decay, 0.0, 10.0);
-  a.adam_beta1 = f.number("adam-beta1", a.adam_beta1, 0.0, 0.999999);
-  a.adam_beta2 = f.number("adam-beta2", a.adam_beta2, 0.0, 0.999999);
-  a.adam_eps = f.number("adam-eps", a.adam_eps, 0.0, 1.0);
+  optim::AdamWOptions& o = a.adamw;
+  o.weight_decay = f.number("weight-decay", o.weight_decay, 0.0, 10.0);
+  o.beta1 = f.number("adam-beta1", o.beta1, 0.0, 0.999999);
+  o.beta2 = f.number("adam-beta2", o.beta2, 0.0, 0.999999);
+  o.eps = f.number("adam-eps", o.eps, 0.0, 1.0);
   // eps 0 divides by sqrt(v) = 0 wherever a gradient is 0 (an unused embedding row): NaN weights.
-  TIDAL_CHECK(a.adam_eps > 0, "tidal train: --adam-eps must be > 0, got ", a.adam_eps,
+  TIDAL_CHECK(o.eps > 0, "tidal train: --adam-eps must be > 0, got ", o.eps,
               ": AdamW divides by sqrt(v) + eps, and a parameter whose gradient is 0 would become NaN (Megatron's "
               "default is 1e-8)");
   a.clip_grad = f.number("clip-grad", a.clip_grad, 0.0, 1e9);
@@ -312,13 +321,13 @@ void parse_optimizer(const Flags& f, TrainArgs& a) {
 
 // Checkpoints, logging, evaluation, --metrics-json and --report-memory.
 void parse_outputs(const Flags& f, TrainArgs& a) {
-  a.save = f.str("save");
-  a.load = f.str("load");
-  a.exit_on_missing_checkpoint = f.flag_on("exit-on-missing-checkpoint");
-  TIDAL_CHECK(!a.exit_on_missing_checkpoint || !a.load.empty(),
-              "tidal train: --exit-on-missing-checkpoint needs --load DIR");
-  a.save_interval = f.integer("save-interval", a.save_interval, 0, kMaxSize);
-  TIDAL_CHECK(a.save_interval == 0 || !a.save.empty(), "tidal train: --save-interval needs --save DIR");
+  checkpoint::CheckpointOptions& c = a.checkpoint;
+  c.save = f.str("save");
+  c.load = f.str("load");
+  c.exit_on_missing = f.flag_on("exit-on-missing-checkpoint");
+  TIDAL_CHECK(!c.exit_on_missing || !c.load.empty(), "tidal train: --exit-on-missing-checkpoint needs --load DIR");
+  c.save_interval = f.integer("save-interval", c.save_interval, 0, kMaxSize);
+  TIDAL_CHECK(c.save_interval == 0 || !c.save.empty(), "tidal train: --save-interval needs --save DIR");
   a.log_interval = f.integer("log-interval", a.log_interval, 1, kMaxSize);
   a.eval_interval = f.integer("eval-interval", a.eval_interval, 0, kMaxSize);
   a.eval_iters = f.integer("eval-iters", a.eval_iters, 1, kMaxSize);
@@ -337,11 +346,11 @@ void parse_outputs(const Flags& f, TrainArgs& a) {
 
 // --profile DIR [--profile-steps A:B] (after --train-iters, which the window must not start past).
 void parse_profile(const Flags& f, TrainArgs& a) {
-  a.profile_dir = f.str("profile");
+  a.profile.dir = f.str("profile");
   if (!f.has("profile-steps")) return;
-  TIDAL_CHECK(!a.profile_dir.empty(), "tidal train: --profile-steps needs --profile DIR");
-  std::tie(a.profile_first_step, a.profile_last_step) = profile::parse_step_range(f.str("profile-steps"));
-  TIDAL_CHECK(a.profile_first_step <= a.train_iters, "tidal train: --profile-steps ", f.str("profile-steps"),
+  TIDAL_CHECK(!a.profile.dir.empty(), "tidal train: --profile-steps needs --profile DIR");
+  std::tie(a.profile.first_step, a.profile.last_step) = profile::parse_step_range(f.str("profile-steps"));
+  TIDAL_CHECK(a.profile.first_step <= a.train_iters, "tidal train: --profile-steps ", f.str("profile-steps"),
               " starts after the last iteration (--train-iters ", a.train_iters, ")");
 }
 
@@ -377,27 +386,27 @@ nlohmann::json TrainArgs::to_json() const {
   j["global_batch_size"] = global_batch_size;
   j["grad_accumulation_steps"] = grad_accumulation_steps();
   j["train_iters"] = train_iters;
-  j["lr"] = lr;
-  j["min_lr"] = min_lr;
-  j["lr_warmup_iters"] = lr_warmup_iters;
-  j["lr_decay_iters"] = lr_decay_iters > 0 ? lr_decay_iters : train_iters;
-  j["lr_decay_style"] = lr_decay_style;
-  j["weight_decay"] = weight_decay;
-  j["adam_beta1"] = adam_beta1;
-  j["adam_beta2"] = adam_beta2;
-  j["adam_eps"] = adam_eps;
+  j["lr"] = schedule.lr;
+  j["min_lr"] = schedule.min_lr;
+  j["lr_warmup_iters"] = schedule.warmup_iters;
+  j["lr_decay_iters"] = schedule.decay_iters > 0 ? schedule.decay_iters : train_iters;
+  j["lr_decay_style"] = optim::lr_decay_style_name(schedule.style);
+  j["weight_decay"] = adamw.weight_decay;
+  j["adam_beta1"] = adamw.beta1;
+  j["adam_beta2"] = adamw.beta2;
+  j["adam_eps"] = adamw.eps;
   j["clip_grad"] = clip_grad;
   parallel::to_json(j, parallel);
   j["bf16"] = precision.bf16;
   j["check_for_nan_in_loss_and_grad"] = check_for_nan;
   j["skip_nonfinite_steps"] = skip_nonfinite_steps;
   j["seed"] = seed;
-  j["attention"] = attention;
+  j["attention"] = name(attention);
   j["auto_memory"] = auto_memory;
-  j["save"] = save;
-  j["load"] = load;
-  j["exit_on_missing_checkpoint"] = exit_on_missing_checkpoint;
-  j["save_interval"] = save_interval;
+  j["save"] = checkpoint.save;
+  j["load"] = checkpoint.load;
+  j["exit_on_missing_checkpoint"] = checkpoint.exit_on_missing;
+  j["save_interval"] = checkpoint.save_interval;
   j["log_interval"] = log_interval;
   j["eval_interval"] = eval_interval;
   j["eval_iters"] = eval_iters;
@@ -413,7 +422,7 @@ nlohmann::json TrainArgs::to_json() const {
   j["loss_chunk_size"] = memory.loss.chunk_size;
   j["swap_optimizer"] = memory.swap_optimizer.on;
   j["swap_optimizer_times"] = memory.swap_optimizer.times;
-  j["profile"] = {{"dir", profile_dir}, {"first_step", profile_first_step}, {"last_step", profile_last_step}};
+  j["profile"] = {{"dir", profile.dir}, {"first_step", profile.first_step}, {"last_step", profile.last_step}};
   return j;
 }
 

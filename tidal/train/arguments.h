@@ -7,9 +7,14 @@
 #include <vector>
 
 #include "tidal/base/flags.h"
+#include "tidal/checkpoint/format.h"
 #include "tidal/memory/memory_config.h"
 #include "tidal/models/config.h"
+#include "tidal/ops/attention.h"
+#include "tidal/optim/adamw.h"
+#include "tidal/optim/lr_schedule.h"
 #include "tidal/parallel/layout.h"
+#include "tidal/profile/profiler.h"
 #include "tidal/train/precision.h"
 
 namespace tidal::train {
@@ -29,23 +34,20 @@ struct TrainArgs {
   int64_t micro_batch_size = 8;
   int64_t global_batch_size = 8;
   int64_t train_iters = 600;
-  double lr = 2e-3;
-  double min_lr = 2e-4;
-  int64_t lr_warmup_iters = 60;
-  int64_t lr_decay_iters = 0;  // 0: train_iters
-  std::string lr_decay_style = "cosine";
-  double weight_decay = 0.1;
-  double adam_beta1 = 0.9, adam_beta2 = 0.95, adam_eps = 1e-8;
+  // --lr, --min-lr, --lr-warmup-iters, --lr-decay-iters (0: --train-iters), --lr-decay-style; its
+  // train_iters is --train-iters.
+  optim::LrSchedule schedule{2e-3, 2e-4, 0, 60, 0, 600, optim::LrDecayStyle::cosine};
+  // --lr, --weight-decay (not on biases and norms), --adam-beta1, --adam-beta2, --adam-eps.
+  optim::AdamWOptions adamw{2e-3, 0.9, 0.95, 1e-8, 0.1};
   double clip_grad = 1.0;
   // the NaN/Inf guard (train/nan_guard.h): --no-check-for-nan-in-loss-and-grad, --skip-nonfinite-steps
   bool check_for_nan = true;
   bool skip_nonfinite_steps = false;
   uint64_t seed = 1234;
-  std::string attention = "flash";
-  // checkpoints, logging, evaluation
-  std::string save, load;
-  bool exit_on_missing_checkpoint = false;  // --load of a directory without a checkpoint: an error, not a fresh start
-  int64_t save_interval = 0;                // 0: only at the end (when --save is given)
+  AttentionKernel attention = AttentionKernel::flash;  // --attention
+  // --save, --save-interval, --load, --exit-on-missing-checkpoint (checkpoint/format.h)
+  checkpoint::CheckpointOptions checkpoint;
+  // logging, evaluation
   int64_t log_interval = 20;
   int64_t eval_interval = 200;
   int64_t eval_iters = 10;
@@ -69,9 +71,8 @@ struct TrainArgs {
   PrecisionConfig precision;
   std::string sample_prompt;  // printed sample at the end ("" : none)
   int64_t sample_tokens = 0;
-  // --profile DIR [--profile-steps A:B] (docs/profiling.md); steps 0: the default window
-  std::string profile_dir;
-  int64_t profile_first_step = 0, profile_last_step = 0;
+  // --profile DIR [--profile-steps A:B] (docs/profiling.md); steps 0: the default window (train/profiling.h)
+  profile::ProfileOptions profile;
 
   int64_t grad_accumulation_steps() const { return global_batch_size / micro_batch_size; }
   // These settings on `ranks` ranks (parallel::ParallelLayout::on: C must divide them).
@@ -84,9 +85,12 @@ struct TrainArgs {
   nlohmann::json to_json() const;
 };
 
-// The flag table of `tidal train` (for parsing and help).
-Flags train_flags();
+// The flag table of `tidal train` (for parsing and help); `command` names it in errors (tidal plan
+// declares its own flags on the same table).
+Flags train_flags(const std::string& command = "train");
 // Parses and validates; throws tidal::Error naming the flag and what is wrong.
 TrainArgs parse_train_args(const std::vector<std::string>& argv);
+// The same from a table parsed already (train_flags, with a caller's flags taken out: Flags::take).
+TrainArgs train_args(const Flags& parsed);
 
 }  // namespace tidal::train

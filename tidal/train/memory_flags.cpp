@@ -61,6 +61,17 @@ memory::RecomputeConfig parse_recompute(const Flags& f) {
   return c;
 }
 
+// What the offload policy needs of the recompute: something left to offload.
+void check_offload_policy(const memory::OffloadConfig& c, const std::vector<memory::LayerRecompute>& plan,
+                          const memory::RecomputeConfig& recompute) {
+  if (!c.enabled || c.policy.kind != memory::OffloadPolicyKind::core_attn) return;
+  for (const memory::LayerRecompute& p : plan)
+    TIDAL_CHECK(!p.full && !p.core_attn,
+                "tidal train: --offload-policy core-attn has nothing to offload where the "
+                "attention core is recomputed (",
+                recompute.describe(), "); use layer-input, or drop the recompute");
+}
+
 memory::OffloadConfig parse_offload(const Flags& f, const std::vector<memory::LayerRecompute>& plan,
                                     const memory::RecomputeConfig& recompute) {
   memory::OffloadConfig c;
@@ -79,13 +90,7 @@ memory::OffloadConfig parse_offload(const Flags& f, const std::vector<memory::La
   c.prefetch_depth = f.integer("offload-prefetch-depth", c.prefetch_depth, 0, 1 << 20);
   if (f.has("offload-host-limit")) c.host_limit = parse_bytes(f.str("offload-host-limit"));
   TIDAL_CHECK(c.host_limit == 0 || !disk, "tidal train: --offload-host-limit is for --offload-target host");
-  if (c.enabled && c.policy.kind == memory::OffloadPolicyKind::core_attn) {
-    for (const memory::LayerRecompute& p : plan)
-      TIDAL_CHECK(!p.full && !p.core_attn,
-                  "tidal train: --offload-policy core-attn has nothing to offload where the "
-                  "attention core is recomputed (",
-                  recompute.describe(), "); use layer-input, or drop the recompute");
-  }
+  check_offload_policy(c, plan, recompute);
   return c;
 }
 
@@ -149,6 +154,15 @@ memory::MemoryConfig parse_memory_config(const Flags& f, const models::ModelConf
   c.loss = parse_loss(f);
   c.swap_optimizer = parse_swap(f);
   return c;
+}
+
+void validate_memory_config(memory::MemoryConfig& c, const models::ModelConfig& model) {
+  c.set_recompute(c.recompute, model);
+  check_offload_policy(c.offload, c.recompute_plan, c.recompute);
+  TIDAL_CHECK(!c.loss.chunked || c.loss.chunk_size >= 1, "tidal train: --loss-chunk-size must be >= 1 tokens, got ",
+              c.loss.chunk_size);
+  TIDAL_CHECK(c.swap_optimizer.times == -1 || (c.swap_optimizer.on && c.swap_optimizer.times >= 1),
+              "tidal train: --swap-optimizer-times must be >= 1 with --swap-optimizer, got ", c.swap_optimizer.times);
 }
 
 memory::MemoryConfig parse_memory_config(const std::vector<std::string>& argv, const models::ModelConfig& model) {

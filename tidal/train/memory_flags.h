@@ -21,6 +21,11 @@ memory::MemoryConfig parse_memory_config(const Flags& f, const models::ModelConf
 // The same from a command line of memory flags only.
 memory::MemoryConfig parse_memory_config(const std::vector<std::string>& argv, const models::ModelConfig& model);
 
+// Checks a configuration made as a value (tidal plan's candidates) as the flags that spell it are
+// checked, and sets its recompute plan: parse_memory_config(memory_config_flags(c), model) without the
+// words. Throws tidal::Error naming the flag.
+void validate_memory_config(memory::MemoryConfig& c, const models::ModelConfig& model);
+
 // The flags that give `c`, one argv word each; defaults are left out, except that an offload policy
 // and a loss chunk size are always spelled out.
 std::vector<std::string> memory_config_flags(const memory::MemoryConfig& c);

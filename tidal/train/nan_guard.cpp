@@ -30,8 +30,8 @@ std::string nonfinite_step(double loss, double grad_norm, const optim::NamedPara
 void stop_nonfinite(int64_t it, const std::string& what, const TrainArgs& args) {
   detail::throw_error(detail::str_cat(
       "iteration ", it, ": ", what, "; training stopped before the optimizer step, so no weight took it ",
-      "(--check-for-nan-in-loss-and-grad). Try a lower --lr (now ", args.lr, "), a longer --lr-warmup-iters or ",
-      "--clip-grad; --skip-nonfinite-steps skips such steps instead"));
+      "(--check-for-nan-in-loss-and-grad). Try a lower --lr (now ", args.schedule.lr,
+      "), a longer --lr-warmup-iters or ", "--clip-grad; --skip-nonfinite-steps skips such steps instead"));
 }
 
 }  // namespace tidal::train

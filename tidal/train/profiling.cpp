@@ -6,10 +6,10 @@ namespace tidal::train {
 
 profile::ProfileOptions profile_options(const TrainArgs& args, int64_t start) {
   profile::ProfileOptions o;
-  o.dir = args.profile_dir;
-  if (args.profile_first_step > 0) {
-    o.first_step = args.profile_first_step;
-    o.last_step = std::min(args.profile_last_step, args.train_iters);
+  o.dir = args.profile.dir;
+  if (args.profile.first_step > 0) {
+    o.first_step = args.profile.first_step;
+    o.last_step = std::min(args.profile.last_step, args.train_iters);
   } else {
     o.first_step = o.last_step = std::min(start + 2, std::max<int64_t>(args.train_iters, start + 1));
   }
@@ -22,7 +22,7 @@ nlohmann::json profile_info(const TrainArgs& args, const models::ModelConfig& co
   j["parameters"] = num_parameters;
   j["micro_batch"] = std::to_string(args.micro_batch_size) + " x " + std::to_string(args.seq_length) + " tokens";
   j["accumulation"] = args.grad_accumulation_steps();
-  j["attention"] = args.attention;
+  j["attention"] = name(args.attention);
   const memory::MemoryConfig& mem = args.memory;
   j["recompute"] = mem.recompute.describe();
   if (mem.loss.chunked) j["loss"] = mem.loss.describe();

@@ -17,7 +17,7 @@ namespace {
 // A note when the plan recomputes the attention core where the kernel keeps nothing worth it.
 void print_core_attn_note(const TrainArgs& args, std::FILE* out) {
   const memory::MemoryConfig& mem = args.memory;
-  if (!mem.recompute.any() || args.attention != "flash") return;
+  if (!mem.recompute.any() || args.attention != AttentionKernel::flash) return;
   for (const memory::LayerRecompute& p : mem.recompute_plan)
     if (p.core_attn) {
       std::fprintf(out,
@@ -83,7 +83,7 @@ Report::Report(const TrainArgs& args, const models::ModelConfig& config, const S
                "training %lld iterations of %lld x %lld tokens (micro-batch %lld, %lld accumulation steps%s), "
                "%s attention, recompute: %s, offload: %s\n",
                (long long)args.train_iters, (long long)args.global_batch_size, (long long)args.seq_length,
-               (long long)args.micro_batch_size, (long long)s.micro_batches, ranks.c_str(), args.attention.c_str(),
+               (long long)args.micro_batch_size, (long long)s.micro_batches, ranks.c_str(), name(args.attention),
                mem.recompute.describe().c_str(), mem.offload.describe().c_str());
   print_core_attn_note(args, out);
   if (args.precision.bf16)
@@ -138,7 +138,7 @@ void Report::validation(int64_t it, double loss) {
 }
 
 void Report::checkpoint_saved(int64_t it) {
-  std::fprintf(out_, " saved checkpoint at iteration %lld to %s\n", (long long)it, args_.save.c_str());
+  std::fprintf(out_, " saved checkpoint at iteration %lld to %s\n", (long long)it, args_.checkpoint.save.c_str());
 }
 
 void Report::summary(const Setup& s, int64_t last_iteration, double final_loss, double final_val_loss,

@@ -37,7 +37,7 @@ void check_same_precision(const nlohmann::json& saved, const models::ModelConfig
 }  // namespace
 
 void resume(const TrainArgs& args, const models::ModelConfig& config, Setup& s, std::FILE* out) {
-  const std::string& dir = args.load;
+  const std::string& dir = args.checkpoint.load;
   const std::string what = "[checkpoint] cannot resume from --load " + dir;
   // The iteration to resume from (-1: none), which every rank must see alike.
   const std::vector<std::string> found = dist::on_every_rank(s.comm(), what, [&] {
@@ -50,7 +50,7 @@ void resume(const TrainArgs& args, const models::ModelConfig& config, Setup& s, 
     TIDAL_CHECK(found[r] == found[0], what, ": rank 0 finds ", seen(found[0]), " there, rank ", r, " ", seen(found[r]),
                 ": --load must be one directory every rank sees (a shared filesystem)");
   if (found[0] == "-1") {
-    TIDAL_CHECK(!args.exit_on_missing_checkpoint, "[checkpoint] --load ", dir, " holds no complete checkpoint ",
+    TIDAL_CHECK(!args.checkpoint.exit_on_missing, "[checkpoint] --load ", dir, " holds no complete checkpoint ",
                 "(no latest_checkpointed_iteration.txt) and --exit-on-missing-checkpoint is set");
     std::fprintf(out, "warning: --load %s holds no complete checkpoint: starting from scratch\n", dir.c_str());
     return;

@@ -79,7 +79,7 @@ std::unique_ptr<models::CausalLM> build_model(const TrainArgs& args, const model
   init.deferred = deferred;
   init.dtype = args.precision.param_dtype();
   std::unique_ptr<models::CausalLM> model = models::create_model(config, init, experts);
-  model->set_attention_kernel(args.attention == "eager" ? AttentionKernel::eager : AttentionKernel::flash);
+  model->set_attention_kernel(args.attention);
   if (args.memory.recompute.any()) model->set_recompute(args.memory.recompute_plan);
   return model;
 }
@@ -96,28 +96,6 @@ std::unique_ptr<memory::Offloader> attach_offloader(const memory::MemoryConfig& 
   model.set_layer_runner(
       memory::offload_layer_runner(*offloader, mem.recompute_plan, config.num_hidden_layers, mem.offload.policy));
   return offloader;
-}
-
-optim::AdamWOptions adamw_options(const TrainArgs& args) {
-  optim::AdamWOptions adam;
-  adam.lr = args.lr;
-  adam.beta1 = args.adam_beta1;
-  adam.beta2 = args.adam_beta2;
-  adam.eps = args.adam_eps;
-  adam.weight_decay = args.weight_decay;
-  return adam;
-}
-
-optim::LrSchedule lr_schedule(const TrainArgs& args) {
-  optim::LrSchedule schedule;
-  schedule.lr = args.lr;
-  schedule.min_lr = args.min_lr;
-  schedule.warmup_iters = args.lr_warmup_iters;
-  schedule.decay_iters = args.lr_decay_iters;
-  schedule.train_iters = args.train_iters;
-  schedule.style = optim::parse_lr_decay_style(args.lr_decay_style);
-  optim::validate(schedule);
-  return schedule;
 }
 
 }  // namespace
@@ -164,16 +142,17 @@ Setup setup_training(const TrainArgs& args, models::ModelConfig& config, std::FI
     }
     s.sharded = std::make_unique<optim::DistributedAdamW>(s.model->named_parameters(), comm, layout.shards_parameters(),
                                                           layout.expert > 1 ? &experts : nullptr);
-    s.optimizer = memory::make_adamw(s.sharded->shard_parameters(), adamw_options(args), args.memory.swap_optimizer,
+    s.optimizer = memory::make_adamw(s.sharded->shard_parameters(), args.adamw, args.memory.swap_optimizer,
                                      s.sharded->decay_rule(), int64_t(s.model->named_parameters().size()));
   } else {
-    s.optimizer = memory::make_adamw(s.model->named_parameters(), adamw_options(args), args.memory.swap_optimizer);
+    s.optimizer = memory::make_adamw(s.model->named_parameters(), args.adamw, args.memory.swap_optimizer);
   }
-  s.schedule = lr_schedule(args);
+  s.schedule = args.schedule;
+  optim::validate(s.schedule);
   s.model->set_context_parallel(s.groups->context(), s.groups->ring());
   s.checkpoint = std::make_unique<checkpoint::RankState>(*s.model, *s.optimizer, s.sharded.get(), *s.groups);
   set_rng_state({args.seed, 0});
-  if (!args.load.empty()) resume(args, config, s, out);
+  if (!args.checkpoint.load.empty()) resume(args, config, s, out);
   if (args.precision.bf16) {
     // Before the reduction's hooks: its hook moves a bf16 gradient into the f32 sum they reduce.
     s.main_grads = std::make_unique<MainGrads>(s.model->named_parameters());
@@ -193,7 +172,7 @@ Setup setup_training(const TrainArgs& args, models::ModelConfig& config, std::FI
     // Building is not training: the peaks count from here, and the log says what building took.
     const MemoryStats built = device_allocator(device).stats();
     std::fprintf(out, "ZeRO-3: the model was built %s (device peak %s), now %s of parameters on this rank\n",
-                 deferred && args.load.empty() ? "one parameter at a time" : "whole",
+                 deferred && args.checkpoint.load.empty() ? "one parameter at a time" : "whole",
                  format_bytes(built.peak_allocated).c_str(),
                  format_bytes(built[MemoryCategory::parameter].allocated).c_str());
     device_allocator(device).reset_peak_stats();

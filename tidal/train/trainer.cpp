@@ -24,7 +24,7 @@ bool due(int64_t it, int64_t interval, int64_t last) { return (interval > 0 && i
 void save(const TrainArgs& args, const models::ModelConfig& config, const Setup& s, int64_t it) {
   const checkpoint::TrainingState st{it, get_rng_state(), s.loader.position(), s.settings, nlohmann::json::object()};
   parallel::ParamGather::Scope whole(s.param_gather.get(), /*whole=*/true);  // ZeRO-3: the whole model to write
-  checkpoint::save_checkpoint(s.comm(), args.save, st, s.checkpoint->files(), models::config_to_json(config),
+  checkpoint::save_checkpoint(s.comm(), args.checkpoint.save, st, s.checkpoint->files(), models::config_to_json(config),
                               s.data.tokenizer_path);
 }
 
@@ -53,11 +53,11 @@ TrainResult train_loop(const TrainArgs& args, std::FILE* out, models::ModelConfi
   Report report(args, config, s, out);
   // An unwritable --save fails now, not after the first interval's steps; a killed save's leftovers go.
   // Rank 0 writes for the run.
-  if (!args.save.empty() && comm.rank() == 0)
-    for (const std::string& name : checkpoint::prepare_save_dir(args.save))
-      std::fprintf(out, "removed %s/%s, left by an interrupted save\n", args.save.c_str(), name.c_str());
+  if (!args.checkpoint.save.empty() && comm.rank() == 0)
+    for (const std::string& name : checkpoint::prepare_save_dir(args.checkpoint.save))
+      std::fprintf(out, "removed %s/%s, left by an interrupted save\n", args.checkpoint.save.c_str(), name.c_str());
   nlohmann::json info = profile_info(args, config, s.model->num_parameters());
-  if (hooks.advice && !args.profile_dir.empty()) info["advice"] = hooks.advice(args, config);
+  if (hooks.advice && !args.profile.dir.empty()) info["advice"] = hooks.advice(args, config);
   profile::Profiler profiler(profile_options(args, s.start), std::move(info));
 
   TrainResult result;
@@ -81,7 +81,7 @@ TrainResult train_loop(const TrainArgs& args, std::FILE* out, models::ModelConfi
       result.final_val_loss = validation_loss(args, s);
       report.validation(it, result.final_val_loss);
     }
-    if (!args.save.empty() && due(it, args.save_interval, args.train_iters)) {
+    if (!args.checkpoint.save.empty() && due(it, args.checkpoint.save_interval, args.train_iters)) {
       save(args, config, s, it);
       report.checkpoint_saved(it);
     }
@@ -117,7 +117,7 @@ TrainResult run_training(const TrainArgs& args, std::FILE* out, dist::Communicat
   if (comm.rank() != 0) {  // rank 0 speaks and writes for the run
     TrainArgs quiet = args;
     quiet.metrics_json.clear();
-    quiet.profile_dir.clear();
+    quiet.profile.dir.clear();
     std::unique_ptr<std::FILE, int (*)(std::FILE*)> null(std::fopen("/dev/null", "w"), &std::fclose);
     TIDAL_CHECK(null != nullptr, "tidal train: cannot open /dev/null for rank ", comm.rank(), "'s output");
     return run_training_on(quiet, null.get(), comm, hooks);

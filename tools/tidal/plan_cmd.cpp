@@ -39,83 +39,84 @@ int run_calibrate(bool quick, std::string out) {
   return kOk;
 }
 
-}  // namespace
-
-int run_plan(const std::vector<std::string>& argv) {
-  // tidal plan's own two options (with their values) go to `own`, the rest to tidal train's parser.
-  std::vector<std::string> own, train_argv;
-  bool dry = false;
-  for (size_t i = 0; i < argv.size(); ++i) {
-    if (argv[i] == "--help" || argv[i] == "-h") {
-      std::printf(
-          "usage: tidal plan [tidal train flags] [--memory BYTES] [--headroom PERCENT] [--data-parallel-size N]\n"
-          "                  [--dry-run] [--device NAME|FILE] [--json] [--host-memory BYTES] [--offload-dir DIR]\n"
-          "       tidal plan --calibrate [--profile-out FILE] [--quick]\n"
-          "       tidal plan --list-devices\n\n"
-          "Predicts the device memory of one training step of that configuration (nothing is allocated:\n"
-          "any preset size works) and, against --memory (default: TIDAL_DEVICE_MEMORY) less --headroom\n"
-          "percent (default 10), which of tidal's memory features make it fit, in the triage order. Exit\n"
-          "code 0 when it fits (as given or with the plan), 3 when nothing does. --data-parallel-size N\n"
-          "plans one of N ranks under mpirun (per-rank memory; sharding then saves: docs/distributed.md).\n"
-          "--bf16 plans mixed precision: bf16 parameters, activations and logits, f32 gradient sums, and\n"
-          "12 bytes of AdamW state per parameter (f32 master weights and moments; docs/memory.md).\n"
-          "--dry-run also runs two training steps of the configuration on the meta device (shapes, no\n"
-          "values: any size, no memory touched, no file written; the same code as training, offload and\n"
-          "the swap optimizer included) and prints the allocators' exact device and host peaks and their\n"
-          "breakdown beside the estimator's prediction (docs/memory.md, \"Dry run\"), and with\n"
-          "--report-memory the table of every tensor the first micro-batch saved for backward; with\n"
-          "--data-parallel-size N it plays ranks of N in one process and prints the rank with the highest\n"
-          "peak. It refuses --load, --pretrained and --overlap-grad-reduce.\n"
-          "--device NAME|FILE plans for a device profile: a built-in (--list-devices: h100, h200, a100) or\n"
-          "a file from --calibrate (./tidal-device-profile.json is read when it exists); its memory is the\n"
-          "budget when --memory is not given. With a profile, tidal plan searches the memory features,\n"
-          "the micro-batch and (with ranks) sharding, expert and context parallelism (when not given: given\n"
-          "sizes are kept and must divide N) for the fastest configuration that fits: exact peaks\n"
-          "from dry runs, step times from a cost model over their kernels; it prints the Pareto front of\n"
-          "memory against time with the chosen one marked (--json: as JSON). --host-memory BYTES: the host\n"
-          "memory offload and the swap optimizer may use; --offload-dir DIR: search offload to disk too.\n"
-          "tidal train --auto-memory trains with the choice (docs/planning.md).\n"
-          "--calibrate measures this machine with tidal's own kernels (GEMM and flash attention f32/bf16,\n"
-          "memory bandwidth, kernel overhead, host copies, spill-file disk, all-reduce under mpirun; about\n"
-          "10-20 s on 2 cores) and writes the profile to --profile-out (default ./tidal-device-profile.json);\n"
-          "--quick runs tiny shapes (a smoke test: figures meaningless). docs/planning.md.\n"
-          "The other flags are tidal train's ('tidal train --help'); docs/profiling.md, \"Planning before\n"
-          "training\".\n");
-      return kOk;
-    }
-    if (argv[i] == "--dry-run") {
-      dry = true;
-    } else if (argv[i] == "--calibrate" || argv[i] == "--json" || argv[i] == "--quick" || argv[i] == "--list-devices") {
-      own.push_back(argv[i]);
-    } else if (argv[i] == "--memory" || argv[i] == "--headroom" || argv[i] == "--data-parallel-size" ||
-               argv[i] == "--device" || argv[i] == "--profile-out" || argv[i] == "--host-memory" ||
-               argv[i] == "--offload-dir") {
-      own.push_back(argv[i]);
-      if (i + 1 < argv.size()) own.push_back(argv[++i]);
-    } else {
-      train_argv.push_back(argv[i]);
-    }
-  }
-  Flags f("plan");
-  f.option("memory", "the device memory budget, e.g. 80GiB", "BYTES")
+// tidal plan's own flags, declared on tidal train's table: one parser for the whole command line.
+Flags& add_plan_flags(Flags& f) {
+  return f.option("memory", "the device memory budget, e.g. 80GiB", "BYTES")
       .option("headroom", "percent of the budget kept free (default 10)", "PERCENT")
       .option("data-parallel-size", "plan one of N data-parallel ranks (default 1)", "N")
       .option("device", "a device profile: a built-in name or a file from --calibrate", "NAME|FILE")
       .option("profile-out", "where --calibrate writes the profile", "FILE")
+      .flag("dry-run", "also run two training steps on the meta device and print their exact peaks")
       .flag("calibrate", "measure this machine into a device profile")
       .flag("quick", "with --calibrate: tiny shapes, a smoke test")
       .flag("list-devices", "print the built-in device profiles")
       .flag("json", "print the search as JSON: given, chosen, candidates")
-      .option("host-memory", "the host memory the run may use (offload, swap optimizer); default: no limit", "BYTES")
-      .option("offload-dir", "search offload to disk too, with the spill file in DIR", "DIR");
-  f.parse(own);
+      .option("host-memory", "the host memory the run may use (offload, swap optimizer); default: no limit", "BYTES");
+}
+
+}  // namespace
+
+int run_plan(const std::vector<std::string>& argv) {
+  Flags f = train::train_flags("plan");
+  add_plan_flags(f);
+  // --offload-dir is tidal plan's: search offload to disk too, with the spill file there (tidal
+  // train's flag of the same name, taken out before the train flags are read).
+  f.parse(argv);
+  if (f.help_requested()) {
+    std::printf(
+        "usage: tidal plan [tidal train flags] [--memory BYTES] [--headroom PERCENT] [--data-parallel-size N]\n"
+        "                  [--dry-run] [--device NAME|FILE] [--json] [--host-memory BYTES] [--offload-dir DIR]\n"
+        "       tidal plan --calibrate [--profile-out FILE] [--quick]\n"
+        "       tidal plan --list-devices\n\n"
+        "Predicts the device memory of one training step of that configuration (nothing is allocated:\n"
+        "any preset size works) and, against --memory (default: TIDAL_DEVICE_MEMORY) less --headroom\n"
+        "percent (default 10), which of tidal's memory features make it fit, in the triage order. Exit\n"
+        "code 0 when it fits (as given or with the plan), 3 when nothing does. --data-parallel-size N\n"
+        "plans one of N ranks under mpirun (per-rank memory; sharding then saves: docs/distributed.md).\n"
+        "--bf16 plans mixed precision: bf16 parameters, activations and logits, f32 gradient sums, and\n"
+        "12 bytes of AdamW state per parameter (f32 master weights and moments; docs/memory.md).\n"
+        "--dry-run also runs two training steps of the configuration on the meta device (shapes, no\n"
+        "values: any size, no memory touched, no file written; the same code as training, offload and\n"
+        "the swap optimizer included) and prints the allocators' exact device and host peaks and their\n"
+        "breakdown beside the estimator's prediction (docs/memory.md, \"Dry run\"), and with\n"
+        "--report-memory the table of every tensor the first micro-batch saved for backward; with\n"
+        "--data-parallel-size N it plays ranks of N in one process and prints the rank with the highest\n"
+        "peak. It refuses --load, --pretrained and --overlap-grad-reduce.\n"
+        "--device NAME|FILE plans for a device profile: a built-in (--list-devices: h100, h200, a100) or\n"
+        "a file from --calibrate (./tidal-device-profile.json is read when it exists); its memory is the\n"
+        "budget when --memory is not given. With a profile, tidal plan searches the memory features,\n"
+        "the micro-batch and (with ranks) sharding, expert and context parallelism (when not given: given\n"
+        "sizes are kept and must divide N) for the fastest configuration that fits: exact peaks\n"
+        "from dry runs, step times from a cost model over their kernels; it prints the Pareto front of\n"
+        "memory against time with the chosen one marked (--json: as JSON). --host-memory BYTES: the host\n"
+        "memory offload and the swap optimizer may use; --offload-dir DIR: search offload to disk too.\n"
+        "tidal train --auto-memory trains with the choice (docs/planning.md).\n"
+        "--calibrate measures this machine with tidal's own kernels (GEMM and flash attention f32/bf16,\n"
+        "memory bandwidth, kernel overhead, host copies, spill-file disk, all-reduce under mpirun; about\n"
+        "10-20 s on 2 cores) and writes the profile to --profile-out (default ./tidal-device-profile.json);\n"
+        "--quick runs tiny shapes (a smoke test: figures meaningless). docs/planning.md.\n"
+        "The other flags are tidal train's ('tidal train --help'); docs/profiling.md, \"Planning before\n"
+        "training\".\n");
+    return kOk;
+  }
+  const std::string disk_dir = f.has("offload-dir") ? f.take("offload-dir").front() : "";
+  const bool dry = f.flag_on("dry-run");
+  // Whether any tidal train flag was given (--calibrate takes none).
+  const auto train_given = [&] {
+    Flags plan_only("plan");
+    add_plan_flags(plan_only);
+    for (const std::string& name : f.given())
+      if (!plan_only.declares(name)) return true;
+    return false;
+  };
   if (f.flag_on("list-devices")) {
     for (const plan::BuiltinDevice& b : plan::builtin_device_profiles())
       std::fputs(plan::format_device_line(b.key, b.profile).c_str(), stdout);
     return kOk;
   }
   if (f.flag_on("calibrate")) {
-    TIDAL_CHECK(train_argv.empty() && !dry && !f.has("device"), "--calibrate measures this machine and takes ",
+    TIDAL_CHECK(!train_given() && !dry && !f.has("device") && disk_dir.empty(),
+                "--calibrate measures this machine and takes ",
                 "only --profile-out and --quick; plan a configuration in a second call with --device FILE");
     return run_calibrate(f.flag_on("quick"), f.str("profile-out"));
   }
@@ -142,7 +143,7 @@ int run_plan(const std::vector<std::string>& argv) {
     const char* env = std::getenv("TIDAL_DEVICE_MEMORY");
     if (env != nullptr) memory = env;
   }
-  train::TrainArgs args = train::parse_train_args(train_argv);
+  train::TrainArgs args = train::train_args(f);
   args.parallel.world = int(f.integer("data-parallel-size", 1, 1, parallel::kMaxDataParallelSize));
   const plan::TriageSettings s = plan::triage_settings(args);
   // Expert and context parallelism as given are kept (the search varies them when not given): they must
@@ -164,7 +165,7 @@ int run_plan(const std::vector<std::string>& argv) {
   TIDAL_CHECK(budget > 0, "tidal plan: --memory must be positive, got '", memory, "'");
   if (!device) {  // no step times: the triage order on the estimator alone
     TIDAL_CHECK(
-        !f.has("host-memory") && !f.has("offload-dir"), "tidal plan: --host-memory and --offload-dir go ",
+        !f.has("host-memory") && disk_dir.empty(), "tidal plan: --host-memory and --offload-dir go ",
         "with the search, which needs step times: give --device NAME|FILE, or run tidal plan --calibrate first");
     TIDAL_CHECK(!json, "tidal plan --json: the search needs step times: give --device NAME|FILE (tidal plan ",
                 "--list-devices), or run tidal plan --calibrate first");
@@ -183,7 +184,7 @@ int run_plan(const std::vector<std::string>& argv) {
     o.host_budget = parse_bytes(f.str("host-memory"));
     TIDAL_CHECK(o.host_budget > 0, "tidal plan: --host-memory must be positive, got '", f.str("host-memory"), "'");
   }
-  o.disk_dir = f.str("offload-dir");
+  o.disk_dir = disk_dir;
   const plan::PlanSearch search = plan::search_plans(args, o);
   if (json) {
     std::printf("%s\n", plan::plan_search_json(search, o).dump(2).c_str());

@@ -1,0 +1,48 @@
+#pragma once
+// The estimator's list of what a training step saves for backward (memory/estimator.cpp replays it):
+// per layer and in forward order, one item per storage tidal's ops save, tagged with how a recompute
+// policy treats it, and what is saved outside the layers. Not for use outside memory/.
+#include <cstdint>
+#include <vector>
+
+#include "tidal/memory/estimator.h"
+
+namespace tidal::memory::estimator {
+
+enum class Part { attn, mlp };
+enum class Region { none, core_attn, mlp, moe };  // inside which selective checkpoint region
+enum class Discard { none, norm1, norm2, act };   // output an output-discarding recompute may free
+
+struct Item {
+  const char* name;
+  int64_t bytes;
+  Part part;
+  Region region = Region::none;
+  bool region_input = false;  // kept by the region's checkpoint as its input
+  Discard discard = Discard::none;
+  bool in_forward = true;  // false: only exists when recomputed (a discarded norm's statistics)
+  bool core = false;       // saved by the attention core (what offload's core-attn policy takes)
+};
+
+struct Dims {
+  int64_t n, b, s, c, f, h, hkv, hd, a, akv, e, k, fm, el;
+  int64_t ep;   // expert-parallel ranks (1: every expert here)
+  int64_t cp;   // context-parallel ranks (1: the whole sequence here)
+  int64_t acc;  // bytes of an element the kernels keep in their accumulator dtype (f32 for f32 and bf16)
+  bool drop_attn, drop_hidden;
+};
+
+// Outside the layers: token (and position) ids and the embedding dropout mask before; after, the
+// final norm's input and statistics, the LM head's input, the loss's log-sum-exp and targets (the
+// logits themselves are accounted as `logits`, not activations), and MoE's aux-loss counts.
+struct OutsideLayers {
+  int64_t before = 0, after = 0;
+};
+
+// The sizes of `cfg` and `in` the items are made of.
+Dims dims_of(const models::ModelConfig& cfg, const ActivationInputs& in);
+// What each layer saves, in forward order.
+std::vector<std::vector<Item>> layer_items(const models::ModelConfig& cfg, const ActivationInputs& in, const Dims& d);
+OutsideLayers outside_layers(const models::ModelConfig& cfg, const ActivationInputs& in, const Dims& d);
+
+}  // namespace tidal::memory::estimator
