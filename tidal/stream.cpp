@@ -1,10 +1,12 @@
 // Stream, Event and copy_async over the device's implementation (backend/runtime.h).
 #include "tidal/stream.h"
 
+#include <array>
 #include <atomic>
 #include <utility>
 
 #include "tidal/backend/runtime.h"
+#include "tidal/per_device.h"
 #include "tidal/tensor.h"
 
 namespace tidal {
@@ -45,10 +47,24 @@ Stream::Stream(std::string name, Device device, bool compute)
 Stream::~Stream() = default;  // the implementation finishes its queue
 
 Stream& Stream::compute(Device device) {
-  static Stream cpu("compute", Device::cpu(), true);
-  static Stream meta("compute", Device::meta(), true);
-  return device.is_meta() ? meta : cpu;
+  static PerDevice<Stream> streams;
+  return streams.get(device, [](Device d) { return std::unique_ptr<Stream>(new Stream("compute", d, true)); });
 }
+
+namespace {
+thread_local std::array<Stream*, kNumDeviceSlots> t_current{};  // nullptr: the device's compute stream
+}  // namespace
+
+Stream& current_stream(Device device) {
+  Stream* s = t_current[size_t(device_slot(device))];
+  return s != nullptr ? *s : Stream::compute(device);
+}
+
+StreamGuard::StreamGuard(Stream& stream) : slot_(device_slot(stream.device())), saved_(t_current[size_t(slot_)]) {
+  t_current[size_t(slot_)] = &stream;
+}
+
+StreamGuard::~StreamGuard() { t_current[size_t(slot_)] = saved_; }
 
 bool Stream::is_compute() const { return impl_->is_compute(); }
 void Stream::enqueue(std::function<void()> task, const char* label) { impl_->enqueue(std::move(task), label); }

@@ -26,7 +26,7 @@ class Stream {
   Stream(const Stream&) = delete;
   Stream& operator=(const Stream&) = delete;
 
-  // The device's compute stream (runs work inline on the calling thread).
+  // The device's compute stream (on the CPU backend: runs work inline on the calling thread).
   static Stream& compute(Device device = Device::cpu());
 
   // Queues `task` after all earlier work on this stream. `label` (a static string) names it in traces.
@@ -56,6 +56,25 @@ class Stream {
   std::string name_;
   Device device_;
   std::unique_ptr<detail::StreamImpl> impl_;
+};
+
+// The stream this thread's kernels on `device` run on: the one the innermost StreamGuard made current,
+// else the device's compute stream (PyTorch's current stream). Ops pass it to every kernel
+// (seam/kernels.h); on the CPU backend every kernel runs on the calling thread, so a side stream's
+// kernels keep its order by running inside its tasks.
+Stream& current_stream(Device device);
+
+// Makes `stream` its device's current stream on this thread for the guard's scope (CUDAStreamGuard).
+class StreamGuard {
+ public:
+  explicit StreamGuard(Stream& stream);
+  ~StreamGuard();
+  StreamGuard(const StreamGuard&) = delete;
+  StreamGuard& operator=(const StreamGuard&) = delete;
+
+ private:
+  int slot_;
+  Stream* saved_;
 };
 
 // Copies src into dst (same shape and dtype, both contiguous) on `stream`, asynchronously: both
