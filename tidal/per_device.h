@@ -16,8 +16,8 @@ inline constexpr int kMaxDeviceIndex = 16;  // devices of one type: cuda:0 .. cu
 inline constexpr int kNumDeviceSlots = kNumDeviceTypes * kMaxDeviceIndex;
 
 inline int device_slot(Device device) {
-  TIDAL_CHECK(device.index >= 0 && device.index < kMaxDeviceIndex, "[device] ", device, ": device index ",
-              device.index, " outside [0, ", kMaxDeviceIndex, ")");
+  TIDAL_CHECK(device.index >= 0 && device.index < kMaxDeviceIndex, "[device] ", device, ": device index ", device.index,
+              " outside [0, ", kMaxDeviceIndex, ")");
   return int(device.type) * kMaxDeviceIndex + device.index;
 }
 

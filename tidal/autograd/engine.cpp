@@ -7,6 +7,7 @@
 #include "tidal/autograd/node.h"
 #include "tidal/backend/kernels.h"
 #include "tidal/memory_scope.h"
+#include "tidal/stream.h"
 
 namespace tidal::autograd {
 namespace {
@@ -29,7 +30,7 @@ void accumulate(Tensor& slot, Tensor&& g) {
   } else {  // slot + g into new memory, as ops/ add() does (the engine sits below ops/)
     OpScope scope("add");
     Tensor sum = empty(slot.shape(), slot.dtype(), slot.device());
-    if (Kernels* kern = kernels_for(sum)) kern->binary(Binary::add, sum, slot, g, 1.0);
+    if (Kernels* kern = kernels_for(sum)) kern->binary(current_stream(sum.device()), Binary::add, sum, slot, g, 1.0);
     slot = std::move(sum);
   }
 }
