@@ -2,8 +2,8 @@
 // tensor read and written once per iteration.
 #include <benchmark/benchmark.h>
 
-#include "tidal/backend/kernels.h"
 #include "tidal/ops/random.h"
+#include "tidal/seam/kernels.h"
 #include "tidal/stream.h"
 
 namespace tidal {

@@ -4,10 +4,10 @@
 
 #include "bench/bench_util.h"
 
-#include "tidal/backend/kernels.h"
 #include "tidal/ops/embedding.h"
 #include "tidal/ops/index.h"
 #include "tidal/ops/random.h"
+#include "tidal/seam/kernels.h"
 #include "tidal/stream.h"
 
 namespace tidal {

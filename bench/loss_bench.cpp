@@ -2,8 +2,8 @@
 // one pass). bytes_per_second (GiB/s) counts the logits read (and the gradient written) once.
 #include <benchmark/benchmark.h>
 
-#include "tidal/backend/kernels.h"
 #include "tidal/ops/random.h"
+#include "tidal/seam/kernels.h"
 #include "tidal/stream.h"
 
 namespace tidal {

@@ -3,9 +3,9 @@
 
 #include "bench/bench_util.h"
 
-#include "tidal/backend/kernels.h"
 #include "tidal/ops/matmul.h"
 #include "tidal/ops/random.h"
+#include "tidal/seam/kernels.h"
 #include "tidal/stream.h"
 
 namespace tidal {

@@ -5,9 +5,9 @@
 #include <vector>
 
 #include "bench/bench_util.h"
-#include "tidal/backend/kernels.h"
 #include "tidal/ops/random.h"
 #include "tidal/optim/grad_clip.h"
+#include "tidal/seam/kernels.h"
 #include "tidal/stream.h"
 
 namespace tidal {

@@ -6,9 +6,9 @@
 #include <unordered_map>
 #include <vector>
 
-#include "tidal/backend/runtime.h"
 #include "tidal/base/clock.h"
 #include "tidal/memory_scope.h"
+#include "tidal/seam/runtime.h"
 
 namespace tidal {
 namespace {

@@ -86,7 +86,7 @@ class Allocator {
 // need) or pageable. On the CPU backend both are ordinary memory.
 enum class HostMemory : uint8_t { pageable, pinned };
 
-// The allocator of a device, on the memory its backend provides (backend/runtime.h). A real
+// The allocator of a device, on the memory its backend provides (seam/runtime.h). A real
 // device's allocator takes its limit from TIDAL_DEVICE_MEMORY (e.g. "8GiB") when set.
 Allocator& device_allocator(Device device);
 // Host memory, the offload and swap target: pinned memory of the device being trained on, with

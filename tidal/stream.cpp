@@ -1,12 +1,12 @@
-// Stream, Event and copy_async over the device's implementation (backend/runtime.h).
+// Stream, Event and copy_async over the device's implementation (seam/runtime.h).
 #include "tidal/stream.h"
 
 #include <array>
 #include <atomic>
 #include <utility>
 
-#include "tidal/backend/runtime.h"
 #include "tidal/per_device.h"
+#include "tidal/seam/runtime.h"
 #include "tidal/tensor.h"
 
 namespace tidal {

@@ -1,5 +1,5 @@
 #pragma once
-// In-order work queues (CUDA semantics), implemented per device behind backend/runtime.h. On the
+// In-order work queues (CUDA semantics), implemented per device behind seam/runtime.h. On the
 // CPU backend the compute stream is the calling thread: work enqueued on it runs immediately. Every
 // other stream owns a worker thread, so copies on a copy stream really overlap compute. See
 // docs/streams.md.

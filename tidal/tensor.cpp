@@ -8,10 +8,10 @@
 #include "tidal/autograd/engine.h"
 #include "tidal/autograd/grad_mode.h"
 #include "tidal/autograd/node.h"
-#include "tidal/backend/kernels.h"
 #include "tidal/base/checked_math.h"
 #include "tidal/dtype_dispatch.h"
 #include "tidal/memory_scope.h"
+#include "tidal/seam/kernels.h"
 #include "tidal/stream.h"
 
 namespace tidal {

@@ -9,11 +9,10 @@ import os
 import re
 import sys
 
-# Lower number = lower layer. A file's layer is its folder under tidal/ ("core" for tidal/*.h|cpp
-# and the seam headers tidal/backend/*.h|cpp, "backend" for a backend's own folder).
+# Lower number = lower layer. A file's layer is its folder under tidal/ ("core" for tidal/*.h|cpp).
 LAYERS = {
     "base": 0,
-    "core": 1, "backend": 1,
+    "core": 1, "seam": 1, "backend": 1,
     "autograd": 2, "data": 2, "io": 2, "dist": 2,
     "ops": 3,
     "nn": 4, "optim": 4,
@@ -34,8 +33,6 @@ def layer_of(path):
     parts = path.split("/")
     if len(parts) == 2:
         return "core"
-    if parts[1] == "backend":
-        return "core" if len(parts) == 3 else "backend"
     return parts[1]
 
 

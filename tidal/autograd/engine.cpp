@@ -5,8 +5,8 @@
 
 #include "tidal/autograd/grad_mode.h"
 #include "tidal/autograd/node.h"
-#include "tidal/backend/kernels.h"
 #include "tidal/memory_scope.h"
+#include "tidal/seam/kernels.h"
 #include "tidal/stream.h"
 
 namespace tidal::autograd {

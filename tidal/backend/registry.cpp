@@ -1,10 +1,10 @@
 // Which kernels and runtime serve which device: the one table a new backend adds itself to.
 #include "tidal/backend/cpu/kernels.h"
 #include "tidal/backend/cpu/runtime.h"
-#include "tidal/backend/kernels.h"
 #include "tidal/backend/meta/cost_kernels.h"
 #include "tidal/backend/meta/runtime.h"
-#include "tidal/backend/runtime.h"
+#include "tidal/seam/kernels.h"
+#include "tidal/seam/runtime.h"
 #include "tidal/tensor.h"
 
 namespace tidal {

@@ -4,13 +4,13 @@
 
 #include <cmath>
 
-#include "tidal/backend/kernels.h"
 #include "tidal/base/checked_math.h"
 #include "tidal/ops/common.h"
 #include "tidal/ops/dropout_positions.h"
 #include "tidal/ops/matmul.h"
 #include "tidal/ops/random.h"
 #include "tidal/ops/rope.h"
+#include "tidal/seam/kernels.h"
 #include "tidal/stream.h"
 
 namespace tidal {

@@ -17,8 +17,8 @@
 #include <algorithm>
 #include <cmath>
 
-#include "tidal/backend/kernels.h"
 #include "tidal/ops/common.h"
+#include "tidal/seam/kernels.h"
 #include "tidal/stream.h"
 
 namespace tidal {

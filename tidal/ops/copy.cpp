@@ -1,7 +1,7 @@
 // Copies: contiguous, clone, dtype and device conversion (members of Tensor).
 #include "tidal/autograd/grad_mode.h"
-#include "tidal/backend/kernels.h"
 #include "tidal/ops/common.h"
+#include "tidal/seam/kernels.h"
 #include "tidal/stream.h"
 
 namespace tidal {

@@ -1,9 +1,9 @@
 #include "tidal/ops/matmul.h"
 
-#include "tidal/backend/kernels.h"
 #include "tidal/ops/common.h"
 #include "tidal/ops/reduce.h"
 #include "tidal/ops/view.h"
+#include "tidal/seam/kernels.h"
 #include "tidal/stream.h"
 
 namespace tidal {

@@ -2,11 +2,11 @@
 
 #include <utility>
 
-#include "tidal/backend/kernels.h"
 #include "tidal/base/checked_math.h"
 #include "tidal/ops/common.h"
 #include "tidal/ops/dropout_positions.h"
 #include "tidal/ops/elementwise.h"
+#include "tidal/seam/kernels.h"
 #include "tidal/stream.h"
 
 namespace tidal {

@@ -2,10 +2,10 @@
 
 #include <algorithm>
 
-#include "tidal/backend/kernels.h"
 #include "tidal/ops/common.h"
 #include "tidal/ops/elementwise.h"
 #include "tidal/ops/view.h"
+#include "tidal/seam/kernels.h"
 #include "tidal/stream.h"
 
 namespace tidal {

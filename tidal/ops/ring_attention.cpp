@@ -7,13 +7,13 @@
 #include <vector>
 
 #include "tidal/autograd/grad_mode.h"
-#include "tidal/backend/kernels.h"
 #include "tidal/base/clock.h"
 #include "tidal/memory_scope.h"
 #include "tidal/ops/common.h"
 #include "tidal/ops/elementwise.h"
 #include "tidal/ops/view.h"
 #include "tidal/range_recorder.h"
+#include "tidal/seam/kernels.h"
 #include "tidal/stream.h"
 
 namespace tidal {

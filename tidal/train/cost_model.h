@@ -6,7 +6,7 @@
 // cost model".
 #include <cstdint>
 
-#include "tidal/backend/cost.h"
+#include "tidal/seam/cost.h"
 #include "tidal/train/arguments.h"
 #include "tidal/train/device_profile.h"
 #include "tidal/train/dry_run.h"

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "tidal/backend/cost.h"
+#include "tidal/seam/cost.h"
 
 namespace tidal::train {
 

@@ -4,7 +4,7 @@
 // probabilities tile by tile. No (T, S) buffer exists beyond one tile per thread.
 #include <cstdint>
 
-#include "tidal/backend/kernel_args.h"
+#include "tidal/seam/kernel_args.h"
 #include "tidal/tensor.h"
 
 namespace tidal::cpu {

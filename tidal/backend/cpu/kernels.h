@@ -1,10 +1,10 @@
 #pragma once
-// The CPU backend's kernels (backend/kernels.h): each family file of this folder defines its methods
+// The CPU backend's kernels (seam/kernels.h): each family file of this folder defines its methods
 // (the comments name the file). Every kernel runs on the calling thread, whatever the stream: the
 // compute stream's work inline, a side stream's inside its tasks.
 #include <string>
 
-#include "tidal/backend/kernels.h"
+#include "tidal/seam/kernels.h"
 
 namespace tidal::cpu {
 

@@ -1,4 +1,4 @@
-// The CPU backend's runtime (backend/runtime.h): memory from the system allocator, streams on threads.
+// The CPU backend's runtime (seam/runtime.h): memory from the system allocator, streams on threads.
 #include "tidal/backend/cpu/runtime.h"
 
 #include <sys/mman.h>

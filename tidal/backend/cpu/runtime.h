@@ -1,6 +1,6 @@
 #pragma once
-// The CPU backend's DeviceRuntime (backend/runtime.h), registered in backend/registry.cpp.
-#include "tidal/backend/runtime.h"
+// The CPU backend's DeviceRuntime (seam/runtime.h), registered in backend/registry.cpp.
+#include "tidal/seam/runtime.h"
 
 namespace tidal::cpu {
 

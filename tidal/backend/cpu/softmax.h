@@ -8,7 +8,7 @@
 #include <limits>
 
 #include "tidal/backend/cpu/activation.h"
-#include "tidal/backend/kernel_args.h"
+#include "tidal/seam/kernel_args.h"
 #include "tidal/tensor.h"
 
 namespace tidal::cpu {

@@ -17,10 +17,10 @@
 #include <vector>
 
 #include "tidal/backend/cpu/onednn_matmul.h"
-#include "tidal/backend/kernels.h"
 #include "tidal/ops/matmul.h"
 #include "tidal/ops/random.h"
 #include "tidal/ops/reduce.h"
+#include "tidal/seam/kernels.h"
 #include "tidal/stream.h"
 #include "tidal/tensor.h"
 

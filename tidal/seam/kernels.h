@@ -15,8 +15,8 @@
 #include <cstdint>
 #include <string>
 
-#include "tidal/backend/kernel_args.h"
 #include "tidal/device.h"
+#include "tidal/seam/kernel_args.h"
 
 namespace tidal {
 

@@ -1,5 +1,5 @@
 #pragma once
-// The other half of the backend seam (backend/kernels.h has the kernels): what a device provides to
+// The other half of the backend seam (seam/kernels.h has the kernels): what a device provides to
 // the core's Allocator, Stream and Event — raw memory for the caching allocators, and stream and
 // event implementations. A backend implements DeviceRuntime and registers it in
 // backend/registry.cpp; the core classes stay device-neutral (docs/architecture.md).
