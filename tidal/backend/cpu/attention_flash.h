@@ -10,7 +10,7 @@
 namespace tidal::cpu {
 
 // The tile sizes: forward query rows x keys, backward query rows x keys (a cost model counts the
-// products of whole tiles, masked entries included: backend/meta/cost_kernels.h).
+// products of whole tiles, masked entries included: backend/meta/cost_kernels.cpp).
 struct FlashTiles {
   int64_t fwd_q, fwd_k, bwd_q, bwd_k;
 };

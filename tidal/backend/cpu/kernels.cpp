@@ -1,11 +1,12 @@
-// The CPU backend's kernel table: its identity and the host transfers (the kernels themselves are
-// defined in this folder's family files).
+// The CPU backend's kernels: their registration, identity and host transfers (the kernels themselves
+// are defined in this folder's family files).
 #include "tidal/backend/cpu/kernels.h"
 
 #include <cstring>
 
 #include "tidal/backend/cpu/blas.h"
 #include "tidal/backend/cpu/onednn_matmul.h"
+#include "tidal/seam/registry.h"
 #include "tidal/tensor.h"
 
 namespace tidal::cpu {
@@ -23,9 +24,8 @@ void CpuKernels::copy_to_host(Stream&, void* dst, const Tensor& src) {
   if (src.nbytes() > 0) std::memcpy(dst, src.raw_data(), size_t(src.nbytes()));
 }
 
-Kernels& kernels() {
-  static CpuKernels k;
-  return k;
-}
+namespace {
+[[gnu::init_priority(kRegisterBackends)]] const RegisterKernels<CpuKernels> registered(DeviceType::cpu);
+}  // namespace
 
 }  // namespace tidal::cpu

@@ -117,6 +117,4 @@ class CpuKernels final : public Kernels {
   void bincount(Stream& stream, const Tensor& counts, const Tensor& index) override;
 };
 
-Kernels& kernels();  // the CPU's, registered in backend/registry.cpp
-
 }  // namespace tidal::cpu

@@ -1,11 +1,10 @@
 // The CPU backend's runtime (seam/runtime.h): memory from the system allocator, streams on threads.
-#include "tidal/backend/cpu/runtime.h"
-
 #include <sys/mman.h>
 
 #include <cstdlib>
 
 #include "tidal/backend/cpu/stream.h"
+#include "tidal/seam/registry.h"
 
 namespace tidal::cpu {
 namespace {
@@ -35,11 +34,8 @@ class CpuRuntime final : public DeviceRuntime {
   }
 };
 
-}  // namespace
+[[gnu::init_priority(kRegisterBackends)]] const RegisterRuntime<CpuRuntime> registered(DeviceType::cpu);
 
-DeviceRuntime& runtime() {
-  static CpuRuntime r;
-  return r;
-}
+}  // namespace
 
 }  // namespace tidal::cpu

@@ -12,29 +12,24 @@
 // sums 0, the largest index 0, host copies of zero bytes (a scalar read as 0), and gradient-norm
 // partials of one per element (a norm of sqrt(numel), so clipping scales the gradients as an early
 // real step does).
-#include "tidal/backend/meta/cost_kernels.h"
+#include "tidal/seam/registry.h"
 
 #include <algorithm>
 #include <cstring>
 #include <utility>
 
 #include "tidal/backend/cpu/attention_flash.h"
-#include "tidal/backend/cpu/kernels.h"
+#include "tidal/seam/cost.h"
 #include "tidal/tensor.h"
 
 namespace tidal {
 namespace {
 
-CostSink& sink() {
-  static CostSink* s = new CostSink();
-  return *s;
-}
-
 int64_t nb(const Tensor& t) { return t.defined() ? t.nbytes() : 0; }
 int64_t ne(const Tensor& t) { return t.defined() ? t.numel() : 0; }
 
 void report(const char* kernel, CostKind kind, DType dtype, int64_t flops, int64_t bytes) {
-  if (sink()) sink()({kernel, kind, dtype, flops, bytes});
+  report_cost({kernel, kind, dtype, flops, bytes});
 }
 // An elementwise-like kernel over `out`: `per` operations per output element.
 void elementwise(const char* kernel, const Tensor& out, int64_t read_bytes, int64_t per, DType dtype) {
@@ -279,8 +274,11 @@ class CostKernels final : public Kernels {
   }
 
  private:
-  static Kernels& cpu() { return cpu::kernels(); }  // the meta device is planned as the cpu
+  static Kernels& cpu() { return device_kernels(Device::cpu()); }  // the meta device is planned as the cpu
 };
+
+// The meta device's kernels: run only while a cost sink is installed (kernels_for).
+[[gnu::init_priority(kRegisterBackends)]] const RegisterKernels<CostKernels> registered(DeviceType::meta);
 
 // Query blocks of `rows` rows over T queries: the sum over blocks of f(first row, rows in the block).
 template <typename F>
@@ -291,28 +289,6 @@ int64_t over_blocks(int64_t T, int64_t block, int64_t first, F f) {
 }
 
 }  // namespace
-
-const char* cost_kind_name(CostKind k) {
-  switch (k) {
-    case CostKind::gemm: return "gemm";
-    case CostKind::attention: return "attention";
-    case CostKind::memory: return "memory";
-    case CostKind::optimizer: return "optimizer";
-    case CostKind::copy: return "copy";
-    case CostKind::host_transfer: return "host_transfer";
-  }
-  return "?";
-}
-
-void set_cost_sink(CostSink s) { sink() = std::move(s); }
-bool cost_sink_installed() { return static_cast<bool>(sink()); }
-
-namespace meta {
-Kernels& cost_kernels() {
-  static CostKernels* k = new CostKernels();
-  return *k;
-}
-}  // namespace meta
 
 int64_t flash_forward_flops(int64_t B, int64_t Hq, int64_t T, int64_t S, int64_t D, int64_t Dv, bool causal) {
   const cpu::FlashTiles tiles = cpu::flash_tiles();
