@@ -9,8 +9,8 @@
 #include <memory>
 #include <string>
 
-#include "tidal/allocator.h"
 #include "tidal/device.h"
+#include "tidal/seam/memory_backing.h"
 
 namespace tidal {
 
@@ -48,8 +48,8 @@ class StreamImpl {
 class DeviceRuntime {
  public:
   virtual ~DeviceRuntime() = default;
-  virtual Allocator::Backing device_backing() = 0;
-  virtual Allocator::Backing host_backing(HostMemory kind) = 0;
+  virtual MemoryBacking device_backing() = 0;
+  virtual MemoryBacking host_backing(HostMemory kind) = 0;
   // `compute`: the device's compute stream (one per device); otherwise a side stream.
   virtual std::unique_ptr<detail::StreamImpl> make_stream(const std::string& name, bool compute) = 0;
 };

@@ -26,9 +26,9 @@ void cpu_free(void* ptr, int64_t) { std::free(ptr); }
 
 class CpuRuntime final : public DeviceRuntime {
  public:
-  Allocator::Backing device_backing() override { return {cpu_alloc, cpu_free, true}; }
+  MemoryBacking device_backing() override { return {cpu_alloc, cpu_free, true}; }
   // "Device" and host are the same RAM here: pinned host memory is ordinary memory.
-  Allocator::Backing host_backing(HostMemory) override { return {cpu_alloc, cpu_free, true}; }
+  MemoryBacking host_backing(HostMemory) override { return {cpu_alloc, cpu_free, true}; }
   std::unique_ptr<detail::StreamImpl> make_stream(const std::string& name, bool compute) override {
     return cpu::make_stream(name, compute);
   }

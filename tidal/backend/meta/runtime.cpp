@@ -41,8 +41,8 @@ class MetaStream final : public detail::StreamImpl {
 
 class MetaRuntime final : public DeviceRuntime {
  public:
-  Allocator::Backing device_backing() override { return {meta_alloc, meta_free, false}; }
-  Allocator::Backing host_backing(HostMemory) override { return {meta_alloc, meta_free, false}; }
+  MemoryBacking device_backing() override { return {meta_alloc, meta_free, false}; }
+  MemoryBacking host_backing(HostMemory) override { return {meta_alloc, meta_free, false}; }
   std::unique_ptr<detail::StreamImpl> make_stream(const std::string& name, bool compute) override {
     return std::make_unique<MetaStream>(name, compute);
   }
