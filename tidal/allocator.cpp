@@ -271,11 +271,6 @@ std::vector<MemoryEvent> Allocator::take_events() {
   return out;
 }
 
-MemoryContext& memory_context() {
-  thread_local MemoryContext ctx;
-  return ctx;
-}
-
 // --- the process's allocators, on their devices' memory
 
 namespace {

@@ -2,7 +2,6 @@
 #include "tidal/stream.h"
 
 #include <array>
-#include <atomic>
 #include <utility>
 
 #include "tidal/per_device.h"
@@ -10,13 +9,6 @@
 #include "tidal/tensor.h"
 
 namespace tidal {
-namespace {
-std::atomic<StreamObserver> g_observer{nullptr};
-}  // namespace
-
-void set_stream_observer(StreamObserver observer) { g_observer.store(observer); }
-StreamObserver stream_observer() { return g_observer.load(std::memory_order_relaxed); }
-
 // --- Event
 
 void Event::record(Stream& stream) { state_ = stream.impl().record(); }

@@ -84,11 +84,4 @@ void copy_async(const Tensor& dst, const Tensor& src, Stream& stream);
 // Whether the calling thread is a CPU stream worker (kernels then run single-threaded).
 bool in_stream_worker();
 
-// Sees every task a side stream ran (stream name, task label or nullptr, start and end on tidal's
-// clock), and every time the compute stream blocked in wait() (label "wait"): the profiler's copy
-// lanes. Called on the thread that did the work; nullptr removes the observer.
-using StreamObserver = void (*)(const std::string& stream, const char* label, int64_t start_ns, int64_t end_ns);
-void set_stream_observer(StreamObserver observer);
-StreamObserver stream_observer();  // the current one (nullptr: none); backends call it per task
-
 }  // namespace tidal

@@ -88,7 +88,7 @@ class BlockExchange {
       const int64_t t0 = now_ns();
       ring_exchange(*overlap, send, recv);
       // The profiler's side lane: how much of the exchange the compute thread hid (docs/profiling.md).
-      if (const StreamObserver observe = stream_observer()) observe("cp ring", "k/v block", t0, now_ns());
+      if (profile::recording()) profile::record_stream_task("cp ring", "k/v block", t0, now_ns());
     });
   }
   BlockExchange(const BlockExchange&) = delete;
@@ -100,7 +100,7 @@ class BlockExchange {
     if (!done_.valid()) return;
     const int64_t t0 = now_ns();
     done_.get();
-    if (const StreamObserver observe = stream_observer()) observe("compute", "wait", t0, now_ns());
+    if (profile::recording()) profile::record_stream_task("compute", "wait", t0, now_ns());
   }
 
  private:
