@@ -5,7 +5,6 @@
 #include <cstdio>
 #include <ostream>
 
-#include "tidal/autograd/engine.h"
 #include "tidal/autograd/grad_mode.h"
 #include "tidal/autograd/node.h"
 #include "tidal/base/checked_math.h"
@@ -151,16 +150,6 @@ void Tensor::retain_grad() {
   if (is_leaf()) return;
   std::shared_ptr<autograd::Node> fn = grad_fn();
   fn->retained()[ref().output_nr] = impl_;
-}
-
-void Tensor::backward(const Tensor& grad, bool retain_graph) const {
-  Tensor g = grad;
-  if (!g.defined()) {
-    TIDAL_CHECK(numel() == 1, "[backward] needs a gradient argument for a non-scalar output ", shape(),
-                " (backward() without one only works on a single-element loss)");
-    g = ones(shape(), dtype(), device());
-  }
-  autograd::backward({*this}, {g}, retain_graph);
 }
 
 Tensor Tensor::detach() const { return Tensor(storage(), shape(), strides(), offset(), dtype()); }

@@ -133,3 +133,19 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads
 }
 
 }  // namespace tidal::autograd
+
+namespace tidal {
+
+// Tensor's entry to the engine (tensor.h), defined beside it: the core's tensor.cpp does not include
+// the engine.
+void Tensor::backward(const Tensor& grad, bool retain_graph) const {
+  Tensor g = grad;
+  if (!g.defined()) {
+    TIDAL_CHECK(numel() == 1, "[backward] needs a gradient argument for a non-scalar output ", shape(),
+                " (backward() without one only works on a single-element loss)");
+    g = ones(shape(), dtype(), device());
+  }
+  autograd::backward({*this}, {g}, retain_graph);
+}
+
+}  // namespace tidal
