@@ -43,9 +43,8 @@ class Kernels {
   virtual bool matmul_operand_ok(int64_t rows, int64_t cols, int64_t stride_r, int64_t stride_c) const {
     missing("matmul_operand_ok");
   }
-  virtual int64_t norm_row_chunks(int64_t rows) const {
-    missing("norm_row_chunks");
-  }  // partial-sum rows of the norm weight grads
+  // The partial-sum rows of the norm weight grads (the workspace's first dim).
+  virtual int64_t norm_row_chunks(int64_t rows) const { missing("norm_row_chunks"); }
   virtual int64_t flash_forward_workspace(const Tensor& q, const Tensor& k, const Tensor& v) const {
     missing("flash_forward_workspace");
   }
@@ -62,9 +61,10 @@ class Kernels {
   virtual void binary(Stream& stream, Binary op, const Tensor& out, const Tensor& a, const Tensor& b, double alpha) {
     missing("binary");
   }
+  // out (u8) = a op b.
   virtual void compare(Stream& stream, Compare op, const Tensor& out, const Tensor& a, const Tensor& b) {
     missing("compare");
-  }  // out u8
+  }
   virtual void compare_scalar(Stream& stream, Compare op, const Tensor& out, const Tensor& a, double s) {
     missing("compare_scalar");
   }
