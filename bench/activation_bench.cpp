@@ -2,8 +2,9 @@
 // tensor read and written once per iteration.
 #include <benchmark/benchmark.h>
 
-#include "tidal/backend/kernels.h"
 #include "tidal/ops/random.h"
+#include "tidal/seam/kernels.h"
+#include "tidal/stream.h"
 
 namespace tidal {
 namespace {
@@ -14,28 +15,30 @@ DType dtype_arg(int64_t v) { return v == 0 ? DType::f32 : DType::bf16; }
 void BM_GeluForward(benchmark::State& state) {
   const DType dt = dtype_arg(state.range(2));
   Tensor x = randn({state.range(0), state.range(1)}, dt), y = empty(x.shape(), dt);
-  for (auto _ : state) device_kernels(Device::cpu()).gelu_forward(y, x, state.range(3) == 0);
+  for (auto _ : state)
+    device_kernels(Device::cpu()).gelu_forward(current_stream(Device::cpu()), y, x, state.range(3) == 0);
   state.SetBytesProcessed(2 * x.nbytes() * state.iterations());
 }
 
 void BM_GeluBackward(benchmark::State& state) {
   const DType dt = dtype_arg(state.range(2));
   Tensor x = randn({state.range(0), state.range(1)}, dt), g = randn(x.shape(), dt), dx = empty(x.shape(), dt);
-  for (auto _ : state) device_kernels(Device::cpu()).gelu_backward(dx, g, x, state.range(3) == 0);
+  for (auto _ : state)
+    device_kernels(Device::cpu()).gelu_backward(current_stream(Device::cpu()), dx, g, x, state.range(3) == 0);
   state.SetBytesProcessed(3 * x.nbytes() * state.iterations());
 }
 
 void BM_SiluForward(benchmark::State& state) {
   const DType dt = dtype_arg(state.range(2));
   Tensor x = randn({state.range(0), state.range(1)}, dt), y = empty(x.shape(), dt);
-  for (auto _ : state) device_kernels(Device::cpu()).silu_forward(y, x);
+  for (auto _ : state) device_kernels(Device::cpu()).silu_forward(current_stream(Device::cpu()), y, x);
   state.SetBytesProcessed(2 * x.nbytes() * state.iterations());
 }
 
 void BM_SwigluForward(benchmark::State& state) {
   const DType dt = dtype_arg(state.range(2));
   Tensor gate = randn({state.range(0), state.range(1)}, dt), up = randn(gate.shape(), dt), y = empty(gate.shape(), dt);
-  for (auto _ : state) device_kernels(Device::cpu()).swiglu_forward(y, gate, up);
+  for (auto _ : state) device_kernels(Device::cpu()).swiglu_forward(current_stream(Device::cpu()), y, gate, up);
   state.SetBytesProcessed(3 * gate.nbytes() * state.iterations());
 }
 
@@ -43,7 +46,8 @@ void BM_SwigluBackward(benchmark::State& state) {
   const DType dt = dtype_arg(state.range(2));
   Tensor gate = randn({state.range(0), state.range(1)}, dt), up = randn(gate.shape(), dt), g = randn(gate.shape(), dt);
   Tensor dgate = empty(gate.shape(), dt), dup = empty(gate.shape(), dt);
-  for (auto _ : state) device_kernels(Device::cpu()).swiglu_backward(dgate, dup, g, gate, up);
+  for (auto _ : state)
+    device_kernels(Device::cpu()).swiglu_backward(current_stream(Device::cpu()), dgate, dup, g, gate, up);
   state.SetBytesProcessed(5 * gate.nbytes() * state.iterations());  // read g, gate, up; write dgate, dup
 }
 

@@ -4,10 +4,11 @@
 
 #include "bench/bench_util.h"
 
-#include "tidal/backend/kernels.h"
 #include "tidal/ops/embedding.h"
 #include "tidal/ops/index.h"
 #include "tidal/ops/random.h"
+#include "tidal/seam/kernels.h"
+#include "tidal/stream.h"
 
 namespace tidal {
 namespace {
@@ -28,7 +29,7 @@ void BM_EmbeddingBackward(benchmark::State& state) {
   const int64_t vocab = state.range(0), c = state.range(1);
   Tensor gw = zeros({vocab, c}), g = randn({kIds, c}), ids = randint(0, vocab, {kIds});
   for (auto _ : state) {
-    device_kernels(Device::cpu()).embedding_backward(gw, g, ids);
+    device_kernels(Device::cpu()).embedding_backward(current_stream(Device::cpu()), gw, g, ids);
     benchmark::DoNotOptimize(gw.data<float>());
   }
   bench::set_gbps(state, double(vocab * c + kIds * c) * 4);

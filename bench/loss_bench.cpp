@@ -2,8 +2,9 @@
 // one pass). bytes_per_second (GiB/s) counts the logits read (and the gradient written) once.
 #include <benchmark/benchmark.h>
 
-#include "tidal/backend/kernels.h"
 #include "tidal/ops/random.h"
+#include "tidal/seam/kernels.h"
+#include "tidal/stream.h"
 
 namespace tidal {
 namespace {
@@ -26,18 +27,21 @@ void BM_CrossEntropyForward(benchmark::State& state) {
   LossCase c(state);
   for (auto _ : state)
     benchmark::DoNotOptimize(
-        device_kernels(Device::cpu()).cross_entropy_forward(c.loss, c.lse, c.logits, c.targets, c.a));
+        device_kernels(Device::cpu())
+            .cross_entropy_forward(current_stream(Device::cpu()), c.loss, c.lse, c.logits, c.targets, c.a));
   state.SetBytesProcessed(c.logits.nbytes() * state.iterations());
 }
 
 void BM_CrossEntropyBackward(benchmark::State& state) {
   LossCase c(state);
-  device_kernels(Device::cpu()).cross_entropy_forward(c.loss, c.lse, c.logits, c.targets, c.a);
+  device_kernels(Device::cpu())
+      .cross_entropy_forward(current_stream(Device::cpu()), c.loss, c.lse, c.logits, c.targets, c.a);
   Tensor grad = empty(c.logits.shape(), c.logits.dtype());
   grad.zero_();                                 // first touch outside the timing (fresh pages fault at a few GB/s)
   const double scale = 1.0 / double(c.a.rows);  // mean
   for (auto _ : state)
-    device_kernels(Device::cpu()).cross_entropy_backward(grad, c.logits, c.lse, c.targets, Tensor(), scale, c.a);
+    device_kernels(Device::cpu())
+        .cross_entropy_backward(current_stream(Device::cpu()), grad, c.logits, c.lse, c.targets, Tensor(), scale, c.a);
   state.SetBytesProcessed(2 * c.logits.nbytes() * state.iterations());
 }
 

@@ -3,9 +3,10 @@
 
 #include "bench/bench_util.h"
 
-#include "tidal/backend/kernels.h"
 #include "tidal/ops/matmul.h"
 #include "tidal/ops/random.h"
+#include "tidal/seam/kernels.h"
+#include "tidal/stream.h"
 
 namespace tidal {
 namespace {
@@ -17,7 +18,7 @@ void BM_MatmulKernel(benchmark::State& state) {
   const Tensor bt = b.transpose(0, 1);  // (k, n) view
   Kernels& kernels = device_kernels(Device::cpu());
   for (auto _ : state) {
-    kernels.matmul(c, a, bt, 1.0, 0.0);
+    kernels.matmul(current_stream(Device::cpu()), c, a, bt, 1.0, 0.0);
     benchmark::DoNotOptimize(c.raw_data());
   }
   bench::set_gflops(state, 2.0 * double(m * n * k));
@@ -36,9 +37,9 @@ void gemm_layout(benchmark::State& state, DType in, DType out, double beta = 0.0
   Tensor t = separate_beta ? empty({m, n}, out) : Tensor();
   c.zero_();
   auto run = [&] {
-    if (!separate_beta) return kernels.matmul(c, a, b, 1.0, beta);
-    kernels.matmul(t, a, b, 1.0, 0.0);
-    kernels.add_inplace(c, t, 1.0);
+    if (!separate_beta) return kernels.matmul(current_stream(Device::cpu()), c, a, b, 1.0, beta);
+    kernels.matmul(current_stream(Device::cpu()), t, a, b, 1.0, 0.0);
+    kernels.add_inplace(current_stream(Device::cpu()), c, t, 1.0);
   };
   run();  // warm-up: creates and caches oneDNN's primitive
   for (auto _ : state) {

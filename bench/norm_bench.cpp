@@ -2,8 +2,9 @@
 // (GiB/s) counts the (rows, cols) tensors read and written once per iteration.
 #include <benchmark/benchmark.h>
 
-#include "tidal/backend/kernels.h"
 #include "tidal/ops/random.h"
+#include "tidal/seam/kernels.h"
+#include "tidal/stream.h"
 
 namespace tidal {
 namespace {
@@ -32,28 +33,35 @@ DType dtype_arg(int64_t v) { return v == 0 ? DType::f32 : DType::bf16; }
 
 void BM_LayerNormForward(benchmark::State& state) {
   NormCase c(state.range(0), state.range(1), dtype_arg(state.range(2)), false);
-  for (auto _ : state) device_kernels(Device::cpu()).layer_norm_forward(c.y, c.mean, c.rstd, c.x, c.w, c.b, c.a);
+  for (auto _ : state)
+    device_kernels(Device::cpu())
+        .layer_norm_forward(current_stream(Device::cpu()), c.y, c.mean, c.rstd, c.x, c.w, c.b, c.a);
   state.SetBytesProcessed(2 * c.tensor_bytes() * state.iterations());  // read x, write y
 }
 
 void BM_LayerNormBackward(benchmark::State& state) {
   NormCase c(state.range(0), state.range(1), dtype_arg(state.range(2)), false);
-  device_kernels(Device::cpu()).layer_norm_forward(c.y, c.mean, c.rstd, c.x, c.w, c.b, c.a);
+  device_kernels(Device::cpu())
+      .layer_norm_forward(current_stream(Device::cpu()), c.y, c.mean, c.rstd, c.x, c.w, c.b, c.a);
   for (auto _ : state)
-    device_kernels(Device::cpu()).layer_norm_backward(c.dx, c.dw, c.db, c.ws, c.g, c.x, c.mean, c.rstd, c.w, c.a);
+    device_kernels(Device::cpu())
+        .layer_norm_backward(current_stream(Device::cpu()), c.dx, c.dw, c.db, c.ws, c.g, c.x, c.mean, c.rstd, c.w, c.a);
   state.SetBytesProcessed(3 * c.tensor_bytes() * state.iterations());  // read g and x, write dx
 }
 
 void BM_RmsNormForward(benchmark::State& state) {
   NormCase c(state.range(0), state.range(1), dtype_arg(state.range(2)), true);
-  for (auto _ : state) device_kernels(Device::cpu()).rms_norm_forward(c.y, c.rstd, c.x, c.w, c.a);
+  for (auto _ : state)
+    device_kernels(Device::cpu()).rms_norm_forward(current_stream(Device::cpu()), c.y, c.rstd, c.x, c.w, c.a);
   state.SetBytesProcessed(2 * c.tensor_bytes() * state.iterations());
 }
 
 void BM_RmsNormBackward(benchmark::State& state) {
   NormCase c(state.range(0), state.range(1), dtype_arg(state.range(2)), true);
-  device_kernels(Device::cpu()).rms_norm_forward(c.y, c.rstd, c.x, c.w, c.a);
-  for (auto _ : state) device_kernels(Device::cpu()).rms_norm_backward(c.dx, c.dw, c.ws, c.g, c.x, c.rstd, c.w, c.a);
+  device_kernels(Device::cpu()).rms_norm_forward(current_stream(Device::cpu()), c.y, c.rstd, c.x, c.w, c.a);
+  for (auto _ : state)
+    device_kernels(Device::cpu())
+        .rms_norm_backward(current_stream(Device::cpu()), c.dx, c.dw, c.ws, c.g, c.x, c.rstd, c.w, c.a);
   state.SetBytesProcessed(3 * c.tensor_bytes() * state.iterations());
 }
 

@@ -5,9 +5,10 @@
 #include <vector>
 
 #include "bench/bench_util.h"
-#include "tidal/backend/kernels.h"
 #include "tidal/ops/random.h"
 #include "tidal/optim/grad_clip.h"
+#include "tidal/seam/kernels.h"
+#include "tidal/stream.h"
 
 namespace tidal {
 namespace {
@@ -22,7 +23,7 @@ void BM_AdamWStep(benchmark::State& state) {
   a.lr = 1e-3;
   a.weight_decay = 0.01;
   for (auto _ : state) {
-    device_kernels(Device::cpu()).adamw_step(p, g, m, v, master, a);
+    device_kernels(Device::cpu()).adamw_step(current_stream(Device::cpu()), p, g, m, v, master, a);
     ++a.step;
   }
   // p read+write, g read, m and v read+write, master read+write.
@@ -40,7 +41,8 @@ void BM_SumOfSquares(benchmark::State& state) {
   Tensor g = randn({state.range(0)});
   std::vector<double> chunks(size_t((g.numel() + optim::kGradNormChunk - 1) / optim::kGradNormChunk));
   for (auto _ : state) {
-    device_kernels(Device::cpu()).sum_of_squares(g, optim::kGradNormChunk, chunks.data());
+    device_kernels(Device::cpu())
+        .sum_of_squares(current_stream(Device::cpu()), g, optim::kGradNormChunk, chunks.data());
     benchmark::DoNotOptimize(chunks.data());
   }
   bench::set_gbps(state, double(g.nbytes()));

@@ -2,8 +2,9 @@
 // bytes_per_second (GiB/s) counts every tensor read and written once per iteration.
 #include <benchmark/benchmark.h>
 
-#include "tidal/backend/kernels.h"
 #include "tidal/ops/random.h"
+#include "tidal/seam/kernels.h"
+#include "tidal/stream.h"
 
 namespace tidal {
 namespace {
@@ -17,7 +18,7 @@ DType dtype_of_state(const benchmark::State& state) { return state.range(3) == 0
 void BM_SoftmaxForward(benchmark::State& state) {
   const SoftmaxArgs a = args_of(state);
   Tensor x = randn({a.outer, a.n, a.inner}, dtype_of_state(state)), y = empty(x.shape(), x.dtype());
-  for (auto _ : state) device_kernels(Device::cpu()).softmax_forward(y, x, a);
+  for (auto _ : state) device_kernels(Device::cpu()).softmax_forward(current_stream(Device::cpu()), y, x, a);
   state.SetBytesProcessed(2 * x.nbytes() * state.iterations());
 }
 
@@ -25,8 +26,8 @@ void BM_SoftmaxBackward(benchmark::State& state) {
   const SoftmaxArgs a = args_of(state);
   Tensor x = randn({a.outer, a.n, a.inner}, dtype_of_state(state)), y = empty(x.shape(), x.dtype());
   Tensor g = randn(x.shape(), x.dtype()), dx = empty(x.shape(), x.dtype());
-  device_kernels(Device::cpu()).softmax_forward(y, x, a);
-  for (auto _ : state) device_kernels(Device::cpu()).softmax_backward(dx, g, y, a);
+  device_kernels(Device::cpu()).softmax_forward(current_stream(Device::cpu()), y, x, a);
+  for (auto _ : state) device_kernels(Device::cpu()).softmax_backward(current_stream(Device::cpu()), dx, g, y, a);
   state.SetBytesProcessed(3 * x.nbytes() * state.iterations());  // read g and y, write dx
 }
 

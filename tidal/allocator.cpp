@@ -6,9 +6,10 @@
 #include <unordered_map>
 #include <vector>
 
-#include "tidal/backend/runtime.h"
 #include "tidal/base/clock.h"
 #include "tidal/memory_scope.h"
+#include "tidal/per_device.h"
+#include "tidal/seam/runtime.h"
 
 namespace tidal {
 namespace {
@@ -53,7 +54,7 @@ SpareNodes* spare_nodes() {
 
 }  // namespace
 
-Allocator::Allocator(std::string name, Device device, Backing backing)
+Allocator::Allocator(std::string name, Device device, MemoryBacking backing)
     : name_(std::move(name)), device_(device), backing_(backing) {}
 
 Allocator::~Allocator() {
@@ -270,11 +271,6 @@ std::vector<MemoryEvent> Allocator::take_events() {
   return out;
 }
 
-MemoryContext& memory_context() {
-  thread_local MemoryContext ctx;
-  return ctx;
-}
-
 // --- the process's allocators, on their devices' memory
 
 namespace {
@@ -294,24 +290,20 @@ void apply_limit_from_env(Allocator& a) {
 }  // namespace
 
 Allocator& device_allocator(Device device) {
-  if (device.is_meta()) {
-    static Allocator meta("meta", Device::meta(), device_runtime(Device::meta()).device_backing());
-    return meta;
-  }
-  static Allocator cpu("cpu", Device::cpu(), device_runtime(Device::cpu()).device_backing());
-  static const bool limited = (apply_limit_from_env(cpu), true);  // retried while the variable is bad
-  (void)limited;
-  return cpu;
+  static PerDevice<Allocator> allocators;
+  return allocators.get(device, [](Device d) {
+    auto a = std::make_unique<Allocator>(d.str(), d, device_runtime(d).device_backing());
+    if (a->touches_memory()) apply_limit_from_env(*a);  // throws while the variable is bad: made again
+    return a;
+  });
 }
 
 Allocator& host_allocator(Device device) {
-  if (device.is_meta()) {
-    static Allocator meta_host("meta host", Device::meta(),
-                               device_runtime(Device::meta()).host_backing(HostMemory::pinned));
-    return meta_host;
-  }
-  static Allocator host("host", Device::cpu(), device_runtime(Device::cpu()).host_backing(HostMemory::pinned));
-  return host;
+  static PerDevice<Allocator> allocators;
+  return allocators.get(device, [](Device d) {
+    const std::string name = d.is_meta() ? "meta host" : "host";
+    return std::make_unique<Allocator>(name, d, device_runtime(d).host_backing(HostMemory::pinned));
+  });
 }
 
 }  // namespace tidal

@@ -13,6 +13,7 @@
 #include "tidal/base/error.h"
 #include "tidal/device.h"
 #include "tidal/memory_stats.h"
+#include "tidal/seam/memory_backing.h"
 
 namespace tidal {
 
@@ -31,14 +32,8 @@ class OutOfMemory : public Error {
 
 class Allocator {
  public:
-  // Where blocks come from. `touches_memory` is false for meta: addresses are fake, never read.
-  struct Backing {
-    void* (*alloc)(int64_t bytes);
-    void (*free)(void* ptr, int64_t bytes);
-    bool touches_memory;
-  };
-
-  Allocator(std::string name, Device device, Backing backing);
+  // Blocks come from `backing`, the device's memory (seam/memory_backing.h).
+  Allocator(std::string name, Device device, MemoryBacking backing);
   ~Allocator();
   Allocator(const Allocator&) = delete;
   Allocator& operator=(const Allocator&) = delete;
@@ -73,7 +68,7 @@ class Allocator {
 
   std::string name_;
   Device device_;
-  Backing backing_;
+  MemoryBacking backing_;
   mutable std::mutex mu_;
   std::multimap<int64_t, void*> free_blocks_;       // block size -> cached block
   std::unordered_map<void*, int64_t> live_blocks_;  // ptr -> block size
@@ -82,12 +77,8 @@ class Allocator {
   std::vector<MemoryEvent> events_;
 };
 
-// Host memory for copies to and from a device: pinned (page-locked, what asynchronous device copies
-// need) or pageable. On the CPU backend both are ordinary memory.
-enum class HostMemory : uint8_t { pageable, pinned };
-
-// The allocator of a device, on the memory its backend provides (backend/runtime.h). A real
-// device's allocator takes its limit from TIDAL_DEVICE_MEMORY (e.g. "8GiB") when set.
+// The allocator of a device, made on first use on the memory its backend provides (seam/runtime.h).
+// A real device's allocator takes its limit from TIDAL_DEVICE_MEMORY (e.g. "8GiB") when set.
 Allocator& device_allocator(Device device);
 // Host memory, the offload and swap target: pinned memory of the device being trained on, with
 // accounting separate from the device pool (on the CPU backend both live in the same RAM). The meta

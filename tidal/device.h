@@ -9,6 +9,7 @@
 namespace tidal {
 
 enum class DeviceType : uint8_t { cpu, meta };
+inline constexpr int kNumDeviceTypes = int(DeviceType::meta) + 1;  // the last DeviceType + 1
 
 struct Device {
   DeviceType type = DeviceType::cpu;

@@ -1,20 +1,11 @@
 #pragma once
-// Thread-local context attached to every allocation: its category, the op and layer that made it.
-// Set with RAII scopes: MemoryScope (category), OpScope (op name), LayerScope (layer index),
-// ModuleScope (module name). OpScope is also the profiler's op range.
-#include "tidal/memory_stats.h"
+// The scopes that set the thread's memory context (memory_context.h), attached to every allocation: MemoryScope
+// (category), OpScope (op name), LayerScope (layer index), ModuleScope (module name). OpScope is also the profiler's op
+// range.
+#include "tidal/memory_context.h"
 #include "tidal/range_recorder.h"
 
 namespace tidal {
-
-struct MemoryContext {
-  MemoryCategory category = MemoryCategory::temporary;
-  const char* op = nullptr;  // static string
-  int layer = -1;
-  const char* module = nullptr;  // dotted module name ("model.layers.0.mlp.up_proj"), owned by the module
-};
-
-MemoryContext& memory_context();
 
 class MemoryScope {
  public:

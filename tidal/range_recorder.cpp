@@ -5,8 +5,7 @@
 #include <thread>
 
 #include "tidal/base/clock.h"
-#include "tidal/memory_scope.h"
-#include "tidal/stream.h"
+#include "tidal/memory_context.h"
 
 namespace tidal::profile {
 namespace detail {
@@ -45,21 +44,6 @@ int thread_index_locked(Buffers& b) {
   return t_id.id;
 }
 
-void observe_stream(const std::string& stream, const char* label, int64_t start_ns, int64_t end_ns) {
-  if (!recording()) return;
-  if (label != nullptr && std::strcmp(label, "wait") == 0 && stream == "compute") {
-    // The compute thread blocked on a side stream: a range on its own lane.
-    const MemoryContext& ctx = memory_context();
-    Buffers& b = buffers();
-    std::lock_guard<std::mutex> lock(b.mu);
-    b.ranges.push_back({"wait", kWait, start_ns, end_ns, ctx.layer, ctx.module, thread_index_locked(b)});
-    return;
-  }
-  Buffers& b = buffers();
-  std::lock_guard<std::mutex> lock(b.mu);
-  b.tasks.push_back({stream, label != nullptr ? label : "task", start_ns, end_ns});
-}
-
 }  // namespace
 
 namespace detail {
@@ -77,6 +61,21 @@ void range_end(const char* name, const char* kind, int64_t t0) {
 
 }  // namespace detail
 
+void record_stream_task(const std::string& stream, const char* label, int64_t start_ns, int64_t end_ns) {
+  if (!recording()) return;
+  if (label != nullptr && std::strcmp(label, "wait") == 0 && stream == "compute") {
+    // The compute thread blocked on a side stream: a range on its own lane.
+    const MemoryContext& ctx = memory_context();
+    Buffers& b = buffers();
+    std::lock_guard<std::mutex> lock(b.mu);
+    b.ranges.push_back({"wait", kWait, start_ns, end_ns, ctx.layer, ctx.module, thread_index_locked(b)});
+    return;
+  }
+  Buffers& b = buffers();
+  std::lock_guard<std::mutex> lock(b.mu);
+  b.tasks.push_back({stream, label != nullptr ? label : "task", start_ns, end_ns});
+}
+
 void start_recording() {
   Buffers& b = buffers();
   {
@@ -88,14 +87,10 @@ void start_recording() {
     ++b.generation;
     b.compute = std::this_thread::get_id();
   }
-  set_stream_observer(&observe_stream);
   detail::g_recording.store(true);
 }
 
-void stop_recording() {
-  detail::g_recording.store(false);
-  set_stream_observer(nullptr);
-}
+void stop_recording() { detail::g_recording.store(false); }
 
 std::vector<RangeEvent> take_ranges() {
   Buffers& b = buffers();

@@ -61,6 +61,11 @@ struct StreamTaskEvent {
   int64_t start_ns = 0, end_ns = 0;
 };
 
+// Records a task that a side stream's worker (or another helper thread) ran, on tidal's clock, as
+// the stream's lane sees it; a "wait" of the "compute" stream is the compute thread blocked on one,
+// a range on its own lane. Called by the thread that did the work; nothing while not recording.
+void record_stream_task(const std::string& stream, const char* label, int64_t start_ns, int64_t end_ns);
+
 // Starts recording on every thread (the calling thread is the compute lane); clears earlier data.
 void start_recording();
 void stop_recording();

@@ -1,20 +1,14 @@
-// Stream, Event and copy_async over the device's implementation (backend/runtime.h).
+// Stream, Event and copy_async over the device's implementation (seam/runtime.h).
 #include "tidal/stream.h"
 
-#include <atomic>
+#include <array>
 #include <utility>
 
-#include "tidal/backend/runtime.h"
+#include "tidal/per_device.h"
+#include "tidal/seam/runtime.h"
 #include "tidal/tensor.h"
 
 namespace tidal {
-namespace {
-std::atomic<StreamObserver> g_observer{nullptr};
-}  // namespace
-
-void set_stream_observer(StreamObserver observer) { g_observer.store(observer); }
-StreamObserver stream_observer() { return g_observer.load(std::memory_order_relaxed); }
-
 // --- Event
 
 void Event::record(Stream& stream) { state_ = stream.impl().record(); }
@@ -45,10 +39,24 @@ Stream::Stream(std::string name, Device device, bool compute)
 Stream::~Stream() = default;  // the implementation finishes its queue
 
 Stream& Stream::compute(Device device) {
-  static Stream cpu("compute", Device::cpu(), true);
-  static Stream meta("compute", Device::meta(), true);
-  return device.is_meta() ? meta : cpu;
+  static PerDevice<Stream> streams;
+  return streams.get(device, [](Device d) { return std::unique_ptr<Stream>(new Stream("compute", d, true)); });
 }
+
+namespace {
+thread_local std::array<Stream*, kNumDeviceSlots> t_current{};  // nullptr: the device's compute stream
+}  // namespace
+
+Stream& current_stream(Device device) {
+  Stream* s = t_current[size_t(device_slot(device))];
+  return s != nullptr ? *s : Stream::compute(device);
+}
+
+StreamGuard::StreamGuard(Stream& stream) : slot_(device_slot(stream.device())), saved_(t_current[size_t(slot_)]) {
+  t_current[size_t(slot_)] = &stream;
+}
+
+StreamGuard::~StreamGuard() { t_current[size_t(slot_)] = saved_; }
 
 bool Stream::is_compute() const { return impl_->is_compute(); }
 void Stream::enqueue(std::function<void()> task, const char* label) { impl_->enqueue(std::move(task), label); }

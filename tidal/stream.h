@@ -1,5 +1,5 @@
 #pragma once
-// In-order work queues (CUDA semantics), implemented per device behind backend/runtime.h. On the
+// In-order work queues (CUDA semantics), implemented per device behind seam/runtime.h. On the
 // CPU backend the compute stream is the calling thread: work enqueued on it runs immediately. Every
 // other stream owns a worker thread, so copies on a copy stream really overlap compute. See
 // docs/streams.md.
@@ -26,7 +26,7 @@ class Stream {
   Stream(const Stream&) = delete;
   Stream& operator=(const Stream&) = delete;
 
-  // The device's compute stream (runs work inline on the calling thread).
+  // The device's compute stream (on the CPU backend: runs work inline on the calling thread).
   static Stream& compute(Device device = Device::cpu());
 
   // Queues `task` after all earlier work on this stream. `label` (a static string) names it in traces.
@@ -58,18 +58,30 @@ class Stream {
   std::unique_ptr<detail::StreamImpl> impl_;
 };
 
+// The stream this thread's kernels on `device` run on: the one the innermost StreamGuard made current,
+// else the device's compute stream (PyTorch's current stream). Ops pass it to every kernel
+// (seam/kernels.h); on the CPU backend every kernel runs on the calling thread, so a side stream's
+// kernels keep its order by running inside its tasks.
+Stream& current_stream(Device device);
+
+// Makes `stream` its device's current stream on this thread for the guard's scope (CUDAStreamGuard).
+class StreamGuard {
+ public:
+  explicit StreamGuard(Stream& stream);
+  ~StreamGuard();
+  StreamGuard(const StreamGuard&) = delete;
+  StreamGuard& operator=(const StreamGuard&) = delete;
+
+ private:
+  int slot_;
+  Stream* saved_;
+};
+
 // Copies src into dst (same shape and dtype, both contiguous) on `stream`, asynchronously: both
 // tensors are kept alive until the copy ran. Record an event after it to know when it is done.
 void copy_async(const Tensor& dst, const Tensor& src, Stream& stream);
 
 // Whether the calling thread is a CPU stream worker (kernels then run single-threaded).
 bool in_stream_worker();
-
-// Sees every task a side stream ran (stream name, task label or nullptr, start and end on tidal's
-// clock), and every time the compute stream blocked in wait() (label "wait"): the profiler's copy
-// lanes. Called on the thread that did the work; nullptr removes the observer.
-using StreamObserver = void (*)(const std::string& stream, const char* label, int64_t start_ns, int64_t end_ns);
-void set_stream_observer(StreamObserver observer);
-StreamObserver stream_observer();  // the current one (nullptr: none); backends call it per task
 
 }  // namespace tidal

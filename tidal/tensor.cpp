@@ -5,13 +5,13 @@
 #include <cstdio>
 #include <ostream>
 
-#include "tidal/autograd/engine.h"
 #include "tidal/autograd/grad_mode.h"
 #include "tidal/autograd/node.h"
-#include "tidal/backend/kernels.h"
 #include "tidal/base/checked_math.h"
 #include "tidal/dtype_dispatch.h"
 #include "tidal/memory_scope.h"
+#include "tidal/seam/kernels.h"
+#include "tidal/stream.h"
 
 namespace tidal {
 
@@ -56,7 +56,8 @@ T Tensor::item() const {
   return dispatch_all(dtype(), "item", [&](auto tag) {
     using S = typename decltype(tag)::type;
     S v;
-    device_kernels(device()).copy_to_host(&v, *this);  // one element: contiguous, no allocation
+    device_kernels(device()).copy_to_host(current_stream(device()), &v,
+                                          *this);  // one element: contiguous, no allocation
     return T(acc_t<S>(v));
   });
 }
@@ -68,7 +69,7 @@ std::vector<T> Tensor::to_vector() const {
   src = src.contiguous();
   src.check_data_access(dtype_v<T>);
   std::vector<T> out(size_t(src.numel()));
-  device_kernels(src.device()).copy_to_host(out.data(), src);
+  device_kernels(src.device()).copy_to_host(current_stream(src.device()), out.data(), src);
   return out;
 }
 
@@ -151,16 +152,6 @@ void Tensor::retain_grad() {
   fn->retained()[ref().output_nr] = impl_;
 }
 
-void Tensor::backward(const Tensor& grad, bool retain_graph) const {
-  Tensor g = grad;
-  if (!g.defined()) {
-    TIDAL_CHECK(numel() == 1, "[backward] needs a gradient argument for a non-scalar output ", shape(),
-                " (backward() without one only works on a single-element loss)");
-    g = ones(shape(), dtype(), device());
-  }
-  autograd::backward({*this}, {g}, retain_graph);
-}
-
 Tensor Tensor::detach() const { return Tensor(storage(), shape(), strides(), offset(), dtype()); }
 
 // --- in-place
@@ -177,7 +168,7 @@ Tensor& Tensor::zero_() { return fill_(0.0); }
 
 Tensor& Tensor::fill_(double value) {
   check_inplace(*this, "fill_");
-  if (Kernels* kern = kernels_for(*this)) kern->fill(*this, value);
+  if (Kernels* kern = kernels_for(*this)) kern->fill(current_stream(device()), *this, value);
   return *this;
 }
 
@@ -188,7 +179,7 @@ Tensor& Tensor::copy_(const Tensor& src) {
   broadcast_shapes(shape(), src.shape(), "copy_");
   TIDAL_CHECK(broadcast_shapes(shape(), src.shape(), "copy_") == shape(), "[copy_] source ", src.shape(),
               " does not broadcast to the destination ", shape());
-  if (Kernels* kern = kernels_for(*this)) kern->copy(*this, src);
+  if (Kernels* kern = kernels_for(*this)) kern->copy(current_stream(device()), *this, src);
   return *this;
 }
 
@@ -198,13 +189,13 @@ Tensor& Tensor::add_(const Tensor& other, double alpha) {
               " on ", device(), " and ", other.shape(), " ", other.dtype(), " on ", other.device());
   TIDAL_CHECK(broadcast_shapes(shape(), other.shape(), "add_") == shape(), "[add_] ", other.shape(),
               " does not broadcast to ", shape());
-  if (Kernels* kern = kernels_for(*this)) kern->add_inplace(*this, other, alpha);
+  if (Kernels* kern = kernels_for(*this)) kern->add_inplace(current_stream(device()), *this, other, alpha);
   return *this;
 }
 
 Tensor& Tensor::mul_(double value) {
   check_inplace(*this, "mul_");
-  if (Kernels* kern = kernels_for(*this)) kern->unary(Unary::mul_scalar, *this, *this, value);
+  if (Kernels* kern = kernels_for(*this)) kern->unary(current_stream(device()), Unary::mul_scalar, *this, *this, value);
   return *this;
 }
 
@@ -242,7 +233,7 @@ Tensor empty_host(const Shape& shape, DType dtype, Device device) {
 
 Tensor full(const Shape& shape, double value, DType dtype, Device device) {
   Tensor t = empty(shape, dtype, device);
-  if (Kernels* kern = kernels_for(t)) kern->fill(t, value);
+  if (Kernels* kern = kernels_for(t)) kern->fill(current_stream(t.device()), t, value);
   return t;
 }
 
@@ -261,7 +252,7 @@ Tensor arange(int64_t start, int64_t end, int64_t step, DType dtype, Device devi
       using T = typename decltype(tag)::type;
       std::vector<T> host(static_cast<size_t>(n));
       for (int64_t i = 0; i < n; ++i) host[size_t(i)] = T(acc_t<T>(start + i * step));
-      kern->copy_from_host(t, host.data());
+      kern->copy_from_host(current_stream(t.device()), t, host.data());
     });
   }
   return t;
@@ -276,7 +267,7 @@ Tensor from_vector(const std::vector<double>& values, const Shape& shape, DType 
       using T = typename decltype(tag)::type;
       std::vector<T> host(values.size());
       for (size_t i = 0; i < values.size(); ++i) host[i] = T(acc_t<T>(values[i]));
-      kern->copy_from_host(t, host.data());
+      kern->copy_from_host(current_stream(t.device()), t, host.data());
     });
   }
   return t;
@@ -286,7 +277,7 @@ Tensor from_vector_i64(const std::vector<int64_t>& values, const Shape& shape, D
   TIDAL_CHECK(int64_t(values.size()) == shape.numel(), "[from_vector] ", values.size(), " values for shape ", shape,
               " (", shape.numel(), " elements)");
   Tensor t = empty(shape, DType::i64, device);
-  if (Kernels* kern = kernels_for(t)) kern->copy_from_host(t, values.data());
+  if (Kernels* kern = kernels_for(t)) kern->copy_from_host(current_stream(t.device()), t, values.data());
   return t;
 }
 

@@ -47,6 +47,30 @@ TEST(StreamTest, ComputeStreamRunsInline) {
   EXPECT_TRUE(e.query());
 }
 
+TEST(StreamTest, CurrentStreamIsTheComputeStreamUnlessAGuardSetsOne) {
+  EXPECT_EQ(&current_stream(Device::cpu()), &Stream::compute(Device::cpu()));
+  EXPECT_EQ(&current_stream(Device::meta()), &Stream::compute(Device::meta()));
+  EXPECT_NE(&Stream::compute(Device::cpu()), &Stream::compute(Device::meta()));
+  Stream a("a"), b("b"), m("m", Device::meta());
+  {
+    StreamGuard ga(a);
+    EXPECT_EQ(&current_stream(Device::cpu()), &a);
+    EXPECT_EQ(&current_stream(Device::meta()), &Stream::compute(Device::meta()));  // per device
+    {
+      StreamGuard gb(b);
+      StreamGuard gm(m);
+      EXPECT_EQ(&current_stream(Device::cpu()), &b);
+      EXPECT_EQ(&current_stream(Device::meta()), &m);
+      const Stream* other = nullptr;  // per thread: another thread sees the compute stream
+      std::thread([&] { other = &current_stream(Device::cpu()); }).join();
+      EXPECT_EQ(other, &Stream::compute(Device::cpu()));
+    }
+    EXPECT_EQ(&current_stream(Device::cpu()), &a);
+    EXPECT_EQ(&current_stream(Device::meta()), &Stream::compute(Device::meta()));
+  }
+  EXPECT_EQ(&current_stream(Device::cpu()), &Stream::compute(Device::cpu()));
+}
+
 TEST(StreamTest, CrossStreamWaitOrdersWork) {
   Stream a("a"), b("b");
   std::atomic<bool> first_done{false};

@@ -5,8 +5,9 @@
 
 #include "tidal/autograd/grad_mode.h"
 #include "tidal/autograd/node.h"
-#include "tidal/backend/kernels.h"
 #include "tidal/memory_scope.h"
+#include "tidal/seam/kernels.h"
+#include "tidal/stream.h"
 
 namespace tidal::autograd {
 namespace {
@@ -29,7 +30,7 @@ void accumulate(Tensor& slot, Tensor&& g) {
   } else {  // slot + g into new memory, as ops/ add() does (the engine sits below ops/)
     OpScope scope("add");
     Tensor sum = empty(slot.shape(), slot.dtype(), slot.device());
-    if (Kernels* kern = kernels_for(sum)) kern->binary(Binary::add, sum, slot, g, 1.0);
+    if (Kernels* kern = kernels_for(sum)) kern->binary(current_stream(sum.device()), Binary::add, sum, slot, g, 1.0);
     slot = std::move(sum);
   }
 }
@@ -132,3 +133,19 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads
 }
 
 }  // namespace tidal::autograd
+
+namespace tidal {
+
+// Tensor's entry to the engine (tensor.h), defined beside it: the core's tensor.cpp does not include
+// the engine.
+void Tensor::backward(const Tensor& grad, bool retain_graph) const {
+  Tensor g = grad;
+  if (!g.defined()) {
+    TIDAL_CHECK(numel() == 1, "[backward] needs a gradient argument for a non-scalar output ", shape(),
+                " (backward() without one only works on a single-element loss)");
+    g = ones(shape(), dtype(), device());
+  }
+  autograd::backward({*this}, {g}, retain_graph);
+}
+
+}  // namespace tidal

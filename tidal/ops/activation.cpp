@@ -1,7 +1,8 @@
 #include "tidal/ops/activation.h"
 
-#include "tidal/backend/kernels.h"
 #include "tidal/ops/common.h"
+#include "tidal/seam/kernels.h"
+#include "tidal/stream.h"
 
 namespace tidal {
 namespace {
@@ -23,7 +24,7 @@ struct GeluBackward : Node {
   TensorList apply(TensorList&& grads) override {
     Tensor xv = x.unpack(name());
     Tensor dx = grad_like(xv);
-    if (Kernels* kern = runs(dx)) kern->gelu_backward(dx, grads[0], xv, tanh_approx);
+    if (Kernels* kern = runs(dx)) kern->gelu_backward(current_stream(dx.device()), dx, grads[0], xv, tanh_approx);
     return {dx};
   }
   void release_saved() override { x.reset(); }
@@ -35,7 +36,7 @@ struct SiluBackward : Node {
   TensorList apply(TensorList&& grads) override {
     Tensor xv = x.unpack(name());
     Tensor dx = grad_like(xv);
-    if (Kernels* kern = runs(dx)) kern->silu_backward(dx, grads[0], xv);
+    if (Kernels* kern = runs(dx)) kern->silu_backward(current_stream(dx.device()), dx, grads[0], xv);
     return {dx};
   }
   void release_saved() override { x.reset(); }
@@ -49,7 +50,7 @@ struct SwigluBackward : Node {
     Tensor uv = needs_input_grad(0) ? up.unpack(name()) : Tensor();
     Tensor dgate = needs_input_grad(0) ? grad_like(gv) : Tensor();
     Tensor dup = needs_input_grad(1) ? grad_like(gv) : Tensor();
-    if (Kernels* kern = runs(gv)) kern->swiglu_backward(dgate, dup, grads[0], gv, uv);
+    if (Kernels* kern = runs(gv)) kern->swiglu_backward(current_stream(gv.device()), dgate, dup, grads[0], gv, uv);
     return {dgate, dup};
   }
   void release_saved() override { autograd::reset_all(gate, up); }
@@ -62,7 +63,7 @@ Tensor gelu(const Tensor& x, GeluApprox approx) {
   detail::check_floating("gelu", x);
   const bool tanh_approx = approx == GeluApprox::tanh;
   Tensor out = empty(x.shape(), x.dtype(), x.device());
-  if (Kernels* kern = runs(out)) kern->gelu_forward(out, x, tanh_approx);
+  if (Kernels* kern = runs(out)) kern->gelu_forward(current_stream(out.device()), out, x, tanh_approx);
   if (autograd::needs_grad(x)) {
     auto node = autograd::make_node<GeluBackward>({&x});
     node->x = SavedTensor(x);
@@ -76,7 +77,7 @@ Tensor silu(const Tensor& x) {
   OpScope scope("silu");
   detail::check_floating("silu", x);
   Tensor out = empty(x.shape(), x.dtype(), x.device());
-  if (Kernels* kern = runs(out)) kern->silu_forward(out, x);
+  if (Kernels* kern = runs(out)) kern->silu_forward(current_stream(out.device()), out, x);
   if (autograd::needs_grad(x)) {
     auto node = autograd::make_node<SiluBackward>({&x});
     node->x = SavedTensor(x);
@@ -92,7 +93,7 @@ Tensor swiglu(const Tensor& gate, const Tensor& up) {
   TIDAL_CHECK(gate.shape() == up.shape(), "[swiglu] gate and up must have one shape, got gate ", gate.shape(),
               " and up ", up.shape());
   Tensor out = empty(gate.shape(), gate.dtype(), gate.device());
-  if (Kernels* kern = runs(out)) kern->swiglu_forward(out, gate, up);
+  if (Kernels* kern = runs(out)) kern->swiglu_forward(current_stream(out.device()), out, gate, up);
   if (autograd::needs_grad(gate, up)) {
     auto node = autograd::make_node<SwigluBackward>({&gate, &up});
     node->gate = SavedTensor(gate);                        // both gradients read gate

@@ -4,13 +4,14 @@
 
 #include <cmath>
 
-#include "tidal/backend/kernels.h"
 #include "tidal/base/checked_math.h"
 #include "tidal/ops/common.h"
 #include "tidal/ops/dropout_positions.h"
 #include "tidal/ops/matmul.h"
 #include "tidal/ops/random.h"
 #include "tidal/ops/rope.h"
+#include "tidal/seam/kernels.h"
+#include "tidal/stream.h"
 
 namespace tidal {
 namespace {
@@ -27,7 +28,8 @@ struct ScaledMaskedSoftmaxBackward : Node {
     Tensor p = probs.unpack(name());
     Tensor gi = empty(p.shape(), p.dtype(), p.device());
     const Tensor gc = g[0].detach().contiguous();  // on meta too: the copy a real run makes
-    if (Kernels* kern = kernels_for(gi)) kern->scaled_masked_softmax_backward(gi, gc, p, scale);
+    if (Kernels* kern = kernels_for(gi))
+      kern->scaled_masked_softmax_backward(current_stream(gi.device()), gi, gc, p, scale);
     return {gi};
   }
   void release_saved() override { probs.reset(); }
@@ -50,7 +52,7 @@ struct FlashAttentionBackward : Node {
     // Unpacked on meta too: a recompute's replayed output and statistics are freed as a real run frees them.
     const Tensor ov = out.unpack(name()), lv = lse.unpack(name());
     if (Kernels* kern = kernels_for(ws))
-      kern->flash_attention_backward(cfg, dq, dk, dv, g.detach(), qv, kv, vv, ov, lv, ws);
+      kern->flash_attention_backward(current_stream(ws.device()), cfg, dq, dk, dv, g.detach(), qv, kv, vv, ov, lv, ws);
     return {dq, dk, dv};
   }
   void release_saved() override { autograd::reset_all(q, k, v, out, lse); }
@@ -169,7 +171,7 @@ Tensor flash_attention(const Tensor& q, const Tensor& k, const Tensor& v, double
   Tensor ws =
       empty({device_kernels(q.device()).flash_forward_workspace(q, k, v)}, acc, q.device());  // per-thread tiles
   if (Kernels* kern = kernels_for(out))
-    kern->flash_attention_forward(cfg, out, lse, q.detach(), k.detach(), v.detach(), ws);
+    kern->flash_attention_forward(current_stream(out.device()), cfg, out, lse, q.detach(), k.detach(), v.detach(), ws);
   if (grad) {
     auto node = autograd::make_node<FlashAttentionBackward>({&q, &k, &v});
     node->q = SavedTensor(q);
@@ -196,7 +198,8 @@ Tensor scaled_masked_softmax(const Tensor& scores, double scale, bool causal) {
   TIDAL_CHECK(scores.dim() >= 2, "[scaled_masked_softmax] scores must be (..., T, S), got ", scores.shape());
   Tensor probs = empty(scores.shape(), scores.dtype(), scores.device());
   const Tensor sc = scores.detach().contiguous();  // on meta too: the copy a real run makes
-  if (Kernels* kern = kernels_for(probs)) kern->scaled_masked_softmax_forward(probs, sc, scale, causal);
+  if (Kernels* kern = kernels_for(probs))
+    kern->scaled_masked_softmax_forward(current_stream(probs.device()), probs, sc, scale, causal);
   if (autograd::needs_grad(scores)) {
     auto node = autograd::make_node<ScaledMaskedSoftmaxBackward>({&scores});
     node->probs = SavedTensor(probs);

@@ -17,8 +17,9 @@
 #include <algorithm>
 #include <cmath>
 
-#include "tidal/backend/kernels.h"
 #include "tidal/ops/common.h"
+#include "tidal/seam/kernels.h"
+#include "tidal/stream.h"
 
 namespace tidal {
 namespace {
@@ -96,7 +97,7 @@ Tensor chunked_lm_loss(const Tensor& hidden, const Tensor& weight, const Tensor&
     ce.rows = N;
     ce.vocab = V;
     ce.ignore_index = ignore_index;
-    const int64_t bad = kern->find_bad_target(tc, ce);
+    const int64_t bad = kern->find_bad_target(current_stream(out.device()), tc, ce);
     if (bad >= 0) {
       const int64_t value = tc.narrow(0, bad, 1).to(DType::i64).item<int64_t>();
       detail::throw_error(detail::str_cat("[chunked_lm_loss] target ", value, " at position ", bad, " of targets ",
@@ -110,9 +111,10 @@ Tensor chunked_lm_loss(const Tensor& hidden, const Tensor& weight, const Tensor&
     a.vocab = V;
     a.chunk = chunk_size;
     a.ignore_index = ignore_index;
-    const int64_t count = kern->count_not_ignored(tc, ignore_index);
+    const int64_t count = kern->count_not_ignored(current_stream(out.device()), tc, ignore_index);
     a.grad_scale = 1.0 / double(count);  // inf when all are ignored: then every row's gradient is 0 anyway
-    const double sum = kern->chunked_lm_loss_forward(h, w, tc, logits, row_loss, gh, gw, a);
+    const double sum =
+        kern->chunked_lm_loss_forward(current_stream(out.device()), h, w, tc, logits, row_loss, gh, gw, a);
     out.fill_(sum / double(count));  // 0 / 0 = NaN when all are ignored, like cross_entropy
   }
   logits = row_loss = h = w = Tensor();  // free before the bf16 gradients are made

@@ -1,7 +1,8 @@
 #include "tidal/ops/common.h"
 
-#include "tidal/backend/kernels.h"
 #include "tidal/dtype_dispatch.h"
+#include "tidal/seam/kernels.h"
+#include "tidal/stream.h"
 
 namespace tidal::detail {
 
@@ -39,7 +40,7 @@ double scalar_value(Kernels& kern, const Tensor& t) {
   return dispatch_float(t.dtype(), "scalar_value", [&](auto tag) {
     using T = typename decltype(tag)::type;
     T v{};
-    kern.copy_to_host(&v, t);  // one element: contiguous whatever its strides
+    kern.copy_to_host(current_stream(t.device()), &v, t);  // one element: contiguous whatever its strides
     return double(acc_t<T>(v));
   });
 }

@@ -19,7 +19,7 @@ void check_defined(const char* op, const Tensor& t, const char* what);
 void check_dim(const char* op, const Tensor& t, int ndim, const char* what);
 
 // The value of a one-element floating tensor, read through its device's kernels (a meta tensor's
-// cost kernels answer a stand-in 0: backend/meta/cost_kernels.h).
+// cost kernels answer a stand-in 0: backend/meta/cost_kernels.cpp).
 double scalar_value(Kernels& kern, const Tensor& t);
 
 }  // namespace tidal::detail

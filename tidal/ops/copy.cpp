@@ -1,7 +1,8 @@
 // Copies: contiguous, clone, dtype and device conversion (members of Tensor).
 #include "tidal/autograd/grad_mode.h"
-#include "tidal/backend/kernels.h"
 #include "tidal/ops/common.h"
+#include "tidal/seam/kernels.h"
+#include "tidal/stream.h"
 
 namespace tidal {
 namespace {
@@ -25,7 +26,7 @@ struct ConvertBackward : Node {
 Tensor Tensor::clone() const {
   OpScope scope("clone");
   Tensor out = empty(shape(), dtype(), device());
-  if (Kernels* kern = kernels_for(out)) kern->copy(out, *this);
+  if (Kernels* kern = kernels_for(out)) kern->copy(current_stream(out.device()), out, *this);
   if (autograd::needs_grad(*this)) {
     auto node = autograd::make_node<CloneBackward>({this});
     autograd::set_history(out, node);
@@ -39,7 +40,7 @@ Tensor Tensor::to(DType target) const {
   if (target == dtype()) return *this;
   OpScope scope("to");
   Tensor out = empty(shape(), target, device());
-  if (Kernels* kern = kernels_for(out)) kern->copy(out, *this);
+  if (Kernels* kern = kernels_for(out)) kern->copy(current_stream(out.device()), out, *this);
   if (autograd::needs_grad(*this) && is_floating(target)) {
     auto node = autograd::make_node<ConvertBackward>({this});
     node->from = dtype();

@@ -1,8 +1,8 @@
 #pragma once
 // For ops/: dropout at the stream positions of a piece of a larger tensor (DropoutRowsArgs,
-// backend/kernel_args.h). dropout_rows (random.h) and the eager attention's global dropout frame
+// seam/kernel_args.h). dropout_rows (random.h) and the eager attention's global dropout frame
 // (attention.h) call it; it checks nothing but x's dtype (the callers check the frame).
-#include "tidal/backend/kernel_args.h"
+#include "tidal/seam/kernel_args.h"
 #include "tidal/tensor.h"
 
 namespace tidal::detail {

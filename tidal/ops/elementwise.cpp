@@ -1,8 +1,9 @@
 #include "tidal/ops/elementwise.h"
 
-#include "tidal/backend/kernels.h"
 #include "tidal/ops/common.h"
 #include "tidal/ops/reduce.h"
+#include "tidal/seam/kernels.h"
+#include "tidal/stream.h"
 
 namespace tidal {
 namespace {
@@ -89,7 +90,7 @@ Tensor binary_op(Binary op, const Tensor& a, const Tensor& b, double alpha = 1.0
   detail::check_same(name, a, b);
   TIDAL_CHECK(a.dtype() != DType::u8, "[", name, "] arithmetic on u8 masks is not supported; convert with .to()");
   Tensor out = empty(broadcast_shapes(a.shape(), b.shape(), name), a.dtype(), a.device());
-  if (Kernels* kern = kernels_for(out)) kern->binary(op, out, a, b, alpha);
+  if (Kernels* kern = kernels_for(out)) kern->binary(current_stream(out.device()), op, out, a, b, alpha);
   if (autograd::needs_grad(a, b)) {
     auto node = autograd::make_node<BinaryBackward>({&a, &b});
     node->op = op;
@@ -219,12 +220,12 @@ struct UnaryBackward : Node {
 
   static Tensor unary(Unary op, const Tensor& x) {
     Tensor o = empty(x.shape(), x.dtype(), x.device());
-    if (Kernels* kern = kernels_for(o)) kern->unary(op, o, x, 0.0);
+    if (Kernels* kern = kernels_for(o)) kern->unary(current_stream(o.device()), op, o, x, 0.0);
     return o;
   }
   static Tensor le_zero(const Tensor& x) {
     Tensor o = empty(x.shape(), DType::u8, x.device());
-    if (Kernels* kern = kernels_for(o)) kern->compare_scalar(Compare::le, o, x, 0.0);
+    if (Kernels* kern = kernels_for(o)) kern->compare_scalar(current_stream(o.device()), Compare::le, o, x, 0.0);
     return o;
   }
 };
@@ -235,7 +236,7 @@ Tensor unary_op(Unary op, const Tensor& a, double s = 0.0) {
   detail::check_defined(name, a, "the input");
   TIDAL_CHECK(a.dtype() != DType::u8, "[", name, "] arithmetic on u8 masks is not supported; convert with .to()");
   Tensor out = empty(a.shape(), a.dtype(), a.device());
-  if (Kernels* kern = kernels_for(out)) kern->unary(op, out, a, s);
+  if (Kernels* kern = kernels_for(out)) kern->unary(current_stream(out.device()), op, out, a, s);
   if (autograd::needs_grad(a)) {
     auto node = autograd::make_node<UnaryBackward>({&a});
     node->op = op;
@@ -251,7 +252,7 @@ Tensor compare_op(Compare op, const Tensor& a, const Tensor& b) {
   OpScope scope("compare");
   detail::check_same("compare", a, b);
   Tensor out = empty(broadcast_shapes(a.shape(), b.shape(), "compare"), DType::u8, a.device());
-  if (Kernels* kern = kernels_for(out)) kern->compare(op, out, a, b);
+  if (Kernels* kern = kernels_for(out)) kern->compare(current_stream(out.device()), op, out, a, b);
   return out;
 }
 
@@ -259,7 +260,7 @@ Tensor compare_scalar_op(Compare op, const Tensor& a, double s) {
   OpScope scope("compare");
   detail::check_defined("compare", a, "the input");
   Tensor out = empty(a.shape(), DType::u8, a.device());
-  if (Kernels* kern = kernels_for(out)) kern->compare_scalar(op, out, a, s);
+  if (Kernels* kern = kernels_for(out)) kern->compare_scalar(current_stream(out.device()), op, out, a, s);
   return out;
 }
 
@@ -338,7 +339,7 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
   TIDAL_CHECK(cond.dtype() == DType::u8, "[where] the condition must be a u8 mask, got ", cond.dtype());
   const Shape shape = broadcast_shapes(broadcast_shapes(cond.shape(), a.shape(), "where"), b.shape(), "where");
   Tensor out = empty(shape, a.dtype(), a.device());
-  if (Kernels* kern = kernels_for(out)) kern->where(out, cond, a, b);
+  if (Kernels* kern = kernels_for(out)) kern->where(current_stream(out.device()), out, cond, a, b);
   if (autograd::needs_grad(a, b)) {
     auto node = autograd::make_node<WhereBackward>({&a, &b});
     node->cond = SavedTensor(cond);
@@ -356,7 +357,7 @@ Tensor masked_fill(const Tensor& x, const Tensor& mask, double value) {
   TIDAL_CHECK(broadcast_shapes(x.shape(), mask.shape(), "masked_fill") == x.shape(), "[masked_fill] mask ",
               mask.shape(), " does not broadcast to ", x.shape());
   Tensor out = empty(x.shape(), x.dtype(), x.device());
-  if (Kernels* kern = kernels_for(out)) kern->masked_fill(out, x, mask, value);
+  if (Kernels* kern = kernels_for(out)) kern->masked_fill(current_stream(out.device()), out, x, mask, value);
   if (autograd::needs_grad(x)) {
     auto node = autograd::make_node<MaskedFillBackward>({&x});
     node->mask = SavedTensor(mask);

@@ -1,8 +1,9 @@
 #include "tidal/ops/embedding.h"
 
-#include "tidal/backend/kernels.h"
 #include "tidal/ops/common.h"
 #include "tidal/ops/index.h"
+#include "tidal/seam/kernels.h"
+#include "tidal/stream.h"
 
 namespace tidal {
 namespace {
@@ -21,7 +22,7 @@ struct EmbeddingBackward : Node {
     // On meta too: the copies a real run makes.
     const Tensor gc = g[0].contiguous().reshape(Shape{idv.numel(), weight_shape[1]});  // (N, C)
     const Tensor ic = idv.contiguous();
-    if (Kernels* kern = kernels_for(gw)) kern->embedding_backward(gw, gc, ic);
+    if (Kernels* kern = kernels_for(gw)) kern->embedding_backward(current_stream(gw.device()), gw, gc, ic);
     return {gw};
   }
   void release_saved() override { ids.reset(); }
@@ -43,7 +44,7 @@ Tensor embedding(const Tensor& weight, const Tensor& ids) {
   out_shape.push_back(weight.shape()[1]);
   Tensor out = empty(out_shape, weight.dtype(), weight.device());  // (..., C)
   const Tensor ic = ids.detach().contiguous();                     // on meta too: the copy a real run makes
-  if (Kernels* kern = kernels_for(out)) kern->embedding_forward(out, weight.detach(), ic);
+  if (Kernels* kern = kernels_for(out)) kern->embedding_forward(current_stream(out.device()), out, weight.detach(), ic);
   if (autograd::needs_grad(weight)) {
     auto node = autograd::make_node<EmbeddingBackward>({&weight});
     node->weight_shape = weight.shape();

@@ -2,8 +2,9 @@
 
 #include <limits>
 
-#include "tidal/backend/kernels.h"
 #include "tidal/ops/common.h"
+#include "tidal/seam/kernels.h"
+#include "tidal/stream.h"
 
 namespace tidal {
 namespace {
@@ -40,13 +41,14 @@ Tensor broadcast_index(const Tensor& index, const Shape& iter, int dim) {
 // out (index_iter's shape) = x gathered along `dim`.
 Tensor gather_raw(const Tensor& x, int dim, const Tensor& index_iter) {
   Tensor out = empty(index_iter.shape(), x.dtype(), x.device());
-  if (Kernels* kern = kernels_for(out)) kern->gather(out, x.detach(), index_iter, dim);
+  if (Kernels* kern = kernels_for(out)) kern->gather(current_stream(out.device()), out, x.detach(), index_iter, dim);
   return out;
 }
 // zeros(shape) with src (index_iter's shape) scatter-added along `dim`.
 Tensor scatter_into_zeros(const Shape& shape, int dim, const Tensor& index_iter, const Tensor& src) {
   Tensor out = zeros(shape, src.dtype(), src.device());
-  if (Kernels* kern = kernels_for(out)) kern->scatter_add(out, src.detach(), index_iter, dim);
+  if (Kernels* kern = kernels_for(out))
+    kern->scatter_add(current_stream(out.device()), out, src.detach(), index_iter, dim);
   return out;
 }
 // base + src scatter-added along `dim` (out-of-place).
@@ -54,8 +56,8 @@ Tensor scatter_into_copy(const Tensor& base, int dim, const Tensor& index_iter, 
   Tensor out = empty(base.shape(), base.dtype(), base.device());
   Kernels* kern = kernels_for(out);
   if (kern != nullptr && out.numel() > 0) {
-    kern->copy(out, base.detach());
-    kern->scatter_add(out, src.detach(), index_iter, dim);
+    kern->copy(current_stream(out.device()), out, base.detach());
+    kern->scatter_add(current_stream(out.device()), out, src.detach(), index_iter, dim);
   }
   return out;
 }
@@ -149,7 +151,7 @@ void check_index_range(const char* op, const Tensor& index, int64_t limit, const
   Kernels* kern = kernels_for(index);
   if (kern == nullptr || index.numel() == 0) return;
   Tensor flat = index.detach().contiguous();
-  const int64_t pos = kern->first_out_of_range(flat, limit);
+  const int64_t pos = kern->first_out_of_range(current_stream(index.device()), flat, limit);
   if (pos < 0) return;
   const int64_t value = flat.reshape(Shape{flat.numel()}).narrow(0, pos, 1).item<int64_t>();
   detail::throw_error(detail::str_cat("[", op, "] ", what, " ", value, " at position ",
@@ -169,7 +171,8 @@ TopKResult topk(const Tensor& x, int64_t k, int64_t dim_in, bool largest, bool s
   Shape out_shape = x.shape();
   out_shape[dim] = k;
   TopKResult r{empty(out_shape, x.dtype(), x.device()), empty(out_shape, DType::i64, x.device())};
-  if (Kernels* kern = kernels_for(x)) kern->topk(r.values, r.indices, x.detach(), dim, k, largest, sorted);
+  if (Kernels* kern = kernels_for(x))
+    kern->topk(current_stream(x.device()), r.values, r.indices, x.detach(), dim, k, largest, sorted);
   // Indices are integers: no gradient.
   if (autograd::needs_grad(x)) record_scatter_grad(r.values, x, "TopKBackward", dim, false, r.indices, 0);
   return r;
@@ -239,7 +242,7 @@ Tensor argsort(const Tensor& x, int64_t dim_in, bool descending) {
   if (x.dim() == 0) return zeros(Shape{}, DType::i64, x.device());
   const int dim = normalize_dim(dim_in, x.dim(), "argsort");
   Tensor out = empty(x.shape(), DType::i64, x.device());
-  if (Kernels* kern = kernels_for(out)) kern->argsort(out, x.detach(), dim, descending);
+  if (Kernels* kern = kernels_for(out)) kern->argsort(current_stream(out.device()), out, x.detach(), dim, descending);
   return out;
 }
 
@@ -254,13 +257,14 @@ Tensor bincount(const Tensor& index, int64_t minlength) {
   int64_t length = minlength;
   if (flat.numel() > 0) {
     // Values are non-negative: a negative one is the first "out of range" for an unbounded limit.
-    const int64_t neg = kern->first_out_of_range(flat, std::numeric_limits<int64_t>::max());
+    const int64_t neg =
+        kern->first_out_of_range(current_stream(index.device()), flat, std::numeric_limits<int64_t>::max());
     TIDAL_CHECK(neg < 0, "[bincount] value ", flat.narrow(0, neg, 1).item<int64_t>(), " at position (", neg,
                 ") of the ", index.shape(), " index is negative: bincount counts values >= 0");
-    length = std::max(length, kern->index_max(flat, nullptr) + 1);
+    length = std::max(length, kern->index_max(current_stream(index.device()), flat, nullptr) + 1);
   }
   Tensor counts = zeros(Shape{length}, DType::i64, index.device());
-  kern->bincount(counts, flat);
+  kern->bincount(current_stream(index.device()), counts, flat);
   return counts;
 }
 

@@ -1,7 +1,8 @@
 #include "tidal/ops/loss.h"
 
-#include "tidal/backend/kernels.h"
 #include "tidal/ops/common.h"
+#include "tidal/seam/kernels.h"
+#include "tidal/stream.h"
 
 namespace tidal {
 namespace {
@@ -87,7 +88,8 @@ struct CrossEntropyBackward : Node {
     LogitRows rows = logit_rows(lv);
     CrossEntropyArgs a = args;
     a.row_stride = rows.row_stride;
-    kern->cross_entropy_backward(dlogits, rows.logits, lse.unpack(name()), targets.unpack(name()), row_grad, scale, a);
+    kern->cross_entropy_backward(current_stream(dlogits.device()), dlogits, rows.logits, lse.unpack(name()),
+                                 targets.unpack(name()), row_grad, scale, a);
     return {dlogits};
   }
   void release_saved() override { autograd::reset_all(logits, lse, targets); }
@@ -119,11 +121,12 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore
   Tensor out = reduction == Reduction::none ? Tensor() : empty(Shape{}, acc, logits.device());
   int64_t count = 0;
   if (Kernels* kern = kernels_for(logits)) {
-    const int64_t bad = kern->find_bad_target(tc, args);
+    const int64_t bad = kern->find_bad_target(current_stream(logits.device()), tc, args);
     if (bad >= 0) throw_bad_target(logits, tc, bad, ignore_index);
     LogitRows lr = logit_rows(logits);
     args.row_stride = lr.row_stride;
-    const CrossEntropySums sums = kern->cross_entropy_forward(row_loss, lse, lr.logits, tc, args);
+    const CrossEntropySums sums =
+        kern->cross_entropy_forward(current_stream(logits.device()), row_loss, lse, lr.logits, tc, args);
     count = sums.count;
     if (reduction == Reduction::mean) out.fill_(sums.loss / double(count));  // 0 / 0 = NaN when all ignored
     if (reduction == Reduction::sum) out.fill_(sums.loss);

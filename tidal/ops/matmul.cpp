@@ -1,9 +1,10 @@
 #include "tidal/ops/matmul.h"
 
-#include "tidal/backend/kernels.h"
 #include "tidal/ops/common.h"
 #include "tidal/ops/reduce.h"
 #include "tidal/ops/view.h"
+#include "tidal/seam/kernels.h"
+#include "tidal/stream.h"
 
 namespace tidal {
 namespace {
@@ -23,7 +24,7 @@ Tensor blas_operand(const Tensor& t) {
 // for byte.
 void matmul_into(const Tensor& out, const Tensor& a, const Tensor& b, double alpha, double beta) {
   Tensor ac = blas_operand(a), bc = blas_operand(b);
-  if (Kernels* kern = kernels_for(out)) kern->matmul(out, ac, bc, alpha, beta);
+  if (Kernels* kern = kernels_for(out)) kern->matmul(current_stream(out.device()), out, ac, bc, alpha, beta);
 }
 
 Shape matmul_shape(const Tensor& a, const Tensor& b) {
@@ -141,7 +142,7 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias) {
   Tensor out = empty(out_shape, x.dtype(), x.device());
   double beta = 0.0;
   if (bias.defined()) {
-    if (Kernels* kern = kernels_for(out)) kern->copy(out, bias);
+    if (Kernels* kern = kernels_for(out)) kern->copy(current_stream(out.device()), out, bias);
     beta = 1.0;
   }
   Tensor x2 = x.dim() == 1 ? x.detach().unsqueeze(0) : x.detach();

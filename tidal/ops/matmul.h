@@ -1,5 +1,5 @@
 #pragma once
-// Matrix products through the device's matmul kernel (backend/kernels.h). f32 and f64 run natively; bf16 is
+// Matrix products through the device's matmul kernel (seam/kernels.h). f32 and f64 run natively; bf16 is
 // converted to f32 around the product.
 #include "tidal/tensor.h"
 

@@ -1,8 +1,9 @@
 #include "tidal/ops/norm.h"
 
-#include "tidal/backend/kernels.h"
 #include "tidal/ops/common.h"
 #include "tidal/ops/reduce.h"
+#include "tidal/seam/kernels.h"
+#include "tidal/stream.h"
 
 namespace tidal {
 namespace {
@@ -59,7 +60,8 @@ struct LayerNormBackward : Node {
     // Unpacked on meta too: a recompute's replayed statistics are freed as a real run frees them.
     const Tensor gd = dense(g), xd = dense(xv), mv = mean.unpack(name()), rv = rstd.unpack(name());
     const Tensor wv = want_dx ? dense(weight.unpack(name())) : Tensor();
-    if (Kernels* kern = kernels_for(xv)) kern->layer_norm_backward(dx, dw, db, ws, gd, xd, mv, rv, wv, a);
+    if (Kernels* kern = kernels_for(xv))
+      kern->layer_norm_backward(current_stream(xv.device()), dx, dw, db, ws, gd, xd, mv, rv, wv, a);
     return {dx, dw, db};
   }
   void release_saved() override { autograd::reset_all(x, mean, rstd, weight); }
@@ -81,7 +83,8 @@ struct RmsNormBackward : Node {
     // Unpacked on meta too: a recompute's replayed statistics are freed as a real run frees them.
     const Tensor gd = dense(grads[0]), xd = dense(xv), rv = rstd.unpack(name());
     const Tensor wv = want_dx ? dense(weight.unpack(name())) : Tensor();
-    if (Kernels* kern = kernels_for(xv)) kern->rms_norm_backward(dx, dw, ws, gd, xd, rv, wv, a);
+    if (Kernels* kern = kernels_for(xv))
+      kern->rms_norm_backward(current_stream(xv.device()), dx, dw, ws, gd, xd, rv, wv, a);
     return {dx, dw};
   }
   void release_saved() override { autograd::reset_all(x, rstd, weight); }
@@ -98,7 +101,8 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, dou
   Tensor mean = empty(rows_shape(x), acc_dtype(x.dtype()), x.device());  // (...)
   Tensor rstd = empty(rows_shape(x), acc_dtype(x.dtype()), x.device());  // (...)
   const Tensor xd = dense(x), wd = dense(weight), bd = dense(bias);      // on meta too: a real run's copies
-  if (Kernels* kern = kernels_for(out)) kern->layer_norm_forward(out, mean, rstd, xd, wd, bd, norm_args(x, eps));
+  if (Kernels* kern = kernels_for(out))
+    kern->layer_norm_forward(current_stream(out.device()), out, mean, rstd, xd, wd, bd, norm_args(x, eps));
   if (autograd::needs_grad(x, weight, bias)) {
     auto node = autograd::make_node<LayerNormBackward>({&x, &weight, &bias});
     node->has_weight = weight.defined();
@@ -122,7 +126,8 @@ Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps) {
   Tensor out = empty(x.shape(), x.dtype(), x.device());                  // (..., C)
   Tensor rstd = empty(rows_shape(x), acc_dtype(x.dtype()), x.device());  // (...)
   const Tensor xd = dense(x), wd = dense(weight);                        // on meta too: a real run's copies
-  if (Kernels* kern = kernels_for(out)) kern->rms_norm_forward(out, rstd, xd, wd, norm_args(x, eps));
+  if (Kernels* kern = kernels_for(out))
+    kern->rms_norm_forward(current_stream(out.device()), out, rstd, xd, wd, norm_args(x, eps));
   if (autograd::needs_grad(x, weight)) {
     auto node = autograd::make_node<RmsNormBackward>({&x, &weight});
     node->has_weight = weight.defined();

@@ -2,11 +2,12 @@
 
 #include <utility>
 
-#include "tidal/backend/kernels.h"
 #include "tidal/base/checked_math.h"
 #include "tidal/ops/common.h"
 #include "tidal/ops/dropout_positions.h"
 #include "tidal/ops/elementwise.h"
+#include "tidal/seam/kernels.h"
+#include "tidal/stream.h"
 
 namespace tidal {
 namespace {
@@ -16,7 +17,7 @@ Tensor generate(const char* op, const Shape& shape, DType dtype, Device device, 
   Tensor out = empty(shape, dtype, device);
   const RngState st = get_rng_state();
   const uint64_t start = reserve_random(uint64_t(out.numel()));
-  if (Kernels* kern = kernels_for(out)) kern->random_fill(out, dist, st.seed, start);
+  if (Kernels* kern = kernels_for(out)) kern->random_fill(current_stream(out.device()), out, dist, st.seed, start);
   return out;
 }
 
@@ -28,7 +29,7 @@ struct DropoutBackward : autograd::Node {
     Tensor m = mask.unpack(name());
     Tensor g = grads[0].contiguous();
     Tensor out = empty(g.shape(), g.dtype(), g.device());
-    if (Kernels* kern = kernels_for(out)) kern->dropout_backward(out, g, m, scale);
+    if (Kernels* kern = kernels_for(out)) kern->dropout_backward(current_stream(out.device()), out, g, m, scale);
     return {out};
   }
   void release_saved() override { mask.reset(); }
@@ -62,7 +63,8 @@ Tensor randint(int64_t low, int64_t high, const Shape& shape, DType dtype, Devic
   Tensor out = empty(shape, dtype, device);
   const RngState st = get_rng_state();
   const uint64_t start = reserve_random(uint64_t(out.numel()));
-  if (Kernels* kern = kernels_for(out)) kern->randint_fill(out, low, high, st.seed, start);
+  if (Kernels* kern = kernels_for(out))
+    kern->randint_fill(current_stream(out.device()), out, low, high, st.seed, start);
   return out;
 }
 
@@ -73,7 +75,8 @@ Tensor detail::dropout_at(const char* op, const Tensor& x, double p, const Dropo
   Tensor out = empty(x.shape(), x.dtype(), x.device());
   const double scale = 1.0 / (1.0 - p);
   const Tensor xc = x.detach().contiguous();  // on meta too: the copy a real run makes
-  if (Kernels* kern = kernels_for(out)) kern->dropout_rows_forward(a, out, mask, xc, p, scale);
+  if (Kernels* kern = kernels_for(out))
+    kern->dropout_rows_forward(current_stream(out.device()), a, out, mask, xc, p, scale);
   set_dropout_history(out, x, mask, scale);
   return out;
 }
@@ -89,7 +92,8 @@ Tensor dropout(const Tensor& x, double p, bool training) {
   Tensor out = empty(x.shape(), x.dtype(), x.device());
   const double scale = 1.0 / (1.0 - p);
   const Tensor xc = x.detach().contiguous();  // on meta too: the copy a real run makes
-  if (Kernels* kern = kernels_for(out)) kern->dropout_forward(out, mask, xc, p, scale, st.seed, start);
+  if (Kernels* kern = kernels_for(out))
+    kern->dropout_forward(current_stream(out.device()), out, mask, xc, p, scale, st.seed, start);
   set_dropout_history(out, x, mask, scale);
   return out;
 }

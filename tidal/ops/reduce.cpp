@@ -2,10 +2,11 @@
 
 #include <algorithm>
 
-#include "tidal/backend/kernels.h"
 #include "tidal/ops/common.h"
 #include "tidal/ops/elementwise.h"
 #include "tidal/ops/view.h"
+#include "tidal/seam/kernels.h"
+#include "tidal/stream.h"
 
 namespace tidal {
 namespace {
@@ -101,7 +102,7 @@ Tensor reduce_sum(const Tensor& t, const std::vector<int64_t>& dims_in, bool kee
       out.detach().fill_(is_mean ? 0.0 / 0.0 : 0.0);
     } else {
       Layout l = reduction_layout(t.detach(), dims);
-      kern->sum(out, l.x, l.outer, l.n, l.inner, scale);
+      kern->sum(current_stream(out.device()), out, l.x, l.outer, l.n, l.inner, scale);
     }
   }
   if (autograd::needs_grad(t)) {
@@ -127,7 +128,7 @@ struct MaxBackward : Node {
       int64_t outer = 1, inner = 1;
       for (int d = 0; d < dim; ++d) outer *= in_shape[d];
       for (int d = dim + 1; d < in_shape.size(); ++d) inner *= in_shape[d];
-      kern->max_backward(gi, gc, ic, outer, in_shape[dim], inner);
+      kern->max_backward(current_stream(gi.device()), gi, gc, ic, outer, in_shape[dim], inner);
     }
     return {gi};
   }
@@ -156,7 +157,7 @@ MaxResult max(const Tensor& t, int64_t dim, bool keepdim) {
   MaxResult r{empty(out_shape, t.dtype(), t.device()), empty(out_shape, DType::i64, t.device())};
   if (Kernels* kern = kernels_for(r.values)) {
     Layout l = reduction_layout(t.detach(), dims);
-    kern->max(r.values, r.indices, l.x, l.outer, l.n, l.inner);
+    kern->max(current_stream(r.values.device()), r.values, r.indices, l.x, l.outer, l.n, l.inner);
   }
   if (autograd::needs_grad(t)) {
     auto node = autograd::make_node<MaxBackward>({&t});

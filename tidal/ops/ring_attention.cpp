@@ -7,13 +7,13 @@
 #include <vector>
 
 #include "tidal/autograd/grad_mode.h"
-#include "tidal/backend/kernels.h"
 #include "tidal/base/clock.h"
 #include "tidal/memory_scope.h"
 #include "tidal/ops/common.h"
 #include "tidal/ops/elementwise.h"
 #include "tidal/ops/view.h"
 #include "tidal/range_recorder.h"
+#include "tidal/seam/kernels.h"
 #include "tidal/stream.h"
 
 namespace tidal {
@@ -40,7 +40,8 @@ Partial flash_block(const FlashArgs& cfg, const Tensor& q, const Tensor& k, cons
   p.out = empty({b, t, hq, dv}, q.dtype(), q.device()).transpose(1, 2);  // (B, Hq, T, Dv)
   p.lse = empty({b, hq, t}, acc, q.device());                            // (B, Hq, T)
   Tensor ws = empty({device_kernels(q.device()).flash_forward_workspace(q, k, v)}, acc, q.device());
-  if (Kernels* kern = kernels_for(p.out)) kern->flash_attention_forward(cfg, p.out, p.lse, q, k, v, ws);
+  if (Kernels* kern = kernels_for(p.out))
+    kern->flash_attention_forward(current_stream(p.out.device()), cfg, p.out, p.lse, q, k, v, ws);
   return p;
 }
 
@@ -87,7 +88,7 @@ class BlockExchange {
       const int64_t t0 = now_ns();
       ring_exchange(*overlap, send, recv);
       // The profiler's side lane: how much of the exchange the compute thread hid (docs/profiling.md).
-      if (const StreamObserver observe = stream_observer()) observe("cp ring", "k/v block", t0, now_ns());
+      if (profile::recording()) profile::record_stream_task("cp ring", "k/v block", t0, now_ns());
     });
   }
   BlockExchange(const BlockExchange&) = delete;
@@ -99,7 +100,7 @@ class BlockExchange {
     if (!done_.valid()) return;
     const int64_t t0 = now_ns();
     done_.get();
-    if (const StreamObserver observe = stream_observer()) observe("compute", "wait", t0, now_ns());
+    if (profile::recording()) profile::record_stream_task("compute", "wait", t0, now_ns());
   }
 
  private:
@@ -183,7 +184,8 @@ struct RingAttentionBackward : Node {
     Tensor dv = empty(v.shape(), v.dtype(), v.device());
     Tensor ws = empty({device_kernels(q.device()).flash_backward_workspace(dq, q, k, v)}, accumulate_type(q.dtype()),
                       q.device());
-    if (Kernels* kern = kernels_for(ws)) kern->flash_attention_backward(cfg, dq, dk, dv, g, q, k, v, o, l, ws);
+    if (Kernels* kern = kernels_for(ws))
+      kern->flash_attention_backward(current_stream(ws.device()), cfg, dq, dk, dv, g, q, k, v, o, l, ws);
     return {dq, dk, dv};
   }
 

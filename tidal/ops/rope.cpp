@@ -4,9 +4,10 @@
 #include <numeric>
 #include <vector>
 
-#include "tidal/backend/kernels.h"
 #include "tidal/ops/common.h"
 #include "tidal/ops/view.h"
+#include "tidal/seam/kernels.h"
+#include "tidal/stream.h"
 
 namespace tidal {
 namespace {
@@ -30,7 +31,7 @@ struct RopeBackward : autograd::Node {
 // transpose = false: apply_rope; true: its adjoint (the backward), itself differentiable.
 Tensor rope_op(const Tensor& x, const Tensor& cos, const Tensor& sin, bool transpose) {
   Tensor out = empty_like_layout(x, x.dtype());
-  if (Kernels* kern = kernels_for(out)) kern->rope(out, x, cos, sin, transpose);
+  if (Kernels* kern = kernels_for(out)) kern->rope(current_stream(out.device()), out, x, cos, sin, transpose);
   if (autograd::needs_grad(x)) {
     auto node = autograd::make_node<RopeBackward>({&x});
     node->cos = cos.detach();
@@ -53,7 +54,8 @@ RopeTables rope_tables(int64_t seq_len, int64_t head_dim, double theta, DType dt
   TIDAL_CHECK(position_offset >= 0, "[rope_tables] position_offset must be >= 0, got ", position_offset);
   TIDAL_CHECK(is_floating(dtype), "[rope_tables] tables must be floating (f32, bf16 or f64), got ", dtype);
   RopeTables t{empty({seq_len, head_dim}, dtype, device), empty({seq_len, head_dim}, dtype, device)};
-  if (Kernels* kern = kernels_for(t.cos)) kern->rope_tables(t.cos, t.sin, theta, position_offset);
+  if (Kernels* kern = kernels_for(t.cos))
+    kern->rope_tables(current_stream(t.cos.device()), t.cos, t.sin, theta, position_offset);
   return t;
 }
 

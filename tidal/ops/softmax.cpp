@@ -1,7 +1,8 @@
 #include "tidal/ops/softmax.h"
 
-#include "tidal/backend/kernels.h"
 #include "tidal/ops/common.h"
+#include "tidal/seam/kernels.h"
+#include "tidal/stream.h"
 
 namespace tidal {
 namespace {
@@ -38,7 +39,7 @@ struct SoftmaxBackward : Node {
     Tensor y = out.unpack(name());
     Tensor dx = empty(y.shape(), y.dtype(), y.device());
     const Tensor gc = grads[0].contiguous();  // on meta too: the copy a real run makes
-    if (Kernels* kern = kernels_for(dx)) kern->softmax_backward(dx, gc, y, args);
+    if (Kernels* kern = kernels_for(dx)) kern->softmax_backward(current_stream(dx.device()), dx, gc, y, args);
     return {dx};
   }
   void release_saved() override { out.reset(); }
@@ -51,7 +52,7 @@ Tensor softmax_op(const Tensor& x, int64_t dim, bool log) {
   const SoftmaxArgs args = softmax_args(x, dim, log, op);
   Tensor out = empty(x.shape(), x.dtype(), x.device());  // contiguous, x's shape
   const Tensor xc = x.detach().contiguous();             // on meta too: the copy a real run makes
-  if (Kernels* kern = kernels_for(out)) kern->softmax_forward(out, xc, args);
+  if (Kernels* kern = kernels_for(out)) kern->softmax_forward(current_stream(out.device()), out, xc, args);
   if (autograd::needs_grad(x)) {
     auto node = autograd::make_node<SoftmaxBackward>({&x});
     node->out = SavedTensor(out);

@@ -4,9 +4,10 @@
 #include <numeric>
 
 #include "tidal/autograd/grad_mode.h"
-#include "tidal/backend/kernels.h"
 #include "tidal/ops/common.h"
 #include "tidal/ops/reduce.h"
+#include "tidal/seam/kernels.h"
+#include "tidal/stream.h"
 
 namespace tidal {
 namespace {
@@ -397,7 +398,7 @@ Tensor cat(const std::vector<Tensor>& tensors, int64_t dim) {
   if (Kernels* kern = kernels_for(out)) {
     int64_t start = 0;
     for (size_t i = 0; i < tensors.size(); ++i) {
-      kern->copy(out.detach().narrow(d, start, sizes[i]), tensors[i]);
+      kern->copy(current_stream(out.device()), out.detach().narrow(d, start, sizes[i]), tensors[i]);
       start += sizes[i];
     }
   }

@@ -4,8 +4,9 @@
 #include <set>
 
 #include "tidal/autograd/grad_mode.h"
-#include "tidal/backend/kernels.h"
 #include "tidal/memory_scope.h"
+#include "tidal/seam/kernels.h"
+#include "tidal/stream.h"
 
 namespace tidal::optim {
 
@@ -68,12 +69,12 @@ void AdamW::update(const Slot& s, const Tensor& param, const Tensor& grad, const
   Kernels* kern = kernels_for(param);
   if (kern == nullptr) return;
   if (grad.dtype() == param.dtype()) {
-    kern->adamw_step(param, grad, exp_avg, exp_avg_sq, master, a);
+    kern->adamw_step(current_stream(param.device()), param, grad, exp_avg, exp_avg_sq, master, a);
     return;
   }
   // An f32 gradient of a bf16 parameter (--bf16): the f32 update of the master weights, then the
   // bf16 copy written from them, rounded to nearest even as the fused bf16 pass rounds.
-  kern->adamw_step(master, grad, exp_avg, exp_avg_sq, Tensor(), a);
+  kern->adamw_step(current_stream(param.device()), master, grad, exp_avg, exp_avg_sq, Tensor(), a);
   NoGradGuard no_grad;
   Tensor(param).copy_(master);
 }

@@ -3,8 +3,9 @@
 #include <cmath>
 
 #include "tidal/autograd/grad_mode.h"
-#include "tidal/backend/kernels.h"
 #include "tidal/memory_scope.h"
+#include "tidal/seam/kernels.h"
+#include "tidal/stream.h"
 
 namespace tidal::optim {
 
@@ -12,7 +13,7 @@ std::vector<double> sum_of_squares_chunks(const Tensor& g) {
   Kernels* kern = kernels_for(g);
   if (kern == nullptr) return {};
   std::vector<double> chunks(size_t((g.numel() + kGradNormChunk - 1) / kGradNormChunk));
-  kern->sum_of_squares(g, kGradNormChunk, chunks.data());
+  kern->sum_of_squares(current_stream(g.device()), g, kGradNormChunk, chunks.data());
   return chunks;
 }
 

@@ -6,7 +6,7 @@
 // cost model".
 #include <cstdint>
 
-#include "tidal/backend/cost.h"
+#include "tidal/seam/cost.h"
 #include "tidal/plan/device_profile.h"
 #include "tidal/plan/dry_run.h"
 #include "tidal/train/arguments.h"

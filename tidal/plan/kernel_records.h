@@ -1,13 +1,13 @@
 #pragma once
 // The kernels one training step runs, as the meta device's cost kernels report them
-// (backend/meta/cost_kernels.h), each tagged with where in the step it ran: its phase, layer,
+// (backend/meta/cost_kernels.cpp), each tagged with where in the step it ran: its phase, layer,
 // module and op. A dry run (dry_run.h) records its steady-state step this way; the cost model
 // (cost_model.h) turns the records into time.
 #include <cstdint>
 #include <string>
 #include <vector>
 
-#include "tidal/backend/cost.h"
+#include "tidal/seam/cost.h"
 
 namespace tidal::plan {
 

@@ -2,8 +2,8 @@
 #include <thread>
 
 #include "tidal/allocator.h"
-#include "tidal/backend/kernels.h"
 #include "tidal/base/threads.h"
+#include "tidal/seam/kernels.h"
 #include "tools/tidal/cli.h"
 
 namespace tidal::cli {

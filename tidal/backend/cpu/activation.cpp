@@ -2,9 +2,10 @@
 
 #include <tuple>
 
-#include "tidal/backend/cpu/elementwise.h"
 #include "tidal/backend/cpu/elementwise_loops.h"
+#include "tidal/backend/cpu/kernels.h"
 #include "tidal/dtype_dispatch.h"
+#include "tidal/tensor.h"
 
 namespace tidal::cpu {
 namespace {
@@ -112,7 +113,8 @@ void swiglu_backward_both(const Tensor& dgate, const Tensor& dup, const Tensor& 
 
 }  // namespace
 
-void gelu_forward(const Tensor& out, const Tensor& x, bool tanh_approx) {
+// out = gelu(x); tanh_approx picks the tanh form over the exact erf form.
+void CpuKernels::gelu_forward(Stream&, const Tensor& out, const Tensor& x, bool tanh_approx) {
   dispatch_float(x.dtype(), "gelu", [&](auto tag) {
     using T = typename decltype(tag)::type;
     using A = acc_t<T>;
@@ -121,7 +123,8 @@ void gelu_forward(const Tensor& out, const Tensor& x, bool tanh_approx) {
   });
 }
 
-void gelu_backward(const Tensor& dx, const Tensor& g, const Tensor& x, bool tanh_approx) {
+// dx = g * gelu'(x).
+void CpuKernels::gelu_backward(Stream&, const Tensor& dx, const Tensor& g, const Tensor& x, bool tanh_approx) {
   dispatch_float(x.dtype(), "gelu", [&](auto tag) {
     using T = typename decltype(tag)::type;
     using A = acc_t<T>;
@@ -130,7 +133,8 @@ void gelu_backward(const Tensor& dx, const Tensor& g, const Tensor& x, bool tanh
   });
 }
 
-void silu_forward(const Tensor& out, const Tensor& x) {
+// out = x * sigmoid(x).
+void CpuKernels::silu_forward(Stream&, const Tensor& out, const Tensor& x) {
   dispatch_float(x.dtype(), "silu", [&](auto tag) {
     using T = typename decltype(tag)::type;
     using A = acc_t<T>;
@@ -138,7 +142,7 @@ void silu_forward(const Tensor& out, const Tensor& x) {
   });
 }
 
-void silu_backward(const Tensor& dx, const Tensor& g, const Tensor& x) {
+void CpuKernels::silu_backward(Stream&, const Tensor& dx, const Tensor& g, const Tensor& x) {
   dispatch_float(x.dtype(), "silu", [&](auto tag) {
     using T = typename decltype(tag)::type;
     using A = acc_t<T>;
@@ -146,7 +150,8 @@ void silu_backward(const Tensor& dx, const Tensor& g, const Tensor& x) {
   });
 }
 
-void swiglu_forward(const Tensor& out, const Tensor& gate, const Tensor& up) {
+// out = silu(gate) * up.
+void CpuKernels::swiglu_forward(Stream&, const Tensor& out, const Tensor& gate, const Tensor& up) {
   dispatch_float(gate.dtype(), "swiglu", [&](auto tag) {
     using T = typename decltype(tag)::type;
     using A = acc_t<T>;
@@ -154,7 +159,9 @@ void swiglu_forward(const Tensor& out, const Tensor& gate, const Tensor& up) {
   });
 }
 
-void swiglu_backward(const Tensor& dgate, const Tensor& dup, const Tensor& g, const Tensor& gate, const Tensor& up) {
+// dgate = g * up * silu'(gate), dup = g * silu(gate), in one pass; either may be undefined (not needed).
+void CpuKernels::swiglu_backward(Stream&, const Tensor& dgate, const Tensor& dup, const Tensor& g, const Tensor& gate,
+                                 const Tensor& up) {
   dispatch_float(gate.dtype(), "swiglu", [&](auto tag) {
     using T = typename decltype(tag)::type;
     using A = acc_t<T>;

@@ -37,16 +37,4 @@ template <typename A>
   return cdf + x * A(0.3989422804014327) * fast_exp(A(-0.5) * x * x);
 }
 
-// out = gelu(x); tanh_approx picks the tanh form over the exact erf form.
-void gelu_forward(const Tensor& out, const Tensor& x, bool tanh_approx);
-// dx = g * gelu'(x).
-void gelu_backward(const Tensor& dx, const Tensor& g, const Tensor& x, bool tanh_approx);
-// out = x * sigmoid(x).
-void silu_forward(const Tensor& out, const Tensor& x);
-void silu_backward(const Tensor& dx, const Tensor& g, const Tensor& x);
-// out = silu(gate) * up.
-void swiglu_forward(const Tensor& out, const Tensor& gate, const Tensor& up);
-// dgate = g * up * silu'(gate), dup = g * silu(gate), in one pass; either may be undefined (not needed).
-void swiglu_backward(const Tensor& dgate, const Tensor& dup, const Tensor& g, const Tensor& gate, const Tensor& up);
-
 }  // namespace tidal::cpu

@@ -4,9 +4,11 @@
 #include <limits>
 #include <vector>
 
+#include "tidal/backend/cpu/kernels.h"
 #include "tidal/backend/cpu/vec_math.h"
 #include "tidal/base/parallel.h"
 #include "tidal/dtype_dispatch.h"
+#include "tidal/tensor.h"
 
 namespace tidal::cpu {
 namespace {
@@ -60,13 +62,16 @@ void softmax_backward_typed(const Tensor& gx, const Tensor& gp, const Tensor& pr
 
 }  // namespace
 
-void scaled_masked_softmax_forward(const Tensor& probs, const Tensor& scores, double scale, bool causal) {
+// probs = softmax(scale * scores) per row with the causal mask; both contiguous (..., T, S).
+void CpuKernels::scaled_masked_softmax_forward(Stream&, const Tensor& probs, const Tensor& scores, double scale,
+                                               bool causal) {
   dispatch_float(scores.dtype(), "scaled_masked_softmax",
                  [&](auto tag) { softmax_forward_typed<typename decltype(tag)::type>(probs, scores, scale, causal); });
 }
 
-void scaled_masked_softmax_backward(const Tensor& grad_scores, const Tensor& grad_probs, const Tensor& probs,
-                                    double scale) {
+// grad_scores = scale * probs * (grad_probs - rowsum(grad_probs * probs)); all contiguous (..., T, S).
+void CpuKernels::scaled_masked_softmax_backward(Stream&, const Tensor& grad_scores, const Tensor& grad_probs,
+                                                const Tensor& probs, double scale) {
   dispatch_float(probs.dtype(), "scaled_masked_softmax", [&](auto tag) {
     softmax_backward_typed<typename decltype(tag)::type>(grad_scores, grad_probs, probs, scale);
   });

@@ -19,10 +19,4 @@ inline int64_t visible_keys(bool causal, int64_t i, int64_t t, int64_t s) {
   return n < 0 ? 0 : (n > s ? s : n);
 }
 
-// probs = softmax(scale * scores) per row with the causal mask; both contiguous (..., T, S).
-void scaled_masked_softmax_forward(const Tensor& probs, const Tensor& scores, double scale, bool causal);
-// grad_scores = scale * probs * (grad_probs - rowsum(grad_probs * probs)); all contiguous (..., T, S).
-void scaled_masked_softmax_backward(const Tensor& grad_scores, const Tensor& grad_probs, const Tensor& probs,
-                                    double scale);
-
 }  // namespace tidal::cpu

@@ -17,11 +17,13 @@
 
 #include "tidal/backend/cpu/attention_eager.h"
 #include "tidal/backend/cpu/blas.h"
+#include "tidal/backend/cpu/kernels.h"
 #include "tidal/backend/cpu/onednn_matmul.h"
 #include "tidal/backend/cpu/philox.h"
 #include "tidal/backend/cpu/vec_math.h"
 #include "tidal/base/parallel.h"
 #include "tidal/dtype_dispatch.h"
+#include "tidal/tensor.h"
 
 namespace tidal::cpu {
 namespace {
@@ -436,24 +438,35 @@ void backward_typed(const FlashArgs& cfg, const Tensor& dq, const Tensor& dk, co
 
 FlashTiles flash_tiles() { return {kFwdBlockQ, kFwdBlockK, kBwdBlockQ, kBwdBlockK}; }
 
-int64_t flash_forward_workspace(const Tensor& q, const Tensor& k, const Tensor& v) {
+// q (B, Hq, T, D), k (B, Hkv, S, D), v (B, Hkv, S, Dv), out (B, Hq, T, Dv): any strides, one dtype.
+// lse (B, Hq, T) contiguous in the accumulate type (f32, or f64 for f64), or undefined when not
+// needed; rows that see no key get out = 0 and lse = +inf.
+// Scratch the kernels need, in elements of the accumulate type (f32, or f64 for f64): per-thread
+// tile buffers, and for the backward the per-row rowsum(dO * O). The op layer allocates it (a 1-D
+// tensor), on meta tensors too, so a planner run accounts for it like a real one.
+int64_t CpuKernels::flash_forward_workspace(const Tensor& q, const Tensor& k, const Tensor& v) const {
   const ForwardLayout lay = forward_layout(Dims(q, k, v), q.dtype() == DType::bf16);
   return lay.slots * lay.per_slot;
 }
 
-int64_t flash_backward_workspace(const Tensor& dq, const Tensor& q, const Tensor& k, const Tensor& v) {
+int64_t CpuKernels::flash_backward_workspace(const Tensor& dq, const Tensor& q, const Tensor& k,
+                                             const Tensor& v) const {
   return backward_layout(Dims(q, k, v), dq, q.dtype() != DType::bf16).total();
 }
 
-void flash_attention_forward(const FlashArgs& cfg, const Tensor& out, const Tensor& lse, const Tensor& q,
-                             const Tensor& k, const Tensor& v, const Tensor& workspace) {
+void CpuKernels::flash_attention_forward(Stream&, const FlashArgs& cfg, const Tensor& out, const Tensor& lse,
+                                         const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& workspace) {
   dispatch_float(q.dtype(), "flash_attention",
                  [&](auto tag) { forward_typed<typename decltype(tag)::type>(cfg, out, lse, q, k, v, workspace); });
 }
 
-void flash_attention_backward(const FlashArgs& cfg, const Tensor& dq, const Tensor& dk, const Tensor& dv,
-                              const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
-                              const Tensor& lse, const Tensor& workspace) {
+// Gradients of the forward above. dq/dk/dv have the shapes of q/k/v, any strides, the inputs' dtype;
+// an undefined one is not computed. Parallel over (batch, kv head): each task owns the dk/dv rows of
+// its kv head and the dq rows of the query heads that share it, so no two threads write one row.
+void CpuKernels::flash_attention_backward(Stream&, const FlashArgs& cfg, const Tensor& dq, const Tensor& dk,
+                                          const Tensor& dv, const Tensor& dout, const Tensor& q, const Tensor& k,
+                                          const Tensor& v, const Tensor& out, const Tensor& lse,
+                                          const Tensor& workspace) {
   dispatch_float(q.dtype(), "flash_attention", [&](auto tag) {
     backward_typed<typename decltype(tag)::type>(cfg, dq, dk, dv, dout, q, k, v, out, lse, workspace);
   });

@@ -1,4 +1,6 @@
-#include "tidal/backend/cpu/elementwise.h"
+// CPU kernels of the elementwise family. Outputs are preallocated by the op layer; inputs are
+// broadcast to the output's shape and may have any strides.
+#include "tidal/backend/cpu/kernels.h"
 
 #include <algorithm>
 #include <cmath>
@@ -8,6 +10,7 @@
 #include "tidal/backend/cpu/elementwise_loops.h"
 #include "tidal/backend/cpu/vec_math.h"
 #include "tidal/dtype_dispatch.h"
+#include "tidal/tensor.h"
 
 namespace tidal::cpu {
 
@@ -153,7 +156,7 @@ bool try_tiled_copy(const Tensor& dst, const Tensor& src) {
 
 }  // namespace
 
-void unary(Unary op, const Tensor& out, const Tensor& in, double s) {
+void CpuKernels::unary(Stream&, Unary op, const Tensor& out, const Tensor& in, double s) {
   if (is_integral(in.dtype())) {
     TIDAL_CHECK(op == Unary::neg || op == Unary::abs || op == Unary::add_scalar || op == Unary::mul_scalar ||
                     op == Unary::rsub_scalar || op == Unary::clamp_min || op == Unary::clamp_max || op == Unary::square,
@@ -181,7 +184,8 @@ void unary(Unary op, const Tensor& out, const Tensor& in, double s) {
                  [&](auto tag) { unary_typed<typename decltype(tag)::type>(op, out, in, s); });
 }
 
-void binary(Binary op, const Tensor& out, const Tensor& a, const Tensor& b, double alpha) {
+// out = a op (alpha * b) for add/sub; alpha is ignored by the others.
+void CpuKernels::binary(Stream&, Binary op, const Tensor& out, const Tensor& a, const Tensor& b, double alpha) {
   dispatch_all(a.dtype(), "elementwise", [&](auto tag) {
     using T = typename decltype(tag)::type;
     if constexpr (std::is_integral_v<T>) {
@@ -202,14 +206,16 @@ void binary(Binary op, const Tensor& out, const Tensor& a, const Tensor& b, doub
   });
 }
 
-void compare(Compare op, const Tensor& out, const Tensor& a, const Tensor& b) {
+// out (u8) = a op b.
+void CpuKernels::compare(Stream&, Compare op, const Tensor& out, const Tensor& a, const Tensor& b) {
   dispatch_all(a.dtype(), "compare", [&](auto tag) {
     using T = typename decltype(tag)::type;
     compare_with<T>(op, [&](auto f) { binary_loop<T, uint8_t>(out, a, b, f); });
   });
 }
 
-void compare_scalar(Compare op, const Tensor& out, const Tensor& a, double s) {
+// out (u8) = a op s.
+void CpuKernels::compare_scalar(Stream&, Compare op, const Tensor& out, const Tensor& a, double s) {
   dispatch_all(a.dtype(), "compare", [&](auto tag) {
     using T = typename decltype(tag)::type;
     const acc_t<T> sv = acc_t<T>(s);
@@ -217,7 +223,8 @@ void compare_scalar(Compare op, const Tensor& out, const Tensor& a, double s) {
   });
 }
 
-void where(const Tensor& out, const Tensor& cond, const Tensor& a, const Tensor& b) {
+// out = cond ? a : b (cond is u8).
+void CpuKernels::where(Stream&, const Tensor& out, const Tensor& cond, const Tensor& a, const Tensor& b) {
   dispatch_all(a.dtype(), "where", [&](auto tag) {
     using T = typename decltype(tag)::type;
     const Shape& shape = out.shape();
@@ -235,7 +242,8 @@ void where(const Tensor& out, const Tensor& cond, const Tensor& a, const Tensor&
   });
 }
 
-void masked_fill(const Tensor& out, const Tensor& x, const Tensor& mask, double value) {
+// out = mask ? value : x (mask is u8).
+void CpuKernels::masked_fill(Stream&, const Tensor& out, const Tensor& x, const Tensor& mask, double value) {
   dispatch_all(x.dtype(), "masked_fill", [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T v = T(acc_t<T>(value));
@@ -252,7 +260,8 @@ void masked_fill(const Tensor& out, const Tensor& x, const Tensor& mask, double 
   });
 }
 
-void copy(const Tensor& dst, const Tensor& src) {
+// dst = src (broadcast, any strides, converting dtype).
+void CpuKernels::copy(Stream&, const Tensor& dst, const Tensor& src) {
   if (dst.dtype() == src.dtype() && dst.is_contiguous() && src.is_contiguous() && dst.shape() == src.shape()) {
     char* d = static_cast<char*>(dst.raw_data());
     const char* s = static_cast<const char*>(src.raw_data());
@@ -271,7 +280,7 @@ void copy(const Tensor& dst, const Tensor& src) {
   });
 }
 
-void fill(const Tensor& dst, double value) {
+void CpuKernels::fill(Stream&, const Tensor& dst, double value) {
   dispatch_all(dst.dtype(), "fill", [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T v = T(acc_t<T>(value));
@@ -288,6 +297,9 @@ void fill(const Tensor& dst, double value) {
   });
 }
 
-void add_inplace(const Tensor& dst, const Tensor& src, double alpha) { binary(Binary::add, dst, dst, src, alpha); }
+// dst += alpha * src, in place (src broadcast to dst).
+void CpuKernels::add_inplace(Stream& stream, const Tensor& dst, const Tensor& src, double alpha) {
+  binary(stream, Binary::add, dst, dst, src, alpha);
+}
 
 }  // namespace tidal::cpu

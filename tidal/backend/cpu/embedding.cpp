@@ -1,4 +1,5 @@
-#include "tidal/backend/cpu/embedding.h"
+// CPU kernels of the embedding lookup. ids are contiguous i32/i64, already checked to lie in [0, V).
+#include "tidal/backend/cpu/kernels.h"
 
 #include <algorithm>
 #include <cstring>
@@ -7,6 +8,7 @@
 
 #include "tidal/base/parallel.h"
 #include "tidal/dtype_dispatch.h"
+#include "tidal/tensor.h"
 
 namespace tidal::cpu {
 namespace {
@@ -76,7 +78,8 @@ void backward_typed(const Tensor& grad_weight, const Tensor& g, const Tensor& id
 
 }  // namespace
 
-void embedding_forward(const Tensor& out, const Tensor& weight, const Tensor& ids) {
+// out (N, C) contiguous = weight (V, C) rows ids[n]; the weight may have any strides.
+void CpuKernels::embedding_forward(Stream&, const Tensor& out, const Tensor& weight, const Tensor& ids) {
   if (out.numel() == 0) return;
   TIDAL_ASSERT(ids.is_contiguous() && out.is_contiguous(), "embedding_forward needs contiguous ids and output");
   dispatch_index(ids.dtype(), "embedding", [&](auto itag) {
@@ -86,7 +89,11 @@ void embedding_forward(const Tensor& out, const Tensor& weight, const Tensor& id
   });
 }
 
-void embedding_backward(const Tensor& grad_weight, const Tensor& g, const Tensor& ids) {
+// grad_weight (V, C) contiguous, every row written: row v = the sum of g (N, C) rows n with
+// ids[n] == v, added in increasing n (zeros when v does not occur). A counting sort of the ids
+// makes the rows independent, so they run in parallel without atomics and the result does not
+// depend on the number of threads. bf16 rows accumulate in f32 and round once.
+void CpuKernels::embedding_backward(Stream&, const Tensor& grad_weight, const Tensor& g, const Tensor& ids) {
   if (grad_weight.numel() == 0) return;
   TIDAL_ASSERT(ids.is_contiguous() && g.is_contiguous() && grad_weight.is_contiguous(),
                "embedding_backward needs contiguous tensors");

@@ -5,9 +5,11 @@
 #include <numeric>
 #include <type_traits>
 
+#include "tidal/backend/cpu/kernels.h"
 #include "tidal/backend/cpu/vec_math.h"
 #include "tidal/base/parallel.h"
 #include "tidal/dtype_dispatch.h"
+#include "tidal/tensor.h"
 
 namespace tidal::cpu {
 namespace {
@@ -263,7 +265,8 @@ IndexOperand index_operand(const Tensor& t, const Shape& iter, int dim) {
   return op;
 }
 
-void gather_kernel(const Tensor& out, const Tensor& x, const Tensor& index, int dim) {
+// out[o, j, i] = x[o, index[o, j, i], i] over out's shape; out, x and index are operands over it.
+void CpuKernels::gather(Stream&, const Tensor& out, const Tensor& x, const Tensor& index, int dim) {
   const Shape& iter = out.shape();
   if (iter.numel() == 0) return;
   const IndexOperand oo = index_operand(out, iter, dim), xo = index_operand(x, iter, dim),
@@ -275,7 +278,10 @@ void gather_kernel(const Tensor& out, const Tensor& x, const Tensor& index, int 
   });
 }
 
-void scatter_add_kernel(const Tensor& out, const Tensor& src, const Tensor& index, int dim) {
+// out[o, index[o, j, i], i] += src[o, j, i] over index's shape. Every out element receives its
+// contributions in increasing j, so the result is deterministic and independent of the threads
+// (the loop runs in parallel over (o, i) only).
+void CpuKernels::scatter_add(Stream&, const Tensor& out, const Tensor& src, const Tensor& index, int dim) {
   const Shape& iter = index.shape();
   if (iter.numel() == 0) return;
   const IndexOperand oo = index_operand(out, iter, dim), so = index_operand(src, iter, dim),
@@ -287,7 +293,8 @@ void scatter_add_kernel(const Tensor& out, const Tensor& src, const Tensor& inde
   });
 }
 
-int64_t first_out_of_range(const Tensor& index, int64_t limit) {
+// Flat (row-major) position of the first element of `index` (i32/i64) outside [0, limit), or -1.
+int64_t CpuKernels::first_out_of_range(Stream&, const Tensor& index, int64_t limit) {
   TIDAL_ASSERT(index.is_contiguous(), "first_out_of_range needs a contiguous index, got strides ", index.strides());
   constexpr int64_t kChunk = 65536;
   const int64_t n = index.numel(), chunks = (n + kChunk - 1) / kChunk;
@@ -312,8 +319,11 @@ int64_t first_out_of_range(const Tensor& index, int64_t limit) {
   return -1;
 }
 
-void topk_kernel(const Tensor& values, const Tensor& indices, const Tensor& x, int dim, int64_t k, bool largest,
-                 bool sorted) {
+// values/indices (outer, k, inner) = the k largest (or smallest) of x (outer, n, inner) along the
+// middle dim; ties go to the lower index and NaN counts as the largest value. `sorted`: in order
+// of value, else in increasing index order. x may have any strides (an operand split at `dim`).
+void CpuKernels::topk(Stream&, const Tensor& values, const Tensor& indices, const Tensor& x, int dim, int64_t k,
+                      bool largest, bool sorted) {
   if (values.numel() == 0) return;
   dispatch_all(x.dtype(), "topk", [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -324,7 +334,8 @@ void topk_kernel(const Tensor& values, const Tensor& indices, const Tensor& x, i
   });
 }
 
-void argsort_kernel(const Tensor& indices, const Tensor& x, int dim, bool descending) {
+// indices (x's shape, i64) = a stable argsort of x along `dim` (NaN last ascending, first descending).
+void CpuKernels::argsort(Stream&, const Tensor& indices, const Tensor& x, int dim, bool descending) {
   if (x.numel() == 0) return;
   dispatch_all(x.dtype(), "argsort", [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -335,7 +346,8 @@ void argsort_kernel(const Tensor& indices, const Tensor& x, int dim, bool descen
   });
 }
 
-void bincount_kernel(const Tensor& counts, const Tensor& index) {
+// counts (i64, zero-filled by the caller) [v] += 1 for every value v of index (1-D, in range).
+void CpuKernels::bincount(Stream&, const Tensor& counts, const Tensor& index) {
   TIDAL_ASSERT(index.is_contiguous() && counts.is_contiguous(), "bincount needs contiguous tensors");
   int64_t* c = counts.data<int64_t>();
   const int64_t n = index.numel();
@@ -346,7 +358,8 @@ void bincount_kernel(const Tensor& counts, const Tensor& index) {
   });
 }
 
-int64_t index_max(const Tensor& index, int64_t* min_out) {
+// The largest value of a non-empty index tensor (i32/i64), and the smallest through `min_out`.
+int64_t CpuKernels::index_max(Stream&, const Tensor& index, int64_t* min_out) {
   TIDAL_ASSERT(index.is_contiguous() && index.numel() > 0, "index_max needs a contiguous non-empty index");
   const int64_t n = index.numel();
   return dispatch_index(index.dtype(), "index", [&](auto itag) {

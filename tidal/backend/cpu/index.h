@@ -25,26 +25,4 @@ struct IndexOperand {
 // other than `dim` must be at least iter's.
 IndexOperand index_operand(const Tensor& t, const Shape& iter, int dim);
 
-// out[o, j, i] = x[o, index[o, j, i], i] over out's shape; out, x and index are operands over it.
-void gather_kernel(const Tensor& out, const Tensor& x, const Tensor& index, int dim);
-// out[o, index[o, j, i], i] += src[o, j, i] over index's shape. Every out element receives its
-// contributions in increasing j, so the result is deterministic and independent of the threads
-// (the loop runs in parallel over (o, i) only).
-void scatter_add_kernel(const Tensor& out, const Tensor& src, const Tensor& index, int dim);
-
-// Flat (row-major) position of the first element of `index` (i32/i64) outside [0, limit), or -1.
-int64_t first_out_of_range(const Tensor& index, int64_t limit);
-
-// values/indices (outer, k, inner) = the k largest (or smallest) of x (outer, n, inner) along the
-// middle dim; ties go to the lower index and NaN counts as the largest value. `sorted`: in order
-// of value, else in increasing index order. x may have any strides (an operand split at `dim`).
-void topk_kernel(const Tensor& values, const Tensor& indices, const Tensor& x, int dim, int64_t k, bool largest,
-                 bool sorted);
-// indices (x's shape, i64) = a stable argsort of x along `dim` (NaN last ascending, first descending).
-void argsort_kernel(const Tensor& indices, const Tensor& x, int dim, bool descending);
-// counts (i64, zero-filled by the caller) [v] += 1 for every value v of index (1-D, in range).
-void bincount_kernel(const Tensor& counts, const Tensor& index);
-// The largest value of a non-empty index tensor (i32/i64), and the smallest through `min_out`.
-int64_t index_max(const Tensor& index, int64_t* min_out);
-
 }  // namespace tidal::cpu

@@ -1,9 +1,120 @@
 #pragma once
-// The CPU backend's kernel table (backend/kernels.h), registered in backend/registry.cpp.
-#include "tidal/backend/kernels.h"
+// The CPU backend's kernels (seam/kernels.h): each family file of this folder defines its methods
+// (the comments name the file). Every kernel runs on the calling thread, whatever the stream: the
+// compute stream's work inline, a side stream's inside its tasks.
+#include <string>
+
+#include "tidal/seam/kernels.h"
 
 namespace tidal::cpu {
 
-Kernels& kernels();
+class CpuKernels final : public Kernels {
+ public:
+  const char* name() const override { return "cpu"; }
+  std::string describe() const override;  // kernels.cpp
+
+  // kernels.cpp
+  void copy_from_host(Stream& stream, const Tensor& dst, const void* src) override;
+  void copy_to_host(Stream& stream, void* dst, const Tensor& src) override;
+  // elementwise.cpp
+  void unary(Stream& stream, Unary op, const Tensor& out, const Tensor& in, double s) override;
+  void binary(Stream& stream, Binary op, const Tensor& out, const Tensor& a, const Tensor& b, double alpha) override;
+  void compare(Stream& stream, Compare op, const Tensor& out, const Tensor& a, const Tensor& b) override;
+  void compare_scalar(Stream& stream, Compare op, const Tensor& out, const Tensor& a, double s) override;
+  void where(Stream& stream, const Tensor& out, const Tensor& cond, const Tensor& a, const Tensor& b) override;
+  void masked_fill(Stream& stream, const Tensor& out, const Tensor& x, const Tensor& mask, double value) override;
+  void copy(Stream& stream, const Tensor& dst, const Tensor& src) override;
+  void fill(Stream& stream, const Tensor& dst, double value) override;
+  void add_inplace(Stream& stream, const Tensor& dst, const Tensor& src, double alpha) override;
+  // random.cpp
+  void random_fill(Stream& stream, const Tensor& out, Distribution dist, uint64_t seed, uint64_t start) override;
+  void randint_fill(Stream& stream, const Tensor& out, int64_t low, int64_t high, uint64_t seed,
+                    uint64_t start) override;
+  void dropout_forward(Stream& stream, const Tensor& out, const Tensor& mask, const Tensor& x, double p, double scale,
+                       uint64_t seed, uint64_t start) override;
+  void dropout_backward(Stream& stream, const Tensor& dx, const Tensor& g, const Tensor& mask, double scale) override;
+  void dropout_rows_forward(Stream& stream, const DropoutRowsArgs& a, const Tensor& out, const Tensor& mask,
+                            const Tensor& x, double p, double scale) override;
+  // activation.cpp
+  void gelu_forward(Stream& stream, const Tensor& out, const Tensor& x, bool tanh_approx) override;
+  void gelu_backward(Stream& stream, const Tensor& dx, const Tensor& g, const Tensor& x, bool tanh_approx) override;
+  void silu_forward(Stream& stream, const Tensor& out, const Tensor& x) override;
+  void silu_backward(Stream& stream, const Tensor& dx, const Tensor& g, const Tensor& x) override;
+  void swiglu_forward(Stream& stream, const Tensor& out, const Tensor& gate, const Tensor& up) override;
+  void swiglu_backward(Stream& stream, const Tensor& dgate, const Tensor& dup, const Tensor& g, const Tensor& gate,
+                       const Tensor& up) override;
+  // reduce.cpp
+  void sum(Stream& stream, const Tensor& out, const Tensor& x, int64_t outer, int64_t n, int64_t inner,
+           double scale) override;
+  void max(Stream& stream, const Tensor& values, const Tensor& indices, const Tensor& x, int64_t outer, int64_t n,
+           int64_t inner) override;
+  void max_backward(Stream& stream, const Tensor& grad_in, const Tensor& g, const Tensor& indices, int64_t outer,
+                    int64_t n, int64_t inner) override;
+  // optim.cpp
+  void sum_of_squares(Stream& stream, const Tensor& x, int64_t chunk, double* partials) override;
+  void adamw_step(Stream& stream, const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
+                  const Tensor& exp_avg_sq, const Tensor& master, const AdamWArgs& a) override;
+  // matmul.cpp
+  bool matmul_operand_ok(int64_t rows, int64_t cols, int64_t stride_r, int64_t stride_c) const override;
+  void matmul(Stream& stream, const Tensor& out, const Tensor& a, const Tensor& b, double alpha, double beta) override;
+  // softmax.cpp
+  void softmax_forward(Stream& stream, const Tensor& out, const Tensor& x, const SoftmaxArgs& a) override;
+  void softmax_backward(Stream& stream, const Tensor& dx, const Tensor& g, const Tensor& y,
+                        const SoftmaxArgs& a) override;
+  // norm.cpp
+  int64_t norm_row_chunks(int64_t rows) const override;
+  void layer_norm_forward(Stream& stream, const Tensor& out, const Tensor& mean, const Tensor& rstd, const Tensor& x,
+                          const Tensor& weight, const Tensor& bias, const NormArgs& a) override;
+  void layer_norm_backward(Stream& stream, const Tensor& dx, const Tensor& dweight, const Tensor& dbias,
+                           const Tensor& workspace, const Tensor& g, const Tensor& x, const Tensor& mean,
+                           const Tensor& rstd, const Tensor& weight, const NormArgs& a) override;
+  void rms_norm_forward(Stream& stream, const Tensor& out, const Tensor& rstd, const Tensor& x, const Tensor& weight,
+                        const NormArgs& a) override;
+  void rms_norm_backward(Stream& stream, const Tensor& dx, const Tensor& dweight, const Tensor& workspace,
+                         const Tensor& g, const Tensor& x, const Tensor& rstd, const Tensor& weight,
+                         const NormArgs& a) override;
+  // rope.cpp
+  void rope_tables(Stream& stream, const Tensor& cos, const Tensor& sin, double theta,
+                   int64_t position_offset) override;
+  void rope(Stream& stream, const Tensor& out, const Tensor& x, const Tensor& cos, const Tensor& sin,
+            bool transpose) override;
+  // embedding.cpp
+  void embedding_forward(Stream& stream, const Tensor& out, const Tensor& weight, const Tensor& ids) override;
+  void embedding_backward(Stream& stream, const Tensor& grad_weight, const Tensor& g, const Tensor& ids) override;
+  // attention_eager.cpp
+  void scaled_masked_softmax_forward(Stream& stream, const Tensor& probs, const Tensor& scores, double scale,
+                                     bool causal) override;
+  void scaled_masked_softmax_backward(Stream& stream, const Tensor& grad_scores, const Tensor& grad_probs,
+                                      const Tensor& probs, double scale) override;
+  // attention_flash.cpp
+  int64_t flash_forward_workspace(const Tensor& q, const Tensor& k, const Tensor& v) const override;
+  int64_t flash_backward_workspace(const Tensor& dq, const Tensor& q, const Tensor& k, const Tensor& v) const override;
+  void flash_attention_forward(Stream& stream, const FlashArgs& a, const Tensor& out, const Tensor& lse,
+                               const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& workspace) override;
+  void flash_attention_backward(Stream& stream, const FlashArgs& a, const Tensor& dq, const Tensor& dk,
+                                const Tensor& dv, const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
+                                const Tensor& out, const Tensor& lse, const Tensor& workspace) override;
+  // loss.cpp
+  int64_t find_bad_target(Stream& stream, const Tensor& targets, const CrossEntropyArgs& a) override;
+  CrossEntropySums cross_entropy_forward(Stream& stream, const Tensor& loss, const Tensor& lse, const Tensor& logits,
+                                         const Tensor& targets, const CrossEntropyArgs& a) override;
+  void cross_entropy_backward(Stream& stream, const Tensor& dlogits, const Tensor& logits, const Tensor& lse,
+                              const Tensor& targets, const Tensor& row_grad, double scale,
+                              const CrossEntropyArgs& a) override;
+  // chunked_loss.cpp
+  int64_t count_not_ignored(Stream& stream, const Tensor& targets, int64_t ignore_index) override;
+  double chunked_lm_loss_forward(Stream& stream, const Tensor& hidden, const Tensor& weight, const Tensor& targets,
+                                 const Tensor& logits, const Tensor& row_loss, const Tensor& grad_hidden,
+                                 const Tensor& grad_weight, const ChunkedLossArgs& a) override;
+  // index.cpp
+  void gather(Stream& stream, const Tensor& out, const Tensor& x, const Tensor& index, int dim) override;
+  void scatter_add(Stream& stream, const Tensor& out, const Tensor& src, const Tensor& index, int dim) override;
+  int64_t first_out_of_range(Stream& stream, const Tensor& index, int64_t limit) override;
+  int64_t index_max(Stream& stream, const Tensor& index, int64_t* min_out) override;
+  void topk(Stream& stream, const Tensor& values, const Tensor& indices, const Tensor& x, int dim, int64_t k,
+            bool largest, bool sorted) override;
+  void argsort(Stream& stream, const Tensor& indices, const Tensor& x, int dim, bool descending) override;
+  void bincount(Stream& stream, const Tensor& counts, const Tensor& index) override;
+};
 
 }  // namespace tidal::cpu

@@ -1,10 +1,14 @@
-#include "tidal/backend/cpu/loss.h"
+// CPU kernels of the fused cross-entropy: logits are read in place (rows with a unit inner stride and
+// one row stride), nothing of the logits' size is allocated in forward, and backward writes the
+// gradient in a single pass.
+#include "tidal/backend/cpu/kernels.h"
 
 #include <cmath>
 
 #include "tidal/backend/cpu/softmax.h"
 #include "tidal/base/parallel.h"
 #include "tidal/dtype_dispatch.h"
+#include "tidal/tensor.h"
 
 namespace tidal::cpu {
 namespace {
@@ -78,7 +82,9 @@ void backward_typed(const Tensor& dlogits, const Tensor& logits, const Tensor& l
 
 }  // namespace
 
-int64_t find_bad_target(const Tensor& targets, const CrossEntropyArgs& a) {
+// Position of the first target outside [0, vocab) that is not ignore_index, or -1. targets:
+// contiguous (rows) i32 or i64.
+int64_t CpuKernels::find_bad_target(Stream&, const Tensor& targets, const CrossEntropyArgs& a) {
   int64_t bad = -1;
   dispatch_index(targets.dtype(), "cross_entropy", [&](auto it) {
     using I = typename decltype(it)::type;
@@ -91,8 +97,10 @@ int64_t find_bad_target(const Tensor& targets, const CrossEntropyArgs& a) {
   return bad;
 }
 
-CrossEntropySums cross_entropy_forward(const Tensor& loss, const Tensor& lse, const Tensor& logits,
-                                       const Tensor& targets, const CrossEntropyArgs& a) {
+// Per row r: lse[r] = log(sum(exp(logits[r]))), loss[r] = lse[r] - logits[r, target[r]]; both 0 for
+// ignored rows. lse and loss (rows) are in the accumulate dtype. Targets must be valid.
+CrossEntropySums CpuKernels::cross_entropy_forward(Stream&, const Tensor& loss, const Tensor& lse, const Tensor& logits,
+                                                   const Tensor& targets, const CrossEntropyArgs& a) {
   CrossEntropySums sums;
   dispatch_logits_targets(logits.dtype(), targets.dtype(), [&](auto tt, auto it) {
     sums = forward_typed<typename decltype(tt)::type, typename decltype(it)::type>(loss, lse, logits, targets, a);
@@ -100,8 +108,11 @@ CrossEntropySums cross_entropy_forward(const Tensor& loss, const Tensor& lse, co
   return sums;
 }
 
-void cross_entropy_backward(const Tensor& dlogits, const Tensor& logits, const Tensor& lse, const Tensor& targets,
-                            const Tensor& row_grad, double scale, const CrossEntropyArgs& a) {
+// dlogits (rows, vocab) contiguous = (softmax(logits) - onehot(target)) * s_r, with s_r = scale *
+// row_grad[r] when row_grad (rows, logits dtype) is defined, else scale. Ignored rows get zeros.
+void CpuKernels::cross_entropy_backward(Stream&, const Tensor& dlogits, const Tensor& logits, const Tensor& lse,
+                                        const Tensor& targets, const Tensor& row_grad, double scale,
+                                        const CrossEntropyArgs& a) {
   dispatch_logits_targets(logits.dtype(), targets.dtype(), [&](auto tt, auto it) {
     backward_typed<typename decltype(tt)::type, typename decltype(it)::type>(dlogits, logits, lse, targets, row_grad,
                                                                              scale, a);

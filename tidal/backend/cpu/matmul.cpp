@@ -1,4 +1,8 @@
-#include "tidal/backend/cpu/matmul.h"
+// Batched GEMM over strided tensors: out[i] = alpha * a[i] @ b[i] + beta * out[i] for every batch
+// index i of the (broadcast) batch dims. Each matrix needs a unit stride in one of its two dims;
+// the op layer copies operands that have neither. f32 and bf16 run on oneDNN (sgemm; the matmul
+// primitive for bf16, which may write an f32 out), f64 on the reference kernel (blas.h).
+#include "tidal/backend/cpu/kernels.h"
 
 #include <algorithm>
 #include <type_traits>
@@ -8,6 +12,7 @@
 #include "tidal/backend/cpu/onednn_matmul.h"
 #include "tidal/base/parallel.h"
 #include "tidal/dtype_dispatch.h"
+#include "tidal/tensor.h"
 
 namespace tidal::cpu {
 namespace {
@@ -103,12 +108,14 @@ void matmul_typed(const Tensor& out, const Tensor& a, const Tensor& b, double al
 
 }  // namespace
 
-bool blas_compatible(int64_t rows, int64_t cols, int64_t stride_r, int64_t stride_c) {
+// Whether a (rows x cols) matrix with these strides can be handed to the BLAS without a copy.
+bool CpuKernels::matmul_operand_ok(int64_t rows, int64_t cols, int64_t stride_r, int64_t stride_c) const {
   MatLayout m;
   return layout_of(rows, cols, stride_r, stride_c, m);
 }
 
-void matmul_kernel(const Tensor& out, const Tensor& a, const Tensor& b, double alpha, double beta) {
+// a (..., m, k), b (..., k, n), out (..., m, n) contiguous; batch dims of a and b broadcast to out's.
+void CpuKernels::matmul(Stream&, const Tensor& out, const Tensor& a, const Tensor& b, double alpha, double beta) {
   TIDAL_ASSERT(a.dtype() == b.dtype(), "matmul kernel got ", a.dtype(), " @ ", b.dtype());
   switch (a.dtype()) {
     case DType::f32:

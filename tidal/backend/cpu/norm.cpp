@@ -1,4 +1,11 @@
-#include "tidal/backend/cpu/norm.h"
+// CPU kernels of the norm family over contiguous (rows, cols) inputs, normalizing each row.
+// Statistics (mean, rstd) are in the accumulate dtype: f32 for f32/bf16, f64 for f64.
+//
+// Note [Deterministic parameter gradients]: dweight/dbias sum over all rows. Rows are split into
+// fixed chunks (norm_row_chunks, a function of the row count only), each chunk writes its partial
+// sums to its own workspace row, and the partials are added in chunk order: the result is the same
+// for any number of threads, with no atomics.
+#include "tidal/backend/cpu/kernels.h"
 
 #include <algorithm>
 #include <cmath>
@@ -8,6 +15,7 @@
 #include "tidal/backend/cpu/activation.h"
 #include "tidal/base/parallel.h"
 #include "tidal/dtype_dispatch.h"
+#include "tidal/tensor.h"
 
 namespace tidal::cpu {
 namespace {
@@ -17,6 +25,11 @@ constexpr int64_t kMinChunkRows = 16;  // below this a chunk is not worth a work
 constexpr int64_t kRowGrainElems = 16384;
 
 int64_t row_grain(int64_t cols) { return std::max<int64_t>(1, kRowGrainElems / std::max<int64_t>(cols, 1)); }
+
+// How many row chunks the parameter-gradient reduction uses (the workspace's first dim).
+int64_t row_chunks(int64_t rows) {
+  return std::clamp<int64_t>((rows + kMinChunkRows - 1) / kMinChunkRows, 1, kMaxChunks);
+}
 
 // Calls f(std::true_type / std::false_type) for whether `p` is set, so inner loops have no branch.
 template <typename F>
@@ -118,7 +131,7 @@ void layer_norm_forward_typed(const Tensor& out, const Tensor& mean, const Tenso
 template <typename T, typename F>
 void for_chunked_rows(int64_t rows, int64_t C, const T* gp, const T* xp, acc_t<T>* ws, int64_t slots, F&& row) {
   using A = acc_t<T>;
-  const int64_t chunks = norm_row_chunks(rows), per = (rows + chunks - 1) / chunks;
+  const int64_t chunks = row_chunks(rows), per = (rows + chunks - 1) / chunks;
   parallel_for(0, chunks, 1, [&](int64_t kb, int64_t ke) {
     std::vector<A> gbuf = row_buffer<T>(C), xbuf = row_buffer<T>(C);
     for (int64_t k = kb; k < ke; ++k) {
@@ -174,7 +187,7 @@ void layer_norm_backward_typed(const Tensor& dx, const Tensor& dweight, const Te
       });
     });
   });
-  const int64_t chunks = norm_row_chunks(rows);
+  const int64_t chunks = row_chunks(rows);
   if (dweight.defined()) combine_chunks(dweight.data<T>(), ws, chunks, 2 * C, C);
   if (dbias.defined()) combine_chunks(dbias.data<T>(), ws + C, chunks, 2 * C, C);
 }
@@ -246,38 +259,45 @@ void rms_norm_backward_typed(const Tensor& dx, const Tensor& dweight, const Tens
       });
     });
   });
-  const int64_t chunks = norm_row_chunks(rows);
+  const int64_t chunks = row_chunks(rows);
   if (dweight.defined()) combine_chunks(dweight.data<T>(), ws, chunks, C, C);
 }
 
 }  // namespace
 
-int64_t norm_row_chunks(int64_t rows) {
-  return std::clamp<int64_t>((rows + kMinChunkRows - 1) / kMinChunkRows, 1, kMaxChunks);
-}
+int64_t CpuKernels::norm_row_chunks(int64_t rows) const { return row_chunks(rows); }
 
-void layer_norm_forward(const Tensor& out, const Tensor& mean, const Tensor& rstd, const Tensor& x,
-                        const Tensor& weight, const Tensor& bias, const NormArgs& a) {
+// out = (x - mean) * rstd * weight + bias; weight and bias (cols) may be undefined.
+// mean/rstd (rows) receive the statistics.
+void CpuKernels::layer_norm_forward(Stream&, const Tensor& out, const Tensor& mean, const Tensor& rstd, const Tensor& x,
+                                    const Tensor& weight, const Tensor& bias, const NormArgs& a) {
   dispatch_float(x.dtype(), "layer_norm", [&](auto tag) {
     layer_norm_forward_typed<typename decltype(tag)::type>(out, mean, rstd, x, weight, bias, a);
   });
 }
 
-void layer_norm_backward(const Tensor& dx, const Tensor& dweight, const Tensor& dbias, const Tensor& workspace,
-                         const Tensor& g, const Tensor& x, const Tensor& mean, const Tensor& rstd, const Tensor& weight,
-                         const NormArgs& a) {
+// dx, dweight, dbias (each undefined when not needed) from g (rows, cols) and the saved statistics.
+// workspace: (norm_row_chunks(rows), 2, cols) acc dtype when dweight or dbias is wanted.
+void CpuKernels::layer_norm_backward(Stream&, const Tensor& dx, const Tensor& dweight, const Tensor& dbias,
+                                     const Tensor& workspace, const Tensor& g, const Tensor& x, const Tensor& mean,
+                                     const Tensor& rstd, const Tensor& weight, const NormArgs& a) {
   dispatch_float(x.dtype(), "layer_norm", [&](auto tag) {
     layer_norm_backward_typed<typename decltype(tag)::type>(dx, dweight, dbias, workspace, g, x, mean, rstd, weight, a);
   });
 }
 
-void rms_norm_forward(const Tensor& out, const Tensor& rstd, const Tensor& x, const Tensor& weight, const NormArgs& a) {
+// out = weight * round_to_T(x * rstd), rstd = 1 / sqrt(mean(x^2) + eps) (Hugging Face's LlamaRMSNorm:
+// normalized in f32, cast back to the input dtype, then scaled); weight may be undefined.
+void CpuKernels::rms_norm_forward(Stream&, const Tensor& out, const Tensor& rstd, const Tensor& x, const Tensor& weight,
+                                  const NormArgs& a) {
   dispatch_float(x.dtype(), "rms_norm",
                  [&](auto tag) { rms_norm_forward_typed<typename decltype(tag)::type>(out, rstd, x, weight, a); });
 }
 
-void rms_norm_backward(const Tensor& dx, const Tensor& dweight, const Tensor& workspace, const Tensor& g,
-                       const Tensor& x, const Tensor& rstd, const Tensor& weight, const NormArgs& a) {
+// workspace: (norm_row_chunks(rows), cols) acc dtype when dweight is wanted.
+void CpuKernels::rms_norm_backward(Stream&, const Tensor& dx, const Tensor& dweight, const Tensor& workspace,
+                                   const Tensor& g, const Tensor& x, const Tensor& rstd, const Tensor& weight,
+                                   const NormArgs& a) {
   dispatch_float(x.dtype(), "rms_norm", [&](auto tag) {
     rms_norm_backward_typed<typename decltype(tag)::type>(dx, dweight, workspace, g, x, rstd, weight, a);
   });

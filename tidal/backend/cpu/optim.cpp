@@ -1,4 +1,6 @@
-#include "tidal/backend/cpu/optim.h"
+// CPU kernels of the optimizer family: the fused AdamW update and the f64 sum of squares that
+// gradient clipping measures. Contiguous tensors only (parameters and gradients are).
+#include "tidal/backend/cpu/kernels.h"
 
 #include <cmath>
 #include <type_traits>
@@ -7,6 +9,7 @@
 #include "tidal/backend/cpu/vec_math.h"
 #include "tidal/base/parallel.h"
 #include "tidal/dtype_dispatch.h"
+#include "tidal/tensor.h"
 
 namespace tidal::cpu {
 namespace {
@@ -85,15 +88,19 @@ double chunk_sum_of_squares(const T* x, int64_t n) {
 
 }  // namespace
 
-void adamw_step(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
-                const Tensor& master, const AdamWArgs& a) {
+// One AdamW update in a single pass, torch.optim.AdamW's arithmetic (see tidal/optim/adamw.h).
+// param and grad (n) share the param dtype; exp_avg and exp_avg_sq (n) are acc_t of it; master (n, f32)
+// is the master weight of a bf16 param (undefined otherwise): it is updated and param := bf16(master).
+void CpuKernels::adamw_step(Stream&, const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
+                            const Tensor& exp_avg_sq, const Tensor& master, const AdamWArgs& a) {
   dispatch_float(param.dtype(), "adamw", [&](auto tag) {
     using P = typename decltype(tag)::type;
     adamw_typed<P>(param, grad, exp_avg, exp_avg_sq, master, a);
   });
 }
 
-void sum_of_squares(const Tensor& x, int64_t chunk, double* partials) {
+// sum(x^2) accumulated in f64 over fixed chunks added in order: the same bits for any thread count.
+void CpuKernels::sum_of_squares(Stream&, const Tensor& x, int64_t chunk, double* partials) {
   TIDAL_ASSERT(chunk > 0);
   dispatch_float(x.dtype(), "sum_of_squares", [&](auto tag) {
     using T = typename decltype(tag)::type;

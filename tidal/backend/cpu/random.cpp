@@ -1,4 +1,5 @@
-#include "tidal/backend/cpu/random.h"
+// CPU kernels of the random family (ops/random.h): Philox draws at stream positions start + i.
+#include "tidal/backend/cpu/kernels.h"
 
 #include <algorithm>
 
@@ -6,10 +7,11 @@
 #include "tidal/backend/cpu/vec_math.h"
 #include "tidal/base/parallel.h"
 #include "tidal/dtype_dispatch.h"
+#include "tidal/tensor.h"
 
 namespace tidal::cpu {
 
-void random_fill(const Tensor& out, Distribution dist, uint64_t seed, uint64_t start) {
+void CpuKernels::random_fill(Stream&, const Tensor& out, Distribution dist, uint64_t seed, uint64_t start) {
   dispatch_float(out.dtype(), dist == Distribution::uniform ? "rand" : "randn", [&](auto tag) {
     using T = typename decltype(tag)::type;
     T* p = out.data<T>();
@@ -23,7 +25,7 @@ void random_fill(const Tensor& out, Distribution dist, uint64_t seed, uint64_t s
   });
 }
 
-void randint_fill(const Tensor& out, int64_t low, int64_t high, uint64_t seed, uint64_t start) {
+void CpuKernels::randint_fill(Stream&, const Tensor& out, int64_t low, int64_t high, uint64_t seed, uint64_t start) {
   const uint64_t range = uint64_t(high - low);
   dispatch_index(out.dtype(), "randint", [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -54,8 +56,8 @@ inline void apply_dropout(const uint32_t* bits, const T* x, T* out, uint8_t* mas
 
 }  // namespace
 
-void dropout_forward(const Tensor& out, const Tensor& mask, const Tensor& x, double p, double scale, uint64_t seed,
-                     uint64_t start) {
+void CpuKernels::dropout_forward(Stream&, const Tensor& out, const Tensor& mask, const Tensor& x, double p,
+                                 double scale, uint64_t seed, uint64_t start) {
   const float pf = float(p);
   dispatch_float(x.dtype(), "dropout", [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -85,8 +87,10 @@ void dropout_forward(const Tensor& out, const Tensor& mask, const Tensor& x, dou
   });
 }
 
-void dropout_rows_forward(const DropoutRowsArgs& a, const Tensor& out, const Tensor& mask, const Tensor& x, double p,
-                          double scale) {
+// dropout_forward at the positions of DropoutRowsArgs (kernel_args.h): row by row, each row's draw
+// starting at any position (not only a multiple of 4).
+void CpuKernels::dropout_rows_forward(Stream&, const DropoutRowsArgs& a, const Tensor& out, const Tensor& mask,
+                                      const Tensor& x, double p, double scale) {
   dispatch_float(x.dtype(), "dropout_rows", [&](auto tag) {
     using T = typename decltype(tag)::type;
     const int64_t rows = a.outer * a.rows, inner = a.inner;
@@ -111,7 +115,7 @@ void dropout_rows_forward(const DropoutRowsArgs& a, const Tensor& out, const Ten
 }
 
 // dx = g * mask * scale in one pass (no f32 copy of the mask).
-void dropout_backward(const Tensor& dx, const Tensor& g, const Tensor& mask, double scale) {
+void CpuKernels::dropout_backward(Stream&, const Tensor& dx, const Tensor& g, const Tensor& mask, double scale) {
   dispatch_float(g.dtype(), "dropout", [&](auto tag) {
     using T = typename decltype(tag)::type;
     using A = acc_t<T>;

@@ -1,4 +1,5 @@
-#include "tidal/backend/cpu/reduce.h"
+// CPU reduction kernels over a contiguous input viewed as (outer, n, inner), reducing n.
+#include "tidal/backend/cpu/kernels.h"
 
 #include <algorithm>
 #include <limits>
@@ -6,6 +7,7 @@
 
 #include "tidal/base/parallel.h"
 #include "tidal/dtype_dispatch.h"
+#include "tidal/tensor.h"
 
 namespace tidal::cpu {
 namespace {
@@ -96,18 +98,23 @@ void max_typed(const Tensor& values, const Tensor& indices, const Tensor& x, int
 
 }  // namespace
 
-void sum_kernel(const Tensor& out, const Tensor& x, int64_t outer, int64_t n, int64_t inner, double scale) {
+// out (outer, inner) = sum over n of x (outer, n, inner), times `scale`.
+void CpuKernels::sum(Stream&, const Tensor& out, const Tensor& x, int64_t outer, int64_t n, int64_t inner,
+                     double scale) {
   dispatch_float(x.dtype(), "sum",
                  [&](auto tag) { sum_typed<typename decltype(tag)::type>(out, x, outer, n, inner, scale); });
 }
 
-void max_kernel(const Tensor& values, const Tensor& indices, const Tensor& x, int64_t outer, int64_t n, int64_t inner) {
+// values/indices (outer, inner) = max and first argmax over n.
+void CpuKernels::max(Stream&, const Tensor& values, const Tensor& indices, const Tensor& x, int64_t outer, int64_t n,
+                     int64_t inner) {
   dispatch_float(x.dtype(), "max",
                  [&](auto tag) { max_typed<typename decltype(tag)::type>(values, indices, x, outer, n, inner); });
 }
 
-void max_backward_kernel(const Tensor& grad_in, const Tensor& g, const Tensor& indices, int64_t outer, int64_t n,
-                         int64_t inner) {
+// grad_in (outer, n, inner), zero-filled by the caller: grad_in[o, idx[o, j], j] = g[o, j].
+void CpuKernels::max_backward(Stream&, const Tensor& grad_in, const Tensor& g, const Tensor& indices, int64_t outer,
+                              int64_t n, int64_t inner) {
   dispatch_float(g.dtype(), "max", [&](auto tag) {
     using T = typename decltype(tag)::type;
     T* gi = grad_in.data<T>();

@@ -1,4 +1,6 @@
-#include "tidal/backend/cpu/rope.h"
+// CPU kernels of rotary position embedding (Hugging Face Llama layout: the two halves of the head
+// dim are rotated against each other). See tidal/ops/rope.h.
+#include "tidal/backend/cpu/kernels.h"
 
 #include <algorithm>
 #include <array>
@@ -8,6 +10,7 @@
 #include "tidal/backend/cpu/vec_math.h"
 #include "tidal/base/parallel.h"
 #include "tidal/dtype_dispatch.h"
+#include "tidal/tensor.h"
 
 namespace tidal::cpu {
 namespace {
@@ -100,12 +103,18 @@ void rope_typed(const Tensor& out, const Tensor& x, const Tensor& cos, const Ten
 
 }  // namespace
 
-void rope_tables_kernel(const Tensor& cos, const Tensor& sin, double theta, int64_t position_offset) {
+// cos/sin (T, D), contiguous, of a floating dtype: angle(t, i) = (position_offset + t) * theta^(-2(i mod D/2)/D),
+// computed in f64 and rounded once to the tables' dtype.
+void CpuKernels::rope_tables(Stream&, const Tensor& cos, const Tensor& sin, double theta, int64_t position_offset) {
   dispatch_float(cos.dtype(), "rope_tables",
                  [&](auto tag) { tables_typed<typename decltype(tag)::type>(cos, sin, theta, position_offset); });
 }
 
-void rope_kernel(const Tensor& out, const Tensor& x, const Tensor& cos, const Tensor& sin, bool transpose) {
+// out = x * cos + rotate_half(x) * sin, rotate_half(x) = cat(-x2, x1); with `transpose` the adjoint
+// (the backward): out = x * cos + rotate_half^T(x * sin), rotate_half^T(y) = cat(y2, -y1).
+// x and out (B, H, T, D) and cos/sin (T, D) may have any strides; one dtype for all four.
+void CpuKernels::rope(Stream&, const Tensor& out, const Tensor& x, const Tensor& cos, const Tensor& sin,
+                      bool transpose) {
   dispatch_float(x.dtype(), "apply_rope",
                  [&](auto tag) { rope_typed<typename decltype(tag)::type>(out, x, cos, sin, transpose); });
 }

@@ -1,11 +1,10 @@
-// The CPU backend's runtime (backend/runtime.h): memory from the system allocator, streams on threads.
-#include "tidal/backend/cpu/runtime.h"
-
+// The CPU backend's runtime (seam/runtime.h): memory from the system allocator, streams on threads.
 #include <sys/mman.h>
 
 #include <cstdlib>
 
 #include "tidal/backend/cpu/stream.h"
+#include "tidal/seam/registry.h"
 
 namespace tidal::cpu {
 namespace {
@@ -27,19 +26,16 @@ void cpu_free(void* ptr, int64_t) { std::free(ptr); }
 
 class CpuRuntime final : public DeviceRuntime {
  public:
-  Allocator::Backing device_backing() override { return {cpu_alloc, cpu_free, true}; }
+  MemoryBacking device_backing() override { return {cpu_alloc, cpu_free, true}; }
   // "Device" and host are the same RAM here: pinned host memory is ordinary memory.
-  Allocator::Backing host_backing(HostMemory) override { return {cpu_alloc, cpu_free, true}; }
+  MemoryBacking host_backing(HostMemory) override { return {cpu_alloc, cpu_free, true}; }
   std::unique_ptr<detail::StreamImpl> make_stream(const std::string& name, bool compute) override {
     return cpu::make_stream(name, compute);
   }
 };
 
-}  // namespace
+[[gnu::init_priority(kRegisterBackends)]] const RegisterRuntime<CpuRuntime> registered(DeviceType::cpu);
 
-DeviceRuntime& runtime() {
-  static CpuRuntime r;
-  return r;
-}
+}  // namespace
 
 }  // namespace tidal::cpu

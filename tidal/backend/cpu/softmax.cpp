@@ -5,8 +5,10 @@
 #include <type_traits>
 #include <vector>
 
+#include "tidal/backend/cpu/kernels.h"
 #include "tidal/base/parallel.h"
 #include "tidal/dtype_dispatch.h"
+#include "tidal/tensor.h"
 
 namespace tidal::cpu {
 namespace {
@@ -162,7 +164,8 @@ void softmax_backward_strided(T* dx, const T* g, const T* y, const SoftmaxArgs& 
 
 }  // namespace
 
-void softmax_forward(const Tensor& out, const Tensor& x, const SoftmaxArgs& a) {
+// out = softmax(x) (or log_softmax), max-subtracted; x and out contiguous, same dtype.
+void CpuKernels::softmax_forward(Stream&, const Tensor& out, const Tensor& x, const SoftmaxArgs& a) {
   dispatch_float(x.dtype(), a.log ? "log_softmax" : "softmax", [&](auto tag) {
     using T = typename decltype(tag)::type;
     if (a.inner == 1)
@@ -172,7 +175,8 @@ void softmax_forward(const Tensor& out, const Tensor& x, const SoftmaxArgs& a) {
   });
 }
 
-void softmax_backward(const Tensor& dx, const Tensor& g, const Tensor& y, const SoftmaxArgs& a) {
+// From the output y: softmax dx = y * (g - sum(g * y)); log_softmax dx = g - exp(y) * sum(g).
+void CpuKernels::softmax_backward(Stream&, const Tensor& dx, const Tensor& g, const Tensor& y, const SoftmaxArgs& a) {
   dispatch_float(y.dtype(), a.log ? "log_softmax" : "softmax", [&](auto tag) {
     using T = typename decltype(tag)::type;
     if (a.inner == 1)

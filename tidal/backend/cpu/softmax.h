@@ -8,7 +8,7 @@
 #include <limits>
 
 #include "tidal/backend/cpu/activation.h"
-#include "tidal/backend/kernel_args.h"
+#include "tidal/seam/kernel_args.h"
 #include "tidal/tensor.h"
 
 namespace tidal::cpu {
@@ -52,10 +52,5 @@ inline acc_t<T> row_logsumexp(const T* x, int64_t n) {
   }
   return m + std::log(s);
 }
-
-// out = softmax(x) (or log_softmax), max-subtracted; x and out contiguous, same dtype.
-void softmax_forward(const Tensor& out, const Tensor& x, const SoftmaxArgs& a);
-// From the output y: softmax dx = y * (g - sum(g * y)); log_softmax dx = g - exp(y) * sum(g).
-void softmax_backward(const Tensor& dx, const Tensor& g, const Tensor& y, const SoftmaxArgs& a);
 
 }  // namespace tidal::cpu

@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "tidal/base/clock.h"
+#include "tidal/range_recorder.h"
 #include "tidal/stream.h"
 #include "tidal/tensor.h"
 
@@ -93,7 +94,7 @@ struct StreamWorker {
           std::lock_guard<std::mutex> lock(mu);
           if (pending) return;  // work after a failure is skipped until the error is reported
         }
-        const StreamObserver observer = stream_observer();
+        const bool recording = profile::recording();
         const int64_t start = now_ns();
         try {
           t.fn();
@@ -103,7 +104,7 @@ struct StreamWorker {
         }
         const int64_t end = now_ns();
         busy_ns.fetch_add(end - start, std::memory_order_relaxed);
-        if (observer != nullptr) observer(name, t.label, start, end);
+        if (recording) profile::record_stream_task(name, t.label, start, end);
         return;
       }
       case Kind::record: {
@@ -157,11 +158,11 @@ class InlineStream final : public detail::StreamImpl {
   bool is_compute() const override { return true; }
   void enqueue(std::function<void()> task, const char*) override { task(); }
   void wait(const std::shared_ptr<detail::EventState>& event) override {
-    const StreamObserver observer = stream_observer();
-    const int64_t start = observer != nullptr ? now_ns() : 0;
+    const bool recording = profile::recording();
+    const int64_t start = recording ? now_ns() : 0;
     event->wait();
     if (std::exception_ptr e = event->error()) std::rethrow_exception(e);
-    if (observer != nullptr) observer(name_, "wait", start, now_ns());
+    if (recording) profile::record_stream_task(name_, "wait", start, now_ns());
   }
   std::shared_ptr<detail::EventState> record() override {
     auto e = std::make_shared<CpuEvent>();

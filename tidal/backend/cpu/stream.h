@@ -1,10 +1,10 @@
 #pragma once
-// CPU streams (backend/runtime.h): the compute stream runs work inline on the calling thread; a side
+// CPU streams (seam/runtime.h): the compute stream runs work inline on the calling thread; a side
 // stream runs it on a worker thread of its own, so copies really overlap compute.
 #include <memory>
 #include <string>
 
-#include "tidal/backend/runtime.h"
+#include "tidal/seam/runtime.h"
 
 namespace tidal::cpu {
 

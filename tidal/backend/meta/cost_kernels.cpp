@@ -12,29 +12,24 @@
 // sums 0, the largest index 0, host copies of zero bytes (a scalar read as 0), and gradient-norm
 // partials of one per element (a norm of sqrt(numel), so clipping scales the gradients as an early
 // real step does).
-#include "tidal/backend/meta/cost_kernels.h"
+#include "tidal/seam/registry.h"
 
 #include <algorithm>
 #include <cstring>
 #include <utility>
 
 #include "tidal/backend/cpu/attention_flash.h"
-#include "tidal/backend/cpu/kernels.h"
+#include "tidal/seam/cost.h"
 #include "tidal/tensor.h"
 
 namespace tidal {
 namespace {
 
-CostSink& sink() {
-  static CostSink* s = new CostSink();
-  return *s;
-}
-
 int64_t nb(const Tensor& t) { return t.defined() ? t.nbytes() : 0; }
 int64_t ne(const Tensor& t) { return t.defined() ? t.numel() : 0; }
 
 void report(const char* kernel, CostKind kind, DType dtype, int64_t flops, int64_t bytes) {
-  if (sink()) sink()({kernel, kind, dtype, flops, bytes});
+  report_cost({kernel, kind, dtype, flops, bytes});
 }
 // An elementwise-like kernel over `out`: `per` operations per output element.
 void elementwise(const char* kernel, const Tensor& out, int64_t read_bytes, int64_t per, DType dtype) {
@@ -57,155 +52,156 @@ class CostKernels final : public Kernels {
     return cpu().flash_backward_workspace(dq, q, k, v);
   }
 
-  void copy_from_host(const Tensor& dst, const void*) override {
+  void copy_from_host(Stream&, const Tensor& dst, const void*) override {
     report("copy_from_host", CostKind::host_transfer, dst.dtype(), 0, nb(dst));
   }
-  void copy_to_host(void* dst, const Tensor& src) override {
+  void copy_to_host(Stream&, void* dst, const Tensor& src) override {
     std::memset(dst, 0, size_t(nb(src)));  // host memory: the stand-in value 0
     report("copy_to_host", CostKind::host_transfer, src.dtype(), 0, nb(src));
   }
 
-  void unary(Unary, const Tensor& out, const Tensor& in, double) override {
+  void unary(Stream&, Unary, const Tensor& out, const Tensor& in, double) override {
     elementwise("unary", out, nb(in), 1, in.dtype());
   }
-  void binary(Binary, const Tensor& out, const Tensor& a, const Tensor& b, double) override {
+  void binary(Stream&, Binary, const Tensor& out, const Tensor& a, const Tensor& b, double) override {
     elementwise("binary", out, nb(a) + nb(b), 1, a.dtype());
   }
-  void compare(Compare, const Tensor& out, const Tensor& a, const Tensor& b) override {
+  void compare(Stream&, Compare, const Tensor& out, const Tensor& a, const Tensor& b) override {
     elementwise("compare", out, nb(a) + nb(b), 1, a.dtype());
   }
-  void compare_scalar(Compare, const Tensor& out, const Tensor& a, double) override {
+  void compare_scalar(Stream&, Compare, const Tensor& out, const Tensor& a, double) override {
     elementwise("compare_scalar", out, nb(a), 1, a.dtype());
   }
-  void where(const Tensor& out, const Tensor& cond, const Tensor& a, const Tensor& b) override {
+  void where(Stream&, const Tensor& out, const Tensor& cond, const Tensor& a, const Tensor& b) override {
     elementwise("where", out, nb(cond) + nb(a) + nb(b), 1, a.dtype());
   }
-  void masked_fill(const Tensor& out, const Tensor& x, const Tensor& mask, double) override {
+  void masked_fill(Stream&, const Tensor& out, const Tensor& x, const Tensor& mask, double) override {
     elementwise("masked_fill", out, nb(x) + nb(mask), 1, x.dtype());
   }
-  void copy(const Tensor& dst, const Tensor& src) override {
+  void copy(Stream&, const Tensor& dst, const Tensor& src) override {
     report("copy", CostKind::copy, src.dtype(), 0, ne(dst) * src.itemsize() + nb(dst));
   }
-  void fill(const Tensor& dst, double) override { elementwise("fill", dst, 0, 0, dst.dtype()); }
-  void add_inplace(const Tensor& dst, const Tensor& src, double) override {
+  void fill(Stream&, const Tensor& dst, double) override { elementwise("fill", dst, 0, 0, dst.dtype()); }
+  void add_inplace(Stream&, const Tensor& dst, const Tensor& src, double) override {
     elementwise("add_inplace", dst, nb(src) + nb(dst), 2, dst.dtype());
   }
 
-  void random_fill(const Tensor& out, Distribution, uint64_t, uint64_t) override {
+  void random_fill(Stream&, const Tensor& out, Distribution, uint64_t, uint64_t) override {
     elementwise("random_fill", out, 0, 10, out.dtype());
   }
-  void randint_fill(const Tensor& out, int64_t, int64_t, uint64_t, uint64_t) override {
+  void randint_fill(Stream&, const Tensor& out, int64_t, int64_t, uint64_t, uint64_t) override {
     elementwise("randint_fill", out, 0, 10, out.dtype());
   }
-  void dropout_forward(const Tensor& out, const Tensor& mask, const Tensor& x, double, double, uint64_t,
+  void dropout_forward(Stream&, const Tensor& out, const Tensor& mask, const Tensor& x, double, double, uint64_t,
                        uint64_t) override {
     elementwise("dropout_forward", out, nb(x) + nb(mask), 10, x.dtype());
   }
-  void dropout_backward(const Tensor& dx, const Tensor& g, const Tensor& mask, double) override {
+  void dropout_backward(Stream&, const Tensor& dx, const Tensor& g, const Tensor& mask, double) override {
     elementwise("dropout_backward", dx, nb(g) + nb(mask), 1, g.dtype());
   }
-  void dropout_rows_forward(const DropoutRowsArgs&, const Tensor& out, const Tensor& mask, const Tensor& x, double,
-                            double) override {
+  void dropout_rows_forward(Stream&, const DropoutRowsArgs&, const Tensor& out, const Tensor& mask, const Tensor& x,
+                            double, double) override {
     elementwise("dropout_rows_forward", out, nb(x) + nb(mask), 10, x.dtype());
   }
 
-  void gelu_forward(const Tensor& out, const Tensor& x, bool) override {
+  void gelu_forward(Stream&, const Tensor& out, const Tensor& x, bool) override {
     elementwise("gelu_forward", out, nb(x), 8, x.dtype());
   }
-  void gelu_backward(const Tensor& dx, const Tensor& g, const Tensor& x, bool) override {
+  void gelu_backward(Stream&, const Tensor& dx, const Tensor& g, const Tensor& x, bool) override {
     elementwise("gelu_backward", dx, nb(g) + nb(x), 12, x.dtype());
   }
-  void silu_forward(const Tensor& out, const Tensor& x) override {
+  void silu_forward(Stream&, const Tensor& out, const Tensor& x) override {
     elementwise("silu_forward", out, nb(x), 4, x.dtype());
   }
-  void silu_backward(const Tensor& dx, const Tensor& g, const Tensor& x) override {
+  void silu_backward(Stream&, const Tensor& dx, const Tensor& g, const Tensor& x) override {
     elementwise("silu_backward", dx, nb(g) + nb(x), 8, x.dtype());
   }
-  void swiglu_forward(const Tensor& out, const Tensor& gate, const Tensor& up) override {
+  void swiglu_forward(Stream&, const Tensor& out, const Tensor& gate, const Tensor& up) override {
     elementwise("swiglu_forward", out, nb(gate) + nb(up), 5, gate.dtype());
   }
-  void swiglu_backward(const Tensor& dgate, const Tensor& dup, const Tensor& g, const Tensor& gate,
+  void swiglu_backward(Stream&, const Tensor& dgate, const Tensor& dup, const Tensor& g, const Tensor& gate,
                        const Tensor& up) override {
     report("swiglu_backward", CostKind::memory, gate.dtype(), 12 * ne(g),
            nb(g) + nb(gate) + nb(up) + nb(dgate) + nb(dup));
   }
 
-  void sum(const Tensor& out, const Tensor& x, int64_t, int64_t, int64_t, double) override {
+  void sum(Stream&, const Tensor& out, const Tensor& x, int64_t, int64_t, int64_t, double) override {
     report("sum", CostKind::memory, x.dtype(), ne(x), nb(x) + nb(out));
   }
-  void max(const Tensor& values, const Tensor& indices, const Tensor& x, int64_t, int64_t, int64_t) override {
+  void max(Stream&, const Tensor& values, const Tensor& indices, const Tensor& x, int64_t, int64_t, int64_t) override {
     report("max", CostKind::memory, x.dtype(), ne(x), nb(x) + nb(values) + nb(indices));
   }
-  void max_backward(const Tensor& grad_in, const Tensor& g, const Tensor& indices, int64_t, int64_t, int64_t) override {
+  void max_backward(Stream&, const Tensor& grad_in, const Tensor& g, const Tensor& indices, int64_t, int64_t,
+                    int64_t) override {
     report("max_backward", CostKind::memory, g.dtype(), 0, nb(grad_in) + nb(g) + nb(indices));
   }
-  void sum_of_squares(const Tensor& x, int64_t chunk, double* partials) override {
+  void sum_of_squares(Stream&, const Tensor& x, int64_t chunk, double* partials) override {
     const int64_t n = ne(x);
     for (int64_t c = 0; c * chunk < n; ++c) partials[c] = double(std::min(chunk, n - c * chunk));
     report("sum_of_squares", CostKind::memory, x.dtype(), 2 * n, nb(x));
   }
 
-  void matmul(const Tensor& out, const Tensor& a, const Tensor& b, double, double beta) override {
+  void matmul(Stream&, const Tensor& out, const Tensor& a, const Tensor& b, double, double beta) override {
     const int64_t m = a.size(-2), k = a.size(-1), n = b.size(-1);
     const int64_t batch = out.numel() / std::max<int64_t>(m * n, 1);
     report("matmul", CostKind::gemm, a.dtype(), 2 * batch * m * n * k, nb(a) + nb(b) + nb(out) * (beta != 0 ? 2 : 1));
   }
 
-  void softmax_forward(const Tensor& out, const Tensor& x, const SoftmaxArgs&) override {
+  void softmax_forward(Stream&, const Tensor& out, const Tensor& x, const SoftmaxArgs&) override {
     elementwise("softmax_forward", out, nb(x), 5, x.dtype());
   }
-  void softmax_backward(const Tensor& dx, const Tensor& g, const Tensor& y, const SoftmaxArgs&) override {
+  void softmax_backward(Stream&, const Tensor& dx, const Tensor& g, const Tensor& y, const SoftmaxArgs&) override {
     elementwise("softmax_backward", dx, nb(g) + nb(y), 4, y.dtype());
   }
-  void layer_norm_forward(const Tensor& out, const Tensor& mean, const Tensor& rstd, const Tensor& x,
+  void layer_norm_forward(Stream&, const Tensor& out, const Tensor& mean, const Tensor& rstd, const Tensor& x,
                           const Tensor& weight, const Tensor& bias, const NormArgs&) override {
     report("layer_norm_forward", CostKind::memory, x.dtype(), 8 * ne(x),
            nb(x) + nb(weight) + nb(bias) + nb(out) + nb(mean) + nb(rstd));
   }
-  void layer_norm_backward(const Tensor& dx, const Tensor& dweight, const Tensor& dbias, const Tensor& workspace,
-                           const Tensor& g, const Tensor& x, const Tensor& mean, const Tensor& rstd,
-                           const Tensor& weight, const NormArgs&) override {
+  void layer_norm_backward(Stream&, const Tensor& dx, const Tensor& dweight, const Tensor& dbias,
+                           const Tensor& workspace, const Tensor& g, const Tensor& x, const Tensor& mean,
+                           const Tensor& rstd, const Tensor& weight, const NormArgs&) override {
     report("layer_norm_backward", CostKind::memory, x.dtype(), 12 * ne(x),
            nb(g) + nb(x) + nb(mean) + nb(rstd) + nb(weight) + nb(dx) + nb(dweight) + nb(dbias) + 2 * nb(workspace));
   }
-  void rms_norm_forward(const Tensor& out, const Tensor& rstd, const Tensor& x, const Tensor& weight,
+  void rms_norm_forward(Stream&, const Tensor& out, const Tensor& rstd, const Tensor& x, const Tensor& weight,
                         const NormArgs&) override {
     report("rms_norm_forward", CostKind::memory, x.dtype(), 5 * ne(x), nb(x) + nb(weight) + nb(out) + nb(rstd));
   }
-  void rms_norm_backward(const Tensor& dx, const Tensor& dweight, const Tensor& workspace, const Tensor& g,
+  void rms_norm_backward(Stream&, const Tensor& dx, const Tensor& dweight, const Tensor& workspace, const Tensor& g,
                          const Tensor& x, const Tensor& rstd, const Tensor& weight, const NormArgs&) override {
     report("rms_norm_backward", CostKind::memory, x.dtype(), 8 * ne(x),
            nb(g) + nb(x) + nb(rstd) + nb(weight) + nb(dx) + nb(dweight) + 2 * nb(workspace));
   }
-  void rope_tables(const Tensor& cos, const Tensor& sin, double, int64_t) override {
+  void rope_tables(Stream&, const Tensor& cos, const Tensor& sin, double, int64_t) override {
     report("rope_tables", CostKind::memory, cos.dtype(), 20 * ne(cos), nb(cos) + nb(sin));
   }
-  void rope(const Tensor& out, const Tensor& x, const Tensor& cos, const Tensor& sin, bool) override {
+  void rope(Stream&, const Tensor& out, const Tensor& x, const Tensor& cos, const Tensor& sin, bool) override {
     elementwise("rope", out, nb(x) + nb(cos) + nb(sin), 3, x.dtype());
   }
-  void embedding_forward(const Tensor& out, const Tensor& weight, const Tensor& ids) override {
+  void embedding_forward(Stream&, const Tensor& out, const Tensor& weight, const Tensor& ids) override {
     elementwise("embedding_forward", out, nb(out) + nb(ids), 0, weight.dtype());  // the rows read: out's size
   }
-  void embedding_backward(const Tensor& grad_weight, const Tensor& g, const Tensor& ids) override {
+  void embedding_backward(Stream&, const Tensor& grad_weight, const Tensor& g, const Tensor& ids) override {
     // Each row of g added into its row of grad_weight: g read, as many grad_weight bytes read and written.
     const int64_t rows = ne(g) * grad_weight.itemsize();
     report("embedding_backward", CostKind::memory, g.dtype(), ne(g), nb(g) + nb(ids) + 2 * rows);
   }
 
-  void scaled_masked_softmax_forward(const Tensor& probs, const Tensor& scores, double, bool) override {
+  void scaled_masked_softmax_forward(Stream&, const Tensor& probs, const Tensor& scores, double, bool) override {
     elementwise("scaled_masked_softmax_forward", probs, nb(scores), 6, scores.dtype());
   }
-  void scaled_masked_softmax_backward(const Tensor& grad_scores, const Tensor& grad_probs, const Tensor& probs,
+  void scaled_masked_softmax_backward(Stream&, const Tensor& grad_scores, const Tensor& grad_probs, const Tensor& probs,
                                       double) override {
     elementwise("scaled_masked_softmax_backward", grad_scores, nb(grad_probs) + nb(probs), 4, probs.dtype());
   }
-  void flash_attention_forward(const FlashArgs& a, const Tensor& out, const Tensor& lse, const Tensor& q,
+  void flash_attention_forward(Stream&, const FlashArgs& a, const Tensor& out, const Tensor& lse, const Tensor& q,
                                const Tensor& k, const Tensor& v, const Tensor&) override {
     const int64_t flops =
         flash_forward_flops(q.size(0), q.size(1), q.size(2), k.size(2), q.size(3), v.size(3), a.causal);
     report("flash_attention_forward", CostKind::attention, q.dtype(), flops, nb(q) + nb(k) + nb(v) + nb(out) + nb(lse));
   }
-  void flash_attention_backward(const FlashArgs& a, const Tensor& dq, const Tensor& dk, const Tensor& dv,
+  void flash_attention_backward(Stream&, const FlashArgs& a, const Tensor& dq, const Tensor& dk, const Tensor& dv,
                                 const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
                                 const Tensor& out, const Tensor& lse, const Tensor&) override {
     const int64_t flops =
@@ -214,20 +210,21 @@ class CostKernels final : public Kernels {
            nb(dout) + nb(q) + nb(k) + nb(v) + nb(out) + nb(lse) + nb(dq) + nb(dk) + nb(dv));
   }
 
-  int64_t find_bad_target(const Tensor&, const CrossEntropyArgs&) override { return -1; }
-  CrossEntropySums cross_entropy_forward(const Tensor& loss, const Tensor& lse, const Tensor& logits,
+  int64_t find_bad_target(Stream&, const Tensor&, const CrossEntropyArgs&) override { return -1; }
+  CrossEntropySums cross_entropy_forward(Stream&, const Tensor& loss, const Tensor& lse, const Tensor& logits,
                                          const Tensor& targets, const CrossEntropyArgs& a) override {
     report("cross_entropy_forward", CostKind::memory, logits.dtype(), 4 * a.rows * a.vocab,
            a.rows * a.vocab * logits.itemsize() + nb(targets) + nb(loss) + nb(lse));
     return {0.0, targets.numel()};
   }
-  void cross_entropy_backward(const Tensor& dlogits, const Tensor& logits, const Tensor& lse, const Tensor& targets,
-                              const Tensor& row_grad, double, const CrossEntropyArgs& a) override {
+  void cross_entropy_backward(Stream&, const Tensor& dlogits, const Tensor& logits, const Tensor& lse,
+                              const Tensor& targets, const Tensor& row_grad, double,
+                              const CrossEntropyArgs& a) override {
     report("cross_entropy_backward", CostKind::memory, logits.dtype(), 3 * a.rows * a.vocab,
            a.rows * a.vocab * logits.itemsize() + nb(lse) + nb(targets) + nb(row_grad) + nb(dlogits));
   }
-  int64_t count_not_ignored(const Tensor& targets, int64_t) override { return targets.numel(); }
-  double chunked_lm_loss_forward(const Tensor& hidden, const Tensor& weight, const Tensor& targets,
+  int64_t count_not_ignored(Stream&, const Tensor& targets, int64_t) override { return targets.numel(); }
+  double chunked_lm_loss_forward(Stream&, const Tensor& hidden, const Tensor& weight, const Tensor& targets,
                                  const Tensor& logits, const Tensor& row_loss, const Tensor& grad_hidden,
                                  const Tensor& grad_weight, const ChunkedLossArgs& a) override {
     (void)weight;
@@ -248,28 +245,28 @@ class CostKernels final : public Kernels {
     return 0.0;
   }
 
-  void gather(const Tensor& out, const Tensor& x, const Tensor& index, int) override {
+  void gather(Stream&, const Tensor& out, const Tensor& x, const Tensor& index, int) override {
     elementwise("gather", out, ne(out) * x.itemsize() + nb(index), 0, x.dtype());
   }
-  void scatter_add(const Tensor& out, const Tensor& src, const Tensor& index, int) override {
+  void scatter_add(Stream&, const Tensor& out, const Tensor& src, const Tensor& index, int) override {
     report("scatter_add", CostKind::memory, src.dtype(), ne(src), nb(src) + nb(index) + 2 * ne(src) * out.itemsize());
   }
-  int64_t first_out_of_range(const Tensor&, int64_t) override { return -1; }
-  int64_t index_max(const Tensor&, int64_t* min_out) override {
+  int64_t first_out_of_range(Stream&, const Tensor&, int64_t) override { return -1; }
+  int64_t index_max(Stream&, const Tensor&, int64_t* min_out) override {
     if (min_out != nullptr) *min_out = 0;
     return 0;
   }
-  void topk(const Tensor& values, const Tensor& indices, const Tensor& x, int, int64_t, bool, bool) override {
+  void topk(Stream&, const Tensor& values, const Tensor& indices, const Tensor& x, int, int64_t, bool, bool) override {
     report("topk", CostKind::memory, x.dtype(), 2 * ne(x), nb(x) + nb(values) + nb(indices));
   }
-  void argsort(const Tensor& indices, const Tensor& x, int, bool) override {
+  void argsort(Stream&, const Tensor& indices, const Tensor& x, int, bool) override {
     report("argsort", CostKind::memory, x.dtype(), 8 * ne(x), nb(x) + nb(indices));
   }
-  void bincount(const Tensor& counts, const Tensor& index) override {
+  void bincount(Stream&, const Tensor& counts, const Tensor& index) override {
     report("bincount", CostKind::memory, index.dtype(), ne(index), nb(index) + 2 * nb(counts));
   }
 
-  void adamw_step(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
+  void adamw_step(Stream&, const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
                   const Tensor& master, const AdamWArgs&) override {
     // param, both moments and the master copy read and written; the gradient read.
     report("adamw_step", CostKind::optimizer, param.dtype(), 14 * ne(param),
@@ -277,8 +274,11 @@ class CostKernels final : public Kernels {
   }
 
  private:
-  static Kernels& cpu() { return cpu::kernels(); }  // the meta device is planned as the cpu
+  static Kernels& cpu() { return device_kernels(Device::cpu()); }  // the meta device is planned as the cpu
 };
+
+// The meta device's kernels: run only while a cost sink is installed (kernels_for).
+[[gnu::init_priority(kRegisterBackends)]] const RegisterKernels<CostKernels> registered(DeviceType::meta);
 
 // Query blocks of `rows` rows over T queries: the sum over blocks of f(first row, rows in the block).
 template <typename F>
@@ -289,28 +289,6 @@ int64_t over_blocks(int64_t T, int64_t block, int64_t first, F f) {
 }
 
 }  // namespace
-
-const char* cost_kind_name(CostKind k) {
-  switch (k) {
-    case CostKind::gemm: return "gemm";
-    case CostKind::attention: return "attention";
-    case CostKind::memory: return "memory";
-    case CostKind::optimizer: return "optimizer";
-    case CostKind::copy: return "copy";
-    case CostKind::host_transfer: return "host_transfer";
-  }
-  return "?";
-}
-
-void set_cost_sink(CostSink s) { sink() = std::move(s); }
-bool cost_sink_installed() { return static_cast<bool>(sink()); }
-
-namespace meta {
-Kernels& cost_kernels() {
-  static CostKernels* k = new CostKernels();
-  return *k;
-}
-}  // namespace meta
 
 int64_t flash_forward_flops(int64_t B, int64_t Hq, int64_t T, int64_t S, int64_t D, int64_t Dv, bool causal) {
   const cpu::FlashTiles tiles = cpu::flash_tiles();

@@ -1,8 +1,13 @@
-#include "tidal/backend/meta/runtime.h"
-
+// The meta device's DeviceRuntime: fake addresses (accounted, never touched) for its device memory
+// and for its host side (a dry run's offload and swap-optimizer states: allocator.h host_allocator),
+// and streams that run their work in order on the calling thread (nothing to overlap: no threads), whose
+// byte copies move nothing — a copy between meta device and meta host memory is ordered like a real
+// one and holds what it keeps alive until its turn, but has no bytes to move. Its kernels
+// (cost_kernels.cpp) run only while a cost sink is installed (seam/kernels.h kernels_for).
 #include <atomic>
 
 #include "tidal/backend/cpu/stream.h"
+#include "tidal/seam/registry.h"
 
 namespace tidal::meta {
 namespace {
@@ -36,18 +41,15 @@ class MetaStream final : public detail::StreamImpl {
 
 class MetaRuntime final : public DeviceRuntime {
  public:
-  Allocator::Backing device_backing() override { return {meta_alloc, meta_free, false}; }
-  Allocator::Backing host_backing(HostMemory) override { return {meta_alloc, meta_free, false}; }
+  MemoryBacking device_backing() override { return {meta_alloc, meta_free, false}; }
+  MemoryBacking host_backing(HostMemory) override { return {meta_alloc, meta_free, false}; }
   std::unique_ptr<detail::StreamImpl> make_stream(const std::string& name, bool compute) override {
     return std::make_unique<MetaStream>(name, compute);
   }
 };
 
-}  // namespace
+[[gnu::init_priority(kRegisterBackends)]] const RegisterRuntime<MetaRuntime> registered(DeviceType::meta);
 
-DeviceRuntime& runtime() {
-  static MetaRuntime r;
-  return r;
-}
+}  // namespace
 
 }  // namespace tidal::meta

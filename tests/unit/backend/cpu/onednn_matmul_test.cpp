@@ -16,11 +16,12 @@
 #include <string>
 #include <vector>
 
-#include "tidal/backend/cpu/matmul.h"
 #include "tidal/backend/cpu/onednn_matmul.h"
 #include "tidal/ops/matmul.h"
 #include "tidal/ops/random.h"
 #include "tidal/ops/reduce.h"
+#include "tidal/seam/kernels.h"
+#include "tidal/stream.h"
 #include "tidal/tensor.h"
 
 namespace tidal {
@@ -89,10 +90,10 @@ void run_case(const Case& c, bool padded) {
                " alpha=" + std::to_string(c.alpha) + " beta=" + std::to_string(c.beta) +
                " out=" + std::string(dtype_name(c.out)) + (padded ? " padded" : ""));
   Tensor a = operand(c.m, c.k, c.trans_a, padded), b = operand(c.k, c.n, c.trans_b, padded);
-  ASSERT_TRUE(cpu::blas_compatible(c.m, c.k, a.stride(0), a.stride(1)));
+  ASSERT_TRUE(device_kernels(Device::cpu()).matmul_operand_ok(c.m, c.k, a.stride(0), a.stride(1)));
   Tensor c0 = randn({c.m, c.n}).to(c.out);
   Tensor out = c0.clone();
-  cpu::matmul_kernel(out, a, b, c.alpha, c.beta);
+  device_kernels(Device::cpu()).matmul(current_stream(Device::cpu()), out, a, b, c.alpha, c.beta);
   check_against_reference(out.unsqueeze(0), c0.unsqueeze(0), a.unsqueeze(0), b.unsqueeze(0), c.alpha, c.beta);
 }
 
@@ -117,19 +118,19 @@ TEST(OnednnMatmul, BatchedAndBroadcastBf16) {
   // Folded rows: a (3, 20, 40) @ b (40, 30) is one (60 x 40) product.
   Tensor a = randn({3, 20, 40}).to(DType::bf16), b = randn({40, 30}).to(DType::bf16);
   Tensor out = zeros({3, 20, 30}, DType::bf16);
-  cpu::matmul_kernel(out, a, b, 1.0, 0.0);
+  device_kernels(Device::cpu()).matmul(current_stream(Device::cpu()), out, a, b, 1.0, 0.0);
   check_against_reference(out, out.clone(), a, b.unsqueeze(0), 1.0, 0.0);
   // One product per batch entry, transposed b views (attention's q @ k^T), f32 out, beta = 1.
   Tensor q = randn({6, 31, 16}).to(DType::bf16), kt = randn({6, 29, 16}).to(DType::bf16).transpose(1, 2);
   Tensor c0 = randn({6, 31, 29});
   Tensor o32 = c0.clone();
-  cpu::matmul_kernel(o32, q, kt, 0.5, 1.0);
+  device_kernels(Device::cpu()).matmul(current_stream(Device::cpu()), o32, q, kt, 0.5, 1.0);
   check_against_reference(o32, c0, q, kt, 0.5, 1.0);
   // Products under 32 MFLOP run one per thread inside a parallel region, each on a primitive that
   // oneDNN runs single-threaded there: large enough here for its brgemm kernels.
   Tensor a2 = randn({4, 256, 128}).to(DType::bf16), b2 = randn({4, 128, 256}).to(DType::bf16);
   Tensor c2 = zeros({4, 256, 256}, DType::bf16);
-  cpu::matmul_kernel(c2, a2, b2, 1.0, 0.0);
+  device_kernels(Device::cpu()).matmul(current_stream(Device::cpu()), c2, a2, b2, 1.0, 0.0);
   check_against_reference(c2, c2.clone(), a2, b2, 1.0, 0.0);
   EXPECT_NE(cpu::onednn::impl_name(false, false, 256, 256, 128, 128, 256, 256, DType::bf16).rfind("ref", 0), 0u);
 }

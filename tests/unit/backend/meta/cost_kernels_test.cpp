@@ -1,7 +1,7 @@
-// The meta device's cost kernels (tidal/backend/cost.h, backend/meta/cost_kernels.h): exact FLOP and
+// The meta device's cost kernels (tidal/seam/cost.h, backend/meta/cost_kernels.cpp): exact FLOP and
 // byte counts from shapes, off unless a sink is installed, and stand-ins that keep value-reading ops
 // on their path.
-#include "tidal/backend/meta/cost_kernels.h"
+#include "tidal/seam/cost.h"
 
 #include <gtest/gtest.h>
 
@@ -12,6 +12,7 @@
 #include "tidal/ops/loss.h"
 #include "tidal/ops/matmul.h"
 #include "tidal/ops/reduce.h"
+#include "tidal/seam/kernels.h"
 
 namespace tidal {
 namespace {
@@ -41,7 +42,7 @@ TEST(CostKernels, OffWithoutASink) {
   EXPECT_FALSE(cost_sink_installed());
   EXPECT_EQ(kernels_for(meta({2, 2})), nullptr);
   Recording r;
-  EXPECT_EQ(kernels_for(meta({2, 2})), &meta::cost_kernels());
+  EXPECT_EQ(kernels_for(meta({2, 2})), &device_kernels(Device::meta()));
   EXPECT_EQ(kernels_for(empty({2, 2}, DType::f32, Device::cpu())), &device_kernels(Device::cpu()));
 }
 

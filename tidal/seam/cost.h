@@ -1,6 +1,6 @@
 #pragma once
 // Kernel costs, the seam's side of the meta device's cost-recording kernels
-// (backend/meta/cost_kernels.h, Note [Cost kernels] in its .cpp): while a cost sink is installed,
+// (backend/meta/cost_kernels.cpp, Note [Cost kernels]): while a cost sink is installed,
 // kernels_for(meta tensor) returns kernels that report what they would compute (FLOPs, bytes read
 // plus written, a kind, a dtype) from shapes and dtypes alone, never touching data. Off by default:
 // without a sink a meta tensor runs nothing. The sink is a callback an upper layer installs
@@ -39,6 +39,8 @@ using CostSink = std::function<void(const KernelCost&)>;
 // Installs `sink` (an empty function removes it). Process-wide: one dry run at a time.
 void set_cost_sink(CostSink sink);
 bool cost_sink_installed();
+// Hands one kernel call's cost to the installed sink (none: nothing). The cost kernels call it.
+void report_cost(const KernelCost& cost);
 
 // FLOPs of the cpu flash kernels' tiles (the masked entries of a causal tile are computed too).
 // q (B, Hq, T, D), k (B, Hkv, S, D), v (B, Hkv, S, Dv) as shapes.

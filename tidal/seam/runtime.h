@@ -1,5 +1,5 @@
 #pragma once
-// The other half of the backend seam (backend/kernels.h has the kernels): what a device provides to
+// The other half of the backend seam (seam/kernels.h has the kernels): what a device provides to
 // the core's Allocator, Stream and Event — raw memory for the caching allocators, and stream and
 // event implementations. A backend implements DeviceRuntime and registers it in
 // backend/registry.cpp; the core classes stay device-neutral (docs/architecture.md).
@@ -9,8 +9,8 @@
 #include <memory>
 #include <string>
 
-#include "tidal/allocator.h"
 #include "tidal/device.h"
+#include "tidal/seam/memory_backing.h"
 
 namespace tidal {
 
@@ -48,8 +48,8 @@ class StreamImpl {
 class DeviceRuntime {
  public:
   virtual ~DeviceRuntime() = default;
-  virtual Allocator::Backing device_backing() = 0;
-  virtual Allocator::Backing host_backing(HostMemory kind) = 0;
+  virtual MemoryBacking device_backing() = 0;
+  virtual MemoryBacking host_backing(HostMemory kind) = 0;
   // `compute`: the device's compute stream (one per device); otherwise a side stream.
   virtual std::unique_ptr<detail::StreamImpl> make_stream(const std::string& name, bool compute) = 0;
 };

@@ -1,5 +1,5 @@
 #pragma once
-// The plain parameter structs and op codes that ops/ hands to a device's kernels (backend/kernels.h).
+// The plain parameter structs and op codes that ops/ hands to a device's kernels (seam/kernels.h).
 // Device-neutral: every backend reads the same structs.
 #include <cstdint>
 

@@ -1,0 +1,285 @@
+#pragma once
+// The seam between device-neutral ops and a device's kernels. Note [Backend seam] in
+// docs/architecture.md: ops/ allocates outputs (so every byte is accounted on every device, meta
+// included), checks shapes, records autograd, then asks kernels_for(output) for the kernels to run.
+// A backend (backend/<device>/) derives from Kernels and registers itself (seam/registry.h);
+// nothing in ops/, autograd/, memory/ or models/ names a device.
+//
+// Every kernel of Kernels throws "no <device> kernel for <name>" until a backend defines it, so a new
+// device comes up kernel by kernel: it compiles with none, and what it lacks fails clearly at run
+// time; the test missing_kernels lists what each registered backend still lacks.
+//
+// Every kernel takes the stream it runs on first: the current stream of its output's device
+// (stream.h current_stream; PyTorch's current stream, MLX's StreamOrDevice). A device with queues
+// launches there; the CPU backend runs every kernel on the calling thread, the compute stream's
+// semantics. A kernel that returns a value has finished when it returns.
+//
+// Kernels write into preallocated outputs and read inputs with any strides unless a comment says
+// "contiguous". Floating kernels accumulate in f32 for bf16 (f64 for f64).
+#include <concepts>
+#include <cstdint>
+#include <string>
+
+#include "tidal/device.h"
+#include "tidal/seam/kernel_args.h"
+
+namespace tidal {
+
+class Stream;
+class Tensor;
+
+// The parameter names document the kernels; a kernel a backend does not define uses none of them.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wunused-parameter"
+class Kernels {
+ public:
+  virtual ~Kernels() = default;
+  virtual const char* name() const = 0;  // the device: "cpu", "cuda"
+  // What the kernels run on, as `tidal info` prints it: "  gemm           oneDNN (f32); ...\n" lines.
+  virtual std::string describe() const = 0;
+
+  // --- layout rules: pure functions of shapes, valid for meta tensors too (they size workspaces
+  // and decide operand copies, which the accounting sees)
+  virtual bool matmul_operand_ok(int64_t rows, int64_t cols, int64_t stride_r, int64_t stride_c) const {
+    missing("matmul_operand_ok");
+  }
+  // The partial-sum rows of the norm weight grads (the workspace's first dim).
+  virtual int64_t norm_row_chunks(int64_t rows) const { missing("norm_row_chunks"); }
+  virtual int64_t flash_forward_workspace(const Tensor& q, const Tensor& k, const Tensor& v) const {
+    missing("flash_forward_workspace");
+  }
+  virtual int64_t flash_backward_workspace(const Tensor& dq, const Tensor& q, const Tensor& k, const Tensor& v) const {
+    missing("flash_backward_workspace");
+  }
+
+  // --- host transfers (contiguous device tensors; bytes in the tensor's dtype)
+  virtual void copy_from_host(Stream& stream, const Tensor& dst, const void* src) { missing("copy_from_host"); }
+  virtual void copy_to_host(Stream& stream, void* dst, const Tensor& src) { missing("copy_to_host"); }
+
+  // --- elementwise (inputs broadcast to the output's shape)
+  virtual void unary(Stream& stream, Unary op, const Tensor& out, const Tensor& in, double s) { missing("unary"); }
+  virtual void binary(Stream& stream, Binary op, const Tensor& out, const Tensor& a, const Tensor& b, double alpha) {
+    missing("binary");
+  }
+  // out (u8) = a op b.
+  virtual void compare(Stream& stream, Compare op, const Tensor& out, const Tensor& a, const Tensor& b) {
+    missing("compare");
+  }
+  virtual void compare_scalar(Stream& stream, Compare op, const Tensor& out, const Tensor& a, double s) {
+    missing("compare_scalar");
+  }
+  virtual void where(Stream& stream, const Tensor& out, const Tensor& cond, const Tensor& a, const Tensor& b) {
+    missing("where");
+  }
+  virtual void masked_fill(Stream& stream, const Tensor& out, const Tensor& x, const Tensor& mask, double value) {
+    missing("masked_fill");
+  }
+  virtual void copy(Stream& stream, const Tensor& dst, const Tensor& src) { missing("copy"); }  // converts dtype
+  virtual void fill(Stream& stream, const Tensor& dst, double value) { missing("fill"); }
+  virtual void add_inplace(Stream& stream, const Tensor& dst, const Tensor& src, double alpha) {
+    missing("add_inplace");
+  }
+
+  // --- random (contiguous outputs; Philox key `seed`, element i at stream position start + i)
+  virtual void random_fill(Stream& stream, const Tensor& out, Distribution dist, uint64_t seed, uint64_t start) {
+    missing("random_fill");
+  }
+  virtual void randint_fill(Stream& stream, const Tensor& out, int64_t low, int64_t high, uint64_t seed,
+                            uint64_t start) {
+    missing("randint_fill");
+  }
+  // out = keep ? x * scale : 0 with keep = uniform >= p; mask (u8) = keep. x contiguous.
+  virtual void dropout_forward(Stream& stream, const Tensor& out, const Tensor& mask, const Tensor& x, double p,
+                               double scale, uint64_t seed, uint64_t start) {
+    missing("dropout_forward");
+  }
+  virtual void dropout_backward(Stream& stream, const Tensor& dx, const Tensor& g, const Tensor& mask, double scale) {
+    missing("dropout_backward");
+  }
+  // dropout_forward with the stream positions of DropoutRowsArgs (a piece of a larger tensor). x contiguous.
+  virtual void dropout_rows_forward(Stream& stream, const DropoutRowsArgs& a, const Tensor& out, const Tensor& mask,
+                                    const Tensor& x, double p, double scale) {
+    missing("dropout_rows_forward");
+  }
+
+  // --- activations
+  virtual void gelu_forward(Stream& stream, const Tensor& out, const Tensor& x, bool tanh_approx) {
+    missing("gelu_forward");
+  }
+  virtual void gelu_backward(Stream& stream, const Tensor& dx, const Tensor& g, const Tensor& x, bool tanh_approx) {
+    missing("gelu_backward");
+  }
+  virtual void silu_forward(Stream& stream, const Tensor& out, const Tensor& x) { missing("silu_forward"); }
+  virtual void silu_backward(Stream& stream, const Tensor& dx, const Tensor& g, const Tensor& x) {
+    missing("silu_backward");
+  }
+  virtual void swiglu_forward(Stream& stream, const Tensor& out, const Tensor& gate, const Tensor& up) {
+    missing("swiglu_forward");
+  }
+  virtual void swiglu_backward(Stream& stream, const Tensor& dgate, const Tensor& dup, const Tensor& g,
+                               const Tensor& gate, const Tensor& up) {
+    missing("swiglu_backward");
+  }
+
+  // --- reductions over dim of a contiguous (outer, n, inner) view
+  virtual void sum(Stream& stream, const Tensor& out, const Tensor& x, int64_t outer, int64_t n, int64_t inner,
+                   double scale) {
+    missing("sum");
+  }
+  virtual void max(Stream& stream, const Tensor& values, const Tensor& indices, const Tensor& x, int64_t outer,
+                   int64_t n, int64_t inner) {
+    missing("max");
+  }
+  virtual void max_backward(Stream& stream, const Tensor& grad_in, const Tensor& g, const Tensor& indices,
+                            int64_t outer, int64_t n, int64_t inner) {
+    missing("max_backward");
+  }
+  // partials[c] = Σ x² over elements [c·chunk, (c+1)·chunk) of contiguous x, in f64: ⌈numel/chunk⌉
+  // values, each independent of the thread count (the gradient norm's deterministic partial sums).
+  virtual void sum_of_squares(Stream& stream, const Tensor& x, int64_t chunk, double* partials) {
+    missing("sum_of_squares");
+  }
+
+  // --- matrix product: out = alpha * a @ b + beta * out (batch dims broadcast). a and b share a dtype;
+  // out has it too, except that bf16 operands may write an f32 out (f32 accumulation either way).
+  virtual void matmul(Stream& stream, const Tensor& out, const Tensor& a, const Tensor& b, double alpha, double beta) {
+    missing("matmul");
+  }
+
+  // --- softmax, norms, RoPE, embedding
+  virtual void softmax_forward(Stream& stream, const Tensor& out, const Tensor& x, const SoftmaxArgs& a) {
+    missing("softmax_forward");
+  }
+  virtual void softmax_backward(Stream& stream, const Tensor& dx, const Tensor& g, const Tensor& y,
+                                const SoftmaxArgs& a) {
+    missing("softmax_backward");
+  }
+  virtual void layer_norm_forward(Stream& stream, const Tensor& out, const Tensor& mean, const Tensor& rstd,
+                                  const Tensor& x, const Tensor& weight, const Tensor& bias, const NormArgs& a) {
+    missing("layer_norm_forward");
+  }
+  virtual void layer_norm_backward(Stream& stream, const Tensor& dx, const Tensor& dweight, const Tensor& dbias,
+                                   const Tensor& workspace, const Tensor& g, const Tensor& x, const Tensor& mean,
+                                   const Tensor& rstd, const Tensor& weight, const NormArgs& a) {
+    missing("layer_norm_backward");
+  }
+  virtual void rms_norm_forward(Stream& stream, const Tensor& out, const Tensor& rstd, const Tensor& x,
+                                const Tensor& weight, const NormArgs& a) {
+    missing("rms_norm_forward");
+  }
+  virtual void rms_norm_backward(Stream& stream, const Tensor& dx, const Tensor& dweight, const Tensor& workspace,
+                                 const Tensor& g, const Tensor& x, const Tensor& rstd, const Tensor& weight,
+                                 const NormArgs& a) {
+    missing("rms_norm_backward");
+  }
+  virtual void rope_tables(Stream& stream, const Tensor& cos, const Tensor& sin, double theta,
+                           int64_t position_offset) {
+    missing("rope_tables");
+  }
+  virtual void rope(Stream& stream, const Tensor& out, const Tensor& x, const Tensor& cos, const Tensor& sin,
+                    bool transpose) {
+    missing("rope");
+  }
+  virtual void embedding_forward(Stream& stream, const Tensor& out, const Tensor& weight, const Tensor& ids) {
+    missing("embedding_forward");
+  }
+  virtual void embedding_backward(Stream& stream, const Tensor& grad_weight, const Tensor& g, const Tensor& ids) {
+    missing("embedding_backward");
+  }
+
+  // --- attention
+  virtual void scaled_masked_softmax_forward(Stream& stream, const Tensor& probs, const Tensor& scores, double scale,
+                                             bool causal) {
+    missing("scaled_masked_softmax_forward");
+  }
+  virtual void scaled_masked_softmax_backward(Stream& stream, const Tensor& grad_scores, const Tensor& grad_probs,
+                                              const Tensor& probs, double scale) {
+    missing("scaled_masked_softmax_backward");
+  }
+  virtual void flash_attention_forward(Stream& stream, const FlashArgs& a, const Tensor& out, const Tensor& lse,
+                                       const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& workspace) {
+    missing("flash_attention_forward");
+  }
+  virtual void flash_attention_backward(Stream& stream, const FlashArgs& a, const Tensor& dq, const Tensor& dk,
+                                        const Tensor& dv, const Tensor& dout, const Tensor& q, const Tensor& k,
+                                        const Tensor& v, const Tensor& out, const Tensor& lse,
+                                        const Tensor& workspace) {
+    missing("flash_attention_backward");
+  }
+
+  // --- losses. find_bad_target: the first row whose target is outside [0, vocab) and not ignored, or -1.
+  virtual int64_t find_bad_target(Stream& stream, const Tensor& targets, const CrossEntropyArgs& a) {
+    missing("find_bad_target");
+  }
+  virtual CrossEntropySums cross_entropy_forward(Stream& stream, const Tensor& loss, const Tensor& lse,
+                                                 const Tensor& logits, const Tensor& targets,
+                                                 const CrossEntropyArgs& a) {
+    missing("cross_entropy_forward");
+  }
+  virtual void cross_entropy_backward(Stream& stream, const Tensor& dlogits, const Tensor& logits, const Tensor& lse,
+                                      const Tensor& targets, const Tensor& row_grad, double scale,
+                                      const CrossEntropyArgs& a) {
+    missing("cross_entropy_backward");
+  }
+  virtual int64_t count_not_ignored(Stream& stream, const Tensor& targets, int64_t ignore_index) {
+    missing("count_not_ignored");
+  }
+  // Returns the sum of the row losses; writes the gradients of hidden and weight (scaled by grad_scale).
+  virtual double chunked_lm_loss_forward(Stream& stream, const Tensor& hidden, const Tensor& weight,
+                                         const Tensor& targets, const Tensor& logits, const Tensor& row_loss,
+                                         const Tensor& grad_hidden, const Tensor& grad_weight,
+                                         const ChunkedLossArgs& a) {
+    missing("chunked_lm_loss_forward");
+  }
+
+  // --- indexing (index tensors i32/i64)
+  virtual void gather(Stream& stream, const Tensor& out, const Tensor& x, const Tensor& index, int dim) {
+    missing("gather");
+  }
+  virtual void scatter_add(Stream& stream, const Tensor& out, const Tensor& src, const Tensor& index, int dim) {
+    missing("scatter_add");
+  }
+  // The first flat position whose index is outside [0, limit), or -1 (contiguous index).
+  virtual int64_t first_out_of_range(Stream& stream, const Tensor& index, int64_t limit) {
+    missing("first_out_of_range");
+  }
+  // The largest index (contiguous, non-empty); its smallest into *min_out when not null.
+  virtual int64_t index_max(Stream& stream, const Tensor& index, int64_t* min_out) { missing("index_max"); }
+  virtual void topk(Stream& stream, const Tensor& values, const Tensor& indices, const Tensor& x, int dim, int64_t k,
+                    bool largest, bool sorted) {
+    missing("topk");
+  }
+  virtual void argsort(Stream& stream, const Tensor& indices, const Tensor& x, int dim, bool descending) {
+    missing("argsort");
+  }
+  virtual void bincount(Stream& stream, const Tensor& counts, const Tensor& index) { missing("bincount"); }
+
+  // --- optimizer: one AdamW update of param (and its f32 master copy when defined)
+  virtual void adamw_step(Stream& stream, const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
+                          const Tensor& exp_avg_sq, const Tensor& master, const AdamWArgs& a) {
+    missing("adamw_step");
+  }
+
+ protected:
+  // Throws tidal::Error "[backend] no <name()> kernel for <kernel>": what every kernel a backend
+  // does not define does.
+  [[noreturn]] void missing(const char* kernel) const;
+};
+#pragma GCC diagnostic pop
+
+// The kernels that run for an op on `device`, or nullptr when nothing runs: a meta device (shapes
+// and accounting only). The one place the meta device is handled: while a cost sink is installed
+// (seam/cost.h) the meta device's kernels run, which record what they would compute, read no data
+// and return stand-ins (so an op reads values only through its kernels).
+Kernels* kernels_for(Device device);
+// kernels_for(out.device()) for the output `out` of an op. A template only so that this header needs
+// Tensor's declaration, not its definition (tensor.h includes the seam, not the other way round).
+template <std::same_as<Tensor> T>
+Kernels* kernels_for(const T& out) {
+  return kernels_for(out.device());
+}
+// The kernels of a registered device (seam/registry.h). Their layout rules hold for meta tensors too:
+// the meta device's are those of the cpu, whose place it takes in a dry run.
+Kernels& device_kernels(Device device);
+
+}  // namespace tidal
