@@ -41,25 +41,21 @@ void check_grad(const Node& node, size_t i, const Tensor& g) {
                g.shape(), " ", g.dtype(), " but the output was ", m.shape, " ", m.dtype);
 }
 
-}  // namespace
+// Per reachable node: how many edges of the graph point at it (its dependencies), and the gradients
+// gathered for its outputs. One map for both: one lookup and one entry per node.
+struct Pending {
+  int deps = 0;
+  TensorList grads;
+};
+using PendingMap = std::unordered_map<Node*, Pending>;
+using ReadyQueue = std::priority_queue<Node*, std::vector<Node*>, ReadyOrder>;
 
-void set_backward_node_check(std::function<void(int layer)> check) { node_check() = std::move(check); }
-
-void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads, bool retain_graph) {
-  TIDAL_CHECK(roots.size() == grads.size(), "[backward] got ", roots.size(), " outputs but ", grads.size(),
-              " gradients");
-  GradModeGuard no_grad(false);
-  OpScope op("backward");
-
-  // Per reachable node: how many edges of the graph point at it (its dependencies), and the
-  // gradients gathered for its outputs. One map for both: one lookup and one entry per node.
-  struct Pending {
-    int deps = 0;
-    TensorList grads;
-  };
-  std::unordered_map<Node*, Pending> pending;
+// Puts each root's gradient into its node's slot and counts every reachable node's dependencies.
+// Returns the roots' nodes, to be kept alive for the walk.
+std::vector<std::shared_ptr<Node>> seed(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads,
+                                        PendingMap& pending) {
   std::vector<Node*> stack;
-  std::vector<std::shared_ptr<Node>> keep_alive;  // roots' nodes, for the duration of the walk
+  std::vector<std::shared_ptr<Node>> keep_alive;
   for (size_t r = 0; r < roots.size(); ++r) {
     Edge e = gradient_edge(roots[r]);
     TIDAL_CHECK(e.fn != nullptr, "[backward] tensor ", r, " ", roots[r].shape(),
@@ -83,8 +79,57 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads
       if (inserted) stack.push_back(e.fn.get());
     }
   }
+  return keep_alive;
+}
 
-  std::priority_queue<Node*, std::vector<Node*>, ReadyOrder> ready;
+// Runs one node's backward on the gradients gathered for it (none defined: it is skipped, its saved
+// tensors still released) and hands its outputs on, queuing each next node whose last dependency it was.
+void run_node(Node* node, PendingMap& pending, ReadyQueue& ready, bool retain_graph) {
+  TensorList in = std::move(pending[node].grads);
+  in.resize(node->num_outputs());
+  bool any = false;
+  for (size_t i = 0; i < in.size(); ++i) {
+    if (!in[i].defined()) continue;
+    any = true;
+    check_grad(*node, i, in[i]);
+    if (auto t = node->retained()[i].lock()) Tensor(t).set_grad(in[i].clone());
+  }
+  TensorList out;
+  if (any) {
+    LayerScope layer(node->layer());
+    OpScope op_scope(node->name(), profile::kBackward);  // memory and time of this node's backward
+    for (const auto& hook : node->pre_hooks()) hook();
+    if (node_check()) node_check()(node->layer());
+    out = node->apply(std::move(in));
+    TIDAL_ASSERT(out.size() == node->next_edges().size() || out.empty(), node->name(), " returned ", out.size(),
+                 " gradients for ", node->next_edges().size(), " inputs");
+  }
+  if (!retain_graph) node->release_saved();
+  const std::vector<Edge>& edges = node->next_edges();
+  for (size_t i = 0; i < edges.size(); ++i) {
+    Node* next = edges[i].fn.get();
+    if (next == nullptr) continue;
+    Pending& p = pending[next];
+    if (i < out.size() && out[i].defined()) {
+      p.grads.resize(next->num_outputs());
+      accumulate(p.grads[edges[i].input_nr], std::move(out[i]));
+    }
+    if (--p.deps == 0) ready.push(next);
+  }
+}
+
+}  // namespace
+
+void set_backward_node_check(std::function<void(int layer)> check) { node_check() = std::move(check); }
+
+void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads, bool retain_graph) {
+  TIDAL_CHECK(roots.size() == grads.size(), "[backward] got ", roots.size(), " outputs but ", grads.size(),
+              " gradients");
+  GradModeGuard no_grad(false);
+  OpScope op("backward");
+  PendingMap pending;
+  const std::vector<std::shared_ptr<Node>> keep_alive = seed(roots, grads, pending);
+  ReadyQueue ready;
   for (size_t r = 0; r < roots.size(); ++r) {
     Node* n = roots[r].impl()->grad_fn ? roots[r].impl()->grad_fn.get() : nullptr;
     if (n == nullptr) n = gradient_edge(roots[r]).fn.get();
@@ -94,41 +139,10 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads
       ready.push(n);
     }
   }
-
   while (!ready.empty()) {
     Node* node = ready.top();
     ready.pop();
-    TensorList in = std::move(pending[node].grads);
-    in.resize(node->num_outputs());
-    bool any = false;
-    for (size_t i = 0; i < in.size(); ++i) {
-      if (!in[i].defined()) continue;
-      any = true;
-      check_grad(*node, i, in[i]);
-      if (auto t = node->retained()[i].lock()) Tensor(t).set_grad(in[i].clone());
-    }
-    TensorList out;
-    if (any) {
-      LayerScope layer(node->layer());
-      OpScope op_scope(node->name(), profile::kBackward);  // memory and time of this node's backward
-      for (const auto& hook : node->pre_hooks()) hook();
-      if (node_check()) node_check()(node->layer());
-      out = node->apply(std::move(in));
-      TIDAL_ASSERT(out.size() == node->next_edges().size() || out.empty(), node->name(), " returned ", out.size(),
-                   " gradients for ", node->next_edges().size(), " inputs");
-    }
-    if (!retain_graph) node->release_saved();
-    const std::vector<Edge>& edges = node->next_edges();
-    for (size_t i = 0; i < edges.size(); ++i) {
-      Node* next = edges[i].fn.get();
-      if (next == nullptr) continue;
-      Pending& p = pending[next];
-      if (i < out.size() && out[i].defined()) {
-        p.grads.resize(next->num_outputs());
-        accumulate(p.grads[edges[i].input_nr], std::move(out[i]));
-      }
-      if (--p.deps == 0) ready.push(next);
-    }
+    run_node(node, pending, ready, retain_graph);
   }
 }
 

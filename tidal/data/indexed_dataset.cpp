@@ -59,6 +59,23 @@ bool store(int64_t v, char* dst) {
   return true;
 }
 
+// The whole .idx file.
+std::string read_index_file(const std::string& idx_path) {
+  std::string idx;
+  std::error_code ec;
+  TIDAL_CHECK(std::filesystem::is_regular_file(idx_path, ec), "[indexed dataset] '", idx_path,
+              "' is not a file (give --data-path the prefix of a .bin/.idx pair)");
+  std::ifstream in(idx_path, std::ios::binary | std::ios::ate);
+  TIDAL_CHECK(in.good(), "[indexed dataset] cannot open '", idx_path, "': ", std::strerror(errno));
+  const std::streamoff bytes = in.tellg();
+  TIDAL_CHECK(bytes >= 0, "[indexed dataset] cannot read the size of '", idx_path, "'");
+  idx.resize(size_t(bytes));
+  in.seekg(0);
+  in.read(idx.data(), std::streamsize(idx.size()));
+  TIDAL_CHECK(in.good() || idx.empty(), "[indexed dataset] reading '", idx_path, "' failed");
+  return idx;
+}
+
 }  // namespace
 
 int64_t token_dtype_size(TokenDType t) {
@@ -184,21 +201,11 @@ void IndexedDatasetWriter::finish() {
 
 IndexedDataset::IndexedDataset(std::string prefix) : prefix_(std::move(prefix)) {
   const std::string idx_path = prefix_ + ".idx", bin_path = prefix_ + ".bin";
-  const std::string where = "[indexed dataset] '" + idx_path + "': ";
-  std::string idx;
-  {
-    std::error_code ec;
-    TIDAL_CHECK(std::filesystem::is_regular_file(idx_path, ec), "[indexed dataset] '", idx_path,
-                "' is not a file (give --data-path the prefix of a .bin/.idx pair)");
-    std::ifstream in(idx_path, std::ios::binary | std::ios::ate);
-    TIDAL_CHECK(in.good(), "[indexed dataset] cannot open '", idx_path, "': ", std::strerror(errno));
-    const std::streamoff bytes = in.tellg();
-    TIDAL_CHECK(bytes >= 0, "[indexed dataset] cannot read the size of '", idx_path, "'");
-    idx.resize(size_t(bytes));
-    in.seekg(0);
-    in.read(idx.data(), std::streamsize(idx.size()));
-    TIDAL_CHECK(in.good() || idx.empty(), "[indexed dataset] reading '", idx_path, "' failed");
-  }
+  const int64_t bin_bytes = read_index(read_index_file(idx_path), "[indexed dataset] '" + idx_path + "': ");
+  map_bin(bin_path, idx_path, bin_bytes);
+}
+
+int64_t IndexedDataset::read_index(const std::string& idx, const std::string& where) {
   TIDAL_CHECK(idx.size() >= kHeaderBytes, where, "truncated: ", idx.size(), " bytes, the header alone is ",
               kHeaderBytes);
   TIDAL_CHECK(std::memcmp(idx.data(), kMagic, sizeof kMagic) == 0, where,
@@ -243,7 +250,10 @@ IndexedDataset::IndexedDataset(std::string prefix) : prefix_(std::move(prefix)) 
   for (size_t k = 1; k < d; ++k)
     TIDAL_CHECK(doc_idx_[k] >= doc_idx_[k - 1] && doc_idx_[k] <= int64_t(n), where, "document index ", k, " is ",
                 doc_idx_[k], ": not within [", doc_idx_[k - 1], ", ", n, "]");
+  return offset;
+}
 
+void IndexedDataset::map_bin(const std::string& bin_path, const std::string& idx_path, int64_t offset) {
   const int fd = ::open(bin_path.c_str(), O_RDONLY);
   TIDAL_CHECK(fd >= 0, "[indexed dataset] cannot open '", bin_path, "': ", std::strerror(errno));
   struct stat st {};

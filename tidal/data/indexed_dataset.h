@@ -92,6 +92,11 @@ class IndexedDataset {
   const std::vector<int64_t>& document_indices() const { return doc_idx_; }
 
  private:
+  // The index's arrays from the .idx file's bytes, checked against each other; returns .bin's expected bytes.
+  int64_t read_index(const std::string& idx, const std::string& where);
+  // Memory-maps .bin, checked to hold exactly `expected` bytes.
+  void map_bin(const std::string& bin_path, const std::string& idx_path, int64_t expected);
+
   std::string prefix_;
   TokenDType dtype_ = TokenDType::u16;
   std::vector<int32_t> sizes_;

@@ -32,6 +32,11 @@ struct Tokenizer::Impl {
   int64_t num_merges = 0;
 
   void encode(BpeModel::Session& session, std::string_view text, std::vector<int64_t>& out, bool allow_added) const;
+  // The vocabulary's spellings by id (`size` ids, checked) and ids by spelling.
+  void set_vocab(const nlohmann::json& vocab, int64_t size);
+  // Every id's bytes, then the added tokens over the vocabulary (their ids win), indexed for leftmost-longest
+  // matching. After the BPE model is built from the vocabulary alone.
+  void set_added(std::vector<AddedToken> added_now);
   // Calls segment(text) for the text between added tokens and token(id) for each added token.
   template <typename Segment, typename Token>
   void split_added(std::string_view text, Segment&& segment, Token&& token) const;
@@ -139,14 +144,8 @@ std::pair<std::string, std::string> merge_parts(const json& e, const std::string
   return {json_string(e[0], where + "[0]"), json_string(e[1], where + "[1]")};
 }
 
-}  // namespace
-
-Tokenizer Tokenizer::from_json_string(const std::string& text, const std::string& origin) {
-  auto m = std::make_shared<Impl>();
-  const TokenizerFields f{origin};
-  const std::string where = "[tokenizer] " + origin + ": ";
-  const json doc = parse_json(text, "[tokenizer] " + origin);
-  TIDAL_CHECK(doc.is_object(), where, "must hold a JSON object, found ", json_kind(doc));
+// The "model" object, checked to be byte-level BPE without what tidal does not implement.
+const json& bpe_model(const json& doc, const TokenizerFields& f, const std::string& where) {
   const json* model_ptr = f.find(doc, "model", "");
   TIDAL_CHECK(model_ptr != nullptr, where, "no \"model\" object; is this a tokenizer.json?");
   const json& model = *model_ptr;
@@ -159,6 +158,91 @@ Tokenizer Tokenizer::from_json_string(const std::string& text, const std::string
   if (const json* dropout = f.find(model, "dropout", "model"))
     TIDAL_CHECK(json_number(*dropout, f.field("model.dropout")) == 0.0, f.field("model.dropout"),
                 ": BPE dropout is not supported (it makes encoding random)");
+  return model;
+}
+
+// The entries of "added_tokens" (an array); `size` grows to cover their ids.
+std::vector<AddedToken> read_added_tokens(const json& added_json, const TokenizerFields& f, int64_t& size) {
+  std::vector<AddedToken> added(added_json.size());
+  for (size_t i = 0; i < added_json.size(); ++i) {
+    const std::string at = detail::str_cat("added_tokens[", i, "]");
+    const json& a = added_json[i];
+    TIDAL_CHECK(a.is_object(), f.field(at), " must be an object, found ", json_kind(a));
+    AddedToken& t = added[i];
+    const json* id = f.find(a, "id", at);
+    TIDAL_CHECK(id != nullptr, f.field(at), " has no id");
+    t.id = token_id(*id, f.field(at + ".id"));
+    t.content = f.get_string(a, "content", at, "");
+    TIDAL_CHECK(!t.content.empty(), f.field(at + ".content"), " must be a non-empty string");
+    t.single_word = f.get_bool(a, "single_word", at, false);
+    t.lstrip = f.get_bool(a, "lstrip", at, false);
+    t.rstrip = f.get_bool(a, "rstrip", at, false);
+    t.normalized = f.get_bool(a, "normalized", at, false);
+    t.special = f.get_bool(a, "special", at, false);
+    size = std::max(size, t.id + 1);
+  }
+  return added;
+}
+
+// "model.merges": each part and their concatenation must be tokens.
+std::vector<BpeModel::Merge> bpe_merges(const json& merges_json, const TokenizerFields& f,
+                                        const StringMap<int32_t>& token_ids) {
+  TIDAL_CHECK(merges_json.is_array(), f.field("model.merges"), " must be an array, found ", json_kind(merges_json));
+  std::vector<BpeModel::Merge> merges;
+  merges.reserve(merges_json.size());
+  for (size_t r = 0; r < merges_json.size(); ++r) {
+    const std::string at = f.field(detail::str_cat("model.merges[", r, "]"));
+    const auto [a, b] = merge_parts(merges_json[r], at);
+    auto ia = token_ids.find(a), ib = token_ids.find(b), iab = token_ids.find(a + b);
+    TIDAL_CHECK(ia != token_ids.end() && ib != token_ids.end() && iab != token_ids.end(), at, ": ",
+                (ia == token_ids.end()   ? "its first part"
+                 : ib == token_ids.end() ? "its second part"
+                                         : "the two parts joined"),
+                " is not in the vocabulary");
+    merges.push_back({ia->second, ib->second, iab->second});
+  }
+  return merges;
+}
+
+}  // namespace
+
+void Tokenizer::Impl::set_vocab(const json& vocab, int64_t size) {
+  tokens.assign(size_t(size), std::string());
+  token_ids.reserve(vocab.size());
+  for (const auto& [token, id_json] : vocab.items()) {
+    const int64_t id = id_json.get<int64_t>();
+    tokens[size_t(id)] = token;
+    token_ids[token] = int32_t(id);
+  }
+}
+
+void Tokenizer::Impl::set_added(std::vector<AddedToken> added_now) {
+  bytes.resize(tokens.size());
+  for (size_t id = 0; id < tokens.size(); ++id) bytes[id] = symbols_to_bytes(tokens[id]);
+  special.assign(tokens.size(), 0);
+  for (AddedToken& t : added_now) {
+    tokens[size_t(t.id)] = t.content;
+    bytes[size_t(t.id)] = symbols_to_bytes(t.content);
+    special[size_t(t.id)] = t.special;
+    token_ids[t.content] = int32_t(t.id);
+    added.push_back(std::move(t));
+  }
+  // Leftmost-longest matching: at each position try the longest candidate first.
+  for (size_t i = 0; i < added.size(); ++i)
+    added_by_first_byte[static_cast<unsigned char>(added[i].content[0])].push_back(int32_t(i));
+  for (auto& list : added_by_first_byte)
+    std::stable_sort(list.begin(), list.end(), [&](int32_t x, int32_t y) {
+      return added[size_t(x)].content.size() > added[size_t(y)].content.size();
+    });
+}
+
+Tokenizer Tokenizer::from_json_string(const std::string& text, const std::string& origin) {
+  auto m = std::make_shared<Impl>();
+  const TokenizerFields f{origin};
+  const std::string where = "[tokenizer] " + origin + ": ";
+  const json doc = parse_json(text, "[tokenizer] " + origin);
+  TIDAL_CHECK(doc.is_object(), where, "must hold a JSON object, found ", json_kind(doc));
+  const json& model = bpe_model(doc, f, where);
 
   const json* normalizer = f.find(doc, "normalizer", "");
   m->normalizer = Normalizer::from_json(normalizer ? *normalizer : json(), "[tokenizer] " + origin);
@@ -179,35 +263,12 @@ Tokenizer Tokenizer::from_json_string(const std::string& text, const std::string
   const std::string vocab_id = "[tokenizer] " + origin + ": an id in field 'model.vocab'";
   int64_t size = 0;
   for (const auto& [token, id_json] : vocab.items()) size = std::max(size, token_id(id_json, vocab_id) + 1);
-  std::vector<AddedToken> added(added_json.size());
-  for (size_t i = 0; i < added_json.size(); ++i) {
-    const std::string at = detail::str_cat("added_tokens[", i, "]");
-    const json& a = added_json[i];
-    TIDAL_CHECK(a.is_object(), f.field(at), " must be an object, found ", json_kind(a));
-    AddedToken& t = added[i];
-    const json* id = f.find(a, "id", at);
-    TIDAL_CHECK(id != nullptr, f.field(at), " has no id");
-    t.id = token_id(*id, f.field(at + ".id"));
-    t.content = f.get_string(a, "content", at, "");
-    TIDAL_CHECK(!t.content.empty(), f.field(at + ".content"), " must be a non-empty string");
-    t.single_word = f.get_bool(a, "single_word", at, false);
-    t.lstrip = f.get_bool(a, "lstrip", at, false);
-    t.rstrip = f.get_bool(a, "rstrip", at, false);
-    t.normalized = f.get_bool(a, "normalized", at, false);
-    t.special = f.get_bool(a, "special", at, false);
-    size = std::max(size, t.id + 1);
-  }
+  std::vector<AddedToken> added = read_added_tokens(added_json, f, size);
   const int64_t entries = int64_t(vocab.size() + added.size());
   TIDAL_CHECK(size <= entries + kMaxUnusedIds, where, "the largest token id is ", size - 1, " but there are only ",
               entries, " tokens: more than ", kMaxUnusedIds,
               " ids would be unused (a corrupted file? docs/reliability.md)");
-  m->tokens.assign(size_t(size), std::string());
-  m->token_ids.reserve(vocab.size());
-  for (const auto& [token, id_json] : vocab.items()) {
-    const int64_t id = id_json.get<int64_t>();
-    m->tokens[size_t(id)] = token;
-    m->token_ids[token] = int32_t(id);
-  }
+  m->set_vocab(vocab, size);
 
   std::array<int32_t, 256> byte_ids;
   for (int b = 0; b < 256; ++b) {
@@ -220,49 +281,15 @@ Tokenizer Tokenizer::from_json_string(const std::string& text, const std::string
     TIDAL_CHECK(it != m->token_ids.end(), f.field("model.unk_token"), " is not in the vocabulary");
     unk_id = it->second;
   }
-
-  // Merges: each part and their concatenation must be tokens.
-  std::vector<BpeModel::Merge> merges;
   const json* merges_ptr = f.find(model, "merges", "model");
-  const json& merges_json = merges_ptr ? *merges_ptr : kNone;
-  TIDAL_CHECK(merges_json.is_array(), f.field("model.merges"), " must be an array, found ", json_kind(merges_json));
-  merges.reserve(merges_json.size());
-  for (size_t r = 0; r < merges_json.size(); ++r) {
-    const std::string at = f.field(detail::str_cat("model.merges[", r, "]"));
-    const auto [a, b] = merge_parts(merges_json[r], at);
-    auto ia = m->token_ids.find(a), ib = m->token_ids.find(b), iab = m->token_ids.find(a + b);
-    TIDAL_CHECK(ia != m->token_ids.end() && ib != m->token_ids.end() && iab != m->token_ids.end(), at, ": ",
-                (ia == m->token_ids.end()   ? "its first part"
-                 : ib == m->token_ids.end() ? "its second part"
-                                            : "the two parts joined"),
-                " is not in the vocabulary");
-    merges.push_back({ia->second, ib->second, iab->second});
-  }
+  std::vector<BpeModel::Merge> merges = bpe_merges(merges_ptr ? *merges_ptr : kNone, f, m->token_ids);
   m->num_merges = int64_t(merges.size());
 
   StringMap<int32_t> whole_pieces;
   if (f.get_bool(model, "ignore_merges", "model", false))
     for (const auto& [token, id] : m->token_ids) whole_pieces.emplace(symbols_to_bytes(token), id);
   m->bpe = std::make_unique<BpeModel>(byte_ids, merges, unk_id, std::move(whole_pieces));
-
-  m->bytes.resize(m->tokens.size());
-  for (size_t id = 0; id < m->tokens.size(); ++id) m->bytes[id] = symbols_to_bytes(m->tokens[id]);
-  m->special.assign(m->tokens.size(), 0);
-
-  for (AddedToken& t : added) {
-    m->tokens[size_t(t.id)] = t.content;
-    m->bytes[size_t(t.id)] = symbols_to_bytes(t.content);
-    m->special[size_t(t.id)] = t.special;
-    m->token_ids[t.content] = int32_t(t.id);
-    m->added.push_back(std::move(t));
-  }
-  // Leftmost-longest matching: at each position try the longest candidate first.
-  for (size_t i = 0; i < m->added.size(); ++i)
-    m->added_by_first_byte[static_cast<unsigned char>(m->added[i].content[0])].push_back(int32_t(i));
-  for (auto& list : m->added_by_first_byte)
-    std::stable_sort(list.begin(), list.end(), [&](int32_t x, int32_t y) {
-      return m->added[size_t(x)].content.size() > m->added[size_t(y)].content.size();
-    });
+  m->set_added(std::move(added));
   m->source = text;
   return Tokenizer(std::move(m));
 }

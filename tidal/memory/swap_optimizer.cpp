@@ -107,15 +107,21 @@ void SwapAdamW::step(double lr) {
     if (K > 1) buf[1] = Storage::make(buffer_bytes_, dev);
   }
   if (dev.is_meta()) return;  // accounted; nothing to move
+  swap_through(window_pieces(buf, grads), dev, lr);
+  stats_.step_ms += ms_since(t0);
+}
 
-  // Device views of each active piece's states in its window's buffer (the layout of plan_swap_windows).
-  struct Piece {
-    const Slot* slot;
-    const Tensor* grad;
-    int64_t begin, n;
-    Tensor dev[3], host[3];  // exp_avg, exp_avg_sq, master (bf16 parameters)
-  };
-  std::vector<std::vector<Piece>> pieces(static_cast<size_t>(K));
+struct SwapAdamW::Piece {
+  const Slot* slot;
+  const Tensor* grad;
+  int64_t begin, n;
+  Tensor dev[3], host[3];  // exp_avg, exp_avg_sq, master (bf16 parameters)
+};
+
+SwapAdamW::WindowPieces SwapAdamW::window_pieces(const std::shared_ptr<Storage> (&buf)[2],
+                                                 const std::vector<Tensor>& grads) const {
+  const int64_t K = windows();
+  WindowPieces pieces(static_cast<size_t>(K));
   for (int64_t w = 0; w < K; ++w) {
     int64_t offset = 0;
     for (const SwapPiece& sp : windows_[size_t(w)].pieces) {
@@ -137,7 +143,11 @@ void SwapAdamW::step(double lr) {
     }
     TIDAL_ASSERT(offset == windows_[size_t(w)].device_bytes, "swap window layout differs from the plan");
   }
+  return pieces;
+}
 
+void SwapAdamW::swap_through(const WindowPieces& pieces, Device dev, double lr) {
+  const int64_t K = windows();
   auto copies = [&](int64_t w, bool in, int64_t& bytes) {
     std::vector<Copy> v;
     for (const Piece& p : pieces[size_t(w)])
@@ -180,7 +190,6 @@ void SwapAdamW::step(double lr) {
   const int64_t wait0 = now_ns();
   out[size_t(K - 1)].synchronize();  // the d2h stream is in order: every window is back in host memory
   stats_.wait_ms += ms_since(wait0);
-  stats_.step_ms += ms_since(t0);
 }
 
 std::string SwapAdamW::describe() const {

@@ -52,6 +52,14 @@ class SwapAdamW : public optim::AdamW {
   void init_state(Slot& s) const override;
 
  private:
+  struct Piece;  // a window's piece: its parameter range and its states' device and host views
+  using WindowPieces = std::vector<std::vector<Piece>>;  // [window][piece]
+  // The device views of each updated piece's states in its window's buffer (buffer w % 2), laid out as
+  // plan_swap_windows planned; pieces without a gradient are left out.
+  WindowPieces window_pieces(const std::shared_ptr<Storage> (&buffers)[2], const std::vector<Tensor>& grads) const;
+  // Copies the windows in, updates them and copies them out on the two copy streams (Note [Swap pipeline]).
+  void swap_through(const WindowPieces& pieces, Device dev, double lr);
+
   std::vector<SwapWindow> windows_;
   int64_t buffer_bytes_ = 0;  // the largest window
   std::unique_ptr<Stream> h2d_, d2h_;

@@ -178,11 +178,25 @@ void DistributedAdamW::reduce_scatter(const std::vector<size_t>& subset, ShardCo
   const Tensor& first = params_.front().second;
   // Gradients are summed in f32 for bf16 parameters (--bf16's main gradients), else in their dtype.
   const DType grad_dtype = first.dtype() == DType::bf16 ? DType::f32 : first.dtype();
-  const int64_t itemsize = dtype_size(grad_dtype);
-  const bool meta = first.is_meta();
   if (has_grad_.size() != params_.size()) has_grad_.assign(params_.size(), 0);
   std::vector<Tensor> grads(params_.size());  // (numel) each; defined for this call's parameters only
-  std::vector<char> any(groups_.size(), 0);   // per group: whether it reduces something (alike on its ranks)
+  const std::vector<char> any = whole_gradients(subset, via, grad_dtype, grads);
+  if (!shard_grad_.defined()) {
+    int64_t shard = 0;
+    for (const Group& g : groups_) shard += g.layout.shard_size(g.comm->rank());
+    MemoryScope scope(MemoryCategory::gradient);
+    shard_grad_ = zeros({shard}, grad_dtype, first.device());  // (shard): summed gradients
+  }
+  for (size_t g = 0; g < groups_.size(); ++g)
+    if (any[g]) reduce_group(g, comm_of(g, via), grads);
+  // The whole gradients are not needed any more: free them now.
+  grads.clear();
+  for (size_t i : subset) params_[i].second.zero_grad();
+}
+
+std::vector<char> DistributedAdamW::whole_gradients(const std::vector<size_t>& subset, ShardComms via, DType grad_dtype,
+                                                    std::vector<Tensor>& grads) {
+  std::vector<char> any(groups_.size(), 0);
   for (size_t g = 0; g < groups_.size(); ++g) {
     // Which of this group's parameters have a gradient on some rank of the group: one without any
     // takes no part (and, if it gets none all step, keeps none, as in one process: AdamW then skips
@@ -211,61 +225,55 @@ void DistributedAdamW::reduce_scatter(const std::vector<size_t>& subset, ShardCo
       grads[i] = grad.contiguous().view({p.numel()});
     }
   }
-  if (!shard_grad_.defined()) {
-    int64_t shard = 0;
-    for (const Group& g : groups_) shard += g.layout.shard_size(g.comm->rank());
-    MemoryScope scope(MemoryCategory::gradient);
-    shard_grad_ = zeros({shard}, grad_dtype, first.device());  // (shard): summed gradients
-  }
-  for (size_t g = 0; g < groups_.size(); ++g) {
-    if (!any[g]) continue;
-    dist::Communicator& comm = comm_of(g, via);
-    const int ranks = comm.size(), me = comm.rank();
-    // This call's pieces of my shard, packed: runs of (offset in my shard, offset in the packing, length).
-    struct Run {
-      int64_t shard_at, packed_at, length;
-    };
-    std::vector<Run> runs;
-    int64_t packed = 0, shard_at = groups_[g].at;
-    for (const ShardLayout::Fragment& f : fragments(g, me)) {
-      if (grads[f.param].defined()) {
-        if (!runs.empty() && runs.back().shard_at + runs.back().length == shard_at)
-          runs.back().length += f.length;
-        else
-          runs.push_back({shard_at, packed, f.length});
-        packed += f.length;
-      }
-      shard_at += f.length;
+  return any;
+}
+
+void DistributedAdamW::reduce_group(size_t g, dist::Communicator& comm, const std::vector<Tensor>& grads) {
+  const DType grad_dtype = shard_grad_.dtype();
+  const int64_t itemsize = dtype_size(grad_dtype);
+  const bool meta = shard_grad_.is_meta();
+  const int ranks = comm.size(), me = comm.rank();
+  // This call's pieces of my shard, packed: runs of (offset in my shard, offset in the packing, length).
+  struct Run {
+    int64_t shard_at, packed_at, length;
+  };
+  std::vector<Run> runs;
+  int64_t packed = 0, shard_at = groups_[g].at;
+  for (const ShardLayout::Fragment& f : fragments(g, me)) {
+    if (grads[f.param].defined()) {
+      if (!runs.empty() && runs.back().shard_at + runs.back().length == shard_at)
+        runs.back().length += f.length;
+      else
+        runs.push_back({shard_at, packed, f.length});
+      packed += f.length;
     }
-    MemoryScope scope(MemoryCategory::temporary);
-    profile::Range range(dist::kReductionRange);  // the packing and the sums: the reduce-scatter's own work
-    Tensor blocks = empty({ranks, packed}, grad_dtype, first.device());  // every rank's pieces, packed
-    std::vector<dist::Communicator::Transfer> sends, receives;
-    for (int r = 0; r < ranks; ++r) {
-      int64_t at = 0;  // where the piece lands in the packing of rank r's pieces
-      for (const ShardLayout::Fragment& f : fragments(g, r)) {
-        if (!grads[f.param].defined()) continue;
-        Tensor piece = grads[f.param].narrow(0, f.begin, f.length);  // (length)
-        if (r == me) {
-          blocks.select(0, me).narrow(0, at, f.length).copy_(piece);
-          for (int q = 0; q < ranks && !meta; ++q)  // every other rank's piece of this fragment
-            if (q != me)
-              receives.push_back({q, static_cast<char*>(blocks.raw_data()) + (int64_t(q) * packed + at) * itemsize,
-                                  f.length * itemsize});
-        } else if (!meta) {
-          sends.push_back({r, piece.raw_data(), f.length * itemsize});
-        }
-        at += f.length;
-      }
-    }
-    if (ranks > 1) comm.exchange(sends, receives);
-    for (int r = 0; r < ranks; ++r)  // in rank order, each element on its own: any grouping adds alike
-      for (const Run& run : runs)
-        shard_grad_.narrow(0, run.shard_at, run.length).add_(blocks.select(0, r).narrow(0, run.packed_at, run.length));
+    shard_at += f.length;
   }
-  // The whole gradients are not needed any more: free them now.
-  grads.clear();
-  for (size_t i : subset) params_[i].second.zero_grad();
+  MemoryScope scope(MemoryCategory::temporary);
+  profile::Range range(dist::kReductionRange);  // the packing and the sums: the reduce-scatter's own work
+  Tensor blocks = empty({ranks, packed}, grad_dtype, shard_grad_.device());  // every rank's pieces, packed
+  std::vector<dist::Communicator::Transfer> sends, receives;
+  for (int r = 0; r < ranks; ++r) {
+    int64_t at = 0;  // where the piece lands in the packing of rank r's pieces
+    for (const ShardLayout::Fragment& f : fragments(g, r)) {
+      if (!grads[f.param].defined()) continue;
+      Tensor piece = grads[f.param].narrow(0, f.begin, f.length);  // (length)
+      if (r == me) {
+        blocks.select(0, me).narrow(0, at, f.length).copy_(piece);
+        for (int q = 0; q < ranks && !meta; ++q)  // every other rank's piece of this fragment
+          if (q != me)
+            receives.push_back({q, static_cast<char*>(blocks.raw_data()) + (int64_t(q) * packed + at) * itemsize,
+                                f.length * itemsize});
+      } else if (!meta) {
+        sends.push_back({r, piece.raw_data(), f.length * itemsize});
+      }
+      at += f.length;
+    }
+  }
+  if (ranks > 1) comm.exchange(sends, receives);
+  for (int r = 0; r < ranks; ++r)  // in rank order, each element on its own: any grouping adds alike
+    for (const Run& run : runs)
+      shard_grad_.narrow(0, run.shard_at, run.length).add_(blocks.select(0, r).narrow(0, run.packed_at, run.length));
 }
 
 double DistributedAdamW::finish_reduction() {

@@ -123,6 +123,13 @@ class DistributedAdamW {
   // The pieces of rank `rank` of group g's communicator, `param` an index into params_.
   std::vector<ShardLayout::Fragment> fragments(size_t g, int rank) const;
   dist::Communicator& comm_of(size_t g, ShardComms via) const;
+  // reduce_scatter's halves. The whole gradients, (numel) each, of the subset's parameters that have one
+  // on some rank of their group (a missing one here counted as zeros), into `grads`; returns, per group,
+  // whether it reduces anything (alike on its ranks).
+  std::vector<char> whole_gradients(const std::vector<size_t>& subset, ShardComms via, DType grad_dtype,
+                                    std::vector<Tensor>& grads);
+  // Sums group g's pieces of `grads` over its ranks into this rank's shard of shard_grad_.
+  void reduce_group(size_t g, dist::Communicator& comm, const std::vector<Tensor>& grads);
 
   dist::Communicator& comm_;
   NamedParameters params_;

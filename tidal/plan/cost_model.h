@@ -6,9 +6,9 @@
 // cost model".
 #include <cstdint>
 
-#include "tidal/seam/cost.h"
 #include "tidal/plan/device_profile.h"
 #include "tidal/plan/dry_run.h"
+#include "tidal/seam/cost.h"
 #include "tidal/train/arguments.h"
 
 namespace tidal::plan {

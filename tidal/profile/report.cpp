@@ -77,6 +77,80 @@ std::string info_line(const nlohmann::json& info) {
   return s;
 }
 
+// The activations at the peak, by layer and the largest modules.
+std::string activations_section(const nlohmann::json& act) {
+  std::string out;
+  if (!act.is_object() || !act.contains("by_layer")) return out;
+  out += "activations at the peak: " + bytes(act["total"]) + "\n";
+  for (const nlohmann::json& l : act["by_layer"])
+    out += printf_str("    %-20s %12s\n", layer_name(l["layer"].get<int>()).c_str(), bytes(l["bytes"]).c_str());
+  if (act.value("unattributed", int64_t(0)) != 0)
+    out += printf_str("    %-20s %12s\n", "(before the window)", bytes(act["unattributed"]).c_str());
+  out += "  largest modules:\n";
+  int shown = 0;
+  for (const nlohmann::json& m : act["by_module"]) {
+    if (shown++ == 8) break;
+    const std::string name = m.value("module", "");
+    out += printf_str("    %-44s %12s\n", name.empty() ? "(no module)" : name.c_str(), bytes(m["bytes"]).c_str());
+  }
+  return out;
+}
+
+// What the saved-tensor hooks saw: how many, by policy, the ops that kept the most, and whether the kept
+// activations account for the peak's.
+std::string saved_tensors_section(const nlohmann::json& sv, const nlohmann::json& act) {
+  std::string out;
+  if (sv.value("count", 0) <= 0) return out;
+  std::string policies;
+  for (const auto& [k, v] : sv["by_policy"].items()) policies += (policies.empty() ? "" : ", ") + k + " " + bytes(v);
+  out +=
+      printf_str("saved tensors (step %lld, first micro-batch): %lld tensors; %s\n",
+                 (long long)sv.value("step", int64_t(0)), (long long)sv.value("count", int64_t(0)), policies.c_str());
+  std::string ops;
+  int n = 0;
+  for (const nlohmann::json& o : sv["kept_by_op"])
+    if (n++ < 6) ops += (ops.empty() ? "" : ", ") + o.value("op", "") + " " + bytes(o["bytes"]);
+  if (!ops.empty()) out += "  kept, by the op that saved them: " + ops + "\n";
+  if (act.is_object() && act.contains("total")) {
+    const int64_t kept = sv.value("kept_activation_bytes", int64_t(0)), at = act.value("total", int64_t(0));
+    out += kept == at ? "  kept activations = activations at the peak (" + format_bytes(at) +
+                            "): the table accounts for every byte\n"
+                      : "  kept activations " + format_bytes(kept) + " vs " + format_bytes(at) +
+                            " at the peak: the peak is not where forward ends (backward frees saved tensors and "
+                            "holds recomputed or copied-back ones)\n";
+  }
+  return out;
+}
+
+// Self time by op on the compute lane, recompute, the side streams and the compute lane's waits.
+std::string time_section(const nlohmann::json& s) {
+  std::string out;
+  out += "\ntime by op (self time on the compute lane):\n";
+  double lane = 0;
+  for (const nlohmann::json& o : s["ops"]) lane += o.value("self_ms", 0.0);
+  int shown = 0;
+  for (const nlohmann::json& o : s["ops"]) {
+    if (shown++ == 12) break;
+    out += printf_str("    %-28s %-9s %6lld calls %9.2f ms %6.1f%%\n", o.value("name", "").c_str(),
+                      o.value("kind", "").c_str(), (long long)o.value("calls", int64_t(0)), o.value("self_ms", 0.0),
+                      lane > 0 ? 100.0 * o.value("self_ms", 0.0) / lane : 0.0);
+  }
+  const nlohmann::json& rc = s["recompute"];
+  if (rc.value("ranges", 0) > 0)
+    out += printf_str("recompute: %lld replays, %.2f ms\n", (long long)rc.value("ranges", int64_t(0)),
+                      rc.value("ms", 0.0));
+  for (const nlohmann::json& st : s["streams"])
+    out += printf_str("stream %s: %lld tasks, %.2f ms busy, %.0f%% of it overlapped with compute\n",
+                      st.value("stream", "").c_str(), (long long)st.value("tasks", int64_t(0)),
+                      st.value("busy_ms", 0.0), 100.0 * st.value("overlap_fraction", 0.0));
+  if (s.value("compute_wait_ms", 0.0) > 0)
+    out += printf_str("compute waited on side streams for %.2f ms\n", s.value("compute_wait_ms", 0.0));
+  if (s.value("compute_comm_ms", 0.0) > 0)
+    out += printf_str("compute blocked in exchanges between ranks for %.2f ms (ops of kind comm)\n",
+                      s.value("compute_comm_ms", 0.0));
+  return out;
+}
+
 }  // namespace
 
 std::string format_summary(const nlohmann::json& s) {
@@ -101,64 +175,9 @@ std::string format_summary(const nlohmann::json& s) {
            breakdown(p, false);
   }
   const nlohmann::json& act = s["activations_at_peak"];
-  if (act.is_object() && act.contains("by_layer")) {
-    out += "activations at the peak: " + bytes(act["total"]) + "\n";
-    for (const nlohmann::json& l : act["by_layer"])
-      out += printf_str("    %-20s %12s\n", layer_name(l["layer"].get<int>()).c_str(), bytes(l["bytes"]).c_str());
-    if (act.value("unattributed", int64_t(0)) != 0)
-      out += printf_str("    %-20s %12s\n", "(before the window)", bytes(act["unattributed"]).c_str());
-    out += "  largest modules:\n";
-    int shown = 0;
-    for (const nlohmann::json& m : act["by_module"]) {
-      if (shown++ == 8) break;
-      const std::string name = m.value("module", "");
-      out += printf_str("    %-44s %12s\n", name.empty() ? "(no module)" : name.c_str(), bytes(m["bytes"]).c_str());
-    }
-  }
-  const nlohmann::json& sv = s["saved_tensors"];
-  if (sv.value("count", 0) > 0) {
-    std::string policies;
-    for (const auto& [k, v] : sv["by_policy"].items()) policies += (policies.empty() ? "" : ", ") + k + " " + bytes(v);
-    out +=
-        printf_str("saved tensors (step %lld, first micro-batch): %lld tensors; %s\n",
-                   (long long)sv.value("step", int64_t(0)), (long long)sv.value("count", int64_t(0)), policies.c_str());
-    std::string ops;
-    int n = 0;
-    for (const nlohmann::json& o : sv["kept_by_op"])
-      if (n++ < 6) ops += (ops.empty() ? "" : ", ") + o.value("op", "") + " " + bytes(o["bytes"]);
-    if (!ops.empty()) out += "  kept, by the op that saved them: " + ops + "\n";
-    if (act.is_object() && act.contains("total")) {
-      const int64_t kept = sv.value("kept_activation_bytes", int64_t(0)), at = act.value("total", int64_t(0));
-      out += kept == at ? "  kept activations = activations at the peak (" + format_bytes(at) +
-                              "): the table accounts for every byte\n"
-                        : "  kept activations " + format_bytes(kept) + " vs " + format_bytes(at) +
-                              " at the peak: the peak is not where forward ends (backward frees saved tensors and "
-                              "holds recomputed or copied-back ones)\n";
-    }
-  }
-  out += "\ntime by op (self time on the compute lane):\n";
-  double lane = 0;
-  for (const nlohmann::json& o : s["ops"]) lane += o.value("self_ms", 0.0);
-  int shown = 0;
-  for (const nlohmann::json& o : s["ops"]) {
-    if (shown++ == 12) break;
-    out += printf_str("    %-28s %-9s %6lld calls %9.2f ms %6.1f%%\n", o.value("name", "").c_str(),
-                      o.value("kind", "").c_str(), (long long)o.value("calls", int64_t(0)), o.value("self_ms", 0.0),
-                      lane > 0 ? 100.0 * o.value("self_ms", 0.0) / lane : 0.0);
-  }
-  const nlohmann::json& rc = s["recompute"];
-  if (rc.value("ranges", 0) > 0)
-    out += printf_str("recompute: %lld replays, %.2f ms\n", (long long)rc.value("ranges", int64_t(0)),
-                      rc.value("ms", 0.0));
-  for (const nlohmann::json& st : s["streams"])
-    out += printf_str("stream %s: %lld tasks, %.2f ms busy, %.0f%% of it overlapped with compute\n",
-                      st.value("stream", "").c_str(), (long long)st.value("tasks", int64_t(0)),
-                      st.value("busy_ms", 0.0), 100.0 * st.value("overlap_fraction", 0.0));
-  if (s.value("compute_wait_ms", 0.0) > 0)
-    out += printf_str("compute waited on side streams for %.2f ms\n", s.value("compute_wait_ms", 0.0));
-  if (s.value("compute_comm_ms", 0.0) > 0)
-    out += printf_str("compute blocked in exchanges between ranks for %.2f ms (ops of kind comm)\n",
-                      s.value("compute_comm_ms", 0.0));
+  out += activations_section(act);
+  out += saved_tensors_section(s["saved_tensors"], act);
+  out += time_section(s);
   return out;
 }
 

@@ -81,35 +81,38 @@ std::string lane_row(const std::vector<Item>& items, const Window& w, double x0,
   return out;
 }
 
-}  // namespace
+// The compute lane's ranges in the window, in start order (enclosing first), each at its nesting depth
+// (up to kMaxDepth rows).
+struct ComputeLane {
+  static constexpr int kMaxDepth = 6;
+  std::vector<const RangeRecord*> ranges;
+  std::vector<std::vector<Item>> depth_items = std::vector<std::vector<Item>>(kMaxDepth);
+  int depth_used = 1;
+};
 
-std::string timeline_svg(const ProfileData& d) {
-  const int W = 1000;
-  const double x0 = 120, x1 = 985, row = 18;
-  const Window w = chosen_step(d);
-
-  // Nesting depth of the compute lane's ranges.
-  std::vector<const RangeRecord*> lane;
+ComputeLane compute_lane(const ProfileData& d, const Window& w) {
+  ComputeLane c;
   for (const RangeRecord& r : d.ranges)
-    if (r.thread == 0 && r.kind != kPhase && r.end_ns > w.t0 && r.start_ns < w.t1) lane.push_back(&r);
-  std::sort(lane.begin(), lane.end(), [](const RangeRecord* a, const RangeRecord* b) {
+    if (r.thread == 0 && r.kind != kPhase && r.end_ns > w.t0 && r.start_ns < w.t1) c.ranges.push_back(&r);
+  std::sort(c.ranges.begin(), c.ranges.end(), [](const RangeRecord* a, const RangeRecord* b) {
     return a->start_ns != b->start_ns ? a->start_ns < b->start_ns : a->end_ns > b->end_ns;
   });
-  constexpr int kMaxDepth = 6;
-  std::vector<std::vector<Item>> depth_items(kMaxDepth);
   std::vector<int64_t> open;  // end times of the enclosing ranges
-  int depth_used = 1;
-  for (const RangeRecord* r : lane) {
+  for (const RangeRecord* r : c.ranges) {
     while (!open.empty() && open.back() <= r->start_ns) open.pop_back();
     const int depth = int(open.size());
     open.push_back(r->end_ns);
-    if (depth >= kMaxDepth) continue;
-    depth_used = std::max(depth_used, depth + 1);
+    if (depth >= ComputeLane::kMaxDepth) continue;
+    c.depth_used = std::max(c.depth_used, depth + 1);
     std::string label = r->name;
     if (r->layer >= 0 && depth == 0) label.append(" L").append(std::to_string(r->layer));
-    depth_items[size_t(depth)].push_back({r->start_ns, r->end_ns, op_color(r->name, r->kind), label});
+    c.depth_items[size_t(depth)].push_back({r->start_ns, r->end_ns, op_color(r->name, r->kind), label});
   }
-  // Layer spans: consecutive top-level ranges of the same layer.
+  return c;
+}
+
+// Layer spans: consecutive ranges of the same layer, merged.
+std::vector<Item> layer_spans(const std::vector<const RangeRecord*>& lane) {
   std::vector<Item> layers;
   for (const RangeRecord* r : lane) {
     if (r->layer < 0) continue;
@@ -120,26 +123,13 @@ std::string timeline_svg(const ProfileData& d) {
     else
       layers.push_back({r->start_ns, r->end_ns, r->layer % 2 ? "#8d99ae" : "#5c677d", label});
   }
-  std::map<std::string, std::vector<Item>> streams;
-  for (const StreamTaskEvent& t : d.tasks) streams[t.stream].push_back({t.start_ns, t.end_ns, "#edc948", t.label});
+  return layers;
+}
 
-  const double y_phase = 44, y_layers = y_phase + 26, y_compute = y_layers + 22,
-               y_streams = y_compute + depth_used * row + 16;
-  const double y_end = y_streams + std::max<size_t>(streams.size(), 1) * 26 + 8;
-  const int H = int(y_end + 70);
-  std::string title = "Compute and copy lanes, step " + std::to_string(w.step);
-  std::string out = header(W, H, title);
-  out += phase_bands(d, w, x0, x1, y_phase, y_phase + 22, true);
-  out += fmt("<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\" fill=\"#222\">phases</text>\n", x0 - 8, y_phase + 15);
-  out += fmt("<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\" fill=\"#222\">layers</text>\n", x0 - 8, y_layers + 13);
-  out += lane_row(layers, w, x0, x1, y_layers, 16);
-  out += fmt("<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"#f7f7f7\"/>\n", x0, y_compute, x1 - x0,
-             depth_used * row);
-  out += fmt("<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\" fill=\"#222\">compute</text>\n", x0 - 8, y_compute + 13);
-  out += fmt("<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\" fill=\"#777\" font-size=\"10\">(nested ops)</text>\n",
-             x0 - 8, y_compute + 27);
-  for (int k = 0; k < depth_used; ++k) out += lane_row(depth_items[size_t(k)], w, x0, x1, y_compute + k * row, row - 2);
-  double y = y_streams;
+// One 26-pixel row per side stream from y, or one saying there was none.
+std::string stream_rows(const std::map<std::string, std::vector<Item>>& streams, const Window& w, double x0, double x1,
+                        double y) {
+  std::string out;
   if (streams.empty()) {
     out +=
         fmt("<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"20\" fill=\"#f7f7f7\"/>"
@@ -154,11 +144,13 @@ std::string timeline_svg(const ProfileData& d) {
     out += lane_row(items, w, x0, x1, y, 20);
     y += 26;
   }
-  out += time_axis(w, x0, x1, y_end);
+  return out;
+}
 
-  // Legend.
+// The op families' colors, in one row at y.
+std::string legend(double ly) {
+  std::string out;
   double lx = 16;
-  const double ly = y_end + 52;
   for (auto [label, color] : {std::pair{"matmul/linear", "#4e79a7"},
                               {"attention", "#b07aa1"},
                               {"norm", "#59a14f"},
@@ -175,6 +167,40 @@ std::string timeline_svg(const ProfileData& d) {
             lx, ly - 10, color, lx + 16, ly, label);
     lx += 16 + 6.5 * double(std::char_traits<char>::length(label)) + 14;
   }
+  return out;
+}
+
+}  // namespace
+
+std::string timeline_svg(const ProfileData& d) {
+  const int W = 1000;
+  const double x0 = 120, x1 = 985, row = 18;
+  const Window w = chosen_step(d);
+  const ComputeLane lane = compute_lane(d, w);
+  const int depth_used = lane.depth_used;
+  std::map<std::string, std::vector<Item>> streams;
+  for (const StreamTaskEvent& t : d.tasks) streams[t.stream].push_back({t.start_ns, t.end_ns, "#edc948", t.label});
+
+  const double y_phase = 44, y_layers = y_phase + 26, y_compute = y_layers + 22,
+               y_streams = y_compute + depth_used * row + 16;
+  const double y_end = y_streams + std::max<size_t>(streams.size(), 1) * 26 + 8;
+  const int H = int(y_end + 70);
+  std::string title = "Compute and copy lanes, step " + std::to_string(w.step);
+  std::string out = header(W, H, title);
+  out += phase_bands(d, w, x0, x1, y_phase, y_phase + 22, true);
+  out += fmt("<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\" fill=\"#222\">phases</text>\n", x0 - 8, y_phase + 15);
+  out += fmt("<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\" fill=\"#222\">layers</text>\n", x0 - 8, y_layers + 13);
+  out += lane_row(layer_spans(lane.ranges), w, x0, x1, y_layers, 16);
+  out += fmt("<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"#f7f7f7\"/>\n", x0, y_compute, x1 - x0,
+             depth_used * row);
+  out += fmt("<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\" fill=\"#222\">compute</text>\n", x0 - 8, y_compute + 13);
+  out += fmt("<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\" fill=\"#777\" font-size=\"10\">(nested ops)</text>\n",
+             x0 - 8, y_compute + 27);
+  for (int k = 0; k < depth_used; ++k)
+    out += lane_row(lane.depth_items[size_t(k)], w, x0, x1, y_compute + k * row, row - 2);
+  out += stream_rows(streams, w, x0, x1, y_streams);
+  out += time_axis(w, x0, x1, y_end);
+  out += legend(y_end + 52);
   return out + "</svg>\n";
 }
 

@@ -80,17 +80,9 @@ void write_text(const std::string& path, const std::string& text) {
   io::write_atomically(path, [&](int fd) { io::write_all(fd, text.data(), text.size(), path); });
 }
 
-}  // namespace
-
-nlohmann::json chrome_trace(const ProfileData& d) {
-  const int64_t t0 = d.start_ns;
-  nlohmann::json ev = nlohmann::json::array();
-  ev.push_back(meta("process_name", kPhaseTid, {{"name", "tidal"}}));
-  ev.push_back(meta("thread_name", kPhaseTid, {{"name", "steps and phases"}}));
-  ev.push_back(meta("thread_sort_index", kPhaseTid, {{"sort_index", 0}}));
-  ev.push_back(meta("thread_name", kComputeTid, {{"name", "compute"}}));
-  ev.push_back(meta("thread_sort_index", kComputeTid, {{"sort_index", 1}}));
-
+// The steps on the phase lane, then every range: phases there, the compute thread's on its lane, other
+// threads' on one lane each.
+void add_ranges(nlohmann::json& ev, const ProfileData& d, int64_t t0) {
   for (const StepSpan& s : d.steps)
     ev.push_back({{"name", "step " + std::to_string(s.step)},
                   {"cat", "step"},
@@ -123,8 +115,10 @@ nlohmann::json chrome_trace(const ProfileData& d) {
   }
   for (int tid : other_threads)
     ev.push_back(meta("thread_name", tid, {{"name", "thread " + std::to_string(tid - kOtherTid0)}}));
+}
 
-  // Side streams: one lane each, after compute.
+// Side streams: one lane each, after compute.
+void add_stream_lanes(nlohmann::json& ev, const ProfileData& d, int64_t t0) {
   std::map<std::string, int> lanes;
   for (const StreamTaskEvent& t : d.tasks) {
     auto [it, inserted] = lanes.emplace(t.stream, kStreamTid0 + int(lanes.size()));
@@ -141,28 +135,44 @@ nlohmann::json chrome_trace(const ProfileData& d) {
                   {"tid", it->second},
                   {"args", {{"stream", t.stream}}}});
   }
+}
 
+// The failed allocation, if the run ran out of memory: an instant event with what it asked for.
+void add_out_of_memory(nlohmann::json& ev, const ProfileData& d, int64_t t0) {
+  const int64_t f = failed_event(d);
+  if (f < 0) return;
+  const MemEvent& e = d.device[size_t(f)];
+  ev.push_back({{"name", "out of memory"},
+                {"cat", "memory"},
+                {"ph", "i"},
+                {"s", "g"},
+                {"ts", us(e.time_ns, t0)},
+                {"pid", kPid},
+                {"tid", kComputeTid},
+                {"args",
+                 {{"requested", e.delta},
+                  {"category", std::string(category_name(e.category))},
+                  {"op", e.op},
+                  {"layer", e.layer},
+                  {"module", e.module}}}});
+}
+
+}  // namespace
+
+nlohmann::json chrome_trace(const ProfileData& d) {
+  const int64_t t0 = d.start_ns;
+  nlohmann::json ev = nlohmann::json::array();
+  ev.push_back(meta("process_name", kPhaseTid, {{"name", "tidal"}}));
+  ev.push_back(meta("thread_name", kPhaseTid, {{"name", "steps and phases"}}));
+  ev.push_back(meta("thread_sort_index", kPhaseTid, {{"sort_index", 0}}));
+  ev.push_back(meta("thread_name", kComputeTid, {{"name", "compute"}}));
+  ev.push_back(meta("thread_sort_index", kComputeTid, {{"sort_index", 1}}));
+  add_ranges(ev, d, t0);
+  add_stream_lanes(ev, d, t0);
   add_counters(ev, "device memory", "device reserved", d.device_start, d.device_reserved_start, d.device, t0);
   if (!d.host.empty() || d.host_reserved_start > 0)
     add_counters(ev, "host memory", "host reserved", d.host_start, d.host_reserved_start, d.host, t0);
-
-  const int64_t f = failed_event(d);
-  if (f >= 0) {
-    const MemEvent& e = d.device[size_t(f)];
-    ev.push_back({{"name", "out of memory"},
-                  {"cat", "memory"},
-                  {"ph", "i"},
-                  {"s", "g"},
-                  {"ts", us(e.time_ns, t0)},
-                  {"pid", kPid},
-                  {"tid", kComputeTid},
-                  {"args",
-                   {{"requested", e.delta},
-                    {"category", std::string(category_name(e.category))},
-                    {"op", e.op},
-                    {"layer", e.layer},
-                    {"module", e.module}}}});
-  }
+  add_out_of_memory(ev, d, t0);
   nlohmann::json trace;
   trace["traceEvents"] = std::move(ev);
   trace["displayTimeUnit"] = "ms";

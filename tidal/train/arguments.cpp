@@ -10,9 +10,11 @@
 
 namespace tidal::train {
 
-Flags train_flags(const std::string& command) {
-  Flags f(command);
-  f.option("model", "a built-in model preset (tidal presets lists them)", "NAME")
+namespace {
+
+// The model: a preset, a config or a pretrained directory, and its shape.
+Flags& add_model_flags(Flags& f) {
+  return f.option("model", "a built-in model preset (tidal presets lists them)", "NAME")
       .option("config", "a Hugging Face config.json (model_type gpt2, llama, qwen3, qwen3_moe)", "FILE")
       .option("pretrained", "start from a Hugging Face model directory (config.json + safetensors weights)", "DIR")
       .option("num-layers", "number of transformer layers", "N")
@@ -38,7 +40,12 @@ Flags train_flags(const std::string& command) {
       .option("vocab-size", "vocabulary size (with --mock-data; otherwise the tokenizer's)", "N")
       .option("attention", "attention kernel: flash (default) or eager", "KIND")
       .option("hidden-dropout", "dropout on the residual branches", "P")
-      .option("attention-dropout", "dropout on the attention probabilities", "P")
+      .option("attention-dropout", "dropout on the attention probabilities", "P");
+}
+
+// The data and the batch.
+Flags& add_data_flags(Flags& f) {
+  return f
       .option("data-path", "a Megatron indexed dataset: PREFIX.bin and PREFIX.idx (tidal prepare writes them)",
               "PREFIX")
       .option("tokenizer", "tokenizer.json (Hugging Face format)", "FILE")
@@ -47,8 +54,12 @@ Flags train_flags(const std::string& command) {
       .option("seq-length", "tokens per sample", "N")
       .option("micro-batch-size", "samples per forward/backward", "N")
       .option("global-batch-size", "samples per optimizer step (a multiple of --micro-batch-size)", "N")
-      .option("train-iters", "optimizer steps", "N")
-      .option("lr", "peak learning rate", "LR")
+      .option("train-iters", "optimizer steps", "N");
+}
+
+// The optimizer, its learning rate schedule, clipping and the NaN guard.
+Flags& add_optimizer_flags(Flags& f) {
+  return f.option("lr", "peak learning rate", "LR")
       .option("min-lr", "learning rate at the end of the decay", "LR")
       .option("lr-warmup-iters", "linear warmup steps", "N")
       .option("lr-decay-iters", "steps of decay (default: --train-iters)", "N")
@@ -63,8 +74,12 @@ Flags train_flags(const std::string& command) {
       .flag("no-check-for-nan-in-loss-and-grad", "do not check the loss and the gradients for NaN and infinity")
       .flag("skip-nonfinite-steps",
             "skip (do not apply) a step whose loss or gradient norm is not finite, instead of "
-            "stopping; skipped steps are logged and counted")
-      .option("seed", "random seed (initialization, data order, dropout)", "N")
+            "stopping; skipped steps are logged and counted");
+}
+
+// The run: seed, checkpoints, logging, evaluation, metrics and --auto-memory.
+Flags& add_run_flags(Flags& f) {
+  return f.option("seed", "random seed (initialization, data order, dropout)", "N")
       .option("save", "directory to save checkpoints to", "DIR")
       .option("load", "directory to resume from (its latest checkpoint; none there: start fresh, with a warning)",
               "DIR")
@@ -85,6 +100,16 @@ Flags train_flags(const std::string& command) {
               "with --auto-memory: the device profile that times the candidates, a built-in name or a file of "
               "tidal plan --calibrate (default: that file if it exists, else a quick calibration)",
               "NAME|FILE");
+}
+
+}  // namespace
+
+Flags train_flags(const std::string& command) {
+  Flags f(command);
+  add_model_flags(f);
+  add_data_flags(f);
+  add_optimizer_flags(f);
+  add_run_flags(f);
   add_memory_flags(f);
   add_precision_flags(f);
   parallel::add_parallel_flags(f)
