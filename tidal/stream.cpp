@@ -59,7 +59,17 @@ StreamGuard::StreamGuard(Stream& stream) : slot_(device_slot(stream.device())), 
 StreamGuard::~StreamGuard() { t_current[size_t(slot_)] = saved_; }
 
 bool Stream::is_compute() const { return impl_->is_compute(); }
-void Stream::enqueue(std::function<void()> task, const char* label) { impl_->enqueue(std::move(task), label); }
+// A side stream's task runs with that stream current, so the kernels it launches queue on it (a device
+// with queues: in order with the stream's copies; the CPU backend runs them in the task).
+void Stream::enqueue(std::function<void()> task, const char* label) {
+  if (impl_->is_compute()) return impl_->enqueue(std::move(task), label);
+  impl_->enqueue(
+      [this, task = std::move(task)] {
+        StreamGuard guard(*this);
+        task();
+      },
+      label);
+}
 void Stream::synchronize() { impl_->synchronize(); }
 bool Stream::query() { return impl_->query(); }
 int64_t Stream::busy_ns() const { return impl_->busy_ns(); }

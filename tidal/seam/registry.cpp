@@ -22,7 +22,11 @@ std::array<Backend, kNumDeviceTypes>& backends() {
 
 [[noreturn]] void unregistered(Device device, const char* what) {
   detail::throw_error(detail::str_cat("[backend] no ", what, " registered for device ", device,
-                                      ": its backend (tidal/backend/", device, "/) is not linked in"));
+                                      ": its backend (tidal/backend/", device_type_name(device.type),
+                                      "/) is not linked in",
+                                      device.is_cuda() ? " (build with -DTIDAL_CUDA=ON where the CUDA toolkit is "
+                                                         "installed: docs/cuda.md)"
+                                                       : ""));
 }
 
 }  // namespace

@@ -1,0 +1,61 @@
+// The CUDA backend's runtime (seam/runtime.h): device memory from cudaMalloc and pinned host memory
+// from cudaHostAlloc, both under tidal's caching allocators (allocator.h: categories, peaks, the event
+// log and the TIDAL_DEVICE_MEMORY cap work as on the CPU), and CUDA streams (stream.h). Nothing here
+// runs while the program starts: a machine without a GPU links this backend and fails only when a
+// cuda tensor is made, with CUDA's reason.
+#include <cstdlib>
+
+#include "tidal/backend/cuda/check.h"
+#include "tidal/backend/cuda/stream.h"
+#include "tidal/seam/registry.h"
+
+namespace tidal::cuda {
+namespace {
+
+// nullptr when the device is full: the allocator frees its cache and retries, then reports out of memory.
+void* device_alloc(int64_t bytes) {
+  void* p = nullptr;
+  const cudaError_t e = cudaMalloc(&p, size_t(bytes));
+  if (e == cudaErrorMemoryAllocation) {
+    (void)cudaGetLastError();
+    return nullptr;
+  }
+  TIDAL_CUDA_CHECK(e);
+  return p;
+}
+
+void device_free(void* ptr, int64_t) { TIDAL_CUDA_CHECK(cudaFree(ptr)); }
+
+// Page-locked host memory: what asynchronous copies need to overlap compute (offload, swap optimizer).
+void* pinned_alloc(int64_t bytes) {
+  void* p = nullptr;
+  const cudaError_t e = cudaHostAlloc(&p, size_t(bytes), cudaHostAllocPortable);
+  if (e == cudaErrorMemoryAllocation) {
+    (void)cudaGetLastError();
+    return nullptr;
+  }
+  TIDAL_CUDA_CHECK(e);
+  return p;
+}
+
+void pinned_free(void* ptr, int64_t) { TIDAL_CUDA_CHECK(cudaFreeHost(ptr)); }
+
+void* pageable_alloc(int64_t bytes) { return std::aligned_alloc(64, size_t((bytes + 63) / 64 * 64)); }
+void pageable_free(void* ptr, int64_t) { std::free(ptr); }
+
+class CudaRuntime final : public DeviceRuntime {
+ public:
+  MemoryBacking device_backing() override { return {device_alloc, device_free, true}; }
+  MemoryBacking host_backing(HostMemory kind) override {
+    if (kind == HostMemory::pinned) return {pinned_alloc, pinned_free, true};
+    return {pageable_alloc, pageable_free, true};
+  }
+  std::unique_ptr<detail::StreamImpl> make_stream(const std::string& name, bool compute) override {
+    return cuda::make_stream(name, compute);
+  }
+};
+
+[[gnu::init_priority(kRegisterBackends)]] const RegisterRuntime<CudaRuntime> registered(DeviceType::cuda);
+
+}  // namespace
+}  // namespace tidal::cuda
