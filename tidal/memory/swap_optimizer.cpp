@@ -84,6 +84,13 @@ void SwapAdamW::init_state(Slot& s) const {
   }
 }
 
+struct SwapAdamW::Piece {
+  const Slot* slot;
+  const Tensor* grad;
+  int64_t begin, n;
+  Tensor dev[3], host[3];  // exp_avg, exp_avg_sq, master (bf16 parameters)
+};
+
 void SwapAdamW::step(double lr) {
   check_lr(lr);
   OpScope op("swap_optimizer");
@@ -110,13 +117,6 @@ void SwapAdamW::step(double lr) {
   swap_through(window_pieces(buf, grads), dev, lr);
   stats_.step_ms += ms_since(t0);
 }
-
-struct SwapAdamW::Piece {
-  const Slot* slot;
-  const Tensor* grad;
-  int64_t begin, n;
-  Tensor dev[3], host[3];  // exp_avg, exp_avg_sq, master (bf16 parameters)
-};
 
 SwapAdamW::WindowPieces SwapAdamW::window_pieces(const std::shared_ptr<Storage> (&buf)[2],
                                                  const std::vector<Tensor>& grads) const {
