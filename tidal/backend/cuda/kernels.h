@@ -23,7 +23,30 @@ class CudaKernels final : public Kernels {
 
   // --- elementwise, random, activations: elementwise.cpp, random.cpp, activation.cpp
   // (elementwise section)
+  void unary(Stream& stream, Unary op, const Tensor& out, const Tensor& in, double s) override;
+  void binary(Stream& stream, Binary op, const Tensor& out, const Tensor& a, const Tensor& b, double alpha) override;
+  void compare(Stream& stream, Compare op, const Tensor& out, const Tensor& a, const Tensor& b) override;
+  void compare_scalar(Stream& stream, Compare op, const Tensor& out, const Tensor& a, double s) override;
+  void where(Stream& stream, const Tensor& out, const Tensor& cond, const Tensor& a, const Tensor& b) override;
+  void masked_fill(Stream& stream, const Tensor& out, const Tensor& x, const Tensor& mask, double value) override;
+  void copy(Stream& stream, const Tensor& dst, const Tensor& src) override;
   void fill(Stream& stream, const Tensor& dst, double value) override;
+  void add_inplace(Stream& stream, const Tensor& dst, const Tensor& src, double alpha) override;
+  void random_fill(Stream& stream, const Tensor& out, Distribution dist, uint64_t seed, uint64_t start) override;
+  void randint_fill(Stream& stream, const Tensor& out, int64_t low, int64_t high, uint64_t seed,
+                    uint64_t start) override;
+  void dropout_forward(Stream& stream, const Tensor& out, const Tensor& mask, const Tensor& x, double p, double scale,
+                       uint64_t seed, uint64_t start) override;
+  void dropout_backward(Stream& stream, const Tensor& dx, const Tensor& g, const Tensor& mask, double scale) override;
+  void dropout_rows_forward(Stream& stream, const DropoutRowsArgs& a, const Tensor& out, const Tensor& mask,
+                            const Tensor& x, double p, double scale) override;
+  void gelu_forward(Stream& stream, const Tensor& out, const Tensor& x, bool tanh_approx) override;
+  void gelu_backward(Stream& stream, const Tensor& dx, const Tensor& g, const Tensor& x, bool tanh_approx) override;
+  void silu_forward(Stream& stream, const Tensor& out, const Tensor& x) override;
+  void silu_backward(Stream& stream, const Tensor& dx, const Tensor& g, const Tensor& x) override;
+  void swiglu_forward(Stream& stream, const Tensor& out, const Tensor& gate, const Tensor& up) override;
+  void swiglu_backward(Stream& stream, const Tensor& dgate, const Tensor& dup, const Tensor& g, const Tensor& gate,
+                       const Tensor& up) override;
 
   // --- reductions, softmax, norms, RoPE, embedding, losses: reduce.cpp, softmax.cpp, norm.cpp, rope.cpp,
   // embedding.cpp, loss.cpp, chunked_loss.cpp
