@@ -51,6 +51,36 @@ class CudaKernels final : public Kernels {
   // --- reductions, softmax, norms, RoPE, embedding, losses: reduce.cpp, softmax.cpp, norm.cpp, rope.cpp,
   // embedding.cpp, loss.cpp, chunked_loss.cpp
   // (reduction section)
+  int64_t norm_row_chunks(int64_t rows) const override;
+  void sum(Stream& stream, const Tensor& out, const Tensor& x, int64_t outer, int64_t n, int64_t inner,
+           double scale) override;
+  void max(Stream& stream, const Tensor& values, const Tensor& indices, const Tensor& x, int64_t outer, int64_t n,
+           int64_t inner) override;
+  void max_backward(Stream& stream, const Tensor& grad_in, const Tensor& g, const Tensor& indices, int64_t outer,
+                    int64_t n, int64_t inner) override;
+  void softmax_forward(Stream& stream, const Tensor& out, const Tensor& x, const SoftmaxArgs& a) override;
+  void softmax_backward(Stream& stream, const Tensor& dx, const Tensor& g, const Tensor& y,
+                        const SoftmaxArgs& a) override;
+  void scaled_masked_softmax_forward(Stream& stream, const Tensor& probs, const Tensor& scores, double scale,
+                                     bool causal) override;
+  void scaled_masked_softmax_backward(Stream& stream, const Tensor& grad_scores, const Tensor& grad_probs,
+                                      const Tensor& probs, double scale) override;
+  void layer_norm_forward(Stream& stream, const Tensor& out, const Tensor& mean, const Tensor& rstd, const Tensor& x,
+                          const Tensor& weight, const Tensor& bias, const NormArgs& a) override;
+  void layer_norm_backward(Stream& stream, const Tensor& dx, const Tensor& dweight, const Tensor& dbias,
+                           const Tensor& workspace, const Tensor& g, const Tensor& x, const Tensor& mean,
+                           const Tensor& rstd, const Tensor& weight, const NormArgs& a) override;
+  void rms_norm_forward(Stream& stream, const Tensor& out, const Tensor& rstd, const Tensor& x, const Tensor& weight,
+                        const NormArgs& a) override;
+  void rms_norm_backward(Stream& stream, const Tensor& dx, const Tensor& dweight, const Tensor& workspace,
+                         const Tensor& g, const Tensor& x, const Tensor& rstd, const Tensor& weight,
+                         const NormArgs& a) override;
+  void rope_tables(Stream& stream, const Tensor& cos, const Tensor& sin, double theta,
+                   int64_t position_offset) override;
+  void rope(Stream& stream, const Tensor& out, const Tensor& x, const Tensor& cos, const Tensor& sin,
+            bool transpose) override;
+  void embedding_forward(Stream& stream, const Tensor& out, const Tensor& weight, const Tensor& ids) override;
+  void embedding_backward(Stream& stream, const Tensor& grad_weight, const Tensor& g, const Tensor& ids) override;
 
   // --- matrix products (cuBLASLt) and attention (cuDNN SDPA, eager fallback): matmul.cpp, attention.cpp
   // (matmul and attention section)

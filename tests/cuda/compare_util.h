@@ -1,0 +1,59 @@
+#pragma once
+// Helpers of the reduction family's CUDA tests: random inputs on both devices, comparison with a
+// tolerance from the dtype.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "tidal/tensor.h"
+
+namespace tidal::testing {
+
+inline std::vector<double> random_values(int64_t n, uint64_t seed, double lo = -2.0, double hi = 2.0) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> d(lo, hi);
+  std::vector<double> v(static_cast<size_t>(n));
+  for (double& x : v) x = d(rng);
+  return v;
+}
+
+inline Tensor on_cuda(const Tensor& t) {
+  return from_vector(t.to_vector<double>(), t.shape(), t.dtype(), Device::cuda(0));
+}
+
+inline Tensor random_cpu(const Shape& shape, DType dtype, uint64_t seed) {
+  return from_vector(random_values(shape.numel(), seed), shape, dtype, Device::cpu());
+}
+
+inline double tolerance(DType t) { return t == DType::bf16 ? 2e-2 : t == DType::f64 ? 1e-12 : 2e-5; }
+
+// |gpu - cpu| <= tol * (1 + |cpu|) elementwise (the GPU tensor read back contiguous).
+inline void expect_close(const Tensor& gpu, const Tensor& cpu, double tol, const char* what) {
+  ASSERT_EQ(gpu.shape(), cpu.shape()) << what;
+  const std::vector<double> a = gpu.to_vector<double>(), b = cpu.to_vector<double>();
+  int bad = 0;
+  for (size_t i = 0; i < a.size() && bad < 5; ++i) {
+    if (std::isnan(b[i]) && std::isnan(a[i])) continue;
+    if (!(std::fabs(a[i] - b[i]) <= tol * (1.0 + std::fabs(b[i])))) {
+      ADD_FAILURE() << what << ": element " << i << " gpu " << a[i] << " cpu " << b[i];
+      ++bad;
+    }
+  }
+}
+
+inline void expect_equal(const Tensor& gpu, const Tensor& cpu, const char* what) { expect_close(gpu, cpu, 0.0, what); }
+
+inline bool same_bits(const Tensor& a, const Tensor& b) {
+  const std::vector<double> x = a.to_vector<double>(), y = b.to_vector<double>();
+  if (x.size() != y.size()) return false;
+  for (size_t i = 0; i < x.size(); ++i)
+    if (std::signbit(x[i]) != std::signbit(y[i]) || !(x[i] == y[i] || (std::isnan(x[i]) && std::isnan(y[i]))))
+      return false;
+  return true;
+}
+
+inline const DType kFloatTypes[] = {DType::f32, DType::bf16, DType::f64};
+
+}  // namespace tidal::testing
