@@ -143,5 +143,12 @@ TEST(CudaFlashAttention, OddStridesAndDropout) {
   check(drop);
 }
 
+// g * T * S above the eager path's chunk (2^26 scores): the query rows run in two chunks, dk and dv
+// accumulate across them.
+TEST(CudaFlashAttention, LongSequencesRunInChunks) {
+  TIDAL_REQUIRE_CUDA();
+  check({1, 1, 1, 8200, 8200, 16, 16, true, DType::f32});
+}
+
 }  // namespace
 }  // namespace tidal

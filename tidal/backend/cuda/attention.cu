@@ -75,17 +75,17 @@ __device__ __forceinline__ uint64_t rng_pos(const FlashRows& a, int64_t gi, int6
 template <class A>
 __global__ void softmax_forward_kernel(FlashRows a) {
   __shared__ A shared[33];
-  const int64_t row = blockIdx.x, gi = row / a.t, i = row % a.t, n = a.s_len;
+  const int64_t row = blockIdx.x, gi = row / a.rows, i = a.row0 + row % a.rows, n = a.s_len;
   const int64_t nv = visible(a.causal, i, a.t, n);
   A* s = static_cast<A*>(a.s) + row * n;
   bf16* p16 = a.p16 ? static_cast<bf16*>(a.p16) + row * n : nullptr;
-  A* lse = static_cast<A*>(a.lse);
+  A* lse = static_cast<A*>(a.lse) + gi * a.t + i;
   if (nv == 0) {
     for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
       s[j] = A(0);
       if (p16) p16[j] = __float2bfloat16_rn(0.0f);
     }
-    if (threadIdx.x == 0) lse[row] = A(INFINITY);
+    if (threadIdx.x == 0) *lse = A(INFINITY);
     return;
   }
   A mx = -INFINITY;
@@ -94,7 +94,7 @@ __global__ void softmax_forward_kernel(FlashRows a) {
   A sum = 0;
   for (int64_t j = threadIdx.x; j < nv; j += blockDim.x) sum += exp_acc(s[j] - mx);
   sum = block_reduce<false>(sum, shared);
-  if (threadIdx.x == 0) lse[row] = mx + log_acc(sum);
+  if (threadIdx.x == 0) *lse = mx + log_acc(sum);
   const A inv = A(1) / sum, keep_scale = A(1.0 / (1.0 - a.dropout_p));
   const float p_drop = float(a.dropout_p);
   for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
@@ -107,13 +107,13 @@ __global__ void softmax_forward_kernel(FlashRows a) {
 
 template <class A>
 __global__ void softmax_backward_kernel(FlashRows a) {
-  const int64_t row = blockIdx.x, gi = row / a.t, i = row % a.t, n = a.s_len;
+  const int64_t row = blockIdx.x, gi = row / a.rows, i = a.row0 + row % a.rows, n = a.s_len;
   const int64_t nv = visible(a.causal, i, a.t, n);
   A* s = static_cast<A*>(a.s) + row * n;
   A* dp = static_cast<A*>(a.dp) + row * n;
   bf16* p16 = a.p16 ? static_cast<bf16*>(a.p16) + row * n : nullptr;
   bf16* ds16 = a.ds16 ? static_cast<bf16*>(a.ds16) + row * n : nullptr;
-  const A lse = static_cast<const A*>(a.lse)[row], delta = static_cast<const A*>(a.delta)[row];
+  const A lse = static_cast<const A*>(a.lse)[gi * a.t + i], delta = static_cast<const A*>(a.delta)[gi * a.t + i];
   const A keep_scale = A(1.0 / (1.0 - a.dropout_p));
   const float p_drop = float(a.dropout_p);
   for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
@@ -193,7 +193,7 @@ void launch_flash_row_dot(cudaStream_t stream, DType dtype, const View4& dout, c
 }
 
 void launch_flash_softmax_forward(cudaStream_t stream, const FlashRows& a) {
-  const int64_t rows = a.g * a.t;
+  const int64_t rows = a.g * a.rows;
   if (rows == 0) return;
   if (a.dtype == DType::f64)
     softmax_forward_kernel<double><<<unsigned(rows), kThreads, 0, stream>>>(a);
@@ -203,7 +203,7 @@ void launch_flash_softmax_forward(cudaStream_t stream, const FlashRows& a) {
 }
 
 void launch_flash_softmax_backward(cudaStream_t stream, const FlashRows& a) {
-  const int64_t rows = a.g * a.t;
+  const int64_t rows = a.g * a.rows;
   if (rows == 0) return;
   if (a.dtype == DType::f64)
     softmax_backward_kernel<double><<<unsigned(rows), kThreads, 0, stream>>>(a);

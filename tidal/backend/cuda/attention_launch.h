@@ -26,17 +26,18 @@ struct View4 {
 void launch_flash_row_dot(cudaStream_t stream, DType dtype, const View4& dout, const View4& out, void* delta,
                           int64_t rows, int64_t hq, int64_t t, int64_t dv);
 
-// One (batch b, kv head) group of g query heads h0 .. h0+g-1: (g, T, S) row-major buffers in the
-// accumulate type (f32 for bf16 and f32, f64 for f64).
+// One (batch b, kv head) group of g query heads h0 .. h0+g-1, query rows row0 .. row0+rows-1: (g, rows,
+// S) row-major buffers in the accumulate type (f32 for bf16 and f32, f64 for f64).
 struct FlashRows {
-  DType dtype = DType::f32;     // q's
-  void* s = nullptr;            // in: scale * q k^T; out: the (dropped) probabilities
-  void* dp = nullptr;           // backward: in dout v^T, out dS
-  void* p16 = nullptr;          // bf16: the probabilities rounded to bf16 for the next product
-  void* ds16 = nullptr;         // bf16 backward: dS rounded
-  void* lse = nullptr;          // (g, T) rows of the (B, Hq, T) log-sum-exp
-  const void* delta = nullptr;  // backward: (g, T) rows of rowsum(dout * out)
-  int64_t g = 1, t = 0, s_len = 0;
+  DType dtype = DType::f32;         // q's
+  void* s = nullptr;                // in: scale * q k^T; out: the (dropped) probabilities
+  void* dp = nullptr;               // backward: in dout v^T, out dS
+  void* p16 = nullptr;              // bf16: the probabilities rounded to bf16 for the next product
+  void* ds16 = nullptr;             // bf16 backward: dS rounded
+  void* lse = nullptr;              // the group's (g, T) rows of the (B, Hq, T) log-sum-exp
+  const void* delta = nullptr;      // backward: the group's (g, T) rows of rowsum(dout * out)
+  int64_t g = 1, t = 0, s_len = 0;  // t: all the query rows (the mask; lse's head stride)
+  int64_t row0 = 0, rows = 0;       // this chunk's query rows
   bool causal = false;
   double dropout_p = 0;
   uint64_t seed = 0;
