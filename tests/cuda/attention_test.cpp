@@ -1,0 +1,154 @@
+// The CUDA flash attention kernels (the eager path: cuBLASLt products and a row softmax) against the
+// CPU backend's on the same inputs: causal (bottom-right) and not, GQA, odd T, S != T, rows that see
+// no key, Dv != D, odd strides, tidal's Philox dropout, f32 / bf16 / f64; forward (out, lse) and
+// backward (dq, dk, dv). Skipped without a GPU.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "tests/cuda/cuda_test_util.h"
+#include "tidal/seam/kernel_args.h"
+#include "tidal/seam/kernels.h"
+#include "tidal/stream.h"
+#include "tidal/tensor.h"
+
+namespace tidal {
+namespace {
+
+const Device kGpu = Device::cuda(0);
+
+struct Case {
+  int64_t b, hq, hkv, t, s, d, dv;
+  bool causal;
+  DType dtype;
+  double dropout = 0;
+  bool odd_strides = false;  // q with no unit stride, out column-major per head
+};
+
+// A (B, H, L, D) view of a fresh tensor with the same values on the CPU and on the GPU. `base` is
+// the contiguous storage (read back to compare); the view is (B, L, H, D) transposed, tidal's
+// usual layout, or with `odd` q's (B, H, L, D, 2) sliced.
+struct Operand {
+  Tensor base_cpu, base_gpu, cpu, gpu;
+};
+Operand make(int64_t b, int64_t h, int64_t l, int64_t d, DType dtype, unsigned seed, int layout) {
+  Shape base_shape = layout == 0 ? Shape{b, l, h, d} : layout == 1 ? Shape{b, h, l, d, 2} : Shape{b, h, d, l};
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<double> u(-1.0, 1.0);
+  std::vector<double> v(static_cast<size_t>(base_shape.numel()));
+  for (double& x : v) x = u(gen);
+  Operand o{from_vector(v, base_shape, dtype), from_vector(v, base_shape, dtype, kGpu), {}, {}};
+  auto view = [&](const Tensor& t) {
+    if (layout == 0) return t.transpose(1, 2);
+    if (layout == 1) return t.select(4, 0);
+    return t.transpose(2, 3);
+  };
+  o.cpu = view(o.base_cpu);
+  o.gpu = view(o.base_gpu);
+  return o;
+}
+
+DType acc_of(DType t) { return t == DType::f64 ? DType::f64 : DType::f32; }
+
+double tolerance(DType t) { return t == DType::f64 ? 1e-10 : t == DType::bf16 ? 2e-2 : 1e-4; }
+
+// |gpu - cpu| <= tol * max(1, max |cpu|), infinities equal.
+void expect_close(const Tensor& gpu, const Tensor& cpu, double tol, const char* what) {
+  const std::vector<double> g = gpu.to_vector<double>(), c = cpu.to_vector<double>();
+  ASSERT_EQ(g.size(), c.size()) << what;
+  double scale = 1;
+  for (double x : c)
+    if (std::isfinite(x)) scale = std::max(scale, std::abs(x));
+  for (size_t i = 0; i < c.size(); ++i) {
+    if (std::isinf(c[i])) {
+      ASSERT_EQ(g[i], c[i]) << what << " element " << i;
+      continue;
+    }
+    ASSERT_NEAR(g[i], c[i], tol * scale) << what << " element " << i;
+  }
+}
+
+// Runs the forward and the backward on both backends and compares every output.
+void check(const Case& c) {
+  SCOPED_TRACE(::testing::Message() << "B " << c.b << " Hq " << c.hq << " Hkv " << c.hkv << " T " << c.t << " S " << c.s
+                                    << " D " << c.d << " Dv " << c.dv << " causal " << c.causal << " " << c.dtype
+                                    << " p " << c.dropout);
+  FlashArgs cfg;
+  cfg.scale = 1.0 / std::sqrt(double(std::max<int64_t>(c.d, 1)));
+  cfg.causal = c.causal;
+  cfg.dropout_p = c.dropout;
+  cfg.seed = 1234;
+  cfg.rng_start = 77;
+  const DType acc = acc_of(c.dtype);
+  const Operand q = make(c.b, c.hq, c.t, c.d, c.dtype, 1, c.odd_strides ? 1 : 0);
+  const Operand k = make(c.b, c.hkv, c.s, c.d, c.dtype, 2, 0), v = make(c.b, c.hkv, c.s, c.dv, c.dtype, 3, 0);
+  const Operand dout = make(c.b, c.hq, c.t, c.dv, c.dtype, 4, 0);
+  Operand out = make(c.b, c.hq, c.t, c.dv, c.dtype, 5, c.odd_strides ? 2 : 0);  // overwritten
+  Operand dq = make(c.b, c.hq, c.t, c.d, c.dtype, 6, 0), dk = make(c.b, c.hkv, c.s, c.d, c.dtype, 7, 2);
+  Operand dv = make(c.b, c.hkv, c.s, c.dv, c.dtype, 8, 0);
+  Tensor lse[2];
+  for (int side = 0; side < 2; ++side) {
+    const Device dev = side == 0 ? Device::cpu() : kGpu;
+    Kernels& kern = device_kernels(dev);
+    auto pick = [&](const Operand& o) { return side == 0 ? o.cpu : o.gpu; };
+    lse[side] = empty({c.b, c.hq, c.t}, acc, dev);
+    Tensor ws = empty({kern.flash_forward_workspace(pick(q), pick(k), pick(v))}, acc, dev);
+    kern.flash_attention_forward(current_stream(dev), cfg, pick(out), lse[side], pick(q), pick(k), pick(v), ws);
+    Tensor wsb = empty({kern.flash_backward_workspace(pick(dq), pick(q), pick(k), pick(v))}, acc, dev);
+    kern.flash_attention_backward(current_stream(dev), cfg, pick(dq), pick(dk), pick(dv), pick(dout), pick(q), pick(k),
+                                  pick(v), pick(out), lse[side], wsb);
+  }
+  const double tol = tolerance(c.dtype);
+  expect_close(out.base_gpu, out.base_cpu, tol, "out");
+  expect_close(lse[1], lse[0], tol, "lse");
+  expect_close(dq.base_gpu, dq.base_cpu, tol, "dq");
+  expect_close(dk.base_gpu, dk.base_cpu, tol, "dk");
+  expect_close(dv.base_gpu, dv.base_cpu, tol, "dv");
+}
+
+TEST(CudaFlashAttention, CausalGqaAndOddSizes) {
+  TIDAL_REQUIRE_CUDA();
+  check({2, 4, 2, 37, 37, 32, 32, true, DType::f32});
+  check({1, 3, 1, 9, 20, 16, 24, true, DType::f32});   // S > T, GQA 3, Dv != D
+  check({1, 2, 2, 9, 5, 16, 16, true, DType::f32});    // T > S: the first rows see no key
+  check({2, 2, 1, 1, 100, 64, 64, true, DType::f32});  // one query row (decoding)
+  check({1, 1, 1, 1, 1, 8, 8, true, DType::f32});
+  check({2, 2, 2, 65, 130, 64, 64, false, DType::f32});
+}
+
+TEST(CudaFlashAttention, Bf16AndF64) {
+  TIDAL_REQUIRE_CUDA();
+  check({2, 4, 2, 37, 37, 32, 32, true, DType::bf16});
+  check({2, 2, 2, 65, 130, 64, 64, false, DType::bf16});
+  check({1, 4, 1, 300, 300, 128, 128, true, DType::bf16});
+  check({1, 3, 1, 9, 20, 16, 24, true, DType::f64});
+  check({1, 2, 2, 9, 5, 16, 16, true, DType::f64});
+}
+
+TEST(CudaFlashAttention, OddStridesAndDropout) {
+  TIDAL_REQUIRE_CUDA();
+  Case odd{2, 4, 2, 17, 23, 16, 8, true, DType::f32};
+  odd.odd_strides = true;
+  check(odd);
+  odd.dtype = DType::bf16;
+  check(odd);
+  Case drop{2, 4, 2, 33, 33, 16, 16, true, DType::f32};
+  drop.dropout = 0.25;  // the same Philox mask as the CPU: f32 agreement
+  check(drop);
+  drop.causal = false;
+  drop.dtype = DType::f64;
+  check(drop);
+}
+
+// g * T * S above the eager path's chunk (2^26 scores): the query rows run in two chunks, dk and dv
+// accumulate across them.
+TEST(CudaFlashAttention, LongSequencesRunInChunks) {
+  TIDAL_REQUIRE_CUDA();
+  check({1, 1, 1, 8200, 8200, 16, 16, true, DType::f32});
+}
+
+}  // namespace
+}  // namespace tidal

@@ -1,0 +1,215 @@
+// The attention family's kernels: the row softmax of the eager flash attention (forward and
+// backward, with tidal's Philox dropout), rowsum(dout * out), and the strided copy and scale the
+// attention and matmul kernels use. Reductions run a fixed tree per block: no atomics.
+#include <cmath>
+
+#include "tidal/backend/cuda/attention_launch.h"
+#include "tidal/backend/cuda/device_math.cuh"
+
+namespace tidal::cuda {
+namespace {
+
+// tidal::philox4x32(counter, key)[lane] (base/philox.h), as a uniform in [0, 1): u32_to_unit.
+__device__ __forceinline__ float philox_unit(uint64_t pos, uint64_t key) {
+  const uint64_t counter = pos / 4;
+  uint32_t c0 = uint32_t(counter), c1 = uint32_t(counter >> 32), c2 = 0, c3 = 0;
+  uint32_t k0 = uint32_t(key), k1 = uint32_t(key >> 32);
+#pragma unroll
+  for (int r = 0; r < 10; ++r) {
+    const uint32_t hi0 = __umulhi(0xD2511F53u, c0), lo0 = 0xD2511F53u * c0;
+    const uint32_t hi1 = __umulhi(0xCD9E8D57u, c2), lo1 = 0xCD9E8D57u * c2;
+    const uint32_t n0 = hi1 ^ c1 ^ k0, n2 = hi0 ^ c3 ^ k1;
+    c1 = lo1;
+    c3 = lo0;
+    c0 = n0;
+    c2 = n2;
+    k0 += 0x9E3779B9u;
+    k1 += 0xBB67AE85u;
+  }
+  const int lane = int(pos % 4);
+  const uint32_t u = lane == 0 ? c0 : lane == 1 ? c1 : lane == 2 ? c2 : c3;
+  return float(u >> 8) * (1.0f / 16777216.0f);
+}
+
+__device__ __forceinline__ float exp_acc(float x) { return expf(x); }
+__device__ __forceinline__ double exp_acc(double x) { return exp(x); }
+__device__ __forceinline__ float log_acc(float x) { return logf(x); }
+__device__ __forceinline__ double log_acc(double x) { return log(x); }
+
+__device__ __forceinline__ int64_t visible(bool causal, int64_t i, int64_t t, int64_t s) {
+  if (!causal) return s;
+  const int64_t n = i + s - t + 1;
+  return n < 0 ? 0 : (n > s ? s : n);
+}
+
+// The block's reduction of v (max or sum) in a fixed tree; every thread gets the result.
+template <bool kMax, class A>
+__device__ A block_reduce(A v, A* shared) {
+#pragma unroll
+  for (int o = 16; o > 0; o /= 2) {
+    const A w = __shfl_xor_sync(0xffffffffu, v, o);
+    v = kMax ? (w > v ? w : v) : v + w;
+  }
+  const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
+  if (lane == 0) shared[warp] = v;
+  __syncthreads();
+  if (warp == 0) {
+    v = lane < int(blockDim.x) / 32 ? shared[lane] : (kMax ? -INFINITY : A(0));
+#pragma unroll
+    for (int o = 16; o > 0; o /= 2) {
+      const A w = __shfl_xor_sync(0xffffffffu, v, o);
+      v = kMax ? (w > v ? w : v) : v + w;
+    }
+    if (lane == 0) shared[32] = v;
+  }
+  __syncthreads();
+  const A r = shared[32];
+  __syncthreads();  // shared is reused by the next reduction
+  return r;
+}
+
+__device__ __forceinline__ uint64_t rng_pos(const FlashRows& a, int64_t gi, int64_t i, int64_t j) {
+  return a.rng_start + uint64_t(((a.b * a.hq + a.h0 + gi) * a.rng_rows + i) * a.rng_cols + j);
+}
+
+template <class A>
+__global__ void softmax_forward_kernel(FlashRows a) {
+  __shared__ A shared[33];
+  const int64_t row = blockIdx.x, gi = row / a.rows, i = a.row0 + row % a.rows, n = a.s_len;
+  const int64_t nv = visible(a.causal, i, a.t, n);
+  A* s = static_cast<A*>(a.s) + row * n;
+  bf16* p16 = a.p16 ? static_cast<bf16*>(a.p16) + row * n : nullptr;
+  A* lse = static_cast<A*>(a.lse) + gi * a.t + i;
+  if (nv == 0) {
+    for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
+      s[j] = A(0);
+      if (p16) p16[j] = __float2bfloat16_rn(0.0f);
+    }
+    if (threadIdx.x == 0) *lse = A(INFINITY);
+    return;
+  }
+  A mx = -INFINITY;
+  for (int64_t j = threadIdx.x; j < nv; j += blockDim.x) mx = s[j] > mx ? s[j] : mx;
+  mx = block_reduce<true>(mx, shared);
+  A sum = 0;
+  for (int64_t j = threadIdx.x; j < nv; j += blockDim.x) sum += exp_acc(s[j] - mx);
+  sum = block_reduce<false>(sum, shared);
+  if (threadIdx.x == 0) *lse = mx + log_acc(sum);
+  const A inv = A(1) / sum, keep_scale = A(1.0 / (1.0 - a.dropout_p));
+  const float p_drop = float(a.dropout_p);
+  for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
+    A p = j < nv ? exp_acc(s[j] - mx) * inv : A(0);
+    if (a.dropout_p > 0 && j < nv) p *= philox_unit(rng_pos(a, gi, i, j), a.seed) >= p_drop ? keep_scale : A(0);
+    s[j] = p;
+    if (p16) p16[j] = __float2bfloat16_rn(float(p));
+  }
+}
+
+template <class A>
+__global__ void softmax_backward_kernel(FlashRows a) {
+  const int64_t row = blockIdx.x, gi = row / a.rows, i = a.row0 + row % a.rows, n = a.s_len;
+  const int64_t nv = visible(a.causal, i, a.t, n);
+  A* s = static_cast<A*>(a.s) + row * n;
+  A* dp = static_cast<A*>(a.dp) + row * n;
+  bf16* p16 = a.p16 ? static_cast<bf16*>(a.p16) + row * n : nullptr;
+  bf16* ds16 = a.ds16 ? static_cast<bf16*>(a.ds16) + row * n : nullptr;
+  const A lse = static_cast<const A*>(a.lse)[gi * a.t + i], delta = static_cast<const A*>(a.delta)[gi * a.t + i];
+  const A keep_scale = A(1.0 / (1.0 - a.dropout_p));
+  const float p_drop = float(a.dropout_p);
+  for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
+    A p = 0, ds = 0;
+    if (j < nv) {
+      const A e = exp_acc(s[j] - lse);
+      A z = A(1);
+      if (a.dropout_p > 0) z = philox_unit(rng_pos(a, gi, i, j), a.seed) >= p_drop ? keep_scale : A(0);
+      p = e * z;
+      ds = e * (dp[j] * z - delta);
+    }
+    s[j] = p;
+    dp[j] = ds;
+    if (p16) p16[j] = __float2bfloat16_rn(float(p));
+    if (ds16) ds16[j] = __float2bfloat16_rn(float(ds));
+  }
+}
+
+// One warp per row.
+template <class T>
+__global__ void row_dot_kernel(View4 dout, View4 out, acc_t<T>* delta, int64_t rows, int64_t hq, int64_t t,
+                               int64_t dv) {
+  using A = acc_t<T>;
+  const int64_t r = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+  const int lane = int(threadIdx.x) % 32;
+  if (r >= rows) return;
+  const int64_t b = r / (hq * t), h = (r / t) % hq, i = r % t;
+  const T* g = static_cast<const T*>(dout.p) + b * dout.s[0] + h * dout.s[1] + i * dout.s[2];
+  const T* o = static_cast<const T*>(out.p) + b * out.s[0] + h * out.s[1] + i * out.s[2];
+  A acc = 0;
+  for (int64_t c = lane; c < dv; c += 32) acc += to_acc(g[c * dout.s[3]]) * to_acc(o[c * out.s[3]]);
+#pragma unroll
+  for (int off = 16; off > 0; off /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, off);
+  if (lane == 0) delta[r] = acc;
+}
+
+template <class D, class S>
+__global__ void copy_kernel(Strided dst, Strided src, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    static_cast<D*>(dst.data)[dst.offset(i)] = from_acc<D>(to_acc(static_cast<const S*>(src.data)[src.offset(i)]));
+}
+
+template <class T>
+__global__ void scale_kernel(Strided x, int64_t n, double factor) {
+  using A = acc_t<T>;
+  T* p = static_cast<T*>(x.data);
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t o = x.offset(i);
+    p[o] = from_acc<T>(to_acc(p[o]) * A(factor));
+  }
+}
+
+}  // namespace
+
+void launch_scale(cudaStream_t stream, const Strided& x, int64_t n, double factor) {
+  if (n == 0) return;
+  TIDAL_CUDA_FLOATING(x.dtype, "scale", T, scale_kernel<T><<<grid_for(n), kThreads, 0, stream>>>(x, n, factor));
+  TIDAL_CUDA_CHECK_LAUNCH();
+}
+
+void launch_copy(cudaStream_t stream, const Strided& dst, const Strided& src, int64_t n) {
+  if (n == 0) return;
+  TIDAL_CUDA_FLOATING(
+      dst.dtype, "copy", D,
+      TIDAL_CUDA_FLOATING(src.dtype, "copy", S, copy_kernel<D, S><<<grid_for(n), kThreads, 0, stream>>>(dst, src, n)));
+  TIDAL_CUDA_CHECK_LAUNCH();
+}
+
+void launch_flash_row_dot(cudaStream_t stream, DType dtype, const View4& dout, const View4& out, void* delta,
+                          int64_t rows, int64_t hq, int64_t t, int64_t dv) {
+  if (rows == 0) return;
+  const unsigned blocks = unsigned((rows + kThreads / 32 - 1) / (kThreads / 32));
+  TIDAL_CUDA_FLOATING(dtype, "flash_row_dot", T,
+                      row_dot_kernel<T>
+                      <<<blocks, kThreads, 0, stream>>>(dout, out, static_cast<acc_t<T>*>(delta), rows, hq, t, dv));
+  TIDAL_CUDA_CHECK_LAUNCH();
+}
+
+void launch_flash_softmax_forward(cudaStream_t stream, const FlashRows& a) {
+  const int64_t rows = a.g * a.rows;
+  if (rows == 0) return;
+  if (a.dtype == DType::f64)
+    softmax_forward_kernel<double><<<unsigned(rows), kThreads, 0, stream>>>(a);
+  else
+    softmax_forward_kernel<float><<<unsigned(rows), kThreads, 0, stream>>>(a);
+  TIDAL_CUDA_CHECK_LAUNCH();
+}
+
+void launch_flash_softmax_backward(cudaStream_t stream, const FlashRows& a) {
+  const int64_t rows = a.g * a.rows;
+  if (rows == 0) return;
+  if (a.dtype == DType::f64)
+    softmax_backward_kernel<double><<<unsigned(rows), kThreads, 0, stream>>>(a);
+  else
+    softmax_backward_kernel<float><<<unsigned(rows), kThreads, 0, stream>>>(a);
+  TIDAL_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace tidal::cuda
