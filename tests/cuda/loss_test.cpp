@@ -55,7 +55,7 @@ TEST(CudaLoss, CrossEntropyOpMatchesCpu) {
         Tensor x = wide.narrow(1, 0, vocab), xc = to_cuda(wide).narrow(1, 0, vocab);  // strided rows
         for (Reduction red : {Reduction::mean, Reduction::sum, Reduction::none}) {
           Tensor a = cross_entropy(x, t, -100, red), b = cross_entropy(xc, to_cuda(t), -100, red);
-          expect_close(a, b, tol(dt), tol(dt) * 1e-3, "loss");
+          expect_close(a, b, tol(dt), 10 * tol(dt), "loss");  // abs: ulps of an lse ~10
         }
       }
     }
