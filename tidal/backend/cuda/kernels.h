@@ -96,6 +96,30 @@ class CudaKernels final : public Kernels {
 
   // --- indexing and MoE routing, the optimizer: index.cpp, optim.cpp
   // (index and optimizer section)
+  // losses (loss.cpp, chunked_loss.cpp)
+  int64_t find_bad_target(Stream& stream, const Tensor& targets, const CrossEntropyArgs& a) override;
+  CrossEntropySums cross_entropy_forward(Stream& stream, const Tensor& loss, const Tensor& lse, const Tensor& logits,
+                                         const Tensor& targets, const CrossEntropyArgs& a) override;
+  void cross_entropy_backward(Stream& stream, const Tensor& dlogits, const Tensor& logits, const Tensor& lse,
+                              const Tensor& targets, const Tensor& row_grad, double scale,
+                              const CrossEntropyArgs& a) override;
+  int64_t count_not_ignored(Stream& stream, const Tensor& targets, int64_t ignore_index) override;
+  double chunked_lm_loss_forward(Stream& stream, const Tensor& hidden, const Tensor& weight, const Tensor& targets,
+                                 const Tensor& logits, const Tensor& row_loss, const Tensor& grad_hidden,
+                                 const Tensor& grad_weight, const ChunkedLossArgs& a) override;
+  // indexing and MoE routing (index.cpp)
+  void gather(Stream& stream, const Tensor& out, const Tensor& x, const Tensor& index, int dim) override;
+  void scatter_add(Stream& stream, const Tensor& out, const Tensor& src, const Tensor& index, int dim) override;
+  int64_t first_out_of_range(Stream& stream, const Tensor& index, int64_t limit) override;
+  int64_t index_max(Stream& stream, const Tensor& index, int64_t* min_out) override;
+  void topk(Stream& stream, const Tensor& values, const Tensor& indices, const Tensor& x, int dim, int64_t k,
+            bool largest, bool sorted) override;
+  void argsort(Stream& stream, const Tensor& indices, const Tensor& x, int dim, bool descending) override;
+  void bincount(Stream& stream, const Tensor& counts, const Tensor& index) override;
+  // the optimizer (optim.cpp)
+  void sum_of_squares(Stream& stream, const Tensor& x, int64_t chunk, double* partials) override;
+  void adamw_step(Stream& stream, const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
+                  const Tensor& exp_avg_sq, const Tensor& master, const AdamWArgs& a) override;
 };
 
 }  // namespace tidal::cuda
