@@ -84,7 +84,7 @@ class GPT2(nn.Module):
                 nn.init.normal_(p, std=0.02)
 
     def forward(self, idx, targets):
-        x = self.wte(idx) + self.wpe(torch.arange(idx.size(1)))
+        x = self.wte(idx) + self.wpe(torch.arange(idx.size(1), device=idx.device))
         for block in self.h:
             x = ckpt(block, x) if self.mode == "full" else block(x)
         logits = F.linear(self.ln_f(x), self.wte.weight)  # tied head
@@ -103,13 +103,16 @@ def main():
     ap.add_argument("--steps", type=int, default=6)
     ap.add_argument("--warmup", type=int, default=2, help="first steps left out of the median")
     ap.add_argument("--mode", choices=["none", "selective", "full", "act"], default="none")
-    ap.add_argument("--bf16", action="store_true", help="torch.autocast('cpu', dtype=torch.bfloat16)")
+    ap.add_argument("--bf16", action="store_true", help="torch.autocast(device, dtype=torch.bfloat16)")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--device", default="cpu", help="cpu (default) or cuda (scripts/gpu_check.sh)")
     a = ap.parse_args()
+    dev = torch.device(a.device)
+    cuda = dev.type == "cuda"
 
     torch.set_num_threads(a.threads)
     torch.manual_seed(1234)
-    model = GPT2(a.vocab, a.hidden, a.layers, a.heads, a.positions, a.mode)
+    model = GPT2(a.vocab, a.hidden, a.layers, a.heads, a.positions, a.mode).to(dev)
     decay = [p for n, p in model.named_parameters() if p.dim() > 1]
     rest = [p for n, p in model.named_parameters() if p.dim() <= 1]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": rest, "weight_decay": 0.0}],
@@ -117,19 +120,25 @@ def main():
     gen = torch.Generator().manual_seed(1234)
     times = []
     for step in range(a.steps):
-        tokens = torch.randint(0, a.vocab, (a.batch, a.seq + 1), generator=gen)
+        tokens = torch.randint(0, a.vocab, (a.batch, a.seq + 1), generator=gen).to(dev)
+        if cuda:
+            torch.cuda.synchronize()
         start = time.perf_counter()
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.bf16):
+        with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=a.bf16):
             loss = model(tokens[:, :-1], tokens[:, 1:])
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         opt.zero_grad(set_to_none=True)
+        if cuda:
+            torch.cuda.synchronize()
         times.append((time.perf_counter() - start) * 1e3)
     ms = statistics.median(times[a.warmup:] if len(times) > a.warmup else times)
     print(json.dumps({"torch": torch.__version__, "median_step_ms": ms, "tokens_per_s": a.batch * a.seq / ms * 1e3,
                       "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
-                      "loss": float(loss.detach()), "params": sum(p.numel() for p in model.parameters())}))
+                      "loss": float(loss.detach()), "params": sum(p.numel() for p in model.parameters()),
+                      "device": str(dev),
+                      "peak_device_bytes": torch.cuda.max_memory_allocated() if cuda else 0}))
 
 
 if __name__ == "__main__":

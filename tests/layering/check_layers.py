@@ -43,6 +43,10 @@ EXCEPTIONS = {
         "while grad mode is on",
     ("tidal/tensor.cpp", "tidal/autograd/node.h"):
         "Tensor carries its autograd metadata: str() names its grad_fn, retain_grad() registers with it",
+    ("tidal/backend/cuda/nccl_communicator.h", "tidal/dist/communicator.h"):
+        "NCCL is a dist::Communicator that needs CUDA: it lives in the CUDA backend and implements dist's interface",
+    ("tidal/backend/cuda/nccl_communicator.cpp", "tidal/dist/communicator_factory.h"):
+        "the CUDA backend registers its NCCL communicator with dist's factory (--distributed-backend nccl)",
 }
 
 

@@ -3,6 +3,7 @@
 #include <vector>
 
 #include "tidal/base/error.h"
+#include "tidal/dist/communicator_factory.h"
 
 namespace tidal::parallel {
 namespace {
@@ -21,8 +22,14 @@ std::vector<int> strided_of(int rank, int size, int world) {
 
 }  // namespace
 
-ParallelGroups::ParallelGroups(dist::Communicator& world, const ParallelLayout& layout)
-    : layout_(layout), world_(world) {
+ParallelGroups::ParallelGroups(dist::Communicator& given_world, const ParallelLayout& layout, Device device)
+    : layout_(layout),
+      // A dry run (the meta device) plans the collectives from their bytes: it keeps the given world.
+      backend_world_(layout.backend == dist::DistributedBackend::mpi || device.type == DeviceType::meta
+                         ? nullptr
+                         : dist::make_communicator(layout.backend, given_world, device)),
+      world_(backend_world_ ? backend_world_.get() : &given_world) {
+  dist::Communicator& world = *world_;
   const int ranks = world.size(), rank = world.rank();
   TIDAL_ASSERT(layout.world == ranks && ranks % layout.context == 0 && ranks % layout.expert == 0,
                "[parallel] a layout of ", layout.world, " ranks (C ", layout.context, ", E ", layout.expert,

@@ -14,15 +14,17 @@ namespace tidal::parallel {
 class ParallelGroups {
  public:
   // A collective: every rank of `world` makes its groups, in the same order. `layout` must be on
-  // world's ranks (ParallelLayout::on) and checked (check_expert_parallel).
-  ParallelGroups(dist::Communicator& world, const ParallelLayout& layout);
+  // world's ranks (ParallelLayout::on) and checked (check_expert_parallel). With --distributed-backend
+  // nccl the groups are NCCL communicators on `device`, bootstrapped over `world` (which keeps carrying
+  // host buffers), and world() is the NCCL one.
+  ParallelGroups(dist::Communicator& world, const ParallelLayout& layout, Device device = Device::cpu());
   ParallelGroups(const ParallelGroups&) = delete;
   ParallelGroups& operator=(const ParallelGroups&) = delete;
 
   const ParallelLayout& layout() const { return layout_; }
-  dist::Communicator& world() const { return world_; }
+  dist::Communicator& world() const { return *world_; }
   // The data-parallel group: the world without context parallelism.
-  dist::Communicator& data() const { return context_ ? *data_ : world_; }
+  dist::Communicator& data() const { return context_ ? *data_ : *world_; }
   // Context parallel (C > 1): the group that splits each sequence, and its duplicate over which the
   // ring's K/V blocks move while attention computes (null where MPI has no MPI_THREAD_MULTIPLE: the
   // exchanges then block). Null without.
@@ -37,7 +39,8 @@ class ParallelGroups {
 
  private:
   ParallelLayout layout_;
-  dist::Communicator& world_;
+  std::unique_ptr<dist::Communicator> backend_world_;  // --distributed-backend nccl: over the given world
+  dist::Communicator* world_;
   std::unique_ptr<dist::Communicator> context_, data_, ring_;
   std::shared_ptr<dist::Communicator> experts_;
   std::unique_ptr<dist::Communicator> expert_data_;

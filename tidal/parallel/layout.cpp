@@ -52,7 +52,11 @@ Flags& add_parallel_flags(Flags& f) {
       .flag("overlap-param-gather",
             "ZeRO-3: gather the next layer's parameters on a communication stream while the current one computes")
       .option("expert-model-parallel-size",
-              "divide each MoE layer's experts among groups of E ranks, tokens exchanged all-to-all (default 1)", "E");
+              "divide each MoE layer's experts among groups of E ranks, tokens exchanged all-to-all (default 1)", "E")
+      .option("distributed-backend",
+              "what moves tensors between the ranks: mpi (default) or nccl (GPU memory over NCCL, bootstrapped over "
+              "MPI; needs --device cuda and a CUDA build)",
+              "B");
 }
 
 namespace {
@@ -95,6 +99,7 @@ ParallelLayout parse_parallel_layout(const Flags& f) {
   TIDAL_CHECK(!f.has("ddp-bucket-size") || l.overlap_grad_reduce,
               "tidal train: --ddp-bucket-size sizes the buckets of --overlap-grad-reduce: give that flag too");
   l.context = int(f.integer("context-parallel-size", 1, 1, kMaxDataParallelSize));
+  if (f.has("distributed-backend")) l.backend = dist::parse_distributed_backend(f.str("distributed-backend"));
   return l;
 }
 

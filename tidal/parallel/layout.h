@@ -13,6 +13,7 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "tidal/base/flags.h"
+#include "tidal/dist/communicator_factory.h"
 #include "tidal/models/config.h"
 
 namespace tidal::parallel {
@@ -35,6 +36,9 @@ struct ParallelLayout {
   bool overlap_param_gather = false;
   // --ddp-bucket-size: parameters (elements) per bucket; 0 is Megatron's default, max(4e7, 1e6 × ranks).
   int64_t bucket_size = 0;
+  // --distributed-backend (Megatron's): mpi moves every buffer over MPI; nccl moves device memory over
+  // NCCL (the CUDA backend; bootstrapped over MPI, which keeps the host buffers) — docs/cuda.md.
+  dist::DistributedBackend backend = dist::DistributedBackend::mpi;
 
   int data() const { return world / context; }        // ranks that read different samples
   int expert_data() const { return world / expert; }  // ranks that hold the same experts

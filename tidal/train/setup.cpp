@@ -119,7 +119,7 @@ Setup setup_training(const TrainArgs& args, models::ModelConfig& config, std::FI
   device_allocator(device).reset_peak_stats();
   host_allocator(device).reset_peak_stats();
 
-  Setup s(std::make_unique<parallel::ParallelGroups>(comm, layout), std::move(data), micro_batches, device);
+  Setup s(std::make_unique<parallel::ParallelGroups>(comm, layout, device), std::move(data), micro_batches, device);
   manual_seed(args.seed);
   // ZeRO-3 builds the model without its values: each rank materializes one parameter at a time and
   // keeps its shard, so the whole model never needs to fit (not with --pretrained: it loads whole).
