@@ -43,14 +43,20 @@ EXCEPTIONS = {
         "while grad mode is on",
     ("tidal/tensor.cpp", "tidal/autograd/node.h"):
         "Tensor carries its autograd metadata: str() names its grad_fn, retain_grad() registers with it",
-    ("tidal/backend/cuda/nccl_communicator.h", "tidal/dist/communicator.h"):
-        "NCCL is a dist::Communicator that needs CUDA: it lives in the CUDA backend and implements dist's interface",
-    ("tidal/backend/cuda/nccl_communicator.cpp", "tidal/dist/communicator_factory.h"):
-        "the CUDA backend registers its NCCL communicator with dist's factory (--distributed-backend nccl)",
+}
+
+# Files whose layer is not their folder's: NCCL's dist::Communicator is dist's (it implements dist's
+# interface and registers with dist's factory) but needs CUDA, so it is built with the CUDA backend,
+# in its folder; it may include dist/ and, below it, the backend's own headers.
+FILE_LAYERS = {
+    "tidal/backend/cuda/nccl_communicator.h": "dist",
+    "tidal/backend/cuda/nccl_communicator.cpp": "dist",
 }
 
 
 def layer_of(path):
+    if path in FILE_LAYERS:
+        return FILE_LAYERS[path]
     parts = path.split("/")
     if len(parts) == 2:
         return "core"

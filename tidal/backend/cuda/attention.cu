@@ -150,12 +150,6 @@ __global__ void row_dot_kernel(View4 dout, View4 out, acc_t<T>* delta, int64_t r
   if (lane == 0) delta[r] = acc;
 }
 
-template <class D, class S>
-__global__ void copy_kernel(Strided dst, Strided src, int64_t n) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
-    static_cast<D*>(dst.data)[dst.offset(i)] = from_acc<D>(to_acc(static_cast<const S*>(src.data)[src.offset(i)]));
-}
-
 template <class T>
 __global__ void scale_kernel(Strided x, int64_t n, double factor) {
   using A = acc_t<T>;
@@ -171,14 +165,6 @@ __global__ void scale_kernel(Strided x, int64_t n, double factor) {
 void launch_scale(cudaStream_t stream, const Strided& x, int64_t n, double factor) {
   if (n == 0) return;
   TIDAL_CUDA_FLOATING(x.dtype, "scale", T, scale_kernel<T><<<grid_for(n), kThreads, 0, stream>>>(x, n, factor));
-  TIDAL_CUDA_CHECK_LAUNCH();
-}
-
-void launch_copy(cudaStream_t stream, const Strided& dst, const Strided& src, int64_t n) {
-  if (n == 0) return;
-  TIDAL_CUDA_FLOATING(
-      dst.dtype, "copy", D,
-      TIDAL_CUDA_FLOATING(src.dtype, "copy", S, copy_kernel<D, S><<<grid_for(n), kThreads, 0, stream>>>(dst, src, n)));
   TIDAL_CUDA_CHECK_LAUNCH();
 }
 

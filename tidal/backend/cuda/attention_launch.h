@@ -11,10 +11,6 @@ namespace tidal::cuda {
 // x[i] *= factor over x's n elements (floating dtypes).
 void launch_scale(cudaStream_t stream, const Strided& x, int64_t n, double factor);
 
-// dst[i] = src[i] over n elements of the same shape, converting between floating dtypes (bf16 rounded
-// to nearest even).
-void launch_copy(cudaStream_t stream, const Strided& dst, const Strided& src, int64_t n);
-
 // A (B, H, L, D) tensor: data and element strides.
 struct View4 {
   const void* p = nullptr;

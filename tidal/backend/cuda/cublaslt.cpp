@@ -17,7 +17,7 @@ namespace tidal::cuda {
 
 void throw_cublas_error(cublasStatus_t status, const char* call, const char* file, int line) {
   detail::throw_error(detail::str_cat("[cuda] ", call, " failed at ", file, ":", line, ": ",
-                                      cublasGetStatusName(status), ": ", cublasGetStatusString(status)));
+                                      cublasLtGetStatusName(status), ": ", cublasLtGetStatusString(status)));
 }
 
 bool gemm_layout(int64_t rows, int64_t cols, int64_t sr, int64_t sc, bool& trans, int64_t& ld) {

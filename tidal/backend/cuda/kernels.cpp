@@ -17,7 +17,9 @@ std::string CudaKernels::describe() const {
     return std::string("  cuda           built in; no usable GPU here (") +
            (e != cudaSuccess ? cudaGetErrorString(e) : "no device") + ")\n";
   }
-  std::string out;
+  std::string out =
+      "  cuda gemm      cuBLASLt (f32 without TF32; bf16 with f32 accumulation; f64)\n"
+      "  cuda attention eager: cuBLASLt products and tidal's softmax (cuDNN's fused SDPA not yet)\n";
   for (int d = 0; d < count; ++d) {
     cudaDeviceProp p{};
     TIDAL_CUDA_CHECK(cudaGetDeviceProperties(&p, d));

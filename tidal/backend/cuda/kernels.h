@@ -1,11 +1,11 @@
 #pragma once
-// The CUDA backend's kernels (seam/kernels.h), brought up family by family: each family's methods are
+// The CUDA backend's kernels (seam/kernels.h; docs/cuda.md has the table): each family's methods are
 // declared in its section below and defined in its .cpp, which checks the tensors and calls the
 // launchers its .cu defines (plain arguments: pointers, sizes, strides, the cudaStream_t); a kernel not
-// declared here throws "no cuda kernel for <name>" (tests/unit/seam/missing_kernels_test.cpp lists
-// them). Every kernel queues on the stream it is given (stream.h stream_handle); one that returns a
-// value to the host synchronizes that stream first. Deterministic: no floating-point atomics whose
-// order changes a result, so a recompute or an N-rank run gives the same bits as the plain run.
+// declared here would throw "no cuda kernel for <name>" (tests/unit/seam/missing_kernels_test.cpp lists
+// what a backend lacks: none here). Every kernel queues on the stream it is given (stream.h stream_handle); one that
+// returns a value to the host synchronizes that stream first. Deterministic: no floating-point atomics whose order
+// changes a result, so a recompute or an N-rank run gives the same bits as the plain run.
 #include <string>
 
 #include "tidal/seam/kernels.h"
@@ -22,7 +22,6 @@ class CudaKernels final : public Kernels {
   void copy_to_host(Stream& stream, void* dst, const Tensor& src) override;
 
   // --- elementwise, random, activations: elementwise.cpp, random.cpp, activation.cpp
-  // (elementwise section)
   void unary(Stream& stream, Unary op, const Tensor& out, const Tensor& in, double s) override;
   void binary(Stream& stream, Binary op, const Tensor& out, const Tensor& a, const Tensor& b, double alpha) override;
   void compare(Stream& stream, Compare op, const Tensor& out, const Tensor& a, const Tensor& b) override;
@@ -50,7 +49,6 @@ class CudaKernels final : public Kernels {
 
   // --- reductions, softmax, norms, RoPE, embedding, losses: reduce.cpp, softmax.cpp, norm.cpp, rope.cpp,
   // embedding.cpp, loss.cpp, chunked_loss.cpp
-  // (reduction section)
   int64_t norm_row_chunks(int64_t rows) const override;
   void sum(Stream& stream, const Tensor& out, const Tensor& x, int64_t outer, int64_t n, int64_t inner,
            double scale) override;
@@ -83,7 +81,6 @@ class CudaKernels final : public Kernels {
   void embedding_backward(Stream& stream, const Tensor& grad_weight, const Tensor& g, const Tensor& ids) override;
 
   // --- matrix products (cuBLASLt) and attention (cuDNN SDPA, eager fallback): matmul.cpp, attention.cpp
-  // (matmul and attention section)
   bool matmul_operand_ok(int64_t rows, int64_t cols, int64_t stride_r, int64_t stride_c) const override;
   void matmul(Stream& stream, const Tensor& out, const Tensor& a, const Tensor& b, double alpha, double beta) override;
   int64_t flash_forward_workspace(const Tensor& q, const Tensor& k, const Tensor& v) const override;
@@ -95,7 +92,6 @@ class CudaKernels final : public Kernels {
                                 const Tensor& out, const Tensor& lse, const Tensor& workspace) override;
 
   // --- indexing and MoE routing, the optimizer: index.cpp, optim.cpp
-  // (index and optimizer section)
   // losses (loss.cpp, chunked_loss.cpp)
   int64_t find_bad_target(Stream& stream, const Tensor& targets, const CrossEntropyArgs& a) override;
   CrossEntropySums cross_entropy_forward(Stream& stream, const Tensor& loss, const Tensor& lse, const Tensor& logits,
