@@ -6,6 +6,12 @@
 
 namespace tidal {
 
+namespace {
+// cuda:N takes N below this; the machine's own count is checked when a run selects the device
+// (DeviceRuntime::select).
+constexpr int kMaxCudaIndex = 64;
+}  // namespace
+
 Device Device::parse(std::string_view text) {
   if (text == "cpu") return cpu();
   if (text == "meta") return meta();
@@ -17,7 +23,11 @@ Device Device::parse(std::string_view text) {
       digits = digits && c >= '0' && c <= '9';
       index = index * 10 + (c - '0');
     }
-    if (digits) return cuda(index);
+    if (digits) {
+      if (index < kMaxCudaIndex) return cuda(index);
+      detail::throw_error(
+          detail::str_cat("[device] unknown device '", text, "': cuda:N takes N from 0 to ", kMaxCudaIndex - 1));
+    }
   }
   detail::throw_error(
       detail::str_cat("[device] unknown device '", text, "': valid choices are cpu, meta, cuda and cuda:N"));

@@ -19,7 +19,8 @@ json manifest_of(const std::vector<optim::TensorPiece>& pieces) {
 PieceReceiver::PieceReceiver(dist::Communicator& comm, const std::vector<json>& manifests, const std::string& file,
                              const std::vector<optim::TensorPiece>& own)
     : comm_(comm), queue_(manifests.size()), next_(manifests.size(), 0) {
-  if (!own.empty()) device_ = own.front().data.device();
+  // The file is assembled in host memory (a cuda run's pieces are copied over); meta stays meta.
+  if (!own.empty() && own.front().data.is_meta()) device_ = Device::meta();
   for (const optim::TensorPiece& p : own)
     add(p.name, p.data.dtype(), p.shape, {comm.rank(), p.begin, p.data.numel(), &p});
   for (size_t r = 0; r < manifests.size(); ++r) {
@@ -80,7 +81,7 @@ Tensor PieceReceiver::produce(const std::string& name) {
   std::vector<dist::Communicator::Transfer> receives;
   for (const Piece& p : w.pieces) {
     if (p.own != nullptr)
-      flat.narrow(0, p.begin, p.length).copy_(p.own->data.contiguous().view({p.length}));
+      flat.narrow(0, p.begin, p.length).copy_(p.own->data.detach().to(device_).contiguous().view({p.length}));
     else if (p.length > 0)
       receives.push_back({p.rank, static_cast<char*>(t.raw_data()) + p.begin * itemsize, p.length * itemsize});
   }

@@ -163,7 +163,8 @@ void save_checkpoint(dist::Communicator& comm, const std::string& dir, const Tra
     const FilePieces& f = files[i];
     if (f.writer != me) {
       for (const optim::TensorPiece& p : f.pieces) {
-        const Tensor c = p.data.contiguous();
+        // Sent from host memory (MPI reads the bytes): a device tensor is copied to the host first.
+        const Tensor c = p.data.is_meta() ? p.data : p.data.detach().to(Device::cpu()).contiguous();
         if (c.nbytes() > 0) comm.exchange({{f.writer, c.raw_data(), c.nbytes()}}, {});
       }
       continue;

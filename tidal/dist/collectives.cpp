@@ -13,6 +13,10 @@ void check_contiguous(const Tensor& t, const char* op, const char* name) {
   TIDAL_CHECK(t.is_contiguous(), "[", op, "] ", name, " must be contiguous, got strides ", t.strides().str());
 }
 
+// MPI moves host bytes: a tensor on a device without host memory (cuda) is staged through the host
+// (NCCL, which reads device memory, comes separately).
+bool staged(const Tensor& t) { return !t.is_meta() && !t.device().is_cpu(); }
+
 // Sum of the `size` blocks of `blocks` (size × n) in rank order into `out` (n).
 void sum_blocks_in_rank_order(Tensor out, const Tensor& blocks) {
   out.copy_(blocks.select(0, 0));
@@ -31,7 +35,14 @@ void reduce_scatter_sum(Communicator& comm, const Tensor& out, const Tensor& in)
               " of ", in.dtype());
   MemoryScope scope(MemoryCategory::temporary);
   Tensor blocks = empty({size, n}, in.dtype(), in.device());  // (ranks, n): every rank's block of mine
-  if (!in.is_meta()) comm.all_to_all(in.raw_data(), blocks.raw_data(), n * in.itemsize());
+  if (staged(in)) {
+    const Tensor host_in = in.detach().to(Device::cpu());
+    const Tensor host_blocks = empty({size, n}, in.dtype());
+    comm.all_to_all(host_in.raw_data(), host_blocks.raw_data(), n * in.itemsize());
+    blocks = host_blocks.to(in.device());
+  } else if (!in.is_meta()) {
+    comm.all_to_all(in.raw_data(), blocks.raw_data(), n * in.itemsize());
+  }
   sum_blocks_in_rank_order(out.view({n}), blocks);
 }
 
@@ -42,7 +53,14 @@ void all_gather(Communicator& comm, const Tensor& out, const Tensor& in) {
   TIDAL_CHECK(out.numel() == n * size && in.dtype() == out.dtype() && in.device() == out.device(),
               "[all_gather] out must hold ", size, " x ", n, " elements of ", in.dtype(), ", got ", out.numel(), " of ",
               out.dtype());
-  if (!in.is_meta()) comm.all_gather(in.raw_data(), out.raw_data(), n * in.itemsize());
+  if (staged(in)) {
+    const Tensor host_in = in.detach().to(Device::cpu());
+    const Tensor host_out = empty(out.shape(), out.dtype());
+    comm.all_gather(host_in.raw_data(), host_out.raw_data(), n * in.itemsize());
+    Tensor(out.detach()).copy_(host_out.to(out.device()));
+  } else if (!in.is_meta()) {
+    comm.all_gather(in.raw_data(), out.raw_data(), n * in.itemsize());
+  }
 }
 
 void all_reduce_sum(Communicator& comm, const Tensor& t) {
@@ -68,7 +86,13 @@ void all_reduce_sum(Communicator& comm, const Tensor& t) {
 void broadcast(Communicator& comm, const Tensor& t, int root) {
   check_contiguous(t, "broadcast", "the tensor");
   TIDAL_CHECK(root >= 0 && root < comm.size(), "[broadcast] root ", root, " is not a rank of ", comm.size());
-  if (!t.is_meta()) comm.broadcast(t.raw_data(), t.nbytes(), root);
+  if (staged(t)) {
+    const Tensor host = t.detach().to(Device::cpu());
+    comm.broadcast(host.raw_data(), t.nbytes(), root);
+    Tensor(t.detach()).copy_(host.to(t.device()));
+  } else if (!t.is_meta()) {
+    comm.broadcast(t.raw_data(), t.nbytes(), root);
+  }
 }
 
 std::string any_rank(Communicator& comm, const std::string& flags) {

@@ -224,7 +224,9 @@ void save_safetensors_streamed(const std::string& path, std::vector<TensorEntry>
     write_all(fd, &len, 8, path);
     write_all(fd, text.data(), text.size(), path);
     for (const TensorEntry& e : entries) {
-      const Tensor t = produce(e).contiguous();
+      Tensor t = produce(e);
+      if (!t.is_meta()) t = t.detach().to(Device::cpu());  // the bytes are written from host memory
+      t = t.contiguous();
       TIDAL_ASSERT(t.dtype() == e.dtype && t.shape() == e.shape, "[safetensors] ", e.name,
                    " is not what its header says");
       if (t.nbytes() > 0) write_all(fd, t.raw_data(), size_t(t.nbytes()), path);

@@ -21,10 +21,12 @@ std::vector<int64_t> generate(CausalLM& model, const std::vector<int64_t>& promp
   model.train(false);
   std::vector<int64_t> ids = prompt;
   uint64_t draw = 0;
+  const auto params = model.named_parameters();  // the window goes where the model lives
+  const Device device = params.empty() ? Device::cpu() : params.begin()->second.device();
   for (int64_t n = 0; n < opt.max_new_tokens; ++n) {
     const int64_t t = std::min<int64_t>(int64_t(ids.size()), model.config().max_position_embeddings);
     std::vector<int64_t> window(ids.end() - t, ids.end());
-    Tensor logits = model.forward(from_vector_i64(window, {1, t})).logits;  // (1, t, V)
+    Tensor logits = model.forward(from_vector_i64(window, {1, t}, device)).logits;  // (1, t, V)
     std::vector<float> row = logits.select(1, t - 1).contiguous().to_vector<float>();
     int64_t next = 0;
     if (opt.temperature == 0) {

@@ -90,9 +90,11 @@ PretrainedFiles load_pretrained_dir(const std::string& dir, const std::function<
   return f;
 }
 
-std::unique_ptr<CausalLM> load_pretrained_model(const std::string& dir, PretrainedFiles* out) {
+std::unique_ptr<CausalLM> load_pretrained_model(const std::string& dir, PretrainedFiles* out, Device device) {
   PretrainedFiles f = load_pretrained_dir(dir);
-  auto model = create_model(f.config);
+  nn::Init init;
+  init.device = device;
+  auto model = create_model(f.config, init);
   model->load_hf_state_dict(f.weights);
   if (out != nullptr) *out = std::move(f);
   return model;

@@ -21,7 +21,9 @@ struct PretrainedFiles {
 // read (expert parallel: models::held_here).
 PretrainedFiles load_pretrained_dir(const std::string& dir, const std::function<bool(const std::string&)>& keep = {});
 // Builds the model of the directory and loads its weights.
-std::unique_ptr<CausalLM> load_pretrained_model(const std::string& dir, PretrainedFiles* files = nullptr);
+// The model is built on `device` (the files' host tensors are copied onto it).
+std::unique_ptr<CausalLM> load_pretrained_model(const std::string& dir, PretrainedFiles* files = nullptr,
+                                                Device device = Device::cpu());
 // Writes config.json and model.safetensors (and copies tokenizer.json when given) into `dir`.
 void save_pretrained(const CausalLM& model, const std::string& dir, const std::string& tokenizer_path = "");
 

@@ -24,12 +24,12 @@ void DeferredInit::materialize(const Tensor& p) const {
     Tensor t = randn(p.shape(), DType::f32);
     set_rng_state(outer);
     t.mul_(r.value);
-    values = t.to(p.dtype());
+    values = t.to(p.dtype()).to(p.device());  // drawn on the host, as nn::normal_parameter draws
   } else {
     values = full(p.shape(), r.value, p.dtype(), p.device());
   }
   p.storage()->rematerialize();
-  if (!p.is_meta()) std::memcpy(p.raw_data(), values.raw_data(), size_t(p.nbytes()));
+  if (!p.is_meta()) p.detach().copy_(values);  // the device's copy kernel (no autograd: detached)
 }
 
 }  // namespace tidal::nn

@@ -21,9 +21,10 @@ Tensor normal_parameter(const Shape& shape, double std, const Init& init) {
     init.deferred->record_normal(t, std, at);
     return t;
   }
+  // Drawn on the host whatever the device: a cuda run starts from the cpu run's exact weights.
   Tensor t = randn(shape, DType::f32);
   t.mul_(std);
-  return t.to(init.dtype);
+  return t.to(init.dtype).to(init.device);
 }
 
 Tensor constant_parameter(const Shape& shape, double value, const Init& init) {

@@ -69,7 +69,7 @@ void Module::load_state_dict(const std::map<std::string, Tensor>& state, bool st
     }
     TIDAL_CHECK(it->second.shape() == p.shape(), "[load_state_dict] ", name, " has shape ", it->second.shape(),
                 " in the checkpoint but ", p.shape(), " in the model (is the config the same?)");
-    p.copy_(it->second.to(p.dtype()));
+    p.copy_(it->second.to(p.dtype()).to(p.device()));  // a file's host tensor onto the model's device
     used.insert(name);
   }
   TIDAL_CHECK(missing.empty(), "[load_state_dict] the checkpoint lacks parameters of the model: ", missing);

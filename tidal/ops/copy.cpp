@@ -53,7 +53,16 @@ Tensor Tensor::to(Device target) const {
   if (target == device()) return *this;
   TIDAL_CHECK(!is_meta(), "[to] a meta tensor ", shape(), " has no data to copy to ", target);
   TIDAL_CHECK(!autograd::needs_grad(*this), "[to] copies between devices are not differentiable; detach() first");
-  return empty(shape(), dtype(), target);  // cpu -> meta keeps the shape and the accounting only
+  if (target.is_meta()) return empty(shape(), dtype(), target);  // keeps the shape and the accounting only
+  OpScope scope("to");
+  if (!device().is_cpu() && !target.is_cpu()) return to(Device::cpu()).to(target);  // cuda:A -> cuda:B: via the host
+  const Tensor src = contiguous();  // on its own device (its copy kernel)
+  Tensor out = empty(shape(), dtype(), target);
+  if (target.is_cpu())  // device -> host: the source's backend copies into the host tensor's bytes
+    device_kernels(src.device()).copy_to_host(current_stream(src.device()), out.raw_data(), src);
+  else  // host -> device
+    device_kernels(target).copy_from_host(current_stream(target), out, src.raw_data());
+  return out;
 }
 
 }  // namespace tidal

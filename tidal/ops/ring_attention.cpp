@@ -59,6 +59,14 @@ void merge(Tensor out, Tensor lse, const Partial& p) {
 // `recv`, in order. Meta tensors hold no bytes: nothing moves.
 void ring_exchange(dist::Communicator& comm, const std::vector<Tensor>& send, const std::vector<Tensor>& recv) {
   if (send.front().is_meta()) return;
+  if (!send.front().device().is_cpu()) {  // MPI moves host bytes: a device's tensors go through the host
+    std::vector<Tensor> host_send, host_recv;
+    for (const Tensor& t : send) host_send.push_back(t.detach().to(Device::cpu()));
+    for (const Tensor& t : recv) host_recv.push_back(empty(t.shape(), t.dtype()));
+    ring_exchange(comm, host_send, host_recv);
+    for (size_t i = 0; i < recv.size(); ++i) Tensor(recv[i].detach()).copy_(host_recv[i].to(recv[i].device()));
+    return;
+  }
   const int c = comm.size(), next = (comm.rank() + 1) % c, prev = (comm.rank() + c - 1) % c;
   std::vector<dist::Communicator::Transfer> sends, receives;
   for (const Tensor& t : send) sends.push_back({next, t.raw_data(), t.nbytes()});

@@ -185,7 +185,7 @@ void AdamW::load_state_dict(const std::map<std::string, Tensor>& state) {
     for (Tensor* t : {&s.exp_avg, &s.exp_avg_sq, &s.master}) {
       if (!t->defined() || t->is_meta()) continue;
       const std::string suffix = t == &s.exp_avg ? ".exp_avg" : t == &s.exp_avg_sq ? ".exp_avg_sq" : ".master";
-      t->copy_(state.at(s.name + suffix));
+      t->copy_(state.at(s.name + suffix).to(t->device()));  // a file's host tensor onto the state's device
     }
   }
   steps_ = steps;

@@ -12,6 +12,8 @@
 #include "tidal/memory_scope.h"
 #include "tidal/optim/grad_clip.h"
 #include "tidal/range_recorder.h"
+#include "tidal/seam/kernels.h"
+#include "tidal/stream.h"
 
 namespace tidal::optim {
 
@@ -81,9 +83,22 @@ namespace {
 // node that saved the parameter in forward reads it again in backward after a gather.
 void copy_elements(const Tensor& dst, int64_t dst_at, const Tensor& src, int64_t src_at, int64_t n) {
   if (dst.is_meta() || n == 0) return;
+  if (!dst.device().is_cpu()) {  // device memory: the device's copy kernel (no autograd, no version bump)
+    const Tensor d = dst.detach().view({dst.numel()}).narrow(0, dst_at, n);
+    device_kernels(dst.device())
+        .copy(current_stream(dst.device()), d, src.detach().view({src.numel()}).narrow(0, src_at, n));
+    return;
+  }
   const int64_t e = dst.itemsize();
   std::memcpy(static_cast<char*>(dst.raw_data()) + dst_at * e, static_cast<const char*>(src.raw_data()) + src_at * e,
               size_t(n * e));
+}
+
+// The exchanges below hand MPI pointers into the parameters and gradients: host memory only for now.
+void check_host_exchange(const Tensor& t, const char* what) {
+  TIDAL_CHECK(t.device().is_cpu(), "[distributed optimizer] ", what, " between ranks moves ", t.device(),
+              " memory, which MPI cannot read: --use-distributed-optimizer on more than one cuda rank needs NCCL ",
+              "(not supported yet); run it on one rank or on the cpu");
 }
 
 }  // namespace
@@ -143,6 +158,7 @@ std::function<void()> DistributedAdamW::start_gather(const std::vector<size_t>& 
       at += f.length;
     }
     if (comm.size() == 1 || meta) continue;
+    check_host_exchange(first, "the parameter gather");
     for (int r = 0; r < comm.size(); ++r) {
       if (r == me) continue;
       for (const ShardLayout::Fragment& f : fragments(g, r))
@@ -270,6 +286,7 @@ void DistributedAdamW::reduce_group(size_t g, dist::Communicator& comm, const st
       at += f.length;
     }
   }
+  if (ranks > 1 && !meta) check_host_exchange(blocks, "the gradient reduce-scatter");
   if (ranks > 1) comm.exchange(sends, receives);
   for (int r = 0; r < ranks; ++r)  // in rank order, each element on its own: any grouping adds alike
     for (const Run& run : runs)

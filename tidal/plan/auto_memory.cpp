@@ -46,7 +46,7 @@ std::string seconds(double s) {
 // (empty: the run as given).
 std::pair<train::TrainArgs, std::string> search_choice(const train::TrainArgs& args, std::FILE* out) {
   SearchOptions o;
-  o.budget = args.auto_memory_budget > 0 ? args.auto_memory_budget : device_allocator(Device::cpu()).limit();
+  o.budget = args.auto_memory_budget > 0 ? args.auto_memory_budget : device_allocator(args.device).limit();
   TIDAL_CHECK(o.budget > 0,
               "tidal train --auto-memory: no device memory to fit (the cpu device is this machine's RAM, without a "
               "limit of its own): give --auto-memory-budget BYTES or TIDAL_DEVICE_MEMORY");

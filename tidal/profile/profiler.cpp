@@ -49,8 +49,8 @@ Profiler::~Profiler() {
 void Profiler::begin_step(int64_t step) {
   if (!on() || written_) return;
   if (!active_ && step >= options_.first_step && step <= options_.last_step) {
-    Allocator& dev = device_allocator(Device::cpu());
-    Allocator& host = host_allocator();
+    Allocator& dev = device_allocator(options_.device);
+    Allocator& host = host_allocator(options_.device);
     dev.clear_events();
     host.clear_events();
     const MemoryStats ds = dev.set_event_log(true), hs = host.set_event_log(true);
@@ -84,8 +84,8 @@ void Profiler::drain() {
       out.push_back({e.time_ns, e.delta, e.allocated, e.reserved, e.category_allocated, e.category, e.op ? e.op : "",
                      e.module ? e.module : "", e.layer, reinterpret_cast<uintptr_t>(e.block), e.kind});
   };
-  copy(device_allocator(Device::cpu()).take_events(), data_.device);
-  copy(host_allocator().take_events(), data_.host);
+  copy(device_allocator(options_.device).take_events(), data_.device);
+  copy(host_allocator(options_.device).take_events(), data_.host);
   for (const RangeEvent& r : take_ranges())
     data_.ranges.push_back({r.name ? r.name : "", r.kind ? r.kind : kOp, r.module ? r.module : "", r.start_ns, r.end_ns,
                             r.layer, r.thread});
@@ -102,8 +102,8 @@ void Profiler::end_step(int64_t step, std::FILE* out) {
 void Profiler::finish(const std::string& why, std::FILE* out) {
   if (!active_) return;
   stop_recording();
-  device_allocator(Device::cpu()).set_event_log(false);
-  host_allocator().set_event_log(false);
+  device_allocator(options_.device).set_event_log(false);
+  host_allocator(options_.device).set_event_log(false);
   drain();
   active_ = false;
   written_ = true;

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "tidal/autograd/saved_tensor_record.h"
+#include "tidal/device.h"
 #include "tidal/memory_stats.h"
 #include "tidal/range_recorder.h"
 
@@ -64,6 +65,7 @@ struct ProfileOptions {
   std::string dir;         // empty: profiling off
   int64_t first_step = 0;  // inclusive, in iteration numbers
   int64_t last_step = 0;
+  Device device = Device::cpu();  // whose allocators' events the memory timeline records (--device)
 };
 
 // Parses "A:B" or "A" (1 <= A <= B); throws tidal::Error otherwise.

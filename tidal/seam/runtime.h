@@ -52,8 +52,14 @@ class DeviceRuntime {
   virtual MemoryBacking host_backing(HostMemory kind) = 0;
   // `compute`: the device's compute stream (one per device); otherwise a side stream.
   virtual std::unique_ptr<detail::StreamImpl> make_stream(const std::string& name, bool compute) = 0;
+  // Makes device `index` of this type the process's current one (CUDA: cudaSetDevice), before any
+  // allocation on it; throws tidal::Error naming the valid indices when there is no such device. A
+  // program calls it once, through select_device (devices with one instance do nothing).
+  virtual void select(int index) = 0;
 };
 
 DeviceRuntime& device_runtime(Device device);
+// device_runtime(device).select(device.index): `tidal train --device cuda:N` calls it before building.
+inline void select_device(Device device) { device_runtime(device).select(device.index); }
 
 }  // namespace tidal

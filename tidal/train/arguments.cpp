@@ -110,6 +110,8 @@ Flags train_flags(const std::string& command) {
   add_data_flags(f);
   add_optimizer_flags(f);
   add_run_flags(f);
+  // tidal plan's own --device names a device profile (plan_cmd.cpp), and it plans on the meta device.
+  if (command != "plan") f.option("device", "where to train: cpu (default), cuda or cuda:N", "cpu|cuda|cuda:N");
   add_memory_flags(f);
   add_precision_flags(f);
   parallel::add_parallel_flags(f)
@@ -365,6 +367,15 @@ void parse_outputs(const Flags& f, TrainArgs& a) {
     TIDAL_CHECK(a.auto_memory_budget > 0, "tidal train: --auto-memory-budget must be positive, got '",
                 f.str("auto-memory-budget"), "'");
   }
+  if (f.has("device")) {
+    try {
+      a.device = Device::parse(f.str("device"));
+    } catch (const Error& e) {
+      detail::throw_error(detail::str_cat("tidal train: --device: ", e.what()));
+    }
+    TIDAL_CHECK(!a.device.is_meta(), "tidal train: --device meta has no values to train: the meta device is ",
+                "tidal plan --dry-run's; give cpu, cuda or cuda:N");
+  }
   a.device_profile = f.str("device-profile");
   TIDAL_CHECK(a.auto_memory || a.device_profile.empty(), "tidal train: --device-profile needs --auto-memory");
 }
@@ -426,6 +437,7 @@ nlohmann::json TrainArgs::to_json() const {
   j["check_for_nan_in_loss_and_grad"] = check_for_nan;
   j["skip_nonfinite_steps"] = skip_nonfinite_steps;
   j["seed"] = seed;
+  j["device"] = device.str();
   j["attention"] = name(attention);
   j["auto_memory"] = auto_memory;
   j["save"] = checkpoint.save;

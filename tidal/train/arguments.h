@@ -8,6 +8,7 @@
 
 #include "tidal/base/flags.h"
 #include "tidal/checkpoint/format.h"
+#include "tidal/device.h"
 #include "tidal/memory/memory_config.h"
 #include "tidal/models/config.h"
 #include "tidal/ops/attention.h"
@@ -44,6 +45,10 @@ struct TrainArgs {
   bool check_for_nan = true;
   bool skip_nonfinite_steps = false;
   uint64_t seed = 1234;
+  // --device cpu|cuda|cuda:N: where the model, its batches, gradients and optimizer states live (the
+  // trainer selects it before building anything: DeviceRuntime::select). tidal plan has no such flag
+  // (its --device names a device profile) and plans on the meta device.
+  Device device = Device::cpu();
   AttentionKernel attention = AttentionKernel::flash;  // --attention
   // --save, --save-interval, --load, --exit-on-missing-checkpoint (checkpoint/format.h)
   checkpoint::CheckpointOptions checkpoint;

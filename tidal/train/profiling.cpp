@@ -7,6 +7,7 @@ namespace tidal::train {
 profile::ProfileOptions profile_options(const TrainArgs& args, int64_t start) {
   profile::ProfileOptions o;
   o.dir = args.profile.dir;
+  o.device = args.device;
   if (args.profile.first_step > 0) {
     o.first_step = args.profile.first_step;
     o.last_step = std::min(args.profile.last_step, args.train_iters);

@@ -103,7 +103,7 @@ void Report::saved_tensors(const SavedTensors& saved) {
 }
 
 void Report::step(int64_t it, const StepResult& r, double seconds, int64_t consumed_samples) {
-  Allocator& device = device_allocator(Device::cpu());
+  Allocator& device = device_allocator(args_.device);
   const StepMetrics sm{
       it, r.loss, r.lr, r.grad_norm, seconds * 1e3, double(tokens_per_step_) / seconds, device.stats().peak_allocated};
   metrics_.add_step(sm);
@@ -145,8 +145,8 @@ void Report::summary(const Setup& s, int64_t last_iteration, double final_loss, 
                      const SavedTensors& saved) {
   progress_.clear();
   const memory::MemoryConfig& mem = args_.memory;
-  const MemoryStats dev = device_allocator(Device::cpu()).stats();
-  metrics_.set_summary(final_loss, final_val_loss, dev, host_allocator().stats());
+  const MemoryStats dev = device_allocator(args_.device).stats();
+  metrics_.set_summary(final_loss, final_val_loss, dev, host_allocator(args_.device).stats());
   const double recompute_ms = double(autograd::recompute_time_ns() - recompute_ns0_) / 1e6;
   metrics_.set_summary_field("recompute",
                              memory::recompute_stats_json(mem.recompute, mem.recompute_plan, recompute_ms));

@@ -33,7 +33,8 @@ StepResult train_step(int64_t it, const TrainArgs& args, Setup& s, profile::Prof
   for (int64_t m = 0; m < accum; ++m) {
     Tensor tokens =
         parallel::next_rank_batch(s.loader, args.micro_batch_size, data.rank(), data.size()).tokens;  // (B, T+1)
-    if (s.device.is_meta()) tokens = tokens.to(s.device);  // a dry run (dry_run.h): the batch's shape only
+    // The loader's batch is on the host: to the run's device (a dry run's meta: the batch's shape only).
+    if (tokens.device() != s.device) tokens = tokens.to(s.device);
     const parallel::LocalTokens local =
         parallel::local_tokens(tokens, s.groups->context_size(), s.groups->context_rank());  // this rank's chunks
     Tensor loss;
@@ -96,7 +97,7 @@ double validation_loss(const TrainArgs& args, Setup& s) {
     parallel::ParamGather::Scope gathered(s.param_gather.get());
     data::DataLoader loader(s.data.valid);
     for (int64_t i = 0; i < args.eval_iters; ++i) {
-      const Tensor tokens = loader.next(args.micro_batch_size).tokens;  // (B, T + 1)
+      const Tensor tokens = loader.next(args.micro_batch_size).tokens.to(s.device);  // (B, T + 1)
       const int64_t t = tokens.size(1) - 1;
       sum += memory::lm_loss(*s.model, tokens.narrow(1, 0, t), tokens.narrow(1, 1, t), args.memory.loss, 0.0)
                  .item<double>();

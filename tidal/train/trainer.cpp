@@ -8,6 +8,7 @@
 #include "tidal/dist/collectives.h"
 #include "tidal/models/generate.h"
 #include "tidal/ops/random.h"
+#include "tidal/seam/runtime.h"
 #include "tidal/train/profiling.h"
 #include "tidal/train/report.h"
 #include "tidal/train/setup.h"
@@ -49,7 +50,7 @@ std::string sample(const TrainArgs& args, const Setup& s, Report& report) {
 // then the summary (report.h).
 TrainResult train_loop(const TrainArgs& args, std::FILE* out, models::ModelConfig& config, dist::Communicator& comm,
                        const TrainHooks& hooks) {
-  Setup s = setup_training(args, config, out, comm);
+  Setup s = setup_training(args, config, out, comm, args.device);
   Report report(args, config, s, out);
   // An unwritable --save fails now, not after the first interval's steps; a killed save's leftovers go.
   // Rank 0 writes for the run.
@@ -95,6 +96,9 @@ TrainResult train_loop(const TrainArgs& args, std::FILE* out, models::ModelConfi
 TrainResult run_training_on(const TrainArgs& given, std::FILE* out, dist::Communicator& comm, const TrainHooks& hooks) {
   TIDAL_CHECK(!given.auto_memory || hooks.choose, "tidal train: --auto-memory needs the planner: run it through ",
               "plan::run_training (plan/training.h), as `tidal train` does");
+  // --device cuda:N: that GPU is the process's before anything is allocated on it (a machine without
+  // one fails here with CUDA's reason).
+  select_device(given.device);
   TrainArgs bound = given;
   bound.parallel = given.parallel.on(comm.size());
   const TrainArgs args = given.auto_memory ? hooks.choose(bound, comm, out) : bound;

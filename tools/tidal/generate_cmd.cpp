@@ -6,6 +6,7 @@
 #include "tidal/data/tokenizer.h"
 #include "tidal/models/generate.h"
 #include "tidal/models/pretrained.h"
+#include "tidal/seam/runtime.h"
 #include "tools/tidal/cli.h"
 
 namespace tidal::cli {
@@ -18,22 +19,35 @@ int run_generate(const std::vector<std::string>& argv) {
       .option("temperature", "sampling temperature; 0 is greedy (default 0.8)", "T")
       .option("top-k", "sample among the k most likely tokens; 0: all (default 40)", "K")
       .option("seed", "random seed of the sampling (default 0)", "N")
-      .option("tokenizer", "tokenizer.json (default: the one saved with the checkpoint)", "FILE");
+      .option("tokenizer", "tokenizer.json (default: the one saved with the checkpoint)", "FILE")
+      .option("device", "where the model runs: cpu (default), cuda or cuda:N", "cpu|cuda|cuda:N");
   if (parse_or_help(f, argv, "--load DIR --prompt TEXT [options]")) return kOk;
   TIDAL_CHECK(f.has("load"), "tidal generate: --load DIR is required (a directory tidal train --save wrote)");
   TIDAL_CHECK(f.has("prompt"), "tidal generate: --prompt TEXT is required");
   const std::string dir = f.str("load");
+  Device device = Device::cpu();
+  if (f.has("device")) {
+    try {
+      device = Device::parse(f.str("device"));
+    } catch (const Error& e) {
+      detail::throw_error(detail::str_cat("tidal generate: --device: ", e.what()));
+    }
+    TIDAL_CHECK(!device.is_meta(), "tidal generate: --device meta has no values to generate from; give cpu or cuda");
+  }
+  select_device(device);  // cuda:N: that GPU before the model is built on it
   std::unique_ptr<models::CausalLM> model;
   std::string saved_tokenizer, origin = dir;
   if (checkpoint::latest_iteration(dir) >= 0) {  // a training checkpoint
     checkpoint::Checkpoint ck = checkpoint::load_checkpoint(dir);
-    model = models::create_model(models::config_from_json(ck.config));
+    nn::Init init;
+    init.device = device;
+    model = models::create_model(models::config_from_json(ck.config), init);
     model->load_state_dict(ck.model);
     saved_tokenizer = ck.tokenizer_path;
     origin = ck.path;
   } else {  // config.json + safetensors weights
     models::PretrainedFiles files;
-    model = models::load_pretrained_model(dir, &files);
+    model = models::load_pretrained_model(dir, &files, device);
     saved_tokenizer = files.tokenizer_path;
   }
   const std::string tok_path = f.str("tokenizer", saved_tokenizer);

@@ -143,6 +143,7 @@ int run_plan(const std::vector<std::string>& argv) {
     const char* env = std::getenv("TIDAL_DEVICE_MEMORY");
     if (env != nullptr) memory = env;
   }
+  f.take("device");  // the profile's (read above), not a run device: tidal plan plans on the meta device
   train::TrainArgs args = train::train_args(f);
   args.parallel.world = int(f.integer("data-parallel-size", 1, 1, parallel::kMaxDataParallelSize));
   const plan::TriageSettings s = plan::triage_settings(args);

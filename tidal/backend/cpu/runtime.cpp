@@ -32,6 +32,7 @@ class CpuRuntime final : public DeviceRuntime {
   std::unique_ptr<detail::StreamImpl> make_stream(const std::string& name, bool compute) override {
     return cpu::make_stream(name, compute);
   }
+  void select(int) override {}  // one device of this type
 };
 
 [[gnu::init_priority(kRegisterBackends)]] const RegisterRuntime<CpuRuntime> registered(DeviceType::cpu);

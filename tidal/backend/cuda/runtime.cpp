@@ -7,6 +7,7 @@
 
 #include "tidal/backend/cuda/check.h"
 #include "tidal/backend/cuda/stream.h"
+#include "tidal/base/error.h"
 #include "tidal/seam/registry.h"
 
 namespace tidal::cuda {
@@ -52,6 +53,21 @@ class CudaRuntime final : public DeviceRuntime {
   }
   std::unique_ptr<detail::StreamImpl> make_stream(const std::string& name, bool compute) override {
     return cuda::make_stream(name, compute);
+  }
+  // cudaSetDevice(index) after checking it against the devices there are: a missing driver or GPU, or an
+  // index past the last, is a tidal::Error with CUDA's reason.
+  void select(int index) override {
+    int count = 0;
+    const cudaError_t e = cudaGetDeviceCount(&count);
+    if (e != cudaSuccess) {
+      (void)cudaGetLastError();
+      detail::throw_error(detail::str_cat("[cuda] cannot use cuda:", index, ": ", cudaGetErrorString(e)));
+    }
+    TIDAL_CHECK(count > 0, "[cuda] cannot use cuda:", index, ": no CUDA device here");
+    TIDAL_CHECK(index >= 0 && index < count, "[cuda] cuda:", index, " does not exist: this machine has ", count,
+                " CUDA device", count == 1 ? "" : "s", " (cuda:0",
+                count > 1 ? detail::str_cat(" to cuda:", count - 1) : "", ")");
+    TIDAL_CUDA_CHECK(cudaSetDevice(index));
   }
 };
 

@@ -46,6 +46,7 @@ class MetaRuntime final : public DeviceRuntime {
   std::unique_ptr<detail::StreamImpl> make_stream(const std::string& name, bool compute) override {
     return std::make_unique<MetaStream>(name, compute);
   }
+  void select(int) override {}  // one device of this type
 };
 
 [[gnu::init_priority(kRegisterBackends)]] const RegisterRuntime<MetaRuntime> registered(DeviceType::meta);

@@ -1,0 +1,129 @@
+// Training on Device::cuda(0) end to end (docs/training.md, "Devices"): the tiny presets train like
+// the CPU (same seed, bf16-sized tolerance: the GPU adds in another order), every memory feature leaves
+// the GPU run's losses alone as it does the CPU's (tests/integration/memory_savings_train_test.cpp),
+// and the device and host peaks are those tidal plan --dry-run predicts for the same flags
+// (tests/integration/dry_run_test.cpp). Skipped without a GPU.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "tests/cuda/cuda_test_util.h"
+#include "tests/integration/train_helpers.h"
+#include "tests/support/peaks_since.h"
+#include "tidal/allocator.h"
+#include "tidal/plan/dry_run.h"
+
+namespace tidal::train {
+namespace {
+
+const std::vector<std::string> kOnCuda = {"--device", "cuda"};
+
+// Micro-batches of 2 x 32 tokens of mock data, one per step unless `more` gives --global-batch-size.
+std::vector<std::string> tiny(const std::string& model, int iters, const std::vector<std::string>& more = {}) {
+  std::vector<std::string> flags =
+      with({"--model", model, "--mock-data", "--seq-length", "32", "--micro-batch-size", "2", "--train-iters",
+            std::to_string(iters), "--lr-warmup-iters", "0", "--eval-interval", "0", "--log-interval", "100"},
+           more);
+  if (std::find(more.begin(), more.end(), "--global-batch-size") == more.end())
+    flags = with(flags, {"--global-batch-size", "2"});
+  return flags;
+}
+
+std::string joined(const std::vector<std::string>& flags) {
+  std::string s;
+  for (const std::string& f : flags) s += (s.empty() ? "" : " ") + f;
+  return s;
+}
+
+TEST(CudaTraining, TinyPresetsTrainTenStepsLikeTheCpu) {
+  TIDAL_REQUIRE_CUDA();
+  for (const char* model : {"tiny-gpt2", "tiny-llama", "tiny-qwen3-moe"}) {
+    SCOPED_TRACE(model);
+    const std::vector<std::string> flags = tiny(model, 10, {"--global-batch-size", "4"});
+    const TrainResult cpu = train(flags);
+    const TrainResult gpu = train(with(flags, kOnCuda));
+    ASSERT_EQ(gpu.losses.size(), 10u);
+    ASSERT_EQ(cpu.losses.size(), 10u);
+    // The same initial weights (drawn on the host) and batches: the first loss agrees closely, the
+    // later ones within bf16's precision after ten updates.
+    EXPECT_NEAR(gpu.losses[0], cpu.losses[0], 1e-4 * cpu.losses[0]);
+    for (size_t i = 0; i < cpu.losses.size(); ++i) {
+      EXPECT_TRUE(std::isfinite(gpu.losses[i])) << "iteration " << i + 1;
+      EXPECT_NEAR(gpu.losses[i], cpu.losses[i], 1e-2 * cpu.losses[i]) << "iteration " << i + 1;
+    }
+  }
+}
+
+TEST(CudaTraining, Bf16TrainsLikeTheCpu) {
+  TIDAL_REQUIRE_CUDA();
+  const std::vector<std::string> flags = tiny("tiny-llama", 10, {"--bf16"});
+  const TrainResult cpu = train(flags);
+  const TrainResult gpu = train(with(flags, kOnCuda));
+  ASSERT_EQ(gpu.losses.size(), cpu.losses.size());
+  for (size_t i = 0; i < cpu.losses.size(); ++i)
+    EXPECT_NEAR(gpu.losses[i], cpu.losses[i], 2e-2 * cpu.losses[i]) << "iteration " << i + 1;
+}
+
+// Recompute replays the same kernels on the same inputs, offload and the swapped optimizer move bytes
+// and one chunk of loss covering the tokens makes the same GEMMs: each is the plain GPU run, bitwise.
+TEST(CudaTraining, MemoryFeaturesLeaveTheLossesAlone) {
+  TIDAL_REQUIRE_CUDA();
+  for (const char* model : {"tiny-gpt2", "tiny-llama"}) {
+    const std::vector<std::string> base = with(tiny(model, 3, {"--global-batch-size", "4"}), kOnCuda);
+    const TrainResult plain = train(base);
+    ASSERT_EQ(plain.losses.size(), 3u);
+    for (const std::vector<std::string>& extra : std::vector<std::vector<std::string>>{
+             {"--recompute-granularity", "selective"},
+             {"--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", "1"},
+             {"--recompute-granularity", "full", "--recompute-method", "block", "--recompute-num-layers", "1"},
+             {"--recompute-activation-function", "--recompute-norm"},
+             {"--activation-offload"},
+             {"--activation-offload", "--offload-policy", "layer-input"},
+             {"--loss-compute-mode", "chunk", "--loss-chunk-size", "64"},
+             {"--swap-optimizer", "--swap-optimizer-times", "4"},
+         }) {
+      SCOPED_TRACE(std::string(model) + " " + joined(extra));
+      EXPECT_EQ(train(with(base, extra)).losses, plain.losses);
+    }
+    // Chunks of 16 tokens: the same numbers up to the order of additions.
+    const TrainResult chunked = train(with(base, {"--loss-compute-mode", "chunk", "--loss-chunk-size", "16"}));
+    ASSERT_EQ(chunked.losses.size(), plain.losses.size());
+    for (size_t i = 0; i < plain.losses.size(); ++i)
+      EXPECT_NEAR(chunked.losses[i], plain.losses[i], 1e-5 * plain.losses[i]) << model;
+  }
+}
+
+// tidal plan --dry-run (meta device) against the GPU run of the same flags: device and host peaks, per
+// category and at the peak, to the byte. A kernel's scratch memory (allocated through tidal, category
+// temporary) that the CPU kernels do not need shows here as a difference in `temporary`.
+TEST(CudaTraining, DevicePeaksEqualTheDryRunsPrediction) {
+  TIDAL_REQUIRE_CUDA();
+  const Device dev = Device::cuda(0);
+  for (const char* model : {"tiny-gpt2", "tiny-llama", "tiny-qwen3-moe"})
+    for (const std::vector<std::string>& extra : std::vector<std::vector<std::string>>{
+             {},
+             {"--recompute-granularity", "selective"},
+             {"--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", "1"},
+             {"--loss-compute-mode", "chunk", "--loss-chunk-size", "16"},
+             {"--activation-offload"},
+             {"--swap-optimizer", "--swap-optimizer-times", "4"},
+             {"--bf16"},
+         }) {
+      const std::vector<std::string> flags = tiny(model, 2, extra);
+      SCOPED_TRACE(joined(flags));
+      const plan::DryRun dry = plan::dry_run(parse_train_args(flags));
+      Allocator& device = device_allocator(dev);
+      Allocator& host = host_allocator(dev);
+      const MemoryStats device_before = device.stats(), host_before = host.stats();
+      train(with(flags, kOnCuda));
+      testing::expect_same_peaks(dry.device, testing::peaks_since(device_before, device.stats()), "device");
+      testing::expect_same_peaks(dry.host, testing::peaks_since(host_before, host.stats()), "host");
+      EXPECT_GT(dry.device.peak_allocated, 0);
+    }
+}
+
+}  // namespace
+}  // namespace tidal::train
