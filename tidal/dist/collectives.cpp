@@ -13,9 +13,11 @@ void check_contiguous(const Tensor& t, const char* op, const char* name) {
   TIDAL_CHECK(t.is_contiguous(), "[", op, "] ", name, " must be contiguous, got strides ", t.strides().str());
 }
 
-// MPI moves host bytes: a tensor on a device without host memory (cuda) is staged through the host
-// (NCCL, which reads device memory, comes separately).
-bool staged(const Tensor& t) { return !t.is_meta() && !t.device().is_cpu(); }
+// MPI moves host bytes: a tensor on a device without host memory (cuda) is staged through the host,
+// unless the communicator reads device memory (NCCL).
+bool staged(const Communicator& comm, const Tensor& t) {
+  return !t.is_meta() && !t.device().is_cpu() && !comm.reads_device_memory();
+}
 
 // Sum of the `size` blocks of `blocks` (size × n) in rank order into `out` (n).
 void sum_blocks_in_rank_order(Tensor out, const Tensor& blocks) {
@@ -35,7 +37,7 @@ void reduce_scatter_sum(Communicator& comm, const Tensor& out, const Tensor& in)
               " of ", in.dtype());
   MemoryScope scope(MemoryCategory::temporary);
   Tensor blocks = empty({size, n}, in.dtype(), in.device());  // (ranks, n): every rank's block of mine
-  if (staged(in)) {
+  if (staged(comm, in)) {
     const Tensor host_in = in.detach().to(Device::cpu());
     const Tensor host_blocks = empty({size, n}, in.dtype());
     comm.all_to_all(host_in.raw_data(), host_blocks.raw_data(), n * in.itemsize());
@@ -53,7 +55,7 @@ void all_gather(Communicator& comm, const Tensor& out, const Tensor& in) {
   TIDAL_CHECK(out.numel() == n * size && in.dtype() == out.dtype() && in.device() == out.device(),
               "[all_gather] out must hold ", size, " x ", n, " elements of ", in.dtype(), ", got ", out.numel(), " of ",
               out.dtype());
-  if (staged(in)) {
+  if (staged(comm, in)) {
     const Tensor host_in = in.detach().to(Device::cpu());
     const Tensor host_out = empty(out.shape(), out.dtype());
     comm.all_gather(host_in.raw_data(), host_out.raw_data(), n * in.itemsize());
@@ -86,7 +88,7 @@ void all_reduce_sum(Communicator& comm, const Tensor& t) {
 void broadcast(Communicator& comm, const Tensor& t, int root) {
   check_contiguous(t, "broadcast", "the tensor");
   TIDAL_CHECK(root >= 0 && root < comm.size(), "[broadcast] root ", root, " is not a rank of ", comm.size());
-  if (staged(t)) {
+  if (staged(comm, t)) {
     const Tensor host = t.detach().to(Device::cpu());
     comm.broadcast(host.raw_data(), t.nbytes(), root);
     Tensor(t.detach()).copy_(host.to(t.device()));

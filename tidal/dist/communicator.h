@@ -27,7 +27,9 @@ class Communicator {
   }
   virtual int rank() const = 0;
   virtual int size() const = 0;
-  virtual const char* backend() const = 0;  // "mpi", "single"
+  virtual const char* backend() const = 0;  // "mpi", "single", "nccl"
+  // Whether its collectives take device memory (NCCL); otherwise a cuda tensor goes through the host.
+  virtual bool reads_device_memory() const { return false; }
   // A communicator over the same ranks whose messages never match this one's (MPI_Comm_dup): a
   // stream's worker thread can run collectives on it while another thread runs them here. A
   // collective: every rank calls it, in the same order. Statistics are shared with this one.

@@ -28,7 +28,7 @@ void check_counts(dist::Communicator& comm, const Tensor& x, const std::vector<i
 // The exchange without autograd: the result of `recv` rows from `x`'s `send` rows.
 Tensor exchange_rows(dist::Communicator& comm, const Tensor& x, const std::vector<int64_t>& send,
                      const std::vector<int64_t>& recv) {
-  if (!x.is_meta() && !x.device().is_cpu() && comm.size() > 1)  // MPI moves host bytes: through the host
+  if (!x.is_meta() && !x.device().is_cpu() && comm.size() > 1 && !comm.reads_device_memory())  // MPI: the host
     return exchange_rows(comm, x.detach().to(Device::cpu()), send, recv).to(x.device());
   Shape shape = x.shape();
   shape[0] = total(recv);

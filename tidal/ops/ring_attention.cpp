@@ -59,7 +59,7 @@ void merge(Tensor out, Tensor lse, const Partial& p) {
 // `recv`, in order. Meta tensors hold no bytes: nothing moves.
 void ring_exchange(dist::Communicator& comm, const std::vector<Tensor>& send, const std::vector<Tensor>& recv) {
   if (send.front().is_meta()) return;
-  if (!send.front().device().is_cpu()) {  // MPI moves host bytes: a device's tensors go through the host
+  if (!send.front().device().is_cpu() && !comm.reads_device_memory()) {  // MPI moves host bytes: through the host
     std::vector<Tensor> host_send, host_recv;
     for (const Tensor& t : send) host_send.push_back(t.detach().to(Device::cpu()));
     for (const Tensor& t : recv) host_recv.push_back(empty(t.shape(), t.dtype()));

@@ -5,31 +5,10 @@
 
 #include "tidal/backend/cuda/attention_launch.h"
 #include "tidal/backend/cuda/device_math.cuh"
+#include "tidal/backend/cuda/philox.cuh"
 
 namespace tidal::cuda {
 namespace {
-
-// tidal::philox4x32(counter, key)[lane] (base/philox.h), as a uniform in [0, 1): u32_to_unit.
-__device__ __forceinline__ float philox_unit(uint64_t pos, uint64_t key) {
-  const uint64_t counter = pos / 4;
-  uint32_t c0 = uint32_t(counter), c1 = uint32_t(counter >> 32), c2 = 0, c3 = 0;
-  uint32_t k0 = uint32_t(key), k1 = uint32_t(key >> 32);
-#pragma unroll
-  for (int r = 0; r < 10; ++r) {
-    const uint32_t hi0 = __umulhi(0xD2511F53u, c0), lo0 = 0xD2511F53u * c0;
-    const uint32_t hi1 = __umulhi(0xCD9E8D57u, c2), lo1 = 0xCD9E8D57u * c2;
-    const uint32_t n0 = hi1 ^ c1 ^ k0, n2 = hi0 ^ c3 ^ k1;
-    c1 = lo1;
-    c3 = lo0;
-    c0 = n0;
-    c2 = n2;
-    k0 += 0x9E3779B9u;
-    k1 += 0xBB67AE85u;
-  }
-  const int lane = int(pos % 4);
-  const uint32_t u = lane == 0 ? c0 : lane == 1 ? c1 : lane == 2 ? c2 : c3;
-  return float(u >> 8) * (1.0f / 16777216.0f);
-}
 
 __device__ __forceinline__ float exp_acc(float x) { return expf(x); }
 __device__ __forceinline__ double exp_acc(double x) { return exp(x); }
@@ -99,7 +78,7 @@ __global__ void softmax_forward_kernel(FlashRows a) {
   const float p_drop = float(a.dropout_p);
   for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
     A p = j < nv ? exp_acc(s[j] - mx) * inv : A(0);
-    if (a.dropout_p > 0 && j < nv) p *= philox_unit(rng_pos(a, gi, i, j), a.seed) >= p_drop ? keep_scale : A(0);
+    if (a.dropout_p > 0 && j < nv) p *= philox_uniform(a.seed, rng_pos(a, gi, i, j)) >= p_drop ? keep_scale : A(0);
     s[j] = p;
     if (p16) p16[j] = __float2bfloat16_rn(float(p));
   }
@@ -121,7 +100,7 @@ __global__ void softmax_backward_kernel(FlashRows a) {
     if (j < nv) {
       const A e = exp_acc(s[j] - lse);
       A z = A(1);
-      if (a.dropout_p > 0) z = philox_unit(rng_pos(a, gi, i, j), a.seed) >= p_drop ? keep_scale : A(0);
+      if (a.dropout_p > 0) z = philox_uniform(a.seed, rng_pos(a, gi, i, j)) >= p_drop ? keep_scale : A(0);
       p = e * z;
       ds = e * (dp[j] * z - delta);
     }

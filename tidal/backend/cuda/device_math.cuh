@@ -58,23 +58,22 @@ inline unsigned grid_for(int64_t n, int threads = kThreads) {
 
 }  // namespace tidal::cuda
 
+#define TIDAL_CUDA_CASE(value, type, T, ...) \
+  case value: {                              \
+    using T = type;                          \
+    __VA_ARGS__;                             \
+    break;                                   \
+  }
+
+// The switch cases of the floating dtypes (f32, bf16, f64), each running the statement with `T` its type.
+#define TIDAL_CUDA_FLOATING_CASES(dtype, T, ...)                             \
+  TIDAL_CUDA_CASE(::tidal::DType::f32, float, T, __VA_ARGS__)                \
+  TIDAL_CUDA_CASE(::tidal::DType::bf16, ::tidal::cuda::bf16, T, __VA_ARGS__) \
+  TIDAL_CUDA_CASE(::tidal::DType::f64, double, T, __VA_ARGS__)
+
 // Runs the statement with `T` the element type of a floating dtype (f32, bf16, f64).
 #define TIDAL_CUDA_FLOATING(dtype, kernel, T, ...)            \
   switch (dtype) {                                            \
-    case ::tidal::DType::f32: {                               \
-      using T = float;                                        \
-      __VA_ARGS__;                                            \
-      break;                                                  \
-    }                                                         \
-    case ::tidal::DType::bf16: {                              \
-      using T = ::tidal::cuda::bf16;                          \
-      __VA_ARGS__;                                            \
-      break;                                                  \
-    }                                                         \
-    case ::tidal::DType::f64: {                               \
-      using T = double;                                       \
-      __VA_ARGS__;                                            \
-      break;                                                  \
-    }                                                         \
+    TIDAL_CUDA_FLOATING_CASES(dtype, T, __VA_ARGS__)          \
     default: ::tidal::cuda::unsupported_dtype(kernel, dtype); \
   }

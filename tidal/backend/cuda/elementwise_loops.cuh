@@ -197,36 +197,10 @@ void run_map(cudaStream_t stream, const Strided& out, const Strided (&in)[N], in
 }  // namespace tidal::cuda
 
 // Runs the statement with `T` the element type of any dtype.
-#define TIDAL_CUDA_ALL(dtype, T, ...) \
-  switch (dtype) {                    \
-    case ::tidal::DType::f32: {       \
-      using T = float;                \
-      __VA_ARGS__;                    \
-      break;                          \
-    }                                 \
-    case ::tidal::DType::bf16: {      \
-      using T = ::tidal::cuda::bf16;  \
-      __VA_ARGS__;                    \
-      break;                          \
-    }                                 \
-    case ::tidal::DType::f64: {       \
-      using T = double;               \
-      __VA_ARGS__;                    \
-      break;                          \
-    }                                 \
-    case ::tidal::DType::i32: {       \
-      using T = int32_t;              \
-      __VA_ARGS__;                    \
-      break;                          \
-    }                                 \
-    case ::tidal::DType::i64: {       \
-      using T = int64_t;              \
-      __VA_ARGS__;                    \
-      break;                          \
-    }                                 \
-    case ::tidal::DType::u8: {        \
-      using T = uint8_t;              \
-      __VA_ARGS__;                    \
-      break;                          \
-    }                                 \
+#define TIDAL_CUDA_ALL(dtype, T, ...)                             \
+  switch (dtype) {                                                \
+    TIDAL_CUDA_FLOATING_CASES(dtype, T, __VA_ARGS__)              \
+    TIDAL_CUDA_CASE(::tidal::DType::i32, int32_t, T, __VA_ARGS__) \
+    TIDAL_CUDA_CASE(::tidal::DType::i64, int64_t, T, __VA_ARGS__) \
+    TIDAL_CUDA_CASE(::tidal::DType::u8, uint8_t, T, __VA_ARGS__)  \
   }

@@ -34,14 +34,14 @@ void CudaKernels::copy_from_host(Stream& stream, const Tensor& dst, const void* 
   if (dst.nbytes() == 0) return;
   TIDAL_ASSERT(dst.is_contiguous(), "[cuda] copy_from_host into a non-contiguous tensor ", dst.shape());
   const cudaStream_t s = stream_handle(stream);
-  TIDAL_CUDA_CHECK(cudaMemcpyAsync(dst.raw_data(), src, size_t(dst.nbytes()), cudaMemcpyHostToDevice, s));
+  TIDAL_CUDA_CHECK(cudaMemcpyAsync(dst.raw_data(), src, size_t(dst.nbytes()), cudaMemcpyDefault, s));
   TIDAL_CUDA_CHECK(cudaStreamSynchronize(s));
 }
 
 void CudaKernels::copy_to_host(Stream& stream, void* dst, const Tensor& src) {
   if (src.nbytes() == 0) return;
   const cudaStream_t s = stream_handle(stream);
-  TIDAL_CUDA_CHECK(cudaMemcpyAsync(dst, src.raw_data(), size_t(src.nbytes()), cudaMemcpyDeviceToHost, s));
+  TIDAL_CUDA_CHECK(cudaMemcpyAsync(dst, src.raw_data(), size_t(src.nbytes()), cudaMemcpyDefault, s));
   TIDAL_CUDA_CHECK(cudaStreamSynchronize(s));
 }
 

@@ -29,6 +29,7 @@ class NcclCommunicator final : public dist::Communicator {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   const char* backend() const override { return "nccl"; }
+  bool reads_device_memory() const override { return true; }
   std::unique_ptr<Communicator> duplicate() override;
   std::unique_ptr<Communicator> subgroup(const std::vector<int>& members) override;
   void all_to_all(const void* send, void* recv, int64_t bytes_per_rank) override;
