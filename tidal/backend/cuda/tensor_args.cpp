@@ -12,11 +12,16 @@ void* device_data(const Tensor& t) {
 }
 
 Strided strided(const Tensor& t, const Shape& out_shape) {
+  device_data(t);  // checks the device
+  return strided_view(t, out_shape);
+}
+
+Strided strided_view(const Tensor& t, const Shape& out_shape) {
   const Shape& sizes = t.shape();
   const Shape& strides = t.strides();
   TIDAL_ASSERT(sizes.size() <= out_shape.size(), "[cuda] cannot broadcast ", sizes, " to ", out_shape);
   Strided s;
-  s.data = device_data(t);
+  s.data = t.raw_data();
   s.dtype = t.dtype();
   // Right-aligned broadcast, size-1 output dims dropped, then runs that are contiguous for this tensor
   // merged (the row-major index decomposes the same way over merged dims).
