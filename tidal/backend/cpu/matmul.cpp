@@ -3,6 +3,7 @@
 // the op layer copies operands that have neither. f32 and bf16 run on oneDNN (sgemm; the matmul
 // primitive for bf16, which may write an f32 out), f64 on the reference kernel (blas.h).
 #include "tidal/backend/cpu/kernels.h"
+#include "tidal/backend/matmul_batch.h"
 
 #include <algorithm>
 #include <type_traits>
@@ -41,28 +42,6 @@ bool layout_of(int64_t rows, int64_t cols, int64_t sr, int64_t sc, MatLayout& m)
   return false;
 }
 
-// Byte-free element strides of the batch dims of `t` broadcast to `batch`.
-std::vector<int64_t> batch_strides(const Tensor& t, const Shape& batch) {
-  std::vector<int64_t> s(size_t(batch.size()), 0);
-  const int tb = t.dim() - 2, off = batch.size() - tb;
-  for (int d = 0; d < batch.size(); ++d) {
-    const int td = d - off;
-    s[size_t(d)] = (td < 0 || t.shape()[td] == 1) ? 0 : t.strides()[td];
-  }
-  return s;
-}
-
-// Whether the batch dims of `a` fold into its row dim: a (..., m, k) is then one (B*m, k) matrix.
-bool rows_fold(const Tensor& a, const Shape& batch) {
-  if (a.dim() - 2 != batch.size()) return false;
-  int64_t expected = a.strides()[a.dim() - 2] * a.shape()[a.dim() - 2];
-  for (int d = a.dim() - 3; d >= 0; --d) {
-    if (a.shape()[d] != 1 && a.strides()[d] != expected) return false;
-    expected *= a.shape()[d];
-  }
-  return true;
-}
-
 // T: the operands' element type; C: the output's (bf16 operands may write f32).
 template <typename T, typename C>
 void matmul_typed(const Tensor& out, const Tensor& a, const Tensor& b, double alpha, double beta) {
@@ -79,9 +58,9 @@ void matmul_typed(const Tensor& out, const Tensor& a, const Tensor& b, double al
   const T* ap = static_cast<const T*>(a.raw_data());
   const T* bp = static_cast<const T*>(b.raw_data());
   C* cp = static_cast<C*>(out.raw_data());
-  const std::vector<int64_t> sa = batch_strides(a, batch), sb = batch_strides(b, batch);
+  const std::vector<int64_t> sa = backend::batch_strides(a, batch), sb = backend::batch_strides(b, batch);
   const bool b_shared = std::all_of(sb.begin(), sb.end(), [](int64_t s) { return s == 0; });
-  if (nbatch > 1 && b_shared && !la.trans && rows_fold(a, batch)) {
+  if (nbatch > 1 && b_shared && !la.trans && backend::rows_fold(a, batch)) {
     gemm(false, lb.trans, nbatch * m, n, k, S(alpha), ap, la.ld, bp, lb.ld, S(beta), cp, n);
     return;
   }

@@ -48,6 +48,20 @@ __device__ __forceinline__ double load_as_double(const void* p, DType t, int64_t
   return 0;
 }
 
+// Calls f(T{}) for every dtype's device element type.
+template <class F>
+void dispatch_all_types(DType t, const char* kernel, F&& f) {
+  switch (t) {
+    case DType::f32: return f(float{});
+    case DType::bf16: return f(bf16{});
+    case DType::f64: return f(double{});
+    case DType::i32: return f(int32_t{});
+    case DType::i64: return f(int64_t{});
+    case DType::u8: return f(uint8_t{});
+  }
+  unsupported_dtype(kernel, t);
+}
+
 inline constexpr int kThreads = 256;
 
 // Blocks for a grid-stride loop over n elements: enough to fill the GPU, no more than the work.

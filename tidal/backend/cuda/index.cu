@@ -177,20 +177,6 @@ void dispatch_index_type(DType t, const char* kernel, F&& f) {
   }
 }
 
-// Calls f(T{}) for every dtype's device element type.
-template <class F>
-void dispatch_all_types(DType t, const char* kernel, F&& f) {
-  switch (t) {
-    case DType::f32: return f(float{});
-    case DType::bf16: return f(bf16{});
-    case DType::f64: return f(double{});
-    case DType::i32: return f(int32_t{});
-    case DType::i64: return f(int64_t{});
-    case DType::u8: return f(uint8_t{});
-  }
-  unsupported_dtype(kernel, t);
-}
-
 int64_t read_back(cudaStream_t stream, const int64_t* p) {
   int64_t v = 0;
   TIDAL_CUDA_CHECK(cudaMemcpyAsync(&v, p, sizeof(v), cudaMemcpyDeviceToHost, stream));

@@ -168,20 +168,6 @@ __global__ void topk_unsorted_kernel(SortRows x, const uint8_t* mask, int64_t in
   }
 }
 
-// Calls f(T{}) for every dtype's device element type.
-template <class F>
-void dispatch_all_types(DType t, const char* kernel, F&& f) {
-  switch (t) {
-    case DType::f32: return f(float{});
-    case DType::bf16: return f(bf16{});
-    case DType::f64: return f(double{});
-    case DType::i32: return f(int32_t{});
-    case DType::i64: return f(int64_t{});
-    case DType::u8: return f(uint8_t{});
-  }
-  unsupported_dtype(kernel, t);
-}
-
 size_t align256(size_t b) { return (b + 255) / 256 * 256; }
 
 // cub's sort of (count, n) keys K into order; with a null temp, its temp size into `bytes`.

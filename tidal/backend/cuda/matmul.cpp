@@ -10,32 +10,11 @@
 #include "tidal/backend/cuda/kernels.h"
 #include "tidal/backend/cuda/stream.h"
 #include "tidal/backend/cuda/tensor_args.h"
+#include "tidal/backend/matmul_batch.h"
 #include "tidal/tensor.h"
 
 namespace tidal::cuda {
 namespace {
-
-// Element strides of the batch dims of `t` broadcast to `batch` (0 where broadcast).
-std::vector<int64_t> batch_strides(const Tensor& t, const Shape& batch) {
-  std::vector<int64_t> s(size_t(batch.size()), 0);
-  const int tb = t.dim() - 2, off = batch.size() - tb;
-  for (int d = 0; d < batch.size(); ++d) {
-    const int td = d - off;
-    s[size_t(d)] = (td < 0 || t.shape()[td] == 1) ? 0 : t.strides()[td];
-  }
-  return s;
-}
-
-// Whether the batch dims of `a` fold into its row dim: a (..., m, k) is then one (B*m, k) matrix.
-bool rows_fold(const Tensor& a, const Shape& batch) {
-  if (a.dim() - 2 != batch.size()) return false;
-  int64_t expected = a.strides()[a.dim() - 2] * a.shape()[a.dim() - 2];
-  for (int d = a.dim() - 3; d >= 0; --d) {
-    if (a.shape()[d] != 1 && a.strides()[d] != expected) return false;
-    expected *= a.shape()[d];
-  }
-  return true;
-}
 
 // The first batch dim of the trailing run whose strides in a and b are those of its innermost dim of
 // size > 1 (stride_a, stride_b) times the sizes after them: the run is one strided batch. Dims of size
@@ -100,9 +79,9 @@ void CudaKernels::matmul(Stream& stream, const Tensor& out, const Tensor& a, con
                "matmul operands need a unit stride");
   char* cp = static_cast<char*>(device_data(out));
   const int64_t ea = dtype_size(a.dtype()), ec = dtype_size(out.dtype());
-  const std::vector<int64_t> sa = batch_strides(a, batch), sb = batch_strides(b, batch);
+  const std::vector<int64_t> sa = backend::batch_strides(a, batch), sb = backend::batch_strides(b, batch);
   const bool b_shared = std::all_of(sb.begin(), sb.end(), [](int64_t x) { return x == 0; });
-  if (nbatch > 1 && b_shared && !ga.trans && rows_fold(a, batch)) {
+  if (nbatch > 1 && b_shared && !ga.trans && backend::rows_fold(a, batch)) {
     gemm(device, s, a.dtype(), out.dtype(), nbatch * m, n, k, alpha, ga, gb, beta, cp, n, 0, 1);
     return;
   }
