@@ -104,6 +104,18 @@ Flags& add_run_flags(Flags& f) {
 
 }  // namespace
 
+Device run_device(const Flags& f, const std::string& command, const std::string& meta_refusal) {
+  if (!f.has("device")) return Device::cpu();
+  Device device;
+  try {
+    device = Device::parse(f.str("device"));
+  } catch (const Error& e) {
+    detail::throw_error(detail::str_cat(command, ": --device: ", e.what()));
+  }
+  TIDAL_CHECK(!device.is_meta(), command, ": --device meta ", meta_refusal);
+  return device;
+}
+
 Flags train_flags(const std::string& command) {
   Flags f(command);
   add_model_flags(f);
@@ -367,15 +379,8 @@ void parse_outputs(const Flags& f, TrainArgs& a) {
     TIDAL_CHECK(a.auto_memory_budget > 0, "tidal train: --auto-memory-budget must be positive, got '",
                 f.str("auto-memory-budget"), "'");
   }
-  if (f.has("device")) {
-    try {
-      a.device = Device::parse(f.str("device"));
-    } catch (const Error& e) {
-      detail::throw_error(detail::str_cat("tidal train: --device: ", e.what()));
-    }
-    TIDAL_CHECK(!a.device.is_meta(), "tidal train: --device meta has no values to train: the meta device is ",
-                "tidal plan --dry-run's; give cpu, cuda or cuda:N");
-  }
+  a.device = run_device(f, "tidal train",
+                        "has no values to train: the meta device is tidal plan --dry-run's; give cpu, cuda or cuda:N");
   a.device_profile = f.str("device-profile");
   TIDAL_CHECK(a.auto_memory || a.device_profile.empty(), "tidal train: --device-profile needs --auto-memory");
 }

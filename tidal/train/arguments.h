@@ -90,6 +90,10 @@ struct TrainArgs {
   nlohmann::json to_json() const;
 };
 
+// --device of `command` ("tidal train", "tidal generate") as a Device, cpu when absent: a bad name is
+// an error naming the command, and meta is refused with `meta_refusal` (what the command needs values for).
+Device run_device(const Flags& f, const std::string& command, const std::string& meta_refusal);
+
 // The flag table of `tidal train` (for parsing and help); `command` names it in errors (tidal plan
 // declares its own flags on the same table).
 Flags train_flags(const std::string& command = "train");

@@ -7,6 +7,7 @@
 #include "tidal/models/generate.h"
 #include "tidal/models/pretrained.h"
 #include "tidal/seam/runtime.h"
+#include "tidal/train/arguments.h"
 #include "tools/tidal/cli.h"
 
 namespace tidal::cli {
@@ -25,15 +26,7 @@ int run_generate(const std::vector<std::string>& argv) {
   TIDAL_CHECK(f.has("load"), "tidal generate: --load DIR is required (a directory tidal train --save wrote)");
   TIDAL_CHECK(f.has("prompt"), "tidal generate: --prompt TEXT is required");
   const std::string dir = f.str("load");
-  Device device = Device::cpu();
-  if (f.has("device")) {
-    try {
-      device = Device::parse(f.str("device"));
-    } catch (const Error& e) {
-      detail::throw_error(detail::str_cat("tidal generate: --device: ", e.what()));
-    }
-    TIDAL_CHECK(!device.is_meta(), "tidal generate: --device meta has no values to generate from; give cpu or cuda");
-  }
+  const Device device = train::run_device(f, "tidal generate", "has no values to generate from; give cpu or cuda");
   select_device(device);  // cuda:N: that GPU before the model is built on it
   std::unique_ptr<models::CausalLM> model;
   std::string saved_tokenizer, origin = dir;

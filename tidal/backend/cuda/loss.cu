@@ -5,37 +5,13 @@
 #include <vector>
 
 #include "tidal/backend/cuda/device_math.cuh"
+#include "tidal/backend/cuda/elementwise_loops.cuh"  // fast_exp: the CPU backend's f32 exp
 #include "tidal/backend/cuda/loss_launch.h"
 
 namespace tidal::cuda {
 namespace {
 
 constexpr int kRowThreads = 256;
-
-// vec_math.h fast_exp: the CPU backend's f32 exp, so both backends share the approximation.
-__device__ __forceinline__ float cpu_exp(float x) {
-  float xc = x < -100.0f ? -100.0f : x;
-  xc = 100.0f < xc ? 100.0f : xc;
-  const float t = xc * 1.44269504088896341f + 12582912.0f;
-  const float n = t - 12582912.0f;
-  const float r = xc - n * 0.693359375f + n * 2.12194440e-4f;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * (r * r) + r + 1.0f;
-  const int32_t ni = __float_as_int(t) - 0x4B400000;
-  const int32_t e = (ni < -126 ? -126 : (ni > 127 ? 127 : ni)) + 127;
-  uint32_t y = uint32_t(__float_as_int(p * __int_as_float(e << 23)));
-  y = ni < -126 ? 0u : y;
-  y = ni > 127 ? 0x7f800000u : y;
-  const uint32_t xb = uint32_t(__float_as_int(x));
-  y = (xb & 0x7fffffffu) > 0x7f800000u ? xb : y;
-  return __int_as_float(int32_t(y));
-}
-__device__ __forceinline__ double cpu_exp(double x) { return exp(x); }
 
 // Block-wide reductions of kRowThreads threads; every thread gets the result. `sh`: 32 entries.
 template <class A>
@@ -89,7 +65,7 @@ __device__ acc_t<T> row_lse(const T* x, int64_t n, acc_t<T>* sh) {
   }
   m = block_max(m, sh);
   A s = 0;
-  for (int64_t j = threadIdx.x; j < n; j += blockDim.x) s += cpu_exp(to_acc(x[j]) - m);
+  for (int64_t j = threadIdx.x; j < n; j += blockDim.x) s += fast_exp(to_acc(x[j]) - m);
   s = block_sum(s, sh);
   return m + log(s);
 }
@@ -125,7 +101,7 @@ __global__ void ce_backward_kernel(T* d, const T* x, const acc_t<T>* lse, const 
   const T* xr = x + r * row_stride;
   const A l = lse[r], s = A(rg != nullptr ? scale * double(to_acc(rg[r])) : scale);
   for (int64_t j = threadIdx.x; j < vocab; j += blockDim.x) {
-    const A e = cpu_exp(to_acc(xr[j]) - l);
+    const A e = fast_exp(to_acc(xr[j]) - l);
     dr[j] = from_acc<T>(j == target ? (e - A(1)) * s : e * s);
   }
 }
@@ -146,7 +122,7 @@ __global__ void rows_inplace_kernel(A* x, const I* t, A* loss, int64_t vocab, in
   if (threadIdx.x == 0) loss[r] = l - xt;
   if (!grad) return;
   for (int64_t j = threadIdx.x; j < vocab; j += blockDim.x) {
-    const A e = cpu_exp(xr[j] - l);
+    const A e = fast_exp(xr[j] - l);
     xr[j] = j == target ? (e - A(1)) * s : e * s;
   }
 }

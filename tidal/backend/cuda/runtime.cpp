@@ -13,10 +13,9 @@
 namespace tidal::cuda {
 namespace {
 
-// nullptr when the device is full: the allocator frees its cache and retries, then reports out of memory.
-void* device_alloc(int64_t bytes) {
-  void* p = nullptr;
-  const cudaError_t e = cudaMalloc(&p, size_t(bytes));
+// `p` if the allocation `e` succeeded; nullptr when memory is full (the allocator frees its cache and
+// retries, then reports out of memory); any other error thrown.
+void* allocated_or_null(cudaError_t e, void* p) {
   if (e == cudaErrorMemoryAllocation) {
     (void)cudaGetLastError();
     return nullptr;
@@ -25,18 +24,19 @@ void* device_alloc(int64_t bytes) {
   return p;
 }
 
+void* device_alloc(int64_t bytes) {
+  void* p = nullptr;
+  const cudaError_t e = cudaMalloc(&p, size_t(bytes));
+  return allocated_or_null(e, p);
+}
+
 void device_free(void* ptr, int64_t) { TIDAL_CUDA_CHECK(cudaFree(ptr)); }
 
 // Page-locked host memory: what asynchronous copies need to overlap compute (offload, swap optimizer).
 void* pinned_alloc(int64_t bytes) {
   void* p = nullptr;
   const cudaError_t e = cudaHostAlloc(&p, size_t(bytes), cudaHostAllocPortable);
-  if (e == cudaErrorMemoryAllocation) {
-    (void)cudaGetLastError();
-    return nullptr;
-  }
-  TIDAL_CUDA_CHECK(e);
-  return p;
+  return allocated_or_null(e, p);
 }
 
 void pinned_free(void* ptr, int64_t) { TIDAL_CUDA_CHECK(cudaFreeHost(ptr)); }
