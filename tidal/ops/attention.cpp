@@ -48,7 +48,7 @@ struct FlashAttentionBackward : Node {
     Tensor dk = needs_input_grad(1) ? empty_like_layout(kv, kv.dtype()) : Tensor();
     Tensor dv = needs_input_grad(2) ? empty_like_layout(vv, vv.dtype()) : Tensor();
     const DType acc = qv.dtype() == DType::f64 ? DType::f64 : DType::f32;
-    Tensor ws = empty({device_kernels(qv.device()).flash_backward_workspace(dq, qv, kv, vv)}, acc, qv.device());
+    Tensor ws = empty({device_kernels(qv.device()).flash_backward_workspace(cfg, dq, qv, kv, vv)}, acc, qv.device());
     // Unpacked on meta too: a recompute's replayed output and statistics are freed as a real run frees them.
     const Tensor ov = out.unpack(name()), lv = lse.unpack(name());
     if (Kernels* kern = kernels_for(ws))
@@ -169,7 +169,7 @@ Tensor flash_attention(const Tensor& q, const Tensor& k, const Tensor& v, double
   const DType acc = q.dtype() == DType::f64 ? DType::f64 : DType::f32;
   Tensor lse = grad ? empty({b, hq, t}, acc, q.device()) : Tensor();  // (B, Hq, T)
   Tensor ws =
-      empty({device_kernels(q.device()).flash_forward_workspace(q, k, v)}, acc, q.device());  // per-thread tiles
+      empty({device_kernels(q.device()).flash_forward_workspace(cfg, q, k, v)}, acc, q.device());  // per-thread tiles
   if (Kernels* kern = kernels_for(out))
     kern->flash_attention_forward(current_stream(out.device()), cfg, out, lse, q.detach(), k.detach(), v.detach(), ws);
   if (grad) {

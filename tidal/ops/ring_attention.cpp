@@ -39,7 +39,7 @@ Partial flash_block(const FlashArgs& cfg, const Tensor& q, const Tensor& k, cons
   Partial p;
   p.out = empty({b, t, hq, dv}, q.dtype(), q.device()).transpose(1, 2);  // (B, Hq, T, Dv)
   p.lse = empty({b, hq, t}, acc, q.device());                            // (B, Hq, T)
-  Tensor ws = empty({device_kernels(q.device()).flash_forward_workspace(q, k, v)}, acc, q.device());
+  Tensor ws = empty({device_kernels(q.device()).flash_forward_workspace(cfg, q, k, v)}, acc, q.device());
   if (Kernels* kern = kernels_for(p.out))
     kern->flash_attention_forward(current_stream(p.out.device()), cfg, p.out, p.lse, q, k, v, ws);
   return p;
@@ -190,8 +190,8 @@ struct RingAttentionBackward : Node {
                                               const Tensor& v, const Tensor& o, const Tensor& l) {
     Tensor dq = empty(q.shape(), q.dtype(), q.device()), dk = empty(k.shape(), k.dtype(), k.device());
     Tensor dv = empty(v.shape(), v.dtype(), v.device());
-    Tensor ws = empty({device_kernels(q.device()).flash_backward_workspace(dq, q, k, v)}, accumulate_type(q.dtype()),
-                      q.device());
+    Tensor ws = empty({device_kernels(q.device()).flash_backward_workspace(cfg, dq, q, k, v)},
+                      accumulate_type(q.dtype()), q.device());
     if (Kernels* kern = kernels_for(ws))
       kern->flash_attention_backward(current_stream(ws.device()), cfg, dq, dk, dv, g, q, k, v, o, l, ws);
     return {dq, dk, dv};

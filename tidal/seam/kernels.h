@@ -45,10 +45,12 @@ class Kernels {
   }
   // The partial-sum rows of the norm weight grads (the workspace's first dim).
   virtual int64_t norm_row_chunks(int64_t rows) const { missing("norm_row_chunks"); }
-  virtual int64_t flash_forward_workspace(const Tensor& q, const Tensor& k, const Tensor& v) const {
+  virtual int64_t flash_forward_workspace(const FlashArgs& cfg, const Tensor& q, const Tensor& k,
+                                          const Tensor& v) const {
     missing("flash_forward_workspace");
   }
-  virtual int64_t flash_backward_workspace(const Tensor& dq, const Tensor& q, const Tensor& k, const Tensor& v) const {
+  virtual int64_t flash_backward_workspace(const FlashArgs& cfg, const Tensor& dq, const Tensor& q, const Tensor& k,
+                                           const Tensor& v) const {
     missing("flash_backward_workspace");
   }
 

@@ -444,12 +444,12 @@ FlashTiles flash_tiles() { return {kFwdBlockQ, kFwdBlockK, kBwdBlockQ, kBwdBlock
 // Scratch the kernels need, in elements of the accumulate type (f32, or f64 for f64): per-thread
 // tile buffers, and for the backward the per-row rowsum(dO * O). The op layer allocates it (a 1-D
 // tensor), on meta tensors too, so a planner run accounts for it like a real one.
-int64_t CpuKernels::flash_forward_workspace(const Tensor& q, const Tensor& k, const Tensor& v) const {
+int64_t CpuKernels::flash_forward_workspace(const FlashArgs&, const Tensor& q, const Tensor& k, const Tensor& v) const {
   const ForwardLayout lay = forward_layout(Dims(q, k, v), q.dtype() == DType::bf16);
   return lay.slots * lay.per_slot;
 }
 
-int64_t CpuKernels::flash_backward_workspace(const Tensor& dq, const Tensor& q, const Tensor& k,
+int64_t CpuKernels::flash_backward_workspace(const FlashArgs&, const Tensor& dq, const Tensor& q, const Tensor& k,
                                              const Tensor& v) const {
   return backward_layout(Dims(q, k, v), dq, q.dtype() != DType::bf16).total();
 }

@@ -87,8 +87,10 @@ class CpuKernels final : public Kernels {
   void scaled_masked_softmax_backward(Stream& stream, const Tensor& grad_scores, const Tensor& grad_probs,
                                       const Tensor& probs, double scale) override;
   // attention_flash.cpp
-  int64_t flash_forward_workspace(const Tensor& q, const Tensor& k, const Tensor& v) const override;
-  int64_t flash_backward_workspace(const Tensor& dq, const Tensor& q, const Tensor& k, const Tensor& v) const override;
+  int64_t flash_forward_workspace(const FlashArgs& cfg, const Tensor& q, const Tensor& k,
+                                  const Tensor& v) const override;
+  int64_t flash_backward_workspace(const FlashArgs& cfg, const Tensor& dq, const Tensor& q, const Tensor& k,
+                                   const Tensor& v) const override;
   void flash_attention_forward(Stream& stream, const FlashArgs& a, const Tensor& out, const Tensor& lse,
                                const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& workspace) override;
   void flash_attention_backward(Stream& stream, const FlashArgs& a, const Tensor& dq, const Tensor& dk,

@@ -1,19 +1,21 @@
 // Flash attention's outputs on the GPU, computed eagerly (Note [Eager flash attention on CUDA]).
 //
-// Note [Eager flash attention on CUDA]: the fused cuDNN SDPA path is not written yet, so every case
-// runs here. For each (batch, kv head) group of g = Hq/Hkv query heads the kernels materialize the
-// group's (g, rows, S) scores in the workspace, query rows by chunks of at most 2^26 scores: scale * q k^T as one
-// strided-batched cuBLASLt product (k shared by the group), a row softmax kernel (causal bottom-right mask, lse,
-// tidal's Philox dropout as the CPU draws it), then probs @ v straight into `out`. bf16 multiplies in bf16 with f32
-// accumulation and rounds P and dS to bf16 for the products they enter, as the CPU kernel does. The
-// backward recomputes P from lse, forms dS = P * (dP - rowsum(dout * out)) and accumulates dK and dV
-// over the chunks and the group's heads in f32 (f64) scratch with beta = 1, in (chunk, head) order,
-// then converts them into dq/dk/dv of any strides. Groups run one after another on the stream, reusing one scratch
-// region.
+// Note [Eager flash attention on CUDA]: what cuDNN's fused attention does not take (cudnn_sdpa.h
+// sdpa_refusal: f32, f64, dropout, head dims above 128, causal with T != S, ...) runs here. For each (batch, kv head)
+// group of g = Hq/Hkv query heads the kernels materialize the group's (g, rows, S) scores in the workspace, query rows
+// by chunks of at most 2^26 scores: scale * q k^T as one strided-batched cuBLASLt product (k shared by the group), a
+// row softmax kernel (causal bottom-right mask, lse, tidal's Philox dropout as the CPU draws it), then probs @ v
+// straight into `out`. bf16 multiplies in bf16 with f32 accumulation and rounds P and dS to bf16 for the products they
+// enter, as the CPU kernel does. The backward recomputes P from lse, forms dS = P * (dP - rowsum(dout * out)) and
+// accumulates dK and dV over the chunks and the group's heads in f32 (f64) scratch with beta = 1, in (chunk, head)
+// order, then converts them into dq/dk/dv of any strides. Groups run one after another on the stream, reusing one
+// scratch region.
 #include <algorithm>
 
+#include "tidal/backend/cuda/attention_eager.h"
 #include "tidal/backend/cuda/attention_launch.h"
 #include "tidal/backend/cuda/cublaslt.h"
+#include "tidal/backend/cuda/cudnn_sdpa.h"
 #include "tidal/backend/cuda/elementwise_launch.h"
 #include "tidal/backend/cuda/kernels.h"
 #include "tidal/backend/cuda/stream.h"
@@ -139,26 +141,26 @@ DType acc_of(DType t) { return t == DType::f64 ? DType::f64 : DType::f32; }
 }  // namespace
 
 // Forward: the (g, T, S) scores in the accumulate type, and their bf16 rounding for bf16.
-int64_t CudaKernels::flash_forward_workspace(const Tensor& q, const Tensor& k, const Tensor& v) const {
+int64_t eager_forward_workspace(const Tensor& q, const Tensor& k, const Tensor& v) {
   const Dims n(q, k, v);
   return n.scores() + n.rounded(q.dtype() == DType::bf16);
 }
 
 // Backward: rowsum(dout * out) for every row, P and dS of one group (and their bf16 roundings), and
 // the group's dq, dk, dv accumulators.
-int64_t CudaKernels::flash_backward_workspace(const Tensor&, const Tensor& q, const Tensor& k, const Tensor& v) const {
+int64_t eager_backward_workspace(const Tensor& q, const Tensor& k, const Tensor& v) {
   return backward_layout(Dims(q, k, v), q.dtype() == DType::bf16).total();
 }
 
 // q (B, Hq, T, D), k (B, Hkv, S, D), v (B, Hkv, S, Dv), out (B, Hq, T, Dv): any strides, one dtype;
 // lse (B, Hq, T) contiguous in the accumulate type, or undefined. Rows that see no key: out 0, lse +inf.
-void CudaKernels::flash_attention_forward(Stream& stream, const FlashArgs& cfg, const Tensor& out, const Tensor& lse,
-                                          const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& workspace) {
+void eager_attention_forward(Stream& stream, const FlashArgs& cfg, const Tensor& out, const Tensor& lse,
+                             const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& workspace) {
   const cudaStream_t s = stream_handle(stream);
   const Dims n(q, k, v);
   const DType dt = q.dtype(), acc = acc_of(dt);
   const int dev = q.device().index;
-  TIDAL_ASSERT(workspace.numel() >= flash_forward_workspace(q, k, v) && workspace.dtype() == acc,
+  TIDAL_ASSERT(workspace.numel() >= eager_forward_workspace(q, k, v) && workspace.dtype() == acc,
                "flash workspace too small");
   if (n.b == 0 || n.hq == 0 || n.t == 0) return;
   Tensor lse_buf = lse;
@@ -272,10 +274,9 @@ struct BackwardGroup {
 
 // Gradients of the forward above; dq/dk/dv have the shapes of q/k/v, any strides, the inputs' dtype;
 // an undefined one is not computed.
-void CudaKernels::flash_attention_backward(Stream& stream, const FlashArgs& cfg, const Tensor& dq, const Tensor& dk,
-                                           const Tensor& dv, const Tensor& dout, const Tensor& q, const Tensor& k,
-                                           const Tensor& v, const Tensor& out, const Tensor& lse,
-                                           const Tensor& workspace) {
+void eager_attention_backward(Stream& stream, const FlashArgs& cfg, const Tensor& dq, const Tensor& dk,
+                              const Tensor& dv, const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
+                              const Tensor& out, const Tensor& lse, const Tensor& workspace) {
   const cudaStream_t s = stream_handle(stream);
   const Dims n(q, k, v);
   const DType dt = q.dtype(), acc = acc_of(dt);
@@ -322,6 +323,49 @@ void CudaKernels::flash_attention_backward(Stream& stream, const FlashArgs& cfg,
                             static_cast<const char*>(device_data(lse))};
   for (int64_t b = 0; b < n.b; ++b)
     for (int64_t kh = 0; kh < n.hkv; ++kh) group.run(dq, dk, dv, b, kh);
+}
+
+// --- the seam's methods: cuDNN's fused kernels where they apply (cudnn_sdpa.h), else the eager path.
+
+namespace {
+
+// `workspace` when it holds `need` elements, else a temporary that does (a fused call cuDNN refused
+// after its workspace was sized for it).
+Tensor workspace_of(const Tensor& workspace, int64_t need, DType acc, Device device) {
+  if (workspace.defined() && workspace.numel() >= need) return workspace;
+  MemoryScope scope(MemoryCategory::temporary);
+  return empty({need}, acc, device);
+}
+
+}  // namespace
+
+int64_t CudaKernels::flash_forward_workspace(const FlashArgs& cfg, const Tensor& q, const Tensor& k,
+                                             const Tensor& v) const {
+  return sdpa_refusal(cfg, q, k, v).empty() ? 0 : eager_forward_workspace(q, k, v);
+}
+
+int64_t CudaKernels::flash_backward_workspace(const FlashArgs& cfg, const Tensor&, const Tensor& q, const Tensor& k,
+                                              const Tensor& v) const {
+  return sdpa_refusal(cfg, q, k, v).empty() ? sdpa_backward_workspace(q, k) : eager_backward_workspace(q, k, v);
+}
+
+void CudaKernels::flash_attention_forward(Stream& stream, const FlashArgs& cfg, const Tensor& out, const Tensor& lse,
+                                          const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& workspace) {
+  if (sdpa_refusal(cfg, q, k, v).empty() && sdpa_forward(stream_handle(stream), cfg, out, lse, q, k, v, workspace))
+    return;
+  eager_attention_forward(stream, cfg, out, lse, q, k, v,
+                          workspace_of(workspace, eager_forward_workspace(q, k, v), acc_of(q.dtype()), q.device()));
+}
+
+void CudaKernels::flash_attention_backward(Stream& stream, const FlashArgs& cfg, const Tensor& dq, const Tensor& dk,
+                                           const Tensor& dv, const Tensor& dout, const Tensor& q, const Tensor& k,
+                                           const Tensor& v, const Tensor& out, const Tensor& lse,
+                                           const Tensor& workspace) {
+  if (sdpa_refusal(cfg, q, k, v).empty() &&
+      sdpa_backward(stream_handle(stream), cfg, dq, dk, dv, dout, q, k, v, out, lse, workspace))
+    return;
+  eager_attention_backward(stream, cfg, dq, dk, dv, dout, q, k, v, out, lse,
+                           workspace_of(workspace, eager_backward_workspace(q, k, v), acc_of(q.dtype()), q.device()));
 }
 
 }  // namespace tidal::cuda

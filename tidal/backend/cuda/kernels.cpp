@@ -1,5 +1,7 @@
 #include "tidal/backend/cuda/kernels.h"
 
+#include <cudnn.h>
+
 #include "tidal/backend/cuda/check.h"
 #include "tidal/backend/cuda/stream.h"
 #include "tidal/base/error.h"
@@ -18,8 +20,10 @@ std::string CudaKernels::describe() const {
            (e != cudaSuccess ? cudaGetErrorString(e) : "no device") + ")\n";
   }
   std::string out =
-      "  cuda gemm      cuBLASLt (f32 without TF32; bf16 with f32 accumulation; f64)\n"
-      "  cuda attention eager: cuBLASLt products and tidal's softmax (cuDNN's fused SDPA not yet)\n";
+      "  cuda gemm      cuBLASLt (f32 without TF32; bf16 with f32 accumulation; f64)\n" +
+      detail::str_cat("  cuda attention cuDNN ", cudnnGetVersion(),
+                      " fused SDPA, deterministic engines (bf16, no dropout, head dim <= 128, causal with T == S);\n"
+                      "                 eager otherwise: cuBLASLt products and tidal's softmax\n");
   for (int d = 0; d < count; ++d) {
     cudaDeviceProp p{};
     TIDAL_CUDA_CHECK(cudaGetDeviceProperties(&p, d));

@@ -83,8 +83,10 @@ class CudaKernels final : public Kernels {
   // --- matrix products (cuBLASLt) and attention (cuDNN SDPA, eager fallback): matmul.cpp, attention.cpp
   bool matmul_operand_ok(int64_t rows, int64_t cols, int64_t stride_r, int64_t stride_c) const override;
   void matmul(Stream& stream, const Tensor& out, const Tensor& a, const Tensor& b, double alpha, double beta) override;
-  int64_t flash_forward_workspace(const Tensor& q, const Tensor& k, const Tensor& v) const override;
-  int64_t flash_backward_workspace(const Tensor& dq, const Tensor& q, const Tensor& k, const Tensor& v) const override;
+  int64_t flash_forward_workspace(const FlashArgs& cfg, const Tensor& q, const Tensor& k,
+                                  const Tensor& v) const override;
+  int64_t flash_backward_workspace(const FlashArgs& cfg, const Tensor& dq, const Tensor& q, const Tensor& k,
+                                   const Tensor& v) const override;
   void flash_attention_forward(Stream& stream, const FlashArgs& a, const Tensor& out, const Tensor& lse,
                                const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& workspace) override;
   void flash_attention_backward(Stream& stream, const FlashArgs& a, const Tensor& dq, const Tensor& dk,

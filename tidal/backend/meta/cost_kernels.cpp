@@ -45,11 +45,13 @@ class CostKernels final : public Kernels {
     return cpu().matmul_operand_ok(rows, cols, stride_r, stride_c);
   }
   int64_t norm_row_chunks(int64_t rows) const override { return cpu().norm_row_chunks(rows); }
-  int64_t flash_forward_workspace(const Tensor& q, const Tensor& k, const Tensor& v) const override {
-    return cpu().flash_forward_workspace(q, k, v);
+  int64_t flash_forward_workspace(const FlashArgs& cfg, const Tensor& q, const Tensor& k,
+                                  const Tensor& v) const override {
+    return cpu().flash_forward_workspace(cfg, q, k, v);
   }
-  int64_t flash_backward_workspace(const Tensor& dq, const Tensor& q, const Tensor& k, const Tensor& v) const override {
-    return cpu().flash_backward_workspace(dq, q, k, v);
+  int64_t flash_backward_workspace(const FlashArgs& cfg, const Tensor& dq, const Tensor& q, const Tensor& k,
+                                   const Tensor& v) const override {
+    return cpu().flash_backward_workspace(cfg, dq, q, k, v);
   }
 
   void copy_from_host(Stream&, const Tensor& dst, const void*) override {

@@ -1,7 +1,8 @@
-// The CUDA flash attention kernels (the eager path: cuBLASLt products and a row softmax) against the
-// CPU backend's on the same inputs: causal (bottom-right) and not, GQA, odd T, S != T, rows that see
-// no key, Dv != D, odd strides, tidal's Philox dropout, f32 / bf16 / f64; forward (out, lse) and
-// backward (dq, dk, dv). Skipped without a GPU.
+// The CUDA flash attention kernels against the CPU backend's on the same inputs: cuDNN's fused
+// kernels where they apply (bf16; every such case also checks that cuDNN is what ran), the eager path
+// (cuBLASLt products and a row softmax) everywhere else and, forced, on the fused path's cases too:
+// causal (bottom-right) and not, GQA, odd T, S != T, rows that see no key, Dv != D, odd strides, tidal's
+// Philox dropout, f32 / bf16 / f64; forward (out, lse) and backward (dq, dk, dv). Skipped without a GPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -10,6 +11,8 @@
 #include <vector>
 
 #include "tests/cuda/cuda_test_util.h"
+#include "tidal/backend/cuda/attention_eager.h"
+#include "tidal/backend/cuda/cudnn_sdpa.h"
 #include "tidal/seam/kernel_args.h"
 #include "tidal/seam/kernels.h"
 #include "tidal/stream.h"
@@ -26,6 +29,7 @@ struct Case {
   DType dtype;
   double dropout = 0;
   bool odd_strides = false;  // q with no unit stride, out column-major per head
+  bool eager = false;        // the GPU side runs the eager path even where cuDNN's would
 };
 
 // A (B, H, L, D) view of a fresh tensor with the same values on the CPU and on the GPU. `base` is
@@ -90,16 +94,31 @@ void check(const Case& c) {
   Operand dq = make(c.b, c.hq, c.t, c.d, c.dtype, 6, 0), dk = make(c.b, c.hkv, c.s, c.d, c.dtype, 7, 2);
   Operand dv = make(c.b, c.hkv, c.s, c.dv, c.dtype, 8, 0);
   Tensor lse[2];
+  const bool fused = !c.eager && cuda::sdpa_refusal(cfg, q.gpu, k.gpu, v.gpu).empty();
   for (int side = 0; side < 2; ++side) {
     const Device dev = side == 0 ? Device::cpu() : kGpu;
     Kernels& kern = device_kernels(dev);
     auto pick = [&](const Operand& o) { return side == 0 ? o.cpu : o.gpu; };
     lse[side] = empty({c.b, c.hq, c.t}, acc, dev);
-    Tensor ws = empty({kern.flash_forward_workspace(pick(q), pick(k), pick(v))}, acc, dev);
+    if (side == 1 && c.eager) {
+      Tensor ws = empty({cuda::eager_forward_workspace(q.gpu, k.gpu, v.gpu)}, acc, dev);
+      cuda::eager_attention_forward(current_stream(dev), cfg, out.gpu, lse[1], q.gpu, k.gpu, v.gpu, ws);
+      Tensor wsb = empty({cuda::eager_backward_workspace(q.gpu, k.gpu, v.gpu)}, acc, dev);
+      cuda::eager_attention_backward(current_stream(dev), cfg, dq.gpu, dk.gpu, dv.gpu, dout.gpu, q.gpu, k.gpu, v.gpu,
+                                     out.gpu, lse[1], wsb);
+      continue;
+    }
+    Tensor ws = empty({kern.flash_forward_workspace(cfg, pick(q), pick(k), pick(v))}, acc, dev);
     kern.flash_attention_forward(current_stream(dev), cfg, pick(out), lse[side], pick(q), pick(k), pick(v), ws);
-    Tensor wsb = empty({kern.flash_backward_workspace(pick(dq), pick(q), pick(k), pick(v))}, acc, dev);
+    if (side == 1 && fused) {
+      EXPECT_EQ(cuda::sdpa_last_path(), "cudnn") << "forward";
+    }
+    Tensor wsb = empty({kern.flash_backward_workspace(cfg, pick(dq), pick(q), pick(k), pick(v))}, acc, dev);
     kern.flash_attention_backward(current_stream(dev), cfg, pick(dq), pick(dk), pick(dv), pick(dout), pick(q), pick(k),
                                   pick(v), pick(out), lse[side], wsb);
+    if (side == 1 && fused) {
+      EXPECT_EQ(cuda::sdpa_last_path(), "cudnn") << "backward";
+    }
   }
   const double tol = tolerance(c.dtype);
   expect_close(out.base_gpu, out.base_cpu, tol, "out");
@@ -141,6 +160,47 @@ TEST(CudaFlashAttention, OddStridesAndDropout) {
   drop.causal = false;
   drop.dtype = DType::f64;
   check(drop);
+}
+
+// cuDNN's fused kernels: bf16, T == S, head dims 64 and 128, MHA and GQA, causal and not, T not a
+// multiple of the kernels' 64-row tiles; each case also run through the eager path on the GPU.
+TEST(CudaFlashAttention, CudnnFusedAgainstCpuAndEager) {
+  TIDAL_REQUIRE_CUDA();
+  for (const Case& c :
+       {Case{2, 4, 4, 128, 128, 64, 64, true, DType::bf16}, Case{2, 4, 4, 100, 100, 64, 64, false, DType::bf16},
+        Case{1, 8, 2, 257, 257, 128, 128, true, DType::bf16}, Case{3, 6, 1, 64, 64, 64, 64, true, DType::bf16}}) {
+    check(c);
+    Case eager = c;
+    eager.eager = true;
+    check(eager);
+  }
+}
+
+// The fused backward is deterministic: the same inputs give the same gradient bits twice (dQ is not
+// accumulated with float atomics; cudnn_sdpa.cpp skips engines cuDNN marks nondeterministic).
+TEST(CudaFlashAttention, CudnnFusedBackwardIsDeterministic) {
+  TIDAL_REQUIRE_CUDA();
+  FlashArgs cfg;
+  cfg.scale = 0.125;
+  const Operand q = make(2, 8, 512, 64, DType::bf16, 1, 0), k = make(2, 2, 512, 64, DType::bf16, 2, 0);
+  const Operand v = make(2, 2, 512, 64, DType::bf16, 3, 0), dout = make(2, 8, 512, 64, DType::bf16, 4, 0);
+  Operand out = make(2, 8, 512, 64, DType::bf16, 5, 0);
+  ASSERT_EQ(cuda::sdpa_refusal(cfg, q.gpu, k.gpu, v.gpu), "");
+  Kernels& kern = device_kernels(kGpu);
+  Tensor lse = empty({2, 8, 512}, DType::f32, kGpu);
+  Tensor ws = empty({kern.flash_forward_workspace(cfg, q.gpu, k.gpu, v.gpu)}, DType::f32, kGpu);
+  kern.flash_attention_forward(current_stream(kGpu), cfg, out.gpu, lse, q.gpu, k.gpu, v.gpu, ws);
+  std::vector<std::vector<float>> runs[2];
+  for (auto& run : runs) {
+    Operand dq = make(2, 8, 512, 64, DType::bf16, 6, 0), dk = make(2, 2, 512, 64, DType::bf16, 7, 0);
+    Operand dv = make(2, 2, 512, 64, DType::bf16, 8, 0);
+    Tensor wsb = empty({kern.flash_backward_workspace(cfg, dq.gpu, q.gpu, k.gpu, v.gpu)}, DType::f32, kGpu);
+    kern.flash_attention_backward(current_stream(kGpu), cfg, dq.gpu, dk.gpu, dv.gpu, dout.gpu, q.gpu, k.gpu, v.gpu,
+                                  out.gpu, lse, wsb);
+    ASSERT_EQ(cuda::sdpa_last_path(), "cudnn");
+    for (const Operand* g : {&dq, &dk, &dv}) run.push_back(g->base_gpu.to_vector<float>());
+  }
+  EXPECT_EQ(runs[0], runs[1]);
 }
 
 // g * T * S above the eager path's chunk (2^26 scores): the query rows run in two chunks, dk and dv
