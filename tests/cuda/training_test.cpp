@@ -96,9 +96,10 @@ TEST(CudaTraining, MemoryFeaturesLeaveTheLossesAlone) {
   }
 }
 
-// tidal plan --dry-run (meta device) against the GPU run of the same flags: device and host peaks, per
-// category and at the peak, to the byte. A kernel's scratch memory (allocated through tidal, category
-// temporary) that the CPU kernels do not need shows here as a difference in `temporary`.
+// tidal plan --dry-run (meta device) of `--device cuda` against the GPU run of the same flags: device and
+// host peaks, per category and at the peak, to the byte. The dry run sizes the kernels' scratch as the
+// CUDA backend does (seam/planned_device.h: cuDNN's attention workspace, cuBLASLt's); a scratch it does not
+// model shows here as a difference in `temporary`.
 TEST(CudaTraining, DevicePeaksEqualTheDryRunsPrediction) {
   TIDAL_REQUIRE_CUDA();
   const Device dev = Device::cuda(0);
@@ -114,7 +115,7 @@ TEST(CudaTraining, DevicePeaksEqualTheDryRunsPrediction) {
          }) {
       const std::vector<std::string> flags = tiny(model, 2, extra);
       SCOPED_TRACE(joined(flags));
-      const plan::DryRun dry = plan::dry_run(parse_train_args(flags));
+      const plan::DryRun dry = plan::dry_run(parse_train_args(with(flags, kOnCuda)));  // planned for cuda
       Allocator& device = device_allocator(dev);
       Allocator& host = host_allocator(dev);
       const MemoryStats device_before = device.stats(), host_before = host.stats();
@@ -123,6 +124,23 @@ TEST(CudaTraining, DevicePeaksEqualTheDryRunsPrediction) {
       testing::expect_same_peaks(dry.host, testing::peaks_since(host_before, host.stats()), "host");
       EXPECT_GT(dry.device.peak_allocated, 0);
     }
+}
+
+// A dry run planned for cuda sizes flash attention's workspace as the CUDA backend does, on a machine
+// without a GPU too (its layout queries touch no device): in bf16 the fused backward's dP buffer and row
+// sums (cudnn_sdpa.h) instead of the CPU kernel's tiles. Runs in CI.
+TEST(CudaDryRun, PlansTheCudaAttentionWorkspaceWithoutAGpu) {
+  const std::vector<std::string> flags = tiny("tiny-llama", 2, {"--bf16"});
+  const TrainArgs args = parse_train_args(flags);
+  const plan::DryRun cpu = plan::dry_run(args);
+  const plan::DryRun gpu = plan::dry_run(parse_train_args(with(flags, kOnCuda)));
+  const size_t temporary = size_t(MemoryCategory::temporary);
+  auto r64 = [](int64_t n) { return (n + 63) / 64 * 64; };
+  const int64_t b = 2, t = 32, h = args.model.num_attention_heads;
+  const int64_t fused_backward = 4 * (r64(b * h * t) + r64(b * h * r64(t) * r64(t) / 2));  // bytes
+  EXPECT_GE(gpu.device.category[temporary].peak, fused_backward);
+  EXPECT_NE(gpu.device.category[temporary].peak, cpu.device.category[temporary].peak);
+  EXPECT_EQ(gpu.parameter_numels, cpu.parameter_numels);
 }
 
 }  // namespace

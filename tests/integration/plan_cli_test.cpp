@@ -8,6 +8,7 @@
 #include "tests/integration/run_command.h"
 #include "tidal/io/atomic_file.h"
 #include "tidal/memory_stats.h"
+#include "tidal/seam/registry.h"
 
 namespace {
 
@@ -106,6 +107,28 @@ TEST(PlanCli, DryRunPrintsTheRealRunsPeak) {
   EXPECT_EQ(refused.code, 1) << refused.output;
   EXPECT_NE(refused.output.find("tidal plan --dry-run: --overlap-grad-reduce is not dry-run"), std::string::npos)
       << refused.output;
+}
+
+// --kernels cuda sizes the workspaces as the CUDA backend does (bf16 attention: cuDNN's, smaller than the
+// CPU tiles here); a build without CUDA refuses it by name; anything else is refused with the choices.
+TEST(PlanCli, DryRunKernelsFlag) {
+  const std::string flags = kTiny + " --train-iters 2 --lr-warmup-iters 0 --bf16";
+  const Result cpu = run(kTidal + " plan --dry-run" + flags),
+               cpu2 = run(kTidal + " plan --dry-run --kernels cpu" + flags);
+  ASSERT_EQ(cpu.code, 0) << cpu.output;
+  EXPECT_EQ(cpu.output, cpu2.output);
+  const Result cuda = run(kTidal + " plan --dry-run --kernels cuda" + flags);
+  if (tidal::registered_device_types().back() == tidal::DeviceType::cuda) {
+    ASSERT_EQ(cuda.code, 0) << cuda.output;
+    EXPECT_NE(cuda.output, cpu.output);
+  } else {
+    EXPECT_EQ(cuda.code, 1) << cuda.output;
+    EXPECT_NE(cuda.output.find("cannot plan for cuda: this tidal was built without its backend"), std::string::npos)
+        << cuda.output;
+  }
+  const Result bad = run(kTidal + " plan --dry-run --kernels gpu" + flags);
+  EXPECT_EQ(bad.code, 1) << bad.output;
+  EXPECT_NE(bad.output.find("--kernels takes cpu or cuda, got 'gpu'"), std::string::npos) << bad.output;
 }
 
 // The saved-tensor table from the dry run (--report-memory) is the one the real run prints, line for

@@ -13,6 +13,7 @@
 #include "tidal/models/moe.h"
 #include "tidal/optim/grad_clip.h"
 #include "tidal/optim/shard_layout.h"
+#include "tidal/seam/planned_device.h"
 #include "tidal/train/profiling.h"
 #include "tidal/train/setup.h"
 #include "tidal/train/step.h"
@@ -70,6 +71,7 @@ DryRun dry_run(const train::TrainArgs& given, int rank) {
   const int ranks = given.parallel.world;
   check_supported(given);
   const train::TrainArgs args = dry_args(given);
+  const PlanFor target(given.device.type);  // the kernels' workspaces as --device's backend sizes them
   Allocator& meta = device_allocator(Device::meta());
   Allocator& host = host_allocator(Device::meta());
   start_fresh(meta);

@@ -61,7 +61,9 @@ struct DryRun {
 // tokens of the configured micro-batch shape and vocabulary (--data-path, the built-in corpus and a
 // tokenizer are not read). Refuses, with tidal::Error, what it cannot account: --load and
 // --pretrained (values), and --overlap-grad-reduce (its reductions run on a stream thread beside
-// backward, so its peak depends on timing, in a real run too).
+// backward, so its peak depends on timing, in a real run too). The kernels' workspaces are sized as
+// args.device's backend sizes them (seam/planned_device.h): `--device cuda` plans cuDNN's attention
+// workspace; a build without that backend refuses to plan for it.
 DryRun dry_run(const train::TrainArgs& args, int rank = 0);
 
 // The rank of args.parallel.world with the highest device peak (then host peak, then the lowest rank): without

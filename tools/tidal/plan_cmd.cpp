@@ -46,12 +46,21 @@ Flags& add_plan_flags(Flags& f) {
       .option("data-parallel-size", "plan one of N data-parallel ranks (default 1)", "N")
       .option("device", "a device profile: a built-in name or a file from --calibrate", "NAME|FILE")
       .option("profile-out", "where --calibrate writes the profile", "FILE")
+      .option("kernels", "whose kernels' workspaces the dry runs size: cpu (default) or cuda", "cpu|cuda")
       .flag("dry-run", "also run two training steps on the meta device and print their exact peaks")
       .flag("calibrate", "measure this machine into a device profile")
       .flag("quick", "with --calibrate: tiny shapes, a smoke test")
       .flag("list-devices", "print the built-in device profiles")
       .flag("json", "print the search as JSON: given, chosen, candidates")
       .option("host-memory", "the host memory the run may use (offload, swap optimizer); default: no limit", "BYTES");
+}
+
+// --kernels: the backend whose workspaces (flash attention's, above all) the dry runs allocate.
+Device plan_kernels(const Flags& f) {
+  if (!f.has("kernels")) return Device::cpu();
+  const std::string k = f.str("kernels");
+  TIDAL_CHECK(k == "cpu" || k == "cuda", "tidal plan: --kernels takes cpu or cuda, got '", k, "'");
+  return k == "cpu" ? Device::cpu() : Device::cuda(0);
 }
 
 }  // namespace
@@ -65,7 +74,8 @@ int run_plan(const std::vector<std::string>& argv) {
   if (f.help_requested()) {
     std::printf(
         "usage: tidal plan [tidal train flags] [--memory BYTES] [--headroom PERCENT] [--data-parallel-size N]\n"
-        "                  [--dry-run] [--device NAME|FILE] [--json] [--host-memory BYTES] [--offload-dir DIR]\n"
+        "                  [--dry-run] [--kernels cpu|cuda] [--device NAME|FILE] [--json] [--host-memory BYTES]\n"
+        "                  [--offload-dir DIR]\n"
         "       tidal plan --calibrate [--profile-out FILE] [--quick]\n"
         "       tidal plan --list-devices\n\n"
         "Predicts the device memory of one training step of that configuration (nothing is allocated:\n"
@@ -81,7 +91,8 @@ int run_plan(const std::vector<std::string>& argv) {
         "breakdown beside the estimator's prediction (docs/memory.md, \"Dry run\"), and with\n"
         "--report-memory the table of every tensor the first micro-batch saved for backward; with\n"
         "--data-parallel-size N it plays ranks of N in one process and prints the rank with the highest\n"
-        "peak. It refuses --load, --pretrained and --overlap-grad-reduce.\n"
+        "peak. It refuses --load, --pretrained and --overlap-grad-reduce. --kernels cuda sizes the\n"
+        "kernels' workspaces as the CUDA backend does (cuDNN's attention: docs/cuda.md), cpu by default.\n"
         "--device NAME|FILE plans for a device profile: a built-in (--list-devices: h100, h200, a100) or\n"
         "a file from --calibrate (./tidal-device-profile.json is read when it exists); its memory is the\n"
         "budget when --memory is not given. With a profile, tidal plan searches the memory features,\n"
@@ -145,6 +156,7 @@ int run_plan(const std::vector<std::string>& argv) {
   }
   f.take("device");  // the profile's (read above), not a run device: tidal plan plans on the meta device
   train::TrainArgs args = train::train_args(f);
+  args.device = plan_kernels(f);
   args.parallel.world = int(f.integer("data-parallel-size", 1, 1, parallel::kMaxDataParallelSize));
   const plan::TriageSettings s = plan::triage_settings(args);
   // Expert and context parallelism as given are kept (the search varies them when not given): they must

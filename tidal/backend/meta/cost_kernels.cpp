@@ -20,6 +20,7 @@
 
 #include "tidal/backend/cpu/attention_flash.h"
 #include "tidal/seam/cost.h"
+#include "tidal/seam/planned_device.h"
 #include "tidal/tensor.h"
 
 namespace tidal {
@@ -41,17 +42,18 @@ class CostKernels final : public Kernels {
   const char* name() const override { return "meta-cost"; }
   std::string describe() const override { return "  cost           recorded from shapes (meta device)\n"; }
 
+  // Layout and scratch questions: the planned device's answers (seam/planned_device.h).
   bool matmul_operand_ok(int64_t rows, int64_t cols, int64_t stride_r, int64_t stride_c) const override {
-    return cpu().matmul_operand_ok(rows, cols, stride_r, stride_c);
+    return planned_kernels().matmul_operand_ok(rows, cols, stride_r, stride_c);
   }
-  int64_t norm_row_chunks(int64_t rows) const override { return cpu().norm_row_chunks(rows); }
+  int64_t norm_row_chunks(int64_t rows) const override { return planned_kernels().norm_row_chunks(rows); }
   int64_t flash_forward_workspace(const FlashArgs& cfg, const Tensor& q, const Tensor& k,
                                   const Tensor& v) const override {
-    return cpu().flash_forward_workspace(cfg, q, k, v);
+    return planned_kernels().flash_forward_workspace(cfg, q, k, v);
   }
   int64_t flash_backward_workspace(const FlashArgs& cfg, const Tensor& dq, const Tensor& q, const Tensor& k,
                                    const Tensor& v) const override {
-    return cpu().flash_backward_workspace(cfg, dq, q, k, v);
+    return planned_kernels().flash_backward_workspace(cfg, dq, q, k, v);
   }
 
   void copy_from_host(Stream&, const Tensor& dst, const void*) override {
@@ -276,7 +278,6 @@ class CostKernels final : public Kernels {
   }
 
  private:
-  static Kernels& cpu() { return device_kernels(Device::cpu()); }  // the meta device is planned as the cpu
 };
 
 // The meta device's kernels: run only while a cost sink is installed (kernels_for).
