@@ -136,7 +136,7 @@ bench() {
 dry_run() {
   local name=$1
   shift
-  step "$name-dry-run" 60 env LD_LIBRARY_PATH="$(tidal_env)" "$BUILD/tidal" plan --dry-run --mock-data \
+  step "$name-dry-run" 60 env LD_LIBRARY_PATH="$(tidal_env)" "$BUILD/tidal" plan --dry-run --kernels cuda --mock-data \
     --hidden-dropout 0 --attention-dropout 0 --eval-interval 0 "$@" >"$SCRATCH/$name-dry-run.txt" 2>&1
   cat "$SCRATCH/$name-dry-run.txt"
 }
@@ -159,6 +159,10 @@ if [ "$STEPS" = all ]; then
   (dry_run gpt2 "${GPT2[@]}"; dry_run qwen3 "${QWEN3[@]}"; dry_run offload "${OFFLOAD[@]}") >"$SCRATCH/dry.log" 2>&1 &
   dry_pid=$!
   step info 30 env LD_LIBRARY_PATH="$(tidal_env)" "$BUILD/tidal" info
+  # Every kernel's registers, shared and local memory as built (the image has cuobjdump; the build
+  # machines do not, where ptxas's spill and local-memory warnings are errors instead): no local memory.
+  step resources 30 bash -c "set -o pipefail; cuobjdump --dump-resource-usage '$BUILD/libtidal_cuda_device.a' \
+    | tee '$OUT/resource_usage.txt' | grep -c 'Function' && ! grep -E 'LOCAL:[1-9]' '$OUT/resource_usage.txt'"
   step cuda-tests 120 env LD_LIBRARY_PATH="$(tidal_env)" "$BUILD/tidal_cuda_tests" \
     --gtest_output="xml:$OUT/cuda_tests.xml"
   LIMIT=90 bench gpt2 "${GPT2[@]}"
