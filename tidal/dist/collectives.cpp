@@ -1,10 +1,14 @@
 #include "tidal/dist/collectives.h"
 
 #include <algorithm>
+#include <map>
+#include <utility>
 
 #include "tidal/base/error.h"
 #include "tidal/memory_scope.h"
 #include "tidal/range_recorder.h"
+#include "tidal/seam/kernels.h"
+#include "tidal/stream.h"
 
 namespace tidal::dist {
 namespace {
@@ -94,6 +98,62 @@ void broadcast(Communicator& comm, const Tensor& t, int root) {
     Tensor(t.detach()).copy_(host.to(t.device()));
   } else if (!t.is_meta()) {
     comm.broadcast(t.raw_data(), t.nbytes(), root);
+  }
+}
+
+void exchange(Communicator& comm, const std::vector<TensorTransfer>& sends,
+              const std::vector<TensorTransfer>& receives) {
+  for (const auto* list : {&sends, &receives})
+    for (const TensorTransfer& t : *list)
+      TIDAL_CHECK(t.data.is_contiguous(), "[exchange] a transfer with rank ", t.peer,
+                  " must be contiguous, got strides ", t.data.strides().str());
+  // Where each staged transfer's bytes sit in its direction's host buffer (-1: not staged). A send
+  // view given for several ranks (the same device bytes) is copied to the host once: `copies`.
+  std::map<std::pair<const void*, int64_t>, int64_t> send_at;  // (device bytes, size) -> offset
+  std::vector<int64_t> at_send(sends.size(), -1), at_recv(receives.size(), -1);
+  std::vector<size_t> copies;  // the sends copied to the host
+  int64_t send_bytes = 0, recv_bytes = 0;
+  for (size_t k = 0; k < sends.size(); ++k) {
+    const Tensor& d = sends[k].data;
+    if (!staged(comm, d) || d.nbytes() == 0) continue;
+    const auto [it, fresh] = send_at.try_emplace({d.raw_data(), d.nbytes()}, send_bytes);
+    if (fresh) {
+      copies.push_back(k);
+      send_bytes += d.nbytes();
+    }
+    at_send[k] = it->second;
+  }
+  for (size_t k = 0; k < receives.size(); ++k) {
+    const Tensor& d = receives[k].data;
+    if (!staged(comm, d) || d.nbytes() == 0) continue;
+    at_recv[k] = recv_bytes;
+    recv_bytes += d.nbytes();
+  }
+  MemoryScope scope(MemoryCategory::temporary);
+  const Tensor host_send = send_bytes > 0 ? empty({send_bytes}, DType::u8) : Tensor();  // (bytes)
+  const Tensor host_recv = recv_bytes > 0 ? empty({recv_bytes}, DType::u8) : Tensor();  // (bytes)
+  auto host_bytes = [](const Tensor& host, int64_t at) { return static_cast<char*>(host.raw_data()) + at; };
+  for (size_t k : copies) {
+    const Tensor& d = sends[k].data;
+    device_kernels(d.device()).copy_to_host(current_stream(d.device()), host_bytes(host_send, at_send[k]), d);
+  }
+  std::vector<Communicator::Transfer> to, from;
+  for (size_t k = 0; k < sends.size(); ++k) {
+    const Tensor& d = sends[k].data;
+    if (!d.is_meta())
+      to.push_back({sends[k].peer, at_send[k] >= 0 ? host_bytes(host_send, at_send[k]) : d.raw_data(), d.nbytes()});
+  }
+  for (size_t k = 0; k < receives.size(); ++k) {
+    const Tensor& d = receives[k].data;
+    if (!d.is_meta())
+      from.push_back(
+          {receives[k].peer, at_recv[k] >= 0 ? host_bytes(host_recv, at_recv[k]) : d.raw_data(), d.nbytes()});
+  }
+  comm.exchange(to, from);
+  for (size_t k = 0; k < receives.size(); ++k) {
+    const Tensor& d = receives[k].data;
+    if (at_recv[k] >= 0)
+      device_kernels(d.device()).copy_from_host(current_stream(d.device()), d, host_bytes(host_recv, at_recv[k]));
   }
 }
 

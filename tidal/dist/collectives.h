@@ -26,6 +26,19 @@ void all_gather(Communicator& comm, const Tensor& out, const Tensor& in);
 // t ← rank `root`'s t, in place.
 void broadcast(Communicator& comm, const Tensor& t, int root);
 
+// One message of `exchange`: the bytes of `data` (contiguous; a view into a larger tensor) to or from `peer`.
+struct TensorTransfer {
+  int peer;
+  Tensor data;
+};
+// Communicator::exchange on tensors' bytes, with its matching rules. Device tensors go to a
+// communicator that reads device memory (NCCL) as they are; to one that does not (MPI) they are
+// staged through host buffers: every distinct send view copied to the host once, the receives copied
+// back after the exchange. The writes bypass autograd (no version bump), as the communicator's own
+// do. Meta tensors hold no bytes: their transfers are left out.
+void exchange(Communicator& comm, const std::vector<TensorTransfer>& sends,
+              const std::vector<TensorTransfer>& receives);
+
 // Per item of `flags` (one byte each, 0 or 1; the same length on every rank): 1 where any rank's is set.
 std::string any_rank(Communicator& comm, const std::string& flags);
 

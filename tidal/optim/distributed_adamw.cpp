@@ -94,11 +94,9 @@ void copy_elements(const Tensor& dst, int64_t dst_at, const Tensor& src, int64_t
               size_t(n * e));
 }
 
-// The exchanges below hand MPI pointers into the parameters and gradients: host memory only for now.
-void check_host_exchange(const Tensor& t, const char* what) {
-  TIDAL_CHECK(t.device().is_cpu(), "[distributed optimizer] ", what, " between ranks moves ", t.device(),
-              " memory, which MPI cannot read: --use-distributed-optimizer on more than one cuda rank needs NCCL ",
-              "(not supported yet); run it on one rank or on the cpu");
+// Elements [begin, begin + length) of `t` (contiguous), flat: a message of an exchange.
+Tensor flat_piece(const Tensor& t, int64_t begin, int64_t length) {
+  return t.detach().view({t.numel()}).narrow(0, begin, length);  // (length)
 }
 
 }  // namespace
@@ -133,12 +131,12 @@ std::function<void()> DistributedAdamW::start_gather(const std::vector<size_t>& 
     touched[group_of_[i]] = 1;
     if (shard_parameters_) params_[i].second.storage()->rematerialize();
   }
-  const Tensor& first = params_.front().second;
-  const int64_t itemsize = first.itemsize();
-  const bool meta = first.is_meta();
+  const bool meta = params_.front().second.is_meta();
+  // The messages are views of the parameters: dist::exchange hands them to NCCL as they are, or
+  // stages device memory through the host for MPI.
   struct Exchange {
     dist::Communicator* comm;
-    std::vector<dist::Communicator::Transfer> sends, receives;
+    std::vector<dist::TensorTransfer> sends, receives;
   };
   std::vector<Exchange> exchanges;  // one per group, in group order (the same on every rank)
   for (size_t g = 0; g < groups_.size(); ++g) {
@@ -152,25 +150,22 @@ std::function<void()> DistributedAdamW::start_gather(const std::vector<size_t>& 
       if (in[f.param]) {
         if (shard_parameters_) copy_elements(p, f.begin, shard_data_, at, f.length);
         for (int r = 0; r < comm.size() && !meta; ++r)
-          if (r != me)
-            x.sends.push_back({r, static_cast<char*>(p.raw_data()) + f.begin * itemsize, f.length * itemsize});
+          if (r != me) x.sends.push_back({r, flat_piece(p, f.begin, f.length)});
       }
       at += f.length;
     }
     if (comm.size() == 1 || meta) continue;
-    check_host_exchange(first, "the parameter gather");
     for (int r = 0; r < comm.size(); ++r) {
       if (r == me) continue;
       for (const ShardLayout::Fragment& f : fragments(g, r))
-        if (in[f.param])
-          x.receives.push_back(
-              {r, static_cast<char*>(params_[f.param].second.raw_data()) + f.begin * itemsize, f.length * itemsize});
+        if (in[f.param]) x.receives.push_back({r, flat_piece(params_[f.param].second, f.begin, f.length)});
     }
     exchanges.push_back(std::move(x));
   }
   if (exchanges.empty()) return [] {};
-  return [exchanges = std::move(exchanges)] {
-    for (const Exchange& x : exchanges) x.comm->exchange(x.sends, x.receives);
+  return [exchanges = std::move(exchanges)]() mutable {
+    for (const Exchange& x : exchanges) dist::exchange(*x.comm, x.sends, x.receives);
+    exchanges.clear();  // the views of the parameters go with it
   };
 }
 
@@ -246,7 +241,6 @@ std::vector<char> DistributedAdamW::whole_gradients(const std::vector<size_t>& s
 
 void DistributedAdamW::reduce_group(size_t g, dist::Communicator& comm, const std::vector<Tensor>& grads) {
   const DType grad_dtype = shard_grad_.dtype();
-  const int64_t itemsize = dtype_size(grad_dtype);
   const bool meta = shard_grad_.is_meta();
   const int ranks = comm.size(), me = comm.rank();
   // This call's pieces of my shard, packed: runs of (offset in my shard, offset in the packing, length).
@@ -268,7 +262,8 @@ void DistributedAdamW::reduce_group(size_t g, dist::Communicator& comm, const st
   MemoryScope scope(MemoryCategory::temporary);
   profile::Range range(dist::kReductionRange);  // the packing and the sums: the reduce-scatter's own work
   Tensor blocks = empty({ranks, packed}, grad_dtype, shard_grad_.device());  // every rank's pieces, packed
-  std::vector<dist::Communicator::Transfer> sends, receives;
+  // Views of the gradients and of `blocks`: dist::exchange stages device memory through the host for MPI.
+  std::vector<dist::TensorTransfer> sends, receives;
   for (int r = 0; r < ranks; ++r) {
     int64_t at = 0;  // where the piece lands in the packing of rank r's pieces
     for (const ShardLayout::Fragment& f : fragments(g, r)) {
@@ -277,17 +272,14 @@ void DistributedAdamW::reduce_group(size_t g, dist::Communicator& comm, const st
       if (r == me) {
         blocks.select(0, me).narrow(0, at, f.length).copy_(piece);
         for (int q = 0; q < ranks && !meta; ++q)  // every other rank's piece of this fragment
-          if (q != me)
-            receives.push_back({q, static_cast<char*>(blocks.raw_data()) + (int64_t(q) * packed + at) * itemsize,
-                                f.length * itemsize});
+          if (q != me) receives.push_back({q, blocks.select(0, q).narrow(0, at, f.length)});
       } else if (!meta) {
-        sends.push_back({r, piece.raw_data(), f.length * itemsize});
+        sends.push_back({r, piece});
       }
       at += f.length;
     }
   }
-  if (ranks > 1 && !meta) check_host_exchange(blocks, "the gradient reduce-scatter");
-  if (ranks > 1) comm.exchange(sends, receives);
+  if (ranks > 1) dist::exchange(comm, sends, receives);
   for (int r = 0; r < ranks; ++r)  // in rank order, each element on its own: any grouping adds alike
     for (const Run& run : runs)
       shard_grad_.narrow(0, run.shard_at, run.length).add_(blocks.select(0, r).narrow(0, run.packed_at, run.length));

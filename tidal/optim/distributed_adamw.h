@@ -11,6 +11,8 @@
 //   5. every rank's pieces are all-gathered into the parameters in place, so every rank holds the
 //      updated model. The parameters stay where the model made them: no second copy, ever.
 // With one micro-batch per rank the result is bit for bit one process's (tests/dist/).
+// The exchanges move views of the gradients and parameters through dist::exchange (dist/collectives.h):
+// on a device, NCCL reads them in place and MPI gets them staged through host buffers.
 // With `shard_parameters` (ZeRO-3, --data-parallel-sharding-strategy optim_grads_params) this rank's
 // pieces of the parameters live in a shard of their own, the AdamW updates them there, and the whole
 // parameters exist only between gather_parameters and release_parameters (parallel/param_gather.h).
