@@ -116,6 +116,8 @@ class CudaKernels final : public Kernels {
   void sum_of_squares(Stream& stream, const Tensor& x, int64_t chunk, double* partials) override;
   void adamw_step(Stream& stream, const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
                   const Tensor& exp_avg_sq, const Tensor& master, const AdamWArgs& a) override;
+  // composite kernels, fused: adamw_multi_step as the multi-tensor AdamW (optim.cpp)
+  void adamw_multi_step(Stream& stream, std::span<const AdamWTensors> tensors) override;
 };
 
 }  // namespace tidal::cuda
