@@ -1,6 +1,6 @@
 // The CUDA matmul kernel (cuBLASLt) against the CPU backend's on the same inputs: batched, broadcast,
-// transposed and non-uniformly strided views, f32 / bf16 (bf16 or f32 out) / f64, alpha and beta.
-// Skipped without a GPU.
+// transposed and non-uniformly strided views, f32 / bf16 (bf16 or f32 out) / f64, alpha and beta; the
+// product with its bias (cuBLASLt's bias epilogue) and linear. Skipped without a GPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "tests/cuda/cuda_test_util.h"
+#include "tidal/ops/matmul.h"
 #include "tidal/seam/kernels.h"
 #include "tidal/stream.h"
 #include "tidal/tensor.h"
@@ -117,6 +118,73 @@ TEST(CudaMatmul, OperandLayoutRuleIsTheCpus) {
   for (const auto& c : cases)
     EXPECT_EQ(gpu.matmul_operand_ok(c[0], c[1], c[2], c[3]), cpu.matmul_operand_ok(c[0], c[1], c[2], c[3]))
         << c[0] << " " << c[1] << " " << c[2] << " " << c[3];
+}
+
+// --- the product with its bias (Kernels::matmul_bias): cuBLASLt's bias epilogue against the default
+// (the bias copied into out, then the product added) on the GPU and against the CPU's. Where the
+// epilogue does not apply (f64, a batch that does not fold into rows) the GPU runs the default: the
+// same bytes.
+
+std::vector<unsigned char> host_bytes(const Tensor& t) {
+  const Tensor h = t.to(Device::cpu());
+  const auto* p = static_cast<const unsigned char*>(h.raw_data());
+  return {p, p + h.nbytes()};
+}
+
+// out (..., m, n) = view(a) (..., m, k) @ wᵀ (k, n) + bias (n).
+void check_bias(const Shape& a_base, const View& va, int64_t n, DType dt, bool fallback) {
+  const Pair a = random_pair(a_base, dt, 4);
+  const int64_t k = va(a.cpu).size(-1);
+  const Pair w = random_pair({n, k}, dt, 5);  // (n, k)
+  const Pair bias = random_pair({n}, dt, 6);  // (n)
+  Shape out_shape = va(a.cpu).shape();
+  out_shape[out_shape.size() - 1] = n;
+  const Tensor fused = zeros(out_shape, dt, kGpu), plain = zeros(out_shape, dt, kGpu);  // (..., m, n)
+  const Tensor host = zeros(out_shape, dt);                                             // (..., m, n)
+  Kernels& gpu = device_kernels(kGpu);
+  Stream& stream = current_stream(kGpu);
+  gpu.matmul_bias(stream, fused, va(a.gpu), w.gpu.t(), bias.gpu);
+  gpu.Kernels::matmul_bias(stream, plain, va(a.gpu), w.gpu.t(), bias.gpu);
+  device_kernels(Device::cpu()).matmul_bias(current_stream(Device::cpu()), host, va(a.cpu), w.cpu.t(), bias.cpu);
+  SCOPED_TRACE(::testing::Message() << dt << " " << a_base << " -> n " << n);
+  expect_close(fused, plain, tolerance(dt, dt));
+  expect_close(fused, host, tolerance(dt, dt));
+  if (fallback) {
+    EXPECT_EQ(host_bytes(fused), host_bytes(plain)) << "the default's bytes where no epilogue applies";
+  }
+}
+
+TEST(CudaMatmul, BiasEpilogueMatchesCopyThenProduct) {
+  TIDAL_REQUIRE_CUDA();
+  for (DType dt : {DType::f32, DType::bf16}) {
+    check_bias({7, 5}, same, 3, dt, false);
+    check_bias({1, 1}, same, 1, dt, false);
+    check_bias({1, 7}, same, 1, dt, false);
+    check_bias({4, 130}, same, 1, dt, false);
+    check_bias({2, 9, 33}, same, 17, dt, false);   // rows fold: one (18, 33) product
+    check_bias({6, 50, 64}, same, 70, dt, false);  // rows fold
+    check_bias({1000, 257}, same, 129, dt, false);
+    check_bias({64, 96}, same, 128, dt, false);
+    check_bias({3, 0}, same, 4, dt, true);  // k = 0: out = bias, no product
+    // A batch that does not fold into rows (a's batch stride is not rows * row stride): the default.
+    check_bias(
+        {5, 4, 12, 8}, [](const Tensor& t) { return t.transpose(0, 1); }, 3, dt, true);
+  }
+  check_bias({7, 5}, same, 3, DType::f64, true);  // no f64 bias epilogue in cuBLASLt: the default
+  check_bias({2, 9, 33}, same, 17, DType::f64, true);
+}
+
+// linear (ops/matmul.h) runs matmul_bias: on the GPU as on the CPU, 1-D and 3-D inputs.
+TEST(CudaMatmul, LinearWithBiasMatchesCpu) {
+  TIDAL_REQUIRE_CUDA();
+  for (DType dt : {DType::f32, DType::bf16}) {
+    for (const Shape& xs : {Shape{33}, Shape{2, 9, 33}}) {
+      const Pair x = random_pair(xs, dt, 7), w = random_pair({17, 33}, dt, 8), b = random_pair({17}, dt, 9);
+      const Tensor gpu = linear(x.gpu, w.gpu, b.gpu), cpu = linear(x.cpu, w.cpu, b.cpu);  // (..., 17)
+      ASSERT_EQ(gpu.shape(), cpu.shape());
+      expect_close(gpu, cpu, tolerance(dt, dt));
+    }
+  }
 }
 
 }  // namespace

@@ -175,11 +175,11 @@ void SwapAdamW::swap_through(const WindowPieces& pieces, Device dev, double lr) 
     const int64_t wait0 = now_ns();
     in[size_t(w)].synchronize();
     stats_.wait_ms += ms_since(wait0);
-    for (const Piece& p : pieces[size_t(w)]) {
-      const Tensor param = p.slot->param.detach().view({-1}).narrow(0, p.begin, p.n);
-      const Tensor grad = p.grad->view({-1}).narrow(0, p.begin, p.n);
-      update(*p.slot, param, grad, p.dev[0], p.dev[1], p.dev[2], lr);
-    }
+    std::vector<Update> updates;  // the window's pieces, in one multi-tensor update
+    for (const Piece& p : pieces[size_t(w)])
+      updates.push_back({p.slot, p.slot->param.detach().view({-1}).narrow(0, p.begin, p.n),
+                         p.grad->view({-1}).narrow(0, p.begin, p.n), p.dev[0], p.dev[1], p.dev[2]});
+    update(updates, lr);
     Event updated;
     updated.record(Stream::compute(dev));
     d2h_->wait(updated);

@@ -27,6 +27,13 @@ void matmul_into(const Tensor& out, const Tensor& a, const Tensor& b, double alp
   if (Kernels* kern = kernels_for(out)) kern->matmul(current_stream(out.device()), out, ac, bc, alpha, beta);
 }
 
+// out = a @ b + bias (bias (n) over out's rows): the device's product with its bias (Kernels::matmul_bias:
+// one fused product on CUDA; elsewhere the bias copied into out, then the product added).
+void matmul_bias_into(const Tensor& out, const Tensor& a, const Tensor& b, const Tensor& bias) {
+  Tensor ac = blas_operand(a), bc = blas_operand(b);
+  if (Kernels* kern = kernels_for(out)) kern->matmul_bias(current_stream(out.device()), out, ac, bc, bias);
+}
+
 Shape matmul_shape(const Tensor& a, const Tensor& b) {
   TIDAL_CHECK(a.dim() >= 2 && b.dim() >= 2, "[matmul] needs operands with at least 2 dims, got ", a.shape(), " and ",
               b.shape());
@@ -139,14 +146,13 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias) {
   }
   Shape out_shape = x.shape();
   out_shape[out_shape.size() - 1] = w.size(0);
-  Tensor out = empty(out_shape, x.dtype(), x.device());
-  double beta = 0.0;
-  if (bias.defined()) {
-    if (Kernels* kern = kernels_for(out)) kern->copy(current_stream(out.device()), out, bias);
-    beta = 1.0;
-  }
-  Tensor x2 = x.dim() == 1 ? x.detach().unsqueeze(0) : x.detach();
-  matmul_into(x.dim() == 1 ? out.detach().unsqueeze(0) : out, x2, w.detach().t(), 1.0, beta);
+  Tensor out = empty(out_shape, x.dtype(), x.device());                   // (..., out)
+  const Tensor x2 = x.dim() == 1 ? x.detach().unsqueeze(0) : x.detach();  // (..., m, in)
+  const Tensor out2 = x.dim() == 1 ? out.detach().unsqueeze(0) : out;     // (..., m, out)
+  if (bias.defined())
+    matmul_bias_into(out2, x2, w.detach().t(), bias.detach());
+  else
+    matmul_into(out2, x2, w.detach().t(), 1.0, 0.0);
   if (node) autograd::set_history(out, node);
   return out;
 }

@@ -57,37 +57,52 @@ Tensor AdamW::begin_update(Slot& s) {
   return g.contiguous();
 }
 
-void AdamW::update(const Slot& s, const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
-                   const Tensor& exp_avg_sq, const Tensor& master, double lr) const {
-  AdamWArgs a;
-  a.lr = lr;
-  a.beta1 = options_.beta1;
-  a.beta2 = options_.beta2;
-  a.eps = options_.eps;
-  a.weight_decay = s.decay ? options_.weight_decay : 0.0;
-  a.step = s.step;
-  Kernels* kern = kernels_for(param);
-  if (kern == nullptr) return;
-  if (grad.dtype() == param.dtype()) {
-    kern->adamw_step(current_stream(param.device()), param, grad, exp_avg, exp_avg_sq, master, a);
-    return;
+void AdamW::update(std::span<const Update> updates, double lr) const {
+  const Tensor none;  // the master of an entry that has none
+  std::vector<AdamWTensors> tensors;
+  tensors.reserve(updates.size());
+  for (size_t begin = 0, end = 0; begin < updates.size(); begin = end) {
+    const Device device = updates[begin].param.device();
+    tensors.clear();
+    for (end = begin; end < updates.size() && updates[end].param.device() == device; ++end) {
+      const Update& u = updates[end];
+      AdamWTensors t;
+      t.args.lr = lr;
+      t.args.beta1 = options_.beta1;
+      t.args.beta2 = options_.beta2;
+      t.args.eps = options_.eps;
+      t.args.weight_decay = u.slot->decay ? options_.weight_decay : 0.0;
+      t.args.step = u.slot->step;
+      t.grad = &u.grad;
+      t.exp_avg = &u.exp_avg;
+      t.exp_avg_sq = &u.exp_avg_sq;
+      if (u.grad.dtype() == u.param.dtype()) {
+        t.param = &u.param;
+        t.master = &u.master;
+      } else {
+        // An f32 gradient of a bf16 parameter (--bf16): the f32 update of the master weights, then the
+        // bf16 parameter written from them, rounded to nearest even as the fused bf16 pass rounds.
+        t.param = &u.master;
+        t.master = &none;
+        t.bf16_param = &u.param;
+      }
+      tensors.push_back(t);
+    }
+    if (Kernels* kern = kernels_for(device)) kern->adamw_multi_step(current_stream(device), tensors);
   }
-  // An f32 gradient of a bf16 parameter (--bf16): the f32 update of the master weights, then the
-  // bf16 copy written from them, rounded to nearest even as the fused bf16 pass rounds.
-  kern->adamw_step(current_stream(param.device()), master, grad, exp_avg, exp_avg_sq, Tensor(), a);
-  NoGradGuard no_grad;
-  Tensor(param).copy_(master);
 }
 
 void AdamW::step(double lr) {
   check_lr(lr);
   OpScope op("adamw");
   NoGradGuard no_grad;
+  std::vector<Update> updates;
+  updates.reserve(slots_.size());
   for (Slot& s : slots_) {
-    const Tensor g = begin_update(s);
-    if (!g.defined()) continue;
-    update(s, s.param, g, s.exp_avg, s.exp_avg_sq, s.master, lr);
+    Tensor g = begin_update(s);
+    if (g.defined()) updates.push_back({&s, s.param, std::move(g), s.exp_avg, s.exp_avg_sq, s.master});
   }
+  update(updates, lr);
   ++steps_;
 }
 

@@ -7,7 +7,9 @@
 //   v   = beta2 * v + (1 - beta2) * g^2
 //   denom = sqrt(v) / sqrt(1 - beta2^t) + eps
 //   p  -= lr / (1 - beta1^t) * m / denom
-// One fused pass per parameter reads p, g, m, v once and writes them once (no temporaries).
+// One fused pass per parameter reads p, g, m, v once and writes them once (no temporaries); a step
+// hands every parameter to the device at once (Kernels::adamw_multi_step: one multi-tensor kernel
+// launch per few dozen tensors on CUDA, a loop over the per-tensor kernel elsewhere).
 //
 // States (m, v, and an f32 master copy of a bf16 parameter) are created lazily at a parameter's
 // first update, in f32 (f64 for f64 parameters), under MemoryScope(optimizer_state), on the
@@ -23,6 +25,7 @@
 #include <functional>
 #include <map>
 #include <nlohmann/json_fwd.hpp>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -98,10 +101,16 @@ class AdamW {
   // Starts the update of s: its gradient, checked against the parameter, or undefined when it has
   // none (then s is skipped). Otherwise creates s's states if needed and advances its step count.
   Tensor begin_update(Slot& s);
-  // The fused AdamW update of (a contiguous range of) s's elements: param, grad and the states are
+  // One tensor of an update: (a contiguous range of) slot's elements. param, grad and the states are
   // views of the same elements; the arithmetic does not depend on the range.
-  void update(const Slot& s, const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
-              const Tensor& master, double lr) const;
+  struct Update {
+    const Slot* slot = nullptr;
+    Tensor param, grad, exp_avg, exp_avg_sq, master;
+  };
+  // The fused AdamW updates of `updates`, all of them in one call of the device's multi-tensor kernel
+  // (Kernels::adamw_multi_step; per device when they are on several). Independent tensors: the bits
+  // of each equal its own update alone.
+  void update(std::span<const Update> updates, double lr) const;
   static void check_lr(double lr);
 
   AdamWOptions options_;

@@ -5,6 +5,8 @@
 
 namespace tidal {
 
+class Tensor;
+
 // --- elementwise
 enum class Unary : uint8_t {
   neg,
@@ -103,6 +105,21 @@ struct AdamWArgs {
   double eps = 1e-8;
   double weight_decay = 0;  // already 0 for no-decay parameters
   int64_t step = 1;         // the parameter's step count including this update
+};
+
+// One tensor of a multi-tensor AdamW step (Kernels::adamw_multi_step): adamw_step's operands and its
+// own arguments (the step count and the weight decay differ between tensors). Every pointer but
+// bf16_param is non-null; master points at an undefined tensor unless param is bf16. bf16_param, when
+// set, is written from the updated param as Kernels::copy converts (param is then the f32 master copy
+// of that bf16 parameter and grad is f32: --bf16's f32 gradient sums, optim/adamw.h).
+struct AdamWTensors {
+  const Tensor* param = nullptr;
+  const Tensor* grad = nullptr;
+  const Tensor* exp_avg = nullptr;
+  const Tensor* exp_avg_sq = nullptr;
+  const Tensor* master = nullptr;
+  const Tensor* bf16_param = nullptr;
+  AdamWArgs args;
 };
 
 // --- random draws at Philox stream positions start + i (ops/random.h)

@@ -14,10 +14,15 @@
 // launches there; the CPU backend runs every kernel on the calling thread, the compute stream's
 // semantics. A kernel that returns a value has finished when it returns.
 //
+// Composite kernels (the last section) are the exception: each has a default built from the kernels
+// above, bit for bit what its op ran before it called it, and a backend may replace it with one fused
+// kernel (the CUDA backend's cuBLASLt bias epilogue, its multi-tensor AdamW). They are never missing.
+//
 // Kernels write into preallocated outputs and read inputs with any strides unless a comment says
 // "contiguous". Floating kernels accumulate in f32 for bf16 (f64 for f64).
 #include <concepts>
 #include <cstdint>
+#include <span>
 #include <string>
 
 #include "tidal/device.h"
@@ -260,6 +265,22 @@ class Kernels {
   virtual void adamw_step(Stream& stream, const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
                           const Tensor& exp_avg_sq, const Tensor& master, const AdamWArgs& a) {
     missing("adamw_step");
+  }
+
+  // --- composite kernels (seam/registry.h TIDAL_COMPOSITE_KERNEL_NAMES): defaults from the kernels above
+  // out = a @ b + bias: linear's product, bias (n) broadcast over out's rows (..., m, n); a, b, out and
+  // bias share a dtype, out contiguous. Default: bias copied into out, then the product added (beta 1).
+  virtual void matmul_bias(Stream& stream, const Tensor& out, const Tensor& a, const Tensor& b, const Tensor& bias) {
+    copy(stream, out, bias);
+    matmul(stream, out, a, b, 1.0, 1.0);
+  }
+  // Every tensor's AdamW update of one optimizer step. Default: in order, each one's adamw_step, then
+  // its bf16 copy when it has one (AdamWTensors).
+  virtual void adamw_multi_step(Stream& stream, std::span<const AdamWTensors> tensors) {
+    for (const AdamWTensors& t : tensors) {
+      adamw_step(stream, *t.param, *t.grad, *t.exp_avg, *t.exp_avg_sq, *t.master, t.args);
+      if (t.bf16_param != nullptr) copy(stream, *t.bf16_param, *t.param);
+    }
   }
 
  protected:

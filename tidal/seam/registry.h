@@ -36,6 +36,9 @@ namespace tidal {
   X(chunked_lm_loss_forward)                                                                              \
   X(gather) X(scatter_add) X(first_out_of_range) X(index_max) X(topk) X(argsort) X(bincount)              \
   X(adamw_step)
+// The composite kernels, in kernels.h's order: they have defaults built from the kernels above, so a
+// backend never lacks them; it may replace them with fused ones.
+#define TIDAL_COMPOSITE_KERNEL_NAMES(X) X(matmul_bias) X(adamw_multi_step)
 // clang-format on
 
 // The kernels the backend class K does not define, by name: those it inherits from Kernels, which

@@ -1,7 +1,7 @@
 #pragma once
 // cuBLASLt for the matmul and attention kernels: one handle per device (created lazily), a 32 MiB
 // workspace per stream allocated once through tidal's allocator (category temporary, kept for the
-// process), and the heuristic's algorithm cached per (dtypes, shapes, layouts, alignments). Row-major
+// process), and the heuristic's algorithm cached per (dtypes, shapes, layouts, alignments, epilogue). Row-major
 // products are run as their column-major transposes (C^T = B^T A^T), so no ORDER_ROW layouts.
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
@@ -43,5 +43,13 @@ bool gemm_layout(int64_t rows, int64_t cols, int64_t stride_r, int64_t stride_c,
 void gemm(int device, cudaStream_t stream, DType ab, DType cd, int64_t m, int64_t n, int64_t k, double alpha,
           const GemmOperand& a, const GemmOperand& b, double beta, void* c, int64_t ldc, int64_t c_stride,
           int64_t batch);
+
+// c (m x n row-major, ldc) = a (m x k) @ b (k x n) + bias (n, contiguous, broadcast over the rows), one
+// product whose epilogue adds the bias (CUBLASLT_EPILOGUE_BIAS: the bias is added to the f32 sum before
+// the one rounding to c's type). All of dtype t, f32 or bf16: cuBLASLt's bias has the output's type,
+// and it offers no bias epilogue for f64. Returns false, having queued nothing, when the heuristic finds
+// no algorithm for it (remembered per shape): the caller then adds the bias another way.
+bool gemm_bias(int device, cudaStream_t stream, DType t, int64_t m, int64_t n, int64_t k, const GemmOperand& a,
+               const GemmOperand& b, const void* bias, void* c, int64_t ldc);
 
 }  // namespace tidal::cuda

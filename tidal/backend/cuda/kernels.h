@@ -118,6 +118,10 @@ class CudaKernels final : public Kernels {
   void sum_of_squares(Stream& stream, const Tensor& x, int64_t chunk, double* partials) override;
   void adamw_step(Stream& stream, const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
                   const Tensor& exp_avg_sq, const Tensor& master, const AdamWArgs& a) override;
+  // composite kernels, fused: matmul_bias as one cuBLASLt product with its bias epilogue (matmul.cpp),
+  // adamw_multi_step as the multi-tensor AdamW (optim.cpp)
+  void matmul_bias(Stream& stream, const Tensor& out, const Tensor& a, const Tensor& b, const Tensor& bias) override;
+  void adamw_multi_step(Stream& stream, std::span<const AdamWTensors> tensors) override;
 };
 
 }  // namespace tidal::cuda

@@ -106,3 +106,40 @@ void CudaKernels::matmul(Stream& stream, const Tensor& out, const Tensor& a, con
 }
 
 }  // namespace tidal::cuda
+
+namespace tidal::cuda {
+
+// out = a @ b + bias as one cuBLASLt product whose epilogue adds the bias, where that is one product:
+// f32 or bf16 (cuBLASLt's bias has the output's type; no f64 bias epilogue), b a matrix shared by every
+// row of a whose batch dims fold into its rows (linear's x (..., m, k) @ wᵀ), bias contiguous. Anything
+// else, or a shape cuBLASLt has no bias algorithm for, takes the default: bias copied into out, then
+// the product added (beta 1). The two agree to the rounding of one f32 addition order (the epilogue
+// adds the bias to the f32 sum; beta 1 adds the output's bias the same way, but the heuristic may pick
+// another algorithm); tests/cuda/matmul_test.cpp compares them.
+void CudaKernels::matmul_bias(Stream& stream, const Tensor& out, const Tensor& a, const Tensor& b, const Tensor& bias) {
+  const DType t = out.dtype();
+  TIDAL_ASSERT(a.dtype() == t && b.dtype() == t && bias.dtype() == t, "matmul_bias kernel: ", a.dtype(), " @ ",
+               b.dtype(), " + ", bias.dtype(), " into ", t);
+  const int64_t m = a.size(-2), k = a.size(-1), n = b.size(-1);
+  TIDAL_ASSERT(bias.dim() == 1 && bias.size(0) == n, "matmul_bias kernel: bias ", bias.shape(), " for ", n, " columns");
+  bool fused = (t == DType::f32 || t == DType::bf16) && out.numel() > 0 && k > 0 && out.is_contiguous() &&
+               b.dim() == 2 && (bias.stride(0) == 1 || n == 1);
+  GemmOperand ga{device_data(a)}, gb{device_data(b)};
+  int64_t rows = m;
+  if (fused) {
+    fused = gemm_layout(m, k, a.stride(-2), a.stride(-1), ga.trans, ga.ld) &&
+            gemm_layout(k, n, b.stride(-2), b.stride(-1), gb.trans, gb.ld);
+    Shape batch;
+    for (int d = 0; d < out.dim() - 2; ++d) batch.push_back(out.shape()[d]);
+    if (batch.numel() > 1) {  // a's batch dims must fold into its rows: one (B*m, k) matrix
+      fused = fused && !ga.trans && backend::rows_fold(a, batch);
+      rows = batch.numel() * m;
+    }
+  }
+  if (fused && gemm_bias(out.device().index, stream_handle(stream), t, rows, n, k, ga, gb, device_data(bias),
+                         device_data(out), n))
+    return;
+  Kernels::matmul_bias(stream, out, a, b, bias);
+}
+
+}  // namespace tidal::cuda

@@ -3,6 +3,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <vector>
 
 #include "tidal/dtype.h"
 
@@ -23,5 +24,34 @@ struct AdamWScalars {
 // params: then non-null) in its accumulate type.
 void launch_adamw(cudaStream_t stream, DType dtype, void* param, const void* grad, void* exp_avg, void* exp_avg_sq,
                   void* master, int64_t n, const AdamWScalars& s);
+
+// --- the multi-tensor AdamW (apex's and PyTorch's multi_tensor_apply): a table of up to
+// kAdamWTensorsPerLaunch tensors and kAdamWBlocksPerLaunch chunks of kAdamWChunk elements travels as the
+// kernel's parameter (under 4 KiB), one block per chunk; a tensor's chunks may span launches.
+inline constexpr int kAdamWTensorsPerLaunch = 30;
+inline constexpr int kAdamWBlocksPerLaunch = 320;
+inline constexpr int64_t kAdamWChunk = 65536;
+
+// What the tensors of one launch_adamw_multi call are: param and grad in f32, f64 or bf16 (then with
+// an f32 master), or a bf16 param whose grad is f32 (--bf16's f32 sums): master updated, then param
+// written from it as the copy kernel converts.
+enum class AdamWForm : uint8_t { f32, f64, bf16, bf16_f32_grad };
+inline constexpr int kAdamWForms = 4;
+
+// One tensor of a multi-tensor update: launch_adamw's pointers (master non-null for both bf16 forms), n
+// elements, its scalars.
+struct AdamWTensorJob {
+  void* param = nullptr;
+  const void* grad = nullptr;
+  void* exp_avg = nullptr;
+  void* exp_avg_sq = nullptr;
+  void* master = nullptr;
+  int64_t n = 0;
+  AdamWScalars s;
+};
+// Every job's AdamW update, all of one form, bit for bit what launch_adamw of each gives (and, for
+// bf16_f32_grad, launch_adamw of the f32 master then the copy kernel's f32 -> bf16): the same
+// per-element code (optim.cu adamw_element), each element independent of the others.
+void launch_adamw_multi(cudaStream_t stream, AdamWForm form, const std::vector<AdamWTensorJob>& jobs);
 
 }  // namespace tidal::cuda

@@ -1,0 +1,144 @@
+// The composite kernels' defaults (seam/kernels.h): on the CPU backend, which does not replace them,
+// adamw_multi_step is bit for bit each tensor's adamw_step (and, for an f32 master with a bf16 copy,
+// the copy after it), and matmul_bias is the bias copied into out, then the product with beta 1.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "tidal/seam/kernels.h"
+#include "tidal/stream.h"
+#include "tidal/tensor.h"
+
+namespace tidal {
+namespace {
+
+std::vector<double> normal_values(int64_t n, double scale, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<double> normal(0.0, scale);
+  std::vector<double> v(static_cast<size_t>(n));
+  for (double& x : v) x = normal(rng);
+  return v;
+}
+
+// How one tensor is updated: its param and grad dtypes (a bf16 param with an f32 grad is --bf16's
+// main-grad form: an f32 master updated, then a bf16 copy written).
+struct Form {
+  DType param, grad;
+};
+
+// One tensor's operands: every entry of AdamWTensors, owned.
+struct Operands {
+  Tensor param, grad, exp_avg, exp_avg_sq, master, bf16_param;
+  AdamWArgs args;
+};
+
+Operands make_operands(Form form, int64_t n, int64_t step, double decay, uint32_t seed) {
+  const bool main_grad = form.param == DType::bf16 && form.grad == DType::f32;
+  const DType state = form.param == DType::f64 ? DType::f64 : DType::f32;
+  Operands o;
+  const Tensor p = from_vector(normal_values(n, 1.0, seed), {n}, form.param);  // (n)
+  o.grad = from_vector(normal_values(n, 0.5, seed + 1), {n}, form.grad);       // (n)
+  o.exp_avg = from_vector(normal_values(n, 0.1, seed + 2), {n}, state);        // (n)
+  std::vector<double> v = normal_values(n, 0.1, seed + 3);
+  for (double& x : v) x *= x;                 // a second moment is not negative
+  o.exp_avg_sq = from_vector(v, {n}, state);  // (n)
+  if (main_grad) {
+    o.param = p.to(DType::f32);  // the master (n, f32) that adamw_step updates
+    o.bf16_param = p;            // (n, bf16)
+  } else {
+    o.param = p;
+    if (form.param == DType::bf16) o.master = p.to(DType::f32);  // (n, f32)
+  }
+  o.args.lr = 1e-2;
+  o.args.weight_decay = decay;
+  o.args.step = step;
+  return o;
+}
+
+std::vector<AdamWTensors> entries(const std::vector<Operands>& ops) {
+  std::vector<AdamWTensors> out;
+  for (const Operands& o : ops)
+    out.push_back({&o.param, &o.grad, &o.exp_avg, &o.exp_avg_sq, &o.master,
+                   o.bf16_param.defined() ? &o.bf16_param : nullptr, o.args});
+  return out;
+}
+
+// Both sets of operands updated, a and b, hold the same bits.
+void expect_same_bits(const std::vector<Operands>& a, const std::vector<Operands>& b) {
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    const Tensor* x[] = {&a[i].param, &a[i].exp_avg, &a[i].exp_avg_sq, &a[i].master, &a[i].bf16_param};
+    const Tensor* y[] = {&b[i].param, &b[i].exp_avg, &b[i].exp_avg_sq, &b[i].master, &b[i].bf16_param};
+    const char* names[] = {"param", "exp_avg", "exp_avg_sq", "master", "bf16_param"};
+    for (int k = 0; k < 5; ++k) {
+      ASSERT_EQ(x[k]->defined(), y[k]->defined());
+      if (!x[k]->defined()) continue;
+      EXPECT_EQ(std::memcmp(x[k]->raw_data(), y[k]->raw_data(), size_t(x[k]->nbytes())), 0)
+          << "tensor " << i << " (" << x[k]->numel() << " " << x[k]->dtype() << "): " << names[k] << " differs";
+    }
+  }
+}
+
+TEST(CompositeKernels, DefaultAdamWMultiStepIsEachTensorsAdamWStep) {
+  Kernels& cpu = device_kernels(Device::cpu());
+  Stream& stream = current_stream(Device::cpu());
+  const Form forms[] = {
+      {DType::f32, DType::f32}, {DType::bf16, DType::bf16}, {DType::f64, DType::f64}, {DType::bf16, DType::f32}};
+  std::vector<Operands> multi, single;
+  uint32_t seed = 1;
+  for (const Form& form : forms)
+    for (int64_t n : {1, 7, 1000, 4097}) {
+      const int64_t step = 1 + int64_t(seed % 4);  // the step counts differ between tensors
+      const double decay = seed % 2 ? 0.1 : 0.0;   // and so does the weight decay
+      multi.push_back(make_operands(form, n, step, decay, seed));
+      single.push_back(make_operands(form, n, step, decay, seed));
+      seed += 10;
+    }
+  const std::vector<Operands> before = [&] {
+    std::vector<Operands> v;
+    for (const Operands& o : single) v.push_back({o.param.clone(), {}, {}, {}, {}, {}, {}});
+    return v;
+  }();
+  for (int s = 0; s < 3; ++s) {
+    cpu.adamw_multi_step(stream, entries(multi));
+    for (const Operands& o : single) {
+      cpu.adamw_step(stream, o.param, o.grad, o.exp_avg, o.exp_avg_sq, o.master, o.args);
+      if (o.bf16_param.defined()) cpu.copy(stream, o.bf16_param, o.param);
+    }
+    expect_same_bits(multi, single);
+  }
+  // The comparison is of updated tensors: every param moved.
+  for (size_t i = 0; i < single.size(); ++i)
+    EXPECT_NE(std::memcmp(before[i].param.raw_data(), single[i].param.raw_data(), size_t(single[i].param.nbytes())), 0)
+        << "tensor " << i << " was not updated";
+}
+
+TEST(CompositeKernels, DefaultMatmulBiasIsCopyThenMatmul) {
+  Kernels& cpu = device_kernels(Device::cpu());
+  Stream& stream = current_stream(Device::cpu());
+  struct Case {
+    Shape a, b;
+  };
+  const Case cases[] = {{{7, 5}, {5, 3}}, {{1, 1}, {1, 1}}, {{2, 9, 33}, {33, 17}}, {{4, 130}, {130, 1}}};
+  for (DType dt : {DType::f32, DType::bf16, DType::f64})
+    for (const Case& c : cases) {
+      const Tensor a = from_vector(normal_values(c.a.numel(), 1.0, 1), c.a, dt);               // (..., m, k)
+      const Tensor w = from_vector(normal_values(c.b.numel(), 1.0, 2), {c.b[1], c.b[0]}, dt);  // (n, k)
+      const Tensor bias = from_vector(normal_values(c.b[1], 1.0, 3), {c.b[1]}, dt);            // (n)
+      Shape out_shape = c.a;
+      out_shape[out_shape.size() - 1] = c.b[1];
+      const Tensor fused = zeros(out_shape, dt), plain = zeros(out_shape, dt);  // (..., m, n)
+      cpu.matmul_bias(stream, fused, a, w.t(), bias);
+      cpu.copy(stream, plain, bias);
+      cpu.matmul(stream, plain, a, w.t(), 1.0, 1.0);
+      EXPECT_EQ(std::memcmp(fused.raw_data(), plain.raw_data(), size_t(plain.nbytes())), 0)
+          << dt << " " << c.a << " @ " << c.b;
+      EXPECT_NE(plain.to_vector<double>()[0], 0.0);  // written
+    }
+}
+
+}  // namespace
+}  // namespace tidal
