@@ -10,6 +10,7 @@
 #include "tidal/memory_scope.h"
 #include "tidal/per_device.h"
 #include "tidal/seam/runtime.h"
+#include "tidal/stream.h"
 
 namespace tidal {
 namespace {
@@ -28,7 +29,10 @@ int64_t round_block(int64_t n) {
 // A cached block is reused for a request if it wastes at most 1/8 of it (plus one rounding unit).
 int64_t max_reuse(int64_t block) { return block + block / 8 + (block <= kSmall ? kSmallRound : kLargeRound); }
 
-using FreeBlocks = std::multimap<int64_t, void*>;
+// Where streams are tracked, how many fitting cached blocks a request looks through for one freed on its
+// own stream before it takes the smallest behind a wait (Note [Cross-stream reuse]).
+constexpr int kSameStreamScan = 16;
+
 using LiveBlocks = std::unordered_map<void*, int64_t>;
 
 // Map nodes taken out of an allocator's maps, put back in (into any allocator's: the maps use
@@ -54,13 +58,15 @@ SpareNodes* spare_nodes() {
 
 }  // namespace
 
-Allocator::Allocator(std::string name, Device device, MemoryBacking backing)
-    : name_(std::move(name)), device_(device), backing_(backing) {}
+Allocator::Allocator(std::string name, Device device, MemoryBacking backing, CurrentStreamFn current_stream)
+    : name_(std::move(name)), device_(device), backing_(backing), current_stream_(current_stream) {}
 
 Allocator::~Allocator() {
   std::lock_guard<std::mutex> lock(mu_);
   release_cached_locked();
-  // Live blocks at exit belong to static tensors; the OS reclaims them.
+  // Live blocks at exit belong to static tensors (and keep their pool); the OS reclaims them.
+  for (BlockPool& pool : pools_)
+    if (pool.all_free()) backing_.free(pool.base(), pool.bytes());
 }
 
 void Allocator::account(int64_t delta, int64_t block_delta, MemoryCategory c) {
@@ -86,35 +92,82 @@ void Allocator::log(int64_t delta, MemoryCategory c, const void* block, MemoryEv
 void* Allocator::allocate(int64_t nbytes, MemoryCategory category) {
   TIDAL_ASSERT(nbytes >= 0);
   if (nbytes == 0) return nullptr;
-  std::lock_guard<std::mutex> lock(mu_);
+  detail::StreamImpl* stream = current_stream_ != nullptr ? current_stream_(device_) : nullptr;
+  ReuseWaits waits;
+  void* ptr = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ptr = allocate_locked(nbytes, category, stream, waits);
+  }
+  if (waits.empty()) return ptr;
+  // Outside the lock: a wait may block until a side stream's worker (which may free memory) issued its event.
+  try {
+    order_after(*stream, waits);
+  } catch (...) {
+    deallocate(ptr, nbytes, category);
+    throw;
+  }
+  return ptr;
+}
+
+FreeBlocks::iterator Allocator::find_cached_locked(int64_t want, const detail::StreamImpl* stream) {
+  const auto first = free_blocks_.lower_bound(want);
+  const int64_t most = max_reuse(want);
+  if (first == free_blocks_.end() || first->first > most) return free_blocks_.end();
+  if (stream == nullptr) return first;
+  int scanned = 0;
+  for (auto it = first; it != free_blocks_.end() && it->first <= most && scanned < kSameStreamScan; ++it, ++scanned) {
+    auto ev = stream_events_.empty() ? stream_events_.end() : stream_events_.find(it->second.ptr);
+    if (!needs_wait(it->second, ev == stream_events_.end() ? nullptr : &ev->second, stream)) return it;
+  }
+  return first;  // the smallest that fits, behind a wait
+}
+
+void* Allocator::take_new_block_locked(int64_t want, int64_t nbytes, MemoryCategory category) {
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    for (BlockPool& pool : pools_)
+      if (void* p = pool.take(want)) {
+        ++stats_.pool_allocs;
+        return p;
+      }
+    const bool over_limit = stats_.limit > 0 && stats_.reserved + want > stats_.limit;
+    if (void* p = over_limit ? nullptr : backing_.alloc(want)) {
+      stats_.reserved += want;
+      stats_.peak_reserved = std::max(stats_.peak_reserved, stats_.reserved);
+      ++stats_.system_allocs;
+      return p;
+    }
+    if (attempt == 0) release_cached_locked();  // then once more: the cache's blocks went back
+  }
+  throw_oom(nbytes, category);
+}
+
+void* Allocator::allocate_locked(int64_t nbytes, MemoryCategory category, detail::StreamImpl* stream,
+                                 ReuseWaits& waits) {
   // No machine has 2^60 bytes; refusing such requests here also keeps the rounding and the limit
   // arithmetic below far from int64's end.
   if (nbytes > kMaxRequest) throw_oom(nbytes, category);
   const int64_t want = round_block(nbytes);
   void* ptr = nullptr;
   int64_t block = 0;
-  auto it = free_blocks_.lower_bound(want);
-  if (it != free_blocks_.end() && it->first <= max_reuse(want)) {
+  auto it = find_cached_locked(want, stream);
+  if (it != free_blocks_.end()) {
     block = it->first;
-    ptr = it->second;
+    ptr = it->second.ptr;
+    if (stream != nullptr) {
+      auto ev = stream_events_.find(ptr);
+      waits = reuse_waits(it->second, ev == stream_events_.end() ? nullptr : &ev->second, stream);
+      if (!waits.empty()) ++cross_stream_reuses_;
+      if (ev != stream_events_.end()) stream_events_.erase(ev);
+    }
     if (SpareNodes* spare = spare_nodes())
       spare->free.push_back(free_blocks_.extract(it));
     else
       free_blocks_.erase(it);
     ++stats_.cache_hits;
   } else {
-    if (stats_.limit > 0 && stats_.reserved + want > stats_.limit) release_cached_locked();
-    if (stats_.limit > 0 && stats_.reserved + want > stats_.limit) throw_oom(nbytes, category);
-    ptr = backing_.alloc(want);
-    if (ptr == nullptr) {
-      release_cached_locked();
-      ptr = backing_.alloc(want);
-    }
-    if (ptr == nullptr) throw_oom(nbytes, category);
+    ptr = take_new_block_locked(want, nbytes, category);
     block = want;
-    stats_.reserved += block;
-    stats_.peak_reserved = std::max(stats_.peak_reserved, stats_.reserved);
-    ++stats_.system_allocs;
   }
   SpareNodes* spare = spare_nodes();
   if (spare == nullptr || spare->live.empty()) {
@@ -138,22 +191,36 @@ void* Allocator::allocate(int64_t nbytes, MemoryCategory category) {
 
 void Allocator::deallocate(void* ptr, int64_t nbytes, MemoryCategory category) {
   if (ptr == nullptr) return;
+  // A side stream's free records its event now (Note [Cross-stream reuse]); the compute stream's at a reuse.
+  detail::StreamImpl* stream = current_stream_ != nullptr ? current_stream_(device_) : nullptr;
+  std::shared_ptr<detail::EventState> freed;
+  bool withheld = false;
+  if (stream != nullptr && !stream->is_compute()) try {
+      freed = stream->record();
+    } catch (...) {  // a failing stream (its error surfaces where it is waited for): never reuse the block
+      withheld = true;
+    }
   std::lock_guard<std::mutex> lock(mu_);
   auto it = live_blocks_.find(ptr);
   TIDAL_ASSERT(it != live_blocks_.end(), "free of a pointer the ", name_, " allocator does not own");
   const int64_t block = it->second;
+  if (freed) add_stream_event(stream_events_[ptr], {stream, std::move(freed)});
+  const FreeBlock cached{ptr, stream};
   SpareNodes* spare = spare_nodes();
-  if (spare == nullptr) {
+  if (withheld) {
+    live_blocks_.erase(it);  // still reserved, in no map
+    stream_events_.erase(ptr);
+  } else if (spare == nullptr) {
     live_blocks_.erase(it);
-    free_blocks_.emplace(block, ptr);
+    free_blocks_.emplace(block, cached);
   } else {
     spare->live.push_back(live_blocks_.extract(it));
     if (spare->free.empty()) {
-      free_blocks_.emplace(block, ptr);
+      free_blocks_.emplace(block, cached);
     } else {
       FreeBlocks::node_type& node = spare->free.back();
       node.key() = block;
-      node.mapped() = ptr;
+      node.mapped() = cached;
       free_blocks_.insert(std::move(node));  // at the end of the blocks of its size, like emplace
       spare->free.pop_back();
     }
@@ -188,13 +255,72 @@ void Allocator::recategorize(void* ptr, int64_t nbytes, MemoryCategory from, Mem
   }
 }
 
+void Allocator::record_stream(void* ptr, detail::StreamImpl& stream) {
+  if (current_stream_ == nullptr || ptr == nullptr) return;
+  std::shared_ptr<detail::EventState> event = stream.record();
+  std::lock_guard<std::mutex> lock(mu_);
+  TIDAL_ASSERT(live_blocks_.count(ptr) == 1, "record_stream of a pointer the ", name_,
+               " allocator does not hold live (a view's address, or freed bytes)");
+  add_stream_event(stream_events_[ptr], {&stream, std::move(event)});
+}
+
+int64_t Allocator::cross_stream_reuses() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return cross_stream_reuses_;
+}
+
+// Cached blocks go back to their pool or to the system. A device's free (cudaFree) waits for the work
+// queued on it, so their stream events are done with.
 void Allocator::release_cached_locked() {
-  for (auto& [block, ptr] : free_blocks_) {
-    backing_.free(ptr, block);
+  for (auto& [block, cached] : free_blocks_) {
+    if (!stream_events_.empty()) stream_events_.erase(cached.ptr);
+    auto pool = std::find_if(pools_.begin(), pools_.end(), [&](const BlockPool& p) { return p.owns(cached.ptr); });
+    if (pool != pools_.end()) {
+      pool->give(cached.ptr, block);
+      continue;
+    }
+    backing_.free(cached.ptr, block);
     stats_.reserved -= block;
     ++stats_.system_frees;
   }
   free_blocks_.clear();
+}
+
+void Allocator::reserve_pool(int64_t bytes) {
+  TIDAL_CHECK(bytes > 0, "[memory] a pool of the ", name_, " allocator needs > 0 bytes, got ", bytes);
+  // A pool takes its blocks back without the wait for queued work that a device's own free implies.
+  TIDAL_CHECK(current_stream_ == nullptr, "[memory] the ", name_,
+              " allocator orders blocks by stream; pools are for memory no stream tracks (host memory)");
+  TIDAL_CHECK(bytes <= kMaxRequest, "[memory] a pool of ", format_bytes(bytes), " is more than any machine has");
+  std::lock_guard<std::mutex> lock(mu_);
+  const int64_t want = (bytes + kSmallRound - 1) / kSmallRound * kSmallRound;  // every block is a multiple
+  release_cached_locked();
+  void* base = stats_.limit > 0 && stats_.reserved + want > stats_.limit ? nullptr : backing_.alloc(want);
+  if (base == nullptr) {
+    ++stats_.num_ooms;
+    throw OutOfMemory(detail::str_cat("[memory] cannot reserve a pool of ", format_bytes(want), " on ", name_, " with ",
+                                      format_bytes(stats_.reserved), " reserved of the ",
+                                      stats_.limit > 0 ? format_bytes(stats_.limit) + " limit" : "system's memory",
+                                      ".\n", format_breakdown(stats_)),
+                      want, stats_);
+  }
+  pools_.emplace_back(base, want);
+  stats_.reserved += want;
+  stats_.pool_reserved += want;
+  stats_.peak_reserved = std::max(stats_.peak_reserved, stats_.reserved);
+  ++stats_.system_allocs;
+}
+
+int64_t Allocator::pool_cached_blocks() {
+  int64_t bytes = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!backing_.pool_after_first_step || current_stream_ != nullptr || !pools_.empty()) return 0;
+    for (const auto& [block, cached] : free_blocks_) bytes += block;
+  }
+  if (bytes == 0) return 0;
+  reserve_pool(bytes);  // a sum of blocks: exactly their bytes
+  return bytes;
 }
 
 void Allocator::throw_oom(int64_t nbytes, MemoryCategory c) {
@@ -287,12 +413,15 @@ void apply_limit_from_env(Allocator& a) {
   a.set_limit(limit);
 }
 
+detail::StreamImpl* current_stream_impl(Device device) { return &current_stream(device).impl(); }
+
 }  // namespace
 
 Allocator& device_allocator(Device device) {
   static PerDevice<Allocator> allocators;
   return allocators.get(device, [](Device d) {
-    auto a = std::make_unique<Allocator>(d.str(), d, device_runtime(d).device_backing());
+    const MemoryBacking backing = device_runtime(d).device_backing();
+    auto a = std::make_unique<Allocator>(d.str(), d, backing, backing.stream_ordered ? current_stream_impl : nullptr);
     if (a->touches_memory()) apply_limit_from_env(*a);  // throws while the variable is bad: made again
     return a;
   });

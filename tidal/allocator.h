@@ -2,6 +2,9 @@
 // A caching allocator per device, with exact accounting (see docs/memory-accounting.md).
 // Freed blocks are cached and reused, so a training step in steady state asks the system for nothing.
 // An optional capacity limit emulates a smaller device: exceeding it throws tidal::OutOfMemory.
+// On a device whose queued work runs after the host moved on (CUDA), a block freed while work on one
+// stream may still use it is handed to work on another stream only behind an event (Note
+// [Cross-stream reuse], allocator_streams.h).
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -10,7 +13,9 @@
 #include <unordered_map>
 #include <vector>
 
+#include "tidal/allocator_streams.h"
 #include "tidal/base/error.h"
+#include "tidal/block_pool.h"
 #include "tidal/device.h"
 #include "tidal/memory_stats.h"
 #include "tidal/seam/memory_backing.h"
@@ -32,8 +37,10 @@ class OutOfMemory : public Error {
 
 class Allocator {
  public:
-  // Blocks come from `backing`, the device's memory (seam/memory_backing.h).
-  Allocator(std::string name, Device device, MemoryBacking backing);
+  // Blocks come from `backing`, the device's memory (seam/memory_backing.h). `current_stream` (given
+  // where backing.stream_ordered) names the stream the calling thread's work runs on: cached blocks
+  // then remember where they were freed (Note [Cross-stream reuse]); nullptr: no stream is tracked.
+  Allocator(std::string name, Device device, MemoryBacking backing, CurrentStreamFn current_stream = nullptr);
   ~Allocator();
   Allocator(const Allocator&) = delete;
   Allocator& operator=(const Allocator&) = delete;
@@ -43,12 +50,27 @@ class Allocator {
   void deallocate(void* ptr, int64_t nbytes, MemoryCategory category);
   // Moves a live allocation's bytes from one category to another.
   void recategorize(void* ptr, int64_t nbytes, MemoryCategory from, MemoryCategory to);
+  // Work queued on `stream` so far uses the live block at `ptr` (PyTorch's record_stream, called after
+  // queueing that work): once freed, the block is reused elsewhere only after it. No-op where no
+  // stream is tracked (the CPU, meta, host memory).
+  void record_stream(void* ptr, detail::StreamImpl& stream);
+  // Cached blocks reused on another stream than the one they were freed on (each behind events).
+  int64_t cross_stream_reuses() const;
+
+  // Takes `bytes` from the system as one pool, from which later cache misses carve their blocks
+  // instead of asking the system per block (stats: pool_reserved, pool_allocs); the cached free
+  // blocks go back to the system first. A pool lasts as long as the allocator. Over the limit: OutOfMemory.
+  void reserve_pool(int64_t bytes);
+  // The bytes of the cached free blocks, as one pool, where the backing asks for it
+  // (pool_after_first_step: pinned host memory) and no pool is there yet: called after a training
+  // run's first step, so the later steps carve from one allocation. Returns the pool's bytes (0: none).
+  int64_t pool_cached_blocks();
 
   MemoryStats stats() const;
   void reset_peak_stats();        // peaks := current values
   void set_limit(int64_t bytes);  // 0 removes the limit
   int64_t limit() const;
-  void empty_cache();  // returns cached free blocks to the system
+  void empty_cache();  // returns cached free blocks to the system (a pool's to their pool)
 
   // Turns the event log on or off; returns the stats at that moment (the log's starting point).
   MemoryStats set_event_log(bool on);
@@ -63,15 +85,22 @@ class Allocator {
  private:
   void account(int64_t delta, int64_t block_delta, MemoryCategory c);
   void log(int64_t delta, MemoryCategory c, const void* block, MemoryEventKind kind);
+  void* allocate_locked(int64_t nbytes, MemoryCategory category, detail::StreamImpl* stream, ReuseWaits& waits);
+  FreeBlocks::iterator find_cached_locked(int64_t want, const detail::StreamImpl* stream);
+  void* take_new_block_locked(int64_t want, int64_t nbytes, MemoryCategory category);
   void release_cached_locked();
   [[noreturn]] void throw_oom(int64_t nbytes, MemoryCategory c);
 
   std::string name_;
   Device device_;
   MemoryBacking backing_;
+  CurrentStreamFn current_stream_;
   mutable std::mutex mu_;
-  std::multimap<int64_t, void*> free_blocks_;       // block size -> cached block
+  FreeBlocks free_blocks_;                          // block size -> cached block
   std::unordered_map<void*, int64_t> live_blocks_;  // ptr -> block size
+  BlockStreamEvents stream_events_;                 // what a block's reuse elsewhere waits for
+  int64_t cross_stream_reuses_ = 0;
+  std::vector<BlockPool> pools_;
   MemoryStats stats_;
   bool log_on_ = false;
   std::vector<MemoryEvent> events_;

@@ -39,6 +39,8 @@ struct MemoryStats {
   int64_t cache_hits = 0;     // allocations served from a cached block
   int64_t system_allocs = 0;  // allocations that had to ask the system
   int64_t system_frees = 0;
+  int64_t pool_reserved = 0;  // of `reserved`: pools taken at once (Allocator::reserve_pool), carved into blocks
+  int64_t pool_allocs = 0;    // allocations that carved a new block from a pool instead of asking the system
   int64_t num_ooms = 0;
   int64_t limit = 0;  // capacity limit in bytes; 0 = none
   std::array<CategoryStats, kNumMemoryCategories> category{};

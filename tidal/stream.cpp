@@ -60,13 +60,16 @@ StreamGuard::~StreamGuard() { t_current[size_t(slot_)] = saved_; }
 
 bool Stream::is_compute() const { return impl_->is_compute(); }
 // A side stream's task runs with that stream current, so the kernels it launches queue on it (a device
-// with queues: in order with the stream's copies; the CPU backend runs them in the task).
+// with queues: in order with the stream's copies; the CPU backend runs them in the task). What the task
+// holds is freed while the stream is still current too: its last use was this stream's (Note
+// [Cross-stream reuse], allocator_streams.h).
 void Stream::enqueue(std::function<void()> task, const char* label) {
   if (impl_->is_compute()) return impl_->enqueue(std::move(task), label);
   impl_->enqueue(
-      [this, task = std::move(task)] {
+      [this, task = std::move(task)]() mutable {
         StreamGuard guard(*this);
         task();
+        task = nullptr;
       },
       label);
 }
@@ -81,6 +84,13 @@ void Stream::copy(void* dst, const void* src, int64_t bytes, const char* label,
 
 void Stream::wait(const Event& event) {
   if (event.recorded()) impl_->wait(event.state());
+}
+
+void record_stream(const Tensor& t, Stream& stream) {
+  if (!t.defined() || t.is_meta() || !t.storage()->is_materialized()) return;
+  TIDAL_CHECK(t.device() == stream.device(), "[record_stream] a tensor on ", t.device(), " used by a stream of ",
+              stream.device());
+  t.storage()->allocator().record_stream(t.storage()->data(), stream.impl());
 }
 
 void copy_async(const Tensor& dst, const Tensor& src, Stream& stream) {

@@ -81,6 +81,12 @@ class StreamGuard {
 // tensors are kept alive until the copy ran. Record an event after it to know when it is done.
 void copy_async(const Tensor& dst, const Tensor& src, Stream& stream);
 
+// Work queued on `stream` so far uses `t`'s bytes (PyTorch's record_stream; call it after queueing that
+// work): once t's storage frees them, the device's allocator reuses them on any other stream only after
+// that work (allocator.h, Note [Cross-stream reuse]). Nothing to do where the allocator tracks no
+// streams (the CPU backend: work that uses a tensor holds it).
+void record_stream(const Tensor& t, Stream& stream);
+
 // Whether the calling thread is a CPU stream worker (kernels then run single-threaded).
 bool in_stream_worker();
 

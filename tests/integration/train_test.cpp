@@ -55,9 +55,9 @@ TEST(Train, MetricsJsonHasTheDocumentedFields) {
   for (const char* k : {"iteration", "loss", "lr", "grad_norm", "step_ms", "tokens_per_s", "device_peak_bytes"})
     EXPECT_TRUE(j["steps"][0].contains(k)) << k;
   const nlohmann::json& s = j["summary"];
-  for (const char* k :
-       {"median_step_ms", "tokens_per_s", "final_loss", "final_val_loss", "device_peak_bytes",
-        "device_peak_reserved_bytes", "host_peak_bytes", "peak_breakdown_bytes", "peak_bytes_by_category"})
+  for (const char* k : {"median_step_ms", "tokens_per_s", "final_loss", "final_val_loss", "device_peak_bytes",
+                        "device_peak_reserved_bytes", "host_peak_bytes", "host_reserved_bytes",
+                        "host_pool_reserved_bytes", "peak_breakdown_bytes", "peak_bytes_by_category"})
     EXPECT_TRUE(s.contains(k)) << k;
   for (const char* c :
        {"parameter", "gradient", "optimizer_state", "activation", "logits", "temporary", "host_offload"}) {
@@ -66,6 +66,7 @@ TEST(Train, MetricsJsonHasTheDocumentedFields) {
   }
   EXPECT_GT(s["peak_bytes_by_category"]["optimizer_state"].get<int64_t>(), 0);
   EXPECT_GT(s["device_peak_bytes"].get<int64_t>(), s["peak_breakdown_bytes"]["parameter"].get<int64_t>());
+  EXPECT_EQ(s["host_pool_reserved_bytes"], 0);  // the CPU's host memory is not pooled (allocator.h)
 }
 
 TEST(Train, FlagErrorsNameTheProblem) {

@@ -265,7 +265,12 @@ void Offloader::Impl::ensure_prefetched(Entry& e) {
     return;
   }
   if (e.state != State::offloaded) return;
-  e.storage->rematerialize();
+  {
+    // The h2d copy writes the new bytes first: a block freed on the compute stream, whose kernels may still
+    // be queued, is handed to the h2d stream behind them (allocator_streams.h, Note [Cross-stream reuse]).
+    StreamGuard first_used_on(h2d);
+    e.storage->rematerialize();
+  }
   const std::shared_ptr<Storage> s = e.storage;
   const int64_t n = s->nbytes();
   if (options.target == OffloadTarget::host) {
@@ -367,6 +372,7 @@ AsyncOffload::~AsyncOffload() = default;
 
 nlohmann::json Offloader::stats_json(int64_t steps) const {
   const OffloadStats os = stats();
+  const MemoryStats host = impl_->host.stats();
   const double n = double(steps);
   return {{"offloaded_bytes_per_step", double(os.offloaded_bytes) / n},
           {"kept_on_device_bytes_per_step", double(os.kept_bytes) / n},
@@ -375,7 +381,9 @@ nlohmann::json Offloader::stats_json(int64_t steps) const {
           {"h2d_ms", double(os.h2d_ns) / 1e6},
           {"exposed_wait_ms", double(os.exposed_wait_ns) / 1e6},
           {"overlap_fraction", os.overlap_fraction()},
-          {"host_peak_bytes", impl_->host.stats().peak_allocated}};
+          {"host_peak_bytes", host.peak_allocated},
+          {"host_reserved_bytes", host.reserved},
+          {"host_pool_reserved_bytes", host.pool_reserved}};
 }
 
 std::string Offloader::describe_stats(int64_t steps) const {

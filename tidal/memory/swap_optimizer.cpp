@@ -63,8 +63,10 @@ SwapAdamW::SwapAdamW(optim::NamedParameters params, int64_t windows, optim::Adam
                 ": one device per optimizer");
   windows_ = plan_swap_windows(swap_params(params), windows);
   for (const SwapWindow& w : windows_) buffer_bytes_ = std::max(buffer_bytes_, w.device_bytes);
-  h2d_ = std::make_unique<Stream>("swap_h2d");
-  d2h_ = std::make_unique<Stream>("swap_d2h");
+  // The copy streams of the parameters' device (the constructor's check above made it one).
+  const Device dev = params.empty() ? Device::cpu() : params.front().second.device();
+  h2d_ = std::make_unique<Stream>("swap_h2d", dev);
+  d2h_ = std::make_unique<Stream>("swap_d2h", dev);
 }
 
 SwapAdamW::~SwapAdamW() = default;
@@ -110,6 +112,9 @@ void SwapAdamW::step(double lr) {
   std::shared_ptr<Storage> buf[2];
   {
     MemoryScope scope(MemoryCategory::optimizer_state);
+    // The h2d copies write the buffers first: blocks freed on the compute stream are handed to the h2d
+    // stream behind the kernels that may still use them (allocator_streams.h, Note [Cross-stream reuse]).
+    StreamGuard first_used_on(*h2d_);
     buf[0] = Storage::make(buffer_bytes_, dev);
     if (K > 1) buf[1] = Storage::make(buffer_bytes_, dev);
   }

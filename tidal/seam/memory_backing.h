@@ -10,6 +10,13 @@ struct MemoryBacking {
   void* (*alloc)(int64_t bytes);  // nullptr when the device has no more
   void (*free)(void* ptr, int64_t bytes);
   bool touches_memory;  // false for meta: addresses are fake, never read
+  // Whether work queued on the device's streams may still use a block after the host freed it (CUDA
+  // device memory: kernels run after their launch returned). The allocator then orders a block's
+  // reuse on another stream after that work (allocator.h, Note [Cross-stream reuse]).
+  bool stream_ordered = false;
+  // Whether each system allocation is costly enough that the bytes a step showed it needs are worth
+  // taking as one pool (pinned host memory: cudaHostAlloc pins page by page). Allocator::reserve_pool.
+  bool pool_after_first_step = false;
 };
 
 // Host memory for copies to and from a device: pinned (page-locked, what asynchronous device copies

@@ -43,6 +43,8 @@ void MetricsWriter::set_summary(double final_loss, double final_val_loss, const 
   summary_["device_peak_bytes"] = device.peak_allocated;
   summary_["device_peak_reserved_bytes"] = device.peak_reserved;
   summary_["host_peak_bytes"] = host.peak_allocated;
+  summary_["host_reserved_bytes"] = host.reserved;            // held from the system at the end
+  summary_["host_pool_reserved_bytes"] = host.pool_reserved;  // of which one pool (pinned memory on CUDA)
   summary_["peak_breakdown_bytes"] = by_category(device.at_peak);
   std::array<int64_t, kNumMemoryCategories> peaks{};
   for (int i = 0; i < kNumMemoryCategories; ++i)

@@ -74,6 +74,9 @@ TrainResult train_loop(const TrainArgs& args, std::FILE* out, models::ModelConfi
     const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
     profiler.end_step(it, out);
     report.step(it, step, seconds, s.loader.position());
+    // Pinned host memory (offload, swap optimizer): what the first step took becomes one pool, so the
+    // later steps never pin memory again (Allocator::pool_cached_blocks; nothing on the CPU backend).
+    if (it == s.start + 1) host_allocator(args.device).pool_cached_blocks();
     result.losses.push_back(step.loss);
     if (!step.nonfinite.empty()) ++result.skipped_iterations;
     result.final_loss = step.loss;

@@ -46,9 +46,16 @@ void pageable_free(void* ptr, int64_t) { std::free(ptr); }
 
 class CudaRuntime final : public DeviceRuntime {
  public:
-  MemoryBacking device_backing() override { return {device_alloc, device_free, true}; }
+  // Kernels run after the host freed their scratch: the allocator orders cross-stream reuse (Note
+  // [Cross-stream reuse], allocator_streams.h).
+  MemoryBacking device_backing() override {
+    return {.alloc = device_alloc, .free = device_free, .touches_memory = true, .stream_ordered = true};
+  }
+  // Pinned memory is slow to take (every page locked): after the first step its cached blocks become one
+  // pool (Allocator::pool_cached_blocks). No kernel touches it and copies hold it: no stream order.
   MemoryBacking host_backing(HostMemory kind) override {
-    if (kind == HostMemory::pinned) return {pinned_alloc, pinned_free, true};
+    if (kind == HostMemory::pinned)
+      return {.alloc = pinned_alloc, .free = pinned_free, .touches_memory = true, .pool_after_first_step = true};
     return {pageable_alloc, pageable_free, true};
   }
   std::unique_ptr<detail::StreamImpl> make_stream(const std::string& name, bool compute) override {

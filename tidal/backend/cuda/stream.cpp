@@ -70,6 +70,9 @@ class CudaEvent final : public detail::EventState {
   int64_t done_ns_ = 0;
 };
 
+class CudaStream;
+thread_local const CudaStream* t_running = nullptr;  // the side stream whose worker this thread is
+
 // What a queued copy keeps alive until it ran, with the events that time it.
 struct PendingCopy {
   cudaEvent_t start = nullptr, end = nullptr;
@@ -104,13 +107,15 @@ class CudaStream final : public detail::StreamImpl {
     if (compute_) return timed(task);
     push(Item{Task{std::move(task)}, label});
   }
+  // On the compute stream, and from inside this stream's own task (its kernels go straight to the CUDA
+  // stream: a queued item would come after them), a wait or a record is issued at once.
   void wait(const std::shared_ptr<detail::EventState>& event) override {
-    if (compute_) return wait_now(event);
+    if (compute_ || t_running == this) return wait_now(event);
     push(Item{Wait{event}, nullptr});
   }
   std::shared_ptr<detail::EventState> record() override {
     auto event = std::make_shared<CudaEvent>();
-    if (compute_) {
+    if (compute_ || t_running == this) {
       event->issue(stream_, nullptr);
     } else {
       push(Item{Record{event}, nullptr});
@@ -178,6 +183,7 @@ class CudaStream final : public detail::StreamImpl {
 
   // The side stream's worker: items in order, each issued on the worker's thread.
   void work() {
+    t_running = this;
     cudaSetDevice(device_);
     for (;;) {
       Item item;
