@@ -1,5 +1,7 @@
 #include "tidal/models/causal_lm.h"
 
+#include <cstring>
+
 #include "tidal/autograd/checkpoint.h"
 #include "tidal/memory_scope.h"
 #include "tidal/models/gpt2.h"
@@ -94,6 +96,32 @@ int64_t CausalLM::layer_of_parameter(const std::string& name) const {
   return -1;
 }
 
+namespace {
+
+// Under tie_word_embeddings the head is the embedding: a file whose own lm_head.weight differs would
+// otherwise lose it without a word.
+void check_tied_head(const std::map<std::string, Tensor>& state, const Tensor& head) {
+  const char* embed_names[] = {"model.embed_tokens.weight", "transformer.wte.weight", "wte.weight"};
+  for (const char* name : embed_names) {
+    auto it = state.find(name);
+    if (it == state.end()) continue;
+    const Tensor& e = it->second;
+    bool same = e.shape() == head.shape();
+    if (same) {
+      const Tensor a = e.to(DType::f32).to(Device::cpu()).contiguous();
+      const Tensor b = head.to(DType::f32).to(Device::cpu()).contiguous();
+      same = std::memcmp(a.raw_data(), b.raw_data(), size_t(a.nbytes())) == 0;
+    }
+    TIDAL_CHECK(same, "[model] tie_word_embeddings is true but the checkpoint has its own lm_head.weight ",
+                head.shape(), " that differs from ", name, " ", e.shape(),
+                ": set tie_word_embeddings to false in config.json to load the head as it is (llama, qwen3), "
+                "or drop lm_head.weight from the file to tie it to the embedding");
+    return;
+  }
+}
+
+}  // namespace
+
 void CausalLM::load_hf_state_dict(std::map<std::string, Tensor> state) {
   std::map<std::string, Tensor> mine;
   std::map<std::string, bool> ours;
@@ -102,8 +130,11 @@ void CausalLM::load_hf_state_dict(std::map<std::string, Tensor> state) {
     std::string key = name;
     if (!ours.count(key) && ours.count("transformer." + key)) key = "transformer." + key;  // GPT2Model naming
     const bool buffer = key.size() > 9 && (key.ends_with(".attn.bias") || key.ends_with(".attn.masked_bias"));
-    if (buffer) continue;                                                  // GPT-2's causal-mask buffers
-    if (key == "lm_head.weight" && config_.tie_word_embeddings) continue;  // a copy of the embedding
+    if (buffer) continue;                                          // GPT-2's causal-mask buffers
+    if (key == "lm_head.weight" && config_.tie_word_embeddings) {  // must be a copy of the embedding
+      check_tied_head(state, t);
+      continue;
+    }
     mine[key] = std::move(t);
   }
   load_state_dict(mine, /*strict=*/true);

@@ -9,61 +9,32 @@
 #include "tidal/base/error.h"
 #include "tidal/base/json.h"
 #include "tidal/io/atomic_file.h"
+#include "tidal/models/config_fields.h"
+#include "tidal/models/config_reader.h"
+#include "tidal/models/config_rope.h"
 
 namespace tidal::models {
 namespace {
 
 using json = nlohmann::json;
 
-// Reads the fields of one config.json, each error naming the file and the field.
-class FieldReader {
- public:
-  FieldReader(const json& j, std::string_view source) : j_(j), source_(source) {}
-
-  std::string where(const char* key) const { return detail::str_cat("[config] ", source_, " field '", key, "'"); }
-  const json* find(const char* key) const { return json_find(j_, key, detail::str_cat("[config] ", source_)); }
-
-  // A required integer in [lo, hi].
-  int64_t need(const char* key, int64_t lo, int64_t hi) const {
-    const json* v = find(key);
-    TIDAL_CHECK(v != nullptr, "[config] ", source_, " has no field '", key, "' (an integer)");
-    return in_range(key, json_int(*v, where(key)), lo, hi);
-  }
-  int64_t get(const char* key, int64_t fallback, int64_t lo, int64_t hi) const {
-    const json* v = find(key);
-    return v == nullptr ? fallback : in_range(key, json_int(*v, where(key)), lo, hi);
-  }
-  double get(const char* key, double fallback) const {
-    const json* v = find(key);
-    return v == nullptr ? fallback : json_number(*v, where(key));
-  }
-  bool get(const char* key, bool fallback) const {
-    const json* v = find(key);
-    return v == nullptr ? fallback : json_bool(*v, where(key));
-  }
-  std::string get(const char* key, const char* fallback) const {
-    const json* v = find(key);
-    return v == nullptr ? fallback : json_string(*v, where(key));
-  }
-  std::vector<int64_t> get_array(const char* key, size_t max_size) const {
-    const json* v = find(key);
-    return v == nullptr ? std::vector<int64_t>{} : json_int_array(*v, where(key), max_size);
-  }
-
- private:
-  int64_t in_range(const char* key, int64_t v, int64_t lo, int64_t hi) const {
-    TIDAL_CHECK(v >= lo && v <= hi, where(key), " is ", v, ": it must be in [", lo, ", ", hi, "]",
-                v > hi ? " (tidal's limit, far above any published model: docs/reliability.md)" : "");
-    return v;
-  }
-  const json& j_;
-  std::string_view source_;
-};
+using detail::FieldReader;
 
 // Field names of each model type: gpt2 spells the common ones its own way.
 struct Names {
   const char *hidden, *layers, *heads, *positions;
 };
+
+// Where transformers 5's config classes default a field differently by family (Qwen3Config: head_dim 128,
+// 32 kv heads; Qwen3MoeConfig: 4 kv heads; both 32768 positions), so a file that omits it means the same.
+struct FamilyDefaults {
+  int64_t head_dim, kv_heads, positions;  // kv_heads 0: num_attention_heads
+};
+FamilyDefaults family_defaults(const std::string& type) {
+  if (type == "qwen3") return {128, 32, 32768};
+  if (type == "qwen3_moe") return {0, 4, 32768};
+  return {0, 0, 2048};
+}
 
 }  // namespace
 
@@ -103,7 +74,7 @@ int64_t ModelConfig::parameter_count() const {
 }
 
 void ModelConfig::validate(std::string_view source) const {
-  const std::string at = source.empty() ? std::string("[config] ") : detail::str_cat("[config] ", source, ": ");
+  const std::string at = source.empty() ? std::string("[config] ") : tidal::detail::str_cat("[config] ", source, ": ");
   auto limit = [&](const char* field, int64_t v, int64_t hi) {
     TIDAL_CHECK(v <= hi, at, field, " ", v, " is more than the ", hi,
                 " tidal allows (a limit far above any published model: docs/reliability.md)");
@@ -138,6 +109,13 @@ void ModelConfig::validate(std::string_view source) const {
   TIDAL_CHECK(attention_dropout >= 0 && attention_dropout < 1 && hidden_dropout >= 0 && hidden_dropout < 1, at,
               "dropout probabilities must be in [0, 1)");
   TIDAL_CHECK(std::isfinite(rope_theta) && rope_theta > 0, at, "rope_theta must be a positive number");
+  if (!is_gpt2() && head_size() % 2 == 0) {
+    try {
+      (void)rope_frequencies(max_position_embeddings);
+    } catch (const Error& e) {
+      tidal::detail::throw_error(tidal::detail::str_cat(at, e.what()));
+    }
+  }
   TIDAL_CHECK(std::isfinite(norm_eps) && norm_eps >= 0, at, "the norm epsilon must be a finite number >= 0");
   TIDAL_CHECK(std::isfinite(initializer_range) && initializer_range >= 0, at,
               "initializer_range must be a finite number >= 0");
@@ -174,9 +152,17 @@ void ModelConfig::validate(std::string_view source) const {
               " parameters, more than the ", kMaxParameters, " tidal allows (docs/reliability.md)");
 }
 
-ModelConfig config_from_json(const json& j, std::string_view source) {
+RopeFrequencies ModelConfig::rope_frequencies(int64_t seq_len) const {
+  RopeScaling s = rope_scaling;
+  // transformers' dynamic type measures against the config's max_position_embeddings as it is now (a
+  // --max-position-embeddings override included).
+  if (s.type == RopeType::dynamic) s.original_max_position_embeddings = max_position_embeddings;
+  return tidal::rope_frequencies(head_size(), rope_theta, s, seq_len);
+}
+
+ModelConfig config_from_json(const json& j, std::string_view source, std::set<std::string>* fields_read) {
   TIDAL_CHECK(j.is_object(), "[config] ", source, " must hold a JSON object, found ", json_kind(j));
-  const FieldReader f(j, source);
+  const FieldReader f(j, source, fields_read);
   ModelConfig c;
   c.model_type = f.get("model_type", "");
   TIDAL_CHECK(
@@ -187,13 +173,16 @@ ModelConfig config_from_json(const json& j, std::string_view source) {
   const Names n = c.is_gpt2()
                       ? Names{"n_embd", "n_layer", "n_head", "n_positions"}
                       : Names{"hidden_size", "num_hidden_layers", "num_attention_heads", "max_position_embeddings"};
+  // GPT2Config's attribute_map: hidden_size is n_embd, and so on.
+  auto name = [&](const char* own, const char* common) { return c.is_gpt2() ? f.alias(own, common) : own; };
   c.vocab_size = f.need("vocab_size", 1, kMaxVocab);
-  c.hidden_size = f.need(n.hidden, 1, kMaxWidth);
-  c.num_hidden_layers = f.need(n.layers, 1, kMaxLayers);
-  c.num_attention_heads = f.need(n.heads, 1, kMaxHeads);
+  c.hidden_size = f.need(name(n.hidden, "hidden_size"), 1, kMaxWidth);
+  c.num_hidden_layers = f.need(name(n.layers, "num_hidden_layers"), 1, kMaxLayers);
+  c.num_attention_heads = f.need(name(n.heads, "num_attention_heads"), 1, kMaxHeads);
+  const FamilyDefaults defaults = family_defaults(c.model_type);
   if (c.is_gpt2()) {
     c.intermediate_size = f.get("n_inner", 4 * c.hidden_size, 1, kMaxWidth);
-    c.max_position_embeddings = f.need(n.positions, 1, kMaxPositions);
+    c.max_position_embeddings = f.need(name(n.positions, "max_position_embeddings"), 1, kMaxPositions);
     c.norm_eps = f.get("layer_norm_epsilon", 1e-5);
     c.hidden_act = f.get("activation_function", "gelu_new");
     c.attention_dropout = f.get("attn_pdrop", 0.1);
@@ -203,10 +192,11 @@ ModelConfig config_from_json(const json& j, std::string_view source) {
                 " field 'activation_function' is not supported for gpt2 (gelu_new or gelu)");
   } else {
     c.intermediate_size = f.need("intermediate_size", 1, kMaxWidth);
-    c.num_key_value_heads = f.get("num_key_value_heads", c.num_attention_heads, 1, kMaxHeads);
-    c.head_dim = f.get("head_dim", int64_t(0), 0, kMaxWidth);
-    c.max_position_embeddings = f.get(n.positions, int64_t(2048), 1, kMaxPositions);
-    c.rope_theta = f.get("rope_theta", 10000.0);
+    c.num_key_value_heads =
+        f.get("num_key_value_heads", defaults.kv_heads > 0 ? defaults.kv_heads : c.num_attention_heads, 1, kMaxHeads);
+    c.head_dim = f.get("head_dim", defaults.head_dim, 0, kMaxWidth);
+    c.max_position_embeddings = f.get(n.positions, defaults.positions, 1, kMaxPositions);
+    detail::read_rope(f, c);
     c.norm_eps = f.get("rms_norm_eps", 1e-6);
     c.hidden_act = f.get("hidden_act", "silu");
     c.attention_dropout = f.get("attention_dropout", 0.0);
@@ -214,7 +204,7 @@ ModelConfig config_from_json(const json& j, std::string_view source) {
     c.attention_bias = f.get("attention_bias", false);
     c.qk_norm = c.model_type == "qwen3" || c.model_type == "qwen3_moe";
     if (c.model_type == "qwen3_moe") {
-      c.num_experts = f.need("num_experts", 1, kMaxExperts);
+      c.num_experts = f.need(f.alias("num_experts", "num_local_experts"), 1, kMaxExperts);
       c.num_experts_per_tok = f.need("num_experts_per_tok", 1, c.num_experts);
       c.moe_intermediate_size = f.need("moe_intermediate_size", 1, kMaxWidth);
       c.norm_topk_prob = f.get("norm_topk_prob", false);
@@ -226,7 +216,8 @@ ModelConfig config_from_json(const json& j, std::string_view source) {
                 " (only silu)");
   }
   c.initializer_range = f.get("initializer_range", 0.02);
-  c.torch_dtype = f.get("torch_dtype", "float32");
+  c.torch_dtype = f.get(f.alias("torch_dtype", "dtype"), "float32");  // 5.x writes dtype
+  detail::check_unsupported_fields(f, c);
   c.validate(source);
   return c;
 }
@@ -265,9 +256,9 @@ json config_to_json(const ModelConfig& c) {
   j["num_hidden_layers"] = c.num_hidden_layers;
   j["num_attention_heads"] = c.num_attention_heads;
   j["num_key_value_heads"] = c.kv_heads();
-  if (c.head_dim > 0) j["head_dim"] = c.head_dim;
+  j["head_dim"] = c.head_size();  // qwen3 defaults it to 128, not hidden / heads
   j["max_position_embeddings"] = c.max_position_embeddings;
-  j["rope_theta"] = c.rope_theta;
+  detail::write_rope(c, j);
   j["rms_norm_eps"] = c.norm_eps;
   j["hidden_act"] = c.hidden_act;
   j["attention_dropout"] = c.attention_dropout;

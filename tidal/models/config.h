@@ -4,11 +4,13 @@
 #include <cstdint>
 #include <memory>
 #include <nlohmann/json_fwd.hpp>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "tidal/dtype.h"
+#include "tidal/ops/rope_scaling.h"
 
 namespace tidal::models {
 
@@ -35,7 +37,8 @@ struct ModelConfig {
   int64_t head_dim = 0;                 // 0: hidden_size / num_attention_heads (qwen3 sets it)
   int64_t max_position_embeddings = 0;  // gpt2: n_positions
   double rope_theta = 10000.0;
-  double norm_eps = 1e-5;  // rms_norm_eps / layer_norm_epsilon
+  RopeScaling rope_scaling;  // rope_scaling (4.x) / rope_parameters (5.x): models/config_rope.cpp
+  double norm_eps = 1e-5;    // rms_norm_eps / layer_norm_epsilon
   bool tie_word_embeddings = false;
   bool attention_bias = false;     // biases on q/k/v/o projections (llama attention_bias)
   bool qk_norm = false;            // RMSNorm of each head's q and k (qwen3, qwen3_moe)
@@ -65,6 +68,8 @@ struct ModelConfig {
   bool is_moe() const { return num_experts > 0; }
   int64_t kv_heads() const { return num_key_value_heads > 0 ? num_key_value_heads : num_attention_heads; }
   int64_t head_size() const { return head_dim > 0 ? head_dim : hidden_size / num_attention_heads; }
+  // The rotary frequencies of a run of `seq_len` positions (the rope type's scaling applied).
+  RopeFrequencies rope_frequencies(int64_t seq_len) const;
   // Hugging Face's Qwen3-MoE rule: layer l is sparse unless listed in mlp_only_layers, every
   // decoder_sparse_step-th layer.
   bool is_moe_layer(int64_t layer) const;
@@ -76,9 +81,12 @@ struct ModelConfig {
   int64_t parameter_count() const;
 };
 
-// From a parsed config.json / a file; unknown model types, missing fields, fields of the wrong JSON kind
-// and sizes past the limits are errors naming `source` and the field.
-ModelConfig config_from_json(const nlohmann::json& j, std::string_view source = "config.json");
+// From a parsed config.json / a file; unknown model types, missing fields, fields of the wrong JSON kind,
+// sizes past the limits and fields that change the math in a way tidal does not implement (a sliding
+// window, a rope type it lacks, ...: docs/interop.md) are errors naming `source`, the field and its
+// value. `fields_read`, when given, receives every top-level key the reader looked at (read or checked).
+ModelConfig config_from_json(const nlohmann::json& j, std::string_view source = "config.json",
+                             std::set<std::string>* fields_read = nullptr);
 ModelConfig load_config(const std::string& path);
 // The config.json a Hugging Face loader understands.
 nlohmann::json config_to_json(const ModelConfig& c);

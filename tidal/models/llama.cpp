@@ -121,10 +121,10 @@ ModelOutput Llama::forward_hidden(const Tensor& ids) const {
   const int64_t t = attn.sequence_length(ids.size(1));
   TIDAL_CHECK(t <= config_.max_position_embeddings, "[", config_.model_type, "] sequence length ", t,
               " exceeds max_position_embeddings ", config_.max_position_embeddings);
-  RopeTables rope;  // (T_local, hd): the rows of the tokens' global positions
+  RopeTables rope;                                            // (T_local, hd): the rows of the tokens' global positions
+  const RopeFrequencies freqs = config_.rope_frequencies(t);  // the rope type's scaling, for a run of t
   for (const auto& [start, length] : attn.positions(ids.size(1))) {
-    RopeTables run = rope_tables(length, config_.head_size(), config_.rope_theta, embed_tokens_->weight().dtype(),
-                                 ids.device(), start);
+    RopeTables run = rope_tables(length, freqs, embed_tokens_->weight().dtype(), ids.device(), start);
     rope = rope.cos.defined() ? RopeTables{cat({rope.cos, run.cos}, 0), cat({rope.sin, run.sin}, 0)} : run;
   }
   Tensor x = embed_tokens_->forward(ids);  // (B, T, C)

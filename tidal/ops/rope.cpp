@@ -1,6 +1,7 @@
 #include "tidal/ops/rope.h"
 
 #include <algorithm>
+#include <cmath>
 #include <numeric>
 #include <vector>
 
@@ -46,16 +47,25 @@ Tensor rope_op(const Tensor& x, const Tensor& cos, const Tensor& sin, bool trans
 
 RopeTables rope_tables(int64_t seq_len, int64_t head_dim, double theta, DType dtype, Device device,
                        int64_t position_offset) {
-  OpScope scope("rope_tables");
-  TIDAL_CHECK(seq_len >= 0, "[rope_tables] seq_len must be >= 0, got ", seq_len);
   TIDAL_CHECK(head_dim > 0 && head_dim % 2 == 0, "[rope_tables] head_dim must be a positive even number, got ",
               head_dim);
   TIDAL_CHECK(theta > 0, "[rope_tables] theta must be positive, got ", theta);
+  return rope_tables(seq_len, rope_frequencies(head_dim, theta), dtype, device, position_offset);
+}
+
+RopeTables rope_tables(int64_t seq_len, const RopeFrequencies& f, DType dtype, Device device, int64_t position_offset) {
+  OpScope scope("rope_tables");
+  const int64_t head_dim = 2 * int64_t(f.inv_freq.size());
+  TIDAL_CHECK(seq_len >= 0, "[rope_tables] seq_len must be >= 0, got ", seq_len);
+  TIDAL_CHECK(head_dim > 0, "[rope_tables] no frequencies given (head_dim 0)");
+  TIDAL_CHECK(std::isfinite(f.attention_scaling) && f.attention_scaling > 0,
+              "[rope_tables] attention_scaling must be a positive number, got ", f.attention_scaling);
   TIDAL_CHECK(position_offset >= 0, "[rope_tables] position_offset must be >= 0, got ", position_offset);
   TIDAL_CHECK(is_floating(dtype), "[rope_tables] tables must be floating (f32, bf16 or f64), got ", dtype);
   RopeTables t{empty({seq_len, head_dim}, dtype, device), empty({seq_len, head_dim}, dtype, device)};
   if (Kernels* kern = kernels_for(t.cos))
-    kern->rope_tables(current_stream(t.cos.device()), t.cos, t.sin, theta, position_offset);
+    kern->rope_tables(current_stream(t.cos.device()), t.cos, t.sin,
+                      RopeTableArgs{f.inv_freq.data(), f.attention_scaling, position_offset});
   return t;
 }
 

@@ -3,6 +3,7 @@
 // split in two halves that rotate against each other (rotate_half), not interleaved pairs.
 #include <cstdint>
 
+#include "tidal/ops/rope_scaling.h"
 #include "tidal/tensor.h"
 
 namespace tidal {
@@ -15,6 +16,10 @@ struct RopeTables {
 // Computed in f64 and rounded once to `dtype` (HF computes inv_freq and freqs in f32, so at large
 // positions its angles carry up to ~pos * 2^-24 rad of rounding that ours do not).
 RopeTables rope_tables(int64_t seq_len, int64_t head_dim, double theta, DType dtype = DType::f32,
+                       Device device = Device::cpu(), int64_t position_offset = 0);
+// The same with the frequencies of a rope type (ops/rope_scaling.h): freqs[t, i] = (position_offset + t) *
+// f.inv_freq[i], and cos/sin multiplied by f.attention_scaling (D = 2 * f.inv_freq.size()).
+RopeTables rope_tables(int64_t seq_len, const RopeFrequencies& f, DType dtype = DType::f32,
                        Device device = Device::cpu(), int64_t position_offset = 0);
 
 // x (B, H, T, D) with any strides (a transposed view of a (B, T, H, D) projection is the common

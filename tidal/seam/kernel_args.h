@@ -47,6 +47,15 @@ struct NormArgs {
   double eps = 0.0;
 };
 
+// --- RoPE cos/sin tables (ops/rope.h): angle(t, i) = (position_offset + t) * inv_freq[i mod D/2], and
+// cos/sin multiplied by attention_scaling (YaRN's attention factor, 1 otherwise). The frequencies carry
+// the rope type's scaling (ops/rope_scaling.h), computed once on the host.
+struct RopeTableArgs {
+  const double* inv_freq = nullptr;  // D/2 host values
+  double attention_scaling = 1.0;
+  int64_t position_offset = 0;
+};
+
 // --- flash attention
 struct FlashArgs {
   double scale = 1.0;

@@ -179,8 +179,7 @@ class Kernels {
                                  const NormArgs& a) {
     missing("rms_norm_backward");
   }
-  virtual void rope_tables(Stream& stream, const Tensor& cos, const Tensor& sin, double theta,
-                           int64_t position_offset) {
+  virtual void rope_tables(Stream& stream, const Tensor& cos, const Tensor& sin, const RopeTableArgs& a) {
     missing("rope_tables");
   }
   virtual void rope(Stream& stream, const Tensor& out, const Tensor& x, const Tensor& cos, const Tensor& sin,

@@ -74,8 +74,7 @@ class CpuKernels final : public Kernels {
                          const Tensor& g, const Tensor& x, const Tensor& rstd, const Tensor& weight,
                          const NormArgs& a) override;
   // rope.cpp
-  void rope_tables(Stream& stream, const Tensor& cos, const Tensor& sin, double theta,
-                   int64_t position_offset) override;
+  void rope_tables(Stream& stream, const Tensor& cos, const Tensor& sin, const RopeTableArgs& a) override;
   void rope(Stream& stream, const Tensor& out, const Tensor& x, const Tensor& cos, const Tensor& sin,
             bool transpose) override;
   // embedding.cpp

@@ -16,18 +16,17 @@ namespace tidal::cpu {
 namespace {
 
 template <typename T>
-void tables_typed(const Tensor& cos, const Tensor& sin, double theta, int64_t position_offset) {
+void tables_typed(const Tensor& cos, const Tensor& sin, const RopeTableArgs& a) {
   const int64_t seq = cos.size(0), dim = cos.size(1), half = dim / 2;
-  std::vector<double> inv_freq(static_cast<size_t>(half));
-  for (int64_t i = 0; i < half; ++i) inv_freq[size_t(i)] = 1.0 / std::pow(theta, double(2 * i) / double(dim));
   T* cp = cos.data<T>();
   T* sp = sin.data<T>();
   parallel_for(0, seq, std::max<int64_t>(1, 4096 / std::max<int64_t>(half, 1)), [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
-      const double pos = double(position_offset + t);
+      const double pos = double(a.position_offset + t);
       for (int64_t i = 0; i < half; ++i) {
-        const double angle = pos * inv_freq[size_t(i)];
-        const T c = T(acc_t<T>(std::cos(angle))), s = T(acc_t<T>(std::sin(angle)));
+        const double angle = pos * a.inv_freq[i];
+        const T c = T(acc_t<T>(std::cos(angle) * a.attention_scaling));
+        const T s = T(acc_t<T>(std::sin(angle) * a.attention_scaling));
         cp[t * dim + i] = cp[t * dim + half + i] = c;
         sp[t * dim + i] = sp[t * dim + half + i] = s;
       }
@@ -103,11 +102,11 @@ void rope_typed(const Tensor& out, const Tensor& x, const Tensor& cos, const Ten
 
 }  // namespace
 
-// cos/sin (T, D), contiguous, of a floating dtype: angle(t, i) = (position_offset + t) * theta^(-2(i mod D/2)/D),
-// computed in f64 and rounded once to the tables' dtype.
-void CpuKernels::rope_tables(Stream&, const Tensor& cos, const Tensor& sin, double theta, int64_t position_offset) {
+// cos/sin (T, D), contiguous, of a floating dtype: angle(t, i) = (position_offset + t) * inv_freq[i mod D/2],
+// cos and sin computed in f64, multiplied by attention_scaling and rounded once to the tables' dtype.
+void CpuKernels::rope_tables(Stream&, const Tensor& cos, const Tensor& sin, const RopeTableArgs& a) {
   dispatch_float(cos.dtype(), "rope_tables",
-                 [&](auto tag) { tables_typed<typename decltype(tag)::type>(cos, sin, theta, position_offset); });
+                 [&](auto tag) { tables_typed<typename decltype(tag)::type>(cos, sin, a); });
 }
 
 // out = x * cos + rotate_half(x) * sin, rotate_half(x) = cat(-x2, x1); with `transpose` the adjoint

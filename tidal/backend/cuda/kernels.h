@@ -73,8 +73,7 @@ class CudaKernels final : public Kernels {
   void rms_norm_backward(Stream& stream, const Tensor& dx, const Tensor& dweight, const Tensor& workspace,
                          const Tensor& g, const Tensor& x, const Tensor& rstd, const Tensor& weight,
                          const NormArgs& a) override;
-  void rope_tables(Stream& stream, const Tensor& cos, const Tensor& sin, double theta,
-                   int64_t position_offset) override;
+  void rope_tables(Stream& stream, const Tensor& cos, const Tensor& sin, const RopeTableArgs& a) override;
   void rope(Stream& stream, const Tensor& out, const Tensor& x, const Tensor& cos, const Tensor& sin,
             bool transpose) override;
   void embedding_forward(Stream& stream, const Tensor& out, const Tensor& weight, const Tensor& ids) override;

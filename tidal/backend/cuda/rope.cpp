@@ -25,8 +25,7 @@ RopeView view4(const Tensor& t) {
 
 }  // namespace
 
-void CudaKernels::rope_tables(Stream& stream, const Tensor& cos, const Tensor& sin, double theta,
-                              int64_t position_offset) {
+void CudaKernels::rope_tables(Stream& stream, const Tensor& cos, const Tensor& sin, const RopeTableArgs& a) {
   TIDAL_ASSERT(cos.dim() == 2 && sin.shape() == cos.shape() && cos.is_contiguous() && sin.is_contiguous() &&
                    sin.dtype() == cos.dtype(),
                "[cuda] rope_tables needs contiguous (T, D) cos and sin of one dtype");
@@ -34,7 +33,7 @@ void CudaKernels::rope_tables(Stream& stream, const Tensor& cos, const Tensor& s
   // The CPU backend's own tables (its kernel, through the seam), then copied over.
   Tensor host_cos = empty(cos.shape(), cos.dtype(), Device::cpu());
   Tensor host_sin = empty(sin.shape(), sin.dtype(), Device::cpu());
-  device_kernels(Device::cpu()).rope_tables(current_stream(Device::cpu()), host_cos, host_sin, theta, position_offset);
+  device_kernels(Device::cpu()).rope_tables(current_stream(Device::cpu()), host_cos, host_sin, a);
   copy_from_host(stream, cos, host_cos.raw_data());  // synchronizes: the host tables outlive the copies
   copy_from_host(stream, sin, host_sin.raw_data());
 }

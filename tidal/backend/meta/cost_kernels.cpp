@@ -177,7 +177,7 @@ class CostKernels final : public Kernels {
     report("rms_norm_backward", CostKind::memory, x.dtype(), 8 * ne(x),
            nb(g) + nb(x) + nb(rstd) + nb(weight) + nb(dx) + nb(dweight) + 2 * nb(workspace));
   }
-  void rope_tables(Stream&, const Tensor& cos, const Tensor& sin, double, int64_t) override {
+  void rope_tables(Stream&, const Tensor& cos, const Tensor& sin, const RopeTableArgs&) override {
     report("rope_tables", CostKind::memory, cos.dtype(), 20 * ne(cos), nb(cos) + nb(sin));
   }
   void rope(Stream&, const Tensor& out, const Tensor& x, const Tensor& cos, const Tensor& sin, bool) override {
