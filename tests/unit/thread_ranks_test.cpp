@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "tests/support/error_of.h"
+#include "tests/support/exchange_views.h"
 #include "tests/support/sharded_adamw_run.h"
 #include "tests/support/thread_ranks.h"
 #include "tidal/dist/collectives.h"
@@ -16,38 +17,7 @@
 namespace tidal {
 namespace {
 
-std::vector<double> ramp(int64_t n, double start) {
-  std::vector<double> v(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) v[size_t(i)] = start + double(i);
-  return v;
-}
-
-TEST(ThreadRanks, ExchangeMovesViewsInOrder) {
-  std::vector<std::vector<double>> got(3);
-  testing::run_on_thread_ranks(3, [&](dist::Communicator& comm) {
-    const int me = comm.rank();
-    const Tensor mine = from_vector(ramp(10, 100.0 * me), {10});
-    const Tensor piece = mine.narrow(0, 2, 5);  // one view for both peers
-    std::vector<dist::TensorTransfer> sends, receives;
-    const Tensor in = zeros({3, 6});
-    for (int r = 0; r < 3; ++r) {
-      if (r == me) continue;
-      sends.push_back({r, piece});
-      sends.push_back({r, mine.narrow(0, 9, 1)});  // a second message to the same rank, matched after
-      receives.push_back({r, in.select(0, r).narrow(0, 0, 5)});
-      receives.push_back({r, in.select(0, r).narrow(0, 5, 1)});
-    }
-    dist::exchange(comm, sends, receives);
-    got[size_t(me)] = in.to_vector<double>();
-  });
-  for (int me = 0; me < 3; ++me)
-    for (int r = 0; r < 3; ++r) {
-      std::vector<double> want(6, 0.0);
-      if (r != me) want = {100.0 * r + 2, 100.0 * r + 3, 100.0 * r + 4, 100.0 * r + 5, 100.0 * r + 6, 100.0 * r + 9};
-      const std::vector<double> row(got[size_t(me)].begin() + 6 * r, got[size_t(me)].begin() + 6 * (r + 1));
-      EXPECT_EQ(row, want) << "rank " << me << " from rank " << r;
-    }
-}
+TEST(ThreadRanks, ExchangeMovesViewsInOrder) { testing::expect_exchange_moves_views(Device::cpu()); }
 
 TEST(ThreadRanks, ExchangeRefusesAStridedView) {
   testing::run_on_thread_ranks(1, [](dist::Communicator& comm) {
