@@ -91,7 +91,8 @@ TEST(HfRope, EveryRopeTypeMatchesTransformers) {
 
 TEST(HfRope, ScaledTypesDifferFromTheStandardTable) {
   // A check that the goldens above can fail: every scaled case's frequencies differ from the plain ones.
-  for (const json& c : fixture()["cases"]) {
+  const json all = fixture();  // kept: a range-for over fixture()["cases"] would outlive the temporary
+  for (const json& c : all["cases"]) {
     const std::string name = c["name"];
     if (name.starts_with("default") || name == "dynamic_short") continue;
     const ModelConfig cfg = config_from_json(new_format(c));
@@ -103,7 +104,8 @@ TEST(HfRope, ScaledTypesDifferFromTheStandardTable) {
 
 TEST(HfRope, SavedConfigReadsBackTheSame) {
   // config_to_json writes rope_theta and rope_scaling, which both transformers versions read.
-  for (const json& c : fixture()["cases"]) {
+  const json all = fixture();
+  for (const json& c : all["cases"]) {
     const ModelConfig cfg = config_from_json(new_format(c));
     const ModelConfig back = config_from_json(config_to_json(cfg));
     EXPECT_TRUE(back.rope_scaling == cfg.rope_scaling) << c["name"];
