@@ -4,7 +4,8 @@
 Run from a virtual environment outside the repo (tests never need it: the fixtures are committed):
 
   python3 -m venv /work/venv-hf && /work/venv-hf/bin/pip install 'transformers>=5' torch
-  /work/venv-hf/bin/python scripts/hf_fixtures.py all      # fields (5.x), rope goldens, tiny Llama 3
+  /work/venv-hf/bin/python scripts/hf_fixtures.py all      # fields (5.x), rope goldens, the golden table
+  /work/venv-hf/bin/python scripts/hf_fixtures.py golden   # the golden table only (or one: tiny_qwen3, ...)
   python3 -m venv /work/venv-hf4 && /work/venv-hf4/bin/pip install 'transformers>=4.57,<5'
   /work/venv-hf4/bin/python scripts/hf_fixtures.py fields  # the 4.x field lists (no torch needed)
 
@@ -13,12 +14,18 @@ Run from a virtual environment outside the repo (tests never need it: the fixtur
   test hf_config_fields_test.cpp fails on a field tidal neither reads nor lists as harmless.
 - rope_inv_freq.json: inv_freq and the cos/sin factor of each rope type, from transformers' own
   rotary embedding class (LlamaRotaryEmbedding: ROPE_INIT_FUNCTIONS, and its dynamic update).
-- tiny_llama3/: a tiny Llama saved by transformers (rope_theta 500000 and llama3 scaling in
-  rope_parameters) and golden.safetensors: input_ids and the logits of transformers' forward (f32).
+- the golden table (GOLDEN below; tests/models/hf_golden_test.cpp has one row per directory): tiny_gpt2/,
+  tiny_llama3/ (rope_theta 500000 and llama3 scaling in rope_parameters), tiny_qwen3/, tiny_qwen3_moe/: a tiny
+  random model of transformers' own class saved with save_pretrained, and golden.safetensors: input_ids,
+  labels, logits, the causal-LM loss (plain CE; for MoE also aux_loss and loss_with_aux, transformers' loss
+  with output_router_logits, which adds router_aux_loss_coef * aux_loss), grad.<name> of a few tensors after
+  the plain CE's backward, and `generated` (greedy, 8 new tokens). A new family: one GOLDEN entry here and
+  one row in the test.
 """
 import inspect
 import json
 import os
+import re
 import sys
 
 import transformers
@@ -96,28 +103,142 @@ def rope():
                                                          "torch": torch.__version__, "cases": cases})
 
 
-def tiny_llama3():
-    import torch
-    from safetensors.torch import save_file
-
-    torch.manual_seed(0)
-    config = transformers.LlamaConfig(
+# The golden table (tests/models/hf_golden_test.cpp has one row per directory). Each fixture: a tiny random
+# model of transformers' own class (f32, seeded), saved with save_pretrained, and golden.safetensors.
+def llama3_config():
+    return transformers.LlamaConfig(
         vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
         num_key_value_heads=1, max_position_embeddings=256, rms_norm_eps=1e-5, tie_word_embeddings=False,
         rope_parameters={"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
                          "high_freq_factor": 4.0, "original_max_position_embeddings": 64})
-    model = transformers.LlamaForCausalLM(config).eval()
+
+
+def gpt2_config():  # GPT-2 always ties its head; no GQA in the family
+    return transformers.GPT2Config(vocab_size=96, n_positions=64, n_embd=32, n_layer=2, n_head=4,
+                                   activation_function="gelu_new", resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
+                                   bos_token_id=0, eos_token_id=0)
+
+
+def qwen3_config():  # head_dim 16 != hidden / heads = 8, GQA 4:2, tied head
+    return transformers.Qwen3Config(vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                    num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                                    max_position_embeddings=128, tie_word_embeddings=True)
+
+
+def qwen3_moe_config():  # layer 0 dense (mlp_only_layers), layers 1-2 sparse: 4 experts, top-2; GQA 4:2
+    return transformers.Qwen3MoeConfig(vocab_size=64, hidden_size=32, intermediate_size=32, moe_intermediate_size=16,
+                                       num_experts=4, num_experts_per_tok=2, norm_topk_prob=True,
+                                       num_hidden_layers=3, mlp_only_layers=[0], num_attention_heads=4,
+                                       num_key_value_heads=2, head_dim=8, max_position_embeddings=128,
+                                       router_aux_loss_coef=0.01, tie_word_embeddings=False)
+
+
+# directory: (config, model class, input (batch, seq), gradients to record, by the names of model.safetensors)
+GOLDEN = {
+    "tiny_gpt2": (gpt2_config, "GPT2LMHeadModel", (2, 12), [
+        "transformer.wte.weight", "transformer.wpe.weight", "transformer.h.0.attn.c_attn.weight",
+        "transformer.h.1.mlp.c_fc.weight", "transformer.ln_f.weight"]),
+    "tiny_llama3": (llama3_config, "LlamaForCausalLM", (2, 24), [
+        "model.embed_tokens.weight", "model.layers.0.self_attn.q_proj.weight",
+        "model.layers.1.self_attn.k_proj.weight", "model.layers.0.mlp.gate_proj.weight", "model.norm.weight",
+        "lm_head.weight"]),
+    "tiny_qwen3": (qwen3_config, "Qwen3ForCausalLM", (2, 12), [
+        "model.embed_tokens.weight", "model.layers.0.self_attn.q_proj.weight",
+        "model.layers.1.self_attn.k_norm.weight", "model.layers.1.mlp.down_proj.weight", "model.norm.weight"]),
+    "tiny_qwen3_moe": (qwen3_moe_config, "Qwen3MoeForCausalLM", (2, 12), [
+        "model.embed_tokens.weight", "model.layers.1.self_attn.q_proj.weight",
+        "model.layers.2.self_attn.k_proj.weight", "model.layers.0.mlp.up_proj.weight",
+        "model.layers.1.mlp.gate.weight", "model.layers.1.mlp.experts.2.gate_proj.weight",
+        "model.layers.2.mlp.experts.0.down_proj.weight", "model.norm.weight", "lm_head.weight"]),
+}
+PROMPT = [3, 14, 15, 9, 2, 6]  # greedy continuation of this prompt, 8 new tokens
+
+
+def randomize(model):
+    """Weights larger than the default init (std 0.02 gives near-uniform logits, near-tied greedy choices and
+    routing); norm weights around 1, biases small."""
+    import torch
     with torch.no_grad():
-        for p in model.parameters():  # larger than the default init, so the logits vary
-            p.normal_(0.0, 0.2)
-    path = os.path.join(OUT, "tiny_llama3")
+        for name, p in model.named_parameters():
+            if p.dim() == 1 and ("norm" in name or "ln_" in name):
+                p.copy_(1.0 + 0.1 * torch.randn_like(p))
+            elif p.dim() == 1:
+                p.normal_(0.0, 0.1)
+            else:
+                p.normal_(0.0, 0.2)
+
+
+def grad_of(model, saved, name):
+    """The gradient of a tensor of model.safetensors: a parameter, or one expert's slice of transformers 5's
+    fused experts (gate_up_proj (E, 2I, H) = [gate; up], down_proj (E, H, I)); checked against the file."""
+    import torch
+    params = dict(model.named_parameters())
+    if name in params:
+        g = params[name].grad
+        value = params[name].detach()
+    else:
+        m = re.fullmatch(r"(.*\.experts)\.(\d+)\.(gate|up|down)_proj\.weight", name)
+        assert m, f"{name}: no parameter of that name"
+        prefix, e, which = m.group(1), int(m.group(2)), m.group(3)
+        if which == "down":
+            p = params[prefix + ".down_proj"]
+            g, value = p.grad[e], p.detach()[e]
+        else:
+            p = params[prefix + ".gate_up_proj"]
+            half = p.shape[1] // 2
+            rows = slice(0, half) if which == "gate" else slice(half, 2 * half)
+            g, value = p.grad[e, rows], p.detach()[e, rows]
+    assert torch.equal(value, saved[name]), f"{name}: the gradient's tensor is not the saved one"
+    return g.detach().clone().contiguous()
+
+
+def golden(directory):
+    import torch
+    from safetensors.torch import save_file, load_file
+
+    make_config, cls, (batch, seq), grads = GOLDEN[directory]
+    torch.manual_seed(0)
+    config = make_config()
+    model = getattr(transformers, cls)(config).eval()
+    randomize(model)
+    model.generation_config.eos_token_id = None  # greedy runs all 8 tokens, as tidal's stop_token -1
+    model.generation_config.pad_token_id = 0
+    path = os.path.join(OUT, directory)
     model.save_pretrained(path, safe_serialization=True)
-    ids = torch.randint(0, 64, (2, 24), generator=torch.Generator().manual_seed(1))
+    saved = load_file(os.path.join(path, "model.safetensors"))
+
+    gen = torch.Generator().manual_seed(1)
+    ids = torch.randint(0, config.vocab_size, (batch, seq), generator=gen)
+    labels = ids.clone()
+    labels[0, seq // 2] = -100  # ignore_index: mean over the other positions
+    labels[1, 1] = -100
+    moe = cls.startswith("Qwen3Moe")
+    extra = {"output_router_logits": True} if moe else {}
+    out = model(ids, labels=labels, **extra)
+    golden = {"input_ids": ids, "labels": labels, "logits": out.logits.detach().float().contiguous()}
+    if moe:  # transformers' loss with output_router_logits is CE + router_aux_loss_coef * aux_loss
+        golden["loss_with_aux"] = out.loss.detach().reshape(1)
+        golden["aux_loss"] = out.aux_loss.detach().reshape(1)
+        ce = model(ids, labels=labels).loss  # plain CE (output_router_logits false: no aux term)
+        assert torch.allclose(out.loss, ce + config.router_aux_loss_coef * out.aux_loss)
+    else:
+        ce = out.loss
+    golden["loss"] = ce.detach().reshape(1)
+    model.zero_grad()
+    ce.backward()
+    for name in grads:
+        golden["grad." + name] = grad_of(model, saved, name)
+    prompt = torch.tensor([PROMPT])
     with torch.no_grad():
-        logits = model(ids).logits.float()
-    save_file({"input_ids": ids.to(torch.int64), "logits": logits.contiguous()},
-              os.path.join(path, "golden.safetensors"), metadata={"transformers": transformers.__version__,
-                                                                  "torch": torch.__version__})
+        gen_out = model.generate(prompt, do_sample=False, max_new_tokens=8, output_scores=True,
+                                 return_dict_in_generate=True)
+    golden["generated"] = gen_out.sequences[0].contiguous()
+    gaps = [float(s[0].topk(2).values[0] - s[0].topk(2).values[1]) for s in gen_out.scores]
+    save_file({k: v.contiguous() for k, v in golden.items()}, os.path.join(path, "golden.safetensors"),
+              metadata={"transformers": transformers.__version__, "torch": torch.__version__,
+                        "greedy_min_gap": f"{min(gaps):.4g}"})
+    size = sum(os.path.getsize(os.path.join(path, f)) for f in os.listdir(path))
+    print(f"{directory}: {size / 1024:.0f} KiB, loss {float(golden['loss']):.5f}, greedy top-2 gap >= {min(gaps):.3g}")
 
 
 if __name__ == "__main__":
@@ -126,5 +247,6 @@ if __name__ == "__main__":
         fields()
     if what in ("rope", "all"):
         rope()
-    if what in ("tiny", "all"):
-        tiny_llama3()
+    for directory in GOLDEN:  # "golden" (all of them), or one directory's name ("tiny" is tiny_llama3)
+        if what in ("golden", "all", directory) or (what == "tiny" and directory == "tiny_llama3"):
+            golden(directory)

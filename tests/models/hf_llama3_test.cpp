@@ -1,19 +1,16 @@
-// A tiny Llama saved by transformers 5 (tests/fixtures/hf/tiny_llama3: rope_theta 500000 and llama3
-// scaling in rope_parameters, written by scripts/hf_fixtures.py) gives transformers' own logits
-// (golden.safetensors) in tidal, within docs/parity.md's f32 tolerance; the same directory with a
-// transformers 4.x-style config.json gives the same logits; and the test can fail: the same weights with
-// the plain RoPE table (what tidal computed before it read rope_parameters) are far off.
+// The Llama 3 row of hf_golden_test.cpp's table (tests/fixtures/hf/tiny_llama3: rope_theta 500000 and
+// llama3 scaling in rope_parameters, saved by transformers 5) read from a transformers 4.x-style
+// config.json gives the same logits; and the rope table matters: the same weights with the plain RoPE
+// table (what tidal computed before it read rope_parameters) are far off transformers' logits.
 #include <gtest/gtest.h>
 
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "tidal/autograd/grad_mode.h"
+#include "tests/models/hf_golden.h"
 #include "tidal/base/json.h"
 #include "tidal/io/atomic_file.h"
-#include "tidal/io/safetensors.h"
-#include "tidal/models/pretrained.h"
 
 namespace tidal::models {
 namespace {
@@ -21,19 +18,7 @@ namespace {
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
-const std::string kDir = std::string(TIDAL_SOURCE_DIR) + "/tests/fixtures/hf/tiny_llama3";
-
-// max |a - b| / max |b|, docs/parity.md's measure.
-double relative_error(const Tensor& a, const Tensor& b) {
-  EXPECT_EQ(a.shape(), b.shape());
-  const Tensor x = a.contiguous(), y = b.contiguous();
-  double diff = 0, scale = 0;
-  for (int64_t i = 0; i < y.numel(); ++i) {
-    diff = std::max(diff, double(std::abs(x.data<float>()[i] - y.data<float>()[i])));
-    scale = std::max(scale, double(std::abs(y.data<float>()[i])));
-  }
-  return diff / scale;
-}
+const std::string kDir = fixture_dir("tiny_llama3");
 
 // A copy of the fixture directory with `config` as its config.json.
 std::string with_config(const std::string& name, const json& config) {
@@ -45,23 +30,15 @@ std::string with_config(const std::string& name, const json& config) {
   return dir;
 }
 
-Tensor logits_of(const std::string& dir, const Tensor& ids) {
-  NoGradGuard no_grad;
-  return load_pretrained_model(dir)->forward(ids).logits;
-}
-
-TEST(HfLlama3, TransformersGoldenLogits) {
-  const auto golden = io::load_safetensors(kDir + "/golden.safetensors").tensors;
-  const Tensor ids = golden.at("input_ids"), want = golden.at("logits");
+TEST(HfLlama3, V4ConfigAndRopeTable) {
+  const GoldenFiles golden = load_golden("tiny_llama3");
+  const Tensor ids = golden.at("input_ids"), want = golden.at("logits");  // (B, T), (B, T, V)
   const json config = parse_json(io::read_file(kDir + "/config.json"), "config.json");
   ASSERT_TRUE(config.contains("rope_parameters"));  // transformers 5's format
   ASSERT_FALSE(config.contains("rope_theta"));
 
-  const Tensor got = logits_of(kDir, ids);
-  const double err = relative_error(got, want);
-  EXPECT_LT(err, 1e-4) << "tidal vs transformers logits, max |diff| / max |ref|";
-  std::printf("tiny llama3 (rope_theta 500000, llama3 scaling) vs transformers %s: %.3g\n",
-              io::load_safetensors(kDir + "/golden.safetensors").metadata["transformers"].c_str(), err);
+  const Tensor got = golden_logits(kDir, ids);  // (B, T, V)
+  EXPECT_LT(relative_error(got, want), 1e-4) << "tidal vs transformers logits, max |diff| / max |ref|";
 
   // transformers 4.x's format: top-level rope_theta, rope_scaling with "type".
   json legacy = config;
@@ -74,15 +51,19 @@ TEST(HfLlama3, TransformersGoldenLogits) {
   legacy["rope_scaling"] = scaling;
   legacy["torch_dtype"] = legacy["dtype"];
   legacy.erase("dtype");
-  const Tensor got_legacy = logits_of(with_config("tidal_hf_llama3_v4", legacy), ids);
+  const Tensor got_legacy = golden_logits(with_config("tidal_hf_llama3_v4", legacy), ids);
   EXPECT_EQ(relative_error(got_legacy, got), 0.0);
 
   // The plain table at rope_theta 10000, and at 500000 without the llama3 scaling: both far off.
   json plain = config;
   plain["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", 10000.0}};
-  EXPECT_GT(relative_error(logits_of(with_config("tidal_hf_llama3_plain", plain), ids), want), 1e-2);
+  const double err_plain = relative_error(golden_logits(with_config("tidal_hf_llama3_plain", plain), ids), want);
+  EXPECT_GT(err_plain, 1e-2);
   plain["rope_parameters"]["rope_theta"] = 500000.0;
-  EXPECT_GT(relative_error(logits_of(with_config("tidal_hf_llama3_unscaled", plain), ids), want), 1e-3);
+  const double err_unscaled = relative_error(golden_logits(with_config("tidal_hf_llama3_unscaled", plain), ids), want);
+  EXPECT_GT(err_unscaled, 1e-3);
+  std::printf("tiny llama3 with the plain rope table: %.3g (theta 10000), %.3g (theta 500000)\n", err_plain,
+              err_unscaled);
 }
 
 }  // namespace
