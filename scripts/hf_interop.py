@@ -1,6 +1,8 @@
 """Hugging Face interop check (run by scripts/hf_interop.sh, which makes the virtual environment).
 
-For each tiny preset and dtype: `tidal train --mock-data --save` a few steps, then load the saved
+For each tiny preset, and each fixture directory of tests/fixtures/hf/ that has a golden.safetensors (the
+golden table of tests/models/hf_golden_test.cpp: one per family, saved by transformers itself, trained
+from with --pretrained), and each dtype: `tidal train --mock-data --save` a few steps, then load the saved
 iteration directory (model.safetensors + config.json) with transformers' AutoModelForCausalLM and
 compare its logits on a fixed token batch with tidal's own (`tidal_parity_dump --logits`, computed in
 the checkpoint's dtype); a bf16 checkpoint also widened to f32 on both sides (`--logits-f32`), which
@@ -37,7 +39,11 @@ from safetensors.numpy import save_file, load_file
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "parity"))
 from reference import TOL, bf16_tolerance, num_layers  # noqa: E402  (the parity test's tolerances)
 
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 PRESETS = ["tiny-gpt2", "tiny-llama", "tiny-qwen3", "tiny-qwen3-moe"]
+# The golden table's directories: a family that joins it (scripts/hf_fixtures.py) is checked here too.
+FIXTURES = sorted(os.path.dirname(p) for p in glob.glob(os.path.join(ROOT, "tests", "fixtures", "hf", "*",
+                                                                    "golden.safetensors")))
 STEPS = 4
 BATCH, SEQ = 2, 16
 
@@ -46,9 +52,10 @@ def tolerance(dtype, layers, scale):
     return (TOL if dtype == "float32" else bf16_tolerance(layers)) * scale
 
 
-def train(build, preset, bf16, save):
-    cmd = [f"{build}/tidal", "train", "--model", preset, "--mock-data", "--train-iters", str(STEPS),
-           "--seq-length", "32", "--micro-batch-size", "2", "--seed", "7", "--eval-iters", "1",
+def train(build, source, bf16, save):
+    """source: a preset's name, or a Hugging Face directory to start from (--pretrained)."""
+    model = ["--pretrained", source] if os.path.isdir(source) else ["--model", source]
+    cmd = [f"{build}/tidal", "train", *model, "--mock-data", "--train-iters", str(STEPS), "--seq-length", "32", "--micro-batch-size", "2", "--seed", "7", "--eval-iters", "1",
            "--save", save]
     if bf16:
         cmd.append("--bf16")
@@ -106,7 +113,8 @@ def main():
     transformers.logging.set_verbosity_error()  # tiny-gpt2's config lacks bos/eos ids: HF warns of its defaults
     transformers.logging.disable_progress_bar()
     rows, failed = [], False
-    for preset in PRESETS:
+    for source in PRESETS + FIXTURES:
+        preset = os.path.basename(source)  # a fixture's directory name: "tiny_qwen3" (the preset: "tiny-qwen3")
         for bf16 in (False, True):
             saved = "bfloat16" if bf16 else "float32"
             name = f"{preset}-{'bf16' if bf16 else 'f32'}"
@@ -116,7 +124,7 @@ def main():
                 label = saved if compute == "saved" else f"{saved} in f32"
                 try:
                     if compute == "saved":
-                        iter_dir = train(args.build, preset, bf16, save)
+                        iter_dir = train(args.build, source, bf16, save)
                         with open(os.path.join(iter_dir, "config.json")) as f:
                             config = json.load(f)
                         assert config.get("torch_dtype") == saved, "config.json torch_dtype is not " + saved
