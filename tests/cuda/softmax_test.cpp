@@ -39,15 +39,20 @@ TEST(CudaSoftmax, SoftmaxAndLogSoftmaxOverEachDimMatchTheCpu) {
         }
 }
 
+// Causal (bottom-right) and not, and sliding windows (AttentionOptions::window): W = 1, inside and
+// across rows, T != S, rows that see no key, a window longer than the keys.
 TEST(CudaSoftmax, ScaledMaskedSoftmaxMatchesTheCpuCausalBottomRight) {
   TIDAL_REQUIRE_CUDA();
   struct Case {
     Shape shape;
     bool causal;
+    int64_t window = 0;
   };
-  const Case cases[] = {{{1, 1, 1, 1}, true},   {{2, 3, 7, 7}, true},      {{2, 3, 5, 9}, true},
-                        {{1, 2, 9, 5}, true},   {{1, 2, 17, 1000}, false}, {{1, 1, 4, 4097}, true},
-                        {{2, 1, 33, 300}, true}};
+  const Case cases[] = {{{1, 1, 1, 1}, true},        {{2, 3, 7, 7}, true},      {{2, 3, 5, 9}, true},
+                        {{1, 2, 9, 5}, true},        {{1, 2, 17, 1000}, false}, {{1, 1, 4, 4097}, true},
+                        {{2, 1, 33, 300}, true},     {{2, 3, 7, 7}, true, 1},   {{2, 3, 9, 9}, true, 3},
+                        {{2, 3, 5, 9}, true, 4},     {{1, 2, 9, 5}, true, 2},   {{1, 1, 33, 4097}, true, 100},
+                        {{2, 1, 33, 300}, true, 500}};
   uint64_t seed = 300;
   for (DType dt : kFloatTypes)
     for (const Case& k : cases) {
@@ -55,8 +60,8 @@ TEST(CudaSoftmax, ScaledMaskedSoftmaxMatchesTheCpuCausalBottomRight) {
       Tensor xg = on_cuda(x);
       x.set_requires_grad(true);
       xg.set_requires_grad(true);
-      Tensor c = scaled_masked_softmax(x, 0.37, k.causal);
-      Tensor g = scaled_masked_softmax(xg, 0.37, k.causal);
+      Tensor c = scaled_masked_softmax(x, 0.37, k.causal, k.window);
+      Tensor g = scaled_masked_softmax(xg, 0.37, k.causal, k.window);
       expect_close(g, c, tolerance(dt), "scaled_masked_softmax");
       const Tensor grad = random_cpu(k.shape, dt, seed++);
       c.backward(grad);

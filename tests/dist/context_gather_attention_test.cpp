@@ -28,17 +28,18 @@
 namespace tidal::dist {
 namespace {
 
-AttentionOptions eager(double dropout) {
+AttentionOptions eager(double dropout, int64_t window = 0) {
   AttentionOptions opt;
   opt.kernel = AttentionKernel::eager;
   opt.dropout_p = dropout;
+  opt.window = window;
   return opt;
 }
 
 // Errors of out, dq, dk, dv against the whole sequence's eager attention (inputs not contiguous:
 // views of (B, T, H, D) memory).
-std::vector<double> against_full(Communicator& group, const Case& c, double dropout) {
-  const AttentionOptions opt = eager(dropout);
+std::vector<double> against_full(Communicator& group, const Case& c, double dropout, int64_t window) {
+  const AttentionOptions opt = eager(dropout, window);
   const Compared r = compare_with_whole(
       group, c,
       [&](const Tensor& q, const Tensor& k, const Tensor& v) { return scaled_dot_product_attention(q, k, v, opt); },
@@ -53,12 +54,13 @@ std::vector<double> against_full(Communicator& group, const Case& c, double drop
 // bits); bf16 at most 1.76e-2 in dK/dV, whose per-rank partial sums are rounded to bf16 before the
 // sum over the ranks (the output and dq are the same bits). Tolerances: 2e-6 and three bf16
 // roundings of values in [1, 2) (the ring's).
-void expect_matches(Communicator& group, const Case& c, double dropout) {
-  const std::vector<double> e = against_full(group, c, dropout);
+void expect_matches(Communicator& group, const Case& c, double dropout, int64_t window = 0) {
+  const std::vector<double> e = against_full(group, c, dropout, window);
   const double tol = c.dtype == DType::f32 ? 2e-6 : 3 * 0x1p-7;
   const std::string where = "C=" + std::to_string(group.size()) + " rank " + std::to_string(group.rank()) + " " +
                             std::string(dtype_name(c.dtype)) + " Hq=" + std::to_string(c.hq) +
-                            " Hkv=" + std::to_string(c.hkv) + " dropout " + std::to_string(dropout);
+                            " Hkv=" + std::to_string(c.hkv) + " dropout " + std::to_string(dropout) + " window " +
+                            std::to_string(window);
   const char* names[] = {"out", "dq", "dk", "dv"};
   for (size_t n = 0; n < e.size(); ++n) EXPECT_LE(e[n], tol) << where << " " << names[n];
   if (std::getenv("TIDAL_PRINT_ERRORS"))
@@ -85,6 +87,18 @@ std::unique_ptr<Communicator> contiguous_group(Communicator& w, int size) {
 TEST(ContextGatherAttention, MatchesWholeSequenceEagerAttentionOnPairs) {
   Communicator& w = world();
   expect_all_cases(*contiguous_group(w, 2));
+}
+
+// A sliding window: each chunk's queries attend only the gathered keys of their window, under the
+// window's bottom-right mask (within a chunk, across chunks, longer than the sequence).
+TEST(ContextGatherAttention, MatchesWholeSequenceWindowedAttention) {
+  Communicator& w = world();
+  std::unique_ptr<Communicator> pair = contiguous_group(w, 2);
+  for (int64_t window : {1, 2, 5, 1000})
+    for (double dropout : {0.0, 0.3}) {
+      expect_matches(*pair, {1, 6, 2, 6 * pair->size(), 8, DType::f32}, dropout, window);  // chunks of 3
+      expect_matches(*pair, {2, 4, 4, 8 * pair->size(), 8, DType::bf16}, dropout, window);
+    }
 }
 
 TEST(ContextGatherAttention, MatchesWholeSequenceEagerAttentionOnFourRanks) {

@@ -58,6 +58,12 @@ struct FlashAttentionBackward : Node {
   void release_saved() override { autograd::reset_all(q, k, v, out, lse); }
 };
 
+void check_window(const char* op, bool causal, int64_t window) {
+  TIDAL_CHECK(window >= 0, "[", op, "] the sliding window must be >= 0 (0: none), got ", window);
+  TIDAL_CHECK(window == 0 || causal, "[", op, "] a sliding window (", window,
+              ") needs causal attention: set causal = true or window = 0");
+}
+
 void check_inputs(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& opt) {
   const char* op = "scaled_dot_product_attention";
   detail::check_dim(op, q, 4, "q (B, Hq, T, D)");
@@ -77,6 +83,7 @@ void check_inputs(const Tensor& q, const Tensor& k, const Tensor& v, const Atten
   TIDAL_CHECK(opt.dropout_p >= 0.0 && opt.dropout_p < 1.0, "[", op, "] dropout_p must be in [0, 1), got ",
               opt.dropout_p);
   TIDAL_CHECK(std::isfinite(opt.scale), "[", op, "] scale must be finite, got ", opt.scale);
+  check_window(op, opt.causal, opt.window);
 }
 
 // The dropout frame resolved: T_g, S_g and the count the whole matrix needs; refuses a frame that
@@ -124,8 +131,8 @@ Tensor eager_attention(const Tensor& q, const Tensor& k, const Tensor& v, double
   } else {
     scores = matmul(q.view({b, hkv, g, t, d}), k.unsqueeze(2).mT()).view({b, hq, t, s});
   }
-  Tensor probs = scaled_masked_softmax(scores, scale, opt.causal);  // (B, Hq, T, S)
-  Tensor dropped;                                                   // (B, Hq, T, S), saves a u8 mask
+  Tensor probs = scaled_masked_softmax(scores, scale, opt.causal, opt.window);  // (B, Hq, T, S)
+  Tensor dropped;                                                               // (B, Hq, T, S), saves a u8 mask
   if (frame.is_default || opt.dropout_p == 0) {
     dropped = dropout(probs, opt.dropout_p);
   } else {
@@ -152,6 +159,7 @@ Tensor flash_attention(const Tensor& q, const Tensor& k, const Tensor& v, double
   FlashArgs cfg;
   cfg.scale = scale;
   cfg.causal = opt.causal;
+  cfg.window = opt.window;
   cfg.dropout_p = opt.dropout_p;
   if (opt.dropout_p > 0) {
     const RandomRange range = frame_range(opt.dropout_frame, frame);  // B*Hq*T*S by default
@@ -192,14 +200,15 @@ RandomRange reserve_attention_dropout(int64_t batch, int64_t q_heads, int64_t ro
   return reserve_random_range(uint64_t(checked_product(dims, "[reserve_attention_dropout] B*Hq*T_g*S_g")));
 }
 
-Tensor scaled_masked_softmax(const Tensor& scores, double scale, bool causal) {
+Tensor scaled_masked_softmax(const Tensor& scores, double scale, bool causal, int64_t window) {
   OpScope scope("scaled_masked_softmax");
   detail::check_floating("scaled_masked_softmax", scores);
+  check_window("scaled_masked_softmax", causal, window);
   TIDAL_CHECK(scores.dim() >= 2, "[scaled_masked_softmax] scores must be (..., T, S), got ", scores.shape());
   Tensor probs = empty(scores.shape(), scores.dtype(), scores.device());
   const Tensor sc = scores.detach().contiguous();  // on meta too: the copy a real run makes
   if (Kernels* kern = kernels_for(probs))
-    kern->scaled_masked_softmax_forward(current_stream(probs.device()), probs, sc, scale, causal);
+    kern->scaled_masked_softmax_forward(current_stream(probs.device()), probs, sc, scale, causal, window);
   if (autograd::needs_grad(scores)) {
     auto node = autograd::make_node<ScaledMaskedSoftmaxBackward>({&scores});
     node->probs = SavedTensor(probs);

@@ -36,6 +36,10 @@ struct AttentionDropoutFrame {
 
 struct AttentionOptions {
   bool causal = true;  // bottom-right aligned: query i sees keys j <= i + S - T (flash-attention's rule)
+  // Sliding window (Mistral, Qwen2, Gemma 3's local layers; Hugging Face's sliding_window): W > 0 keys
+  // up to and including the diagonal, query i sees i + S - T - W < j <= i + S - T. Causal only; a
+  // window >= S is plain causal attention. The flash kernels skip the key tiles outside it.
+  int64_t window = 0;  // 0: no window
   double scale = 0;    // 0: 1/sqrt(D)
   // Dropout on the probabilities. Each call reserves B*Hq*T*S Philox positions and draws probability
   // (b, h, i, j) from position start + ((b*Hq + h)*T + i)*S + j, in both kernels (with a
@@ -59,8 +63,9 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
                                     const AttentionOptions& opt = {});
 
 // The eager path's fused scale + causal mask + softmax over the last dim of scores (..., T, S):
-// probs = softmax(scale * scores) with keys j > i + S - T masked out (when causal). Contiguous
-// output; its backward saves only the output.
-Tensor scaled_masked_softmax(const Tensor& scores, double scale, bool causal);
+// probs = softmax(scale * scores) with keys j > i + S - T masked out (when causal), and with a
+// window W > 0 (causal only) keys j <= i + S - T - W too; rows that see no key are zeros.
+// Contiguous output; its backward saves only the output.
+Tensor scaled_masked_softmax(const Tensor& scores, double scale, bool causal, int64_t window = 0);
 
 }  // namespace tidal

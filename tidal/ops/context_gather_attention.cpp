@@ -1,5 +1,6 @@
 #include "tidal/ops/context_gather_attention.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "tidal/dist/collectives.h"
@@ -103,13 +104,16 @@ Tensor context_gather_attention(const Tensor& q, const Tensor& k, const Tensor& 
     chunk_opt.dropout_frame.rng = reserve_attention_dropout(b, hq, t, t);
     chunk_opt.dropout_frame.rows = chunk_opt.dropout_frame.cols = t;
   }
-  // Queries of the chunk at global rows [start, start + chunk) see the keys [0, start + chunk): the
-  // bottom-right causal mask of that prefix is the mask by global positions.
+  // Queries of the chunk at global rows [start, start + chunk) see the keys [0, start + chunk), with a
+  // window W only [start - W + 1, start + chunk): the bottom-right mask (and window) of those keys is
+  // the mask by global positions, and the keys before the window are never multiplied.
   const auto chunk_attention = [&](int64_t row, int64_t start) {
+    const int64_t first = opt.window > 0 ? std::max<int64_t>(0, start - opt.window + 1) : 0;
+    const int64_t keys = start + at.chunk - first;
     chunk_opt.dropout_frame.row_offset = opt.dropout_p > 0 ? start : 0;
-    const int64_t keys = start + at.chunk;
-    return scaled_dot_product_attention(q.narrow(2, row, at.chunk), kw.narrow(2, 0, keys), vw.narrow(2, 0, keys),
-                                        chunk_opt);  // (B, Hq, chunk, Dv)
+    chunk_opt.dropout_frame.col_offset = opt.dropout_p > 0 ? first : 0;
+    return scaled_dot_product_attention(q.narrow(2, row, at.chunk), kw.narrow(2, first, keys),
+                                        vw.narrow(2, first, keys), chunk_opt);  // (B, Hq, chunk, Dv)
   };
   const Tensor first = chunk_attention(0, at.first), second = chunk_attention(at.chunk, at.second);
   return cat({first, second}, 2);  // (B, Hq, T_local, Dv)

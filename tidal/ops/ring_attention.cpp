@@ -45,8 +45,13 @@ Partial flash_block(const FlashArgs& cfg, const Tensor& q, const Tensor& k, cons
   return p;
 }
 
+// A partial's log-sum-exp with its rows that saw no key (the kernel's +inf: a sliding window hides a
+// whole row of some blocks) at -inf, the log of an empty sum, which the merge below weighs 0.
+Tensor merge_lse(const Tensor& lse) { return masked_fill(lse, eq(lse, INFINITY), -INFINITY); }
+
 // (out, lse) ← the attention over the keys of both: out = Σ exp(lse_s − lse)·out_s, in place on
-// views of the accumulators (out in the accumulate type).
+// views of the accumulators (out in the accumulate type). Every row of the accumulators has seen a
+// key (its own diagonal block comes first) or p's has.
 void merge(Tensor out, Tensor lse, const Partial& p) {
   const Tensor m = maximum(lse, p.lse);
   const Tensor merged = add(m, log(add(exp(sub(lse, m)), exp(sub(p.lse, m)))));
@@ -141,12 +146,15 @@ std::vector<Block> blocks_of(Part part, int64_t half, bool per_chunk) {
 }
 
 // The attention dropout of a ring: the range reserved for the whole (B, Hq, T_g, T_g) matrix and
-// the ranks' chunk starts, from which each block's place in it follows.
+// the ranks' chunk starts, from which each block's place in it follows; and the sliding window,
+// whose mask each (per-chunk) block takes by the global positions of its rows and keys.
 struct RingDropout {
   double p = 0;
   RandomRange rng;
   int c = 1;
   int64_t half = 0;
+  int64_t window = 0;
+  bool per_chunk() const { return p > 0 || window > 0; }
   // The global position of local row `local` (0 or half: a chunk's start) of CP rank `rank`.
   int64_t global(int rank, int64_t local) const {
     const ContextChunks at = context_chunks(2 * half * c, c, rank);
@@ -155,6 +163,11 @@ struct RingDropout {
   // cfg for block b of query rank i and key rank j.
   FlashArgs args(FlashArgs cfg, const Block& b, int i, int j) const {
     cfg.causal = b.causal;
+    if (window > 0) {  // query r sees key c iff K + c <= R + r and K + c > R + r - W
+      cfg.causal = true;
+      cfg.window = window;
+      cfg.diagonal = global(i, b.q0) - global(j, b.k0);
+    }
     if (p == 0) return cfg;
     cfg.dropout_p = p;
     cfg.seed = rng.seed;
@@ -165,6 +178,12 @@ struct RingDropout {
     return cfg;
   }
 };
+
+// Whether a block's mask leaves any (query, key) pair: a block wholly outside the window is skipped.
+bool sees_any(const FlashArgs& cfg, const Block& b) {
+  const RowRange rows = rows_seeing_keys(cfg, 0, b.kn, b.qn, b.kn);
+  return rows.first < rows.end;
+}
 
 // A double buffer for blocks received around the ring: the block in hand is sent while the next
 // lands in the other buffer.
@@ -240,11 +259,13 @@ struct RingAttentionBackward : Node {
         std::optional<BlockExchange> exchange;
         exchange.emplace(*comm, overlap, std::move(send), std::move(recv));
         const int j = (i - s + c) % c;
-        for (const Block& blk : blocks_of(part_of(i, j), half, drop.p > 0)) {
+        for (const Block& blk : blocks_of(part_of(i, j), half, drop.per_chunk())) {
+          const FlashArgs args = drop.args(cfg, blk, i, j);
+          if (!sees_any(args, blk)) continue;
           const Tensor l = lv.narrow(2, blk.q0, blk.qn).contiguous();
-          const auto d = block_backward(drop.args(cfg, blk, i, j), g.narrow(2, blk.q0, blk.qn),
-                                        qv.narrow(2, blk.q0, blk.qn).detach(), kcur.narrow(2, blk.k0, blk.kn),
-                                        vcur.narrow(2, blk.k0, blk.kn), ov.narrow(2, blk.q0, blk.qn).detach(), l);
+          const auto d = block_backward(args, g.narrow(2, blk.q0, blk.qn), qv.narrow(2, blk.q0, blk.qn).detach(),
+                                        kcur.narrow(2, blk.k0, blk.kn), vcur.narrow(2, blk.k0, blk.kn),
+                                        ov.narrow(2, blk.q0, blk.qn).detach(), l);
           if (exchange) {  // after the first call: the later ones' parts add at once, as blocking
             exchange->wait();
             exchange.reset();
@@ -253,6 +274,7 @@ struct RingAttentionBackward : Node {
           dk_cur.narrow(2, blk.k0, blk.kn).add_(d[1].to(acc));
           dv_cur.narrow(2, blk.k0, blk.kn).add_(d[2].to(acc));
         }
+        if (exchange) exchange->wait();  // every block of the step was outside the window
         if (s + 1 < c) {
           kcur = k_next;
           vcur = v_next;
@@ -281,6 +303,7 @@ void check_inputs(const Tensor& q, const Tensor& k, const Tensor& v, const Atten
   TIDAL_CHECK(f.row_offset == 0 && f.col_offset == 0 && f.rows == 0 && f.cols == 0 && !f.rng, "[", kOp,
               "] takes no dropout_frame: it places each block of the whole matrix itself");
   TIDAL_CHECK(opt.causal, "[", kOp, "] context parallelism supports causal attention only");
+  TIDAL_CHECK(opt.window >= 0, "[", kOp, "] the sliding window must be >= 0 (0: none), got ", opt.window);
   TIDAL_CHECK(std::isfinite(opt.scale), "[", kOp, "] scale must be finite, got ", opt.scale);
   detail::check_dim(kOp, q, 4, "q (B, Hq, T, D)");
   detail::check_dim(kOp, k, 4, "k (B, Hkv, T, D)");
@@ -330,6 +353,7 @@ Tensor ring_attention(const Tensor& q, const Tensor& k, const Tensor& v, dist::C
   RingDropout drop;  // the whole matrix's range, reserved on every rank as one call on it would
   drop.c = c;
   drop.half = half;
+  drop.window = opt.window < t * c ? opt.window : 0;  // a window over the whole sequence is plain causal
   if (opt.dropout_p > 0) {
     drop.p = opt.dropout_p;
     drop.rng = reserve_attention_dropout(b, hq, t * c, t * c);
@@ -351,9 +375,12 @@ Tensor ring_attention(const Tensor& q, const Tensor& k, const Tensor& v, dist::C
       std::optional<BlockExchange> blocks;
       if (s + 1 < c) blocks.emplace(cp, overlap, std::vector<Tensor>{kcur, vcur}, std::vector<Tensor>{k_next, v_next});
       const int j = (i - s + c) % c;
-      for (const Block& blk : blocks_of(part_of(i, j), half, drop.p > 0)) {
-        const Partial p = flash_block(drop.args(cfg, blk, i, j), qd.narrow(2, blk.q0, blk.qn),
-                                      kcur.narrow(2, blk.k0, blk.kn), vcur.narrow(2, blk.k0, blk.kn));
+      for (const Block& blk : blocks_of(part_of(i, j), half, drop.per_chunk())) {
+        const FlashArgs args = drop.args(cfg, blk, i, j);
+        if (!sees_any(args, blk)) continue;  // wholly outside the window: no compute (the block still travels)
+        Partial p = flash_block(args, qd.narrow(2, blk.q0, blk.qn), kcur.narrow(2, blk.k0, blk.kn),
+                                vcur.narrow(2, blk.k0, blk.kn));
+        if (drop.window > 0) p.lse = merge_lse(p.lse);
         Tensor o = acc_out.narrow(2, blk.q0, blk.qn), l = lse.narrow(2, blk.q0, blk.qn);
         if (filled[size_t(blk.q0 / half)]) {  // (a block's rows are all filled or none)
           merge(o, l, p);

@@ -16,7 +16,9 @@
 // Attention dropout draws the mask one call on the whole sequence would draw: every rank reserves
 // the range of the whole (B, Hq, T_g, T_g) matrix and each flash call covers one chunk of queries
 // against one chunk of keys, a contiguous block of the matrix placed by its AttentionDropoutFrame
-// positions (without dropout a step runs on the chunks concatenated, in fewer calls).
+// positions (without dropout a step runs on the chunks concatenated, in fewer calls). A sliding
+// window (AttentionOptions::window) also runs chunk by chunk, each call masked by the global
+// positions of its rows and keys (FlashArgs::diagonal); calls wholly outside the window are skipped.
 #include <cstdint>
 #include <vector>
 
@@ -41,9 +43,9 @@ std::vector<int64_t> context_rows(int64_t seq, int size, int rank);
 // scaled_dot_product_attention takes them (GQA, any strides). `cp` is the context-parallel group
 // (its rank is the CP rank); `overlap`, when given, a duplicate of it (Communicator::duplicate)
 // that carries the K/V blocks from a worker thread; both must outlive the backward. Returns
-// (B, Hq, T, Dv) in (B, T, Hq, Dv) memory order, like the flash kernel. Causal flash attention only,
-// with or without dropout (opt.dropout_p; no dropout_frame: the ring places the blocks itself):
-// anything else is refused with a tidal::Error saying so. On one rank it is
+// (B, Hq, T, Dv) in (B, T, Hq, Dv) memory order, like the flash kernel. Causal flash attention only
+// (with or without a sliding window), with or without dropout (opt.dropout_p; no dropout_frame: the ring places the
+// blocks itself): anything else is refused with a tidal::Error saying so. On one rank it is
 // scaled_dot_product_attention.
 Tensor ring_attention(const Tensor& q, const Tensor& k, const Tensor& v, dist::Communicator& cp,
                       const AttentionOptions& opt = {}, dist::Communicator* overlap = nullptr);

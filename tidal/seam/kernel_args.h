@@ -71,7 +71,42 @@ struct FlashArgs {
   uint64_t rng_start = 0;
   int64_t rng_row_offset = 0, rng_col_offset = 0;
   int64_t rng_rows = 0, rng_cols = 0;
+  // Sliding window (causal only): query i's diagonal is key diag(i) = i + S - T + diagonal; it sees
+  // keys diag(i) - window < j <= diag(i). window 0: no window (every key up to the diagonal).
+  int64_t window = 0;
+  // Shifts every row's diagonal: context parallelism's blocks, whose rows and keys sit at other global
+  // positions than the bottom-right frame puts them (0 for one call on the whole matrix).
+  int64_t diagonal = 0;
 };
+
+// The keys [first, end) that query row i of a (T, S) attention sees (first == end: none); the rule
+// of FlashArgs' mask (diagonal 0 for the eager softmax). first and end never decrease with i.
+struct KeyRange {
+  int64_t first = 0, end = 0;
+};
+inline KeyRange visible_key_range(bool causal, int64_t window, int64_t diagonal, int64_t i, int64_t t, int64_t s) {
+  if (!causal) return {0, s};
+  const auto clamp = [s](int64_t x) { return x < 0 ? 0 : (x > s ? s : x); };
+  const int64_t diag = i + s - t + diagonal, end = clamp(diag + 1);
+  const int64_t first = window > 0 ? clamp(diag - window + 1) : 0;
+  return {first < end ? first : end, end};
+}
+inline KeyRange visible_key_range(const FlashArgs& a, int64_t i, int64_t t, int64_t s) {
+  return visible_key_range(a.causal, a.window, a.diagonal, i, t, s);
+}
+
+// The query rows [first, end) that see some key of [j0, j1) under a's mask (the inverse of the above).
+struct RowRange {
+  int64_t first = 0, end = 0;
+};
+inline RowRange rows_seeing_keys(const FlashArgs& a, int64_t j0, int64_t j1, int64_t t, int64_t s) {
+  if (!a.causal) return {0, t};
+  const auto clamp = [t](int64_t x) { return x < 0 ? 0 : (x > t ? t : x); };
+  // Row i sees key j iff diag(i) - window < j <= diag(i), diag(i) = i + s - t + diagonal.
+  const int64_t shift = s - t + a.diagonal, first = clamp(j0 - shift);
+  const int64_t end = a.window > 0 ? clamp(j1 - 1 - shift + a.window) : t;
+  return {first, end > first ? end : first};
+}
 
 // --- dropout of a piece of a larger tensor (ops/random.h dropout_rows): x contiguous, seen as
 // (outer, rows, inner); element (o, t, c) draws Philox key `seed` at position

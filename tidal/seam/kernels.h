@@ -195,7 +195,7 @@ class Kernels {
 
   // --- attention
   virtual void scaled_masked_softmax_forward(Stream& stream, const Tensor& probs, const Tensor& scores, double scale,
-                                             bool causal) {
+                                             bool causal, int64_t window) {
     missing("scaled_masked_softmax_forward");
   }
   virtual void scaled_masked_softmax_backward(Stream& stream, const Tensor& grad_scores, const Tensor& grad_probs,

@@ -1,5 +1,6 @@
-#include "tidal/backend/cpu/attention_eager.h"
-
+// CPU kernels of the eager attention path: the fused scale + causal (and sliding-window) mask +
+// softmax over the scores the eager path materializes (Megatron's FusedScaleMaskSoftmax). Both
+// attention kernels take their exp from vec_math.h, so eager and flash round alike.
 #include <algorithm>
 #include <limits>
 #include <vector>
@@ -8,13 +9,14 @@
 #include "tidal/backend/cpu/vec_math.h"
 #include "tidal/base/parallel.h"
 #include "tidal/dtype_dispatch.h"
+#include "tidal/seam/kernel_args.h"
 #include "tidal/tensor.h"
 
 namespace tidal::cpu {
 namespace {
 
 template <typename T>
-void softmax_forward_typed(const Tensor& probs, const Tensor& scores, double scale_d, bool causal) {
+void softmax_forward_typed(const Tensor& probs, const Tensor& scores, double scale_d, bool causal, int64_t window) {
   using A = acc_t<T>;
   const int64_t t_len = scores.size(-2), s_len = scores.size(-1), rows = scores.numel() / std::max<int64_t>(s_len, 1);
   const A scale = A(scale_d);
@@ -25,15 +27,19 @@ void softmax_forward_typed(const Tensor& probs, const Tensor& scores, double sca
     for (int64_t r = r0; r < r1; ++r) {
       const T* x = xp + r * s_len;
       T* p = pp + r * s_len;
-      const int64_t n = visible_keys(causal, r % t_len, t_len, s_len);
+      // The visible keys [j0, j0 + n): the window's first key on, up to the diagonal.
+      const KeyRange keys = visible_key_range(causal, window, 0, r % t_len, t_len, s_len);
+      const int64_t j0 = keys.first, n = keys.end - keys.first;
+      const T* xv = x + j0;
 #pragma omp simd
-      for (int64_t j = 0; j < n; ++j) buf[size_t(j)] = A(x[j]) * scale;
+      for (int64_t j = 0; j < n; ++j) buf[size_t(j)] = A(xv[j]) * scale;
       const A mx = row_max(buf.data(), n, -std::numeric_limits<A>::infinity());
       const A sum = exp_row(buf.data(), n, mx);
       const A inv = n > 0 ? A(1) / sum : A(0);
+      std::fill(p, p + j0, T(A(0)));
 #pragma omp simd
-      for (int64_t j = 0; j < n; ++j) p[j] = store_as<T>(buf[size_t(j)] * inv);
-      std::fill(p + n, p + s_len, T(A(0)));
+      for (int64_t j = 0; j < n; ++j) p[j0 + j] = store_as<T>(buf[size_t(j)] * inv);
+      std::fill(p + j0 + n, p + s_len, T(A(0)));
     }
   });
 }
@@ -62,11 +68,12 @@ void softmax_backward_typed(const Tensor& gx, const Tensor& gp, const Tensor& pr
 
 }  // namespace
 
-// probs = softmax(scale * scores) per row with the causal mask; both contiguous (..., T, S).
+// probs = softmax(scale * scores) per row with the causal mask (and window); both contiguous (..., T, S).
 void CpuKernels::scaled_masked_softmax_forward(Stream&, const Tensor& probs, const Tensor& scores, double scale,
-                                               bool causal) {
-  dispatch_float(scores.dtype(), "scaled_masked_softmax",
-                 [&](auto tag) { softmax_forward_typed<typename decltype(tag)::type>(probs, scores, scale, causal); });
+                                               bool causal, int64_t window) {
+  dispatch_float(scores.dtype(), "scaled_masked_softmax", [&](auto tag) {
+    softmax_forward_typed<typename decltype(tag)::type>(probs, scores, scale, causal, window);
+  });
 }
 
 // grad_scores = scale * probs * (grad_probs - rowsum(grad_probs * probs)); all contiguous (..., T, S).

@@ -8,18 +8,18 @@
 // rounded to bf16 for the products they enter, as GPU flash attention does, while the row sums,
 // maxima and log-sum-exps stay f32. Operands are read in place when the product can (a unit-stride
 // head dim, whatever the other strides), else packed per tile (odd strides), which costs 1/(query
-// rows per tile) of the tile's flops. Forward tasks are (b, h, query block);
+// rows per tile) of the tile's flops. A causal (or sliding-window) mask limits the work: a query
+// block walks only the keys its rows see (visible_key_range: from its first row's first key to its
+// last row's diagonal), and the backward's key tile only the query blocks that see it
+// (rows_seeing_keys), so a window W costs O(T·W), not O(T·S). Forward tasks are (b, h, query block);
 // backward tasks are (b, kv head), each owning every row it writes. Tasks never share an
 // accumulator, so results do not depend on the thread count.
 #include <algorithm>
 #include <limits>
 #include <type_traits>
 
-#include "tidal/backend/cpu/attention_eager.h"
-#include "tidal/backend/cpu/blas.h"
+#include "tidal/backend/cpu/attention_flash_tiles.h"
 #include "tidal/backend/cpu/kernels.h"
-#include "tidal/backend/cpu/onednn_matmul.h"
-#include "tidal/backend/cpu/philox.h"
 #include "tidal/backend/cpu/vec_math.h"
 #include "tidal/base/parallel.h"
 #include "tidal/dtype_dispatch.h"
@@ -27,6 +27,8 @@
 
 namespace tidal::cpu {
 namespace {
+
+using namespace flash_detail;
 
 // Tile sizes: forward rows x keys, backward rows x keys. For D = 64 (bench/attention_bench.cpp) every
 // choice in 64..128 x 128..256 ran within ~8%; these were the fastest. Key tiles are a multiple of
@@ -36,144 +38,6 @@ namespace {
 #endif
 constexpr int64_t kTiles[] = {TIDAL_FLASH_TILES};
 constexpr int64_t kFwdBlockQ = kTiles[0], kFwdBlockK = kTiles[1], kBwdBlockQ = kTiles[2], kBwdBlockK = kTiles[3];
-
-// A (B, H, L, D) tensor as a pointer and element strides.
-template <typename T>
-struct View4 {
-  T* p = nullptr;
-  int64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
-  T* row(int64_t b, int64_t h, int64_t i) const { return p + b * s0 + h * s1 + i * s2; }
-};
-
-template <typename T>
-View4<T> view4(const Tensor& t) {
-  return {static_cast<T*>(t.raw_data()), t.stride(0), t.stride(1), t.stride(2), t.stride(3)};
-}
-
-template <typename A>
-struct Mat {
-  const A* p;
-  int64_t ld;
-};
-
-// A rows x cols block at `base` (row stride rs, column stride cs) as the BLAS wants it: the memory
-// itself when it has the accumulate type and unit column stride, else a packed copy in `buf`.
-template <typename A, typename T>
-Mat<A> tile(const T* base, int64_t rs, int64_t cs, int64_t rows, int64_t cols, A* buf) {
-  if constexpr (std::is_same_v<T, A>) {
-    if (cs == 1 && (rs >= cols || rows == 1)) return {base, std::max(rs, cols)};
-  }
-  for (int64_t r = 0; r < rows; ++r) {
-    const T* src = base + r * rs;
-    A* dst = buf + r * cols;
-    if (cs == 1) {
-#pragma omp simd
-      for (int64_t c = 0; c < cols; ++c) dst[c] = A(src[c]);
-    } else {
-      for (int64_t c = 0; c < cols; ++c) dst[c] = A(src[c * cs]);
-    }
-  }
-  return {buf, cols};
-}
-
-// The type a tile product reads: bf16 tiles multiply in bf16 (f32 accumulation), others in their
-// accumulate type.
-template <typename T>
-using gemm_t = std::conditional_t<std::is_same_v<T, BFloat16>, BFloat16, acc_t<T>>;
-
-// C (f32/f64, row-major) = alpha op(A) op(B) + beta C for one tile, on this thread.
-void tile_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, Mat<float> a, Mat<float> b, float beta,
-               float* c, int64_t ldc) {
-  blas::gemm(ta, tb, m, n, k, alpha, a.p, a.ld, b.p, b.ld, beta, c, ldc);
-}
-void tile_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, Mat<double> a, Mat<double> b,
-               double beta, double* c, int64_t ldc) {
-  blas::gemm(ta, tb, m, n, k, alpha, a.p, a.ld, b.p, b.ld, beta, c, ldc);
-}
-void tile_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, Mat<BFloat16> a, Mat<BFloat16> b,
-               float beta, float* c, int64_t ldc) {
-  onednn::gemm(ta, tb, m, n, k, alpha, a.p, a.ld, b.p, b.ld, beta, c, ldc);
-}
-
-// A rows x cols block of accumulate-type values (row stride ld) as a product's operand: itself, or
-// rounded into `buf` (rows x cols) for a bf16 product.
-template <typename G, typename A>
-Mat<G> operand(const A* src, int64_t ld, int64_t rows, int64_t cols, G* buf) {
-  if constexpr (std::is_same_v<G, A>) {
-    return {src, ld};
-  } else {
-    for (int64_t r = 0; r < rows; ++r) {
-#pragma omp simd
-      for (int64_t c = 0; c < cols; ++c) buf[r * cols + c] = store_as<G>(src[r * ld + c]);
-    }
-    return {buf, cols};
-  }
-}
-
-// Writes a packed rows x cols block of A into a strided T destination.
-template <typename T, typename A>
-void store(T* dst, int64_t rs, int64_t cs, const A* src, int64_t rows, int64_t cols, A factor = A(1)) {
-  for (int64_t r = 0; r < rows; ++r) {
-    T* d = dst + r * rs;
-    const A* sr = src + r * cols;
-    if (cs == 1) {
-#pragma omp simd
-      for (int64_t c = 0; c < cols; ++c) d[c] = store_as<T>(sr[c] * factor);
-    } else {
-      for (int64_t c = 0; c < cols; ++c) d[c * cs] = T(sr[c] * factor);
-    }
-  }
-}
-
-// z[c] = keep_scale where the Philox uniform of stream position pos0 + c is >= p, else 0: the rule of
-// tidal::dropout, so this kernel draws the mask the eager path's dropout op draws.
-template <typename A>
-void dropout_factors(uint64_t seed, uint64_t pos0, int64_t n, float p, A keep_scale, A* z, uint32_t* bits) {
-  const uint64_t first = pos0 / 4;
-  const int64_t lane0 = int64_t(pos0 % 4), blocks = (lane0 + n + 3) / 4;
-  philox4x32_fill(first, seed, blocks, bits);
-#pragma omp simd
-  for (int64_t c = 0; c < n; ++c) z[c] = u32_to_unit(bits[lane0 + c]) >= p ? keep_scale : A(0);
-}
-
-// Bump allocation from a per-slot workspace, 64-byte aligned pieces.
-template <typename A>
-struct Arena {
-  A* p;
-  A* take(int64_t n) {
-    A* r = p;
-    p += (n + 15) / 16 * 16;
-    return r;
-  }
-  uint32_t* take_bits(int64_t n) { return take_as<uint32_t>(n); }
-  // n elements of another type (bf16 tiles; the slot's bytes are only ever used as that type).
-  template <typename U>
-  U* take_as(int64_t n) {
-    return reinterpret_cast<U*>(take((n * int64_t(sizeof(U)) + int64_t(sizeof(A)) - 1) / int64_t(sizeof(A))));
-  }
-};
-inline int64_t arena_size(std::initializer_list<int64_t> pieces) {
-  int64_t n = 0;
-  for (int64_t k : pieces) n += (k + 15) / 16 * 16;
-  return n;
-}
-
-// How many workspace slots (threads) `tasks` tasks worth `flops` in all deserve: at least ~1 MFLOP
-// each, so tiny problems (gradchecks, decoding) do not pay for a parallel region.
-inline int64_t slots_for(int64_t tasks, double flops) {
-  const int64_t by_work = int64_t(flops / double(1 << 20)) + 1;
-  return std::max<int64_t>(1, std::min<int64_t>({int64_t(num_threads()), tasks, by_work}));
-}
-
-// Runs f(task, slot) for tasks [0, n) split statically over `slots` slots; slot s owns workspace
-// row s. The split never changes a result: tasks share no accumulator.
-template <typename F>
-void for_tasks(int64_t n, int64_t slots, F&& f) {
-  parallel_for(0, slots, 1, [&](int64_t s0, int64_t s1) {
-    for (int64_t s = s0; s < s1; ++s)
-      for (int64_t task = s * n / slots; task < (s + 1) * n / slots; ++task) f(task, s);
-  });
-}
 
 struct Dims {
   int64_t b, hq, hkv, g, t, s, d, dv;
@@ -267,23 +131,28 @@ void forward_typed(const FlashArgs& cfg, const Tensor& out, const Tensor& lse, c
     const int64_t b = bh / n.hq, h = bh % n.hq, kh = h / n.g;
     const int64_t i0 = qb * kFwdBlockQ, nq = std::min(kFwdBlockQ, n.t - i0);
     const Mat<G> qt = tile<G>(qv.row(b, h, i0), qv.s2, qv.s3, nq, n.d, reinterpret_cast<G*>(qbuf));
-    const int64_t key_end = cfg.causal ? std::clamp<int64_t>(i0 + nq + n.s - n.t, 0, n.s) : n.s;
+    // The keys some row of the block sees: the first row's first to the last row's diagonal.
+    const int64_t key_first = visible_key_range(cfg, i0, n.t, n.s).first;
+    const int64_t key_end = visible_key_range(cfg, i0 + nq - 1, n.t, n.s).end;
     std::fill(m, m + nq, -std::numeric_limits<A>::infinity());
     std::fill(l, l + nq, A(0));
     std::fill(o, o + nq * n.dv, A(0));
-    for (int64_t j0 = 0; j0 < key_end; j0 += kFwdBlockK) {
+    for (int64_t j0 = key_first; j0 < key_end; j0 += kFwdBlockK) {
       const int64_t nk = std::min(kFwdBlockK, key_end - j0), nk16 = (nk + 15) / 16 * 16;
       const Mat<G> kt = tile<G>(kv.row(b, kh, j0), kv.s2, kv.s3, nk, n.d, reinterpret_cast<G*>(kbuf));
       const Mat<G> vt = tile<G>(vv.row(b, kh, j0), vv.s2, vv.s3, nk, n.dv, reinterpret_cast<G*>(vbuf));
       tile_gemm(false, true, nq, nk, n.d, scale, qt, kt, A(0), s, kFwdBlockK);  // scale * Q K^T
       for (int64_t r = 0; r < nq; ++r) {
         A* sr = s + r * kFwdBlockK;
-        const int64_t i = i0 + r, nv = std::clamp<int64_t>(visible_keys(cfg.causal, i, n.t, n.s) - j0, 0, nk);
-        if (nv == 0) {
+        const int64_t i = i0 + r;
+        const KeyRange keys = visible_key_range(cfg, i, n.t, n.s);  // the row's keys [lo, nv) of the tile
+        const int64_t lo = std::clamp<int64_t>(keys.first - j0, 0, nk), nv = std::clamp<int64_t>(keys.end - j0, 0, nk);
+        if (lo >= nv) {
           std::fill(sr, sr + nk, A(0));
           continue;
         }
         // Masked keys (and the padding to 16 lanes) become -inf, whose exp is 0: one loop shape.
+        std::fill(sr, sr + lo, -std::numeric_limits<A>::infinity());
         std::fill(sr + nv, sr + nk16, -std::numeric_limits<A>::infinity());
         const A mx = row_max(sr, nk16, m[r]);
         const A sum = exp_row(sr, nk16, mx);
@@ -296,9 +165,9 @@ void forward_typed(const FlashArgs& cfg, const Tensor& out, const Tensor& lse, c
           for (int64_t c = 0; c < n.dv; ++c) orow[c] *= corr;
         }
         if (dropout) {
-          dropout_factors(cfg.seed, rng.pos(b, h, i, j0), nv, float(cfg.dropout_p), keep_scale, z, bits);
+          dropout_factors(cfg.seed, rng.pos(b, h, i, j0 + lo), nv - lo, float(cfg.dropout_p), keep_scale, z, bits);
 #pragma omp simd
-          for (int64_t c = 0; c < nv; ++c) sr[c] *= z[c];  // masked keys are 0 already
+          for (int64_t c = lo; c < nv; ++c) sr[c] *= z[c - lo];  // masked keys are 0 already
         }
       }
       tile_gemm(false, false, nq, n.dv, nk, A(1), operand<G>(s, kFwdBlockK, nq, nk, p16), vt, A(1), o, n.dv);
@@ -309,6 +178,32 @@ void forward_typed(const FlashArgs& cfg, const Tensor& out, const Tensor& lse, c
       if (lp) lp[(b * n.hq + h) * n.t + i0 + r] = any ? m[r] + std::log(l[r]) : std::numeric_limits<A>::infinity();
     }
   });
+}
+
+// One query row of a backward tile, S in pr and dP in dr: on its visible keys [lo, nv) pr becomes
+// the (dropped) probabilities P·z for dV and dr becomes dS = P·(dP·z − delta), z being the dropout
+// factors of keys lo.. (none: 1); both are 0 on the masked keys.
+template <typename A>
+void row_backward(A* pr, A* dr, int64_t lo, int64_t nv, int64_t nk, A row_lse, A row_delta, const A* z) {
+  if (z) {
+#pragma omp simd
+    for (int64_t c = lo; c < nv; ++c) {
+      const A e = fast_exp(pr[c] - row_lse), zc = z[c - lo];
+      pr[c] = e * zc;
+      dr[c] = e * (dr[c] * zc - row_delta);
+    }
+  } else {
+#pragma omp simd
+    for (int64_t c = lo; c < nv; ++c) {
+      const A e = fast_exp(pr[c] - row_lse);
+      pr[c] = e;
+      dr[c] = e * (dr[c] - row_delta);
+    }
+  }
+  std::fill(pr, pr + lo, A(0));
+  std::fill(dr, dr + lo, A(0));
+  std::fill(pr + nv, pr + nk, A(0));
+  std::fill(dr + nv, dr + nk, A(0));
 }
 
 template <typename T>
@@ -376,38 +271,27 @@ void backward_typed(const FlashArgs& cfg, const Tensor& dq, const Tensor& dk, co
       const Mat<G> vt = tile<G>(vv.row(b, kh, j0), vv.s2, vv.s3, nk, n.dv, reinterpret_cast<G*>(vbuf));
       std::fill(dk_acc, dk_acc + nk * n.d, A(0));
       std::fill(dv_acc, dv_acc + nk * n.dv, A(0));
-      const int64_t q_first = cfg.causal ? std::max<int64_t>(0, j0 - (n.s - n.t)) : 0;
-      for (int64_t g = 0; g < n.g; ++g) {
+      const RowRange seen = rows_seeing_keys(cfg, j0, j0 + nk, n.t, n.s);  // the query blocks that see the tile
+      for (int64_t g = 0; g < n.g && seen.first < seen.end; ++g) {
         const int64_t h = kh * n.g + g;
-        for (int64_t i0 = q_first / kBwdBlockQ * kBwdBlockQ; i0 < n.t; i0 += kBwdBlockQ) {
+        for (int64_t i0 = seen.first / kBwdBlockQ * kBwdBlockQ; i0 < seen.end; i0 += kBwdBlockQ) {
           const int64_t nq = std::min(kBwdBlockQ, n.t - i0);
           const Mat<G> qt = tile<G>(qv.row(b, h, i0), qv.s2, qv.s3, nq, n.d, reinterpret_cast<G*>(qbuf));
           const Mat<G> dot = tile<G>(dov.row(b, h, i0), dov.s2, dov.s3, nq, n.dv, reinterpret_cast<G*>(dobuf));
           tile_gemm(false, true, nq, nk, n.d, scale, qt, kt, A(0), p, kBwdBlockK);    // S
           tile_gemm(false, true, nq, nk, n.dv, A(1), dot, vt, A(0), ds, kBwdBlockK);  // dP
           for (int64_t r = 0; r < nq; ++r) {
-            const int64_t i = i0 + r, nv = std::clamp<int64_t>(visible_keys(cfg.causal, i, n.t, n.s) - j0, 0, nk);
+            const int64_t i = i0 + r;
+            const KeyRange keys = visible_key_range(cfg, i, n.t, n.s);  // the row's keys [lo, nv) of the tile
+            const int64_t lo = std::clamp<int64_t>(keys.first - j0, 0, nk);
+            const int64_t nv = std::max(lo, std::clamp<int64_t>(keys.end - j0, 0, nk));
             A* pr = p + r * kBwdBlockK;
             A* dr = ds + r * kBwdBlockK;
             const A row_lse = lp[(b * n.hq + h) * n.t + i], row_delta = dp[(b * n.hq + h) * n.t + i];
-            if (dropout && nv > 0) {
-              dropout_factors(cfg.seed, rng.pos(b, h, i, j0), nv, float(cfg.dropout_p), keep_scale, z, bits);
-#pragma omp simd
-              for (int64_t c = 0; c < nv; ++c) {
-                const A e = fast_exp(pr[c] - row_lse);
-                pr[c] = e * z[c];                        // dropped probabilities, for dV
-                dr[c] = e * (dr[c] * z[c] - row_delta);  // dS
-              }
-            } else {
-#pragma omp simd
-              for (int64_t c = 0; c < nv; ++c) {
-                const A e = fast_exp(pr[c] - row_lse);
-                pr[c] = e;
-                dr[c] = e * (dr[c] - row_delta);
-              }
-            }
-            std::fill(pr + nv, pr + nk, A(0));
-            std::fill(dr + nv, dr + nk, A(0));
+            const bool drop_row = dropout && nv > lo;
+            if (drop_row)
+              dropout_factors(cfg.seed, rng.pos(b, h, i, j0 + lo), nv - lo, float(cfg.dropout_p), keep_scale, z, bits);
+            row_backward(pr, dr, lo, nv, nk, row_lse, row_delta, drop_row ? z : nullptr);
           }
           // dV += P^T dO, dK += scale dS^T Q, dQ += scale dS K
           const Mat<G> pt = operand<G>(p, kBwdBlockK, nq, nk, p16), dst = operand<G>(ds, kBwdBlockK, nq, nk, ds16);

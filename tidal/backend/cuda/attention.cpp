@@ -1,15 +1,16 @@
 // Flash attention's outputs on the GPU, computed eagerly (Note [Eager flash attention on CUDA]).
 //
 // Note [Eager flash attention on CUDA]: what cuDNN's fused attention does not take (cudnn_sdpa.h
-// sdpa_refusal: f32, f64, dropout, head dims above 128, causal with T != S, ...) runs here. For each (batch, kv head)
-// group of g = Hq/Hkv query heads the kernels materialize the group's (g, rows, S) scores in the workspace, query rows
-// by chunks of at most 2^26 scores: scale * q k^T as one strided-batched cuBLASLt product (k shared by the group), a
-// row softmax kernel (causal bottom-right mask, lse, tidal's Philox dropout as the CPU draws it), then probs @ v
-// straight into `out`. bf16 multiplies in bf16 with f32 accumulation and rounds P and dS to bf16 for the products they
-// enter, as the CPU kernel does. The backward recomputes P from lse, forms dS = P * (dP - rowsum(dout * out)) and
-// accumulates dK and dV over the chunks and the group's heads in f32 (f64) scratch with beta = 1, in (chunk, head)
-// order, then converts them into dq/dk/dv of any strides. Groups run one after another on the stream, reusing one
-// scratch region.
+// sdpa_refusal: f32, f64, dropout, head dims above 128, causal with T != S, a sliding window, ...) runs here. For each
+// (batch, kv head) group of g = Hq/Hkv query heads the kernels materialize the group's (g, rows, S) scores in the
+// workspace, query rows by chunks of at most 2^26 scores: scale * q k^T as one strided-batched cuBLASLt product (k
+// shared by the group), a row softmax kernel (causal bottom-right mask and sliding window, lse, tidal's Philox
+// dropout as the CPU draws it), then probs @ v straight into `out`. The products cover all S keys: a window masks
+// the scores here but does not shorten the work (the CPU kernel skips the tiles outside it). bf16 multiplies in bf16
+// with f32 accumulation and rounds P and dS to bf16 for the products they enter, as the CPU kernel does. The backward
+// recomputes P from lse, forms dS = P * (dP - rowsum(dout * out)) and accumulates dK and dV over the chunks and the
+// group's heads in f32 (f64) scratch with beta = 1, in (chunk, head) order, then converts them into dq/dk/dv of any
+// strides. Groups run one after another on the stream, reusing one scratch region.
 #include <algorithm>
 
 #include "tidal/backend/cuda/attention_eager.h"
@@ -125,6 +126,8 @@ FlashRows rows_args(const FlashArgs& cfg, const Dims& n, DType dtype, int64_t b,
   r.rows = rows;
   r.s_len = n.s;
   r.causal = cfg.causal;
+  r.window = cfg.window;
+  r.diagonal = cfg.diagonal;
   r.dropout_p = cfg.dropout_p;
   r.seed = cfg.seed;
   r.rng_cols = cfg.rng_cols > 0 ? cfg.rng_cols : n.s;

@@ -1,9 +1,10 @@
 // The attention family's kernels: the row softmax of the eager flash attention (forward and
-// backward, with tidal's Philox dropout), rowsum(dout * out), and the strided copy and scale the
-// attention and matmul kernels use. Reductions run a fixed tree per block: no atomics.
+// backward, causal and sliding-window masks, with tidal's Philox dropout), rowsum(dout * out), and the strided copy and
+// scale the attention and matmul kernels use. Reductions run a fixed tree per block: no atomics.
 #include <cmath>
 
 #include "tidal/backend/cuda/attention_launch.h"
+#include "tidal/backend/cuda/attention_mask.cuh"
 #include "tidal/backend/cuda/device_math.cuh"
 #include "tidal/backend/cuda/philox.cuh"
 
@@ -14,12 +15,6 @@ __device__ __forceinline__ float exp_acc(float x) { return expf(x); }
 __device__ __forceinline__ double exp_acc(double x) { return exp(x); }
 __device__ __forceinline__ float log_acc(float x) { return logf(x); }
 __device__ __forceinline__ double log_acc(double x) { return log(x); }
-
-__device__ __forceinline__ int64_t visible(bool causal, int64_t i, int64_t t, int64_t s) {
-  if (!causal) return s;
-  const int64_t n = i + s - t + 1;
-  return n < 0 ? 0 : (n > s ? s : n);
-}
 
 // The block's reduction of v (max or sum) in a fixed tree; every thread gets the result.
 template <bool kMax, class A>
@@ -55,11 +50,12 @@ template <class A>
 __global__ void softmax_forward_kernel(FlashRows a) {
   __shared__ A shared[33];
   const int64_t row = blockIdx.x, gi = row / a.rows, i = a.row0 + row % a.rows, n = a.s_len;
-  const int64_t nv = visible(a.causal, i, a.t, n);
+  const KeySpan keys = visible_span(a.causal, a.window, a.diagonal, i, a.t, n);  // keys [j0, nv) visible
+  const int64_t j0 = keys.first, nv = keys.end;
   A* s = static_cast<A*>(a.s) + row * n;
   bf16* p16 = a.p16 ? static_cast<bf16*>(a.p16) + row * n : nullptr;
   A* lse = static_cast<A*>(a.lse) + gi * a.t + i;
-  if (nv == 0) {
+  if (j0 == nv) {
     for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
       s[j] = A(0);
       if (p16) p16[j] = __float2bfloat16_rn(0.0f);
@@ -68,17 +64,18 @@ __global__ void softmax_forward_kernel(FlashRows a) {
     return;
   }
   A mx = -INFINITY;
-  for (int64_t j = threadIdx.x; j < nv; j += blockDim.x) mx = s[j] > mx ? s[j] : mx;
+  for (int64_t j = j0 + threadIdx.x; j < nv; j += blockDim.x) mx = s[j] > mx ? s[j] : mx;
   mx = block_reduce<true>(mx, shared);
   A sum = 0;
-  for (int64_t j = threadIdx.x; j < nv; j += blockDim.x) sum += exp_acc(s[j] - mx);
+  for (int64_t j = j0 + threadIdx.x; j < nv; j += blockDim.x) sum += exp_acc(s[j] - mx);
   sum = block_reduce<false>(sum, shared);
   if (threadIdx.x == 0) *lse = mx + log_acc(sum);
   const A inv = A(1) / sum, keep_scale = A(1.0 / (1.0 - a.dropout_p));
   const float p_drop = float(a.dropout_p);
   for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
-    A p = j < nv ? exp_acc(s[j] - mx) * inv : A(0);
-    if (a.dropout_p > 0 && j < nv) p *= philox_uniform(a.seed, rng_pos(a, gi, i, j)) >= p_drop ? keep_scale : A(0);
+    const bool seen = j >= j0 && j < nv;
+    A p = seen ? exp_acc(s[j] - mx) * inv : A(0);
+    if (a.dropout_p > 0 && seen) p *= philox_uniform(a.seed, rng_pos(a, gi, i, j)) >= p_drop ? keep_scale : A(0);
     s[j] = p;
     if (p16) p16[j] = __float2bfloat16_rn(float(p));
   }
@@ -87,7 +84,8 @@ __global__ void softmax_forward_kernel(FlashRows a) {
 template <class A>
 __global__ void softmax_backward_kernel(FlashRows a) {
   const int64_t row = blockIdx.x, gi = row / a.rows, i = a.row0 + row % a.rows, n = a.s_len;
-  const int64_t nv = visible(a.causal, i, a.t, n);
+  const KeySpan keys = visible_span(a.causal, a.window, a.diagonal, i, a.t, n);  // keys [j0, nv) visible
+  const int64_t j0 = keys.first, nv = keys.end;
   A* s = static_cast<A*>(a.s) + row * n;
   A* dp = static_cast<A*>(a.dp) + row * n;
   bf16* p16 = a.p16 ? static_cast<bf16*>(a.p16) + row * n : nullptr;
@@ -97,7 +95,7 @@ __global__ void softmax_backward_kernel(FlashRows a) {
   const float p_drop = float(a.dropout_p);
   for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
     A p = 0, ds = 0;
-    if (j < nv) {
+    if (j >= j0 && j < nv) {
       const A e = exp_acc(s[j] - lse);
       A z = A(1);
       if (a.dropout_p > 0) z = philox_uniform(a.seed, rng_pos(a, gi, i, j)) >= p_drop ? keep_scale : A(0);

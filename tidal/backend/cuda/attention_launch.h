@@ -35,6 +35,7 @@ struct FlashRows {
   int64_t g = 1, t = 0, s_len = 0;  // t: all the query rows (the mask; lse's head stride)
   int64_t row0 = 0, rows = 0;       // this chunk's query rows
   bool causal = false;
+  int64_t window = 0, diagonal = 0;  // FlashArgs' sliding window and diagonal shift (attention_mask.cuh)
   double dropout_p = 0;
   uint64_t seed = 0;
   // Philox position of (h, i, j): rng_start + ((b*hq + h)*rng_rows + i)*rng_cols + j, with the row

@@ -228,6 +228,11 @@ std::string sdpa_refusal(const FlashArgs& cfg, const Tensor& q, const Tensor& k,
   if (q.size(0) == 0 || q.size(1) == 0 || q.size(2) == 0 || k.size(2) == 0) return "empty attention";
   if (k.size(1) == 0 || q.size(1) % k.size(1) != 0) return "query heads not a multiple of key heads";
   if (cfg.causal && q.size(2) != k.size(2)) return "causal attention with T != S (a KV cache or a context block)";
+  // A window as long as the keys is plain causal attention, which the graph computes.
+  if (cfg.causal && cfg.window > 0 && cfg.window < k.size(2))
+    return detail::str_cat("a sliding window of ", cfg.window,
+                           " keys (not in the cuDNN graph: the eager path masks it)");
+  if (cfg.causal && cfg.diagonal != 0) return "a shifted diagonal (a context-parallel block under a sliding window)";
   for (const auto& [name, t] : {std::pair<const char*, const Tensor*>{"q", &q}, {"k", &k}, {"v", &v}}) {
     std::string why = layout_refusal(name, *t);
     if (!why.empty()) return why;

@@ -40,14 +40,14 @@ void CudaKernels::softmax_backward(Stream& stream, const Tensor& dx, const Tenso
 }
 
 void CudaKernels::scaled_masked_softmax_forward(Stream& stream, const Tensor& probs, const Tensor& scores, double scale,
-                                                bool causal) {
+                                                bool causal, int64_t window) {
   check_dense("scaled_masked_softmax", scores, scores);
   check_dense("scaled_masked_softmax", scores, probs);
   TIDAL_ASSERT(scores.dim() >= 2, "[cuda] scaled_masked_softmax needs (..., T, S) scores, got ", scores.shape());
   const int64_t t_len = scores.size(-2), s_len = scores.size(-1);
   const int64_t rows = scores.numel() / std::max<int64_t>(s_len, 1);
   launch_scaled_masked_softmax_forward(stream_handle(stream), scores.dtype(), device_data(probs), device_data(scores),
-                                       rows, t_len, s_len, scale, causal);
+                                       rows, t_len, s_len, scale, causal, window);
 }
 
 void CudaKernels::scaled_masked_softmax_backward(Stream& stream, const Tensor& grad_scores, const Tensor& grad_probs,

@@ -1,6 +1,7 @@
 // Softmax and log_softmax over the middle dim of a contiguous (outer, n, inner) block, and the eager
 // attention's scaled, causally masked softmax. A row (inner == 1) is one block: block_reduce's fixed
 // tree gives its max and sums. inner > 1: one thread per (outer, inner) column, over n in order.
+#include "tidal/backend/cuda/attention_mask.cuh"
 #include "tidal/backend/cuda/block_reduce.cuh"
 #include "tidal/backend/cuda/device_math.cuh"
 #include "tidal/backend/cuda/softmax_launch.h"
@@ -103,28 +104,24 @@ __global__ void softmax_backward_columns_kernel(T* dx, const T* g, const T* y, i
   }
 }
 
-// The keys query i sees (the CPU's visible_keys).
-__device__ __forceinline__ int64_t visible_keys(bool causal, int64_t i, int64_t t, int64_t s) {
-  if (!causal) return s;
-  const int64_t n = i + s - t + 1;
-  return n < 0 ? 0 : (n > s ? s : n);
-}
-
 template <class T>
 __global__ void masked_softmax_kernel(T* probs, const T* scores, int64_t t_len, int64_t s_len, acc_t<T> scale,
-                                      bool causal) {
+                                      bool causal, int64_t window) {
   using A = acc_t<T>;
   const int64_t r = blockIdx.x;
   const T* x = scores + r * s_len;
   T* p = probs + r * s_len;
-  const int64_t n = visible_keys(causal, r % t_len, t_len, s_len);
-  const A m = row_max(x, n, scale);
+  // The visible keys [j0, j0 + n): the window's first key on, up to the diagonal.
+  const KeySpan keys = visible_span(causal, window, 0, r % t_len, t_len, s_len);
+  const int64_t j0 = keys.first, n = keys.end - keys.first;
+  const T* xv = x + j0;
+  const A m = row_max(xv, n, scale);
   A s = 0;
-  for (int64_t j = threadIdx.x; j < n; j += blockDim.x) s += acc_exp(to_acc(x[j]) * scale - m);
+  for (int64_t j = threadIdx.x; j < n; j += blockDim.x) s += acc_exp(to_acc(xv[j]) * scale - m);
   s = block_sum(s);
   const A inv = n > 0 ? A(1) / s : A(0);
   for (int64_t j = threadIdx.x; j < s_len; j += blockDim.x)
-    p[j] = from_acc<T>(j < n ? acc_exp(to_acc(x[j]) * scale - m) * inv : A(0));
+    p[j] = from_acc<T>(j >= j0 && j < j0 + n ? acc_exp(to_acc(x[j]) * scale - m) * inv : A(0));
 }
 
 template <class T>
@@ -171,11 +168,12 @@ void launch_softmax_backward(cudaStream_t stream, DType dtype, void* dx, const v
 }
 
 void launch_scaled_masked_softmax_forward(cudaStream_t stream, DType dtype, void* probs, const void* scores,
-                                          int64_t rows, int64_t t_len, int64_t s_len, double scale, bool causal) {
+                                          int64_t rows, int64_t t_len, int64_t s_len, double scale, bool causal,
+                                          int64_t window) {
   if (rows * s_len == 0) return;
   TIDAL_CUDA_FLOATING(dtype, "scaled_masked_softmax", T, {
     masked_softmax_kernel<T><<<unsigned(rows), kRowThreads, 0, stream>>>(
-        static_cast<T*>(probs), static_cast<const T*>(scores), t_len, s_len, acc_t<T>(scale), causal);
+        static_cast<T*>(probs), static_cast<const T*>(scores), t_len, s_len, acc_t<T>(scale), causal, window);
     TIDAL_CUDA_CHECK_LAUNCH();
   });
 }

@@ -192,7 +192,8 @@ class CostKernels final : public Kernels {
     report("embedding_backward", CostKind::memory, g.dtype(), ne(g), nb(g) + nb(ids) + 2 * rows);
   }
 
-  void scaled_masked_softmax_forward(Stream&, const Tensor& probs, const Tensor& scores, double, bool) override {
+  void scaled_masked_softmax_forward(Stream&, const Tensor& probs, const Tensor& scores, double, bool,
+                                     int64_t) override {
     elementwise("scaled_masked_softmax_forward", probs, nb(scores), 6, scores.dtype());
   }
   void scaled_masked_softmax_backward(Stream&, const Tensor& grad_scores, const Tensor& grad_probs, const Tensor& probs,
@@ -201,15 +202,15 @@ class CostKernels final : public Kernels {
   }
   void flash_attention_forward(Stream&, const FlashArgs& a, const Tensor& out, const Tensor& lse, const Tensor& q,
                                const Tensor& k, const Tensor& v, const Tensor&) override {
-    const int64_t flops =
-        flash_forward_flops(q.size(0), q.size(1), q.size(2), k.size(2), q.size(3), v.size(3), a.causal);
+    const int64_t flops = flash_forward_flops(q.size(0), q.size(1), q.size(2), k.size(2), q.size(3), v.size(3),
+                                              a.causal, a.window, a.diagonal);
     report("flash_attention_forward", CostKind::attention, q.dtype(), flops, nb(q) + nb(k) + nb(v) + nb(out) + nb(lse));
   }
   void flash_attention_backward(Stream&, const FlashArgs& a, const Tensor& dq, const Tensor& dk, const Tensor& dv,
                                 const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
                                 const Tensor& out, const Tensor& lse, const Tensor&) override {
-    const int64_t flops =
-        flash_backward_flops(q.size(0), q.size(1), q.size(2), k.size(2), q.size(3), v.size(3), a.causal, dq.defined());
+    const int64_t flops = flash_backward_flops(q.size(0), q.size(1), q.size(2), k.size(2), q.size(3), v.size(3),
+                                               a.causal, dq.defined(), a.window, a.diagonal);
     report("flash_attention_backward", CostKind::attention, q.dtype(), flops,
            nb(dout) + nb(q) + nb(k) + nb(v) + nb(out) + nb(lse) + nb(dq) + nb(dk) + nb(dv));
   }
@@ -293,26 +294,42 @@ int64_t over_blocks(int64_t T, int64_t block, int64_t first, F f) {
 
 }  // namespace
 
-int64_t flash_forward_flops(int64_t B, int64_t Hq, int64_t T, int64_t S, int64_t D, int64_t Dv, bool causal) {
+namespace {
+FlashArgs mask_of(bool causal, int64_t window, int64_t diagonal) {
+  FlashArgs a;
+  a.causal = causal;
+  a.window = window;
+  a.diagonal = diagonal;
+  return a;
+}
+}  // namespace
+
+int64_t flash_forward_flops(int64_t B, int64_t Hq, int64_t T, int64_t S, int64_t D, int64_t Dv, bool causal,
+                            int64_t window, int64_t diagonal) {
   const cpu::FlashTiles tiles = cpu::flash_tiles();
-  // Each query block multiplies Q K^T and P V over the keys up to key_end, in key tiles that sum to it.
+  const FlashArgs mask = mask_of(causal, window, diagonal);
+  // Each query block multiplies Q K^T and P V over the keys its rows see (its first row's first key
+  // to its last row's diagonal), in key tiles that sum to them.
   const int64_t per_head = over_blocks(T, tiles.fwd_q, 0, [&](int64_t i0, int64_t nq) {
-    const int64_t key_end = causal ? std::clamp<int64_t>(i0 + nq + S - T, 0, S) : S;
-    return 2 * nq * key_end * (D + Dv);
+    const int64_t first = visible_key_range(mask, i0, T, S).first, end = visible_key_range(mask, i0 + nq - 1, T, S).end;
+    return 2 * nq * std::max<int64_t>(0, end - first) * (D + Dv);
   });
   return B * Hq * per_head;
 }
 
 int64_t flash_backward_flops(int64_t B, int64_t Hq, int64_t T, int64_t S, int64_t D, int64_t Dv, bool causal,
-                             bool with_dq) {
+                             bool with_dq, int64_t window, int64_t diagonal) {
   const cpu::FlashTiles tiles = cpu::flash_tiles();
+  const FlashArgs mask = mask_of(causal, window, diagonal);
   // Per key tile: S = Q K^T, dP = dO V^T, dV += P^T dO, dK += dS^T Q (and dQ += dS K) over the query
-  // blocks from the first that sees the tile; then rowsum(dO * O), the backward's delta.
+  // blocks that see the tile; then rowsum(dO * O), the backward's delta.
   int64_t per_head = 0;
   for (int64_t j0 = 0; j0 < S; j0 += tiles.bwd_k) {
     const int64_t nk = std::min(tiles.bwd_k, S - j0);
-    const int64_t q_first = causal ? std::max<int64_t>(0, j0 - (S - T)) : 0;
-    const int64_t rows = std::max<int64_t>(0, T - q_first / tiles.bwd_q * tiles.bwd_q);
+    const RowRange seen = rows_seeing_keys(mask, j0, j0 + nk, T, S);
+    if (seen.first >= seen.end) continue;
+    const int64_t last_block_end = std::min(T, (seen.end + tiles.bwd_q - 1) / tiles.bwd_q * tiles.bwd_q);
+    const int64_t rows = last_block_end - seen.first / tiles.bwd_q * tiles.bwd_q;
     per_head += 2 * nk * rows * (2 * D + 2 * Dv + (with_dq ? D : 0));
   }
   return B * Hq * (per_head + 2 * T * Dv);

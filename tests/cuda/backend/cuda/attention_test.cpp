@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "tests/cuda/cuda_test_util.h"
@@ -30,6 +31,8 @@ struct Case {
   double dropout = 0;
   bool odd_strides = false;  // q with no unit stride, out column-major per head
   bool eager = false;        // the GPU side runs the eager path even where cuDNN's would
+  int64_t window = 0;        // FlashArgs' sliding window
+  int64_t diagonal = 0;      // and diagonal shift (a context-parallel block)
 };
 
 // A (B, H, L, D) view of a fresh tensor with the same values on the CPU and on the GPU. `base` is
@@ -79,10 +82,12 @@ void expect_close(const Tensor& gpu, const Tensor& cpu, double tol, const char* 
 void check(const Case& c) {
   SCOPED_TRACE(::testing::Message() << "B " << c.b << " Hq " << c.hq << " Hkv " << c.hkv << " T " << c.t << " S " << c.s
                                     << " D " << c.d << " Dv " << c.dv << " causal " << c.causal << " " << c.dtype
-                                    << " p " << c.dropout);
+                                    << " p " << c.dropout << " window " << c.window << " diagonal " << c.diagonal);
   FlashArgs cfg;
   cfg.scale = 1.0 / std::sqrt(double(std::max<int64_t>(c.d, 1)));
   cfg.causal = c.causal;
+  cfg.window = c.window;
+  cfg.diagonal = c.diagonal;
   cfg.dropout_p = c.dropout;
   cfg.seed = 1234;
   cfg.rng_start = 77;
@@ -160,6 +165,36 @@ TEST(CudaFlashAttention, OddStridesAndDropout) {
   drop.causal = false;
   drop.dtype = DType::f64;
   check(drop);
+}
+
+// Sliding windows: the eager path masks them as the CPU does (W = 1, W inside a row chunk, T != S, rows
+// that see no key, dropout, GQA, bf16 and f64, the shifted diagonal of a ring block); cuDNN refuses a
+// window shorter than the keys and runs one as long (plain causal attention).
+TEST(CudaFlashAttention, SlidingWindowMatchesTheCpu) {
+  TIDAL_REQUIRE_CUDA();
+  auto windowed = [](Case c, int64_t window, int64_t diagonal = 0) {
+    c.window = window;
+    c.diagonal = diagonal;
+    return c;
+  };
+  check(windowed({2, 4, 2, 37, 37, 32, 32, true, DType::f32}, 5));
+  check(windowed({2, 4, 2, 37, 37, 32, 32, true, DType::f32}, 1));
+  check(windowed({1, 3, 1, 9, 20, 16, 24, true, DType::f32}, 4));       // S > T
+  check(windowed({1, 2, 2, 9, 5, 16, 16, true, DType::f64}, 2));        // T > S: the first rows see no key
+  check(windowed({1, 2, 1, 12, 12, 16, 16, true, DType::f32}, 6, 10));  // keys 10 positions before the rows
+  check(windowed({1, 2, 1, 12, 12, 16, 16, true, DType::f32}, 6, 20));  // the block wholly outside
+  Case drop = windowed({2, 4, 2, 33, 33, 16, 16, true, DType::f32}, 7);
+  drop.dropout = 0.25;
+  check(drop);
+  const Case fused = windowed({1, 4, 1, 300, 300, 128, 128, true, DType::bf16}, 64);
+  check(fused);
+  check(windowed(fused, 300));  // as long as the keys: cuDNN's (checked inside check)
+  const Operand q = make(1, 4, 300, 128, DType::bf16, 1, 0), k = make(1, 1, 300, 128, DType::bf16, 2, 0);
+  FlashArgs cfg;
+  cfg.window = 64;
+  EXPECT_NE(cuda::sdpa_refusal(cfg, q.gpu, k.gpu, k.gpu).find("sliding window"), std::string::npos);
+  cfg.window = 300;
+  EXPECT_EQ(cuda::sdpa_refusal(cfg, q.gpu, k.gpu, k.gpu), "");
 }
 
 // cuDNN's fused kernels: bf16, T == S, head dims 64 and 128, MHA and GQA, causal and not, T not a

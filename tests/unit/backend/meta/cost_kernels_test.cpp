@@ -84,6 +84,27 @@ TEST(CostKernels, FlashAttentionCountsTheCpuTiles) {
   EXPECT_EQ(r.flops(CostKind::attention), 2 * 2 * fwd_pairs * 32 + 2 * bwd_per_head);
 }
 
+TEST(CostKernels, FlashAttentionWithAWindowCountsTheVisibleTiles) {
+  // T = S = 512, W = 64, D = Dv = 16, one head. Forward query blocks of 64 rows walk the keys from
+  // their first row's window start to their last row's diagonal: 64 keys for block 0, 127 after.
+  const int64_t fwd = 2 * 32 * 64 * (64 + 7 * 127);
+  EXPECT_EQ(flash_forward_flops(1, 1, 512, 512, 16, 16, true, 64), fwd);
+  EXPECT_LT(fwd * 2, flash_forward_flops(1, 1, 512, 512, 16, 16, true));  // O(T·W), not O(T²)
+  // Backward key tiles of 128 keys are seen by rows [j0, j0 + 191): the query blocks of 64 rows from
+  // j0 to j0 + 192 (the last tile to 512).
+  const int64_t bwd = 2 * 128 * (192 + 192 + 192 + 128) * (2 * 16 + 2 * 16 + 16) + 2 * 512 * 16;
+  EXPECT_EQ(flash_backward_flops(1, 1, 512, 512, 16, 16, true, true, 64), bwd);
+  // A window as long as the keys is plain causal attention; the op hands the window to the kernels.
+  EXPECT_EQ(flash_forward_flops(1, 1, 512, 512, 16, 16, true, 512), flash_forward_flops(1, 1, 512, 512, 16, 16, true));
+  Recording r;
+  Tensor q = meta({1, 1, 512, 16}, DType::f32, true), k = meta({1, 1, 512, 16}, DType::f32, true);
+  Tensor v = meta({1, 1, 512, 16}, DType::f32, true);
+  AttentionOptions opt;
+  opt.window = 64;
+  sum(scaled_dot_product_attention(q, k, v, opt)).backward();
+  EXPECT_EQ(r.flops(CostKind::attention), fwd + bwd);
+}
+
 TEST(CostKernels, ChunkedLossCountsEachChunksGemms) {
   Recording r;
   const int64_t N = 10, C = 8, V = 50, chunk = 4;  // chunks of 4, 4, 2 rows

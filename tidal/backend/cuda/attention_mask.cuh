@@ -1,0 +1,24 @@
+#pragma once
+// The attention mask on the device: the keys [first, end) query row i of a (T, S) attention sees
+// (seam/kernel_args.h visible_key_range, which the CPU kernels use): all S, or under the
+// bottom-right-aligned causal mask the keys up to its diagonal i + S - T + diagonal, and with a
+// sliding window W > 0 only the W keys ending there. first == end: none.
+#include <cstdint>
+
+namespace tidal::cuda {
+
+struct KeySpan {
+  int64_t first, end;
+};
+
+__host__ __device__ __forceinline__ KeySpan visible_span(bool causal, int64_t window, int64_t diagonal, int64_t i,
+                                                         int64_t t, int64_t s) {
+  if (!causal) return {0, s};
+  const int64_t diag = i + s - t + diagonal;
+  const int64_t end = diag + 1 < 0 ? 0 : (diag + 1 > s ? s : diag + 1);
+  int64_t first = 0;
+  if (window > 0) first = diag - window + 1 < 0 ? 0 : (diag - window + 1 > s ? s : diag - window + 1);
+  return {first < end ? first : end, end};
+}
+
+}  // namespace tidal::cuda
