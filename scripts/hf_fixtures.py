@@ -15,7 +15,8 @@ Run from a virtual environment outside the repo (tests never need it: the fixtur
 - rope_inv_freq.json: inv_freq and the cos/sin factor of each rope type, from transformers' own
   rotary embedding class (LlamaRotaryEmbedding: ROPE_INIT_FUNCTIONS, and its dynamic update).
 - the golden table (GOLDEN below; tests/models/hf_golden_test.cpp has one row per directory): tiny_gpt2/,
-  tiny_llama3/ (rope_theta 500000 and llama3 scaling in rope_parameters), tiny_qwen3/, tiny_qwen3_moe/: a tiny
+  tiny_llama3/ (rope_theta 500000 and llama3 scaling in rope_parameters), tiny_qwen3/, tiny_qwen3_moe/,
+  tiny_mistral/ (a sliding window shorter than the input), tiny_qwen2/ (q/k/v biases, one sliding layer): a tiny
   random model of transformers' own class saved with save_pretrained, and golden.safetensors: input_ids,
   labels, logits, the causal-LM loss (plain CE; for MoE also aux_loss and loss_with_aux, transformers' loss
   with output_router_logits, which adds router_aux_loss_coef * aux_loss), grad.<name> of a few tensors after
@@ -31,7 +32,8 @@ import sys
 import transformers
 
 OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "fixtures", "hf")
-FAMILIES = {"gpt2": "GPT2Config", "llama": "LlamaConfig", "qwen3": "Qwen3Config", "qwen3_moe": "Qwen3MoeConfig"}
+FAMILIES = {"gpt2": "GPT2Config", "llama": "LlamaConfig", "mistral": "MistralConfig", "qwen2": "Qwen2Config",
+            "qwen3": "Qwen3Config", "qwen3_moe": "Qwen3MoeConfig"}
 
 
 def write_json(path, obj):
@@ -133,6 +135,21 @@ def qwen3_moe_config():  # layer 0 dense (mlp_only_layers), layers 1-2 sparse: 4
                                        router_aux_loss_coef=0.01, tie_word_embeddings=False)
 
 
+def mistral_config():  # every layer slides: a window of 5 keys, shorter than the 16-token input; GQA 4:2
+    return transformers.MistralConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                      num_attention_heads=4, num_key_value_heads=2, head_dim=8,
+                                      max_position_embeddings=128, sliding_window=5,
+                                      rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
+                                      tie_word_embeddings=False)
+
+
+def qwen2_config():  # q/k/v biases; layer 0 full, layer 1 slides over 4 keys (use_sliding_window, max_window_layers)
+    return transformers.Qwen2Config(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                    num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
+                                    use_sliding_window=True, sliding_window=4, max_window_layers=1,
+                                    tie_word_embeddings=False)
+
+
 # directory: (config, model class, input (batch, seq), gradients to record, by the names of model.safetensors)
 GOLDEN = {
     "tiny_gpt2": (gpt2_config, "GPT2LMHeadModel", (2, 12), [
@@ -150,6 +167,12 @@ GOLDEN = {
         "model.layers.2.self_attn.k_proj.weight", "model.layers.0.mlp.up_proj.weight",
         "model.layers.1.mlp.gate.weight", "model.layers.1.mlp.experts.2.gate_proj.weight",
         "model.layers.2.mlp.experts.0.down_proj.weight", "model.norm.weight", "lm_head.weight"]),
+    "tiny_mistral": (mistral_config, "MistralForCausalLM", (2, 16), [
+        "model.embed_tokens.weight", "model.layers.0.self_attn.q_proj.weight",
+        "model.layers.1.self_attn.v_proj.weight", "model.layers.1.mlp.down_proj.weight", "lm_head.weight"]),
+    "tiny_qwen2": (qwen2_config, "Qwen2ForCausalLM", (2, 16), [
+        "model.embed_tokens.weight", "model.layers.0.self_attn.q_proj.bias", "model.layers.1.self_attn.k_proj.weight",
+        "model.layers.1.self_attn.v_proj.bias", "model.layers.0.mlp.gate_proj.weight", "lm_head.weight"]),
 }
 PROMPT = [3, 14, 15, 9, 2, 6]  # greedy continuation of this prompt, 8 new tokens
 

@@ -108,6 +108,16 @@ TEST(ContextParallel, MixtureOfExpertsOnTwoRanks) {
   compare_cp("tiny-qwen3-moe", 2, {"--activation-offload"});
 }
 
+// Mistral's sliding window (8 keys of a 16-token sequence: a rank's chunk of 8 reaches back into the
+// other rank's) through ring attention (flash) and the all-gathered K/V (eager); Qwen2's q/k/v biases.
+TEST(ContextParallel, SlidingWindowAndBiasesOnTwoRanks) {
+  if (dist::world().size() != 2) GTEST_SKIP() << "runs on two ranks (ctest dist2)";
+  compare_cp("tiny-mistral", 2);
+  compare_cp("tiny-mistral", 2, {"--attention", "eager"});
+  compare_cp("tiny-mistral", 2, {"--recompute-granularity", "selective", "--activation-offload"});
+  compare_cp("tiny-qwen2", 2);
+}
+
 TEST(ContextParallel, TwoRanksWithRecomputeAndOffload) {
   if (dist::world().size() != 2) GTEST_SKIP() << "runs on two ranks (ctest dist2)";
   compare_cp("tiny-llama", 2,

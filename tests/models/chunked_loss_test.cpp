@@ -106,7 +106,7 @@ std::vector<Mode> modes(bool moe) {
 
 void check(const char* preset_name) {
   ModelConfig c = preset(preset_name);
-  c.num_hidden_layers = 3;
+  c.set_num_layers(3);
   c.mlp_only_layers = c.is_moe() ? std::vector<int64_t>{1} : std::vector<int64_t>{};
   if (c.is_gpt2()) c.hidden_dropout = c.attention_dropout = 0.1;
   manual_seed(1);
@@ -142,6 +142,8 @@ TEST(ChunkedLossModels, Gpt2TiedEveryRecomputeMode) { check("tiny-gpt2"); }
 TEST(ChunkedLossModels, LlamaUntiedEveryRecomputeMode) { check("tiny-llama"); }
 TEST(ChunkedLossModels, Qwen3TiedEveryRecomputeMode) { check("tiny-qwen3"); }
 TEST(ChunkedLossModels, Qwen3MoeWithAuxLossEveryRecomputeMode) { check("tiny-qwen3-moe"); }
+TEST(ChunkedLossModels, MistralUntiedEveryRecomputeMode) { check("tiny-mistral"); }
+TEST(ChunkedLossModels, Qwen2TiedEveryRecomputeMode) { check("tiny-qwen2"); }
 
 // The head and loss of one micro-batch, measured on the allocator against loss_head_memory(): the
 // hidden input (N, C) and the weight are leaves; targets are a narrow of the token batch (copied).
@@ -197,7 +199,7 @@ TEST(ChunkedLossModels, ActivationEstimateInChunkMode) {
   for (const DType dtype : {DType::f32, DType::bf16})
     for (const char* name : {"tiny-llama", "tiny-gpt2"}) {
       ModelConfig c = preset(name);
-      c.num_hidden_layers = 2;
+      c.set_num_layers(2);
       manual_seed(1);
       nn::Init init;
       init.dtype = dtype;

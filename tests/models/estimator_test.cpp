@@ -50,7 +50,7 @@ Measured measure(CausalLM& model, const Tensor& tokens) {
 
 void check(const char* preset_name, AttentionKernel kernel, bool dropout, DType dtype = DType::f32) {
   ModelConfig c = preset(preset_name);
-  c.num_hidden_layers = 4;
+  c.set_num_layers(4);
   c.max_position_embeddings = 512;
   if (c.is_moe()) c.mlp_only_layers = {1};
   if (c.is_gpt2()) c.hidden_dropout = c.attention_dropout = dropout ? 0.1 : 0.0;
@@ -105,6 +105,9 @@ TEST(Estimator, LlamaEager) { check("tiny-llama", AttentionKernel::eager, false)
 TEST(Estimator, LlamaFlash) { check("tiny-llama", AttentionKernel::flash, false); }
 TEST(Estimator, Qwen3Eager) { check("tiny-qwen3", AttentionKernel::eager, false); }
 TEST(Estimator, Qwen3MoeFlash) { check("tiny-qwen3-moe", AttentionKernel::flash, false); }
+TEST(Estimator, MistralEager) { check("tiny-mistral", AttentionKernel::eager, false); }
+TEST(Estimator, MistralFlash) { check("tiny-mistral", AttentionKernel::flash, false); }
+TEST(Estimator, Qwen2Flash) { check("tiny-qwen2", AttentionKernel::flash, false); }
 TEST(Estimator, Bf16Gpt2Eager) { check("tiny-gpt2", AttentionKernel::eager, true, DType::bf16); }
 TEST(Estimator, Bf16Gpt2Flash) { check("tiny-gpt2", AttentionKernel::flash, true, DType::bf16); }
 TEST(Estimator, Bf16LlamaEager) { check("tiny-llama", AttentionKernel::eager, false, DType::bf16); }
@@ -117,7 +120,7 @@ TEST(Estimator, Bf16Qwen3MoeFlash) { check("tiny-qwen3-moe", AttentionKernel::fl
 namespace tidal::models {
 TEST(Estimator, OrderingNoneSelectiveFullAndFullUniformOneKeepsLayerInputs) {
   ModelConfig c = preset("tiny-llama");
-  c.num_hidden_layers = 6;
+  c.set_num_layers(6);
   c.max_position_embeddings = 512;
   manual_seed(1);
   auto model = create_model(c);

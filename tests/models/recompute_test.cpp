@@ -113,6 +113,9 @@ TEST(Recompute, Gpt2BitwiseEveryModeFlash) { check_all_modes("tiny-gpt2", Attent
 TEST(Recompute, LlamaBitwiseEveryMode) { check_all_modes("tiny-llama", AttentionKernel::eager); }
 TEST(Recompute, Qwen3BitwiseEveryMode) { check_all_modes("tiny-qwen3", AttentionKernel::eager); }
 TEST(Recompute, Qwen3MoeBitwiseEveryMode) { check_all_modes("tiny-qwen3-moe", AttentionKernel::eager); }
+TEST(Recompute, MistralSlidingWindowBitwiseEveryModeEager) { check_all_modes("tiny-mistral", AttentionKernel::eager); }
+TEST(Recompute, MistralSlidingWindowBitwiseEveryModeFlash) { check_all_modes("tiny-mistral", AttentionKernel::flash); }
+TEST(Recompute, Qwen2BiasesBitwiseEveryMode) { check_all_modes("tiny-qwen2", AttentionKernel::eager); }
 TEST(Recompute, Bf16Gpt2BitwiseEveryModeFlash) { check_all_modes("tiny-gpt2", AttentionKernel::flash, DType::bf16); }
 TEST(Recompute, Bf16LlamaBitwiseEveryMode) { check_all_modes("tiny-llama", AttentionKernel::eager, DType::bf16); }
 TEST(Recompute, Bf16Qwen3MoeBitwiseEveryMode) {
@@ -151,7 +154,7 @@ TEST(Recompute, FlagRulesAreEnforced) {
 
 TEST(Recompute, PlansFollowMindSpeedsLayerChoice) {
   ModelConfig c = preset("tiny-llama");
-  c.num_hidden_layers = 6;
+  c.set_num_layers(6);
   auto plan = memory::plan_recompute(parse({"", "full", "block", 2, true, 2, true, 3}, c), c);
   for (int64_t l = 0; l < 6; ++l) {
     EXPECT_EQ(plan[size_t(l)].full, l < 2) << l;

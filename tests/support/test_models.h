@@ -12,7 +12,7 @@ namespace tidal::testing {
 inline std::unique_ptr<models::CausalLM> make_test_model(const char* preset_name, int64_t layers,
                                                          AttentionKernel kernel, DType dtype = DType::f32) {
   models::ModelConfig c = models::preset(preset_name);
-  c.num_hidden_layers = layers;
+  c.set_num_layers(layers);
   c.mlp_only_layers = c.is_moe() ? std::vector<int64_t>{1} : std::vector<int64_t>{};
   if (c.is_gpt2()) c.hidden_dropout = c.attention_dropout = 0.1;
   manual_seed(1);

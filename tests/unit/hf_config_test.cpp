@@ -41,7 +41,7 @@ json tiny(const char* type) {
 TEST(HfConfig, TransformersDefaultConfigsParseAndMatchTidalsDefaults) {
   // Each class's own defaults (to_dict() of a default config, both versions) parse; and a file that
   // gives only the sizes means what transformers' defaults mean.
-  for (const char* family : {"llama", "qwen3", "qwen3_moe", "gpt2"})
+  for (const char* family : {"llama", "mistral", "qwen2", "qwen3", "qwen3_moe", "gpt2"})
     for (const char* v : {".v4", ".v5"}) {
       SCOPED_TRACE(std::string(family) + v);
       const json defaults = fields_fixture(family + std::string(v))["defaults"];
@@ -115,35 +115,76 @@ TEST(HfConfig, Rope500000InTransformers5FormatIsRead) {
   EXPECT_EQ(config_from_json(j).rope_theta, 500000.0);
 }
 
-TEST(HfConfig, SlidingWindowsAreRefusedWhenOnAndReadWhenOff) {
+// The windows of each layer, as transformers 5's config classes give them (ModelConfig::attention_window).
+std::vector<int64_t> windows(const json& j) {
+  const ModelConfig c = config_from_json(j);
+  std::vector<int64_t> out;
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) out.push_back(c.attention_window(l));
+  return out;
+}
+
+TEST(HfConfig, SlidingWindowsAreReadPerLayerAsTransformersReadsThem) {
+  using W = std::vector<int64_t>;
   json j = tiny("qwen3");
   j.update({{"use_sliding_window", false}, {"sliding_window", 4096}, {"max_window_layers", 1}});
-  EXPECT_NO_THROW(config_from_json(j));  // transformers: window null unless use_sliding_window
+  EXPECT_EQ(windows(j), (W{0, 0}));  // transformers: window null unless use_sliding_window
   j["use_sliding_window"] = true;
-  EXPECT_HAS(config_error(j), "field 'use_sliding_window' is true: sliding_window 4096 makes layers 1 attend");
-  j["max_window_layers"] = 2;  // no layer at or past 2: all full attention
-  EXPECT_NO_THROW(config_from_json(j));
-  j["layer_types"] = {"full_attention", "full_attention"};
-  j["max_window_layers"] = 0;
-  EXPECT_NO_THROW(config_from_json(j));  // layer_types rule over max_window_layers
+  EXPECT_EQ(windows(j), (W{0, 4096}));  // layers at or past max_window_layers slide
+  j["max_window_layers"] = 2;
+  EXPECT_EQ(windows(j), (W{0, 0}));
+  j.erase("max_window_layers");
+  EXPECT_EQ(windows(j), (W{0, 0}));  // Qwen3Config's default 28
   j["layer_types"] = {"sliding_attention", "full_attention"};
-  EXPECT_HAS(config_error(j), "makes layers 0 attend within a window");
+  j["max_window_layers"] = 2;
+  EXPECT_EQ(windows(j), (W{4096, 0}));  // layer_types rule over max_window_layers
+  j.erase("sliding_window");
+  EXPECT_EQ(windows(j), (W{4096, 0}));  // the class default window
+  j["sliding_window"] = nullptr;
+  EXPECT_EQ(windows(j), (W{0, 0}));
+  j["sliding_window"] = 0;
+  EXPECT_HAS(config_error(j), "field 'sliding_window' is 0: it must be in [1, ");
+  j["sliding_window"] = 16;
   j["layer_types"] = {"full_attention"};
   EXPECT_HAS(config_error(j), "field 'layer_types' must list one entry per layer (2)");
   j["layer_types"] = {"full_attention", "chunked_attention"};
   EXPECT_HAS(config_error(j), "field 'layer_types' is [\"full_attention\",\"chunked_attention\"]");
 
+  json q = tiny("qwen2");
+  q.update({{"use_sliding_window", true}, {"sliding_window", 8}, {"max_window_layers", 1}});
+  EXPECT_EQ(windows(q), (W{0, 8}));
+  EXPECT_TRUE(config_from_json(q).qkv_bias);
+
   json m = tiny("qwen3_moe");
   m.update({{"use_sliding_window", true}, {"sliding_window", 4096}});
-  EXPECT_HAS(config_error(m), "field 'use_sliding_window' is true: sliding_window 4096 makes layers 0, 1 attend");
+  EXPECT_EQ(windows(m), (W{4096, 4096}));  // Qwen3MoeAttention: every layer
   m["sliding_window"] = nullptr;
-  EXPECT_NO_THROW(config_from_json(m));
+  EXPECT_EQ(windows(m), (W{0, 0}));
+
+  json mi = tiny("mistral");
+  EXPECT_EQ(windows(mi), (W{4096, 4096}));  // MistralConfig's default window, on every layer
+  mi["sliding_window"] = nullptr;
+  EXPECT_EQ(windows(mi), (W{0, 0}));  // Mistral 7B v0.2 and later
+  mi["sliding_window"] = 32;
+  EXPECT_EQ(windows(mi), (W{32, 32}));
 
   json l = tiny("llama");
   l["sliding_window"] = 4096;
-  EXPECT_HAS(config_error(l), "field 'sliding_window' is 4096: tidal's llama attends to every earlier token");
+  EXPECT_HAS(config_error(l), "field 'sliding_window' is 4096: LlamaAttention attends to every earlier token");
   l["sliding_window"] = nullptr;
   EXPECT_NO_THROW(config_from_json(l));
+}
+
+TEST(HfConfig, WindowsAndBiasesSurviveTheSavedConfig) {
+  for (const char* type : {"mistral", "qwen2", "qwen3", "qwen3_moe"}) {
+    json j = tiny(type);
+    j.update({{"use_sliding_window", true}, {"sliding_window", 5}, {"max_window_layers", 1}});
+    const ModelConfig c = config_from_json(j);
+    const ModelConfig back = config_from_json(config_to_json(c));
+    EXPECT_EQ(back.sliding_window, c.sliding_window) << type;
+    EXPECT_EQ(back.layer_types, c.layer_types) << type;
+    EXPECT_EQ(back.qkv_bias, c.qkv_bias) << type;
+    EXPECT_EQ(back.parameter_count(), c.parameter_count()) << type;
+  }
 }
 
 TEST(HfConfig, FieldsThatChangeTheMathAreRefused) {

@@ -166,7 +166,8 @@ TEST(HostileConfig, ATrillionParameterConfigIsWithinTheLimits) {
 }
 
 TEST(HostileConfig, ParameterCountIsTheBuiltModels) {
-  for (const char* name : {"tiny-gpt2", "tiny-llama", "tiny-qwen3", "tiny-qwen3-moe", "gpt2-124m", "qwen3-30b-a3b"}) {
+  for (const char* name : {"tiny-gpt2", "tiny-llama", "tiny-qwen3", "tiny-qwen3-moe", "tiny-mistral", "tiny-qwen2",
+                           "gpt2-124m", "qwen3-30b-a3b"}) {
     nn::Init init;
     init.device = Device::meta();
     ModelConfig c = preset(name);

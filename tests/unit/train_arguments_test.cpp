@@ -55,6 +55,20 @@ TEST(TrainArguments, SwigluHiddenSizeDerivesMegatronsWidth) {
   EXPECT_EQ(m.intermediate_size, 48);
 }
 
+// --num-layers over a sliding-window model: uniform layer types follow the new count; per-layer ones
+// (which layers slide) cannot be guessed and are refused.
+TEST(TrainArguments, LayerCountCarriesTheSlidingWindow) {
+  const models::ModelConfig m = model_of({"--model", "tiny-mistral", "--num-layers", "5"});
+  for (int64_t l = 0; l < 5; ++l) EXPECT_EQ(m.attention_window(l), 8) << l;
+  models::ModelConfig mixed = models::preset("tiny-qwen2");
+  mixed.sliding_window = 4;
+  mixed.layer_types = {"full_attention", "sliding_attention"};
+  const std::string e = error_of([&] { mixed.set_num_layers(3); });
+  EXPECT_NE(e.find("layer_types gives each of the model's 2 layers its own attention"), std::string::npos) << e;
+  mixed.set_num_layers(2);
+  EXPECT_EQ(mixed.attention_window(1), 4);
+}
+
 TEST(TrainArguments, HeadSizeAndKeyValueHeads) {
   // qwen3-0.6b's heads are 128 wide, not hidden / heads = 64: a new hidden size or head count derives hidden / heads
   // (Megatron's kv_channels) unless --kv-channels keeps it.

@@ -1,6 +1,7 @@
 #pragma once
 // Model configuration: the fields of a Hugging Face config.json for the architectures tidal builds
-// (model_type gpt2, llama, qwen3, qwen3_moe), with HF's names and defaults, plus built-in presets.
+// (model_type gpt2, llama, mistral, qwen2, qwen3, qwen3_moe), with HF's names and defaults, plus
+// built-in presets.
 #include <cstdint>
 #include <memory>
 #include <nlohmann/json_fwd.hpp>
@@ -26,8 +27,14 @@ inline constexpr int64_t kMaxExperts = 4096;                   // largest: 384 (
 inline constexpr int64_t kMaxExpertsInAll = int64_t(1) << 17;  // experts x sparse layers; largest: 23040 (K2)
 inline constexpr int64_t kMaxParameters = int64_t(1) << 45;    // ~35T; largest: ~1T
 
+// The model types tidal builds, as config.json's model_type names them.
+inline constexpr const char* kModelTypes[] = {"gpt2", "llama", "mistral", "qwen2", "qwen3", "qwen3_moe"};
+bool is_model_type(std::string_view type);
+// "gpt2, llama, ...": for messages.
+std::string model_type_list();
+
 struct ModelConfig {
-  std::string model_type;  // gpt2 | llama | qwen3 | qwen3_moe
+  std::string model_type;  // one of kModelTypes
   int64_t vocab_size = 0;
   int64_t hidden_size = 0;              // gpt2: n_embd
   int64_t intermediate_size = 0;        // gpt2: n_inner (null: 4 * n_embd)
@@ -41,12 +48,17 @@ struct ModelConfig {
   double norm_eps = 1e-5;    // rms_norm_eps / layer_norm_epsilon
   bool tie_word_embeddings = false;
   bool attention_bias = false;     // biases on q/k/v/o projections (llama attention_bias)
+  bool qkv_bias = false;           // biases on q/k/v only (qwen2)
   bool qk_norm = false;            // RMSNorm of each head's q and k (qwen3, qwen3_moe)
   std::string hidden_act;          // gelu_new (gpt2) | silu
   double attention_dropout = 0.0;  // gpt2: attn_pdrop
   double hidden_dropout = 0.0;     // gpt2: resid_pdrop (and embd_pdrop)
   double initializer_range = 0.02;
   std::string torch_dtype = "float32";
+  // Sliding-window attention (mistral, and qwen2/qwen3 with use_sliding_window): a sliding layer's query
+  // at position p sees the keys at positions p - sliding_window < q <= p (ops/attention.h).
+  int64_t sliding_window = 0;            // 0: every layer attends to all earlier tokens
+  std::vector<std::string> layer_types;  // per layer: full_attention | sliding_attention (empty: all full)
   // Mixture of experts (qwen3_moe).
   int64_t num_experts = 0;
   int64_t num_experts_per_tok = 0;
@@ -66,6 +78,11 @@ struct ModelConfig {
 
   bool is_gpt2() const { return model_type == "gpt2"; }
   bool is_moe() const { return num_experts > 0; }
+  // The window of layer `layer`'s attention: sliding_window for a sliding layer, 0 (none) otherwise.
+  int64_t attention_window(int64_t layer) const;
+  // Sets num_hidden_layers (--num-layers): layer_types follows when all its entries are one type;
+  // per-layer types of another count are refused (they say which layers slide).
+  void set_num_layers(int64_t layers);
   int64_t kv_heads() const { return num_key_value_heads > 0 ? num_key_value_heads : num_attention_heads; }
   int64_t head_size() const { return head_dim > 0 ? head_dim : hidden_size / num_attention_heads; }
   // The rotary frequencies of a run of `seq_len` positions (the rope type's scaling applied).
@@ -96,8 +113,9 @@ struct Preset {
   std::string description;
   ModelConfig config;
 };
-// tiny-gpt2, tiny-llama, tiny-qwen3, tiny-qwen3-moe, small-gpt2, gpt2-124m, gpt2-350m, qwen3-0.6b,
-// qwen3-1.7b, qwen3-8b, qwen3-30b-a3b.
+// The tiny ones for tests and demos (tiny-gpt2, tiny-llama, tiny-qwen3, tiny-qwen3-moe, tiny-mistral,
+// tiny-qwen2, small-gpt2) and published sizes: GPT-2, Llama 3.1/3.2, Mistral 7B, Qwen2.5, Qwen3
+// (`tidal presets` lists them).
 const std::vector<Preset>& presets();
 // Throws listing the valid names.
 ModelConfig preset(const std::string& name);

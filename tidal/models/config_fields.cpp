@@ -84,37 +84,6 @@ const std::vector<HarmlessField> kMoe = {
 };
 
 bool truthy(const json* v) { return v != nullptr && v->is_boolean() && v->get<bool>(); }
-bool is_string(const json& v, const char* s) { return v.is_string() && v.get_ref<const std::string&>() == s; }
-
-// Qwen3's sliding window (transformers 5 Qwen3Config.__post_init__): the window is null unless
-// use_sliding_window; layer i slides when its layer_types entry says so, or, without layer_types, when
-// i >= max_window_layers. qwen3_moe slides every layer when the window is on.
-void check_sliding_window(const FieldReader& f, const ModelConfig& c) {
-  const bool use = f.get("use_sliding_window", false);
-  const json* window = f.find("sliding_window");
-  const json* types = f.find("layer_types");
-  const int64_t first = f.get("max_window_layers", int64_t(28), 0, kMaxLayers);  // transformers' default
-  if (types != nullptr) {
-    TIDAL_CHECK(types->is_array() && int64_t(types->size()) == c.num_hidden_layers, f.where("layer_types"),
-                " must list one entry per layer (", c.num_hidden_layers, "), found ", types->dump());
-    for (const json& t : *types)
-      if (!is_string(t, "full_attention") && !is_string(t, "sliding_attention"))
-        f.refuse("layer_types", types->dump(), "each entry must be full_attention (or sliding_attention)");
-  }
-  if (!use || window == nullptr) return;  // transformers sets the window to null: full attention
-  std::string sliding;
-  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
-    const bool slides = c.model_type == "qwen3_moe" ? true
-                        : types != nullptr          ? is_string((*types)[size_t(l)], "sliding_attention")
-                                                    : l >= first;
-    if (slides) sliding += (sliding.empty() ? "" : ", ") + std::to_string(l);
-  }
-  if (!sliding.empty())
-    f.refuse("use_sliding_window", "true",
-             tidal::detail::str_cat("sliding_window ", window->dump(), " makes layers ", sliding,
-                                    " attend within a window, which tidal does not implement (set "
-                                    "use_sliding_window false to train with full attention)"));
-}
 
 }  // namespace
 
@@ -156,12 +125,6 @@ void check_unsupported_fields(const FieldReader& f, const ModelConfig& c) {
     return;
   }
   if (f.get("mlp_bias", false)) f.refuse("mlp_bias", "true", "biases on the MLP projections are not implemented");
-  if (c.model_type == "llama") {
-    if (const json* w = f.find("sliding_window"))
-      f.refuse("sliding_window", w->dump(), "tidal's llama attends to every earlier token (only null)");
-    return;
-  }
-  check_sliding_window(f, c);  // qwen3, qwen3_moe
 }
 
 }  // namespace detail

@@ -31,6 +31,11 @@ class FieldReader {
     return json_find(j_, key, tidal::detail::str_cat("[config] ", source_));
   }
   bool has(const char* key) const { return find(key) != nullptr; }
+  // Whether the key is in the file at all, null included (where absent and null mean different things).
+  bool present(const char* key) const {
+    if (read_ != nullptr) read_->insert(prefix_ + key);
+    return j_.contains(key);
+  }
 
   // A required integer in [lo, hi].
   int64_t need(const char* key, int64_t lo, int64_t hi) const {

@@ -8,11 +8,13 @@
 #include "tidal/ops/view.h"
 
 namespace tidal::models {
-LlamaAttention::LlamaAttention(const ModelConfig& c, const nn::Init& init) {
+LlamaAttention::LlamaAttention(const ModelConfig& c, int64_t layer, const nn::Init& init)
+    : window_(c.attention_window(layer)) {
   const int64_t d = c.hidden_size, hd = c.head_size(), h = c.num_attention_heads, kv = c.kv_heads();
-  q_proj_ = &register_module("q_proj", std::make_unique<nn::Linear>(d, h * hd, c.attention_bias, init));
-  k_proj_ = &register_module("k_proj", std::make_unique<nn::Linear>(d, kv * hd, c.attention_bias, init));
-  v_proj_ = &register_module("v_proj", std::make_unique<nn::Linear>(d, kv * hd, c.attention_bias, init));
+  const bool qkv_bias = c.attention_bias || c.qkv_bias;
+  q_proj_ = &register_module("q_proj", std::make_unique<nn::Linear>(d, h * hd, qkv_bias, init));
+  k_proj_ = &register_module("k_proj", std::make_unique<nn::Linear>(d, kv * hd, qkv_bias, init));
+  v_proj_ = &register_module("v_proj", std::make_unique<nn::Linear>(d, kv * hd, qkv_bias, init));
   o_proj_ = &register_module("o_proj", std::make_unique<nn::Linear>(h * hd, d, c.attention_bias, init));
   if (c.qk_norm) {
     q_norm_ = &register_module("q_norm", std::make_unique<nn::RMSNorm>(hd, c.norm_eps, init));
@@ -39,6 +41,7 @@ Tensor LlamaAttention::attend(const std::vector<Tensor>& qkv, const RopeTables& 
   k = apply_rope(k.transpose(1, 2), rope.cos, rope.sin);  // (B, Hkv, T, hd)
   AttentionOptions opt;
   opt.dropout_p = training ? c.attention_dropout : 0.0;
+  opt.window = window_;  // sliding layers (mistral, qwen2/qwen3 with use_sliding_window)
   auto core = [opt, attn, module = name()](const std::vector<Tensor>& in) {
     ModuleScope scope(module);
     return std::vector<Tensor>{attn(in[0], in[1], in[2], opt)};
@@ -54,7 +57,7 @@ LlamaDecoderLayer::LlamaDecoderLayer(const ModelConfig& c, int64_t index, const 
                                      const std::shared_ptr<dist::Communicator>& experts) {
   input_layernorm_ =
       &register_module("input_layernorm", std::make_unique<nn::RMSNorm>(c.hidden_size, c.norm_eps, init));
-  self_attn_ = &register_module("self_attn", std::make_unique<LlamaAttention>(c, init));
+  self_attn_ = &register_module("self_attn", std::make_unique<LlamaAttention>(c, index, init));
   post_attention_layernorm_ =
       &register_module("post_attention_layernorm", std::make_unique<nn::RMSNorm>(c.hidden_size, c.norm_eps, init));
   if (c.is_moe_layer(index))

@@ -1,7 +1,8 @@
 #pragma once
-// The Llama family with Hugging Face names: Llama (LlamaForCausalLM), Qwen3 (adds per-head QK
-// RMSNorm) and Qwen3-MoE (sparse MLP layers mixed with dense ones by config). Pre-RMSNorm blocks,
-// rotary embeddings (HF layout), grouped-query attention, SwiGLU MLPs, tied or untied embeddings.
+// The Llama family with Hugging Face names: Llama (LlamaForCausalLM, Llama 3.x's RoPE scaling),
+// Mistral (sliding-window attention), Qwen2/2.5 (q/k/v biases), Qwen3 (adds per-head QK RMSNorm) and
+// Qwen3-MoE (sparse MLP layers mixed with dense ones by config). Pre-RMSNorm blocks, rotary embeddings
+// (HF layout), grouped-query attention, SwiGLU MLPs, tied or untied embeddings.
 #include "tidal/models/causal_lm.h"
 #include "tidal/models/moe.h"
 #include "tidal/ops/rope.h"
@@ -10,7 +11,8 @@ namespace tidal::models {
 
 class LlamaAttention : public nn::Module {
  public:
-  LlamaAttention(const ModelConfig& c, const nn::Init& init);
+  // Layer `layer` of the model (its attention window: ModelConfig::attention_window).
+  LlamaAttention(const ModelConfig& c, int64_t layer, const nn::Init& init);
   // The projections: h (B, T, C) normalized -> {q (B, T, H, hd), k (B, T, Hkv, hd), v (B, T, Hkv, hd)}.
   std::vector<Tensor> project(const Tensor& h, const ModelConfig& c) const;
   // The rest: QK-norm, RoPE, the attention core (checkpointed with `recompute_core` under the eager
@@ -25,6 +27,7 @@ class LlamaAttention : public nn::Module {
   nn::Linear* o_proj_;
   nn::RMSNorm* q_norm_ = nullptr;
   nn::RMSNorm* k_norm_ = nullptr;
+  int64_t window_ = 0;  // keys each query sees, itself included (0: all earlier ones)
 };
 
 class LlamaDecoderLayer : public nn::Module {

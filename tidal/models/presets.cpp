@@ -39,7 +39,31 @@ ModelConfig llama_like(const char* type, int64_t vocab, int64_t hidden, int64_t 
   c.norm_eps = 1e-6;
   c.hidden_act = "silu";
   c.tie_word_embeddings = tied;
-  c.qk_norm = std::string(type) != "llama";
+  c.qk_norm = std::string(type) == "qwen3" || std::string(type) == "qwen3_moe";
+  c.qkv_bias = std::string(type) == "qwen2";
+  return c;
+}
+
+// Llama 3.1 / 3.2's rope_type llama3 (their config.json: low 1, high 4, original 8192 positions).
+ModelConfig llama3(ModelConfig c, double factor) {
+  c.rope_scaling.type = RopeType::llama3;
+  c.rope_scaling.factor = factor;
+  c.rope_scaling.low_freq_factor = 1.0;
+  c.rope_scaling.high_freq_factor = 4.0;
+  c.rope_scaling.original_max_position_embeddings = 8192;
+  c.norm_eps = 1e-5;
+  return c;
+}
+
+ModelConfig with_eps(ModelConfig c, double eps) {
+  c.norm_eps = eps;
+  return c;
+}
+
+// Every layer attends within `window` keys (Mistral 7B v0.1).
+ModelConfig sliding(ModelConfig c, int64_t window) {
+  c.sliding_window = window;
+  c.layer_types.assign(size_t(c.num_hidden_layers), "sliding_attention");
   return c;
 }
 
@@ -62,10 +86,40 @@ std::vector<Preset> make_presets() {
        llama_like("qwen3", 512, 64, 192, 2, 4, 2, 16, 256, 1000000.0, true)},
       {"tiny-qwen3-moe", "2 layers (dense, then 8 experts top-2 of 32), hidden 64, vocab 512",
        moe(llama_like("qwen3_moe", 512, 64, 128, 2, 4, 2, 16, 256, 1000000.0, false), 8, 2, 32, {0})},
+      {"tiny-mistral", "2 layers, hidden 64, 4 heads / 2 kv heads, sliding window of 8 keys, vocab 512",
+       sliding(llama_like("mistral", 512, 64, 176, 2, 4, 2, 0, 256, 10000.0, false), 8)},
+      {"tiny-qwen2", "2 layers, hidden 64, 4 heads / 2 kv heads, q/k/v biases, tied, vocab 512",
+       llama_like("qwen2", 512, 64, 176, 2, 4, 2, 0, 256, 1000000.0, true)},
       {"small-gpt2", "4 layers, hidden 256, 4 heads, vocab 8192, 1024 positions", gpt2(8192, 256, 4, 4, 1024, 0.0)},
       {"gpt2-124m", "GPT-2 small: 12 layers, hidden 768, 12 heads, vocab 50257", gpt2(50257, 768, 12, 12, 1024, 0.1)},
       {"gpt2-350m", "GPT-2 medium: 24 layers, hidden 1024, 16 heads, vocab 50257",
        gpt2(50257, 1024, 24, 16, 1024, 0.1)},
+      {"llama3.2-1b", "Llama-3.2-1B: 16 layers, hidden 2048, 32 heads / 8 kv heads of 64, llama3 RoPE x32, tied",
+       llama3(llama_like("llama", 128256, 2048, 8192, 16, 32, 8, 64, 131072, 500000.0, true), 32.0)},
+      {"llama3.2-3b", "Llama-3.2-3B: 28 layers, hidden 3072, 24 heads / 8 kv heads of 128, llama3 RoPE x32, tied",
+       llama3(llama_like("llama", 128256, 3072, 8192, 28, 24, 8, 128, 131072, 500000.0, true), 32.0)},
+      {"llama3.1-8b", "Llama-3.1-8B: 32 layers, hidden 4096, 32 heads / 8 kv heads, llama3 RoPE x8",
+       llama3(llama_like("llama", 128256, 4096, 14336, 32, 32, 8, 128, 131072, 500000.0, false), 8.0)},
+      {"llama3.1-70b", "Llama-3.1-70B: 80 layers, hidden 8192, 64 heads / 8 kv heads, llama3 RoPE x8",
+       llama3(llama_like("llama", 128256, 8192, 28672, 80, 64, 8, 128, 131072, 500000.0, false), 8.0)},
+      {"mistral-7b", "Mistral-7B-v0.3: 32 layers, hidden 4096, 32 heads / 8 kv heads, vocab 32768, no window",
+       with_eps(llama_like("mistral", 32768, 4096, 14336, 32, 32, 8, 128, 32768, 1000000.0, false), 1e-5)},
+      {"mistral-7b-v0.1", "Mistral-7B-v0.1: as mistral-7b with vocab 32000, RoPE base 10000, a 4096-key window",
+       sliding(with_eps(llama_like("mistral", 32000, 4096, 14336, 32, 32, 8, 128, 32768, 10000.0, false), 1e-5), 4096)},
+      {"qwen2.5-0.5b", "Qwen2.5-0.5B: 24 layers, hidden 896, 14 heads / 2 kv heads of 64, q/k/v biases, tied",
+       llama_like("qwen2", 151936, 896, 4864, 24, 14, 2, 64, 32768, 1000000.0, true)},
+      {"qwen2.5-1.5b", "Qwen2.5-1.5B: 28 layers, hidden 1536, 12 heads / 2 kv heads of 128, q/k/v biases, tied",
+       llama_like("qwen2", 151936, 1536, 8960, 28, 12, 2, 128, 32768, 1000000.0, true)},
+      {"qwen2.5-3b", "Qwen2.5-3B: 36 layers, hidden 2048, 16 heads / 2 kv heads of 128, q/k/v biases, tied",
+       llama_like("qwen2", 151936, 2048, 11008, 36, 16, 2, 128, 32768, 1000000.0, true)},
+      {"qwen2.5-7b", "Qwen2.5-7B: 28 layers, hidden 3584, 28 heads / 4 kv heads of 128, q/k/v biases",
+       llama_like("qwen2", 152064, 3584, 18944, 28, 28, 4, 128, 32768, 1000000.0, false)},
+      {"qwen2.5-14b", "Qwen2.5-14B: 48 layers, hidden 5120, 40 heads / 8 kv heads of 128, q/k/v biases",
+       with_eps(llama_like("qwen2", 152064, 5120, 13824, 48, 40, 8, 128, 32768, 1000000.0, false), 1e-5)},
+      {"qwen2.5-32b", "Qwen2.5-32B: 64 layers, hidden 5120, 40 heads / 8 kv heads of 128, q/k/v biases",
+       with_eps(llama_like("qwen2", 152064, 5120, 27648, 64, 40, 8, 128, 32768, 1000000.0, false), 1e-5)},
+      {"qwen2.5-72b", "Qwen2.5-72B: 80 layers, hidden 8192, 64 heads / 8 kv heads of 128, q/k/v biases",
+       with_eps(llama_like("qwen2", 152064, 8192, 29568, 80, 64, 8, 128, 32768, 1000000.0, false), 1e-5)},
       {"qwen3-0.6b", "Qwen3-0.6B: 28 layers, hidden 1024, 16 heads / 8 kv heads of 128, tied",
        llama_like("qwen3", 151936, 1024, 3072, 28, 16, 8, 128, 40960, 1000000.0, true)},
       {"qwen3-1.7b", "Qwen3-1.7B: 28 layers, hidden 2048, 16 heads / 8 kv heads of 128, tied",

@@ -15,7 +15,7 @@ namespace {
 // The model: a preset, a config or a pretrained directory, and its shape.
 Flags& add_model_flags(Flags& f) {
   return f.option("model", "a built-in model preset (tidal presets lists them)", "NAME")
-      .option("config", "a Hugging Face config.json (model_type gpt2, llama, qwen3, qwen3_moe)", "FILE")
+      .option("config", "a Hugging Face config.json (model_type gpt2, llama, mistral, qwen2, qwen3, qwen3_moe)", "FILE")
       .option("pretrained", "start from a Hugging Face model directory (config.json + safetensors weights)", "DIR")
       .option("num-layers", "number of transformer layers", "N")
       .option("hidden-size", "hidden size", "N")
@@ -249,7 +249,7 @@ TrainArgs train_args(const Flags& f) {
   }
   models::ModelConfig& m = a.model;
   constexpr int64_t kBig = int64_t(1) << 40;
-  m.num_hidden_layers = override_int(f, "num-layers", m.num_hidden_layers, 1, 100000);
+  m.set_num_layers(override_int(f, "num-layers", m.num_hidden_layers, 1, 100000));
   m.hidden_size = override_int(f, "hidden-size", m.hidden_size, 1, kBig);
   m.num_attention_heads = override_int(f, "num-attention-heads", m.num_attention_heads, 1, 100000);
   m.num_key_value_heads = override_int(f, "num-query-groups", m.kv_heads(), 1, 100000);
