@@ -12,6 +12,8 @@ Run from a virtual environment outside the repo (tests never need it: the fixtur
 - config_fields/<family>.v<major>.json: every field of the family's config class (its to_dict() keys, its
   __init__ parameters and its attribute_map names) and the class defaults as to_dict() writes them. The
   test hf_config_fields_test.cpp fails on a field tidal neither reads nor lists as harmless.
+- published/v5/<name>.json: each hand-written published config.json of published/ (the model cards' values)
+  as transformers 5's config class re-saves it (`hf_fixtures.py published`).
 - rope_inv_freq.json: inv_freq and the cos/sin factor of each rope type, from transformers' own
   rotary embedding class (LlamaRotaryEmbedding: ROPE_INIT_FUNCTIONS, and its dynamic update).
 - the golden table (GOLDEN below; tests/models/hf_golden_test.cpp has one row per directory): tiny_gpt2/,
@@ -103,6 +105,20 @@ def rope():
                       "cos_last_row": [float(v) for v in cos[0, -1]]})
     write_json(os.path.join(OUT, "rope_inv_freq.json"), {"transformers": transformers.__version__,
                                                          "torch": torch.__version__, "cases": cases})
+
+
+# Published config.json files (tests/fixtures/hf/published/<name>.json, hand-written from the model cards in
+# the 4.x format they were published in): each re-saved by transformers 5's own config class into
+# published/v5/<name>.json, the format a model directory saved today has.
+def published():
+    src = os.path.join(OUT, "published")
+    for name in sorted(os.listdir(src)):
+        if not name.endswith(".json"):
+            continue
+        with open(os.path.join(src, name)) as f:
+            original = json.load(f)
+        cls = getattr(transformers, FAMILIES[original["model_type"]])
+        write_json(os.path.join(src, "v5", name), cls.from_dict(original).to_diff_dict())
 
 
 # The golden table (tests/models/hf_golden_test.cpp has one row per directory). Each fixture: a tiny random
@@ -270,6 +286,8 @@ if __name__ == "__main__":
         fields()
     if what in ("rope", "all"):
         rope()
+    if what in ("published", "all"):
+        published()
     for directory in GOLDEN:  # "golden" (all of them), or one directory's name ("tiny" is tiny_llama3)
         if what in ("golden", "all", directory) or (what == "tiny" and directory == "tiny_llama3"):
             golden(directory)
