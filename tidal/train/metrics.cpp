@@ -77,7 +77,9 @@ double training_flops_per_token(const models::ModelConfig& c, int64_t seq_length
   double macs = 0;  // multiply-adds per token, forward
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     macs += d * (h + 2 * kv) * hd + h * hd * d;  // q, k, v, o projections
-    macs += 2.0 * double(seq_length) * h * hd;   // q k^T and p v
+    const int64_t window = c.attention_window(l);
+    const double keys = double(window > 0 ? std::min(window, seq_length) : seq_length);
+    macs += 2.0 * keys * h * hd;  // q k^T and p v
     if (c.is_moe_layer(l))
       macs += d * double(c.num_experts) + 3.0 * d * double(c.moe_intermediate_size) * double(c.num_experts_per_tok);
     else

@@ -41,7 +41,8 @@ class MetricsWriter {
 
 // Model FLOPs per token of one training step (forward + backward = 3 x forward): 2 per
 // multiply-add of every matrix product a token goes through (experts: only the top-k it uses) plus
-// attention's q k^T and p v (counted in full, as Megatron-LM does).
+// attention's q k^T and p v (counted in full, as Megatron-LM does; a sliding layer's query against
+// the min(window, seq) keys of its window).
 double training_flops_per_token(const models::ModelConfig& c, int64_t seq_length);
 
 }  // namespace tidal::train
