@@ -38,7 +38,8 @@ void BM_SiluForward(benchmark::State& state) {
 void BM_SwigluForward(benchmark::State& state) {
   const DType dt = dtype_arg(state.range(2));
   Tensor gate = randn({state.range(0), state.range(1)}, dt), up = randn(gate.shape(), dt), y = empty(gate.shape(), dt);
-  for (auto _ : state) device_kernels(Device::cpu()).swiglu_forward(current_stream(Device::cpu()), y, gate, up);
+  for (auto _ : state)
+    device_kernels(Device::cpu()).glu_forward(current_stream(Device::cpu()), y, gate, up, GluActivation::silu);
   state.SetBytesProcessed(3 * gate.nbytes() * state.iterations());
 }
 
@@ -47,7 +48,8 @@ void BM_SwigluBackward(benchmark::State& state) {
   Tensor gate = randn({state.range(0), state.range(1)}, dt), up = randn(gate.shape(), dt), g = randn(gate.shape(), dt);
   Tensor dgate = empty(gate.shape(), dt), dup = empty(gate.shape(), dt);
   for (auto _ : state)
-    device_kernels(Device::cpu()).swiglu_backward(current_stream(Device::cpu()), dgate, dup, g, gate, up);
+    device_kernels(Device::cpu())
+        .glu_backward(current_stream(Device::cpu()), dgate, dup, g, gate, up, GluActivation::silu);
   state.SetBytesProcessed(5 * gate.nbytes() * state.iterations());  // read g, gate, up; write dgate, dup
 }
 

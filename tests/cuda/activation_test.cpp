@@ -1,4 +1,4 @@
-// The CUDA activation kernels (gelu in both forms, silu, swiglu; forward and backward) against the CPU
+// The CUDA activation kernels (gelu in both forms, silu, swiglu, geglu; forward and backward) against the CPU
 // backend's on the same inputs: odd sizes, every floating dtype, strided operands (halves of a fused
 // projection, transposes) and swiglu's backward with either gradient alone.
 #include <gtest/gtest.h>
@@ -35,6 +35,7 @@ TEST(CudaActivation, ForwardMatchesTheCpu) {
       expect_matches(gelu(x, GeluApprox::none), gelu(xg, GeluApprox::none), label("gelu erf", dt, n));
       expect_matches(silu(x), silu(xg), label("silu", dt, n));
       expect_matches(swiglu(x, y), swiglu(xg, yg), label("swiglu", dt, n));
+      expect_matches(geglu(x, y), geglu(xg, yg), label("geglu", dt, n));
     }
 }
 
@@ -57,25 +58,28 @@ TEST(CudaActivation, BackwardMatchesTheCpu) {
     }
 }
 
-// swiglu_backward on both backends; which: 3 both gradients, 1 dgate only, 2 dup only.
-void check_swiglu_backward(const Tensor& g, const Tensor& gate, const Tensor& up, int which, const std::string& what) {
+// glu_backward on both backends; which: 3 both gradients, 1 dgate only, 2 dup only.
+void check_glu_backward(const Tensor& g, const Tensor& gate, const Tensor& up, GluActivation act, int which,
+                        const std::string& what) {
   const Shape& shape = g.shape();
   const DType dt = g.dtype();
   Tensor cg = which & 1 ? empty(shape, dt) : Tensor(), cu = which & 2 ? empty(shape, dt) : Tensor();
   Tensor dg = which & 1 ? empty(shape, dt, kGpu) : Tensor(), du = which & 2 ? empty(shape, dt, kGpu) : Tensor();
-  cpu_kernels().swiglu_backward(cpu_stream(), cg, cu, g, gate, up);
-  gpu_kernels().swiglu_backward(gpu_stream(), dg, du, to_gpu(g), to_gpu(gate), to_gpu(up));
+  cpu_kernels().glu_backward(cpu_stream(), cg, cu, g, gate, up, act);
+  gpu_kernels().glu_backward(gpu_stream(), dg, du, to_gpu(g), to_gpu(gate), to_gpu(up), act);
   if (which & 1) expect_matches(cg, dg, what + " dgate");
   if (which & 2) expect_matches(cu, du, what + " dup");
 }
 
-TEST(CudaActivation, SwigluBackwardBothAndEitherGradient) {
+TEST(CudaActivation, GatedBackwardBothAndEitherGradient) {
   TIDAL_REQUIRE_CUDA();
   for (DType dt : kFloating)
     for (int64_t n : kSizes) {
       const Tensor g = uniform_cpu({n}, dt, -1, 1, 5), gate = uniform_cpu({n}, dt, -6, 6, 6);
       const Tensor up = uniform_cpu({n}, dt, -2, 2, 7);
-      for (int which : {3, 1, 2}) check_swiglu_backward(g, gate, up, which, label("swiglu backward", dt, n));
+      for (GluActivation act : {GluActivation::silu, GluActivation::gelu_tanh})
+        for (int which : {3, 1, 2})
+          check_glu_backward(g, gate, up, act, which, label((std::string(glu_name(act)) + " backward").c_str(), dt, n));
     }
 }
 
@@ -87,6 +91,7 @@ TEST(CudaActivation, StridedOperands) {
     const Tensor gate = fused.narrow(1, 0, 129), up = fused.narrow(1, 129, 129);
     const Tensor gate_g = fg.narrow(1, 0, 129), up_g = fg.narrow(1, 129, 129);
     expect_matches(swiglu(gate, up), swiglu(gate_g, up_g), label("swiglu halves", dt, 37 * 129));
+    expect_matches(geglu(gate, up), geglu(gate_g, up_g), label("geglu halves", dt, 37 * 129));
     expect_matches(gelu(fused.t()).contiguous(), gelu(fg.t()), label("gelu transposed", dt, fused.numel()));
     expect_matches(silu(gate), silu(gate_g), label("silu narrow", dt, 37 * 129));
     const Tensor g = uniform_cpu({37, 129}, dt, -1, 1, 9);
@@ -94,8 +99,8 @@ TEST(CudaActivation, StridedOperands) {
       Tensor cg = which & 1 ? empty({37, 129}, dt) : Tensor(), cu = which & 2 ? empty({37, 129}, dt) : Tensor();
       Tensor dg = which & 1 ? empty({37, 129}, dt, kGpu) : Tensor();
       Tensor du = which & 2 ? empty({37, 129}, dt, kGpu) : Tensor();
-      cpu_kernels().swiglu_backward(cpu_stream(), cg, cu, g, gate, up);
-      gpu_kernels().swiglu_backward(gpu_stream(), dg, du, to_gpu(g), gate_g, up_g);
+      cpu_kernels().glu_backward(cpu_stream(), cg, cu, g, gate, up, GluActivation::silu);
+      gpu_kernels().glu_backward(gpu_stream(), dg, du, to_gpu(g), gate_g, up_g, GluActivation::silu);
       if (which & 1) expect_matches(cg, dg, label("swiglu backward halves dgate", dt, 37 * 129));
       if (which & 2) expect_matches(cu, du, label("swiglu backward halves dup", dt, 37 * 129));
     }

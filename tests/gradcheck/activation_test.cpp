@@ -46,23 +46,26 @@ TEST(GradcheckActivation, Gelu) {
   EXPECT_TRUE(gradcheck([](auto& in) { return gelu(in[0].t(), GeluApprox::none); }, {x}));
 }
 
-TEST(GradcheckActivation, SiluAndSwiglu) {
+// The gated MLP activations, SwiGLU and GeGLU (Gemma's: gelu's tanh form of the gate), one kernel each.
+TEST(GradcheckActivation, SiluAndTheGatedActivations) {
   Tensor x = uniform({3, 8}, 2, -4.0, 4.0), up = uniform({3, 8}, 3);
   EXPECT_TRUE(gradcheck([](auto& in) { return silu(in[0]); }, {x}));
   EXPECT_TRUE(gradcheck([](auto& in) { return silu(in[0].t()); }, {x}));
-  EXPECT_TRUE(gradcheck([](auto& in) { return swiglu(in[0], in[1]); }, {x, up}));
-  EXPECT_TRUE(gradcheck([](auto& in) { return swiglu(in[0].t(), in[1].t()); }, {x, up}));
-  // Only one input needing a gradient takes the single-output kernels.
-  EXPECT_TRUE(gradcheck([&](auto& in) { return swiglu(in[0], up.detach()); }, {x}));
-  EXPECT_TRUE(gradcheck([&](auto& in) { return swiglu(x.detach(), in[0]); }, {up}));
-  // Halves of one fused projection (B, T, 2H): views with a row stride of 2H.
-  Tensor fused = uniform({2, 3, 10}, 4, -2.0, 2.0);
-  EXPECT_TRUE(gradcheck(
-      [](auto& in) {
-        std::vector<Tensor> h = chunk(in[0], 2, -1);
-        return swiglu(h[0], h[1]);
-      },
-      {fused}));
+  for (Tensor (*glu)(const Tensor&, const Tensor&) : {&swiglu, &geglu}) {
+    EXPECT_TRUE(gradcheck([glu](auto& in) { return glu(in[0], in[1]); }, {x, up}));
+    EXPECT_TRUE(gradcheck([glu](auto& in) { return glu(in[0].t(), in[1].t()); }, {x, up}));
+    // Only one input needing a gradient takes the single-output kernels.
+    EXPECT_TRUE(gradcheck([&](auto& in) { return glu(in[0], up.detach()); }, {x}));
+    EXPECT_TRUE(gradcheck([&](auto& in) { return glu(x.detach(), in[0]); }, {up}));
+    // Halves of one fused projection (B, T, 2H): views with a row stride of 2H.
+    Tensor fused = uniform({2, 3, 10}, 4, -2.0, 2.0);
+    EXPECT_TRUE(gradcheck(
+        [glu](auto& in) {
+          std::vector<Tensor> h = chunk(in[0], 2, -1);
+          return glu(h[0], h[1]);
+        },
+        {fused}));
+  }
 }
 
 TEST(Activation, ValuesMatchReferenceFormulas) {
@@ -80,6 +83,10 @@ TEST(Activation, ValuesMatchReferenceFormulas) {
   EXPECT_TRUE(all_close(silu(x.to(DType::f32)).to(DType::f64), silu_ref, 2e-6, 1e-6));
   EXPECT_TRUE(all_close(swiglu(x.to(DType::f32), up.to(DType::f32)).to(DType::f64), mul(silu_ref, up), 2e-6, 1e-6));
   EXPECT_TRUE(all_close(swiglu(x.to(DType::bf16), up.to(DType::bf16)).to(DType::f64), mul(silu_ref, up), 2e-2, 2e-2));
+  const Tensor geglu_ref = mul(gelu_reference(x, GeluApprox::tanh), up);
+  EXPECT_TRUE(all_close(geglu(x, up), geglu_ref, 1e-12, 1e-14));
+  EXPECT_TRUE(all_close(geglu(x.to(DType::f32), up.to(DType::f32)).to(DType::f64), geglu_ref, 2e-6, 1e-6));
+  EXPECT_TRUE(all_close(geglu(x.to(DType::bf16), up.to(DType::bf16)).to(DType::f64), geglu_ref, 2e-2, 2e-2));
 }
 
 TEST(Activation, LowPrecisionGradientsAgreeWithF64) {
@@ -87,7 +94,8 @@ TEST(Activation, LowPrecisionGradientsAgreeWithF64) {
   using F = std::function<Tensor(const std::vector<Tensor>&)>;
   const std::vector<F> fns = {[](auto& in) { return gelu(in[0]); },
                               [](auto& in) { return gelu(in[0], GeluApprox::none); },
-                              [](auto& in) { return silu(in[0]); }, [](auto& in) { return swiglu(in[0], in[1]); }};
+                              [](auto& in) { return silu(in[0]); }, [](auto& in) { return swiglu(in[0], in[1]); },
+                              [](auto& in) { return geglu(in[0], in[1]); }};
   for (const F& f : fns) {
     std::vector<Tensor> g64 = grads_of(f, {x, up});
     std::vector<Tensor> g32 = grads_of(f, {x.to(DType::f32), up.to(DType::f32)});

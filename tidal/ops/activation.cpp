@@ -42,19 +42,40 @@ struct SiluBackward : Node {
   void release_saved() override { x.reset(); }
 };
 
-struct SwigluBackward : Node {
+struct GluBackward : Node {
   SavedTensor gate, up;
-  const char* name() const override { return "SwigluBackward"; }
+  GluActivation act = GluActivation::silu;
+  const char* name() const override { return act == GluActivation::silu ? "SwigluBackward" : "GegluBackward"; }
   TensorList apply(TensorList&& grads) override {
     Tensor gv = gate.unpack(name());
     Tensor uv = needs_input_grad(0) ? up.unpack(name()) : Tensor();
     Tensor dgate = needs_input_grad(0) ? grad_like(gv) : Tensor();
     Tensor dup = needs_input_grad(1) ? grad_like(gv) : Tensor();
-    if (Kernels* kern = runs(gv)) kern->swiglu_backward(current_stream(gv.device()), dgate, dup, grads[0], gv, uv);
+    if (Kernels* kern = runs(gv)) kern->glu_backward(current_stream(gv.device()), dgate, dup, grads[0], gv, uv, act);
     return {dgate, dup};
   }
   void release_saved() override { autograd::reset_all(gate, up); }
 };
+
+// act(gate) * up in one kernel; saves gate and (for dgate) up, no act(gate) intermediate.
+Tensor gated(const Tensor& gate, const Tensor& up, GluActivation act) {
+  const char* op = glu_name(act);
+  OpScope scope(op);
+  detail::check_floating(op, gate);
+  detail::check_same(op, gate, up);
+  TIDAL_CHECK(gate.shape() == up.shape(), "[", op, "] gate and up must have one shape, got gate ", gate.shape(),
+              " and up ", up.shape());
+  Tensor out = empty(gate.shape(), gate.dtype(), gate.device());
+  if (Kernels* kern = runs(out)) kern->glu_forward(current_stream(out.device()), out, gate, up, act);
+  if (autograd::needs_grad(gate, up)) {
+    auto node = autograd::make_node<GluBackward>({&gate, &up});
+    node->act = act;
+    node->gate = SavedTensor(gate);                        // both gradients read gate
+    if (gate.requires_grad()) node->up = SavedTensor(up);  // only dgate reads up
+    autograd::set_history(out, node);
+  }
+  return out;
+}
 
 }  // namespace
 
@@ -86,21 +107,8 @@ Tensor silu(const Tensor& x) {
   return out;
 }
 
-Tensor swiglu(const Tensor& gate, const Tensor& up) {
-  OpScope scope("swiglu");
-  detail::check_floating("swiglu", gate);
-  detail::check_same("swiglu", gate, up);
-  TIDAL_CHECK(gate.shape() == up.shape(), "[swiglu] gate and up must have one shape, got gate ", gate.shape(),
-              " and up ", up.shape());
-  Tensor out = empty(gate.shape(), gate.dtype(), gate.device());
-  if (Kernels* kern = runs(out)) kern->swiglu_forward(current_stream(out.device()), out, gate, up);
-  if (autograd::needs_grad(gate, up)) {
-    auto node = autograd::make_node<SwigluBackward>({&gate, &up});
-    node->gate = SavedTensor(gate);                        // both gradients read gate
-    if (gate.requires_grad()) node->up = SavedTensor(up);  // only dgate reads up
-    autograd::set_history(out, node);
-  }
-  return out;
-}
+Tensor swiglu(const Tensor& gate, const Tensor& up) { return gated(gate, up, GluActivation::silu); }
+
+Tensor geglu(const Tensor& gate, const Tensor& up) { return gated(gate, up, GluActivation::gelu_tanh); }
 
 }  // namespace tidal

@@ -14,5 +14,7 @@ Tensor silu(const Tensor& x);
 // silu(gate) * up: the Llama/Qwen MLP gate, in one kernel (no silu(gate) intermediate is kept).
 // gate and up have one shape (either may be a strided view, e.g. halves of a fused projection).
 Tensor swiglu(const Tensor& gate, const Tensor& up);
+// gelu(gate) * up with GELU's tanh form (Gemma's gelu_pytorch_tanh MLP), in one kernel likewise.
+Tensor geglu(const Tensor& gate, const Tensor& up);
 
 }  // namespace tidal

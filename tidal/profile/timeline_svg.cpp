@@ -25,7 +25,7 @@ const char* op_color(const std::string& name, const std::string& kind) {
   if (has("loss") || has("cross_entropy")) return "#f28e2b";
   if (has("embedding") || has("index") || has("gather")) return "#9c755f";
   if (has("adamw") || has("clip") || has("grad_norm")) return "#76b7b2";
-  if (has("gelu") || has("silu") || has("swiglu") || has("dropout")) return "#ff9da7";
+  if (has("gelu") || has("silu") || has("swiglu") || has("geglu") || has("dropout")) return "#ff9da7";
   return "#bab0ac";
 }
 

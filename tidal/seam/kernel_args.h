@@ -8,6 +8,11 @@ namespace tidal {
 class Tensor;
 
 // --- elementwise
+// The gate activation of a gated MLP: out = act(gate) * up. silu: SwiGLU (Llama, Qwen, Mistral);
+// gelu_tanh: GeGLU with GELU's tanh form (Gemma's gelu_pytorch_tanh).
+enum class GluActivation : uint8_t { silu, gelu_tanh };
+inline const char* glu_name(GluActivation a) { return a == GluActivation::silu ? "swiglu" : "geglu"; }
+
 enum class Unary : uint8_t {
   neg,
   exp,

@@ -120,12 +120,14 @@ class Kernels {
   virtual void silu_backward(Stream& stream, const Tensor& dx, const Tensor& g, const Tensor& x) {
     missing("silu_backward");
   }
-  virtual void swiglu_forward(Stream& stream, const Tensor& out, const Tensor& gate, const Tensor& up) {
-    missing("swiglu_forward");
+  // out = act(gate) * up (SwiGLU, GeGLU).
+  virtual void glu_forward(Stream& stream, const Tensor& out, const Tensor& gate, const Tensor& up, GluActivation act) {
+    missing("glu_forward");
   }
-  virtual void swiglu_backward(Stream& stream, const Tensor& dgate, const Tensor& dup, const Tensor& g,
-                               const Tensor& gate, const Tensor& up) {
-    missing("swiglu_backward");
+  // dgate = g * up * act'(gate), dup = g * act(gate), in one pass; either may be undefined (not needed).
+  virtual void glu_backward(Stream& stream, const Tensor& dgate, const Tensor& dup, const Tensor& g, const Tensor& gate,
+                            const Tensor& up, GluActivation act) {
+    missing("glu_backward");
   }
 
   // --- reductions over dim of a contiguous (outer, n, inner) view

@@ -25,7 +25,7 @@ namespace tidal {
   X(copy_from_host) X(copy_to_host)                                                                       \
   X(unary) X(binary) X(compare) X(compare_scalar) X(where) X(masked_fill) X(copy) X(fill) X(add_inplace)  \
   X(random_fill) X(randint_fill) X(dropout_forward) X(dropout_backward) X(dropout_rows_forward)           \
-  X(gelu_forward) X(gelu_backward) X(silu_forward) X(silu_backward) X(swiglu_forward) X(swiglu_backward)  \
+  X(gelu_forward) X(gelu_backward) X(silu_forward) X(silu_backward) X(glu_forward) X(glu_backward)        \
   X(sum) X(max) X(max_backward) X(sum_of_squares)                                                         \
   X(matmul)                                                                                               \
   X(softmax_forward) X(softmax_backward) X(layer_norm_forward) X(layer_norm_backward) X(rms_norm_forward) \

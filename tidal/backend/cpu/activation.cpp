@@ -16,6 +16,33 @@ inline A silu_grad(A x) {
   return s * (A(1) + x * (A(1) - s));
 }
 
+// The gate activations of a gated MLP: value(x) = act(x) and, in one go, both act(x) and act'(x).
+struct SiluGate {
+  template <typename A>
+  static A value(A x) {
+    return x * fast_sigmoid(x);
+  }
+  template <typename A>
+  static void both(A x, A& f, A& df) {
+    const A s = fast_sigmoid(x);
+    f = x * s;
+    df = s * (A(1) + x * (A(1) - s));
+  }
+};
+struct GeluTanhGate {
+  template <typename A>
+  static A value(A x) {
+    return gelu_tanh(x);
+  }
+  template <typename A>
+  static void both(A x, A& f, A& df) {
+    const A s = fast_sigmoid(A(2 * 0.7978845608028654) * (x + A(0.044715) * x * x * x));
+    const A du2 = A(2 * 0.7978845608028654) * (A(1) + A(3 * 0.044715) * x * x);
+    f = x * s;
+    df = s + x * s * (A(1) - s) * du2;
+  }
+};
+
 bool all_contiguous(std::initializer_list<const Tensor*> ts) {
   for (const Tensor* t : ts)
     if (t->defined() && !t->is_contiguous()) return false;
@@ -64,17 +91,18 @@ void map3(const Tensor& out, const Tensor& a, const Tensor& b, const Tensor& c, 
 }
 
 // dgate and dup together: five operands (two outputs, three inputs) of one shape.
-template <typename T>
-void swiglu_backward_both(const Tensor& dgate, const Tensor& dup, const Tensor& g, const Tensor& gate,
-                          const Tensor& up) {
+template <typename T, class Act>
+void glu_backward_both(const Tensor& dgate, const Tensor& dup, const Tensor& g, const Tensor& gate, const Tensor& up) {
   using A = acc_t<T>;
   // One contiguous run: dg/du out, gp/a/b in.
   const auto run = [](T * dg, T * du, const T* gp, const T* a, const T* b, int64_t n) __attribute__((flatten)) {
 #pragma omp simd
     for (int64_t i = 0; i < n; ++i) {
-      const A x = A(a[i]), gv = A(gp[i]), sg = fast_sigmoid(x);
-      dg[i] = store_as<T>(gv * A(b[i]) * sg * (A(1) + x * (A(1) - sg)));
-      du[i] = store_as<T>(gv * x * sg);
+      A f, df;
+      Act::both(A(a[i]), f, df);
+      const A gv = A(gp[i]);
+      dg[i] = store_as<T>(gv * A(b[i]) * df);
+      du[i] = store_as<T>(gv * f);
     }
   };
   if (all_contiguous({&dgate, &dup, &g, &gate, &up})) {  // split the flat range (for_each would not)
@@ -103,12 +131,33 @@ void swiglu_backward_both(const Tensor& dgate, const Tensor& dup, const Tensor& 
                return;
              }
              for (int64_t i = 0; i < n; ++i) {
-               const A x = load<T>(p[3] + i * s[3]), gv = load<T>(p[2] + i * s[2]), sg = fast_sigmoid(x);
-               const A dg = gv * load<T>(p[4] + i * s[4]) * sg * (A(1) + x * (A(1) - sg));
-               *reinterpret_cast<T*>(p[0] + i * s[0]) = store_as<T>(dg);
-               *reinterpret_cast<T*>(p[1] + i * s[1]) = store_as<T>(gv * x * sg);
+               A f, df;
+               Act::both(load<T>(p[3] + i * s[3]), f, df);
+               const A gv = load<T>(p[2] + i * s[2]);
+               *reinterpret_cast<T*>(p[0] + i * s[0]) = store_as<T>(gv * load<T>(p[4] + i * s[4]) * df);
+               *reinterpret_cast<T*>(p[1] + i * s[1]) = store_as<T>(gv * f);
              }
            });
+}
+
+template <typename T, class Act>
+void glu_forward_as(const Tensor& out, const Tensor& gate, const Tensor& up) {
+  using A = acc_t<T>;
+  map2<T>(out, gate, up, [](A a, A b) { return Act::value(a) * b; });
+}
+
+template <typename T, class Act>
+void glu_backward_as(const Tensor& dgate, const Tensor& dup, const Tensor& g, const Tensor& gate, const Tensor& up) {
+  using A = acc_t<T>;
+  if (dgate.defined() && dup.defined()) return glu_backward_both<T, Act>(dgate, dup, g, gate, up);
+  if (dgate.defined()) {
+    return map3<T>(dgate, g, gate, up, [](A gv, A a, A b) {
+      A f, df;
+      Act::both(a, f, df);
+      return gv * b * df;
+    });
+  }
+  if (dup.defined()) map2<T>(dup, g, gate, [](A gv, A a) { return gv * Act::value(a); });
 }
 
 }  // namespace
@@ -150,24 +199,22 @@ void CpuKernels::silu_backward(Stream&, const Tensor& dx, const Tensor& g, const
   });
 }
 
-// out = silu(gate) * up.
-void CpuKernels::swiglu_forward(Stream&, const Tensor& out, const Tensor& gate, const Tensor& up) {
-  dispatch_float(gate.dtype(), "swiglu", [&](auto tag) {
+// out = act(gate) * up.
+void CpuKernels::glu_forward(Stream&, const Tensor& out, const Tensor& gate, const Tensor& up, GluActivation act) {
+  dispatch_float(gate.dtype(), glu_name(act), [&](auto tag) {
     using T = typename decltype(tag)::type;
-    using A = acc_t<T>;
-    map2<T>(out, gate, up, [](A a, A b) { return a * fast_sigmoid(a) * b; });
+    if (act == GluActivation::silu) return glu_forward_as<T, SiluGate>(out, gate, up);
+    glu_forward_as<T, GeluTanhGate>(out, gate, up);
   });
 }
 
-// dgate = g * up * silu'(gate), dup = g * silu(gate), in one pass; either may be undefined (not needed).
-void CpuKernels::swiglu_backward(Stream&, const Tensor& dgate, const Tensor& dup, const Tensor& g, const Tensor& gate,
-                                 const Tensor& up) {
-  dispatch_float(gate.dtype(), "swiglu", [&](auto tag) {
+// dgate = g * up * act'(gate), dup = g * act(gate), in one pass; either may be undefined (not needed).
+void CpuKernels::glu_backward(Stream&, const Tensor& dgate, const Tensor& dup, const Tensor& g, const Tensor& gate,
+                              const Tensor& up, GluActivation act) {
+  dispatch_float(gate.dtype(), glu_name(act), [&](auto tag) {
     using T = typename decltype(tag)::type;
-    using A = acc_t<T>;
-    if (dgate.defined() && dup.defined()) return swiglu_backward_both<T>(dgate, dup, g, gate, up);
-    if (dgate.defined()) return map3<T>(dgate, g, gate, up, [](A gv, A a, A b) { return gv * b * silu_grad(a); });
-    if (dup.defined()) map2<T>(dup, g, gate, [](A gv, A a) { return gv * a * fast_sigmoid(a); });
+    if (act == GluActivation::silu) return glu_backward_as<T, SiluGate>(dgate, dup, g, gate, up);
+    glu_backward_as<T, GeluTanhGate>(dgate, dup, g, gate, up);
   });
 }
 

@@ -1,5 +1,5 @@
 #pragma once
-// CPU kernels of the activation family (gelu, silu, swiglu); the vectorizable math they use is in
+// CPU kernels of the activation family (gelu, silu, and the gated swiglu / geglu); the vectorizable math they use is in
 // vec_math.h. Inputs may have any strides (elementwise_loops.h); outputs are preallocated by the op
 // layer.
 #include <algorithm>

@@ -40,9 +40,9 @@ class CpuKernels final : public Kernels {
   void gelu_backward(Stream& stream, const Tensor& dx, const Tensor& g, const Tensor& x, bool tanh_approx) override;
   void silu_forward(Stream& stream, const Tensor& out, const Tensor& x) override;
   void silu_backward(Stream& stream, const Tensor& dx, const Tensor& g, const Tensor& x) override;
-  void swiglu_forward(Stream& stream, const Tensor& out, const Tensor& gate, const Tensor& up) override;
-  void swiglu_backward(Stream& stream, const Tensor& dgate, const Tensor& dup, const Tensor& g, const Tensor& gate,
-                       const Tensor& up) override;
+  void glu_forward(Stream& stream, const Tensor& out, const Tensor& gate, const Tensor& up, GluActivation act) override;
+  void glu_backward(Stream& stream, const Tensor& dgate, const Tensor& dup, const Tensor& g, const Tensor& gate,
+                    const Tensor& up, GluActivation act) override;
   // reduce.cpp
   void sum(Stream& stream, const Tensor& out, const Tensor& x, int64_t outer, int64_t n, int64_t inner,
            double scale) override;

@@ -50,26 +50,27 @@ void CudaKernels::silu_backward(Stream& stream, const Tensor& dx, const Tensor& 
   launch_silu_backward(stream_handle(stream), strided(dx), strided(g, shape), strided(x, shape), dx.numel());
 }
 
-// out = silu(gate) * up.
-void CudaKernels::swiglu_forward(Stream& stream, const Tensor& out, const Tensor& gate, const Tensor& up) {
-  check_operands("swiglu", {&gate, &up, &out});
+// out = act(gate) * up.
+void CudaKernels::glu_forward(Stream& stream, const Tensor& out, const Tensor& gate, const Tensor& up,
+                              GluActivation act) {
+  check_operands(glu_name(act), {&gate, &up, &out});
   const Shape& shape = out.shape();
-  launch_swiglu_forward(stream_handle(stream), strided(out), strided(gate, shape), strided(up, shape), out.numel());
+  launch_glu_forward(stream_handle(stream), strided(out), strided(gate, shape), strided(up, shape), out.numel(), act);
 }
 
-// dgate = g * up * silu'(gate), dup = g * silu(gate), in one pass; either may be undefined (not needed).
-void CudaKernels::swiglu_backward(Stream& stream, const Tensor& dgate, const Tensor& dup, const Tensor& g,
-                                  const Tensor& gate, const Tensor& up) {
-  check_operands("swiglu", {&gate, &up, &g, &dgate, &dup});
+// dgate = g * up * act'(gate), dup = g * act(gate), in one pass; either may be undefined (not needed).
+void CudaKernels::glu_backward(Stream& stream, const Tensor& dgate, const Tensor& dup, const Tensor& g,
+                               const Tensor& gate, const Tensor& up, GluActivation act) {
+  check_operands(glu_name(act), {&gate, &up, &g, &dgate, &dup});
   if (!dgate.defined() && !dup.defined()) return;
   const Tensor& first = dgate.defined() ? dgate : dup;
   const Shape& shape = first.shape();
-  TIDAL_ASSERT(!dgate.defined() || !dup.defined() || dgate.shape() == dup.shape(),
-               "[swiglu] gradient shapes differ: ", dgate.shape(), " and ", dup.shape());
+  TIDAL_ASSERT(!dgate.defined() || !dup.defined() || dgate.shape() == dup.shape(), "[", glu_name(act),
+               "] gradient shapes differ: ", dgate.shape(), " and ", dup.shape());
   const Strided dg = dgate.defined() ? strided(dgate) : Strided{};
   const Strided du = dup.defined() ? strided(dup) : Strided{};
-  launch_swiglu_backward(stream_handle(stream), dg, du, strided(g, shape), strided(gate, shape), strided(up, shape),
-                         first.numel());
+  launch_glu_backward(stream_handle(stream), dg, du, strided(g, shape), strided(gate, shape), strided(up, shape),
+                      first.numel(), act);
 }
 
 }  // namespace tidal::cuda

@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "tidal/backend/cuda/strided.h"
+#include "tidal/seam/kernel_args.h"
 
 namespace tidal::cuda {
 
@@ -18,10 +19,11 @@ void launch_gelu_backward(cudaStream_t stream, const Strided& dx, const Strided&
 // out = x * sigmoid(x); dx = g * silu'(x).
 void launch_silu_forward(cudaStream_t stream, const Strided& out, const Strided& x, int64_t n);
 void launch_silu_backward(cudaStream_t stream, const Strided& dx, const Strided& g, const Strided& x, int64_t n);
-// out = silu(gate) * up.
-void launch_swiglu_forward(cudaStream_t stream, const Strided& out, const Strided& gate, const Strided& up, int64_t n);
-// dgate = g * up * silu'(gate), dup = g * silu(gate); an output whose data is null is not written.
-void launch_swiglu_backward(cudaStream_t stream, const Strided& dgate, const Strided& dup, const Strided& g,
-                            const Strided& gate, const Strided& up, int64_t n);
+// out = act(gate) * up.
+void launch_glu_forward(cudaStream_t stream, const Strided& out, const Strided& gate, const Strided& up, int64_t n,
+                        GluActivation act);
+// dgate = g * up * act'(gate), dup = g * act(gate); an output whose data is null is not written.
+void launch_glu_backward(cudaStream_t stream, const Strided& dgate, const Strided& dup, const Strided& g,
+                         const Strided& gate, const Strided& up, int64_t n, GluActivation act);
 
 }  // namespace tidal::cuda

@@ -43,9 +43,9 @@ class CudaKernels final : public Kernels {
   void gelu_backward(Stream& stream, const Tensor& dx, const Tensor& g, const Tensor& x, bool tanh_approx) override;
   void silu_forward(Stream& stream, const Tensor& out, const Tensor& x) override;
   void silu_backward(Stream& stream, const Tensor& dx, const Tensor& g, const Tensor& x) override;
-  void swiglu_forward(Stream& stream, const Tensor& out, const Tensor& gate, const Tensor& up) override;
-  void swiglu_backward(Stream& stream, const Tensor& dgate, const Tensor& dup, const Tensor& g, const Tensor& gate,
-                       const Tensor& up) override;
+  void glu_forward(Stream& stream, const Tensor& out, const Tensor& gate, const Tensor& up, GluActivation act) override;
+  void glu_backward(Stream& stream, const Tensor& dgate, const Tensor& dup, const Tensor& g, const Tensor& gate,
+                    const Tensor& up, GluActivation act) override;
 
   // --- reductions, softmax, norms, RoPE, embedding, losses: reduce.cpp, softmax.cpp, norm.cpp, rope.cpp,
   // embedding.cpp, loss.cpp, chunked_loss.cpp

@@ -120,12 +120,13 @@ class CostKernels final : public Kernels {
   void silu_backward(Stream&, const Tensor& dx, const Tensor& g, const Tensor& x) override {
     elementwise("silu_backward", dx, nb(g) + nb(x), 8, x.dtype());
   }
-  void swiglu_forward(Stream&, const Tensor& out, const Tensor& gate, const Tensor& up) override {
-    elementwise("swiglu_forward", out, nb(gate) + nb(up), 5, gate.dtype());
+  // SwiGLU: a sigmoid and two multiplies forward; GeGLU's tanh form a few more.
+  void glu_forward(Stream&, const Tensor& out, const Tensor& gate, const Tensor& up, GluActivation act) override {
+    elementwise("glu_forward", out, nb(gate) + nb(up), act == GluActivation::silu ? 5 : 9, gate.dtype());
   }
-  void swiglu_backward(Stream&, const Tensor& dgate, const Tensor& dup, const Tensor& g, const Tensor& gate,
-                       const Tensor& up) override {
-    report("swiglu_backward", CostKind::memory, gate.dtype(), 12 * ne(g),
+  void glu_backward(Stream&, const Tensor& dgate, const Tensor& dup, const Tensor& g, const Tensor& gate,
+                    const Tensor& up, GluActivation act) override {
+    report("glu_backward", CostKind::memory, gate.dtype(), (act == GluActivation::silu ? 12 : 18) * ne(g),
            nb(g) + nb(gate) + nb(up) + nb(dgate) + nb(dup));
   }
 
