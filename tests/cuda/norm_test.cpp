@@ -52,6 +52,29 @@ TEST(CudaNorm, LayerNormAndRmsNormMatchTheCpu) {
       }
 }
 
+// Gemma's RMSNorm (weight offset 1) forward and backward against the CPU.
+TEST(CudaNorm, RmsNormWithWeightOffsetMatchesTheCpu) {
+  TIDAL_REQUIRE_CUDA();
+  uint64_t seed = 91;
+  for (DType dt : kFloatTypes)
+    for (const Shape& s : {Shape{7, 5}, Shape{600, 256}, Shape{2, 3, 4097}}) {
+      const Tensor x0 = random_cpu(s, dt, seed++), w0 = random_cpu({s[s.size() - 1]}, dt, seed++);
+      const Tensor grad = random_cpu(s, dt, seed++);
+      Grads got[2];
+      for (int k = 0; k < 2; ++k) {
+        Tensor x = (k ? on_cuda(x0) : x0).detach().set_requires_grad(true);
+        Tensor w = (k ? on_cuda(w0) : w0).detach().set_requires_grad(true);
+        Tensor out = rms_norm(x, w, 1e-6, 1.0);
+        out.backward(k ? on_cuda(grad) : grad);
+        got[k] = {out, x.grad(), w.grad(), Tensor()};
+      }
+      const double tol = tolerance(dt);
+      expect_close(got[1].out, got[0].out, tol * 2, "gemma rms_norm out");
+      expect_close(got[1].dx, got[0].dx, tol * 20, "gemma rms_norm dx");
+      expect_close(got[1].dw, got[0].dw, tol * 50, "gemma rms_norm dweight");
+    }
+}
+
 TEST(CudaNorm, NormsWithoutParametersMatchTheCpu) {
   TIDAL_REQUIRE_CUDA();
   for (DType dt : kFloatTypes) {

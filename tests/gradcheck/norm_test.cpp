@@ -67,6 +67,30 @@ TEST(GradcheckNorm, RmsNorm) {
   EXPECT_TRUE(gradcheck([](auto& in) { return rms_norm(in[0], in[1]); }, {tall, w3}));
 }
 
+// Gemma's RMSNorm: x * rsqrt(mean(x^2) + eps) * (1 + w), the weight near 0.
+TEST(GradcheckNorm, RmsNormWithWeightOffset) {
+  Tensor x = uniform({2, 3, 6}, 15, -2.0, 2.0), w = uniform({6}, 16, -0.5, 0.5);
+  EXPECT_TRUE(gradcheck([](auto& in) { return rms_norm(in[0], in[1], 1e-6, 1.0); }, {x, w}));
+  EXPECT_TRUE(gradcheck([&](auto& in) { return rms_norm(x.detach(), in[0], 1e-2, 1.0); }, {w}));
+  EXPECT_TRUE(gradcheck([&](auto& in) { return rms_norm(in[0], w.detach(), 1e-6, 1.0); }, {x}));
+  Tensor tall = uniform({70, 3}, 17, -2.0, 2.0), w3 = uniform({3}, 18, -0.5, 0.5);
+  EXPECT_TRUE(gradcheck([](auto& in) { return rms_norm(in[0].t().t(), in[1], 1e-6, 1.0); }, {tall, w3}));
+  Tensor x64 = x.detach(), w64 = w.detach();
+  EXPECT_TRUE(all_close(rms_norm(x64, w64, 1e-6, 1.0), rms_norm_reference(x64, add(w64, 1.0), 1e-6), 1e-12, 1e-12));
+  EXPECT_THROW(rms_norm(x64, Tensor(), 1e-6, 1.0), Error);  // an offset needs a weight
+}
+
+// Gemma3RMSNorm in bf16: (norm(x in f32) * (1 + w in f32)), rounded to bf16 once.
+TEST(Norm, Bf16WeightOffsetFollowsGemmaRounding) {
+  Tensor x = uniform({8, 64}, 32, -4.0, 4.0, false, DType::bf16), w = uniform({64}, 33, -0.5, 0.5, false, DType::bf16);
+  Tensor x32 = x.to(DType::f32);
+  Tensor n = mul(x32, rsqrt(add(mean(square(x32), {-1}, true), 1e-6)));
+  Tensor gemma = mul(n, add(w.to(DType::f32), 1.0)).to(DType::bf16);
+  Tensor got = rms_norm(x, w, 1e-6, 1.0);
+  EXPECT_EQ(got.dtype(), DType::bf16);
+  EXPECT_TRUE(all_close(got, gemma, 8e-3, 0));
+}
+
 TEST(Norm, ValuesMatchReference) {
   Tensor x = uniform({4, 9, 48}, 20, -3.0, 3.0, false), w = uniform({48}, 21, 0.5, 1.5, false);
   Tensor b = uniform({48}, 22, -1.0, 1.0, false);

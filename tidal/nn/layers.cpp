@@ -77,13 +77,14 @@ Tensor LayerNorm::forward(const Tensor& x) const {
   return layer_norm(x, weight_, bias_, eps_);
 }
 
-RMSNorm::RMSNorm(int64_t dim, double eps, const Init& init) : eps_(eps) {
-  weight_ = register_parameter("weight", constant_parameter({dim}, 1.0, init));
+RMSNorm::RMSNorm(int64_t dim, double eps, const Init& init, double weight_offset)
+    : eps_(eps), weight_offset_(weight_offset) {
+  weight_ = register_parameter("weight", constant_parameter({dim}, 1.0 - weight_offset, init));
 }
 
 Tensor RMSNorm::forward(const Tensor& x) const {
   ModuleScope scope(name());
-  return rms_norm(x, weight_, eps_);
+  return rms_norm(x, weight_, eps_, weight_offset_);
 }
 
 }  // namespace tidal::nn

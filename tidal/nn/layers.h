@@ -62,12 +62,14 @@ class LayerNorm : public Module {
 
 class RMSNorm : public Module {
  public:
-  RMSNorm(int64_t dim, double eps, const Init& init);
+  // weight_offset 1: Gemma's RMSNorm, scaling by (1 + weight), the weight starting at 0.
+  RMSNorm(int64_t dim, double eps, const Init& init, double weight_offset = 0.0);
   Tensor forward(const Tensor& x) const;
 
  private:
   Tensor weight_;
   double eps_;
+  double weight_offset_;
 };
 
 // A normal(0, std) parameter tensor created with `init`'s dtype and device (values only on cpu).

@@ -1,5 +1,7 @@
 #include "tidal/ops/norm.h"
 
+#include <cmath>
+
 #include "tidal/ops/common.h"
 #include "tidal/ops/reduce.h"
 #include "tidal/seam/kernels.h"
@@ -70,12 +72,14 @@ struct LayerNormBackward : Node {
 struct RmsNormBackward : Node {
   SavedTensor x, rstd, weight;
   bool has_weight = false;
+  double weight_offset = 0.0;
   const char* name() const override { return "RmsNormBackward"; }
   TensorList apply(TensorList&& grads) override {
     const bool want_dx = needs_input_grad(0), want_dw = has_weight && needs_input_grad(1);
     Tensor xv = x.unpack(name());
     const int64_t C = xv.size(-1);
-    const NormArgs a = norm_args(xv, 0.0);
+    NormArgs a = norm_args(xv, 0.0);
+    a.weight_offset = weight_offset;
     Tensor dx = want_dx ? empty(xv.shape(), xv.dtype(), xv.device()) : Tensor();
     Tensor dw = want_dw ? empty(Shape{C}, xv.dtype(), xv.device()) : Tensor();
     const int64_t chunks = device_kernels(xv.device()).norm_row_chunks(a.rows);
@@ -119,18 +123,22 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, dou
   return out;
 }
 
-Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps) {
+Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps, double weight_offset) {
   OpScope scope("rms_norm");
   check_input("rms_norm", x, eps);
   check_param("rms_norm", x, weight, "weight");
+  TIDAL_CHECK(weight_offset == 0.0 || weight.defined(), "[rms_norm] a weight_offset needs a weight");
+  TIDAL_CHECK(std::isfinite(weight_offset), "[rms_norm] weight_offset must be finite, got ", weight_offset);
+  NormArgs args = norm_args(x, eps);
+  args.weight_offset = weight_offset;
   Tensor out = empty(x.shape(), x.dtype(), x.device());                  // (..., C)
   Tensor rstd = empty(rows_shape(x), acc_dtype(x.dtype()), x.device());  // (...)
   const Tensor xd = dense(x), wd = dense(weight);                        // on meta too: a real run's copies
-  if (Kernels* kern = kernels_for(out))
-    kern->rms_norm_forward(current_stream(out.device()), out, rstd, xd, wd, norm_args(x, eps));
+  if (Kernels* kern = kernels_for(out)) kern->rms_norm_forward(current_stream(out.device()), out, rstd, xd, wd, args);
   if (autograd::needs_grad(x, weight)) {
     auto node = autograd::make_node<RmsNormBackward>({&x, &weight});
     node->has_weight = weight.defined();
+    node->weight_offset = weight_offset;
     node->x = SavedTensor(x);
     node->rstd = SavedTensor(rstd);
     if (x.requires_grad()) node->weight = SavedTensor(weight);

@@ -50,6 +50,9 @@ struct NormArgs {
   int64_t rows = 0;
   int64_t cols = 0;
   double eps = 0.0;
+  // RMS norm only. 0: Hugging Face's LlamaRMSNorm, normalized x rounded to the input dtype, then times
+  // the weight. Else Gemma's RMSNorm: times (weight_offset + w) in the accumulate dtype, then rounded.
+  double weight_offset = 0.0;
 };
 
 // --- RoPE cos/sin tables (ops/rope.h): angle(t, i) = (position_offset + t) * inv_freq[i mod D/2], and

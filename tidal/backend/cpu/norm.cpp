@@ -192,6 +192,15 @@ void layer_norm_backward_typed(const Tensor& dx, const Tensor& dweight, const Te
   if (dbias.defined()) combine_chunks(dbias.data<T>(), ws + C, chunks, 2 * C, C);
 }
 
+// Gemma's effective weight, offset + w in the accumulate dtype; empty when offset is 0 (or no weight).
+template <typename A>
+std::vector<A> offset_weight(const A* w, int64_t C, double offset) {
+  if (offset == 0.0 || w == nullptr) return {};
+  std::vector<A> out(static_cast<size_t>(C));
+  for (int64_t c = 0; c < C; ++c) out[size_t(c)] = A(offset) + w[c];
+  return out;
+}
+
 template <typename T>
 void rms_norm_forward_typed(const Tensor& out, const Tensor& rstd, const Tensor& x, const Tensor& weight,
                             const NormArgs& a) {
@@ -201,24 +210,28 @@ void rms_norm_forward_typed(const Tensor& out, const Tensor& rstd, const Tensor&
   T* yp = out.data<T>();
   A* rp = rstd.data<A>();
   const AccParam<T> w(weight, C);
+  const std::vector<A> shifted = offset_weight(w.p, C, a.weight_offset);
+  const A* wv = shifted.empty() ? w.p : shifted.data();
   const A inv_c = A(1) / A(C), eps = A(a.eps);
-  with_flag(w.p != nullptr, [&](auto has_w) {
-    for_rows(a.rows, C, xp, [&](int64_t r, const A* xr) {
-      const A* wv = w.p;
-      T* yr = yp + r * C;
-      A s = 0;
+  with_flag(!shifted.empty(), [&](auto gemma) {
+    with_flag(wv != nullptr, [&](auto has_w) {
+      for_rows(a.rows, C, xp, [&](int64_t r, const A* xr) {
+        T* yr = yp + r * C;
+        A s = 0;
 #pragma omp simd reduction(+ : s)
-      for (int64_t c = 0; c < C; ++c) s += xr[c] * xr[c];
-      const A rs = A(1) / std::sqrt(s * inv_c + eps);
-      rp[r] = rs;
+        for (int64_t c = 0; c < C; ++c) s += xr[c] * xr[c];
+        const A rs = A(1) / std::sqrt(s * inv_c + eps);
+        rp[r] = rs;
 #pragma omp simd
-      for (int64_t c = 0; c < C; ++c) {
-        // Rounded to T before the weight, as hidden_states.to(input_dtype) in Hugging Face.
-        if constexpr (decltype(has_w)::value)
-          yr[c] = store_as<T>(A(store_as<T>(xr[c] * rs)) * wv[c]);
-        else
-          yr[c] = store_as<T>(xr[c] * rs);
-      }
+        for (int64_t c = 0; c < C; ++c) {
+          if constexpr (decltype(gemma)::value)  // Gemma: times (offset + w) in A, rounded once
+            yr[c] = store_as<T>(xr[c] * rs * wv[c]);
+          else if constexpr (decltype(has_w)::value)  // rounded to T before the weight, as Hugging Face's
+            yr[c] = store_as<T>(A(store_as<T>(xr[c] * rs)) * wv[c]);  // hidden_states.to(input_dtype)
+          else
+            yr[c] = store_as<T>(xr[c] * rs);
+        }
+      });
     });
   });
 }
@@ -232,14 +245,16 @@ void rms_norm_backward_typed(const Tensor& dx, const Tensor& dweight, const Tens
   const T* xp = x.data<T>();
   const A* rp = rstd.data<A>();
   const AccParam<T> w(weight, C);
+  const std::vector<A> shifted = offset_weight(w.p, C, a.weight_offset);  // dy = g * (offset + w)
+  const A* weff = shifted.empty() ? w.p : shifted.data();
   T* dxp = dx.defined() ? dx.data<T>() : nullptr;
   A* ws = dweight.defined() ? workspace.data<A>() : nullptr;
   const A inv_c = A(1) / A(C);
-  with_flag(w.p != nullptr, [&](auto has_w) {
+  with_flag(weff != nullptr, [&](auto has_w) {
     with_flag(ws != nullptr, [&](auto has_params) {
       constexpr bool kW = decltype(has_w)::value, kP = decltype(has_params)::value;
       for_chunked_rows(rows, C, gp, xp, ws, 1, [&](int64_t r, const A* gr, const A* xr, A* pw) {
-        const A* wv = w.p;
+        const A* wv = weff;
         const A rs = rp[r];
         A s = 0;  // sum(dy * n)
 #pragma omp simd reduction(+ : s)

@@ -32,7 +32,9 @@ void check_optional(const char* kernel, const Tensor& t, DType dtype, int64_t nu
   if (t.defined()) check_rows(kernel, t, dtype, numel);
 }
 
-NormShape shape_of(const Tensor& x, const NormArgs& a, int64_t chunks) { return {x.dtype(), a.rows, a.cols, chunks}; }
+NormShape shape_of(const Tensor& x, const NormArgs& a, int64_t chunks) {
+  return {x.dtype(), a.rows, a.cols, chunks, a.weight_offset};
+}
 
 }  // namespace
 

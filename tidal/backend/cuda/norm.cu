@@ -50,7 +50,8 @@ __global__ void layer_norm_forward_kernel(T* y, acc_t<T>* mean, acc_t<T>* rstd, 
 }
 
 template <class T>
-__global__ void rms_norm_forward_kernel(T* y, acc_t<T>* rstd, const T* x, const T* w, int64_t C, acc_t<T> eps) {
+__global__ void rms_norm_forward_kernel(T* y, acc_t<T>* rstd, const T* x, const T* w, int64_t C, acc_t<T> eps,
+                                        acc_t<T> offset) {
   using A = acc_t<T>;
   const int64_t r = blockIdx.x;
   const T* xr = x + r * C;
@@ -63,16 +64,20 @@ __global__ void rms_norm_forward_kernel(T* y, acc_t<T>* rstd, const T* x, const 
   const A rs = A(1) / acc_sqrt(block_sum(s) * (A(1) / A(C)) + eps);
   if (threadIdx.x == 0) rstd[r] = rs;
   for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
+    if (offset != A(0)) {  // Gemma: times (offset + w) in A, rounded once
+      yr[c] = from_acc<T>(to_acc(xr[c]) * rs * (offset + to_acc(w[c])));
+      continue;
+    }
     const T n = from_acc<T>(to_acc(xr[c]) * rs);  // rounded to T before the weight, as the CPU
     yr[c] = w ? from_acc<T>(to_acc(n) * to_acc(w[c])) : n;
   }
 }
 
 // dx of one row per block. Layer norm (mean given): dx = rs * (dy - mean(dy) - xhat * mean(dy * xhat));
-// RMS norm (mean == nullptr): dx = rs * (dy - x * rs * mean(dy * x * rs)); dy = g * weight.
+// RMS norm (mean == nullptr): dx = rs * (dy - x * rs * mean(dy * x * rs)); dy = g * (offset + weight).
 template <class T>
 __global__ void norm_dx_kernel(T* dx, const T* g, const T* x, const acc_t<T>* mean, const acc_t<T>* rstd, const T* w,
-                               int64_t C) {
+                               int64_t C, acc_t<T> offset) {
   using A = acc_t<T>;
   const int64_t r = blockIdx.x;
   const T* gr = g + r * C;
@@ -81,14 +86,14 @@ __global__ void norm_dx_kernel(T* dx, const T* g, const T* x, const acc_t<T>* me
   const A mu = mean ? mean[r] : A(0), rs = rstd[r], inv_c = A(1) / A(C);
   A s1 = 0, s2 = 0;
   for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
-    const A dy = to_acc(gr[c]) * param(w, c, A(1));
+    const A dy = to_acc(gr[c]) * (offset + param(w, c, A(1)));
     s1 += dy;
     s2 += dy * ((to_acc(xr[c]) - mu) * rs);
   }
   const A m2 = block_sum(s2) * inv_c;
   const A m1 = mean ? block_sum(s1) * inv_c : A(0);
   for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
-    const A dy = to_acc(gr[c]) * param(w, c, A(1));
+    const A dy = to_acc(gr[c]) * (offset + param(w, c, A(1)));
     dr[c] = from_acc<T>(rs * (dy - m1 - (to_acc(xr[c]) - mu) * rs * m2));
   }
 }
@@ -128,7 +133,8 @@ template <class T>
 void norm_backward(cudaStream_t stream, const NormShape& s, T* dx, T* dweight, T* dbias, acc_t<T>* ws, const T* g,
                    const T* x, const acc_t<T>* mean, const acc_t<T>* rstd, const T* w) {
   if (dx) {
-    norm_dx_kernel<T><<<unsigned(s.rows), kRowThreads, 0, stream>>>(dx, g, x, mean, rstd, w, s.cols);
+    norm_dx_kernel<T>
+        <<<unsigned(s.rows), kRowThreads, 0, stream>>>(dx, g, x, mean, rstd, w, s.cols, acc_t<T>(s.weight_offset));
     TIDAL_CUDA_CHECK_LAUNCH();
   }
   if (!dweight && !dbias) return;
@@ -181,7 +187,7 @@ void launch_rms_norm_forward(cudaStream_t stream, const NormShape& s, double eps
     using A = acc_t<T>;
     rms_norm_forward_kernel<T><<<unsigned(s.rows), kRowThreads, 0, stream>>>(
         static_cast<T*>(out), static_cast<A*>(rstd), static_cast<const T*>(x), static_cast<const T*>(weight), s.cols,
-        A(eps));
+        A(eps), A(s.weight_offset));
     TIDAL_CUDA_CHECK_LAUNCH();
   });
 }

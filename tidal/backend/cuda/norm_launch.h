@@ -13,7 +13,8 @@ namespace tidal::cuda {
 struct NormShape {
   DType dtype = DType::f32;
   int64_t rows = 0, cols = 0;
-  int64_t chunks = 1;  // backward: the workspace's partial-sum rows (norm_row_chunks)
+  int64_t chunks = 1;          // backward: the workspace's partial-sum rows (norm_row_chunks)
+  double weight_offset = 0.0;  // RMS norm: NormArgs::weight_offset (Gemma's (1 + w), applied before rounding)
 };
 
 void launch_layer_norm_forward(cudaStream_t stream, const NormShape& s, double eps, void* out, void* mean, void* rstd,
