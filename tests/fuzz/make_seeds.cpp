@@ -55,7 +55,7 @@ void safetensors_seeds(const std::string& dir) {
 }
 
 void config_seeds(const std::string& dir) {
-  for (const char* name : {"tiny-gpt2", "tiny-llama", "tiny-qwen3", "tiny-qwen3-moe"})
+  for (const char* name : {"tiny-gpt2", "tiny-llama", "tiny-qwen3", "tiny-qwen3-moe", "tiny-mistral", "tiny-qwen2"})
     write_text(dir + "/" + name + ".json", models::config_to_json(models::preset(name)).dump(1) + "\n");
   // What the Hub's gpt2 config.json looks like (other field names, n_inner null).
   write_text(
@@ -63,6 +63,14 @@ void config_seeds(const std::string& dir) {
       R"({"architectures":["GPT2LMHeadModel"],"model_type":"gpt2","vocab_size":50,"n_embd":16,"n_layer":1,)"
       R"("n_head":2,"n_inner":null,"n_positions":32,"layer_norm_epsilon":1e-05,"activation_function":"gelu_new",)"
       R"("attn_pdrop":0.1,"resid_pdrop":0.1,"embd_pdrop":0.1,"tie_word_embeddings":true})"
+      "\n");
+  // A transformers 5 Qwen2 with one sliding layer of two (use_sliding_window, layer_types, rope_parameters).
+  write_text(
+      dir + "/hf-qwen2-sliding.json",
+      R"({"model_type":"qwen2","vocab_size":64,"hidden_size":32,"intermediate_size":64,"num_hidden_layers":2,)"
+      R"("num_attention_heads":4,"num_key_value_heads":2,"max_position_embeddings":128,"use_sliding_window":true,)"
+      R"("sliding_window":4,"max_window_layers":1,"layer_types":["full_attention","sliding_attention"],)"
+      R"("rope_parameters":{"rope_type":"default","rope_theta":10000.0},"tie_word_embeddings":false})"
       "\n");
 }
 

@@ -84,6 +84,31 @@ TEST(HostileConfig, ModelTypesAndStringsAreNeverEchoed) {
   EXPECT_EQ(msg.find("root:x"), std::string::npos) << msg;
 }
 
+// Sliding-window fields: wrong counts and entries are named by count and index, never echoed.
+TEST(HostileConfig, LayerTypesAreCheckedWithoutEchoingThem) {
+  json j = config_to_json(preset("tiny-qwen2"));
+  j["use_sliding_window"] = true;
+  j["sliding_window"] = 4;
+  j["layer_types"] = {"full_attention", "root:x:0:0:root:/root:/bin/bash"};
+  std::string msg = config_error(j);
+  EXPECT_HAS(msg, "field 'layer_types' entry 1 must be full_attention or sliding_attention");
+  EXPECT_EQ(msg.find("root:x"), std::string::npos) << msg;
+  j["layer_types"] = json::array();
+  for (int i = 0; i < 100000; ++i) j["layer_types"].push_back("sliding_attention");
+  msg = config_error(j);
+  EXPECT_HAS(msg, "field 'layer_types' lists 100000 entries: it must list one per layer (2)");
+  EXPECT_LT(msg.size(), 200u);
+  j["layer_types"] = "sliding_attention";
+  EXPECT_HAS(config_error(j), "field 'layer_types' must be an array of one entry per layer (2)");
+  j = config_to_json(preset("tiny-llama"));
+  j["sliding_window"] = "root:x:0:0:root:/root:/bin/bash";
+  msg = config_error(j);
+  EXPECT_HAS(msg, "field 'sliding_window' is set: LlamaAttention attends to every earlier token");
+  EXPECT_EQ(msg.find("root:x"), std::string::npos) << msg;
+  j["sliding_window"] = 4096;
+  EXPECT_HAS(config_error(j), "field 'sliding_window' is 4096: LlamaAttention");
+}
+
 TEST(HostileConfig, MoeFieldsAreBounded) {
   json j = config_to_json(preset("tiny-qwen3-moe"));
   j["mlp_only_layers"] = {0, 7};

@@ -29,12 +29,16 @@ std::vector<std::string> qwen_layer_types(const FieldReader& f, const ModelConfi
     for (int64_t l = first; l < c.num_hidden_layers; ++l) out[size_t(l)] = "sliding_attention";
     return out;
   }
-  TIDAL_CHECK(types->is_array() && int64_t(types->size()) == c.num_hidden_layers, f.where("layer_types"),
-              " must list one entry per layer (", c.num_hidden_layers, "), found ", types->dump());
+  // A hostile file's strings are never echoed (tests/unit/hostile_config_test.cpp): counts and indices only.
+  TIDAL_CHECK(types->is_array(), f.where("layer_types"), " must be an array of one entry per layer (",
+              c.num_hidden_layers, ")");
+  TIDAL_CHECK(int64_t(types->size()) == c.num_hidden_layers, f.where("layer_types"), " lists ", types->size(),
+              " entries: it must list one per layer (", c.num_hidden_layers, ")");
   std::vector<std::string> out;
-  for (const json& t : *types) {
-    if (!t.is_string() || (t != "full_attention" && t != "sliding_attention"))
-      f.refuse("layer_types", types->dump(), "each entry must be full_attention or sliding_attention");
+  for (size_t i = 0; i < types->size(); ++i) {
+    const json& t = (*types)[i];
+    TIDAL_CHECK(t.is_string() && (t == "full_attention" || t == "sliding_attention"), f.where("layer_types"), " entry ",
+                i, " must be full_attention or sliding_attention");
     out.push_back(t.get<std::string>());
   }
   return out;
@@ -47,7 +51,8 @@ void read_sliding_window(const FieldReader& f, ModelConfig& c) {
   c.layer_types.clear();
   if (c.model_type == "llama") {
     if (const json* w = f.find("sliding_window"))
-      f.refuse("sliding_window", w->dump(), "LlamaAttention attends to every earlier token (only null)");
+      f.refuse("sliding_window", w->is_number() ? w->dump() : std::string("set"),
+               "LlamaAttention attends to every earlier token (only null)");
     return;
   }
   if (c.model_type == "mistral") {
