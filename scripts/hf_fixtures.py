@@ -35,7 +35,7 @@ import transformers
 
 OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "fixtures", "hf")
 FAMILIES = {"gpt2": "GPT2Config", "llama": "LlamaConfig", "mistral": "MistralConfig", "qwen2": "Qwen2Config",
-            "qwen3": "Qwen3Config", "qwen3_moe": "Qwen3MoeConfig"}
+            "qwen3": "Qwen3Config", "qwen3_moe": "Qwen3MoeConfig", "gemma3_text": "Gemma3TextConfig"}
 
 
 def write_json(path, obj):
@@ -166,6 +166,16 @@ def qwen2_config():  # q/k/v biases; layer 0 full, layer 1 slides over 4 keys (u
                                     tie_word_embeddings=False)
 
 
+def gemma3_config():  # layers 0, 1, 3 slide over 5 keys, layer 2 is full; RoPE linear x2 on full layers
+    return transformers.Gemma3TextConfig(
+        vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=4, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=16, max_position_embeddings=128, sliding_window=5,
+        layer_types=["sliding_attention", "sliding_attention", "full_attention", "sliding_attention"],
+        query_pre_attn_scalar=12, tie_word_embeddings=True,
+        rope_parameters={"full_attention": {"rope_type": "linear", "factor": 2.0, "rope_theta": 1000000.0},
+                         "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}})
+
+
 # directory: (config, model class, input (batch, seq), gradients to record, by the names of model.safetensors)
 GOLDEN = {
     "tiny_gpt2": (gpt2_config, "GPT2LMHeadModel", (2, 12), [
@@ -186,6 +196,11 @@ GOLDEN = {
     "tiny_mistral": (mistral_config, "MistralForCausalLM", (2, 16), [
         "model.embed_tokens.weight", "model.layers.0.self_attn.q_proj.weight",
         "model.layers.1.self_attn.v_proj.weight", "model.layers.1.mlp.down_proj.weight", "lm_head.weight"]),
+    "tiny_gemma3": (gemma3_config, "Gemma3ForCausalLM", (2, 16), [
+        "model.embed_tokens.weight", "model.layers.0.self_attn.q_norm.weight", "model.layers.2.self_attn.k_proj.weight",
+        "model.layers.1.post_attention_layernorm.weight", "model.layers.3.pre_feedforward_layernorm.weight",
+        "model.layers.2.mlp.gate_proj.weight", "model.layers.0.post_feedforward_layernorm.weight",
+        "model.norm.weight"]),
     "tiny_qwen2": (qwen2_config, "Qwen2ForCausalLM", (2, 16), [
         "model.embed_tokens.weight", "model.layers.0.self_attn.q_proj.bias", "model.layers.1.self_attn.k_proj.weight",
         "model.layers.1.self_attn.v_proj.bias", "model.layers.0.mlp.gate_proj.weight", "lm_head.weight"]),

@@ -40,7 +40,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from reference import TOL, bf16_tolerance, num_layers  # noqa: E402  (the parity test's tolerances)
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
-PRESETS = ["tiny-gpt2", "tiny-llama", "tiny-qwen3", "tiny-qwen3-moe", "tiny-mistral", "tiny-qwen2"]
+PRESETS = ["tiny-gpt2", "tiny-llama", "tiny-qwen3", "tiny-qwen3-moe", "tiny-mistral", "tiny-qwen2", "tiny-gemma3"]
 # The golden table's directories: a family that joins it (scripts/hf_fixtures.py) is checked here too.
 FIXTURES = sorted(os.path.dirname(p) for p in glob.glob(os.path.join(ROOT, "tests", "fixtures", "hf", "*",
                                                                     "golden.safetensors")))

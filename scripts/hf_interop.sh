@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Hugging Face interop check (issue 11; not run by .ci/run, not a test dependency): trains tiny
-# checkpoints with build/tidal (tiny-gpt2, tiny-llama, tiny-qwen3, tiny-qwen3-moe, tiny-mistral, tiny-qwen2, and --pretrained from
+# checkpoints with build/tidal (tiny-gpt2, tiny-llama, tiny-qwen3, tiny-qwen3-moe, tiny-mistral, tiny-qwen2, tiny-gemma3, and --pretrained from
 # each family's directory of the golden table, tests/fixtures/hf/*/golden.safetensors; f32 and --bf16;
 # --mock-data, a few steps, --save), loads each checkpoint's model.safetensors + config.json with
 # transformers' AutoModelForCausalLM and compares its logits on a fixed token batch with tidal's

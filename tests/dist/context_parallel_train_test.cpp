@@ -116,6 +116,8 @@ TEST(ContextParallel, SlidingWindowAndBiasesOnTwoRanks) {
   compare_cp("tiny-mistral", 2, {"--attention", "eager"});
   compare_cp("tiny-mistral", 2, {"--recompute-granularity", "selective", "--activation-offload"});
   compare_cp("tiny-qwen2", 2);
+  compare_cp("tiny-gemma3", 2);  // sliding and full layers, two RoPE tables, four norms a layer
+  compare_cp("tiny-gemma3", 2, {"--attention", "eager"});
 }
 
 TEST(ContextParallel, TwoRanksWithRecomputeAndOffload) {

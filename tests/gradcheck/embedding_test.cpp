@@ -64,6 +64,18 @@ TEST(Embedding, ValuesAndHandComputedGradient) {
   EXPECT_TRUE(bitwise_equal(embedding(wb, ids), out.to(DType::bf16)));
 }
 
+// padding_idx (nn.Embedding's, Hugging Face's pad_token_id in the Llama family and Gemma 3): the row is
+// looked up as any other but gets no gradient.
+TEST(Embedding, PaddingRowGetsNoGradient) {
+  Tensor w = arange(0, 12, 1, DType::f32).reshape(Shape{4, 3}).set_requires_grad(true);
+  Tensor ids = ids_of({3, 0, 3}, {3}, DType::i64);
+  Tensor y = embedding(w, ids, 3);
+  EXPECT_EQ(y.to_vector<float>(), (std::vector<float>{9, 10, 11, 0, 1, 2, 9, 10, 11}));
+  y.backward(from_vector({1, 2, 3, 10, 20, 30, 100, 200, 300}, Shape{3, 3}));
+  EXPECT_EQ(w.grad().to_vector<float>(), (std::vector<float>{10, 20, 30, 0, 0, 0, 0, 0, 0, 0, 0, 0}));
+  EXPECT_THROW(embedding(w, ids, 4), Error);  // outside the 4 rows
+}
+
 TEST(Embedding, SavesOnlyTheIds) {
   Tensor w = uniform({7, 4}, 3, -1, 1, true, DType::f32);
   Tensor ids = ids_of({1, 2, 3}, {3}, DType::i64);

@@ -108,6 +108,9 @@ TEST(Estimator, Qwen3MoeFlash) { check("tiny-qwen3-moe", AttentionKernel::flash,
 TEST(Estimator, MistralEager) { check("tiny-mistral", AttentionKernel::eager, false); }
 TEST(Estimator, MistralFlash) { check("tiny-mistral", AttentionKernel::flash, false); }
 TEST(Estimator, Qwen2Flash) { check("tiny-qwen2", AttentionKernel::flash, false); }
+TEST(Estimator, Gemma3Eager) { check("tiny-gemma3", AttentionKernel::eager, false); }
+TEST(Estimator, Gemma3Flash) { check("tiny-gemma3", AttentionKernel::flash, false); }
+TEST(Estimator, Bf16Gemma3Flash) { check("tiny-gemma3", AttentionKernel::flash, false, DType::bf16); }
 TEST(Estimator, Bf16Gpt2Eager) { check("tiny-gpt2", AttentionKernel::eager, true, DType::bf16); }
 TEST(Estimator, Bf16Gpt2Flash) { check("tiny-gpt2", AttentionKernel::flash, true, DType::bf16); }
 TEST(Estimator, Bf16LlamaEager) { check("tiny-llama", AttentionKernel::eager, false, DType::bf16); }

@@ -18,7 +18,8 @@
 namespace tidal::models {
 namespace {
 
-const char* kTiny[] = {"tiny-gpt2", "tiny-llama", "tiny-qwen3", "tiny-qwen3-moe", "tiny-mistral", "tiny-qwen2"};
+const char* kTiny[] = {"tiny-gpt2",    "tiny-llama", "tiny-qwen3", "tiny-qwen3-moe",
+                       "tiny-mistral", "tiny-qwen2", "tiny-gemma3"};
 
 std::unique_ptr<CausalLM> tiny(const std::string& name, uint64_t seed = 1) {
   manual_seed(seed);

@@ -192,7 +192,7 @@ TEST(HostileConfig, ATrillionParameterConfigIsWithinTheLimits) {
 
 TEST(HostileConfig, ParameterCountIsTheBuiltModels) {
   for (const char* name : {"tiny-gpt2", "tiny-llama", "tiny-qwen3", "tiny-qwen3-moe", "tiny-mistral", "tiny-qwen2",
-                           "gpt2-124m", "qwen3-30b-a3b"}) {
+                           "tiny-gemma3", "gpt2-124m", "qwen3-30b-a3b"}) {
     nn::Init init;
     init.device = Device::meta();
     ModelConfig c = preset(name);

@@ -56,15 +56,17 @@ std::vector<Item> gpt2_layer(const Dims& d, AttentionKernel kernel) {
   return v;
 }
 
-std::vector<Item> llama_layer(const Dims& d, const models::ModelConfig& cfg, int64_t l, AttentionKernel kernel,
-                              bool core_recompute, const std::vector<int64_t>& expert_tokens) {
+// The attention half of a Llama-family layer (Llama, Mistral, Qwen, Gemma 3): input_layernorm, the
+// projections, QK-norm, RoPE and the core, up to o_proj's input.
+std::vector<Item> llama_attention(const Dims& d, const models::ModelConfig& cfg, AttentionKernel kernel,
+                                  bool core_recompute, size_t reserve) {
   const int64_t el = d.el, n = d.n, c = d.c;
   std::vector<Item> v = {
       {"input_layernorm input", n * c * el, Part::attn},
       {"input_layernorm rstd", n * d.acc, Part::attn, Region::none, false, Discard::norm1, false},
       {"q/k/v_proj input", n * c * el, Part::attn, Region::none, false, Discard::norm1},
   };
-  v.reserve(v.size() + 24 + 5 * expert_tokens.size());
+  v.reserve(v.size() + reserve);
   if (cfg.qk_norm) {
     v.push_back({"q_norm input", n * d.a * el, Part::attn});
     v.push_back({"q_norm rstd", n * d.h * d.acc, Part::attn});
@@ -87,13 +89,42 @@ std::vector<Item> llama_layer(const Dims& d, const models::ModelConfig& cfg, int
     v.push_back({"attention output", n * d.a * el, Part::attn, Region::none, false, Discard::none, true, true});
     v.push_back({"log-sum-exp", d.b * d.h * d.s * d.acc, Part::attn, Region::none, false, Discard::none, true, true});
   }
+  return v;
+}
+
+// The dense gated MLP's saved tensors after its input norm.
+void push_gated_mlp(std::vector<Item>& v, const Dims& d) {
+  const int64_t el = d.el, n = d.n, c = d.c;
+  v.push_back({"gate/up_proj input", n * c * el, Part::mlp, Region::mlp, true, Discard::norm2});
+  v.push_back({"gate_proj output", n * d.f * el, Part::mlp, Region::mlp});
+  v.push_back({"up_proj output", n * d.f * el, Part::mlp, Region::mlp});
+  v.push_back({"down_proj input", n * d.f * el, Part::mlp, Region::mlp, false, Discard::act});
+}
+
+// Gemma 3: the attention half, its output's post_attention_layernorm, pre_feedforward_layernorm, the
+// GeGLU MLP (saving what SwiGLU saves), post_feedforward_layernorm of the MLP's output.
+std::vector<Item> gemma3_layer(const Dims& d, const models::ModelConfig& cfg, AttentionKernel kernel,
+                               bool core_recompute) {
+  const int64_t el = d.el, n = d.n, c = d.c;
+  std::vector<Item> v = llama_attention(d, cfg, kernel, core_recompute, 16);
+  v.push_back({"post_attention_layernorm input", n * c * el, Part::attn});
+  v.push_back({"post_attention_layernorm rstd", n * d.acc, Part::attn});
+  v.push_back({"pre_feedforward_layernorm input", n * c * el, Part::mlp});
+  v.push_back({"pre_feedforward_layernorm rstd", n * d.acc, Part::mlp, Region::none, false, Discard::norm2, false});
+  push_gated_mlp(v, d);
+  v.push_back({"post_feedforward_layernorm input", n * c * el, Part::mlp});
+  v.push_back({"post_feedforward_layernorm rstd", n * d.acc, Part::mlp});
+  return v;
+}
+
+std::vector<Item> llama_layer(const Dims& d, const models::ModelConfig& cfg, int64_t l, AttentionKernel kernel,
+                              bool core_recompute, const std::vector<int64_t>& expert_tokens) {
+  const int64_t el = d.el, n = d.n, c = d.c;
+  std::vector<Item> v = llama_attention(d, cfg, kernel, core_recompute, 24 + 5 * expert_tokens.size());
   v.push_back({"post_attention_layernorm input", n * c * el, Part::mlp});
   v.push_back({"post_attention_layernorm rstd", n * d.acc, Part::mlp, Region::none, false, Discard::norm2, false});
   if (!cfg.is_moe_layer(l)) {
-    v.push_back({"gate/up_proj input", n * c * el, Part::mlp, Region::mlp, true, Discard::norm2});
-    v.push_back({"gate_proj output", n * d.f * el, Part::mlp, Region::mlp});
-    v.push_back({"up_proj output", n * d.f * el, Part::mlp, Region::mlp});
-    v.push_back({"down_proj input", n * d.f * el, Part::mlp, Region::mlp, false, Discard::act});
+    push_gated_mlp(v, d);
     return v;
   }
   // Sparse MoE block (moe.cpp): router, top-k bookkeeping, then each expert on its tokens (N*k
@@ -184,7 +215,8 @@ std::vector<std::vector<Item>> layer_items(const models::ModelConfig& cfg, const
     }
     const std::vector<int64_t> routed = cfg.is_moe_layer(l) ? routed_tokens(in, d, l) : std::vector<int64_t>{};
     const bool core_recompute = size_t(l) < in.plan.size() && in.plan[size_t(l)].core_attn;
-    items[size_t(l)] = llama_layer(d, cfg, l, in.kernel, core_recompute, routed);
+    items[size_t(l)] = cfg.is_gemma3() ? gemma3_layer(d, cfg, in.kernel, core_recompute)
+                                       : llama_layer(d, cfg, l, in.kernel, core_recompute, routed);
   }
   return items;
 }

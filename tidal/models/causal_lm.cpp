@@ -4,6 +4,7 @@
 
 #include "tidal/autograd/checkpoint.h"
 #include "tidal/memory_scope.h"
+#include "tidal/models/gemma3.h"
 #include "tidal/models/gpt2.h"
 #include "tidal/models/llama.h"
 #include "tidal/ops/elementwise.h"
@@ -150,6 +151,8 @@ std::unique_ptr<CausalLM> create_model(const ModelConfig& config, const nn::Init
               config.model_type);
   if (config.is_gpt2())
     model = std::make_unique<Gpt2>(config, init);
+  else if (config.is_gemma3())
+    model = std::make_unique<Gemma3>(config, init);
   else
     model = std::make_unique<Llama>(config, init, std::move(experts));
   model->assign_names();

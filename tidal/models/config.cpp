@@ -10,6 +10,7 @@
 #include "tidal/base/json.h"
 #include "tidal/io/atomic_file.h"
 #include "tidal/models/config_fields.h"
+#include "tidal/models/config_gemma3.h"
 #include "tidal/models/config_reader.h"
 #include "tidal/models/config_rope.h"
 #include "tidal/models/config_window.h"
@@ -36,6 +37,7 @@ FamilyDefaults family_defaults(const std::string& type) {
   if (type == "qwen3_moe") return {0, 4, 32768};
   if (type == "qwen2") return {0, 32, 32768};
   if (type == "mistral") return {0, 8, 4096 * 32};
+  if (type == "gemma3_text") return {256, 4, 131072};
   return {0, 0, 2048};
 }
 
@@ -44,6 +46,7 @@ const char* architecture(const std::string& type) {
   if (type == "mistral") return "MistralForCausalLM";
   if (type == "qwen2") return "Qwen2ForCausalLM";
   if (type == "qwen3") return "Qwen3ForCausalLM";
+  if (type == "gemma3_text") return "Gemma3ForCausalLM";
   return "Qwen3MoeForCausalLM";
 }
 
@@ -59,13 +62,26 @@ std::string model_type_list() {
   return out;
 }
 
+double ModelConfig::attention_scale() const {
+  return query_pre_attn_scalar > 0 ? 1.0 / std::sqrt(query_pre_attn_scalar) : 0.0;
+}
+
+RopeFrequencies ModelConfig::layer_rope_frequencies(int64_t layer, int64_t seq_len) const {
+  if (rope_local_theta <= 0 || attention_window(layer) == 0) return rope_frequencies(seq_len);
+  return tidal::rope_frequencies(head_size(), rope_local_theta, RopeScaling{}, seq_len);
+}
+
 int64_t ModelConfig::attention_window(int64_t layer) const {
   if (sliding_window <= 0 || layer < 0 || size_t(layer) >= layer_types.size()) return 0;
   return layer_types[size_t(layer)] == "sliding_attention" ? sliding_window : 0;
 }
 
 void ModelConfig::set_num_layers(int64_t layers) {
-  if (!layer_types.empty() && int64_t(layer_types.size()) != layers) {
+  if (sliding_window_pattern > 0 && sliding_window > 0) {
+    layer_types.clear();
+    for (int64_t i = 0; i < layers; ++i)
+      layer_types.push_back((i + 1) % sliding_window_pattern != 0 ? "sliding_attention" : "full_attention");
+  } else if (!layer_types.empty() && int64_t(layer_types.size()) != layers) {
     const bool uniform = std::all_of(layer_types.begin(), layer_types.end(),
                                      [&](const std::string& t) { return t == layer_types.front(); });
     TIDAL_CHECK(uniform, "[config] layer_types gives each of the model's ", layer_types.size(),
@@ -105,7 +121,7 @@ int64_t ModelConfig::parameter_count() const {
   int64_t sparse_layers = 0;
   if (is_moe())
     for (int64_t l = 0; l < num_hidden_layers; ++l) sparse_layers += is_moe_layer(l) ? 1 : 0;
-  const int64_t layer = add(attention, 2 * d);  // two RMSNorms
+  const int64_t layer = add(attention, (is_gemma3() ? 4 : 2) * d);  // two RMSNorms (Gemma 3: four)
   n = add(n, mul({num_hidden_layers, layer}));
   n = add(n, mul({num_hidden_layers - sparse_layers, dense_mlp}));
   n = add(n, mul({sparse_layers, sparse_mlp}));
@@ -211,6 +227,9 @@ ModelConfig config_from_json(const json& j, std::string_view source, std::set<st
   const FieldReader f(j, source, fields_read);
   ModelConfig c;
   c.model_type = f.get("model_type", "");
+  TIDAL_CHECK(c.model_type != "gemma3", "[config] ", source,
+              " is a multimodal Gemma 3 config (model_type gemma3): tidal trains the text model; save its "
+              "text_config as config.json (model_type gemma3_text)");
   // The value is not echoed: a hostile file's string could be anything (tests/unit/hostile_config_test.cpp).
   TIDAL_CHECK(is_model_type(c.model_type), "[config] ", source,
               " field 'model_type' names no model tidal builds: supported are ", model_type_list());
@@ -241,12 +260,24 @@ ModelConfig config_from_json(const json& j, std::string_view source, std::set<st
         f.get("num_key_value_heads", defaults.kv_heads > 0 ? defaults.kv_heads : c.num_attention_heads, 1, kMaxHeads);
     c.head_dim = f.get("head_dim", defaults.head_dim, 0, kMaxWidth);
     c.max_position_embeddings = f.get(n.positions, defaults.positions, 1, kMaxPositions);
+    c.norm_eps = f.get("rms_norm_eps", 1e-6);
+    c.attention_dropout = f.get("attention_dropout", 0.0);
+    c.tie_word_embeddings = f.get("tie_word_embeddings", c.is_gemma3());
+    // nn.Embedding(vocab, hidden, padding_idx=pad_token_id) in every Llama-family model (Gemma3TextConfig's
+    // default is 0, the others' null).
+    c.pad_token_id =
+        f.get("pad_token_id", int64_t(c.is_gemma3() && !f.present("pad_token_id") ? 0 : -1), 0, c.vocab_size - 1);
+    if (c.is_gemma3()) {
+      detail::read_gemma3(f, c);
+      c.initializer_range = f.get("initializer_range", 0.02);
+      c.torch_dtype = f.get(f.alias("torch_dtype", "dtype"), "float32");
+      detail::check_unsupported_fields(f, c);
+      c.validate(source);
+      return c;
+    }
     detail::read_rope(f, c);
     detail::read_sliding_window(f, c);
-    c.norm_eps = f.get("rms_norm_eps", 1e-6);
     c.hidden_act = f.get("hidden_act", "silu");
-    c.attention_dropout = f.get("attention_dropout", 0.0);
-    c.tie_word_embeddings = f.get("tie_word_embeddings", false);
     // llama and qwen3's attention_bias: biases on q/k/v/o; Mistral and Qwen2 fix theirs (no attention_bias).
     if (c.model_type != "mistral" && c.model_type != "qwen2") c.attention_bias = f.get("attention_bias", false);
     c.qkv_bias = c.model_type == "qwen2";  // Qwen2Attention: q/k/v with biases, o_proj without
@@ -304,10 +335,16 @@ json config_to_json(const ModelConfig& c) {
   j["num_key_value_heads"] = c.kv_heads();
   j["head_dim"] = c.head_size();  // qwen3 defaults it to 128, not hidden / heads
   j["max_position_embeddings"] = c.max_position_embeddings;
-  detail::write_rope(c, j);
   j["rms_norm_eps"] = c.norm_eps;
-  j["hidden_act"] = c.hidden_act;
   j["attention_dropout"] = c.attention_dropout;
+  j["pad_token_id"] = c.pad_token_id >= 0 ? nlohmann::json(c.pad_token_id) : nlohmann::json(nullptr);
+  if (c.is_gemma3()) {
+    j["attention_bias"] = c.attention_bias;
+    detail::write_gemma3(c, j);  // its rope fields too
+    return j;
+  }
+  detail::write_rope(c, j);
+  j["hidden_act"] = c.hidden_act;
   if (c.model_type != "mistral" && c.model_type != "qwen2") j["attention_bias"] = c.attention_bias;
   detail::write_sliding_window(c, j);
   if (c.is_moe()) {

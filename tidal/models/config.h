@@ -28,7 +28,7 @@ inline constexpr int64_t kMaxExpertsInAll = int64_t(1) << 17;  // experts x spar
 inline constexpr int64_t kMaxParameters = int64_t(1) << 45;    // ~35T; largest: ~1T
 
 // The model types tidal builds, as config.json's model_type names them.
-inline constexpr const char* kModelTypes[] = {"gpt2", "llama", "mistral", "qwen2", "qwen3", "qwen3_moe"};
+inline constexpr const char* kModelTypes[] = {"gpt2", "llama", "mistral", "qwen2", "qwen3", "qwen3_moe", "gemma3_text"};
 bool is_model_type(std::string_view type);
 // "gpt2, llama, ...": for messages.
 std::string model_type_list();
@@ -55,10 +55,20 @@ struct ModelConfig {
   double hidden_dropout = 0.0;     // gpt2: resid_pdrop (and embd_pdrop)
   double initializer_range = 0.02;
   std::string torch_dtype = "float32";
+  // The Llama family's embedding padding_idx (Hugging Face's pad_token_id): that row of embed_tokens gets
+  // no gradient from the lookups. -1: none. (GPT-2's wte has none.)
+  int64_t pad_token_id = -1;
   // Sliding-window attention (mistral, and qwen2/qwen3 with use_sliding_window): a sliding layer's query
   // at position p sees the keys at positions p - sliding_window < q <= p (ops/attention.h).
   int64_t sliding_window = 0;            // 0: every layer attends to all earlier tokens
   std::vector<std::string> layer_types;  // per layer: full_attention | sliding_attention (empty: all full)
+  // Gemma 3: attention scores scaled by query_pre_attn_scalar^-1/2 (0: head_dim^-1/2), and the sliding
+  // layers' own RoPE base with the default rope type (rope_local_base_freq; 0: one table for all).
+  double query_pre_attn_scalar = 0;
+  double rope_local_theta = 0;
+  // Gemma 3's layer rule when the file gives no layer_types: every sliding_window_pattern-th layer is
+  // full, the rest slide (0: layer_types as given). --num-layers re-applies it.
+  int64_t sliding_window_pattern = 0;
   // Mixture of experts (qwen3_moe).
   int64_t num_experts = 0;
   int64_t num_experts_per_tok = 0;
@@ -77,6 +87,11 @@ struct ModelConfig {
   bool moe_pad_expert_input_to_capacity = false;         // every expert runs `capacity` rows (zero-weight padding)
 
   bool is_gpt2() const { return model_type == "gpt2"; }
+  bool is_gemma3() const { return model_type == "gemma3_text"; }
+  // The attention's softmax scale: 0 for 1/sqrt(head_size) (AttentionOptions::scale).
+  double attention_scale() const;
+  // Layer `layer`'s RoPE: Gemma 3's sliding layers take rope_local_theta unscaled, the rest rope_frequencies.
+  RopeFrequencies layer_rope_frequencies(int64_t layer, int64_t seq_len) const;
   bool is_moe() const { return num_experts > 0; }
   // The window of layer `layer`'s attention: sliding_window for a sliding layer, 0 (none) otherwise.
   int64_t attention_window(int64_t layer) const;

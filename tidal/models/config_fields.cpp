@@ -18,7 +18,6 @@ const std::vector<HarmlessField> kCommon = {
     {"use_cache", "the key/value cache of generation: the same logits"},
     {"bos_token_id", "a token id for generation and data preparation, not the model's math"},
     {"eos_token_id", "a token id for generation and data preparation, not the model's math"},
-    {"pad_token_id", "a token id for generation and data preparation, not the model's math"},
     {"id2label", "labels of sequence-classification heads, which tidal does not build"},
     {"label2id", "labels of sequence-classification heads, which tidal does not build"},
     {"problem_type", "the loss of sequence-classification heads, which tidal does not build"},
@@ -68,6 +67,7 @@ const std::vector<HarmlessField> kLlama = {
 };
 
 const std::vector<HarmlessField> kGpt2 = {
+    {"pad_token_id", "a token id for generation and data preparation: GPT-2's wte has no padding_idx"},
     {"summary_type", "GPT2DoubleHeadsModel's multiple-choice head, not part of the language model"},
     {"summary_use_proj", "GPT2DoubleHeadsModel's multiple-choice head, not part of the language model"},
     {"summary_activation", "GPT2DoubleHeadsModel's multiple-choice head, not part of the language model"},
@@ -75,6 +75,12 @@ const std::vector<HarmlessField> kGpt2 = {
     {"summary_first_dropout", "GPT2DoubleHeadsModel's multiple-choice head, not part of the language model"},
     {"reorder_and_upcast_attn", "computes the attention scores in f32, as tidal's attention kernels always do"},
     {"n_ctx", "an old copy of n_positions that transformers no longer reads"},
+};
+
+const std::vector<HarmlessField> kGemma3 = {
+    {"_sliding_window_pattern",
+     "the layer pattern transformers saved layer_types from; transformers 5 reloads layer_types (and reads "
+     "sliding_window_pattern, not this, when they are absent), as tidal does"},
 };
 
 const std::vector<HarmlessField> kMoe = {
@@ -90,10 +96,11 @@ bool truthy(const json* v) { return v != nullptr && v->is_boolean() && v->get<bo
 std::vector<HarmlessField> harmless_config_fields(const std::string& model_type) {
   std::vector<HarmlessField> out = kCommon;
   const std::vector<HarmlessField> none;
-  const auto& extra = model_type == "gpt2"        ? kGpt2
-                      : model_type == "qwen3_moe" ? kMoe
-                      : model_type == "llama"     ? kLlama
-                                                  : none;
+  const auto& extra = model_type == "gpt2"          ? kGpt2
+                      : model_type == "qwen3_moe"   ? kMoe
+                      : model_type == "llama"       ? kLlama
+                      : model_type == "gemma3_text" ? kGemma3
+                                                    : none;
   out.insert(out.end(), extra.begin(), extra.end());
   return out;
 }

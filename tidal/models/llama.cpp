@@ -17,8 +17,9 @@ LlamaAttention::LlamaAttention(const ModelConfig& c, int64_t layer, const nn::In
   v_proj_ = &register_module("v_proj", std::make_unique<nn::Linear>(d, kv * hd, qkv_bias, init));
   o_proj_ = &register_module("o_proj", std::make_unique<nn::Linear>(h * hd, d, c.attention_bias, init));
   if (c.qk_norm) {
-    q_norm_ = &register_module("q_norm", std::make_unique<nn::RMSNorm>(hd, c.norm_eps, init));
-    k_norm_ = &register_module("k_norm", std::make_unique<nn::RMSNorm>(hd, c.norm_eps, init));
+    const double offset = c.is_gemma3() ? 1.0 : 0.0;  // Gemma3RMSNorm: (1 + w)
+    q_norm_ = &register_module("q_norm", std::make_unique<nn::RMSNorm>(hd, c.norm_eps, init, offset));
+    k_norm_ = &register_module("k_norm", std::make_unique<nn::RMSNorm>(hd, c.norm_eps, init, offset));
   }
 }
 
@@ -41,7 +42,8 @@ Tensor LlamaAttention::attend(const std::vector<Tensor>& qkv, const RopeTables& 
   k = apply_rope(k.transpose(1, 2), rope.cos, rope.sin);  // (B, Hkv, T, hd)
   AttentionOptions opt;
   opt.dropout_p = training ? c.attention_dropout : 0.0;
-  opt.window = window_;  // sliding layers (mistral, qwen2/qwen3 with use_sliding_window)
+  opt.window = window_;             // sliding layers (mistral, qwen2/qwen3 with use_sliding_window, gemma3)
+  opt.scale = c.attention_scale();  // gemma3: query_pre_attn_scalar^-1/2
   auto core = [opt, attn, module = name()](const std::vector<Tensor>& in) {
     ModuleScope scope(module);
     return std::vector<Tensor>{attn(in[0], in[1], in[2], opt)};
@@ -102,10 +104,21 @@ std::vector<Tensor> LlamaDecoderLayer::forward(const Tensor& x, const RopeTables
   return {add(x1, out[0]), out[1], out[2]};
 }
 
+RopeTables rope_at_positions(const CoreAttention& attn, int64_t local_len, const RopeFrequencies& freqs, DType dtype,
+                             const Device& device) {
+  RopeTables rope;
+  for (const auto& [start, length] : attn.positions(local_len)) {
+    RopeTables run = rope_tables(length, freqs, dtype, device, start);
+    rope = rope.cos.defined() ? RopeTables{cat({rope.cos, run.cos}, 0), cat({rope.sin, run.sin}, 0)} : run;
+  }
+  return rope;
+}
+
 Llama::Llama(const ModelConfig& c, const nn::Init& init, std::shared_ptr<dist::Communicator> experts)
     : CausalLM(c, experts) {
   nn::ModuleDict& model = register_module("model", std::make_unique<nn::ModuleDict>());
-  embed_tokens_ = model.add("embed_tokens", std::make_unique<nn::Embedding>(c.vocab_size, c.hidden_size, init));
+  embed_tokens_ =
+      model.add("embed_tokens", std::make_unique<nn::Embedding>(c.vocab_size, c.hidden_size, init, c.pad_token_id));
   layers_ = model.add("layers", std::make_unique<nn::ModuleList<LlamaDecoderLayer>>());
   for (int64_t l = 0; l < c.num_hidden_layers; ++l)
     layers_->add(std::make_unique<LlamaDecoderLayer>(c, l, init, experts));
@@ -124,12 +137,9 @@ ModelOutput Llama::forward_hidden(const Tensor& ids) const {
   const int64_t t = attn.sequence_length(ids.size(1));
   TIDAL_CHECK(t <= config_.max_position_embeddings, "[", config_.model_type, "] sequence length ", t,
               " exceeds max_position_embeddings ", config_.max_position_embeddings);
-  RopeTables rope;                                            // (T_local, hd): the rows of the tokens' global positions
-  const RopeFrequencies freqs = config_.rope_frequencies(t);  // the rope type's scaling, for a run of t
-  for (const auto& [start, length] : attn.positions(ids.size(1))) {
-    RopeTables run = rope_tables(length, freqs, embed_tokens_->weight().dtype(), ids.device(), start);
-    rope = rope.cos.defined() ? RopeTables{cat({rope.cos, run.cos}, 0), cat({rope.sin, run.sin}, 0)} : run;
-  }
+  // The rope type's scaling, for a run of t.
+  const RopeTables rope =
+      rope_at_positions(attn, ids.size(1), config_.rope_frequencies(t), embed_tokens_->weight().dtype(), ids.device());
   Tensor x = embed_tokens_->forward(ids);  // (B, T, C)
   std::vector<std::vector<Tensor>> extras;
   x = run_layers(

@@ -47,6 +47,11 @@ class LlamaDecoderLayer : public nn::Module {
   SparseMoeBlock* moe_ = nullptr;
 };
 
+// The RoPE tables (T_local, hd) of the tokens' global positions: the whole sequence, or under context
+// parallelism this rank's chunks (CoreAttention::positions).
+RopeTables rope_at_positions(const CoreAttention& attn, int64_t local_len, const RopeFrequencies& freqs, DType dtype,
+                             const Device& device);
+
 class Llama : public CausalLM {
  public:
   Llama(const ModelConfig& c, const nn::Init& init, std::shared_ptr<dist::Communicator> experts);

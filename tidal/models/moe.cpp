@@ -21,7 +21,7 @@
 
 namespace tidal::models {
 
-SwiGluMlp::SwiGluMlp(int64_t hidden, int64_t ffn, const nn::Init& init) {
+SwiGluMlp::SwiGluMlp(int64_t hidden, int64_t ffn, const nn::Init& init, GluActivation act) : act_(act) {
   gate_proj_ = &register_module("gate_proj", std::make_unique<nn::Linear>(hidden, ffn, false, init));
   up_proj_ = &register_module("up_proj", std::make_unique<nn::Linear>(hidden, ffn, false, init));
   down_proj_ = &register_module("down_proj", std::make_unique<nn::Linear>(ffn, hidden, false, init));
@@ -32,8 +32,11 @@ std::vector<Tensor> SwiGluMlp::project(const Tensor& x) const { return {gate_pro
 Tensor SwiGluMlp::finish(const std::vector<Tensor>& gate_up, bool recompute_act) const {
   ModuleScope scope(name());  // the SwiGLU's saved inputs
   return autograd::with_discarded_outputs(
-      recompute_act, [](const std::vector<Tensor>& in) { return std::vector<Tensor>{swiglu(in[0], in[1])}; }, gate_up,
-      [this](const std::vector<Tensor>& a) { return std::vector<Tensor>{down_proj_->forward(a[0])}; })[0];
+      recompute_act,
+      [act = act_](const std::vector<Tensor>& in) {
+        return std::vector<Tensor>{act == GluActivation::silu ? swiglu(in[0], in[1]) : geglu(in[0], in[1])};
+      },
+      gate_up, [this](const std::vector<Tensor>& a) { return std::vector<Tensor>{down_proj_->forward(a[0])}; })[0];
 }
 
 Tensor SwiGluMlp::forward(const Tensor& x, bool recompute_act) const { return finish(project(x), recompute_act); }

@@ -18,12 +18,14 @@
 #include "tidal/dist/communicator.h"
 #include "tidal/models/config.h"
 #include "tidal/nn/layers.h"
+#include "tidal/ops/activation.h"
 
 namespace tidal::models {
 
 class SwiGluMlp : public nn::Module {
  public:
-  SwiGluMlp(int64_t hidden, int64_t ffn, const nn::Init& init);
+  // act: silu (SwiGLU: Llama, Qwen, Mistral) or gelu_tanh (GeGLU: Gemma 3).
+  SwiGluMlp(int64_t hidden, int64_t ffn, const nn::Init& init, GluActivation act = GluActivation::silu);
   // (..., C) -> (..., C); `recompute_act`: the SwiGLU output is freed once down_proj saved it and
   // recomputed before down_proj's backward (activation-function / moe_act recompute).
   Tensor forward(const Tensor& x, bool recompute_act = false) const;
@@ -36,6 +38,7 @@ class SwiGluMlp : public nn::Module {
   nn::Linear* gate_proj_;
   nn::Linear* up_proj_;
   nn::Linear* down_proj_;
+  GluActivation act_;
 };
 
 // What a sparse block contributes to the load-balancing loss (Switch Transformer / HF

@@ -60,6 +60,27 @@ ModelConfig with_eps(ModelConfig c, double eps) {
   return c;
 }
 
+// Gemma 3's text model: GeGLU, QK-norm, every `pattern`-th layer full and the rest sliding over
+// `window` keys, RoPE 1e6 (linear x`factor` on 4B and up) on full layers and 10000 on sliding ones.
+ModelConfig gemma3(int64_t vocab, int64_t hidden, int64_t ffn, int64_t layers, int64_t heads, int64_t kv_heads,
+                   int64_t head_dim, int64_t positions, int64_t window, int64_t pattern, double factor,
+                   double query_scalar) {
+  ModelConfig c =
+      llama_like("gemma3_text", vocab, hidden, ffn, layers, heads, kv_heads, head_dim, positions, 1000000.0, true);
+  c.hidden_act = "gelu_pytorch_tanh";
+  c.qk_norm = true;
+  c.rope_local_theta = 10000.0;
+  c.query_pre_attn_scalar = query_scalar;
+  if (factor > 1) {
+    c.rope_scaling.type = RopeType::linear;
+    c.rope_scaling.factor = factor;
+  }
+  c.sliding_window = window;
+  c.sliding_window_pattern = pattern;
+  c.set_num_layers(layers);  // the pattern's layer types
+  return c;
+}
+
 // Every layer attends within `window` keys (Mistral 7B v0.1).
 ModelConfig sliding(ModelConfig c, int64_t window) {
   c.sliding_window = window;
@@ -90,6 +111,9 @@ std::vector<Preset> make_presets() {
        sliding(llama_like("mistral", 512, 64, 176, 2, 4, 2, 0, 256, 10000.0, false), 8)},
       {"tiny-qwen2", "2 layers, hidden 64, 4 heads / 2 kv heads, q/k/v biases, tied, vocab 512",
        llama_like("qwen2", 512, 64, 176, 2, 4, 2, 0, 256, 1000000.0, true)},
+      {"tiny-gemma3",
+       "4 layers (3 sliding over 8 keys, 1 full), hidden 64, 4 heads / 2 kv heads of 16, GeGLU, vocab 512",
+       gemma3(512, 64, 128, 4, 4, 2, 16, 256, 8, 4, 1.0, 16.0)},
       {"small-gpt2", "4 layers, hidden 256, 4 heads, vocab 8192, 1024 positions", gpt2(8192, 256, 4, 4, 1024, 0.0)},
       {"gpt2-124m", "GPT-2 small: 12 layers, hidden 768, 12 heads, vocab 50257", gpt2(50257, 768, 12, 12, 1024, 0.1)},
       {"gpt2-350m", "GPT-2 medium: 24 layers, hidden 1024, 16 heads, vocab 50257",
@@ -120,6 +144,9 @@ std::vector<Preset> make_presets() {
        with_eps(llama_like("qwen2", 152064, 5120, 27648, 64, 40, 8, 128, 32768, 1000000.0, false), 1e-5)},
       {"qwen2.5-72b", "Qwen2.5-72B: 80 layers, hidden 8192, 64 heads / 8 kv heads of 128, q/k/v biases",
        with_eps(llama_like("qwen2", 152064, 8192, 29568, 80, 64, 8, 128, 32768, 1000000.0, false), 1e-5)},
+      {"gemma3-1b",
+       "Gemma-3-1B: 26 layers (5 sliding over 512 keys, then 1 full), hidden 1152, 4 heads / 1 kv head of 256",
+       gemma3(262144, 1152, 6912, 26, 4, 1, 256, 32768, 512, 6, 1.0, 256.0)},
       {"qwen3-0.6b", "Qwen3-0.6B: 28 layers, hidden 1024, 16 heads / 8 kv heads of 128, tied",
        llama_like("qwen3", 151936, 1024, 3072, 28, 16, 8, 128, 40960, 1000000.0, true)},
       {"qwen3-1.7b", "Qwen3-1.7B: 28 layers, hidden 2048, 16 heads / 8 kv heads of 128, tied",

@@ -58,13 +58,13 @@ Tensor Conv1D::forward(const Tensor& x) const {
   return linear(x, weight_.t(), bias_);
 }
 
-Embedding::Embedding(int64_t num, int64_t dim, const Init& init) {
+Embedding::Embedding(int64_t num, int64_t dim, const Init& init, int64_t padding_idx) : padding_idx_(padding_idx) {
   weight_ = register_parameter("weight", normal_parameter({num, dim}, init.std, init));
 }
 
 Tensor Embedding::forward(const Tensor& ids) const {
   ModuleScope scope(name());
-  return embedding(weight_, ids);
+  return embedding(weight_, ids, padding_idx_);
 }
 
 LayerNorm::LayerNorm(int64_t dim, double eps, const Init& init) : eps_(eps) {

@@ -42,12 +42,14 @@ class Conv1D : public Module {
 
 class Embedding : public Module {
  public:
-  Embedding(int64_t num, int64_t dim, const Init& init);
+  // padding_idx >= 0: that row gets no gradient from the lookups (nn.Embedding's padding_idx).
+  Embedding(int64_t num, int64_t dim, const Init& init, int64_t padding_idx = -1);
   Tensor forward(const Tensor& ids) const;  // (...) -> (..., dim)
   const Tensor& weight() const { return weight_; }
 
  private:
   Tensor weight_;
+  int64_t padding_idx_;
 };
 
 class LayerNorm : public Module {

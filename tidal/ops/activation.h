@@ -1,6 +1,7 @@
 #pragma once
 // Activation functions of transformer MLPs, each with a fused backward kernel. They save their
 // inputs only (the output is recomputed from them in the backward kernel for free).
+#include "tidal/seam/kernel_args.h"  // GluActivation
 #include "tidal/tensor.h"
 
 namespace tidal {

@@ -15,6 +15,7 @@ using autograd::TensorList;
 struct EmbeddingBackward : Node {
   Shape weight_shape;  // (V, C)
   SavedTensor ids;
+  int64_t padding_idx = -1;
   const char* name() const override { return "EmbeddingBackward"; }
   TensorList apply(TensorList&& g) override {
     Tensor idv = ids.unpack(name());
@@ -23,6 +24,7 @@ struct EmbeddingBackward : Node {
     const Tensor gc = g[0].contiguous().reshape(Shape{idv.numel(), weight_shape[1]});  // (N, C)
     const Tensor ic = idv.contiguous();
     if (Kernels* kern = kernels_for(gw)) kern->embedding_backward(current_stream(gw.device()), gw, gc, ic);
+    if (padding_idx >= 0) gw.narrow(0, padding_idx, 1).fill_(0.0);  // the padding row learns nothing
     return {gw};
   }
   void release_saved() override { ids.reset(); }
@@ -30,7 +32,7 @@ struct EmbeddingBackward : Node {
 
 }  // namespace
 
-Tensor embedding(const Tensor& weight, const Tensor& ids) {
+Tensor embedding(const Tensor& weight, const Tensor& ids, int64_t padding_idx) {
   OpScope scope("embedding");
   detail::check_floating("embedding", weight);
   detail::check_dim("embedding", weight, 2, "the weight (V, C)");
@@ -39,6 +41,7 @@ Tensor embedding(const Tensor& weight, const Tensor& ids) {
   const int64_t vocab = weight.shape()[0];
   detail::check_index_range("embedding", ids, vocab, "id",
                             detail::str_cat(" (V = ", vocab, ", the rows of the weight ", weight.shape(), ")"));
+  TIDAL_CHECK(padding_idx < vocab, "[embedding] padding_idx ", padding_idx, " is outside the ", vocab, " rows");
   Shape out_shape = ids.shape();
   TIDAL_CHECK(out_shape.size() < Shape::kMaxDims, "[embedding] ids ", ids.shape(), " have too many dims");
   out_shape.push_back(weight.shape()[1]);
@@ -49,6 +52,7 @@ Tensor embedding(const Tensor& weight, const Tensor& ids) {
     auto node = autograd::make_node<EmbeddingBackward>({&weight});
     node->weight_shape = weight.shape();
     node->ids = SavedTensor(ids);
+    node->padding_idx = padding_idx;
     autograd::set_history(out, node);
   }
   return out;
