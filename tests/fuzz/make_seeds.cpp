@@ -55,7 +55,8 @@ void safetensors_seeds(const std::string& dir) {
 }
 
 void config_seeds(const std::string& dir) {
-  for (const char* name : {"tiny-gpt2", "tiny-llama", "tiny-qwen3", "tiny-qwen3-moe", "tiny-mistral", "tiny-qwen2"})
+  for (const char* name :
+       {"tiny-gpt2", "tiny-llama", "tiny-qwen3", "tiny-qwen3-moe", "tiny-mistral", "tiny-qwen2", "tiny-gemma3"})
     write_text(dir + "/" + name + ".json", models::config_to_json(models::preset(name)).dump(1) + "\n");
   // What the Hub's gpt2 config.json looks like (other field names, n_inner null).
   write_text(
