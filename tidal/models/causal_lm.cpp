@@ -141,6 +141,15 @@ void CausalLM::load_hf_state_dict(std::map<std::string, Tensor> state) {
   load_state_dict(mine, /*strict=*/true);
 }
 
+int64_t CausalLM::checked_sequence_length(const Tensor& ids, const CoreAttention& attn) const {
+  const std::string& type = config_.model_type;
+  TIDAL_CHECK(ids.dim() == 2, "[", type, "] token ids must be (batch, seq), got ", ids.shape());
+  const int64_t t = attn.sequence_length(ids.size(1));
+  TIDAL_CHECK(t <= config_.max_position_embeddings, "[", type, "] sequence length ", t, " exceeds ",
+              config_.is_gpt2() ? "n_positions " : "max_position_embeddings ", config_.max_position_embeddings);
+  return t;
+}
+
 std::unique_ptr<CausalLM> create_model(const ModelConfig& config, const nn::Init& init_in,
                                        std::shared_ptr<dist::Communicator> experts) {
   config.validate();

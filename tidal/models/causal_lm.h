@@ -82,6 +82,9 @@ class CausalLM : public nn::Module {
   CoreAttention core_attention() const { return {attention_kernel_, cp_, cp_overlap_}; }
 
  protected:
+  // The whole sequence's length for ids (batch, seq) of this rank (attn: context parallelism's chunks),
+  // checked against max_position_embeddings (GPT-2's n_positions).
+  int64_t checked_sequence_length(const Tensor& ids, const CoreAttention& attn) const;
   std::vector<Tensor> run_layer(int64_t index, const LayerFn& fn, const std::vector<Tensor>& inputs) const;
   // Runs every layer on x (B, T, C): layer_fn(l, {h}) returns {h', extras...}. Layers under full
   // recompute run in checkpointed groups. Returns the final h; the extras of each layer are appended

@@ -268,31 +268,27 @@ ModelConfig config_from_json(const json& j, std::string_view source, std::set<st
     c.pad_token_id =
         f.get("pad_token_id", int64_t(c.is_gemma3() && !f.present("pad_token_id") ? 0 : -1), 0, c.vocab_size - 1);
     if (c.is_gemma3()) {
-      detail::read_gemma3(f, c);
-      c.initializer_range = f.get("initializer_range", 0.02);
-      c.torch_dtype = f.get(f.alias("torch_dtype", "dtype"), "float32");
-      detail::check_unsupported_fields(f, c);
-      c.validate(source);
-      return c;
+      detail::read_gemma3(f, c);  // its RoPE, windows, activation and attention scale
+    } else {
+      detail::read_rope(f, c);
+      detail::read_sliding_window(f, c);
+      c.hidden_act = f.get("hidden_act", "silu");
+      // llama and qwen3's attention_bias: biases on q/k/v/o; Mistral and Qwen2 fix theirs (no attention_bias).
+      if (c.model_type != "mistral" && c.model_type != "qwen2") c.attention_bias = f.get("attention_bias", false);
+      c.qkv_bias = c.model_type == "qwen2";  // Qwen2Attention: q/k/v with biases, o_proj without
+      c.qk_norm = c.model_type == "qwen3" || c.model_type == "qwen3_moe";
+      if (c.model_type == "qwen3_moe") {
+        c.num_experts = f.need(f.alias("num_experts", "num_local_experts"), 1, kMaxExperts);
+        c.num_experts_per_tok = f.need("num_experts_per_tok", 1, c.num_experts);
+        c.moe_intermediate_size = f.need("moe_intermediate_size", 1, kMaxWidth);
+        c.norm_topk_prob = f.get("norm_topk_prob", false);
+        c.decoder_sparse_step = f.get("decoder_sparse_step", int64_t(1), 1, kMaxLayers);
+        c.mlp_only_layers = f.get_array("mlp_only_layers", size_t(kMaxLayers));
+        c.router_aux_loss_coef = f.get("router_aux_loss_coef", 0.001);
+      }
+      TIDAL_CHECK(c.hidden_act == "silu", "[config] ", source, " field 'hidden_act' is not supported for ",
+                  c.model_type, " (only silu)");
     }
-    detail::read_rope(f, c);
-    detail::read_sliding_window(f, c);
-    c.hidden_act = f.get("hidden_act", "silu");
-    // llama and qwen3's attention_bias: biases on q/k/v/o; Mistral and Qwen2 fix theirs (no attention_bias).
-    if (c.model_type != "mistral" && c.model_type != "qwen2") c.attention_bias = f.get("attention_bias", false);
-    c.qkv_bias = c.model_type == "qwen2";  // Qwen2Attention: q/k/v with biases, o_proj without
-    c.qk_norm = c.model_type == "qwen3" || c.model_type == "qwen3_moe";
-    if (c.model_type == "qwen3_moe") {
-      c.num_experts = f.need(f.alias("num_experts", "num_local_experts"), 1, kMaxExperts);
-      c.num_experts_per_tok = f.need("num_experts_per_tok", 1, c.num_experts);
-      c.moe_intermediate_size = f.need("moe_intermediate_size", 1, kMaxWidth);
-      c.norm_topk_prob = f.get("norm_topk_prob", false);
-      c.decoder_sparse_step = f.get("decoder_sparse_step", int64_t(1), 1, kMaxLayers);
-      c.mlp_only_layers = f.get_array("mlp_only_layers", size_t(kMaxLayers));
-      c.router_aux_loss_coef = f.get("router_aux_loss_coef", 0.001);
-    }
-    TIDAL_CHECK(c.hidden_act == "silu", "[config] ", source, " field 'hidden_act' is not supported for ", c.model_type,
-                " (only silu)");
   }
   c.initializer_range = f.get("initializer_range", 0.02);
   c.torch_dtype = f.get(f.alias("torch_dtype", "dtype"), "float32");  // 5.x writes dtype

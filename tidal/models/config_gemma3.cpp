@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tidal/models/config_rope.h"
+#include "tidal/models/config_window.h"
 
 namespace tidal::models::detail {
 namespace {
@@ -12,8 +13,7 @@ using json = nlohmann::json;
 
 constexpr double kGlobalTheta = 1000000.0;  // Gemma3TextConfig.default_theta["global"]
 constexpr double kLocalTheta = 10000.0;     // ... ["local"]
-constexpr int64_t kDefaultWindow = 4096;
-constexpr int64_t kDefaultPattern = 6;  // sliding_window_pattern: every 6th layer is full
+constexpr int64_t kDefaultPattern = 6;      // sliding_window_pattern: every 6th layer is full
 
 // The full layers' rope dict in the form read_rope reads, and the sliding layers' base.
 void read_rope_per_layer_type(const FieldReader& f, ModelConfig& c) {
@@ -53,25 +53,14 @@ void read_rope_per_layer_type(const FieldReader& f, ModelConfig& c) {
   c.rope_local_theta = local;
 }
 
-void read_layer_types(const FieldReader& f, ModelConfig& c) {
-  c.sliding_window = f.present("sliding_window") ? f.get("sliding_window", int64_t(0), 1, kMaxPositions)
-                                                 : kDefaultWindow;  // null: no window
+// layer_types as given, else the pattern's (every sliding_window_pattern-th layer full).
+void read_gemma3_layer_types(const FieldReader& f, ModelConfig& c) {
+  c.sliding_window = read_window(f);
   c.layer_types.clear();
   c.sliding_window_pattern = 0;
   if (c.sliding_window == 0) return;
-  if (const json* types = f.find("layer_types")) {
-    TIDAL_CHECK(types->is_array(), f.where("layer_types"), " must be an array of one entry per layer (",
-                c.num_hidden_layers, ")");
-    TIDAL_CHECK(int64_t(types->size()) == c.num_hidden_layers, f.where("layer_types"), " lists ", types->size(),
-                " entries: it must list one per layer (", c.num_hidden_layers, ")");
-    for (size_t i = 0; i < types->size(); ++i) {
-      const json& t = (*types)[i];
-      TIDAL_CHECK(t.is_string() && (t == "full_attention" || t == "sliding_attention"), f.where("layer_types"),
-                  " entry ", i, " must be full_attention or sliding_attention");
-      c.layer_types.push_back(t.get<std::string>());
-    }
-    return;
-  }
+  c.layer_types = read_layer_types(f, c.num_hidden_layers);
+  if (!c.layer_types.empty()) return;
   c.sliding_window_pattern = f.get("sliding_window_pattern", kDefaultPattern, 1, kMaxLayers);
   c.set_num_layers(c.num_hidden_layers);  // the pattern's layer types
 }
@@ -80,7 +69,7 @@ void read_layer_types(const FieldReader& f, ModelConfig& c) {
 
 void read_gemma3(const FieldReader& f, ModelConfig& c) {
   read_rope_per_layer_type(f, c);
-  read_layer_types(f, c);
+  read_gemma3_layer_types(f, c);
   c.query_pre_attn_scalar = f.get("query_pre_attn_scalar", 256.0);
   if (!(std::isfinite(c.query_pre_attn_scalar) && c.query_pre_attn_scalar > 0))
     f.refuse("query_pre_attn_scalar", "not a positive number", "the attention scale is its inverse square root");

@@ -12,6 +12,12 @@
 
 namespace tidal::models::detail {
 
+// The window a file gives: its `sliding_window`, 4096 when absent (the default of every config class that
+// has one), 0 (none) when null.
+int64_t read_window(const FieldReader& f);
+// The file's `layer_types`, checked to list full_attention or sliding_attention for each of `layers`;
+// empty when absent.
+std::vector<std::string> read_layer_types(const FieldReader& f, int64_t layers);
 // Sets c.sliding_window and c.layer_types; c.num_hidden_layers must be read already.
 void read_sliding_window(const FieldReader& f, ModelConfig& c);
 // Writes the fields back in the family's own terms, so transformers reads the same windows.

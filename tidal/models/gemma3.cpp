@@ -69,11 +69,8 @@ const Tensor& Gemma3::lm_head_weight() const {
 }
 
 ModelOutput Gemma3::forward_hidden(const Tensor& ids) const {
-  TIDAL_CHECK(ids.dim() == 2, "[gemma3] token ids must be (batch, seq), got ", ids.shape());
   const CoreAttention attn = core_attention();
-  const int64_t t = attn.sequence_length(ids.size(1));
-  TIDAL_CHECK(t <= config_.max_position_embeddings, "[gemma3] sequence length ", t, " exceeds max_position_embeddings ",
-              config_.max_position_embeddings);
+  const int64_t t = checked_sequence_length(ids, attn);
   const DType dtype = embed_tokens_->weight().dtype();
   // Full layers: rope_theta with the rope type's scaling; sliding layers: rope_local_base_freq, unscaled.
   int64_t full = 0, sliding = 0;

@@ -80,11 +80,8 @@ Gpt2::Gpt2(const ModelConfig& c, const nn::Init& init) : CausalLM(c) {
 }
 
 ModelOutput Gpt2::forward_hidden(const Tensor& ids) const {
-  TIDAL_CHECK(ids.dim() == 2, "[gpt2] token ids must be (batch, seq), got ", ids.shape());
   const CoreAttention attn = core_attention();
-  const int64_t t = attn.sequence_length(ids.size(1));
-  TIDAL_CHECK(t <= config_.max_position_embeddings, "[gpt2] sequence length ", t, " exceeds n_positions ",
-              config_.max_position_embeddings);
+  checked_sequence_length(ids, attn);
   std::vector<Tensor> runs;  // the tokens' global positions
   for (const auto& [start, length] : attn.positions(ids.size(1)))
     runs.push_back(arange(start, start + length, 1, DType::i64, ids.device()));

@@ -132,11 +132,8 @@ const Tensor& Llama::lm_head_weight() const {
 }
 
 ModelOutput Llama::forward_hidden(const Tensor& ids) const {
-  TIDAL_CHECK(ids.dim() == 2, "[", config_.model_type, "] token ids must be (batch, seq), got ", ids.shape());
   const CoreAttention attn = core_attention();
-  const int64_t t = attn.sequence_length(ids.size(1));
-  TIDAL_CHECK(t <= config_.max_position_embeddings, "[", config_.model_type, "] sequence length ", t,
-              " exceeds max_position_embeddings ", config_.max_position_embeddings);
+  const int64_t t = checked_sequence_length(ids, attn);
   // The rope type's scaling, for a run of t.
   const RopeTables rope =
       rope_at_positions(attn, ids.size(1), config_.rope_frequencies(t), embed_tokens_->weight().dtype(), ids.device());
