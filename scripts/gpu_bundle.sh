@@ -11,8 +11,14 @@
 # libraries those load (the closure of DT_NEEDED, checked below with readelf on this machine's copies).
 # Prints the total size; the device call carries at most 64 MiB, so this stays under ~50 MiB.
 # docs/cuda.md says how the proof runs.
+#
+# `scripts/gpu_bundle.sh BUILD_DIR` also puts BUILD_DIR's tidal and tidal_cuda_tests, stripped and
+# xz-compressed, in .gpu/prebuilt/: gpu_check.sh uses them when they load there and skips its build.
+# Build them for any x86-64 (no -march=native): cmake -S . -B DIR -G Ninja -DCMAKE_BUILD_TYPE=Release
+# -DTIDAL_CUDA=ON -DTIDAL_NATIVE=OFF -DTIDAL_BUILD_BENCH=OFF && cmake --build DIR --target tidal tidal_cuda_tests
 set -euo pipefail
 cd "$(dirname "$0")/.."
+prebuilt_from=${1:-}
 
 packages=(
   # headers, CMake/pkg-config files and the unversioned .so links
@@ -53,8 +59,23 @@ if [ -n "$missing" ]; then
   exit 1
 fi
 
-bytes=$(du -cb "$dest"/*.deb | tail -1 | cut -f1)
-echo "gpu_bundle: $(ls "$dest"/*.deb | wc -l) packages, $((bytes / 1024 / 1024)) MiB ($bytes bytes) in $dest"
+rm -rf .gpu/prebuilt
+if [ -n "$prebuilt_from" ]; then
+  mkdir -p .gpu/prebuilt
+  for b in tidal tidal_cuda_tests; do
+    strip -o ".gpu/prebuilt/$b" "$prebuilt_from/$b"
+    xz -T0 -6 ".gpu/prebuilt/$b"
+  done
+  if grep -q 'TIDAL_NATIVE:BOOL=ON' "$prebuilt_from/CMakeCache.txt"; then
+    echo "gpu_bundle: $prebuilt_from was built with -march=native: build it with -DTIDAL_NATIVE=OFF" >&2
+    exit 1
+  fi
+  echo "built from $(git rev-parse --short HEAD)$(git diff --quiet || echo ' + uncommitted changes') on $(date -u +%FT%TZ)" \
+    >.gpu/prebuilt/BUILT
+fi
+
+bytes=$(du -cb "$dest"/*.deb .gpu/prebuilt 2>/dev/null | tail -1 | cut -f1)
+echo "gpu_bundle: $(ls "$dest"/*.deb | wc -l) packages$([ -n "$prebuilt_from" ] && echo " and 2 binaries"), $((bytes / 1024 / 1024)) MiB ($bytes bytes) in .gpu"
 if [ "$bytes" -gt $((50 * 1024 * 1024)) ]; then
   echo "gpu_bundle: over 50 MiB: the device call carries at most 64 MiB with the working tree" >&2
   exit 1
