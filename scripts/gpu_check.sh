@@ -163,6 +163,7 @@ GPT2=(--model gpt2-124m --seq-length 1024 --micro-batch-size 8 --global-batch-si
 QWEN3=(--model qwen3-1.7b --num-layers 16 --seq-length 4096 --micro-batch-size 1 --global-batch-size 1
   --train-iters 6 --bf16 --attention flash)
 OFFLOAD=("${GPT2[@]}" --activation-offload)
+RECOMPUTE=("${GPT2[@]}" --recompute-granularity full --recompute-method uniform --recompute-num-layers 1)
 
 main() {
 echo "gpu_check: $(date -u +%FT%TZ) on $(hostname), budget ${BUDGET}s, steps: $STEPS"
@@ -178,13 +179,14 @@ else
 fi
 if [ "$STEPS" = all ]; then
   # The dry runs run on the meta device (CPU only): beside the GPU steps, in the background.
-  (dry_run gpt2 "${GPT2[@]}"; dry_run qwen3 "${QWEN3[@]}"; dry_run offload "${OFFLOAD[@]}") >"$SCRATCH/dry.log" 2>&1 &
+  (dry_run gpt2 "${GPT2[@]}"; dry_run qwen3 "${QWEN3[@]}"; dry_run offload "${OFFLOAD[@]}"; dry_run recompute "${RECOMPUTE[@]}") >"$SCRATCH/dry.log" 2>&1 &
   dry_pid=$!
   step info 30 env LD_LIBRARY_PATH="$(tidal_env)" "$BIN/tidal" info
   # Every kernel's registers, shared and local memory as built (the image has cuobjdump; the build
   # machines do not, where ptxas's spill and local-memory warnings are errors instead): no local memory.
   step resources 30 bash -c "set -o pipefail; cuobjdump --dump-resource-usage '$BIN/tidal' \
-    | tee '$OUT/resource_usage.txt' | grep -c 'Function' && ! grep -E 'LOCAL:[1-9]' '$OUT/resource_usage.txt'"
+    | tee '$SCRATCH/resource_usage.txt' | grep -c 'Function'; cat '$SCRATCH/resource_usage.txt'; \
+    ! grep -E 'LOCAL:[1-9]' '$SCRATCH/resource_usage.txt'"
   step cuda-tests 150 env LD_LIBRARY_PATH="$(tidal_env)" "$BIN/tidal_cuda_tests" \
     --gtest_output="xml:$OUT/cuda_tests.xml"
   LIMIT=90 bench gpt2 "${GPT2[@]}"
@@ -192,6 +194,7 @@ if [ "$STEPS" = all ]; then
     --heads 12 --seq 1024 --batch 8 --steps 8 --warmup 3 --bf16 --device cuda | tee '$OUT/torch_gpt2.json'"
   LIMIT=120 bench qwen3 "${QWEN3[@]}"
   LIMIT=60 bench offload "${OFFLOAD[@]}"
+  LIMIT=60 bench recompute "${RECOMPUTE[@]}"
   wait "$dry_pid"
   cat "$SCRATCH/dry.log"
 fi
@@ -222,7 +225,7 @@ def dry_peak(name):
     return int(m[1]) if m else None
 
 benches = {}
-for name in ("gpt2", "qwen3", "offload"):
+for name in ("gpt2", "qwen3", "offload", "recompute"):
     b = {"ran": False}
     try:
         j = json.load(open(os.path.join(out, name + ".json")))
