@@ -18,7 +18,8 @@
 # longest, is then skipped and its minutes go to the benchmarks; when they do not load (another
 # distribution's libraries), tidal is configured and built there as before.
 #
-# GPU_CHECK_STEPS=configure only unpacks and configures: it tests the prefix on a machine without a
+# GPU_CHECK_STEPS=tests runs everything but the benchmarks (a rerun after fixes; scripts/gpu_diagnose.sh
+# may follow it in the same device call). GPU_CHECK_STEPS=configure only unpacks and configures: it tests the prefix on a machine without a
 # GPU (GPU_CHECK_CMAKE_ARGS adds CMake arguments there, e.g. -DCMAKE_IGNORE_PREFIX_PATH=/usr to keep
 # CMake away from the system's own copies).
 set -uo pipefail  # no -e: a failing step is recorded, and the next one runs
@@ -167,17 +168,20 @@ RECOMPUTE=("${GPT2[@]}" --recompute-granularity full --recompute-method uniform 
 
 main() {
 echo "gpu_check: $(date -u +%FT%TZ) on $(hostname), budget ${BUDGET}s, steps: $STEPS"
-[ "$STEPS" = all ] && step nvidia-smi 20 nvidia-smi
+GPU=false  # the steps that need the GPU
+[ "$STEPS" = all ] || [ "$STEPS" = tests ] && GPU=true
+$GPU && step nvidia-smi 20 nvidia-smi
 step unpack 60 bash -c "$(declare -f unpack); PREFIX='$PREFIX' unpack"
 step cuda-libs 30 bash -c "$(declare -f cuda_libs); PREFIX='$PREFIX' SCRATCH='$SCRATCH' cuda_libs"
-if [ "$STEPS" = all ] && step prebuilt 60 bash -c "$(declare -f prebuilt tidal_env); SCRATCH='$SCRATCH' LIBS='$LIBS' prebuilt"; then
+if $GPU && step prebuilt 60 bash -c "$(declare -f prebuilt tidal_env); SCRATCH='$SCRATCH' LIBS='$LIBS' prebuilt"; then
   BIN=$SCRATCH/prebuilt
 else
   step configure 90 bash -c "$(declare -f configure); ROOT='$ROOT' PREFIX='$PREFIX' USR='$USR' ARCH='$ARCH' LIBS='$LIBS' \
     BUILD='$BUILD' SCRATCH='$SCRATCH' GPU_CHECK_CMAKE_ARGS='${GPU_CHECK_CMAKE_ARGS:-}' configure"
-  [ "$STEPS" = all ] && step build 300 env LD_LIBRARY_PATH="$(tidal_env)" cmake --build "$BUILD" -j16 --target tidal tidal_cuda_tests
+  $GPU && step build 300 env LD_LIBRARY_PATH="$(tidal_env)" cmake --build "$BUILD" -j16 --target tidal tidal_cuda_tests
 fi
-if [ "$STEPS" = all ]; then
+echo "$BIN" >"$SCRATCH/bin"  # for scripts/gpu_diagnose.sh
+if $GPU; then
   # The dry runs run on the meta device (CPU only): beside the GPU steps, in the background.
   (dry_run gpt2 "${GPT2[@]}"; dry_run qwen3 "${QWEN3[@]}"; dry_run offload "${OFFLOAD[@]}"; dry_run recompute "${RECOMPUTE[@]}") >"$SCRATCH/dry.log" 2>&1 &
   dry_pid=$!
@@ -189,12 +193,16 @@ if [ "$STEPS" = all ]; then
     ! grep -E 'LOCAL:[1-9]' '$SCRATCH/resource_usage.txt'"
   step cuda-tests 150 env LD_LIBRARY_PATH="$(tidal_env)" "$BIN/tidal_cuda_tests" \
     --gtest_output="xml:$OUT/cuda_tests.xml"
+fi
+if [ "$STEPS" = all ]; then
   LIMIT=90 bench gpt2 "${GPT2[@]}"
   step torch-gpt2 90 bash -c "set -o pipefail; PYTHONUNBUFFERED=1 python3 bench/torch_gpt2.py --vocab 50257 --hidden 768 --layers 12 \
     --heads 12 --seq 1024 --batch 8 --steps 8 --warmup 3 --bf16 --device cuda | tee '$OUT/torch_gpt2.json'"
   LIMIT=120 bench qwen3 "${QWEN3[@]}"
   LIMIT=60 bench offload "${OFFLOAD[@]}"
   LIMIT=60 bench recompute "${RECOMPUTE[@]}"
+fi
+if $GPU; then
   wait "$dry_pid"
   cat "$SCRATCH/dry.log"
 fi

@@ -131,6 +131,7 @@ TEST(CudaIndex, TopKMatchesCpuWithTiesAndNaN) {
     for (int64_t k : {1, 2, 8, 16, 17, 40}) {
       for (bool largest : {true, false}) {
         for (bool sorted : {true, false}) {
+          SCOPED_TRACE(::testing::Message() << dt << " k " << k << " largest " << largest << " sorted " << sorted);
           Tensor x = random_values({37, 64}, dt, 9, 13);  // many ties
           if (dt == DType::f32) x = from_vector(with_nans(x.to_vector<double>()), x.shape(), dt);
           const TopKResult a = topk(x, k, 1, largest, sorted), b = topk(to_cuda(x), k, 1, largest, sorted);
@@ -153,6 +154,7 @@ TEST(CudaIndex, ArgsortIsStableAndMatchesCpu) {
   TIDAL_REQUIRE_CUDA();
   for (DType dt : {DType::f32, DType::bf16, DType::f64, DType::i32, DType::i64, DType::u8}) {
     for (bool desc : {false, true}) {
+      SCOPED_TRACE(::testing::Message() << dt << " descending " << desc);
       Tensor x = random_values({9, 1000}, dt == DType::u8 ? DType::f32 : dt, 12, 15);
       if (dt == DType::u8)
         x = from_vector(random_index({9, 1000}, 7, DType::i64, 16).to_vector<double>(), {9, 1000}, dt);

@@ -1,8 +1,9 @@
 // topk and argsort. Small k (MoE routing: k <= 8 of up to 256 experts, up to ~1M rows): one thread per
 // row runs the CPU backend's selection, so ties and NaNs come out the same. Otherwise rows are sorted
-// stably with cub (radix sort for one row, segmented sort for many) on canonical keys: NaN the
-// largest value, -0 equal to +0, ties in position order, as the CPU's total order.
+// stably with cub (radix sort for one row, segmented sort for many). Both compare unsigned keys in
+// the CPU's total order (ordered_key): NaN the largest value, -0 equal to +0, ties in position order.
 #include <cstdint>
+#include <type_traits>
 #include <cub/device/device_radix_sort.cuh>
 #include <cub/device/device_segmented_sort.cuh>
 
@@ -14,7 +15,7 @@ namespace {
 
 constexpr int kTopThreads = 64;
 
-// The type values are compared in: f32 for bf16, the element type otherwise.
+// The type values are read in: f32 for bf16, the element type otherwise.
 template <class T>
 struct KeyOf {
   using type = T;
@@ -33,50 +34,62 @@ __device__ __forceinline__ key_t<T> load_key(const T* p) {
   else
     return *p;
 }
+
+// Every comparison runs on an unsigned integer whose order is the CPU's total order (index.cpp):
+// NaN above +inf (every NaN one key), -0 equal to +0, integers by value. No floating-point compare
+// is left to the compiler, and cub sorts plain unsigned keys (its float keys and its small-segment
+// merge sort disagreed with the CPU on NaN rows, seen on an H200).
 template <class T>
-__device__ __forceinline__ T from_key(key_t<T> v) {
-  if constexpr (std::is_same_v<T, bf16>)
-    return __float2bfloat16_rn(v);  // exact: v came from a bf16
-  else
-    return v;
-}
-template <class K>
-__device__ __forceinline__ bool is_nan(K v) {
-  return v != v;  // false for integers
-}
-// a strictly before b: Desc puts larger values first; NaN counts as the largest (index.cpp before).
-template <bool Desc, class K>
-__device__ __forceinline__ bool before(K a, K b) {
-  if constexpr (Desc)
-    return is_nan(a) ? !is_nan(b) : a > b;
-  else
-    return is_nan(b) ? !is_nan(a) : b > a;
-}
-// The radix sort's key: one NaN (positive, above +inf) and one zero, so the bit order is the CPU's.
-template <class K>
-__device__ __forceinline__ K canonical(K v) {
-  if constexpr (std::is_floating_point_v<K>) {
-    if (v != v) return K(NAN);
-    if (v == K(0)) return K(0);
+using okey_t = std::conditional_t<(sizeof(key_t<T>) > 4), uint64_t, uint32_t>;
+
+template <class T>
+__device__ __forceinline__ okey_t<T> ordered_key(const T* p) {
+  using K = key_t<T>;
+  const K v = load_key(p);
+  if constexpr (std::is_same_v<K, float>) {
+    uint32_t b = __float_as_uint(v);
+    if ((b & 0x7fffffffu) > 0x7f800000u) return 0xffffffffu;  // NaN
+    if ((b & 0x7fffffffu) == 0) b = 0;                         // -0
+    return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
+  } else if constexpr (std::is_same_v<K, double>) {
+    uint64_t b = uint64_t(__double_as_longlong(v));
+    constexpr uint64_t kSign = 0x8000000000000000ull, kInf = 0x7ff0000000000000ull;
+    if ((b & ~kSign) > kInf) return ~uint64_t(0);  // NaN
+    if ((b & ~kSign) == 0) b = 0;                  // -0
+    return (b & kSign) ? ~b : (b | kSign);
+  } else if constexpr (std::is_same_v<K, int64_t>) {
+    return uint64_t(v) ^ 0x8000000000000000ull;
+  } else if constexpr (std::is_signed_v<K>) {
+    return uint32_t(int32_t(v)) ^ 0x80000000u;
+  } else {
+    return uint32_t(v);
   }
-  return v;
+}
+// a strictly before b: Desc puts larger values first.
+template <bool Desc, class U>
+__device__ __forceinline__ bool before(U a, U b) {
+  if constexpr (Desc)
+    return a > b;
+  else
+    return a < b;
 }
 
-// index.cpp select_top, per thread, its best-k list in shared memory (element p at [p * kTopThreads]).
+// index.cpp select_top, per thread, its best-k list in shared memory (element p at [p * kTopThreads]);
+// the values are read back from x by position, so they keep their bits (-0, NaN payloads).
 template <class T, bool Desc>
 __global__ void topk_small_kernel(SortRows x, int64_t inner, int64_t k, bool sorted, T* values, int64_t* indices) {
-  using K = key_t<T>;
-  __shared__ K top_sh[kSmallTopK * kTopThreads];
+  using U = okey_t<T>;
+  __shared__ U top_sh[kSmallTopK * kTopThreads];
   __shared__ int64_t pos_sh[kSmallTopK * kTopThreads];
   const int64_t r = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (r >= x.count) return;
-  K* top = top_sh + threadIdx.x;
+  U* top = top_sh + threadIdx.x;
   int64_t* pos = pos_sh + threadIdx.x;
   constexpr int S = kTopThreads;
   const T* base = static_cast<const T*>(x.rows.data) + x.rows.offset(r);
   int64_t m = 0;
   for (int64_t j = 0; j < x.n; ++j) {
-    const K v = load_key(base + j * x.dim_stride);
+    const U v = ordered_key(base + j * x.dim_stride);
     if (m == k && !before<Desc>(v, top[(k - 1) * S])) continue;
     int64_t p = m == k ? k - 1 : m++;
     for (; p > 0 && before<Desc>(v, top[(p - 1) * S]); --p) {
@@ -88,31 +101,26 @@ __global__ void topk_small_kernel(SortRows x, int64_t inner, int64_t k, bool sor
   }
   if (!sorted) {  // the same positions in increasing order
     for (int64_t a = 1; a < k; ++a) {
-      const K v = top[a * S];
       const int64_t q = pos[a * S];
       int64_t b = a;
-      for (; b > 0 && pos[(b - 1) * S] > q; --b) {
-        top[b * S] = top[(b - 1) * S];
-        pos[b * S] = pos[(b - 1) * S];
-      }
-      top[b * S] = v;
+      for (; b > 0 && pos[(b - 1) * S] > q; --b) pos[b * S] = pos[(b - 1) * S];
       pos[b * S] = q;
     }
   }
   const int64_t o = r / inner, i = r % inner;
   for (int64_t j = 0; j < k; ++j) {
     const int64_t at = (o * k + j) * inner + i;
-    values[at] = from_key<T>(top[j * S]);
+    values[at] = base[pos[j * S] * x.dim_stride];
     indices[at] = pos[j * S];
   }
 }
 
 template <class T>
-__global__ void pack_rows_kernel(SortRows x, key_t<T>* keys, int64_t* vals) {
+__global__ void pack_rows_kernel(SortRows x, okey_t<T>* keys, int64_t* vals) {
   const int64_t total = x.count * x.n;
   for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < total; e += int64_t(gridDim.x) * blockDim.x) {
     const int64_t r = e / x.n, j = e % x.n;
-    keys[e] = canonical(load_key(static_cast<const T*>(x.rows.data) + x.rows.offset(r) + j * x.dim_stride));
+    keys[e] = ordered_key(static_cast<const T*>(x.rows.data) + x.rows.offset(r) + j * x.dim_stride);
     vals[e] = j;
   }
 }
@@ -211,7 +219,7 @@ void launch_topk_small(cudaStream_t stream, const SortRows& x, int64_t inner, in
 size_t sort_rows_scratch(DType dtype, int64_t count, int64_t n) {
   size_t total = 0;
   dispatch_all_types(dtype, "argsort", [&](auto tag) {
-    using K = key_t<decltype(tag)>;
+    using K = okey_t<decltype(tag)>;
     size_t temp = 0;
     sort_keys<K>(nullptr, temp, nullptr, nullptr, nullptr, nullptr, count, n, nullptr, false, nullptr);
     size_t temp_desc = 0;
@@ -228,7 +236,7 @@ void launch_sort_rows(cudaStream_t stream, const SortRows& x, bool descending, i
   if (x.count == 0 || x.n == 0) return;
   dispatch_all_types(x.rows.dtype, "argsort", [&](auto tag) {
     using T = decltype(tag);
-    using K = key_t<T>;
+    using K = okey_t<T>;
     const size_t items = size_t(x.count * x.n);
     char* p = static_cast<char*>(scratch);
     auto take = [&](size_t bytes) {

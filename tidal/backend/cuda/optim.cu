@@ -43,17 +43,32 @@ __device__ __forceinline__ AdamWConsts<S> adamw_consts(double decay, double step
           S(bc2_sqrt), S(sc.eps)};
 }
 
+// Unfused arithmetic, correctly rounded one operation at a time: nvcc would otherwise contract a * b + c
+// into an FMA wherever its optimizer sees fit after inlining, differently in the per-tensor and the
+// multi-tensor kernels (seen on an H200: f64 params one ulp apart), and unlike the CPU (ISO C++ mode:
+// no contraction).
+__device__ __forceinline__ float rn_mul(float a, float b) { return __fmul_rn(a, b); }
+__device__ __forceinline__ double rn_mul(double a, double b) { return __dmul_rn(a, b); }
+__device__ __forceinline__ float rn_add(float a, float b) { return __fadd_rn(a, b); }
+__device__ __forceinline__ double rn_add(double a, double b) { return __dadd_rn(a, b); }
+__device__ __forceinline__ float rn_sub(float a, float b) { return __fsub_rn(a, b); }
+__device__ __forceinline__ double rn_sub(double a, double b) { return __dsub_rn(a, b); }
+__device__ __forceinline__ float rn_div(float a, float b) { return __fdiv_rn(a, b); }
+__device__ __forceinline__ double rn_div(double a, double b) { return __ddiv_rn(a, b); }
+__device__ __forceinline__ float rn_sqrt(float a) { return __fsqrt_rn(a); }
+__device__ __forceinline__ double rn_sqrt(double a) { return __dsqrt_rn(a); }
+
 // One element's update, torch.optim.AdamW's order of operations: the one piece of code both the
 // per-tensor and the multi-tensor kernels run, so their bits agree. Returns the new param value.
 template <class S>
 __device__ __forceinline__ S adamw_element(S x, S gi, S& m, S& v, const AdamWConsts<S>& c) {
-  x = x * c.decay;                                // param.mul_(1 - lr * wd)
-  const S mi = m * c.b1 + c.c1 * gi;              // exp_avg.mul_(b1).add_(g, alpha=1-b1)
-  const S vi = v * c.b2 + c.c2 * gi * gi;         // exp_avg_sq.mul_(b2).addcmul_(g, g, value=1-b2)
-  const S denom = sqrt(vi) / c.bc2_sqrt + c.eps;  // (exp_avg_sq.sqrt() / bc2_sqrt).add_(eps)
+  x = rn_mul(x, c.decay);                                          // param.mul_(1 - lr * wd)
+  const S mi = rn_add(rn_mul(m, c.b1), rn_mul(c.c1, gi));          // exp_avg.mul_(b1).add_(g, alpha=1-b1)
+  const S vi = rn_add(rn_mul(v, c.b2), rn_mul(rn_mul(c.c2, gi), gi));  // exp_avg_sq.mul_(b2).addcmul_(g, g, 1-b2)
+  const S denom = rn_add(rn_div(rn_sqrt(vi), c.bc2_sqrt), c.eps);  // (exp_avg_sq.sqrt() / bc2_sqrt).add_(eps)
   m = mi;
   v = vi;
-  return x - c.step_size * mi / denom;  // param.addcdiv_(exp_avg, denom, value=-step_size)
+  return rn_sub(x, rn_div(rn_mul(c.step_size, mi), denom));  // param.addcdiv_(exp_avg, denom, value=-step_size)
 }
 
 // Element i of one tensor: P the param's storage type, G the gradient's. A bf16 param is updated
