@@ -145,12 +145,12 @@ prebuilt() {
   LD_LIBRARY_PATH="$(tidal_env)" "$SCRATCH/prebuilt/tidal" info
 }
 
-# tidal train on the GPU, and its dry run: NAME then the train flags. Metrics into $OUT/NAME.json.
+# tidal train on the GPU, and its dry run: NAME then the train flags. Metrics into $SCRATCH/NAME.json.
 bench() {
   local name=$1
   shift
   step "$name" "${LIMIT:-90}" env LD_LIBRARY_PATH="$(tidal_env)" "$BIN/tidal" train --device cuda --mock-data \
-    --hidden-dropout 0 --attention-dropout 0 --eval-interval 0 --log-interval 1 --metrics-json "$OUT/$name.json" "$@"
+    --hidden-dropout 0 --attention-dropout 0 --eval-interval 0 --log-interval 1 --metrics-json "$SCRATCH/$name.json" "$@"
 }
 dry_run() {
   local name=$1
@@ -197,7 +197,7 @@ fi
 if [ "$STEPS" = all ]; then
   LIMIT=90 bench gpt2 "${GPT2[@]}"
   step torch-gpt2 90 bash -c "set -o pipefail; PYTHONUNBUFFERED=1 python3 bench/torch_gpt2.py --vocab 50257 --hidden 768 --layers 12 \
-    --heads 12 --seq 1024 --batch 8 --steps 8 --warmup 3 --bf16 --device cuda | tee '$OUT/torch_gpt2.json'"
+    --heads 12 --seq 1024 --batch 8 --steps 8 --warmup 3 --bf16 --device cuda | tee '$SCRATCH/torch_gpt2.json'"
   LIMIT=120 bench qwen3 "${QWEN3[@]}"
   LIMIT=60 bench offload "${OFFLOAD[@]}"
   LIMIT=60 bench recompute "${RECOMPUTE[@]}"
@@ -236,7 +236,7 @@ benches = {}
 for name in ("gpt2", "qwen3", "offload", "recompute"):
     b = {"ran": False}
     try:
-        j = json.load(open(os.path.join(out, name + ".json")))
+        j = json.load(open(os.path.join(scratch, name + ".json")))
         s, c = j["summary"], j["config"]
         cfg, seq = c["model"], c.get("seq_length") or 1024
         b = {"ran": True, "tokens_per_s": s["tokens_per_s"], "median_step_ms": s["median_step_ms"],
@@ -249,7 +249,7 @@ for name in ("gpt2", "qwen3", "offload", "recompute"):
     b["dry_run_peak_bytes"] = dry_peak(name)
     benches[name] = b
 try:
-    t = json.loads(open(os.path.join(out, "torch_gpt2.json")).read().strip().splitlines()[-1])
+    t = json.loads(open(os.path.join(scratch, "torch_gpt2.json")).read().strip().splitlines()[-1])
     gpt2 = {"model_type": "gpt2", "n_embd": 768, "n_layer": 12, "n_head": 12, "vocab_size": 50257}  # as run above
     benches["torch_gpt2"] = {"ran": True, "tokens_per_s": t["tokens_per_s"], "median_step_ms": t["median_step_ms"],
                              "device_peak_bytes": t.get("peak_device_bytes"), "torch": t.get("torch"),

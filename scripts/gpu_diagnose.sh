@@ -7,11 +7,13 @@
 # 1. Kernel time: Nsight Compute (`ncu`, on the image; clocks left as they are) times every kernel of
 #    two GPT-2 124M bf16 steps (8 x 1024 tokens); the table sums them by kernel, beside the step's wall
 #    time: what the GPU computes against what the host adds (launches, synchronizations).
-# 2. Memory: the allocation timelines (`--profile`'s memory_timeline.csv) of the tiny runs whose device
-#    peak differed from the dry run's (tests/cuda/training_test.cpp), to compare with the dry run's.
-# 3. Offload: the profile summary of GPT-2 with --activation-offload (copies against compute).
+# 2. Host waits: the profile of a plain GPT-2 step, each op's self time on the host.
+# 3. Copy bandwidth between host and device, pinned and pageable (PyTorch), the ceiling of offload.
+# 4. Offload: the profile of GPT-2 with --activation-offload (copies against compute).
+# 5. With GPU_DIAGNOSE_TIMELINES=1, memory: the allocation timelines (`--profile`'s memory_timeline.csv)
+#    of the tiny runs whose device peak differed from the dry run's (tests/cuda/training_test.cpp).
 #
-# Writes $OUT/diagnose.log and the CSV/JSON files named below; every step is bounded by `timeout`
+# Writes $OUT/diagnose.log (and the timelines); every step is bounded by `timeout`
 # and the whole script by GPU_DIAGNOSE_SECONDS (240).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
@@ -62,8 +64,9 @@ head = next(i for i, r in enumerate(rows) if "Kernel Name" in r)
 cols = rows[head]
 name_i, time_i = cols.index("Kernel Name"), cols.index("gpu__time_duration.sum")
 data = [r for r in rows[head + 1:] if len(r) == len(cols) and r[time_i].replace(".", "").replace(",", "").isdigit()]
-unit = rows[head + 1][time_i] if not data or not rows[head + 1][time_i][:1].isdigit() else "ns"
-ns = [(r[name_i], float(r[time_i].replace(",", ""))) for r in data]
+unit = rows[head + 1][time_i]  # the units row: ns, us or ms (msecond, ...)
+to_ns = next((f for u, f in (("n", 1.0), ("u", 1e3), ("m", 1e6), ("s", 1e9)) if unit.startswith(u)), 1.0)
+ns = [(r[name_i], float(r[time_i].replace(",", "")) * to_ns) for r in data]
 half = len(ns) // 2  # the second step's kernels are (about) the second half
 tot = collections.defaultdict(lambda: [0, 0.0])
 for name, t in ns:
@@ -78,10 +81,40 @@ for name, (c, t) in sorted(tot.items(), key=lambda kv: -kv[1][1]):
 EOF
   fi
 
-  # 2. Allocation timelines of the runs whose peaks differed from the dry run's.
+  # 2. Where the host waits: the profile of a plain GPT-2 step (self time of each op on the host, which
+  #    the asynchronous launches keep small unless the op synchronizes or allocates and waits).
+  run profile-gpt2 90 "${TRAIN[@]}" "${GPT2[@]}" --train-iters 3 --log-interval 1 --profile "$SCRATCH/plain" \
+    --profile-steps 3:3 >"$SCRATCH/plain.log" 2>&1
+  tail -3 "$SCRATCH/plain.log"
+  "$BIN/tidal" report "$SCRATCH/plain" 2>&1 | sed -n '/time by op/,$p' | head -30
+
+  # 3. Host <-> device copy bandwidth (what offload's copies can reach), pinned and pageable, via PyTorch.
+  run bandwidth 60 python3 - <<'PY'
+import time, torch
+n = 1 << 28  # 256 MiB
+dev = torch.empty(n, dtype=torch.uint8, device="cuda")
+for pinned in (True, False):
+    host = torch.empty(n, dtype=torch.uint8, pin_memory=pinned)
+    for name, dst, src in (("h2d", dev, host), ("d2h", host, dev)):
+        dst.copy_(src, non_blocking=pinned); torch.cuda.synchronize()
+        t = time.perf_counter()
+        for _ in range(5):
+            dst.copy_(src, non_blocking=pinned)
+        torch.cuda.synchronize()
+        print(f"{'pinned' if pinned else 'pageable'} {name}: {5 * n / (time.perf_counter() - t) / 1e9:.1f} GB/s")
+PY
+
+  # 4. The offload run's profile: copies against compute.
+  run offload-profile 90 "${TRAIN[@]}" "${GPT2[@]}" --activation-offload --train-iters 3 --log-interval 1 \
+    --profile "$SCRATCH/offload" --profile-steps 3:3 >"$SCRATCH/offload.log" 2>&1
+  tail -4 "$SCRATCH/offload.log"
+  "$BIN/tidal" report "$SCRATCH/offload" 2>&1 | sed -n '/time by op/,$p' | head -20
+
+  # 5. With GPU_DIAGNOSE_TIMELINES=1: the allocation timelines of tiny runs whose device peak differed
+  #    from the dry run's (tests/cuda/training_test.cpp), to compare with the dry run's.
   local i=0
-  for flags in "--model tiny-gpt2 --activation-offload" "--model tiny-gpt2 --bf16" \
-    "--model tiny-qwen3-moe --loss-compute-mode chunk --loss-chunk-size 16"; do
+  [ "${GPU_DIAGNOSE_TIMELINES:-0}" = 1 ] && for flags in "--model tiny-gpt2 --activation-offload" \
+    "--model tiny-gpt2 --bf16" "--model tiny-qwen3-moe --loss-compute-mode chunk --loss-chunk-size 16"; do
     i=$((i + 1))
     # shellcheck disable=SC2086  # $flags: several flags
     run "timeline-$i" 30 "${TRAIN[@]}" $flags --seq-length 32 --micro-batch-size 2 --global-batch-size 2 \
@@ -89,12 +122,6 @@ EOF
     [ -f "$SCRATCH/prof$i/memory_timeline.csv" ] && cp "$SCRATCH/prof$i/memory_timeline.csv" "$OUT/timeline$i.csv"
     echo "timeline$i.csv: $flags"
   done
-
-  # 3. The offload run's profile summary (copies against compute).
-  run offload-profile 90 "${TRAIN[@]}" "${GPT2[@]}" --activation-offload --train-iters 3 --log-interval 1 \
-    --profile "$SCRATCH/offload" --profile-steps 3:3
-  [ -f "$SCRATCH/offload/summary.json" ] && cp "$SCRATCH/offload/summary.json" "$OUT/offload_summary.json"
-  [ -x "$BIN/tidal" ] && "$BIN/tidal" report "$SCRATCH/offload" 2>&1 | head -60
   echo "gpu_diagnose: done in $(($(date +%s) - START)) s"
 }
 

@@ -107,6 +107,11 @@ struct Entry {
     }
     storage->unmark_saved();
     if (file_offset >= 0) owner->spill->release(file_offset);
+    try {  // completed copies let go of their buffers now, not at the next copy (a CUDA stream holds them)
+      owner->d2h.query();
+      owner->h2d.query();
+    } catch (...) {  // reported where the step waits
+    }
   }
 };
 
@@ -238,6 +243,7 @@ void Offloader::Impl::release_block(int64_t block) {
     std::shared_ptr<Entry> e = w.lock();
     if (!e || e->state != State::copying_out) continue;
     wait(e->d2h_done);
+    d2h.query();  // the completed copy lets go of the bytes (a CUDA stream holds them until asked)
     // A live tensor still refers to the bytes (the next block's input saved by this block, a tensor
     // every block uses, a value the caller holds): releasing them would pull them from under it. The
     // entry moves on to the next block and is tried again when that one ends.

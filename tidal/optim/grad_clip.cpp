@@ -37,11 +37,28 @@ double sum_of_squares_from_chunks(const std::vector<std::vector<double>>& per_gr
 
 double grad_sum_of_squares(const std::vector<Tensor>& params) {
   OpScope op("grad_norm");
-  std::vector<std::vector<double>> chunks;
+  // The gradients by device, in order: each device's partial sums in one call (one read-back on a GPU).
+  std::vector<Tensor> grads;
   for (const Tensor& p : params) {
     TIDAL_CHECK(p.defined(), "[clip_grad_norm] an undefined parameter");
     const Tensor g = p.grad();
-    if (g.defined()) chunks.push_back(sum_of_squares_chunks(g.contiguous()));
+    if (g.defined()) grads.push_back(g.contiguous());
+  }
+  std::vector<std::vector<double>> chunks(grads.size());
+  for (size_t begin = 0; begin < grads.size();) {
+    size_t end = begin;
+    while (end < grads.size() && grads[end].device() == grads[begin].device()) ++end;
+    if (Kernels* kern = kernels_for(grads[begin])) {
+      std::vector<const Tensor*> xs;
+      std::vector<double*> out;
+      for (size_t i = begin; i < end; ++i) {
+        xs.push_back(&grads[i]);
+        chunks[i].resize(size_t((grads[i].numel() + kGradNormChunk - 1) / kGradNormChunk));
+        out.push_back(chunks[i].data());
+      }
+      kern->sum_of_squares_many(current_stream(grads[begin].device()), xs, kGradNormChunk, out);
+    }
+    begin = end;
   }
   return sum_of_chunks(chunks);
 }

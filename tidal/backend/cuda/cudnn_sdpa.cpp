@@ -26,6 +26,12 @@ constexpr int64_t kMaxHeadDim = 128;
 
 int64_t round64(int64_t n) { return (n + 63) / 64 * 64; }
 
+// The backward's planned workspace past its row sums, in bytes (sdpa_backward_workspace): an f32 buffer of
+// half the (64-rounded) score matrix, which cuDNN's deterministic engines use for dP at training sizes.
+int64_t planned_dp_bytes(const cudnn::SdpaShape& s) {
+  return 4 * round64(s.b * s.hq * round64(s.t) * round64(s.s) / 2);
+}
+
 Dims strides_of(const Tensor& t) { return {t.stride(0), t.stride(1), t.stride(2), t.stride(3)}; }
 
 // Why cuDNN cannot read or write `t` in place, or "".
@@ -83,8 +89,10 @@ bool deterministic(const Desc& config) {
   return true;
 }
 
-// The first deterministic engine cuDNN's heuristic offers that finalizes into a plan.
-void build(Plan& p, cudnnHandle_t handle) {
+// The first deterministic engine cuDNN's heuristic offers that finalizes into a plan with a workspace
+// of at most `budget` bytes, the workspace tidal plans for (flash_*_workspace: what dry runs count);
+// when none fits, the first that finalizes (its workspace then a temporary of its own, said once).
+void build(Plan& p, cudnnHandle_t handle, int64_t budget, const char* what) {
   p.op_graph = Desc(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
   p.op_graph.set(CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle, "the graph's handle");
   std::vector<cudnnBackendDescriptor_t> ops;
@@ -109,6 +117,9 @@ void build(Plan& p, cudnnHandle_t handle) {
                                                count, &got, raw.data()));
   int skipped = 0;
   std::string last = "no engine offered";
+  std::vector<int64_t> sizes;  // the workspaces of the plans that did not fit
+  Desc first;                  // the first plan that finalized, and its workspace
+  int64_t first_workspace = 0;
   for (int64_t i = 0; i < got; ++i) {
     if (!deterministic(configs[size_t(i)])) {
       ++skipped;
@@ -122,10 +133,29 @@ void build(Plan& p, cudnnHandle_t handle) {
       last = cudnn::status_message(s, "cudnnBackendFinalize(execution plan)");
       continue;
     }
-    int64_t n = 0;
+    int64_t n = 0, workspace = 0;
     TIDAL_CUDNN_CHECK(cudnnBackendGetAttribute(plan.get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64,
-                                               1, &n, &p.workspace));
-    p.plan = std::move(plan);
+                                               1, &n, &workspace));
+    if (workspace <= budget) {
+      p.workspace = workspace;
+      p.plan = std::move(plan);
+      return;
+    }
+    sizes.push_back(workspace);
+    if (!first.get()) {
+      first = std::move(plan);
+      first_workspace = workspace;
+    }
+  }
+  if (first.get()) {
+    std::string all;
+    for (int64_t b : sizes) all += detail::str_cat(all.empty() ? "" : ", ", b);
+    std::fprintf(stderr,
+                 "[cuda] no deterministic cuDNN attention %s engine fits the planned workspace of %lld B (theirs: %s "
+                 "B): the first runs with its own temporary, which dry runs do not count\n",
+                 what, (long long)budget, all.c_str());
+    p.workspace = first_workspace;
+    p.plan = std::move(first);
     return;
   }
   p.failure = detail::str_cat(got, " engine configs offered, ", skipped, " nondeterministic; last: ", last);
@@ -139,7 +169,7 @@ Plan* plan_for(State& st, int device, const cudnn::SdpaShape& s, bool backward) 
     auto p = std::make_unique<Plan>();
     try {
       p->graph = backward ? cudnn::sdpa_backward_graph(s) : cudnn::sdpa_forward_graph(s);
-      build(*p, handle_for(st, device));
+      build(*p, handle_for(st, device), backward ? planned_dp_bytes(s) : 0, backward ? "backward" : "forward");
     } catch (const std::exception& e) {
       p->failure = e.what();
     }

@@ -118,9 +118,12 @@ class CudaKernels final : public Kernels {
   void adamw_step(Stream& stream, const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
                   const Tensor& exp_avg_sq, const Tensor& master, const AdamWArgs& a) override;
   // composite kernels, fused: matmul_bias as one cuBLASLt product with its bias epilogue (matmul.cpp),
-  // adamw_multi_step as the multi-tensor AdamW (optim.cpp)
+  // adamw_multi_step as the multi-tensor AdamW (optim.cpp),
   void matmul_bias(Stream& stream, const Tensor& out, const Tensor& a, const Tensor& b, const Tensor& bias) override;
   void adamw_multi_step(Stream& stream, std::span<const AdamWTensors> tensors) override;
+  // sum_of_squares_many: every tensor's partial sums into one device buffer, one read-back (optim.cpp)
+  void sum_of_squares_many(Stream& stream, std::span<const Tensor* const> xs, int64_t chunk,
+                           std::span<double* const> partials) override;
 };
 
 }  // namespace tidal::cuda

@@ -1,9 +1,11 @@
 // The optimizer family's methods of CudaKernels: checks and arguments, then optim.cu's launchers.
+#include <algorithm>
 #include <climits>
 #include <cmath>
 #include <span>
 #include <vector>
 
+#include "tidal/backend/cuda/check.h"
 #include "tidal/backend/cuda/kernels.h"
 #include "tidal/backend/cuda/optim_launch.h"
 #include "tidal/backend/cuda/scratch.h"
@@ -23,6 +25,29 @@ void CudaKernels::sum_of_squares(Stream& stream, const Tensor& x, int64_t chunk,
   Tensor device_partials = scratch_bytes(x.device(), chunks * int64_t(sizeof(double)));
   launch_sum_of_squares(stream_handle(stream), device_data(x), x.dtype(), n, chunk,
                         static_cast<double*>(device_data(device_partials)), partials);
+}
+
+void CudaKernels::sum_of_squares_many(Stream& stream, std::span<const Tensor* const> xs, int64_t chunk,
+                                      std::span<double* const> partials) {
+  TIDAL_ASSERT(chunk > 0 && xs.size() == partials.size());
+  if (xs.empty()) return;
+  std::vector<int64_t> first(xs.size() + 1, 0);  // tensor i's partials start at first[i]
+  for (size_t i = 0; i < xs.size(); ++i) {
+    TIDAL_ASSERT(xs[i]->is_contiguous() && xs[i]->device() == xs[0]->device(),
+                 "sum_of_squares_many needs contiguous tensors on one device");
+    first[i + 1] = first[i] + (xs[i]->numel() + chunk - 1) / chunk;
+  }
+  if (first.back() == 0) return;
+  Tensor device_partials = scratch_bytes(xs[0]->device(), first.back() * int64_t(sizeof(double)));
+  auto* all = static_cast<double*>(device_data(device_partials));
+  const cudaStream_t s = stream_handle(stream);
+  for (size_t i = 0; i < xs.size(); ++i)
+    launch_sum_of_squares_on_device(s, device_data(*xs[i]), xs[i]->dtype(), xs[i]->numel(), chunk, all + first[i]);
+  std::vector<double> host(size_t(first.back()));
+  TIDAL_CUDA_CHECK(cudaMemcpyAsync(host.data(), all, host.size() * sizeof(double), cudaMemcpyDeviceToHost, s));
+  TIDAL_CUDA_CHECK(cudaStreamSynchronize(s));
+  for (size_t i = 0; i < xs.size(); ++i)
+    std::copy(host.begin() + first[i], host.begin() + first[i + 1], partials[i]);
 }
 
 namespace {

@@ -14,6 +14,10 @@ namespace tidal::cuda {
 // device_partials: ⌈n/chunk⌉ device doubles. Synchronizes the stream.
 void launch_sum_of_squares(cudaStream_t stream, const void* x, DType dtype, int64_t n, int64_t chunk,
                            double* device_partials, double* partials);
+// The same partial sums left in device_partials (no copy, no synchronization): sum_of_squares_many
+// writes every gradient's into one buffer and reads them back at once.
+void launch_sum_of_squares_on_device(cudaStream_t stream, const void* x, DType dtype, int64_t n, int64_t chunk,
+                                     double* device_partials);
 
 // The scalars of one AdamW update, torch.optim.AdamW's (rounded to the state's type by the kernel).
 struct AdamWScalars {

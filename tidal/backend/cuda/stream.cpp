@@ -137,7 +137,10 @@ class CudaStream final : public detail::StreamImpl {
     release_copies(true);
     rethrow();
   }
+  // Also drops what the copies that completed kept alive (they are otherwise dropped at the next copy):
+  // offload releases a block's device bytes only when nothing else holds them (memory/offload.cpp).
   bool query() override {
+    release_copies(false);
     if (!compute_) {
       std::lock_guard<std::mutex> lock(mu_);
       if (!queue_.empty() || busy_) return false;
