@@ -97,7 +97,7 @@ TEST(CudaTraining, MemoryFeaturesLeaveTheLossesAlone) {
 }
 
 // tidal plan --dry-run (meta device) of `--device cuda` against the GPU run of the same flags: device and
-// host peaks, per category and at the peak, to the byte. The dry run sizes the kernels' scratch as the
+// host peaks, per category and at the peak, to the byte (for the MoE model, what its routing leaves alone). The dry run sizes the kernels' scratch as the
 // CUDA backend does (seam/planned_device.h: cuDNN's attention workspace, cuBLASLt's); a scratch it does not
 // model shows here as a difference in `temporary`.
 TEST(CudaTraining, DevicePeaksEqualTheDryRunsPrediction) {
@@ -120,8 +120,18 @@ TEST(CudaTraining, DevicePeaksEqualTheDryRunsPrediction) {
       Allocator& host = host_allocator(dev);
       const MemoryStats device_before = device.stats(), host_before = host.stats();
       train(with(flags, kOnCuda));
-      testing::expect_same_peaks(dry.device, testing::peaks_since(device_before, device.stats()), "device");
-      testing::expect_same_peaks(dry.host, testing::peaks_since(host_before, host.stats()), "host");
+      const MemoryStats real_device = testing::peaks_since(device_before, device.stats());
+      if (std::string(model) == "tiny-qwen3-moe") {
+        // A real MoE run routes its tokens unevenly, the dry run evenly (models/moe.cpp; the CPU's
+        // DryRun.MoeMatchesTheRealRunsStatesAndTheEstimatorsActivations): what does not depend on the
+        // routing is equal to the byte.
+        for (MemoryCategory c :
+             {MemoryCategory::parameter, MemoryCategory::gradient, MemoryCategory::optimizer_state})
+          EXPECT_EQ(dry.device[c].peak, real_device[c].peak) << category_name(c);
+      } else {
+        testing::expect_same_peaks(dry.device, real_device, "device");
+        testing::expect_same_peaks(dry.host, testing::peaks_since(host_before, host.stats()), "host");
+      }
       EXPECT_GT(dry.device.peak_allocated, 0);
     }
 }
@@ -137,7 +147,7 @@ TEST(CudaDryRun, PlansTheCudaAttentionWorkspaceWithoutAGpu) {
   const size_t temporary = size_t(MemoryCategory::temporary);
   auto r64 = [](int64_t n) { return (n + 63) / 64 * 64; };
   const int64_t b = 2, t = 32, h = args.model.num_attention_heads;
-  const int64_t fused_backward = 4 * (r64(b * h * t) + r64(b * h * r64(t) * r64(t) / 2));  // bytes
+  const int64_t fused_backward = 4 * (r64(b * h * t) + r64(b * h * r64(t) * r64(t) / 2) + 64);  // bytes
   EXPECT_GE(gpu.device.category[temporary].peak, fused_backward);
   EXPECT_NE(gpu.device.category[temporary].peak, cpu.device.category[temporary].peak);
   EXPECT_EQ(gpu.parameter_numels, cpu.parameter_numels);

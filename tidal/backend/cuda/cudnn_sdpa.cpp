@@ -26,10 +26,13 @@ constexpr int64_t kMaxHeadDim = 128;
 
 int64_t round64(int64_t n) { return (n + 63) / 64 * 64; }
 
-// The backward's planned workspace past its row sums, in bytes (sdpa_backward_workspace): an f32 buffer of
-// half the (64-rounded) score matrix, which cuDNN's deterministic engines use for dP at training sizes.
+// The backward's planned workspace past its row sums, in bytes (sdpa_backward_workspace): cuDNN's dP buffer,
+// B * Hq * T * S bf16 with T and S rounded up to 64-row tiles, and 256 bytes beside it (seen on an H200,
+// cuDNN 9.19: the deterministic engines of B 2, Hq 4, T = S = 32 asked for 131328 B and 65664 B; 65536 B
+// of dP + 128 fits the second).
+constexpr int64_t kSdpaBackwardSlack = 64;  // f32 elements
 int64_t planned_dp_bytes(const cudnn::SdpaShape& s) {
-  return 4 * round64(s.b * s.hq * round64(s.t) * round64(s.s) / 2);
+  return 4 * (round64(s.b * s.hq * round64(s.t) * round64(s.s) / 2) + kSdpaBackwardSlack);
 }
 
 Dims strides_of(const Tensor& t) { return {t.stride(0), t.stride(1), t.stride(2), t.stride(3)}; }
@@ -272,7 +275,7 @@ std::string sdpa_refusal(const FlashArgs& cfg, const Tensor& q, const Tensor& k,
 
 int64_t sdpa_backward_workspace(const Tensor& q, const Tensor& k) {
   const int64_t b = q.size(0), hq = q.size(1), t = q.size(2), s = k.size(2);
-  return round64(b * hq * t) + round64(b * hq * round64(t) * round64(s) / 2);
+  return round64(b * hq * t) + round64(b * hq * round64(t) * round64(s) / 2) + kSdpaBackwardSlack;
 }
 
 bool sdpa_forward(cudaStream_t stream, const FlashArgs& cfg, const Tensor& out, const Tensor& lse, const Tensor& q,

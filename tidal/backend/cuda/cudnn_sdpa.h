@@ -23,9 +23,10 @@ namespace tidal::cuda {
 // aligned.
 std::string sdpa_refusal(const FlashArgs& cfg, const Tensor& q, const Tensor& k, const Tensor& v);
 
-// The workspace, in f32 elements, the fused backward is expected to need: its row sums and the
-// engine's dP buffer (B * Hq * T * S bf16, rounded up to 64-row tiles). A plan needing more gets the
-// rest as a temporary.
+// The workspace, in f32 elements, the fused backward is planned with: its row sums and the engine's dP
+// buffer (B * Hq * T * S bf16, rounded up to 64-row tiles), plus 64 elements. The plan is the first
+// deterministic engine whose workspace fits; where none does, the first one's gets a temporary of its
+// own, which dry runs do not count (said once on stderr).
 int64_t sdpa_backward_workspace(const Tensor& q, const Tensor& k);
 
 // Queue the fused forward or backward on `stream`; false (nothing queued) when the tensors' layout is
