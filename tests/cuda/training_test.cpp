@@ -146,8 +146,9 @@ TEST(CudaDryRun, PlansTheCudaAttentionWorkspaceWithoutAGpu) {
   const plan::DryRun gpu = plan::dry_run(parse_train_args(with(flags, kOnCuda)));
   const size_t temporary = size_t(MemoryCategory::temporary);
   auto r64 = [](int64_t n) { return (n + 63) / 64 * 64; };
-  const int64_t b = 2, t = 32, h = args.model.num_attention_heads;
-  const int64_t fused_backward = 4 * (r64(b * h * t) + r64(b * h * r64(t) * r64(t) / 2) + 64);  // bytes
+  const int64_t b = 2, t = 32, h = args.model.num_attention_heads, d = args.model.head_size();
+  ASSERT_NE(args.model.kv_heads(), h);  // GQA: the per-query-head key/value gradient buffer
+  const int64_t fused_backward = 4 * (r64(b * h * t) + r64(b * h * r64(t) * r64(t) / 2) + b * h * t * d + 64);  // bytes
   EXPECT_GE(gpu.device.category[temporary].peak, fused_backward);
   EXPECT_NE(gpu.device.category[temporary].peak, cpu.device.category[temporary].peak);
   EXPECT_EQ(gpu.parameter_numels, cpu.parameter_numels);

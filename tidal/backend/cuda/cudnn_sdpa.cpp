@@ -26,14 +26,17 @@ constexpr int64_t kMaxHeadDim = 128;
 
 int64_t round64(int64_t n) { return (n + 63) / 64 * 64; }
 
-// The backward's planned workspace past its row sums, in bytes (sdpa_backward_workspace): cuDNN's dP buffer,
-// B * Hq * T * S bf16 with T and S rounded up to 64-row tiles, and 256 bytes beside it (seen on an H200,
-// cuDNN 9.19: the deterministic engines of B 2, Hq 4, T = S = 32 asked for 131328 B and 65664 B; 65536 B
-// of dP + 128 fits the second).
+// The backward's planned workspace past its row sums, in bytes (sdpa_backward_workspace), as cuDNN 9.19's
+// deterministic engines asked for it on an H200 (B, Hq, Hkv, T, S, D from (2, 4, 4, 32, 32, 16) to
+// (1, 16, 8, 4096, 4096, 128), the second engine offered, to the byte): dP, B * Hq * T * S bf16 with T
+// and S rounded up to 64-row tiles; under grouped-query attention (Hq != Hkv) an f32 (B, Hq, S, D)
+// buffer, the key/value gradients per query head before their groups are summed; and 128 bytes, of
+// which this plans 256.
 constexpr int64_t kSdpaBackwardSlack = 64;  // f32 elements
-int64_t planned_dp_bytes(const cudnn::SdpaShape& s) {
-  return 4 * (round64(s.b * s.hq * round64(s.t) * round64(s.s) / 2) + kSdpaBackwardSlack);
+int64_t sdpa_dp_elements(int64_t b, int64_t hq, int64_t hk, int64_t t, int64_t s, int64_t d) {
+  return round64(b * hq * round64(t) * round64(s) / 2) + (hq != hk ? b * hq * s * d : 0) + kSdpaBackwardSlack;
 }
+int64_t planned_dp_bytes(const cudnn::SdpaShape& s) { return 4 * sdpa_dp_elements(s.b, s.hq, s.hk, s.t, s.s, s.d); }
 
 Dims strides_of(const Tensor& t) { return {t.stride(0), t.stride(1), t.stride(2), t.stride(3)}; }
 
@@ -275,7 +278,7 @@ std::string sdpa_refusal(const FlashArgs& cfg, const Tensor& q, const Tensor& k,
 
 int64_t sdpa_backward_workspace(const Tensor& q, const Tensor& k) {
   const int64_t b = q.size(0), hq = q.size(1), t = q.size(2), s = k.size(2);
-  return round64(b * hq * t) + round64(b * hq * round64(t) * round64(s) / 2) + kSdpaBackwardSlack;
+  return round64(b * hq * t) + sdpa_dp_elements(b, hq, k.size(1), t, s, q.size(3));
 }
 
 bool sdpa_forward(cudaStream_t stream, const FlashArgs& cfg, const Tensor& out, const Tensor& lse, const Tensor& q,

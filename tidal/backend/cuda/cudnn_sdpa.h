@@ -24,7 +24,8 @@ namespace tidal::cuda {
 std::string sdpa_refusal(const FlashArgs& cfg, const Tensor& q, const Tensor& k, const Tensor& v);
 
 // The workspace, in f32 elements, the fused backward is planned with: its row sums and the engine's dP
-// buffer (B * Hq * T * S bf16, rounded up to 64-row tiles), plus 64 elements. The plan is the first
+// buffer (B * Hq * T * S bf16, rounded up to 64-row tiles), under GQA an f32 (B, Hq, S, D) buffer, plus
+// 64 elements (cudnn_sdpa.cpp says where these come from). The plan is the first
 // deterministic engine whose workspace fits; where none does, the first one's gets a temporary of its
 // own, which dry runs do not count (said once on stderr).
 int64_t sdpa_backward_workspace(const Tensor& q, const Tensor& k);
