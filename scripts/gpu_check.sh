@@ -18,7 +18,8 @@
 # longest, is then skipped and its minutes go to the benchmarks; when they do not load (another
 # distribution's libraries), tidal is configured and built there as before.
 #
-# GPU_CHECK_STEPS=tests runs everything but the benchmarks (a rerun after fixes; scripts/gpu_diagnose.sh
+# GPU_CHECK_STEPS=bench runs the benchmarks without the tests; GPU_CHECK_STEPS=tests runs everything but
+# the benchmarks (a rerun after fixes; scripts/gpu_diagnose.sh
 # may follow it in the same device call). GPU_CHECK_STEPS=configure only unpacks and configures: it tests the prefix on a machine without a
 # GPU (GPU_CHECK_CMAKE_ARGS adds CMake arguments there, e.g. -DCMAKE_IGNORE_PREFIX_PATH=/usr to keep
 # CMake away from the system's own copies).
@@ -165,11 +166,13 @@ QWEN3=(--model qwen3-1.7b --num-layers 16 --seq-length 4096 --micro-batch-size 1
   --train-iters 6 --bf16 --attention flash)
 OFFLOAD=("${GPT2[@]}" --activation-offload)
 RECOMPUTE=("${GPT2[@]}" --recompute-granularity full --recompute-method uniform --recompute-num-layers 1)
+QWEN3_OFFLOAD=("${QWEN3[@]}" --activation-offload)
+QWEN3_RECOMPUTE=("${QWEN3[@]}" --recompute-granularity full --recompute-method uniform --recompute-num-layers 1)
 
 main() {
 echo "gpu_check: $(date -u +%FT%TZ) on $(hostname), budget ${BUDGET}s, steps: $STEPS"
 GPU=false  # the steps that need the GPU
-[ "$STEPS" = all ] || [ "$STEPS" = tests ] && GPU=true
+[ "$STEPS" = all ] || [ "$STEPS" = tests ] || [ "$STEPS" = bench ] && GPU=true
 $GPU && step nvidia-smi 20 nvidia-smi
 step unpack 60 bash -c "$(declare -f unpack); PREFIX='$PREFIX' unpack"
 step cuda-libs 30 bash -c "$(declare -f cuda_libs); PREFIX='$PREFIX' SCRATCH='$SCRATCH' cuda_libs"
@@ -183,7 +186,8 @@ fi
 echo "$BIN" >"$SCRATCH/bin"  # for scripts/gpu_diagnose.sh
 if $GPU; then
   # The dry runs run on the meta device (CPU only): beside the GPU steps, in the background.
-  (dry_run gpt2 "${GPT2[@]}"; dry_run qwen3 "${QWEN3[@]}"; dry_run offload "${OFFLOAD[@]}"; dry_run recompute "${RECOMPUTE[@]}") >"$SCRATCH/dry.log" 2>&1 &
+  (dry_run gpt2 "${GPT2[@]}"; dry_run qwen3 "${QWEN3[@]}"; dry_run offload "${OFFLOAD[@]}"; dry_run recompute "${RECOMPUTE[@]}"
+    dry_run qwen3-offload "${QWEN3_OFFLOAD[@]}"; dry_run qwen3-recompute "${QWEN3_RECOMPUTE[@]}") >"$SCRATCH/dry.log" 2>&1 &
   dry_pid=$!
   step info 30 env LD_LIBRARY_PATH="$(tidal_env)" "$BIN/tidal" info
   # Every kernel's registers, shared and local memory as built (the image has cuobjdump; the build
@@ -191,16 +195,18 @@ if $GPU; then
   step resources 30 bash -c "set -o pipefail; cuobjdump --dump-resource-usage '$BIN/tidal' \
     | tee '$SCRATCH/resource_usage.txt' | grep -c 'Function'; cat '$SCRATCH/resource_usage.txt'; \
     ! grep -E 'LOCAL:[1-9]' '$SCRATCH/resource_usage.txt'"
-  step cuda-tests 150 env LD_LIBRARY_PATH="$(tidal_env)" "$BIN/tidal_cuda_tests" \
+  [ "$STEPS" != bench ] && step cuda-tests 150 env LD_LIBRARY_PATH="$(tidal_env)" "$BIN/tidal_cuda_tests" \
     --gtest_output="xml:$OUT/cuda_tests.xml"
 fi
-if [ "$STEPS" = all ]; then
+if [ "$STEPS" = all ] || [ "$STEPS" = bench ]; then
   LIMIT=90 bench gpt2 "${GPT2[@]}"
   step torch-gpt2 90 bash -c "set -o pipefail; PYTHONUNBUFFERED=1 python3 bench/torch_gpt2.py --vocab 50257 --hidden 768 --layers 12 \
     --heads 12 --seq 1024 --batch 8 --steps 8 --warmup 3 --bf16 --device cuda | tee '$SCRATCH/torch_gpt2.json'"
   LIMIT=120 bench qwen3 "${QWEN3[@]}"
   LIMIT=60 bench offload "${OFFLOAD[@]}"
   LIMIT=60 bench recompute "${RECOMPUTE[@]}"
+  LIMIT=90 bench qwen3-offload "${QWEN3_OFFLOAD[@]}"
+  LIMIT=90 bench qwen3-recompute "${QWEN3_RECOMPUTE[@]}"
 fi
 if $GPU; then
   wait "$dry_pid"
@@ -233,13 +239,17 @@ def dry_peak(name):
     return int(m[1]) if m else None
 
 benches = {}
-for name in ("gpt2", "qwen3", "offload", "recompute"):
+for name in ("gpt2", "qwen3", "offload", "recompute", "qwen3-offload", "qwen3-recompute"):
     b = {"ran": False}
     try:
         j = json.load(open(os.path.join(scratch, name + ".json")))
         s, c = j["summary"], j["config"]
         cfg, seq = c["model"], c.get("seq_length") or 1024
-        b = {"ran": True, "tokens_per_s": s["tokens_per_s"], "median_step_ms": s["median_step_ms"],
+        # tokens/s from the median step, as bench/torch_gpt2.py reports it (the summary's tokens_per_s is
+        # the mean over every step, the first one's start-up included)
+        tokens = (c.get("global_batch_size") or 0) * seq
+        tps = tokens / (s["median_step_ms"] / 1e3) if tokens and s.get("median_step_ms") else s["tokens_per_s"]
+        b = {"ran": True, "tokens_per_s": tps, "median_step_ms": s["median_step_ms"],
              "device_peak_bytes": s.get("device_peak_bytes"), "final_loss": s.get("final_loss")}
         b["mfu"] = b["tokens_per_s"] * flops_per_token(cfg, seq) / (peak * 1e12)
         if "offload" in s:
@@ -263,19 +273,19 @@ json.dump(report, open(os.path.join(out, "gpu_report.json"), "w"), indent=1)
 
 gib = lambda b: "-" if b is None else f"{b / 2**30:.2f}"
 print("\n==== gpu_check summary (%d s; %s)" % (seconds, "all steps ok" if report["passed"] else "SOME STEPS FAILED"))
-print(f"{'step':<18}{'status':<10}{'s':>5}  note")
+print(f"{'step':<24}{'status':<10}{'s':>5}  note")
 for s in steps:
-    print(f"{s['step']:<18}{s['status']:<10}{s['seconds']:>5}  {s['note']}")
-print(f"\n{'benchmark':<12}{'tokens/s':>11}{'ms/step':>10}{'MFU':>7}{'peak GiB':>10}{'dry GiB':>9}  other")
+    print(f"{s['step']:<24}{s['status']:<10}{s['seconds']:>5}  {s['note']}")
+print(f"\n{'benchmark':<16}{'tokens/s':>11}{'ms/step':>10}{'MFU':>7}{'peak GiB':>10}{'dry GiB':>9}  other")
 for name, b in benches.items():
     if not b["ran"]:
-        print(f"{name:<12}{'not run':>11}")
+        print(f"{name:<16}{'not run':>11}")
         continue
     mfu = f"{100 * b['mfu']:.1f}%" if "mfu" in b else "-"
     other = f"offload hidden {b['offload_hidden_fraction']:.2f}" if b.get("offload_hidden_fraction") is not None else ""
     if name == "torch_gpt2":
         other = f"torch {b.get('torch')}"
-    print(f"{name:<12}{b['tokens_per_s']:>11.0f}{b['median_step_ms']:>10.1f}{mfu:>7}"
+    print(f"{name:<16}{b['tokens_per_s']:>11.0f}{b['median_step_ms']:>10.1f}{mfu:>7}"
           f"{gib(b.get('device_peak_bytes')):>10}{gib(b.get('dry_run_peak_bytes')):>9}  {other}")
 sys.exit(0 if report["passed"] else 1)
 EOF

@@ -97,9 +97,9 @@ TEST(CudaTraining, MemoryFeaturesLeaveTheLossesAlone) {
 }
 
 // tidal plan --dry-run (meta device) of `--device cuda` against the GPU run of the same flags: device and
-// host peaks, per category and at the peak, to the byte (for the MoE model, what its routing leaves alone). The dry run sizes the kernels' scratch as the
-// CUDA backend does (seam/planned_device.h: cuDNN's attention workspace, cuBLASLt's); a scratch it does not
-// model shows here as a difference in `temporary`.
+// host peaks, per category and at the peak, to the byte (for the MoE model, what its routing leaves alone). The dry run
+// sizes the kernels' scratch as the CUDA backend does (seam/planned_device.h: cuDNN's attention workspace, cuBLASLt's);
+// a scratch it does not model shows here as a difference in `temporary`.
 TEST(CudaTraining, DevicePeaksEqualTheDryRunsPrediction) {
   TIDAL_REQUIRE_CUDA();
   const Device dev = Device::cuda(0);
@@ -125,8 +125,7 @@ TEST(CudaTraining, DevicePeaksEqualTheDryRunsPrediction) {
         // A real MoE run routes its tokens unevenly, the dry run evenly (models/moe.cpp; the CPU's
         // DryRun.MoeMatchesTheRealRunsStatesAndTheEstimatorsActivations): what does not depend on the
         // routing is equal to the byte.
-        for (MemoryCategory c :
-             {MemoryCategory::parameter, MemoryCategory::gradient, MemoryCategory::optimizer_state})
+        for (MemoryCategory c : {MemoryCategory::parameter, MemoryCategory::gradient, MemoryCategory::optimizer_state})
           EXPECT_EQ(dry.device[c].peak, real_device[c].peak) << category_name(c);
       } else {
         testing::expect_same_peaks(dry.device, real_device, "device");

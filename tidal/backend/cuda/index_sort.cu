@@ -3,9 +3,9 @@
 // stably with cub (radix sort for one row, segmented sort for many). Both compare unsigned keys in
 // the CPU's total order (ordered_key): NaN the largest value, -0 equal to +0, ties in position order.
 #include <cstdint>
-#include <type_traits>
 #include <cub/device/device_radix_sort.cuh>
 #include <cub/device/device_segmented_sort.cuh>
+#include <type_traits>
 
 #include "tidal/backend/cuda/device_math.cuh"
 #include "tidal/backend/cuda/index_launch.h"
@@ -49,7 +49,7 @@ __device__ __forceinline__ okey_t<T> ordered_key(const T* p) {
   if constexpr (std::is_same_v<K, float>) {
     uint32_t b = __float_as_uint(v);
     if ((b & 0x7fffffffu) > 0x7f800000u) return 0xffffffffu;  // NaN
-    if ((b & 0x7fffffffu) == 0) b = 0;                         // -0
+    if ((b & 0x7fffffffu) == 0) b = 0;                        // -0
     return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
   } else if constexpr (std::is_same_v<K, double>) {
     uint64_t b = uint64_t(__double_as_longlong(v));

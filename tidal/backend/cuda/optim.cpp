@@ -46,8 +46,7 @@ void CudaKernels::sum_of_squares_many(Stream& stream, std::span<const Tensor* co
   std::vector<double> host(size_t(first.back()));
   TIDAL_CUDA_CHECK(cudaMemcpyAsync(host.data(), all, host.size() * sizeof(double), cudaMemcpyDeviceToHost, s));
   TIDAL_CUDA_CHECK(cudaStreamSynchronize(s));
-  for (size_t i = 0; i < xs.size(); ++i)
-    std::copy(host.begin() + first[i], host.begin() + first[i + 1], partials[i]);
+  for (size_t i = 0; i < xs.size(); ++i) std::copy(host.begin() + first[i], host.begin() + first[i + 1], partials[i]);
 }
 
 namespace {

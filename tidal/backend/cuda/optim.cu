@@ -62,10 +62,10 @@ __device__ __forceinline__ double rn_sqrt(double a) { return __dsqrt_rn(a); }
 // per-tensor and the multi-tensor kernels run, so their bits agree. Returns the new param value.
 template <class S>
 __device__ __forceinline__ S adamw_element(S x, S gi, S& m, S& v, const AdamWConsts<S>& c) {
-  x = rn_mul(x, c.decay);                                          // param.mul_(1 - lr * wd)
-  const S mi = rn_add(rn_mul(m, c.b1), rn_mul(c.c1, gi));          // exp_avg.mul_(b1).add_(g, alpha=1-b1)
+  x = rn_mul(x, c.decay);                                              // param.mul_(1 - lr * wd)
+  const S mi = rn_add(rn_mul(m, c.b1), rn_mul(c.c1, gi));              // exp_avg.mul_(b1).add_(g, alpha=1-b1)
   const S vi = rn_add(rn_mul(v, c.b2), rn_mul(rn_mul(c.c2, gi), gi));  // exp_avg_sq.mul_(b2).addcmul_(g, g, 1-b2)
-  const S denom = rn_add(rn_div(rn_sqrt(vi), c.bc2_sqrt), c.eps);  // (exp_avg_sq.sqrt() / bc2_sqrt).add_(eps)
+  const S denom = rn_add(rn_div(rn_sqrt(vi), c.bc2_sqrt), c.eps);      // (exp_avg_sq.sqrt() / bc2_sqrt).add_(eps)
   m = mi;
   v = vi;
   return rn_sub(x, rn_div(rn_mul(c.step_size, mi), denom));  // param.addcdiv_(exp_avg, denom, value=-step_size)

@@ -97,7 +97,8 @@ void check(const Case& c) {
   const Operand dout = make(c.b, c.hq, c.t, c.dv, c.dtype, 4, 0);
   Operand out = make(c.b, c.hq, c.t, c.dv, c.dtype, 5, c.odd_strides ? 2 : 0);  // overwritten
   // dk column-major per head with odd strides (cuDNN cannot write that: the eager path's case).
-  Operand dq = make(c.b, c.hq, c.t, c.d, c.dtype, 6, 0), dk = make(c.b, c.hkv, c.s, c.d, c.dtype, 7, c.odd_strides ? 2 : 0);
+  Operand dq = make(c.b, c.hq, c.t, c.d, c.dtype, 6, 0),
+          dk = make(c.b, c.hkv, c.s, c.d, c.dtype, 7, c.odd_strides ? 2 : 0);
   Operand dv = make(c.b, c.hkv, c.s, c.dv, c.dtype, 8, 0);
   Tensor lse[2];
   const bool fused = !c.eager && cuda::sdpa_refusal(cfg, q.gpu, k.gpu, v.gpu).empty();
