@@ -278,7 +278,9 @@ class Kernels {
   // partials[i] = sum_of_squares(xs[i], chunk) for every i (the gradient norm's partial sums of every
   // gradient). Default: one call each, in order; a device backend reads all of them back at once.
   virtual void sum_of_squares_many(Stream& stream, std::span<const Tensor* const> xs, int64_t chunk,
-                                   std::span<double* const> partials);  // registry.cpp
+                                   std::span<double* const> partials) {
+    for (size_t i = 0; i < xs.size(); ++i) sum_of_squares(stream, *xs[i], chunk, partials[i]);
+  }
   // Every tensor's AdamW update of one optimizer step. Default: in order, each one's adamw_step, then
   // its bf16 copy when it has one (AdamWTensors).
   virtual void adamw_multi_step(Stream& stream, std::span<const AdamWTensors> tensors) {

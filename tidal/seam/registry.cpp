@@ -80,11 +80,6 @@ std::vector<const char*> missing_kernels(DeviceType type) {
   return b.missing;
 }
 
-void Kernels::sum_of_squares_many(Stream& stream, std::span<const Tensor* const> xs, int64_t chunk,
-                                  std::span<double* const> partials) {
-  for (size_t i = 0; i < xs.size(); ++i) sum_of_squares(stream, *xs[i], chunk, partials[i]);
-}
-
 void Kernels::missing(const char* kernel) const {
   detail::throw_error(detail::str_cat("[backend] no ", name(), " kernel for ", kernel, ": the ", name(),
                                       " backend does not define it yet (tests/unit/seam/missing_kernels_test.cpp "
