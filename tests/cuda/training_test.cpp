@@ -14,6 +14,7 @@
 #include "tests/integration/train_helpers.h"
 #include "tests/support/peaks_since.h"
 #include "tidal/allocator.h"
+#include "tidal/backend/cuda/cublaslt.h"
 #include "tidal/plan/dry_run.h"
 
 namespace tidal::train {
@@ -116,6 +117,7 @@ TEST(CudaTraining, DevicePeaksEqualTheDryRunsPrediction) {
       const std::vector<std::string> flags = tiny(model, 2, extra);
       SCOPED_TRACE(joined(flags));
       const plan::DryRun dry = plan::dry_run(parse_train_args(with(flags, kOnCuda)));  // planned for cuda
+      cuda::release_gemm_workspaces();  // the run makes cuBLASLt's workspace as a new process does
       Allocator& device = device_allocator(dev);
       Allocator& host = host_allocator(dev);
       const MemoryStats device_before = device.stats(), host_before = host.stats();
@@ -137,7 +139,7 @@ TEST(CudaTraining, DevicePeaksEqualTheDryRunsPrediction) {
 
 // A dry run planned for cuda sizes flash attention's workspace as the CUDA backend does, on a machine
 // without a GPU too (its layout queries touch no device): in bf16 the fused backward's dP buffer and row
-// sums (cudnn_sdpa.h) instead of the CPU kernel's tiles. Runs in CI.
+// sums (cudnn_sdpa.h) instead of the CPU kernel's tiles, and cuBLASLt's kept workspace. Runs in CI.
 TEST(CudaDryRun, PlansTheCudaAttentionWorkspaceWithoutAGpu) {
   const std::vector<std::string> flags = tiny("tiny-llama", 2, {"--bf16"});
   const TrainArgs args = parse_train_args(flags);
@@ -148,7 +150,8 @@ TEST(CudaDryRun, PlansTheCudaAttentionWorkspaceWithoutAGpu) {
   const int64_t b = 2, t = 32, h = args.model.num_attention_heads, d = args.model.head_size();
   ASSERT_NE(args.model.kv_heads(), h);  // GQA: the per-query-head key/value gradient buffer
   const int64_t fused_backward = 4 * (r64(b * h * t) + r64(b * h * r64(t) * r64(t) / 2) + b * h * t * d + 64);  // bytes
-  EXPECT_GE(gpu.device.category[temporary].peak, fused_backward);
+  EXPECT_GE(gpu.device.category[temporary].peak, fused_backward + cuda::kGemmWorkspaceBytes);  // and cuBLASLt's
+  EXPECT_LT(cpu.device.category[temporary].peak, cuda::kGemmWorkspaceBytes);
   EXPECT_NE(gpu.device.category[temporary].peak, cpu.device.category[temporary].peak);
   EXPECT_EQ(gpu.parameter_numels, cpu.parameter_numels);
 }

@@ -1,5 +1,7 @@
 #include "tidal/ops/matmul.h"
 
+#include <mutex>
+
 #include "tidal/ops/common.h"
 #include "tidal/ops/reduce.h"
 #include "tidal/ops/view.h"
@@ -13,6 +15,29 @@ using autograd::Node;
 using autograd::SavedTensor;
 using autograd::TensorList;
 
+// The workspace a dry run holds for its products (release_planned_matmul_workspace).
+struct PlannedWorkspace {
+  std::mutex mutex;
+  Tensor held;
+};
+PlannedWorkspace& planned_workspace() {
+  static PlannedWorkspace* w = new PlannedWorkspace;  // never destroyed: a meta tensor outliving its allocator
+  return *w;
+}
+
+// On meta tensors: from the first product on, the bytes the planned device's products keep (allocated where
+// the CUDA backend allocates cuBLASLt's workspace: inside the first product, category temporary).
+void hold_planned_workspace(const Tensor& out) {
+  if (!out.is_meta()) return;
+  const int64_t bytes = device_kernels(out.device()).matmul_kept_workspace();
+  if (bytes == 0) return;
+  PlannedWorkspace& w = planned_workspace();
+  std::lock_guard<std::mutex> lock(w.mutex);
+  if (w.held.defined()) return;
+  MemoryScope scope(MemoryCategory::temporary);
+  w.held = empty({bytes}, DType::u8, out.device());
+}
+
 // A view the device's matmul can read without a copy, else a contiguous copy.
 Tensor blas_operand(const Tensor& t) {
   if (device_kernels(t.device()).matmul_operand_ok(t.size(-2), t.size(-1), t.stride(-2), t.stride(-1))) return t;
@@ -24,6 +49,7 @@ Tensor blas_operand(const Tensor& t) {
 // for byte.
 void matmul_into(const Tensor& out, const Tensor& a, const Tensor& b, double alpha, double beta) {
   Tensor ac = blas_operand(a), bc = blas_operand(b);
+  hold_planned_workspace(out);
   if (Kernels* kern = kernels_for(out)) kern->matmul(current_stream(out.device()), out, ac, bc, alpha, beta);
 }
 
@@ -31,6 +57,7 @@ void matmul_into(const Tensor& out, const Tensor& a, const Tensor& b, double alp
 // one fused product on CUDA; elsewhere the bias copied into out, then the product added).
 void matmul_bias_into(const Tensor& out, const Tensor& a, const Tensor& b, const Tensor& bias) {
   Tensor ac = blas_operand(a), bc = blas_operand(b);
+  hold_planned_workspace(out);
   if (Kernels* kern = kernels_for(out)) kern->matmul_bias(current_stream(out.device()), out, ac, bc, bias);
 }
 
@@ -155,6 +182,12 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias) {
     matmul_into(out2, x2, w.detach().t(), 1.0, 0.0);
   if (node) autograd::set_history(out, node);
   return out;
+}
+
+void release_planned_matmul_workspace() {
+  PlannedWorkspace& w = planned_workspace();
+  std::lock_guard<std::mutex> lock(w.mutex);
+  w.held = Tensor();
 }
 
 }  // namespace tidal

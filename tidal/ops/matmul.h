@@ -11,4 +11,9 @@ Tensor matmul(const Tensor& a, const Tensor& b);
 // x (..., in) @ w^T + bias: w is (out, in), bias (out) or undefined.
 Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias = Tensor());
 
+// A dry run (meta tensors) holds what the planned device's products keep from their first one on
+// (Kernels::matmul_kept_workspace: cuBLASLt's 32 MiB on CUDA) from its first product until this is
+// called (plan/dry_run.cpp, when the dry run ends).
+void release_planned_matmul_workspace();
+
 }  // namespace tidal

@@ -11,6 +11,7 @@
 #include "tidal/dist/meta_communicator.h"
 #include "tidal/models/causal_lm.h"
 #include "tidal/models/moe.h"
+#include "tidal/ops/matmul.h"
 #include "tidal/optim/grad_clip.h"
 #include "tidal/optim/shard_layout.h"
 #include "tidal/seam/planned_device.h"
@@ -72,6 +73,10 @@ DryRun dry_run(const train::TrainArgs& given, int rank) {
   check_supported(given);
   const train::TrainArgs args = dry_args(given);
   const PlanFor target(given.device.type);  // the kernels' workspaces as --device's backend sizes them
+  // The products' kept workspace (cuBLASLt's, planning for cuda) goes when the dry run does, also on an error.
+  struct ReleaseWorkspace {
+    ~ReleaseWorkspace() { release_planned_matmul_workspace(); }
+  } release_workspace;
   Allocator& meta = device_allocator(Device::meta());
   Allocator& host = host_allocator(Device::meta());
   start_fresh(meta);

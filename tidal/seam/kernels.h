@@ -48,6 +48,9 @@ class Kernels {
   virtual bool matmul_operand_ok(int64_t rows, int64_t cols, int64_t stride_r, int64_t stride_c) const {
     missing("matmul_operand_ok");
   }
+  // Bytes of device memory the products keep from the first one on a stream until the process ends
+  // (CUDA: cuBLASLt's workspace), category temporary; dry runs hold as much from their first product.
+  virtual int64_t matmul_kept_workspace() const { missing("matmul_kept_workspace"); }
   // The partial-sum rows of the norm weight grads (the workspace's first dim).
   virtual int64_t norm_row_chunks(int64_t rows) const { missing("norm_row_chunks"); }
   virtual int64_t flash_forward_workspace(const FlashArgs& cfg, const Tensor& q, const Tensor& k,

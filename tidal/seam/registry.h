@@ -21,7 +21,8 @@ namespace tidal {
 // list against kernels.h).
 // clang-format off
 #define TIDAL_KERNEL_NAMES(X)                                                                               \
-  X(matmul_operand_ok) X(norm_row_chunks) X(flash_forward_workspace) X(flash_backward_workspace)          \
+  X(matmul_operand_ok) X(matmul_kept_workspace) X(norm_row_chunks) X(flash_forward_workspace)            \
+  X(flash_backward_workspace)                                                                             \
   X(copy_from_host) X(copy_to_host)                                                                       \
   X(unary) X(binary) X(compare) X(compare_scalar) X(where) X(masked_fill) X(copy) X(fill) X(add_inplace)  \
   X(random_fill) X(randint_fill) X(dropout_forward) X(dropout_backward) X(dropout_rows_forward)           \

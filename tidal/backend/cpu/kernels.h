@@ -56,6 +56,7 @@ class CpuKernels final : public Kernels {
                   const Tensor& exp_avg_sq, const Tensor& master, const AdamWArgs& a) override;
   // matmul.cpp
   bool matmul_operand_ok(int64_t rows, int64_t cols, int64_t stride_r, int64_t stride_c) const override;
+  int64_t matmul_kept_workspace() const override { return 0; }  // oneDNN's scratchpads are not tidal's
   void matmul(Stream& stream, const Tensor& out, const Tensor& a, const Tensor& b, double alpha, double beta) override;
   // softmax.cpp
   void softmax_forward(Stream& stream, const Tensor& out, const Tensor& x, const SoftmaxArgs& a) override;

@@ -43,7 +43,7 @@ bool gemm_layout(int64_t rows, int64_t cols, int64_t sr, int64_t sc, bool& trans
 
 namespace {
 
-constexpr int64_t kWorkspaceBytes = int64_t(32) << 20;
+constexpr int64_t kWorkspaceBytes = kGemmWorkspaceBytes;
 
 // Everything the heuristic sees: the key of a cached plan (kKey* name the entries set after the layout's).
 using PlanKey = std::array<int64_t, 20>;
@@ -229,6 +229,15 @@ Prepared prepare(int device, cudaStream_t stream, const PlanKey& key, const void
 }
 
 }  // namespace
+
+void release_gemm_workspaces() {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  if (s.workspaces.empty()) return;
+  TIDAL_CUDA_CHECK(cudaDeviceSynchronize());
+  for (auto& [key, ws] : s.workspaces) delete ws;
+  s.workspaces.clear();
+}
 
 void gemm(int device, cudaStream_t stream, DType ab, DType cd, int64_t m, int64_t n, int64_t k, double alpha,
           const GemmOperand& a, const GemmOperand& b, double beta, void* c, int64_t ldc, int64_t c_stride,

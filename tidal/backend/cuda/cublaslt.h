@@ -25,6 +25,13 @@ namespace tidal::cuda {
 
 namespace tidal::cuda {
 
+// The workspace each (device, stream) keeps from its first product on (category temporary).
+inline constexpr int64_t kGemmWorkspaceBytes = int64_t(32) << 20;
+
+// Frees every stream's workspace after the device finished its work (the next product makes it
+// again): tests that compare one run's peaks with a dry run's start from none.
+void release_gemm_workspaces();
+
 // A row-major view of a (rows x cols) operand: trans = false: element (r, c) at p[r*ld + c]
 // (ld >= cols); trans = true: at p[c*ld + r] (ld >= rows). Batch i starts batch_stride elements on.
 struct GemmOperand {

@@ -81,6 +81,7 @@ class CudaKernels final : public Kernels {
 
   // --- matrix products (cuBLASLt) and attention (cuDNN SDPA, eager fallback): matmul.cpp, attention.cpp
   bool matmul_operand_ok(int64_t rows, int64_t cols, int64_t stride_r, int64_t stride_c) const override;
+  int64_t matmul_kept_workspace() const override;  // cuBLASLt's workspace (matmul.cpp)
   void matmul(Stream& stream, const Tensor& out, const Tensor& a, const Tensor& b, double alpha, double beta) override;
   int64_t flash_forward_workspace(const FlashArgs& cfg, const Tensor& q, const Tensor& k,
                                   const Tensor& v) const override;

@@ -52,6 +52,8 @@ void scale_only(cudaStream_t s, const Tensor& out, double beta) {
 
 }  // namespace
 
+int64_t CudaKernels::matmul_kept_workspace() const { return kGemmWorkspaceBytes; }
+
 bool CudaKernels::matmul_operand_ok(int64_t rows, int64_t cols, int64_t stride_r, int64_t stride_c) const {
   bool trans = false;
   int64_t ld = 0;

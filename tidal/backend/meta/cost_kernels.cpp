@@ -46,6 +46,7 @@ class CostKernels final : public Kernels {
   bool matmul_operand_ok(int64_t rows, int64_t cols, int64_t stride_r, int64_t stride_c) const override {
     return planned_kernels().matmul_operand_ok(rows, cols, stride_r, stride_c);
   }
+  int64_t matmul_kept_workspace() const override { return planned_kernels().matmul_kept_workspace(); }
   int64_t norm_row_chunks(int64_t rows) const override { return planned_kernels().norm_row_chunks(rows); }
   int64_t flash_forward_workspace(const FlashArgs& cfg, const Tensor& q, const Tensor& k,
                                   const Tensor& v) const override {
