@@ -10,12 +10,13 @@
 #include <string>
 #include <vector>
 
+#include "tests/cuda/backend/cuda/gemm_workspaces.h"
 #include "tests/cuda/cuda_test_util.h"
 #include "tests/integration/train_helpers.h"
 #include "tests/support/peaks_since.h"
 #include "tidal/allocator.h"
-#include "tidal/backend/cuda/cublaslt.h"
 #include "tidal/plan/dry_run.h"
+#include "tidal/seam/kernels.h"
 
 namespace tidal::train {
 namespace {
@@ -117,7 +118,7 @@ TEST(CudaTraining, DevicePeaksEqualTheDryRunsPrediction) {
       const std::vector<std::string> flags = tiny(model, 2, extra);
       SCOPED_TRACE(joined(flags));
       const plan::DryRun dry = plan::dry_run(parse_train_args(with(flags, kOnCuda)));  // planned for cuda
-      cuda::release_gemm_workspaces();  // the run makes cuBLASLt's workspace as a new process does
+      testing::release_cuda_gemm_workspaces();  // the run makes cuBLASLt's workspace as a new process does
       Allocator& device = device_allocator(dev);
       Allocator& host = host_allocator(dev);
       const MemoryStats device_before = device.stats(), host_before = host.stats();
@@ -150,8 +151,10 @@ TEST(CudaDryRun, PlansTheCudaAttentionWorkspaceWithoutAGpu) {
   const int64_t b = 2, t = 32, h = args.model.num_attention_heads, d = args.model.head_size();
   ASSERT_NE(args.model.kv_heads(), h);  // GQA: the per-query-head key/value gradient buffer
   const int64_t fused_backward = 4 * (r64(b * h * t) + r64(b * h * r64(t) * r64(t) / 2) + b * h * t * d + 64);  // bytes
-  EXPECT_GE(gpu.device.category[temporary].peak, fused_backward + cuda::kGemmWorkspaceBytes);  // and cuBLASLt's
-  EXPECT_LT(cpu.device.category[temporary].peak, cuda::kGemmWorkspaceBytes);
+  const int64_t kept = device_kernels(Device::cuda(0)).matmul_kept_workspace();  // cuBLASLt's, 32 MiB
+  EXPECT_EQ(kept, int64_t(32) << 20);
+  EXPECT_GE(gpu.device.category[temporary].peak, fused_backward + kept);
+  EXPECT_LT(cpu.device.category[temporary].peak, kept);
   EXPECT_NE(gpu.device.category[temporary].peak, cpu.device.category[temporary].peak);
   EXPECT_EQ(gpu.parameter_numels, cpu.parameter_numels);
 }
