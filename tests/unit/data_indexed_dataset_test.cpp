@@ -108,6 +108,16 @@ TEST(DataIndexedDataset, WriterRejectsTokensThatDoNotFit) {
   EXPECT_FALSE(std::filesystem::exists(dir + "/y.bin"));
   EXPECT_FALSE(std::filesystem::exists(dir + "/y.bin.tmp"));
   EXPECT_THROW(IndexedDatasetWriter("/nonexistent/dir/z", TokenDType::u16), Error);
+  // A folder is not a prefix ("dir/" would write the hidden dir/.bin): an error naming it, nothing written.
+  for (const std::string& folder : {dir + "/", dir}) {
+    try {
+      IndexedDatasetWriter w(folder, TokenDType::u16);
+      FAIL() << "expected an error for " << folder;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("names a directory"), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir + "/.bin.tmp"));
   EXPECT_THROW(parse_token_dtype("uint7"), Error);
 }
 

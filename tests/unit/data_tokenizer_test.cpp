@@ -162,6 +162,15 @@ TEST(DataTokenizer, SaveLoadRoundTrip) {
     EXPECT_EQ(u.encode(s), t.encode(s));
   }
   EXPECT_EQ(u.vocab_size(), t.vocab_size());
+  // A model directory stands for its tokenizer.json; a directory without one is named, not "not valid JSON".
+  EXPECT_EQ(Tokenizer::load(dir).encode("hello world"), t.encode("hello world"));
+  const std::string empty = testing::scratch_dir("tokenizer_empty_dir");
+  try {
+    Tokenizer::load(empty);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("is a directory without a tokenizer.json"), std::string::npos) << e.what();
+  }
 }
 
 TEST(DataTokenizer, AddedTokenOptions) {

@@ -120,6 +120,12 @@ TokenDType optimal_token_dtype(int64_t vocab_size) { return vocab_size < 65500 ?
 IndexedDatasetWriter::IndexedDatasetWriter(std::string prefix, TokenDType dtype)
     : prefix_(std::move(prefix)), dtype_(dtype) {
   TIDAL_CHECK(valid_code(uint8_t(dtype)), "[indexed dataset] bad dtype code ", int(dtype));
+  // A prefix, not a folder: "out/" would write the hidden files out/.bin and out/.idx.
+  std::error_code ec;
+  TIDAL_CHECK(!prefix_.empty() && prefix_.back() != '/' && !std::filesystem::is_directory(prefix_, ec),
+              "[indexed dataset] the output prefix '", prefix_, "' names a directory: give a file prefix such as '",
+              (std::filesystem::path(prefix_.empty() ? "." : prefix_) / "corpus").string(), "' (writes ",
+              "its .bin and .idx files)");
   const std::string tmp = prefix_ + ".bin.tmp";
   bin_ = std::fopen(tmp.c_str(), "wb");
   TIDAL_CHECK(bin_ != nullptr, "[indexed dataset] cannot write '", tmp, "': ", std::strerror(errno));

@@ -1,6 +1,7 @@
 #include "tidal/data/tokenizer.h"
 
 #include <array>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -94,7 +95,18 @@ Tokenizer::Tokenizer(Tokenizer&&) noexcept = default;
 Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
 Tokenizer::Tokenizer(std::shared_ptr<const Impl> impl) : impl_(std::move(impl)) {}
 
-Tokenizer Tokenizer::load(const std::string& path) { return from_json_string(read_text_file(path, "tokenizer"), path); }
+Tokenizer Tokenizer::load(const std::string& path) {
+  // A model directory (Hugging Face's layout) holds its tokenizer.json: take that one.
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    const std::string file = (std::filesystem::path(path) / "tokenizer.json").string();
+    TIDAL_CHECK(std::filesystem::is_regular_file(file, ec), "[tokenizer] ", path,
+                " is a directory without a tokenizer.json: give the tokenizer.json file, or a model directory "
+                "that has one");
+    return from_json_string(read_text_file(file, "tokenizer"), file);
+  }
+  return from_json_string(read_text_file(path, "tokenizer"), path);
+}
 
 namespace {
 
