@@ -155,12 +155,18 @@ TEST(DeviceProfile, EveryFieldIsTypedAndRangeChecked) {
   EXPECT_NE(parse_error(with("name", 7)).find("p.json: field name must be a string, found an integer"),
             std::string::npos);
   EXPECT_NE(parse_error(with("memory_bandwidth", -1))
-                .find("p.json: field memory_bandwidth must be positive (bytes/s, at most 1e+15), got -1"),
+                .find("p.json: field memory_bandwidth must be positive (bytes/s, from 1 to 1e+15), got -1"),
             std::string::npos);
   EXPECT_NE(parse_error(with("gemm_flops_bf16", 0))
-                .find("p.json: field gemm_flops_bf16 must be positive (FLOP/s, at most 1e+18), got 0"),
+                .find("p.json: field gemm_flops_bf16 must be positive (FLOP/s, from 1 to 1e+18), got 0"),
             std::string::npos);
   EXPECT_NE(parse_error(with("disk_bandwidth", 1e300)).find("field disk_bandwidth must be positive"),
+            std::string::npos);
+  // A denormal rate is positive but plans steps of inf seconds: refused, as is a collective rate below 1 B/s.
+  EXPECT_NE(parse_error(with("gemm_flops_f32", 5e-324)).find("field gemm_flops_f32 must be positive (FLOP/s, from 1"),
+            std::string::npos);
+  EXPECT_NE(parse_error(with("collective_bandwidth", 1e-300))
+                .find("field collective_bandwidth must be zero or positive (bytes/s, from 1 to 1e+15)"),
             std::string::npos);
   EXPECT_NE(parse_error(with("collective_latency_s", -1e-6))
                 .find("field collective_latency_s must be zero or positive (seconds, at most 1)"),
@@ -195,7 +201,7 @@ TEST(DeviceProfile, SaveRefusesAnInvalidProfileAndTheTableShowsEveryFigure) {
   p.gemm_flops_f32 = std::nan("");
   EXPECT_NE(error_of([&] {
               save_device_profile(temp_path("nan.json"), p);
-            }).find("field gemm_flops_f32 must be positive (FLOP/s, at most 1e+18), got nan"),
+            }).find("field gemm_flops_f32 must be positive (FLOP/s, from 1 to 1e+18), got nan"),
             std::string::npos);
   EXPECT_FALSE(std::filesystem::exists(temp_path("nan.json")));
   const std::string table = format_device_profile(sample());

@@ -67,27 +67,28 @@ const std::vector<BuiltinDevice> kBuiltins = {
     {"h200", nvidia("NVIDIA H200 141GB", 143771, 989.4, 494.7, 4.8, 64, 450)},
 };
 
-// The fields after name, source and memory_bytes. min_positive: 0 is refused (a rate every step
-// uses); otherwise 0 means "not measured" (collectives on one rank, per-kernel cost).
+// The fields after name, source and memory_bytes. zero_allowed false: 0 is refused (a rate every step
+// uses); otherwise 0 means "not measured" (collectives on one rank, per-kernel cost). A rate, when not 0,
+// is at least `min` (1 per second: a denormal rate planned steps of inf s and -nan% before).
 struct RateField {
   const char* key;
   double DeviceProfile::*member;
   const char* unit;
-  double max;
+  double min, max;
   bool zero_allowed;
 };
 const RateField kRates[] = {
-    {"gemm_flops_f32", &DeviceProfile::gemm_flops_f32, "FLOP/s", 1e18, false},
-    {"gemm_flops_bf16", &DeviceProfile::gemm_flops_bf16, "FLOP/s", 1e18, false},
-    {"attention_flops_f32", &DeviceProfile::attention_flops_f32, "FLOP/s", 1e18, false},
-    {"attention_flops_bf16", &DeviceProfile::attention_flops_bf16, "FLOP/s", 1e18, false},
-    {"memory_bandwidth", &DeviceProfile::memory_bandwidth, "bytes/s", 1e15, false},
-    {"d2h_bandwidth", &DeviceProfile::d2h_bandwidth, "bytes/s", 1e15, false},
-    {"h2d_bandwidth", &DeviceProfile::h2d_bandwidth, "bytes/s", 1e15, false},
-    {"disk_bandwidth", &DeviceProfile::disk_bandwidth, "bytes/s", 1e15, false},
-    {"kernel_overhead_s", &DeviceProfile::kernel_overhead_s, "seconds", 1.0, true},
-    {"collective_bandwidth", &DeviceProfile::collective_bandwidth, "bytes/s", 1e15, true},
-    {"collective_latency_s", &DeviceProfile::collective_latency_s, "seconds", 1.0, true},
+    {"gemm_flops_f32", &DeviceProfile::gemm_flops_f32, "FLOP/s", 1, 1e18, false},
+    {"gemm_flops_bf16", &DeviceProfile::gemm_flops_bf16, "FLOP/s", 1, 1e18, false},
+    {"attention_flops_f32", &DeviceProfile::attention_flops_f32, "FLOP/s", 1, 1e18, false},
+    {"attention_flops_bf16", &DeviceProfile::attention_flops_bf16, "FLOP/s", 1, 1e18, false},
+    {"memory_bandwidth", &DeviceProfile::memory_bandwidth, "bytes/s", 1, 1e15, false},
+    {"d2h_bandwidth", &DeviceProfile::d2h_bandwidth, "bytes/s", 1, 1e15, false},
+    {"h2d_bandwidth", &DeviceProfile::h2d_bandwidth, "bytes/s", 1, 1e15, false},
+    {"disk_bandwidth", &DeviceProfile::disk_bandwidth, "bytes/s", 1, 1e15, false},
+    {"kernel_overhead_s", &DeviceProfile::kernel_overhead_s, "seconds", 0, 1.0, true},
+    {"collective_bandwidth", &DeviceProfile::collective_bandwidth, "bytes/s", 1, 1e15, true},
+    {"collective_latency_s", &DeviceProfile::collective_latency_s, "seconds", 0, 1.0, true},
 };
 constexpr const char* kVersionKey = "tidal_device_profile";
 constexpr int64_t kMaxMemoryBytes = int64_t(1) << 50;  // 1 PiB
@@ -147,9 +148,11 @@ void check_device_profile(const DeviceProfile& p, const std::string& source) {
               ": field memory_bytes must be in [0, 2^50] bytes (0: not known), got ", p.memory_bytes);
   for (const RateField& f : kRates) {
     const double v = p.*f.member;
-    const bool ok = std::isfinite(v) && v <= f.max && (f.zero_allowed ? v >= 0 : v > 0);
+    const bool ok = std::isfinite(v) && v <= f.max && ((f.zero_allowed && v == 0) || (v > 0 && v >= f.min));
+    const std::string range =
+        f.min > 0 ? detail::str_cat("from ", f.min, " to ", f.max) : detail::str_cat("at most ", f.max);
     TIDAL_CHECK(ok, source, ": field ", f.key, " must be ", f.zero_allowed ? "zero or positive" : "positive", " (",
-                f.unit, ", at most ", f.max, "), got ", v);
+                f.unit, ", ", range, "), got ", v);
   }
 }
 
