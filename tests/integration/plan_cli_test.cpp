@@ -201,6 +201,9 @@ TEST(PlanCli, DryRunOfShardedRanksNamesTheLargest) {
       << plan.output;
   const Result one = run(kTidal + " plan --dry-run" + flags);
   EXPECT_EQ(one.output.find("has the highest device peak"), std::string::npos) << one.output;
+  // Without --global-batch-size, Megatron's default for the ranks: micro-batch 4 x 3 ranks.
+  const Result dflt = run(kTidal + " plan --dry-run --data-parallel-size 3" + kTiny + " --train-iters 2");
+  ASSERT_EQ(dflt.code, 0) << dflt.output;
 }
 
 // Context parallelism is planned per rank (seq / C tokens of activations and logits), on ranks it divides.

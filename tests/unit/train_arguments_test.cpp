@@ -113,5 +113,21 @@ TEST(TrainArguments, MoeExpertWidthFollowsTheMlp) {
             std::string::npos);
 }
 
+// Under mpirun without --global-batch-size the global batch is Megatron's default for the world: micro-batch x
+// data-parallel ranks (before, one process's micro-batch, which then failed on the flag nobody gave).
+TEST(TrainArguments, TheDefaultGlobalBatchIsMicroBatchTimesDataParallelRanks) {
+  const TrainArgs a = parse_train_args({"--model", "tiny-gpt2", "--micro-batch-size", "3"});
+  EXPECT_FALSE(a.global_batch_given);
+  EXPECT_EQ(a.global_batch_size, 3);
+  EXPECT_EQ(a.on(4).global_batch_size, 12);
+  const TrainArgs cp =
+      parse_train_args({"--model", "tiny-gpt2", "--micro-batch-size", "3", "--context-parallel-size", "2"});
+  EXPECT_EQ(cp.on(4).global_batch_size, 6);  // 4 ranks = 2 data-parallel x 2 context-parallel
+  const TrainArgs given =
+      parse_train_args({"--model", "tiny-gpt2", "--micro-batch-size", "3", "--global-batch-size", "24"});
+  EXPECT_TRUE(given.global_batch_given);
+  EXPECT_EQ(given.on(4).global_batch_size, 24);  // given: kept
+}
+
 }  // namespace
 }  // namespace tidal::train

@@ -69,6 +69,7 @@ train::TrainArgs auto_memory_choice(const train::TrainArgs& args, std::FILE* out
 train::TrainArgs apply_auto_memory(const train::TrainArgs& given, dist::Communicator& comm, std::FILE* out) {
   train::TrainArgs args = given;
   args.parallel = given.parallel.on(comm.size());
+  args.default_global_batch();
   if (comm.size() == 1) return auto_memory_choice(args, out);
   // Rank 0 searches and every rank takes its choice: ranks that each searched could choose apart
   // (a candidate on the edge of the budget) and then train different configurations, which hangs.

@@ -55,7 +55,10 @@ Flags& add_data_flags(Flags& f) {
       .flag("mock-data", "seeded random tokens instead of a corpus (needs --vocab-size or a model preset)")
       .option("seq-length", "tokens per sample", "N")
       .option("micro-batch-size", "samples per forward/backward", "N")
-      .option("global-batch-size", "samples per optimizer step (a multiple of --micro-batch-size)", "N")
+      .option("global-batch-size",
+              "samples per optimizer step, a multiple of --micro-batch-size x data-parallel ranks (default: that "
+              "product, no accumulation)",
+              "N")
       .option("train-iters", "optimizer steps", "N");
 }
 
@@ -316,7 +319,9 @@ void parse_data(const Flags& f, TrainArgs& a) {
 void parse_batch_and_schedule(const Flags& f, TrainArgs& a) {
   a.seq_length = f.integer("seq-length", a.seq_length, 1, kMaxSize);
   a.micro_batch_size = f.integer("micro-batch-size", a.micro_batch_size, 1, kMaxSize);
-  a.global_batch_size = f.integer("global-batch-size", a.micro_batch_size, 1, kMaxSize);  // default: no accumulation
+  // Default: no accumulation, micro-batch x data-parallel ranks once the world is bound (default_global_batch).
+  a.global_batch_given = f.has("global-batch-size");
+  a.global_batch_size = f.integer("global-batch-size", a.micro_batch_size, 1, kMaxSize);
   TIDAL_CHECK(a.global_batch_size % a.micro_batch_size == 0, "tidal train: --global-batch-size ", a.global_batch_size,
               " must be a multiple of --micro-batch-size ", a.micro_batch_size);
   TIDAL_CHECK(a.seq_length <= a.model.max_position_embeddings, "tidal train: --seq-length ", a.seq_length,

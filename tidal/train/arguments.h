@@ -34,6 +34,7 @@ struct TrainArgs {
   int64_t seq_length = 256;
   int64_t micro_batch_size = 8;
   int64_t global_batch_size = 8;
+  bool global_batch_given = false;  // --global-batch-size was given (else default_global_batch decides)
   int64_t train_iters = 600;
   // --lr, --min-lr, --lr-warmup-iters, --lr-decay-iters (0: --train-iters), --lr-decay-style; its
   // train_iters is --train-iters.
@@ -80,10 +81,16 @@ struct TrainArgs {
   profile::ProfileOptions profile;
 
   int64_t grad_accumulation_steps() const { return global_batch_size / micro_batch_size; }
+  // Without --global-batch-size, Megatron's default for the ranks `parallel` is bound to: micro-batch x
+  // data-parallel ranks (no accumulation). Called wherever the world is bound (on(), the trainer, tidal plan).
+  void default_global_batch() {
+    if (!global_batch_given) global_batch_size = micro_batch_size * parallel.data();
+  }
   // These settings on `ranks` ranks (parallel::ParallelLayout::on: C must divide them).
   TrainArgs on(int ranks) const {
     TrainArgs a = *this;
     a.parallel = parallel.on(ranks);
+    a.default_global_batch();
     return a;
   }
   // Every resolved setting, for metrics and checkpoints.

@@ -102,8 +102,7 @@ TrainResult run_training_on(const TrainArgs& given, std::FILE* out, dist::Commun
   // --device cuda:N: that GPU is the process's before anything is allocated on it (a machine without
   // one fails here with CUDA's reason).
   select_device(given.device);
-  TrainArgs bound = given;
-  bound.parallel = given.parallel.on(comm.size());
+  TrainArgs bound = given.on(comm.size());
   const TrainArgs args = given.auto_memory ? hooks.choose(bound, comm, out) : bound;
   models::ModelConfig config = args.model;  // load_data may take the tokenizer's vocabulary
   try {

@@ -158,6 +158,7 @@ int run_plan(const std::vector<std::string>& argv) {
   train::TrainArgs args = train::train_args(f);
   args.device = plan_kernels(f);
   args.parallel.world = int(f.integer("data-parallel-size", 1, 1, parallel::kMaxDataParallelSize));
+  args.default_global_batch();  // bound to the ranks planned for
   const plan::TriageSettings s = plan::triage_settings(args);
   // Expert and context parallelism as given are kept (the search varies them when not given): they must
   // run on the ranks planned for.
