@@ -13,6 +13,7 @@
 #include <string>
 
 #include "tests/support/error_of.h"
+#include "tidal/allocator.h"
 #include "tidal/plan/calibrate.h"
 
 namespace tidal::plan {
@@ -209,6 +210,30 @@ TEST(DeviceProfile, SaveRefusesAnInvalidProfileAndTheTableShowsEveryFigure) {
   EXPECT_NE(table.find("kernel overhead              4.5 us"), std::string::npos) << table;
   EXPECT_NE(table.find("collectives                  not measured (one rank)"), std::string::npos) << table;
   EXPECT_NE(format_device_line("h100", load_device_profile("h100")).find("GEMM bf16 742 TFLOP/s"), std::string::npos);
+}
+
+// An emulated device budget (TIDAL_DEVICE_MEMORY) is the run's, not the measurements': calibrating under
+// one smaller than their tensors works and leaves the budget as it was.
+TEST(Calibrate, MeasuresOutsideAnEmulatedDeviceBudget) {
+  Allocator& device = device_allocator(Device::cpu());
+  const int64_t saved = device.limit();
+  constexpr int64_t kBudget = int64_t(64) << 10;  // the quick run's copies alone take 1 MiB
+  device.set_limit(kBudget);
+  CalibrateOptions o;
+  o.quick = true;
+  o.temp_dir = ::testing::TempDir();
+  DeviceProfile p;
+  std::string error;
+  try {
+    p = calibrate(o);
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  const int64_t after = device.limit();
+  device.set_limit(saved);
+  EXPECT_EQ(error, "");
+  EXPECT_EQ(after, kBudget);
+  check_device_profile(p, "calibrated");
 }
 
 TEST(Calibrate, AQuickRunGivesACompleteProfile) {

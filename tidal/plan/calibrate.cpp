@@ -10,6 +10,7 @@
 #include <fstream>
 #include <vector>
 
+#include "tidal/allocator.h"
 #include "tidal/autograd/grad_mode.h"
 #include "tidal/base/clock.h"
 #include "tidal/base/error.h"
@@ -207,6 +208,18 @@ std::string cpu_model_name() {
 }
 
 DeviceProfile calibrate(const CalibrateOptions& o) {
+  // The measurements' own tensors (up to a few hundred MB) are not a run's: an emulated device budget
+  // (TIDAL_DEVICE_MEMORY) is lifted while they run and put back after, with what they cached given back
+  // (--auto-memory calibrates first when no profile is at hand, and ran out of the budget it plans for).
+  struct LiftedLimit {
+    Allocator& a;
+    int64_t saved;
+    ~LiftedLimit() {
+      a.empty_cache();
+      a.set_limit(saved);
+    }
+  } lifted{device_allocator(Device::cpu()), device_allocator(Device::cpu()).limit()};
+  lifted.a.set_limit(0);
   const bool quick = o.quick;
   const auto step = [&](const char* what) {
     if (o.progress) o.progress(what);
