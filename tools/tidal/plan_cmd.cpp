@@ -138,7 +138,7 @@ int run_plan(const std::vector<std::string>& argv) {
   // The profile that times the search: --device, else this machine's calibrated file when it exists.
   TIDAL_CHECK(!f.has("device") || !f.str("device").empty(), "tidal plan: --device needs a profile: a built-in ",
               "name (tidal plan --list-devices) or a file from tidal plan --calibrate");
-  const std::optional<plan::DeviceProfile> device = plan::saved_device_profile(f.str("device"));
+  std::optional<plan::DeviceProfile> device = plan::saved_device_profile(f.str("device"));
   std::string device_from;
   if (f.has("device")) {
     const bool budget = memory.empty() && device->memory_bytes > 0;
@@ -177,12 +177,16 @@ int run_plan(const std::vector<std::string>& argv) {
   }
   const int64_t budget = parse_bytes(memory);
   TIDAL_CHECK(budget > 0, "tidal plan: --memory must be positive, got '", memory, "'");
+  if (!device && (json || f.has("host-memory") || !disk_dir.empty())) {
+    // The search needs step times and no profile is at hand: this machine's, measured now (on stderr, so
+    // --json's standard output stays JSON), as --auto-memory does.
+    std::fprintf(stderr,
+                 "tidal plan: no device profile (--device NAME|FILE, or ./%s from tidal plan --calibrate): "
+                 "calibrating this machine now (10-20 s)\n",
+                 plan::kDefaultDeviceProfileFile);
+    device = plan::calibrate();
+  }
   if (!device) {  // no step times: the triage order on the estimator alone
-    TIDAL_CHECK(
-        !f.has("host-memory") && disk_dir.empty(), "tidal plan: --host-memory and --offload-dir go ",
-        "with the search, which needs step times: give --device NAME|FILE, or run tidal plan --calibrate first");
-    TIDAL_CHECK(!json, "tidal plan --json: the search needs step times: give --device NAME|FILE (tidal plan ",
-                "--list-devices), or run tidal plan --calibrate first");
     const plan::Plan plan = plan::make_plan(args.model, s, budget, headroom);
     std::fputs(plan::format_plan(plan, args.model, s).c_str(), stdout);
     std::printf(
