@@ -1,5 +1,6 @@
 // Input files and documents: fortune entries, blank-line paragraphs, directories.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include "tests/unit/data_test_util.h"
 #include "tidal/base/error.h"
@@ -34,6 +35,20 @@ TEST(DataCorpus, DirectoriesGiveTheirTextFiles) {
   std::vector<std::string> docs;
   for_each_document(expand_inputs({dir}), DocumentSplit::file, [&](std::string_view d) { docs.emplace_back(d); });
   EXPECT_EQ(docs, (std::vector<std::string>{"ay\n", "bee\n"}));
+}
+
+// A text input is read whole: one that may never end (a FIFO here; /dev/zero read until memory was gone) is
+// refused by name before it is opened.
+TEST(DataCorpus, AStreamIsRefusedNotReadForever) {
+  const std::string fifo = testing::scratch_dir("corpus_fifo") + "/pipe";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  try {
+    read_file(fifo);  // opening a FIFO without a writer would block here
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("is not a regular file"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(read_file(testing::scratch_dir("corpus_fifo") + "/missing"), Error);  // still: cannot open
 }
 
 }  // namespace

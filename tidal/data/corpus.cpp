@@ -48,6 +48,13 @@ std::vector<std::string> expand_inputs(const std::vector<std::string>& paths) {
 }
 
 std::string read_file(const std::string& path) {
+  // Read whole, so only a regular file: a device or a FIFO may never end (/dev/zero read until memory was
+  // gone).
+  std::error_code ec;
+  const fs::file_status st = fs::status(path, ec);
+  TIDAL_CHECK(ec || !fs::exists(st) || fs::is_regular_file(st), "[data] '", path,
+              "' is not a regular file (a device, FIFO or socket): text inputs are read whole; save the text to a "
+              "file first");
   std::ifstream in(path, std::ios::binary);
   TIDAL_CHECK(in.good(), "[data] cannot open '", path, "'");
   std::ostringstream ss;
