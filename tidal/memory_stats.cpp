@@ -73,7 +73,11 @@ int64_t parse_bytes(std::string_view text) {
     scale = 1e12;
   TIDAL_CHECK(ok && scale > 0 && value >= 0 && std::isfinite(value), "[memory] cannot read '", text,
               "' as a byte count: write a number with an optional unit, e.g. 8GiB, 512MiB, 1.5GB or 4096");
-  return int64_t(std::llround(value * scale));
+  // 2^63 bytes and above do not fit a byte count (they wrapped negative before); 2^62 is 4 EiB.
+  const double bytes = std::round(value * scale);
+  TIDAL_CHECK(bytes < 9223372036854775808.0, "[memory] '", text,
+              "' is too many bytes: a byte count is below 8 EiB (8388608 TiB)");
+  return int64_t(bytes);
 }
 
 std::string format_breakdown(const MemoryStats& s) {

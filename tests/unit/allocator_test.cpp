@@ -139,6 +139,16 @@ TEST(Allocator, ParsesAndFormatsByteCounts) {
   EXPECT_THROW(parse_bytes("lots"), Error);
   EXPECT_THROW(parse_bytes("8 parsecs"), Error);
   EXPECT_THROW(parse_bytes("-1GiB"), Error);
+  // 2^63 bytes and above do not wrap negative: refused by name (was "--memory must be positive, got ...").
+  EXPECT_EQ(parse_bytes("4194304TiB"), int64_t(1) << 62);
+  for (const char* huge : {"9223372036854775808", "8388608TiB", "1e300"}) {
+    try {
+      parse_bytes(huge);
+      ADD_FAILURE() << huge << ": no error";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("is too many bytes"), std::string::npos) << e.what();
+    }
+  }
   EXPECT_EQ(format_bytes(17), "17 B");
   EXPECT_EQ(format_bytes(int64_t(3) << 29), "1.50 GiB");
 }
