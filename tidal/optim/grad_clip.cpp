@@ -9,10 +9,17 @@
 
 namespace tidal::optim {
 
+namespace {
+
+// The gradient norm's chunks of g: ⌈numel / kGradNormChunk⌉ partial sums.
+size_t chunk_count(const Tensor& g) { return size_t((g.numel() + kGradNormChunk - 1) / kGradNormChunk); }
+
+}  // namespace
+
 std::vector<double> sum_of_squares_chunks(const Tensor& g) {
   Kernels* kern = kernels_for(g);
   if (kern == nullptr) return {};
-  std::vector<double> chunks(size_t((g.numel() + kGradNormChunk - 1) / kGradNormChunk));
+  std::vector<double> chunks(chunk_count(g));
   kern->sum_of_squares(current_stream(g.device()), g, kGradNormChunk, chunks.data());
   return chunks;
 }
@@ -53,7 +60,7 @@ double grad_sum_of_squares(const std::vector<Tensor>& params) {
       std::vector<double*> out;
       for (size_t i = begin; i < end; ++i) {
         xs.push_back(&grads[i]);
-        chunks[i].resize(size_t((grads[i].numel() + kGradNormChunk - 1) / kGradNormChunk));
+        chunks[i].resize(chunk_count(grads[i]));
         out.push_back(chunks[i].data());
       }
       kern->sum_of_squares_many(current_stream(grads[begin].device()), xs, kGradNormChunk, out);

@@ -211,6 +211,7 @@ DeviceProfile calibrate(const CalibrateOptions& o) {
   // The measurements' own tensors (up to a few hundred MB) are not a run's: an emulated device budget
   // (TIDAL_DEVICE_MEMORY) is lifted while they run and put back after, with what they cached given back
   // (--auto-memory calibrates first when no profile is at hand, and ran out of the budget it plans for).
+  Allocator& device = device_allocator(Device::cpu());
   struct LiftedLimit {
     Allocator& a;
     int64_t saved;
@@ -218,8 +219,8 @@ DeviceProfile calibrate(const CalibrateOptions& o) {
       a.empty_cache();
       a.set_limit(saved);
     }
-  } lifted{device_allocator(Device::cpu()), device_allocator(Device::cpu()).limit()};
-  lifted.a.set_limit(0);
+  } lifted{device, device.limit()};
+  device.set_limit(0);
   const bool quick = o.quick;
   const auto step = [&](const char* what) {
     if (o.progress) o.progress(what);

@@ -43,8 +43,6 @@ bool gemm_layout(int64_t rows, int64_t cols, int64_t sr, int64_t sc, bool& trans
 
 namespace {
 
-constexpr int64_t kWorkspaceBytes = kGemmWorkspaceBytes;
-
 // Everything the heuristic sees: the key of a cached plan (kKey* name the entries set after the layout's).
 using PlanKey = std::array<int64_t, 20>;
 constexpr size_t kKeyDevice = 17, kKeyEpilogue = 18, kKeyBiasAlignment = 19;
@@ -161,7 +159,7 @@ std::unique_ptr<Plan> make_plan(cublasLtHandle_t handle, const PlanKey& key, con
   plan->c = make_layout(cuda_type(cd), n, m, ldc, batch, sc);
   cublasLtMatmulPreference_t pref = nullptr;
   TIDAL_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
-  const uint64_t ws = uint64_t(kWorkspaceBytes);
+  const uint64_t ws = uint64_t(kGemmWorkspaceBytes);
   TIDAL_CUBLAS_CHECK(
       cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
   const uint32_t al[3] = {uint32_t(key[14]), uint32_t(key[15]), uint32_t(key[16])};
@@ -221,7 +219,7 @@ Prepared prepare(int device, cudaStream_t stream, const PlanKey& key, const void
   Tensor*& ws = s.workspaces[{device, stream}];
   if (!ws) {
     MemoryScope scope(MemoryCategory::temporary);
-    ws = new Tensor(empty({kWorkspaceBytes}, DType::u8, Device::cuda(device)));
+    ws = new Tensor(empty({kGemmWorkspaceBytes}, DType::u8, Device::cuda(device)));
   }
   std::unique_ptr<Plan>& p = s.plans[key];
   if (!p) p = make_plan(h, key, bias);
@@ -251,7 +249,7 @@ void gemm(int device, cudaStream_t stream, DType ab, DType cd, int64_t m, int64_
   const void* pa = ab == DType::f64 ? static_cast<const void*>(&alpha) : &alpha32;
   const void* pb = ab == DType::f64 ? static_cast<const void*>(&beta) : &beta32;
   TIDAL_CUBLAS_CHECK(cublasLtMatmul(p.handle, plan->desc, pa, b.p, plan->a, a.p, plan->b, pb, c, plan->c, c, plan->c,
-                                    &plan->algo, p.workspace, size_t(kWorkspaceBytes), stream));
+                                    &plan->algo, p.workspace, size_t(kGemmWorkspaceBytes), stream));
 }
 
 bool gemm_bias(int device, cudaStream_t stream, DType t, int64_t m, int64_t n, int64_t k, const GemmOperand& a,
@@ -267,7 +265,7 @@ bool gemm_bias(int device, cudaStream_t stream, DType t, int64_t m, int64_t n, i
   cublasLtMatmulDesc_t desc = make_desc(key, bias);
   const float one = 1.0f, zero = 0.0f;
   const cublasStatus_t st = cublasLtMatmul(p.handle, desc, &one, b.p, p.plan->a, a.p, p.plan->b, &zero, c, p.plan->c, c,
-                                           p.plan->c, &p.plan->algo, p.workspace, size_t(kWorkspaceBytes), stream);
+                                           p.plan->c, &p.plan->algo, p.workspace, size_t(kGemmWorkspaceBytes), stream);
   cublasLtMatmulDescDestroy(desc);
   TIDAL_CUBLAS_CHECK(st);
   return true;

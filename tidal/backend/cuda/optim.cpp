@@ -18,13 +18,8 @@ namespace tidal::cuda {
 // The CPU backend's chunks and order of additions within each: the partials equal the CPU's to the
 // rounding of fused multiply-adds (both contract x*x + acc where the CPU's target has FMA).
 void CudaKernels::sum_of_squares(Stream& stream, const Tensor& x, int64_t chunk, double* partials) {
-  TIDAL_ASSERT(chunk > 0);
-  TIDAL_ASSERT(x.is_contiguous(), "sum_of_squares needs a contiguous tensor");
-  const int64_t n = x.numel(), chunks = (n + chunk - 1) / chunk;
-  if (chunks == 0) return;
-  Tensor device_partials = scratch_bytes(x.device(), chunks * int64_t(sizeof(double)));
-  launch_sum_of_squares(stream_handle(stream), device_data(x), x.dtype(), n, chunk,
-                        static_cast<double*>(device_data(device_partials)), partials);
+  const Tensor* one = &x;
+  sum_of_squares_many(stream, std::span<const Tensor* const>(&one, 1), chunk, std::span<double* const>(&partials, 1));
 }
 
 void CudaKernels::sum_of_squares_many(Stream& stream, std::span<const Tensor* const> xs, int64_t chunk,
@@ -42,7 +37,7 @@ void CudaKernels::sum_of_squares_many(Stream& stream, std::span<const Tensor* co
   auto* all = static_cast<double*>(device_data(device_partials));
   const cudaStream_t s = stream_handle(stream);
   for (size_t i = 0; i < xs.size(); ++i)
-    launch_sum_of_squares_on_device(s, device_data(*xs[i]), xs[i]->dtype(), xs[i]->numel(), chunk, all + first[i]);
+    launch_sum_of_squares(s, device_data(*xs[i]), xs[i]->dtype(), xs[i]->numel(), chunk, all + first[i]);
   std::vector<double> host(size_t(first.back()));
   TIDAL_CUDA_CHECK(cudaMemcpyAsync(host.data(), all, host.size() * sizeof(double), cudaMemcpyDeviceToHost, s));
   TIDAL_CUDA_CHECK(cudaStreamSynchronize(s));

@@ -192,8 +192,8 @@ void run_multi(cudaStream_t stream, const std::vector<AdamWTensorJob>& jobs) {
 
 }  // namespace
 
-void launch_sum_of_squares_on_device(cudaStream_t stream, const void* x, DType dtype, int64_t n, int64_t chunk,
-                                     double* device_partials) {
+void launch_sum_of_squares(cudaStream_t stream, const void* x, DType dtype, int64_t n, int64_t chunk,
+                           double* device_partials) {
   const int64_t chunks = (n + chunk - 1) / chunk;
   if (chunks == 0) return;
   const unsigned blocks = unsigned((chunks + kWarpsPerBlock - 1) / kWarpsPerBlock);
@@ -201,16 +201,6 @@ void launch_sum_of_squares_on_device(cudaStream_t stream, const void* x, DType d
                       sum_of_squares_kernel<T><<<blocks, 32 * kWarpsPerBlock, 0, stream>>>(
                           static_cast<const T*>(x), n, chunk, chunks, device_partials);
                       TIDAL_CUDA_CHECK_LAUNCH());
-}
-
-void launch_sum_of_squares(cudaStream_t stream, const void* x, DType dtype, int64_t n, int64_t chunk,
-                           double* device_partials, double* partials) {
-  const int64_t chunks = (n + chunk - 1) / chunk;
-  if (chunks == 0) return;
-  launch_sum_of_squares_on_device(stream, x, dtype, n, chunk, device_partials);
-  TIDAL_CUDA_CHECK(
-      cudaMemcpyAsync(partials, device_partials, size_t(chunks) * sizeof(double), cudaMemcpyDeviceToHost, stream));
-  TIDAL_CUDA_CHECK(cudaStreamSynchronize(stream));
 }
 
 void launch_adamw(cudaStream_t stream, DType dtype, void* param, const void* grad, void* exp_avg, void* exp_avg_sq,

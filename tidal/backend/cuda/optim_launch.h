@@ -9,15 +9,11 @@
 
 namespace tidal::cuda {
 
-// partials[c] (host) = Σ x² over elements [c·chunk, (c+1)·chunk) of x (n, dtype), in f64, with the CPU
+// device_partials[c] = Σ x² over elements [c·chunk, (c+1)·chunk) of x (n, dtype), in f64, with the CPU
 // backend's order (optim.cpp chunk_sum_of_squares: 32 interleaved accumulators, then a halving tree).
-// device_partials: ⌈n/chunk⌉ device doubles. Synchronizes the stream.
+// device_partials: ⌈n/chunk⌉ device doubles; queued only (sum_of_squares_many reads them all back at once).
 void launch_sum_of_squares(cudaStream_t stream, const void* x, DType dtype, int64_t n, int64_t chunk,
-                           double* device_partials, double* partials);
-// The same partial sums left in device_partials (no copy, no synchronization): sum_of_squares_many
-// writes every gradient's into one buffer and reads them back at once.
-void launch_sum_of_squares_on_device(cudaStream_t stream, const void* x, DType dtype, int64_t n, int64_t chunk,
-                                     double* device_partials);
+                           double* device_partials);
 
 // The scalars of one AdamW update, torch.optim.AdamW's (rounded to the state's type by the kernel).
 struct AdamWScalars {
