@@ -35,7 +35,8 @@ import transformers
 
 OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "fixtures", "hf")
 FAMILIES = {"gpt2": "GPT2Config", "llama": "LlamaConfig", "mistral": "MistralConfig", "qwen2": "Qwen2Config",
-            "qwen3": "Qwen3Config", "qwen3_moe": "Qwen3MoeConfig", "gemma3_text": "Gemma3TextConfig"}
+            "qwen3": "Qwen3Config", "qwen3_moe": "Qwen3MoeConfig", "gemma3_text": "Gemma3TextConfig",
+            "deepseek_v3": "DeepseekV3Config"}
 
 
 def write_json(path, obj):
@@ -176,6 +177,30 @@ def gemma3_config():  # layers 0, 1, 3 slide over 5 keys, layer 2 is full; RoPE 
                          "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}})
 
 
+def deepseek_v3_config():  # MLA with q LoRA and interleaved RoPE, yarn x4 with mscale_all_dim; layer 0 dense,
+    # layers 1-2: 8 routed experts in 4 groups (the best 2 kept), top-2, scaled by 2.5, one shared expert
+    return transformers.DeepseekV3Config(
+        vocab_size=64, hidden_size=32, intermediate_size=64, moe_intermediate_size=16, num_hidden_layers=3,
+        num_attention_heads=4, num_key_value_heads=4, n_shared_experts=1, n_routed_experts=8,
+        routed_scaling_factor=2.5, kv_lora_rank=12, q_lora_rank=16, qk_rope_head_dim=4, v_head_dim=6,
+        qk_nope_head_dim=8, n_group=4, topk_group=2, num_experts_per_tok=2, first_k_dense_replace=1,
+        norm_topk_prob=True, max_position_embeddings=128, rope_interleave=True, tie_word_embeddings=False,
+        rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0, "mscale": 1.0,
+                         "mscale_all_dim": 1.0, "original_max_position_embeddings": 32, "beta_fast": 32,
+                         "beta_slow": 1})
+
+
+def deepseek_v3_plain_config():  # q_proj (no q LoRA), RoPE not interleaved and unscaled, one expert group,
+    # no shared expert, weights not renormalized; layers 0-1 dense, layer 2 sparse
+    return transformers.DeepseekV3Config(
+        vocab_size=64, hidden_size=32, intermediate_size=48, moe_intermediate_size=16, num_hidden_layers=3,
+        num_attention_heads=2, num_key_value_heads=2, n_shared_experts=0, n_routed_experts=4,
+        routed_scaling_factor=1.5, kv_lora_rank=8, q_lora_rank=None, qk_rope_head_dim=8, v_head_dim=12,
+        qk_nope_head_dim=8, n_group=1, topk_group=1, num_experts_per_tok=2, first_k_dense_replace=2,
+        norm_topk_prob=False, max_position_embeddings=128, rope_interleave=False, tie_word_embeddings=False,
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0})
+
+
 # directory: (config, model class, input (batch, seq), gradients to record, by the names of model.safetensors)
 GOLDEN = {
     "tiny_gpt2": (gpt2_config, "GPT2LMHeadModel", (2, 12), [
@@ -201,6 +226,18 @@ GOLDEN = {
         "model.layers.1.post_attention_layernorm.weight", "model.layers.3.pre_feedforward_layernorm.weight",
         "model.layers.2.mlp.gate_proj.weight", "model.layers.0.post_feedforward_layernorm.weight",
         "model.norm.weight"]),
+    "tiny_deepseek_v3": (deepseek_v3_config, "DeepseekV3ForCausalLM", (2, 16), [
+        "model.embed_tokens.weight", "model.layers.0.self_attn.q_a_proj.weight",
+        "model.layers.1.self_attn.q_a_layernorm.weight", "model.layers.1.self_attn.q_b_proj.weight",
+        "model.layers.2.self_attn.kv_a_proj_with_mqa.weight", "model.layers.0.self_attn.kv_b_proj.weight",
+        "model.layers.2.self_attn.o_proj.weight", "model.layers.0.mlp.gate_proj.weight",
+        "model.layers.1.mlp.gate.weight", "model.layers.1.mlp.experts.3.gate_proj.weight",
+        "model.layers.2.mlp.experts.5.down_proj.weight", "model.layers.2.mlp.shared_experts.up_proj.weight",
+        "lm_head.weight"]),
+    "tiny_deepseek_v3_plain": (deepseek_v3_plain_config, "DeepseekV3ForCausalLM", (2, 16), [
+        "model.embed_tokens.weight", "model.layers.0.self_attn.q_proj.weight",
+        "model.layers.1.self_attn.kv_a_layernorm.weight", "model.layers.2.self_attn.kv_b_proj.weight",
+        "model.layers.2.mlp.gate.weight", "model.layers.2.mlp.experts.1.up_proj.weight", "lm_head.weight"]),
     "tiny_qwen2": (qwen2_config, "Qwen2ForCausalLM", (2, 16), [
         "model.embed_tokens.weight", "model.layers.0.self_attn.q_proj.bias", "model.layers.1.self_attn.k_proj.weight",
         "model.layers.1.self_attn.v_proj.bias", "model.layers.0.mlp.gate_proj.weight", "lm_head.weight"]),
@@ -220,6 +257,9 @@ def randomize(model):
                 p.normal_(0.0, 0.1)
             else:
                 p.normal_(0.0, 0.2)
+        for name, b in model.named_buffers():  # DeepSeek-V3's router correction bias: it changes the choice
+            if name.endswith("e_score_correction_bias"):
+                b.normal_(0.0, 0.1)
 
 
 def grad_of(model, saved, name):

@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Hugging Face interop check (issue 11; not run by .ci/run, not a test dependency): trains tiny
-# checkpoints with build/tidal (tiny-gpt2, tiny-llama, tiny-qwen3, tiny-qwen3-moe, tiny-mistral, tiny-qwen2, tiny-gemma3, and --pretrained from
+# checkpoints with build/tidal (tiny-gpt2, tiny-llama, tiny-qwen3, tiny-qwen3-moe, tiny-mistral, tiny-qwen2, tiny-gemma3,
+# tiny-deepseek-v3, and --pretrained from
 # each family's directory of the golden table, tests/fixtures/hf/*/golden.safetensors; f32 and --bf16;
 # --mock-data, a few steps, --save), loads each checkpoint's model.safetensors + config.json with
 # transformers' AutoModelForCausalLM and compares its logits on a fixed token batch with tidal's
 # (build/tidal_parity_dump --logits). Prints a table; exits non-zero if any case fails.
 # docs/interop.md has the tolerances and the last run's table.
 #
-# usage: scripts/hf_interop.sh [--setup-only]
+# usage: scripts/hf_interop.sh [--setup-only | --only NAME]  (NAME: part of a preset's or directory's name)
 #   TIDAL_VENV   virtual environment with torch, transformers, safetensors (default
 #                ~/.cache/tidal-venv; created on first use, outside the repository)
 #   PYTHON       the Python that creates it (default python3)
@@ -35,4 +36,4 @@ for tool in tidal tidal_parity_dump; do
 done
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/tidal_interop.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
-exec "$venv/bin/python" scripts/hf_interop.py --build "$build" --work "$tmp"
+exec "$venv/bin/python" scripts/hf_interop.py --build "$build" --work "$tmp" "$@"

@@ -118,6 +118,10 @@ TEST(ContextParallel, SlidingWindowAndBiasesOnTwoRanks) {
   compare_cp("tiny-qwen2", 2);
   compare_cp("tiny-gemma3", 2);  // sliding and full layers, two RoPE tables, four norms a layer
   compare_cp("tiny-gemma3", 2, {"--attention", "eager"});
+  // DeepSeek-V3: MLA (values narrower than queries and keys, one rotary key shared by the heads) through
+  // ring attention and the all-gathered K/V; its MoE with the correction bias and a shared expert.
+  compare_cp("tiny-deepseek-v3", 2);
+  compare_cp("tiny-deepseek-v3", 2, {"--attention", "eager"});
 }
 
 TEST(ContextParallel, TwoRanksWithRecomputeAndOffload) {

@@ -171,6 +171,20 @@ TEST(ExpertParallel, Bf16AgreesWithOneProcess) {
   compare_with_one_process(n, {"--activation-offload"}, {"--bf16"}, kBf16Tolerances);
 }
 
+// DeepSeek-V3's MoE: sigmoid scores with the correction bias, group-limited top-k, routed scaling and a
+// shared expert (replicated: its gradient is summed over every rank), MLA attention; with the block
+// recomputed (the routing replayed) too.
+TEST(ExpertParallel, DeepseekV3AgreesWithOneProcess) {
+  const int n = dist::world().size();
+  if (n < 2 || models::preset("tiny-deepseek-v3").num_experts % n != 0) GTEST_SKIP() << n << " ranks";
+  compare_with_one_process(n, {}, {}, {}, "tiny-deepseek-v3");
+  compare_with_one_process(n, {"--recompute-modules", "moe"}, {}, {}, "tiny-deepseek-v3");
+  // The expert-bias update from every rank's counts (all-reduced): the biases, and so the routing of the
+  // later steps, are one process's.
+  compare_with_one_process(n, {}, {"--moe-router-enable-expert-bias", "--moe-router-bias-update-rate", "0.05"}, {},
+                           "tiny-deepseek-v3");
+}
+
 // DP 2 × EP 2: two expert-parallel groups {0, 1}, {2, 3}; ranks 0 and 2 (and 1 and 3) hold the same
 // experts and sum their gradients.
 TEST(ExpertParallel, DataAndExpertParallelOnFourRanks) {

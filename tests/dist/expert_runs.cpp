@@ -48,12 +48,20 @@ Trained train(dist::Communicator& comm, const TrainArgs& args) {
   return t;
 }
 
-TrainArgs expert_args(int64_t micro_per_rank, const std::vector<std::string>& flags) {
+TrainArgs expert_args(int64_t micro_per_rank, const std::vector<std::string>& flags, const std::string& model) {
   const int64_t micro = 2;
-  return args_for(micro, micro * micro_per_rank * dist::world().size(), "", "tiny-qwen3-moe", flags);
+  return args_for(micro, micro * micro_per_rank * dist::world().size(), "", model, flags);
 }
 
 namespace {
+
+// The bytes of one rank's routed experts under E-way expert parallelism: per sparse layer, num_experts / E
+// experts of 3 weights of hidden x moe_ffn (`element` bytes each).
+int64_t expert_bytes(const models::ModelConfig& m, int e, int64_t element) {
+  int64_t sparse = 0;
+  for (int64_t l = 0; l < m.num_hidden_layers; ++l) sparse += m.is_moe_layer(l) ? 1 : 0;
+  return sparse * (m.num_experts / e) * 3 * m.hidden_size * m.moe_intermediate_size * element;
+}
 
 // The largest |a - b| - relative × max(|a|, |b|) over the elements.
 double max_excess(const Tensor& a, const Tensor& b, double relative) {
@@ -68,7 +76,8 @@ double max_excess(const Tensor& a, const Tensor& b, double relative) {
 
 }  // namespace
 
-void expect_agrees(const Trained& ep, const Trained& one, int e, int64_t element, Tolerances tol) {
+void expect_agrees(const Trained& ep, const Trained& one, int e, int64_t element, Tolerances tol,
+                   const std::string& model) {
   EXPECT_EQ(ep.losses.size(), one.losses.size());
   double loss_diff = 0, weight_diff = 0;
   for (size_t i = 0; i < ep.losses.size() && i < one.losses.size(); ++i) {
@@ -88,26 +97,25 @@ void expect_agrees(const Trained& ep, const Trained& one, int e, int64_t element
   if (std::getenv("TIDAL_PRINT_DIFFERENCES"))  // to measure the tolerances
     std::fprintf(stderr, "[rank %d] E=%d: losses within %.3g, weights within %.3g (beyond the relative part)\n",
                  dist::world().rank(), e, loss_diff, weight_diff);
-  const models::ModelConfig m = models::preset("tiny-qwen3-moe");
-  EXPECT_EQ(int64_t(experts), 3 * m.num_experts / e);  // one MoE layer: 3 weights per local expert
-  // Per rank: num_experts / E experts × 3 weights of hidden × moe_ffn elements per MoE layer.
-  EXPECT_EQ(ep.expert_bytes, 1 * (m.num_experts / e) * 3 * m.hidden_size * m.moe_intermediate_size * element);
+  const models::ModelConfig m = models::preset(model);
+  // Per rank and MoE layer: num_experts / E experts × 3 weights of hidden × moe_ffn elements.
+  EXPECT_EQ(int64_t(experts) * m.hidden_size * m.moe_intermediate_size * element, expert_bytes(m, e, element));
+  EXPECT_EQ(ep.expert_bytes, expert_bytes(m, e, element));
 }
 
 Trained compare_with_one_process(int e, const std::vector<std::string>& extra, const std::vector<std::string>& both,
-                                 Tolerances tol) {
+                                 Tolerances tol, const std::string& model) {
   std::vector<std::string> flags = {"--expert-model-parallel-size", std::to_string(e)};
   flags.insert(flags.end(), extra.begin(), extra.end());
   flags.insert(flags.end(), both.begin(), both.end());
-  Trained ep = train(dist::world(), expert_args(1, flags));
+  Trained ep = train(dist::world(), expert_args(1, flags, model));
   dist::SingleCommunicator single;
-  Trained one = train(single, expert_args(1, both));
+  Trained one = train(single, expert_args(1, both, model));
   // f32 parameters, or bf16 with --bf16.
   const int64_t element = std::find(both.begin(), both.end(), "--bf16") != both.end() ? 2 : 4;
-  expect_agrees(ep, one, e, element, tol);
-  const models::ModelConfig m = models::preset("tiny-qwen3-moe");
-  EXPECT_EQ(one.parameter_bytes - ep.parameter_bytes,
-            1 * (m.num_experts - m.num_experts / e) * 3 * m.hidden_size * m.moe_intermediate_size * element);
+  expect_agrees(ep, one, e, element, tol, model);
+  const models::ModelConfig m = models::preset(model);
+  EXPECT_EQ(one.parameter_bytes - ep.parameter_bytes, expert_bytes(m, 1, element) - expert_bytes(m, e, element));
   return ep;
 }
 

@@ -53,19 +53,23 @@ struct Tolerances {
 // measured 4.2e-3 beyond the rounding on 2 and 4 ranks, 4.5e-3 on DP 2 × EP 2 (embedding rows).
 constexpr Tolerances kBf16Tolerances{3e-4, 5.3e-3, 0x1p-7};
 
-// The arguments of an expert-parallel comparison run: tiny-qwen3-moe, 4 steps, micro-batches of 2,
+// The arguments of an expert-parallel comparison run: `model` (a MoE preset), 4 steps, micro-batches of 2,
 // `micro_per_rank` of them per rank of this run's world, with `flags`.
-TrainArgs expert_args(int64_t micro_per_rank, const std::vector<std::string>& flags);
+TrainArgs expert_args(int64_t micro_per_rank, const std::vector<std::string>& flags,
+                      const std::string& model = "tiny-qwen3-moe");
 
 // `ep` (this run's ranks with --expert-model-parallel-size `e`) against `one` (one process
 // accumulating the same micro-batches): losses and every parameter of this rank (the experts by
-// their global names) within `tol`; this rank holds num_experts / E experts (`element` bytes each).
-void expect_agrees(const Trained& ep, const Trained& one, int e, int64_t element, Tolerances tol);
+// their global names) within `tol`; this rank holds num_experts / E experts of each of `model`'s sparse
+// layers (`element` bytes each).
+void expect_agrees(const Trained& ep, const Trained& one, int e, int64_t element, Tolerances tol,
+                   const std::string& model = "tiny-qwen3-moe");
 
 // This run's ranks with --expert-model-parallel-size `e` (and `extra`) against one process
 // accumulating the same micro-batches, both with `both`; returns the expert-parallel run.
 Trained compare_with_one_process(int e, const std::vector<std::string>& extra = {},
-                                 const std::vector<std::string>& both = {}, Tolerances tol = {});
+                                 const std::vector<std::string>& both = {}, Tolerances tol = {},
+                                 const std::string& model = "tiny-qwen3-moe");
 
 // The same names, dtypes and shapes, and values within `tolerance` (0: bitwise); with
 // TIDAL_PRINT_DIFFERENCES set, prints the largest difference (to measure the tolerances).

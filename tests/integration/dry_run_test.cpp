@@ -269,6 +269,10 @@ TEST(DryRun, TheEstimatorPredictsEachRankUnderExpertAndContextParallelism) {
                           "--recompute-granularity", "selective", "--recompute-modules", "core_attn"}),
       tiny("tiny-gpt2", {"--context-parallel-size", "2", "--global-batch-size", "4", "--attention", "eager"}),
       tiny("tiny-qwen3", {"--context-parallel-size", "4", "--global-batch-size", "2", "--attention", "eager"}),
+      // DeepSeek-V3: MLA (keys of 24, values of 16 a head), shared experts, router biases (buffers).
+      tiny("tiny-deepseek-v3", {"--expert-model-parallel-size", "2", "--global-batch-size", "8"}),
+      tiny("tiny-deepseek-v3", {"--context-parallel-size", "2", "--global-batch-size", "4", "--bf16"}),
+      tiny("tiny-deepseek-v3", {"--context-parallel-size", "2", "--global-batch-size", "4", "--attention", "eager"}),
   };
   for (const std::vector<std::string>& flags : runs) {
     SCOPED_TRACE(joined(flags));

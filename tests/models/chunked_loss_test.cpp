@@ -145,6 +145,7 @@ TEST(ChunkedLossModels, Qwen3MoeWithAuxLossEveryRecomputeMode) { check("tiny-qwe
 TEST(ChunkedLossModels, MistralUntiedEveryRecomputeMode) { check("tiny-mistral"); }
 TEST(ChunkedLossModels, Qwen2TiedEveryRecomputeMode) { check("tiny-qwen2"); }
 TEST(ChunkedLossModels, Gemma3TiedEveryRecomputeMode) { check("tiny-gemma3"); }
+TEST(ChunkedLossModels, DeepseekV3EveryRecomputeMode) { check("tiny-deepseek-v3"); }
 
 // The head and loss of one micro-batch, measured on the allocator against loss_head_memory(): the
 // hidden input (N, C) and the weight are leaves; targets are a narrow of the token batch (copied).

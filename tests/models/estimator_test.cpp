@@ -110,6 +110,9 @@ TEST(Estimator, MistralFlash) { check("tiny-mistral", AttentionKernel::flash, fa
 TEST(Estimator, Qwen2Flash) { check("tiny-qwen2", AttentionKernel::flash, false); }
 TEST(Estimator, Gemma3Eager) { check("tiny-gemma3", AttentionKernel::eager, false); }
 TEST(Estimator, Gemma3Flash) { check("tiny-gemma3", AttentionKernel::flash, false); }
+TEST(Estimator, DeepseekV3Eager) { check("tiny-deepseek-v3", AttentionKernel::eager, false); }
+TEST(Estimator, DeepseekV3Flash) { check("tiny-deepseek-v3", AttentionKernel::flash, false); }
+TEST(Estimator, Bf16DeepseekV3Flash) { check("tiny-deepseek-v3", AttentionKernel::flash, false, DType::bf16); }
 TEST(Estimator, Bf16Gemma3Flash) { check("tiny-gemma3", AttentionKernel::flash, false, DType::bf16); }
 TEST(Estimator, Bf16Gpt2Eager) { check("tiny-gpt2", AttentionKernel::eager, true, DType::bf16); }
 TEST(Estimator, Bf16Gpt2Flash) { check("tiny-gpt2", AttentionKernel::flash, true, DType::bf16); }

@@ -33,7 +33,10 @@ struct GoldenRow {
 };
 
 // tiny_mistral: every layer a 5-key window over 16 tokens; tiny_qwen2: q/k/v biases, layer 1 slides over 4 keys;
-// tiny_gemma3: layers 0, 1, 3 slide over 5 keys with RoPE base 10000, layer 2 full with linear x2 at 1e6.
+// tiny_gemma3: layers 0, 1, 3 slide over 5 keys with RoPE base 10000, layer 2 full with linear x2 at 1e6;
+// tiny_deepseek_v3: MLA with q LoRA, interleaved yarn x4 RoPE with mscale_all_dim, 8 experts in 4 groups
+// (2 kept) with a random correction bias, top-2 x 2.5, a shared expert; tiny_deepseek_v3_plain: q_proj,
+// plain RoPE, one group, no shared expert (transformers saves its empty weights), no renormalization.
 const GoldenRow kGolden[] = {
     {"tiny_gpt2", 1e-4, 1e-5, 1e-4},
     {"tiny_llama3", 1e-4, 1e-5, 1e-4},
@@ -42,6 +45,8 @@ const GoldenRow kGolden[] = {
     {"tiny_mistral", 1e-4, 1e-5, 1e-4},
     {"tiny_qwen2", 1e-4, 1e-5, 1e-4},
     {"tiny_gemma3", 1e-4, 1e-5, 1e-4, "layers.0.mlp.gate_proj.weight"},
+    {"tiny_deepseek_v3", 1e-4, 1e-5, 1e-4},
+    {"tiny_deepseek_v3_plain", 1e-4, 1e-5, 1e-4},
 };
 
 void PrintTo(const GoldenRow& row, std::ostream* os) { *os << row.dir; }

@@ -139,6 +139,8 @@ TEST(OffloadModels, Qwen3MoeFlash) { check("tiny-qwen3-moe", AttentionKernel::fl
 TEST(OffloadModels, MistralFlash) { check("tiny-mistral", AttentionKernel::flash); }
 TEST(OffloadModels, Qwen2Eager) { check("tiny-qwen2", AttentionKernel::eager); }
 TEST(OffloadModels, Gemma3Flash) { check("tiny-gemma3", AttentionKernel::flash); }
+TEST(OffloadModels, DeepseekV3Flash) { check("tiny-deepseek-v3", AttentionKernel::flash); }
+TEST(OffloadModels, DeepseekV3Eager) { check("tiny-deepseek-v3", AttentionKernel::eager); }
 TEST(OffloadModels, Bf16Gpt2Eager) { check("tiny-gpt2", AttentionKernel::eager, DType::bf16); }
 TEST(OffloadModels, Bf16Gpt2Flash) { check("tiny-gpt2", AttentionKernel::flash, DType::bf16); }
 TEST(OffloadModels, Bf16LlamaEager) { check("tiny-llama", AttentionKernel::eager, DType::bf16); }

@@ -27,6 +27,7 @@ constexpr PublishedFile kFiles[] = {
     {"qwen2.5-72b-instruct", "qwen2.5-72b"},
     {"qwen3-8b", "qwen3-8b"},
     {"qwen3-30b-a3b", "qwen3-30b-a3b"},
+    {"deepseek-v3", "deepseek-v3"},  // without its fp8 quantization_config (refused: load bf16 weights)
 };
 
 std::string published(const std::string& name) {
@@ -53,6 +54,20 @@ void expect_same_model(const ModelConfig& got, const ModelConfig& want, const st
   EXPECT_EQ(got.num_experts, want.num_experts) << what;
   EXPECT_EQ(got.num_experts_per_tok, want.num_experts_per_tok) << what;
   EXPECT_EQ(got.moe_intermediate_size, want.moe_intermediate_size) << what;
+  EXPECT_EQ(got.q_lora_rank, want.q_lora_rank) << what;  // MLA
+  EXPECT_EQ(got.kv_lora_rank, want.kv_lora_rank) << what;
+  EXPECT_EQ(got.qk_head_size(), want.qk_head_size()) << what;
+  EXPECT_EQ(got.v_head_size(), want.v_head_size()) << what;
+  EXPECT_EQ(got.rope_interleave, want.rope_interleave) << what;
+  EXPECT_EQ(got.attention_scale(), want.attention_scale()) << what;
+  EXPECT_EQ(got.router_score, want.router_score) << what;  // DeepSeek's routing
+  EXPECT_EQ(got.router_expert_bias, want.router_expert_bias) << what;
+  EXPECT_EQ(got.n_group, want.n_group) << what;
+  EXPECT_EQ(got.topk_group, want.topk_group) << what;
+  EXPECT_EQ(got.routed_scaling_factor, want.routed_scaling_factor) << what;
+  EXPECT_EQ(got.n_shared_experts, want.n_shared_experts) << what;
+  EXPECT_EQ(got.norm_topk_prob, want.norm_topk_prob) << what;
+  EXPECT_EQ(got.router_aux_loss_coef, want.router_aux_loss_coef) << what;
   for (int64_t l = 0; l < want.num_hidden_layers; ++l) {
     EXPECT_EQ(got.attention_window(l), want.attention_window(l)) << what << " layer " << l;
     EXPECT_EQ(got.is_moe_layer(l), want.is_moe_layer(l)) << what << " layer " << l;

@@ -22,7 +22,8 @@ constexpr Published kPublished[] = {
     {"qwen2.5-1.5b", 1543714304},   {"qwen2.5-3b", 3085938688},      {"qwen2.5-7b", 7615616512},
     {"qwen2.5-14b", 14770033664},   {"qwen2.5-32b", 32763876352},    {"qwen2.5-72b", 72706203648},
     {"qwen3-0.6b", 596049920},      {"qwen3-1.7b", 1720574976},      {"qwen3-8b", 8190735360},
-    {"qwen3-30b-a3b", 30532122624}, {"gemma3-1b", 999885952},
+    {"qwen3-30b-a3b", 30532122624}, {"gemma3-1b", 999885952},        {"gemma3-4b", 3880263168},
+    {"gemma3-12b", 11766034176},    {"gemma3-27b", 27009346304},     {"deepseek-v3", 671026404352},
 };
 
 TEST(PublishedSizes, EveryPublishedPresetHasItsModelCardsParameterCount) {

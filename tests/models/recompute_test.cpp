@@ -118,6 +118,8 @@ TEST(Recompute, MistralSlidingWindowBitwiseEveryModeFlash) { check_all_modes("ti
 TEST(Recompute, Qwen2BiasesBitwiseEveryMode) { check_all_modes("tiny-qwen2", AttentionKernel::eager); }
 TEST(Recompute, Gemma3BitwiseEveryModeEager) { check_all_modes("tiny-gemma3", AttentionKernel::eager); }
 TEST(Recompute, Gemma3BitwiseEveryModeFlash) { check_all_modes("tiny-gemma3", AttentionKernel::flash); }
+TEST(Recompute, DeepseekV3BitwiseEveryModeEager) { check_all_modes("tiny-deepseek-v3", AttentionKernel::eager); }
+TEST(Recompute, DeepseekV3BitwiseEveryModeFlash) { check_all_modes("tiny-deepseek-v3", AttentionKernel::flash); }
 TEST(Recompute, Bf16Gpt2BitwiseEveryModeFlash) { check_all_modes("tiny-gpt2", AttentionKernel::flash, DType::bf16); }
 TEST(Recompute, Bf16LlamaBitwiseEveryMode) { check_all_modes("tiny-llama", AttentionKernel::eager, DType::bf16); }
 TEST(Recompute, Bf16Qwen3MoeBitwiseEveryMode) {

@@ -5,27 +5,17 @@
 
 #include <nlohmann/json.hpp>
 
-#include "tests/support/error_of.h"
-#include "tidal/base/json.h"
-#include "tidal/io/atomic_file.h"
-#include "tidal/models/config.h"
+#include "tests/support/hf_fixture_config.h"
 
 namespace tidal::models {
 namespace {
 
 using json = nlohmann::json;
-using testing::error_of;
 
 #define EXPECT_HAS(msg, fragment) EXPECT_NE((msg).find(fragment), std::string::npos) << (msg)
 
-json fixture() {
-  const std::string path = std::string(TIDAL_SOURCE_DIR) + "/tests/fixtures/hf/tiny_gemma3/config.json";
-  return parse_json(io::read_file(path), path);
-}
-
-std::string config_error(const json& j) {
-  return error_of([&] { config_from_json(j, "g/config.json"); });
-}
+json fixture() { return testing::hf_fixture_config("tiny_gemma3"); }
+std::string config_error(const json& j) { return testing::config_error(j, "g/config.json"); }
 
 TEST(HfGemma3Config, TransformersFiveAndFourGiveOneModel) {
   const ModelConfig v5 = config_from_json(fixture(), "tiny_gemma3");

@@ -28,5 +28,21 @@ TEST(ModelFlops, SlidingWindowsCountTheKeysInTheWindow) {
   EXPECT_LT(training_flops_per_token(windowed, 32768), training_flops_per_token(full, 32768));
 }
 
+// DeepSeek-V3 at 4096 tokens by hand: MLA's projections (q through its LoRA, kv_a, kv_b, o), the core over
+// query/key heads of 192 and value heads of 128, 3 dense layers, 58 sparse ones (router, 8 routed and 1
+// shared expert of 2048 a token), the head. Its parameters active per token are DeepSeek's "37B activated"
+// (the embedding and the 247 experts a token skips aside).
+TEST(ModelFlops, DeepseekV3ByHand) {
+  const models::ModelConfig c = models::preset("deepseek-v3");
+  const double d = 7168, h = 128, s = 4096, v = 129280;
+  const double attention = d * 1536 + 1536 * h * 192 + d * (512 + 64) + 512 * h * (128 + 128) + h * 128 * d;
+  const double core = s * h * (192 + 128);
+  const double dense = 3 * d * 18432, sparse = d * 256 + 3 * d * 2048 * (8 + 1);
+  const double macs = 61 * (attention + core) + 3 * dense + 58 * sparse + d * v;
+  EXPECT_DOUBLE_EQ(training_flops_per_token(c, 4096), 6 * macs);
+  const double active = macs - 61 * core + d * v /* the embedding */;
+  EXPECT_NEAR(active / 1e9, 37.5, 0.5);
+}
+
 }  // namespace
 }  // namespace tidal::train

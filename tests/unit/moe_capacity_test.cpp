@@ -189,5 +189,32 @@ TEST(MoeCapacity, FlagsAreCheckedOnce) {
             std::string::npos);
 }
 
+// Megatron-LM's --moe-router-enable-expert-bias and --moe-router-bias-update-rate (models/moe.h Router).
+TEST(MoeExpertBiasFlags, ParsedOnceIntoTheRateAndRefusedWhereThereIsNoBias) {
+  auto model = [](std::vector<std::string> argv) {
+    argv.insert(argv.begin(), {"--mock-data"});
+    return train::parse_train_args(argv).model;
+  };
+  EXPECT_EQ(model({"--model", "tiny-deepseek-v3"}).moe_router_bias_update_rate, 0.0);
+  EXPECT_EQ(model({"--model", "tiny-deepseek-v3", "--moe-router-enable-expert-bias"}).moe_router_bias_update_rate,
+            1e-3);
+  EXPECT_EQ(
+      model({"--model", "tiny-deepseek-v3", "--moe-router-enable-expert-bias", "--moe-router-bias-update-rate", "0.01"})
+          .moe_router_bias_update_rate,
+      0.01);
+  auto error = [&](std::vector<std::string> argv) { return error_of([&] { model(argv); }); };
+  EXPECT_NE(error({"--model", "tiny-qwen3-moe", "--moe-router-enable-expert-bias"}).find("have a correction bias"),
+            std::string::npos);
+  EXPECT_NE(error({"--model", "tiny-deepseek-v3", "--moe-router-bias-update-rate", "0.01"})
+                .find("needs --moe-router-enable-expert-bias"),
+            std::string::npos);
+  EXPECT_NE(
+      error({"--model", "tiny-deepseek-v3", "--moe-router-enable-expert-bias", "--moe-router-bias-update-rate", "0"})
+          .find("must be > 0"),
+      std::string::npos);
+  EXPECT_NE(error({"--model", "tiny-deepseek-v3", "--kv-channels", "32"}).find("--kv-channels is not for deepseek_v3"),
+            std::string::npos);
+}
+
 }  // namespace
 }  // namespace tidal::models

@@ -11,8 +11,10 @@ namespace {
 // Eager attention's matrices (probabilities, and with dropout its mask and the dropped ones) and, under
 // context parallelism, the gathered K and V (ops/context_gather_attention.h), in the order of their
 // first saves: one (B, H, s, s) matrix; or the whole K, one chunk of queries against the keys before
-// it, the whole V, the other chunk (rank 0's: L x L, then L x 2C·L; L = s / 2).
-void push_eager_core(std::vector<Item>& v, const Dims& d, const char* gathered_k, const char* gathered_v) {
+// it, the whole V, the other chunk (rank 0's: L x L, then L x 2C·L; L = s / 2). `k_width`, `v_width`: a
+// token's K and V elements (0: d.akv, every family's but MLA's).
+void push_eager_core(std::vector<Item>& v, const Dims& d, const char* gathered_k, const char* gathered_v,
+                     int64_t k_width = 0, int64_t v_width = 0) {
   const auto matrix = [&](int64_t elements) {
     v.push_back({"probabilities", elements * d.el, Part::attn, Region::core_attn, false, Discard::none, true, true});
     if (!d.drop_attn) return;
@@ -24,10 +26,12 @@ void push_eager_core(std::vector<Item>& v, const Dims& d, const char* gathered_k
     matrix(d.b * d.h * d.s * d.s);
     return;
   }
-  const int64_t whole = d.b * d.s * d.cp * d.akv * d.el, l = d.s / 2;
-  v.push_back({gathered_k, whole, Part::attn, Region::core_attn, false, Discard::none, true, true});
+  const int64_t tokens = d.b * d.s * d.cp, l = d.s / 2;
+  const int64_t k_bytes = tokens * (k_width > 0 ? k_width : d.akv) * d.el;
+  const int64_t v_bytes = tokens * (v_width > 0 ? v_width : d.akv) * d.el;
+  v.push_back({gathered_k, k_bytes, Part::attn, Region::core_attn, false, Discard::none, true, true});
   matrix(d.b * d.h * l * l);
-  v.push_back({gathered_v, whole, Part::attn, Region::core_attn, false, Discard::none, true, true});
+  v.push_back({gathered_v, v_bytes, Part::attn, Region::core_attn, false, Discard::none, true, true});
   matrix(d.b * d.h * l * 2 * d.cp * l);
 }
 
@@ -92,6 +96,54 @@ std::vector<Item> llama_attention(const Dims& d, const models::ModelConfig& cfg,
   return v;
 }
 
+// DeepSeek's multi-head latent attention (models/mla.cpp): input_layernorm, the two down-projections of its
+// output, the latents' norms and up-projections, then the core over query and key (concatenations of
+// the no-RoPE and rotated parts) and the values, a view of kv_b_proj's output that keeps all of it. The
+// q_b/q_proj output, the de-interleaved and rotated parts are freed in forward (nothing saves them).
+std::vector<Item> mla_attention(const Dims& d, const models::ModelConfig& cfg, AttentionKernel kernel,
+                                bool core_recompute, size_t reserve) {
+  const int64_t el = d.el, n = d.n, c = d.c, h = d.h;
+  const int64_t qk = h * cfg.qk_head_size(), vh = h * cfg.v_head_dim, latent = cfg.kv_lora_rank;
+  std::vector<Item> v = {
+      {"input_layernorm input", n * c * el, Part::attn},
+      {"input_layernorm rstd", n * d.acc, Part::attn, Region::none, false, Discard::norm1, false},
+      {"q_a/kv_a_proj input", n * c * el, Part::attn, Region::none, false, Discard::norm1},
+  };
+  v.reserve(v.size() + reserve);
+  if (cfg.q_lora_rank > 0) {
+    v.push_back({"q_a_layernorm input", n * cfg.q_lora_rank * el, Part::attn});
+    v.push_back({"q_a_layernorm rstd", n * d.acc, Part::attn});
+    v.push_back({"q_b_proj input", n * cfg.q_lora_rank * el, Part::attn});
+  }
+  v.push_back({"query", n * qk * el, Part::attn, Region::core_attn, true, Discard::none, true, true});
+  v.push_back({"kv_a_layernorm input", n * (latent + cfg.qk_rope_head_dim) * el, Part::attn});
+  v.push_back({"kv_a_layernorm rstd", n * d.acc, Part::attn});
+  v.push_back({"kv_b_proj input", n * latent * el, Part::attn});
+  // Under context parallelism eager attention saves the gathered K and V, not these (as llama_attention).
+  const bool local_kv = kernel != AttentionKernel::eager || d.cp == 1 || core_recompute;
+  const Item key = {"key", n * qk * el, Part::attn, Region::core_attn, true, Discard::none, true, true};
+  const Item value = {"kv_b_proj output (values)",
+                      n * (h * cfg.qk_nope_head_dim + vh) * el,
+                      Part::attn,
+                      Region::core_attn,
+                      true,
+                      Discard::none,
+                      true,
+                      true};
+  if (kernel == AttentionKernel::eager) {
+    if (local_kv) v.push_back(value);  // kv_b_proj's output exists before the key is assembled
+    if (local_kv) v.push_back(key);
+    push_eager_core(v, d, "gathered key", "gathered values", qk, vh);
+    v.push_back({"o_proj input", n * vh * el, Part::attn});
+  } else {
+    v.push_back(value);
+    v.push_back(key);
+    v.push_back({"attention output", n * vh * el, Part::attn, Region::none, false, Discard::none, true, true});
+    v.push_back({"log-sum-exp", d.b * h * d.s * d.acc, Part::attn, Region::none, false, Discard::none, true, true});
+  }
+  return v;
+}
+
 // The dense gated MLP's saved tensors after its input norm.
 void push_gated_mlp(std::vector<Item>& v, const Dims& d) {
   const int64_t el = d.el, n = d.n, c = d.c;
@@ -120,7 +172,9 @@ std::vector<Item> gemma3_layer(const Dims& d, const models::ModelConfig& cfg, At
 std::vector<Item> llama_layer(const Dims& d, const models::ModelConfig& cfg, int64_t l, AttentionKernel kernel,
                               bool core_recompute, const std::vector<int64_t>& expert_tokens) {
   const int64_t el = d.el, n = d.n, c = d.c;
-  std::vector<Item> v = llama_attention(d, cfg, kernel, core_recompute, 24 + 5 * expert_tokens.size());
+  const size_t reserve = 28 + 5 * expert_tokens.size();
+  std::vector<Item> v = cfg.is_mla() ? mla_attention(d, cfg, kernel, core_recompute, reserve)
+                                     : llama_attention(d, cfg, kernel, core_recompute, reserve);
   v.push_back({"post_attention_layernorm input", n * c * el, Part::mlp});
   v.push_back({"post_attention_layernorm rstd", n * d.acc, Part::mlp, Region::none, false, Discard::norm2, false});
   if (!cfg.is_moe_layer(l)) {
@@ -131,6 +185,11 @@ std::vector<Item> llama_layer(const Dims& d, const models::ModelConfig& cfg, int
   // (token, expert) slots in all); each expert's tensors are storages of their own.
   const int64_t slots = n * d.k;
   v.push_back({"router input", n * c * el, Part::mlp, Region::moe, true, Discard::norm2});
+  if (cfg.router_score == models::ModelConfig::RouterScore::sigmoid && el != 4) {
+    // DeepSeek-V3's router in f32 (Router::logits): the widened input and weight its product saves.
+    v.push_back({"router input (f32)", n * c * 4, Part::mlp, Region::moe});
+    v.push_back({"router weight (f32)", d.e * c * 4, Part::mlp, Region::moe});
+  }
   v.push_back({"router probabilities", n * d.e * d.acc, Part::mlp, Region::moe});
   v.push_back({"chosen experts", slots * 8, Part::mlp, Region::moe});
   if (cfg.norm_topk_prob) {
@@ -158,6 +217,12 @@ std::vector<Item> llama_layer(const Dims& d, const models::ModelConfig& cfg, int
       v.push_back({"returned rows' order", received * 8, Part::mlp, Region::moe});
     }
     v.push_back({"returned rows", slots * c * el, Part::mlp, Region::moe});
+  }
+  if (cfg.n_shared_experts > 0) {  // DeepSeek-V3's shared experts, on every token (their input: the router's)
+    const int64_t fs = cfg.n_shared_experts * d.fm;
+    v.push_back({"shared experts gate_proj output", n * fs * el, Part::mlp, Region::moe});
+    v.push_back({"shared experts up_proj output", n * fs * el, Part::mlp, Region::moe});
+    v.push_back({"shared experts down_proj input", n * fs * el, Part::mlp, Region::moe, false, Discard::act});
   }
   return v;
 }
@@ -227,7 +292,7 @@ OutsideLayers outside_layers(const models::ModelConfig& cfg, const ActivationInp
     o.before += d.s * 8 + (d.drop_hidden ? d.n * d.c : 0);
     o.after += d.n * d.acc;  // layer_norm keeps mean and rstd
   }
-  if (cfg.is_moe()) o.after += d.k * d.e * 4;
+  if (cfg.is_moe() && cfg.router_aux_loss_coef != 0) o.after += d.k * d.e * 4;  // the aux loss's counts
   // Chunked loss saves the gradients w.r.t. the head input (N, C) and weight (V, C) instead of the
   // head input, the log-sum-exp and the targets (ops/chunked_loss.cpp, Note [Chunked loss memory]).
   // Both in the activations' dtype (bf16: cast from the f32 the loss computes in).

@@ -121,6 +121,19 @@ void check_tied_head(const std::map<std::string, Tensor>& state, const Tensor& h
   }
 }
 
+// The weights of DeepSeek-V3's multi-token prediction modules, saved as the layers after the last
+// (model.layers.<num_hidden_layers + i>.*): the causal LM does not build them.
+bool is_mtp_weight(const ModelConfig& c, const std::string& name) {
+  const std::string prefix = "model.layers.";
+  if (c.num_nextn_predict_layers <= 0 || !name.starts_with(prefix)) return false;
+  const size_t dot = name.find('.', prefix.size());
+  const std::string index =
+      name.substr(prefix.size(), dot == std::string::npos ? std::string::npos : dot - prefix.size());
+  if (index.empty() || index.size() > 6 || index.find_first_not_of("0123456789") != std::string::npos) return false;
+  const int64_t layer = std::stoll(index);
+  return layer >= c.num_hidden_layers && layer < c.num_hidden_layers + c.num_nextn_predict_layers;
+}
+
 }  // namespace
 
 void CausalLM::load_hf_state_dict(std::map<std::string, Tensor> state) {
@@ -131,7 +144,12 @@ void CausalLM::load_hf_state_dict(std::map<std::string, Tensor> state) {
     std::string key = name;
     if (!ours.count(key) && ours.count("transformer." + key)) key = "transformer." + key;  // GPT2Model naming
     const bool buffer = key.size() > 9 && (key.ends_with(".attn.bias") || key.ends_with(".attn.masked_bias"));
-    if (buffer) continue;                                          // GPT-2's causal-mask buffers
+    if (buffer) continue;                       // GPT-2's causal-mask buffers
+    if (is_mtp_weight(config_, key)) continue;  // DeepSeek-V3's MTP modules: transformers skips them too
+    // DeepSeek-V3 without shared experts: transformers builds (and saves) them zero wide.
+    if (config_.is_deepseek_v3() && config_.n_shared_experts == 0 && t.numel() == 0 &&
+        key.find(".shared_experts.") != std::string::npos)
+      continue;
     if (key == "lm_head.weight" && config_.tie_word_embeddings) {  // must be a copy of the embedding
       check_tied_head(state, t);
       continue;

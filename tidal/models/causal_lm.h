@@ -16,6 +16,8 @@
 
 namespace tidal::models {
 
+class Router;
+
 struct ModelOutput {
   Tensor hidden;    // (B, T, C) final normalized hidden states (the LM head's input)
   Tensor logits;    // (B, T, V), undefined from forward_hidden()
@@ -51,6 +53,8 @@ class CausalLM : public nn::Module {
   virtual ModelOutput forward_hidden(const Tensor& ids) const = 0;
   // The LM head weight (V, C) (the embedding when tied).
   virtual const Tensor& lm_head_weight() const = 0;
+  // The routers of the MoE layers, in layer order (none for a dense model).
+  virtual std::vector<Router*> routers() const { return {}; }
   // forward_hidden + the LM head: logits (B, T, V), accounted as MemoryCategory::logits.
   ModelOutput forward(const Tensor& ids) const;
 

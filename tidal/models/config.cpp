@@ -9,6 +9,7 @@
 #include "tidal/base/error.h"
 #include "tidal/base/json.h"
 #include "tidal/io/atomic_file.h"
+#include "tidal/models/config_deepseek.h"
 #include "tidal/models/config_fields.h"
 #include "tidal/models/config_gemma3.h"
 #include "tidal/models/config_reader.h"
@@ -38,6 +39,7 @@ FamilyDefaults family_defaults(const std::string& type) {
   if (type == "qwen2") return {0, 32, 32768};
   if (type == "mistral") return {0, 8, 4096 * 32};
   if (type == "gemma3_text") return {256, 4, 131072};
+  if (type == "deepseek_v3") return {0, 0, 4096};  // head_dim: qk_rope_head_dim
   return {0, 0, 2048};
 }
 
@@ -47,6 +49,7 @@ const char* architecture(const std::string& type) {
   if (type == "qwen2") return "Qwen2ForCausalLM";
   if (type == "qwen3") return "Qwen3ForCausalLM";
   if (type == "gemma3_text") return "Gemma3ForCausalLM";
+  if (type == "deepseek_v3") return "DeepseekV3ForCausalLM";
   return "Qwen3MoeForCausalLM";
 }
 
@@ -63,6 +66,12 @@ std::string model_type_list() {
 }
 
 double ModelConfig::attention_scale() const {
+  // MLA under a scaled RoPE (transformers' yarn_apply_mscale): qk_head_dim^-1/2 x yarn_mscale(factor,
+  // mscale_all_dim)^2, the whole q k^T scaled (the rotary dims also get yarn's cos/sin factor).
+  if (is_mla() && rope_scaling.type == RopeType::yarn && rope_scaling.mscale_all_dim != 0) {
+    const double m = yarn_mscale(rope_scaling.factor, rope_scaling.mscale_all_dim);
+    return m * m / std::sqrt(double(qk_head_size()));
+  }
   return query_pre_attn_scalar > 0 ? 1.0 / std::sqrt(query_pre_attn_scalar) : 0.0;
 }
 
@@ -93,7 +102,7 @@ void ModelConfig::set_num_layers(int64_t layers) {
 }
 
 bool ModelConfig::is_moe_layer(int64_t layer) const {
-  if (num_experts <= 0) return false;
+  if (num_experts <= 0 || layer < first_k_dense_replace) return false;
   if (std::find(mlp_only_layers.begin(), mlp_only_layers.end(), layer) != mlp_only_layers.end()) return false;
   return decoder_sparse_step > 0 && (layer + 1) % decoder_sparse_step == 0;
 }
@@ -112,12 +121,25 @@ int64_t ModelConfig::parameter_count() const {
     return add(n, 2 * d);  // ln_f
   }
   if (!tie_word_embeddings) n = add(n, mul({vocab_size, d}));  // lm_head
-  int64_t attention = add(mul({2, d, h * hd}), mul({2, d, kv * hd}));
-  if (attention_bias || qkv_bias) attention = add(attention, h * hd + 2 * kv * hd);  // q, k, v biases
-  if (attention_bias) attention = add(attention, d);                                 // o_proj's
-  if (qk_norm) attention = add(attention, 2 * hd);
+  int64_t attention = 0;
+  if (is_mla()) {
+    const int64_t qk = qk_head_size(), latent = kv_lora_rank + qk_rope_head_dim;
+    // q_proj, or q_a_proj (+ bias) -> q_a_layernorm -> q_b_proj
+    attention = q_lora_rank > 0 ? add(mul({d + 1, q_lora_rank}), mul({q_lora_rank, h, qk})) : mul({d, h, qk});
+    if (q_lora_rank > 0 && attention_bias) attention = add(attention, q_lora_rank);
+    attention = add(attention, mul({attention_bias ? d + 1 : d, latent}));  // kv_a_proj_with_mqa
+    attention = add(attention, add(kv_lora_rank, mul({kv_lora_rank, h, qk_nope_head_dim + v_head_dim})));  // norm, kv_b
+    attention = add(attention, add(mul({h, v_head_dim, d}), attention_bias ? d : 0));                      // o_proj
+  } else {
+    attention = add(mul({2, d, h * hd}), mul({2, d, kv * hd}));
+    if (attention_bias || qkv_bias) attention = add(attention, h * hd + 2 * kv * hd);  // q, k, v biases
+    if (attention_bias) attention = add(attention, d);                                 // o_proj's
+    if (qk_norm) attention = add(attention, 2 * hd);
+  }
   const int64_t dense_mlp = mul({3, d, intermediate_size});
-  const int64_t sparse_mlp = is_moe() ? add(mul({num_experts, 3, d, moe_intermediate_size}), mul({d, num_experts})) : 0;
+  const int64_t shared_mlp = mul({3, d, n_shared_experts, moe_intermediate_size});
+  const int64_t sparse_mlp =
+      is_moe() ? add(add(mul({num_experts, 3, d, moe_intermediate_size}), mul({d, num_experts})), shared_mlp) : 0;
   int64_t sparse_layers = 0;
   if (is_moe())
     for (int64_t l = 0; l < num_hidden_layers; ++l) sparse_layers += is_moe_layer(l) ? 1 : 0;
@@ -155,7 +177,8 @@ void ModelConfig::validate(std::string_view source) const {
               " is not divisible by num_attention_heads ", num_attention_heads,
               " (set head_dim, tidal train's --kv-channels)");
   TIDAL_CHECK(head_size() > 0, at, "the head size (hidden_size / num_attention_heads) is 0: set head_dim");
-  TIDAL_CHECK(head_size() % 2 == 0 || is_gpt2(), at, "rotary embeddings need an even head_dim, got ", head_size());
+  TIDAL_CHECK(head_size() % 2 == 0 || is_gpt2(), at, "rotary embeddings need an even ",
+              is_mla() ? "qk_rope_head_dim" : "head_dim", ", got ", head_size());
   TIDAL_CHECK(num_attention_heads % kv_heads() == 0, at, "num_attention_heads ", num_attention_heads,
               " is not a multiple of num_key_value_heads ", kv_heads(), " (tidal train's --num-query-groups)");
   TIDAL_CHECK(!is_gpt2() || kv_heads() == num_attention_heads, at, "gpt2 has no grouped-query attention");
@@ -181,11 +204,11 @@ void ModelConfig::validate(std::string_view source) const {
   TIDAL_CHECK(std::isfinite(norm_eps) && norm_eps >= 0, at, "the norm epsilon must be a finite number >= 0");
   TIDAL_CHECK(std::isfinite(initializer_range) && initializer_range >= 0, at,
               "initializer_range must be a finite number >= 0");
-  if (model_type == "qwen3_moe") {
-    TIDAL_CHECK(num_experts > 0 && num_experts_per_tok > 0 && num_experts_per_tok <= num_experts, at,
-                "qwen3_moe needs 0 < num_experts_per_tok <= num_experts, got ", num_experts_per_tok, " of ",
-                num_experts);
-    TIDAL_CHECK(moe_intermediate_size > 0, at, "qwen3_moe needs moe_intermediate_size > 0");
+  if (is_deepseek_v3()) detail::validate_deepseek_v3(*this, at);
+  if (model_type == "qwen3_moe" || is_deepseek_v3()) {
+    TIDAL_CHECK(num_experts > 0 && num_experts_per_tok > 0 && num_experts_per_tok <= num_experts, at, model_type,
+                " needs 0 < num_experts_per_tok <= num_experts, got ", num_experts_per_tok, " of ", num_experts);
+    TIDAL_CHECK(moe_intermediate_size > 0, at, model_type, " needs moe_intermediate_size > 0");
     TIDAL_CHECK(decoder_sparse_step > 0, at, "decoder_sparse_step must be positive");
     TIDAL_CHECK(std::isfinite(router_aux_loss_coef) && router_aux_loss_coef >= 0, at,
                 "router_aux_loss_coef must be a finite number >= 0");
@@ -269,6 +292,8 @@ ModelConfig config_from_json(const json& j, std::string_view source, std::set<st
         f.get("pad_token_id", int64_t(c.is_gemma3() && !f.present("pad_token_id") ? 0 : -1), 0, c.vocab_size - 1);
     if (c.is_gemma3()) {
       detail::read_gemma3(f, c);  // its RoPE, windows, activation and attention scale
+    } else if (c.is_deepseek_v3()) {
+      detail::read_deepseek_v3(f, c);  // MLA, its RoPE, its MoE
     } else {
       detail::read_rope(f, c);
       detail::read_sliding_window(f, c);
@@ -337,6 +362,10 @@ json config_to_json(const ModelConfig& c) {
   if (c.is_gemma3()) {
     j["attention_bias"] = c.attention_bias;
     detail::write_gemma3(c, j);  // its rope fields too
+    return j;
+  }
+  if (c.is_deepseek_v3()) {
+    detail::write_deepseek_v3(c, j);
     return j;
   }
   detail::write_rope(c, j);

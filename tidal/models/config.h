@@ -1,7 +1,7 @@
 #pragma once
 // Model configuration: the fields of a Hugging Face config.json for the architectures tidal builds
-// (model_type gpt2, llama, mistral, qwen2, qwen3, qwen3_moe), with HF's names and defaults, plus
-// built-in presets.
+// (model_type gpt2, llama, mistral, qwen2, qwen3, qwen3_moe, gemma3_text, deepseek_v3), with HF's names and defaults,
+// plus built-in presets.
 #include <cstdint>
 #include <memory>
 #include <nlohmann/json_fwd.hpp>
@@ -28,7 +28,8 @@ inline constexpr int64_t kMaxExpertsInAll = int64_t(1) << 17;  // experts x spar
 inline constexpr int64_t kMaxParameters = int64_t(1) << 45;    // ~35T; largest: ~1T
 
 // The model types tidal builds, as config.json's model_type names them.
-inline constexpr const char* kModelTypes[] = {"gpt2", "llama", "mistral", "qwen2", "qwen3", "qwen3_moe", "gemma3_text"};
+inline constexpr const char* kModelTypes[] = {"gpt2",  "llama",     "mistral",     "qwen2",
+                                              "qwen3", "qwen3_moe", "gemma3_text", "deepseek_v3"};
 bool is_model_type(std::string_view type);
 // "gpt2, llama, ...": for messages.
 std::string model_type_list();
@@ -85,9 +86,46 @@ struct ModelConfig {
   enum class DropPolicy { probs, position };
   DropPolicy moe_token_drop_policy = DropPolicy::probs;  // probs: keep the highest weights; position: the earliest
   bool moe_pad_expert_input_to_capacity = false;         // every expert runs `capacity` rows (zero-weight padding)
+  // DeepSeek-V3 (deepseek_v3; models/deepseek_v3.h). Multi-head latent attention: queries through a
+  // low-rank q_a_proj -> RMSNorm -> q_b_proj (q_lora_rank 0: one q_proj), keys and values from a shared
+  // latent of kv_lora_rank (kv_a_proj_with_mqa -> RMSNorm -> kv_b_proj) plus one rotary key of
+  // qk_rope_head_dim shared by all heads. A query/key head is qk_nope_head_dim + qk_rope_head_dim wide, a
+  // value head v_head_dim; head_dim is qk_rope_head_dim (the rotary part, as transformers sets it).
+  int64_t q_lora_rank = 0;
+  int64_t kv_lora_rank = 0;  // > 0: MLA
+  int64_t qk_nope_head_dim = 0;
+  int64_t qk_rope_head_dim = 0;
+  int64_t v_head_dim = 0;
+  bool rope_interleave = false;  // the rotary dims of q_b/kv_a's outputs come in (x0, x1) pairs
+  // Its MoE: sigmoid scores, a per-expert correction bias added for the choice only (aux-loss-free
+  // balancing), the top-k chosen within the topk_group best of n_group expert groups (a group scored by
+  // its two best experts), weights renormalized (norm_topk_prob) and times routed_scaling_factor, shared
+  // experts (one MLP of n_shared_experts x moe_intermediate_size) on every token; the first
+  // first_k_dense_replace layers dense.
+  enum class RouterScore { softmax, sigmoid };
+  RouterScore router_score = RouterScore::softmax;
+  bool router_expert_bias = false;  // e_score_correction_bias, a buffer of each router
+  int64_t n_group = 1, topk_group = 1;
+  double routed_scaling_factor = 1.0;
+  int64_t n_shared_experts = 0;
+  int64_t first_k_dense_replace = 0;
+  // Megatron-LM's --moe-router-enable-expert-bias with --moe-router-bias-update-rate (not a field of
+  // config.json): after each step every router's bias moves by this rate towards balance, + for an expert
+  // that took fewer tokens than the mean over the experts, - for one that took more (Router). 0: frozen.
+  double moe_router_bias_update_rate = 0;
+  // Multi-token prediction modules the checkpoint holds (num_nextn_predict_layers): transformers' causal LM
+  // neither builds nor trains them, and neither does tidal's (their weights are not read).
+  int64_t num_nextn_predict_layers = 0;
 
   bool is_gpt2() const { return model_type == "gpt2"; }
   bool is_gemma3() const { return model_type == "gemma3_text"; }
+  bool is_deepseek_v3() const { return model_type == "deepseek_v3"; }
+  bool is_mla() const { return kv_lora_rank > 0; }
+  // A query/key head's width and a value head's: MLA's qk_nope + qk_rope and v_head_dim, else head_size().
+  int64_t qk_head_size() const { return is_mla() ? qk_nope_head_dim + qk_rope_head_dim : head_size(); }
+  int64_t v_head_size() const { return is_mla() ? v_head_dim : head_size(); }
+  // Elements of one token's keys and values together (what context parallelism moves between ranks).
+  int64_t kv_elements_per_token() const { return kv_heads() * (qk_head_size() + v_head_size()); }
   // The attention's softmax scale: 0 for 1/sqrt(head_size) (AttentionOptions::scale).
   double attention_scale() const;
   // Layer `layer`'s RoPE: Gemma 3's sliding layers take rope_local_theta unscaled, the rest rope_frequencies.
@@ -103,7 +141,7 @@ struct ModelConfig {
   // The rotary frequencies of a run of `seq_len` positions (the rope type's scaling applied).
   RopeFrequencies rope_frequencies(int64_t seq_len) const;
   // Hugging Face's Qwen3-MoE rule: layer l is sparse unless listed in mlp_only_layers, every
-  // decoder_sparse_step-th layer.
+  // decoder_sparse_step-th layer; DeepSeek-V3's: from layer first_k_dense_replace on.
   bool is_moe_layer(int64_t layer) const;
   // Throws tidal::Error naming the first inconsistent field (e.g. heads not dividing hidden size) or the
   // first one past the limits above; `source` (a file) prefixes the message when given.

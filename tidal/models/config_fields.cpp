@@ -89,6 +89,18 @@ const std::vector<HarmlessField> kMoe = {
      "router_aux_loss_coef x the aux loss in training whatever it says (coefficient 0: none)"},
 };
 
+const std::vector<HarmlessField> kDeepseekV3 = {
+    {"pretraining_tp", "4.x splits each projection into pretraining_tp slices and sums them: the same product"},
+    {"output_router_logits",
+     "whether transformers returns the router logits; its DeepseekV3ForCausalLM adds no auxiliary loss either way"},
+    {"aux_loss_alpha",
+     "DeepSeek's own training code's sequence-wise balance loss weight: transformers' causal LM adds no auxiliary "
+     "loss, nor does tidal's (the correction bias balances the experts)"},
+    {"seq_aux",
+     "switches DeepSeek's own training code's sequence-wise balance loss, which transformers does not compute"},
+    {"ep_size", "the expert-parallel size DeepSeek's own code ran with: a layout, not the model's math"},
+};
+
 bool truthy(const json* v) { return v != nullptr && v->is_boolean() && v->get<bool>(); }
 
 }  // namespace
@@ -100,6 +112,7 @@ std::vector<HarmlessField> harmless_config_fields(const std::string& model_type)
                       : model_type == "qwen3_moe"   ? kMoe
                       : model_type == "llama"       ? kLlama
                       : model_type == "gemma3_text" ? kGemma3
+                      : model_type == "deepseek_v3" ? kDeepseekV3
                                                     : none;
   out.insert(out.end(), extra.begin(), extra.end());
   return out;

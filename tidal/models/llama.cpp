@@ -1,5 +1,7 @@
 #include "tidal/models/llama.h"
 
+#include "tidal/models/mla.h"
+
 #include "tidal/autograd/checkpoint.h"
 #include "tidal/autograd/checkpoint_without_output.h"
 #include "tidal/memory_scope.h"
@@ -44,22 +46,28 @@ Tensor LlamaAttention::attend(const std::vector<Tensor>& qkv, const RopeTables& 
   opt.dropout_p = training ? c.attention_dropout : 0.0;
   opt.window = window_;             // sliding layers (mistral, qwen2/qwen3 with use_sliding_window, gemma3)
   opt.scale = c.attention_scale();  // gemma3: query_pre_attn_scalar^-1/2
-  auto core = [opt, attn, module = name()](const std::vector<Tensor>& in) {
+  Tensor a = run_core_attention({q, k, qkv[2].transpose(1, 2)}, opt, attn, recompute_core, name());  // (B, H, T, hd)
+  return o_proj_->forward(a.transpose(1, 2).reshape({b, t, h * hd}));                                // (B, T, C)
+}
+
+Tensor run_core_attention(const std::vector<Tensor>& qkv, const AttentionOptions& opt, const CoreAttention& attn,
+                          bool recompute_core, const char* module) {
+  auto core = [opt, attn, module](const std::vector<Tensor>& in) {
     ModuleScope scope(module);
     return std::vector<Tensor>{attn(in[0], in[1], in[2], opt)};
   };
-  const std::vector<Tensor> in = {q, k, qkv[2].transpose(1, 2)};
   // Selective recompute of the core attention; the flash kernel keeps no (T, T) tensor to drop.
-  Tensor a = recompute_core && attn.kernel == AttentionKernel::eager ? autograd::checkpoint(core, in)[0]
-                                                                     : core(in)[0];  // (B, H, T, hd)
-  return o_proj_->forward(a.transpose(1, 2).reshape({b, t, h * hd}));                // (B, T, C)
+  return recompute_core && attn.kernel == AttentionKernel::eager ? autograd::checkpoint(core, qkv)[0] : core(qkv)[0];
 }
 
 LlamaDecoderLayer::LlamaDecoderLayer(const ModelConfig& c, int64_t index, const nn::Init& init,
                                      const std::shared_ptr<dist::Communicator>& experts) {
   input_layernorm_ =
       &register_module("input_layernorm", std::make_unique<nn::RMSNorm>(c.hidden_size, c.norm_eps, init));
-  self_attn_ = &register_module("self_attn", std::make_unique<LlamaAttention>(c, index, init));
+  if (c.is_mla())
+    self_attn_ = &register_module("self_attn", std::make_unique<MlaAttention>(c, init));
+  else
+    self_attn_ = &register_module("self_attn", std::make_unique<LlamaAttention>(c, index, init));
   post_attention_layernorm_ =
       &register_module("post_attention_layernorm", std::make_unique<nn::RMSNorm>(c.hidden_size, c.norm_eps, init));
   if (c.is_moe_layer(index))
@@ -127,6 +135,13 @@ Llama::Llama(const ModelConfig& c, const nn::Init& init, std::shared_ptr<dist::C
     lm_head_ = &register_module("lm_head", std::make_unique<nn::Linear>(c.hidden_size, c.vocab_size, false, init));
 }
 
+std::vector<Router*> Llama::routers() const {
+  std::vector<Router*> out;
+  for (size_t l = 0; l < layers_->size(); ++l)
+    if (Router* r = (*layers_)[l].router()) out.push_back(r);
+  return out;
+}
+
 const Tensor& Llama::lm_head_weight() const {
   return lm_head_ != nullptr ? lm_head_->weight() : embed_tokens_->weight();
 }
@@ -149,7 +164,9 @@ ModelOutput Llama::forward_hidden(const Tensor& ids) const {
   for (const std::vector<Tensor>& e : extras)
     if (e.size() == 2) routers.push_back({e[0], e[1], ids.numel()});
   ModelOutput result{norm_->forward(x), Tensor(), Tensor()};
-  if (!routers.empty()) result.aux_loss = load_balancing_loss(routers, config_.num_experts, context_parallel());
+  // No auxiliary loss where its coefficient is 0 (DeepSeek-V3: the correction bias balances the experts).
+  if (!routers.empty() && config_.router_aux_loss_coef != 0)
+    result.aux_loss = load_balancing_loss(routers, config_.num_experts, context_parallel());
   return result;
 }
 

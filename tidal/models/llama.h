@@ -1,24 +1,26 @@
 #pragma once
 // The Llama family with Hugging Face names: Llama (LlamaForCausalLM, Llama 3.x's RoPE scaling),
-// Mistral (sliding-window attention), Qwen2/2.5 (q/k/v biases), Qwen3 (adds per-head QK RMSNorm) and
-// Qwen3-MoE (sparse MLP layers mixed with dense ones by config). Pre-RMSNorm blocks, rotary embeddings
+// Mistral (sliding-window attention), Qwen2/2.5 (q/k/v biases), Qwen3 (adds per-head QK RMSNorm),
+// Qwen3-MoE (sparse MLP layers mixed with dense ones by config) and DeepSeek-V3 (multi-head latent
+// attention, models/mla.h; its MoE with shared experts, models/moe.h). Pre-RMSNorm blocks, rotary embeddings
 // (HF layout), grouped-query attention, SwiGLU MLPs, tied or untied embeddings.
+#include "tidal/models/attention_block.h"
 #include "tidal/models/causal_lm.h"
 #include "tidal/models/moe.h"
 #include "tidal/ops/rope.h"
 
 namespace tidal::models {
 
-class LlamaAttention : public nn::Module {
+class LlamaAttention : public AttentionBlock {
  public:
   // Layer `layer` of the model (its attention window: ModelConfig::attention_window).
   LlamaAttention(const ModelConfig& c, int64_t layer, const nn::Init& init);
   // The projections: h (B, T, C) normalized -> {q (B, T, H, hd), k (B, T, Hkv, hd), v (B, T, Hkv, hd)}.
-  std::vector<Tensor> project(const Tensor& h, const ModelConfig& c) const;
+  std::vector<Tensor> project(const Tensor& h, const ModelConfig& c) const override;
   // The rest: QK-norm, RoPE, the attention core (checkpointed with `recompute_core` under the eager
   // kernel) and the output projection -> (B, T, C).
   Tensor attend(const std::vector<Tensor>& qkv, const RopeTables& rope, const ModelConfig& c, const CoreAttention& attn,
-                bool training, bool recompute_core) const;
+                bool training, bool recompute_core) const override;
 
  private:
   nn::Linear* q_proj_;
@@ -38,10 +40,11 @@ class LlamaDecoderLayer : public nn::Module {
   std::vector<Tensor> forward(const Tensor& x, const RopeTables& rope, const ModelConfig& c, const CoreAttention& attn,
                               bool training, const LayerRecompute& rc) const;
   bool sparse() const { return moe_ != nullptr; }
+  Router* router() const { return moe_ != nullptr ? &moe_->router() : nullptr; }
 
  private:
   nn::RMSNorm* input_layernorm_;
-  LlamaAttention* self_attn_;
+  AttentionBlock* self_attn_;  // LlamaAttention, or MlaAttention (DeepSeek-V3)
   nn::RMSNorm* post_attention_layernorm_;
   SwiGluMlp* mlp_ = nullptr;
   SparseMoeBlock* moe_ = nullptr;
@@ -57,6 +60,7 @@ class Llama : public CausalLM {
   Llama(const ModelConfig& c, const nn::Init& init, std::shared_ptr<dist::Communicator> experts);
   ModelOutput forward_hidden(const Tensor& ids) const override;
   const Tensor& lm_head_weight() const override;
+  std::vector<Router*> routers() const override;
 
  private:
   nn::Embedding* embed_tokens_;

@@ -1,8 +1,11 @@
 #include "tidal/models/moe.h"
 
+#include "tidal/models/causal_lm.h"
+
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <limits>
 #include <utility>
 
 #include "tidal/autograd/checkpoint.h"
@@ -14,6 +17,7 @@
 #include "tidal/ops/all_to_all.h"
 #include "tidal/ops/elementwise.h"
 #include "tidal/ops/index.h"
+#include "tidal/ops/matmul.h"
 #include "tidal/ops/reduce.h"
 #include "tidal/ops/softmax.h"
 #include "tidal/ops/view.h"
@@ -41,6 +45,72 @@ Tensor SwiGluMlp::finish(const std::vector<Tensor>& gate_up, bool recompute_act)
 
 Tensor SwiGluMlp::forward(const Tensor& x, bool recompute_act) const { return finish(project(x), recompute_act); }
 
+Router::Router(const ModelConfig& c, const nn::Init& init)
+    : nn::Linear(c.hidden_size, c.num_experts, false, init),
+      experts_(c.num_experts),
+      top_k_(c.num_experts_per_tok),
+      groups_(c.n_group),
+      top_groups_(c.topk_group),
+      f32_logits_(c.router_score == ModelConfig::RouterScore::sigmoid) {
+  if (c.router_expert_bias) {
+    MemoryScope scope(MemoryCategory::parameter);  // buffers of the model: accounted with its parameters
+    bias_ = register_buffer("e_score_correction_bias", zeros({c.num_experts}, DType::f32, init.device));
+    rate_ = c.moe_router_bias_update_rate;
+    if (rate_ > 0) load_ = register_buffer("tokens_per_expert", zeros({c.num_experts}, DType::f32, init.device), false);
+  }
+}
+
+void Router::add_load(const Tensor& counts) const {
+  NoGradGuard no_grad;
+  Tensor(load_).add_(counts);
+}
+
+void Router::update_expert_bias(dist::Communicator& group) {
+  if (!tracks_load() || load_.is_meta()) return;  // a dry run's routers have no counts
+  NoGradGuard no_grad;
+  Tensor total = load_.clone();  // (E)
+  dist::all_reduce_sum(group, total);
+  const std::vector<float> load = total.to(Device::cpu()).to_vector<float>();
+  const std::vector<float> before = bias_.to(Device::cpu()).to_vector<float>();
+  std::vector<double> bias(before.size());
+  double sum = 0;
+  for (float x : load) sum += x;
+  const float mean = float(sum / double(experts_)), rate = float(rate_);
+  for (size_t e = 0; e < bias.size(); ++e) {
+    const float offset = mean - load[e];
+    bias[e] = double(before[e] + (offset > 0 ? rate : offset < 0 ? -rate : 0.0f));  // in f32, as Megatron
+  }
+  bias_.copy_(from_vector(bias, Shape{experts_}, DType::f32, bias_.device()));
+  load_.zero_();
+}
+
+void update_expert_biases(const CausalLM& model, dist::Communicator& group) {
+  for (Router* r : model.routers()) r->update_expert_bias(group);
+}
+
+Tensor Router::logits(const Tensor& x) const {
+  if (!f32_logits_ || x.dtype() == DType::f32) return forward(x).to(DType::f32);
+  ModuleScope scope(name());
+  return linear(x.to(DType::f32), weight().to(DType::f32));  // saves both f32 copies for its backward
+}
+
+Tensor Router::choose(const Tensor& scores) const {
+  NoGradGuard no_grad;
+  if (!bias_.defined()) return topk(scores, top_k_, -1).indices;  // (N, k)
+  const int64_t n = scores.size(0), per_group = experts_ / groups_;
+  Tensor s = add(scores, bias_);  // (N, E) what the choice ranks
+  if (top_groups_ < groups_) {
+    // A group's score: its two best experts' values summed; the experts of the other groups are out.
+    Tensor group_score = sum(topk(s.reshape({n, groups_, per_group}), 2, -1).values, {-1});  // (N, G)
+    Tensor kept = topk(group_score, top_groups_, -1).indices;                                // (N, topk_group)
+    Tensor on = scatter_add(zeros({n, groups_}, DType::f32, s.device()), 1, kept,
+                            ones({n, top_groups_}, DType::f32, s.device()));                       // (N, G) 1: kept
+    Tensor out = eq(on.unsqueeze(2).expand({n, groups_, per_group}).reshape({n, experts_}), 0.0);  // (N, E)
+    s = masked_fill(s, out, -std::numeric_limits<double>::infinity());
+  }
+  return topk(s, top_k_, -1).indices;  // (N, k)
+}
+
 SparseMoeBlock::SparseMoeBlock(const ModelConfig& c, const nn::Init& init,
                                std::shared_ptr<dist::Communicator> expert_group)
     : experts_(c.num_experts),
@@ -48,7 +118,7 @@ SparseMoeBlock::SparseMoeBlock(const ModelConfig& c, const nn::Init& init,
       norm_topk_(c.norm_topk_prob),
       capacity_(c),
       group_(std::move(expert_group)) {
-  gate_ = &register_module("gate", std::make_unique<nn::Linear>(c.hidden_size, c.num_experts, false, init));
+  gate_ = &register_module("gate", std::make_unique<Router>(c, init));
   auto& experts = register_module("experts", std::make_unique<nn::ModuleDict>());
   const int64_t ranks = group_ ? group_->size() : 1, rank = group_ ? group_->rank() : 0;
   TIDAL_CHECK(c.num_experts % ranks == 0, "[moe] ", ranks, " expert-parallel ranks do not divide the model's ",
@@ -64,6 +134,10 @@ SparseMoeBlock::SparseMoeBlock(const ModelConfig& c, const nn::Init& init,
       for (int w = 0; w < 3; ++w) reserve_random(uint64_t(c.hidden_size * c.moe_intermediate_size));
     }
   }
+  if (c.n_shared_experts > 0)  // DeepSeek-V3: one MLP as wide as n_shared_experts experts
+    shared_ = &register_module(
+        "shared_experts",
+        std::make_unique<SwiGluMlp>(c.hidden_size, c.n_shared_experts * c.moe_intermediate_size, init));
 }
 
 bool is_expert_parameter(const std::string& name) {
@@ -179,15 +253,18 @@ Tensor SparseMoeBlock::forward(const Tensor& x, RouterStats& stats, bool recompu
   OpScope op("moe");
   ModuleScope scope(name());
   const int64_t b = x.size(0), t = x.size(1), c = x.size(2), n = b * t;
-  Tensor flat = x.reshape({n, c});                                  // (N, C)
-  Tensor probs = softmax(gate_->forward(flat).to(DType::f32), -1);  // (N, E) router probabilities
+  Tensor flat = x.reshape({n, c});      // (N, C)
+  Tensor logits = gate_->logits(flat);  // (N, E) f32
+  const bool sigmoid_scores = capacity_.router_score == ModelConfig::RouterScore::sigmoid;
+  Tensor probs = sigmoid_scores ? sigmoid(logits) : softmax(logits, -1);  // (N, E) router scores
   // Which experts each token goes to: recorded on the first run, replayed by a recompute.
-  Tensor chosen = autograd::checkpoint_decision([&] {
-    NoGradGuard no_grad;
-    return topk(probs.detach(), top_k_, -1).indices;  // (N, k) i64
-  });
+  Tensor chosen = autograd::checkpoint_decision([&] { return gate_->choose(probs.detach()); });  // (N, k) i64
   Tensor weights = gather(probs, 1, chosen);  // (N, k), differentiable
-  if (norm_topk_) weights = div(weights, sum(weights, {-1}, true));
+  if (norm_topk_) {
+    Tensor total = sum(weights, {-1}, true);  // (N, 1); DeepSeek-V3 adds 1e-20 against a zero sum
+    weights = div(weights, sigmoid_scores ? add(total, 1e-20) : total);
+  }
+  if (capacity_.routed_scaling_factor != 1.0) weights = mul(weights, capacity_.routed_scaling_factor);
   Tensor routed = weights;  // f32: what the probs drop policy ranks
   weights = weights.to(x.dtype());
 
@@ -234,6 +311,7 @@ Tensor SparseMoeBlock::forward(const Tensor& x, RouterStats& stats, bool recompu
     combined = outs.empty() ? zeros({0, c}, x.dtype(), x.device()) : outs.size() == 1 ? outs[0] : cat(outs, 0);
   }
   Tensor out = index_add(zeros({n, c}, x.dtype(), x.device()), 0, slot_token, combined);  // (N, C)
+  if (shared_ != nullptr) out = add(out, shared_->forward(flat, recompute_act));          // every token, unweighted
 
   stats.prob_sum = sum(probs, {0});  // (E)
   stats.tokens = n;
@@ -246,6 +324,9 @@ Tensor SparseMoeBlock::forward(const Tensor& x, RouterStats& stats, bool recompu
                            .reshape({top_k_, experts_});  // (k, E)
     stats.topk_counts = counts_ke;
   }
+  // The expert-bias update's loads: training forwards only, not a recompute's replay of this one.
+  if (gate_->tracks_load() && is_training() && autograd::grad_enabled() && !autograd::in_checkpoint_replay())
+    gate_->add_load(sum(stats.topk_counts, {0}));
   return out.reshape({b, t, c});
 }
 

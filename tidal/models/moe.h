@@ -1,9 +1,11 @@
 #pragma once
 // Qwen3-MoE's sparse MLP (Hugging Face Qwen3MoeSparseMoeBlock): a softmax router picks the top-k of E
 // SwiGLU experts per token, optionally renormalizes their weights (norm_topk_prob), and sums the
-// experts' outputs weighted. Tokens are grouped per expert with a stable sort, so each expert runs
-// one matrix product over its tokens. The routing decision goes through checkpoint_decision: a
-// recompute replays exactly the experts of the first run.
+// experts' outputs weighted. DeepSeek-V3's (DeepseekV3MoE): sigmoid scores, the choice made on the scores
+// plus a per-expert correction bias within the topk_group best expert groups, the chosen scores
+// renormalized and times routed_scaling_factor, plus shared experts that every token goes through. Tokens are grouped
+// per expert with a stable sort, so each expert runs one matrix product over its tokens. The routing decision goes
+// through checkpoint_decision: a recompute replays exactly the experts of the first run.
 //
 // Expert parallel (create_model's `experts`, docs/distributed.md): the block builds only its rank's
 // block of experts (named by their global index, as in the whole model) and exchanges the tokens with
@@ -67,6 +69,43 @@ struct DroppedSlots {
 };
 DroppedSlots take_dropped_slots();
 
+// The router (Hugging Face's `gate`): logits = x W^T with W (E, C), and for DeepSeek-V3 the correction
+// bias e_score_correction_bias (E) f32, a buffer: saved and loaded, never trained by gradients.
+class Router : public nn::Linear {
+ public:
+  Router(const ModelConfig& c, const nn::Init& init);
+  // The bias (E) f32; undefined without one.
+  const Tensor& expert_bias() const { return bias_; }
+  // x (N, C) -> the logits (N, E) f32: in x's dtype, then widened (Qwen3-MoE's gate), or for sigmoid routers
+  // in f32 throughout (transformers' DeepSeek-V3 router: F.linear(x.float(), W.float()), its weight kept in
+  // f32), so bf16 models choose their experts from unrounded logits.
+  Tensor logits(const Tensor& x) const;
+  // Which experts each token goes to, from its scores (N, E) f32 (no gradient): (N, k) i64. Without a
+  // bias, the top-k scores; with one, the top-k of scores + bias among the experts of the topk_group
+  // groups (of n_group) whose two best such values sum highest.
+  Tensor choose(const Tensor& scores) const;
+
+  // With a bias update rate (ModelConfig::moe_router_bias_update_rate): the tokens routed to each expert
+  // since the last update, a non-persistent buffer `tokens_per_expert` (E) f32; training forwards add theirs
+  // (`counts` (E)), a recompute's replay does not.
+  bool tracks_load() const { return load_.defined(); }
+  void add_load(const Tensor& counts) const;
+  // Megatron-LM's expert-bias update: the loads summed over `group` (every rank whose tokens differ),
+  // bias_e += rate x sign(mean_e' load - load_e) in f32, the loads reset. Every rank of `group` calls it.
+  void update_expert_bias(dist::Communicator& group);
+
+ private:
+  int64_t experts_, top_k_, groups_, top_groups_;
+  bool f32_logits_ = false;
+  double rate_ = 0;
+  Tensor bias_;  // (E) f32
+  Tensor load_;  // (E) f32
+};
+
+// Every router's update_expert_bias (a model without router biases, or a frozen one: nothing).
+class CausalLM;
+void update_expert_biases(const CausalLM& model, dist::Communicator& group);
+
 struct RouterStats {
   Tensor prob_sum;     // (E) sum over tokens of the router probabilities (differentiable)
   Tensor topk_counts;  // (k, E) f32: how many tokens chose expert e as their j-th choice (constant)
@@ -78,6 +117,7 @@ class SparseMoeBlock : public nn::Module {
   // `expert_group` (expert parallel): the ranks the block divides its experts among, this rank building its
   // block of them; null: every expert here.
   SparseMoeBlock(const ModelConfig& c, const nn::Init& init, std::shared_ptr<dist::Communicator> expert_group);
+  Router& router() const { return *gate_; }
   // x (B, T, C) -> (B, T, C); fills `stats` for the auxiliary loss. `recompute_act`: moe_act.
   Tensor forward(const Tensor& x, RouterStats& stats, bool recompute_act = false) const;
 
@@ -89,8 +129,9 @@ class SparseMoeBlock : public nn::Module {
 
   int64_t experts_, top_k_;
   bool norm_topk_;
-  ModelConfig capacity_;  // its moe_expert_capacity_factor, drop policy and padding
-  nn::Linear* gate_;
+  ModelConfig capacity_;  // its moe_expert_capacity_factor, drop policy and padding, and the routing
+  Router* gate_;
+  SwiGluMlp* shared_ = nullptr;                // DeepSeek-V3's shared experts
   std::shared_ptr<dist::Communicator> group_;  // expert parallel; null: every expert is here
   std::vector<SwiGluMlp*> local_;              // this rank's experts, in global order
 };

@@ -98,6 +98,51 @@ ModelConfig moe(ModelConfig c, int64_t experts, int64_t top_k, int64_t moe_ffn, 
   return c;
 }
 
+// DeepSeek-V3's shape: MLA (q LoRA `q_rank`, kv latent `kv_rank`, heads of nope + rope for q/k and `v` for
+// values, interleaved rotary dims), E routed experts of `moe_ffn` in `groups` groups (the best `top_groups`
+// kept), top-k x `scaling`, one shared expert, the first `dense` layers dense; no auxiliary loss.
+struct DeepseekShape {
+  int64_t vocab, hidden, ffn, layers, heads, q_rank, kv_rank, nope, rope, v, positions;
+  int64_t experts, top_k, moe_ffn, groups, top_groups, dense;
+  double scaling;
+};
+ModelConfig deepseek_v3(const DeepseekShape& s) {
+  ModelConfig c = llama_like("deepseek_v3", s.vocab, s.hidden, s.ffn, s.layers, s.heads, s.heads, s.rope, s.positions,
+                             10000.0, false);
+  c.q_lora_rank = s.q_rank;
+  c.kv_lora_rank = s.kv_rank;
+  c.qk_nope_head_dim = s.nope;
+  c.qk_rope_head_dim = s.rope;
+  c.v_head_dim = s.v;
+  c.rope_interleave = true;
+  c.num_experts = s.experts;
+  c.num_experts_per_tok = s.top_k;
+  c.moe_intermediate_size = s.moe_ffn;
+  c.norm_topk_prob = true;
+  c.router_score = ModelConfig::RouterScore::sigmoid;
+  c.router_expert_bias = true;
+  c.router_aux_loss_coef = 0;
+  c.n_group = s.groups;
+  c.topk_group = s.top_groups;
+  c.routed_scaling_factor = s.scaling;
+  c.n_shared_experts = 1;
+  c.first_k_dense_replace = s.dense;
+  return c;
+}
+
+// DeepSeek-V3's config.json: yarn x40 over 4096 original positions, mscale and mscale_all_dim 1, one MTP module.
+ModelConfig deepseek_v3_671b() {
+  ModelConfig c =
+      deepseek_v3({129280, 7168, 18432, 61, 128, 1536, 512, 128, 64, 128, 163840, 256, 8, 2048, 8, 4, 3, 2.5});
+  c.rope_scaling.type = RopeType::yarn;
+  c.rope_scaling.factor = 40;
+  c.rope_scaling.original_max_position_embeddings = 4096;
+  c.rope_scaling.mscale = 1.0;
+  c.rope_scaling.mscale_all_dim = 1.0;
+  c.num_nextn_predict_layers = 1;
+  return c;
+}
+
 std::vector<Preset> make_presets() {
   std::vector<Preset> p = {
       {"tiny-gpt2", "2 layers, hidden 64, 4 heads, vocab 512 (tests and demos)", gpt2(512, 64, 2, 4, 256, 0.0)},
@@ -114,6 +159,10 @@ std::vector<Preset> make_presets() {
       {"tiny-gemma3",
        "4 layers (3 sliding over 8 keys, 1 full), hidden 64, 4 heads / 2 kv heads of 16, GeGLU, vocab 512",
        gemma3(512, 64, 128, 4, 4, 2, 16, 256, 8, 4, 1.0, 16.0)},
+      {"tiny-deepseek-v3",
+       "3 layers (dense, then 8 experts in 4 groups top-2 of 32 + 1 shared), hidden 64, MLA (q LoRA 32, kv latent "
+       "32, heads of 16 + 8 rotary / 16), vocab 512",
+       deepseek_v3({512, 64, 128, 3, 4, 32, 32, 16, 8, 16, 256, 8, 2, 32, 4, 2, 1, 2.5})},
       {"small-gpt2", "4 layers, hidden 256, 4 heads, vocab 8192, 1024 positions", gpt2(8192, 256, 4, 4, 1024, 0.0)},
       {"gpt2-124m", "GPT-2 small: 12 layers, hidden 768, 12 heads, vocab 50257", gpt2(50257, 768, 12, 12, 1024, 0.1)},
       {"gpt2-350m", "GPT-2 medium: 24 layers, hidden 1024, 16 heads, vocab 50257",
@@ -147,6 +196,18 @@ std::vector<Preset> make_presets() {
       {"gemma3-1b",
        "Gemma-3-1B: 26 layers (5 sliding over 512 keys, then 1 full), hidden 1152, 4 heads / 1 kv head of 256",
        gemma3(262144, 1152, 6912, 26, 4, 1, 256, 32768, 512, 6, 1.0, 256.0)},
+      {"gemma3-4b",
+       "Gemma-3-4B's text model: 34 layers (5 sliding over 1024 keys, then 1 full), hidden 2560, 8 heads / 4 kv "
+       "heads of 256, linear RoPE x8",
+       gemma3(262208, 2560, 10240, 34, 8, 4, 256, 131072, 1024, 6, 8.0, 256.0)},
+      {"gemma3-12b",
+       "Gemma-3-12B's text model: 48 layers (5 sliding over 1024 keys, then 1 full), hidden 3840, 16 heads / 8 kv "
+       "heads of 256, linear RoPE x8",
+       gemma3(262208, 3840, 15360, 48, 16, 8, 256, 131072, 1024, 6, 8.0, 256.0)},
+      {"gemma3-27b",
+       "Gemma-3-27B's text model: 62 layers (5 sliding over 1024 keys, then 1 full), hidden 5376, 32 heads / 16 kv "
+       "heads of 128, linear RoPE x8",
+       gemma3(262208, 5376, 21504, 62, 32, 16, 128, 131072, 1024, 6, 8.0, 168.0)},
       {"qwen3-0.6b", "Qwen3-0.6B: 28 layers, hidden 1024, 16 heads / 8 kv heads of 128, tied",
        llama_like("qwen3", 151936, 1024, 3072, 28, 16, 8, 128, 40960, 1000000.0, true)},
       {"qwen3-1.7b", "Qwen3-1.7B: 28 layers, hidden 2048, 16 heads / 8 kv heads of 128, tied",
@@ -155,6 +216,10 @@ std::vector<Preset> make_presets() {
        llama_like("qwen3", 151936, 4096, 12288, 36, 32, 8, 128, 40960, 1000000.0, false)},
       {"qwen3-30b-a3b", "Qwen3-30B-A3B: 48 layers, hidden 2048, 128 experts top-8 of 768, 32 heads / 4 kv heads",
        moe(llama_like("qwen3_moe", 151936, 2048, 6144, 48, 32, 4, 128, 40960, 1000000.0, false), 128, 8, 768, {})},
+      {"deepseek-v3",
+       "DeepSeek-V3 (671B, 37B active): 61 layers (3 dense), hidden 7168, MLA 128 heads, 256 experts in 8 groups "
+       "top-8 of 2048 + 1 shared, yarn RoPE x40",
+       deepseek_v3_671b()},
   };
   for (Preset& x : p) x.config.validate();
   return p;

@@ -14,14 +14,30 @@ Tensor& Module::register_parameter(const std::string& name, Tensor t) {
   return params_.back().second;
 }
 
-void Module::collect(const std::string& prefix, std::vector<std::pair<std::string, Tensor>>& out) const {
-  for (const auto& [name, p] : params_) out.emplace_back(prefix + name, p);
-  for (const auto& [name, child] : children_) child->collect(prefix + name + ".", out);
+Tensor& Module::register_buffer(const std::string& name, Tensor t, bool persistent) {
+  TIDAL_ASSERT(t.defined() && t.is_leaf() && !t.requires_grad(), "buffer ", name, " must be a leaf without gradient");
+  for (const Named* list : {&params_, &buffers_, &transient_buffers_})
+    for (const auto& [n, b] : *list) TIDAL_ASSERT(n != name, "buffer ", name, " is a registered name");
+  Named& list = persistent ? buffers_ : transient_buffers_;
+  list.emplace_back(name, std::move(t));
+  return list.back().second;
+}
+
+void Module::collect(const std::string& prefix, Named Module::*which, Named& out) const {
+  for (const auto& [name, p] : this->*which) out.emplace_back(prefix + name, p);
+  for (const auto& [name, child] : children_) child->collect(prefix + name + ".", which, out);
 }
 
 std::vector<std::pair<std::string, Tensor>> Module::named_parameters() const {
-  std::vector<std::pair<std::string, Tensor>> out;
-  collect("", out);
+  Named out;
+  collect("", &Module::params_, out);
+  return out;
+}
+
+std::vector<std::pair<std::string, Tensor>> Module::named_buffers() const {
+  Named out;
+  collect("", &Module::buffers_, out);
+  collect("", &Module::transient_buffers_, out);
   return out;
 }
 
@@ -54,6 +70,9 @@ void Module::train(bool on) {
 std::map<std::string, Tensor> Module::state_dict() const {
   std::map<std::string, Tensor> out;
   for (auto& [name, p] : named_parameters()) out.emplace(name, p.detach());
+  Named persistent;
+  collect("", &Module::buffers_, persistent);
+  for (auto& [name, b] : persistent) out.emplace(name, b);
   return out;
 }
 
@@ -61,7 +80,9 @@ void Module::load_state_dict(const std::map<std::string, Tensor>& state, bool st
   NoGradGuard no_grad;
   std::set<std::string> used;
   std::string missing;
-  for (auto& [name, p] : named_parameters()) {
+  Named targets = named_parameters();
+  collect("", &Module::buffers_, targets);
+  for (auto& [name, p] : targets) {
     auto it = state.find(name);
     if (it == state.end()) {
       missing += (missing.empty() ? "" : ", ") + name;

@@ -28,9 +28,14 @@ class Module {
   void train(bool on = true);
   bool is_training() const { return training_; }
 
-  // Copies values from `state` into the parameters (by name). Every parameter must be present with
+  // Every buffer (state without gradient or optimizer state: DeepSeek-V3's router correction bias, and the
+  // routers' token counts), with dotted names: the persistent ones (saved and loaded), then the rest.
+  std::vector<std::pair<std::string, Tensor>> named_buffers() const;
+
+  // Copies values from `state` into the parameters and buffers (by name). Every one must be present with
   // its shape; dtypes convert. Extra entries are an error when `strict`. Throws naming what is wrong.
   void load_state_dict(const std::map<std::string, Tensor>& state, bool strict = true);
+  // The parameters and buffers.
   std::map<std::string, Tensor> state_dict() const;
 
   // Dotted names ("model.layers.0.mlp"), set for the whole tree by assign_names() on the root;
@@ -42,6 +47,9 @@ class Module {
   // Registers a parameter (requires_grad is set; accounted as MemoryCategory::parameter when
   // created under MemoryScope(parameter)) and returns it.
   Tensor& register_parameter(const std::string& name, Tensor t);
+  // Registers a buffer (no gradient) and returns it. A persistent one is part of the state dict (saved and
+  // loaded, as PyTorch's register_buffer), a non-persistent one only of named_buffers().
+  Tensor& register_buffer(const std::string& name, Tensor t, bool persistent = true);
   // Registers a child; it must outlive nothing: the parent owns it.
   template <typename M>
   M& register_module(const std::string& name, std::unique_ptr<M> m) {
@@ -51,8 +59,11 @@ class Module {
   }
 
  private:
-  void collect(const std::string& prefix, std::vector<std::pair<std::string, Tensor>>& out) const;
-  std::vector<std::pair<std::string, Tensor>> params_;
+  using Named = std::vector<std::pair<std::string, Tensor>>;
+  void collect(const std::string& prefix, Named Module::*which, Named& out) const;
+  Named params_;
+  Named buffers_;            // persistent
+  Named transient_buffers_;  // not persistent
   std::vector<std::pair<std::string, std::unique_ptr<Module>>> children_;
   bool training_ = true;
   std::string name_;

@@ -19,9 +19,6 @@ std::vector<double> standard_inv_freq(int64_t dim, double base) {
   return f;
 }
 
-// transformers' yarn_get_mscale: 0.1 * mscale * ln(scale) + 1, and 1 for scale <= 1.
-double yarn_mscale(double scale, double mscale) { return scale <= 1 ? 1.0 : 0.1 * mscale * std::log(scale) + 1.0; }
-
 void llama3(std::vector<double>& f, const RopeScaling& s) {
   const double orig = double(s.original_max_position_embeddings);
   const double low_wavelen = orig / s.low_freq_factor, high_wavelen = orig / s.high_freq_factor;
@@ -139,5 +136,7 @@ RopeFrequencies rope_frequencies(int64_t head_dim, double theta, const RopeScali
   }
   return r;
 }
+
+double yarn_mscale(double scale, double mscale) { return scale <= 1 ? 1.0 : 0.1 * mscale * std::log(scale) + 1.0; }
 
 }  // namespace tidal

@@ -44,6 +44,9 @@ struct RopeFrequencies {
   double attention_scaling = 1.0;
 };
 
+// transformers' yarn_get_mscale: 0.1 * mscale * ln(scale) + 1, and 1 for scale <= 1.
+double yarn_mscale(double scale, double mscale);
+
 // `seq_len`: the number of positions of the run (only the dynamic type reads it). Throws tidal::Error on
 // values no rope type accepts (factor <= 0, a non-positive original length, ...).
 RopeFrequencies rope_frequencies(int64_t head_dim, double theta, const RopeScaling& s = {}, int64_t seq_len = 0);

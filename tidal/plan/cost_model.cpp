@@ -240,7 +240,7 @@ void add_ring(const train::TrainArgs& args, const Compute& c, int64_t accum, con
   if (cp <= 1 || layers < 1) return;
   check_rate(p.collective_bandwidth, "collective_bandwidth", p);
   const models::ModelConfig& m = args.model;
-  const double kv = double(2 * args.micro_batch_size * (args.seq_length / cp) * m.kv_heads() * m.head_size());
+  const double kv = double(args.micro_batch_size * (args.seq_length / cp) * m.kv_elements_per_token());
   const double latency = p.collective_latency_s;
   if (args.attention == AttentionKernel::eager) {
     const double pass =

@@ -39,6 +39,7 @@ struct ModelShape {
   std::vector<bool> expert;               // params[i] is an expert's (models/moe.h is_expert_parameter)
   int64_t outer = 0;                      // elements outside the layers
   std::vector<int64_t> per_layer;         // elements of each layer
+  int64_t buffer_bytes = 0;               // buffers (DeepSeek-V3's router biases: f32, on every rank, not sharded)
 };
 
 // The expert index in a parameter name "….experts.<e>.…", or -1.
@@ -70,6 +71,7 @@ const ModelShape& model_shape(const models::ModelConfig& m, int expert_parallel 
     const int64_t l = model->layer_of_parameter(name);
     (l < 0 ? shape.outer : shape.per_layer[size_t(l)]) += p.numel();
   }
+  for (const auto& [name, b] : model->named_buffers()) shape.buffer_bytes += b.nbytes();
   return cache.emplace(key, std::move(shape)).first->second;
 }
 
@@ -153,9 +155,9 @@ int64_t exchange_buffer_bytes(const models::ModelConfig& m, const TriageSettings
   if (s.parallel.context > 1 && s.attention == AttentionKernel::eager) {
     // Eager's all-gather (ops/context_gather_attention.h): in backward the whole sequence's dK and dV,
     // and for one of them its blocks by rank and the reduce-scatter's copy of them.
-    bytes = std::max(bytes, 4 * s.parallel.context * tokens * m.kv_heads() * m.head_size() * el);
+    bytes = std::max(bytes, 2 * s.parallel.context * tokens * m.kv_elements_per_token() * el);
   } else if (s.parallel.context > 1) {
-    const int64_t kv = 2 * tokens * m.kv_heads() * m.head_size();  // one block's K and V, elements
+    const int64_t kv = tokens * m.kv_elements_per_token();  // one block's K and V, elements
     bytes = std::max(bytes, 2 * kv * el + 2 * kv * 4);
   }
   return bytes;
@@ -182,8 +184,10 @@ StepPeak predict_step_peak(const models::ModelConfig& m, const TriageSettings& s
   // layers compute (none at the step's end).
   const bool zero3 = s.parallel.shards_parameters();
   const auto [outer, layer] = zero3 ? gathered_elements(m, s) : std::pair<int64_t, int64_t>{n, 0};
-  p.parameters = param_size * (zero3 ? shard + outer + layer : n);
-  const int64_t parameters_at_end = param_size * (zero3 ? shard + outer : n);
+  // Buffers (router biases) count as parameters, as the allocator accounts them.
+  const int64_t model_buffers = s.num_parameters > 0 ? 0 : model_shape(m, s.parallel.expert).buffer_bytes;
+  p.parameters = param_size * (zero3 ? shard + outer + layer : n) + model_buffers;
+  const int64_t parameters_at_end = param_size * (zero3 ? shard + outer : n) + model_buffers;
   const memory::SwapOptimizerConfig& swap = s.memory.swap_optimizer;
   const int64_t swap_k = std::min<int64_t>(swap.requested_times(), int64_t(params.size()));
   // The swap optimizer's windows over a shard: about its share of the whole's windows.

@@ -33,6 +33,10 @@ Flags& add_model_flags(Flags& f) {
               "default) or position (the earliest)",
               "probs|position")
       .flag("moe-pad-expert-input-to-capacity", "every expert runs exactly its capacity of rows (zero-weight padding)")
+      .flag("moe-router-enable-expert-bias",
+            "after each step move every router's correction bias towards balance (DeepSeek-V3's aux-loss-free "
+            "balancing; default: the bias stays as loaded)")
+      .option("moe-router-bias-update-rate", "the bias's step with --moe-router-enable-expert-bias (default 1e-3)", "R")
       .option("num-attention-heads", "attention heads", "N")
       .option("num-query-groups", "key/value heads (grouped-query attention)", "N")
       .option("kv-channels", "head dimension (default with --hidden-size or --num-attention-heads: hidden / heads)",
@@ -186,6 +190,21 @@ void parse_moe_capacity(const Flags& f, models::ModelConfig& m) {
   m.moe_pad_expert_input_to_capacity = pad;
 }
 
+// --moe-router-enable-expert-bias [--moe-router-bias-update-rate R] (Megatron-LM's): for models whose routers
+// have a correction bias (deepseek_v3); R > 0 and finite, default 1e-3.
+void parse_expert_bias(const Flags& f, models::ModelConfig& m) {
+  if (!f.flag_on("moe-router-enable-expert-bias")) {
+    TIDAL_CHECK(!f.has("moe-router-bias-update-rate"),
+                "tidal train: --moe-router-bias-update-rate needs --moe-router-enable-expert-bias");
+    return;
+  }
+  TIDAL_CHECK(m.router_expert_bias, "tidal train: --moe-router-enable-expert-bias is for models whose routers have ",
+              "a correction bias (deepseek_v3, e.g. --model tiny-deepseek-v3); ", m.model_type, "'s have none");
+  m.moe_router_bias_update_rate = f.number("moe-router-bias-update-rate", 1e-3, 0, 1e6);
+  TIDAL_CHECK(m.moe_router_bias_update_rate > 0, "tidal train: --moe-router-bias-update-rate must be > 0, got ",
+              m.moe_router_bias_update_rate, " (leave out --moe-router-enable-expert-bias to keep the bias)");
+}
+
 void derive_sizes(const Flags& f, models::ModelConfig& m) {
   constexpr int64_t kBig = int64_t(1) << 40;
   int64_t ffn = m.intermediate_size;
@@ -196,7 +215,9 @@ void derive_sizes(const Flags& f, models::ModelConfig& m) {
   if (m.is_moe() && (f.has("hidden-size") || f.has("ffn-hidden-size"))) m.moe_intermediate_size = m.intermediate_size;
   m.moe_intermediate_size = override_int(f, "moe-ffn-hidden-size", m.moe_intermediate_size, 1, kBig);
   TIDAL_CHECK(m.is_moe() || !f.has("moe-ffn-hidden-size"), "tidal train: --moe-ffn-hidden-size is for MoE models");
-  if (f.has("hidden-size") || f.has("num-attention-heads")) m.head_dim = 0;  // hidden / heads
+  TIDAL_CHECK(!m.is_mla() || !f.has("kv-channels"), "tidal train: --kv-channels is not for ", m.model_type,
+              ": multi-head latent attention's heads are qk_nope_head_dim + qk_rope_head_dim wide (its config.json)");
+  if (!m.is_mla() && (f.has("hidden-size") || f.has("num-attention-heads"))) m.head_dim = 0;  // hidden / heads
   m.head_dim = override_int(f, "kv-channels", m.head_dim, 1, kBig);
   TIDAL_CHECK(!m.is_gpt2() || !f.has("kv-channels") || m.head_dim * m.num_attention_heads == m.hidden_size,
               "tidal train: gpt2's heads split the hidden size: --kv-channels must be hidden / heads");
@@ -260,6 +281,7 @@ TrainArgs train_args(const Flags& f) {
   m.num_key_value_heads = override_int(f, "num-query-groups", m.kv_heads(), 1, 100000);
   derive_sizes(f, m);  // ffn, moe ffn and head sizes (Note [Derived sizes])
   parse_moe_capacity(f, m);
+  parse_expert_bias(f, m);
   for (const char* size : {"num-layers", "hidden-size", "ffn-hidden-size", "moe-ffn-hidden-size", "num-attention-heads",
                            "num-query-groups", "kv-channels"})
     if (f.has(size)) {

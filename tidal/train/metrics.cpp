@@ -75,13 +75,21 @@ double training_flops_per_token(const models::ModelConfig& c, int64_t seq_length
   const double d = double(c.hidden_size), hd = double(c.head_size()), h = double(c.num_attention_heads);
   const double kv = double(c.kv_heads()), v = double(c.vocab_size);
   double macs = 0;  // multiply-adds per token, forward
+  const double qk = double(c.qk_head_size()), dv = double(c.v_head_size());
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
-    macs += d * (h + 2 * kv) * hd + h * hd * d;  // q, k, v, o projections
+    if (c.is_mla()) {  // q (through its LoRA), kv_a, kv_b and o projections
+      const double qr = double(c.q_lora_rank), kvr = double(c.kv_lora_rank);
+      macs += (qr > 0 ? d * qr + qr * h * qk : d * h * qk) + d * (kvr + double(c.qk_rope_head_dim)) +
+              kvr * h * (double(c.qk_nope_head_dim) + dv) + h * dv * d;
+    } else {
+      macs += d * (h + 2 * kv) * hd + h * hd * d;  // q, k, v, o projections
+    }
     const int64_t window = c.attention_window(l);
     const double keys = double(window > 0 ? std::min(window, seq_length) : seq_length);
-    macs += 2.0 * keys * h * hd;  // q k^T and p v
+    macs += keys * h * (qk + dv);  // q k^T and p v
     if (c.is_moe_layer(l))
-      macs += d * double(c.num_experts) + 3.0 * d * double(c.moe_intermediate_size) * double(c.num_experts_per_tok);
+      macs += d * double(c.num_experts) +
+              3.0 * d * double(c.moe_intermediate_size) * double(c.num_experts_per_tok + c.n_shared_experts);
     else
       macs += (c.is_gpt2() ? 2.0 : 3.0) * d * double(c.intermediate_size);
   }

@@ -83,6 +83,8 @@ StepResult train_step(int64_t it, const TrainArgs& args, Setup& s, profile::Prof
     if (!r.nonfinite.empty() && !args.skip_nonfinite_steps) stop_nonfinite(it, r.nonfinite, args);
   }
   s.update->update(r.lr, r.grad_norm, r.nonfinite.empty());
+  // --moe-router-enable-expert-bias: every rank's loads of this step (their tokens differ on every rank).
+  if (s.model->config().moe_router_bias_update_rate > 0) models::update_expert_biases(*s.model, comm);
   return r;
 }
 
