@@ -122,6 +122,7 @@ TEST(ContextParallel, SlidingWindowAndBiasesOnTwoRanks) {
   // ring attention and the all-gathered K/V; its MoE with the correction bias and a shared expert.
   compare_cp("tiny-deepseek-v3", 2);
   compare_cp("tiny-deepseek-v3", 2, {"--attention", "eager"});
+  compare_cp("tiny-deepseek-v3", 2, {"--recompute-modules", "mla_up_proj,moe", "--activation-offload"});
 }
 
 TEST(ContextParallel, TwoRanksWithRecomputeAndOffload) {

@@ -74,7 +74,13 @@ void check(const char* preset_name, AttentionKernel kernel, bool dropout, DType 
       {"norm", "", "", -1, false, -1, true},
       {"activation + norm 2", "", "", -1, true, -1, true, 2},
   };
-  for (const Mode& m : modes) {
+  std::vector<Mode> all = modes;
+  if (c.is_mla()) {  // DeepSeek's up-projections, alone and with the norms and core attention
+    all.push_back({"modules mla_up_proj", "", "", -1, false, -1, false, -1, "mla_up_proj"});
+    all.push_back(
+        {"modules mla_up_proj,norm,core_attn", "", "", -1, false, -1, false, -1, "mla_up_proj,norm,core_attn"});
+  }
+  for (const Mode& m : all) {
     const memory::RecomputeConfig rc = m.parse(c);
     std::vector<memory::LayerRecompute> plan = memory::plan_recompute(rc, c);
     model->set_recompute(m.name == "none" ? std::vector<memory::LayerRecompute>{} : plan);

@@ -80,7 +80,7 @@ void check(const char* preset_name, AttentionKernel kernel, DType dtype = DType:
   manual_seed(2);
   Tensor batch = randint(0, c.vocab_size, {4, 33});
   const Trained plain = run(*model, batch, nullptr);
-  const std::vector<std::pair<Mode, Setup>> cases = {
+  std::vector<std::pair<Mode, Setup>> cases = {
       {{"none"}, {"all"}},
       {{"none"}, {"layer-input", memory::OffloadTarget::disk}},
       {{"none"}, {"min-bytes=16384", memory::OffloadTarget::host, 0}},
@@ -91,6 +91,11 @@ void check(const char* preset_name, AttentionKernel kernel, DType dtype = DType:
       {{"full block 1 + activation", "full", "block", 1, true}, {"all"}},
       {{"activation + norm", "", "", -1, true, -1, true}, {"all", memory::OffloadTarget::host, 2}},
   };
+  if (c.is_mla()) {  // MLA's up-projections recomputed: their outputs are neither kept nor offloaded
+    const Mode up{"modules mla_up_proj,norm", "", "", -1, false, -1, false, -1, "mla_up_proj,norm"};
+    cases.push_back({up, {"all"}});
+    cases.push_back({up, {"core-attn", memory::OffloadTarget::host, 2}});
+  }
   for (const auto& [mode, setup] : cases) {
     if (setup.policy == "core-attn" && kernel != AttentionKernel::eager) continue;
     const std::vector<memory::LayerRecompute> plan =

@@ -23,7 +23,7 @@ using Mode = testing::RecomputeMode;
 
 memory::RecomputeConfig parse(const Mode& m, const ModelConfig& c) { return m.parse(c); }
 
-std::vector<Mode> modes(bool moe) {
+std::vector<Mode> modes(bool moe, bool mla) {
   std::vector<Mode> v = {
       {"full uniform 1", "full", "uniform", 1},
       {"full uniform 2", "full", "uniform", 2},
@@ -41,6 +41,11 @@ std::vector<Mode> modes(bool moe) {
     v.push_back({"modules moe_act,mlp", "", "", -1, false, -1, false, -1, "moe_act,mlp"});
   } else {
     v.push_back({"modules mlp", "", "", -1, false, -1, false, -1, "mlp"});
+  }
+  if (mla) {  // DeepSeek's up-projections alone, and with every other module
+    v.push_back({"modules mla_up_proj", "", "", -1, false, -1, false, -1, "mla_up_proj"});
+    v.push_back(
+        {"modules mla_up_proj,core_attn,norm,moe", "", "", -1, false, -1, false, -1, "mla_up_proj,core_attn,norm,moe"});
   }
   return v;
 }
@@ -82,7 +87,7 @@ void check_all_modes(const char* preset_name, AttentionKernel kernel, DType dtyp
   manual_seed(2);
   Tensor batch = randint(0, c.vocab_size, {4, 13});
   const Result plain = run(*model, batch);
-  for (const Mode& m : modes(c.is_moe())) {
+  for (const Mode& m : modes(c.is_moe(), c.is_mla())) {
     model->set_recompute(memory::plan_recompute(parse(m, c), c));
     const Result r = run(*model, batch);
     model->set_recompute({});

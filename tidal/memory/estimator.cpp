@@ -7,6 +7,7 @@
 #include "tidal/memory/estimator_items.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "tidal/base/checked_math.h"
 #include "tidal/base/error.h"
@@ -31,7 +32,8 @@ bool in_region(const Item& it, const LayerRecompute& p) {
 
 bool discarded(const Item& it, const LayerRecompute& p) {
   return (it.discard == Discard::norm1 && p.norm) || (it.discard == Discard::norm2 && p.norm) ||
-         (it.discard == Discard::act && (p.activation || p.moe_act));
+         (it.discard == Discard::act && (p.activation || p.moe_act)) ||
+         (it.discard == Discard::up_proj && p.mla_up_proj);
 }
 
 // The layers' recompute policies: the plan's, or none at all.
@@ -139,15 +141,19 @@ class Replay {
 // Forward of a layer with the finer policies: what it keeps; a discarded output exists only until its
 // consumers saved it (statistics: not at all). Returns the bytes kept.
 int64_t forward_layer(Replay& r, int64_t l, const std::vector<Item>& v, const LayerRecompute& p) {
-  int64_t kept = 0, pending = 0;
+  int64_t kept = 0, pending = 0, pending_up = 0;
   for (const Item& it : v) {
+    if (it.part == Part::mlp && pending_up > 0) r.bump(-std::exchange(pending_up, 0));
     if (in_region(it, p) && !it.region_input) continue;
     if (discarded(it, p)) {
       if (!it.in_forward) continue;
       r.bump(it.bytes, at_layer(l, it.name));
-      // The router input's consumer is the whole sparse MoE block: it goes when the block is done.
+      // The router input's consumer is the whole sparse MoE block: it goes when the block is done; MLA's
+      // queries, keys and values go when the attention (core and o_proj) is done.
       if (it.region == Region::moe && !p.moe)
         pending += it.bytes;
+      else if (it.discard == Discard::up_proj)
+        pending_up += it.bytes;
       else
         r.bump(-it.bytes);
       continue;
@@ -155,7 +161,7 @@ int64_t forward_layer(Replay& r, int64_t l, const std::vector<Item>& v, const La
     r.bump(it.bytes, at_layer(l, it.name));
     kept += it.bytes;
   }
-  r.bump(-pending);
+  r.bump(-(pending + pending_up));
   return kept;
 }
 
@@ -218,8 +224,17 @@ void backward_layer(Replay& r, int64_t l, const std::vector<Item>& v, const Laye
   };
   Region replayed = Region::none;
   bool moe_started = false;
+  // mla_up_proj: its recompute runs before the attention's last backward (o_proj's), at its last item.
+  size_t last_attn = v.size();
+  for (size_t x = 0; x < v.size(); ++x)
+    if (v[x].part == Part::attn) last_attn = x;
   for (size_t i = v.size(); i-- > 0;) {
     const Item& it = v[i];
+    if (i == last_attn && p.mla_up_proj) {
+      for (size_t x = 0; x < v.size(); ++x)
+        if (v[x].discard == Discard::up_proj) bring(x);
+      if (bytes > 0) came_back(" recomputed up-projections");
+    }
     if (in_region(it, p) && replayed != it.region) {  // the region's last save: its replay
       replayed = it.region;
       for (size_t x = 0; x < v.size(); ++x)

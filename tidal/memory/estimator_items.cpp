@@ -110,26 +110,23 @@ std::vector<Item> mla_attention(const Dims& d, const models::ModelConfig& cfg, A
       {"q_a/kv_a_proj input", n * c * el, Part::attn, Region::none, false, Discard::norm1},
   };
   v.reserve(v.size() + reserve);
+  // mla_up_proj keeps the two down-projections' outputs (the q_a_layernorm and kv_a_layernorm inputs) and
+  // frees the rest up to the core's inputs; its recompute saves the internals again.
+  const Discard up = Discard::up_proj;
   if (cfg.q_lora_rank > 0) {
     v.push_back({"q_a_layernorm input", n * cfg.q_lora_rank * el, Part::attn});
-    v.push_back({"q_a_layernorm rstd", n * d.acc, Part::attn});
-    v.push_back({"q_b_proj input", n * cfg.q_lora_rank * el, Part::attn});
+    v.push_back({"q_a_layernorm rstd", n * d.acc, Part::attn, Region::none, false, up, false});
+    v.push_back({"q_b_proj input", n * cfg.q_lora_rank * el, Part::attn, Region::none, false, up, false});
   }
-  v.push_back({"query", n * qk * el, Part::attn, Region::core_attn, true, Discard::none, true, true});
+  v.push_back({"query", n * qk * el, Part::attn, Region::core_attn, true, up, true, true});
   v.push_back({"kv_a_layernorm input", n * (latent + cfg.qk_rope_head_dim) * el, Part::attn});
-  v.push_back({"kv_a_layernorm rstd", n * d.acc, Part::attn});
-  v.push_back({"kv_b_proj input", n * latent * el, Part::attn});
+  v.push_back({"kv_a_layernorm rstd", n * d.acc, Part::attn, Region::none, false, up, false});
+  v.push_back({"kv_b_proj input", n * latent * el, Part::attn, Region::none, false, up, false});
   // Under context parallelism eager attention saves the gathered K and V, not these (as llama_attention).
   const bool local_kv = kernel != AttentionKernel::eager || d.cp == 1 || core_recompute;
-  const Item key = {"key", n * qk * el, Part::attn, Region::core_attn, true, Discard::none, true, true};
-  const Item value = {"kv_b_proj output (values)",
-                      n * (h * cfg.qk_nope_head_dim + vh) * el,
-                      Part::attn,
-                      Region::core_attn,
-                      true,
-                      Discard::none,
-                      true,
-                      true};
+  const int64_t kv_b_out = n * (h * cfg.qk_nope_head_dim + vh) * el;
+  const Item key = {"key", n * qk * el, Part::attn, Region::core_attn, true, up, true, true};
+  const Item value = {"kv_b_proj output (values)", kv_b_out, Part::attn, Region::core_attn, true, up, true, true};
   if (kernel == AttentionKernel::eager) {
     if (local_kv) v.push_back(value);  // kv_b_proj's output exists before the key is assembled
     if (local_kv) v.push_back(key);

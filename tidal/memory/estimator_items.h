@@ -11,7 +11,9 @@ namespace tidal::memory::estimator {
 
 enum class Part { attn, mlp };
 enum class Region { none, core_attn, mlp, moe };  // inside which selective checkpoint region
-enum class Discard { none, norm1, norm2, act };   // output an output-discarding recompute may free
+// What an output-discarding recompute may free: the norms' outputs, the activation's, MLA's up-projections'
+// outputs (queries, keys, values) with their internals (in_forward false: saved only by the recompute).
+enum class Discard { none, norm1, norm2, act, up_proj };
 
 struct Item {
   const char* name;

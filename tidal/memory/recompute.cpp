@@ -51,6 +51,7 @@ const char* name(RecomputeModule m) {
     case RecomputeModule::norm: return "norm";
     case RecomputeModule::moe_act: return "moe_act";
     case RecomputeModule::moe: return "moe";
+    case RecomputeModule::mla_up_proj: return "mla_up_proj";
   }
   return "?";
 }
@@ -93,6 +94,9 @@ void validate_recompute(const RecomputeConfig& c, const models::ModelConfig& mod
     for (const RecomputeModule m : {RecomputeModule::moe_act, RecomputeModule::moe})
       TIDAL_CHECK(!has(c.modules, m) || sparse, "--recompute-modules ", name(m), ": the model (", model.model_type,
                   ") has no mixture-of-experts layer");
+    TIDAL_CHECK(!has(c.modules, RecomputeModule::mla_up_proj) || model.is_mla(),
+                "--recompute-modules mla_up_proj: the ", "model (", model.model_type,
+                ") has no multi-head latent attention (deepseek_v3 has)");
     TIDAL_CHECK(!has(c.modules, RecomputeModule::mlp) || dense,
                 "--recompute-modules mlp: every layer of the model is a ",
                 "mixture-of-experts layer (use moe or moe_act)");
@@ -155,6 +159,7 @@ std::vector<LayerRecompute> plan_recompute(const RecomputeConfig& c, const model
       p.mlp = has(c.modules, RecomputeModule::mlp) && !sparse;
       p.moe = has(c.modules, RecomputeModule::moe) && sparse;
       p.moe_act = has(c.modules, RecomputeModule::moe_act) && sparse && !p.moe;
+      p.mla_up_proj = has(c.modules, RecomputeModule::mla_up_proj);
     }
   }
   return plan;
@@ -174,6 +179,7 @@ nlohmann::json recompute_stats_json(const RecomputeConfig& c, const std::vector<
                             {p.mlp, "mlp"},
                             {p.moe, "moe"},
                             {p.moe_act, "moe_act"},
+                            {p.mla_up_proj, "mla_up_proj"},
                             {p.activation, "activation"},
                             {p.norm, "norm"}})
       if (on) policies.push_back(name);

@@ -19,10 +19,12 @@ namespace tidal::memory {
 
 enum class Granularity { none, full, selective };
 enum class RecomputeMethod { none, uniform, block };
-enum class RecomputeModule { core_attn, mlp, norm, moe_act, moe };
-inline constexpr std::array<RecomputeModule, 5> kRecomputeModules = {RecomputeModule::core_attn, RecomputeModule::mlp,
-                                                                     RecomputeModule::norm, RecomputeModule::moe_act,
-                                                                     RecomputeModule::moe};
+// mla_up_proj (Megatron-LM's): multi-head latent attention's up-projections and RoPE (models/mla.h) run
+// again in backward instead of keeping the queries, keys and values (and their internals).
+enum class RecomputeModule { core_attn, mlp, norm, moe_act, moe, mla_up_proj };
+inline constexpr std::array<RecomputeModule, 6> kRecomputeModules = {
+    RecomputeModule::core_attn, RecomputeModule::mlp, RecomputeModule::norm,
+    RecomputeModule::moe_act,   RecomputeModule::moe, RecomputeModule::mla_up_proj};
 // Their flag spellings: "none", "full", "selective"; "none", "uniform", "block"; "core_attn", "mlp", ...
 const char* name(Granularity g);
 const char* name(RecomputeMethod m);

@@ -7,6 +7,7 @@
 
 #include "tidal/models/config.h"
 #include "tidal/models/core_attention.h"
+#include "tidal/models/layer_recompute.h"
 #include "tidal/nn/module.h"
 #include "tidal/ops/rope.h"
 
@@ -16,9 +17,10 @@ class AttentionBlock : public nn::Module {
  public:
   // h (B, T, C) normalized -> the projections of it the block keeps (their shapes are the block's own).
   virtual std::vector<Tensor> project(const Tensor& h, const ModelConfig& c) const = 0;
-  // The rest -> (B, T, C). `recompute_core`: checkpoint the core attention (eager kernel).
+  // The rest -> (B, T, C), under the layer's recompute policies: rc.core_attn checkpoints the core attention
+  // (eager kernel), rc.mla_up_proj MLA's up-projections.
   virtual Tensor attend(const std::vector<Tensor>& projected, const RopeTables& rope, const ModelConfig& c,
-                        const CoreAttention& attn, bool training, bool recompute_core) const = 0;
+                        const CoreAttention& attn, bool training, const LayerRecompute& rc) const = 0;
 };
 
 // The core attention of q (B, H, T, D), k (B, Hkv, T, D), v (B, Hkv, T, Dv) under module `module`'s scope,

@@ -34,8 +34,8 @@ Tensor Gemma3DecoderLayer::forward(const Tensor& x, const RopeTables& rope, cons
   std::vector<Tensor> qkv = autograd::with_discarded_outputs(
       rc.norm, [this](const std::vector<Tensor>& in) { return std::vector<Tensor>{input_layernorm_->forward(in[0])}; },
       {x}, [this, &c](const std::vector<Tensor>& h) { return self_attn_->project(h[0], c); });
-  const Tensor a = self_attn_->attend(qkv, rope, c, attn, training, rc.core_attn);  // (B, T, C)
-  Tensor x1 = add(x, post_attention_layernorm_->forward(a));                        // (B, T, C)
+  const Tensor a = self_attn_->attend(qkv, rope, c, attn, training, rc);  // (B, T, C)
+  Tensor x1 = add(x, post_attention_layernorm_->forward(a));              // (B, T, C)
   auto norm2 = [this](const std::vector<Tensor>& in) {
     return std::vector<Tensor>{pre_feedforward_layernorm_->forward(in[0])};
   };

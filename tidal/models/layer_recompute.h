@@ -12,13 +12,14 @@ struct LayerRecompute {
   bool full = false;
   bool group_start = false;
   int64_t group_size = 1;
-  bool core_attn = false;   // checkpoint the attention core (eager: scores, softmax, dropout, @v)
-  bool mlp = false;         // checkpoint the dense MLP
-  bool moe = false;         // checkpoint the whole sparse MoE block
-  bool moe_act = false;     // output-discarding recompute of each expert's activation
-  bool activation = false;  // output-discarding recompute of the dense MLP's activation
-  bool norm = false;        // output-discarding recompute of the layer's two norms
-  bool any() const { return full || core_attn || mlp || moe || moe_act || activation || norm; }
+  bool core_attn = false;    // checkpoint the attention core (eager: scores, softmax, dropout, @v)
+  bool mlp = false;          // checkpoint the dense MLP
+  bool moe = false;          // checkpoint the whole sparse MoE block
+  bool moe_act = false;      // output-discarding recompute of each expert's activation
+  bool activation = false;   // output-discarding recompute of the dense MLP's activation
+  bool norm = false;         // output-discarding recompute of the layer's two norms
+  bool mla_up_proj = false;  // output-discarding recompute of MLA's up-projections and RoPE (models/mla.h)
+  bool any() const { return full || core_attn || mlp || moe || moe_act || activation || norm || mla_up_proj; }
   bool operator==(const LayerRecompute&) const = default;
 };
 

@@ -33,7 +33,7 @@ std::vector<Tensor> LlamaAttention::project(const Tensor& h, const ModelConfig& 
 }
 
 Tensor LlamaAttention::attend(const std::vector<Tensor>& qkv, const RopeTables& rope, const ModelConfig& c,
-                              const CoreAttention& attn, bool training, bool recompute_core) const {
+                              const CoreAttention& attn, bool training, const LayerRecompute& rc) const {
   const int64_t b = qkv[0].size(0), t = qkv[0].size(1), h = c.num_attention_heads, hd = c.head_size();
   Tensor q = qkv[0], k = qkv[1];
   if (q_norm_ != nullptr) {
@@ -46,8 +46,8 @@ Tensor LlamaAttention::attend(const std::vector<Tensor>& qkv, const RopeTables& 
   opt.dropout_p = training ? c.attention_dropout : 0.0;
   opt.window = window_;             // sliding layers (mistral, qwen2/qwen3 with use_sliding_window, gemma3)
   opt.scale = c.attention_scale();  // gemma3: query_pre_attn_scalar^-1/2
-  Tensor a = run_core_attention({q, k, qkv[2].transpose(1, 2)}, opt, attn, recompute_core, name());  // (B, H, T, hd)
-  return o_proj_->forward(a.transpose(1, 2).reshape({b, t, h * hd}));                                // (B, T, C)
+  Tensor a = run_core_attention({q, k, qkv[2].transpose(1, 2)}, opt, attn, rc.core_attn, name());  // (B, H, T, hd)
+  return o_proj_->forward(a.transpose(1, 2).reshape({b, t, h * hd}));                              // (B, T, C)
 }
 
 Tensor run_core_attention(const std::vector<Tensor>& qkv, const AttentionOptions& opt, const CoreAttention& attn,
@@ -84,7 +84,7 @@ std::vector<Tensor> LlamaDecoderLayer::forward(const Tensor& x, const RopeTables
   std::vector<Tensor> qkv = autograd::with_discarded_outputs(
       rc.norm, [this](const std::vector<Tensor>& in) { return std::vector<Tensor>{input_layernorm_->forward(in[0])}; },
       {x}, [this, &c](const std::vector<Tensor>& h) { return self_attn_->project(h[0], c); });
-  Tensor x1 = add(x, self_attn_->attend(qkv, rope, c, attn, training, rc.core_attn));  // (B, T, C)
+  Tensor x1 = add(x, self_attn_->attend(qkv, rope, c, attn, training, rc));  // (B, T, C)
   auto norm2 = [this](const std::vector<Tensor>& in) {
     return std::vector<Tensor>{post_attention_layernorm_->forward(in[0])};
   };

@@ -17,10 +17,10 @@ class LlamaAttention : public AttentionBlock {
   LlamaAttention(const ModelConfig& c, int64_t layer, const nn::Init& init);
   // The projections: h (B, T, C) normalized -> {q (B, T, H, hd), k (B, T, Hkv, hd), v (B, T, Hkv, hd)}.
   std::vector<Tensor> project(const Tensor& h, const ModelConfig& c) const override;
-  // The rest: QK-norm, RoPE, the attention core (checkpointed with `recompute_core` under the eager
-  // kernel) and the output projection -> (B, T, C).
+  // The rest: QK-norm, RoPE, the attention core (checkpointed with rc.core_attn under the eager kernel)
+  // and the output projection -> (B, T, C).
   Tensor attend(const std::vector<Tensor>& qkv, const RopeTables& rope, const ModelConfig& c, const CoreAttention& attn,
-                bool training, bool recompute_core) const override;
+                bool training, const LayerRecompute& rc) const override;
 
  private:
   nn::Linear* q_proj_;

@@ -17,10 +17,19 @@ class MlaAttention : public AttentionBlock {
   MlaAttention(const ModelConfig& c, const nn::Init& init);
   // h (B, T, C) -> {q_a_proj(h) (B, T, q_lora_rank) or q_proj(h) (B, T, H * qk), kv_a_proj_with_mqa(h)}.
   std::vector<Tensor> project(const Tensor& h, const ModelConfig& c) const override;
+  // rc.mla_up_proj (Megatron's --recompute-modules mla_up_proj): the up-projections and RoPE, from the
+  // two down-projections' outputs to the queries, keys and values, keep nothing but those inputs; the
+  // queries, keys and values are freed once the core attention saved them and computed again before
+  // its backward.
   Tensor attend(const std::vector<Tensor>& projected, const RopeTables& rope, const ModelConfig& c,
-                const CoreAttention& attn, bool training, bool recompute_core) const override;
+                const CoreAttention& attn, bool training, const LayerRecompute& rc) const override;
 
  private:
+  // {q_a_proj or q_proj output, kv_a_proj_with_mqa output} -> {query (B, H, T, qk), key (B, H, T, qk),
+  // kv_b_proj's output (B, T, H, nope + v), whose last v_head_dim of each head are the values}: whole
+  // storages, which the recompute refills in place.
+  std::vector<Tensor> up(const std::vector<Tensor>& projected, const RopeTables& rope, const ModelConfig& c) const;
+
   nn::Linear* q_proj_ = nullptr;  // q_lora_rank 0
   nn::Linear* q_a_proj_ = nullptr;
   nn::RMSNorm* q_a_layernorm_ = nullptr;

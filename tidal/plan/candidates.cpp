@@ -172,6 +172,14 @@ std::vector<RecomputeConfig> recompute_ladder(const models::ModelConfig& m, Atte
   } else {
     module_sets.push_back({RecomputeModule::mlp});
   }
+  if (m.is_mla()) {  // MLA's up-projections, alone and beside each set above
+    const size_t n = module_sets.size();
+    for (size_t i = 0; i < n; ++i) {
+      module_sets.push_back(module_sets[i]);
+      module_sets.back().push_back(RecomputeModule::mla_up_proj);
+    }
+    module_sets.push_back({RecomputeModule::mla_up_proj});
+  }
   for (const auto& modules : module_sets) {
     RecomputeConfig c;
     c.granularity = Granularity::selective;

@@ -150,7 +150,9 @@ std::vector<Suggestion> suggest_recompute(const models::ModelConfig& m, const Tr
     if (s.attention == AttentionKernel::eager) c.modules.push_back(RecomputeModule::core_attn);
     c.modules.push_back(moe_only ? RecomputeModule::moe : RecomputeModule::mlp);
     if (m.is_moe() && !moe_only) c.modules.push_back(RecomputeModule::moe);
-    candidates.push_back({c, "checkpoints the MLP" + std::string(m.is_moe() ? " and MoE blocks" : "")});
+    if (m.is_mla()) c.modules.push_back(RecomputeModule::mla_up_proj);
+    candidates.push_back({c, "checkpoints the MLP" + std::string(m.is_moe() ? " and MoE blocks" : "") +
+                                 (m.is_mla() ? ", recomputes MLA's up-projections" : "")});
   }
   if (!(cur.granularity == Granularity::full && cur.method == memory::RecomputeMethod::uniform &&
         cur.num_layers == 1)) {

@@ -39,7 +39,7 @@ std::vector<RecomputeModule> parse_modules(const std::string& list) {
         known = true;
       }
     TIDAL_CHECK(known, "--recompute-modules: unknown module '", item,
-                "'; valid are core_attn, mlp, norm, moe_act, moe");
+                "'; valid are core_attn, mlp, norm, moe_act, moe, mla_up_proj");
   }
   return out;
 }
@@ -133,7 +133,7 @@ Flags& add_memory_flags(Flags& f) {
       .option("recompute-activation-function-num-layers", "how many layers (default: all)", "N")
       .flag("recompute-norm", "free norm outputs, recompute them in backward")
       .option("recompute-norm-num-layers", "how many layers (default: all)", "N")
-      .option("recompute-modules", "selective recompute of core_attn,mlp,norm,moe_act,moe", "LIST")
+      .option("recompute-modules", "selective recompute of core_attn,mlp,norm,moe_act,moe,mla_up_proj", "LIST")
       .flag("activation-offload", "offload saved activations to host (or disk) during forward (docs/offload.md)")
       .option("offload-policy", "layer-input, core-attn, all (default) or min-bytes=N", "POLICY")
       .option("offload-target", "host (default) or disk", "TARGET")
