@@ -36,7 +36,7 @@ import transformers
 OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "fixtures", "hf")
 FAMILIES = {"gpt2": "GPT2Config", "llama": "LlamaConfig", "mistral": "MistralConfig", "qwen2": "Qwen2Config",
             "qwen3": "Qwen3Config", "qwen3_moe": "Qwen3MoeConfig", "gemma3_text": "Gemma3TextConfig",
-            "deepseek_v3": "DeepseekV3Config"}
+            "deepseek_v3": "DeepseekV3Config", "gemma3": "Gemma3Config"}
 
 
 def write_json(path, obj):
@@ -201,6 +201,26 @@ def deepseek_v3_plain_config():  # q_proj (no q LoRA), RoPE not interleaved and 
         rope_parameters={"rope_type": "default", "rope_theta": 10000.0})
 
 
+def gemma3_multimodal_config():  # Gemma-3-4B's layout: the language model of a Gemma3ForConditionalGeneration
+    # (a tiny SigLIP tower beside it, which tidal does not build); 3 layers, layer 2 full
+    text = gemma3_config().to_dict()
+    text.update(num_hidden_layers=3, layer_types=["sliding_attention", "sliding_attention", "full_attention"])
+    vision = transformers.SiglipVisionConfig(hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                             num_attention_heads=2, image_size=28, patch_size=14)
+    return transformers.Gemma3Config(text_config=text, vision_config=vision.to_dict(), mm_tokens_per_image=4,
+                                     boi_token_index=100, eoi_token_index=101, image_token_index=102)  # past V: text only
+
+
+# The saved names of a multimodal checkpoint (language_model.model.*) are the text model's (model.*) in tidal;
+# transformers 5's module names are model.language_model.*.
+def multimodal_param_name(saved):
+    return saved.replace("language_model.model.", "model.language_model.", 1)
+
+
+def multimodal_tidal_name(saved):
+    return saved.replace("language_model.model.", "model.", 1)
+
+
 # directory: (config, model class, input (batch, seq), gradients to record, by the names of model.safetensors)
 GOLDEN = {
     "tiny_gpt2": (gpt2_config, "GPT2LMHeadModel", (2, 12), [
@@ -238,6 +258,10 @@ GOLDEN = {
         "model.embed_tokens.weight", "model.layers.0.self_attn.q_proj.weight",
         "model.layers.1.self_attn.kv_a_layernorm.weight", "model.layers.2.self_attn.kv_b_proj.weight",
         "model.layers.2.mlp.gate.weight", "model.layers.2.mlp.experts.1.up_proj.weight", "lm_head.weight"]),
+    "tiny_gemma3_multimodal": (gemma3_multimodal_config, "Gemma3ForConditionalGeneration", (2, 16), [
+        "language_model.model.embed_tokens.weight", "language_model.model.layers.0.self_attn.q_proj.weight",
+        "language_model.model.layers.2.mlp.up_proj.weight", "language_model.model.layers.1.pre_feedforward_layernorm.weight",
+        "language_model.model.norm.weight"]),
     "tiny_qwen2": (qwen2_config, "Qwen2ForCausalLM", (2, 16), [
         "model.embed_tokens.weight", "model.layers.0.self_attn.q_proj.bias", "model.layers.1.self_attn.k_proj.weight",
         "model.layers.1.self_attn.v_proj.bias", "model.layers.0.mlp.gate_proj.weight", "lm_head.weight"]),
@@ -267,7 +291,10 @@ def grad_of(model, saved, name):
     fused experts (gate_up_proj (E, 2I, H) = [gate; up], down_proj (E, H, I)); checked against the file."""
     import torch
     params = dict(model.named_parameters())
-    if name in params:
+    if name.startswith("language_model.model."):  # a multimodal checkpoint's language model
+        g = params[multimodal_param_name(name)].grad
+        value = params[multimodal_param_name(name)].detach()
+    elif name in params:
         g = params[name].grad
         value = params[name].detach()
     else:
@@ -302,7 +329,7 @@ def golden(directory):
     saved = load_file(os.path.join(path, "model.safetensors"))
 
     gen = torch.Generator().manual_seed(1)
-    ids = torch.randint(0, config.vocab_size, (batch, seq), generator=gen)
+    ids = torch.randint(0, config.get_text_config().vocab_size, (batch, seq), generator=gen)
     labels = ids.clone()
     labels[0, seq // 2] = -100  # ignore_index: mean over the other positions
     labels[1, 1] = -100
@@ -321,7 +348,7 @@ def golden(directory):
     model.zero_grad()
     ce.backward()
     for name in grads:
-        golden["grad." + name] = grad_of(model, saved, name)
+        golden["grad." + multimodal_tidal_name(name)] = grad_of(model, saved, name)
     prompt = torch.tensor([PROMPT])
     with torch.no_grad():
         gen_out = model.generate(prompt, do_sample=False, max_new_tokens=8, output_scores=True,

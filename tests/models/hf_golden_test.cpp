@@ -36,7 +36,9 @@ struct GoldenRow {
 // tiny_gemma3: layers 0, 1, 3 slide over 5 keys with RoPE base 10000, layer 2 full with linear x2 at 1e6;
 // tiny_deepseek_v3: MLA with q LoRA, interleaved yarn x4 RoPE with mscale_all_dim, 8 experts in 4 groups
 // (2 kept) with a random correction bias, top-2 x 2.5, a shared expert; tiny_deepseek_v3_plain: q_proj,
-// plain RoPE, one group, no shared expert (transformers saves its empty weights), no renormalization.
+// plain RoPE, one group, no shared expert (transformers saves its empty weights), no renormalization;
+// tiny_gemma3_multimodal: a Gemma3ForConditionalGeneration (Gemma-3-4B's layout) whose language model tidal
+// loads from its text_config and language_model.* weights, leaving the vision tower out.
 const GoldenRow kGolden[] = {
     {"tiny_gpt2", 1e-4, 1e-5, 1e-4},
     {"tiny_llama3", 1e-4, 1e-5, 1e-4},
@@ -45,6 +47,7 @@ const GoldenRow kGolden[] = {
     {"tiny_mistral", 1e-4, 1e-5, 1e-4},
     {"tiny_qwen2", 1e-4, 1e-5, 1e-4},
     {"tiny_gemma3", 1e-4, 1e-5, 1e-4, "layers.0.mlp.gate_proj.weight"},
+    {"tiny_gemma3_multimodal", 1e-4, 1e-5, 1e-4, "layers.0.mlp.gate_proj.weight"},
     {"tiny_deepseek_v3", 1e-4, 1e-5, 1e-4},
     {"tiny_deepseek_v3_plain", 1e-4, 1e-5, 1e-4},
 };

@@ -75,11 +75,45 @@ TEST(HfGemma3Config, WhatTidalDoesNotImplementIsRefused) {
   j["rope_parameters"]["sliding_attention"]["rope_type"] = "linear";
   EXPECT_HAS(config_error(j), "must be default: Gemma 3's sliding layers rotate with their base alone");
   j = fixture();
-  j["model_type"] = "gemma3";
-  EXPECT_HAS(config_error(j), "is a multimodal Gemma 3 config (model_type gemma3)");
+  j["model_type"] = "gemma3";  // multimodal, without a text_config
+  EXPECT_HAS(config_error(j), "is a multimodal Gemma 3 config (model_type gemma3) without a 'text_config' object");
   j = fixture();
   j["pad_token_id"] = 64;
   EXPECT_HAS(config_error(j), "field 'pad_token_id' is 64: it must be in [0, 63]");
+}
+
+// Gemma-3-4B/12B/27B are published as Gemma3ForConditionalGeneration (model_type gemma3): tidal reads the
+// language model from text_config, the top level's tie, init and (4.x) pad id applying to it; the image fields
+// are left to the vision tower tidal does not build.
+TEST(HfGemma3Config, AMultimodalConfigIsItsLanguageModel) {
+  const json mm = testing::hf_fixture_config("tiny_gemma3_multimodal");
+  const ModelConfig c = config_from_json(mm, "mm");
+  EXPECT_EQ(c.model_type, "gemma3_text");
+  EXPECT_EQ(c.num_hidden_layers, 3);
+  EXPECT_TRUE(c.tie_word_embeddings);
+  EXPECT_EQ(c.attention_window(0), 5);
+  EXPECT_EQ(c.attention_window(2), 0);
+  json j = mm;
+  j["text_config"]["model_type"] = "llama";
+  EXPECT_HAS(config_error(j), "'s model_type must be gemma3_text");
+  j = mm;
+  j["tie_word_embeddings"] = false;
+  j["text_config"]["tie_word_embeddings"] = true;
+  EXPECT_HAS(config_error(j), "field 'tie_word_embeddings' is false: it differs from text_config's");
+  j = mm;
+  j["is_encoder_decoder"] = true;
+  EXPECT_HAS(config_error(j), "field 'is_encoder_decoder' is true");
+  j = mm;
+  j["pad_token_id"] = 3;  // 4.x's place for it
+  j["text_config"].erase("pad_token_id");
+  EXPECT_EQ(config_from_json(j, "mm").pad_token_id, 3);
+  // The published 4B's text_config (sizes of the preset): the same model as tidal's gemma3-4b.
+  json four = mm;
+  four["text_config"] = json::parse(R"({"model_type": "gemma3_text", "vocab_size": 262208, "hidden_size": 2560,
+    "intermediate_size": 10240, "num_hidden_layers": 34, "num_attention_heads": 8, "num_key_value_heads": 4,
+    "head_dim": 256, "query_pre_attn_scalar": 256, "sliding_window": 1024, "rope_scaling": {"rope_type": "linear",
+    "factor": 8.0}, "rope_theta": 1000000.0, "rope_local_base_freq": 10000.0, "max_position_embeddings": 131072})");
+  EXPECT_EQ(config_from_json(four, "gemma-3-4b").parameter_count(), preset("gemma3-4b").parameter_count());
 }
 
 }  // namespace

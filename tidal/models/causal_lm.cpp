@@ -102,7 +102,8 @@ namespace {
 // Under tie_word_embeddings the head is the embedding: a file whose own lm_head.weight differs would
 // otherwise lose it without a word.
 void check_tied_head(const std::map<std::string, Tensor>& state, const Tensor& head) {
-  const char* embed_names[] = {"model.embed_tokens.weight", "transformer.wte.weight", "wte.weight"};
+  const char* embed_names[] = {"model.embed_tokens.weight", "transformer.wte.weight", "wte.weight",
+                               "language_model.model.embed_tokens.weight"};
   for (const char* name : embed_names) {
     auto it = state.find(name);
     if (it == state.end()) continue;
@@ -134,18 +135,47 @@ bool is_mtp_weight(const ModelConfig& c, const std::string& name) {
   return layer >= c.num_hidden_layers && layer < c.num_hidden_layers + c.num_nextn_predict_layers;
 }
 
+// A multimodal Gemma 3's vision tower and projector, as published (vision_tower.*, multi_modal_projector.*) or
+// as transformers 5 names its modules (model.vision_tower.*, model.multi_modal_projector.*).
+bool is_vision_weight(const std::string& name) {
+  for (const char* prefix :
+       {"vision_tower.", "multi_modal_projector.", "model.vision_tower.", "model.multi_modal_projector."})
+    if (name.starts_with(prefix)) return true;
+  return false;
+}
+
+// Its language model's names: language_model.model.* (published) or model.language_model.* (transformers 5's
+// modules) are the text model's model.*; language_model.lm_head.* its lm_head.*.
+std::string language_model_name(const std::string& name) {
+  for (const char* prefix : {"language_model.model.", "model.language_model."})
+    if (name.starts_with(prefix)) return "model." + name.substr(std::string(prefix).size());
+  if (name.starts_with("language_model.lm_head.")) return name.substr(std::string("language_model.").size());
+  return name;
+}
+
 }  // namespace
 
-void CausalLM::load_hf_state_dict(std::map<std::string, Tensor> state) {
+CausalLM::LoadReport CausalLM::load_hf_state_dict(std::map<std::string, Tensor> state) {
+  LoadReport report;
   std::map<std::string, Tensor> mine;
   std::map<std::string, bool> ours;
   for (auto& [name, p] : named_parameters()) ours[name] = true;
   for (auto& [name, t] : state) {
     std::string key = name;
     if (!ours.count(key) && ours.count("transformer." + key)) key = "transformer." + key;  // GPT2Model naming
+    if (config_.is_gemma3()) {  // a multimodal Gemma 3 (Gemma3ForConditionalGeneration): its language model
+      if (is_vision_weight(key)) {
+        ++report.vision_tensors;
+        continue;
+      }
+      key = language_model_name(key);
+    }
     const bool buffer = key.size() > 9 && (key.ends_with(".attn.bias") || key.ends_with(".attn.masked_bias"));
-    if (buffer) continue;                       // GPT-2's causal-mask buffers
-    if (is_mtp_weight(config_, key)) continue;  // DeepSeek-V3's MTP modules: transformers skips them too
+    if (buffer) continue;               // GPT-2's causal-mask buffers
+    if (is_mtp_weight(config_, key)) {  // DeepSeek-V3's MTP modules: transformers skips them too
+      ++report.mtp_tensors;
+      continue;
+    }
     // DeepSeek-V3 without shared experts: transformers builds (and saves) them zero wide.
     if (config_.is_deepseek_v3() && config_.n_shared_experts == 0 && t.numel() == 0 &&
         key.find(".shared_experts.") != std::string::npos)
@@ -157,6 +187,7 @@ void CausalLM::load_hf_state_dict(std::map<std::string, Tensor> state) {
     mine[key] = std::move(t);
   }
   load_state_dict(mine, /*strict=*/true);
+  return report;
 }
 
 int64_t CausalLM::checked_sequence_length(const Tensor& ids, const CoreAttention& attn) const {

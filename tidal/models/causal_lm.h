@@ -59,8 +59,13 @@ class CausalLM : public nn::Module {
   ModelOutput forward(const Tensor& ids) const;
 
   // Loads a Hugging Face state dict, accepting the naming variants of published checkpoints
-  // (GPT-2 without the "transformer." prefix, attention-mask buffers, a tied lm_head copy).
-  void load_hf_state_dict(std::map<std::string, Tensor> state);
+  // (GPT-2 without the "transformer." prefix, attention-mask buffers, a tied lm_head copy, a multimodal
+  // Gemma 3's language_model.* names). Returns what it left out on purpose.
+  struct LoadReport {
+    int64_t vision_tensors = 0;  // a multimodal Gemma 3's vision tower and projector
+    int64_t mtp_tensors = 0;     // DeepSeek-V3's multi-token-prediction layers
+  };
+  LoadReport load_hf_state_dict(std::map<std::string, Tensor> state);
 
   void set_layer_runner(LayerRunner runner) { runner_ = std::move(runner); }
   // nullptr removes them; the hooks must outlive the forwards and backwards that use them.

@@ -250,9 +250,7 @@ ModelConfig config_from_json(const json& j, std::string_view source, std::set<st
   const FieldReader f(j, source, fields_read);
   ModelConfig c;
   c.model_type = f.get("model_type", "");
-  TIDAL_CHECK(c.model_type != "gemma3", "[config] ", source,
-              " is a multimodal Gemma 3 config (model_type gemma3): tidal trains the text model; save its "
-              "text_config as config.json (model_type gemma3_text)");
+  if (c.model_type == "gemma3") return detail::read_gemma3_multimodal(f);
   // The value is not echoed: a hostile file's string could be anything (tests/unit/hostile_config_test.cpp).
   TIDAL_CHECK(is_model_type(c.model_type), "[config] ", source,
               " field 'model_type' names no model tidal builds: supported are ", model_type_list());

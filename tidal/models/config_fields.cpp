@@ -77,7 +77,19 @@ const std::vector<HarmlessField> kGpt2 = {
     {"n_ctx", "an old copy of n_positions that transformers no longer reads"},
 };
 
+// A multimodal Gemma 3's fields beside its text_config (config_gemma3.h read_gemma3_multimodal), listed with
+// gemma3_text's since the model read is its language model.
+constexpr const char* kImageOnly =
+    "an image input's token or the vision tower: text-only training has none (tidal builds the language model)";
 const std::vector<HarmlessField> kGemma3 = {
+    {"boi_token_index", kImageOnly},
+    {"eoi_token_index", kImageOnly},
+    {"image_token_index", kImageOnly},
+    {"boi_token_id", kImageOnly},
+    {"eoi_token_id", kImageOnly},
+    {"image_token_id", kImageOnly},
+    {"mm_tokens_per_image", kImageOnly},
+    {"vision_config", kImageOnly},
     {"_sliding_window_pattern",
      "the layer pattern transformers saved layer_types from; transformers 5 reloads layer_types (and reads "
      "sliding_window_pattern, not this, when they are absent), as tidal does"},

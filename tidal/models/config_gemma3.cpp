@@ -3,6 +3,7 @@
 #include <cmath>
 #include <nlohmann/json.hpp>
 
+#include "tidal/models/config_fields.h"
 #include "tidal/models/config_rope.h"
 #include "tidal/models/config_window.h"
 
@@ -84,6 +85,38 @@ void read_gemma3(const FieldReader& f, ModelConfig& c) {
     f.refuse("use_bidirectional_attention", "true", "tidal trains causal language models (only false)");
   c.attention_bias = f.get("attention_bias", false);
   c.qk_norm = true;
+}
+
+ModelConfig read_gemma3_multimodal(const FieldReader& f) {
+  const json* text = f.find("text_config");
+  TIDAL_CHECK(text != nullptr && text->is_object(), "[config] ", f.source(),
+              " is a multimodal Gemma 3 config (model_type gemma3) without a 'text_config' object: tidal trains its "
+              "language model, described there");
+  json t = *text;
+  if (!t.contains("model_type")) t["model_type"] = "gemma3_text";
+  TIDAL_CHECK(t["model_type"] == "gemma3_text", f.where("text_config"),
+              "'s model_type must be gemma3_text (Gemma 3's language model)");
+  // The top level's tie and init apply to the whole model (transformers ties the head by the top level's).
+  const bool top_tie = f.get("tie_word_embeddings", true);
+  if (t.contains("tie_word_embeddings") && !t["tie_word_embeddings"].is_null() && t["tie_word_embeddings"] != top_tie)
+    f.refuse("tie_word_embeddings", top_tie ? "true" : "false",
+             "it differs from text_config's: keep one value (transformers ties the head by this one)");
+  t["tie_word_embeddings"] = top_tie;
+  if (const json* init = f.find("initializer_range")) t["initializer_range"] = *init;
+  // 4.x's top-level pad_token_id: the embedding's padding row unless text_config names its own.
+  if (const json* pad = f.find("pad_token_id")) {
+    if (t.contains("pad_token_id") && !t["pad_token_id"].is_null() && t["pad_token_id"] != *pad)
+      f.refuse("pad_token_id", pad->dump(), "it differs from text_config's: keep one value");
+    t["pad_token_id"] = *pad;
+  }
+  ModelConfig unused;
+  unused.model_type = "gemma3";
+  check_unsupported_fields(f, unused);  // is_encoder_decoder, cross-attention, pruned heads, quantization
+  for (const char* dtype : {"dtype", "torch_dtype"})
+    if (const json* d = f.find(dtype); d != nullptr && !t.contains(dtype)) t[dtype] = *d;
+  // The image fields are harmless to text-only training (models/config_fields.cpp); the text model's own
+  // fields are gemma3_text's, whose fixture lists them.
+  return config_from_json(t, tidal::detail::str_cat(f.source(), " text_config"));
 }
 
 void write_gemma3(const ModelConfig& c, json& j) {

@@ -18,6 +18,10 @@ namespace tidal::models::detail {
 
 // The sizes must be read already (hidden, layers, heads, head_dim, positions).
 void read_gemma3(const FieldReader& f, ModelConfig& c);
+// A multimodal Gemma 3 (model_type gemma3, Gemma3ForConditionalGeneration: Gemma-3-4B/12B/27B as published): its
+// language model, from text_config (model_type gemma3_text); the image fields name tokens of image inputs and
+// the vision tower, which tidal neither builds nor loads (text-only training).
+ModelConfig read_gemma3_multimodal(const FieldReader& f);
 // Writes the fields back in 4.x form (rope_theta, rope_scaling, rope_local_base_freq), which 4.x and 5.x
 // both read.
 void write_gemma3(const ModelConfig& c, nlohmann::json& j);

@@ -128,9 +128,18 @@ Setup setup_training(const TrainArgs& args, models::ModelConfig& config, std::FI
   // Expert parallel: the model builds this rank's experts only (models/moe.h).
   s.model = build_model(args, config, s.groups->experts(), deferred, device);
   s.offloader = attach_offloader(args.memory, config, *s.model, device);
-  if (!args.pretrained.empty())  // expert parallel: this rank's experts out of the whole model's
-    s.model->load_hf_state_dict(
+  if (!args.pretrained.empty()) {  // expert parallel: this rank's experts out of the whole model's
+    const models::CausalLM::LoadReport loaded = s.model->load_hf_state_dict(
         models::load_pretrained_dir(args.pretrained, layout.expert > 1 ? held_here(*s.model) : nullptr).weights);
+    if (loaded.vision_tensors > 0)
+      std::fprintf(out,
+                   "%s is a multimodal Gemma 3: training its language model; its vision tower and projector (%lld "
+                   "tensors) are not loaded, and checkpoints hold the language model alone (Gemma3ForCausalLM)\n",
+                   args.pretrained.c_str(), (long long)loaded.vision_tensors);
+    if (loaded.mtp_tensors > 0)
+      std::fprintf(out, "%s: its multi-token-prediction layers (%lld tensors) are not loaded (not trained yet)\n",
+                   args.pretrained.c_str(), (long long)loaded.mtp_tensors);
+  }
   if (layout.sharded()) {
     // Expert parallel: the experts' shards over their expert-data-parallel group (optim::ExpertShards).
     optim::ExpertShards experts;
