@@ -95,6 +95,61 @@ TEST_F(DataCli, PrepareWritesOneDocumentPerEntry) {
   EXPECT_EQ(tidal::data::IndexedDataset(dir_ + "/w").num_documents(), 1);  // the whole file
 }
 
+// JSON Lines, as Megatron-LM's preprocess_data.py takes them: one dataset per --json-keys key, named
+// PREFIX_KEY_document; gzip read the same; a malformed line stops the run naming FILE:LINE, or with
+// --on-bad-line skip is skipped and counted; a truncated gzip stream is an error, not a short dataset.
+TEST_F(DataCli, PrepareReadsJsonLines) {
+  const std::string tok = dir_ + "/tok.json";
+  ASSERT_EQ(run(kTidal + " tokenizer train --input " + dir_ + "/quotes --vocab-size 280 --output " + tok).code, 0);
+  const tidal::data::Tokenizer t = tidal::data::Tokenizer::load(tok);
+  write(dir_ + "/a.jsonl",
+        "{\"text\": \"The quick fox.\", \"title\": \"One\"}\n\n{\"text\": \"A second\\nentry.\", "
+        "\"title\": \"Two\"}\n{\"text\": 5, \"title\": \"x\"}\nnot json\n{\"text\": \"\", \"title\": "
+        "\"Four\"}\n{\"text\": \"Last, no newline.\", \"title\": \"Five\"}");
+  Result r =
+      run(kTidal + " prepare --input " + dir_ + "/a.jsonl --tokenizer " + tok + " --output-prefix " + dir_ + "/j");
+  EXPECT_EQ(r.code, 1) << r.output;
+  EXPECT_NE(r.output.find("a.jsonl:4: 'text' is a JSON number, not a string"), std::string::npos) << r.output;
+  r = run(kTidal + " prepare --input " + dir_ + "/a.jsonl --tokenizer " + tok + " --output-prefix " + dir_ +
+          "/j --on-bad-line skip --json-keys text title --append-eod");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("4 records, 2 malformed lines skipped (the first: " + dir_ + "/a.jsonl:4:"),
+            std::string::npos)
+      << r.output;
+  const tidal::data::IndexedDataset text(dir_ + "/j_text_document"), title(dir_ + "/j_title_document");
+  ASSERT_EQ(text.num_documents(), 3);  // the empty string is no document
+  EXPECT_EQ(t.decode(text.document(1)), "A second\nentry.<|endoftext|>");
+  EXPECT_EQ(t.decode(text.document(2)), "Last, no newline.<|endoftext|>");
+  ASSERT_EQ(title.num_documents(), 4);
+  EXPECT_EQ(t.decode(title.document(3)), "Five<|endoftext|>");
+  // gzip: the same documents; cut short, an error.
+  ASSERT_EQ(run("gzip -kf " + dir_ + "/a.jsonl").code, 0);
+  r = run(kTidal + " prepare --input " + dir_ + "/a.jsonl.gz --tokenizer " + tok + " --output-prefix " + dir_ +
+          "/g --on-bad-line skip");
+  ASSERT_EQ(r.code, 0) << r.output;
+  const tidal::data::IndexedDataset gz(dir_ + "/g_text_document");
+  ASSERT_EQ(gz.num_documents(), 3);
+  EXPECT_EQ(t.decode(gz.document(2)), "Last, no newline.");
+  ASSERT_EQ(run("head -c 60 " + dir_ + "/a.jsonl.gz > " + dir_ + "/cut.jsonl.gz").code, 0);
+  r = run(kTidal + " prepare --input " + dir_ + "/cut.jsonl.gz --tokenizer " + tok + " --output-prefix " + dir_ +
+          "/c --on-bad-line skip");
+  EXPECT_EQ(r.code, 1) << r.output;
+  EXPECT_NE(r.output.find("is not a whole gzip stream"), std::string::npos) << r.output;
+  // Mistakes: a missing key, JSON flags on plain text, mixed inputs, a split flag.
+  r = run(kTidal + " prepare --input " + dir_ + "/a.jsonl --tokenizer " + tok + " --output-prefix " + dir_ +
+          "/m --json-keys body");
+  EXPECT_NE(r.output.find("a.jsonl:1: no key 'body' (--json-keys)"), std::string::npos) << r.output;
+  r = run(kTidal + " prepare --input " + dir_ + "/quotes --tokenizer " + tok + " --output-prefix " + dir_ +
+          "/m --json-keys text");
+  EXPECT_NE(r.output.find("--json-keys is for JSON Lines inputs"), std::string::npos) << r.output;
+  r = run(kTidal + " prepare --input " + dir_ + "/quotes " + dir_ + "/a.jsonl --tokenizer " + tok +
+          " --output-prefix " + dir_ + "/m");
+  EXPECT_NE(r.output.find("the inputs mix JSON Lines (1 of 2 files) and plain text"), std::string::npos) << r.output;
+  r = run(kTidal + " prepare --input " + dir_ + "/a.jsonl --tokenizer " + tok + " --output-prefix " + dir_ +
+          "/m --split-on-blank-lines");
+  EXPECT_NE(r.output.find("a JSON Lines record is one document of each key"), std::string::npos) << r.output;
+}
+
 TEST_F(DataCli, MistakesAreExplained) {
   Result r = run(kTidal + " tokenizer train --input " + dir_ + "/quotes --vocab-size 300");
   EXPECT_EQ(r.code, 1);
