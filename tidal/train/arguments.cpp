@@ -98,6 +98,14 @@ Flags& add_run_flags(Flags& f) {
       .option("eval-interval", "evaluate on the validation split every N steps (0: never)", "N")
       .option("eval-iters", "validation batches per evaluation", "N")
       .option("metrics-json", "keep a JSON file of settings, per-step metrics and the summary", "FILE")
+      .option("tensorboard-dir",
+              "write TensorBoard event files there: loss, learning rate, grad norm, batch size, throughput, "
+              "validation (created if missing)",
+              "DIR")
+      .option("tensorboard-log-interval", "with --tensorboard-dir: every N steps (default 1)", "N")
+      .flag("log-memory-to-tensorboard", "with --tensorboard-dir: device memory, and each category's peak")
+      .flag("log-validation-ppl-to-tensorboard", "with --tensorboard-dir: the validation perplexity too")
+      .flag("log-timers-to-tensorboard", "with --tensorboard-dir: the iteration time too")
       .flag("no-progress", "no progress bar")
       .flag("report-memory", "print the table of tensors saved for backward in the first step")
       .flag("auto-memory",
@@ -400,6 +408,15 @@ void parse_outputs(const Flags& f, TrainArgs& a) {
   a.eval_interval = f.integer("eval-interval", a.eval_interval, 0, kMaxSize);
   a.eval_iters = f.integer("eval-iters", a.eval_iters, 1, kMaxSize);
   a.metrics_json = f.str("metrics-json");
+  TrainArgs::Tensorboard& tb = a.tensorboard;
+  tb.dir = f.str("tensorboard-dir");
+  tb.log_interval = f.integer("tensorboard-log-interval", tb.log_interval, 1, kMaxSize);
+  tb.memory = f.flag_on("log-memory-to-tensorboard");
+  tb.validation_ppl = f.flag_on("log-validation-ppl-to-tensorboard");
+  tb.timers = f.flag_on("log-timers-to-tensorboard");
+  for (const char* flag : {"tensorboard-log-interval", "log-memory-to-tensorboard", "log-validation-ppl-to-tensorboard",
+                           "log-timers-to-tensorboard"})
+    TIDAL_CHECK(!f.has(flag) || !tb.dir.empty(), "tidal train: --", flag, " needs --tensorboard-dir DIR");
   a.report_memory = f.flag_on("report-memory");
   a.auto_memory = f.flag_on("auto-memory");
   if (f.has("auto-memory-budget")) {

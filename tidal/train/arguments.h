@@ -58,6 +58,14 @@ struct TrainArgs {
   int64_t eval_interval = 200;
   int64_t eval_iters = 10;
   std::string metrics_json;
+  // --tensorboard-dir DIR (Megatron-LM's TensorBoard flags; io/tensorboard.h): rank 0 writes an event file of
+  // the step log's scalars every tensorboard_log_interval steps, the validation loss, and with the
+  // --log-*-to-tensorboard switches memory, validation perplexity and the iteration time.
+  struct Tensorboard {
+    std::string dir;  // "": none
+    int64_t log_interval = 1;
+    bool memory = false, validation_ppl = false, timers = false;
+  } tensorboard;
   bool progress = true;        // a progress bar when stdout is a terminal
   bool report_memory = false;  // print the saved-tensor table of the first step
   // --auto-memory [--auto-memory-budget BYTES] [--device-profile NAME|FILE]: train with tidal plan's

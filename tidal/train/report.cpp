@@ -94,6 +94,10 @@ Report::Report(const TrainArgs& args, const models::ModelConfig& config, const S
     std::fprintf(out, "loss compute mode: %s; optimizer states: %s\n", mem.loss.describe().c_str(),
                  s.optimizer->describe().c_str());
   recompute_ns0_ = autograd::recompute_time_ns();
+  if (!args.tensorboard.dir.empty() && s.comm().rank() == 0) {
+    tensorboard_ = std::make_unique<io::EventWriter>(args.tensorboard.dir);
+    std::fprintf(out, "TensorBoard events: %s\n", tensorboard_->path().c_str());
+  }
 }
 
 void Report::saved_tensors(const SavedTensors& saved) {
@@ -114,6 +118,8 @@ void Report::step(int64_t it, const StepResult& r, double seconds, int64_t consu
                  (long long)it, r.nonfinite.c_str(), (long long)skipped_);
   }
   progress_.update(it, r.loss, seconds * 1e3);
+  if (tensorboard_ && (it % args_.tensorboard.log_interval == 0 || it == args_.train_iters))
+    tensorboard_step(it, r, sm, consumed_samples);
   if (it % args_.log_interval != 0 && it != args_.train_iters) return;
   progress_.clear();
   const MemoryStats s = device.stats();
@@ -131,10 +137,46 @@ void Report::step(int64_t it, const StepResult& r, double seconds, int64_t consu
   metrics_.write();
 }
 
-void Report::validation(int64_t it, double loss) {
+void Report::validation(int64_t it, double loss, int64_t consumed_samples) {
   progress_.clear();
   std::fprintf(out_, " validation loss at iteration %lld | lm loss value: %.6E | lm loss PPL: %.3f\n", (long long)it,
                loss, std::exp(loss));
+  if (!tensorboard_) return;
+  // Megatron's tags.
+  tensorboard_->scalar("lm loss validation", it, loss);
+  tensorboard_->scalar("lm loss validation vs samples", consumed_samples, loss);
+  if (args_.tensorboard.validation_ppl) {
+    tensorboard_->scalar("lm loss validation ppl", it, std::exp(loss));
+    tensorboard_->scalar("lm loss validation ppl vs samples", consumed_samples, std::exp(loss));
+  }
+  tensorboard_->flush();
+}
+
+void Report::tensorboard_step(int64_t it, const StepResult& r, const StepMetrics& m, int64_t consumed_samples) {
+  io::EventWriter& tb = *tensorboard_;
+  // Megatron-LM's tags (training_log), and tidal's throughput figures.
+  tb.scalar("lm loss", it, r.loss);
+  tb.scalar("lm loss vs samples", consumed_samples, r.loss);
+  tb.scalar("learning-rate", it, r.lr);
+  tb.scalar("learning-rate vs samples", consumed_samples, r.lr);
+  tb.scalar("batch-size", it, double(args_.global_batch_size));
+  tb.scalar("grad-norm", it, r.grad_norm);
+  tb.scalar("grad-norm vs samples", consumed_samples, r.grad_norm);
+  tb.scalar("tokens-per-second", it, m.tokens_per_s);
+  tb.scalar("achieved-gflops", it, flops_per_token_ * m.tokens_per_s / 1e9);
+  if (r.moe_dropped >= 0) tb.scalar("moe-dropped-slots", it, double(r.moe_dropped));
+  if (args_.tensorboard.timers) tb.scalar("iteration-time", it, m.step_ms / 1e3);
+  if (args_.tensorboard.memory) {
+    const MemoryStats s = device_allocator(args_.device).stats();
+    tb.scalar("mem-allocated-bytes", it, double(s.allocated));
+    tb.scalar("mem-max-allocated-bytes", it, double(s.peak_allocated));
+    tb.scalar("mem-reserved-bytes", it, double(s.reserved));
+    tb.scalar("mem-max-reserved-bytes", it, double(s.peak_reserved));
+    for (int c = 0; c < kNumMemoryCategories; ++c)
+      tb.scalar("mem-peak-" + std::string(category_name(MemoryCategory(c))) + "-bytes", it,
+                double(s.category[size_t(c)].peak));
+  }
+  tb.flush();
 }
 
 void Report::checkpoint_saved(int64_t it) {

@@ -1,11 +1,13 @@
 #pragma once
-// What `tidal train` prints and keeps in --metrics-json (trainer.h): the header, the progress bar,
-// a Megatron-style line every --log-interval, validation and checkpoint lines, and the summary, where
-// each memory feature reports its own statistics (the offloader, the swap optimizer, recompute).
+// What `tidal train` prints and keeps in --metrics-json and --tensorboard-dir (trainer.h): the header, the
+// progress bar, a Megatron-style line every --log-interval, validation and checkpoint lines, and the summary,
+// where each memory feature reports its own statistics (the offloader, the swap optimizer, recompute).
 #include <cstdint>
 #include <cstdio>
+#include <memory>
 #include <string>
 
+#include "tidal/io/tensorboard.h"
 #include "tidal/train/arguments.h"
 #include "tidal/train/metrics.h"
 #include "tidal/train/setup.h"
@@ -35,7 +37,7 @@ class Report {
   // Records iteration `it` (which took `seconds`); prints and writes the metrics every --log-interval,
   // and a line for every step skipped as non-finite (nan_guard.h).
   void step(int64_t it, const StepResult& r, double seconds, int64_t consumed_samples);
-  void validation(int64_t it, double loss);
+  void validation(int64_t it, double loss, int64_t consumed_samples);
   void checkpoint_saved(int64_t it);
   // The summary, in the metrics and printed: memory, each memory feature's statistics over the
   // iterations this process ran (from `s.start` to `last_iteration`), the device peak's breakdown.
@@ -46,7 +48,10 @@ class Report {
  private:
   const TrainArgs& args_;
   std::FILE* out_;
+  // The step's scalars into the event file (Megatron's tags).
+  void tensorboard_step(int64_t it, const StepResult& r, const StepMetrics& m, int64_t consumed_samples);
   MetricsWriter metrics_;
+  std::unique_ptr<io::EventWriter> tensorboard_;  // rank 0 with --tensorboard-dir
   Progress progress_;
   int64_t tokens_per_step_ = 0;
   double flops_per_token_ = 0;

@@ -83,7 +83,7 @@ TrainResult train_loop(const TrainArgs& args, std::FILE* out, models::ModelConfi
     result.iterations = it;
     if (s.data.valid && args.eval_interval > 0 && due(it, args.eval_interval, args.train_iters)) {
       result.final_val_loss = validation_loss(args, s);
-      report.validation(it, result.final_val_loss);
+      report.validation(it, result.final_val_loss, s.loader.position());
     }
     if (!args.checkpoint.save.empty() && due(it, args.checkpoint.save_interval, args.train_iters)) {
       save(args, config, s, it);
