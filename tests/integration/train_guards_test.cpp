@@ -61,6 +61,19 @@ TEST(TrainGuards, ANonFiniteLossStopsTrainingWithExit1) {
                   "error: iteration 1: the loss is nan (micro-batch 1); training stopped before the "
                   "optimizer step"))
       << r.output;
+  // The weights came in bad: the directory is named, not --lr (issue 33).
+  EXPECT_TRUE(has(r.output,
+                  "The weights hold NaN or infinite values already (first: transformer.wte.weight): the "
+                  "--pretrained directory " +
+                      dir + " is corrupt; no --lr fixes that"))
+      << r.output;
+  EXPECT_FALSE(has(r.output, "Try a lower --lr")) << r.output;
+  // tidal generate refuses it instead of sampling garbage with exit 0.
+  const testing::CommandResult g = run_command(kTidal + " generate --load " + dir + " --prompt x --tokenizer " +
+                                               TIDAL_SOURCE_DIR "/tests/fixtures/hf/none.json");
+  EXPECT_EQ(g.code, 1) << g.output;
+  EXPECT_TRUE(has(g.output, "holds NaN or infinite values in transformer.wte.weight: the weights are corrupt"))
+      << g.output;
 }
 
 TEST(TrainGuards, SkipModeSkipsTheBadStepsAndNeverSavesANonFiniteWeight) {

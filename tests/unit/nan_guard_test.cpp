@@ -70,11 +70,21 @@ TEST(NanGuard, StoppingNamesTheStepTheTensorAndTheWayOut) {
   p.poison(0, kNaN);
   TrainArgs args;
   args.schedule.lr = 0.5;
-  const std::string msg = testing::error_of([&] { stop_nonfinite(7, nonfinite_step(3.0, kNaN, p.named), args); });
+  const std::string msg =
+      testing::error_of([&] { stop_nonfinite(7, nonfinite_step(3.0, kNaN, p.named), args, p.named); });
   EXPECT_EQ(msg,
             "iteration 7: the gradient norm is nan (first non-finite gradient: embed.weight); training stopped before "
             "the optimizer step, so no weight took it (--check-for-nan-in-loss-and-grad). Try a lower --lr (now 0.5), "
             "a longer --lr-warmup-iters or --clip-grad; --skip-nonfinite-steps skips such steps instead");
+  // A weight that is not finite before the step: the run's start is at fault, not the learning rate.
+  optim::NamedParameters bad = p.named;
+  bad.back().second = full({2}, std::numeric_limits<float>::quiet_NaN());
+  args.pretrained = "hf/dir";
+  const std::string corrupt = testing::error_of([&] { stop_nonfinite(1, "the loss is nan", args, bad); });
+  EXPECT_NE(corrupt.find("The weights hold NaN or infinite values already (first: " + bad.back().first +
+                         "): the --pretrained directory hf/dir is corrupt; no --lr fixes that"),
+            std::string::npos)
+      << corrupt;
 }
 
 TEST(NanGuard, FlagsTurnItOffOrMakeItSkip) {

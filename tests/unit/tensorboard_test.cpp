@@ -47,8 +47,10 @@ Event decode(const std::string& b) {
   while (at < b.size()) {
     const uint64_t key = varint(b, at);
     const int field = int(key >> 3), wire = int(key & 7);
-    if (field == 1 && wire == 1) e.wall_time = fixed<double>(b, at);
-    else if (field == 2 && wire == 0) e.step = int64_t(varint(b, at));
+    if (field == 1 && wire == 1)
+      e.wall_time = fixed<double>(b, at);
+    else if (field == 2 && wire == 0)
+      e.step = int64_t(varint(b, at));
     else if (wire == 2) {
       const uint64_t n = varint(b, at);
       const std::string body = b.substr(at, n);
@@ -130,8 +132,8 @@ TEST(Tensorboard, FlagsNeedTheDirectory) {
     argv.insert(argv.begin(), {"--mock-data"});
     return testing::error_of([&] { train::parse_train_args(argv); });
   };
-  for (const char* flag : {"--log-memory-to-tensorboard", "--log-timers-to-tensorboard",
-                           "--log-validation-ppl-to-tensorboard"})
+  for (const char* flag :
+       {"--log-memory-to-tensorboard", "--log-timers-to-tensorboard", "--log-validation-ppl-to-tensorboard"})
     EXPECT_NE(error({flag}).find(std::string(flag) + " needs --tensorboard-dir DIR"), std::string::npos) << flag;
   EXPECT_NE(error({"--tensorboard-log-interval", "2"}).find("needs --tensorboard-dir"), std::string::npos);
   const train::TrainArgs a = train::parse_train_args(

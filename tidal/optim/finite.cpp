@@ -21,4 +21,10 @@ std::string first_nonfinite_grad(const NamedParameters& params) {
   return "";
 }
 
+std::string first_nonfinite_weight(const NamedParameters& params) {
+  for (const auto& [name, p] : params)  // ZeRO-3 holds most parameters released between its gathers: skipped
+    if (p.storage() && p.storage()->is_materialized() && !all_finite(p)) return name;
+  return "";
+}
+
 }  // namespace tidal::optim

@@ -15,5 +15,8 @@ bool all_finite(const Tensor& t);
 
 // The name of the first parameter (in `params` order) whose gradient is not finite; "" when none is.
 std::string first_nonfinite_grad(const NamedParameters& params);
+// The name of the first parameter whose value is not finite; "" when none is. Parameters whose bytes are
+// released (ZeRO-3 between its gathers) are not looked at.
+std::string first_nonfinite_weight(const NamedParameters& params);
 
 }  // namespace tidal::optim

@@ -27,7 +27,16 @@ std::string nonfinite_step(double loss, double grad_norm, const optim::NamedPara
   return detail::str_cat("the gradient norm is ", grad_norm, grads);
 }
 
-void stop_nonfinite(int64_t it, const std::string& what, const TrainArgs& args) {
+void stop_nonfinite(int64_t it, const std::string& what, const TrainArgs& args, const optim::NamedParameters& params) {
+  // Before any update (the guard stops ahead of the step), a non-finite weight came with the run's start.
+  if (const std::string bad = optim::first_nonfinite_weight(params); !bad.empty())
+    detail::throw_error(detail::str_cat(
+        "iteration ", it, ": ", what, "; training stopped before the optimizer step. The weights hold NaN or ",
+        "infinite values already (first: ", bad, "): ",
+        !args.pretrained.empty()        ? "the --pretrained directory " + args.pretrained + " is corrupt"
+        : !args.checkpoint.load.empty() ? "the checkpoint loaded from " + args.checkpoint.load + " is corrupt"
+                                        : std::string("the weights went bad"),
+        "; no --lr fixes that: use an intact copy (--skip-nonfinite-steps skips such steps instead)"));
   detail::throw_error(detail::str_cat(
       "iteration ", it, ": ", what, "; training stopped before the optimizer step, so no weight took it ",
       "(--check-for-nan-in-loss-and-grad). Try a lower --lr (now ", args.schedule.lr,

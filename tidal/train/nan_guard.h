@@ -22,7 +22,10 @@ std::string nonfinite_step(double loss, double grad_norm, const optim::NamedPara
                            dist::Communicator* comm = nullptr);
 
 // The tidal::Error that stops training at iteration `it` because of `what` (nonfinite_step's text),
-// with what to try.
-[[noreturn]] void stop_nonfinite(int64_t it, const std::string& what, const TrainArgs& args);
+// with what to try: when `params` (this rank's weights) hold a non-finite value already, the weights
+// the run started from are at fault (a corrupt --pretrained directory or checkpoint), which no --lr
+// fixes; else the learning-rate advice.
+[[noreturn]] void stop_nonfinite(int64_t it, const std::string& what, const TrainArgs& args,
+                                 const optim::NamedParameters& params);
 
 }  // namespace tidal::train

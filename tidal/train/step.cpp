@@ -55,7 +55,8 @@ StepResult train_step(int64_t it, const TrainArgs& args, Setup& s, profile::Prof
     loss_sum += value;
     const bool finite = std::isfinite(value);
     if (args.check_for_nan && !finite && !args.skip_nonfinite_steps)
-      stop_nonfinite(it, detail::str_cat("the loss is ", value, " (micro-batch ", m + 1, ")"), args);
+      stop_nonfinite(it, detail::str_cat("the loss is ", value, " (micro-batch ", m + 1, ")"), args,
+                     s.model->named_parameters());
     profile::Range phase("backward", profile::kPhase);
     s.grad_sync->begin_micro_batch(m, accum);
     if (s.main_grads) s.main_grads->begin_backward(s.grad_sync->overlapping());
@@ -80,7 +81,8 @@ StepResult train_step(int64_t it, const TrainArgs& args, Setup& s, profile::Prof
   // The loss and the norm are global, so every rank takes the same decision.
   if (args.check_for_nan) {
     r.nonfinite = s.update->nonfinite(r.loss, r.grad_norm);
-    if (!r.nonfinite.empty() && !args.skip_nonfinite_steps) stop_nonfinite(it, r.nonfinite, args);
+    if (!r.nonfinite.empty() && !args.skip_nonfinite_steps)
+      stop_nonfinite(it, r.nonfinite, args, s.model->named_parameters());
   }
   s.update->update(r.lr, r.grad_norm, r.nonfinite.empty());
   // --moe-router-enable-expert-bias: every rank's loads of this step (their tokens differ on every rank).

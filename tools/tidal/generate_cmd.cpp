@@ -6,6 +6,7 @@
 #include "tidal/data/tokenizer.h"
 #include "tidal/models/generate.h"
 #include "tidal/models/pretrained.h"
+#include "tidal/optim/finite.h"
 #include "tidal/seam/runtime.h"
 #include "tidal/train/arguments.h"
 #include "tools/tidal/cli.h"
@@ -43,6 +44,10 @@ int run_generate(const std::vector<std::string>& argv) {
     model = models::load_pretrained_model(dir, &files, device);
     saved_tokenizer = files.tokenizer_path;
   }
+  // NaN or infinite weights would sample garbage (and exit 0): a corrupt file is refused by name.
+  const std::string bad = optim::first_nonfinite_weight(model->named_parameters());
+  TIDAL_CHECK(bad.empty(), "tidal generate: ", origin, " holds NaN or infinite values in ", bad,
+              ": the weights are corrupt; use an intact copy");
   const std::string tok_path = f.str("tokenizer", saved_tokenizer);
   TIDAL_CHECK(!tok_path.empty(), "tidal generate: ", origin, " has no tokenizer.json (trained on mock data?); ",
               "pass --tokenizer FILE");
