@@ -362,6 +362,55 @@ def golden(directory):
     print(f"{directory}: {size / 1024:.0f} KiB, loss {float(golden['loss']):.5f}, greedy top-2 gap >= {min(gaps):.3g}")
 
 
+def bytes_to_unicode():
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("\u00a1"), ord("\u00ac") + 1)) + \
+        list(range(ord("\u00ae"), ord("\u00ff") + 1))
+    cs, n = bs[:], 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return dict(zip(bs, map(chr, cs)))
+
+
+def added_tokens():
+    """tests/fixtures/hf/normalized_added_tokens.json: a byte-level BPE tokenizer.json with an NFC normalizer and
+    added tokens with "normalized" true and false (one of them written decomposed, NFD), and the ids Hugging Face
+    tokenizers gives a few texts: normalized tokens are found in the normalized text, the others in the raw text."""
+    import tokenizers
+    vocab = {sym: i for i, sym in enumerate(bytes_to_unicode().values())}
+    tok = {
+        "version": "1.0", "truncation": None, "padding": None,
+        "added_tokens": [
+            {"id": 256, "content": "<|endoftext|>", "single_word": False, "lstrip": False, "rstrip": False,
+             "normalized": False, "special": True},
+            {"id": 257, "content": "cafe\u0301", "single_word": False, "lstrip": False, "rstrip": False,
+             "normalized": True, "special": False},  # NFD: matches the NFC "café" once normalized
+            {"id": 258, "content": "nai\u0308ve", "single_word": False, "lstrip": False, "rstrip": False,
+             "normalized": False, "special": False},  # NFD, not normalized: only the raw NFD spelling matches
+            {"id": 259, "content": "<x>", "single_word": False, "lstrip": False, "rstrip": False,
+             "normalized": True, "special": False},
+        ],
+        "normalizer": {"type": "NFC"},
+        "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True},
+        "post_processor": None,
+        "decoder": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True, "use_regex": True},
+        "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
+                  "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False, "ignore_merges": False,
+                  "vocab": vocab, "merges": []},
+    }
+    text = json.dumps(tok, ensure_ascii=False)
+    t = tokenizers.Tokenizer.from_str(text)
+    cases = ["a caf\u00e9 here", "a cafe\u0301 here", "nai\u0308ve and na\u00efve", "<x>y<|endoftext|>z",
+             "caf\u00e9<x>cafe\u0301"]
+    out = {"tokenizers": tokenizers.__version__, "tokenizer": tok,
+           "cases": [{"text": c, "ids": t.encode(c).ids} for c in cases]}
+    write_json(os.path.join(OUT, "normalized_added_tokens.json"), out)
+    for c in out["cases"]:
+        print(ascii(c["text"]), c["ids"])
+
+
 if __name__ == "__main__":
     what = sys.argv[1] if len(sys.argv) > 1 else "all"
     if what in ("fields", "all"):
@@ -370,6 +419,8 @@ if __name__ == "__main__":
         rope()
     if what in ("published", "all"):
         published()
+    if what in ("tokenizer", "all"):
+        added_tokens()
     for directory in GOLDEN:  # "golden" (all of them), or one directory's name ("tiny" is tiny_llama3)
         if what in ("golden", "all", directory) or (what == "tiny" and directory == "tiny_llama3"):
             golden(directory)

@@ -2,6 +2,9 @@
 // out by hand from the merge rules, exact round trips on any bytes, special tokens, load/save, errors.
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <nlohmann/json.hpp>
+
 #include <random>
 
 #include "tests/unit/data_test_util.h"
@@ -183,6 +186,20 @@ TEST(DataTokenizer, AddedTokenOptions) {
   // lstrip/rstrip: the spaces around <mask> belong to it.
   EXPECT_EQ(t.encode("hello  <mask>  hello"), (Ids{261, 264, 261}));
   EXPECT_THROW(t.eod_id(), Error);  // no <|endoftext|> here
+}
+
+// Hugging Face's AddedVocabulary: a "normalized": true added token is matched in the normalized text (by its
+// normalized content), the others in the raw text first; with an NFC normalizer "cafe\u0301" (written NFD)
+// matches both spellings of café, while the non-normalized NFD "nai\u0308ve" matches only itself. The ids
+// are Hugging Face tokenizers' own (tests/fixtures/hf/normalized_added_tokens.json, hf_fixtures.py tokenizer).
+TEST(DataTokenizer, NormalizedAddedTokensMatchAsHuggingFaces) {
+  const std::string path = std::string(TIDAL_SOURCE_DIR) + "/tests/fixtures/hf/normalized_added_tokens.json";
+  const nlohmann::json f = nlohmann::json::parse(std::ifstream(path));
+  const Tokenizer t = Tokenizer::from_json_string(f["tokenizer"].dump(), path);
+  ASSERT_EQ(f["cases"].size(), 5u);
+  for (const nlohmann::json& c : f["cases"])
+    EXPECT_EQ(t.encode(c["text"].get<std::string>()), c["ids"].get<Ids>()) << c["text"];
+  EXPECT_EQ(t.encode_ordinary("<x>").size(), 3u);  // no added token without allow_added
 }
 
 TEST(DataTokenizer, MalformedFilesAreErrors) {

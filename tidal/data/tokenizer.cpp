@@ -27,7 +27,12 @@ struct Tokenizer::Impl {
   StringMap<int32_t> token_ids;     // spelling -> id (added tokens win, as in Hugging Face)
   std::unique_ptr<BpeModel> bpe;
   std::vector<AddedToken> added;
-  std::array<std::vector<int32_t>, 256> added_by_first_byte;  // indices into `added`, longest first
+  // What each added token matches: its content, normalized for a "normalized": true token (Hugging Face's
+  // AddedVocabulary: those are found in the normalized text, the others in the raw text first).
+  std::vector<std::string> match;
+  using ByFirstByte = std::array<std::vector<int32_t>, 256>;  // indices into `added`, longest first
+  ByFirstByte raw_by_first_byte, normalized_by_first_byte;
+  bool any_normalized = false;
   Normalizer normalizer;
   PreTokenizer pretokenizer;
   int64_t num_merges = 0;
@@ -38,9 +43,9 @@ struct Tokenizer::Impl {
   // Every id's bytes, then the added tokens over the vocabulary (their ids win), indexed for leftmost-longest
   // matching. After the BPE model is built from the vocabulary alone.
   void set_added(std::vector<AddedToken> added_now);
-  // Calls segment(text) for the text between added tokens and token(id) for each added token.
+  // Calls segment(text) for the text between the added tokens of `index` and token(id) for each of them.
   template <typename Segment, typename Token>
-  void split_added(std::string_view text, Segment&& segment, Token&& token) const;
+  void split_added(std::string_view text, const ByFirstByte& index, Segment&& segment, Token&& token) const;
 };
 
 namespace {
@@ -62,14 +67,16 @@ std::string read_text_file(const std::string& path, const char* what) {
 }  // namespace
 
 template <typename Segment, typename Token>
-void Tokenizer::Impl::split_added(std::string_view text, Segment&& segment, Token&& token) const {
+void Tokenizer::Impl::split_added(std::string_view text, const ByFirstByte& index, Segment&& segment,
+                                  Token&& token) const {
   size_t seg_begin = 0;
   for (size_t i = 0; i < text.size(); ++i) {
-    const auto& candidates = added_by_first_byte[static_cast<unsigned char>(text[i])];
+    const auto& candidates = index[static_cast<unsigned char>(text[i])];
     for (int32_t c : candidates) {
       const AddedToken& t = added[size_t(c)];
-      if (text.compare(i, t.content.size(), t.content) != 0) continue;
-      size_t begin = i, end = i + t.content.size();
+      const std::string& content = match[size_t(c)];
+      if (text.compare(i, content.size(), content) != 0) continue;
+      size_t begin = i, end = i + content.size();
       if (t.single_word &&
           ((begin > 0 && is_word_byte(text[begin - 1])) || (end < text.size() && is_word_byte(text[end]))))
         continue;
@@ -239,13 +246,21 @@ void Tokenizer::Impl::set_added(std::vector<AddedToken> added_now) {
     token_ids[t.content] = int32_t(t.id);
     added.push_back(std::move(t));
   }
-  // Leftmost-longest matching: at each position try the longest candidate first.
-  for (size_t i = 0; i < added.size(); ++i)
-    added_by_first_byte[static_cast<unsigned char>(added[i].content[0])].push_back(int32_t(i));
-  for (auto& list : added_by_first_byte)
-    std::stable_sort(list.begin(), list.end(), [&](int32_t x, int32_t y) {
-      return added[size_t(x)].content.size() > added[size_t(y)].content.size();
-    });
+  // Leftmost-longest matching: at each position try the longest candidate first. A normalized token is
+  // matched by its normalized content in the normalized text (normalizer set before).
+  match.clear();
+  for (size_t i = 0; i < added.size(); ++i) {
+    std::string scratch;
+    match.push_back(added[i].normalized ? std::string(normalizer.apply(added[i].content, scratch)) : added[i].content);
+    if (match.back().empty()) continue;  // normalized to nothing: never matched
+    any_normalized = any_normalized || added[i].normalized;
+    ByFirstByte& index = added[i].normalized ? normalized_by_first_byte : raw_by_first_byte;
+    index[static_cast<unsigned char>(match.back()[0])].push_back(int32_t(i));
+  }
+  for (ByFirstByte* index : {&raw_by_first_byte, &normalized_by_first_byte})
+    for (auto& list : *index)
+      std::stable_sort(list.begin(), list.end(),
+                       [&](int32_t x, int32_t y) { return match[size_t(x)].size() > match[size_t(y)].size(); });
 }
 
 Tokenizer Tokenizer::from_json_string(const std::string& text, const std::string& origin) {
@@ -347,9 +362,19 @@ void Tokenizer::Impl::encode(BpeModel::Session& session, std::string_view text, 
   const Impl& m = *this;
   std::string scratch;
   const PreTokenizer::Sink sink = [&](std::string_view piece) { session.encode_piece(piece, out); };
-  auto segment = [&](std::string_view seg) { m.pretokenizer.split(m.normalizer.apply(seg, scratch), sink); };
+  auto pieces = [&](std::string_view normalized) { m.pretokenizer.split(normalized, sink); };
+  auto token = [&](int64_t id) { out.push_back(id); };
+  // Hugging Face's order: the raw text split on the tokens that are not normalized, each segment
+  // normalized, then split on the normalized ones.
+  auto segment = [&](std::string_view seg) {
+    const std::string_view normalized = m.normalizer.apply(seg, scratch);
+    if (allow_added && m.any_normalized)
+      m.split_added(normalized, m.normalized_by_first_byte, pieces, token);
+    else
+      pieces(normalized);
+  };
   if (allow_added && !m.added.empty())
-    m.split_added(text, segment, [&](int64_t id) { out.push_back(id); });
+    m.split_added(text, m.raw_by_first_byte, segment, token);
   else
     segment(text);
 }
