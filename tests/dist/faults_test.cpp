@@ -26,14 +26,47 @@ bool single_process() { return !dist::launched_by_mpi_launcher(); }
 
 TEST(DistFaults, ABadInputOnOneRankEndsEveryRankWithItsMessage) {
   if (!single_process()) GTEST_SKIP() << "launches mpirun itself";
-  // Rank 1 reads a dataset that does not exist; rank 0 is fine and would wait for it in the first
-  // gradient all-reduce.
-  const auto r = run_command(kMpirun + "-np 1 " + kTrain + " --train-iters 50 : -np 1 " + kCommon +
+  // Rank 1 reads a dataset that does not exist (its node lacks the files: the paths are the only flags that
+  // differ); rank 0 has one and would wait for rank 1 in the first gradient all-reduce.
+  const std::string dir = ::testing::TempDir() + "tidal_faults_data";
+  ASSERT_EQ(run_command("rm -rf " + dir + " && mkdir -p " + dir +
+                        " && printf 'the quick brown fox jumps over the "
+                        "lazy dog. ' > " +
+                        dir + "/t.txt && for i in $(seq 200); do cat " + dir + "/t.txt; done > " + dir + "/text.txt")
+                .code,
+            0);
+  ASSERT_EQ(run_command(kTidal + " tokenizer train --input " + dir + "/text.txt --vocab-size 300 --min-frequency 1 " +
+                        "--output " + dir + "/tok.json && " + kTidal + " prepare --input " + dir + "/text.txt " +
+                        "--tokenizer " + dir + "/tok.json --output-prefix " + dir + "/corpus --split-on-blank-lines")
+                .code,
+            0);
+  const auto r = run_command(kMpirun + "-np 1 " + kCommon + " --train-iters 50 --data-path " + dir + "/corpus " +
+                             "--tokenizer " + dir + "/tok.json : -np 1 " + kCommon +
                              " --train-iters 50 --data-path /nonexistent/corpus --tokenizer /nonexistent/t.json");
   EXPECT_NE(r.code, 0) << r.output;
   EXPECT_NE(r.code, 124) << "timed out (a rank hung): " << r.output;
   EXPECT_NE(r.output.find("tidal train: [rank 1 of 2] error:"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("/nonexistent/t.json"), std::string::npos) << r.output;
+}
+
+// Ranks started with other settings are compared before anything collective: another layer count (which
+// would deadlock in the first all-reduce), another seed (diverging replicas) or another iteration count
+// each end every rank at once naming the setting and both values (issue 33).
+TEST(DistFaults, RanksWithOtherSettingsStopNamingTheSetting) {
+  if (!single_process()) GTEST_SKIP() << "launches mpirun itself";
+  const std::pair<std::string, std::string> cases[] = {
+      {" --train-iters 5 --num-layers 3", "model/n_layer is 3 on rank 1 and 2 on rank 0"},
+      {" --train-iters 5 --seed 7", "seed is 7 on rank 1 and 1234 on rank 0"},
+      {" --train-iters 9", "train_iters is 9 on rank 1 and 5 on rank 0"},
+  };
+  for (const auto& [flag, said] : cases) {
+    const auto r = run_command(kMpirun + "-np 1 " + kTrain + " --train-iters 5 : -np 1 " + kTrain + flag);
+    EXPECT_NE(r.code, 0) << flag << ": " << r.output;
+    EXPECT_NE(r.code, 124) << flag << ": timed out (a rank hung): " << r.output;
+    EXPECT_NE(r.output.find("rank 1 was started with other settings than rank 0: "), std::string::npos)
+        << flag << ": " << r.output;
+    EXPECT_NE(r.output.find(said), std::string::npos) << flag << ": " << r.output;
+  }
 }
 
 TEST(DistFaults, AKilledRankEndsTheRun) {

@@ -11,6 +11,7 @@
 #include "tidal/seam/runtime.h"
 #include "tidal/train/profiling.h"
 #include "tidal/train/report.h"
+#include "tidal/train/same_settings.h"
 #include "tidal/train/setup.h"
 #include "tidal/train/step.h"
 
@@ -103,6 +104,7 @@ TrainResult run_training_on(const TrainArgs& given, std::FILE* out, dist::Commun
   // one fails here with CUDA's reason).
   select_device(given.device);
   TrainArgs bound = given.on(comm.size());
+  check_same_settings(bound, comm);  // before anything else is collective
   const TrainArgs args = given.auto_memory ? hooks.choose(bound, comm, out) : bound;
   models::ModelConfig config = args.model;  // load_data may take the tokenizer's vocabulary
   try {
