@@ -51,9 +51,12 @@ void train_quietly(const train::TrainArgs& args) {
   std::fclose(quiet);
 }
 
+// A directory's entries, without --save's lock file (rank 0 removes it when its run returns, which the
+// other ranks' listing may precede).
 std::set<std::string> entries(const std::string& dir) {
   std::set<std::string> out;
-  for (const fs::directory_entry& e : fs::directory_iterator(dir)) out.insert(e.path().filename().string());
+  for (const fs::directory_entry& e : fs::directory_iterator(dir))
+    if (e.path().filename() != ".tidal-save.lock") out.insert(e.path().filename().string());
   return out;
 }
 

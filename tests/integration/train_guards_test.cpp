@@ -1,7 +1,9 @@
 // `tidal train`'s guards end to end: the NaN/Inf guard (stop, skip, and no non-finite weight ever
 // saved), --save checked before the first step and cleared of a killed save's leftovers, --load of a
 // directory without a checkpoint, and flags whose sizes overflow 64 bits.
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <filesystem>
@@ -135,6 +137,31 @@ TEST(TrainGuards, SavePathsAreCheckedAndClearedBeforeTheFirstStep) {
   EXPECT_TRUE(has(r.output, "resumed from " + save + "/iter_0000001 at iteration 1")) << r.output;
   EXPECT_FALSE(fs::exists(save + "/iter_0000002.tmp-77"));
   EXPECT_EQ(checkpoint::latest_iteration(save), 2);
+}
+
+// Two runs on one --save (issue 33): the second used to delete the first's save in progress and move the
+// tracker back. The running one holds DIR/.tidal-save.lock (a POSIX lock, here taken by this test process as
+// a stand-in): the second stops at once naming it, and the first's partial save stays.
+TEST(TrainGuards, ASecondRunOnTheSameSaveDirectoryStops) {
+  const std::string save = fresh_dir("save_lock");
+  const int fd = ::open((save + "/.tidal-save.lock").c_str(), O_RDWR | O_CREAT, 0644);
+  ASSERT_GE(fd, 0);
+  struct flock l {};
+  l.l_type = F_WRLCK;
+  l.l_whence = SEEK_SET;
+  ASSERT_EQ(::fcntl(fd, F_SETLK, &l), 0);
+  const std::string me = std::to_string(::getpid());
+  ASSERT_EQ(::pwrite(fd, me.data(), me.size(), 0), ssize_t(me.size()));
+  fs::create_directories(save + "/iter_0000003.tmp-" + me);  // the running one's save in progress
+  testing::CommandResult r = run_command(command("--model tiny-gpt2 --train-iters 1 --save " + save));
+  EXPECT_EQ(r.code, 1) << r.output;
+  EXPECT_TRUE(has(r.output, "--save " + save + " is in use by another tidal train (pid " + me)) << r.output;
+  EXPECT_TRUE(fs::exists(save + "/iter_0000003.tmp-" + me));
+  ::close(fd);  // the first run ends: the next one takes over and clears what it left
+  r = run_command(command("--model tiny-gpt2 --train-iters 1 --save " + save));
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_FALSE(fs::exists(save + "/iter_0000003.tmp-" + me));
+  EXPECT_EQ(checkpoint::latest_iteration(save), 1);
 }
 
 TEST(TrainGuards, LoadOfADirectoryWithoutACheckpointStartsFreshUnlessStrict) {

@@ -171,13 +171,13 @@ TEST(TrainCheckpoint, NonFiniteWeightsAreNeverSaved) {
 // --save before the first step: made, probed, and cleared of what a killed save left.
 TEST(TrainCheckpoint, PrepareSaveDirRemovesOnlyPartialSaves) {
   const std::string dir = fresh_dir("prepare");
-  EXPECT_TRUE(prepare_save_dir(dir).empty());  // made
+  EXPECT_TRUE(prepare_save_dir(dir).removed.empty());  // made
   save_checkpoint(dir, state_at(1), weights(1), {}, {{"model_type", "gpt2"}});
   fs::create_directories(dir + "/iter_0000002.tmp-4242/");
   std::ofstream(dir + "/iter_0000002.tmp-4242/model.safetensors") << "half";
   std::ofstream(dir + "/latest_checkpointed_iteration.txt.tmp.4242") << "2";
   std::ofstream(dir + "/notes.txt") << "mine";
-  EXPECT_EQ(prepare_save_dir(dir),
+  EXPECT_EQ(prepare_save_dir(dir).removed,
             (std::vector<std::string>{"iter_0000002.tmp-4242", "latest_checkpointed_iteration.txt.tmp.4242"}));
   EXPECT_TRUE(fs::exists(dir + "/notes.txt"));
   EXPECT_TRUE(fs::exists(dir + "/iter_0000001"));

@@ -31,8 +31,59 @@ int64_t latest_iteration(const std::string& dir) {
   return -1;
 }
 
-std::vector<std::string> prepare_save_dir(const std::string& dir) {
+SaveLock& SaveLock::operator=(SaveLock&& o) noexcept {
+  if (this != &o) {
+    this->~SaveLock();
+    fd_ = o.fd_;
+    path_ = std::move(o.path_);
+    o.fd_ = -1;
+  }
+  return *this;
+}
+
+SaveLock::~SaveLock() {
+  if (fd_ < 0) return;
+  ::unlink(path_.c_str());  // a finished run leaves no lock file (a killed one's is stale: taken over next time)
+  ::close(fd_);             // closing releases the lock
+  fd_ = -1;
+}
+
+namespace {
+
+// An exclusive POSIX lock (fcntl: also on NFS) on DIR/.tidal-save.lock, which then holds this pid.
+SaveLock lock_save_dir(const std::string& dir) {
+  const std::string path = dir + "/.tidal-save.lock";
+  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  TIDAL_CHECK(fd >= 0, "--save ", dir, ": cannot write there (", std::strerror(errno), "); give a writable directory");
+  SaveLock lock(fd, path);
+  struct flock l {};
+  l.l_type = F_WRLCK;
+  l.l_whence = SEEK_SET;
+  if (::fcntl(fd, F_SETLK, &l) != 0) {
+    const int err = errno;
+    char pid[32] = {0};
+    const ssize_t n = ::pread(fd, pid, sizeof pid - 1, 0);
+    const std::string holder = n > 0 ? std::string(pid, size_t(n)) : std::string("?");
+    TIDAL_CHECK(err != EACCES && err != EAGAIN, "--save ", dir, " is in use by another tidal train (pid ", holder,
+                ", as its lock file ", path,
+                " says): two runs saving to one directory would destroy each other's "
+                "checkpoints; give this run another --save, or stop the other one");
+    tidal::detail::throw_error(
+        tidal::detail::str_cat("--save ", dir, ": cannot lock ", path, " (", std::strerror(err), ")"));
+  }
+  // The pid is a courtesy for the message above; the lock is what protects.
+  const std::string me = std::to_string(::getpid());
+  const bool noted = ::ftruncate(fd, 0) == 0 && ::pwrite(fd, me.data(), me.size(), 0) == ssize_t(me.size());
+  (void)noted;
+  return lock;
+}
+
+}  // namespace
+
+PreparedSave prepare_save_dir(const std::string& dir) {
   io::create_directories(dir, "--save");
+  PreparedSave prepared;
+  prepared.lock = lock_save_dir(dir);
   const std::string probe = dir + "/.tidal-write-probe-" + std::to_string(::getpid());
   const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   TIDAL_CHECK(fd >= 0, "--save ", dir, ": cannot write there (", std::strerror(errno), "); give a writable directory");
@@ -52,7 +103,8 @@ std::vector<std::string> prepare_save_dir(const std::string& dir) {
     removed.push_back(name);
   }
   std::sort(removed.begin(), removed.end());
-  return removed;
+  prepared.removed = std::move(removed);
+  return prepared;
 }
 
 optim::ShardLayout OptimizerShards::layout() const {

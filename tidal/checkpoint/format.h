@@ -57,10 +57,34 @@ inline constexpr int kMaxCheckpointRanks = 99999;
 // "optimizer.rank00001-of-00004.safetensors"
 std::string optimizer_shard_file(int rank, int ranks);
 
-// --save DIR before the first step: created if needed, its writability probed (a file created and
-// removed), and what a killed save left removed: partial iter_N.tmp-* directories and tracker
-// temporaries (nothing else is touched). Returns the names removed, for the log; throws naming --save.
-std::vector<std::string> prepare_save_dir(const std::string& dir);
+// The run's hold on its --save directory: a POSIX lock on DIR/.tidal-save.lock (holding the pid), released
+// when the object goes (the file removed then) or the process ends, however it ends. Two runs never save to
+// one directory.
+class SaveLock {
+ public:
+  SaveLock() = default;
+  SaveLock(int fd, std::string path) : fd_(fd), path_(std::move(path)) {}
+  SaveLock(SaveLock&& o) noexcept : fd_(o.fd_), path_(std::move(o.path_)) { o.fd_ = -1; }
+  SaveLock& operator=(SaveLock&& o) noexcept;
+  SaveLock(const SaveLock&) = delete;
+  SaveLock& operator=(const SaveLock&) = delete;
+  ~SaveLock();
+
+ private:
+  int fd_ = -1;
+  std::string path_;
+};
+
+struct PreparedSave {
+  SaveLock lock;
+  std::vector<std::string> removed;  // the names removed, for the log
+};
+
+// --save DIR before the first step: created if needed, locked for this run (another run saving there is an
+// error naming its pid, and its save in progress is never touched), its writability probed (a file created
+// and removed), and what a killed save left removed: partial iter_N.tmp-* directories and tracker
+// temporaries (nothing else is touched). Throws naming --save.
+PreparedSave prepare_save_dir(const std::string& dir);
 // The iteration the tracker file names, or -1 when `dir` has no checkpoint.
 int64_t latest_iteration(const std::string& dir);
 

@@ -55,9 +55,13 @@ TrainResult train_loop(const TrainArgs& args, std::FILE* out, models::ModelConfi
   Report report(args, config, s, out);
   // An unwritable --save fails now, not after the first interval's steps; a killed save's leftovers go.
   // Rank 0 writes for the run.
-  if (!args.checkpoint.save.empty() && comm.rank() == 0)
-    for (const std::string& name : checkpoint::prepare_save_dir(args.checkpoint.save))
+  // Rank 0 holds --save's lock for the whole run: a second run saving there stops at once.
+  checkpoint::PreparedSave save_dir;
+  if (!args.checkpoint.save.empty() && comm.rank() == 0) {
+    save_dir = checkpoint::prepare_save_dir(args.checkpoint.save);
+    for (const std::string& name : save_dir.removed)
       std::fprintf(out, "removed %s/%s, left by an interrupted save\n", args.checkpoint.save.c_str(), name.c_str());
+  }
   nlohmann::json info = profile_info(args, config, s.model->num_parameters());
   if (hooks.advice && !args.profile.dir.empty()) info["advice"] = hooks.advice(args, config);
   profile::Profiler profiler(profile_options(args, s.start), std::move(info));
