@@ -164,6 +164,28 @@ TEST(TrainGuards, ASecondRunOnTheSameSaveDirectoryStops) {
   EXPECT_EQ(checkpoint::latest_iteration(save), 1);
 }
 
+// --exit-signal-handler (Megatron-LM's; issue 33's graceful stop): a SIGTERM during a long run saves the
+// step it ends and stops with exit 0; the checkpoint resumes. (Without the flag SIGTERM kills the process as
+// usual: the last save is what survives.)
+TEST(TrainGuards, ASigtermSavesTheStepAndStopsWithTheExitSignalHandler) {
+  const std::string dir = fresh_dir("exit_signal");
+  const std::string log = dir + "/log", save = dir + "/ck";
+  // In the background; once iteration 2 is logged, SIGTERM; then its exit status.
+  std::string script = kTidal;
+  script += " train --no-progress --model tiny-gpt2 --mock-data --seq-length 32 --micro-batch-size 2 ";
+  script += "--train-iters 100000 --log-interval 1 --exit-signal-handler --save " + save;
+  script += " > " + log + " 2>&1 & pid=$!; for i in $(seq 600); do grep -q 'iteration        2/' " + log;
+  script += " && break; sleep 0.1; done; kill -TERM $pid; wait $pid; echo exit=$?";
+  const testing::CommandResult r = run_command(script);
+  EXPECT_TRUE(has(r.output, "exit=0")) << r.output << io::read_file(log);
+  const std::string text = io::read_file(log);
+  EXPECT_TRUE(has(text, "received SIGTERM: stopped after iteration ")) << text;
+  const int64_t last = checkpoint::latest_iteration(save);
+  EXPECT_GE(last, 2) << text;
+  EXPECT_TRUE(has(text, "saved checkpoint at iteration " + std::to_string(last))) << text;
+  EXPECT_FALSE(fs::exists(save + "/.tidal-save.lock"));
+}
+
 TEST(TrainGuards, LoadOfADirectoryWithoutACheckpointStartsFreshUnlessStrict) {
   const std::string empty = fresh_dir("load_empty");
   const std::string cmd = command("--model tiny-gpt2 --train-iters 1 --load " + empty);

@@ -108,6 +108,9 @@ Flags& add_run_flags(Flags& f) {
       .flag("log-timers-to-tensorboard", "with --tensorboard-dir: the iteration time too")
       .flag("no-progress", "no progress bar")
       .flag("report-memory", "print the table of tensors saved for backward in the first step")
+      .flag("exit-signal-handler",
+            "on SIGTERM (a scheduler's notice), save a checkpoint at the end of the current step (with --save) and "
+            "stop with exit 0")
       .flag("auto-memory",
             "train with tidal plan's choice: the memory flags, micro-batch and sharding that fit the device's memory "
             "and train fastest (they replace the given ones; docs/planning.md)")
@@ -418,6 +421,7 @@ void parse_outputs(const Flags& f, TrainArgs& a) {
                            "log-timers-to-tensorboard"})
     TIDAL_CHECK(!f.has(flag) || !tb.dir.empty(), "tidal train: --", flag, " needs --tensorboard-dir DIR");
   a.report_memory = f.flag_on("report-memory");
+  a.exit_signal_handler = f.flag_on("exit-signal-handler");
   a.auto_memory = f.flag_on("auto-memory");
   if (f.has("auto-memory-budget")) {
     TIDAL_CHECK(a.auto_memory, "tidal train: --auto-memory-budget needs --auto-memory");
@@ -498,6 +502,7 @@ nlohmann::json TrainArgs::to_json() const {
   j["log_interval"] = log_interval;
   j["eval_interval"] = eval_interval;
   j["eval_iters"] = eval_iters;
+  j["exit_signal_handler"] = exit_signal_handler;
   const memory::OffloadConfig& offload = memory.offload;
   j["recompute"] = memory.recompute.to_json();
   j["offload"] = {{"enabled", offload.enabled},

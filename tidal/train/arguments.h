@@ -68,6 +68,8 @@ struct TrainArgs {
   } tensorboard;
   bool progress = true;        // a progress bar when stdout is a terminal
   bool report_memory = false;  // print the saved-tensor table of the first step
+  // --exit-signal-handler (Megatron-LM's): on SIGTERM, save (with --save) at the end of the step and stop.
+  bool exit_signal_handler = false;
   // --auto-memory [--auto-memory-budget BYTES] [--device-profile NAME|FILE]: train with tidal plan's
   // choice (plan/auto_memory.h); the budget 0: the device's limit.
   bool auto_memory = false;

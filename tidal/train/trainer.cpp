@@ -9,6 +9,7 @@
 #include "tidal/models/generate.h"
 #include "tidal/ops/random.h"
 #include "tidal/seam/runtime.h"
+#include "tidal/train/exit_signal.h"
 #include "tidal/train/profiling.h"
 #include "tidal/train/report.h"
 #include "tidal/train/same_settings.h"
@@ -70,6 +71,7 @@ TrainResult train_loop(const TrainArgs& args, std::FILE* out, models::ModelConfi
   result.iterations = s.start;
   result.final_val_loss = std::nan("");
   SavedTensors saved;  // of the first micro-batch
+  const ExitSignal exit_signal(args.exit_signal_handler);
   for (int64_t it = s.start + 1; it <= args.train_iters; ++it) {
     const auto t0 = Clock::now();
     profiler.begin_step(it);
@@ -90,9 +92,20 @@ TrainResult train_loop(const TrainArgs& args, std::FILE* out, models::ModelConfi
       result.final_val_loss = validation_loss(args, s);
       report.validation(it, result.final_val_loss, s.loader.position());
     }
-    if (!args.checkpoint.save.empty() && due(it, args.checkpoint.save_interval, args.train_iters)) {
+    const bool saved_now = !args.checkpoint.save.empty() && due(it, args.checkpoint.save_interval, args.train_iters);
+    if (saved_now) {
       save(args, config, s, it);
       report.checkpoint_saved(it);
+    }
+    if (it < args.train_iters && exit_signal.received(comm)) {  // --exit-signal-handler: every rank agrees
+      if (!args.checkpoint.save.empty() && !saved_now) {
+        save(args, config, s, it);
+        report.checkpoint_saved(it);
+      }
+      std::fprintf(out, "received SIGTERM: stopped after iteration %lld of %lld (--exit-signal-handler)%s\n",
+                   (long long)it, (long long)args.train_iters,
+                   args.checkpoint.save.empty() ? "; no --save, so nothing was saved" : "");
+      break;
     }
   }
   report.summary(s, result.iterations, result.final_loss, result.final_val_loss, saved);
