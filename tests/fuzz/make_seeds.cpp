@@ -55,8 +55,8 @@ void safetensors_seeds(const std::string& dir) {
 }
 
 void config_seeds(const std::string& dir) {
-  for (const char* name :
-       {"tiny-gpt2", "tiny-llama", "tiny-qwen3", "tiny-qwen3-moe", "tiny-mistral", "tiny-qwen2", "tiny-gemma3"})
+  for (const char* name : {"tiny-gpt2", "tiny-llama", "tiny-qwen3", "tiny-qwen3-moe", "tiny-mistral", "tiny-qwen2",
+                           "tiny-gemma3", "tiny-deepseek-v3"})
     write_text(dir + "/" + name + ".json", models::config_to_json(models::preset(name)).dump(1) + "\n");
   // What the Hub's gpt2 config.json looks like (other field names, n_inner null).
   write_text(
@@ -73,6 +73,15 @@ void config_seeds(const std::string& dir) {
       R"("sliding_window":4,"max_window_layers":1,"layer_types":["full_attention","sliding_attention"],)"
       R"("rope_parameters":{"rope_type":"default","rope_theta":10000.0},"tie_word_embeddings":false})"
       "\n");
+  // A multimodal Gemma 3 (its language model in text_config, the vision tower's fields beside it).
+  write_text(dir + "/hf-gemma3-multimodal.json",
+             R"({"model_type":"gemma3","architectures":["Gemma3ForConditionalGeneration"],"boi_token_index":100,)"
+             R"("eoi_token_index":101,"image_token_index":102,"mm_tokens_per_image":4,"tie_word_embeddings":true,)"
+             R"("vision_config":{"model_type":"siglip_vision_model","hidden_size":16},"text_config":{"model_type":)"
+             R"("gemma3_text","vocab_size":64,"hidden_size":32,"intermediate_size":64,"num_hidden_layers":2,)"
+             R"("num_attention_heads":4,"num_key_value_heads":2,"head_dim":16,"sliding_window":5,"layer_types":)"
+             R"(["sliding_attention","full_attention"],"query_pre_attn_scalar":12}})"
+             "\n");
 }
 
 void tokenizer_seeds(const std::string& dir) {
