@@ -34,17 +34,22 @@ void varint(std::vector<uint8_t>& out, uint64_t v) {
   out.push_back(uint8_t(v));
 }
 void key(std::vector<uint8_t>& out, int field, int wire) { varint(out, uint64_t(field) << 3 | uint64_t(wire)); }
+// Appends n bytes (resize + memcpy: GCC 12's -Wstringop-overflow misreads vector::insert of a small array
+// under -O1 sanitizer builds).
+void append(std::vector<uint8_t>& out, const void* data, size_t n) {
+  if (n == 0) return;
+  const size_t at = out.size();
+  out.resize(at + n);
+  std::memcpy(out.data() + at, data, n);
+}
 template <typename T>
 void fixed(std::vector<uint8_t>& out, T v) {
-  uint8_t b[sizeof(T)];
-  std::memcpy(b, &v, sizeof(T));  // x86-64 and aarch64: little-endian, as protobuf's fixed types
-  out.insert(out.end(), b, b + sizeof(T));
+  append(out, &v, sizeof(T));  // x86-64 and aarch64: little-endian, as protobuf's fixed types
 }
 void bytes_field(std::vector<uint8_t>& out, int field, const void* data, size_t n) {
   key(out, field, 2);
   varint(out, n);
-  const auto* p = static_cast<const uint8_t*>(data);
-  out.insert(out.end(), p, p + n);
+  append(out, data, n);
 }
 
 double now_seconds() {
@@ -112,7 +117,7 @@ void EventWriter::record(const std::vector<uint8_t>& event) {
   std::vector<uint8_t> r;
   fixed(r, uint64_t(event.size()));
   fixed(r, masked_crc32c(r.data(), 8));
-  r.insert(r.end(), event.begin(), event.end());
+  append(r, event.data(), event.size());
   fixed(r, masked_crc32c(event.data(), event.size()));
   TIDAL_CHECK(std::fwrite(r.data(), 1, r.size(), file_) == r.size(), "[tensorboard] writing '", path_,
               "' failed: ", std::strerror(errno), " (is the disk full?)");
