@@ -15,12 +15,10 @@ namespace {
 
 using json = nlohmann::json;
 
-bool ends_with(const std::string& s, const char* suffix) { return s.ends_with(suffix); }
-
 // Lines of a plain or gzip file, each without its newline.
 class LineReader {
  public:
-  explicit LineReader(const std::string& path) : path_(path), gz_(ends_with(path, ".gz")) {
+  explicit LineReader(const std::string& path) : path_(path), gz_(path.ends_with(".gz")) {
     std::error_code ec;
     const auto st = std::filesystem::status(path, ec);
     TIDAL_CHECK(!ec && std::filesystem::is_regular_file(st), "[data] '", path,
@@ -104,7 +102,7 @@ std::string parse_record(const std::string& line, const std::vector<std::string>
 
 bool is_json_lines(const std::string& path) {
   for (const char* suffix : {".jsonl", ".json", ".jsonl.gz", ".json.gz"})
-    if (ends_with(path, suffix)) return true;
+    if (path.ends_with(suffix)) return true;
   return false;
 }
 

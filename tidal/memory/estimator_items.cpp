@@ -128,8 +128,7 @@ std::vector<Item> mla_attention(const Dims& d, const models::ModelConfig& cfg, A
   const Item key = {"key", n * qk * el, Part::attn, Region::core_attn, true, up, true, true};
   const Item value = {"kv_b_proj output (values)", kv_b_out, Part::attn, Region::core_attn, true, up, true, true};
   if (kernel == AttentionKernel::eager) {
-    if (local_kv) v.push_back(value);  // kv_b_proj's output exists before the key is assembled
-    if (local_kv) v.push_back(key);
+    if (local_kv) v.insert(v.end(), {value, key});  // kv_b_proj's output exists before the key is assembled
     push_eager_core(v, d, "gathered key", "gathered values", qk, vh);
     v.push_back({"o_proj input", n * vh * el, Part::attn});
   } else {

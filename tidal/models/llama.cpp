@@ -1,10 +1,9 @@
 #include "tidal/models/llama.h"
 
-#include "tidal/models/mla.h"
-
 #include "tidal/autograd/checkpoint.h"
 #include "tidal/autograd/checkpoint_without_output.h"
 #include "tidal/memory_scope.h"
+#include "tidal/models/mla.h"
 #include "tidal/ops/elementwise.h"
 #include "tidal/ops/random.h"
 #include "tidal/ops/view.h"

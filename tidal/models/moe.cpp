@@ -1,7 +1,5 @@
 #include "tidal/models/moe.h"
 
-#include "tidal/models/causal_lm.h"
-
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -13,6 +11,7 @@
 #include "tidal/autograd/grad_mode.h"
 #include "tidal/dist/collectives.h"
 #include "tidal/memory_scope.h"
+#include "tidal/models/causal_lm.h"
 #include "tidal/ops/activation.h"
 #include "tidal/ops/all_to_all.h"
 #include "tidal/ops/elementwise.h"

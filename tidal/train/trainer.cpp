@@ -55,8 +55,7 @@ TrainResult train_loop(const TrainArgs& args, std::FILE* out, models::ModelConfi
   Setup s = setup_training(args, config, out, comm, args.device);
   Report report(args, config, s, out);
   // An unwritable --save fails now, not after the first interval's steps; a killed save's leftovers go.
-  // Rank 0 writes for the run.
-  // Rank 0 holds --save's lock for the whole run: a second run saving there stops at once.
+  // Rank 0 writes for the run and holds --save's lock throughout: a second run saving there stops at once.
   checkpoint::PreparedSave save_dir;
   if (!args.checkpoint.save.empty() && comm.rank() == 0) {
     save_dir = checkpoint::prepare_save_dir(args.checkpoint.save);
@@ -92,16 +91,13 @@ TrainResult train_loop(const TrainArgs& args, std::FILE* out, models::ModelConfi
       result.final_val_loss = validation_loss(args, s);
       report.validation(it, result.final_val_loss, s.loader.position());
     }
-    const bool saved_now = !args.checkpoint.save.empty() && due(it, args.checkpoint.save_interval, args.train_iters);
-    if (saved_now) {
+    // --exit-signal-handler: a SIGTERM on any rank saves this step and stops (every rank agrees).
+    const bool stop = it < args.train_iters && exit_signal.received(comm);
+    if (!args.checkpoint.save.empty() && (stop || due(it, args.checkpoint.save_interval, args.train_iters))) {
       save(args, config, s, it);
       report.checkpoint_saved(it);
     }
-    if (it < args.train_iters && exit_signal.received(comm)) {  // --exit-signal-handler: every rank agrees
-      if (!args.checkpoint.save.empty() && !saved_now) {
-        save(args, config, s, it);
-        report.checkpoint_saved(it);
-      }
+    if (stop) {
       std::fprintf(out, "received SIGTERM: stopped after iteration %lld of %lld (--exit-signal-handler)%s\n",
                    (long long)it, (long long)args.train_iters,
                    args.checkpoint.save.empty() ? "; no --save, so nothing was saved" : "");
