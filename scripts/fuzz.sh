@@ -13,7 +13,7 @@ root=$PWD
 seconds=${1:-60}
 [[ "$seconds" =~ ^[0-9]+$ ]] || { echo "usage: scripts/fuzz.sh [SECONDS]" >&2; exit 2; }
 
-targets=(${TIDAL_FUZZ_TARGETS:-safetensors config tokenizer indexed_dataset checkpoint flags})
+targets=(${TIDAL_FUZZ_TARGETS:-safetensors config tokenizer indexed_dataset checkpoint flags jsonl})
 launcher=()
 command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
 # -O1 and line tables: what libFuzzer's documentation suggests, and half the compile time of -O2 -g.
@@ -65,7 +65,7 @@ if [ "$seconds" -gt 0 ]; then
     mkdir -p "$corpus" "$findings"
     case $t in  # libFuzzer dictionaries: JSON keys and values of tidal's formats, the flag names
       flags) dict=(-dict="$root/tests/fuzz/flags.dict") ;;
-      indexed_dataset) dict=() ;;
+      indexed_dataset) dict=() ;;  # (jsonl: JSON, so json.dict below)
       *) dict=(-dict="$root/tests/fuzz/json.dict") ;;
     esac
     log=$findings.log

@@ -1,8 +1,12 @@
 // Writes the seed corpora of the fuzz targets (tests/fuzz/corpus/<target>/) with tidal's own writers,
 // plus a few hand-written variants, and tests/fuzz/flags.dict from `tidal train`'s flag table. Run by
 // hand after a format change (docs/reliability.md, Fuzzing): tidal_fuzz_seeds tests/fuzz
+#include <zlib.h>
+
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 #include <regex>
 #include <set>
@@ -139,6 +143,22 @@ void indexed_dataset_seeds(const std::string& dir) {
   indexed_dataset_seed(dir, "uint8", data::TokenDType::u8, {{{1}}, {{2, 3}, {4}}});
 }
 
+// JSON Lines (jsonl.cpp's layout: a flag byte, then the file): plain with a bad line, and gzip.
+void jsonl_seeds(const std::string& dir) {
+  const std::string text =
+      "{\"text\": \"one\", \"title\": \"A\"}\n\n{\"text\": 5}\nnot json\n"
+      "{\"title\": \"\\u00e9\", \"text\": \"two\\nlines\"}";
+  write_text(dir + "/plain_fail.bin", std::string(1, '\0') + text);
+  write_text(dir + "/plain_skip.bin", std::string(1, '\2') + text);
+  const std::string gz = fuzz::scratch_dir() + "/seed.jsonl.gz";
+  gzFile f = gzopen(gz.c_str(), "wb");
+  gzwrite(f, text.data(), unsigned(text.size()));
+  gzclose(f);
+  std::ifstream in(gz, std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  write_text(dir + "/gzip_skip.bin", std::string(1, '\3') + bytes);
+}
+
 void checkpoint_seeds(const std::string& dir) {
   const std::string ckpt = fuzz::save_fixture_checkpoint(fuzz::scratch_dir() + "/ckpt");
   fs::copy_file(ckpt + "/iter_0000000/state.json", dir + "/state.json", fs::copy_options::overwrite_existing);
@@ -192,6 +212,7 @@ int main(int argc, char** argv) {
   tokenizer_seeds(corpus("tokenizer"));
   indexed_dataset_seeds(corpus("indexed_dataset"));
   checkpoint_seeds(corpus("checkpoint"));
+  jsonl_seeds(corpus("jsonl"));
   flag_seeds(corpus("flags"), root + "/flags.dict");
   std::printf("seeds written under %s/corpus\n", root.c_str());
   return 0;
