@@ -3,8 +3,8 @@
 // Input layout: one flag byte (bit 0: the file is named .jsonl.gz and read through zlib; bit 1: --on-bad-line
 // skip instead of fail), then the file's bytes. Records are read with the keys "text" and "title".
 // make_seeds.cpp writes the seeds this way.
-#include "tests/fuzz/fuzz_support.h"
 #include "tidal/data/jsonl.h"
+#include "tests/fuzz/fuzz_support.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 1) return 0;
