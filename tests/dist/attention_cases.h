@@ -12,6 +12,7 @@
 #include "tidal/allocator.h"
 #include "tidal/autograd/engine.h"
 #include "tidal/dist/communicator.h"
+#include "tidal/ops/documents.h"
 #include "tidal/ops/ring_attention.h"
 #include "tidal/ops/view.h"
 #include "tidal/rng.h"
@@ -38,6 +39,22 @@ inline double max_error(const Tensor& a, const Tensor& b) {
 // This rank's two chunks of a (B, T, ...) tensor along dim `dim`.
 inline Tensor local_chunks(const Tensor& t, int64_t dim, const ContextChunks& at) {
   return cat({t.narrow(dim, at.first, at.chunk), t.narrow(dim, at.second, at.chunk)}, dim).contiguous();
+}
+
+// Packed documents over the whole sequence (B, seq), EOD tokens every 5 + 2b tokens from token 2 of
+// row b (documents within a chunk, across chunk boundaries, of length 1 at the end), and a CP rank's
+// rows of them: the starts the whole call and this rank's call take (AttentionOptions::documents).
+struct PackedStarts {
+  Tensor whole, mine;  // (B, seq) and (B, 2 seq / C) i32, global starts
+};
+inline PackedStarts packed_starts(int64_t b, int64_t seq, int size, int rank) {
+  std::vector<int64_t> ids(size_t(b * seq), 3);
+  for (int64_t r = 0; r < b; ++r) {
+    for (int64_t i = 2; i < seq; i += 5 + 2 * r) ids[size_t(r * seq + i)] = 0;
+    ids[size_t(r * seq + seq - 2)] = 0;  // the last token alone
+  }
+  const Tensor packed = from_vector_i64(ids, {b, seq});
+  return {document_layout(packed, 0).starts, document_layout(packed, 0, context_rows(seq, size, rank)).starts};
 }
 
 // An attention op on q (B, Hq, T, D), k, v (B, Hkv, T, D).

@@ -38,12 +38,17 @@ AttentionOptions eager(double dropout, int64_t window = 0) {
 
 // Errors of out, dq, dk, dv against the whole sequence's eager attention (inputs not contiguous:
 // views of (B, T, H, D) memory).
-std::vector<double> against_full(Communicator& group, const Case& c, double dropout, int64_t window) {
-  const AttentionOptions opt = eager(dropout, window);
+// `packed`: packed documents (packed_starts), each call with its rows' starts.
+std::vector<double> against_full(Communicator& group, const Case& c, double dropout, int64_t window, bool packed) {
+  AttentionOptions opt = eager(dropout, window), mine = opt;
+  const PackedStarts starts = packed_starts(c.b, c.seq, group.size(), group.rank());
+  if (packed) opt.documents = starts.whole, mine.documents = starts.mine;
   const Compared r = compare_with_whole(
       group, c,
       [&](const Tensor& q, const Tensor& k, const Tensor& v) { return scaled_dot_product_attention(q, k, v, opt); },
-      [&](const Tensor& q, const Tensor& k, const Tensor& v) { return context_gather_attention(q, k, v, group, opt); });
+      [&](const Tensor& q, const Tensor& k, const Tensor& v) {
+        return context_gather_attention(q, k, v, group, mine);
+      });
   std::vector<double> errors;
   for (size_t n = 0; n < r.mine.size(); ++n) errors.push_back(max_error(r.mine[n], r.whole[n]));
   return errors;
@@ -54,13 +59,13 @@ std::vector<double> against_full(Communicator& group, const Case& c, double drop
 // bits); bf16 at most 1.76e-2 in dK/dV, whose per-rank partial sums are rounded to bf16 before the
 // sum over the ranks (the output and dq are the same bits). Tolerances: 2e-6 and three bf16
 // roundings of values in [1, 2) (the ring's).
-void expect_matches(Communicator& group, const Case& c, double dropout, int64_t window = 0) {
-  const std::vector<double> e = against_full(group, c, dropout, window);
+void expect_matches(Communicator& group, const Case& c, double dropout, int64_t window = 0, bool packed = false) {
+  const std::vector<double> e = against_full(group, c, dropout, window, packed);
   const double tol = c.dtype == DType::f32 ? 2e-6 : 3 * 0x1p-7;
   const std::string where = "C=" + std::to_string(group.size()) + " rank " + std::to_string(group.rank()) + " " +
                             std::string(dtype_name(c.dtype)) + " Hq=" + std::to_string(c.hq) +
                             " Hkv=" + std::to_string(c.hkv) + " dropout " + std::to_string(dropout) + " window " +
-                            std::to_string(window);
+                            std::to_string(window) + (packed ? " packed" : "");
   const char* names[] = {"out", "dq", "dk", "dv"};
   for (size_t n = 0; n < e.size(); ++n) EXPECT_LE(e[n], tol) << where << " " << names[n];
   if (std::getenv("TIDAL_PRINT_ERRORS"))
@@ -98,6 +103,17 @@ TEST(ContextGatherAttention, MatchesWholeSequenceWindowedAttention) {
     for (double dropout : {0.0, 0.3}) {
       expect_matches(*pair, {1, 6, 2, 6 * pair->size(), 8, DType::f32}, dropout, window);  // chunks of 3
       expect_matches(*pair, {2, 4, 4, 8 * pair->size(), 8, DType::bf16}, dropout, window);
+    }
+}
+
+// Packed documents: each chunk's queries masked by their global document starts over the gathered keys.
+TEST(ContextGatherAttention, MatchesWholeSequencePackedDocuments) {
+  Communicator& w = world();
+  std::unique_ptr<Communicator> pair = contiguous_group(w, 2);
+  for (int64_t window : {0, 2})
+    for (double dropout : {0.0, 0.3}) {
+      expect_matches(*pair, {1, 6, 2, 6 * pair->size(), 8, DType::f32}, dropout, window, true);
+      expect_matches(*pair, {2, 4, 4, 8 * pair->size(), 8, DType::bf16}, dropout, window, true);
     }
 }
 

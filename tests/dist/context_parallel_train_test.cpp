@@ -19,6 +19,7 @@
 #include "tidal/optim/grad_clip.h"
 #include "tidal/optim/shard_layout.h"
 #include "tidal/plan/dry_run.h"
+#include "tidal/train/builtin_corpus.h"
 #include "tidal/train/trainer.h"
 
 namespace tidal::train {
@@ -123,6 +124,38 @@ TEST(ContextParallel, SlidingWindowAndBiasesOnTwoRanks) {
   compare_cp("tiny-deepseek-v3", 2);
   compare_cp("tiny-deepseek-v3", 2, {"--attention", "eager"});
   compare_cp("tiny-deepseek-v3", 2, {"--recompute-modules", "mla_up_proj,moe", "--activation-offload"});
+}
+
+// Packed documents (--reset-position-ids --reset-attention-mask) on the built-in corpus, whose fortunes
+// end in EOD: each rank's rows carry their global document starts and positions, through ring
+// attention (flash) and the all-gathered K/V (eager), with RoPE and with GPT-2's learned positions.
+TEST(ContextParallel, PackedDocumentsOnTwoRanks) {
+  dist::Communicator& world = dist::world();
+  if (world.size() != 2) GTEST_SKIP() << "runs on two ranks (ctest dist2)";
+  const std::string dir = scratch_dir("cp_packed_corpus", world.size());
+  PreparedCorpus corpus;
+  if (world.rank() == 0) corpus = prepare_builtin_corpus(512, dir);
+  world.barrier();
+  if (world.rank() != 0) corpus = prepare_builtin_corpus(512, dir);  // found in the cache now
+  const std::vector<std::string> packed = {"--data-path",         corpus.data_prefix,     "--tokenizer",
+                                           corpus.tokenizer_path, "--reset-position-ids", "--reset-attention-mask"};
+  std::vector<std::string> eager = packed;
+  eager.insert(eager.end(), {"--attention", "eager"});
+  compare_cp("tiny-llama", 2, packed, 64);
+  compare_cp("tiny-llama", 2, eager, 64);
+  compare_cp("tiny-gpt2", 2, packed, 64);
+  compare_cp("tiny-mistral", 2, packed, 64);
+  std::vector<std::string> masked = packed;
+  masked.push_back("--eod-mask-loss");
+  compare_cp("tiny-llama", 2, masked, 64);
+  // The samples hold several documents: the layout changes the losses.
+  dist::SingleCommunicator single;
+  const std::vector<std::string> plain(packed.begin(), packed.begin() + 4);
+  const train::Run with = train_on(
+      single, world, args_for(2, 2, dir + "/with" + std::to_string(world.rank()), "tiny-llama", packed, 4, 64));
+  const train::Run without = train_on(
+      single, world, args_for(2, 2, dir + "/without" + std::to_string(world.rank()), "tiny-llama", plain, 4, 64));
+  EXPECT_GT(std::abs(with.result.losses[0] - without.result.losses[0]), 1e-4);
 }
 
 TEST(ContextParallel, TwoRanksWithRecomputeAndOffload) {

@@ -40,15 +40,19 @@ struct Local {
 // duplicate of `group` that moves the K/V blocks from a worker thread.
 // With `dropout`, both draw from the same point of the stream (manual_seed(11) before each), as one
 // process would: the ring's blocks must put together the whole call's mask.
+// `packed`: packed documents (packed_starts), each call with its rows' starts.
 Local ring_against_full(Communicator& group, const Case& c, Communicator* overlap = nullptr, double dropout = 0,
-                        int64_t window = 0) {
+                        int64_t window = 0, bool packed = false) {
   AttentionOptions opt;
   opt.dropout_p = dropout;
   opt.window = window;
+  const PackedStarts starts = packed_starts(c.b, c.seq, group.size(), group.rank());
+  AttentionOptions mine = opt;
+  if (packed) opt.documents = starts.whole, mine.documents = starts.mine;
   const Compared r = compare_with_whole(
       group, c,
       [&](const Tensor& q, const Tensor& k, const Tensor& v) { return scaled_dot_product_attention(q, k, v, opt); },
-      [&](const Tensor& q, const Tensor& k, const Tensor& v) { return ring_attention(q, k, v, group, opt, overlap); });
+      [&](const Tensor& q, const Tensor& k, const Tensor& v) { return ring_attention(q, k, v, group, mine, overlap); });
   Errors e;
   e.out = max_error(r.mine[0], r.whole[0]);
   e.dq = max_error(r.mine[1], r.whole[1]);
@@ -64,13 +68,13 @@ Local ring_against_full(Communicator& group, const Case& c, Communicator* overla
 // 2.9e-6, but bf16 reaches 3.9e-2 (dq, C = 4, W = 13, dropout): a row's gradient is the sum of more,
 // smaller blocks' (chunk by chunk), each rounded to bf16 before the sum, and they partly cancel; six
 // roundings then.
-void expect_matches(Communicator& group, const Case& c, double dropout = 0, int64_t window = 0) {
-  const Errors e = ring_against_full(group, c, nullptr, dropout, window).errors;
-  const double tol = c.dtype == DType::f32 ? 4e-6 : (window > 0 ? 6 : 3) * 0x1p-7;
+void expect_matches(Communicator& group, const Case& c, double dropout = 0, int64_t window = 0, bool packed = false) {
+  const Errors e = ring_against_full(group, c, nullptr, dropout, window, packed).errors;
+  const double tol = c.dtype == DType::f32 ? 4e-6 : (window > 0 || packed ? 6 : 3) * 0x1p-7;
   const std::string where = "C=" + std::to_string(group.size()) + " rank " + std::to_string(group.rank()) + " " +
                             std::string(dtype_name(c.dtype)) + " Hq=" + std::to_string(c.hq) +
                             " Hkv=" + std::to_string(c.hkv) + " dropout " + std::to_string(dropout) + " window " +
-                            std::to_string(window);
+                            std::to_string(window) + (packed ? " packed" : "");
   EXPECT_LE(e.out, tol) << where;
   EXPECT_LE(e.dq, tol) << where;
   EXPECT_LE(e.dk, tol) << where;
@@ -137,6 +141,27 @@ TEST(RingAttention, MatchesFullWindowedAttention) {
   const Case c{1, 6, 2, 16 * group->size(), 16, DType::f32};
   const Local blocking = ring_against_full(*group, c, nullptr, 0.2, 3);
   const Local overlapped = ring_against_full(*group, c, overlap.get(), 0.2, 3);
+  for (size_t n = 0; n < blocking.results.size(); ++n)
+    EXPECT_EQ(max_error(overlapped.results[n], blocking.results[n]), 0.0) << n;
+}
+
+// Packed documents (--reset-attention-mask): each block masked by its rows' global document starts and
+// its keys' global positions, alone and with a window, with dropout drawn where one call draws it.
+TEST(RingAttention, MatchesFullAttentionOverPackedDocuments) {
+  Communicator& w = world();
+  std::vector<int> all(size_t(w.size()));
+  for (int r = 0; r < w.size(); ++r) all[size_t(r)] = r;
+  std::unique_ptr<Communicator> group = w.subgroup(all), pair = w.subgroup(contiguous_group(w.rank(), 2, w.size()));
+  for (Communicator* g : {group.get(), pair.get()})
+    for (int64_t window : {0, 4})
+      for (double dropout : {0.0, 0.3}) {
+        expect_matches(*g, {1, 6, 2, 20 * g->size(), 16, DType::f32}, dropout, window, true);  // GQA, chunks of 10
+        expect_matches(*g, {2, 4, 4, 12 * g->size(), 8, DType::bf16}, dropout, window, true);  // chunks of 6
+      }
+  std::unique_ptr<Communicator> overlap = group->duplicate();
+  const Case c{2, 6, 2, 16 * group->size(), 16, DType::f32};
+  const Local blocking = ring_against_full(*group, c, nullptr, 0.2, 0, true);
+  const Local overlapped = ring_against_full(*group, c, overlap.get(), 0.2, 0, true);
   for (size_t n = 0; n < blocking.results.size(); ++n)
     EXPECT_EQ(max_error(overlapped.results[n], blocking.results[n]), 0.0) << n;
 }

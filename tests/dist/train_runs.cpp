@@ -25,7 +25,6 @@ TrainArgs args_for(int64_t micro, int64_t global, const std::string& save, const
                    const std::vector<std::string>& extra, int64_t iters, int64_t seq) {
   std::vector<std::string> argv = {"--model",
                                    model,
-                                   "--mock-data",
                                    "--train-iters",
                                    std::to_string(iters),
                                    "--seq-length",
@@ -36,6 +35,7 @@ TrainArgs args_for(int64_t micro, int64_t global, const std::string& save, const
                                    std::to_string(global),
                                    "--eval-interval",
                                    "0"};
+  if (std::find(extra.begin(), extra.end(), "--data-path") == extra.end()) argv.push_back("--mock-data");
   for (const char* flag : {"--attention-dropout", "--hidden-dropout"})  // 0 unless `extra` sets it
     if (std::find(extra.begin(), extra.end(), flag) == extra.end()) argv.insert(argv.end(), {flag, "0"});
   if (!save.empty()) argv.insert(argv.end(), {"--save", save, "--save-interval", "2"});

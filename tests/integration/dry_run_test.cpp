@@ -29,7 +29,7 @@ std::vector<std::string> tiny(const std::string& model, const std::vector<std::s
   return flags;
 }
 
-// Every recompute mode, chunked loss, accumulation, bf16, eager attention, dropout.
+// Every recompute mode, chunked loss, accumulation, bf16, eager attention, dropout, packed documents.
 const std::vector<std::vector<std::string>> kFeatures = {
     {},
     {"--recompute-granularity", "selective"},
@@ -42,6 +42,7 @@ const std::vector<std::vector<std::string>> kFeatures = {
     {"--recompute-granularity", "full", "--recompute-method", "block", "--recompute-num-layers", "1"},
     {"--attention", "eager"},
     {"--hidden-dropout", "0.1", "--attention-dropout", "0.1"},
+    {"--reset-position-ids", "--reset-attention-mask", "--eod-mask-loss"},
 };
 
 std::string joined(const std::vector<std::string>& flags) {

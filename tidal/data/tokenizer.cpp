@@ -410,9 +410,12 @@ int64_t Tokenizer::vocab_size() const { return impl_ ? int64_t(impl_->tokens.siz
 int64_t Tokenizer::num_merges() const { return impl_ ? impl_->num_merges : 0; }
 
 int64_t Tokenizer::eod_id() const {
-  auto id = token_to_id("<|endoftext|>");
-  TIDAL_CHECK(id.has_value(), "[tokenizer] this tokenizer has no <|endoftext|> token for end-of-document");
-  return *id;
+  // GPT-2, Qwen and tidal's own; Llama 3; Llama 2 and Mistral; Gemma; DeepSeek-V3.
+  for (const char* name : {"<|endoftext|>", "<|end_of_text|>", "</s>", "<eos>", "<｜end▁of▁sentence｜>"})
+    if (auto id = token_to_id(name)) return *id;
+  TIDAL_CHECK(false, "[tokenizer] this tokenizer has none of the end-of-document tokens <|endoftext|>, ",
+              "<|end_of_text|>, </s>, <eos>, <｜end▁of▁sentence｜>");
+  return -1;
 }
 
 std::optional<int64_t> Tokenizer::token_to_id(std::string_view token) const {

@@ -74,7 +74,9 @@ class Tokenizer {
   // 1 + the largest id (model vocabulary and added tokens): the embedding table's row count.
   int64_t vocab_size() const;
   int64_t num_merges() const;
-  // The id of "<|endoftext|>"; throws when the tokenizer has no such token.
+  // The end-of-document id: the first of "<|endoftext|>" (GPT-2, Qwen, tidal's), "<|end_of_text|>"
+  // (Llama 3), "</s>" (Llama 2, Mistral), "<eos>" (Gemma), "<｜end▁of▁sentence｜>" (DeepSeek-V3) the
+  // tokenizer has; throws when it has none.
   int64_t eod_id() const;
   std::optional<int64_t> token_to_id(std::string_view token) const;  // vocabulary spelling
   std::string id_to_token(int64_t id) const;                         // "" for an unused id

@@ -5,6 +5,7 @@
 // at most one (chunk, V) block of logits exists. Same value, same gradients (docs/memory.md,
 // "Chunked loss"); the trainer and its evaluation call lm_loss.
 #include "tidal/memory/memory_config.h"
+#include "tidal/ops/documents.h"
 #include "tidal/tensor.h"
 
 namespace tidal::models {
@@ -14,8 +15,10 @@ class CausalLM;
 namespace tidal::memory {
 
 // Mean next-token cross-entropy of ids (B, T) against targets (B, T) (ignore_index -100), plus
-// aux_coef * the MoE auxiliary loss when the model makes one.
+// aux_coef * the MoE auxiliary loss when the model makes one. docs: packed sequences (CausalLM::forward_hidden).
+// token_scale multiplies the token mean before the auxiliary loss is added (context parallelism's
+// share of a sample whose ranks hold different numbers of unmasked targets: train/packed_batch.h).
 Tensor lm_loss(const models::CausalLM& model, const Tensor& ids, const Tensor& targets, const LossComputeConfig& c,
-               double aux_coef);
+               double aux_coef, const DocumentLayout& docs = {}, double token_scale = 1.0);
 
 }  // namespace tidal::memory

@@ -13,8 +13,19 @@
 
 namespace tidal::models {
 
-ModelOutput CausalLM::forward(const Tensor& ids) const {
-  ModelOutput out = forward_hidden(ids);
+ModelOutput CausalLM::forward_hidden(const Tensor& ids, const DocumentLayout& docs) const {
+  const char* op = config_.model_type.c_str();
+  if (docs.starts.defined()) check_documents(op, docs.starts, 0, ids.size(0), ids.size(1), ids);
+  const Tensor& pos = docs.positions;
+  TIDAL_CHECK(
+      !pos.defined() || (pos.shape() == ids.shape() && pos.dtype() == DType::i32 && pos.device() == ids.device()), "[",
+      op, "] positions must be (B, T) i32 like the ids ", ids.shape(), " on ", ids.device(), ", got ", pos.shape(), " ",
+      pos.dtype(), " on ", pos.device());
+  return hidden_states(ids, docs);
+}
+
+ModelOutput CausalLM::forward(const Tensor& ids, const DocumentLayout& docs) const {
+  ModelOutput out = forward_hidden(ids, docs);
   OpScope op("lm_head");
   MemoryScope scope(MemoryCategory::logits);
   out.logits = linear(out.hidden, lm_head_weight());  // (B, T, V)

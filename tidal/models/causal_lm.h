@@ -13,6 +13,7 @@
 #include "tidal/models/layer_recompute.h"
 #include "tidal/nn/layers.h"
 #include "tidal/ops/attention.h"
+#include "tidal/ops/documents.h"
 
 namespace tidal::models {
 
@@ -49,14 +50,18 @@ class CausalLM : public nn::Module {
   // `experts`); null: every expert is here.
   dist::Communicator* expert_parallel() const { return experts_.get(); }
 
-  // ids (B, T) i64 -> hidden states after the final norm, and the MoE auxiliary loss.
-  virtual ModelOutput forward_hidden(const Tensor& ids) const = 0;
+  // ids (B, T) i64 -> hidden states after the final norm, and the MoE auxiliary loss. docs: packed
+  // sequences (ops/documents.h): starts (B, T) i32 keep attention within each document
+  // (--reset-attention-mask), positions (B, T) i32 restart RoPE or learned positions at each document
+  // (--reset-position-ids); either may be undefined. Under context parallelism both hold this rank's
+  // tokens (document_layout's rows), the starts in global positions.
+  ModelOutput forward_hidden(const Tensor& ids, const DocumentLayout& docs = {}) const;
   // The LM head weight (V, C) (the embedding when tied).
   virtual const Tensor& lm_head_weight() const = 0;
   // The routers of the MoE layers, in layer order (none for a dense model).
   virtual std::vector<Router*> routers() const { return {}; }
   // forward_hidden + the LM head: logits (B, T, V), accounted as MemoryCategory::logits.
-  ModelOutput forward(const Tensor& ids) const;
+  ModelOutput forward(const Tensor& ids, const DocumentLayout& docs = {}) const;
 
   // Loads a Hugging Face state dict, accepting the naming variants of published checkpoints
   // (GPT-2 without the "transformer." prefix, attention-mask buffers, a tied lm_head copy, a multimodal
@@ -88,9 +93,13 @@ class CausalLM : public nn::Module {
     cp_overlap_ = overlap;
   }
   dist::Communicator* context_parallel() const { return cp_; }
-  CoreAttention core_attention() const { return {attention_kernel_, cp_, cp_overlap_}; }
+  CoreAttention core_attention(const Tensor& documents = Tensor()) const {
+    return {attention_kernel_, cp_, cp_overlap_, documents};
+  }
 
  protected:
+  // forward_hidden of the family, after its inputs are checked.
+  virtual ModelOutput hidden_states(const Tensor& ids, const DocumentLayout& docs) const = 0;
   // The whole sequence's length for ids (batch, seq) of this rank (attn: context parallelism's chunks),
   // checked against max_position_embeddings (GPT-2's n_positions).
   int64_t checked_sequence_length(const Tensor& ids, const CoreAttention& attn) const;

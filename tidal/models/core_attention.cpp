@@ -8,6 +8,7 @@ namespace tidal::models {
 
 Tensor CoreAttention::operator()(const Tensor& q, const Tensor& k, const Tensor& v, AttentionOptions opt) const {
   opt.kernel = kernel;
+  opt.documents = documents;
   if (!context_parallel()) return scaled_dot_product_attention(q, k, v, opt);
   return kernel == AttentionKernel::eager ? context_gather_attention(q, k, v, *cp, opt)
                                           : ring_attention(q, k, v, *cp, opt, overlap);

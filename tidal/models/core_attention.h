@@ -17,8 +17,10 @@ struct CoreAttention {
   AttentionKernel kernel = AttentionKernel::flash;
   dist::Communicator* cp = nullptr;       // the context-parallel group; null: none
   dist::Communicator* overlap = nullptr;  // a duplicate of cp: the ring's K/V blocks move while compute runs
+  Tensor documents;  // packed sequences: (B, T_local) i32 document starts (AttentionOptions::documents); or none
   bool context_parallel() const { return cp != nullptr && cp->size() > 1; }
-  // q (B, Hq, T, D), k/v (B, Hkv, T, D) as scaled_dot_product_attention takes them; opt.kernel is set here.
+  // q (B, Hq, T, D), k/v (B, Hkv, T, D) as scaled_dot_product_attention takes them; opt.kernel and
+  // opt.documents are set here.
   Tensor operator()(const Tensor& q, const Tensor& k, const Tensor& v, AttentionOptions opt) const;
   // The whole sequence's length when a rank holds `local` tokens of every sample.
   int64_t sequence_length(int64_t local) const;

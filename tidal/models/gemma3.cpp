@@ -68,17 +68,17 @@ const Tensor& Gemma3::lm_head_weight() const {
   return lm_head_ != nullptr ? lm_head_->weight() : embed_tokens_->weight();
 }
 
-ModelOutput Gemma3::forward_hidden(const Tensor& ids) const {
-  const CoreAttention attn = core_attention();
+ModelOutput Gemma3::hidden_states(const Tensor& ids, const DocumentLayout& docs) const {
+  const CoreAttention attn = core_attention(docs.starts);
   const int64_t t = checked_sequence_length(ids, attn);
   const DType dtype = embed_tokens_->weight().dtype();
   // Full layers: rope_theta with the rope type's scaling; sliding layers: rope_local_base_freq, unscaled.
   int64_t full = 0, sliding = 0;
   for (int64_t l = 0; l < config_.num_hidden_layers; ++l) (config_.attention_window(l) > 0 ? sliding : full) = l;
-  const RopeTables global =
-      rope_at_positions(attn, ids.size(1), config_.layer_rope_frequencies(full, t), dtype, ids.device());
-  const RopeTables local =
-      rope_at_positions(attn, ids.size(1), config_.layer_rope_frequencies(sliding, t), dtype, ids.device());
+  const RopeTables global = rope_at_positions(attn, ids.size(1), config_.layer_rope_frequencies(full, t), dtype,
+                                              ids.device(), docs.positions);
+  const RopeTables local = rope_at_positions(attn, ids.size(1), config_.layer_rope_frequencies(sliding, t), dtype,
+                                             ids.device(), docs.positions);
   // Gemma3TextScaledWordEmbedding: times sqrt(hidden) rounded to the weight's dtype (bf16: sqrt(1152) is 34).
   const double scale = scalar_tensor(std::sqrt(double(config_.hidden_size)), dtype).item<double>();
   Tensor x = mul(embed_tokens_->forward(ids), scale);  // (B, T, C)

@@ -27,8 +27,10 @@ class Gemma3DecoderLayer : public nn::Module {
 class Gemma3 : public CausalLM {
  public:
   Gemma3(const ModelConfig& c, const nn::Init& init);
-  ModelOutput forward_hidden(const Tensor& ids) const override;
   const Tensor& lm_head_weight() const override;
+
+ protected:
+  ModelOutput hidden_states(const Tensor& ids, const DocumentLayout& docs) const override;
 
  private:
   nn::Embedding* embed_tokens_;

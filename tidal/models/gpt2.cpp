@@ -79,13 +79,16 @@ Gpt2::Gpt2(const ModelConfig& c, const nn::Init& init) : CausalLM(c) {
   ln_f_ = tr.add("ln_f", std::make_unique<nn::LayerNorm>(c.hidden_size, c.norm_eps, init));
 }
 
-ModelOutput Gpt2::forward_hidden(const Tensor& ids) const {
-  const CoreAttention attn = core_attention();
+ModelOutput Gpt2::hidden_states(const Tensor& ids, const DocumentLayout& docs) const {
+  const CoreAttention attn = core_attention(docs.starts);
   checked_sequence_length(ids, attn);
-  std::vector<Tensor> runs;  // the tokens' global positions
-  for (const auto& [start, length] : attn.positions(ids.size(1)))
-    runs.push_back(arange(start, start + length, 1, DType::i64, ids.device()));
-  Tensor pos = runs.size() == 1 ? runs[0] : cat(runs, 0);
+  Tensor pos = docs.positions;  // (B, T) packed documents' own positions, or (T) the tokens' global positions
+  if (!pos.defined()) {
+    std::vector<Tensor> runs;
+    for (const auto& [start, length] : attn.positions(ids.size(1)))
+      runs.push_back(arange(start, start + length, 1, DType::i64, ids.device()));
+    pos = runs.size() == 1 ? runs[0] : cat(runs, 0);
+  }
   Tensor x =
       attn.dropout(add(wte_->forward(ids), wpe_->forward(pos)), config_.hidden_dropout, is_training());  // (B, T, C)
   x = run_layers(

@@ -26,8 +26,10 @@ class Gpt2Block : public nn::Module {
 class Gpt2 : public CausalLM {
  public:
   Gpt2(const ModelConfig& c, const nn::Init& init);
-  ModelOutput forward_hidden(const Tensor& ids) const override;
   const Tensor& lm_head_weight() const override { return wte_->weight(); }
+
+ protected:
+  ModelOutput hidden_states(const Tensor& ids, const DocumentLayout& docs) const override;
 
  private:
   nn::Embedding* wte_;

@@ -112,7 +112,9 @@ std::vector<Tensor> LlamaDecoderLayer::forward(const Tensor& x, const RopeTables
 }
 
 RopeTables rope_at_positions(const CoreAttention& attn, int64_t local_len, const RopeFrequencies& freqs, DType dtype,
-                             const Device& device) {
+                             const Device& device, const Tensor& positions) {
+  if (positions.defined())  // packed documents: each token's position in its document, < the sequence's length
+    return rope_tables_at(rope_tables(attn.sequence_length(local_len), freqs, dtype, device), positions);
   RopeTables rope;
   for (const auto& [start, length] : attn.positions(local_len)) {
     RopeTables run = rope_tables(length, freqs, dtype, device, start);
@@ -145,12 +147,12 @@ const Tensor& Llama::lm_head_weight() const {
   return lm_head_ != nullptr ? lm_head_->weight() : embed_tokens_->weight();
 }
 
-ModelOutput Llama::forward_hidden(const Tensor& ids) const {
-  const CoreAttention attn = core_attention();
+ModelOutput Llama::hidden_states(const Tensor& ids, const DocumentLayout& docs) const {
+  const CoreAttention attn = core_attention(docs.starts);
   const int64_t t = checked_sequence_length(ids, attn);
   // The rope type's scaling, for a run of t.
-  const RopeTables rope =
-      rope_at_positions(attn, ids.size(1), config_.rope_frequencies(t), embed_tokens_->weight().dtype(), ids.device());
+  const RopeTables rope = rope_at_positions(attn, ids.size(1), config_.rope_frequencies(t),
+                                            embed_tokens_->weight().dtype(), ids.device(), docs.positions);
   Tensor x = embed_tokens_->forward(ids);  // (B, T, C)
   std::vector<std::vector<Tensor>> extras;
   x = run_layers(

@@ -51,16 +51,19 @@ class LlamaDecoderLayer : public nn::Module {
 };
 
 // The RoPE tables (T_local, hd) of the tokens' global positions: the whole sequence, or under context
-// parallelism this rank's chunks (CoreAttention::positions).
+// parallelism this rank's chunks (CoreAttention::positions). With `positions` (B, T_local) i32 (packed
+// documents, --reset-position-ids) the tables (B, T_local, hd) of those positions instead.
 RopeTables rope_at_positions(const CoreAttention& attn, int64_t local_len, const RopeFrequencies& freqs, DType dtype,
-                             const Device& device);
+                             const Device& device, const Tensor& positions = Tensor());
 
 class Llama : public CausalLM {
  public:
   Llama(const ModelConfig& c, const nn::Init& init, std::shared_ptr<dist::Communicator> experts);
-  ModelOutput forward_hidden(const Tensor& ids) const override;
   const Tensor& lm_head_weight() const override;
   std::vector<Router*> routers() const override;
+
+ protected:
+  ModelOutput hidden_states(const Tensor& ids, const DocumentLayout& docs) const override;
 
  private:
   nn::Embedding* embed_tokens_;

@@ -6,6 +6,7 @@
 
 #include "tidal/base/checked_math.h"
 #include "tidal/ops/common.h"
+#include "tidal/ops/documents.h"
 #include "tidal/ops/dropout_positions.h"
 #include "tidal/ops/matmul.h"
 #include "tidal/ops/random.h"
@@ -38,6 +39,7 @@ struct ScaledMaskedSoftmaxBackward : Node {
 struct FlashAttentionBackward : Node {
   SavedTensor q, k, v, out, lse;
   FlashArgs cfg;
+  Tensor documents;  // what cfg.documents points into, kept alive (a small constant, not a saved activation)
   const char* name() const override { return "FlashAttentionBackward"; }
   TensorList apply(TensorList&& grads) override {
     const Tensor& g = grads[0];
@@ -55,7 +57,10 @@ struct FlashAttentionBackward : Node {
       kern->flash_attention_backward(current_stream(ws.device()), cfg, dq, dk, dv, g.detach(), qv, kv, vv, ov, lv, ws);
     return {dq, dk, dv};
   }
-  void release_saved() override { autograd::reset_all(q, k, v, out, lse); }
+  void release_saved() override {
+    autograd::reset_all(q, k, v, out, lse);
+    documents = Tensor();
+  }
 };
 
 void check_window(const char* op, bool causal, int64_t window) {
@@ -84,6 +89,7 @@ void check_inputs(const Tensor& q, const Tensor& k, const Tensor& v, const Atten
               opt.dropout_p);
   TIDAL_CHECK(std::isfinite(opt.scale), "[", op, "] scale must be finite, got ", opt.scale);
   check_window(op, opt.causal, opt.window);
+  check_documents(op, opt.documents, opt.key_offset, q.size(0), q.size(2), q);
 }
 
 // The dropout frame resolved: T_g, S_g and the count the whole matrix needs; refuses a frame that
@@ -131,8 +137,9 @@ Tensor eager_attention(const Tensor& q, const Tensor& k, const Tensor& v, double
   } else {
     scores = matmul(q.view({b, hkv, g, t, d}), k.unsqueeze(2).mT()).view({b, hq, t, s});
   }
-  Tensor probs = scaled_masked_softmax(scores, scale, opt.causal, opt.window);  // (B, Hq, T, S)
-  Tensor dropped;                                                               // (B, Hq, T, S), saves a u8 mask
+  Tensor probs =
+      scaled_masked_softmax(scores, scale, opt.causal, opt.window, opt.documents, opt.key_offset);  // (B, Hq, T, S)
+  Tensor dropped;  // (B, Hq, T, S), saves a u8 mask
   if (frame.is_default || opt.dropout_p == 0) {
     dropped = dropout(probs, opt.dropout_p);
   } else {
@@ -160,6 +167,7 @@ Tensor flash_attention(const Tensor& q, const Tensor& k, const Tensor& v, double
   cfg.scale = scale;
   cfg.causal = opt.causal;
   cfg.window = opt.window;
+  cfg.documents = document_mask(opt.documents, opt.key_offset);
   cfg.dropout_p = opt.dropout_p;
   if (opt.dropout_p > 0) {
     const RandomRange range = frame_range(opt.dropout_frame, frame);  // B*Hq*T*S by default
@@ -188,6 +196,7 @@ Tensor flash_attention(const Tensor& q, const Tensor& k, const Tensor& v, double
     node->out = SavedTensor(out);
     node->lse = SavedTensor(lse);
     node->cfg = cfg;
+    node->documents = opt.documents;
     autograd::set_history(out, node);
   }
   return out;
@@ -200,15 +209,28 @@ RandomRange reserve_attention_dropout(int64_t batch, int64_t q_heads, int64_t ro
   return reserve_random_range(uint64_t(checked_product(dims, "[reserve_attention_dropout] B*Hq*T_g*S_g")));
 }
 
-Tensor scaled_masked_softmax(const Tensor& scores, double scale, bool causal, int64_t window) {
-  OpScope scope("scaled_masked_softmax");
-  detail::check_floating("scaled_masked_softmax", scores);
-  check_window("scaled_masked_softmax", causal, window);
+Tensor scaled_masked_softmax(const Tensor& scores, double scale, bool causal, int64_t window, const Tensor& documents,
+                             int64_t key_offset) {
+  const char* op = "scaled_masked_softmax";
+  OpScope scope(op);
+  detail::check_floating(op, scores);
+  check_window(op, causal, window);
   TIDAL_CHECK(scores.dim() >= 2, "[scaled_masked_softmax] scores must be (..., T, S), got ", scores.shape());
+  if (documents.defined()) {
+    TIDAL_CHECK(scores.dim() == 4, "[scaled_masked_softmax] with documents the scores must be (B, H, T, S), got ",
+                scores.shape());
+    check_documents(op, documents, key_offset, scores.size(0), scores.size(2), scores);
+  }
   Tensor probs = empty(scores.shape(), scores.dtype(), scores.device());
   const Tensor sc = scores.detach().contiguous();  // on meta too: the copy a real run makes
+  MaskedSoftmaxArgs a;
+  a.scale = scale;
+  a.causal = causal;
+  a.window = window;
+  a.documents = document_mask(documents, key_offset);
+  a.batch = documents.defined() ? scores.size(0) : 1;
   if (Kernels* kern = kernels_for(probs))
-    kern->scaled_masked_softmax_forward(current_stream(probs.device()), probs, sc, scale, causal, window);
+    kern->scaled_masked_softmax_forward(current_stream(probs.device()), probs, sc, a);
   if (autograd::needs_grad(scores)) {
     auto node = autograd::make_node<ScaledMaskedSoftmaxBackward>({&scores});
     node->probs = SavedTensor(probs);

@@ -47,6 +47,14 @@ struct AttentionOptions {
   double dropout_p = 0;
   AttentionDropoutFrame dropout_frame;
   AttentionKernel kernel = AttentionKernel::flash;
+  // Packed sequences (Megatron's --reset-attention-mask): several documents in one row of the batch,
+  // attention never crossing their boundaries. documents (B, T) i32 on q's device holds for each query
+  // row the index of its document's first key, counted in a frame where this call's key 0 is key
+  // `key_offset` (0: the call's own keys; context parallelism's blocks sit further on). Query i of
+  // sample b then sees only keys j with key_offset + j >= documents[b, i], besides the causal and
+  // window rules. Starts never decrease along a row (documents are contiguous). Undefined: no mask.
+  Tensor documents;
+  int64_t key_offset = 0;
 };
 
 // Reserves the dropout range of a whole (B, Hq, T_g, S_g) attention matrix computed as blocks
@@ -66,6 +74,9 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
 // probs = softmax(scale * scores) with keys j > i + S - T masked out (when causal), and with a
 // window W > 0 (causal only) keys j <= i + S - T - W too; rows that see no key are zeros.
 // Contiguous output; its backward saves only the output.
-Tensor scaled_masked_softmax(const Tensor& scores, double scale, bool causal, int64_t window = 0);
+// With documents (B, T) i32 (scores (B, H, T, S); AttentionOptions::documents, key_offset), row i of
+// sample b also masks the keys before its document's start.
+Tensor scaled_masked_softmax(const Tensor& scores, double scale, bool causal, int64_t window = 0,
+                             const Tensor& documents = Tensor(), int64_t key_offset = 0);
 
 }  // namespace tidal

@@ -6,6 +6,7 @@
 #include "tidal/dist/collectives.h"
 #include "tidal/memory_scope.h"
 #include "tidal/ops/common.h"
+#include "tidal/ops/documents.h"
 #include "tidal/ops/ring_attention.h"
 #include "tidal/ops/view.h"
 
@@ -59,6 +60,8 @@ void check_inputs(const Tensor& q, const Tensor& k, const Tensor& v, const Atten
   TIDAL_CHECK(k.size(2) == q.size(2) && v.size(2) == q.size(2), "[", kOp,
               "] q, k and v must hold the same tokens (this rank's two chunks): ", shapes());
   TIDAL_CHECK(q.size(2) % 2 == 0, "[", kOp, "] a rank holds two chunks of equal length, got length ", q.size(2));
+  TIDAL_CHECK(opt.key_offset == 0, "[", kOp, "] places its chunks itself: key_offset must be 0, got ", opt.key_offset);
+  check_documents(kOp, opt.documents, 0, q.size(0), q.size(2), q);
 }
 
 }  // namespace
@@ -106,12 +109,17 @@ Tensor context_gather_attention(const Tensor& q, const Tensor& k, const Tensor& 
   }
   // Queries of the chunk at global rows [start, start + chunk) see the keys [0, start + chunk), with a
   // window W only [start - W + 1, start + chunk): the bottom-right mask (and window) of those keys is
-  // the mask by global positions, and the keys before the window are never multiplied.
+  // the mask by global positions, and the keys before the window are never multiplied. Packed
+  // documents mask by global positions too (key_offset: the first key's).
   const auto chunk_attention = [&](int64_t row, int64_t start) {
     const int64_t first = opt.window > 0 ? std::max<int64_t>(0, start - opt.window + 1) : 0;
     const int64_t keys = start + at.chunk - first;
     chunk_opt.dropout_frame.row_offset = opt.dropout_p > 0 ? start : 0;
     chunk_opt.dropout_frame.col_offset = opt.dropout_p > 0 ? first : 0;
+    if (opt.documents.defined()) {  // the chunk's rows' global document starts; its keys start at `first`
+      chunk_opt.documents = opt.documents.narrow(1, row, at.chunk);
+      chunk_opt.key_offset = first;
+    }
     return scaled_dot_product_attention(q.narrow(2, row, at.chunk), kw.narrow(2, first, keys),
                                         vw.narrow(2, first, keys), chunk_opt);  // (B, Hq, chunk, Dv)
   };

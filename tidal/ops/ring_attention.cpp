@@ -10,6 +10,7 @@
 #include "tidal/base/clock.h"
 #include "tidal/memory_scope.h"
 #include "tidal/ops/common.h"
+#include "tidal/ops/documents.h"
 #include "tidal/ops/elementwise.h"
 #include "tidal/ops/view.h"
 #include "tidal/range_recorder.h"
@@ -154,7 +155,11 @@ struct RingDropout {
   int c = 1;
   int64_t half = 0;
   int64_t window = 0;
-  bool per_chunk() const { return p > 0 || window > 0; }
+  Tensor documents;  // (B, T) i32 global document starts of this rank's rows; undefined: none
+  // Chunk by chunk: dropout, a window and documents mask by global positions.
+  bool per_chunk() const { return p > 0 || window > 0 || documents.defined(); }
+  // Blocks whose rows may see no key at all: their partial log-sum-exps need merge_lse.
+  bool rows_may_see_none() const { return window > 0 || documents.defined(); }
   // The global position of local row `local` (0 or half: a chunk's start) of CP rank `rank`.
   int64_t global(int rank, int64_t local) const {
     const ContextChunks at = context_chunks(2 * half * c, c, rank);
@@ -168,6 +173,7 @@ struct RingDropout {
       cfg.window = window;
       cfg.diagonal = global(i, b.q0) - global(j, b.k0);
     }
+    if (documents.defined()) cfg.documents = document_mask(documents.narrow(1, b.q0, b.qn), global(j, b.k0));
     if (p == 0) return cfg;
     cfg.dropout_p = p;
     cfg.seed = rng.seed;
@@ -291,7 +297,10 @@ struct RingAttentionBackward : Node {
     }
     return {dq, dk, dv};
   }
-  void release_saved() override { autograd::reset_all(q, k, v, out, lse); }
+  void release_saved() override {
+    autograd::reset_all(q, k, v, out, lse);
+    drop.documents = Tensor();
+  }
 };
 
 void check_inputs(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& opt) {
@@ -319,6 +328,8 @@ void check_inputs(const Tensor& q, const Tensor& k, const Tensor& v, const Atten
               "] query heads must be a multiple of kv heads (GQA): ", shapes());
   TIDAL_CHECK(k.size(3) == q.size(3) && q.size(3) > 0, "[", kOp, "] q and k need one positive head dim: ", shapes());
   TIDAL_CHECK(q.size(2) % 2 == 0, "[", kOp, "] a rank holds two chunks of equal length, got length ", q.size(2));
+  TIDAL_CHECK(opt.key_offset == 0, "[", kOp, "] places its blocks itself: key_offset must be 0, got ", opt.key_offset);
+  check_documents(kOp, opt.documents, 0, q.size(0), q.size(2), q);
 }
 
 }  // namespace
@@ -354,6 +365,7 @@ Tensor ring_attention(const Tensor& q, const Tensor& k, const Tensor& v, dist::C
   drop.c = c;
   drop.half = half;
   drop.window = opt.window < t * c ? opt.window : 0;  // a window over the whole sequence is plain causal
+  drop.documents = opt.documents;
   if (opt.dropout_p > 0) {
     drop.p = opt.dropout_p;
     drop.rng = reserve_attention_dropout(b, hq, t * c, t * c);
@@ -380,7 +392,7 @@ Tensor ring_attention(const Tensor& q, const Tensor& k, const Tensor& v, dist::C
         if (!sees_any(args, blk)) continue;  // wholly outside the window: no compute (the block still travels)
         Partial p = flash_block(args, qd.narrow(2, blk.q0, blk.qn), kcur.narrow(2, blk.k0, blk.kn),
                                 vcur.narrow(2, blk.k0, blk.kn));
-        if (drop.window > 0) p.lse = merge_lse(p.lse);
+        if (drop.rows_may_see_none()) p.lse = merge_lse(p.lse);
         Tensor o = acc_out.narrow(2, blk.q0, blk.qn), l = lse.narrow(2, blk.q0, blk.qn);
         if (filled[size_t(blk.q0 / half)]) {  // (a block's rows are all filled or none)
           merge(o, l, p);

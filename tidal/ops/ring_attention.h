@@ -19,6 +19,8 @@
 // positions (without dropout a step runs on the chunks concatenated, in fewer calls). A sliding
 // window (AttentionOptions::window) also runs chunk by chunk, each call masked by the global
 // positions of its rows and keys (FlashArgs::diagonal); calls wholly outside the window are skipped.
+// Packed documents (AttentionOptions::documents: this rank's rows' global document starts) run chunk
+// by chunk as well, each call's keys placed at their global positions (key_offset).
 #include <cstdint>
 #include <vector>
 

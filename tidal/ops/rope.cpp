@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "tidal/ops/common.h"
+#include "tidal/ops/embedding.h"
 #include "tidal/ops/view.h"
 #include "tidal/seam/kernels.h"
 #include "tidal/stream.h"
@@ -19,7 +20,7 @@ Tensor rope_op(const Tensor& x, const Tensor& cos, const Tensor& sin, bool trans
 // keeps plain references instead of SavedTensors: offload and recompute hooks would otherwise copy
 // or track the same tables once per layer. Nothing else is saved (backward is linear in g).
 struct RopeBackward : autograd::Node {
-  Tensor cos, sin;  // (T, D)
+  Tensor cos, sin;  // (T, D) or (B, T, D)
   bool transpose = false;
   const char* name() const override { return "RopeBackward"; }
   autograd::TensorList apply(autograd::TensorList&& g) override { return {rope_op(g[0], cos, sin, !transpose)}; }
@@ -69,18 +70,27 @@ RopeTables rope_tables(int64_t seq_len, const RopeFrequencies& f, DType dtype, D
   return t;
 }
 
+RopeTables rope_tables_at(const RopeTables& tables, const Tensor& positions) {
+  OpScope scope("rope_tables_at");
+  detail::check_dim("rope_tables_at", tables.cos, 2, "cos (P, D)");
+  detail::check_dim("rope_tables_at", positions, 2, "positions (B, T)");
+  TIDAL_CHECK(tables.sin.shape() == tables.cos.shape(), "[rope_tables_at] cos ", tables.cos.shape(), " and sin ",
+              tables.sin.shape(), " differ");
+  // embedding() checks each id against P and names the first one out of range.
+  return {embedding(tables.cos.detach(), positions), embedding(tables.sin.detach(), positions)};
+}
+
 Tensor apply_rope(const Tensor& x, const Tensor& cos, const Tensor& sin) {
   OpScope scope("apply_rope");
   detail::check_dim("apply_rope", x, 4, "x (B, H, T, D)");
   detail::check_floating("apply_rope", x);
-  detail::check_dim("apply_rope", cos, 2, "cos (T, D)");
-  detail::check_dim("apply_rope", sin, 2, "sin (T, D)");
+  TIDAL_CHECK(cos.dim() == 2 || cos.dim() == 3, "[apply_rope] cos must be (T, D) or (B, T, D), got ", cos.shape());
   detail::check_same("apply_rope", x, cos);
   detail::check_same("apply_rope", x, sin);
   TIDAL_CHECK(x.size(3) % 2 == 0, "[apply_rope] the head dim must be even: x ", x.shape());
-  const Shape table{x.size(2), x.size(3)};
+  const Shape table = cos.dim() == 2 ? Shape{x.size(2), x.size(3)} : Shape{x.size(0), x.size(2), x.size(3)};
   TIDAL_CHECK(cos.shape() == table && sin.shape() == table, "[apply_rope] cos ", cos.shape(), " and sin ", sin.shape(),
-              " must be (T, D) = ", table, " for x (B, H, T, D) = ", x.shape());
+              " must be ", table, cos.dim() == 2 ? " (T, D)" : " (B, T, D)", " for x (B, H, T, D) = ", x.shape());
   return rope_op(x, cos, sin, false);
 }
 

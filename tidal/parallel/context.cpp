@@ -5,15 +5,15 @@
 
 namespace tidal::parallel {
 
+Tensor local_rows(const Tensor& x, int cp_size, int cp_rank) {
+  if (cp_size == 1) return x;
+  const ContextChunks at = context_chunks(x.size(1), cp_size, cp_rank);
+  return cat({x.narrow(1, at.first, at.chunk), x.narrow(1, at.second, at.chunk)}, 1);
+}
+
 LocalTokens local_tokens(const Tensor& tokens, int cp_size, int cp_rank) {
   const int64_t t = tokens.size(1) - 1;
-  const Tensor inputs = tokens.narrow(1, 0, t), labels = tokens.narrow(1, 1, t);
-  if (cp_size == 1) return {inputs, labels};
-  const ContextChunks at = context_chunks(t, cp_size, cp_rank);
-  const auto mine = [&](const Tensor& x) {
-    return cat({x.narrow(1, at.first, at.chunk), x.narrow(1, at.second, at.chunk)}, 1);
-  };
-  return {mine(inputs), mine(labels)};
+  return {local_rows(tokens.narrow(1, 0, t), cp_size, cp_rank), local_rows(tokens.narrow(1, 1, t), cp_size, cp_rank)};
 }
 
 }  // namespace tidal::parallel

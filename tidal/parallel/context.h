@@ -13,5 +13,7 @@ struct LocalTokens {
   Tensor inputs, labels;
 };
 LocalTokens local_tokens(const Tensor& tokens, int cp_size, int cp_rank);
+// This CP rank's two chunks of x (B, T, ...) along dim 1: (B, 2T/C, ...); x itself when C == 1.
+Tensor local_rows(const Tensor& x, int cp_size, int cp_rank);
 
 }  // namespace tidal::parallel

@@ -64,6 +64,32 @@ struct RopeTableArgs {
   int64_t position_offset = 0;
 };
 
+// --- packed sequences (Megatron's --reset-attention-mask): several documents share one row of the
+// batch and attention does not cross their boundaries. Query row i of sample b sees only the keys of
+// its document: key j of a call is visible iff key_offset + j >= start[b * stride_b + i * stride_t]
+// (besides the causal and window rules). start holds i32 document starts on the kernel's device,
+// non-decreasing along each row (documents are contiguous); null: no document mask (and on meta).
+struct DocumentMask {
+  const int32_t* start = nullptr;
+  int64_t stride_b = 0, stride_t = 0;
+  int64_t key_offset = 0;  // the documents' index of the call's key 0 (context parallelism's blocks)
+  bool any() const { return start != nullptr; }
+  // The first key (of the call) query row i of sample b may see.
+  int64_t first_key(int64_t b, int64_t i) const {
+    return start == nullptr ? 0 : int64_t(start[b * stride_b + i * stride_t]) - key_offset;
+  }
+};
+
+// --- the eager attention's fused scale + mask + softmax (ops/attention.h scaled_masked_softmax) over
+// contiguous scores (..., T, S): row r is query r % T; with documents, of sample r / (rows / batch).
+struct MaskedSoftmaxArgs {
+  double scale = 1.0;
+  bool causal = true;
+  int64_t window = 0;  // sliding window (causal only); 0: none
+  DocumentMask documents;
+  int64_t batch = 1;  // the scores' leading dim when documents are given
+};
+
 // --- flash attention
 struct FlashArgs {
   double scale = 1.0;
@@ -85,6 +111,7 @@ struct FlashArgs {
   // Shifts every row's diagonal: context parallelism's blocks, whose rows and keys sit at other global
   // positions than the bottom-right frame puts them (0 for one call on the whole matrix).
   int64_t diagonal = 0;
+  DocumentMask documents;  // packed sequences: none by default
 };
 
 // The keys [first, end) that query row i of a (T, S) attention sees (first == end: none); the rule
@@ -99,8 +126,19 @@ inline KeyRange visible_key_range(bool causal, int64_t window, int64_t diagonal,
   const int64_t first = window > 0 ? clamp(diag - window + 1) : 0;
   return {first < end ? first : end, end};
 }
-inline KeyRange visible_key_range(const FlashArgs& a, int64_t i, int64_t t, int64_t s) {
-  return visible_key_range(a.causal, a.window, a.diagonal, i, t, s);
+// The same with a document mask: row i of sample b also sees no key before its document's start.
+// first never decreases with i either (document starts do not).
+inline KeyRange visible_key_range(bool causal, int64_t window, int64_t diagonal, const DocumentMask& docs, int64_t b,
+                                  int64_t i, int64_t t, int64_t s) {
+  KeyRange r = visible_key_range(causal, window, diagonal, i, t, s);
+  if (docs.any()) {
+    const int64_t floor = docs.first_key(b, i);
+    if (floor > r.first) r.first = floor < r.end ? floor : r.end;
+  }
+  return r;
+}
+inline KeyRange visible_key_range(const FlashArgs& a, int64_t b, int64_t i, int64_t t, int64_t s) {
+  return visible_key_range(a.causal, a.window, a.diagonal, a.documents, b, i, t, s);
 }
 
 // The query rows [first, end) that see some key of [j0, j1) under a's mask (the inverse of the above).
@@ -114,6 +152,22 @@ inline RowRange rows_seeing_keys(const FlashArgs& a, int64_t j0, int64_t j1, int
   const int64_t shift = s - t + a.diagonal, first = clamp(j0 - shift);
   const int64_t end = a.window > 0 ? clamp(j1 - 1 - shift + a.window) : t;
   return {first, end > first ? end : first};
+}
+// The same for sample b under a's document mask: rows whose document starts after key j1 - 1 see
+// none of the keys (document starts never decrease, so those rows are a suffix).
+inline RowRange rows_seeing_keys(const FlashArgs& a, int64_t b, int64_t j0, int64_t j1, int64_t t, int64_t s) {
+  RowRange r = rows_seeing_keys(a, j0, j1, t, s);
+  if (!a.documents.any()) return r;
+  int64_t lo = r.first, hi = r.end;  // the first row of [lo, hi) whose first key is >= j1
+  while (lo < hi) {
+    const int64_t mid = lo + (hi - lo) / 2;
+    if (a.documents.first_key(b, mid) >= j1)
+      hi = mid;
+    else
+      lo = mid + 1;
+  }
+  r.end = lo;
+  return r;
 }
 
 // --- dropout of a piece of a larger tensor (ops/random.h dropout_rows): x contiguous, seen as

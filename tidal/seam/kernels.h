@@ -199,8 +199,8 @@ class Kernels {
   }
 
   // --- attention
-  virtual void scaled_masked_softmax_forward(Stream& stream, const Tensor& probs, const Tensor& scores, double scale,
-                                             bool causal, int64_t window) {
+  virtual void scaled_masked_softmax_forward(Stream& stream, const Tensor& probs, const Tensor& scores,
+                                             const MaskedSoftmaxArgs& a) {
     missing("scaled_masked_softmax_forward");
   }
   virtual void scaled_masked_softmax_backward(Stream& stream, const Tensor& grad_scores, const Tensor& grad_probs,

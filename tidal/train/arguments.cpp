@@ -57,6 +57,9 @@ Flags& add_data_flags(Flags& f) {
       .option("tokenizer", "tokenizer.json (Hugging Face format)", "FILE")
       .option("split", "train,validation,test weights over documents (default 98,2,0)", "A,B,C")
       .flag("mock-data", "seeded random tokens instead of a corpus (needs --vocab-size or a model preset)")
+      .flag("reset-position-ids", "packed documents: positions restart after each EOD token")
+      .flag("reset-attention-mask", "packed documents: attention never crosses an EOD token")
+      .flag("eod-mask-loss", "no loss on the token after each EOD (the next document's first)")
       .option("seq-length", "tokens per sample", "N")
       .option("micro-batch-size", "samples per forward/backward", "N")
       .option("global-batch-size",
@@ -344,6 +347,7 @@ void parse_data(const Flags& f, TrainArgs& a) {
     a.model.vocab_size = f.integer("vocab-size", a.model.vocab_size, 2, kMaxSize);
   }
   a.builtin_corpus = !a.mock_data && a.data_path.empty();
+  a.packing = {f.flag_on("reset-position-ids"), f.flag_on("reset-attention-mask"), f.flag_on("eod-mask-loss")};
   TIDAL_CHECK(!(a.builtin_corpus && !a.tokenizer.empty()), "tidal train: --tokenizer needs --data-path (the data it",
               " tokenized); without --data-path tidal trains on its built-in corpus with its own tokenizer");
 }
@@ -471,6 +475,9 @@ nlohmann::json TrainArgs::to_json() const {
   j["tokenizer"] = tokenizer;
   j["split"] = split;
   j["mock_data"] = mock_data;
+  j["reset_position_ids"] = packing.reset_position_ids;
+  j["reset_attention_mask"] = packing.reset_attention_mask;
+  j["eod_mask_loss"] = packing.eod_mask_loss;
   j["builtin_corpus"] = builtin_corpus;
   j["seq_length"] = seq_length;
   j["micro_batch_size"] = micro_batch_size;

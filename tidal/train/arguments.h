@@ -16,6 +16,7 @@
 #include "tidal/optim/lr_schedule.h"
 #include "tidal/parallel/layout.h"
 #include "tidal/profile/profiler.h"
+#include "tidal/train/packed_batch.h"
 #include "tidal/train/precision.h"
 
 namespace tidal::train {
@@ -29,6 +30,8 @@ struct TrainArgs {
   std::string tokenizer;               // tokenizer.json
   std::string split = "98,2,0";        // train, validation, test weights (by document)
   bool mock_data = false;
+  // --reset-position-ids, --reset-attention-mask, --eod-mask-loss: packed documents (train/packed_batch.h)
+  PackedSequences packing;
   bool builtin_corpus = false;  // no data given: the fortunes corpus of the main job
   // batch and schedule
   int64_t seq_length = 256;

@@ -71,6 +71,9 @@ struct Setup {
   const parallel::ParallelLayout& layout() const { return groups->layout(); }
   // All the ranks (one without mpirun): the gradients are summed over them.
   dist::Communicator& comm() const { return groups->world(); }
+  // The end-of-document id packed sequences split at: the tokenizer's, or with --mock-data the last id
+  // of the vocabulary (Megatron's mock tokenizer's EOD), which random tokens hit at a rate of 1/V.
+  int64_t eod() const { return data.tokenizer ? data.tokenizer->eod_id() : model->config().vocab_size - 1; }
 };
 
 // Loads the data (the tokenizer's vocabulary goes into `config`), validates `config`, resets the

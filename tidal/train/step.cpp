@@ -9,10 +9,10 @@
 #include "tidal/memory/chunk_loss.h"
 #include "tidal/models/moe.h"
 #include "tidal/ops/elementwise.h"
-#include "tidal/parallel/context.h"
 #include "tidal/parallel/data.h"
 #include "tidal/parallel/grad_sync.h"
 #include "tidal/train/nan_guard.h"
+#include "tidal/train/packed_batch.h"
 
 namespace tidal::train {
 
@@ -31,12 +31,10 @@ StepResult train_step(int64_t it, const TrainArgs& args, Setup& s, profile::Prof
   double loss_sum = 0;
   models::take_dropped_slots();  // from here: this step's forwards (not a validation's)
   for (int64_t m = 0; m < accum; ++m) {
-    Tensor tokens =
+    const Tensor tokens =
         parallel::next_rank_batch(s.loader, args.micro_batch_size, data.rank(), data.size()).tokens;  // (B, T+1)
-    // The loader's batch is on the host: to the run's device (a dry run's meta: the batch's shape only).
-    if (tokens.device() != s.device) tokens = tokens.to(s.device);
-    const parallel::LocalTokens local =
-        parallel::local_tokens(tokens, s.groups->context_size(), s.groups->context_rank());  // this rank's chunks
+    const RankBatch local = rank_batch(tokens, args.packing, s.eod(), s.groups->context_size(),
+                                       s.groups->context_rank(), s.device);  // this rank's chunks
     Tensor loss;
     if (s.offloader) s.offloader->begin_micro_batch();
     parallel::ParamGather::Scope gathered(s.param_gather.get());  // ZeRO-3: the parameters outside the layers
@@ -44,7 +42,10 @@ StepResult train_step(int64_t it, const TrainArgs& args, Setup& s, profile::Prof
       profile::Range phase("forward", profile::kPhase);
       std::optional<autograd::SavedTensorLog> log;
       if (first_saved.empty() || profiler.wants_saved_tensors(it, m)) log.emplace();
-      loss = memory::lm_loss(*s.model, local.inputs, local.labels, args.memory.loss, aux_coef);
+      // Masked labels under context parallelism: the ranks' token means weighted by their targets.
+      const double scale =
+          args.packing.eod_mask_loss && s.groups->context_size() > 1 ? token_scale(local, *s.groups->context()) : 1.0;
+      loss = memory::lm_loss(*s.model, local.inputs, local.labels, args.memory.loss, aux_coef, local.docs, scale);
       if (log) {
         if (first_saved.empty()) first_saved = log->snapshot();
         profiler.set_saved_tensors(it, log->snapshot());
@@ -101,10 +102,8 @@ double validation_loss(const TrainArgs& args, Setup& s) {
     parallel::ParamGather::Scope gathered(s.param_gather.get());
     data::DataLoader loader(s.data.valid);
     for (int64_t i = 0; i < args.eval_iters; ++i) {
-      const Tensor tokens = loader.next(args.micro_batch_size).tokens.to(s.device);  // (B, T + 1)
-      const int64_t t = tokens.size(1) - 1;
-      sum += memory::lm_loss(*s.model, tokens.narrow(1, 0, t), tokens.narrow(1, 1, t), args.memory.loss, 0.0)
-                 .item<double>();
+      const RankBatch b = rank_batch(loader.next(args.micro_batch_size).tokens, args.packing, s.eod(), 1, 0, s.device);
+      sum += memory::lm_loss(*s.model, b.inputs, b.labels, args.memory.loss, 0.0, b.docs).item<double>();
     }
   }
   s.model->set_context_parallel(s.groups->context(), s.groups->ring());

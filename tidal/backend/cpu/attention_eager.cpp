@@ -1,4 +1,4 @@
-// CPU kernels of the eager attention path: the fused scale + causal (and sliding-window) mask +
+// CPU kernels of the eager attention path: the fused scale + causal (sliding-window, document) mask +
 // softmax over the scores the eager path materializes (Megatron's FusedScaleMaskSoftmax). Both
 // attention kernels take their exp from vec_math.h, so eager and flash round alike.
 #include <algorithm>
@@ -16,10 +16,11 @@ namespace tidal::cpu {
 namespace {
 
 template <typename T>
-void softmax_forward_typed(const Tensor& probs, const Tensor& scores, double scale_d, bool causal, int64_t window) {
+void softmax_forward_typed(const Tensor& probs, const Tensor& scores, const MaskedSoftmaxArgs& a) {
   using A = acc_t<T>;
   const int64_t t_len = scores.size(-2), s_len = scores.size(-1), rows = scores.numel() / std::max<int64_t>(s_len, 1);
-  const A scale = A(scale_d);
+  const int64_t rows_per_sample = std::max<int64_t>(1, rows / std::max<int64_t>(a.batch, 1));
+  const A scale = A(a.scale);
   const T* xp = scores.data<T>();
   T* pp = probs.data<T>();
   parallel_for(0, rows, std::max<int64_t>(1, 16384 / std::max<int64_t>(s_len, 1)), [&](int64_t r0, int64_t r1) {
@@ -27,8 +28,9 @@ void softmax_forward_typed(const Tensor& probs, const Tensor& scores, double sca
     for (int64_t r = r0; r < r1; ++r) {
       const T* x = xp + r * s_len;
       T* p = pp + r * s_len;
-      // The visible keys [j0, j0 + n): the window's first key on, up to the diagonal.
-      const KeyRange keys = visible_key_range(causal, window, 0, r % t_len, t_len, s_len);
+      // The visible keys [j0, j0 + n): the window's (or the document's) first key on, up to the diagonal.
+      const KeyRange keys =
+          visible_key_range(a.causal, a.window, 0, a.documents, r / rows_per_sample, r % t_len, t_len, s_len);
       const int64_t j0 = keys.first, n = keys.end - keys.first;
       const T* xv = x + j0;
 #pragma omp simd
@@ -68,12 +70,12 @@ void softmax_backward_typed(const Tensor& gx, const Tensor& gp, const Tensor& pr
 
 }  // namespace
 
-// probs = softmax(scale * scores) per row with the causal mask (and window); both contiguous (..., T, S).
-void CpuKernels::scaled_masked_softmax_forward(Stream&, const Tensor& probs, const Tensor& scores, double scale,
-                                               bool causal, int64_t window) {
-  dispatch_float(scores.dtype(), "scaled_masked_softmax", [&](auto tag) {
-    softmax_forward_typed<typename decltype(tag)::type>(probs, scores, scale, causal, window);
-  });
+// probs = softmax(scale * scores) per row with the causal mask (and window, and documents); both
+// contiguous (..., T, S).
+void CpuKernels::scaled_masked_softmax_forward(Stream&, const Tensor& probs, const Tensor& scores,
+                                               const MaskedSoftmaxArgs& a) {
+  dispatch_float(scores.dtype(), "scaled_masked_softmax",
+                 [&](auto tag) { softmax_forward_typed<typename decltype(tag)::type>(probs, scores, a); });
 }
 
 // grad_scores = scale * probs * (grad_probs - rowsum(grad_probs * probs)); all contiguous (..., T, S).

@@ -11,7 +11,8 @@
 // rows per tile) of the tile's flops. A causal (or sliding-window) mask limits the work: a query
 // block walks only the keys its rows see (visible_key_range: from its first row's first key to its
 // last row's diagonal), and the backward's key tile only the query blocks that see it
-// (rows_seeing_keys), so a window W costs O(T·W), not O(T·S). Forward tasks are (b, h, query block);
+// (rows_seeing_keys), so a window W costs O(T·W), not O(T·S); packed documents (FlashArgs::documents)
+// narrow both the same way. Forward tasks are (b, h, query block);
 // backward tasks are (b, kv head), each owning every row it writes. Tasks never share an
 // accumulator, so results do not depend on the thread count.
 #include <algorithm>
@@ -132,8 +133,8 @@ void forward_typed(const FlashArgs& cfg, const Tensor& out, const Tensor& lse, c
     const int64_t i0 = qb * kFwdBlockQ, nq = std::min(kFwdBlockQ, n.t - i0);
     const Mat<G> qt = tile<G>(qv.row(b, h, i0), qv.s2, qv.s3, nq, n.d, reinterpret_cast<G*>(qbuf));
     // The keys some row of the block sees: the first row's first to the last row's diagonal.
-    const int64_t key_first = visible_key_range(cfg, i0, n.t, n.s).first;
-    const int64_t key_end = visible_key_range(cfg, i0 + nq - 1, n.t, n.s).end;
+    const int64_t key_first = visible_key_range(cfg, b, i0, n.t, n.s).first;
+    const int64_t key_end = visible_key_range(cfg, b, i0 + nq - 1, n.t, n.s).end;
     std::fill(m, m + nq, -std::numeric_limits<A>::infinity());
     std::fill(l, l + nq, A(0));
     std::fill(o, o + nq * n.dv, A(0));
@@ -145,7 +146,7 @@ void forward_typed(const FlashArgs& cfg, const Tensor& out, const Tensor& lse, c
       for (int64_t r = 0; r < nq; ++r) {
         A* sr = s + r * kFwdBlockK;
         const int64_t i = i0 + r;
-        const KeyRange keys = visible_key_range(cfg, i, n.t, n.s);  // the row's keys [lo, nv) of the tile
+        const KeyRange keys = visible_key_range(cfg, b, i, n.t, n.s);  // the row's keys [lo, nv) of the tile
         const int64_t lo = std::clamp<int64_t>(keys.first - j0, 0, nk), nv = std::clamp<int64_t>(keys.end - j0, 0, nk);
         if (lo >= nv) {
           std::fill(sr, sr + nk, A(0));
@@ -271,7 +272,7 @@ void backward_typed(const FlashArgs& cfg, const Tensor& dq, const Tensor& dk, co
       const Mat<G> vt = tile<G>(vv.row(b, kh, j0), vv.s2, vv.s3, nk, n.dv, reinterpret_cast<G*>(vbuf));
       std::fill(dk_acc, dk_acc + nk * n.d, A(0));
       std::fill(dv_acc, dv_acc + nk * n.dv, A(0));
-      const RowRange seen = rows_seeing_keys(cfg, j0, j0 + nk, n.t, n.s);  // the query blocks that see the tile
+      const RowRange seen = rows_seeing_keys(cfg, b, j0, j0 + nk, n.t, n.s);  // the query blocks that see the tile
       for (int64_t g = 0; g < n.g && seen.first < seen.end; ++g) {
         const int64_t h = kh * n.g + g;
         for (int64_t i0 = seen.first / kBwdBlockQ * kBwdBlockQ; i0 < seen.end; i0 += kBwdBlockQ) {
@@ -282,7 +283,7 @@ void backward_typed(const FlashArgs& cfg, const Tensor& dq, const Tensor& dk, co
           tile_gemm(false, true, nq, nk, n.dv, A(1), dot, vt, A(0), ds, kBwdBlockK);  // dP
           for (int64_t r = 0; r < nq; ++r) {
             const int64_t i = i0 + r;
-            const KeyRange keys = visible_key_range(cfg, i, n.t, n.s);  // the row's keys [lo, nv) of the tile
+            const KeyRange keys = visible_key_range(cfg, b, i, n.t, n.s);  // the row's keys [lo, nv) of the tile
             const int64_t lo = std::clamp<int64_t>(keys.first - j0, 0, nk);
             const int64_t nv = std::max(lo, std::clamp<int64_t>(keys.end - j0, 0, nk));
             A* pr = p + r * kBwdBlockK;

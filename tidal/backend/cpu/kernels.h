@@ -82,8 +82,8 @@ class CpuKernels final : public Kernels {
   void embedding_forward(Stream& stream, const Tensor& out, const Tensor& weight, const Tensor& ids) override;
   void embedding_backward(Stream& stream, const Tensor& grad_weight, const Tensor& g, const Tensor& ids) override;
   // attention_eager.cpp
-  void scaled_masked_softmax_forward(Stream& stream, const Tensor& probs, const Tensor& scores, double scale,
-                                     bool causal, int64_t window) override;
+  void scaled_masked_softmax_forward(Stream& stream, const Tensor& probs, const Tensor& scores,
+                                     const MaskedSoftmaxArgs& a) override;
   void scaled_masked_softmax_backward(Stream& stream, const Tensor& grad_scores, const Tensor& grad_probs,
                                       const Tensor& probs, double scale) override;
   // attention_flash.cpp

@@ -78,7 +78,11 @@ void rope_typed(const Tensor& out, const Tensor& x, const Tensor& cos, const Ten
   T* op = out.data<T>();
   const T* cp = cos.data<T>();
   const T* sp = sin.data<T>();
-  const int64_t sxd = x.stride(3), sod = out.stride(3), scd = cos.stride(1), ssd = sin.stride(1);
+  // A (T, D) table serves every sample; a (B, T, D) one (packed documents' positions) one per sample.
+  const int64_t tdim = cos.dim() - 2;
+  const int64_t scb = tdim ? cos.stride(0) : 0, ssb = tdim ? sin.stride(0) : 0;
+  const int64_t sct = cos.stride(tdim), sst = sin.stride(tdim);
+  const int64_t sxd = x.stride(3), sod = out.stride(3), scd = cos.stride(tdim + 1), ssd = sin.stride(tdim + 1);
   const bool unit = sxd == 1 && sod == 1 && scd == 1 && ssd == 1;
   const RopeRow<T> row{dim / 2, transpose};
   parallel_for(0, rows, std::max<int64_t>(1, 16384 / std::max<int64_t>(dim, 1)), [&](int64_t r0, int64_t r1) {
@@ -90,8 +94,8 @@ void rope_typed(const Tensor& out, const Tensor& x, const Tensor& cos, const Ten
       const int64_t t = idx[2];
       const T* xr = xp + idx[0] * x.stride(0) + idx[1] * x.stride(1) + t * x.stride(2);
       T* orow = op + idx[0] * out.stride(0) + idx[1] * out.stride(1) + t * out.stride(2);
-      const T* cr = cp + t * cos.stride(0);
-      const T* sr = sp + t * sin.stride(0);
+      const T* cr = cp + idx[0] * scb + t * sct;
+      const T* sr = sp + idx[0] * ssb + t * sst;
       if (unit)
         row.contiguous(orow, xr, cr, sr);
       else
@@ -111,7 +115,7 @@ void CpuKernels::rope_tables(Stream&, const Tensor& cos, const Tensor& sin, cons
 
 // out = x * cos + rotate_half(x) * sin, rotate_half(x) = cat(-x2, x1); with `transpose` the adjoint
 // (the backward): out = x * cos + rotate_half^T(x * sin), rotate_half^T(y) = cat(y2, -y1).
-// x and out (B, H, T, D) and cos/sin (T, D) may have any strides; one dtype for all four.
+// x and out (B, H, T, D) and cos/sin (T, D) or (B, T, D) may have any strides; one dtype for all four.
 void CpuKernels::rope(Stream&, const Tensor& out, const Tensor& x, const Tensor& cos, const Tensor& sin,
                       bool transpose) {
   dispatch_float(x.dtype(), "apply_rope",

@@ -128,6 +128,7 @@ FlashRows rows_args(const FlashArgs& cfg, const Dims& n, DType dtype, int64_t b,
   r.causal = cfg.causal;
   r.window = cfg.window;
   r.diagonal = cfg.diagonal;
+  r.docs = {cfg.documents.start, cfg.documents.stride_b, cfg.documents.stride_t, cfg.documents.key_offset};
   r.dropout_p = cfg.dropout_p;
   r.seed = cfg.seed;
   r.rng_cols = cfg.rng_cols > 0 ? cfg.rng_cols : n.s;

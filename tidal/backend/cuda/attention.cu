@@ -50,7 +50,7 @@ template <class A>
 __global__ void softmax_forward_kernel(FlashRows a) {
   __shared__ A shared[33];
   const int64_t row = blockIdx.x, gi = row / a.rows, i = a.row0 + row % a.rows, n = a.s_len;
-  const KeySpan keys = visible_span(a.causal, a.window, a.diagonal, i, a.t, n);  // keys [j0, nv) visible
+  const KeySpan keys = visible_span(a.causal, a.window, a.diagonal, a.docs, a.b, i, a.t, n);  // keys [j0, nv) visible
   const int64_t j0 = keys.first, nv = keys.end;
   A* s = static_cast<A*>(a.s) + row * n;
   bf16* p16 = a.p16 ? static_cast<bf16*>(a.p16) + row * n : nullptr;
@@ -84,7 +84,7 @@ __global__ void softmax_forward_kernel(FlashRows a) {
 template <class A>
 __global__ void softmax_backward_kernel(FlashRows a) {
   const int64_t row = blockIdx.x, gi = row / a.rows, i = a.row0 + row % a.rows, n = a.s_len;
-  const KeySpan keys = visible_span(a.causal, a.window, a.diagonal, i, a.t, n);  // keys [j0, nv) visible
+  const KeySpan keys = visible_span(a.causal, a.window, a.diagonal, a.docs, a.b, i, a.t, n);  // keys [j0, nv) visible
   const int64_t j0 = keys.first, nv = keys.end;
   A* s = static_cast<A*>(a.s) + row * n;
   A* dp = static_cast<A*>(a.dp) + row * n;

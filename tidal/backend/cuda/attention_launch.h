@@ -4,6 +4,7 @@
 
 #include <cstdint>
 
+#include "tidal/backend/cuda/doc_span.h"
 #include "tidal/backend/cuda/strided.h"
 
 namespace tidal::cuda {
@@ -36,6 +37,7 @@ struct FlashRows {
   int64_t row0 = 0, rows = 0;       // this chunk's query rows
   bool causal = false;
   int64_t window = 0, diagonal = 0;  // FlashArgs' sliding window and diagonal shift (attention_mask.cuh)
+  DocSpan docs;                      // FlashArgs' packed documents (sample b's rows)
   double dropout_p = 0;
   uint64_t seed = 0;
   // Philox position of (h, i, j): rng_start + ((b*hq + h)*rng_rows + i)*rng_cols + j, with the row

@@ -5,6 +5,8 @@
 // sliding window W > 0 only the W keys ending there. first == end: none.
 #include <cstdint>
 
+#include "tidal/backend/cuda/doc_span.h"
+
 namespace tidal::cuda {
 
 struct KeySpan {
@@ -19,6 +21,17 @@ __host__ __device__ __forceinline__ KeySpan visible_span(bool causal, int64_t wi
   int64_t first = 0;
   if (window > 0) first = diag - window + 1 < 0 ? 0 : (diag - window + 1 > s ? s : diag - window + 1);
   return {first < end ? first : end, end};
+}
+
+// With packed documents (doc_span.h) row i of sample b also sees no key before its document's start.
+__device__ __forceinline__ KeySpan visible_span(bool causal, int64_t window, int64_t diagonal, const DocSpan& docs,
+                                                int64_t b, int64_t i, int64_t t, int64_t s) {
+  KeySpan r = visible_span(causal, window, diagonal, i, t, s);
+  if (docs.start != nullptr) {
+    const int64_t floor = int64_t(docs.start[b * docs.stride_b + i * docs.stride_t]) - docs.key_offset;
+    if (floor > r.first) r.first = floor < r.end ? floor : r.end;
+  }
+  return r;
 }
 
 }  // namespace tidal::cuda

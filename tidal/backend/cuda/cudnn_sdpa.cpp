@@ -268,6 +268,7 @@ std::string sdpa_refusal(const FlashArgs& cfg, const Tensor& q, const Tensor& k,
   if (cfg.causal && cfg.window > 0 && cfg.window < k.size(2))
     return detail::str_cat("a sliding window of ", cfg.window,
                            " keys (not in the cuDNN graph: the eager path masks it)");
+  if (cfg.documents.any()) return "packed documents (--reset-attention-mask)";
   if (cfg.causal && cfg.diagonal != 0) return "a shifted diagonal (a context-parallel block under a sliding window)";
   for (const auto& [name, t] : {std::pair<const char*, const Tensor*>{"q", &q}, {"k", &k}, {"v", &v}}) {
     std::string why = layout_refusal(name, *t);

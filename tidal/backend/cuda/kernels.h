@@ -59,8 +59,8 @@ class CudaKernels final : public Kernels {
   void softmax_forward(Stream& stream, const Tensor& out, const Tensor& x, const SoftmaxArgs& a) override;
   void softmax_backward(Stream& stream, const Tensor& dx, const Tensor& g, const Tensor& y,
                         const SoftmaxArgs& a) override;
-  void scaled_masked_softmax_forward(Stream& stream, const Tensor& probs, const Tensor& scores, double scale,
-                                     bool causal, int64_t window) override;
+  void scaled_masked_softmax_forward(Stream& stream, const Tensor& probs, const Tensor& scores,
+                                     const MaskedSoftmaxArgs& a) override;
   void scaled_masked_softmax_backward(Stream& stream, const Tensor& grad_scores, const Tensor& grad_probs,
                                       const Tensor& probs, double scale) override;
   void layer_norm_forward(Stream& stream, const Tensor& out, const Tensor& mean, const Tensor& rstd, const Tensor& x,

@@ -13,8 +13,16 @@
 namespace tidal::cuda {
 namespace {
 
+// x/out (B, H, T, D) as they are; a table (T, D) with batch stride 0, or (B, T, D) with its batch in
+// sizes[0] (one table per sample: packed documents' positions, ops/rope.h).
 RopeView view4(const Tensor& t) {
   RopeView v;
+  if (t.dim() == 3) {
+    v.sizes[0] = t.size(0), v.strides[0] = t.stride(0);
+    v.sizes[2] = t.size(1), v.strides[2] = t.stride(1);
+    v.sizes[3] = t.size(2), v.strides[3] = t.stride(2);
+    return v;
+  }
   const int lead = 4 - t.dim();
   for (int d = 0; d < t.dim(); ++d) {
     v.sizes[lead + d] = t.size(d);
@@ -40,10 +48,12 @@ void CudaKernels::rope_tables(Stream& stream, const Tensor& cos, const Tensor& s
 
 void CudaKernels::rope(Stream& stream, const Tensor& out, const Tensor& x, const Tensor& cos, const Tensor& sin,
                        bool transpose) {
-  TIDAL_ASSERT(x.dim() == 4 && out.shape() == x.shape() && cos.dim() == 2 && sin.shape() == cos.shape() &&
-                   cos.size(0) == x.size(2) && cos.size(1) == x.size(3) && x.size(3) % 2 == 0,
-               "[cuda] rope needs x/out (B, H, T, D) and cos/sin (T, D), got ", x.shape(), " ", out.shape(), " ",
-               cos.shape(), " ", sin.shape());
+  const bool batched = cos.dim() == 3;
+  TIDAL_ASSERT(x.dim() == 4 && out.shape() == x.shape() && (cos.dim() == 2 || (batched && cos.size(0) == x.size(0))) &&
+                   sin.shape() == cos.shape() && cos.size(-2) == x.size(2) && cos.size(-1) == x.size(3) &&
+                   x.size(3) % 2 == 0,
+               "[cuda] rope needs x/out (B, H, T, D) and cos/sin (T, D) or (B, T, D), got ", x.shape(), " ",
+               out.shape(), " ", cos.shape(), " ", sin.shape());
   TIDAL_ASSERT(out.dtype() == x.dtype() && cos.dtype() == x.dtype() && sin.dtype() == x.dtype(),
                "[cuda] rope needs one dtype for x, out, cos and sin");
   if (out.numel() == 0) return;

@@ -21,8 +21,8 @@ __global__ void rope_kernel(T* out, RopeView ov, const T* x, RopeView xv, const 
     const int64_t t = r % Tn, h = (r / Tn) % H, b = r / (Tn * H);
     const T* xr = x + b * xv.strides[0] + h * xv.strides[1] + t * xv.strides[2];
     T* orow = out + b * ov.strides[0] + h * ov.strides[1] + t * ov.strides[2];
-    const T* cr = cos + t * cv.strides[2];
-    const T* sr = sin + t * sv.strides[2];
+    const T* cr = cos + b * cv.strides[0] + t * cv.strides[2];  // a (T, D) table has batch stride 0
+    const T* sr = sin + b * sv.strides[0] + t * sv.strides[2];
     const int64_t sx = xv.strides[3], so = ov.strides[3], sc = cv.strides[3], ss = sv.strides[3];
     const A lo = to_acc(xr[i * sx]), hi = to_acc(xr[(i + half) * sx]);
     const A out_lo = lo * to_acc(cr[i * sc]) + sign * hi * to_acc(sr[(i + a_off) * ss]);

@@ -9,7 +9,8 @@
 
 namespace tidal::cuda {
 
-// A (B, H, T, D) tensor or a (T, D) table (sizes[0..1] = 1, strides 0) with its element strides.
+// A (B, H, T, D) tensor, a (T, D) table (sizes[0..1] = 1, strides 0) or a (B, T, D) table (sizes[1] = 1,
+// stride 0) with its element strides.
 struct RopeView {
   int64_t sizes[4] = {1, 1, 1, 1};
   int64_t strides[4] = {0, 0, 0, 0};

@@ -39,15 +39,18 @@ void CudaKernels::softmax_backward(Stream& stream, const Tensor& dx, const Tenso
                           a.n, a.inner, a.log);
 }
 
-void CudaKernels::scaled_masked_softmax_forward(Stream& stream, const Tensor& probs, const Tensor& scores, double scale,
-                                                bool causal, int64_t window) {
+void CudaKernels::scaled_masked_softmax_forward(Stream& stream, const Tensor& probs, const Tensor& scores,
+                                                const MaskedSoftmaxArgs& a) {
   check_dense("scaled_masked_softmax", scores, scores);
   check_dense("scaled_masked_softmax", scores, probs);
   TIDAL_ASSERT(scores.dim() >= 2, "[cuda] scaled_masked_softmax needs (..., T, S) scores, got ", scores.shape());
   const int64_t t_len = scores.size(-2), s_len = scores.size(-1);
   const int64_t rows = scores.numel() / std::max<int64_t>(s_len, 1);
-  launch_scaled_masked_softmax_forward(stream_handle(stream), scores.dtype(), device_data(probs), device_data(scores),
-                                       rows, t_len, s_len, scale, causal, window);
+  launch_scaled_masked_softmax_forward(
+      stream_handle(stream), scores.dtype(), device_data(probs), device_data(scores), rows, t_len, s_len, a.scale,
+      a.causal, a.window,
+      DocSpan{a.documents.start, a.documents.stride_b, a.documents.stride_t, a.documents.key_offset},
+      std::max<int64_t>(1, rows / std::max<int64_t>(a.batch, 1)));
 }
 
 void CudaKernels::scaled_masked_softmax_backward(Stream& stream, const Tensor& grad_scores, const Tensor& grad_probs,

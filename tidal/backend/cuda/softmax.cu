@@ -106,13 +106,13 @@ __global__ void softmax_backward_columns_kernel(T* dx, const T* g, const T* y, i
 
 template <class T>
 __global__ void masked_softmax_kernel(T* probs, const T* scores, int64_t t_len, int64_t s_len, acc_t<T> scale,
-                                      bool causal, int64_t window) {
+                                      bool causal, int64_t window, DocSpan docs, int64_t rows_per_sample) {
   using A = acc_t<T>;
   const int64_t r = blockIdx.x;
   const T* x = scores + r * s_len;
   T* p = probs + r * s_len;
-  // The visible keys [j0, j0 + n): the window's first key on, up to the diagonal.
-  const KeySpan keys = visible_span(causal, window, 0, r % t_len, t_len, s_len);
+  // The visible keys [j0, j0 + n): the window's (or the document's) first key on, up to the diagonal.
+  const KeySpan keys = visible_span(causal, window, 0, docs, r / rows_per_sample, r % t_len, t_len, s_len);
   const int64_t j0 = keys.first, n = keys.end - keys.first;
   const T* xv = x + j0;
   const A m = row_max(xv, n, scale);
@@ -169,11 +169,12 @@ void launch_softmax_backward(cudaStream_t stream, DType dtype, void* dx, const v
 
 void launch_scaled_masked_softmax_forward(cudaStream_t stream, DType dtype, void* probs, const void* scores,
                                           int64_t rows, int64_t t_len, int64_t s_len, double scale, bool causal,
-                                          int64_t window) {
+                                          int64_t window, const DocSpan& docs, int64_t rows_per_sample) {
   if (rows * s_len == 0) return;
   TIDAL_CUDA_FLOATING(dtype, "scaled_masked_softmax", T, {
-    masked_softmax_kernel<T><<<unsigned(rows), kRowThreads, 0, stream>>>(
-        static_cast<T*>(probs), static_cast<const T*>(scores), t_len, s_len, acc_t<T>(scale), causal, window);
+    masked_softmax_kernel<T>
+        <<<unsigned(rows), kRowThreads, 0, stream>>>(static_cast<T*>(probs), static_cast<const T*>(scores), t_len,
+                                                     s_len, acc_t<T>(scale), causal, window, docs, rows_per_sample);
     TIDAL_CUDA_CHECK_LAUNCH();
   });
 }

@@ -194,8 +194,8 @@ class CostKernels final : public Kernels {
     report("embedding_backward", CostKind::memory, g.dtype(), ne(g), nb(g) + nb(ids) + 2 * rows);
   }
 
-  void scaled_masked_softmax_forward(Stream&, const Tensor& probs, const Tensor& scores, double, bool,
-                                     int64_t) override {
+  void scaled_masked_softmax_forward(Stream&, const Tensor& probs, const Tensor& scores,
+                                     const MaskedSoftmaxArgs&) override {
     elementwise("scaled_masked_softmax_forward", probs, nb(scores), 6, scores.dtype());
   }
   void scaled_masked_softmax_backward(Stream&, const Tensor& grad_scores, const Tensor& grad_probs, const Tensor& probs,
@@ -313,7 +313,8 @@ int64_t flash_forward_flops(int64_t B, int64_t Hq, int64_t T, int64_t S, int64_t
   // Each query block multiplies Q K^T and P V over the keys its rows see (its first row's first key
   // to its last row's diagonal), in key tiles that sum to them.
   const int64_t per_head = over_blocks(T, tiles.fwd_q, 0, [&](int64_t i0, int64_t nq) {
-    const int64_t first = visible_key_range(mask, i0, T, S).first, end = visible_key_range(mask, i0 + nq - 1, T, S).end;
+    const int64_t first = visible_key_range(mask, 0, i0, T, S).first,
+                  end = visible_key_range(mask, 0, i0 + nq - 1, T, S).end;
     return 2 * nq * std::max<int64_t>(0, end - first) * (D + Dv);
   });
   return B * Hq * per_head;

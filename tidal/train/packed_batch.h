@@ -1,0 +1,41 @@
+#pragma once
+// A micro-batch as a rank trains on it: its inputs and labels (this rank's tokens under context
+// parallelism) and, for packed sequences, the document layout that Megatron-LM's
+// --reset-position-ids, --reset-attention-mask and --eod-mask-loss derive from the EOD tokens
+// (ops/documents.h; docs/training.md, "Packed sequences").
+#include <cstdint>
+
+#include "tidal/device.h"
+#include "tidal/dist/communicator.h"
+#include "tidal/ops/documents.h"
+#include "tidal/tensor.h"
+
+namespace tidal::train {
+
+struct PackedSequences {
+  bool reset_position_ids = false;    // positions restart after each EOD (RoPE, learned positions)
+  bool reset_attention_mask = false;  // attention never crosses an EOD
+  bool eod_mask_loss = false;         // no loss where the input token is EOD (its target opens the next document)
+  bool any() const { return reset_position_ids || reset_attention_mask || eod_mask_loss; }
+};
+
+struct RankBatch {
+  Tensor inputs, labels;  // (B, T_local) i64 on the run's device; labels -100 where the loss is masked
+  DocumentLayout docs;    // (B, T_local) i32 on the run's device, each undefined unless its flag is on
+  int64_t targets = 0;    // this rank's labels that are not -100
+};
+
+// Context parallelism with masked labels: a rank's token mean times this is its share of the
+// micro-batch's mean over the CP group, (targets / group's targets) x C, so that the C shares, each
+// divided by C as unmasked ranks' are, sum to one process's mean. 1 when every rank holds as many
+// targets (no masks). (A rank whose labels are all masked has a NaN token mean, as one process with
+// such a micro-batch has: the NaN guard stops or skips that step.) Collective over `cp`.
+double token_scale(const RankBatch& batch, dist::Communicator& cp);
+
+// tokens (B, T + 1) i64 on the host: inputs tokens[:, :-1], labels tokens[:, 1:], this rank's two
+// chunks of each under context parallelism (cp_size > 1), moved to `device`. eod: the tokenizer's
+// end-of-document id (read only when packing.any()).
+RankBatch rank_batch(const Tensor& tokens, const PackedSequences& packing, int64_t eod, int cp_size, int cp_rank,
+                     Device device);
+
+}  // namespace tidal::train
