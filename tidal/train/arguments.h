@@ -20,6 +20,10 @@
 
 namespace tidal::train {
 
+// MindSpeed-LLM pads a --variable-seq-lengths batch to a multiple of 32 (DataCollatorForSeq2Seq's
+// pad_to_multiple_of); tidal rounds the trained length T to it.
+inline constexpr int64_t kVariableSeqMultiple = 32;
+
 struct TrainArgs {
   models::ModelConfig model;  // resolved: preset/config + overrides (vocab from the tokenizer)
   std::string model_source;   // "preset NAME", "config PATH" or "pretrained DIR" [": SHAPE" after size flags]
@@ -30,6 +34,11 @@ struct TrainArgs {
   std::string split = "98,2,0";        // train, validation, test weights (by document)
   bool mock_data = false;
   bool builtin_corpus = false;  // no data given: the fortunes corpus of the main job
+  // --is-instruction-dataset: --data-path is PREFIX of PREFIX_packed_{input_ids,labels}_document (MindSpeed's
+  // instruction data, data/instruction_dataset.h); --variable-seq-lengths pads each micro-batch only to its
+  // longest sample, rounded up to a multiple of 32 (kVariableSeqMultiple).
+  bool is_instruction_dataset = false;
+  bool variable_seq_lengths = false;
   // batch and schedule
   int64_t seq_length = 256;
   int64_t micro_batch_size = 8;
