@@ -38,11 +38,35 @@ void write_instruction_data(const std::string& dir) {
 }
 
 TrainArgs instruction_args(const std::string& dir, const std::string& save, const std::vector<std::string>& extra) {
-  std::vector<std::string> argv = {"--model", "tiny-llama", "--data-path", dir + "/d", "--tokenizer", dir + "/tok.json",
-                                   "--is-instruction-dataset", "--split", "100,0,0", "--train-iters", "4",
-                                   "--seq-length", "16", "--micro-batch-size", "2", "--global-batch-size", "2",
-                                   "--eval-interval", "0", "--attention-dropout", "0", "--hidden-dropout", "0",
-                                   "--adam-eps", "1", "--save", save, "--save-interval", "2"};
+  std::vector<std::string> argv = {"--model",
+                                   "tiny-llama",
+                                   "--data-path",
+                                   dir + "/d",
+                                   "--tokenizer",
+                                   dir + "/tok.json",
+                                   "--is-instruction-dataset",
+                                   "--split",
+                                   "100,0,0",
+                                   "--train-iters",
+                                   "4",
+                                   "--seq-length",
+                                   "16",
+                                   "--micro-batch-size",
+                                   "2",
+                                   "--global-batch-size",
+                                   "2",
+                                   "--eval-interval",
+                                   "0",
+                                   "--attention-dropout",
+                                   "0",
+                                   "--hidden-dropout",
+                                   "0",
+                                   "--adam-eps",
+                                   "1",
+                                   "--save",
+                                   save,
+                                   "--save-interval",
+                                   "2"};
   argv.insert(argv.end(), extra.begin(), extra.end());
   return parse_train_args(argv);
 }

@@ -25,8 +25,9 @@ class InstructionCli : public ::testing::Test {
     std::filesystem::remove_all(dir_);
     std::filesystem::create_directories(dir_);
     write(dir_ + "/corpus.txt", "the user asks and the assistant answers\nWhat is two plus two? Four. Blue.\n");
-    const Result r = run(kTidal + " tokenizer train --input " + dir_ + "/corpus.txt --vocab-size 300 " +
-                         "--min-frequency 1 --special-tokens '<|endoftext|>,<|im_start|>,<|im_end|>' --output " + tok());
+    const Result r =
+        run(kTidal + " tokenizer train --input " + dir_ + "/corpus.txt --vocab-size 300 " +
+            "--min-frequency 1 --special-tokens '<|endoftext|>,<|im_start|>,<|im_end|>' --output " + tok());
     ASSERT_EQ(r.code, 0) << r.output;
     std::string alpaca;
     for (int i = 0; i < 12; ++i)

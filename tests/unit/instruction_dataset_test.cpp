@@ -69,16 +69,19 @@ TEST(InstructionDataset, SplitsByRecord) {
   const InstructionFiles f = open_instruction_files(write_records("instr_ds_split"));
   EXPECT_EQ(InstructionDataset::from_split(f, "50,50", 0, 4, 1, 0)->samples_per_epoch(), 1);
   EXPECT_EQ(InstructionDataset::from_split(f, "50,50", 1, 4, 1, 0)->samples_per_epoch(), 1);
-  EXPECT_NE(tidal::testing::error_of([&] { InstructionDataset::from_split(f, "100,0", 1, 4, 1, 0); }).find("has no record"),
-            std::string::npos);
+  EXPECT_NE(
+      tidal::testing::error_of([&] { InstructionDataset::from_split(f, "100,0", 1, 4, 1, 0); }).find("has no record"),
+      std::string::npos);
 }
 
 TEST(InstructionDataset, RefusesMismatchedOrMissingFiles) {
-  EXPECT_NE(tidal::testing::error_of([] { open_instruction_files(write_records("instr_ds_u16", TokenDType::u16)); })
-                .find("labels need a signed integer type"),
+  EXPECT_NE(tidal::testing::error_of([] {
+              open_instruction_files(write_records("instr_ds_u16", TokenDType::u16));
+            }).find("labels need a signed integer type"),
             std::string::npos);
-  EXPECT_NE(tidal::testing::error_of([] { open_instruction_files(write_records("instr_ds_len", TokenDType::i32, false)); })
-                .find("differ in record lengths"),
+  EXPECT_NE(tidal::testing::error_of([] {
+              open_instruction_files(write_records("instr_ds_len", TokenDType::i32, false));
+            }).find("differ in record lengths"),
             std::string::npos);
   const std::string e = tidal::testing::error_of([] { open_instruction_files("/nonexistent/prefix"); });
   EXPECT_NE(e.find("/nonexistent/prefix_packed_input_ids_document.idx/.bin do not exist"), std::string::npos) << e;

@@ -14,8 +14,8 @@ std::shared_ptr<const IndexedDataset> open_part(const std::string& prefix, const
   const std::string path = prefix + "_packed_" + key + "_document";
   TIDAL_CHECK(std::filesystem::exists(path + ".idx") && std::filesystem::exists(path + ".bin"),
               "[data] --is-instruction-dataset: ", path, ".idx/.bin do not exist: --data-path is the --output-prefix ",
-              "given to `tidal prepare --handler-name ...` (or MindSpeed's preprocess_data.py), which writes ",
-              prefix, "_packed_input_ids_document and ", prefix, "_packed_labels_document");
+              "given to `tidal prepare --handler-name ...` (or MindSpeed's preprocess_data.py), which writes ", prefix,
+              "_packed_input_ids_document and ", prefix, "_packed_labels_document");
   return std::make_shared<const IndexedDataset>(path);
 }
 
@@ -32,8 +32,8 @@ InstructionFiles open_instruction_files(const std::string& prefix) {
   TIDAL_CHECK(l == TokenDType::i16 || l == TokenDType::i32 || l == TokenDType::i64, "[data] ", labels.prefix(),
               " holds ", token_dtype_name(l), ": labels need a signed integer type (-100 marks an untrained token; ",
               "tidal prepare and MindSpeed write int32)");
-  TIDAL_CHECK(ids.num_documents() == labels.num_documents() && ids.num_sequences() == labels.num_sequences(),
-              "[data] ", ids.prefix(), " has ", ids.num_documents(), " records but ", labels.prefix(), " has ",
+  TIDAL_CHECK(ids.num_documents() == labels.num_documents() && ids.num_sequences() == labels.num_sequences(), "[data] ",
+              ids.prefix(), " has ", ids.num_documents(), " records but ", labels.prefix(), " has ",
               labels.num_documents(), ": the two files come from different runs; prepare the data again");
   TIDAL_CHECK(ids.sizes() == labels.sizes() && ids.document_indices() == labels.document_indices(), "[data] ",
               ids.prefix(), " and ", labels.prefix(), " differ in record lengths: the two files come from different ",
@@ -42,8 +42,8 @@ InstructionFiles open_instruction_files(const std::string& prefix) {
   return f;
 }
 
-InstructionDataset::InstructionDataset(InstructionFiles files, DocumentRange records, int64_t seq_length,
-                                       uint64_t seed, int64_t pad_id, std::string name)
+InstructionDataset::InstructionDataset(InstructionFiles files, DocumentRange records, int64_t seq_length, uint64_t seed,
+                                       int64_t pad_id, std::string name)
     : files_(std::move(files)), records_(records), seq_length_(seq_length), pad_id_(pad_id), seed_(seed) {
   TIDAL_CHECK(files_.input_ids && files_.labels, "[data] InstructionDataset needs both files");
   TIDAL_CHECK(seq_length > 0, "[data] seq_length must be positive, got ", seq_length);
@@ -83,8 +83,6 @@ void InstructionDataset::read(const IndexedDataset& data, int64_t i, int64_t pad
 
 void InstructionDataset::sample(int64_t i, int64_t* out) const { read(*files_.input_ids, i, pad_id_, out); }
 
-void InstructionDataset::sample_labels(int64_t i, int64_t* out) const {
-  read(*files_.labels, i, kIgnoreIndex, out);
-}
+void InstructionDataset::sample_labels(int64_t i, int64_t* out) const { read(*files_.labels, i, kIgnoreIndex, out); }
 
 }  // namespace tidal::data

@@ -26,8 +26,8 @@ InstructionFiles open_instruction_files(const std::string& prefix);
 class InstructionDataset : public TokenDataset {
  public:
   // `name` ("train", "valid") only labels errors; `pad_id` fills the tokens past a record's end.
-  InstructionDataset(InstructionFiles files, DocumentRange records, int64_t seq_length, uint64_t seed,
-                     int64_t pad_id, std::string name = "train");
+  InstructionDataset(InstructionFiles files, DocumentRange records, int64_t seq_length, uint64_t seed, int64_t pad_id,
+                     std::string name = "train");
   // The split'th range (0 train, 1 validation, 2 test) of split_documents(split, records).
   static std::shared_ptr<InstructionDataset> from_split(const InstructionFiles& files, const std::string& split,
                                                         int which, int64_t seq_length, uint64_t seed, int64_t pad_id);
