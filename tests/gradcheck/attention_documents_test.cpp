@@ -65,8 +65,7 @@ Tensor reference(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor
     for (int64_t i = 0; i < t; ++i)
       for (int64_t j = 0; j < s; ++j) {
         const int64_t diag = i + s - t;
-        const bool visible =
-            j <= diag && (window == 0 || j > diag - window) && key_offset + j >= st[size_t(r * t + i)];
+        const bool visible = j <= diag && (window == 0 || j > diag - window) && key_offset + j >= st[size_t(r * t + i)];
         hidden[size_t((r * t + i) * s + j)] = visible ? 0.0 : 1.0;
         if (visible) seen[size_t(r * t + i)] = 1.0;
       }
@@ -157,9 +156,8 @@ TEST(AttentionDocuments, KeyOffsetPlacesTheKeys) {
     opt.key_offset = 2;
     EXPECT_TRUE(
         gradcheck([&](auto& a) { return scaled_dot_product_attention(a[0], a[1], a[2], opt); }, {x.q, x.k, x.v}));
-    EXPECT_TRUE(
-        all_close(scaled_dot_product_attention(x.q, x.k, x.v, opt), reference(x.q, x.k, x.v, starts, 0, 2), 1e-12,
-                  1e-12));
+    EXPECT_TRUE(all_close(scaled_dot_product_attention(x.q, x.k, x.v, opt), reference(x.q, x.k, x.v, starts, 0, 2),
+                          1e-12, 1e-12));
   }
 }
 
@@ -253,8 +251,8 @@ TEST(GradcheckRope, TablesAtPositions) {
   EXPECT_TRUE(all_close(y.narrow(0, 0, 1).narrow(2, 7, 2), apply_rope(doc.contiguous(), first.cos, first.sin), 0, 0));
   // Row 1 is one document: the plain rotation bit for bit.
   EXPECT_TRUE(bitwise_equal(y.narrow(0, 1, 1), apply_rope(x.narrow(0, 1, 1).contiguous(), whole.cos, whole.sin)));
-  EXPECT_THROW(rope_tables_at(whole, i32({9}, {1, 1})), Error);  // beyond the table
-  EXPECT_THROW(apply_rope(x, at.cos.narrow(0, 0, 1), at.sin.narrow(0, 0, 1)), Error);       // B mismatch
+  EXPECT_THROW(rope_tables_at(whole, i32({9}, {1, 1})), Error);                        // beyond the table
+  EXPECT_THROW(apply_rope(x, at.cos.narrow(0, 0, 1), at.sin.narrow(0, 0, 1)), Error);  // B mismatch
 }
 
 }  // namespace tidal

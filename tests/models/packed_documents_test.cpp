@@ -78,8 +78,7 @@ TEST(PackedDocuments, GradientsAreTheSumOfTheDocuments) {
                targets.narrow(1, start, len).contiguous())
           .backward();
     const std::vector<Tensor> params = model->parameters();
-    for (size_t i = 0; i < params.size(); ++i)
-      EXPECT_TRUE(all_close(packed[i], params[i].grad(), 1e-4, 1e-5)) << i;
+    for (size_t i = 0; i < params.size(); ++i) EXPECT_TRUE(all_close(packed[i], params[i].grad(), 1e-4, 1e-5)) << i;
   }
 }
 

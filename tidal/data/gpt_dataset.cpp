@@ -1,5 +1,6 @@
 #include "tidal/data/gpt_dataset.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <limits>
@@ -131,8 +132,14 @@ void MockDataset::sample(int64_t i, int64_t* out) const {
   }
 }
 
-DataLoader::DataLoader(std::shared_ptr<const TokenDataset> dataset, int64_t position) : dataset_(std::move(dataset)) {
+void TokenDataset::sample_labels(int64_t /*i*/, int64_t* /*out*/) const {
+  TIDAL_ASSERT(false, "sample_labels of a dataset without labels");
+}
+
+DataLoader::DataLoader(std::shared_ptr<const TokenDataset> dataset, int64_t position, int64_t variable_multiple)
+    : dataset_(std::move(dataset)), variable_multiple_(variable_multiple) {
   TIDAL_CHECK(dataset_ != nullptr, "[data] DataLoader needs a dataset");
+  TIDAL_CHECK(variable_multiple >= 0, "[data] variable_multiple must be >= 0, got ", variable_multiple);
   set_position(position);
 }
 
@@ -145,10 +152,27 @@ Batch DataLoader::next(int64_t batch_size) {
   TIDAL_CHECK(batch_size > 0, "[data] batch size must be positive, got ", batch_size);
   TIDAL_CHECK(position_ <= std::numeric_limits<int64_t>::max() - batch_size, "[data] loader position ", position_,
               " cannot advance by ", batch_size, " (a corrupted checkpoint's data position?)");
-  const int64_t width = dataset_->seq_length() + 1;
-  Batch b{empty({batch_size, width}, DType::i64), position_};
-  int64_t* dst = b.tokens.data<int64_t>();
-  for (int64_t r = 0; r < batch_size; ++r) dataset_->sample(position_ + r, dst + r * width);
+  const int64_t full = dataset_->seq_length() + 1;
+  int64_t width = full;
+  if (variable_multiple_ > 0) {  // the longest sample's T, rounded up, at most seq_length
+    int64_t longest = 1;
+    for (int64_t r = 0; r < batch_size; ++r) longest = std::max(longest, dataset_->sample_length(position_ + r));
+    const int64_t t = (longest - 1 + variable_multiple_ - 1) / variable_multiple_ * variable_multiple_;
+    width = std::min(full, std::max<int64_t>(t, 1) + 1);
+  }
+  Batch b{empty({batch_size, width}, DType::i64), Tensor(), position_};
+  const bool labels = dataset_->has_labels();
+  if (labels) b.labels = empty({batch_size, width}, DType::i64);
+  std::vector<int64_t> row(size_t(width == full ? 0 : full));  // a whole sample, when the batch keeps less
+  for (int64_t r = 0; r < batch_size; ++r) {
+    int64_t* dst = b.tokens.data<int64_t>() + r * width;
+    dataset_->sample(position_ + r, width == full ? dst : row.data());
+    if (width != full) std::copy_n(row.data(), width, dst);
+    if (!labels) continue;
+    int64_t* ldst = b.labels.data<int64_t>() + r * width;
+    dataset_->sample_labels(position_ + r, width == full ? ldst : row.data());
+    if (width != full) std::copy_n(row.data(), width, ldst);
+  }
   position_ += batch_size;
   return b;
 }

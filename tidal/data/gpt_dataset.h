@@ -41,6 +41,12 @@ class TokenDataset {
   Sample get(int64_t i) const;
   // Stream sample i is (epoch, unshuffled index).
   virtual std::pair<int64_t, int64_t> locate(int64_t i) const = 0;
+  // Instruction data (data/instruction_dataset.h) has labels beside the tokens: -100 where a token is not
+  // trained. Writes the seq_length + 1 labels of stream sample i; a dataset without labels throws.
+  virtual bool has_labels() const { return false; }
+  virtual void sample_labels(int64_t i, int64_t* out) const;
+  // The tokens of sample i before padding (at most seq_length + 1): what --variable-seq-lengths pads a batch to.
+  virtual int64_t sample_length(int64_t /*i*/) const { return seq_length() + 1; }
 };
 
 class GPTDataset : public TokenDataset {
@@ -82,13 +88,16 @@ class MockDataset : public TokenDataset {
 
 struct Batch {
   Tensor tokens;             // (B, T + 1) i64: inputs tokens[:, :-1], targets tokens[:, 1:]
+  Tensor labels;             // (B, T + 1) i64 when the dataset has labels (targets labels[:, 1:], -100 ignored)
   int64_t first_sample = 0;  // stream index of row 0
 };
 
 // Batches of consecutive stream samples. position() is the next sample; set_position() resumes.
+// With variable lengths (MindSpeed-LLM's --variable-seq-lengths) a batch is (B, T + 1) with T the longest
+// sample's length - 1 rounded up to a multiple of `variable_multiple` (at most seq_length); else T is seq_length.
 class DataLoader {
  public:
-  explicit DataLoader(std::shared_ptr<const TokenDataset> dataset, int64_t position = 0);
+  explicit DataLoader(std::shared_ptr<const TokenDataset> dataset, int64_t position = 0, int64_t variable_multiple = 0);
   Batch next(int64_t batch_size);
   int64_t position() const { return position_; }
   void set_position(int64_t position);
@@ -97,6 +106,7 @@ class DataLoader {
  private:
   std::shared_ptr<const TokenDataset> dataset_;
   int64_t position_ = 0;
+  int64_t variable_multiple_ = 0;  // 0: every batch seq_length + 1 wide
 };
 
 // A bijection of [0, n) drawn from (seed, epoch): a 4-round Feistel network on Philox with cycle

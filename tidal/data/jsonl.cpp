@@ -83,11 +83,8 @@ class LineReader {
 
 bool blank(const std::string& s) { return s.find_first_not_of(" \t\r\n") == std::string::npos; }
 
-// What is wrong with a line ("" when nothing), its values filled in.
-std::string parse_record(const std::string& line, const std::vector<std::string>& keys, std::vector<std::string>& out) {
-  const json j = json::parse(line, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) return "not valid JSON";
-  if (!j.is_object()) return std::string("a JSON ") + j.type_name() + ", not an object";
+// What is wrong with a record ("" when nothing), its values filled in.
+std::string record_values(const json& j, const std::vector<std::string>& keys, std::vector<std::string>& out) {
   out.clear();
   for (const std::string& k : keys) {
     auto it = j.find(k);
@@ -106,18 +103,19 @@ bool is_json_lines(const std::string& path) {
   return false;
 }
 
-void for_each_json_record(const std::string& path, const std::vector<std::string>& keys, BadLine policy,
-                          JsonlCounts& counts, const std::function<void(std::vector<std::string>&&)>& f) {
-  TIDAL_CHECK(!keys.empty(), "[data] no JSON key to read (--json-keys)");
+void for_each_json_object(const std::string& path, BadLine policy, JsonlCounts& counts,
+                          const std::function<std::string(const json&)>& f) {
   LineReader reader(path);
   std::string line;
-  std::vector<std::string> values;
   for (int64_t number = 1; reader.next(line); ++number) {
     if (blank(line)) {
       ++counts.blank;
       continue;
     }
-    const std::string wrong = parse_record(line, keys, values);
+    const json j = json::parse(line, nullptr, /*allow_exceptions=*/false);
+    std::string wrong = j.is_discarded() ? "not valid JSON"
+                        : !j.is_object() ? std::string("a JSON ") + j.type_name() + ", not an object"
+                                         : f(j);
     if (!wrong.empty()) {
       const std::string where = tidal::detail::str_cat(path, ":", number, ": ", wrong);
       TIDAL_CHECK(policy == BadLine::skip, "[data] ", where, " (--on-bad-line skip skips such lines and counts them)");
@@ -125,9 +123,19 @@ void for_each_json_record(const std::string& path, const std::vector<std::string
       continue;
     }
     ++counts.records;
-    f(std::move(values));
-    values.clear();
   }
+}
+
+void for_each_json_record(const std::string& path, const std::vector<std::string>& keys, BadLine policy,
+                          JsonlCounts& counts, const std::function<void(std::vector<std::string>&&)>& f) {
+  TIDAL_CHECK(!keys.empty(), "[data] no JSON key to read (--json-keys)");
+  std::vector<std::string> values;
+  for_each_json_object(path, policy, counts, [&](const json& j) {
+    std::string wrong = record_values(j, keys, values);
+    if (wrong.empty()) f(std::move(values));
+    values.clear();
+    return wrong;
+  });
 }
 
 }  // namespace tidal::data

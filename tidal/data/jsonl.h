@@ -4,6 +4,7 @@
 // a line at a time, so a file larger than memory streams.
 #include <cstdint>
 #include <functional>
+#include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <vector>
 
@@ -29,5 +30,11 @@ bool is_json_lines(const std::string& path);
 // BadLine::fail, for the first malformed line.
 void for_each_json_record(const std::string& path, const std::vector<std::string>& keys, BadLine policy,
                           JsonlCounts& counts, const std::function<void(std::vector<std::string>&&)>& f);
+
+// Calls f(record) for each line of `path` that is a JSON object; f returns "" when it took the record, else
+// what is wrong with it ("no key 'output'"), which `policy` then treats as it treats a malformed line (the
+// error or the count names the file and the line). Instruction data (Alpaca, ShareGPT) reads records this way.
+void for_each_json_object(const std::string& path, BadLine policy, JsonlCounts& counts,
+                          const std::function<std::string(const nlohmann::json&)>& f);
 
 }  // namespace tidal::data

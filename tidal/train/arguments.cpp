@@ -60,6 +60,12 @@ Flags& add_data_flags(Flags& f) {
       .flag("reset-position-ids", "packed documents: positions restart after each EOD token")
       .flag("reset-attention-mask", "packed documents: attention never crosses an EOD token")
       .flag("eod-mask-loss", "no loss on the token after each EOD (the next document's first)")
+      .flag("is-instruction-dataset",
+            "--data-path is instruction data: PREFIX_packed_input_ids_document and PREFIX_packed_labels_document "
+            "(tidal prepare --handler-name); only the labelled (assistant) tokens are trained")
+      .flag("variable-seq-lengths",
+            "instruction data: pad each micro-batch to its longest sample (rounded up to a multiple of 32), not "
+            "to --seq-length")
       .option("seq-length", "tokens per sample", "N")
       .option("micro-batch-size", "samples per forward/backward", "N")
       .option("global-batch-size",
@@ -325,6 +331,10 @@ TrainArgs train_args(const Flags& f) {
   // Sizes from flags that overflow 64-bit byte counts are an error now, not a wrapped allocation later.
   memory::check_step_sizes(a.model, a.micro_batch_size, a.seq_length, a.attention);
   parallel::check_context_parallel(a.parallel, a.seq_length);
+  // A variable-length batch's T is a multiple of 32 (or --seq-length): each CP rank still needs two equal chunks.
+  TIDAL_CHECK(!a.variable_seq_lengths || kVariableSeqMultiple % (2 * a.parallel.context) == 0,
+              "tidal train: --variable-seq-lengths rounds T to a multiple of ", kVariableSeqMultiple,
+              ", which 2 x --context-parallel-size ", a.parallel.context, " does not divide");
   return a;
 }
 
@@ -348,6 +358,14 @@ void parse_data(const Flags& f, TrainArgs& a) {
   }
   a.builtin_corpus = !a.mock_data && a.data_path.empty();
   a.packing = {f.flag_on("reset-position-ids"), f.flag_on("reset-attention-mask"), f.flag_on("eod-mask-loss")};
+  a.is_instruction_dataset = f.flag_on("is-instruction-dataset");
+  a.variable_seq_lengths = f.flag_on("variable-seq-lengths");
+  TIDAL_CHECK(!a.is_instruction_dataset || !a.data_path.empty(), "tidal train: --is-instruction-dataset needs ",
+              "--data-path PREFIX (the --output-prefix of tidal prepare --handler-name)");
+  TIDAL_CHECK(!a.variable_seq_lengths || a.is_instruction_dataset, "tidal train: --variable-seq-lengths is for ",
+              "instruction data (--is-instruction-dataset): pretraining samples are all --seq-length long");
+  TIDAL_CHECK(!(a.is_instruction_dataset && a.packing.eod_mask_loss), "tidal train: --eod-mask-loss is for ",
+              "pretraining data; instruction data's labels already say which tokens are trained");
   TIDAL_CHECK(!(a.builtin_corpus && !a.tokenizer.empty()), "tidal train: --tokenizer needs --data-path (the data it",
               " tokenized); without --data-path tidal trains on its built-in corpus with its own tokenizer");
 }
@@ -479,6 +497,8 @@ nlohmann::json TrainArgs::to_json() const {
   j["reset_attention_mask"] = packing.reset_attention_mask;
   j["eod_mask_loss"] = packing.eod_mask_loss;
   j["builtin_corpus"] = builtin_corpus;
+  j["is_instruction_dataset"] = is_instruction_dataset;
+  j["variable_seq_lengths"] = variable_seq_lengths;
   j["seq_length"] = seq_length;
   j["micro_batch_size"] = micro_batch_size;
   j["global_batch_size"] = global_batch_size;

@@ -21,6 +21,10 @@
 
 namespace tidal::train {
 
+// MindSpeed-LLM pads a --variable-seq-lengths batch to a multiple of 32 (DataCollatorForSeq2Seq's
+// pad_to_multiple_of); tidal rounds the trained length T to it.
+inline constexpr int64_t kVariableSeqMultiple = 32;
+
 struct TrainArgs {
   models::ModelConfig model;  // resolved: preset/config + overrides (vocab from the tokenizer)
   std::string model_source;   // "preset NAME", "config PATH" or "pretrained DIR" [": SHAPE" after size flags]
@@ -33,6 +37,11 @@ struct TrainArgs {
   // --reset-position-ids, --reset-attention-mask, --eod-mask-loss: packed documents (train/packed_batch.h)
   PackedSequences packing;
   bool builtin_corpus = false;  // no data given: the fortunes corpus of the main job
+  // --is-instruction-dataset: --data-path is PREFIX of PREFIX_packed_{input_ids,labels}_document (MindSpeed's
+  // instruction data, data/instruction_dataset.h); --variable-seq-lengths pads each micro-batch only to its
+  // longest sample, rounded up to a multiple of 32 (kVariableSeqMultiple).
+  bool is_instruction_dataset = false;
+  bool variable_seq_lengths = false;
   // batch and schedule
   int64_t seq_length = 256;
   int64_t micro_batch_size = 8;

@@ -19,14 +19,14 @@ RankBatch rank_batch(const Tensor& tokens, const PackedSequences& packing, int64
   // The loader's batch to the run's device (meta: the shape only); inputs and labels are views of it.
   const Tensor moved = tokens.device() == device ? tokens : tokens.to(device);
   const parallel::LocalTokens local = parallel::local_tokens(moved, cp_size, cp_rank);
-  RankBatch out{local.inputs, local.labels, {}, local.labels.numel()};
+  RankBatch out{local.inputs, local.labels, {}, local.labels.numel(), moved};
   if (!packing.any()) return out;
   const int64_t b = tokens.size(0), t = tokens.size(1) - 1;
   const std::vector<int64_t> rows = cp_size > 1 ? context_rows(t, cp_size, cp_rank) : std::vector<int64_t>();
   const int64_t n = rows.empty() ? t : int64_t(rows.size());
   const Tensor host = tokens.contiguous();
   const int64_t* ids = host.data<int64_t>();  // (B, T + 1)
-  if (packing.eod_mask_loss) {  // no loss where the input is EOD (Megatron's loss_mask[data == eod] = 0)
+  if (packing.eod_mask_loss) {                // no loss where the input is EOD (Megatron's loss_mask[data == eod] = 0)
     std::vector<int64_t> labels(size_t(b * n));
     out.targets = 0;
     for (int64_t r = 0; r < b; ++r)

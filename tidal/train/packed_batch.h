@@ -23,6 +23,9 @@ struct RankBatch {
   Tensor inputs, labels;  // (B, T_local) i64 on the run's device; labels -100 where the loss is masked
   DocumentLayout docs;    // (B, T_local) i32 on the run's device, each undefined unless its flag is on
   int64_t targets = 0;    // this rank's labels that are not -100
+  // The whole (B, T + 1) batch on the device, kept while the batch lives: on a CPU run it is the loader's
+  // own tensor, so a dry run (meta) must hold its copy as long to allocate what the real run does.
+  Tensor tokens;
 };
 
 // Context parallelism with masked labels: a rank's token mean times this is its share of the

@@ -7,6 +7,7 @@
 #include <functional>
 
 #include "tidal/allocator.h"
+#include "tidal/data/instruction_dataset.h"
 #include "tidal/io/atomic_file.h"
 #include "tidal/io/shown_name.h"
 #include "tidal/memory/offload_runner.h"
@@ -51,6 +52,19 @@ TrainingData load_data(const TrainArgs& a, models::ModelConfig& config, std::FIL
   } else {  // published models pad their vocabulary beyond the tokenizer's
     TIDAL_CHECK(d.tokenizer->vocab_size() <= config.vocab_size, "tidal train: the tokenizer has ",
                 d.tokenizer->vocab_size(), " tokens but ", a.pretrained, " only ", config.vocab_size);
+  }
+  if (a.is_instruction_dataset) {
+    const data::InstructionFiles files = data::open_instruction_files(prefix);
+    // Pads are never trained and follow every real token: their id changes no loss (Qwen pads with this one).
+    const int64_t pad = d.tokenizer->token_to_id("<|endoftext|>").value_or(0);
+    d.train = data::InstructionDataset::from_split(files, a.split, 0, a.seq_length, a.seed, pad);
+    const auto ranges = data::split_documents(a.split, files.input_ids->num_documents());
+    if (ranges[1].size() > 0)
+      d.valid = data::InstructionDataset::from_split(files, a.split, 1, a.seq_length, a.seed, pad);
+    d.variable_multiple = a.variable_seq_lengths ? kVariableSeqMultiple : 0;
+    d.description = prefix + " (instruction data: " + std::to_string(files.input_ids->num_documents()) + " records, " +
+                    std::to_string(files.input_ids->num_tokens()) + " tokens; split " + a.split + ")";
+    return d;
   }
   auto indexed = std::make_shared<data::IndexedDataset>(prefix);
   d.train = data::GPTDataset::from_split(indexed, a.split, 0, a.seq_length, a.seed);
@@ -104,7 +118,7 @@ Setup::Setup(std::unique_ptr<parallel::ParallelGroups> groups_in, TrainingData d
              Device device_in)
     : groups(std::move(groups_in)),
       data(std::move(data_in)),
-      loader(data.train),
+      loader(data.train, 0, data.variable_multiple),
       micro_batches(micro_batches_in),
       device(device_in) {}
 

@@ -30,7 +30,8 @@ struct TrainingData {
   std::shared_ptr<const data::TokenDataset> train, valid;  // valid: null without a validation split
   std::optional<data::Tokenizer> tokenizer;                // none with --mock-data
   std::string tokenizer_path;
-  std::string description;  // "PREFIX (N documents, M tokens; split 98,2,0)", for the log and the metrics
+  std::string description;        // "PREFIX (N documents, M tokens; split 98,2,0)", for the log and the metrics
+  int64_t variable_multiple = 0;  // --variable-seq-lengths: batches padded to their longest sample (DataLoader)
 };
 
 // Members are made in this order and unmade in reverse: the groups outlive everything that

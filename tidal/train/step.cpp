@@ -9,6 +9,7 @@
 #include "tidal/memory/chunk_loss.h"
 #include "tidal/models/moe.h"
 #include "tidal/ops/elementwise.h"
+#include "tidal/parallel/context.h"
 #include "tidal/parallel/data.h"
 #include "tidal/parallel/grad_sync.h"
 #include "tidal/train/nan_guard.h"
@@ -21,20 +22,28 @@ StepResult train_step(int64_t it, const TrainArgs& args, Setup& s, profile::Prof
   dist::Communicator& comm = s.comm();  // all ranks: the gradients are summed over them
   dist::Communicator& data = s.groups->data();
   const int64_t accum = s.micro_batches;  // per rank
+  // Instruction data: the targets are the labels, and each rank's loss its share of its micro-batch's masked
+  // mean (parallel/context.h, Note [Masked loss share]).
+  const bool masked = s.loader.dataset().has_labels();
   // Each micro-batch's share of the global batch: the same scale as one process accumulating them all.
   // With context parallelism each of the C ranks of a sample has the mean over its 2T/C tokens: a
-  // C-th of the sample's mean.
-  const int64_t global_micro_batches = accum * data.size() * s.groups->context_size();
+  // C-th of the sample's mean (for instruction data, the share above).
+  const int64_t global_micro_batches = accum * data.size() * (masked ? 1 : s.groups->context_size());
   const double aux_coef = s.model->config().router_aux_loss_coef;
   StepResult r;
   r.lr = optim::lr_at(it - 1, s.schedule);
   double loss_sum = 0;
   models::take_dropped_slots();  // from here: this step's forwards (not a validation's)
   for (int64_t m = 0; m < accum; ++m) {
-    const Tensor tokens =
-        parallel::next_rank_batch(s.loader, args.micro_batch_size, data.rank(), data.size()).tokens;  // (B, T+1)
-    const RankBatch local = rank_batch(tokens, args.packing, s.eod(), s.groups->context_size(),
-                                       s.groups->context_rank(), s.device);  // this rank's chunks
+    const data::Batch batch = parallel::next_rank_batch(s.loader, args.micro_batch_size, data.rank(), data.size());
+    RankBatch local = rank_batch(batch.tokens, args.packing, s.eod(), s.groups->context_size(),
+                                 s.groups->context_rank(), s.device);  // this rank's chunks
+    double share = 1.0;
+    if (masked) {
+      const parallel::MaskedTargets masks = parallel::masked_targets(batch.labels, s.groups->context());
+      local.labels = masks.targets.device() == s.device ? masks.targets : masks.targets.to(s.device);  // (B, 2T/C)
+      share = masks.share;
+    }
     Tensor loss;
     if (s.offloader) s.offloader->begin_micro_batch();
     parallel::ParamGather::Scope gathered(s.param_gather.get());  // ZeRO-3: the parameters outside the layers
@@ -42,7 +51,7 @@ StepResult train_step(int64_t it, const TrainArgs& args, Setup& s, profile::Prof
       profile::Range phase("forward", profile::kPhase);
       std::optional<autograd::SavedTensorLog> log;
       if (first_saved.empty() || profiler.wants_saved_tensors(it, m)) log.emplace();
-      // Masked labels under context parallelism: the ranks' token means weighted by their targets.
+      // --eod-mask-loss under context parallelism: the ranks' token means weighted by their targets.
       const double scale =
           args.packing.eod_mask_loss && s.groups->context_size() > 1 ? token_scale(local, *s.groups->context()) : 1.0;
       loss = memory::lm_loss(*s.model, local.inputs, local.labels, args.memory.loss, aux_coef, local.docs, scale);
@@ -53,7 +62,7 @@ StepResult train_step(int64_t it, const TrainArgs& args, Setup& s, profile::Prof
     }
     after_forward(m);
     const double value = loss.is_meta() ? 0.0 : loss.item<double>();  // a dry run's loss has no value
-    loss_sum += value;
+    loss_sum += value * share;
     const bool finite = std::isfinite(value);
     if (args.check_for_nan && !finite && !args.skip_nonfinite_steps)
       stop_nonfinite(it, detail::str_cat("the loss is ", value, " (micro-batch ", m + 1, ")"), args,
@@ -63,8 +72,8 @@ StepResult train_step(int64_t it, const TrainArgs& args, Setup& s, profile::Prof
     if (s.main_grads) s.main_grads->begin_backward(s.grad_sync->overlapping());
     // A skipped step's other micro-batches still take their samples (and their reductions still run:
     // they are collectives).
-    if (finite || !args.check_for_nan)
-      (global_micro_batches == 1 ? loss : mul(loss, 1.0 / double(global_micro_batches))).backward();
+    const double scale = share / double(global_micro_batches);
+    if (finite || !args.check_for_nan) (scale == 1.0 ? loss : mul(loss, scale)).backward();
     // --bf16: before a reduction the f32 sums become the gradients the reduction, clipping, the NaN
     // guard and AdamW read (train/main_grads.h): after the last backward, or after every one under
     // ZeRO-2/3, which reduce-scatter each micro-batch's.
@@ -94,21 +103,39 @@ StepResult train_step(int64_t it, const TrainArgs& args, Setup& s, profile::Prof
 double validation_loss(const TrainArgs& args, Setup& s) {
   TIDAL_ASSERT(s.data.valid != nullptr, "[train] validation without a validation split");
   s.model->train(false);
-  double sum = 0;
+  double sum = 0, mean = 0;
   {
     NoGradGuard no_grad;
     // Every rank evaluates whole sequences (context parallelism splits the training steps only).
     s.model->set_context_parallel(nullptr);
     parallel::ParamGather::Scope gathered(s.param_gather.get());
     data::DataLoader loader(s.data.valid);
+    // Pretraining data: the mean of the batches' means; instruction data: the mean over every trained token of
+    // the evaluated batches.
+    double trained = 0;
     for (int64_t i = 0; i < args.eval_iters; ++i) {
-      const RankBatch b = rank_batch(loader.next(args.micro_batch_size).tokens, args.packing, s.eod(), 1, 0, s.device);
-      sum += memory::lm_loss(*s.model, b.inputs, b.labels, args.memory.loss, 0.0, b.docs).item<double>();
+      const data::Batch batch = loader.next(args.micro_batch_size);
+      const RankBatch b = rank_batch(batch.tokens, args.packing, s.eod(), 1, 0, s.device);  // (B, T)
+      if (!batch.labels.defined()) {
+        sum += memory::lm_loss(*s.model, b.inputs, b.labels, args.memory.loss, 0.0, b.docs).item<double>();
+        continue;
+      }
+      const int64_t t = batch.tokens.size(1) - 1;
+      const Tensor targets = batch.labels.narrow(1, 1, t).contiguous();  // (B, T)
+      const int64_t* p = targets.data<int64_t>();
+      int64_t count = 0;
+      for (int64_t k = 0; k < targets.numel(); ++k) count += p[k] != -100 ? 1 : 0;
+      if (count == 0) continue;  // no trained token: nothing to average
+      sum += double(count) *
+             memory::lm_loss(*s.model, b.inputs, targets.to(s.device), args.memory.loss, 0.0, b.docs).item<double>();
+      trained += double(count);
     }
+    // NaN for instruction data when no evaluated token is trained.
+    mean = s.data.valid->has_labels() ? sum / trained : sum / double(args.eval_iters);
   }
   s.model->set_context_parallel(s.groups->context(), s.groups->ring());
   s.model->train(true);
-  return sum / double(args.eval_iters);
+  return mean;
 }
 
 }  // namespace tidal::train

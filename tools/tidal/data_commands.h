@@ -1,6 +1,6 @@
 #pragma once
 // The data commands of the `tidal` command line: `tidal tokenizer` (train, encode, decode, info) and
-// `tidal prepare` (text files to a Megatron indexed dataset).
+// `tidal prepare` (text files to a Megatron indexed dataset, instruction data to MindSpeed-LLM's packed datasets).
 #include <string>
 #include <vector>
 
@@ -11,6 +11,8 @@ namespace tidal::cli {
 
 int run_prepare(const std::vector<std::string>& args);
 int run_tokenizer(const std::vector<std::string>& args);
+// `tidal prepare --handler-name ...` (prepare_instruction.cpp): instruction data, its flags parsed from `f`.
+int prepare_instruction(const Flags& f, const std::vector<std::string>& files);
 
 // The text inputs of `tokenizer train` and `prepare`: --input FILE|DIR [FILE ...] and how the files split into
 // documents, --split-on-fortune-delimiter or --split-on-blank-lines (default: one document per file). Read back:

@@ -127,7 +127,24 @@ int run_prepare(const std::vector<std::string>& argv) {
       .option("on-bad-line",
               "JSON Lines inputs: a line that is not an object with a string under every key "
               "stops the run (fail, the default) or is skipped and counted (skip)",
-              "fail|skip");
+              "fail|skip")
+      .option("handler-name",
+              "instruction data (MindSpeed-LLM's handlers): AlpacaStyleInstructionHandler or "
+              "SharegptStyleInstructionHandler; writes PREFIX_packed_{input_ids,attention_mask,labels}_document",
+              "NAME")
+      .option("map-keys",
+              "instruction data: the record's keys, as a JSON object of MindSpeed's column names "
+              "('{\"prompt\":\"instruction\",\"query\":\"input\",\"response\":\"output\"}')",
+              "JSON")
+      .option("prompt-type",
+              "instruction data: the chat template (qwen, llama3, chatml, mistral, gemma, deepseek3, "
+              "alpaca, empty)",
+              "TYPE")
+      .flag("pack", "instruction data: pack whole samples into sequences of --seq-length tokens")
+      .option("seq-length",
+              "instruction data: with --pack the packed length; without, samples of this many tokens or more are "
+              "dropped (MindSpeed's rule)",
+              "N");
   if (parse_or_help(a, argv,
                     "--input FILE|DIR [FILE ...] --tokenizer tokenizer.json --output-prefix PREFIX "
                     "[options]"))
@@ -136,6 +153,13 @@ int run_prepare(const std::vector<std::string>& argv) {
   TIDAL_CHECK(a.has("output-prefix"), "tidal prepare: --output-prefix PREFIX is required");
   const data::DocumentSplit split = document_split(a, "prepare");
   const std::vector<std::string> files = text_input_files(a, "prepare");
+  if (a.has("handler-name")) {
+    TIDAL_CHECK(split == data::DocumentSplit::file, "tidal prepare: --split-on-* is for plain text, not ",
+                "instruction data");
+    return prepare_instruction(a, files);
+  }
+  for (const char* only : {"map-keys", "prompt-type", "pack", "seq-length"})
+    TIDAL_CHECK(!a.has(only), "tidal prepare: --", only, " is for instruction data (with --handler-name)");
   size_t json_files = 0;
   for (const std::string& f : files) json_files += data::is_json_lines(f) ? 1 : 0;
   TIDAL_CHECK(json_files == 0 || json_files == files.size(), "tidal prepare: the inputs mix JSON Lines (", json_files,

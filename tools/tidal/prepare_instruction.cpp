@@ -1,0 +1,153 @@
+// `tidal prepare --handler-name ...`: instruction data (Alpaca- or ShareGPT-style JSON Lines) rendered with a
+// chat template, tokenized in parallel and written as MindSpeed-LLM writes it: PREFIX_packed_input_ids_document,
+// PREFIX_packed_attention_mask_document and PREFIX_packed_labels_document (.bin / .idx, int32; labels -100 where
+// a token is not trained). --pack --seq-length N packs whole samples into sequences of N (MindSpeed's greedy
+// knapsack over N - 1 tokens, padded to N).
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "tidal/base/error.h"
+#include "tidal/base/flags.h"
+#include "tidal/data/chat_template.h"
+#include "tidal/data/indexed_dataset.h"
+#include "tidal/data/instruction_record.h"
+#include "tidal/data/instruction_sample.h"
+#include "tidal/data/jsonl.h"
+#include "tidal/data/tokenizer.h"
+#include "tools/tidal/cli.h"
+#include "tools/tidal/data_commands.h"
+
+namespace tidal::cli {
+namespace {
+
+// MindSpeed's three datasets, in its order.
+constexpr const char* kKeys[3] = {"input_ids", "attention_mask", "labels"};
+
+struct InstructionOutput {
+  std::unique_ptr<data::IndexedDatasetWriter> writers[3];
+  std::string prefixes[3];
+
+  explicit InstructionOutput(const std::string& prefix) {
+    for (int k = 0; k < 3; ++k) {
+      prefixes[k] = prefix + "_packed_" + kKeys[k] + "_document";  // MindSpeed's {prefix}_packed_{key}_document
+      writers[k] = std::make_unique<data::IndexedDatasetWriter>(prefixes[k], data::TokenDType::i32);
+    }
+  }
+  // One sample (or one pack) as one document of each dataset; the attention mask is all ones, as MindSpeed's.
+  void add(const std::vector<int64_t>& ids, const std::vector<int64_t>& labels) {
+    writers[0]->add_document(ids);
+    writers[1]->add_document(std::vector<int64_t>(ids.size(), 1));
+    writers[2]->add_document(labels);
+  }
+};
+
+struct Counts {
+  int64_t samples = 0, trained_tokens = 0, dropped = 0, truncated = 0;
+};
+
+}  // namespace
+
+int prepare_instruction(const Flags& a, const std::vector<std::string>& files) {
+  for (const std::string& f : files)
+    TIDAL_CHECK(data::is_json_lines(f), "tidal prepare: --handler-name reads JSON Lines (.jsonl, .json, .gz); '", f,
+                "' is not one");
+  TIDAL_CHECK(!a.has("json-keys"), "tidal prepare: --json-keys is for pretraining data: an instruction handler ",
+              "writes input_ids, attention_mask and labels (name the record's keys with --map-keys)");
+  TIDAL_CHECK(!a.has("dtype"), "tidal prepare: instruction data is int32 (labels hold -100): drop --dtype");
+  TIDAL_CHECK(a.has("prompt-type"), "tidal prepare: --handler-name needs --prompt-type (",
+              "qwen, llama3, chatml, mistral, gemma, deepseek3, alpaca or empty: the model family's chat template)");
+  const data::InstructionFormat format = data::parse_handler_name(a.str("handler-name"));
+  const data::InstructionKeys keys = data::parse_map_keys(format, a.str("map-keys"));
+  const data::PromptType type = data::parse_prompt_type(a.str("prompt-type"));
+  const bool pack = a.flag_on("pack");
+  const int64_t seq_length = a.has("seq-length") ? a.integer("seq-length", 0, 2, int64_t(1) << 30) : 0;
+  TIDAL_CHECK(!pack || seq_length > 0, "tidal prepare: --pack needs --seq-length N (the packed sequences' length)");
+  const std::string policy = a.str("on-bad-line", "fail");
+  TIDAL_CHECK(policy == "fail" || policy == "skip", "tidal prepare: --on-bad-line must be fail or skip, got '", policy,
+              "'");
+  const std::string tokenizer_path = a.str("tokenizer");
+  const data::Tokenizer tok = data::Tokenizer::load(tokenizer_path);
+  data::check_template_tokens(tok, type, tokenizer_path);
+  const int64_t eod_id = a.flag_on("append-eod") ? tok.eod_id() : -1;
+  // Pad tokens come after every real token of a pack and are never trained: their id changes no loss.
+  const int64_t pad_id = tok.token_to_id("<|endoftext|>").value_or(0);
+
+  const auto start = std::chrono::steady_clock::now();
+  InstructionOutput out(a.str("output-prefix"));
+  data::JsonlCounts jsonl;
+  Counts n;
+  std::vector<std::vector<data::ChatSegment>> pending;
+  std::vector<data::InstructionSample> kept;  // --pack: every sample, packed at the end
+  auto flush = [&] {
+    for (data::InstructionSample& s : data::encode_conversations(tok, pending, eod_id)) {
+      const int64_t len = int64_t(s.input_ids.size());
+      if (pack && len > seq_length - 1) {  // MindSpeed keeps one token of every pack for padding
+        s.input_ids.resize(size_t(seq_length - 1));
+        s.labels.resize(size_t(seq_length - 1));
+        ++n.truncated;
+      } else if (!pack && seq_length > 0 && len >= seq_length) {
+        ++n.dropped;  // MindSpeed drops a sample of --seq-length tokens or more
+        continue;
+      }
+      for (int64_t l : s.labels) n.trained_tokens += l != data::kIgnoreIndex ? 1 : 0;
+      ++n.samples;
+      if (pack)
+        kept.push_back(std::move(s));
+      else
+        out.add(s.input_ids, s.labels);
+    }
+    pending.clear();
+  };
+  std::vector<data::ChatMessage> messages;
+  const data::BadLine bad = policy == "skip" ? data::BadLine::skip : data::BadLine::fail;
+  for (const std::string& path : files)
+    data::for_each_json_object(path, bad, jsonl, [&](const nlohmann::json& record) {
+      std::string wrong = data::conversation_of(record, keys, messages);
+      if (!wrong.empty()) return wrong;
+      pending.push_back(data::render_chat(type, messages));
+      if (pending.size() >= 4096) flush();
+      return std::string();
+    });
+  flush();
+  int64_t packs = 0;
+  if (pack) {
+    std::vector<int64_t> lengths;
+    for (const data::InstructionSample& s : kept) lengths.push_back(int64_t(s.input_ids.size()));
+    for (const std::vector<size_t>& members : data::pack_greedy(lengths, seq_length - 1)) {
+      std::vector<int64_t> ids, labels;
+      for (size_t i : members) {
+        ids.insert(ids.end(), kept[i].input_ids.begin(), kept[i].input_ids.end());
+        labels.insert(labels.end(), kept[i].labels.begin(), kept[i].labels.end());
+      }
+      ids.resize(size_t(seq_length), pad_id);
+      labels.resize(size_t(seq_length), data::kIgnoreIndex);
+      out.add(ids, labels);
+      ++packs;
+    }
+  }
+  TIDAL_CHECK(out.writers[0]->num_documents() > 0, "tidal prepare: no usable record in the inputs (", jsonl.records,
+              " records read, ", jsonl.bad, " skipped, ", n.dropped, " dropped as too long)");
+  for (auto& w : out.writers) w->finish();
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::printf("%zu files -> %lld records (%s, --prompt-type %s)", files.size(), (long long)jsonl.records,
+              data::handler_name(format), data::prompt_type_name(type));
+  if (jsonl.bad > 0)
+    std::printf(", %lld malformed records skipped (the first: %s)", (long long)jsonl.bad, jsonl.first_bad.c_str());
+  if (jsonl.blank > 0) std::printf(", %lld blank lines", (long long)jsonl.blank);
+  std::printf(" in %.2f s\n", seconds);
+  std::printf("  %lld samples, %lld tokens, %lld of them trained", (long long)n.samples,
+              (long long)out.writers[0]->num_tokens(), (long long)n.trained_tokens);
+  if (n.dropped > 0)
+    std::printf("; %lld samples of %lld tokens or more dropped", (long long)n.dropped, (long long)seq_length);
+  if (pack) std::printf("; packed into %lld sequences of %lld tokens", (long long)packs, (long long)seq_length);
+  if (n.truncated > 0)
+    std::printf("; warning: %lld samples longer than %lld tokens truncated", (long long)n.truncated,
+                (long long)(seq_length - 1));
+  std::printf("\n");
+  for (const std::string& p : out.prefixes) std::printf("  wrote %s.bin and %s.idx\n", p.c_str(), p.c_str());
+  return kOk;
+}
+
+}  // namespace tidal::cli
