@@ -6,6 +6,7 @@
 #include <cmath>
 #include <vector>
 
+#include "tests/support/attention_grads.h"
 #include "tests/support/gradcheck.h"
 #include "tidal/ops/attention.h"
 #include "tidal/ops/documents.h"
@@ -18,8 +19,10 @@
 
 namespace tidal {
 using testing::all_close;
+using testing::attention_grads;
 using testing::bitwise_equal;
 using testing::gradcheck;
+using testing::Qkv;
 using testing::uniform;
 
 namespace {
@@ -77,20 +80,9 @@ Tensor reference(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor
   return mul(matmul(p, vr), from_vector(seen, {b, 1, t, 1}, q.dtype()));  // (B, Hq, T, Dv)
 }
 
-struct Qkv {
-  Tensor q, k, v;  // (B, H, L, D) leaves
-};
 Qkv make_qkv(int64_t b, int64_t hq, int64_t hkv, int64_t t, int64_t s, int64_t d, DType dtype, uint64_t seed) {
   return {uniform({b, hq, t, d}, seed, -1, 1, true, dtype), uniform({b, hkv, s, d}, seed + 1, -1, 1, true, dtype),
           uniform({b, hkv, s, d}, seed + 2, -1, 1, true, dtype)};
-}
-
-std::vector<Tensor> run(const Qkv& x, const Tensor& g, const AttentionOptions& opt, const RngState& st) {
-  set_rng_state(st);
-  for (const Tensor* t : {&x.q, &x.k, &x.v}) t->zero_grad();
-  Tensor out = scaled_dot_product_attention(x.q, x.k, x.v, opt);
-  out.backward(g);
-  return {out, x.q.grad(), x.k.grad(), x.v.grad()};
 }
 
 }  // namespace
@@ -130,7 +122,7 @@ TEST(AttentionDocuments, PackedEqualsEachDocumentAlone) {
     SCOPED_TRACE(name(kernel));
     Qkv x = make_qkv(1, 4, 2, 20, 20, 8, DType::f64, 320);
     const Tensor g = uniform({1, 4, 20, 8}, 323, -1, 1, false);
-    const std::vector<Tensor> whole = run(x, g, packed(kernel, starts), get_rng_state());
+    const std::vector<Tensor> whole = attention_grads(x, g, packed(kernel, starts), get_rng_state());
     for (int n = 0; n < 4; ++n) {
       const int64_t a = bounds[n], len = bounds[n + 1] - a;
       Qkv part{x.q.detach().narrow(2, a, len).contiguous().set_requires_grad(true),
@@ -138,7 +130,7 @@ TEST(AttentionDocuments, PackedEqualsEachDocumentAlone) {
                x.v.detach().narrow(2, a, len).contiguous().set_requires_grad(true)};
       AttentionOptions alone;
       alone.kernel = kernel;
-      const std::vector<Tensor> p = run(part, g.narrow(2, a, len), alone, get_rng_state());
+      const std::vector<Tensor> p = attention_grads(part, g.narrow(2, a, len), alone, get_rng_state());
       for (size_t i = 0; i < 4; ++i)
         EXPECT_TRUE(all_close(whole[i].narrow(2, a, len), p[i], 1e-12, 1e-12)) << "document " << n << " tensor " << i;
     }
@@ -172,8 +164,8 @@ TEST(AttentionDocuments, FlashMatchesEagerWithDropoutOverManyTiles) {
       const Tensor g = uniform({2, 2, 300, 8}, 343);
       manual_seed(5);
       const RngState st = get_rng_state();
-      const std::vector<Tensor> eager = run(x, g, packed(AttentionKernel::eager, starts, w, p), st);
-      const std::vector<Tensor> flash = run(x, g, packed(AttentionKernel::flash, starts, w, p), st);
+      const std::vector<Tensor> eager = attention_grads(x, g, packed(AttentionKernel::eager, starts, w, p), st);
+      const std::vector<Tensor> flash = attention_grads(x, g, packed(AttentionKernel::flash, starts, w, p), st);
       for (size_t i = 0; i < 4; ++i) EXPECT_TRUE(all_close(flash[i], eager[i], 1e-10, 1e-12));
       if (p == 0) {
         EXPECT_TRUE(all_close(eager[0], reference(x.q, x.k, x.v, starts, w), 1e-10, 1e-12));
@@ -192,8 +184,8 @@ TEST(AttentionDocuments, OneDocumentIsPlainCausalBitForBit) {
     AttentionOptions plain;
     plain.kernel = kernel;
     plain.dropout_p = 0.1;
-    const std::vector<Tensor> a = run(x, g, plain, st);
-    const std::vector<Tensor> b = run(x, g, packed(kernel, starts, 0, 0.1), st);
+    const std::vector<Tensor> a = attention_grads(x, g, plain, st);
+    const std::vector<Tensor> b = attention_grads(x, g, packed(kernel, starts, 0, 0.1), st);
     for (size_t i = 0; i < 4; ++i) EXPECT_TRUE(bitwise_equal(a[i], b[i]));
   }
 }

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 
+#include "tests/support/attention_grads.h"
 #include "tests/support/gradcheck.h"
 #include "tidal/ops/attention.h"
 #include "tidal/ops/elementwise.h"
@@ -13,8 +14,10 @@
 
 namespace tidal {
 using testing::all_close;
+using testing::attention_grads;
 using testing::bitwise_equal;
 using testing::gradcheck;
+using testing::Qkv;
 using testing::uniform;
 
 namespace {
@@ -53,21 +56,9 @@ Tensor reference_window(const Tensor& q, const Tensor& k, const Tensor& v, int64
   return mul(matmul(p, vr), from_vector(seen, {t, 1}, q.dtype()));  // (B, Hq, T, Dv)
 }
 
-struct Qkv {
-  Tensor q, k, v;  // (B, H, L, D) leaves
-};
 Qkv make_qkv(int64_t hq, int64_t hkv, int64_t t, int64_t s, int64_t d, int64_t dv, DType dtype, uint64_t seed) {
   return {uniform({1, hq, t, d}, seed, -1, 1, true, dtype), uniform({1, hkv, s, d}, seed + 1, -1, 1, true, dtype),
           uniform({1, hkv, s, dv}, seed + 2, -1, 1, true, dtype)};
-}
-
-// out, dq, dk, dv of one call with gradient g, from RNG state st.
-std::vector<Tensor> run(const Qkv& x, const Tensor& g, const AttentionOptions& opt, const RngState& st) {
-  set_rng_state(st);
-  for (const Tensor* t : {&x.q, &x.k, &x.v}) t->zero_grad();
-  Tensor out = scaled_dot_product_attention(x.q, x.k, x.v, opt);
-  out.backward(g);
-  return {out, x.q.grad(), x.k.grad(), x.v.grad()};
 }
 
 }  // namespace
@@ -108,8 +99,8 @@ TEST(AttentionWindow, AtLeastTheKeysIsPlainCausalBitForBit) {
       const Tensor g = uniform({1, 4, 20, 8}, 253, -1, 1, false, DType::f32);
       manual_seed(3);
       const RngState st = get_rng_state();
-      const std::vector<Tensor> plain = run(x, g, windowed(kernel, 0, 0.1), st);
-      const std::vector<Tensor> wide = run(x, g, windowed(kernel, w, 0.1), st);
+      const std::vector<Tensor> plain = attention_grads(x, g, windowed(kernel, 0, 0.1), st);
+      const std::vector<Tensor> wide = attention_grads(x, g, windowed(kernel, w, 0.1), st);
       for (size_t i = 0; i < 4; ++i) EXPECT_TRUE(bitwise_equal(plain[i], wide[i]));
     }
 }
@@ -127,8 +118,8 @@ TEST(AttentionWindow, FlashMatchesEagerWithDropoutOverManyTiles) {
       const Tensor g = uniform({1, 2, c.t, 6}, 263);
       manual_seed(4);
       const RngState st = get_rng_state();
-      const std::vector<Tensor> eager = run(x, g, windowed(AttentionKernel::eager, c.w, p), st);
-      const std::vector<Tensor> flash = run(x, g, windowed(AttentionKernel::flash, c.w, p), st);
+      const std::vector<Tensor> eager = attention_grads(x, g, windowed(AttentionKernel::eager, c.w, p), st);
+      const std::vector<Tensor> flash = attention_grads(x, g, windowed(AttentionKernel::flash, c.w, p), st);
       for (size_t i = 0; i < 4; ++i) EXPECT_TRUE(all_close(flash[i], eager[i], 1e-10, 1e-12));
       if (p == 0) {
         EXPECT_TRUE(all_close(eager[0], reference_window(x.q, x.k, x.v, c.w), 1e-10, 1e-12));

@@ -16,9 +16,7 @@ namespace tidal::memory {
 
 // Mean next-token cross-entropy of ids (B, T) against targets (B, T) (ignore_index -100), plus
 // aux_coef * the MoE auxiliary loss when the model makes one. docs: packed sequences (CausalLM::forward_hidden).
-// token_scale multiplies the token mean before the auxiliary loss is added (context parallelism's
-// share of a sample whose ranks hold different numbers of unmasked targets: train/packed_batch.h).
 Tensor lm_loss(const models::CausalLM& model, const Tensor& ids, const Tensor& targets, const LossComputeConfig& c,
-               double aux_coef, const DocumentLayout& docs = {}, double token_scale = 1.0);
+               double aux_coef, const DocumentLayout& docs = {});
 
 }  // namespace tidal::memory

@@ -28,5 +28,8 @@ struct MaskedTargets {
   int64_t count = 0;  // trained targets on this rank
 };
 MaskedTargets masked_targets(const Tensor& labels, dist::Communicator* cp);  // cp: null without CP
+// A rank's share of its micro-batch's masked mean: `count` trained targets here over the count summed over
+// the CP group (collective over `cp`; null or one rank: 1), 0 when it has none.
+double loss_share(int64_t count, dist::Communicator* cp);
 
 }  // namespace tidal::parallel

@@ -3,7 +3,6 @@
 #include <vector>
 
 #include "tidal/base/error.h"
-#include "tidal/dist/collectives.h"
 #include "tidal/ops/ring_attention.h"
 #include "tidal/parallel/context.h"
 
@@ -42,12 +41,6 @@ RankBatch rank_batch(const Tensor& tokens, const PackedSequences& packing, int64
   if (packing.reset_attention_mask) out.docs.starts = layout.starts;
   if (packing.reset_position_ids) out.docs.positions = layout.positions;
   return out;
-}
-
-double token_scale(const RankBatch& batch, dist::Communicator& cp) {
-  if (cp.size() == 1) return 1.0;
-  const double total = dist::all_reduce_sum(cp, double(batch.targets));
-  return total > 0 ? double(batch.targets) * cp.size() / total : 1.0;
 }
 
 }  // namespace tidal::train

@@ -6,7 +6,6 @@
 #include <cstdint>
 
 #include "tidal/device.h"
-#include "tidal/dist/communicator.h"
 #include "tidal/ops/documents.h"
 #include "tidal/tensor.h"
 
@@ -22,18 +21,11 @@ struct PackedSequences {
 struct RankBatch {
   Tensor inputs, labels;  // (B, T_local) i64 on the run's device; labels -100 where the loss is masked
   DocumentLayout docs;    // (B, T_local) i32 on the run's device, each undefined unless its flag is on
-  int64_t targets = 0;    // this rank's labels that are not -100
+  int64_t targets = 0;    // this rank's labels that are not -100 (parallel::loss_share)
   // The whole (B, T + 1) batch on the device, kept while the batch lives: on a CPU run it is the loader's
   // own tensor, so a dry run (meta) must hold its copy as long to allocate what the real run does.
   Tensor tokens;
 };
-
-// Context parallelism with masked labels: a rank's token mean times this is its share of the
-// micro-batch's mean over the CP group, (targets / group's targets) x C, so that the C shares, each
-// divided by C as unmasked ranks' are, sum to one process's mean. 1 when every rank holds as many
-// targets (no masks). (A rank whose labels are all masked has a NaN token mean, as one process with
-// such a micro-batch has: the NaN guard stops or skips that step.) Collective over `cp`.
-double token_scale(const RankBatch& batch, dist::Communicator& cp);
 
 // tokens (B, T + 1) i64 on the host: inputs tokens[:, :-1], labels tokens[:, 1:], this rank's two
 // chunks of each under context parallelism (cp_size > 1), moved to `device`. eod: the tokenizer's

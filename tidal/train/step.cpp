@@ -22,9 +22,10 @@ StepResult train_step(int64_t it, const TrainArgs& args, Setup& s, profile::Prof
   dist::Communicator& comm = s.comm();  // all ranks: the gradients are summed over them
   dist::Communicator& data = s.groups->data();
   const int64_t accum = s.micro_batches;  // per rank
-  // Instruction data: the targets are the labels, and each rank's loss its share of its micro-batch's masked
-  // mean (parallel/context.h, Note [Masked loss share]).
-  const bool masked = s.loader.dataset().has_labels();
+  // Instruction data (the targets are the labels) and --eod-mask-loss: each rank's loss is its share of
+  // its micro-batch's masked mean (parallel/context.h, Note [Masked loss share]).
+  const bool labelled = s.loader.dataset().has_labels();
+  const bool masked = labelled || args.packing.eod_mask_loss;
   // Each micro-batch's share of the global batch: the same scale as one process accumulating them all.
   // With context parallelism each of the C ranks of a sample has the mean over its 2T/C tokens: a
   // C-th of the sample's mean (for instruction data, the share above).
@@ -39,10 +40,12 @@ StepResult train_step(int64_t it, const TrainArgs& args, Setup& s, profile::Prof
     RankBatch local = rank_batch(batch.tokens, args.packing, s.eod(), s.groups->context_size(),
                                  s.groups->context_rank(), s.device);  // this rank's chunks
     double share = 1.0;
-    if (masked) {
+    if (labelled) {
       const parallel::MaskedTargets masks = parallel::masked_targets(batch.labels, s.groups->context());
       local.labels = masks.targets.device() == s.device ? masks.targets : masks.targets.to(s.device);  // (B, 2T/C)
       share = masks.share;
+    } else if (masked) {
+      share = parallel::loss_share(local.targets, s.groups->context());
     }
     Tensor loss;
     if (s.offloader) s.offloader->begin_micro_batch();
@@ -51,10 +54,7 @@ StepResult train_step(int64_t it, const TrainArgs& args, Setup& s, profile::Prof
       profile::Range phase("forward", profile::kPhase);
       std::optional<autograd::SavedTensorLog> log;
       if (first_saved.empty() || profiler.wants_saved_tensors(it, m)) log.emplace();
-      // --eod-mask-loss under context parallelism: the ranks' token means weighted by their targets.
-      const double scale =
-          args.packing.eod_mask_loss && s.groups->context_size() > 1 ? token_scale(local, *s.groups->context()) : 1.0;
-      loss = memory::lm_loss(*s.model, local.inputs, local.labels, args.memory.loss, aux_coef, local.docs, scale);
+      loss = memory::lm_loss(*s.model, local.inputs, local.labels, args.memory.loss, aux_coef, local.docs);
       if (log) {
         if (first_saved.empty()) first_saved = log->snapshot();
         profiler.set_saved_tensors(it, log->snapshot());
@@ -120,15 +120,11 @@ double validation_loss(const TrainArgs& args, Setup& s) {
         sum += memory::lm_loss(*s.model, b.inputs, b.labels, args.memory.loss, 0.0, b.docs).item<double>();
         continue;
       }
-      const int64_t t = batch.tokens.size(1) - 1;
-      const Tensor targets = batch.labels.narrow(1, 1, t).contiguous();  // (B, T)
-      const int64_t* p = targets.data<int64_t>();
-      int64_t count = 0;
-      for (int64_t k = 0; k < targets.numel(); ++k) count += p[k] != -100 ? 1 : 0;
-      if (count == 0) continue;  // no trained token: nothing to average
-      sum += double(count) *
-             memory::lm_loss(*s.model, b.inputs, targets.to(s.device), args.memory.loss, 0.0, b.docs).item<double>();
-      trained += double(count);
+      const parallel::MaskedTargets m = parallel::masked_targets(batch.labels, nullptr);  // (B, T)
+      if (m.count == 0) continue;  // no trained token: nothing to average
+      sum += double(m.count) *
+             memory::lm_loss(*s.model, b.inputs, m.targets.to(s.device), args.memory.loss, 0.0, b.docs).item<double>();
+      trained += double(m.count);
     }
     // NaN for instruction data when no evaluated token is trained.
     mean = s.data.valid->has_labels() ? sum / trained : sum / double(args.eval_iters);
