@@ -97,6 +97,12 @@ TEST(ContextParallel, TwoRanksTrainLikeOneProcess) {
   }
 }
 
+// LoRA (docs/finetuning.md): the adapters of C ranks are one process's; the frozen base has no gradient to reduce.
+TEST(ContextParallel, LoraOnTwoRanks) {
+  if (dist::world().size() != 2) GTEST_SKIP() << "runs on two ranks (ctest dist2)";
+  compare_cp("tiny-llama", 2, {"--lora-target-modules", "all-linear", "--lora-r", "4"});
+}
+
 // Mixture of experts: the tokens of a rank's chunks are routed as on one process; the load-balancing
 // loss takes the sample's expert counts (summed over the CP group), so it is one process's too
 // (with each rank's own counts the losses move by 4.3e-5, beyond kLossTolerance).

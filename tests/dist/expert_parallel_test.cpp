@@ -143,6 +143,13 @@ TEST(ExpertParallel, ExpertsOnEveryRankAgreeWithOneProcess) {
   compare_with_one_process(n);
 }
 
+// LoRA on every linear layer, the experts' included: each rank trains its experts' adapters as one process does.
+TEST(ExpertParallel, LoraAdaptersAgreeWithOneProcess) {
+  const int n = dist::world().size();
+  if (n < 2 || models::preset("tiny-qwen3-moe").num_experts % n != 0) GTEST_SKIP() << n << " ranks";
+  compare_with_one_process(n, {}, {"--lora-target-modules", "all-linear", "--lora-r", "4"});
+}
+
 // The MoE block recomputed in backward (the routing replayed: --recompute-modules moe, and the whole
 // layers with full recompute), the experts' activation recomputed (moe_act) and the saves offloaded:
 // the same result. A recompute of the block re-runs its exchanges on every rank: 3 more calls (the

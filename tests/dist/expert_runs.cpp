@@ -14,6 +14,7 @@
 #include "tidal/models/causal_lm.h"
 #include "tidal/models/moe.h"
 #include "tidal/models/pretrained.h"
+#include "tidal/nn/lora.h"
 #include "tidal/profile/profiler.h"
 #include "tidal/rng.h"
 #include "tidal/train/setup.h"
@@ -38,11 +39,13 @@ Trained train(dist::Communicator& comm, const TrainArgs& args) {
     t.comm_calls = comm.stats().calls - calls;
     t.memory = device_allocator(Device::cpu()).stats();
     parallel::ParamGather::Scope whole(s.param_gather.get(), /*whole=*/true);  // ZeRO-3: the parameters' values
+    int64_t expert_adapters = 0;  // --lora-target-modules on experts: each rank holds its experts' adapters
     for (const auto& [name, p] : s.model->named_parameters()) {
       t.weights[name] = p.detach().clone().to(DType::f32);
-      if (models::is_expert_parameter(name)) t.expert_bytes += p.numel() * p.itemsize();
+      if (!models::is_expert_parameter(name)) continue;
+      (nn::is_lora_parameter(name) ? expert_adapters : t.expert_bytes) += p.numel() * p.itemsize();
     }
-    t.parameter_bytes = t.memory[MemoryCategory::parameter].allocated;
+    t.parameter_bytes = t.memory[MemoryCategory::parameter].allocated - expert_adapters;
   }
   std::fclose(quiet);
   return t;
@@ -92,7 +95,7 @@ void expect_agrees(const Trained& ep, const Trained& one, int e, int64_t element
     const double d = max_excess(w, one.weights.at(name), tol.relative);
     EXPECT_LE(d, tol.weight) << name;
     weight_diff = std::max(weight_diff, d);
-    experts += models::is_expert_parameter(name);
+    experts += models::is_expert_parameter(name) && !nn::is_lora_parameter(name);
   }
   if (std::getenv("TIDAL_PRINT_DIFFERENCES"))  // to measure the tolerances
     std::fprintf(stderr, "[rank %d] E=%d: losses within %.3g, weights within %.3g (beyond the relative part)\n",

@@ -18,8 +18,9 @@ struct Trained {
   std::vector<double> losses;
   std::vector<double> norms;              // the gradient norm of each step (before clipping)
   std::map<std::string, Tensor> weights;  // this rank's parameters
-  int64_t expert_bytes = 0;               // of this rank's expert parameters
-  int64_t parameter_bytes = 0;            // the allocator's parameter category, after training
+  int64_t expert_bytes = 0;               // of this rank's expert parameters (not their LoRA adapters)
+  int64_t parameter_bytes = 0;            // the allocator's parameter category, after training, less the
+                                          // experts' LoRA adapters
   MemoryStats memory;                     // the allocator's after training (peaks since the setup's reset)
   int64_t comm_calls = 0;
 };

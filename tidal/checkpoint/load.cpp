@@ -8,6 +8,7 @@
 #include "tidal/io/atomic_file.h"
 #include "tidal/io/safetensors.h"
 #include "tidal/io/shown_name.h"
+#include "tidal/models/peft_adapter.h"
 
 namespace tidal::checkpoint {
 
@@ -44,6 +45,10 @@ Checkpoint load_checkpoint(const std::string& dir, const std::function<bool(cons
   for (int r = 0; r < c.shards.ranks; ++r) expected.insert(optimizer_shard_file(r, c.shards.ranks));
   for (const std::string& needed : expected) TIDAL_CHECK(files.contains(needed), where, " lists no ", needed);
   expected.insert("tokenizer.json");
+  const bool lora = files.contains(models::kAdapterConfigFile);  // a LoRA run's: both files
+  TIDAL_CHECK(lora == files.contains(models::kAdapterWeightsFile), where, " lists only one of ",
+              models::kAdapterConfigFile, " and ", models::kAdapterWeightsFile);
+  if (lora) expected.insert({models::kAdapterConfigFile, models::kAdapterWeightsFile});
   for (const auto& [name, info] : files.items()) {
     TIDAL_CHECK(expected.count(name), where, " lists a file that is not part of a checkpoint",
                 c.shards.ranks > 0 ? " of " + std::to_string(c.shards.ranks) + " optimizer shards" : std::string(),
@@ -56,6 +61,12 @@ Checkpoint load_checkpoint(const std::string& dir, const std::function<bool(cons
   c.model = io::load_safetensors(c.path + "/model.safetensors", keep).tensors;
   if (c.shards.ranks == 0) c.optimizer = io::load_safetensors(c.path + "/optimizer.safetensors", keep).tensors;
   c.config = parse_json(io::read_file(c.path + "/config.json"), "[checkpoint] " + c.path + "/config.json");
+  if (lora) {
+    const models::AdapterFiles a = models::read_adapter_dir(c.path);
+    c.adapter_config = parse_json(io::read_file(c.path + "/" + models::kAdapterConfigFile), where);
+    for (const auto& [name, t] : a.weights)
+      if (!keep || keep(name)) c.model.emplace(name, t);
+  }
   if (files.contains("tokenizer.json")) c.tokenizer_path = c.path + "/tokenizer.json";
   return c;
 }

@@ -14,13 +14,14 @@ namespace tidal::checkpoint {
 
 struct Checkpoint {
   TrainingState state;
-  std::map<std::string, Tensor> model;
+  std::map<std::string, Tensor> model;      // with a LoRA run's adapters (own names) among them
   std::map<std::string, Tensor> optimizer;  // one process's form; empty when shards.ranks > 0
   OptimizerShards shards;                   // read a rank's file with load_optimizer_shard
   nlohmann::json config;
-  std::string path;            // the iter_* directory it came from
-  std::string tokenizer_path;  // its tokenizer.json, or "" when it has none
-  nlohmann::json files;        // state.json's record of every file's size and CRC-32
+  std::string path;               // the iter_* directory it came from
+  std::string tokenizer_path;     // its tokenizer.json, or "" when it has none
+  nlohmann::json files;           // state.json's record of every file's size and CRC-32
+  nlohmann::json adapter_config;  // a LoRA run's adapter_config.json; null otherwise
 };
 
 // Reads the latest complete checkpoint under `dir`, verifying every file's size and CRC-32 (a

@@ -6,6 +6,7 @@
 #include "tidal/base/error.h"
 #include "tidal/io/shown_name.h"
 #include "tidal/models/moe.h"
+#include "tidal/models/peft_adapter.h"
 #include "tidal/optim/grad_clip.h"
 #include "tidal/optim/shard_layout.h"
 
@@ -47,8 +48,12 @@ void check_saved_parameters(const Checkpoint& ck, const optim::NamedParameters& 
 }  // namespace
 
 RankState::RankState(models::CausalLM& model, optim::AdamW& optimizer, const optim::DistributedAdamW* sharded,
-                     const parallel::ParallelGroups& groups)
-    : model_(model), optimizer_(optimizer), sharded_(sharded), groups_(groups) {}
+                     const parallel::ParallelGroups& groups, nlohmann::json adapter_config)
+    : model_(model),
+      optimizer_(optimizer),
+      sharded_(sharded),
+      groups_(groups),
+      adapter_config_(std::move(adapter_config)) {}
 
 bool RankState::saves(const std::string& name) const {
   const int rank = groups_.world().rank();
@@ -58,15 +63,35 @@ bool RankState::saves(const std::string& name) const {
 
 CheckpointFiles RankState::files() const {
   const auto mine = [this](const std::string& name) { return saves(name); };
-  std::vector<optim::TensorPiece> model = pieces_of(model_.state_dict(), mine);
-  if (sharded_ == nullptr) return one_process_files(std::move(model), pieces_of(optimizer_.state_dict(), mine));
+  // A LoRA run: the base model's file as a Hugging Face directory has it, the adapters in PEFT's.
+  std::map<std::string, Tensor> base, adapters;
+  for (auto& [name, t] : model_.state_dict()) {
+    if (nn::is_lora_parameter(name))
+      adapters.emplace(models::peft_name(name), t);
+    else
+      base.emplace(name, t);
+  }
+  TIDAL_ASSERT(adapters.empty() == adapter_config_.is_null(), "adapters without their config, or the reverse");
+  std::vector<optim::TensorPiece> model = pieces_of(base, mine);
   const int rank = groups_.world().rank();
-  if (groups_.experts())  // two shard layouts: one process's file, assembled from every rank's pieces
-    return one_process_files(std::move(model), sharded_->state_pieces(optimizer_.state_dict(), rank == 0));
-  OptimizerShards shards{groups_.world().size(), optim::kGradNormChunk, {}};
-  for (const auto& [name, p] : sharded_->parameters()) shards.parameters.emplace_back(name, p.numel());
-  TIDAL_ASSERT(shards.layout().bounds == sharded_->layout().bounds, "the checkpoint's layout is not the optimizer's");
-  return sharded_files(std::move(model), optimizer_.state_dict(), shards, rank);
+  CheckpointFiles c;
+  if (sharded_ == nullptr) {
+    c = one_process_files(std::move(model), pieces_of(optimizer_.state_dict(), mine));
+  } else if (groups_.experts()) {  // two shard layouts: one process's file, assembled from every rank's pieces
+    c = one_process_files(std::move(model), sharded_->state_pieces(optimizer_.state_dict(), rank == 0));
+  } else {
+    OptimizerShards shards{groups_.world().size(), optim::kGradNormChunk, {}};
+    for (const auto& [name, p] : sharded_->parameters()) shards.parameters.emplace_back(name, p.numel());
+    TIDAL_ASSERT(shards.layout().bounds == sharded_->layout().bounds, "the checkpoint's layout is not the optimizer's");
+    c = sharded_files(std::move(model), optimizer_.state_dict(), shards, rank);
+  }
+  if (!adapters.empty()) {
+    const auto mine_peft = [&](const std::string& peft) { return saves(models::name_from_peft(peft)); };
+    c.files.insert(c.files.begin() + 1,
+                   FilePieces{models::kAdapterWeightsFile, 0, {{"format", "pt"}}, pieces_of(adapters, mine_peft)});
+    c.texts[models::kAdapterConfigFile] = adapter_config_.dump(2) + "\n";
+  }
+  return c;
 }
 
 std::function<bool(const std::string&)> RankState::holds() const {
@@ -78,9 +103,17 @@ std::function<bool(const std::string&)> RankState::holds() const {
 
 void RankState::load(const Checkpoint& ck) const {
   // A ZeRO-3 model built without its values (nn/deferred_init.h) gets its bytes to load into.
-  const optim::NamedParameters params = model_.named_parameters();
-  for (const auto& [name, p] : params) p.storage()->rematerialize();
+  for (const auto& [name, p] : model_.named_parameters()) p.storage()->rematerialize();
+  const bool lora = !adapter_config_.is_null();
+  TIDAL_CHECK(lora || ck.adapter_config.is_null(), "[checkpoint] ", ck.path,
+              " is a LoRA run's (it holds adapter_model.safetensors): resume it with the same --lora-* flags, or ",
+              "fold the adapters in with tidal export --merge-lora and train that");
+  TIDAL_CHECK(!lora || !ck.adapter_config.is_null(), "[checkpoint] ", ck.path,
+              " was saved without LoRA: to fine-tune it with LoRA, start from it with --pretrained ", ck.path,
+              " (a checkpoint directory is a Hugging Face model directory) instead of --load");
   model_.load_state_dict(ck.model);
+  // The optimizer's: the trained parameters (with LoRA, the adapters).
+  const optim::NamedParameters params = model_.named_trainable_parameters();
   optim::SavedState saved;
   if (ck.shards.ranks == 0) {  // one process's file: its entries are this rank's parameters' (holds())
     std::vector<int64_t> numels;

@@ -28,9 +28,11 @@ namespace tidal::checkpoint {
 class RankState {
  public:
   // All must outlive this. `sharded`: the distributed optimizer `optimizer` updates the shard of
-  // (null without sharding).
+  // (null without sharding). `adapter_config`: a LoRA run's adapter_config.json document (null
+  // without LoRA); its adapters are saved apart from the base model, as PEFT's adapter files
+  // (models/peft_adapter.h), and the optimizer holds the trained (adapter) parameters only.
   RankState(models::CausalLM& model, optim::AdamW& optimizer, const optim::DistributedAdamW* sharded,
-            const parallel::ParallelGroups& groups);
+            const parallel::ParallelGroups& groups, nlohmann::json adapter_config = nullptr);
 
   // A save's files and this rank's pieces of them (save.h: save_checkpoint writes them).
   CheckpointFiles files() const;
@@ -48,6 +50,7 @@ class RankState {
   optim::AdamW& optimizer_;
   const optim::DistributedAdamW* sharded_;
   const parallel::ParallelGroups& groups_;
+  nlohmann::json adapter_config_;
 };
 
 }  // namespace tidal::checkpoint

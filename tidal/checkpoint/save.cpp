@@ -78,10 +78,15 @@ std::vector<optim::TensorPiece> by_name(std::vector<optim::TensorPiece> pieces) 
   return pieces;
 }
 
-// config.json and tokenizer.json, written by rank 0 after the model's file: their names.
-std::vector<std::string> write_text_files(const std::string& tmp, const json& config, const std::string& tokenizer) {
+// config.json, tokenizer.json and `texts`, written by rank 0 after the model's file: their names.
+std::vector<std::string> write_text_files(const std::string& tmp, const json& config, const std::string& tokenizer,
+                                          const std::map<std::string, std::string>& texts) {
   write_text(tmp + "/config.json", config.dump(2) + "\n");
   std::vector<std::string> files = {"config.json"};
+  for (const auto& [name, text] : texts) {
+    write_text(tmp + "/" + name, text);
+    files.push_back(name);
+  }
   if (!tokenizer.empty()) {
     write_text(tmp + "/tokenizer.json", io::read_file(tokenizer));
     files.push_back("tokenizer.json");
@@ -141,7 +146,8 @@ void save_checkpoint(dist::Communicator& comm, const std::string& dir, const Tra
   try {
     for (const std::string& text : dist::on_every_rank(comm, what, [&] {
            for (size_t i = 0; i < files.size(); ++i)
-             check_finite(files[i].pieces, i == 0 ? "parameter" : "optimizer state", state.iteration);
+             check_finite(files[i].pieces, files[i].name.starts_with("optimizer") ? "optimizer state" : "parameter",
+                          state.iteration);
            json m = json::object();
            if (me == 0) m["tmp"] = tmp = make_temporary(dir, final_dir);
            for (const FilePieces& f : files)
@@ -177,7 +183,7 @@ void save_checkpoint(dist::Communicator& comm, const std::string& dir, const Tra
         std::vector<std::string> written = {f.name};
         in.write(tmp + "/" + f.name, f.metadata);
         if (i == 0 && me == 0)
-          for (const std::string& t : write_text_files(tmp, config, tokenizer_path)) written.push_back(t);
+          for (const std::string& t : write_text_files(tmp, config, tokenizer_path, given.texts)) written.push_back(t);
         sums.update(file_sums(tmp, written));
       });
     if (!failure.empty()) in.drain();

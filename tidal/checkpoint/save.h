@@ -33,6 +33,8 @@ struct FilePieces {
 struct CheckpointFiles {
   std::vector<FilePieces> files;
   nlohmann::json record = nlohmann::json::object();
+  // Small text files rank 0 writes beside config.json (a LoRA run's adapter_config.json): name -> content.
+  std::map<std::string, std::string> texts;
 };
 
 // One process's files, written by rank 0: model.safetensors (Hugging Face names) and

@@ -60,8 +60,10 @@ Gemma3::Gemma3(const ModelConfig& c, const nn::Init& init) : CausalLM(c) {
   layers_ = model.add("layers", std::make_unique<nn::ModuleList<Gemma3DecoderLayer>>());
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) layers_->add(std::make_unique<Gemma3DecoderLayer>(c, l, init));
   norm_ = model.add("norm", gemma_norm(c, init));
-  if (!c.tie_word_embeddings)
+  if (!c.tie_word_embeddings) {
     lm_head_ = &register_module("lm_head", std::make_unique<nn::Linear>(c.hidden_size, c.vocab_size, false, init));
+    lm_head_->refuse_lora();  // the loss reads its weight (lm_head_weight())
+  }
 }
 
 const Tensor& Gemma3::lm_head_weight() const {

@@ -132,8 +132,10 @@ Llama::Llama(const ModelConfig& c, const nn::Init& init, std::shared_ptr<dist::C
   for (int64_t l = 0; l < c.num_hidden_layers; ++l)
     layers_->add(std::make_unique<LlamaDecoderLayer>(c, l, init, experts));
   norm_ = model.add("norm", std::make_unique<nn::RMSNorm>(c.hidden_size, c.norm_eps, init));
-  if (!c.tie_word_embeddings)
+  if (!c.tie_word_embeddings) {
     lm_head_ = &register_module("lm_head", std::make_unique<nn::Linear>(c.hidden_size, c.vocab_size, false, init));
+    lm_head_->refuse_lora();  // the loss reads its weight (lm_head_weight())
+  }
 }
 
 std::vector<Router*> Llama::routers() const {

@@ -51,6 +51,7 @@ Router::Router(const ModelConfig& c, const nn::Init& init)
       groups_(c.n_group),
       top_groups_(c.topk_group),
       f32_logits_(c.router_score == ModelConfig::RouterScore::sigmoid) {
+  refuse_lora();  // its logits read the weight itself
   if (c.router_expert_bias) {
     MemoryScope scope(MemoryCategory::parameter);  // buffers of the model: accounted with its parameters
     bias_ = register_buffer("e_score_correction_bias", zeros({c.num_experts}, DType::f32, init.device));

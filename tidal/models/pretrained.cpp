@@ -101,12 +101,17 @@ std::unique_ptr<CausalLM> load_pretrained_model(const std::string& dir, Pretrain
 }
 
 void save_pretrained(const CausalLM& model, const std::string& dir, const std::string& tokenizer_path) {
+  save_pretrained(model.config(), model.state_dict(), dir, tokenizer_path);
+}
+
+void save_pretrained(const ModelConfig& config, const std::map<std::string, Tensor>& state, const std::string& dir,
+                     const std::string& tokenizer_path) {
   std::error_code ec;
   fs::create_directories(dir, ec);
   TIDAL_CHECK(!ec, "[pretrained] cannot create ", dir, ": ", ec.message());
-  const std::string cfg = config_to_json(model.config()).dump(2) + "\n";
+  const std::string cfg = config_to_json(config).dump(2) + "\n";
   io::write_atomically(dir + "/config.json", [&](int fd) { io::write_all(fd, cfg.data(), cfg.size(), dir); });
-  io::save_safetensors(dir + "/model.safetensors", model.state_dict(), {{"format", "pt"}});
+  io::save_safetensors(dir + "/model.safetensors", state, {{"format", "pt"}});
   if (!tokenizer_path.empty()) {
     const std::string text = io::read_file(tokenizer_path);
     io::write_atomically(dir + "/tokenizer.json", [&](int fd) { io::write_all(fd, text.data(), text.size(), dir); });

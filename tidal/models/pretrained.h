@@ -26,5 +26,8 @@ std::unique_ptr<CausalLM> load_pretrained_model(const std::string& dir, Pretrain
                                                 Device device = Device::cpu());
 // Writes config.json and model.safetensors (and copies tokenizer.json when given) into `dir`.
 void save_pretrained(const CausalLM& model, const std::string& dir, const std::string& tokenizer_path = "");
+// The same for a state dict of `config`'s model (Hugging Face names; a LoRA model's merged_state_dict).
+void save_pretrained(const ModelConfig& config, const std::map<std::string, Tensor>& state, const std::string& dir,
+                     const std::string& tokenizer_path = "");
 
 }  // namespace tidal::models

@@ -41,6 +41,18 @@ std::vector<std::pair<std::string, Tensor>> Module::named_buffers() const {
   return out;
 }
 
+std::vector<std::pair<std::string, Tensor>> Module::named_trainable_parameters() const {
+  Named out;
+  for (auto& [name, p] : named_parameters())
+    if (p.requires_grad()) out.emplace_back(name, p);
+  return out;
+}
+
+void Module::for_each_module(const std::function<void(Module&)>& fn) {
+  fn(*this);
+  for (auto& [n, child] : children_) child->for_each_module(fn);
+}
+
 std::vector<Tensor> Module::parameters() const {
   std::vector<Tensor> out;
   for (auto& [name, p] : named_parameters()) out.push_back(p);

@@ -1,6 +1,7 @@
 #pragma once
 // Modules: a tree of named parameters (Hugging Face names, e.g. "model.layers.0.mlp.up_proj.weight")
 // and submodules. A model is a Module; its state dict is what safetensors files hold.
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -20,6 +21,8 @@ class Module {
 
   // Every parameter of this module and its descendants, with dotted names, in registration order.
   std::vector<std::pair<std::string, Tensor>> named_parameters() const;
+  // Those of them that train (requires_grad): all but the frozen ones (LoRA freezes the base, nn/lora.h).
+  std::vector<std::pair<std::string, Tensor>> named_trainable_parameters() const;
   std::vector<Tensor> parameters() const;
   int64_t num_parameters() const;
   void zero_grad() const;
@@ -42,6 +45,8 @@ class Module {
   // forward() runs under a ModuleScope with it, so saved tensors and allocations know their module.
   void assign_names(const std::string& prefix = "");
   const char* name() const { return name_.c_str(); }
+  // Calls fn on this module and every descendant, parents first, in registration order.
+  void for_each_module(const std::function<void(Module&)>& fn);
 
  protected:
   // Registers a parameter (requires_grad is set; accounted as MemoryCategory::parameter when

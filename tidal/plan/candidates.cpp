@@ -84,14 +84,16 @@ std::vector<memory::OffloadConfig> offload_options(const memory::OffloadConfig& 
 
 // Sharding strategies, each with gradients reduced after backward or bucket by bucket during it
 // (--overlap-grad-reduce: under ZeRO-2/3 a bucket's full gradients are freed once reduced).
+// LoRA: not ZeRO-3 (train/arguments.cpp refuses it).
 std::vector<std::pair<parallel::ShardingStrategy, bool>> sharding_options(const parallel::ParallelLayout& given,
-                                                                          int ranks) {
+                                                                          int ranks, bool lora) {
   std::vector<std::pair<parallel::ShardingStrategy, bool>> out = {{given.sharding, given.overlap_grad_reduce}};
   if (ranks > 1)
     for (parallel::ShardingStrategy s :
          {parallel::ShardingStrategy::no_shard, parallel::ShardingStrategy::optim,
           parallel::ShardingStrategy::optim_grads, parallel::ShardingStrategy::optim_grads_params})
-      for (bool overlap : {given.overlap_grad_reduce, true}) add_unique(out, std::pair{s, overlap});
+      for (bool overlap : {given.overlap_grad_reduce, true})
+        if (!lora || s != parallel::ShardingStrategy::optim_grads_params) add_unique(out, std::pair{s, overlap});
   return out;
 }
 
@@ -235,7 +237,8 @@ std::vector<CandidateConfig> enumerate_candidates(const train::TrainArgs& given,
         const int64_t tokens = mb * given.seq_length;
         add_unique(losses, memory::LossComputeConfig{true, std::min<int64_t>(1024, std::max<int64_t>(1, tokens / 4))});
         add_unique(losses, memory::LossComputeConfig{true, std::min<int64_t>(4096, std::max<int64_t>(1, tokens / 2))});
-        for (const auto& [sharding, overlap_grad_reduce] : sharding_options(given.parallel, data_parallel)) {
+        for (const auto& [sharding, overlap_grad_reduce] :
+             sharding_options(given.parallel, data_parallel, given.lora.enabled())) {
           for (const memory::LossComputeConfig& loss : losses) {
             for (const memory::OffloadConfig& offload : offload_options(given.memory.offload, disk_dir)) {
               std::vector<memory::SwapOptimizerConfig> swaps = {given.memory.swap_optimizer};

@@ -11,6 +11,7 @@
 #include "tidal/dist/meta_communicator.h"
 #include "tidal/models/causal_lm.h"
 #include "tidal/models/moe.h"
+#include "tidal/nn/lora.h"
 #include "tidal/ops/matmul.h"
 #include "tidal/optim/grad_clip.h"
 #include "tidal/optim/shard_layout.h"
@@ -59,7 +60,10 @@ std::vector<int64_t> shard_sizes(const train::TrainArgs& args, int ranks) {
   nn::Init init;
   init.device = Device::meta();
   std::vector<int64_t> numels;
-  for (const auto& [name, p] : models::create_model(config, init)->named_parameters()) numels.push_back(p.numel());
+  const std::unique_ptr<models::CausalLM> model = models::create_model(config, init);
+  const nn::LoraConfig lora = train::resolved_lora(args.lora);
+  if (lora.enabled()) nn::apply_lora(*model, lora, init);  // the optimizer holds the adapters alone
+  for (const auto& [name, p] : model->named_trainable_parameters()) numels.push_back(p.numel());
   const optim::ShardLayout layout = optim::make_shard_layout(numels, ranks, optim::kGradNormChunk);
   std::vector<int64_t> sizes;
   for (int r = 0; r < ranks; ++r) sizes.push_back(layout.shard_size(r));
@@ -91,7 +95,7 @@ DryRun dry_run(const train::TrainArgs& given, int rank) {
     std::FILE* quiet = std::fopen("/dev/null", "w");  // setup's log lines (ZeRO-3's build) are the real run's
     std::unique_ptr<std::FILE, int (*)(std::FILE*)> closer(quiet, std::fclose);
     train::Setup s = train::setup_training(args, config, quiet != nullptr ? quiet : stderr, comm, Device::meta());
-    for (const auto& [name, p] : s.model->named_parameters()) {
+    for (const auto& [name, p] : s.model->named_trainable_parameters()) {  // reduced and updated (LoRA: adapters)
       r.parameter_numels.push_back(p.numel());
       r.expert_parameter.push_back(models::is_expert_parameter(name));
     }

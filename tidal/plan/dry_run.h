@@ -48,8 +48,8 @@ struct DryRun {
   // The sharding strategy it ran under: its optimizer step's kernels update the rank's shard (the
   // cost model times a sharded run's update from a no_shard one's by the shard's share).
   parallel::ShardingStrategy sharding = parallel::ShardingStrategy::no_shard;
-  // The rank's parameters (under expert parallelism the dense ones and its experts), in
-  // named_parameters order: their element counts, and which are experts' (models/moe.h).
+  // The rank's trained parameters (under expert parallelism the dense ones and its experts; with LoRA the
+  // adapters), in named_parameters order: their element counts, and which are experts' (models/moe.h).
   std::vector<int64_t> parameter_numels;
   std::vector<bool> expert_parameter;
   // The kernels of the last step run (the second: the steady state), as the meta device's cost

@@ -14,6 +14,7 @@
 #include "tidal/models/causal_lm.h"
 #include "tidal/models/config.h"
 #include "tidal/models/moe.h"
+#include "tidal/nn/lora.h"
 #include "tidal/optim/grad_clip.h"
 #include "tidal/optim/shard_layout.h"
 
@@ -35,7 +36,8 @@ memory::ActivationEstimate estimate(const models::ModelConfig& m, const TriageSe
 // Under expert parallelism E, rank 0's: the dense parameters and the first num_experts / E experts of
 // each MoE layer (every rank holds as many).
 struct ModelShape {
-  std::vector<memory::SwapParam> params;  // in named_parameters order
+  std::vector<memory::SwapParam> params;  // the trained ones (with LoRA the adapters), in named_parameters order
+  int64_t frozen = 0;                     // elements of the frozen ones (LoRA's base)
   std::vector<bool> expert;               // params[i] is an expert's (models/moe.h is_expert_parameter)
   int64_t outer = 0;                      // elements outside the layers
   std::vector<int64_t> per_layer;         // elements of each layer
@@ -50,10 +52,17 @@ int64_t expert_index(const std::string& name) {
   return std::strtoll(name.c_str() + at + key.size(), nullptr, 10);
 }
 
-const ModelShape& model_shape(const models::ModelConfig& m, int expert_parallel = 1) {
+std::string lora_key(const nn::LoraConfig& c) {
+  if (!c.enabled()) return "";
+  std::string key = "|lora " + std::to_string(c.r);
+  for (const std::string& t : c.target_modules) key += " " + t;
+  return key;
+}
+
+const ModelShape& model_shape(const models::ModelConfig& m, int expert_parallel, const nn::LoraConfig& lora) {
   static std::mutex mu;
   static std::map<std::string, ModelShape> cache;
-  const std::string key = models::config_to_json(m).dump() + "|" + std::to_string(expert_parallel);
+  const std::string key = models::config_to_json(m).dump() + "|" + std::to_string(expert_parallel) + lora_key(lora);
   const int64_t local = m.num_experts / std::max(1, expert_parallel);
   std::lock_guard lock(mu);
   if (auto it = cache.find(key); it != cache.end()) return it->second;
@@ -61,13 +70,18 @@ const ModelShape& model_shape(const models::ModelConfig& m, int expert_parallel 
   nn::Init init;
   init.device = Device::meta();
   const std::unique_ptr<models::CausalLM> model = models::create_model(m, init);
+  if (lora.enabled()) nn::apply_lora(*model, lora, init);
   ModelShape shape;
   shape.per_layer.assign(size_t(m.num_hidden_layers), 0);
   for (const auto& [name, p] : model->named_parameters()) {
     const bool expert = models::is_expert_parameter(name);
     if (expert && expert_parallel > 1 && expert_index(name) >= local) continue;  // another rank's
-    shape.params.push_back({p.numel(), p.dtype()});
-    shape.expert.push_back(expert);
+    if (!p.requires_grad()) {
+      shape.frozen += p.numel();
+    } else {
+      shape.params.push_back({p.numel(), p.dtype()});
+      shape.expert.push_back(expert);
+    }
     const int64_t l = model->layer_of_parameter(name);
     (l < 0 ? shape.outer : shape.per_layer[size_t(l)]) += p.numel();
   }
@@ -87,7 +101,7 @@ int64_t logits_bytes(const models::ModelConfig& m, const TriageSettings& s, int6
 std::vector<memory::SwapParam> swap_params(const models::ModelConfig& m, const TriageSettings& s) {
   const DType dtype = s.precision.param_dtype();
   if (s.num_parameters > 0) return {{s.num_parameters, dtype}};
-  std::vector<memory::SwapParam> params = model_shape(m, s.parallel.expert).params;
+  std::vector<memory::SwapParam> params = model_shape(m, s.parallel.expert, s.lora).params;
   for (memory::SwapParam& p : params) p.dtype = dtype;
   return params;
 }
@@ -105,7 +119,7 @@ namespace {
 // only the count is known.
 std::pair<int64_t, int64_t> gathered_elements(const models::ModelConfig& m, const TriageSettings& s) {
   if (s.num_parameters > 0) return {s.num_parameters, 0};
-  const ModelShape& shape = model_shape(m, s.parallel.expert);
+  const ModelShape& shape = model_shape(m, s.parallel.expert, s.lora);
   const std::vector<int64_t>& per_layer = shape.per_layer;
   const int64_t outer = shape.outer;
   int64_t layers = 0;
@@ -121,7 +135,7 @@ int64_t largest_shard(const models::ModelConfig& m, const TriageSettings& s,
                       const std::vector<memory::SwapParam>& params) {
   std::vector<int64_t> numels;
   for (const memory::SwapParam& p : params) numels.push_back(p.numel);
-  std::vector<bool> expert = model_shape(m, s.parallel.expert).expert;
+  std::vector<bool> expert = model_shape(m, s.parallel.expert, s.lora).expert;
   if (s.num_parameters > 0) expert.assign(numels.size(), false);  // the count alone: one piece
   return optim::largest_shard(numels, expert, s.parallel.world, s.parallel.expert, optim::kGradNormChunk);
 }
@@ -132,7 +146,7 @@ int64_t largest_shard(const models::ModelConfig& m, const TriageSettings& s,
 int64_t reduce_scatter_pieces(const models::ModelConfig& m, const TriageSettings& s,
                               const std::vector<memory::SwapParam>& params, int64_t bucket) {
   std::vector<int64_t> dense, experts;
-  const std::vector<bool>& expert = model_shape(m, s.parallel.expert).expert;
+  const std::vector<bool>& expert = model_shape(m, s.parallel.expert, s.lora).expert;
   const bool by_kind = s.num_parameters == 0 && s.parallel.expert > 1;
   for (size_t i = 0; i < params.size(); ++i) (by_kind && expert[i] ? experts : dense).push_back(params[i].numel);
   int64_t most = 0;
@@ -173,7 +187,8 @@ StepPeak predict_step_peak(const models::ModelConfig& m, const TriageSettings& s
   // --bf16: a backward's bf16 gradient lives beside the sums until its hook adds it (train/main_grads.h):
   // a parameter used once is added as soon as its backward is done, a tied embedding's only after
   // the embedding's backward — through the whole backward, where replays and prefetches peak.
-  const int64_t in_flight = dtype == DType::bf16 && m.tie_word_embeddings ? 2 * m.vocab_size * m.hidden_size : 0;
+  const int64_t in_flight =
+      dtype == DType::bf16 && m.tie_word_embeddings && !s.lora.enabled() ? 2 * m.vocab_size * m.hidden_size : 0;
   // The distributed optimizer: AdamW's states of the largest shard (optim/shard_layout.h). ZeRO-1, 2
   // and 3 alike at the step's last reduce-scatter, where the peak of the step's end is.
   const bool sharded = s.parallel.sharded();
@@ -185,9 +200,10 @@ StepPeak predict_step_peak(const models::ModelConfig& m, const TriageSettings& s
   const bool zero3 = s.parallel.shards_parameters();
   const auto [outer, layer] = zero3 ? gathered_elements(m, s) : std::pair<int64_t, int64_t>{n, 0};
   // Buffers (router biases) count as parameters, as the allocator accounts them.
-  const int64_t model_buffers = s.num_parameters > 0 ? 0 : model_shape(m, s.parallel.expert).buffer_bytes;
-  p.parameters = param_size * (zero3 ? shard + outer + layer : n) + model_buffers;
-  const int64_t parameters_at_end = param_size * (zero3 ? shard + outer : n) + model_buffers;
+  const int64_t model_buffers = s.num_parameters > 0 ? 0 : model_shape(m, s.parallel.expert, s.lora).buffer_bytes;
+  const int64_t frozen = s.num_parameters > 0 ? 0 : model_shape(m, s.parallel.expert, s.lora).frozen;  // LoRA's base
+  p.parameters = param_size * (zero3 ? shard + outer + layer : n + frozen) + model_buffers;
+  const int64_t parameters_at_end = param_size * (zero3 ? shard + outer : n + frozen) + model_buffers;
   const memory::SwapOptimizerConfig& swap = s.memory.swap_optimizer;
   const int64_t swap_k = std::min<int64_t>(swap.requested_times(), int64_t(params.size()));
   // The swap optimizer's windows over a shard: about its share of the whole's windows.
@@ -251,6 +267,7 @@ TriageSettings triage_settings(const train::TrainArgs& args) {
   s.attention = args.attention;
   s.memory = args.memory;
   s.precision = args.precision;
+  s.lora = train::resolved_lora(args.lora);
   return s;
 }
 }  // namespace tidal::plan

@@ -32,6 +32,10 @@ struct TriageSettings {
   parallel::ParallelLayout parallel;
   // --bf16: bf16 parameters and activations, f32 gradient sums, AdamW's f32 master weights and moments.
   train::PrecisionConfig precision;
+  // LoRA (train/lora_args.h resolved): gradients, reductions and AdamW's states for the adapters alone, the
+  // frozen base held in the parameters' dtype. The activations are counted as without it (an upper bound:
+  // a frozen layer without an adapter keeps no input for its weight's gradient).
+  nn::LoraConfig lora;
 };
 // The settings of `args` (its layout's world: the ranks the run has, or is planned for).
 TriageSettings triage_settings(const train::TrainArgs& args);

@@ -155,6 +155,7 @@ Flags train_flags(const std::string& command) {
   if (command != "plan") f.option("device", "where to train: cpu (default), cuda or cuda:N", "cpu|cuda|cuda:N");
   add_memory_flags(f);
   add_precision_flags(f);
+  add_lora_flags(f);
   parallel::add_parallel_flags(f)
       .option("sample-prompt", "text to continue with the trained model at the end", "TEXT")
       .option("sample-tokens", "tokens to generate for the sample (default 64 with a prompt)", "N")
@@ -324,6 +325,14 @@ TrainArgs train_args(const Flags& f) {
   a.memory = parse_memory_config(f, m);
   a.parallel = parallel::parse_parallel_layout(f);
   a.precision = parse_precision(f);
+  a.lora = parse_lora_args(f);
+  TIDAL_CHECK(!a.lora.enabled() || !a.parallel.shards_parameters(),
+              "tidal train: LoRA with ZeRO-3 (--data-parallel-sharding-strategy optim_grads_params) is not supported: ",
+              "the frozen base would not be sharded; use optim_grads or --use-distributed-optimizer (the adapters' ",
+              "optimizer states and gradients are what they shard)");
+  TIDAL_CHECK(!a.lora.enabled() || a.lora.config.dropout == 0 || a.parallel.context == 1,
+              "tidal train: --lora-dropout with --context-parallel-size ", a.parallel.context,
+              " is not supported (each rank would draw its own mask): use --lora-dropout 0");
   m.torch_dtype = a.precision.torch_dtype();  // what the checkpoint's config.json says its weights are
   a.progress = !f.flag_on("no-progress");
   parse_profile(f, a);
@@ -516,6 +525,13 @@ nlohmann::json TrainArgs::to_json() const {
   j["clip_grad"] = clip_grad;
   parallel::to_json(j, parallel);
   j["bf16"] = precision.bf16;
+  if (lora.enabled())
+    j["lora"] = {{"target_modules", lora.config.target_modules},
+                 {"r", lora.config.r},
+                 {"alpha", lora.config.alpha},
+                 {"dropout", lora.config.dropout},
+                 {"use_rslora", lora.config.use_rslora},
+                 {"load", lora.load}};
   j["check_for_nan_in_loss_and_grad"] = check_for_nan;
   j["skip_nonfinite_steps"] = skip_nonfinite_steps;
   j["seed"] = seed;

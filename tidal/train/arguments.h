@@ -16,6 +16,7 @@
 #include "tidal/optim/lr_schedule.h"
 #include "tidal/parallel/layout.h"
 #include "tidal/profile/profiler.h"
+#include "tidal/train/lora_args.h"
 #include "tidal/train/packed_batch.h"
 #include "tidal/train/precision.h"
 
@@ -95,6 +96,8 @@ struct TrainArgs {
   // (parallel/layout.h). Its world is the ranks the run is for: run_training binds it to the
   // communicator's, tidal plan to --data-parallel-size.
   parallel::ParallelLayout parallel;
+  // --lora-*: LoRA fine-tuning (train/lora_args.h, nn/lora.h)
+  LoraArgs lora;
   // --bf16: mixed precision (train/precision.h)
   PrecisionConfig precision;
   std::string sample_prompt;  // printed sample at the end ("" : none)

@@ -66,6 +66,8 @@ struct Setup {
   std::unique_ptr<OptimizerStep> update;
   // What this rank saves of a checkpoint and reads back from one (checkpoint/rank_state.h).
   std::unique_ptr<checkpoint::RankState> checkpoint;
+  // LoRA (--lora-*): adapter_config.json's document, written with each checkpoint; null without LoRA.
+  nlohmann::json adapter_config;
   // Where the model lives: cpu, or meta for a dry run (dry_run.h), whose step feeds meta batches.
   Device device = Device::cpu();
 

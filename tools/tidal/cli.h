@@ -19,6 +19,7 @@ int run_info(const std::vector<std::string>& args);
 int run_presets(const std::vector<std::string>& args);
 int run_train(const std::vector<std::string>& args);
 int run_generate(const std::vector<std::string>& args);
+int run_export(const std::vector<std::string>& args);
 int run_report(const std::vector<std::string>& args);
 int run_plan(const std::vector<std::string>& args);
 

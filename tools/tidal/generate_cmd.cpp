@@ -2,10 +2,9 @@
 #include <cstdio>
 
 #include "tidal/base/flags.h"
-#include "tidal/checkpoint/load.h"
+#include "tidal/checkpoint/saved_model.h"
 #include "tidal/data/tokenizer.h"
 #include "tidal/models/generate.h"
-#include "tidal/models/pretrained.h"
 #include "tidal/optim/finite.h"
 #include "tidal/seam/runtime.h"
 #include "tidal/train/arguments.h"
@@ -22,6 +21,10 @@ int run_generate(const std::vector<std::string>& argv) {
       .option("top-k", "sample among the k most likely tokens; 0: all (default 40)", "K")
       .option("seed", "random seed of the sampling (default 0)", "N")
       .option("tokenizer", "tokenizer.json (default: the one saved with the checkpoint)", "FILE")
+      .option("lora-load",
+              "a PEFT adapter directory whose LoRA adapters go onto the model (a LoRA run's checkpoint "
+              "brings its own)",
+              "DIR")
       .option("device", "where the model runs: cpu (default), cuda or cuda:N", "cpu|cuda|cuda:N");
   if (parse_or_help(f, argv, "--load DIR --prompt TEXT [options]")) return kOk;
   TIDAL_CHECK(f.has("load"), "tidal generate: --load DIR is required (a directory tidal train --save wrote)");
@@ -29,21 +32,9 @@ int run_generate(const std::vector<std::string>& argv) {
   const std::string dir = f.str("load");
   const Device device = train::run_device(f, "tidal generate", "has no values to generate from; give cpu or cuda");
   select_device(device);  // cuda:N: that GPU before the model is built on it
-  std::unique_ptr<models::CausalLM> model;
-  std::string saved_tokenizer, origin = dir;
-  if (checkpoint::latest_iteration(dir) >= 0) {  // a training checkpoint
-    checkpoint::Checkpoint ck = checkpoint::load_checkpoint(dir);
-    nn::Init init;
-    init.device = device;
-    model = models::create_model(models::config_from_json(ck.config), init);
-    model->load_state_dict(ck.model);
-    saved_tokenizer = ck.tokenizer_path;
-    origin = ck.path;
-  } else {  // config.json + safetensors weights
-    models::PretrainedFiles files;
-    model = models::load_pretrained_model(dir, &files, device);
-    saved_tokenizer = files.tokenizer_path;
-  }
+  checkpoint::SavedModel saved = checkpoint::load_saved_model(dir, f.str("lora-load"), device);
+  const std::unique_ptr<models::CausalLM>& model = saved.model;
+  const std::string &saved_tokenizer = saved.tokenizer_path, &origin = saved.origin;
   // NaN or infinite weights would sample garbage (and exit 0): a corrupt file is refused by name.
   const std::string bad = optim::first_nonfinite_weight(model->named_parameters());
   TIDAL_CHECK(bad.empty(), "tidal generate: ", origin, " holds NaN or infinite values in ", bad,

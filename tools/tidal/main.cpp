@@ -19,6 +19,7 @@ void usage(std::FILE* out) {
                "  train      train a model (Megatron-LM flags); with no options: small-gpt2 on the\n"
                "             built-in corpus; 'tidal train --help' lists the options\n"
                "  generate   continue a prompt with a checkpoint: --load DIR --prompt TEXT\n"
+               "  export     a checkpoint as a Hugging Face directory; --merge-lora folds LoRA adapters in\n"
                "  tokenizer  train a byte-level BPE tokenizer on text files, or encode / decode with\n"
                "             a tokenizer.json (GPT-2, Qwen or our own); 'tidal tokenizer help'\n"
                "  prepare    tokenize text files into a Megatron indexed dataset PREFIX.bin/.idx\n"
@@ -37,6 +38,7 @@ void usage(std::FILE* out) {
 int run(const std::string& command, const std::vector<std::string>& args) {
   if (command == "train") return tidal::cli::run_train(args);
   if (command == "generate") return tidal::cli::run_generate(args);
+  if (command == "export") return tidal::cli::run_export(args);
   if (command == "prepare") return tidal::cli::run_prepare(args);
   if (command == "tokenizer") return tidal::cli::run_tokenizer(args);
   if (command == "demo") return tidal::cli::run_demo(args);
