@@ -1,5 +1,7 @@
 #include "tidal/train/arguments.h"
 
+#include <cmath>
+#include <cstdlib>
 #include <nlohmann/json.hpp>
 
 #include "tidal/base/error.h"
@@ -52,8 +54,10 @@ Flags& add_model_flags(Flags& f) {
 // The data and the batch.
 Flags& add_data_flags(Flags& f) {
   return f
-      .option("data-path", "a Megatron indexed dataset: PREFIX.bin and PREFIX.idx (tidal prepare writes them)",
-              "PREFIX")
+      .multi("data-path",
+             "a Megatron indexed dataset: PREFIX.bin and PREFIX.idx (tidal prepare writes them); several blend: "
+             "W1 PREFIX1 W2 PREFIX2 ... (Megatron's weighted blend), or PREFIX1 PREFIX2 ... (weights by size)",
+             "PREFIX")
       .option("tokenizer", "tokenizer.json (Hugging Face format)", "FILE")
       .option("split", "train,validation,test weights over documents (default 98,2,0)", "A,B,C")
       .flag("mock-data", "seeded random tokens instead of a corpus (needs --vocab-size or a model preset)")
@@ -352,9 +356,41 @@ namespace {
 // The bound of sizes and counts that have none of their own.
 constexpr int64_t kMaxSize = int64_t(1) << 40;
 
+// Megatron's --data-path forms: PREFIX; W1 PREFIX1 W2 PREFIX2 ... (a weighted blend); PREFIX1 PREFIX2 ... (a
+// blend weighted by the datasets' sizes).
+void parse_data_paths(const std::vector<std::string>& v, TrainArgs& a) {
+  a.data_path.clear();
+  a.data_weights.clear();
+  if (v.size() <= 1) {
+    a.data_path = v;
+    return;
+  }
+  const auto number = [](const std::string& t, double& out) {
+    char* end = nullptr;
+    out = std::strtod(t.c_str(), &end);
+    return !t.empty() && end == t.c_str() + t.size();
+  };
+  double w = 0;
+  if (!number(v[0], w)) {  // prefixes only: weights by size
+    for (const std::string& p : v)
+      TIDAL_CHECK(!number(p, w), "tidal train: --data-path mixes prefixes and weights ('", p, "'): give W1 PREFIX1 ",
+                  "W2 PREFIX2 ... or PREFIX1 PREFIX2 ...");
+    a.data_path = v;
+    return;
+  }
+  TIDAL_CHECK(v.size() % 2 == 0, "tidal train: --data-path with weights takes pairs W1 PREFIX1 W2 PREFIX2 ..., got ",
+              v.size(), " values");
+  for (size_t i = 0; i < v.size(); i += 2) {
+    TIDAL_CHECK(number(v[i], w) && w > 0 && std::isfinite(w), "tidal train: --data-path weight '", v[i], "' (before ",
+                v[i + 1], ") must be a positive number");
+    a.data_weights.push_back(w);
+    a.data_path.push_back(v[i + 1]);
+  }
+}
+
 // --data-path, --tokenizer, --split, --mock-data (with --vocab-size), else the built-in corpus.
 void parse_data(const Flags& f, TrainArgs& a) {
-  if (f.has("data-path")) a.data_path = {f.str("data-path")};
+  parse_data_paths(f.strs("data-path"), a);
   a.tokenizer = f.str("tokenizer");
   a.split = f.str("split", a.split);
   a.mock_data = f.flag_on("mock-data");
@@ -499,6 +535,7 @@ nlohmann::json TrainArgs::to_json() const {
         {"pad_to_capacity", model.moe_pad_expert_input_to_capacity}};
   j["pretrained"] = pretrained;
   j["data_path"] = data_path;
+  if (!data_weights.empty()) j["data_weights"] = data_weights;
   j["tokenizer"] = tokenizer;
   j["split"] = split;
   j["mock_data"] = mock_data;

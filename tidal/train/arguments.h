@@ -31,7 +31,8 @@ struct TrainArgs {
   std::string model_source;   // "preset NAME", "config PATH" or "pretrained DIR" [": SHAPE" after size flags]
   std::string pretrained;     // a Hugging Face model directory to start from (config and weights)
   // data
-  std::vector<std::string> data_path;  // Megatron indexed-dataset prefixes
+  std::vector<std::string> data_path;  // Megatron indexed-dataset prefixes (several: a blend)
+  std::vector<double> data_weights;    // the blend's weights as given; empty: one prefix, or weights by size
   std::string tokenizer;               // tokenizer.json
   std::string split = "98,2,0";        // train, validation, test weights (by document)
   bool mock_data = false;

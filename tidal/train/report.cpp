@@ -8,6 +8,7 @@
 #include "tidal/allocator.h"
 #include "tidal/autograd/checkpoint.h"
 #include "tidal/autograd/saved_tensor_log.h"
+#include "tidal/data/blended_dataset.h"
 #include "tidal/dist/communicator.h"
 #include "tidal/memory/recompute.h"
 
@@ -200,6 +201,15 @@ void Report::summary(const Setup& s, int64_t last_iteration, double final_loss, 
     std::fprintf(out_, "%s\n", s.offloader->describe_stats(steps).c_str());
   }
   if (mem.swap_optimizer.on) metrics_.set_summary_field("swap_optimizer", s.optimizer->stats_json());
+  // A blend (--data-path W1 A W2 B ...): the training samples each dataset gave.
+  if (const auto* blend = dynamic_cast<const data::BlendedDataset*>(&s.loader.dataset())) {
+    const int64_t n = s.loader.position();
+    std::fprintf(out_, "data blend, %lld training samples drawn: %s\n", (long long)n, blend->describe_draws(n).c_str());
+    nlohmann::json draws = nlohmann::json::object();
+    const std::vector<int64_t> d = blend->draws(n);
+    for (size_t k = 0; k < d.size(); ++k) draws[blend->names()[k]] = d[k];
+    metrics_.set_summary_field("blend_draws", draws);
+  }
   if (s.comm().size() > 1) {
     metrics_.set_summary_field("ranks", ranks_json(s.comm(), dev));
     const dist::CommStats c = s.comm().stats();

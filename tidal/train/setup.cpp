@@ -7,6 +7,7 @@
 #include <functional>
 
 #include "tidal/allocator.h"
+#include "tidal/data/blended_dataset.h"
 #include "tidal/data/instruction_dataset.h"
 #include "tidal/io/atomic_file.h"
 #include "tidal/io/shown_name.h"
@@ -22,6 +23,73 @@
 
 namespace tidal::train {
 namespace {
+
+// One --data-path prefix: its training and validation splits, its description and its training samples
+// per epoch (a blend's weight by size).
+struct PrefixData {
+  std::shared_ptr<const data::TokenDataset> train, valid;
+  std::string description;
+  int64_t train_samples = 0;
+};
+
+PrefixData load_prefix(const std::string& prefix, const TrainArgs& a, const data::Tokenizer& tokenizer) {
+  PrefixData p;
+  if (a.is_instruction_dataset) {
+    const data::InstructionFiles files = data::open_instruction_files(prefix);
+    // Pads are never trained and follow every real token: their id changes no loss (Qwen pads with this one).
+    const int64_t pad = tokenizer.token_to_id("<|endoftext|>").value_or(0);
+    auto train = data::InstructionDataset::from_split(files, a.split, 0, a.seq_length, a.seed, pad);
+    p.train_samples = train->samples_per_epoch();
+    p.train = std::move(train);
+    const auto ranges = data::split_documents(a.split, files.input_ids->num_documents());
+    if (ranges[1].size() > 0)
+      p.valid = data::InstructionDataset::from_split(files, a.split, 1, a.seq_length, a.seed, pad);
+    p.description = prefix + " (instruction data: " + std::to_string(files.input_ids->num_documents()) + " records, " +
+                    std::to_string(files.input_ids->num_tokens()) + " tokens; split " + a.split + ")";
+    return p;
+  }
+  auto indexed = std::make_shared<data::IndexedDataset>(prefix);
+  auto train = data::GPTDataset::from_split(indexed, a.split, 0, a.seq_length, a.seed);
+  p.train_samples = train->samples_per_epoch();
+  p.train = std::move(train);
+  const auto ranges = data::split_documents(a.split, indexed->num_documents());
+  if (ranges[1].size() > 0) p.valid = data::GPTDataset::from_split(indexed, a.split, 1, a.seq_length, a.seed);
+  p.description = prefix + " (" + std::to_string(indexed->num_documents()) + " documents, " +
+                  std::to_string(indexed->num_tokens()) + " tokens; split " + a.split + ")";
+  return p;
+}
+
+// --data-path with several prefixes: Megatron's weighted blend of their splits (data/blended_dataset.h),
+// weighted as given or by their training samples per epoch.
+void blend(const TrainArgs& a, const data::Tokenizer& tokenizer, TrainingData& d) {
+  std::vector<PrefixData> parts;
+  std::vector<double> weights = a.data_weights;
+  for (const std::string& prefix : a.data_path) {
+    parts.push_back(load_prefix(prefix, a, tokenizer));
+    if (a.data_weights.empty()) weights.push_back(double(parts.back().train_samples));
+  }
+  std::vector<std::shared_ptr<const data::TokenDataset>> train, valid;
+  std::vector<double> valid_weights;
+  std::vector<std::string> valid_names;
+  d.description = "a blend of " + std::to_string(parts.size()) + " datasets:";
+  double total = 0;
+  for (double w : weights) total += w;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    train.push_back(parts[i].train);
+    char share[48];
+    std::snprintf(share, sizeof share, " weight %.4g:", weights[i] / total);
+    d.description += std::string(i == 0 ? "" : ";") + share + " " + parts[i].description;
+    if (parts[i].valid) {
+      valid.push_back(parts[i].valid);
+      valid_weights.push_back(weights[i]);
+      valid_names.push_back(a.data_path[i]);
+    }
+  }
+  d.train = std::make_shared<data::BlendedDataset>(std::move(train), weights, a.data_path);
+  if (!valid.empty())
+    d.valid =
+        std::make_shared<data::BlendedDataset>(std::move(valid), std::move(valid_weights), std::move(valid_names));
+}
 
 TrainingData load_data(const TrainArgs& a, models::ModelConfig& config, std::FILE* out) {
   TrainingData d;
@@ -42,8 +110,6 @@ TrainingData load_data(const TrainArgs& a, models::ModelConfig& config, std::FIL
     prefix = c.data_prefix;
     d.tokenizer_path = c.tokenizer_path;
   } else {
-    TIDAL_CHECK(a.data_path.size() == 1,
-                "tidal train: give one --data-path prefix (blending several is not supported)");
     prefix = a.data_path[0];
     d.tokenizer_path = a.tokenizer;
   }
@@ -54,25 +120,15 @@ TrainingData load_data(const TrainArgs& a, models::ModelConfig& config, std::FIL
     TIDAL_CHECK(d.tokenizer->vocab_size() <= config.vocab_size, "tidal train: the tokenizer has ",
                 d.tokenizer->vocab_size(), " tokens but ", a.pretrained, " only ", config.vocab_size);
   }
-  if (a.is_instruction_dataset) {
-    const data::InstructionFiles files = data::open_instruction_files(prefix);
-    // Pads are never trained and follow every real token: their id changes no loss (Qwen pads with this one).
-    const int64_t pad = d.tokenizer->token_to_id("<|endoftext|>").value_or(0);
-    d.train = data::InstructionDataset::from_split(files, a.split, 0, a.seq_length, a.seed, pad);
-    const auto ranges = data::split_documents(a.split, files.input_ids->num_documents());
-    if (ranges[1].size() > 0)
-      d.valid = data::InstructionDataset::from_split(files, a.split, 1, a.seq_length, a.seed, pad);
-    d.variable_multiple = a.variable_seq_lengths ? kVariableSeqMultiple : 0;
-    d.description = prefix + " (instruction data: " + std::to_string(files.input_ids->num_documents()) + " records, " +
-                    std::to_string(files.input_ids->num_tokens()) + " tokens; split " + a.split + ")";
+  d.variable_multiple = a.variable_seq_lengths ? kVariableSeqMultiple : 0;
+  if (a.data_path.size() > 1) {
+    blend(a, *d.tokenizer, d);
     return d;
   }
-  auto indexed = std::make_shared<data::IndexedDataset>(prefix);
-  d.train = data::GPTDataset::from_split(indexed, a.split, 0, a.seq_length, a.seed);
-  const auto ranges = data::split_documents(a.split, indexed->num_documents());
-  if (ranges[1].size() > 0) d.valid = data::GPTDataset::from_split(indexed, a.split, 1, a.seq_length, a.seed);
-  d.description = prefix + " (" + std::to_string(indexed->num_documents()) + " documents, " +
-                  std::to_string(indexed->num_tokens()) + " tokens; split " + a.split + ")";
+  PrefixData p = load_prefix(prefix, a, *d.tokenizer);
+  d.train = std::move(p.train);
+  d.valid = std::move(p.valid);
+  d.description = std::move(p.description);
   return d;
 }
 
