@@ -147,6 +147,10 @@ int prepare_instruction(const Flags& a, const std::vector<std::string>& files) {
                 (long long)(seq_length - 1));
   std::printf("\n");
   for (const std::string& p : out.prefixes) std::printf("  wrote %s.bin and %s.idx\n", p.c_str(), p.c_str());
+  if (pack && eod_id < 0)  // MindSpeed's rule: the reset flags find the samples by their EOD
+    std::printf(
+        "  note: without --append-eod the packed samples are not separated by an EOD token, so "
+        "tidal train --reset-position-ids / --reset-attention-mask see each pack as one sequence\n");
   return kOk;
 }
 
