@@ -3,6 +3,9 @@
 // a pack then trains exactly like its samples in one batch, each alone.
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <nlohmann/json.hpp>
+
 #include "tests/integration/train_helpers.h"
 #include "tidal/data/indexed_dataset.h"
 #include "tidal/data/tokenizer.h"
@@ -38,10 +41,23 @@ TEST(InstructionPackTrain, APackWithTheResetFlagsTrainsLikeItsSamples) {
   write_records(dir + "/apart", {{s1, l1}, {s2, l2}});
   write_records(dir + "/packed", {{packed, packed_labels}});
   const auto run = [&](const std::string& prefix, int64_t micro, std::vector<std::string> more) {
-    std::vector<std::string> flags = {"--model", "tiny-llama", "--data-path", dir + "/" + prefix, "--tokenizer",
-                                      c.tokenizer_path, "--is-instruction-dataset", "--split", "100,0,0",
-                                      "--micro-batch-size", std::to_string(micro), "--train-iters", "1",
-                                      "--eval-interval", "0", "--log-interval", "100"};
+    std::vector<std::string> flags = {"--model",
+                                      "tiny-llama",
+                                      "--data-path",
+                                      dir + "/" + prefix,
+                                      "--tokenizer",
+                                      c.tokenizer_path,
+                                      "--is-instruction-dataset",
+                                      "--split",
+                                      "100,0,0",
+                                      "--micro-batch-size",
+                                      std::to_string(micro),
+                                      "--train-iters",
+                                      "1",
+                                      "--eval-interval",
+                                      "0",
+                                      "--log-interval",
+                                      "100"};
     flags.insert(flags.end(), more.begin(), more.end());
     return train(flags).losses.at(0);
   };
@@ -52,6 +68,13 @@ TEST(InstructionPackTrain, APackWithTheResetFlagsTrainsLikeItsSamples) {
   // Without the flags the second sample sees the first: another loss.
   const double plain = run("packed", 1, {"--seq-length", "16"});
   EXPECT_GT(std::abs(plain - apart), 1e-4);
+  // --variable-seq-lengths pads the batch of both samples to 32 tokens, not --seq-length 96: the throughput
+  // counts the 2 x 32 tokens the step ran.
+  const std::string metrics = dir + "/m.json";
+  run("apart", 2, {"--seq-length", "96", "--variable-seq-lengths", "--metrics-json", metrics});
+  std::ifstream in(metrics);
+  const nlohmann::json step = nlohmann::json::parse(in)["steps"][0];
+  EXPECT_NEAR(step["tokens_per_s"].get<double>() * step["step_ms"].get<double>() / 1e3, 64.0, 1e-6);
 }
 
 }  // namespace

@@ -109,8 +109,13 @@ void Report::saved_tensors(const SavedTensors& saved) {
 
 void Report::step(int64_t it, const StepResult& r, double seconds, int64_t consumed_samples) {
   Allocator& device = device_allocator(args_.device);
-  const StepMetrics sm{
-      it, r.loss, r.lr, r.grad_norm, seconds * 1e3, double(tokens_per_step_) / seconds, device.stats().peak_allocated};
+  const StepMetrics sm{it,
+                       r.loss,
+                       r.lr,
+                       r.grad_norm,
+                       seconds * 1e3,
+                       double(r.tokens > 0 ? r.tokens : tokens_per_step_) / seconds,  // variable lengths: the batches'
+                       device.stats().peak_allocated};
   metrics_.add_step(sm);
   if (!r.nonfinite.empty()) {
     ++skipped_;

@@ -34,9 +34,11 @@ StepResult train_step(int64_t it, const TrainArgs& args, Setup& s, profile::Prof
   StepResult r;
   r.lr = optim::lr_at(it - 1, s.schedule);
   double loss_sum = 0;
+  int64_t local_tokens = 0;      // this data-parallel rank's batches, B x T each
   models::take_dropped_slots();  // from here: this step's forwards (not a validation's)
   for (int64_t m = 0; m < accum; ++m) {
     const data::Batch batch = parallel::next_rank_batch(s.loader, args.micro_batch_size, data.rank(), data.size());
+    local_tokens += batch.tokens.size(0) * (batch.tokens.size(1) - 1);  // (B, T + 1): B x T
     RankBatch local = rank_batch(batch.tokens, args.packing, s.eod(), s.groups->context_size(),
                                  s.groups->context_rank(), s.device);  // this rank's chunks
     double share = 1.0;
@@ -81,6 +83,8 @@ StepResult train_step(int64_t it, const TrainArgs& args, Setup& s, profile::Prof
     s.grad_sync->end_micro_batch();  // the gradients summed over the ranks (parallel/grad_sync.h)
   }
   r.loss = dist::all_reduce_sum(comm, loss_sum) / double(global_micro_batches);  // the global batch's mean
+  // Variable lengths: each data-parallel rank's batches have their own T (the CP ranks of a group share it).
+  if (args.variable_seq_lengths) r.tokens = int64_t(dist::all_reduce_sum(data, double(local_tokens)));
   if (s.model->config().moe_expert_capacity_factor > 0) {  // every rank's forwards: the global batch's
     const models::DroppedSlots d = models::take_dropped_slots();
     r.moe_slots = int64_t(dist::all_reduce_sum(comm, double(d.routed)));

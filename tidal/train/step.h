@@ -22,6 +22,9 @@ struct StepResult {
   // --moe-expert-capacity-factor: the (token, expert) slots of the global batch's forwards, and those
   // dropped (models/moe.h); -1 without a capacity.
   int64_t moe_slots = -1, moe_dropped = -1;
+  // Under --variable-seq-lengths the tokens the step's batches held over every data-parallel rank (each
+  // micro-batch B x its own T); 0 otherwise (global batch x --seq-length).
+  int64_t tokens = 0;
 };
 
 // The tensors the run's first micro-batch saved for backward: the summary's "saved_tensors" and the
