@@ -93,6 +93,13 @@ TEST_F(DataCli, PrepareWritesOneDocumentPerEntry) {
   r = run(kTidal + " prepare --input " + dir_ + "/more.txt --tokenizer " + tok + " --output-prefix " + dir_ + "/w");
   ASSERT_EQ(r.code, 0) << r.output;
   EXPECT_EQ(tidal::data::IndexedDataset(dir_ + "/w").num_documents(), 1);  // the whole file
+  EXPECT_EQ(r.output.find("processed"), std::string::npos) << r.output;    // no progress lines unless asked
+
+  // --log-interval N (Megatron's): a progress line every N documents (here after each batch).
+  r = run(kTidal + " prepare --input " + dir_ + "/quotes --tokenizer " + tok + " --output-prefix " + dir_ +
+          "/l --split-on-fortune-delimiter --log-interval 2");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("processed 3 documents ("), std::string::npos) << r.output;
 }
 
 // JSON Lines, as Megatron-LM's preprocess_data.py takes them: one dataset per --json-keys key, named

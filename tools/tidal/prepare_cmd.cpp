@@ -14,6 +14,7 @@
 #include "tidal/data/tokenizer.h"
 #include "tools/tidal/cli.h"
 #include "tools/tidal/data_commands.h"
+#include "tools/tidal/prepare_progress.h"
 
 namespace tidal::cli {
 namespace {
@@ -65,17 +66,21 @@ int prepare_json_lines(const Flags& a, const std::vector<std::string>& files, da
     sets[i].prefix = prefix + "_" + keys[i] + "_document";  // Megatron's {output_prefix}_{key}_{level}
     sets[i].writer = std::make_unique<data::IndexedDatasetWriter>(sets[i].prefix, dtype);
   }
+  data::JsonlCounts counts;
+  PrepareProgress progress("records", log_interval(a), 0);
+  int64_t tokenized = 0;  // bytes of text encoded so far
   auto flush = [&](KeyDataset& d) {
     std::vector<std::string_view> docs(d.pending.begin(), d.pending.end());
     for (std::vector<int64_t>& ids : tok.encode_batch(docs)) {  // in parallel
       if (eod) ids.push_back(eod_id);
       d.writer->add_document(ids);
     }
+    tokenized += int64_t(d.pending_bytes);
     d.pending.clear();
     d.pending_bytes = 0;
+    progress.update(counts.records, tokenized);
   };
   const auto start = std::chrono::steady_clock::now();
-  data::JsonlCounts counts;
   int64_t bytes = 0;
   const data::BadLine bad = policy == "skip" ? data::BadLine::skip : data::BadLine::fail;
   for (const std::string& path : files)
@@ -92,6 +97,7 @@ int prepare_json_lines(const Flags& a, const std::vector<std::string>& files, da
         if (d.pending_bytes >= (size_t(32) << 20)) flush(d);
       }
     });
+  progress.clear();
   for (KeyDataset& d : sets) {
     flush(d);
     TIDAL_CHECK(d.writer->num_documents() > 0, "tidal prepare: no record of the inputs has text under '", d.key, "' (",
@@ -122,6 +128,8 @@ int run_prepare(const std::vector<std::string>& argv) {
       .option("output-prefix", "writes PREFIX.bin and PREFIX.idx (Megatron's MMapIndexedDataset)", "PREFIX")
       .option("dtype", "token type: uint16, int32, ... (default: the smallest that holds the vocabulary)", "TYPE")
       .flag("append-eod", "end each document with <|endoftext|>")
+      .option("log-interval",
+              "print a progress line every N documents or records (a terminal shows a redrawn one anyway)", "N")
       .multi("json-keys", "JSON Lines inputs: the keys whose strings are documents, one dataset each (default: text)",
              "KEY")
       .option("on-bad-line",
@@ -174,6 +182,7 @@ int run_prepare(const std::vector<std::string>& argv) {
   const auto start = std::chrono::steady_clock::now();
   data::IndexedDatasetWriter writer(prefix, dtype);
   int64_t bytes = 0;
+  PrepareProgress progress("documents", log_interval(a), input_bytes(files));
   // Documents are encoded in parallel (Tokenizer::encode_batch), about 32 MB of text at a time.
   std::vector<std::vector<int64_t>> ids;
   for (const std::string& path : files) {
@@ -190,8 +199,10 @@ int run_prepare(const std::vector<std::string>& argv) {
       }
       bytes += int64_t(batch_bytes);
       first = last;
+      progress.update(writer.num_documents(), bytes);
     }
   }
+  progress.clear();
   TIDAL_CHECK(writer.num_documents() > 0, "tidal prepare: the inputs hold no document (only empty text?)");
   writer.finish();
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

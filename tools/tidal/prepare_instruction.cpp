@@ -18,6 +18,7 @@
 #include "tidal/data/tokenizer.h"
 #include "tools/tidal/cli.h"
 #include "tools/tidal/data_commands.h"
+#include "tools/tidal/prepare_progress.h"
 
 namespace tidal::cli {
 namespace {
@@ -102,14 +103,21 @@ int prepare_instruction(const Flags& a, const std::vector<std::string>& files) {
   };
   std::vector<data::ChatMessage> messages;
   const data::BadLine bad = policy == "skip" ? data::BadLine::skip : data::BadLine::fail;
+  PrepareProgress progress("records", log_interval(a), 0);
+  int64_t text_bytes = 0;
   for (const std::string& path : files)
     data::for_each_json_object(path, bad, jsonl, [&](const nlohmann::json& record) {
       std::string wrong = data::conversation_of(record, keys, messages);
       if (!wrong.empty()) return wrong;
       pending.push_back(data::render_chat(type, messages));
-      if (pending.size() >= 4096) flush();
+      for (const data::ChatSegment& segment : pending.back()) text_bytes += int64_t(segment.text.size());
+      if (pending.size() >= 4096) {
+        flush();
+        progress.update(jsonl.records, text_bytes);  // the rendered conversations' text
+      }
       return std::string();
     });
+  progress.clear();
   flush();
   int64_t packs = 0;
   if (pack) {
