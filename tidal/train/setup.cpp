@@ -12,6 +12,7 @@
 #include "tidal/io/atomic_file.h"
 #include "tidal/io/shown_name.h"
 #include "tidal/memory/offload_runner.h"
+#include "tidal/memory/savings.h"
 #include "tidal/memory/swap_optimizer.h"
 #include "tidal/models/moe.h"
 #include "tidal/models/peft_adapter.h"
@@ -186,10 +187,14 @@ nlohmann::json attach_lora(const TrainArgs& args, models::CausalLM& model, Devic
   for (const auto& [name, p] : model.named_trainable_parameters()) trainable += p.numel();
   std::string targets;
   for (const std::string& t : applied.targets) targets += (targets.empty() ? "" : ", ") + t;
-  std::fprintf(out, "LoRA: r %lld, alpha %g%s on %zu layers (%s)%s: %lld parameters trained, %lld frozen\n",
+  // What the frozen base does not keep: its f32 gradients (under --bf16 the f32 sums) and AdamW's states.
+  const int64_t not_kept = total * (4 + memory::swap_state_bytes_per_element(init.dtype));
+  std::fprintf(out,
+               "LoRA: r %lld, alpha %g%s on %zu layers (%s)%s: %lld parameters trained, %lld frozen (their "
+               "gradients and AdamW states, %s, are never made)\n",
                (long long)config.r, config.alpha, config.use_rslora ? " (rsLoRA)" : "", applied.modules.size(),
                targets.c_str(), args.lora.load.empty() ? "" : (", from " + args.lora.load).c_str(),
-               (long long)trainable, (long long)total);
+               (long long)trainable, (long long)total, format_bytes(not_kept).c_str());
   return models::adapter_config_json(config, applied, args.pretrained);
 }
 
