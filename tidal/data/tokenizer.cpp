@@ -14,6 +14,7 @@
 #include "tidal/data/byte_level.h"
 #include "tidal/data/normalizer.h"
 #include "tidal/data/pretokenizer.h"
+#include "tidal/io/atomic_file.h"
 
 namespace tidal::data {
 
@@ -328,15 +329,7 @@ std::string Tokenizer::to_json_string() const {
 
 void Tokenizer::save(const std::string& path) const {
   const std::string text = to_json_string();
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    TIDAL_CHECK(out.good(), "[tokenizer] cannot write '", tmp, "'");
-    out.write(text.data(), std::streamsize(text.size()));
-    out.flush();
-    TIDAL_CHECK(out.good(), "[tokenizer] writing '", tmp, "' failed (disk full?)");
-  }
-  TIDAL_CHECK(std::rename(tmp.c_str(), path.c_str()) == 0, "[tokenizer] cannot rename '", tmp, "' to '", path, "'");
+  io::write_atomically(path, [&](int fd) { io::write_all(fd, text.data(), text.size(), path); });
 }
 
 void Tokenizer::encode_into(std::string_view text, std::vector<int64_t>& out, bool allow_added) const {

@@ -16,7 +16,7 @@ nlohmann::json by_category(const std::array<int64_t, kNumMemoryCategories>& v) {
 }  // namespace
 
 MetricsWriter::MetricsWriter(std::string path, nlohmann::json config)
-    : path_(std::move(path)), config_(std::move(config)) {}
+    : path_(std::move(path)), stream_(!path_.empty() && !io::replaces_file(path_)), config_(std::move(config)) {}
 
 void MetricsWriter::add_step(const StepMetrics& m) { steps_.push_back(m); }
 
@@ -53,8 +53,8 @@ void MetricsWriter::set_summary(double final_loss, double final_val_loss, const 
   summary_["peak_bytes_by_category"] = by_category(peaks);
 }
 
-void MetricsWriter::write() const {
-  if (path_.empty()) return;
+void MetricsWriter::write(bool last) const {
+  if (path_.empty() || (stream_ && !last)) return;
   nlohmann::json j;
   j["config"] = config_;
   j["steps"] = nlohmann::json::array();

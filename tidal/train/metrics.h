@@ -27,13 +27,16 @@ class MetricsWriter {
   void set_summary(double final_loss, double final_val_loss, const MemoryStats& device, const MemoryStats& host);
   // An extra summary field (later features add theirs; the documented ones stay).
   void set_summary_field(const std::string& key, nlohmann::json value) { summary_[key] = std::move(value); }
-  void write() const;
+  // Writes the file: the whole document each time, so it is current while training runs. `last`: the run's
+  // final write; a stream (--metrics-json /dev/stdout, a FIFO) gets that one only, one document.
+  void write(bool last = false) const;
   const std::vector<StepMetrics>& steps() const { return steps_; }
   double median_step_ms() const;
   double mean_tokens_per_s() const;
 
  private:
   std::string path_;
+  bool stream_ = false;  // path_ is written through, not replaced (io::replaces_file)
   nlohmann::json config_;
   std::vector<StepMetrics> steps_;
   nlohmann::json summary_ = nlohmann::json::object();

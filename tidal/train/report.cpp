@@ -244,7 +244,7 @@ void Report::summary(const Setup& s, int64_t last_iteration, double final_loss, 
                  format_bytes(c.bytes_received).c_str(), double(c.busy_ns) / 1e6, double(g.busy_ns) / 1e6,
                  (long long)g.buckets, 100.0 * g.hidden_fraction());
   }
-  metrics_.write();
+  metrics_.write(/*last=*/true);
   std::fprintf(out_, "\nmemory at the device peak (%s of %s reserved):\n%s", format_bytes(dev.peak_allocated).c_str(),
                format_bytes(dev.peak_reserved).c_str(), format_breakdown(dev).c_str());
 }
