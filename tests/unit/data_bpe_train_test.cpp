@@ -138,6 +138,21 @@ TEST(DataBpeTrain, SameMergesAsTheNaiveAlgorithm) {
   for (size_t k = 0; k < expected.size(); ++k) EXPECT_EQ(t.id_to_token(256 + int64_t(k)), expected[k]) << "merge " << k;
 }
 
+// Very long words (Note [BPE training]: the merges are linked-list rewrites at the pair's occurrences, so a
+// word's length costs linearly): a 20,000-letter DNA-like word, a run of one letter (overlapping merges all
+// the way), and short words beside them give the textbook algorithm's merges.
+TEST(DataBpeTrain, LongWordsGiveTheNaiveMerges) {
+  std::mt19937_64 rng(5);
+  std::string dna;
+  for (int i = 0; i < 20000; ++i) dna += "ACGT"[rng() % 4];
+  const std::string text = dna + " " + std::string(5000, 'a') + " banana bandana " + dna.substr(0, 3000);
+  const int merges = 60;
+  const Tokenizer t = Tokenizer::train({text}, options(256 + merges + 1));
+  const std::vector<std::string> expected = naive_merges({text}, merges);
+  ASSERT_EQ(t.num_merges(), int64_t(expected.size()));
+  for (size_t k = 0; k < expected.size(); ++k) EXPECT_EQ(t.id_to_token(256 + int64_t(k)), expected[k]) << "merge " << k;
+}
+
 TEST(DataBpeTrain, BadOptionsAreErrors) {
   EXPECT_THROW(Tokenizer::train({"x"}, options(200)), Error);  // below 256 + specials
   TrainOptions o = options(300);

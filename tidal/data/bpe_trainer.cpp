@@ -4,10 +4,12 @@
 // Note [BPE training]: pre-tokenize the corpus with GPT-2's pattern and count distinct pieces ("words").
 // Count every adjacent symbol pair over words (weighted by word count) and index which words hold each
 // pair. Repeatedly take the most frequent pair (ties: the smaller pair of ids, so the result never
-// depends on hash order), give it the next id, and rewrite only the words that hold it; each rewrite
-// reports the pair counts it changed, and pairs that gained count are pushed on a max-heap. Stale heap
-// entries (a count that has since fallen) are re-pushed with the true count when popped. Cost per
-// merge is proportional to the words holding the pair, not to the corpus.
+// depends on hash order), give it the next id, and rewrite only where it occurs: the words' symbols are
+// linked lists, each pair keeps the positions it starts at, and a rewrite changes the counts of the
+// neighbouring pairs; pairs that gained count are pushed on a max-heap. Stale heap entries (a count that
+// has since fallen) are re-pushed with the true count when popped. Cost per merge is proportional to the
+// pair's occurrences, not to the corpus or to the length of the words holding it (a 1 MB "word" of DNA
+// letters trains in linear time).
 #include <algorithm>
 #include <chrono>
 #include <fstream>
@@ -72,30 +74,6 @@ class WordCounter {
   int64_t bytes_ = 0, words_ = 0;
 };
 
-struct Word {
-  std::vector<int32_t> symbols;
-  int64_t count = 0;
-};
-
-// Rewrites (a, b) -> replacement in place, left to right; appends the pair-count changes (unweighted),
-// as Hugging Face's Word::merge.
-void merge_word(std::vector<int32_t>& s, int32_t a, int32_t b, int32_t replacement,
-                std::vector<std::pair<uint64_t, int>>& changes) {
-  for (size_t i = 0; i + 1 < s.size(); ++i) {
-    if (s[i] != a || s[i + 1] != b) continue;
-    if (i > 0) {
-      changes.push_back({pair_key(s[i - 1], a), -1});
-      changes.push_back({pair_key(s[i - 1], replacement), 1});
-    }
-    s[i] = replacement;
-    s.erase(s.begin() + long(i) + 1);
-    if (i + 1 < s.size()) {
-      changes.push_back({pair_key(b, s[i + 1]), -1});
-      changes.push_back({pair_key(replacement, s[i + 1]), 1});
-    }
-  }
-}
-
 struct HeapEntry {
   int64_t count;
   uint64_t pair;
@@ -129,17 +107,27 @@ Tokenizer train_from_counts(const WordCounter& counter, const TrainOptions& opt,
   sorted.reserve(counter.counts().size());
   for (const auto& [w, c] : counter.counts()) sorted.push_back({w, c});
   std::sort(sorted.begin(), sorted.end());
-  std::vector<Word> words(sorted.size());
+  // Every word's symbols in one array, linked (prev / next within the word, -1 at its ends), so a merge
+  // rewrites a position in O(1); occurrences[p] lists the positions where pair p may start (stale ones are
+  // skipped when read). Work per merge is proportional to the pair's occurrences: linear in the corpus's
+  // symbols overall, however long one word is (Note [BPE training]).
+  std::vector<int32_t> sym;
+  std::vector<int64_t> prev, next, weight;  // weight: the count of the word a position is in
   std::unordered_map<uint64_t, int64_t> pair_count;
-  std::unordered_map<uint64_t, std::vector<int32_t>> where;
-  for (size_t w = 0; w < sorted.size(); ++w) {
-    Word& word = words[w];
-    word.count = sorted[w].second;
-    for (unsigned char c : sorted[w].first) word.symbols.push_back(byte_symbol[c]);
-    for (size_t i = 0; i + 1 < word.symbols.size(); ++i) {
-      const uint64_t p = pair_key(word.symbols[i], word.symbols[i + 1]);
-      pair_count[p] += word.count;
-      where[p].push_back(int32_t(w));
+  std::unordered_map<uint64_t, std::vector<int64_t>> occurrences;
+  for (const auto& [w, count] : sorted) {
+    const int64_t first = int64_t(sym.size());
+    for (size_t i = 0; i < w.size(); ++i) {
+      const int64_t at = int64_t(sym.size());
+      sym.push_back(byte_symbol[static_cast<unsigned char>(w[i])]);
+      prev.push_back(i == 0 ? -1 : at - 1);
+      next.push_back(i + 1 == w.size() ? -1 : at + 1);
+      weight.push_back(count);
+      if (at > first) {
+        const uint64_t p = pair_key(sym[size_t(at - 1)], sym[size_t(at)]);
+        pair_count[p] += count;
+        occurrences[p].push_back(at - 1);
+      }
     }
   }
   std::vector<HeapEntry> heap;
@@ -148,8 +136,14 @@ Tokenizer train_from_counts(const WordCounter& counter, const TrainOptions& opt,
   std::make_heap(heap.begin(), heap.end());
 
   std::vector<std::pair<int32_t, int32_t>> merges;
-  std::vector<std::pair<uint64_t, int>> changes;
   std::unordered_set<uint64_t> grown;
+  const auto change = [&](uint64_t p, int64_t delta, int64_t at) {
+    pair_count[p] += delta;
+    if (delta > 0) {
+      occurrences[p].push_back(at);
+      grown.insert(p);
+    }
+  };
   while (int64_t(merges.size()) < target_merges && !heap.empty()) {
     std::pop_heap(heap.begin(), heap.end());
     const HeapEntry top = heap.back();
@@ -168,25 +162,32 @@ Tokenizer train_from_counts(const WordCounter& counter, const TrainOptions& opt,
     const int32_t replacement = int32_t(256 + merges.size());
     merges.push_back({a, b});
 
-    std::vector<int32_t> holders = std::move(where[top.pair]);
-    where.erase(top.pair);
-    pair_count.erase(top.pair);
-    std::sort(holders.begin(), holders.end());
-    holders.erase(std::unique(holders.begin(), holders.end()), holders.end());
+    // Left to right within each word (positions ascend through a word), as Hugging Face's Word::merge:
+    // in "a a a" the pair (a, a) merges at the first two, and the third's occurrence is then stale.
+    std::vector<int64_t> at = std::move(occurrences[top.pair]);
+    occurrences.erase(top.pair);
+    std::sort(at.begin(), at.end());
+    at.erase(std::unique(at.begin(), at.end()), at.end());
     grown.clear();
-    for (int32_t w : holders) {
-      Word& word = words[size_t(w)];
-      changes.clear();
-      merge_word(word.symbols, a, b, replacement, changes);
-      for (const auto& [p, delta] : changes) {
-        if (p == top.pair) continue;
-        pair_count[p] += int64_t(delta) * word.count;
-        if (delta > 0) {
-          where[p].push_back(w);
-          grown.insert(p);
-        }
+    for (const int64_t i : at) {
+      const int64_t j = next[size_t(i)];
+      if (sym[size_t(i)] != a || j < 0 || sym[size_t(j)] != b) continue;  // stale (or merged already)
+      const int64_t w = weight[size_t(i)], left = prev[size_t(i)], right = next[size_t(j)];
+      if (left >= 0) {
+        change(pair_key(sym[size_t(left)], a), -w, left);
+        change(pair_key(sym[size_t(left)], replacement), w, left);
       }
+      if (right >= 0) {
+        change(pair_key(b, sym[size_t(right)]), -w, i);
+        change(pair_key(replacement, sym[size_t(right)]), w, i);
+      }
+      sym[size_t(i)] = replacement;
+      next[size_t(i)] = right;
+      if (right >= 0) prev[size_t(right)] = i;
+      sym[size_t(j)] = -1;  // gone
     }
+    pair_count.erase(top.pair);
+    grown.erase(top.pair);
     for (uint64_t p : grown) {
       heap.push_back({pair_count[p], p});
       std::push_heap(heap.begin(), heap.end());
