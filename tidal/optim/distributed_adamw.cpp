@@ -2,6 +2,7 @@
 
 #include "tidal/range_recorder.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -239,50 +240,81 @@ std::vector<char> DistributedAdamW::whole_gradients(const std::vector<size_t>& s
   return any;
 }
 
+int64_t reduce_round(int64_t bucket, int64_t shard, int ranks) {
+  const int64_t total = std::min({bucket, kReduceRoundElements, std::max<int64_t>(int64_t(1) << 16, shard)});
+  return std::max<int64_t>(1, total / ranks);
+}
+
 void DistributedAdamW::reduce_group(size_t g, dist::Communicator& comm, const std::vector<Tensor>& grads) {
   const DType grad_dtype = shard_grad_.dtype();
   const bool meta = shard_grad_.is_meta();
   const int ranks = comm.size(), me = comm.rank();
-  // This call's pieces of my shard, packed: runs of (offset in my shard, offset in the packing, length).
-  struct Run {
-    int64_t shard_at, packed_at, length;
+  // Each rank's pieces of this call, packed in its shard's order: (parameter, begin, length, where in the
+  // packing) — alike on every rank (which parameters reduce is agreed: whole_gradients).
+  struct Piece {
+    size_t param;
+    int64_t begin, length, packed_at;
   };
-  std::vector<Run> runs;
-  int64_t packed = 0, shard_at = groups_[g].at;
-  for (const ShardLayout::Fragment& f : fragments(g, me)) {
-    if (grads[f.param].defined()) {
-      if (!runs.empty() && runs.back().shard_at + runs.back().length == shard_at)
-        runs.back().length += f.length;
-      else
-        runs.push_back({shard_at, packed, f.length});
-      packed += f.length;
-    }
-    shard_at += f.length;
-  }
-  MemoryScope scope(MemoryCategory::temporary);
-  profile::Range range(dist::kReductionRange);  // the packing and the sums: the reduce-scatter's own work
-  Tensor blocks = empty({ranks, packed}, grad_dtype, shard_grad_.device());  // every rank's pieces, packed
-  // Views of the gradients and of `blocks`: dist::exchange stages device memory through the host for MPI.
-  std::vector<dist::TensorTransfer> sends, receives;
+  std::vector<std::vector<Piece>> pieces(static_cast<size_t>(ranks));
+  std::vector<int64_t> packed(static_cast<size_t>(ranks), 0);
+  std::vector<int64_t> shard_at;  // mine: where each of my pieces sits in shard_grad_
   for (int r = 0; r < ranks; ++r) {
-    int64_t at = 0;  // where the piece lands in the packing of rank r's pieces
+    int64_t at = groups_[g].at;
     for (const ShardLayout::Fragment& f : fragments(g, r)) {
-      if (!grads[f.param].defined()) continue;
-      Tensor piece = grads[f.param].narrow(0, f.begin, f.length);  // (length)
-      if (r == me) {
-        blocks.select(0, me).narrow(0, at, f.length).copy_(piece);
-        for (int q = 0; q < ranks && !meta; ++q)  // every other rank's piece of this fragment
-          if (q != me) receives.push_back({q, blocks.select(0, q).narrow(0, at, f.length)});
-      } else if (!meta) {
-        sends.push_back({r, piece});
+      if (grads[f.param].defined()) {
+        pieces[size_t(r)].push_back({f.param, f.begin, f.length, packed[size_t(r)]});
+        packed[size_t(r)] += f.length;
+        if (r == me) shard_at.push_back(at);
       }
       at += f.length;
     }
   }
-  if (ranks > 1) dist::exchange(comm, sends, receives);
-  for (int r = 0; r < ranks; ++r)  // in rank order, each element on its own: any grouping adds alike
-    for (const Run& run : runs)
-      shard_grad_.narrow(0, run.shard_at, run.length).add_(blocks.select(0, r).narrow(0, run.packed_at, run.length));
+  // Note [Reduce-scatter in rounds]: the exchange goes in rounds of at most `chunk` elements of every rank's
+  // packing, so its temporary (every rank's pieces of my round) is ranks x chunk elements: at most
+  // kReduceRoundElements (16 MiB of f32), a bucket (--ddp-bucket-size) or a shard, whichever is least (but
+  // 2^16 elements at least), never a whole model. Each element is still summed in rank order: bit for bit
+  // the single exchange's sums.
+  const int64_t most = *std::max_element(packed.begin(), packed.end());
+  const int64_t chunk = reduce_round(reduce_bucket_, most, ranks);
+  const int64_t rounds = (most + chunk - 1) / chunk;
+  profile::Range range(dist::kReductionRange);  // the packing and the sums: the reduce-scatter's own work
+  for (int64_t round = 0; round < rounds; ++round) {
+    const int64_t lo = round * chunk, hi = lo + chunk;
+    // The part of piece p of a packing inside [lo, hi): (offset into the piece, length); length 0 if none.
+    const auto overlap = [&](const Piece& p) {
+      const int64_t from = std::max(lo, p.packed_at), to = std::min(hi, p.packed_at + p.length);
+      return std::pair<int64_t, int64_t>{from - p.packed_at, std::max<int64_t>(0, to - from)};
+    };
+    const int64_t mine = std::max<int64_t>(0, std::min(hi, packed[size_t(me)]) - lo);
+    MemoryScope scope(MemoryCategory::temporary);
+    Tensor blocks = empty({ranks, mine}, grad_dtype, shard_grad_.device());  // every rank's pieces of my round
+    // Views of the gradients and of `blocks`: dist::exchange stages device memory through the host for MPI.
+    std::vector<dist::TensorTransfer> sends, receives;
+    for (int r = 0; r < ranks; ++r) {
+      for (const Piece& p : pieces[size_t(r)]) {
+        const auto [offset, length] = overlap(p);
+        if (length == 0) continue;
+        Tensor part = grads[p.param].narrow(0, p.begin + offset, length);  // (length)
+        if (r == me) {
+          const int64_t at = p.packed_at + offset - lo;  // in my round's blocks
+          blocks.select(0, me).narrow(0, at, length).copy_(part);
+          for (int q = 0; q < ranks && !meta; ++q)  // every other rank's part of this piece
+            if (q != me) receives.push_back({q, blocks.select(0, q).narrow(0, at, length)});
+        } else if (!meta) {
+          sends.push_back({r, part});
+        }
+      }
+    }
+    if (ranks > 1) dist::exchange(comm, sends, receives);
+    for (int r = 0; r < ranks; ++r)  // in rank order, each element on its own: any grouping adds alike
+      for (size_t k = 0; k < pieces[size_t(me)].size(); ++k) {
+        const Piece& p = pieces[size_t(me)][k];
+        const auto [offset, length] = overlap(p);
+        if (length == 0) continue;
+        shard_grad_.narrow(0, shard_at[k] + offset, length)
+            .add_(blocks.select(0, r).narrow(0, p.packed_at + offset - lo, length));
+      }
+  }
 }
 
 double DistributedAdamW::finish_reduction() {

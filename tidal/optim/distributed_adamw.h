@@ -21,6 +21,7 @@
 // over their expert-data-parallel group (the N/E ranks holding the same experts). This rank's shard is
 // its dense shard followed by its expert shard; the norm counts each expert once (its squares summed
 // over the expert-parallel group).
+#include <algorithm>
 #include <functional>
 #include <map>
 #include <memory>
@@ -33,6 +34,12 @@
 #include "tidal/optim/shard_state.h"
 
 namespace tidal::optim {
+
+// The most elements (over all ranks) one round of the reduce-scatter's exchange holds: 2^22, 16 MiB of f32.
+inline constexpr int64_t kReduceRoundElements = int64_t(1) << 22;
+// Elements of each rank's shard per round of the reduce-scatter (Note [Reduce-scatter in rounds]): the least of
+// `bucket` (--ddp-bucket-size), kReduceRoundElements and the largest `shard` (at least 2^16), over `ranks`.
+int64_t reduce_round(int64_t bucket, int64_t shard, int ranks);
 
 // Expert parallelism: which parameters are experts', and the groups that shard and count them.
 struct ExpertShards {
@@ -70,6 +77,9 @@ class DistributedAdamW {
   // counts zeros there; one without a gradient on every rank takes no part.
   // `via`: duplicates of the communicators, for a stream's thread.
   void reduce_scatter(const std::vector<size_t>& subset, ShardComms via = {});
+  // The reduce-scatter's exchange goes in rounds of at most min(`elements`, kReduceRoundElements) / ranks
+  // elements of each rank's shard (Note [Reduce-scatter in rounds]): its temporary stays within that many.
+  void set_reduce_bucket(int64_t elements) { reduce_bucket_ = std::max<int64_t>(1, elements); }
   // After the step's last reduce_scatter: the shard's sums become the local AdamW's gradients
   // (none for a parameter that had none on every rank all step, which AdamW then skips, as in one
   // process), and returns the norm of the whole gradients (a collective).
@@ -142,6 +152,7 @@ class DistributedAdamW {
   dist::Communicator* expert_parallel_ = nullptr;  // with experts: their norm's squares summed over it
   Tensor shard_grad_;                              // (shard elements): this rank's summed gradients, during a step
   std::vector<char> has_grad_;                     // per parameter: whether it had a gradient on some rank this step
+  int64_t reduce_bucket_ = int64_t(1) << 62;       // set_reduce_bucket: one round unless set
   NamedParameters shard_params_;
   std::vector<std::string> shard_names_of_;  // the whole parameter's name of each shard parameter
 };

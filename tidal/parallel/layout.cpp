@@ -47,7 +47,8 @@ Flags& add_parallel_flags(Flags& f) {
       .flag("overlap-grad-reduce",
             "reduce the gradients in buckets on a communication stream while backward runs (default: after it)")
       .option("ddp-bucket-size",
-              "parameters per bucket of --overlap-grad-reduce (default max(40000000, 1000000 x ranks), Megatron's)",
+              "parameters per bucket of --overlap-grad-reduce, and per exchange round of the distributed optimizer's "
+              "reduce-scatter (default max(40000000, 1000000 x ranks), Megatron's)",
               "N")
       .flag("overlap-param-gather",
             "ZeRO-3: gather the next layer's parameters on a communication stream while the current one computes")
@@ -96,8 +97,9 @@ ParallelLayout parse_parallel_layout(const Flags& f) {
   TIDAL_CHECK(!l.overlap_param_gather || l.sharding == ShardingStrategy::optim_grads_params,
               "tidal train: --overlap-param-gather overlaps ZeRO-3's gathering of each layer's parameters: give "
               "--data-parallel-sharding-strategy optim_grads_params too (the other strategies keep whole parameters)");
-  TIDAL_CHECK(!f.has("ddp-bucket-size") || l.overlap_grad_reduce,
-              "tidal train: --ddp-bucket-size sizes the buckets of --overlap-grad-reduce: give that flag too");
+  TIDAL_CHECK(!f.has("ddp-bucket-size") || l.overlap_grad_reduce || l.sharded(),
+              "tidal train: --ddp-bucket-size sizes the buckets of --overlap-grad-reduce and the distributed "
+              "optimizer's exchange rounds: give --overlap-grad-reduce or --use-distributed-optimizer too");
   l.context = int(f.integer("context-parallel-size", 1, 1, kMaxDataParallelSize));
   if (f.has("distributed-backend")) l.backend = dist::parse_distributed_backend(f.str("distributed-backend"));
   return l;

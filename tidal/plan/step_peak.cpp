@@ -15,6 +15,7 @@
 #include "tidal/models/config.h"
 #include "tidal/models/moe.h"
 #include "tidal/nn/lora.h"
+#include "tidal/optim/distributed_adamw.h"
 #include "tidal/optim/grad_clip.h"
 #include "tidal/optim/shard_layout.h"
 
@@ -142,7 +143,8 @@ int64_t largest_shard(const models::ModelConfig& m, const TriageSettings& s,
 
 // The reduce-scatter's buffer of every rank's pieces (f32, optim/distributed_adamw.cpp), one group at
 // a time: the dense parameters' largest shard times the N ranks, and under expert parallelism the
-// experts' times the N / E of an expert-data group; each shard at most `bucket` elements with overlap.
+// experts' times the N / E of an expert-data group; each shard at most `bucket` elements with overlap, and
+// every exchange round at most optim::reduce_round elements of it.
 int64_t reduce_scatter_pieces(const models::ModelConfig& m, const TriageSettings& s,
                               const std::vector<memory::SwapParam>& params, int64_t bucket) {
   std::vector<int64_t> dense, experts;
@@ -155,7 +157,9 @@ int64_t reduce_scatter_pieces(const models::ModelConfig& m, const TriageSettings
     if (numels.empty()) continue;
     const int64_t shard =
         optim::largest_shard(numels, std::vector<bool>(numels.size(), false), ranks, 1, optim::kGradNormChunk);
-    most = std::max(most, int64_t(ranks) * std::min(shard, bucket));
+    // The exchange goes in rounds of bucket / ranks elements per rank (Note [Reduce-scatter in rounds]).
+    const int64_t round = optim::reduce_round(s.parallel.bucket_elements(), shard, ranks);
+    most = std::max(most, int64_t(ranks) * std::min({shard, bucket, round}));
   }
   return 4 * most;
 }

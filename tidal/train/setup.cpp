@@ -256,6 +256,7 @@ Setup setup_training(const TrainArgs& args, models::ModelConfig& config, std::FI
     }
     s.sharded = std::make_unique<optim::DistributedAdamW>(trained, comm, layout.shards_parameters(),
                                                           layout.expert > 1 ? &experts : nullptr);
+    s.sharded->set_reduce_bucket(layout.bucket_elements());
     s.optimizer = memory::make_adamw(s.sharded->shard_parameters(), args.adamw, args.memory.swap_optimizer,
                                      s.sharded->decay_rule(), int64_t(trained.size()));
   } else {
