@@ -140,3 +140,24 @@ TEST_F(HostileInputs, AProfileSummaryOfTheWrongShapeIsExplained) {
 }
 
 }  // namespace
+
+namespace {
+
+// Host memory running out (std::bad_alloc anywhere) is the out-of-memory exit, 3, with a message, not "unexpected
+// error" and exit 1: 60 MB of DNA letters (one pre-token) for BPE training under a 1.5 GB address-space limit.
+TEST_F(HostileInputs, RunningOutOfHostMemoryIsTheOutOfMemoryExit) {
+  std::string dna(60'000'000, 'A');
+  uint64_t x = 88172645463325252ull;
+  for (char& c : dna) {
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    c = "ACGT"[x & 3];
+  }
+  const std::string input = write("dna.txt", dna);
+  const Result r = tidal::testing::run_command("ulimit -v 1500000; " + kTidal + " tokenizer train --input " + input +
+                                               " --vocab-size 300 --output " + dir_ + "/dna.json");
+  if (r.code == 127) GTEST_SKIP() << "tidal does not load under the limit here: " << r.output;
+  EXPECT_EQ(r.code, 3) << r.output;
+  EXPECT_NE(r.output.find("out of host memory"), std::string::npos) << r.output;
+}
+
+}  // namespace

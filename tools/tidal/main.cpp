@@ -1,6 +1,7 @@
 // The `tidal` command line. Each subcommand lives in its own file; errors a user can cause are
 // printed with what to do, never as a crash.
 #include <cstdio>
+#include <new>
 #include <string>
 #include <vector>
 
@@ -86,6 +87,11 @@ int main(int argc, char** argv) {
     std::string what = e.what();
     if (const std::string prefix = "tidal " + command + ": "; what.rfind(prefix, 0) == 0) what.erase(0, prefix.size());
     return fail(command, "error: " + what + "\n(run 'tidal help' for the commands and options)", tidal::cli::kError);
+  } catch (const std::bad_alloc&) {  // host memory: an input or a table larger than this machine holds
+    return fail(command,
+                "out of host memory: an allocation failed (the inputs, or what is built from them, need more memory "
+                "than this machine has; split large input files, or use a machine with more memory)",
+                tidal::cli::kOutOfMemory);
   } catch (const std::exception& e) {
     return fail(command, std::string("unexpected error: ") + e.what(), tidal::cli::kError);
   }
