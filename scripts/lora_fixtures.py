@@ -18,6 +18,7 @@ The base is tests/fixtures/hf/tiny_qwen3 (a random Qwen3ForCausalLM, hf_fixtures
     parameters (the adapters) under torch.optim.AdamW(lr 1e-2, betas (0.9, 0.95), eps 1e-8, weight decay 0),
     the loss before each step;
   - trained.<adapter tensor name>: two of the adapters after the ten steps.
+- gpt2_adapter/ and gpt2_golden.safetensors: the same for GPT-2's Conv1D layers (peft's fan_in_fan_out).
 tests/models/lora_peft_test.cpp checks tidal against each.
 """
 import json
@@ -82,6 +83,33 @@ def main():
                                 metadata={"transformers": transformers.__version__, "peft": peft.__version__,
                                           "torch": torch.__version__})
     print("losses", losses)
+    gpt2_adapter()
+
+
+def gpt2_adapter():
+    """GPT-2's Conv1D layers (peft's fan_in_fan_out): gpt2_adapter/ on tests/fixtures/hf/tiny_gpt2 (r 4, alpha 8,
+    c_attn and mlp.c_proj, random B), and gpt2_golden.safetensors: input_ids (2, 12) and the adapted logits."""
+    torch.manual_seed(32)
+    model = transformers.AutoModelForCausalLM.from_pretrained(os.path.join(ROOT, "hf", "tiny_gpt2"), dtype=torch.float32)
+    config = peft.LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, target_modules=["c_attn", "mlp.c_proj"],
+                             fan_in_fan_out=True, init_lora_weights=False, task_type="CAUSAL_LM")
+    lora = peft.get_peft_model(model, config)
+    adapter_dir = os.path.join(OUT, "gpt2_adapter")
+    lora.save_pretrained(adapter_dir)
+    os.remove(os.path.join(adapter_dir, "README.md"))
+    config_path = os.path.join(adapter_dir, "adapter_config.json")
+    with open(config_path) as f:
+        saved = json.load(f)
+    saved["base_model_name_or_path"] = "tests/fixtures/hf/tiny_gpt2"
+    with open(config_path, "w") as f:
+        json.dump(saved, f, indent=2, sort_keys=True)
+        f.write("\n")
+    ids = torch.randint(0, model.config.vocab_size, (2, 12))
+    with torch.no_grad():
+        logits = lora(input_ids=ids).logits
+    safetensors.torch.save_file({"input_ids": ids, "logits": logits.contiguous()},
+                                os.path.join(OUT, "gpt2_golden.safetensors"),
+                                metadata={"transformers": transformers.__version__, "peft": peft.__version__})
 
 
 if __name__ == "__main__":

@@ -109,3 +109,26 @@ TEST(LoraPeft, TenStepsFollowPeftsLossCurve) {
 
 }  // namespace
 }  // namespace tidal::models
+
+namespace tidal::models {
+namespace {
+
+// GPT-2's Conv1D layers hold W as (in, out): peft saves their adapters with fan_in_fan_out, in the same
+// (r, in) / (out, r) shapes as a Linear's; they load into tidal's Conv1D and give peft's logits, merged or not.
+TEST(LoraPeft, Gpt2Conv1DAdapterGivesPeftsLogits) {
+  const auto golden = io::load_safetensors(lora_fixture("gpt2_golden.safetensors")).tensors;
+  NoGradGuard no_grad;
+  std::unique_ptr<CausalLM> model = load_pretrained_model(fixture_dir("tiny_gpt2"));
+  const AdapterFiles a = read_adapter_dir(lora_fixture("gpt2_adapter"));
+  const nn::AppliedLora applied = nn::apply_lora(*model, a.config, nn::Init{});
+  EXPECT_TRUE(applied.conv1d);
+  load_adapter_weights(*model, a.weights, "gpt2_adapter");
+  const Tensor ids = golden.at("input_ids");
+  EXPECT_LT(relative_error(model->forward(ids).logits, golden.at("logits")), 1e-5);
+  const auto merged = load_pretrained_model(fixture_dir("tiny_gpt2"));
+  merged->load_state_dict(nn::merged_state_dict(*model));
+  EXPECT_LT(relative_error(merged->forward(ids).logits, golden.at("logits")), 1e-5);
+}
+
+}  // namespace
+}  // namespace tidal::models
