@@ -107,7 +107,16 @@ TEST(DataPreTokenizer, PrefixSpaceAndBehaviors) {
 TEST(DataPreTokenizer, LongWhitespaceRunDoesNotOverflowTheRegexStack) {
   const std::string spaces(1 << 20, ' ');
   const PreTokenizer p = PreTokenizer::gpt2();
-  EXPECT_EQ(pieces(p, spaces + "x"), (V{spaces.substr(1), " x"}));
+  // The run is one match, handed on in bounded chunks (Note [Bounded pieces]), then " x".
+  const V got = pieces(p, spaces + "x");
+  ASSERT_GE(got.size(), size_t(2));
+  EXPECT_EQ(got.back(), " x");
+  std::string joined;
+  for (size_t i = 0; i + 1 < got.size(); ++i) {
+    EXPECT_LE(got[i].size(), PreTokenizer::kMaxPieceBytes);
+    joined += got[i];
+  }
+  EXPECT_EQ(joined, spaces.substr(1));
 }
 
 TEST(DataPreTokenizer, BadConfigsAreErrors) {
@@ -128,6 +137,38 @@ TEST(DataNormalizer, Nfc) {
   EXPECT_EQ(nfc("e\xFF\xCC\x81"), "e\xFF\xCC\x81");  // an invalid byte blocks composition
   EXPECT_TRUE(is_nfc_quick("plain ASCII and Latin-1: \xC3\xA9"));
   EXPECT_FALSE(is_nfc_quick("e\xCC\x81"));
+}
+
+}  // namespace
+}  // namespace tidal::data
+
+namespace tidal::data {
+namespace {
+
+// Note [Bounded pieces]: a run longer than kMaxPieceBytes (one regex match) comes in chunks of at most that many
+// bytes, cut at UTF-8 character boundaries; concatenated they are the run. Shorter pieces are unchanged.
+TEST(PreTokenizerBound, LongRunsComeInBoundedChunksAtCharacterBoundaries) {
+  const size_t bound = PreTokenizer::kMaxPieceBytes;
+  std::vector<std::string> pieces;
+  const std::string run(200000, 'a');
+  PreTokenizer::gpt2().split(run, [&](std::string_view p) { pieces.emplace_back(p); });
+  ASSERT_EQ(pieces.size(), size_t(4));
+  EXPECT_EQ(pieces[0].size(), bound);
+  EXPECT_EQ(pieces[3].size(), 200000 - 3 * bound);
+  std::string accents;
+  for (int i = 0; i < 50000; ++i) accents += "\xC3\xA9";  // é, 2 bytes each: 100000 bytes of letters
+  pieces.clear();
+  PreTokenizer::gpt2().split("x " + accents, [&](std::string_view p) { pieces.emplace_back(p); });
+  std::string joined;
+  for (const std::string& p : pieces) {
+    EXPECT_LE(p.size(), bound);
+    EXPECT_NE(static_cast<unsigned char>(p[0]) & 0xC0, 0x80u) << "a chunk starts inside a character";
+    joined += p;
+  }
+  EXPECT_EQ(joined, "x " + accents);
+  pieces.clear();
+  PreTokenizer::gpt2().split("the quick fox", [&](std::string_view p) { pieces.emplace_back(p); });
+  EXPECT_EQ(pieces, (std::vector<std::string>{"the", " quick", " fox"}));
 }
 
 }  // namespace

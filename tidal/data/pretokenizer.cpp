@@ -306,7 +306,22 @@ bool PreTokenizer::has_byte_level() const {
   return false;
 }
 
-void PreTokenizer::split(std::string_view text, const Sink& sink) const { run(0, text, 0, sink); }
+void PreTokenizer::split(std::string_view text, const Sink& sink) const {
+  // Note [Bounded pieces]: a piece longer than kMaxPieceBytes (a run of letters or digits with no space, which
+  // real text never has: a 200 MB "word" of DNA letters) is handed on in chunks of at most that many bytes,
+  // each cut before a UTF-8 lead byte, so BPE's work and memory per piece stay bounded. Hugging Face's
+  // tokenizers would merge across the cuts; below the bound the pieces are theirs exactly.
+  const Sink bounded = [&sink](std::string_view piece) {
+    while (piece.size() > kMaxPieceBytes) {
+      size_t cut = kMaxPieceBytes;
+      while (cut > kMaxPieceBytes - 4 && (static_cast<unsigned char>(piece[cut]) & 0xC0) == 0x80) --cut;
+      sink(piece.substr(0, cut));
+      piece.remove_prefix(cut);
+    }
+    sink(piece);
+  };
+  run(0, text, 0, bounded);
+}
 
 void PreTokenizer::run(size_t k, std::string_view piece, int flags, const Sink& sink) const {
   if (piece.empty()) return;

@@ -61,7 +61,10 @@ class PreTokenizer {
   nlohmann::json to_json() const;
 
   // Calls sink for every piece of `text` (a segment free of added tokens), in order. Concatenated,
-  // the pieces are `text` (plus any prefix spaces, less what a Removed behavior drops).
+  // the pieces are `text` (plus any prefix spaces, less what a Removed behavior drops). A piece longer
+  // than kMaxPieceBytes comes in chunks of at most that many bytes, cut at UTF-8 character boundaries
+  // (Note [Bounded pieces]).
+  static constexpr size_t kMaxPieceBytes = size_t(1) << 16;
   void split(std::string_view text, const Sink& sink) const;
 
   bool has_byte_level() const;
