@@ -93,6 +93,10 @@ TEST(PlanCli, FitsAsGivenNothingFitsNoBudgetAndBadFlags) {
   EXPECT_EQ(advice.code, 0) << advice.output;
   EXPECT_NE(advice.output.find("What to try, in the triage order"), std::string::npos) << advice.output;
   EXPECT_NE(advice.output.find("give a budget"), std::string::npos) << advice.output;
+  // --json is the search's document: without a budget there is none, and the error says so (not text on stdout).
+  const Result json = run(kTidal + " plan" + kTiny + " --json");
+  EXPECT_EQ(json.code, 1) << json.output;
+  EXPECT_NE(json.output.find("--json prints the search for a memory budget"), std::string::npos) << json.output;
   const Result headroom = run(kTidal + " plan" + kTiny + " --memory 4MiB --headroom 0");
   EXPECT_NE(headroom.output.find("less 0 B of headroom: 4.00 MiB"), std::string::npos) << headroom.output;
   for (const char* bad : {" --memory lots", " --memory 1GiB --headroom 100", " --memory", " --num-layer 3"}) {

@@ -170,6 +170,9 @@ int run_plan(const std::vector<std::string>& argv) {
     const plan::DryRun d = plan::dry_run_largest_rank(args);
     std::fputs(plan::format_dry_run(d, plan::predict_step_peak(args.model, s), args.report_memory).c_str(), stdout);
   }
+  // --json is the search's document, which needs a budget; the advice without one is text.
+  TIDAL_CHECK(!json || !memory.empty(), "tidal plan: --json prints the search for a memory budget: give --memory ",
+              "80GiB (or --device NAME|FILE, whose memory is the budget, or TIDAL_DEVICE_MEMORY)");
   if (memory.empty()) {  // no budget: what a step needs and what each step of the triage would save
     std::fputs(plan::oom_advice(args.model, s).c_str(), stdout);
     std::printf("(give a budget, --memory 80GiB or TIDAL_DEVICE_MEMORY, for a plan)\n");
