@@ -69,6 +69,21 @@ TEST(DistFaults, RanksWithOtherSettingsStopNamingTheSetting) {
   }
 }
 
+// A rank that stops (SIGSTOP: a hung node, a debugger) would keep the others waiting forever in their next
+// collective: with --distributed-timeout-minutes (here 3 s) the waiting rank ends the job naming the operation
+// (Note [Collective timeout]; the default is Megatron's 10 minutes).
+TEST(DistFaults, AStoppedRankEndsTheRunAfterTheTimeout) {
+  if (!single_process()) GTEST_SKIP() << "launches mpirun itself";
+  const std::string train = kTrain + " --train-iters 100000 --distributed-timeout-minutes 0.05";
+  const auto r = run_command(kMpirun + "-np 1 " + train + " : -np 1 sh -c '" + train +
+                             " & p=$!; sleep 2; kill -STOP $p; wait $p'");
+  EXPECT_NE(r.code, 0) << r.output;
+  EXPECT_NE(r.code, 124) << "timed out (a rank hung): " << r.output;
+  EXPECT_NE(r.output.find("did not complete within 0.05 minutes (--distributed-timeout-minutes)"), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("[rank 0]"), std::string::npos) << r.output;
+}
+
 TEST(DistFaults, AKilledRankEndsTheRun) {
   if (!single_process()) GTEST_SKIP() << "launches mpirun itself";
   // Rank 1 is killed (SIGKILL) two seconds in, in the middle of a long run.

@@ -1,8 +1,16 @@
 #include "tidal/dist/communicator.h"
 
+#include <atomic>
+
 #include "tidal/base/error.h"
 
 namespace tidal::dist {
+namespace {
+std::atomic<double> timeout_seconds{0.0};
+}  // namespace
+
+void set_collective_timeout(double seconds) { timeout_seconds = seconds > 0 ? seconds : 0.0; }
+double collective_timeout() { return timeout_seconds; }
 
 int check_subgroup(const std::vector<int>& members, int rank, int size) {
   TIDAL_CHECK(!members.empty(), "[dist] a group of no ranks");

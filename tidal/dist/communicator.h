@@ -93,6 +93,13 @@ bool launched_by_mpi_launcher();
 // Shuts the distributed runtime down cleanly (MPI_Finalize); call once at the end of main.
 void finalize();
 
+// The collective timeout (Megatron's --distributed-timeout-minutes; 0: none, the default until set): an
+// MPI collective or exchange that has not completed after this long ends the whole job with a message
+// naming the rank that gave up and the operation (a stuck, stopped or vanished rank would otherwise hang
+// every other one forever). Process-wide; the trainer sets it from its flag.
+void set_collective_timeout(double seconds);
+double collective_timeout();
+
 // Throws tidal::Error unless `members` is ascending, without repeats, within [0, size) and holds `rank`;
 // returns `rank`'s index in it. For Communicator::subgroup's implementations.
 int check_subgroup(const std::vector<int>& members, int rank, int size);

@@ -9,11 +9,14 @@
 #include <chrono>
 #include <climits>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <functional>
+#include <thread>
 #include <vector>
 
 #include "tidal/base/error.h"
+#include "tidal/dist/communicator.h"
 
 namespace tidal::dist {
 namespace {
@@ -43,6 +46,43 @@ MPI_Datatype block_piece(int64_t bytes, int64_t stride) {
 }
 
 void free_type(MPI_Datatype t) { MPI_Type_free(&t); }
+
+// Waits for `n` requests of `what` on `comm`. Note [Collective timeout]: with a timeout set
+// (set_collective_timeout) the requests are tested in a loop that yields the core between tests (so a
+// rank waiting for a slow one leaves it the CPU), and past the deadline the job ends: a rank that stopped
+// or hangs would otherwise keep every other rank waiting forever. Without one, MPI_Waitall.
+void wait_for(MPI_Request* requests, int n, const char* what, MPI_Comm comm) {
+  if (n == 0) return;
+  const double timeout = collective_timeout();
+  if (timeout <= 0) {
+    check(MPI_Waitall(n, requests, MPI_STATUSES_IGNORE), what);
+    return;
+  }
+  const auto start = std::chrono::steady_clock::now();
+  for (uint64_t polls = 0;; ++polls) {
+    int done = 0;
+    check(MPI_Testall(n, requests, &done, MPI_STATUSES_IGNORE), what);
+    if (done) return;
+    if (polls % 256 == 255) {
+      const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      if (waited > timeout) {
+        int rank = 0, size = 0, world_rank = 0;
+        MPI_Comm_rank(comm, &rank);
+        MPI_Comm_size(comm, &size);
+        MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+        std::fprintf(stderr,
+                     "tidal: [rank %d] %s among %d ranks (this rank is %d of them) did not complete within %.3g "
+                     "minutes (--distributed-timeout-minutes): another rank is stuck, stopped or gone; ending the "
+                     "job. Raise the timeout if a rank may legitimately pause that long.\n",
+                     world_rank, what, size, rank, timeout / 60);
+        std::fflush(stderr);
+        MPI_Abort(MPI_COMM_WORLD, 1);
+        std::_Exit(1);
+      }
+    }
+    std::this_thread::yield();
+  }
+}
 
 // Runs its function when it goes out of scope (the call's statistics, also when it throws).
 struct Recorded {
@@ -146,17 +186,21 @@ void MpiCommunicator::all_to_all(const void* send, void* recv, int64_t bytes_per
   const auto* s = static_cast<const char*>(send);
   auto* r = static_cast<char*>(recv);
   if (bytes_per_rank <= kPiece) {
-    check(MPI_Alltoall(s, int(bytes_per_rank), MPI_BYTE, r, int(bytes_per_rank), MPI_BYTE, handle_->comm),
+    MPI_Request req;
+    check(MPI_Ialltoall(s, int(bytes_per_rank), MPI_BYTE, r, int(bytes_per_rank), MPI_BYTE, handle_->comm, &req),
           "MPI_Alltoall");
+    wait_for(&req, 1, "MPI_Alltoall", handle_->comm);
     return;
   }
   // Large blocks go in pieces: piece k of every block per call, as one element of a type whose
   // extent is the block size (MPI's counts and displacements are ints).
   for (int64_t at = 0; at < bytes_per_rank; at += kPiece) {
     const MPI_Datatype block = block_piece(std::min(kPiece, bytes_per_rank - at), bytes_per_rank);
-    const int rc = MPI_Alltoall(s + at, 1, block, r + at, 1, block, handle_->comm);
-    free_type(block);
+    MPI_Request req;
+    const int rc = MPI_Ialltoall(s + at, 1, block, r + at, 1, block, handle_->comm, &req);
+    free_type(block);  // freed once the pending call is done with it (MPI keeps it until then)
     check(rc, "MPI_Alltoall");
+    wait_for(&req, 1, "MPI_Alltoall", handle_->comm);
   }
 }
 
@@ -167,16 +211,20 @@ void MpiCommunicator::all_gather(const void* send, void* recv, int64_t bytes_per
   const auto* s = static_cast<const char*>(send);
   auto* r = static_cast<char*>(recv);
   if (bytes_per_rank <= kPiece) {
-    check(MPI_Allgather(s, int(bytes_per_rank), MPI_BYTE, r, int(bytes_per_rank), MPI_BYTE, handle_->comm),
+    MPI_Request req;
+    check(MPI_Iallgather(s, int(bytes_per_rank), MPI_BYTE, r, int(bytes_per_rank), MPI_BYTE, handle_->comm, &req),
           "MPI_Allgather");
+    wait_for(&req, 1, "MPI_Allgather", handle_->comm);
     return;
   }
   for (int64_t at = 0; at < bytes_per_rank; at += kPiece) {
     const int64_t n = std::min(kPiece, bytes_per_rank - at);
     const MPI_Datatype block = block_piece(n, bytes_per_rank);
-    const int rc = MPI_Allgather(s + at, int(n), MPI_BYTE, r + at, 1, block, handle_->comm);
+    MPI_Request req;
+    const int rc = MPI_Iallgather(s + at, int(n), MPI_BYTE, r + at, 1, block, handle_->comm, &req);
     free_type(block);
     check(rc, "MPI_Allgather");
+    wait_for(&req, 1, "MPI_Allgather", handle_->comm);
   }
 }
 
@@ -190,8 +238,7 @@ class Exchange {
   void send(const char* data, int64_t bytes, int peer) { post(const_cast<char*>(data), bytes, peer, true); }
   void receive(char* data, int64_t bytes, int peer) { post(data, bytes, peer, false); }
   void wait_all() {
-    if (!requests_.empty())
-      check(MPI_Waitall(int(requests_.size()), requests_.data(), MPI_STATUSES_IGNORE), "MPI_Waitall");
+    wait_for(requests_.data(), int(requests_.size()), "an exchange (MPI_Isend / MPI_Irecv)", comm_);
     requests_.clear();
   }
 
@@ -233,15 +280,20 @@ void MpiCommunicator::broadcast(void* data, int64_t bytes, int root) {
   const int64_t t0 = now_ns();
   Recorded done{[&] { record(rank_ == root ? bytes * (size_ - 1) : 0, rank_ == root ? 0 : bytes, now_ns() - t0); }};
   auto* p = static_cast<char*>(data);
-  for (int64_t done = 0; done < bytes; done += kPiece)
-    check(MPI_Bcast(p + done, int(std::min(kPiece, bytes - done)), MPI_BYTE, root, handle_->comm), "MPI_Bcast");
+  for (int64_t done = 0; done < bytes; done += kPiece) {
+    MPI_Request req;
+    check(MPI_Ibcast(p + done, int(std::min(kPiece, bytes - done)), MPI_BYTE, root, handle_->comm, &req), "MPI_Bcast");
+    wait_for(&req, 1, "MPI_Bcast", handle_->comm);
+  }
 }
 
 void MpiCommunicator::barrier() {
   std::lock_guard lock(mutex_);
   const int64_t t0 = now_ns();
   Recorded done{[&] { record(0, 0, now_ns() - t0); }};
-  check(MPI_Barrier(handle_->comm), "MPI_Barrier");
+  MPI_Request req;
+  check(MPI_Ibarrier(handle_->comm, &req), "MPI_Barrier");
+  wait_for(&req, 1, "MPI_Barrier", handle_->comm);
 }
 
 void MpiCommunicator::abort(int exit_code) {

@@ -50,6 +50,10 @@ Flags& add_parallel_flags(Flags& f) {
               "parameters per bucket of --overlap-grad-reduce, and per exchange round of the distributed optimizer's "
               "reduce-scatter (default max(40000000, 1000000 x ranks), Megatron's)",
               "N")
+      .option("distributed-timeout-minutes",
+              "end the job when a collective has waited this long for another rank (stuck, stopped or gone; "
+              "default 10, Megatron's)",
+              "M")
       .flag("overlap-param-gather",
             "ZeRO-3: gather the next layer's parameters on a communication stream while the current one computes")
       .option("expert-model-parallel-size",
@@ -93,6 +97,7 @@ ParallelLayout parse_parallel_layout(const Flags& f) {
   l.overlap_grad_reduce = f.flag_on("overlap-grad-reduce");
   l.bucket_size = f.integer("ddp-bucket-size", 0, 1, int64_t(1) << 40);
   l.overlap_param_gather = f.flag_on("overlap-param-gather");
+  l.timeout_minutes = f.number("distributed-timeout-minutes", l.timeout_minutes, 1e-3, 1e6);
   l.expert = int(f.integer("expert-model-parallel-size", 1, 1, kMaxDataParallelSize));
   TIDAL_CHECK(!l.overlap_param_gather || l.sharding == ShardingStrategy::optim_grads_params,
               "tidal train: --overlap-param-gather overlaps ZeRO-3's gathering of each layer's parameters: give "

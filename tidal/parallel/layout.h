@@ -36,6 +36,9 @@ struct ParallelLayout {
   bool overlap_param_gather = false;
   // --ddp-bucket-size: parameters (elements) per bucket; 0 is Megatron's default, max(4e7, 1e6 × ranks).
   int64_t bucket_size = 0;
+  // --distributed-timeout-minutes (Megatron's, default 10): a collective not done after this long ends the
+  // job (dist::set_collective_timeout).
+  double timeout_minutes = 10;
   // --distributed-backend (Megatron's): mpi moves every buffer over MPI; nccl moves device memory over
   // NCCL (the CUDA backend; bootstrapped over MPI, which keeps the host buffers) — docs/cuda.md.
   dist::DistributedBackend backend = dist::DistributedBackend::mpi;

@@ -116,6 +116,8 @@ TrainResult run_training_on(const TrainArgs& given, std::FILE* out, dist::Commun
   // --device cuda:N: that GPU is the process's before anything is allocated on it (a machine without
   // one fails here with CUDA's reason).
   select_device(given.device);
+  // --distributed-timeout-minutes: from here a collective that does not complete in time ends the job.
+  dist::set_collective_timeout(given.parallel.timeout_minutes * 60);
   TrainArgs bound = given.on(comm.size());
   check_same_settings(bound, comm);  // before anything else is collective
   const TrainArgs args = given.auto_memory ? hooks.choose(bound, comm, out) : bound;
