@@ -143,6 +143,22 @@ TEST_F(HostileInputs, AProfileSummaryOfTheWrongShapeIsExplained) {
 
 namespace {
 
+// --max-input-bytes refuses an input above the cap by name before anything is read (prepare and tokenizer train).
+TEST_F(HostileInputs, MaxInputBytesRefusesALargerFileByName) {
+  const std::string input = write("big.txt", std::string(5000, 'a') + "\n");
+  const std::string small = write("small.txt", "the quick brown fox\n");
+  expect_refused(kTidal + " tokenizer train --input " + small + " " + input + " --vocab-size 260 --output " + dir_ +
+                     "/t.json --max-input-bytes 4KiB",
+                 "big.txt holds 4.88 KiB, more than --max-input-bytes 4.00 KiB");
+  expect_refused(
+      kTidal + " prepare --input " + input + " --tokenizer x.json --output-prefix " + dir_ + "/p --max-input-bytes 100",
+      "more than --max-input-bytes 100 B");
+  const Result ok = tidal::testing::run_command(kTidal + " tokenizer train --input " + small +
+                                                " --vocab-size 260 --min-frequency 1 --output " + dir_ +
+                                                "/t.json --max-input-bytes 4KiB");
+  EXPECT_EQ(ok.code, 0) << ok.output;
+}
+
 // Host memory running out (std::bad_alloc anywhere) is the out-of-memory exit, 3, with a message, not "unexpected
 // error" and exit 1: 60 MB of DNA letters (one pre-token) for BPE training under a 1.5 GB address-space limit.
 TEST_F(HostileInputs, RunningOutOfHostMemoryIsTheOutOfMemoryExit) {

@@ -1,12 +1,14 @@
 // `tidal tokenizer`: train a byte-level BPE tokenizer on text files, and encode / decode with one.
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <sstream>
 
 #include "tidal/base/error.h"
 #include "tidal/base/flags.h"
 #include "tidal/data/corpus.h"
 #include "tidal/data/tokenizer.h"
+#include "tidal/memory_stats.h"
 #include "tools/tidal/cli.h"
 #include "tools/tidal/data_commands.h"
 
@@ -144,12 +146,27 @@ int info(const std::vector<std::string>& argv) {
 Flags& add_text_input_flags(Flags& f) {
   return f.multi("input", "text files, or directories of them", "FILE|DIR")
       .flag("split-on-fortune-delimiter", "one document per fortune entry (default: one per input file)")
-      .flag("split-on-blank-lines", "one document per blank-line separated paragraph");
+      .flag("split-on-blank-lines", "one document per blank-line separated paragraph")
+      .option("max-input-bytes",
+              "refuse an input file larger than this (e.g. 10GiB), before reading anything (default: no limit)",
+              "BYTES");
 }
 
 std::vector<std::string> text_input_files(const Flags& f, const std::string& command) {
   TIDAL_CHECK(f.has("input"), "tidal ", command, ": --input FILE [FILE ...] is required");
-  return data::expand_inputs(f.strs("input"));
+  std::vector<std::string> files = data::expand_inputs(f.strs("input"));
+  if (f.has("max-input-bytes")) {  // checked for every file before the first is read
+    const int64_t cap = parse_bytes(f.str("max-input-bytes"));
+    TIDAL_CHECK(cap > 0, "tidal ", command, ": --max-input-bytes must be positive, got '", f.str("max-input-bytes"),
+                "'");
+    for (const std::string& file : files) {
+      std::error_code ec;
+      const auto size = std::filesystem::file_size(file, ec);
+      TIDAL_CHECK(ec || int64_t(size) <= cap, "tidal ", command, ": ", file, " holds ", format_bytes(int64_t(size)),
+                  ", more than --max-input-bytes ", format_bytes(cap), ": split it, or raise the limit");
+    }
+  }
+  return files;
 }
 
 data::DocumentSplit document_split(const Flags& f, const std::string& command) {
