@@ -1,6 +1,7 @@
 #pragma once
 // The data commands of the `tidal` command line: `tidal tokenizer` (train, encode, decode, info) and
 // `tidal prepare` (text files to a Megatron indexed dataset, instruction data to MindSpeed-LLM's packed datasets).
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -21,5 +22,12 @@ int prepare_instruction(const Flags& f, const std::vector<std::string>& files);
 Flags& add_text_input_flags(Flags& f);
 std::vector<std::string> text_input_files(const Flags& f, const std::string& command);
 data::DocumentSplit document_split(const Flags& f, const std::string& command);
+
+// Runs `work`; host memory running out in it (std::bad_alloc) becomes the out-of-memory error (exit 3) naming
+// what it was doing: "out of host memory while tokenizing data/big.txt (57.22 MiB): ..." (main() puts the command
+// before it).
+void naming_oom(const std::string& doing, const std::function<void()>& work);
+// "PATH (SIZE)" of an input file, for naming_oom.
+std::string input_named(const std::string& path);
 
 }  // namespace tidal::cli

@@ -84,18 +84,20 @@ int prepare_json_lines(const Flags& a, const std::vector<std::string>& files, da
   int64_t bytes = 0;
   const data::BadLine bad = policy == "skip" ? data::BadLine::skip : data::BadLine::fail;
   for (const std::string& path : files)
-    data::for_each_json_record(path, keys, bad, counts, [&](std::vector<std::string>&& values) {
-      for (size_t i = 0; i < sets.size(); ++i) {
-        KeyDataset& d = sets[i];
-        if (values[i].find_first_not_of(" \t\r\n") == std::string::npos) {
-          ++d.empty;  // no document (Megatron's would be empty too)
-          continue;
+    naming_oom("tokenizing " + input_named(path), [&] {
+      data::for_each_json_record(path, keys, bad, counts, [&](std::vector<std::string>&& values) {
+        for (size_t i = 0; i < sets.size(); ++i) {
+          KeyDataset& d = sets[i];
+          if (values[i].find_first_not_of(" \t\r\n") == std::string::npos) {
+            ++d.empty;  // no document (Megatron's would be empty too)
+            continue;
+          }
+          bytes += int64_t(values[i].size());
+          d.pending_bytes += values[i].size();
+          d.pending.push_back(std::move(values[i]));
+          if (d.pending_bytes >= (size_t(32) << 20)) flush(d);
         }
-        bytes += int64_t(values[i].size());
-        d.pending_bytes += values[i].size();
-        d.pending.push_back(std::move(values[i]));
-        if (d.pending_bytes >= (size_t(32) << 20)) flush(d);
-      }
+      });
     });
   progress.clear();
   for (KeyDataset& d : sets) {
@@ -185,23 +187,24 @@ int run_prepare(const std::vector<std::string>& argv) {
   PrepareProgress progress("documents", log_interval(a), input_bytes(files));
   // Documents are encoded in parallel (Tokenizer::encode_batch), about 32 MB of text at a time.
   std::vector<std::vector<int64_t>> ids;
-  for (const std::string& path : files) {
-    const std::string text = data::read_file(path);
-    const std::vector<std::string_view> docs = data::split_text(text, split);
-    for (size_t first = 0; first < docs.size();) {
-      size_t last = first, batch_bytes = 0;
-      while (last < docs.size() && (last == first || batch_bytes < (size_t(32) << 20)))
-        batch_bytes += docs[last++].size();
-      ids = tok.encode_batch(std::vector<std::string_view>(docs.begin() + long(first), docs.begin() + long(last)));
-      for (std::vector<int64_t>& doc_ids : ids) {
-        if (eod) doc_ids.push_back(eod_id);
-        writer.add_document(doc_ids);
+  for (const std::string& path : files)
+    naming_oom("tokenizing " + input_named(path), [&] {
+      const std::string text = data::read_file(path);
+      const std::vector<std::string_view> docs = data::split_text(text, split);
+      for (size_t first = 0; first < docs.size();) {
+        size_t last = first, batch_bytes = 0;
+        while (last < docs.size() && (last == first || batch_bytes < (size_t(32) << 20)))
+          batch_bytes += docs[last++].size();
+        ids = tok.encode_batch(std::vector<std::string_view>(docs.begin() + long(first), docs.begin() + long(last)));
+        for (std::vector<int64_t>& doc_ids : ids) {
+          if (eod) doc_ids.push_back(eod_id);
+          writer.add_document(doc_ids);
+        }
+        bytes += int64_t(batch_bytes);
+        first = last;
+        progress.update(writer.num_documents(), bytes);
       }
-      bytes += int64_t(batch_bytes);
-      first = last;
-      progress.update(writer.num_documents(), bytes);
-    }
-  }
+    });
   progress.clear();
   TIDAL_CHECK(writer.num_documents() > 0, "tidal prepare: the inputs hold no document (only empty text?)");
   writer.finish();

@@ -106,16 +106,18 @@ int prepare_instruction(const Flags& a, const std::vector<std::string>& files) {
   PrepareProgress progress("records", log_interval(a), 0);
   int64_t text_bytes = 0;
   for (const std::string& path : files)
-    data::for_each_json_object(path, bad, jsonl, [&](const nlohmann::json& record) {
-      std::string wrong = data::conversation_of(record, keys, messages);
-      if (!wrong.empty()) return wrong;
-      pending.push_back(data::render_chat(type, messages));
-      for (const data::ChatSegment& segment : pending.back()) text_bytes += int64_t(segment.text.size());
-      if (pending.size() >= 4096) {
-        flush();
-        progress.update(jsonl.records, text_bytes);  // the rendered conversations' text
-      }
-      return std::string();
+    naming_oom("preparing " + input_named(path), [&] {
+      data::for_each_json_object(path, bad, jsonl, [&](const nlohmann::json& record) {
+        std::string wrong = data::conversation_of(record, keys, messages);
+        if (!wrong.empty()) return wrong;
+        pending.push_back(data::render_chat(type, messages));
+        for (const data::ChatSegment& segment : pending.back()) text_bytes += int64_t(segment.text.size());
+        if (pending.size() >= 4096) {
+          flush();
+          progress.update(jsonl.records, text_bytes);  // the rendered conversations' text
+        }
+        return std::string();
+      });
     });
   progress.clear();
   flush();

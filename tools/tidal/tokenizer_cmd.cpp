@@ -2,8 +2,11 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <new>
+#include <optional>
 #include <sstream>
 
+#include "tidal/allocator.h"
 #include "tidal/base/error.h"
 #include "tidal/base/flags.h"
 #include "tidal/data/corpus.h"
@@ -49,10 +52,15 @@ int train(const std::vector<std::string>& argv) {
   const std::vector<std::string> files = text_input_files(a, "tokenizer train");
   std::vector<std::string> docs;
   const data::DocumentSplit split = document_split(a, "tokenizer train");
-  data::for_each_document(files, split, [&](std::string_view d) { docs.emplace_back(d); });
+  for (const std::string& file : files)
+    naming_oom("reading " + input_named(file),
+               [&] { data::for_each_document({file}, split, [&](std::string_view d) { docs.emplace_back(d); }); });
   TIDAL_CHECK(!docs.empty(), "tidal tokenizer train: the inputs hold no text");
   data::TrainStats stats;
-  const data::Tokenizer tok = data::Tokenizer::train(docs, opt, &stats);
+  std::optional<data::Tokenizer> trained;
+  naming_oom("training on " + std::to_string(files.size()) + " input file(s) from " + input_named(files.front()),
+             [&] { trained = data::Tokenizer::train(docs, opt, &stats); });
+  const data::Tokenizer& tok = *trained;
   const std::string output = a.str("output", "");
   tok.save(output);
   const auto start = std::chrono::steady_clock::now();
@@ -167,6 +175,23 @@ std::vector<std::string> text_input_files(const Flags& f, const std::string& com
     }
   }
   return files;
+}
+
+void naming_oom(const std::string& doing, const std::function<void()>& work) {
+  try {
+    work();
+  } catch (const std::bad_alloc&) {
+    throw OutOfMemory("out of host memory while " + doing +
+                          ": the input, or what is built from it, needs more memory than this machine has; split "
+                          "it into smaller files (--max-input-bytes refuses large ones up front)",
+                      0, MemoryStats{});
+  }
+}
+
+std::string input_named(const std::string& path) {
+  std::error_code ec;
+  const auto size = std::filesystem::file_size(path, ec);
+  return ec ? path : path + " (" + format_bytes(int64_t(size)) + ")";
 }
 
 data::DocumentSplit document_split(const Flags& f, const std::string& command) {
