@@ -29,5 +29,26 @@ TEST(LoraDataParallel, Bf16OneMicroBatchPerRankIsBitwiseOneProcess) {
   compare("tiny-llama", 1, 0.0, {"--use-distributed-optimizer"}, -1, bf16);
 }
 
+// A LoRA run's checkpoints under ZeRO-1 (every rank's shard of the adapters' states) resume bit for bit on the
+// same ranks, and one process resumes from them too (the adapters compared, beside the untouched base).
+TEST(LoraDataParallel, ShardedCheckpointsResumeBitwise) {
+  dist::Communicator& world = dist::world();
+  auto args = [&](const std::string& save, int64_t iters, const std::string& load, bool sharded) {
+    std::vector<std::string> extra = kLora;
+    extra.insert(extra.end(), {"--lr-decay-iters", "4"});
+    if (!load.empty()) extra.insert(extra.end(), {"--load", load});
+    if (sharded) extra.push_back("--use-distributed-optimizer");
+    return args_for(2, 2 * world.size(), save, "tiny-llama", extra, iters);
+  };
+  const ResumedRuns runs = resume_runs(world, scratch_dir("lora_resume", world.size()), args);
+  int adapters = 0;
+  for (const auto& [name, t] : runs.full) {
+    adapters += name.find("lora_") != std::string::npos;
+    EXPECT_EQ(max_abs_difference(runs.resumed.at(name), t), 0.0) << "resumed " << name;
+    EXPECT_EQ(max_abs_difference(runs.one.at(name), t), 0.0) << "one process " << name;
+  }
+  EXPECT_EQ(adapters, 2 * 3 * 2);  // 2 layers x (q, v, gate) x (A, B)
+}
+
 }  // namespace
 }  // namespace tidal::train

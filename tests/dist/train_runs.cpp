@@ -111,8 +111,12 @@ ResumedRuns resume_runs(dist::Communicator& world, const std::string& dir, const
   run_training(args(own, 4, dir + "/half", false), quiet, single);
   world.barrier();
   std::fclose(quiet);
-  const auto model = [](const std::string& run) {
-    return io::load_safetensors(run + "/iter_0000004/model.safetensors").tensors;
+  const auto model = [](const std::string& run) {  // with a LoRA run's adapters (their PEFT names)
+    std::map<std::string, Tensor> t = io::load_safetensors(run + "/iter_0000004/model.safetensors").tensors;
+    const std::string adapters = run + "/iter_0000004/adapter_model.safetensors";
+    if (std::filesystem::exists(adapters))
+      for (auto& [name, a] : io::load_safetensors(adapters).tensors) t.emplace(name, a);
+    return t;
   };
   return {model(dir + "/full"), model(dir + "/resumed"), model(own)};
 }

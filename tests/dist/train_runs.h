@@ -43,7 +43,8 @@ void compare(const std::string& model, int64_t micro_per_rank, double tolerance,
 
 // A run interrupted and resumed, in `dir` (emptied first): `args(save, iters, load, sharded)` gives the
 // flags. Trains 4 steps uninterrupted and 2 saved on `world` (sharded), resumes those to 4 on `world`,
-// and one process (not sharded) from the same save. Returns the three models after step 4.
+// and one process (not sharded) from the same save. Returns the three models after step 4 (a LoRA run's: the
+// base and the adapters).
 struct ResumedRuns {
   std::map<std::string, Tensor> full, resumed, one;
 };
