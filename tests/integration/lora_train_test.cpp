@@ -30,8 +30,8 @@ namespace {
 const std::string kQwen3 = std::string(TIDAL_SOURCE_DIR) + "/tests/fixtures/hf/tiny_qwen3";
 const std::string kTidal = std::string(TIDAL_BINARY_DIR) + "/tidal";
 
-// tiny-llama on mock data with adapters on q_proj and v_proj: 2 x 32 tokens per micro-batch, one per step.
-std::vector<std::string> lora_run(const std::vector<std::string>& more, int64_t iters = 3) {
+// tiny-llama on mock data: 2 x 32 tokens per micro-batch, one per step, a constant learning rate.
+std::vector<std::string> tiny_run(const std::vector<std::string>& more, int64_t iters = 3) {
   return with({"--model",
                "tiny-llama",
                "--mock-data",
@@ -52,13 +52,13 @@ std::vector<std::string> lora_run(const std::vector<std::string>& more, int64_t 
                "--eval-interval",
                "0",
                "--log-interval",
-               "100",
-               "--lora-target-modules",
-               "q_proj",
-               "v_proj",
-               "--lora-r",
-               "4"},
+               "100"},
               more);
+}
+
+// The same with adapters on q_proj and v_proj.
+std::vector<std::string> lora_run(const std::vector<std::string>& more, int64_t iters = 3) {
+  return tiny_run(with({"--lora-target-modules", "q_proj", "v_proj", "--lora-r", "4"}, more), iters);
 }
 
 std::map<std::string, Tensor> adapters_of(const std::string& save) {
@@ -225,25 +225,9 @@ TEST(LoraTrain, FlagsAndResumesAUserCanGetWrong) {
             std::string::npos);
   const std::string dir = fresh_dir("lora_resume_errors");
   train(lora_run({"--save", dir}, 2));
-  std::vector<std::string> plain = {"--model",
-                                    "tiny-llama",
-                                    "--mock-data",
-                                    "--seq-length",
-                                    "32",
-                                    "--micro-batch-size",
-                                    "2",
-                                    "--global-batch-size",
-                                    "2",
-                                    "--train-iters",
-                                    "3",
-                                    "--eval-interval",
-                                    "0",
-                                    "--load",
-                                    dir};
-  EXPECT_NE(testing::error_of([&] { train(plain); }).find("is a LoRA run's"), std::string::npos);
+  EXPECT_NE(testing::error_of([&] { train(tiny_run({"--load", dir})); }).find("is a LoRA run's"), std::string::npos);
   const std::string full = fresh_dir("lora_full_ckpt");
-  plain.back() = full;
-  train(with(plain, {"--save", full}));
+  train(tiny_run({"--save", full}));
   EXPECT_NE(testing::error_of([&] {
               train(lora_run({"--load", full}, 4));
             }).find("was saved without LoRA"),

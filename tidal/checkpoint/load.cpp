@@ -62,10 +62,10 @@ Checkpoint load_checkpoint(const std::string& dir, const std::function<bool(cons
   if (c.shards.ranks == 0) c.optimizer = io::load_safetensors(c.path + "/optimizer.safetensors", keep).tensors;
   c.config = parse_json(io::read_file(c.path + "/config.json"), "[checkpoint] " + c.path + "/config.json");
   if (lora) {
-    const models::AdapterFiles a = models::read_adapter_dir(c.path);
-    c.adapter_config = parse_json(io::read_file(c.path + "/" + models::kAdapterConfigFile), where);
-    for (const auto& [name, t] : a.weights)
-      if (!keep || keep(name)) c.model.emplace(name, t);
+    models::AdapterFiles a = models::read_adapter_dir(c.path);
+    c.lora = std::move(a.config);
+    for (auto& [name, t] : a.weights)
+      if (!keep || keep(name)) c.model.emplace(name, std::move(t));
   }
   if (files.contains("tokenizer.json")) c.tokenizer_path = c.path + "/tokenizer.json";
   return c;

@@ -5,9 +5,11 @@
 #include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 
 #include "tidal/checkpoint/format.h"
+#include "tidal/nn/lora.h"
 #include "tidal/tensor.h"
 
 namespace tidal::checkpoint {
@@ -18,10 +20,10 @@ struct Checkpoint {
   std::map<std::string, Tensor> optimizer;  // one process's form; empty when shards.ranks > 0
   OptimizerShards shards;                   // read a rank's file with load_optimizer_shard
   nlohmann::json config;
-  std::string path;               // the iter_* directory it came from
-  std::string tokenizer_path;     // its tokenizer.json, or "" when it has none
-  nlohmann::json files;           // state.json's record of every file's size and CRC-32
-  nlohmann::json adapter_config;  // a LoRA run's adapter_config.json; null otherwise
+  std::string path;                    // the iter_* directory it came from
+  std::string tokenizer_path;          // its tokenizer.json, or "" when it has none
+  nlohmann::json files;                // state.json's record of every file's size and CRC-32
+  std::optional<nn::LoraConfig> lora;  // a LoRA run's adapter settings (its adapter_config.json); none otherwise
 };
 
 // Reads the latest complete checkpoint under `dir`, verifying every file's size and CRC-32 (a

@@ -105,10 +105,10 @@ void RankState::load(const Checkpoint& ck) const {
   // A ZeRO-3 model built without its values (nn/deferred_init.h) gets its bytes to load into.
   for (const auto& [name, p] : model_.named_parameters()) p.storage()->rematerialize();
   const bool lora = !adapter_config_.is_null();
-  TIDAL_CHECK(lora || ck.adapter_config.is_null(), "[checkpoint] ", ck.path,
+  TIDAL_CHECK(lora || !ck.lora, "[checkpoint] ", ck.path,
               " is a LoRA run's (it holds adapter_model.safetensors): resume it with the same --lora-* flags, or ",
               "fold the adapters in with tidal export --merge-lora and train that");
-  TIDAL_CHECK(!lora || !ck.adapter_config.is_null(), "[checkpoint] ", ck.path,
+  TIDAL_CHECK(!lora || ck.lora, "[checkpoint] ", ck.path,
               " was saved without LoRA: to fine-tune it with LoRA, start from it with --pretrained ", ck.path,
               " (a checkpoint directory is a Hugging Face model directory) instead of --load");
   model_.load_state_dict(ck.model);

@@ -16,11 +16,10 @@ SavedModel load_saved_model(const std::string& dir, const std::string& adapter_d
   if (latest_iteration(dir) >= 0) {  // a training checkpoint: a LoRA run's adapters are among its model tensors
     Checkpoint ck = load_checkpoint(dir);
     s.model = models::create_model(models::config_from_json(ck.config), init);
-    if (!ck.adapter_config.is_null()) {
+    if (ck.lora) {
       TIDAL_CHECK(adapter_dir.empty(), "[lora] ", ck.path,
                   " is a LoRA run's checkpoint with its own adapters: ", "give no other adapter directory");
-      nn::apply_lora(*s.model, models::lora_config_from_json(ck.adapter_config, ck.path + "/adapter_config.json"),
-                     init);
+      nn::apply_lora(*s.model, *ck.lora, init);
       s.lora = true;
     }
     s.model->load_state_dict(ck.model);

@@ -123,22 +123,23 @@ nn::LoraConfig read_adapter_config(const std::string& dir) {
   return lora_config_from_json(parse_json(io::read_file(cfg), "[lora] " + cfg), "[lora] " + cfg);
 }
 
-AdapterFiles read_adapter_dir(const std::string& dir) {
+std::map<std::string, Tensor> read_adapter_weights(const std::string& dir) {
   namespace fs = std::filesystem;
-  AdapterFiles a;
-  a.config = read_adapter_config(dir);
   const std::string weights = dir + "/" + kAdapterWeightsFile;
   TIDAL_CHECK(
       fs::exists(weights), "[lora] ", dir, " has no ", kAdapterWeightsFile,
       fs::exists(dir + "/adapter_model.bin") ? " (only adapter_model.bin: save it with safe_serialization=True)" : "");
+  std::map<std::string, Tensor> out;
   for (auto& [key, t] : io::load_safetensors(weights).tensors) {
     const std::string name = name_from_peft(key);
     TIDAL_CHECK(!name.empty() && nn::is_lora_parameter(name), "[lora] ", weights, " holds ", io::shown_name(key),
                 ", which is not a LoRA weight of PEFT's naming (base_model.model.<module>.lora_A.weight)");
-    a.weights.emplace(name, std::move(t));
+    out.emplace(name, std::move(t));
   }
-  return a;
+  return out;
 }
+
+AdapterFiles read_adapter_dir(const std::string& dir) { return {read_adapter_config(dir), read_adapter_weights(dir)}; }
 
 void load_adapter_weights(nn::Module& model, const std::map<std::string, Tensor>& weights, const std::string& source) {
   NoGradGuard no_grad;

@@ -35,6 +35,8 @@ struct AdapterFiles {
 };
 // The LoRA settings of DIR/adapter_config.json (lora_config_from_json).
 nn::LoraConfig read_adapter_config(const std::string& dir);
+// The adapters of DIR/adapter_model.safetensors, by the model's own names.
+std::map<std::string, Tensor> read_adapter_weights(const std::string& dir);
 // Reads DIR/adapter_config.json and DIR/adapter_model.safetensors. Throws naming the file and what is wrong.
 AdapterFiles read_adapter_dir(const std::string& dir);
 // Copies `weights` (own names) into the adapters of `model`: each adapter tensor must be there with its shape,

@@ -61,8 +61,7 @@ std::vector<int64_t> shard_sizes(const train::TrainArgs& args, int ranks) {
   init.device = Device::meta();
   std::vector<int64_t> numels;
   const std::unique_ptr<models::CausalLM> model = models::create_model(config, init);
-  const nn::LoraConfig lora = train::resolved_lora(args.lora);
-  if (lora.enabled()) nn::apply_lora(*model, lora, init);  // the optimizer holds the adapters alone
+  if (args.lora.enabled()) nn::apply_lora(*model, args.lora.config, init);  // the optimizer holds the adapters alone
   for (const auto& [name, p] : model->named_trainable_parameters()) numels.push_back(p.numel());
   const optim::ShardLayout layout = optim::make_shard_layout(numels, ranks, optim::kGradNormChunk);
   std::vector<int64_t> sizes;

@@ -271,7 +271,7 @@ TriageSettings triage_settings(const train::TrainArgs& args) {
   s.attention = args.attention;
   s.memory = args.memory;
   s.precision = args.precision;
-  s.lora = train::resolved_lora(args.lora);
+  s.lora = args.lora.config;
   return s;
 }
 }  // namespace tidal::plan

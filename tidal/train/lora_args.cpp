@@ -21,11 +21,6 @@ Flags& add_lora_flags(Flags& f) {
               "DIR");
 }
 
-nn::LoraConfig resolved_lora(const LoraArgs& a) {
-  if (a.config.enabled() || a.load.empty()) return a.config;
-  return models::read_adapter_config(a.load);
-}
-
 LoraArgs parse_lora_args(const Flags& f) {
   LoraArgs a;
   nn::LoraConfig& c = a.config;
@@ -38,6 +33,7 @@ LoraArgs parse_lora_args(const Flags& f) {
   if (!c.enabled() && a.load.empty())
     for (const char* flag : {"lora-r", "lora-alpha", "lora-dropout", "lora-use-rslora"})
       TIDAL_CHECK(!f.has(flag), "tidal train: --", flag, " needs --lora-target-modules NAME... (the layers to adapt)");
+  if (!c.enabled() && !a.load.empty()) c = models::read_adapter_config(a.load);  // the adapter's own settings
   return a;
 }
 

@@ -10,18 +10,16 @@
 namespace tidal::train {
 
 struct LoraArgs {
-  // Its target_modules empty: no LoRA. With --lora-load and no --lora-target-modules, the adapter's own
-  // settings are taken (setup reads them).
+  // The adapters' settings: the flags', or with --lora-load and no --lora-target-modules the adapter's own
+  // (read from its adapter_config.json while parsing). Its target_modules empty: no LoRA.
   nn::LoraConfig config;
   std::string load;  // --lora-load DIR ("": adapters start as PEFT initializes them)
-  bool enabled() const { return config.enabled() || !load.empty(); }
+  bool enabled() const { return config.enabled(); }
 };
 
 Flags& add_lora_flags(Flags& f);
-// The adapters' settings: the flags', or with --lora-load and no --lora-target-modules the adapter's own
-// (read from its adapter_config.json). Not enabled() without LoRA.
-nn::LoraConfig resolved_lora(const LoraArgs& a);
-// Reads and validates the LoRA flags of a parsed `f`; throws tidal::Error naming the flag.
+// Reads and validates the LoRA flags of a parsed `f` (and --lora-load's adapter_config.json when the flags
+// name no targets); throws tidal::Error naming the flag or the file.
 LoraArgs parse_lora_args(const Flags& f);
 
 }  // namespace tidal::train

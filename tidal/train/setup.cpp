@@ -173,16 +173,15 @@ std::unique_ptr<memory::Offloader> attach_offloader(const memory::MemoryConfig& 
 // --lora-*: the adapters on the built (and loaded) model, the rest frozen, and --lora-load's weights.
 // Returns adapter_config.json's document, which the checkpoints write beside the adapters.
 nlohmann::json attach_lora(const TrainArgs& args, models::CausalLM& model, Device device, std::FILE* out) {
-  const nn::LoraConfig config = resolved_lora(args.lora);  // the flags', or the adapter's own
-  models::AdapterFiles loaded;
-  if (!args.lora.load.empty()) loaded = models::read_adapter_dir(args.lora.load);
+  const nn::LoraConfig& config = args.lora.config;  // the flags', or the adapter's own (parse_lora_args)
   nn::Init init;
   init.device = device;
   init.dtype = args.precision.param_dtype();
   const int64_t total = model.num_parameters();
   const nn::AppliedLora applied = nn::apply_lora(model, config, init);
   if (!args.lora.load.empty())
-    models::load_adapter_weights(model, loaded.weights, args.lora.load + "/" + models::kAdapterWeightsFile);
+    models::load_adapter_weights(model, models::read_adapter_weights(args.lora.load),
+                                 args.lora.load + "/" + models::kAdapterWeightsFile);
   int64_t trainable = 0;
   for (const auto& [name, p] : model.named_trainable_parameters()) trainable += p.numel();
   std::string targets;
