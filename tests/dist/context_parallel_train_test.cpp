@@ -130,6 +130,9 @@ TEST(ContextParallel, SlidingWindowAndBiasesOnTwoRanks) {
   compare_cp("tiny-deepseek-v3", 2);
   compare_cp("tiny-deepseek-v3", 2, {"--attention", "eager"});
   compare_cp("tiny-deepseek-v3", 2, {"--recompute-modules", "mla_up_proj,moe", "--activation-offload"});
+  // Multi-token prediction: each rank rolls its chunks' ids and targets from the whole sequence and weighs
+  // each depth's local mean by its share of the depth's targets.
+  compare_cp("tiny-deepseek-v3", 2, {"--mtp-num-layers", "2"});
 }
 
 // Packed documents (--reset-position-ids --reset-attention-mask) on the built-in corpus, whose fortunes

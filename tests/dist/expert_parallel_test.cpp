@@ -186,6 +186,8 @@ TEST(ExpertParallel, DeepseekV3AgreesWithOneProcess) {
   if (n < 2 || models::preset("tiny-deepseek-v3").num_experts % n != 0) GTEST_SKIP() << n << " ranks";
   compare_with_one_process(n, {}, {}, {}, "tiny-deepseek-v3");
   compare_with_one_process(n, {"--recompute-modules", "moe"}, {}, {}, "tiny-deepseek-v3");
+  // Multi-token prediction: the MTP depths' MoE layers shard their experts like the model's.
+  compare_with_one_process(n, {}, {"--mtp-num-layers", "2"}, {}, "tiny-deepseek-v3");
   // The expert-bias update from every rank's counts (all-reduced): the biases, and so the routing of the
   // later steps, are one process's.
   compare_with_one_process(n, {}, {"--moe-router-enable-expert-bias", "--moe-router-bias-update-rate", "0.05"}, {},

@@ -26,6 +26,7 @@ Trained train(dist::Communicator& comm, const TrainArgs& args) {
   models::ModelConfig config = args.model;
   std::FILE* quiet = std::fopen("/dev/null", "w");
   Trained t;
+  t.model = args.model;
   {
     Setup s = setup_training(args, config, quiet, comm);
     profile::Profiler profiler(profile::ProfileOptions{}, nlohmann::json::object());
@@ -62,7 +63,7 @@ namespace {
 // experts of 3 weights of hidden x moe_ffn (`element` bytes each).
 int64_t expert_bytes(const models::ModelConfig& m, int e, int64_t element) {
   int64_t sparse = 0;
-  for (int64_t l = 0; l < m.num_hidden_layers; ++l) sparse += m.is_moe_layer(l) ? 1 : 0;
+  for (int64_t l = 0; l < m.num_hidden_layers + m.mtp_num_layers; ++l) sparse += m.is_moe_layer(l) ? 1 : 0;
   return sparse * (m.num_experts / e) * 3 * m.hidden_size * m.moe_intermediate_size * element;
 }
 
@@ -79,8 +80,7 @@ double max_excess(const Tensor& a, const Tensor& b, double relative) {
 
 }  // namespace
 
-void expect_agrees(const Trained& ep, const Trained& one, int e, int64_t element, Tolerances tol,
-                   const std::string& model) {
+void expect_agrees(const Trained& ep, const Trained& one, int e, int64_t element, Tolerances tol) {
   EXPECT_EQ(ep.losses.size(), one.losses.size());
   double loss_diff = 0, weight_diff = 0;
   for (size_t i = 0; i < ep.losses.size() && i < one.losses.size(); ++i) {
@@ -100,7 +100,7 @@ void expect_agrees(const Trained& ep, const Trained& one, int e, int64_t element
   if (std::getenv("TIDAL_PRINT_DIFFERENCES"))  // to measure the tolerances
     std::fprintf(stderr, "[rank %d] E=%d: losses within %.3g, weights within %.3g (beyond the relative part)\n",
                  dist::world().rank(), e, loss_diff, weight_diff);
-  const models::ModelConfig m = models::preset(model);
+  const models::ModelConfig& m = ep.model;
   // Per rank and MoE layer: num_experts / E experts × 3 weights of hidden × moe_ffn elements.
   EXPECT_EQ(int64_t(experts) * m.hidden_size * m.moe_intermediate_size * element, expert_bytes(m, e, element));
   EXPECT_EQ(ep.expert_bytes, expert_bytes(m, e, element));
@@ -116,8 +116,8 @@ Trained compare_with_one_process(int e, const std::vector<std::string>& extra, c
   Trained one = train(single, expert_args(1, both, model));
   // f32 parameters, or bf16 with --bf16.
   const int64_t element = std::find(both.begin(), both.end(), "--bf16") != both.end() ? 2 : 4;
-  expect_agrees(ep, one, e, element, tol, model);
-  const models::ModelConfig m = models::preset(model);
+  expect_agrees(ep, one, e, element, tol);
+  const models::ModelConfig& m = ep.model;
   EXPECT_EQ(one.parameter_bytes - ep.parameter_bytes, expert_bytes(m, 1, element) - expert_bytes(m, e, element));
   return ep;
 }

@@ -23,6 +23,7 @@ struct Trained {
                                           // experts' LoRA adapters
   MemoryStats memory;                     // the allocator's after training (peaks since the setup's reset)
   int64_t comm_calls = 0;
+  models::ModelConfig model;  // the run's (its MTP depths' MoE layers hold experts too)
 };
 
 // `tidal train`'s setup and steps, keeping this rank's trained parameters (its experts only).
@@ -61,10 +62,9 @@ TrainArgs expert_args(int64_t micro_per_rank, const std::vector<std::string>& fl
 
 // `ep` (this run's ranks with --expert-model-parallel-size `e`) against `one` (one process
 // accumulating the same micro-batches): losses and every parameter of this rank (the experts by
-// their global names) within `tol`; this rank holds num_experts / E experts of each of `model`'s sparse
-// layers (`element` bytes each).
-void expect_agrees(const Trained& ep, const Trained& one, int e, int64_t element, Tolerances tol,
-                   const std::string& model = "tiny-qwen3-moe");
+// their global names) within `tol`; this rank holds num_experts / E experts of each sparse layer of `ep`'s model
+// (its MTP depths' included; `element` bytes each).
+void expect_agrees(const Trained& ep, const Trained& one, int e, int64_t element, Tolerances tol);
 
 // This run's ranks with --expert-model-parallel-size `e` (and `extra`) against one process
 // accumulating the same micro-batches, both with `both`; returns the expert-parallel run.

@@ -35,6 +35,14 @@ TEST(DataParallel, OneMicroBatchPerRankIsBitwiseOneProcessForMoE) { compare("tin
 // fp32 rounding of a few additions, then 4 AdamW steps of lr 2e-3 (updates of ~lr each).
 TEST(DataParallel, SeveralMicroBatchesPerRankAgreeToSummationOrder) { compare("tiny-gpt2", 2, 1e-5); }
 
+// Multi-token prediction (--mtp-num-layers): the depths' losses average over the ranks' micro-batches as the main
+// loss does; under ZeRO-3 the depths' parameters are gathered for the step like the embedding's.
+TEST(DataParallel, MultiTokenPredictionAgreesWithOneProcess) {
+  const std::vector<std::string> mtp = {"--mtp-num-layers", "2"};
+  compare("tiny-deepseek-v3", 1, 0.0, {}, -1, mtp);
+  compare("tiny-deepseek-v3", 2, 1e-5, {"--data-parallel-sharding-strategy", "optim_grads_params"}, -1, mtp);
+}
+
 // --bf16 (train/main_grads.h): each rank's f32 gradient sums are all-reduced as an f32 run's are, in
 // rank order; with one micro-batch per rank that is one process's order of f32 additions, so the bf16
 // weights are bit for bit one process's. In the MoE model an expert none of a rank's tokens chose

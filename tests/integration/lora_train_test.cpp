@@ -32,28 +32,7 @@ const std::string kTidal = std::string(TIDAL_BINARY_DIR) + "/tidal";
 
 // tiny-llama on mock data: 2 x 32 tokens per micro-batch, one per step, a constant learning rate.
 std::vector<std::string> tiny_run(const std::vector<std::string>& more, int64_t iters = 3) {
-  return with({"--model",
-               "tiny-llama",
-               "--mock-data",
-               "--seq-length",
-               "32",
-               "--micro-batch-size",
-               "2",
-               "--global-batch-size",
-               "2",
-               "--train-iters",
-               std::to_string(iters),
-               "--lr",
-               "1e-2",
-               "--lr-warmup-iters",
-               "0",
-               "--lr-decay-style",
-               "constant",
-               "--eval-interval",
-               "0",
-               "--log-interval",
-               "100"},
-              more);
+  return constant_lr_run("tiny-llama", 2, "1e-2", iters, with({"--log-interval", "100"}, more));
 }
 
 // The same with adapters on q_proj and v_proj.
@@ -140,20 +119,14 @@ TEST(LoraTrain, MemoryFeaturesTrainTheSameAdapters) {
   const std::string plain = fresh_dir("lora_plain");
   train(lora_run({"--save", plain}));
   const auto want = adapters_of(plain);
-  for (const std::vector<std::string>& f : std::vector<std::vector<std::string>>{
-           {"--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", "1"},
-           {"--recompute-granularity", "selective"},
-           {"--recompute-activation-function", "--recompute-norm"},
-           {"--loss-compute-mode", "chunk", "--loss-chunk-size", "16"},
-           {"--activation-offload"},
-           {"--swap-optimizer"}}) {
-    std::string name;
-    for (const std::string& s : f) name += s;
-    SCOPED_TRACE(name);
+  std::vector<std::vector<std::string>> features = kBitwiseMemoryFeatures;
+  features.push_back({"--recompute-granularity", "selective"});
+  features.push_back({"--loss-compute-mode", "chunk", "--loss-chunk-size", "16"});
+  for_each_feature(features, [&](const std::vector<std::string>& f) {
     const std::string dir = fresh_dir("lora_feature");
     train(lora_run(with(f, {"--save", dir})));
     expect_bitwise(adapters_of(dir), want);
-  }
+  });
 }
 
 TEST(LoraTrain, Bf16TrainsTheAdaptersAlongTheF32Run) {

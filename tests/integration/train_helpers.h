@@ -2,6 +2,7 @@
 // Shared by the `tidal train` tests: fresh directories, a quiet run of the trainer, the tiny run.
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -38,6 +39,35 @@ inline const std::vector<std::string> kTiny = {
 inline std::vector<std::string> with(std::vector<std::string> base, const std::vector<std::string>& more) {
   base.insert(base.end(), more.begin(), more.end());
   return base;
+}
+
+// `model` on mock data: micro-batches of 2 x 32 tokens, `global` samples a step, `iters` steps at the constant
+// learning rate `lr`, no evaluation.
+inline std::vector<std::string> constant_lr_run(const std::string& model, int64_t global, const std::string& lr,
+                                                int64_t iters, const std::vector<std::string>& more) {
+  return with({"--model", model, "--mock-data", "--seq-length", "32", "--micro-batch-size", "2", "--global-batch-size",
+               std::to_string(global), "--train-iters", std::to_string(iters), "--lr", lr, "--lr-warmup-iters", "0",
+               "--lr-decay-style", "constant", "--eval-interval", "0"},
+              more);
+}
+
+// Memory features that change where bytes live but not one bit of the training: full recompute, the activation and
+// norm recomputes, activation offload, the swap optimizer (tests add their family's selective modules).
+inline const std::vector<std::vector<std::string>> kBitwiseMemoryFeatures = {
+    {"--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", "1"},
+    {"--recompute-activation-function", "--recompute-norm"},
+    {"--activation-offload"},
+    {"--swap-optimizer"}};
+
+// Calls `run(f)` for each of `features` under a trace naming its flags.
+inline void for_each_feature(const std::vector<std::vector<std::string>>& features,
+                             const std::function<void(const std::vector<std::string>&)>& run) {
+  for (const std::vector<std::string>& f : features) {
+    std::string name;
+    for (const std::string& s : f) name += (name.empty() ? "" : " ") + s;
+    SCOPED_TRACE(name);
+    run(f);
+  }
 }
 
 // What parse_train_args says about `flags`: its error message, or "no error".

@@ -119,7 +119,7 @@ TEST(AtomicFile, MetricsToAStreamAreOneDocument) {
   ASSERT_EQ(::pipe(p), 0);
   {
     train::MetricsWriter m("/proc/self/fd/" + std::to_string(p[1]), nlohmann::json::object());
-    m.add_step({1, 2.0, 1e-3, 1.0, 10.0, 100.0, 0});
+    m.add_step({1, 2.0, 1e-3, 1.0, 10.0, 100.0, 0, {}});
     m.write();
     m.write();
     m.write(/*last=*/true);

@@ -20,6 +20,7 @@ using estimator::dims_of;
 using estimator::Discard;
 using estimator::Item;
 using estimator::layer_items;
+using estimator::MtpDepth;
 using estimator::outside_layers;
 using estimator::OutsideLayers;
 using estimator::Part;
@@ -276,6 +277,33 @@ void backward_pass(Replay& r, const std::vector<Block>& blocks, const std::vecto
   }
 }
 
+// A multi-token-prediction depth's forward (layer index l): its items around its decoder layer, then its loss's;
+// under full recompute only the checkpoint's inputs (ids, embedding) and output.
+void mtp_forward(Replay& r, int64_t l, const MtpDepth& m, const LayerRecompute& p) {
+  if (p.full) {
+    r.bump(m.before[0].bytes + m.before[1].bytes + m.after.back().bytes, at_layer(l, "MTP checkpoint"));
+  } else {
+    for (const Item& it : m.before) r.bump(it.bytes, at_layer(l, it.name));
+    forward_layer(r, l, m.layer, p);
+    for (const Item& it : m.after) r.bump(it.bytes, at_layer(l, it.name));
+  }
+  r.bump(m.loss, at_layer(l, "MTP loss"));
+}
+
+// Its backward: a full recompute's replay brings back the rest of the depth, then all of it goes.
+void mtp_backward(Replay& r, int64_t l, const MtpDepth& m, const LayerRecompute& p) {
+  if (p.full) {
+    const int64_t kept = m.before[0].bytes + m.before[1].bytes + m.after.back().bytes;
+    const int64_t all = total_bytes(m.before) + total_bytes(m.layer) + total_bytes(m.after);
+    r.bump(all - kept, {"backward: replay of MTP layer ", l, -1});
+    r.bump(-all);
+    return;
+  }
+  for (const Item& it : m.after) r.bump(-it.bytes);
+  backward_layer(r, l, m.layer, p);
+  for (const Item& it : m.before) r.bump(-it.bytes);
+}
+
 }  // namespace
 
 void check_step_sizes(const models::ModelConfig& cfg, int64_t batch, int64_t seq, AttentionKernel kernel) {
@@ -322,15 +350,21 @@ ActivationEstimate estimate_activations(const models::ModelConfig& cfg, const Ac
   std::vector<Block> blocks = blocks_of(layers, plan);
   mark_offloaded(blocks, items, plan, in);
 
+  const std::vector<MtpDepth> mtp = estimator::mtp_depths(cfg, in, d);
+  const LayerRecompute& last = plan[layers - 1];  // the MTP depths' (models/llama.cpp mtp_hidden_states)
+
   ActivationEstimate est;
   est.outside_layers = outside.before + outside.after;
   Replay r;
   r.bump(outside.before, {"embedding"});
   forward_pass(r, blocks, items, plan, est);
   r.bump(outside.after, {"loss"});
+  for (size_t k = 0; k < mtp.size(); ++k) mtp_forward(r, layers + int64_t(k), mtp[k], last);
   est.after_forward = r.current();
   for (const Block& b : blocks) est.offloaded_per_step += b.offloaded;
-  // Backward: the loss and the head first, then the blocks.
+  // Backward: the losses and the heads first, then the MTP depths from the last, then the blocks.
+  for (const MtpDepth& m : mtp) r.bump(-m.loss);
+  for (size_t k = mtp.size(); k-- > 0;) mtp_backward(r, layers + int64_t(k), mtp[k], last);
   r.bump(-outside.after);
   backward_pass(r, blocks, items, plan, in.offload_prefetch_depth);
   r.bump(-outside.before);

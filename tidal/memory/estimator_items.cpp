@@ -282,6 +282,29 @@ std::vector<std::vector<Item>> layer_items(const models::ModelConfig& cfg, const
   return items;
 }
 
+std::vector<MtpDepth> mtp_depths(const models::ModelConfig& cfg, const ActivationInputs& in, const Dims& d) {
+  std::vector<MtpDepth> out;
+  const int64_t el = d.el, n = d.n, c = d.c;
+  const bool core_recompute = !in.plan.empty() && in.plan.back().core_attn;  // the last layer's plan
+  for (int64_t k = 1; k <= cfg.mtp_num_layers; ++k) {
+    const int64_t l = cfg.num_hidden_layers + k - 1;
+    MtpDepth m;
+    m.before = {{"mtp ids", n * 8, Part::attn},
+                {"enorm input", n * c * el, Part::attn},
+                {"enorm rstd", n * d.acc, Part::attn},
+                {"hnorm rstd", n * d.acc, Part::attn},
+                {"eh_proj input", 2 * n * c * el, Part::attn}};
+    const std::vector<int64_t> routed = cfg.is_moe_layer(l) ? routed_tokens(in, d, l) : std::vector<int64_t>{};
+    m.layer = llama_layer(d, cfg, l, in.kernel, core_recompute, routed);
+    m.after = {{"shared_head.norm input", n * c * el, Part::mlp},
+               {"shared_head.norm rstd", n * d.acc, Part::mlp},
+               {"mtp hidden", n * c * el, Part::mlp}};
+    m.loss = in.loss_chunk > 0 ? cfg.vocab_size * c * el : n * d.acc + n * 8;
+    out.push_back(std::move(m));
+  }
+  return out;
+}
+
 OutsideLayers outside_layers(const models::ModelConfig& cfg, const ActivationInputs& in, const Dims& d) {
   OutsideLayers o{d.n * 8, d.n * d.c * d.el + d.n * d.acc + d.n * d.c * d.el + d.n * d.acc + d.n * 8};
   if (cfg.is_gpt2()) {

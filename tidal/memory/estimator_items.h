@@ -41,6 +41,18 @@ struct OutsideLayers {
   int64_t before = 0, after = 0;
 };
 
+// Multi-token prediction's depth k (models/mtp.h, cfg.mtp_num_layers), after the final norm: what it saves before
+// its decoder layer (the rolled ids the embedding keeps, enorm's input and statistics, hnorm's statistics, eh_proj's
+// (N, 2C) input), its decoder layer's items (layer L + k - 1's kind), what it saves after (shared_head.norm's input
+// and statistics, its output: the LM head's input), and its loss's (default: the log-sum-exp and the targets' copy;
+// chunk: the gradients w.r.t. the head input and weight instead). Under full recompute a depth keeps its
+// checkpoint's inputs (the ids, the embedding) and output.
+struct MtpDepth {
+  std::vector<Item> before, layer, after;
+  int64_t loss = 0;
+};
+std::vector<MtpDepth> mtp_depths(const models::ModelConfig& cfg, const ActivationInputs& in, const Dims& d);
+
 // The sizes of `cfg` and `in` the items are made of.
 Dims dims_of(const models::ModelConfig& cfg, const ActivationInputs& in);
 // What each layer saves, in forward order.

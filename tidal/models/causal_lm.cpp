@@ -13,7 +13,7 @@
 
 namespace tidal::models {
 
-ModelOutput CausalLM::forward_hidden(const Tensor& ids, const DocumentLayout& docs) const {
+ModelOutput CausalLM::forward_hidden(const Tensor& ids, const DocumentLayout& docs, const MtpIds& mtp) const {
   const char* op = config_.model_type.c_str();
   if (docs.starts.defined()) check_documents(op, docs.starts, 0, ids.size(0), ids.size(1), ids);
   const Tensor& pos = docs.positions;
@@ -21,11 +21,17 @@ ModelOutput CausalLM::forward_hidden(const Tensor& ids, const DocumentLayout& do
       !pos.defined() || (pos.shape() == ids.shape() && pos.dtype() == DType::i32 && pos.device() == ids.device()), "[",
       op, "] positions must be (B, T) i32 like the ids ", ids.shape(), " on ", ids.device(), ", got ", pos.shape(), " ",
       pos.dtype(), " on ", pos.device());
-  return hidden_states(ids, docs);
+  TIDAL_CHECK(mtp.empty() || int64_t(mtp.size()) == config_.mtp_num_layers, "[", op, "] ", mtp.size(),
+              " multi-token-prediction inputs for a model of ", config_.mtp_num_layers, " MTP depths");
+  for (const Tensor& m : mtp)
+    TIDAL_CHECK(m.shape() == ids.shape() && m.dtype() == ids.dtype() && m.device() == ids.device(), "[", op,
+                "] each MTP depth's ids must be like the ids ", ids.shape(), " ", ids.dtype(), ", got ", m.shape(), " ",
+                m.dtype());
+  return hidden_states(ids, docs, mtp);
 }
 
-ModelOutput CausalLM::forward(const Tensor& ids, const DocumentLayout& docs) const {
-  ModelOutput out = forward_hidden(ids, docs);
+ModelOutput CausalLM::forward(const Tensor& ids, const DocumentLayout& docs, const MtpIds& mtp) const {
+  ModelOutput out = forward_hidden(ids, docs, mtp);
   OpScope op("lm_head");
   MemoryScope scope(MemoryCategory::logits);
   out.logits = linear(out.hidden, lm_head_weight());  // (B, T, V)
@@ -110,6 +116,13 @@ int64_t CausalLM::layer_of_parameter(const std::string& name) const {
 
 namespace {
 
+bool same_values(const Tensor& x, const Tensor& y) {
+  if (x.shape() != y.shape()) return false;
+  const Tensor a = x.to(DType::f32).to(Device::cpu()).contiguous();
+  const Tensor b = y.to(DType::f32).to(Device::cpu()).contiguous();
+  return std::memcmp(a.raw_data(), b.raw_data(), size_t(a.nbytes())) == 0;
+}
+
 // Under tie_word_embeddings the head is the embedding: a file whose own lm_head.weight differs would
 // otherwise lose it without a word.
 void check_tied_head(const std::map<std::string, Tensor>& state, const Tensor& head) {
@@ -119,31 +132,42 @@ void check_tied_head(const std::map<std::string, Tensor>& state, const Tensor& h
     auto it = state.find(name);
     if (it == state.end()) continue;
     const Tensor& e = it->second;
-    bool same = e.shape() == head.shape();
-    if (same) {
-      const Tensor a = e.to(DType::f32).to(Device::cpu()).contiguous();
-      const Tensor b = head.to(DType::f32).to(Device::cpu()).contiguous();
-      same = std::memcmp(a.raw_data(), b.raw_data(), size_t(a.nbytes())) == 0;
-    }
-    TIDAL_CHECK(same, "[model] tie_word_embeddings is true but the checkpoint has its own lm_head.weight ",
-                head.shape(), " that differs from ", name, " ", e.shape(),
+    TIDAL_CHECK(same_values(e, head),
+                "[model] tie_word_embeddings is true but the checkpoint has its own lm_head.weight ", head.shape(),
+                " that differs from ", name, " ", e.shape(),
                 ": set tie_word_embeddings to false in config.json to load the head as it is (llama, qwen3), "
                 "or drop lm_head.weight from the file to tie it to the embedding");
     return;
   }
 }
 
-// The weights of DeepSeek-V3's multi-token prediction modules, saved as the layers after the last
-// (model.layers.<num_hidden_layers + i>.*): the causal LM does not build them.
-bool is_mtp_weight(const ModelConfig& c, const std::string& name) {
+// The MTP depth (1-based) of a weight of DeepSeek-V3's multi-token prediction modules, saved as the layers after
+// the last (model.layers.<num_hidden_layers + depth - 1>.*); 0 for any other name.
+int64_t mtp_depth_of(const ModelConfig& c, const std::string& name) {
   const std::string prefix = "model.layers.";
-  if (c.num_nextn_predict_layers <= 0 || !name.starts_with(prefix)) return false;
+  const int64_t depths = std::max(c.num_nextn_predict_layers, c.mtp_num_layers);
+  if (depths <= 0 || !name.starts_with(prefix)) return 0;
   const size_t dot = name.find('.', prefix.size());
   const std::string index =
       name.substr(prefix.size(), dot == std::string::npos ? std::string::npos : dot - prefix.size());
-  if (index.empty() || index.size() > 6 || index.find_first_not_of("0123456789") != std::string::npos) return false;
+  if (index.empty() || index.size() > 6 || index.find_first_not_of("0123456789") != std::string::npos) return 0;
   const int64_t layer = std::stoll(index);
-  return layer >= c.num_hidden_layers && layer < c.num_hidden_layers + c.num_nextn_predict_layers;
+  return layer >= c.num_hidden_layers && layer < c.num_hidden_layers + depths ? layer - c.num_hidden_layers + 1 : 0;
+}
+
+// DeepSeek's published MTP layers repeat the shared embedding and head (model.layers.<n>.embed_tokens.weight,
+// .shared_head.head.weight): copies of the main ones, or the file means something tidal does not build.
+struct MtpCopy {
+  std::string name;
+  Tensor copy;
+  std::string main_name;  // what it copies
+};
+void check_mtp_copy(const MtpCopy& c, const std::map<std::string, Tensor>& loaded) {
+  auto it = loaded.find(c.main_name);
+  TIDAL_CHECK(it == loaded.end() || same_values(c.copy, it->second), "[model] ", c.name, " ", c.copy.shape(),
+              " differs from ", c.main_name, " ", it == loaded.end() ? Shape{} : it->second.shape(),
+              ": tidal's multi-token prediction shares the main model's embedding and LM head (as DeepSeek-V3 and "
+              "Megatron-LM do), so it cannot load an MTP layer with its own");
 }
 
 // A multimodal Gemma 3's vision tower and projector, as published (vision_tower.*, multi_modal_projector.*) or
@@ -171,6 +195,7 @@ CausalLM::LoadReport CausalLM::load_hf_state_dict(std::map<std::string, Tensor> 
   std::map<std::string, Tensor> mine;
   std::map<std::string, bool> ours;
   for (auto& [name, p] : named_parameters()) ours[name] = true;
+  std::vector<MtpCopy> copies;
   for (auto& [name, t] : state) {
     std::string key = name;
     if (!ours.count(key) && ours.count("transformer." + key)) key = "transformer." + key;  // GPT2Model naming
@@ -182,9 +207,16 @@ CausalLM::LoadReport CausalLM::load_hf_state_dict(std::map<std::string, Tensor> 
       key = language_model_name(key);
     }
     const bool buffer = key.size() > 9 && (key.ends_with(".attn.bias") || key.ends_with(".attn.masked_bias"));
-    if (buffer) continue;               // GPT-2's causal-mask buffers
-    if (is_mtp_weight(config_, key)) {  // DeepSeek-V3's MTP modules: transformers skips them too
-      ++report.mtp_tensors;
+    if (buffer) continue;  // GPT-2's causal-mask buffers
+    if (const int64_t depth = mtp_depth_of(config_, key); depth > config_.mtp_num_layers) {
+      ++report.mtp_tensors;  // MTP modules the model does not build (transformers skips them all)
+      continue;
+    } else if (depth > 0 && key.ends_with(".embed_tokens.weight")) {
+      copies.push_back({key, std::move(t), "model.embed_tokens.weight"});
+      continue;
+    } else if (depth > 0 && key.ends_with(".shared_head.head.weight")) {
+      copies.push_back(
+          {key, std::move(t), config_.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight"});
       continue;
     }
     // DeepSeek-V3 without shared experts: transformers builds (and saves) them zero wide.
@@ -197,6 +229,7 @@ CausalLM::LoadReport CausalLM::load_hf_state_dict(std::map<std::string, Tensor> 
     }
     mine[key] = std::move(t);
   }
+  for (const MtpCopy& c : copies) check_mtp_copy(c, mine);
   load_state_dict(mine, /*strict=*/true);
   return report;
 }

@@ -23,7 +23,14 @@ struct ModelOutput {
   Tensor hidden;    // (B, T, C) final normalized hidden states (the LM head's input)
   Tensor logits;    // (B, T, V), undefined from forward_hidden()
   Tensor aux_loss;  // MoE load-balancing loss (0-dim), undefined for dense models
+  // Multi-token prediction (models/mtp.h), when the forward was given its ids: depth k's output h_k (B, T, C)
+  // after its shared_head.norm, the LM head's input for the token k + 1 places ahead.
+  std::vector<Tensor> mtp_hidden;
 };
+
+// The input ids of each multi-token-prediction depth k = 1..D: the ids rolled left by k along the sequence, 0
+// rolled in (Megatron's roll_tensor), each (B, T) i64 like the ids (under context parallelism this rank's rows).
+using MtpIds = std::vector<Tensor>;
 
 // One transformer layer as a function of its inputs ({hidden} for dense layers).
 using LayerFn = std::function<std::vector<Tensor>(const std::vector<Tensor>&)>;
@@ -55,20 +62,22 @@ class CausalLM : public nn::Module {
   // (--reset-attention-mask), positions (B, T) i32 restart RoPE or learned positions at each document
   // (--reset-position-ids); either may be undefined. Under context parallelism both hold this rank's
   // tokens (document_layout's rows), the starts in global positions.
-  ModelOutput forward_hidden(const Tensor& ids, const DocumentLayout& docs = {}) const;
+  // mtp: the ids of the model's mtp_num_layers depths (train/mtp_batch.h), or none to run the main model alone.
+  ModelOutput forward_hidden(const Tensor& ids, const DocumentLayout& docs = {}, const MtpIds& mtp = {}) const;
   // The LM head weight (V, C) (the embedding when tied).
   virtual const Tensor& lm_head_weight() const = 0;
   // The routers of the MoE layers, in layer order (none for a dense model).
   virtual std::vector<Router*> routers() const { return {}; }
-  // forward_hidden + the LM head: logits (B, T, V), accounted as MemoryCategory::logits.
-  ModelOutput forward(const Tensor& ids, const DocumentLayout& docs = {}) const;
+  // forward_hidden + the LM head: logits (B, T, V), accounted as MemoryCategory::logits (the MTP depths'
+  // hidden states are left to the loss).
+  ModelOutput forward(const Tensor& ids, const DocumentLayout& docs = {}, const MtpIds& mtp = {}) const;
 
   // Loads a Hugging Face state dict, accepting the naming variants of published checkpoints
   // (GPT-2 without the "transformer." prefix, attention-mask buffers, a tied lm_head copy, a multimodal
   // Gemma 3's language_model.* names). Returns what it left out on purpose.
   struct LoadReport {
     int64_t vision_tensors = 0;  // a multimodal Gemma 3's vision tower and projector
-    int64_t mtp_tensors = 0;     // DeepSeek-V3's multi-token-prediction layers
+    int64_t mtp_tensors = 0;     // DeepSeek-V3's multi-token-prediction layers the model does not build
   };
   LoadReport load_hf_state_dict(std::map<std::string, Tensor> state);
 
@@ -99,7 +108,7 @@ class CausalLM : public nn::Module {
 
  protected:
   // forward_hidden of the family, after its inputs are checked.
-  virtual ModelOutput hidden_states(const Tensor& ids, const DocumentLayout& docs) const = 0;
+  virtual ModelOutput hidden_states(const Tensor& ids, const DocumentLayout& docs, const MtpIds& mtp) const = 0;
   // The whole sequence's length for ids (batch, seq) of this rank (attn: context parallelism's chunks),
   // checked against max_position_embeddings (GPT-2's n_positions).
   int64_t checked_sequence_length(const Tensor& ids, const CoreAttention& attn) const;

@@ -147,6 +147,11 @@ int64_t ModelConfig::parameter_count() const {
   n = add(n, mul({num_hidden_layers, layer}));
   n = add(n, mul({num_hidden_layers - sparse_layers, dense_mlp}));
   n = add(n, mul({sparse_layers, sparse_mlp}));
+  // Multi-token prediction (models/mtp.h): each depth a decoder layer (numbered after the last, so sparse from
+  // first_k_dense_replace on), enorm, hnorm, shared_head.norm and eh_proj (C, 2C).
+  for (int64_t k = 0; k < mtp_num_layers; ++k)
+    n = add(n,
+            add(add(layer, is_moe_layer(num_hidden_layers + k) ? sparse_mlp : dense_mlp), add(3 * d, mul({2, d, d}))));
   return add(n, d);  // final norm
 }
 
@@ -205,6 +210,10 @@ void ModelConfig::validate(std::string_view source) const {
   TIDAL_CHECK(std::isfinite(initializer_range) && initializer_range >= 0, at,
               "initializer_range must be a finite number >= 0");
   if (is_deepseek_v3()) detail::validate_deepseek_v3(*this, at);
+  TIDAL_CHECK(mtp_num_layers >= 0 && mtp_num_layers <= kMaxLayers, at, "the multi-token-prediction depths (",
+              "--mtp-num-layers) must be in [0, ", kMaxLayers, "], got ", mtp_num_layers);
+  TIDAL_CHECK(mtp_num_layers == 0 || is_deepseek_v3(), at, "multi-token prediction (--mtp-num-layers ", mtp_num_layers,
+              ") is built for deepseek_v3 (its MTP modules), not ", model_type);
   if (model_type == "qwen3_moe" || is_deepseek_v3()) {
     TIDAL_CHECK(num_experts > 0 && num_experts_per_tok > 0 && num_experts_per_tok <= num_experts, at, model_type,
                 " needs 0 < num_experts_per_tok <= num_experts, got ", num_experts_per_tok, " of ", num_experts);

@@ -114,8 +114,12 @@ struct ModelConfig {
   // that took fewer tokens than the mean over the experts, - for one that took more (Router). 0: frozen.
   double moe_router_bias_update_rate = 0;
   // Multi-token prediction modules the checkpoint holds (num_nextn_predict_layers): transformers' causal LM
-  // neither builds nor trains them, and neither does tidal's (their weights are not read).
+  // neither builds nor trains them; tidal builds the first mtp_num_layers of them.
   int64_t num_nextn_predict_layers = 0;
+  // Megatron-LM's --mtp-num-layers (not a field of config.json): the multi-token-prediction depths the model
+  // builds and trains (DeepSeek-V3's MTP modules, models/mtp.h), saved as model.layers.<num_hidden_layers + k>.
+  // A checkpoint written with them says num_nextn_predict_layers = mtp_num_layers. 0: none.
+  int64_t mtp_num_layers = 0;
 
   bool is_gpt2() const { return model_type == "gpt2"; }
   bool is_gemma3() const { return model_type == "gemma3_text"; }

@@ -88,7 +88,8 @@ void write_deepseek_v3(const ModelConfig& c, json& j) {
   j["routed_scaling_factor"] = c.routed_scaling_factor;
   j["norm_topk_prob"] = c.norm_topk_prob;
   j["first_k_dense_replace"] = c.first_k_dense_replace;
-  j["num_nextn_predict_layers"] = c.num_nextn_predict_layers;
+  // What the checkpoint holds: the MTP depths the model built (a model built without them saves none).
+  j["num_nextn_predict_layers"] = c.mtp_num_layers;
 }
 
 void validate_deepseek_v3(const ModelConfig& c, const std::string& at) {

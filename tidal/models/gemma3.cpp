@@ -70,7 +70,8 @@ const Tensor& Gemma3::lm_head_weight() const {
   return lm_head_ != nullptr ? lm_head_->weight() : embed_tokens_->weight();
 }
 
-ModelOutput Gemma3::hidden_states(const Tensor& ids, const DocumentLayout& docs) const {
+ModelOutput Gemma3::hidden_states(const Tensor& ids, const DocumentLayout& docs,
+                                  const MtpIds& /*mtp: none (ModelConfig::validate)*/) const {
   const CoreAttention attn = core_attention(docs.starts);
   const int64_t t = checked_sequence_length(ids, attn);
   const DType dtype = embed_tokens_->weight().dtype();
@@ -92,7 +93,7 @@ ModelOutput Gemma3::hidden_states(const Tensor& ids, const DocumentLayout& docs)
             (*layers_)[size_t(l)].forward(in[0], rope, config_, attn, is_training(), recompute_of(l))};
       },
       nullptr);
-  return ModelOutput{norm_->forward(x), Tensor(), Tensor()};
+  return ModelOutput{norm_->forward(x), Tensor(), Tensor(), {}};
 }
 
 }  // namespace tidal::models

@@ -30,7 +30,7 @@ class Gemma3 : public CausalLM {
   const Tensor& lm_head_weight() const override;
 
  protected:
-  ModelOutput hidden_states(const Tensor& ids, const DocumentLayout& docs) const override;
+  ModelOutput hidden_states(const Tensor& ids, const DocumentLayout& docs, const MtpIds& mtp) const override;
 
  private:
   nn::Embedding* embed_tokens_;

@@ -79,7 +79,8 @@ Gpt2::Gpt2(const ModelConfig& c, const nn::Init& init) : CausalLM(c) {
   ln_f_ = tr.add("ln_f", std::make_unique<nn::LayerNorm>(c.hidden_size, c.norm_eps, init));
 }
 
-ModelOutput Gpt2::hidden_states(const Tensor& ids, const DocumentLayout& docs) const {
+ModelOutput Gpt2::hidden_states(const Tensor& ids, const DocumentLayout& docs,
+                                const MtpIds& /*mtp: none (ModelConfig::validate)*/) const {
   const CoreAttention attn = core_attention(docs.starts);
   checked_sequence_length(ids, attn);
   Tensor pos = docs.positions;  // (B, T) packed documents' own positions, or (T) the tokens' global positions
@@ -97,7 +98,7 @@ ModelOutput Gpt2::hidden_states(const Tensor& ids, const DocumentLayout& docs) c
         return std::vector<Tensor>{(*h_)[size_t(l)].forward(in[0], config_, attn, is_training(), recompute_of(l))};
       },
       nullptr);
-  return {ln_f_->forward(x), Tensor(), Tensor()};
+  return {ln_f_->forward(x), Tensor(), Tensor(), {}};
 }
 
 }  // namespace tidal::models

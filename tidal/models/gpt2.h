@@ -29,7 +29,7 @@ class Gpt2 : public CausalLM {
   const Tensor& lm_head_weight() const override { return wte_->weight(); }
 
  protected:
-  ModelOutput hidden_states(const Tensor& ids, const DocumentLayout& docs) const override;
+  ModelOutput hidden_states(const Tensor& ids, const DocumentLayout& docs, const MtpIds& mtp) const override;
 
  private:
   nn::Embedding* wte_;

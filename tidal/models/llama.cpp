@@ -4,6 +4,7 @@
 #include "tidal/autograd/checkpoint_without_output.h"
 #include "tidal/memory_scope.h"
 #include "tidal/models/mla.h"
+#include "tidal/models/mtp.h"
 #include "tidal/ops/elementwise.h"
 #include "tidal/ops/random.h"
 #include "tidal/ops/view.h"
@@ -131,6 +132,9 @@ Llama::Llama(const ModelConfig& c, const nn::Init& init, std::shared_ptr<dist::C
   layers_ = model.add("layers", std::make_unique<nn::ModuleList<LlamaDecoderLayer>>());
   for (int64_t l = 0; l < c.num_hidden_layers; ++l)
     layers_->add(std::make_unique<LlamaDecoderLayer>(c, l, init, experts));
+  // The MTP depths follow the layers, under their names (model.layers.<L + k - 1>); run_layers never runs them.
+  for (int64_t k = 1; k <= c.mtp_num_layers; ++k)
+    mtp_.push_back(&static_cast<MtpLayer&>(layers_->add(std::make_unique<MtpLayer>(c, k, init, experts))));
   norm_ = model.add("norm", std::make_unique<nn::RMSNorm>(c.hidden_size, c.norm_eps, init));
   if (!c.tie_word_embeddings) {
     lm_head_ = &register_module("lm_head", std::make_unique<nn::Linear>(c.hidden_size, c.vocab_size, false, init));
@@ -149,7 +153,7 @@ const Tensor& Llama::lm_head_weight() const {
   return lm_head_ != nullptr ? lm_head_->weight() : embed_tokens_->weight();
 }
 
-ModelOutput Llama::hidden_states(const Tensor& ids, const DocumentLayout& docs) const {
+ModelOutput Llama::hidden_states(const Tensor& ids, const DocumentLayout& docs, const MtpIds& mtp) const {
   const CoreAttention attn = core_attention(docs.starts);
   const int64_t t = checked_sequence_length(ids, attn);
   // The rope type's scaling, for a run of t.
@@ -163,14 +167,37 @@ ModelOutput Llama::hidden_states(const Tensor& ids, const DocumentLayout& docs) 
         return (*layers_)[size_t(l)].forward(in[0], rope, config_, attn, is_training(), recompute_of(l));
       },
       &extras);
+  ModelOutput result{norm_->forward(x), Tensor(), Tensor(), {}};
+  if (!mtp.empty()) result.mtp_hidden = mtp_hidden_states(result.hidden, mtp, rope, attn, &extras);
   std::vector<RouterStats> routers;
   for (const std::vector<Tensor>& e : extras)
     if (e.size() == 2) routers.push_back({e[0], e[1], ids.numel()});
-  ModelOutput result{norm_->forward(x), Tensor(), Tensor()};
   // No auxiliary loss where its coefficient is 0 (DeepSeek-V3: the correction bias balances the experts).
   if (!routers.empty() && config_.router_aux_loss_coef != 0)
     result.aux_loss = load_balancing_loss(routers, config_.num_experts, context_parallel());
   return result;
+}
+
+std::vector<Tensor> Llama::mtp_hidden_states(const Tensor& hidden, const MtpIds& ids, const RopeTables& rope,
+                                             const CoreAttention& attn,
+                                             std::vector<std::vector<Tensor>>* extras) const {
+  // Each depth under the last layer's recompute plan: full recompute checkpoints the whole depth (Megatron's
+  // MTP recompute), the selective modules apply within its decoder layer.
+  const LayerRecompute& rc = recompute_of(config_.num_hidden_layers - 1);
+  std::vector<Tensor> out;
+  Tensor h = hidden;  // (B, T, C): the main model's final hidden states feed depth 1
+  for (size_t k = 0; k < mtp_.size(); ++k) {
+    ModuleScope scope(mtp_[k]->name());
+    const Tensor embedded = embed_tokens_->forward(ids[k]);  // (B, T, C)
+    auto depth = [this, k, rope, attn, rc](const std::vector<Tensor>& in) {
+      return mtp_[k]->forward(in[0], in[1], rope, config_, attn, is_training(), rc);
+    };
+    std::vector<Tensor> o = rc.full ? autograd::checkpoint(depth, {h, embedded}) : depth({h, embedded});
+    h = o[0];
+    out.push_back(h);
+    if (o.size() == 3) extras->push_back({o[1], o[2]});  // a sparse depth's router statistics
+  }
+  return out;
 }
 
 }  // namespace tidal::models

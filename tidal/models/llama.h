@@ -56,6 +56,8 @@ class LlamaDecoderLayer : public nn::Module {
 RopeTables rope_at_positions(const CoreAttention& attn, int64_t local_len, const RopeFrequencies& freqs, DType dtype,
                              const Device& device, const Tensor& positions = Tensor());
 
+class MtpLayer;
+
 class Llama : public CausalLM {
  public:
   Llama(const ModelConfig& c, const nn::Init& init, std::shared_ptr<dist::Communicator> experts);
@@ -63,13 +65,19 @@ class Llama : public CausalLM {
   std::vector<Router*> routers() const override;
 
  protected:
-  ModelOutput hidden_states(const Tensor& ids, const DocumentLayout& docs) const override;
+  ModelOutput hidden_states(const Tensor& ids, const DocumentLayout& docs, const MtpIds& mtp) const override;
 
  private:
   nn::Embedding* embed_tokens_;
   nn::ModuleList<LlamaDecoderLayer>* layers_;
   nn::RMSNorm* norm_;
   nn::Linear* lm_head_ = nullptr;  // untied only
+  std::vector<MtpLayer*> mtp_;     // the multi-token-prediction depths (models/mtp.h), in layers_ after the layers
+
+  // The MTP depths' outputs (B, T, C) from the main model's final hidden states; a sparse depth's router
+  // statistics are appended to `extras`.
+  std::vector<Tensor> mtp_hidden_states(const Tensor& hidden, const MtpIds& ids, const RopeTables& rope,
+                                        const CoreAttention& attn, std::vector<std::vector<Tensor>>* extras) const;
 };
 
 }  // namespace tidal::models

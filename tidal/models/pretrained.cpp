@@ -111,7 +111,22 @@ void save_pretrained(const ModelConfig& config, const std::map<std::string, Tens
   TIDAL_CHECK(!ec, "[pretrained] cannot create ", dir, ": ", ec.message());
   const std::string cfg = config_to_json(config).dump(2) + "\n";
   io::write_atomically(dir + "/config.json", [&](int fd) { io::write_all(fd, cfg.data(), cfg.size(), dir); });
-  io::save_safetensors(dir + "/model.safetensors", state, {{"format", "pt"}});
+  // DeepSeek publishes each MTP layer with copies of the shared embedding and head (what vLLM and SGLang read for
+  // speculative decoding); tidal's training checkpoints leave them out, its exports write them.
+  std::map<std::string, Tensor> with_copies;
+  const std::map<std::string, Tensor>* saved = &state;
+  if (config.mtp_num_layers > 0 && state.count("model.embed_tokens.weight")) {
+    with_copies = state;
+    const Tensor& embed = state.at("model.embed_tokens.weight");
+    const Tensor& head = state.count("lm_head.weight") ? state.at("lm_head.weight") : embed;
+    for (int64_t k = 0; k < config.mtp_num_layers; ++k) {
+      const std::string layer = "model.layers." + std::to_string(config.num_hidden_layers + k) + ".";
+      with_copies.emplace(layer + "embed_tokens.weight", embed);
+      with_copies.emplace(layer + "shared_head.head.weight", head);
+    }
+    saved = &with_copies;
+  }
+  io::save_safetensors(dir + "/model.safetensors", *saved, {{"format", "pt"}});
   if (!tokenizer_path.empty()) {
     const std::string text = io::read_file(tokenizer_path);
     io::write_atomically(dir + "/tokenizer.json", [&](int fd) { io::write_all(fd, text.data(), text.size(), dir); });

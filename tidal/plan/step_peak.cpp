@@ -227,7 +227,10 @@ StepPeak predict_step_peak(const models::ModelConfig& m, const TriageSettings& s
   const memory::LossHeadMemory head = memory::loss_head_memory(s.micro_batch, local_seq(s), m.hidden_size, m.vocab_size,
                                                                loss_mode.chunked ? loss_mode.chunk_size : 0, dtype);
   const int64_t tokens = s.micro_batch * local_seq(s);
-  p.logits = loss_mode.chunked ? head.logits : 2 * logits_bytes(m, s, tokens);
+  // Multi-token prediction: a head and loss per depth too (memory/chunk_loss.cpp lm_losses); the default mode keeps
+  // every head's logits until its backward, the last depth's first.
+  const int64_t other_logits = loss_mode.chunked ? 0 : m.mtp_num_layers * logits_bytes(m, s, tokens);
+  p.logits = loss_mode.chunked ? head.logits : 2 * logits_bytes(m, s, tokens) + other_logits;
   // Gradients kept between micro-batches (accumulation): the whole ones summed so far, or (ZeRO-2/3)
   // the shard's sums — through every later micro-batch's forward and backward.
   const int64_t per_rank_batch = s.micro_batch * std::max(1, s.parallel.world / s.parallel.context);
@@ -235,7 +238,7 @@ StepPeak predict_step_peak(const models::ModelConfig& m, const TriageSettings& s
       per_rank_batch > 0 && s.global_batch % per_rank_batch == 0 ? s.global_batch / per_rank_batch : 1;
   const bool shard_grads = s.parallel.shards_gradients();
   const int64_t held = accumulation > 1 ? (shard_grads ? 4 * shard : whole) : 0;
-  const int64_t loss = resident_outside_layers + held + a.after_forward - head.saved + head.peak;
+  const int64_t loss = resident_outside_layers + held + a.after_forward - head.saved + head.peak + other_logits;
   // Whole gradients alive at once: all of them, or — sharded with --overlap-grad-reduce, each bucket's
   // freed once reduce-scattered — about the bucket being reduced and the one filling (a bound: when a
   // bucket is done depends on timing), with every rank's pieces of one bucket's share of the shard.

@@ -39,6 +39,11 @@ Flags& add_model_flags(Flags& f) {
             "after each step move every router's correction bias towards balance (DeepSeek-V3's aux-loss-free "
             "balancing; default: the bias stays as loaded)")
       .option("moe-router-bias-update-rate", "the bias's step with --moe-router-enable-expert-bias (default 1e-3)", "R")
+      .option("mtp-num-layers",
+              "multi-token prediction (deepseek_v3): train N MTP depths, depth k predicting the token k + 1 ahead "
+              "(default 0; a checkpoint's own MTP layers load when N covers them)",
+              "N")
+      .option("mtp-loss-scaling-factor", "the MTP losses' weight: factor / N x their sum (default 0.1)", "F")
       .option("num-attention-heads", "attention heads", "N")
       .option("num-query-groups", "key/value heads (grouped-query attention)", "N")
       .option("kv-channels", "head dimension (default with --hidden-size or --num-attention-heads: hidden / heads)",
@@ -307,6 +312,10 @@ TrainArgs train_args(const Flags& f) {
   derive_sizes(f, m);  // ffn, moe ffn and head sizes (Note [Derived sizes])
   parse_moe_capacity(f, m);
   parse_expert_bias(f, m);
+  m.mtp_num_layers = f.integer("mtp-num-layers", 0, 0, 64);
+  TIDAL_CHECK(m.mtp_num_layers > 0 || !f.has("mtp-loss-scaling-factor"),
+              "tidal train: --mtp-loss-scaling-factor needs --mtp-num-layers");
+  a.mtp_loss_scaling_factor = f.number("mtp-loss-scaling-factor", 0.1, 0.0, 1e6);
   for (const char* size : {"num-layers", "hidden-size", "ffn-hidden-size", "moe-ffn-hidden-size", "num-attention-heads",
                            "num-query-groups", "kv-channels"})
     if (f.has(size)) {
@@ -337,6 +346,10 @@ TrainArgs train_args(const Flags& f) {
   TIDAL_CHECK(!a.lora.enabled() || a.lora.config.dropout == 0 || a.parallel.context == 1,
               "tidal train: --lora-dropout with --context-parallel-size ", a.parallel.context,
               " is not supported (each rank would draw its own mask): use --lora-dropout 0");
+  TIDAL_CHECK(
+      m.mtp_num_layers == 0 || !a.packing.any(),
+      "tidal train: --mtp-num-layers with --reset-position-ids, --reset-attention-mask or --eod-mask-loss is not "
+      "supported yet (the MTP depths' rolls would cross the documents of a packed sequence)");
   m.torch_dtype = a.precision.torch_dtype();  // what the checkpoint's config.json says its weights are
   a.progress = !f.flag_on("no-progress");
   parse_profile(f, a);

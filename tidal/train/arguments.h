@@ -28,8 +28,11 @@ inline constexpr int64_t kVariableSeqMultiple = 32;
 
 struct TrainArgs {
   models::ModelConfig model;  // resolved: preset/config + overrides (vocab from the tokenizer)
-  std::string model_source;   // "preset NAME", "config PATH" or "pretrained DIR" [": SHAPE" after size flags]
-  std::string pretrained;     // a Hugging Face model directory to start from (config and weights)
+  // Megatron-LM's --mtp-loss-scaling-factor: the multi-token-prediction depths' losses (model.mtp_num_layers,
+  // --mtp-num-layers) are added to the main loss as this factor / depths x their sum.
+  double mtp_loss_scaling_factor = 0.1;
+  std::string model_source;  // "preset NAME", "config PATH" or "pretrained DIR" [": SHAPE" after size flags]
+  std::string pretrained;    // a Hugging Face model directory to start from (config and weights)
   // data
   std::vector<std::string> data_path;  // Megatron indexed-dataset prefixes (several: a blend)
   std::vector<double> data_weights;    // the blend's weights as given; empty: one prefix, or weights by size

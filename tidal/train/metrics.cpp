@@ -58,7 +58,7 @@ void MetricsWriter::write(bool last) const {
   nlohmann::json j;
   j["config"] = config_;
   j["steps"] = nlohmann::json::array();
-  for (const StepMetrics& s : steps_)
+  for (const StepMetrics& s : steps_) {
     j["steps"].push_back({{"iteration", s.iteration},
                           {"loss", s.loss},
                           {"lr", s.lr},
@@ -66,6 +66,8 @@ void MetricsWriter::write(bool last) const {
                           {"step_ms", s.step_ms},
                           {"tokens_per_s", s.tokens_per_s},
                           {"device_peak_bytes", s.device_peak_bytes}});
+    if (!s.mtp_losses.empty()) j["steps"].back()["mtp_losses"] = s.mtp_losses;
+  }
   j["summary"] = summary_;
   const std::string text = j.dump(1) + "\n";
   io::write_atomically(path_, [&](int fd) { io::write_all(fd, text.data(), text.size(), path_); });
@@ -76,7 +78,9 @@ double training_flops_per_token(const models::ModelConfig& c, int64_t seq_length
   const double kv = double(c.kv_heads()), v = double(c.vocab_size);
   double macs = 0;  // multiply-adds per token, forward
   const double qk = double(c.qk_head_size()), dv = double(c.v_head_size());
-  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+  // The MTP depths (models/mtp.h) are layers numbered after the last, each with eh_proj and another LM head.
+  for (int64_t l = 0; l < c.num_hidden_layers + c.mtp_num_layers; ++l) {
+    if (l >= c.num_hidden_layers) macs += 2 * d * d + d * v;
     if (c.is_mla()) {  // q (through its LoRA), kv_a, kv_b and o projections
       const double qr = double(c.q_lora_rank), kvr = double(c.kv_lora_rank);
       macs += (qr > 0 ? d * qr + qr * h * qk : d * h * qk) + d * (kvr + double(c.qk_rope_head_dim)) +

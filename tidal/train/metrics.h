@@ -16,6 +16,7 @@ struct StepMetrics {
   int64_t iteration = 0;
   double loss = 0, lr = 0, grad_norm = 0, step_ms = 0, tokens_per_s = 0;
   int64_t device_peak_bytes = 0;
+  std::vector<double> mtp_losses;  // --mtp-num-layers: each depth's loss ("mtp_losses"; absent without MTP)
 };
 
 class MetricsWriter {

@@ -87,6 +87,13 @@ Report::Report(const TrainArgs& args, const models::ModelConfig& config, const S
                (long long)args.micro_batch_size, (long long)s.micro_batches, ranks.c_str(), name(args.attention),
                mem.recompute.describe().c_str(), mem.offload.describe().c_str());
   print_core_attn_note(args, out);
+  if (config.mtp_num_layers > 0)
+    std::fprintf(out,
+                 "multi-token prediction: %lld depths (model.layers.%lld-%lld), each predicting one token further; "
+                 "loss = lm loss + %g / %lld x their sum\n",
+                 (long long)config.mtp_num_layers, (long long)config.num_hidden_layers,
+                 (long long)(config.num_hidden_layers + config.mtp_num_layers - 1), args.mtp_loss_scaling_factor,
+                 (long long)config.mtp_num_layers);
   if (args.precision.bf16)
     std::fprintf(out,
                  "mixed precision (--bf16): bf16 weights and activations, f32 gradient sums, f32 master weights "
@@ -115,7 +122,8 @@ void Report::step(int64_t it, const StepResult& r, double seconds, int64_t consu
                        r.grad_norm,
                        seconds * 1e3,
                        double(r.tokens > 0 ? r.tokens : tokens_per_step_) / seconds,  // variable lengths: the batches'
-                       device.stats().peak_allocated};
+                       device.stats().peak_allocated,
+                       r.mtp_losses};
   metrics_.add_step(sm);
   if (!r.nonfinite.empty()) {
     ++skipped_;
@@ -138,6 +146,8 @@ void Report::step(int64_t it, const StepResult& r, double seconds, int64_t consu
                format_bytes(s.allocated).c_str(), format_bytes(s.peak_allocated).c_str());
   if (r.moe_dropped >= 0)  // --moe-expert-capacity-factor
     std::fprintf(out_, " | moe dropped slots: %lld of %lld", (long long)r.moe_dropped, (long long)r.moe_slots);
+  for (size_t k = 0; k < r.mtp_losses.size(); ++k)  // --mtp-num-layers, Megatron's names
+    std::fprintf(out_, " | mtp_%zu loss: %.6E", k + 1, r.mtp_losses[k]);
   std::fprintf(out_, "\n");
   std::fflush(out_);
   metrics_.write();
@@ -171,6 +181,8 @@ void Report::tensorboard_step(int64_t it, const StepResult& r, const StepMetrics
   tb.scalar("tokens-per-second", it, m.tokens_per_s);
   tb.scalar("achieved-gflops", it, flops_per_token_ * m.tokens_per_s / 1e9);
   if (r.moe_dropped >= 0) tb.scalar("moe-dropped-slots", it, double(r.moe_dropped));
+  for (size_t k = 0; k < r.mtp_losses.size(); ++k)
+    tb.scalar("mtp_" + std::to_string(k + 1) + " loss", it, r.mtp_losses[k]);
   if (args_.tensorboard.timers) tb.scalar("iteration-time", it, m.step_ms / 1e3);
   if (args_.tensorboard.memory) {
     const MemoryStats s = device_allocator(args_.device).stats();

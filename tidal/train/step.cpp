@@ -12,6 +12,7 @@
 #include "tidal/parallel/context.h"
 #include "tidal/parallel/data.h"
 #include "tidal/parallel/grad_sync.h"
+#include "tidal/train/mtp_batch.h"
 #include "tidal/train/nan_guard.h"
 #include "tidal/train/packed_batch.h"
 
@@ -31,6 +32,12 @@ StepResult train_step(int64_t it, const TrainArgs& args, Setup& s, profile::Prof
   // C-th of the sample's mean (for instruction data, the share above).
   const int64_t global_micro_batches = accum * data.size() * (masked ? 1 : s.groups->context_size());
   const double aux_coef = s.model->config().router_aux_loss_coef;
+  // Multi-token prediction: each depth's loss is its micro-batch's mean (the ranks of a context-parallel group
+  // each add their share), weighted factor / depths and averaged over the micro-batches of the global batch.
+  const int64_t mtp_depths = s.model->config().mtp_num_layers;
+  const double mtp_scale =
+      mtp_depths > 0 ? args.mtp_loss_scaling_factor / double(mtp_depths) / double(accum * data.size()) : 0.0;
+  std::vector<double> mtp_sums(size_t(mtp_depths), 0.0);
   StepResult r;
   r.lr = optim::lr_at(it - 1, s.schedule);
   double loss_sum = 0;
@@ -49,14 +56,23 @@ StepResult train_step(int64_t it, const TrainArgs& args, Setup& s, profile::Prof
     } else if (masked) {
       share = parallel::loss_share(local.targets, s.groups->context());
     }
-    Tensor loss;
+    const memory::MtpInputs mtp = mtp_depths > 0
+                                      ? mtp_inputs(batch.tokens, batch.labels, mtp_depths, s.groups->context_size(),
+                                                   s.groups->context_rank(), s.device)
+                                      : memory::MtpInputs{};
+    Tensor loss, mtp_loss;
     if (s.offloader) s.offloader->begin_micro_batch();
     parallel::ParamGather::Scope gathered(s.param_gather.get());  // ZeRO-3: the parameters outside the layers
     {
       profile::Range phase("forward", profile::kPhase);
       std::optional<autograd::SavedTensorLog> log;
       if (first_saved.empty() || profiler.wants_saved_tensors(it, m)) log.emplace();
-      loss = memory::lm_loss(*s.model, local.inputs, local.labels, args.memory.loss, aux_coef, local.docs);
+      memory::LmLosses losses =
+          memory::lm_losses(*s.model, local.inputs, local.labels, args.memory.loss, aux_coef, local.docs, mtp);
+      loss = losses.loss;
+      mtp_loss = losses.mtp;
+      for (size_t k = 0; k < losses.mtp_depths.size(); ++k)
+        if (!loss.is_meta()) mtp_sums[k] += mtp.weights[k] * losses.mtp_depths[k].item<double>();
       if (log) {
         if (first_saved.empty()) first_saved = log->snapshot();
         profiler.set_saved_tensors(it, log->snapshot());
@@ -75,7 +91,11 @@ StepResult train_step(int64_t it, const TrainArgs& args, Setup& s, profile::Prof
     // A skipped step's other micro-batches still take their samples (and their reductions still run:
     // they are collectives).
     const double scale = share / double(global_micro_batches);
-    if (finite || !args.check_for_nan) (scale == 1.0 ? loss : mul(loss, scale)).backward();
+    if (finite || !args.check_for_nan) {
+      Tensor total = scale == 1.0 ? loss : mul(loss, scale);
+      if (mtp_loss.defined()) total = add(total, mul(mtp_loss, mtp_scale));
+      total.backward();
+    }
     // --bf16: before a reduction the f32 sums become the gradients the reduction, clipping, the NaN
     // guard and AdamW read (train/main_grads.h): after the last backward, or after every one under
     // ZeRO-2/3, which reduce-scatter each micro-batch's.
@@ -83,6 +103,7 @@ StepResult train_step(int64_t it, const TrainArgs& args, Setup& s, profile::Prof
     s.grad_sync->end_micro_batch();  // the gradients summed over the ranks (parallel/grad_sync.h)
   }
   r.loss = dist::all_reduce_sum(comm, loss_sum) / double(global_micro_batches);  // the global batch's mean
+  for (double sum : mtp_sums) r.mtp_losses.push_back(dist::all_reduce_sum(comm, sum) / double(accum * data.size()));
   // Variable lengths: each data-parallel rank's batches have their own T (the CP ranks of a group share it).
   if (args.variable_seq_lengths) r.tokens = int64_t(dist::all_reduce_sum(data, double(local_tokens)));
   if (s.model->config().moe_expert_capacity_factor > 0) {  // every rank's forwards: the global batch's

@@ -25,6 +25,8 @@ struct StepResult {
   // Under --variable-seq-lengths the tokens the step's batches held over every data-parallel rank (each
   // micro-batch B x its own T); 0 otherwise (global batch x --seq-length).
   int64_t tokens = 0;
+  // --mtp-num-layers: each depth's loss, the global batch's mean (Megatron's "mtp_k loss"); empty without MTP.
+  std::vector<double> mtp_losses;
 };
 
 // The tensors the run's first micro-batch saved for backward: the summary's "saved_tensors" and the
