@@ -2,6 +2,7 @@
 // Lines, the three files read back, --pack, the errors, then `tidal train --is-instruction-dataset` on them.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -83,6 +84,31 @@ TEST_F(InstructionCli, PackAndErrors) {
   r = run(prepare("alpaca.jsonl", "AlpacaStyleInstructionHandler", "--pack --seq-length 40"));
   ASSERT_EQ(r.code, 0) << r.output;
   EXPECT_NE(r.output.find("warning: 12 samples longer than 39 tokens truncated"), std::string::npos) << r.output;
+
+  // --neat-pack: the attention mask numbers each pack's samples 1, 2, ... (each a whole sample) and its padding 0.
+  r = run(prepare("alpaca.jsonl", "AlpacaStyleInstructionHandler", "--pack --neat-pack --seq-length 256"));
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("neat sequences of 256 tokens"), std::string::npos) << r.output;
+  const tidal::data::IndexedDataset neat_ids(dir_ + "/out_packed_input_ids_document"),
+      neat_mask(dir_ + "/out_packed_attention_mask_document");
+  int64_t samples = 0;
+  for (int64_t d = 0; d < neat_mask.num_documents(); ++d) {
+    const std::vector<int64_t> m = neat_mask.document(d), ids = neat_ids.document(d);
+    ASSERT_EQ(m.size(), 256u);
+    EXPECT_EQ(m.front(), 1);
+    EXPECT_EQ(m.back(), 0);  // at least one pad: a pack holds at most 255 tokens
+    for (size_t i = 1; i < m.size(); ++i) {
+      EXPECT_TRUE(m[i] == m[i - 1] || m[i] == m[i - 1] + 1 || m[i] == 0) << d << " " << i;
+      // Every sample opens with Qwen's system header: its first token is <|im_start|>.
+      if (m[i] != m[i - 1] && m[i] != 0) {
+        EXPECT_EQ(ids[i], ids[0]) << d << " " << i;
+      }
+    }
+    samples += *std::max_element(m.begin(), m.end());
+  }
+  EXPECT_EQ(samples, 12);
+  r = run(prepare("alpaca.jsonl", "AlpacaStyleInstructionHandler", "--neat-pack --seq-length 256"));
+  EXPECT_NE(r.output.find("--neat-pack needs --pack"), std::string::npos) << r.output;
 
   r = run(kTidal + " prepare --input " + dir_ + "/alpaca.jsonl --tokenizer " + tok() +
           " --handler-name AlpacaStyleInstructionHandler --prompt-type llama2 --output-prefix " + dir_ + "/x");

@@ -2,7 +2,8 @@
 // chat template, tokenized in parallel and written as MindSpeed-LLM writes it: PREFIX_packed_input_ids_document,
 // PREFIX_packed_attention_mask_document and PREFIX_packed_labels_document (.bin / .idx, int32; labels -100 where
 // a token is not trained). --pack --seq-length N packs whole samples into sequences of N (MindSpeed's greedy
-// knapsack over N - 1 tokens, padded to N).
+// knapsack over N - 1 tokens, padded to N); --neat-pack writes each token's sample in its pack (1, 2, ...; 0 for
+// the padding) as the attention mask, as MindSpeed does.
 #include <chrono>
 #include <cstdio>
 #include <memory>
@@ -36,10 +37,11 @@ struct InstructionOutput {
       writers[k] = std::make_unique<data::IndexedDatasetWriter>(prefixes[k], data::TokenDType::i32);
     }
   }
-  // One sample (or one pack) as one document of each dataset; the attention mask is all ones, as MindSpeed's.
-  void add(const std::vector<int64_t>& ids, const std::vector<int64_t>& labels) {
+  // One sample (or one pack) as one document of each dataset; the attention mask is all ones (MindSpeed's
+  // without --neat-pack) unless `mask` is given.
+  void add(const std::vector<int64_t>& ids, const std::vector<int64_t>& labels, const std::vector<int64_t>& mask = {}) {
     writers[0]->add_document(ids);
-    writers[1]->add_document(std::vector<int64_t>(ids.size(), 1));
+    writers[1]->add_document(mask.empty() ? std::vector<int64_t>(ids.size(), 1) : mask);
     writers[2]->add_document(labels);
   }
 };
@@ -62,7 +64,8 @@ int prepare_instruction(const Flags& a, const std::vector<std::string>& files) {
   const data::InstructionFormat format = data::parse_handler_name(a.str("handler-name"));
   const data::InstructionKeys keys = data::parse_map_keys(format, a.str("map-keys"));
   const data::PromptType type = data::parse_prompt_type(a.str("prompt-type"));
-  const bool pack = a.flag_on("pack");
+  const bool pack = a.flag_on("pack"), neat = a.flag_on("neat-pack");
+  TIDAL_CHECK(!neat || pack, "tidal prepare: --neat-pack needs --pack --seq-length N (it marks the samples of a pack)");
   const int64_t seq_length = a.has("seq-length") ? a.integer("seq-length", 0, 2, int64_t(1) << 30) : 0;
   TIDAL_CHECK(!pack || seq_length > 0, "tidal prepare: --pack needs --seq-length N (the packed sequences' length)");
   const std::string policy = a.str("on-bad-line", "fail");
@@ -126,14 +129,16 @@ int prepare_instruction(const Flags& a, const std::vector<std::string>& files) {
     std::vector<int64_t> lengths;
     for (const data::InstructionSample& s : kept) lengths.push_back(int64_t(s.input_ids.size()));
     for (const std::vector<size_t>& members : data::pack_greedy(lengths, seq_length - 1)) {
-      std::vector<int64_t> ids, labels;
+      std::vector<int64_t> ids, labels, samples;
       for (size_t i : members) {
         ids.insert(ids.end(), kept[i].input_ids.begin(), kept[i].input_ids.end());
         labels.insert(labels.end(), kept[i].labels.begin(), kept[i].labels.end());
+        if (neat) samples.resize(ids.size(), int64_t(samples.empty() ? 1 : samples.back() + 1));
       }
       ids.resize(size_t(seq_length), pad_id);
       labels.resize(size_t(seq_length), data::kIgnoreIndex);
-      out.add(ids, labels);
+      if (neat) samples.resize(size_t(seq_length), 0);  // the padding is sample 0
+      out.add(ids, labels, samples);
       ++packs;
     }
   }
@@ -151,16 +156,19 @@ int prepare_instruction(const Flags& a, const std::vector<std::string>& files) {
               (long long)out.writers[0]->num_tokens(), (long long)n.trained_tokens);
   if (n.dropped > 0)
     std::printf("; %lld samples of %lld tokens or more dropped", (long long)n.dropped, (long long)seq_length);
-  if (pack) std::printf("; packed into %lld sequences of %lld tokens", (long long)packs, (long long)seq_length);
+  if (pack)
+    std::printf("; packed into %lld %ssequences of %lld tokens", (long long)packs, neat ? "neat " : "",
+                (long long)seq_length);
   if (n.truncated > 0)
     std::printf("; warning: %lld samples longer than %lld tokens truncated", (long long)n.truncated,
                 (long long)(seq_length - 1));
   std::printf("\n");
   for (const std::string& p : out.prefixes) std::printf("  wrote %s.bin and %s.idx\n", p.c_str(), p.c_str());
-  if (pack && eod_id < 0)  // MindSpeed's rule: the reset flags find the samples by their EOD
+  if (pack && !neat && eod_id < 0)  // MindSpeed's rule: the reset flags find the samples by their EOD
     std::printf(
         "  note: without --append-eod the packed samples are not separated by an EOD token, so "
-        "tidal train --reset-position-ids / --reset-attention-mask see each pack as one sequence\n");
+        "tidal train --reset-position-ids / --reset-attention-mask see each pack as one sequence (--neat-pack "
+        "marks them without one)\n");
   return kOk;
 }
 
