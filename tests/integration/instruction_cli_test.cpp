@@ -124,6 +124,39 @@ TEST_F(InstructionCli, PackAndErrors) {
   EXPECT_NE(r.output.find("--prompt-type is for instruction data"), std::string::npos) << r.output;
 }
 
+TEST_F(InstructionCli, ToolTurns) {
+  // A ShareGPT record with a tool call, its observation and the tools column (--map-keys names it).
+  write(dir_ + "/tools.jsonl",
+        R"({"conversations": [{"from": "human", "value": "two plus two?"}, )"
+        R"({"from": "function_call", "value": "{\"name\": \"add\", \"arguments\": {\"a\": 2, \"b\": 2}}"}, )"
+        R"({"from": "observation", "value": "4"}, {"from": "gpt", "value": "Four."}], )"
+        R"("tools": "[{\"name\": \"add\", \"parameters\": {\"properties\": {\"a\": {\"type\": \"integer\"}}}}]"})"
+        "\n");
+  const std::string tools = "--map-keys '{\"tools\": \"tools\"}'";
+  Result r = run(prepare("tools.jsonl", "SharegptStyleInstructionHandler", tools));
+  ASSERT_EQ(r.code, 0) << r.output;
+  const tidal::data::Tokenizer t = tidal::data::Tokenizer::load(tok());
+  const std::vector<int64_t> builtin = tidal::data::IndexedDataset(dir_ + "/out_packed_input_ids_document").document(0),
+                             builtin_labels =
+                                 tidal::data::IndexedDataset(dir_ + "/out_packed_labels_document").document(0);
+  // The call is trained (as a reply), the observation is not.
+  const std::string call =
+      "<tool_call>\n{\"name\": \"add\", \"arguments\": {\"a\": 2, \"b\": 2}}\n</tool_call><|im_end|>\n";
+  std::vector<int64_t> trained;
+  for (int64_t l : builtin_labels)
+    if (l != tidal::data::kIgnoreIndex) trained.push_back(l);
+  std::vector<int64_t> want = t.encode(call);
+  for (int64_t id : t.encode("Four.<|im_end|>\n")) want.push_back(id);
+  EXPECT_EQ(trained, want) << t.decode(trained);
+  // A template without a tool format refuses the record by line; --on-bad-line skip counts it.
+  r = run(kTidal + " prepare --input " + dir_ + "/tools.jsonl --tokenizer " + tok() +
+          " --handler-name SharegptStyleInstructionHandler --prompt-type empty --output-prefix " + dir_ + "/x " +
+          tools);
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.output.find("tools.jsonl:1: [chat] --prompt-type empty has no tool format"), std::string::npos)
+      << r.output;
+}
+
 TEST_F(InstructionCli, TrainOnInstructionData) {
   ASSERT_EQ(run(prepare("alpaca.jsonl", "AlpacaStyleInstructionHandler", "--append-eod")).code, 0);
   const std::string train = kTidal + " train --model tiny-llama --data-path " + dir_ + "/out --tokenizer " + tok() +

@@ -105,15 +105,20 @@ int prepare_instruction(const Flags& a, const std::vector<std::string>& files) {
     pending.clear();
   };
   std::vector<data::ChatMessage> messages;
+  std::string tools;
   const data::BadLine bad = policy == "skip" ? data::BadLine::skip : data::BadLine::fail;
   PrepareProgress progress("records", log_interval(a), 0);
   int64_t text_bytes = 0;
   for (const std::string& path : files)
     naming_oom("preparing " + input_named(path), [&] {
       data::for_each_json_object(path, bad, jsonl, [&](const nlohmann::json& record) {
-        std::string wrong = data::conversation_of(record, keys, messages);
+        std::string wrong = data::conversation_of(record, keys, messages, &tools);
         if (!wrong.empty()) return wrong;
-        pending.push_back(data::render_chat(type, messages));
+        try {  // what the template cannot render (a tool turn, a tool without parameters) is this record's fault
+          pending.push_back(data::render_chat(type, messages, "<|endoftext|>", tools));
+        } catch (const Error& e) {
+          return std::string(e.what());
+        }
         for (const data::ChatSegment& segment : pending.back()) text_bytes += int64_t(segment.text.size());
         if (pending.size() >= 4096) {
           flush();
