@@ -124,7 +124,7 @@ TEST_F(InstructionCli, PackAndErrors) {
   EXPECT_NE(r.output.find("--prompt-type is for instruction data"), std::string::npos) << r.output;
 }
 
-TEST_F(InstructionCli, ToolTurns) {
+TEST_F(InstructionCli, ToolTurnsAndTemplateFiles) {
   // A ShareGPT record with a tool call, its observation and the tools column (--map-keys names it).
   write(dir_ + "/tools.jsonl",
         R"({"conversations": [{"from": "human", "value": "two plus two?"}, )"
@@ -148,12 +148,32 @@ TEST_F(InstructionCli, ToolTurns) {
   std::vector<int64_t> want = t.encode(call);
   for (int64_t id : t.encode("Four.<|im_end|>\n")) want.push_back(id);
   EXPECT_EQ(trained, want) << t.decode(trained);
+  // --prompt-type-path: a file writing Qwen2.5's template (tests/fixtures/chat/builtin_templates.json) prepares
+  // the same text; the trained tokens are the same.
+  const std::string file = std::string(TIDAL_SOURCE_DIR) + "/tests/fixtures/chat/builtin_templates.json";
+  r = run(prepare("tools.jsonl", "SharegptStyleInstructionHandler", tools + " --prompt-type-path " + file));
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("--prompt-type qwen of " + file), std::string::npos) << r.output;
+  const std::vector<int64_t> from_file =
+      tidal::data::IndexedDataset(dir_ + "/out_packed_input_ids_document").document(0);
+  EXPECT_EQ(t.decode(from_file), t.decode(builtin));
   // A template without a tool format refuses the record by line; --on-bad-line skip counts it.
   r = run(kTidal + " prepare --input " + dir_ + "/tools.jsonl --tokenizer " + tok() +
           " --handler-name SharegptStyleInstructionHandler --prompt-type empty --output-prefix " + dir_ + "/x " +
           tools);
   EXPECT_EQ(r.code, 1);
   EXPECT_NE(r.output.find("tools.jsonl:1: [chat] --prompt-type empty has no tool format"), std::string::npos)
+      << r.output;
+  // Errors of --prompt-type-path name the file.
+  r = run(prepare("alpaca.jsonl", "AlpacaStyleInstructionHandler", "--prompt-type-path " + dir_ + "/none.json"));
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.output.find("none.json is not a file"), std::string::npos) << r.output;
+  r = run(kTidal + " prepare --input " + dir_ + "/alpaca.jsonl --tokenizer " + tok() +
+          " --handler-name AlpacaStyleInstructionHandler --prompt-type llama3 --prompt-type-path " + file +
+          " --output-prefix " + dir_ + "/x");
+  EXPECT_NE(r.output.find("--prompt-type 'llama3' is not a template of " + file +
+                          " (it has qwen, chatml, alpaca, empty, deepseek3)"),
+            std::string::npos)
       << r.output;
 }
 

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "tidal/base/error.h"
 #include "tidal/base/flags.h"
@@ -16,6 +17,8 @@
 #include "tidal/data/instruction_record.h"
 #include "tidal/data/instruction_sample.h"
 #include "tidal/data/jsonl.h"
+#include "tidal/data/slot_template.h"
+#include "tidal/data/template_file.h"
 #include "tidal/data/tokenizer.h"
 #include "tools/tidal/cli.h"
 #include "tools/tidal/data_commands.h"
@@ -46,6 +49,24 @@ struct InstructionOutput {
   }
 };
 
+// The text of a --prompt-type-path template's bos / eos slots. tidal reads no tokenizer_config.json: the bos is
+// the first of the usual BOS tokens the tokenizer holds, the eos its end-of-document token (stop_words[0] under
+// replace_eos, as MindSpeed's fix_model_tokenizer makes it).
+data::SpecialTexts special_texts(const data::SlotTemplate& t, const data::Tokenizer& tok) {
+  data::SpecialTexts s;
+  for (const char* bos : {"<|begin_of_text|>", "<s>", "<bos>", "<｜begin▁of▁sentence｜>"})
+    if (s.bos.empty() && tok.token_to_id(bos)) s.bos = bos;
+  bool writes_eos = false;
+  for (const data::Formatter* f :
+       {&t.user, &t.assistant, &t.system, &t.function, &t.observation, &t.separator, &t.prefix})
+    for (const data::Slot& slot : *f) writes_eos = writes_eos || slot.kind == data::Slot::Kind::eos;
+  if (t.replace_eos)
+    s.eos = t.stop_words.at(0);
+  else if (writes_eos)
+    s.eos = tok.id_to_token(tok.eod_id());
+  return s;
+}
+
 struct Counts {
   int64_t samples = 0, trained_tokens = 0, dropped = 0, truncated = 0;
 };
@@ -60,10 +81,18 @@ int prepare_instruction(const Flags& a, const std::vector<std::string>& files) {
               "writes input_ids, attention_mask and labels (name the record's keys with --map-keys)");
   TIDAL_CHECK(!a.has("dtype"), "tidal prepare: instruction data is int32 (labels hold -100): drop --dtype");
   TIDAL_CHECK(a.has("prompt-type"), "tidal prepare: --handler-name needs --prompt-type (",
-              "qwen, llama3, chatml, mistral, gemma, deepseek3, alpaca or empty: the model family's chat template)");
+              "qwen, llama3, chatml, mistral, gemma, deepseek3, alpaca or empty: the model family's chat template; ",
+              "or a template of --prompt-type-path FILE)");
   const data::InstructionFormat format = data::parse_handler_name(a.str("handler-name"));
   const data::InstructionKeys keys = data::parse_map_keys(format, a.str("map-keys"));
-  const data::PromptType type = data::parse_prompt_type(a.str("prompt-type"));
+  // --prompt-type-path: the template comes from that file (MindSpeed's templates.json), not tidal's table.
+  const std::string template_path = a.str("prompt-type-path");
+  std::optional<data::SlotTemplate> from_file;
+  if (!template_path.empty()) from_file = data::load_template_file(template_path, a.str("prompt-type"));
+  std::optional<data::PromptType> builtin;
+  if (!from_file) builtin = data::parse_prompt_type(a.str("prompt-type"));
+  const std::string template_name =
+      from_file ? a.str("prompt-type") + " of " + template_path : std::string(data::prompt_type_name(*builtin));
   const bool pack = a.flag_on("pack"), neat = a.flag_on("neat-pack");
   TIDAL_CHECK(!neat || pack, "tidal prepare: --neat-pack needs --pack --seq-length N (it marks the samples of a pack)");
   const int64_t seq_length = a.has("seq-length") ? a.integer("seq-length", 0, 2, int64_t(1) << 30) : 0;
@@ -73,7 +102,13 @@ int prepare_instruction(const Flags& a, const std::vector<std::string>& files) {
               "'");
   const std::string tokenizer_path = a.str("tokenizer");
   const data::Tokenizer tok = data::Tokenizer::load(tokenizer_path);
-  data::check_template_tokens(tok, type, tokenizer_path);
+  data::SpecialTexts special;
+  if (from_file) {
+    special = special_texts(*from_file, tok);
+    data::check_template_tokens(tok, data::slot_template_tokens(*from_file, special), template_name, tokenizer_path);
+  } else {
+    data::check_template_tokens(tok, *builtin, tokenizer_path);
+  }
   const int64_t eod_id = a.flag_on("append-eod") ? tok.eod_id() : -1;
   // Pad tokens come after every real token of a pack and are never trained: their id changes no loss.
   const int64_t pad_id = tok.token_to_id("<|endoftext|>").value_or(0);
@@ -115,7 +150,8 @@ int prepare_instruction(const Flags& a, const std::vector<std::string>& files) {
         std::string wrong = data::conversation_of(record, keys, messages, &tools);
         if (!wrong.empty()) return wrong;
         try {  // what the template cannot render (a tool turn, a tool without parameters) is this record's fault
-          pending.push_back(data::render_chat(type, messages, "<|endoftext|>", tools));
+          pending.push_back(from_file ? data::render_slots(*from_file, messages, special, tools)
+                                      : data::render_chat(*builtin, messages, "<|endoftext|>", tools));
         } catch (const Error& e) {
           return std::string(e.what());
         }
@@ -152,7 +188,7 @@ int prepare_instruction(const Flags& a, const std::vector<std::string>& files) {
   for (auto& w : out.writers) w->finish();
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::printf("%zu files -> %lld records (%s, --prompt-type %s)", files.size(), (long long)jsonl.records,
-              data::handler_name(format), data::prompt_type_name(type));
+              data::handler_name(format), template_name.c_str());
   if (jsonl.bad > 0)
     std::printf(", %lld malformed records skipped (the first: %s)", (long long)jsonl.bad, jsonl.first_bad.c_str());
   if (jsonl.blank > 0) std::printf(", %lld blank lines", (long long)jsonl.blank);
