@@ -53,6 +53,62 @@ CONVERSATIONS = [
 ]
 
 
+# Tool use (issue 31), rendered for qwen only: Qwen2.5's chat_template is the one of tidal's prompt types that
+# defines tools and tool calls. Each conversation is written as a ShareGPT record gives it to tidal (roles
+# function_call and observation, a call's JSON as text, the tools column as a JSON string) and handed to
+# transformers as apply_chat_template takes it: a call as an assistant message with tool_calls, an observation as
+# a "tool" message, each tool wrapped as {"type": "function", "function": ...} (LLaMA-Factory's QwenToolUtils).
+WEATHER = {"name": "get_weather", "description": "Weather of a city",
+           "parameters": {"type": "object", "properties": {"city": {"type": "string", "description": "the city"},
+                                                           "unit": {"type": "string", "enum": ["C", "F"]}},
+                          "required": ["city"]}}
+CLOCK = {"type": "function", "function": {"name": "now", "description": "Zeit: ÜTC", "parameters": {}}}
+TOOL_CONVERSATIONS = [
+    ("call_and_answer", [WEATHER],
+     [msg("user", "Weather in Paris?"),
+      msg("function_call", '{"name": "get_weather", "arguments": {"city": "Paris", "unit": "C"}}'),
+      msg("observation", '{"temp": 21, "sky": "clear"}'), msg("assistant", "21 °C and clear.")]),
+    ("system_two_calls", [WEATHER, CLOCK],
+     [msg("system", "Be terse."), msg("user", "Time and weather in Köln"),
+      msg("function_call", '[{"name": "now", "arguments": {}}, '
+                           '{"name": "get_weather", "arguments": {"city": "Köln", "unit": "C"}}]'),
+      msg("observation", "12:00\n\"quoted\""), msg("assistant", "Noon, 9 °C.")]),
+    ("tools_no_call", [WEATHER], [msg("user", "Hi"), msg("assistant", "Hello!")]),
+]
+
+
+def as_transformers(message):
+    if message["role"] == "observation":
+        return {"role": "tool", "content": message["content"]}
+    if message["role"] != "function_call":
+        return message
+    calls = json.loads(message["content"])
+    calls = calls if isinstance(calls, list) else [calls]
+    return {"role": "assistant", "content": "",
+            "tool_calls": [{"type": "function", "function": {"name": c["name"], "arguments": c["arguments"]}}
+                           for c in calls]}
+
+
+def write_tool_fixtures():
+    folder = os.path.join(OUT, "qwen")
+    with open(os.path.join(folder, "chat_template.jinja"), encoding="utf-8") as f:
+        template = f.read()
+    rows = []
+    for name, tools, messages in TOOL_CONVERSATIONS:
+        wrapped = [t if t.get("type") == "function" else {"type": "function", "function": t} for t in tools]
+        text = render_jinja_template(conversations=[[as_transformers(m) for m in messages]], tools=wrapped,
+                                     chat_template=template, add_generation_prompt=False,
+                                     eos_token=TOKENS["qwen"]["eos_token"])
+        text = text[0] if isinstance(text, tuple) else text
+        text = text[0] if isinstance(text, list) else text
+        rows.append({"name": name, "tools": json.dumps(tools, ensure_ascii=False), "messages": messages,
+                     "text": text})
+    with open(os.path.join(folder, "tools_rendered.json"), "w", encoding="utf-8") as f:
+        json.dump(rows, f, ensure_ascii=False, indent=1)
+        f.write("\n")
+    print(f"qwen tools: {len(rows)} conversations")
+
+
 def main():
     for prompt_type, tokens in TOKENS.items():
         folder = os.path.join(OUT, prompt_type)
@@ -70,6 +126,7 @@ def main():
             json.dump(rows, f, ensure_ascii=False, indent=1)
             f.write("\n")
         print(f"{prompt_type}: {len(rows)} conversations")
+    write_tool_fixtures()
 
 
 if __name__ == "__main__":

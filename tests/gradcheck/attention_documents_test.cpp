@@ -99,6 +99,19 @@ TEST(DocumentLayout, MegatronsRule) {
   EXPECT_EQ(mine.positions.to_vector<int32_t>(), (std::vector<int32_t>{1, 0, 1, 1, 3, 5, 1, 3, 5}));
 }
 
+TEST(DocumentLayout, NeatPackSampleIndices) {
+  // MindSpeed's --neat-pack: each token's sample index (0: padding); a document is a run of one index.
+  const Tensor samples = from_vector_i64({1, 1, 1, 2, 2, 3, 0, 0, /**/ 1, 1, 1, 1, 1, 1, 1, 1}, {2, 8});
+  const DocumentLayout l = sample_document_layout(samples);
+  EXPECT_EQ(l.starts.to_vector<int32_t>(), (std::vector<int32_t>{0, 0, 0, 3, 3, 5, 6, 6, /**/ 0, 0, 0, 0, 0, 0, 0, 0}));
+  EXPECT_EQ(l.positions.to_vector<int32_t>(),
+            (std::vector<int32_t>{0, 1, 2, 0, 1, 0, 0, 1, /**/ 0, 1, 2, 3, 4, 5, 6, 7}));
+  // Context-parallel rows keep the global starts, as document_layout's do.
+  const DocumentLayout mine = sample_document_layout(samples, {2, 3, 7});
+  EXPECT_EQ(mine.starts.to_vector<int32_t>(), (std::vector<int32_t>{0, 3, 6, 0, 0, 0}));
+  EXPECT_EQ(mine.positions.to_vector<int32_t>(), (std::vector<int32_t>{2, 0, 1, 2, 3, 7}));
+}
+
 TEST(GradcheckAttentionDocuments, EagerAndFlashWithGqaAndWindows) {
   const Tensor starts = document_layout(ids_with_eods(9, {{3}, {0, 5, 6}}), kEod).starts;  // (2, 9)
   for (AttentionKernel kernel : kKernels)

@@ -2,6 +2,7 @@
 // Lines, the three files read back, --pack, the errors, then `tidal train --is-instruction-dataset` on them.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -84,6 +85,31 @@ TEST_F(InstructionCli, PackAndErrors) {
   ASSERT_EQ(r.code, 0) << r.output;
   EXPECT_NE(r.output.find("warning: 12 samples longer than 39 tokens truncated"), std::string::npos) << r.output;
 
+  // --neat-pack: the attention mask numbers each pack's samples 1, 2, ... (each a whole sample) and its padding 0.
+  r = run(prepare("alpaca.jsonl", "AlpacaStyleInstructionHandler", "--pack --neat-pack --seq-length 256"));
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("neat sequences of 256 tokens"), std::string::npos) << r.output;
+  const tidal::data::IndexedDataset neat_ids(dir_ + "/out_packed_input_ids_document"),
+      neat_mask(dir_ + "/out_packed_attention_mask_document");
+  int64_t samples = 0;
+  for (int64_t d = 0; d < neat_mask.num_documents(); ++d) {
+    const std::vector<int64_t> m = neat_mask.document(d), ids = neat_ids.document(d);
+    ASSERT_EQ(m.size(), 256u);
+    EXPECT_EQ(m.front(), 1);
+    EXPECT_EQ(m.back(), 0);  // at least one pad: a pack holds at most 255 tokens
+    for (size_t i = 1; i < m.size(); ++i) {
+      EXPECT_TRUE(m[i] == m[i - 1] || m[i] == m[i - 1] + 1 || m[i] == 0) << d << " " << i;
+      // Every sample opens with Qwen's system header: its first token is <|im_start|>.
+      if (m[i] != m[i - 1] && m[i] != 0) {
+        EXPECT_EQ(ids[i], ids[0]) << d << " " << i;
+      }
+    }
+    samples += *std::max_element(m.begin(), m.end());
+  }
+  EXPECT_EQ(samples, 12);
+  r = run(prepare("alpaca.jsonl", "AlpacaStyleInstructionHandler", "--neat-pack --seq-length 256"));
+  EXPECT_NE(r.output.find("--neat-pack needs --pack"), std::string::npos) << r.output;
+
   r = run(kTidal + " prepare --input " + dir_ + "/alpaca.jsonl --tokenizer " + tok() +
           " --handler-name AlpacaStyleInstructionHandler --prompt-type llama2 --output-prefix " + dir_ + "/x");
   EXPECT_EQ(r.code, 1);
@@ -96,6 +122,59 @@ TEST_F(InstructionCli, PackAndErrors) {
   r = run(kTidal + " prepare --input " + dir_ + "/alpaca.jsonl --tokenizer " + tok() + " --output-prefix " + dir_ +
           "/x --prompt-type qwen");
   EXPECT_NE(r.output.find("--prompt-type is for instruction data"), std::string::npos) << r.output;
+}
+
+TEST_F(InstructionCli, ToolTurnsAndTemplateFiles) {
+  // A ShareGPT record with a tool call, its observation and the tools column (--map-keys names it).
+  write(dir_ + "/tools.jsonl",
+        R"({"conversations": [{"from": "human", "value": "two plus two?"}, )"
+        R"({"from": "function_call", "value": "{\"name\": \"add\", \"arguments\": {\"a\": 2, \"b\": 2}}"}, )"
+        R"({"from": "observation", "value": "4"}, {"from": "gpt", "value": "Four."}], )"
+        R"("tools": "[{\"name\": \"add\", \"parameters\": {\"properties\": {\"a\": {\"type\": \"integer\"}}}}]"})"
+        "\n");
+  const std::string tools = "--map-keys '{\"tools\": \"tools\"}'";
+  Result r = run(prepare("tools.jsonl", "SharegptStyleInstructionHandler", tools));
+  ASSERT_EQ(r.code, 0) << r.output;
+  const tidal::data::Tokenizer t = tidal::data::Tokenizer::load(tok());
+  const std::vector<int64_t> builtin = tidal::data::IndexedDataset(dir_ + "/out_packed_input_ids_document").document(0),
+                             builtin_labels =
+                                 tidal::data::IndexedDataset(dir_ + "/out_packed_labels_document").document(0);
+  // The call is trained (as a reply), the observation is not.
+  const std::string call =
+      "<tool_call>\n{\"name\": \"add\", \"arguments\": {\"a\": 2, \"b\": 2}}\n</tool_call><|im_end|>\n";
+  std::vector<int64_t> trained;
+  for (int64_t l : builtin_labels)
+    if (l != tidal::data::kIgnoreIndex) trained.push_back(l);
+  std::vector<int64_t> want = t.encode(call);
+  for (int64_t id : t.encode("Four.<|im_end|>\n")) want.push_back(id);
+  EXPECT_EQ(trained, want) << t.decode(trained);
+  // --prompt-type-path: a file writing Qwen2.5's template (tests/fixtures/chat/builtin_templates.json) prepares
+  // the same text; the trained tokens are the same.
+  const std::string file = std::string(TIDAL_SOURCE_DIR) + "/tests/fixtures/chat/builtin_templates.json";
+  r = run(prepare("tools.jsonl", "SharegptStyleInstructionHandler", tools + " --prompt-type-path " + file));
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("--prompt-type qwen of " + file), std::string::npos) << r.output;
+  const std::vector<int64_t> from_file =
+      tidal::data::IndexedDataset(dir_ + "/out_packed_input_ids_document").document(0);
+  EXPECT_EQ(t.decode(from_file), t.decode(builtin));
+  // A template without a tool format refuses the record by line; --on-bad-line skip counts it.
+  r = run(kTidal + " prepare --input " + dir_ + "/tools.jsonl --tokenizer " + tok() +
+          " --handler-name SharegptStyleInstructionHandler --prompt-type empty --output-prefix " + dir_ + "/x " +
+          tools);
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.output.find("tools.jsonl:1: [chat] --prompt-type empty has no tool format"), std::string::npos)
+      << r.output;
+  // Errors of --prompt-type-path name the file.
+  r = run(prepare("alpaca.jsonl", "AlpacaStyleInstructionHandler", "--prompt-type-path " + dir_ + "/none.json"));
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.output.find("none.json is not a file"), std::string::npos) << r.output;
+  r = run(kTidal + " prepare --input " + dir_ + "/alpaca.jsonl --tokenizer " + tok() +
+          " --handler-name AlpacaStyleInstructionHandler --prompt-type llama3 --prompt-type-path " + file +
+          " --output-prefix " + dir_ + "/x");
+  EXPECT_NE(r.output.find("--prompt-type 'llama3' is not a template of " + file +
+                          " (it has qwen, chatml, alpaca, empty, deepseek3)"),
+            std::string::npos)
+      << r.output;
 }
 
 TEST_F(InstructionCli, TrainOnInstructionData) {

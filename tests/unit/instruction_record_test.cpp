@@ -86,13 +86,63 @@ TEST(InstructionRecord, SharegptRefusesBrokenConversations) {
   const InstructionKeys k = parse_map_keys(InstructionFormat::sharegpt, "");
   std::string wrong;
   convert(k, R"({"conversations": [{"from": "gpt", "value": "A"}]})", &wrong);
-  EXPECT_NE(wrong.find("is from 'gpt' where 'human' belongs"), std::string::npos) << wrong;
+  EXPECT_NE(wrong.find("is from 'gpt' where 'human' or 'observation' belongs"), std::string::npos) << wrong;
   convert(k, R"({"conversations": [{"from": "human", "value": "Q"}]})", &wrong);
   EXPECT_NE(wrong.find("does not end with a reply from 'gpt'"), std::string::npos) << wrong;
   convert(k, R"({"conversations": [{"from": "human", "text": "Q"}]})", &wrong);
   EXPECT_NE(wrong.find("no string 'value'"), std::string::npos) << wrong;
   convert(k, R"({"messages": []})", &wrong);
   EXPECT_EQ(wrong, "no key 'conversations' (the messages column; --map-keys renames it)");
+}
+
+TEST(InstructionRecord, SharegptToolTurnsAndTools) {
+  // LLaMA-Factory's tags: function_call turns stand where replies do, observation turns where user turns do; the
+  // tools column is read only when mapped (MindSpeed's InstructionDatasetAttr.tools defaults to None).
+  const std::string record =
+      R"({"conversations": [{"from": "human", "value": "Q"},
+          {"from": "function_call", "value": "{\"name\": \"f\", \"arguments\": {\"x\": 1}}"},
+          {"from": "observation", "value": "R"}, {"from": "gpt", "value": "A"}],
+          "tools": "[{\"name\": \"f\"}]"})";
+  std::vector<ChatMessage> out;
+  std::string tools = "stale";
+  EXPECT_EQ(conversation_of(json::parse(record), parse_map_keys(InstructionFormat::sharegpt, ""), out, &tools), "");
+  EXPECT_EQ(tools, "");
+  expect_turns(out, {{Role::user, "Q"},
+                     {Role::function_call, R"({"name": "f", "arguments": {"x": 1}})"},
+                     {Role::observation, "R"},
+                     {Role::assistant, "A"}});
+  const InstructionKeys k = parse_map_keys(InstructionFormat::sharegpt, R"({"tools": "tools"})");
+  EXPECT_EQ(conversation_of(json::parse(record), k, out, &tools), "");
+  EXPECT_EQ(tools, R"([{"name": "f"}])");
+  // A conversation may end with a call; renamed tags work as the others.
+  const InstructionKeys openai = parse_map_keys(
+      InstructionFormat::sharegpt, R"({"messages": "messages", "tags": {"role_tag": "role", "content_tag": "content",
+          "user_tag": "user", "assistant_tag": "assistant", "observation_tag": "tool", "function_tag": "call"}})");
+  expect_turns(convert(openai, R"({"messages": [{"role": "user", "content": "Q"},
+                                                {"role": "call", "content": "{\"name\": \"g\"}"}]})"),
+               {{Role::user, "Q"}, {Role::function_call, R"({"name": "g"})"}});
+  // What is wrong with a tool record, for --on-bad-line.
+  std::string wrong;
+  convert(k, R"({"conversations": [{"from": "human", "value": "Q"}, {"from": "function_call", "value": "f of 1"}]})",
+          &wrong);
+  EXPECT_NE(wrong.find("message 1 of 'conversations': a function_call turn is not JSON"), std::string::npos) << wrong;
+  convert(k, R"({"conversations": [{"from": "function_call", "value": "{}"}]})", &wrong);
+  EXPECT_NE(wrong.find("is from 'function_call' where 'human' or 'observation' belongs"), std::string::npos) << wrong;
+  // LLaMA-Factory accepts an observation where any user turn stands, the first included.
+  expect_turns(
+      convert(k, R"({"conversations": [{"from": "observation", "value": "R"}, {"from": "gpt", "value": "A"}]})"),
+      {{Role::observation, "R"}, {Role::assistant, "A"}});
+  std::string list_wrong =
+      conversation_of(json::parse(R"({"conversations": [{"from": "human", "value": "Q"}, {"from": "gpt", "value": "A"}],
+                      "tools": [{"name": "f"}]})"),
+                      k, out, &tools);
+  EXPECT_NE(list_wrong.find("'tools' is an array, not a string"), std::string::npos) << list_wrong;
+  list_wrong =
+      conversation_of(json::parse(R"({"conversations": [{"from": "human", "value": "Q"}, {"from": "gpt", "value": "A"}],
+                      "tools": "{\"name\": \"f\"}"})"),
+                      k, out, &tools);
+  EXPECT_NE(list_wrong.find("the tools column holds an object, not a list of functions"), std::string::npos)
+      << list_wrong;
 }
 
 TEST(InstructionRecord, RefusesUnknownHandlersAndColumns) {
@@ -105,8 +155,8 @@ TEST(InstructionRecord, RefusesUnknownHandlersAndColumns) {
             }).find("'messages' is not a column of AlpacaStyleInstructionHandler"),
             std::string::npos);
   EXPECT_NE(testing::error_of([] {
-              parse_map_keys(InstructionFormat::sharegpt, R"({"tags": {"observation_tag": "x"}})");
-            }).find("tool turns are not supported"),
+              parse_map_keys(InstructionFormat::sharegpt, R"({"tags": {"tool_tag": "x"}})");
+            }).find("tag 'tool_tag' is not one tidal reads"),
             std::string::npos);
   EXPECT_THROW(parse_map_keys(InstructionFormat::alpaca, "[1]"), tidal::Error);
   EXPECT_THROW(parse_map_keys(InstructionFormat::alpaca, R"({"prompt": 1})"), tidal::Error);

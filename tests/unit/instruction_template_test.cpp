@@ -1,33 +1,22 @@
 // Chat templates against transformers' own rendering of the published chat_template (tests/fixtures/chat/,
-// written by scripts/chat_fixtures.py): every prompt type, every conversation, byte for byte.
+// written by scripts/chat_fixtures.py): every prompt type, every conversation, byte for byte; tool use for qwen
+// against transformers, for chatml against MindSpeed-LLM's formatters (its chatml template, hand-derived).
 #include <gtest/gtest.h>
 
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 #include <string>
 
+#include "tests/support/chat_fixtures.h"
+#include "tests/support/error_of.h"
 #include "tidal/base/error.h"
 #include "tidal/data/chat_template.h"
 
 namespace tidal::data {
 namespace {
 
-std::string fixture_path(const std::string& type) {
-  return std::string(TIDAL_SOURCE_DIR) + "/tests/fixtures/chat/" + type + "/rendered.json";
-}
-
-std::vector<ChatMessage> messages_of(const nlohmann::json& j) {
-  std::vector<ChatMessage> out;
-  for (const auto& m : j) {
-    const std::string role = m.at("role").get<std::string>();
-    out.push_back({role == "system" ? Role::system
-                   : role == "user" ? Role::user
-                                    : Role::assistant,
-                   m.at("content").get<std::string>()});
-  }
-  return out;
-}
+using testing::chat_fixture_dir;
+using testing::chat_messages_of;
+using testing::read_json_file;
 
 // The first byte where two strings differ, with a little context, for the failure message.
 std::string first_difference(const std::string& a, const std::string& b) {
@@ -38,18 +27,14 @@ std::string first_difference(const std::string& a, const std::string& b) {
          b.substr(from, 40) + "'";
 }
 
-class TemplateGolden : public testing::TestWithParam<const char*> {};
+class TemplateGolden : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(TemplateGolden, RendersAsTransformers) {
   const std::string type = GetParam();
-  std::ifstream in(fixture_path(type));
-  ASSERT_TRUE(in) << fixture_path(type);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  const nlohmann::json rows = nlohmann::json::parse(ss.str());
+  const nlohmann::json rows = read_json_file(chat_fixture_dir() + type + "/rendered.json");
   ASSERT_GE(rows.size(), 6u);
   for (const auto& row : rows) {
-    const std::vector<ChatSegment> segs = render_chat(parse_prompt_type(type), messages_of(row.at("messages")));
+    const std::vector<ChatSegment> segs = render_chat(parse_prompt_type(type), chat_messages_of(row.at("messages")));
     const std::string mine = joined_text(segs), golden = row.at("text").get<std::string>();
     EXPECT_EQ(mine, golden) << type << " / " << row.at("name").get<std::string>() << ": "
                             << first_difference(mine, golden);
@@ -62,8 +47,8 @@ TEST_P(TemplateGolden, RendersAsTransformers) {
 }
 
 INSTANTIATE_TEST_SUITE_P(PromptTypes, TemplateGolden,
-                         testing::Values("qwen", "chatml", "llama3", "mistral", "gemma", "deepseek3", "alpaca",
-                                         "empty"));
+                         ::testing::Values("qwen", "chatml", "llama3", "mistral", "gemma", "deepseek3", "alpaca",
+                                           "empty"));
 
 TEST(ChatTemplate, TrainsOnlyTheAssistantReplies) {
   const std::vector<ChatMessage> m = {
@@ -92,6 +77,84 @@ TEST(ChatTemplate, RefusesWhatNoTemplateRenders) {
   EXPECT_THROW(render_chat(PromptType::qwen, {{Role::user, "Q"}, {Role::user, "Q"}}), tidal::Error);
   EXPECT_THROW(render_chat(PromptType::qwen, {{Role::assistant, "A"}, {Role::user, "Q"}}), tidal::Error);
   EXPECT_THROW(render_chat(PromptType::qwen, {}), tidal::Error);
+}
+
+TEST(ChatTemplate, QwenToolUseAsTransformers) {
+  // tools_rendered.json: Qwen2.5's chat_template with tools, tool_calls and tool messages (scripts/chat_fixtures.py).
+  const nlohmann::json rows = read_json_file(chat_fixture_dir() + "qwen/tools_rendered.json");
+  ASSERT_EQ(rows.size(), 3u);
+  for (const auto& row : rows) {
+    const std::vector<ChatMessage> m = chat_messages_of(row.at("messages"));
+    const std::vector<ChatSegment> segs =
+        render_chat(PromptType::qwen, m, "<|endoftext|>", row.at("tools").get<std::string>());
+    const std::string mine = joined_text(segs), golden = row.at("text").get<std::string>();
+    EXPECT_EQ(mine, golden) << row.at("name").get<std::string>() << ": " << first_difference(mine, golden);
+    // The calls are trained like replies; the observations (and the tools text) are masked like user turns.
+    for (const ChatSegment& seg : segs) {
+      // Every masked segment holds a header; no trained one does (the replies, the calls with their <|im_end|>).
+      EXPECT_EQ(seg.trained, seg.text.find("<|im_start|>") == std::string::npos) << seg.text;
+      if (seg.trained) {
+        EXPECT_EQ(seg.text.find("<tool_response>"), std::string::npos) << seg.text;
+      }
+    }
+    EXPECT_TRUE(segs.back().trained);
+  }
+}
+
+TEST(ChatTemplate, ChatmlToolUseAsMindSpeed) {
+  // MindSpeed-LLM's chatml template (configs/finetune/templates.json): no format_function or format_tools, so
+  // LLaMA-Factory's defaults (formatter.py's default_tool_formatter and FunctionFormatter "Action: {{name}}\n
+  // Action Input: {{arguments}}" + eos, the eos replaced by <|im_end|>), and format_observation "<|im_start|>tool
+  // \n{{content}}<|im_end|>\n". The expected text was written from those definitions and checked against
+  // formatter.py's output.
+  const std::string tools =
+      R"([{"name": "get_weather", "description": "Weather of a city", "parameters": {"type": "object", )"
+      R"("properties": {"city": {"type": "string", "description": "the city"}, "unit": {"type": "string", )"
+      R"("enum": ["C", "F"]}}, "required": ["city"]}}])";
+  const std::vector<ChatMessage> m = {
+      {Role::user, "Weather in Köln?"},
+      {Role::function_call, R"({"name": "get_weather", "arguments": {"city": "Köln", "unit": "C"}})"},
+      {Role::observation, "9 C"},
+      {Role::assistant, "9 °C."}};
+  const std::vector<ChatSegment> s = render_chat(PromptType::chatml, m, "<|endoftext|>", tools);
+  const std::string tool_text =
+      "You have access to the following tools:\n> Tool Name: get_weather\nTool Description: Weather of a city\n"
+      "Tool Args:\n  - city (string, required): the city\n  - unit (string): , should be one of [C, F]\n\n"
+      "Use the following format if using a tool:\n```\nAction: tool name (one of [get_weather]).\nAction Input: "
+      "the input to the tool, in a JSON format representing the kwargs (e.g. ```{\"input\": \"hello world\", "
+      "\"num_beams\": 5}```).\n```\n";
+  ASSERT_EQ(s.size(), 4u);
+  EXPECT_EQ(s[0].text, "<|im_start|>system\n" + tool_text +
+                           "<|im_end|>\n<|im_start|>user\nWeather in Köln?<|im_end|>\n<|im_start|>assistant\n");
+  EXPECT_EQ(s[1].text, "Action: get_weather\nAction Input: {\"city\": \"Köln\", \"unit\": \"C\"}<|im_end|>\n");
+  EXPECT_TRUE(s[1].trained);
+  EXPECT_EQ(s[2].text, "<|im_start|>tool\n9 C<|im_end|>\n<|im_start|>assistant\n");
+  EXPECT_FALSE(s[2].trained);
+  EXPECT_EQ(s[3].text, "9 °C.<|im_end|>\n");
+  // The default format calls one function per turn: a list of calls is refused, not rendered as nothing.
+  EXPECT_THROW(
+      render_chat(PromptType::chatml, {{Role::user, "Q"}, {Role::function_call, R"([{"name": "a"}, {"name": "b"}])"}}),
+      tidal::Error);
+}
+
+TEST(ChatTemplate, RefusesToolTurnsWithoutAToolFormat) {
+  const std::vector<ChatMessage> m = {{Role::user, "Q"},
+                                      {Role::function_call, R"({"name": "f", "arguments": {}})"},
+                                      {Role::observation, "r"},
+                                      {Role::assistant, "A"}};
+  for (PromptType t : {PromptType::llama3, PromptType::mistral, PromptType::gemma, PromptType::deepseek3,
+                       PromptType::alpaca, PromptType::empty}) {
+    const std::string e = testing::error_of([&] { render_chat(t, m); });
+    EXPECT_NE(e.find(std::string("--prompt-type ") + prompt_type_name(t) + " has no tool format"), std::string::npos)
+        << e;
+    EXPECT_NE(testing::error_of([&] {
+                render_chat(t, {{Role::user, "Q"}, {Role::assistant, "A"}}, "", "[{}]");
+              }).find("has no tool format"),
+              std::string::npos);
+  }
+  // A reply cannot open a conversation; a call that is not JSON is refused.
+  EXPECT_THROW(render_chat(PromptType::qwen, {{Role::function_call, "{}"}, {Role::assistant, "A"}}), tidal::Error);
+  EXPECT_THROW(render_chat(PromptType::qwen, {{Role::user, "Q"}, {Role::function_call, "f(x)"}}), tidal::Error);
 }
 
 TEST(ChatTemplate, TrimsAsJinjaDoes) {

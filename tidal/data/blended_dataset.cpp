@@ -24,6 +24,8 @@ BlendedDataset::BlendedDataset(std::vector<std::shared_ptr<const TokenDataset>> 
     TIDAL_CHECK(d->seq_length() == datasets_[0]->seq_length(), "[data] blended datasets differ in sequence length");
     TIDAL_CHECK(d->has_labels() == datasets_[0]->has_labels(),
                 "[data] a blend mixes instruction data (with labels) and pretraining data");
+    TIDAL_CHECK(d->has_pack_samples() == datasets_[0]->has_pack_samples(),
+                "[data] a blend mixes neat packs (--neat-pack) and other data");
   }
   drawn_.assign(datasets_.size(), 0);
 }
@@ -66,6 +68,11 @@ std::pair<int64_t, int64_t> BlendedDataset::locate(int64_t i) const {
 void BlendedDataset::sample_labels(int64_t i, int64_t* out) const {
   const auto [d, j] = source(i);
   datasets_[size_t(d)]->sample_labels(j, out);
+}
+
+void BlendedDataset::sample_pack_samples(int64_t i, int64_t* out) const {
+  const auto [d, j] = source(i);
+  datasets_[size_t(d)]->sample_pack_samples(j, out);
 }
 
 int64_t BlendedDataset::sample_length(int64_t i) const {

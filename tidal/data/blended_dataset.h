@@ -24,6 +24,8 @@ class BlendedDataset : public TokenDataset {
   std::pair<int64_t, int64_t> locate(int64_t i) const override;
   bool has_labels() const override { return datasets_[0]->has_labels(); }
   void sample_labels(int64_t i, int64_t* out) const override;
+  bool has_pack_samples() const override { return datasets_[0]->has_pack_samples(); }
+  void sample_pack_samples(int64_t i, int64_t* out) const override;
   int64_t sample_length(int64_t i) const override;
 
   // Stream sample i is sample `second` of dataset `first`'s stream.

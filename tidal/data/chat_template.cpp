@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "tidal/base/error.h"
+#include "tidal/data/tool_calls.h"
 
 namespace tidal::data {
 namespace {
@@ -87,24 +88,25 @@ class Segments {
   std::vector<ChatSegment> out_;
 };
 
-const char* role_name(Role r) { return r == Role::system ? "system" : r == Role::user ? "user" : "assistant"; }
-
-// The system text (nullptr when none) and the turns after it, checked: user and assistant alternating,
-// starting with user and ending with assistant.
-std::pair<const std::string*, std::vector<const ChatMessage*>> split_turns(const std::vector<ChatMessage>& messages) {
-  const bool has_system = !messages.empty() && messages[0].role == Role::system;
-  std::vector<const ChatMessage*> turns;
-  for (size_t i = has_system ? 1 : 0; i < messages.size(); ++i) {
-    const Role want = turns.size() % 2 == 0 ? Role::user : Role::assistant;
-    TIDAL_CHECK(messages[i].role == want, "[chat] message ", i, " is a ", role_name(messages[i].role), " turn where a ",
-                role_name(want),
-                " turn belongs: after an optional system message, a conversation alternates user and assistant "
-                "turns");
-    turns.push_back(&messages[i]);
+const char* role_name(Role r) {
+  switch (r) {
+    case Role::system: return "system";
+    case Role::user: return "user";
+    case Role::assistant: return "assistant";
+    case Role::function_call: return "function_call";
+    case Role::observation: return "observation";
   }
-  TIDAL_CHECK(!turns.empty() && turns.size() % 2 == 0, "[chat] a conversation needs user/assistant pairs ending with ",
-              "an assistant reply (the trained text); got ", turns.size(), " turns after the system message");
-  return {has_system ? &messages[0].content : nullptr, std::move(turns)};
+  return "";
+}
+
+bool is_reply(Role r) { return r == Role::assistant || r == Role::function_call; }
+
+// The calls of a function_call turn (a malformed one throws: conversation_of reports it by line first).
+std::vector<FunctionCall> calls_of(const ChatMessage& m) {
+  std::vector<FunctionCall> calls;
+  const std::string wrong = parse_function_calls(m.content, calls);
+  TIDAL_CHECK(wrong.empty(), "[chat] ", wrong);
+  return calls;
 }
 
 }  // namespace
@@ -127,23 +129,64 @@ const char* prompt_type_name(PromptType type) {
 }
 
 std::vector<ChatSegment> render_chat(PromptType type, const std::vector<ChatMessage>& messages,
-                                     std::string_view eos_token) {
+                                     std::string_view eos_token, std::string_view tools_text) {
   const auto [system, turns] = split_turns(messages);
+  std::vector<nlohmann::ordered_json> tools;
+  const std::string wrong_tools = parse_tools(tools_text, tools);
+  TIDAL_CHECK(wrong_tools.empty(), "[chat] ", wrong_tools);
+  if (type != PromptType::qwen && type != PromptType::chatml) {
+    bool tool_turns = !tools.empty();
+    for (const ChatMessage* m : turns)
+      tool_turns = tool_turns || m->role == Role::function_call || m->role == Role::observation;
+    TIDAL_CHECK(!tool_turns, "[chat] --prompt-type ", prompt_type_name(type), " has no tool format: tools, ",
+                "function_call and observation turns render with qwen or chatml, or with a --prompt-type-path ",
+                "template");
+  }
   Segments s;
   switch (type) {
     case PromptType::qwen:
-    case PromptType::chatml:
-      if (system != nullptr)
+      // Qwen2.5's chat_template: tools follow the system text (Qwen's default one when there is none); a call is
+      // an assistant turn of <tool_call> blocks; an observation a user turn of <tool_response>.
+      if (!tools.empty())
+        s.masked(join({"<|im_start|>system\n",
+                       system != nullptr ? std::string_view(*system)
+                                         : "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.",
+                       qwen_tools_text(tools), "<|im_end|>\n"}));
+      else if (system != nullptr)
         s.masked(join({"<|im_start|>system\n", *system, "<|im_end|>\n"}));
-      else if (type == PromptType::qwen)
+      else
         s.masked(
             "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\n");
       for (const ChatMessage* m : turns) {
         if (m->role == Role::user) {
           s.masked(join({"<|im_start|>user\n", m->content, "<|im_end|>\n"}));
+        } else if (m->role == Role::observation) {
+          s.masked(join({"<|im_start|>user\n<tool_response>\n", m->content, "\n</tool_response><|im_end|>\n"}));
         } else {
           s.masked("<|im_start|>assistant\n");
-          s.trained(join({m->content, "<|im_end|>\n"}));
+          const std::string reply = m->role == Role::assistant ? m->content : qwen_function_text(calls_of(*m));
+          s.trained(join({reply, "<|im_end|>\n"}));
+        }
+      }
+      break;
+    case PromptType::chatml:
+      // MindSpeed's chatml template: LLaMA-Factory's default tool format after the system text, a call as
+      // "Action: NAME\nAction Input: ARGS", an observation as a "tool" turn.
+      if (system != nullptr || !tools.empty())
+        s.masked(join({"<|im_start|>system\n", system != nullptr ? std::string_view(*system) : std::string_view(),
+                       tools.empty() ? std::string() : default_tools_text(tools), "<|im_end|>\n"}));
+      for (const ChatMessage* m : turns) {
+        if (m->role == Role::user || m->role == Role::observation) {
+          s.masked(
+              join({m->role == Role::user ? "<|im_start|>user\n" : "<|im_start|>tool\n", m->content, "<|im_end|>\n"}));
+        } else {
+          s.masked("<|im_start|>assistant\n");
+          std::string reply = m->content;
+          if (m->role == Role::function_call) {
+            const auto [name, arguments] = name_and_arguments(calls_of(*m));
+            reply = join({"Action: ", name, "\nAction Input: ", arguments});
+          }
+          s.trained(join({reply, "<|im_end|>\n"}));
         }
       }
       break;
@@ -215,6 +258,25 @@ std::vector<ChatSegment> render_chat(PromptType type, const std::vector<ChatMess
       break;
   }
   return s.take();
+}
+
+// User (or observation) and assistant (or function_call) turns alternating, starting with user and ending with
+// a reply.
+ChatTurns split_turns(const std::vector<ChatMessage>& messages) {
+  const bool has_system = !messages.empty() && messages[0].role == Role::system;
+  std::vector<const ChatMessage*> turns;
+  for (size_t i = has_system ? 1 : 0; i < messages.size(); ++i) {
+    const bool reply = turns.size() % 2 == 1;
+    const Role r = messages[i].role;
+    TIDAL_CHECK(r != Role::system && is_reply(r) == reply, "[chat] message ", i, " is a ", role_name(r), " turn where ",
+                reply ? "an assistant (or function_call)" : "a user (or observation)",
+                " turn belongs: after an optional system message, a conversation alternates user and assistant "
+                "turns");
+    turns.push_back(&messages[i]);
+  }
+  TIDAL_CHECK(!turns.empty() && turns.size() % 2 == 0, "[chat] a conversation needs user/assistant pairs ending with ",
+              "an assistant reply (the trained text); got ", turns.size(), " turns after the system message");
+  return {has_system ? &messages[0].content : nullptr, std::move(turns)};
 }
 
 std::string joined_text(const std::vector<ChatSegment>& segments) {

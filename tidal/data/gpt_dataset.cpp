@@ -136,6 +136,10 @@ void TokenDataset::sample_labels(int64_t /*i*/, int64_t* /*out*/) const {
   TIDAL_ASSERT(false, "sample_labels of a dataset without labels");
 }
 
+void TokenDataset::sample_pack_samples(int64_t /*i*/, int64_t* /*out*/) const {
+  TIDAL_ASSERT(false, "sample_pack_samples of a dataset without neat packs");
+}
+
 DataLoader::DataLoader(std::shared_ptr<const TokenDataset> dataset, int64_t position, int64_t variable_multiple)
     : dataset_(std::move(dataset)), variable_multiple_(variable_multiple) {
   TIDAL_CHECK(dataset_ != nullptr, "[data] DataLoader needs a dataset");
@@ -160,18 +164,21 @@ Batch DataLoader::next(int64_t batch_size) {
     const int64_t t = (longest - 1 + variable_multiple_ - 1) / variable_multiple_ * variable_multiple_;
     width = std::min(full, std::max<int64_t>(t, 1) + 1);
   }
-  Batch b{empty({batch_size, width}, DType::i64), Tensor(), position_};
-  const bool labels = dataset_->has_labels();
+  Batch b{empty({batch_size, width}, DType::i64), Tensor(), Tensor(), position_};
+  const bool labels = dataset_->has_labels(), samples = dataset_->has_pack_samples();
   if (labels) b.labels = empty({batch_size, width}, DType::i64);
+  if (samples) b.pack_samples = empty({batch_size, width}, DType::i64);
   std::vector<int64_t> row(size_t(width == full ? 0 : full));  // a whole sample, when the batch keeps less
-  for (int64_t r = 0; r < batch_size; ++r) {
-    int64_t* dst = b.tokens.data<int64_t>() + r * width;
-    dataset_->sample(position_ + r, width == full ? dst : row.data());
+  // Row r of `to` from `read` (the dataset writes whole samples: through `row` when the batch keeps less).
+  const auto fill = [&](Tensor& to, int64_t r, const auto& read) {
+    int64_t* dst = to.data<int64_t>() + r * width;
+    read(position_ + r, width == full ? dst : row.data());
     if (width != full) std::copy_n(row.data(), width, dst);
-    if (!labels) continue;
-    int64_t* ldst = b.labels.data<int64_t>() + r * width;
-    dataset_->sample_labels(position_ + r, width == full ? ldst : row.data());
-    if (width != full) std::copy_n(row.data(), width, ldst);
+  };
+  for (int64_t r = 0; r < batch_size; ++r) {
+    fill(b.tokens, r, [&](int64_t i, int64_t* out) { dataset_->sample(i, out); });
+    if (labels) fill(b.labels, r, [&](int64_t i, int64_t* out) { dataset_->sample_labels(i, out); });
+    if (samples) fill(b.pack_samples, r, [&](int64_t i, int64_t* out) { dataset_->sample_pack_samples(i, out); });
   }
   position_ += batch_size;
   return b;

@@ -45,6 +45,10 @@ class TokenDataset {
   // trained. Writes the seq_length + 1 labels of stream sample i; a dataset without labels throws.
   virtual bool has_labels() const { return false; }
   virtual void sample_labels(int64_t i, int64_t* out) const;
+  // A neat pack (MindSpeed-LLM's --neat-pack) says which sample each token belongs to: 1, 2, ... and 0 for the
+  // padding. Writes the seq_length + 1 indices of stream sample i; a dataset without them throws.
+  virtual bool has_pack_samples() const { return false; }
+  virtual void sample_pack_samples(int64_t i, int64_t* out) const;
   // The tokens of sample i before padding (at most seq_length + 1): what --variable-seq-lengths pads a batch to.
   virtual int64_t sample_length(int64_t /*i*/) const { return seq_length() + 1; }
 };
@@ -89,6 +93,7 @@ class MockDataset : public TokenDataset {
 struct Batch {
   Tensor tokens;             // (B, T + 1) i64: inputs tokens[:, :-1], targets tokens[:, 1:]
   Tensor labels;             // (B, T + 1) i64 when the dataset has labels (targets labels[:, 1:], -100 ignored)
+  Tensor pack_samples;       // (B, T + 1) i64 for neat packs: each token's sample in its pack (0: padding)
   int64_t first_sample = 0;  // stream index of row 0
 };
 

@@ -23,8 +23,8 @@ bool is_integer(TokenDType t) { return t != TokenDType::f32 && t != TokenDType::
 
 }  // namespace
 
-InstructionFiles open_instruction_files(const std::string& prefix) {
-  InstructionFiles f{open_part(prefix, "input_ids"), open_part(prefix, "labels")};
+InstructionFiles open_instruction_files(const std::string& prefix, bool neat_pack) {
+  InstructionFiles f{open_part(prefix, "input_ids"), open_part(prefix, "labels"), nullptr};
   const IndexedDataset &ids = *f.input_ids, &labels = *f.labels;
   TIDAL_CHECK(is_integer(ids.dtype()), "[data] ", ids.prefix(), " holds ", token_dtype_name(ids.dtype()),
               ", not token ids: prepare the data again");
@@ -39,6 +39,15 @@ InstructionFiles open_instruction_files(const std::string& prefix) {
               ids.prefix(), " and ", labels.prefix(), " differ in record lengths: the two files come from different ",
               "runs; prepare the data again");
   TIDAL_CHECK(ids.num_documents() > 0, "[data] ", ids.prefix(), " holds no record");
+  if (neat_pack) {
+    f.attention_mask = open_part(prefix, "attention_mask");
+    const IndexedDataset& mask = *f.attention_mask;
+    TIDAL_CHECK(is_integer(mask.dtype()), "[data] --neat-pack: ", mask.prefix(), " holds ",
+                token_dtype_name(mask.dtype()), ", not sample indices: prepare the data again");
+    TIDAL_CHECK(mask.sizes() == ids.sizes() && mask.document_indices() == ids.document_indices(), "[data] ",
+                mask.prefix(), " and ", ids.prefix(), " differ in records or lengths: the two files come from ",
+                "different runs; prepare the data again");
+  }
   return f;
 }
 
@@ -84,5 +93,10 @@ void InstructionDataset::read(const IndexedDataset& data, int64_t i, int64_t pad
 void InstructionDataset::sample(int64_t i, int64_t* out) const { read(*files_.input_ids, i, pad_id_, out); }
 
 void InstructionDataset::sample_labels(int64_t i, int64_t* out) const { read(*files_.labels, i, kIgnoreIndex, out); }
+
+void InstructionDataset::sample_pack_samples(int64_t i, int64_t* out) const {
+  TIDAL_ASSERT(files_.attention_mask != nullptr, "sample_pack_samples without the attention-mask file");
+  read(*files_.attention_mask, i, 0, out);
+}
 
 }  // namespace tidal::data

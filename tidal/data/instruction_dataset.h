@@ -16,12 +16,14 @@ namespace tidal::data {
 
 struct InstructionFiles {
   std::shared_ptr<const IndexedDataset> input_ids, labels;  // one record per document, the same sizes
+  // Neat packs only (--neat-pack): PREFIX_packed_attention_mask_document, each token's sample in its pack.
+  std::shared_ptr<const IndexedDataset> attention_mask;
 };
 
-// Opens PREFIX_packed_input_ids_document and PREFIX_packed_labels_document and checks them against each other
-// (record counts and lengths, an integer token type, signed labels); each fault throws tidal::Error naming the
-// file and what to do.
-InstructionFiles open_instruction_files(const std::string& prefix);
+// Opens PREFIX_packed_input_ids_document and PREFIX_packed_labels_document (and, for `neat_pack`,
+// PREFIX_packed_attention_mask_document) and checks them against each other (record counts and lengths, an
+// integer token type, signed labels); each fault throws tidal::Error naming the file and what to do.
+InstructionFiles open_instruction_files(const std::string& prefix, bool neat_pack = false);
 
 class InstructionDataset : public TokenDataset {
  public:
@@ -36,6 +38,8 @@ class InstructionDataset : public TokenDataset {
   void sample(int64_t i, int64_t* out) const override;
   bool has_labels() const override { return true; }
   void sample_labels(int64_t i, int64_t* out) const override;
+  bool has_pack_samples() const override { return files_.attention_mask != nullptr; }
+  void sample_pack_samples(int64_t i, int64_t* out) const override;  // padded with 0, the padding's index
   int64_t sample_length(int64_t i) const override;
   std::pair<int64_t, int64_t> locate(int64_t i) const override;
   int64_t samples_per_epoch() const { return records_.size(); }

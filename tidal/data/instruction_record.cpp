@@ -4,6 +4,7 @@
 
 #include "tidal/base/error.h"
 #include "tidal/base/json.h"
+#include "tidal/data/tool_calls.h"
 
 namespace tidal::data {
 namespace {
@@ -55,13 +56,19 @@ std::string alpaca(const json& record, const InstructionKeys& k, std::vector<Cha
   return "";
 }
 
-std::string sharegpt(const json& record, const InstructionKeys& k, std::vector<ChatMessage>& out) {
+std::string sharegpt(const json& record, const InstructionKeys& k, std::vector<ChatMessage>& out, std::string* tools) {
   const auto it = record.find(k.messages);
   if (it == record.end()) return "no key '" + k.messages + "' (the messages column; --map-keys renames it)";
   if (!it->is_array()) return "'" + k.messages + "' is " + json_kind(*it) + ", not a list of messages";
   std::string system;
   if (!k.system.empty())
     if (std::string wrong = string_at(record, k.system, "system", false, system); !wrong.empty()) return wrong;
+  if (!k.tools.empty() && tools != nullptr) {
+    if (std::string wrong = string_at(record, k.tools, "tools", false, *tools); !wrong.empty())
+      return wrong + " (LLaMA-Factory's tools column is a string holding the functions' JSON list)";
+    std::vector<nlohmann::ordered_json> parsed;
+    if (std::string wrong = parse_tools(*tools, parsed); !wrong.empty()) return wrong;
+  }
   size_t first = 0;
   for (size_t i = 0; i < it->size(); ++i) {
     const json& m = (*it)[i];
@@ -79,15 +86,23 @@ std::string sharegpt(const json& record, const InstructionKeys& k, std::vector<C
     }
     const bool user_turn = (i - first) % 2 == 0;
     const std::string& want = user_turn ? k.user_tag : k.assistant_tag;
-    if (r != want)
-      return where + " is from '" + r + "' where '" + want +
-             "' belongs (turns alternate user and assistant after an optional system message; tool turns are not "
-             "supported)";
-    out.push_back({user_turn ? Role::user : Role::assistant, content->get<std::string>()});
+    const std::string& tool = user_turn ? k.observation_tag : k.function_tag;
+    if (r != want && r != tool)
+      return where + " is from '" + r + "' where '" + want + "' or '" + tool +
+             "' belongs (turns alternate user and assistant, or observation and function_call, after an optional "
+             "system message)";
+    const Role turn =
+        r == want ? (user_turn ? Role::user : Role::assistant) : (user_turn ? Role::observation : Role::function_call);
+    if (turn == Role::function_call) {
+      std::vector<FunctionCall> calls;
+      if (std::string wrong = parse_function_calls(content->get<std::string>(), calls); !wrong.empty())
+        return where + ": " + wrong;
+    }
+    out.push_back({turn, content->get<std::string>()});
   }
-  if (out.empty() || out.back().role != Role::assistant)
-    return "'" + k.messages + "' does not end with a reply from '" + k.assistant_tag + "' (" +
-           std::to_string(out.size()) + " turns after the system message)";
+  if (out.empty() || (out.back().role != Role::assistant && out.back().role != Role::function_call))
+    return "'" + k.messages + "' does not end with a reply from '" + k.assistant_tag + "' or '" + k.function_tag +
+           "' (" + std::to_string(out.size()) + " turns after the system message)";
   if (!system.empty()) out.insert(out.begin(), {Role::system, system});
   return "";
 }
@@ -111,20 +126,22 @@ InstructionKeys parse_map_keys(InstructionFormat format, std::string_view map_ke
   TIDAL_CHECK(j.is_object(), "--map-keys must be a JSON object such as '{\"prompt\": \"instruction\"}', found ",
               json_kind(j));
   const bool alpaca_format = format == InstructionFormat::alpaca;
-  const char* columns = alpaca_format ? "prompt, query, response, history, system" : "messages, system, tags";
+  const char* columns = alpaca_format ? "prompt, query, response, history, system" : "messages, system, tools, tags";
   for (const auto& [name, value] : j.items()) {
     if (name == "tags" && !alpaca_format) {
       TIDAL_CHECK(value.is_object(), "--map-keys: 'tags' must be an object of tag names, found ", json_kind(value));
       for (const auto& [tag, spelled] : value.items()) {
-        std::string* slot = tag == "role_tag"        ? &k.role_tag
-                            : tag == "content_tag"   ? &k.content_tag
-                            : tag == "user_tag"      ? &k.user_tag
-                            : tag == "assistant_tag" ? &k.assistant_tag
-                            : tag == "system_tag"    ? &k.system_tag
-                                                     : nullptr;
+        std::string* slot = tag == "role_tag"          ? &k.role_tag
+                            : tag == "content_tag"     ? &k.content_tag
+                            : tag == "user_tag"        ? &k.user_tag
+                            : tag == "assistant_tag"   ? &k.assistant_tag
+                            : tag == "observation_tag" ? &k.observation_tag
+                            : tag == "function_tag"    ? &k.function_tag
+                            : tag == "system_tag"      ? &k.system_tag
+                                                       : nullptr;
         TIDAL_CHECK(slot != nullptr, "--map-keys: tag '", tag,
-                    "' is not one tidal reads (role_tag, content_tag, user_tag, assistant_tag, system_tag; tool ",
-                    "turns are not supported)");
+                    "' is not one tidal reads (role_tag, content_tag, user_tag, assistant_tag, observation_tag, ",
+                    "function_tag, system_tag)");
         *slot = json_string(spelled, "--map-keys tags." + tag);
       }
       continue;
@@ -138,7 +155,7 @@ InstructionKeys parse_map_keys(InstructionFormat format, std::string_view map_ke
              : name == "system"   ? &k.system
                                   : nullptr;
     else
-      slot = name == "messages" ? &k.messages : name == "system" ? &k.system : nullptr;
+      slot = name == "messages" ? &k.messages : name == "system" ? &k.system : name == "tools" ? &k.tools : nullptr;
     TIDAL_CHECK(slot != nullptr, "--map-keys: '", name, "' is not a column of ", handler_name(format), " (", columns,
                 ")");
     *slot = json_string(value, "--map-keys " + name);
@@ -146,11 +163,16 @@ InstructionKeys parse_map_keys(InstructionFormat format, std::string_view map_ke
   return k;
 }
 
-std::string conversation_of(const nlohmann::json& record, const InstructionKeys& keys, std::vector<ChatMessage>& out) {
+std::string conversation_of(const nlohmann::json& record, const InstructionKeys& keys, std::vector<ChatMessage>& out,
+                            std::string* tools) {
   out.clear();
+  if (tools != nullptr) tools->clear();
   std::string wrong =
-      keys.format == InstructionFormat::alpaca ? alpaca(record, keys, out) : sharegpt(record, keys, out);
-  if (!wrong.empty()) out.clear();
+      keys.format == InstructionFormat::alpaca ? alpaca(record, keys, out) : sharegpt(record, keys, out, tools);
+  if (!wrong.empty()) {
+    out.clear();
+    if (tools != nullptr) tools->clear();
+  }
   return wrong;
 }
 

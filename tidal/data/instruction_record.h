@@ -2,9 +2,10 @@
 // Instruction records (MindSpeed-LLM's --handler-name, LlamaFactory's formats) as conversations:
 // AlpacaStyleInstructionHandler reads {instruction, input, output} (+ history [[q, a], ...] and system when
 // --map-keys names them), SharegptStyleInstructionHandler reads {conversations: [{from, value}, ...]} (+ a
-// system key when mapped). --map-keys renames the columns with MindSpeed's names: for Alpaca prompt, query,
-// response, history, system; for ShareGPT messages, system and tags ({"role_tag": "role", "content_tag":
-// "content", "user_tag": "user", "assistant_tag": "assistant", "system_tag": "system"}).
+// system and tools keys when mapped). --map-keys renames the columns with MindSpeed's names: for Alpaca prompt,
+// query, response, history, system; for ShareGPT messages, system, tools and tags ({"role_tag": "role",
+// "content_tag": "content", "user_tag": "user", "assistant_tag": "assistant", "observation_tag": "observation",
+// "function_tag": "function_call", "system_tag": "system"}).
 #include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <string_view>
@@ -24,9 +25,9 @@ const char* handler_name(InstructionFormat format);
 struct InstructionKeys {
   InstructionFormat format = InstructionFormat::alpaca;
   std::string prompt = "instruction", query = "input", response = "output", history, system;  // alpaca
-  std::string messages = "conversations";                                                     // sharegpt
+  std::string messages = "conversations", tools;                                              // sharegpt
   std::string role_tag = "from", content_tag = "value", user_tag = "human", assistant_tag = "gpt",
-              system_tag = "system";
+              observation_tag = "observation", function_tag = "function_call", system_tag = "system";
 };
 
 // The defaults of `format` with --map-keys (a JSON object) applied; a key that is not one of the format's
@@ -38,7 +39,10 @@ InstructionKeys parse_map_keys(InstructionFormat format, std::string_view map_ke
 // pairs, then one user turn of the prompt and the query joined by a newline (an empty or missing query adds
 // nothing), then the response; a non-empty system value is the system message. ShareGPT: a first message
 // from system_tag is the system message (else the system key's value, when mapped); the rest alternate
-// user_tag and assistant_tag, ending with an assistant reply.
-std::string conversation_of(const nlohmann::json& record, const InstructionKeys& keys, std::vector<ChatMessage>& out);
+// user_tag (or observation_tag) and assistant_tag (or function_tag), ending with a reply, as LLaMA-Factory's
+// converter checks them; a function_call's content must be a call's JSON. `tools` (when not null) gets the
+// record's tools text (the mapped tools key: a JSON string of functions, checked), "" when none.
+std::string conversation_of(const nlohmann::json& record, const InstructionKeys& keys, std::vector<ChatMessage>& out,
+                            std::string* tools = nullptr);
 
 }  // namespace tidal::data

@@ -37,10 +37,15 @@ std::vector<InstructionSample> encode_conversations(const Tokenizer& tok,
 }
 
 void check_template_tokens(const Tokenizer& tok, PromptType type, const std::string& tokenizer_path) {
-  for (const std::string& t : template_special_tokens(type)) {
+  check_template_tokens(tok, template_special_tokens(type), prompt_type_name(type), tokenizer_path);
+}
+
+void check_template_tokens(const Tokenizer& tok, const std::vector<std::string>& tokens,
+                           const std::string& template_name, const std::string& tokenizer_path) {
+  for (const std::string& t : tokens) {
     bool added = false;
     for (const AddedToken& a : tok.added_tokens()) added = added || a.content == t;
-    TIDAL_CHECK(added, "[data] --prompt-type ", prompt_type_name(type), " writes '", t, "', which the tokenizer ",
+    TIDAL_CHECK(added, "[data] --prompt-type ", template_name, " writes '", t, "', which the tokenizer ",
                 tokenizer_path, " does not hold as an added token (it would be encoded as plain text): use the ",
                 "model's own tokenizer.json, or the prompt type of its family");
   }

@@ -27,6 +27,9 @@ std::vector<InstructionSample> encode_conversations(const Tokenizer& tok,
 // Throws tidal::Error when the tokenizer does not hold one of the template's special tokens as an added token
 // (it would be encoded as plain text, not as the model's control token). `tokenizer_path` names it.
 void check_template_tokens(const Tokenizer& tok, PromptType type, const std::string& tokenizer_path);
+// The same for the `tokens` a template named `template_name` writes (a --prompt-type-path template's).
+void check_template_tokens(const Tokenizer& tok, const std::vector<std::string>& tokens,
+                           const std::string& template_name, const std::string& tokenizer_path);
 
 // MindSpeed's greedy knapsack (LlamaFactory's): the lengths sorted, each pack takes the longest remaining
 // sample that still fits in `capacity` until none does. Returns each pack's sample indices, in the order

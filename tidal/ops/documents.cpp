@@ -19,11 +19,17 @@ Tensor host_values_on(const std::vector<T>& values, const Shape& shape, Device d
 template Tensor host_values_on(const std::vector<int32_t>&, const Shape&, Device);
 template Tensor host_values_on(const std::vector<int64_t>&, const Shape&, Device);
 
-DocumentLayout document_layout(const Tensor& ids, int64_t eod, const std::vector<int64_t>& rows, Device device) {
-  TIDAL_CHECK(ids.dim() == 2, "[document_layout] ids must be (B, T), got ", ids.shape());
-  TIDAL_CHECK(ids.device().is_cpu(), "[document_layout] ids must be on the host, got ", ids.device());
-  TIDAL_CHECK(ids.dtype() == DType::i64 || ids.dtype() == DType::i32, "[document_layout] ids must be i64 or i32, got ",
-              ids.dtype());
+namespace {
+
+// The layout of the columns `rows` of host ids (B, T); opens(r, i) says whether token i of row r opens a new
+// document (token 0 always does).
+template <class Opens>
+DocumentLayout layout_where(const Tensor& ids, const std::vector<int64_t>& rows, Device device, const char* what,
+                            Opens opens) {
+  TIDAL_CHECK(ids.dim() == 2, "[document_layout] ", what, " must be (B, T), got ", ids.shape());
+  TIDAL_CHECK(ids.device().is_cpu(), "[document_layout] ", what, " must be on the host, got ", ids.device());
+  TIDAL_CHECK(ids.dtype() == DType::i64 || ids.dtype() == DType::i32, "[document_layout] ", what,
+              " must be i64 or i32, got ", ids.dtype());
   const int64_t b = ids.size(0), t = ids.size(1), n = rows.empty() ? t : int64_t(rows.size());
   TIDAL_CHECK(t <= int64_t(INT32_MAX), "[document_layout] a row of ", t, " tokens does not fit i32 positions");
   for (int64_t r : rows) TIDAL_CHECK(r >= 0 && r < t, "[document_layout] row ", r, " outside a sequence of ", t);
@@ -36,8 +42,8 @@ DocumentLayout document_layout(const Tensor& ids, int64_t eod, const std::vector
   for (int64_t r = 0; r < b; ++r) {
     int32_t start = 0;
     for (int64_t i = 0; i < t; ++i) {
+      if (i > 0 && opens(id, r * t, i)) start = int32_t(i);
       row_starts[size_t(i)] = start;
-      if (id(r * t + i) == eod) start = int32_t(i + 1);  // the next token opens a document
     }
     for (int64_t k = 0; k < n; ++k) {
       const int64_t i = rows.empty() ? k : rows[size_t(k)];
@@ -46,6 +52,19 @@ DocumentLayout document_layout(const Tensor& ids, int64_t eod, const std::vector
     }
   }
   return {host_values_on(starts, {b, n}, device), host_values_on(positions, {b, n}, device)};
+}
+
+}  // namespace
+
+DocumentLayout document_layout(const Tensor& ids, int64_t eod, const std::vector<int64_t>& rows, Device device) {
+  // The token after an EOD opens a document.
+  return layout_where(ids, rows, device, "ids",
+                      [eod](const auto& id, int64_t row, int64_t i) { return id(row + i - 1) == eod; });
+}
+
+DocumentLayout sample_document_layout(const Tensor& samples, const std::vector<int64_t>& rows, Device device) {
+  return layout_where(samples, rows, device, "sample indices",
+                      [](const auto& id, int64_t row, int64_t i) { return id(row + i) != id(row + i - 1); });
 }
 
 DocumentMask document_mask(const Tensor& documents, int64_t key_offset) {

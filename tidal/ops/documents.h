@@ -1,7 +1,8 @@
 #pragma once
 // Packed sequences: the documents of each row of a batch of token ids, as Megatron's
 // get_ltor_masks_and_position_ids finds them. A new document starts after every EOD token (the EOD
-// token ends the document it follows). The starts feed attention's document mask
+// token ends the document it follows), or, for a neat pack (MindSpeed-LLM's --neat-pack), where the
+// token's sample index changes. The starts feed attention's document mask
 // (AttentionOptions::documents, --reset-attention-mask), the positions RoPE and learned position
 // embeddings (--reset-position-ids).
 #include <cstdint>
@@ -24,6 +25,12 @@ struct DocumentLayout {
 // once: on a CPU run the host is the device, and a dry run (meta) allocates just the two results.
 DocumentLayout document_layout(const Tensor& ids, int64_t eod, const std::vector<int64_t>& rows = {},
                                Device device = Device::cpu());
+
+// The same from a neat pack's sample indices (B, T) i64 or i32 on the host: each token's sample (1, 2, ...;
+// 0 for padding), as MindSpeed's --neat-pack writes them in the attention-mask file. A document is a run of
+// one index: no EOD is needed between samples, and the padding after them is a document of its own.
+DocumentLayout sample_document_layout(const Tensor& samples, const std::vector<int64_t>& rows = {},
+                                      Device device = Device::cpu());
 
 // values (shape's element count) as a tensor of `shape` and dtype T on `device`: written in place on the
 // CPU, copied from a host tensor to an accelerator, shape only on meta.

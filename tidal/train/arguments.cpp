@@ -69,6 +69,9 @@ Flags& add_data_flags(Flags& f) {
       .flag("reset-position-ids", "packed documents: positions restart after each EOD token")
       .flag("reset-attention-mask", "packed documents: attention never crosses an EOD token")
       .flag("eod-mask-loss", "no loss on the token after each EOD (the next document's first)")
+      .flag("neat-pack",
+            "instruction data packed with tidal prepare --neat-pack: the attention-mask file's sample indices, not "
+            "EOD tokens, separate the samples of a pack (with --reset-attention-mask)")
       .flag("is-instruction-dataset",
             "--data-path is instruction data: PREFIX_packed_input_ids_document and PREFIX_packed_labels_document "
             "(tidal prepare --handler-name); only the labelled (assistant) tokens are trained")
@@ -415,7 +418,8 @@ void parse_data(const Flags& f, TrainArgs& a) {
     a.model.vocab_size = f.integer("vocab-size", a.model.vocab_size, 2, kMaxSize);
   }
   a.builtin_corpus = !a.mock_data && a.data_path.empty();
-  a.packing = {f.flag_on("reset-position-ids"), f.flag_on("reset-attention-mask"), f.flag_on("eod-mask-loss")};
+  a.packing = {f.flag_on("reset-position-ids"), f.flag_on("reset-attention-mask"), f.flag_on("eod-mask-loss"),
+               f.flag_on("neat-pack")};
   a.is_instruction_dataset = f.flag_on("is-instruction-dataset");
   a.variable_seq_lengths = f.flag_on("variable-seq-lengths");
   TIDAL_CHECK(!a.is_instruction_dataset || !a.data_path.empty(), "tidal train: --is-instruction-dataset needs ",
@@ -424,6 +428,11 @@ void parse_data(const Flags& f, TrainArgs& a) {
               "instruction data (--is-instruction-dataset): pretraining samples are all --seq-length long");
   TIDAL_CHECK(!(a.is_instruction_dataset && a.packing.eod_mask_loss), "tidal train: --eod-mask-loss is for ",
               "pretraining data; instruction data's labels already say which tokens are trained");
+  TIDAL_CHECK(!a.packing.neat_pack || a.is_instruction_dataset, "tidal train: --neat-pack is for instruction data ",
+              "packed by tidal prepare --pack --neat-pack: add --is-instruction-dataset");
+  TIDAL_CHECK(!a.packing.neat_pack || a.packing.reset_attention_mask, "tidal train: --neat-pack needs ",
+              "--reset-attention-mask (as MindSpeed-LLM: the pack's sample indices separate attention), and ",
+              "--reset-position-ids to restart positions at each sample");
   TIDAL_CHECK(!(a.builtin_corpus && !a.tokenizer.empty()), "tidal train: --tokenizer needs --data-path (the data it",
               " tokenized); without --data-path tidal trains on its built-in corpus with its own tokenizer");
 }
@@ -555,6 +564,7 @@ nlohmann::json TrainArgs::to_json() const {
   j["reset_position_ids"] = packing.reset_position_ids;
   j["reset_attention_mask"] = packing.reset_attention_mask;
   j["eod_mask_loss"] = packing.eod_mask_loss;
+  j["neat_pack"] = packing.neat_pack;
   j["builtin_corpus"] = builtin_corpus;
   j["is_instruction_dataset"] = is_instruction_dataset;
   j["variable_seq_lengths"] = variable_seq_lengths;

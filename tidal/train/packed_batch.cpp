@@ -11,7 +11,7 @@ namespace tidal::train {
 // Everything derived from the tokens is worked out in host arrays and written once to the device:
 // on a CPU run the host is the device, and the dry run (meta) must allocate what the real run does.
 RankBatch rank_batch(const Tensor& tokens, const PackedSequences& packing, int64_t eod, int cp_size, int cp_rank,
-                     Device device) {
+                     Device device, const Tensor& pack_samples) {
   TIDAL_CHECK(tokens.dim() == 2 && tokens.size(1) >= 2 && tokens.dtype() == DType::i64 && tokens.device().is_cpu(),
               "[rank_batch] tokens must be (B, T + 1) i64 on the host, got ", tokens.shape(), " ", tokens.dtype(),
               " on ", tokens.device());
@@ -37,7 +37,11 @@ RankBatch rank_batch(const Tensor& tokens, const PackedSequences& packing, int64
       }
     out.labels = host_values_on(labels, {b, n}, device);
   }
-  DocumentLayout layout = document_layout(tokens.narrow(1, 0, t), eod, rows, device);
+  TIDAL_CHECK(!packing.neat_pack || (pack_samples.defined() && pack_samples.shape() == tokens.shape()),
+              "[rank_batch] --neat-pack needs each token's sample index (the data's attention-mask file), (B, T + 1) ",
+              "as the tokens ", tokens.shape());
+  DocumentLayout layout = packing.neat_pack ? sample_document_layout(pack_samples.narrow(1, 0, t), rows, device)
+                                            : document_layout(tokens.narrow(1, 0, t), eod, rows, device);
   if (packing.reset_attention_mask) out.docs.starts = layout.starts;
   if (packing.reset_position_ids) out.docs.positions = layout.positions;
   return out;

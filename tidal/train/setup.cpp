@@ -36,7 +36,7 @@ struct PrefixData {
 PrefixData load_prefix(const std::string& prefix, const TrainArgs& a, const data::Tokenizer& tokenizer) {
   PrefixData p;
   if (a.is_instruction_dataset) {
-    const data::InstructionFiles files = data::open_instruction_files(prefix);
+    const data::InstructionFiles files = data::open_instruction_files(prefix, a.packing.neat_pack);
     // Pads are never trained and follow every real token: their id changes no loss (Qwen pads with this one).
     const int64_t pad = tokenizer.token_to_id("<|endoftext|>").value_or(0);
     auto train = data::InstructionDataset::from_split(files, a.split, 0, a.seq_length, a.seed, pad);

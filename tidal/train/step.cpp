@@ -47,7 +47,7 @@ StepResult train_step(int64_t it, const TrainArgs& args, Setup& s, profile::Prof
     const data::Batch batch = parallel::next_rank_batch(s.loader, args.micro_batch_size, data.rank(), data.size());
     local_tokens += batch.tokens.size(0) * (batch.tokens.size(1) - 1);  // (B, T + 1): B x T
     RankBatch local = rank_batch(batch.tokens, args.packing, s.eod(), s.groups->context_size(),
-                                 s.groups->context_rank(), s.device);  // this rank's chunks
+                                 s.groups->context_rank(), s.device, batch.pack_samples);  // this rank's chunks
     double share = 1.0;
     if (labelled) {
       const parallel::MaskedTargets masks = parallel::masked_targets(batch.labels, s.groups->context());
@@ -140,7 +140,7 @@ double validation_loss(const TrainArgs& args, Setup& s) {
     double trained = 0;
     for (int64_t i = 0; i < args.eval_iters; ++i) {
       const data::Batch batch = loader.next(args.micro_batch_size);
-      const RankBatch b = rank_batch(batch.tokens, args.packing, s.eod(), 1, 0, s.device);  // (B, T)
+      const RankBatch b = rank_batch(batch.tokens, args.packing, s.eod(), 1, 0, s.device, batch.pack_samples);
       if (!batch.labels.defined()) {
         sum += memory::lm_loss(*s.model, b.inputs, b.labels, args.memory.loss, 0.0, b.docs).item<double>();
         continue;

@@ -150,7 +150,14 @@ int run_prepare(const std::vector<std::string>& argv) {
               "instruction data: the chat template (qwen, llama3, chatml, mistral, gemma, deepseek3, "
               "alpaca, empty)",
               "TYPE")
+      .option("prompt-type-path",
+              "instruction data: a JSON file of chat templates in MindSpeed-LLM's templates.json format; "
+              "--prompt-type names one of them instead of a built-in template",
+              "FILE")
       .flag("pack", "instruction data: pack whole samples into sequences of --seq-length tokens")
+      .flag("neat-pack",
+            "with --pack: the attention mask holds each token's sample in its pack (1, 2, ...; 0 for padding), which "
+            "tidal train --neat-pack uses to keep the samples apart (MindSpeed-LLM's neat packing)")
       .option("seq-length",
               "instruction data: with --pack the packed length; without, samples of this many tokens or more are "
               "dropped (MindSpeed's rule)",
@@ -168,7 +175,7 @@ int run_prepare(const std::vector<std::string>& argv) {
                 "instruction data");
     return prepare_instruction(a, files);
   }
-  for (const char* only : {"map-keys", "prompt-type", "pack", "seq-length"})
+  for (const char* only : {"map-keys", "prompt-type", "prompt-type-path", "pack", "neat-pack", "seq-length"})
     TIDAL_CHECK(!a.has(only), "tidal prepare: --", only, " is for instruction data (with --handler-name)");
   size_t json_files = 0;
   for (const std::string& f : files) json_files += data::is_json_lines(f) ? 1 : 0;

@@ -2,11 +2,13 @@
 // chat template, tokenized in parallel and written as MindSpeed-LLM writes it: PREFIX_packed_input_ids_document,
 // PREFIX_packed_attention_mask_document and PREFIX_packed_labels_document (.bin / .idx, int32; labels -100 where
 // a token is not trained). --pack --seq-length N packs whole samples into sequences of N (MindSpeed's greedy
-// knapsack over N - 1 tokens, padded to N).
+// knapsack over N - 1 tokens, padded to N); --neat-pack writes each token's sample in its pack (1, 2, ...; 0 for
+// the padding) as the attention mask, as MindSpeed does.
 #include <chrono>
 #include <cstdio>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "tidal/base/error.h"
 #include "tidal/base/flags.h"
@@ -15,6 +17,8 @@
 #include "tidal/data/instruction_record.h"
 #include "tidal/data/instruction_sample.h"
 #include "tidal/data/jsonl.h"
+#include "tidal/data/slot_template.h"
+#include "tidal/data/template_file.h"
 #include "tidal/data/tokenizer.h"
 #include "tools/tidal/cli.h"
 #include "tools/tidal/data_commands.h"
@@ -36,13 +40,32 @@ struct InstructionOutput {
       writers[k] = std::make_unique<data::IndexedDatasetWriter>(prefixes[k], data::TokenDType::i32);
     }
   }
-  // One sample (or one pack) as one document of each dataset; the attention mask is all ones, as MindSpeed's.
-  void add(const std::vector<int64_t>& ids, const std::vector<int64_t>& labels) {
+  // One sample (or one pack) as one document of each dataset; the attention mask is all ones (MindSpeed's
+  // without --neat-pack) unless `mask` is given.
+  void add(const std::vector<int64_t>& ids, const std::vector<int64_t>& labels, const std::vector<int64_t>& mask = {}) {
     writers[0]->add_document(ids);
-    writers[1]->add_document(std::vector<int64_t>(ids.size(), 1));
+    writers[1]->add_document(mask.empty() ? std::vector<int64_t>(ids.size(), 1) : mask);
     writers[2]->add_document(labels);
   }
 };
+
+// The text of a --prompt-type-path template's bos / eos slots. tidal reads no tokenizer_config.json: the bos is
+// the first of the usual BOS tokens the tokenizer holds, the eos its end-of-document token (stop_words[0] under
+// replace_eos, as MindSpeed's fix_model_tokenizer makes it).
+data::SpecialTexts special_texts(const data::SlotTemplate& t, const data::Tokenizer& tok) {
+  data::SpecialTexts s;
+  for (const char* bos : {"<|begin_of_text|>", "<s>", "<bos>", "<｜begin▁of▁sentence｜>"})
+    if (s.bos.empty() && tok.token_to_id(bos)) s.bos = bos;
+  bool writes_eos = false;
+  for (const data::Formatter* f :
+       {&t.user, &t.assistant, &t.system, &t.function, &t.observation, &t.separator, &t.prefix})
+    for (const data::Slot& slot : *f) writes_eos = writes_eos || slot.kind == data::Slot::Kind::eos;
+  if (t.replace_eos)
+    s.eos = t.stop_words.at(0);
+  else if (writes_eos)
+    s.eos = tok.id_to_token(tok.eod_id());
+  return s;
+}
 
 struct Counts {
   int64_t samples = 0, trained_tokens = 0, dropped = 0, truncated = 0;
@@ -58,11 +81,20 @@ int prepare_instruction(const Flags& a, const std::vector<std::string>& files) {
               "writes input_ids, attention_mask and labels (name the record's keys with --map-keys)");
   TIDAL_CHECK(!a.has("dtype"), "tidal prepare: instruction data is int32 (labels hold -100): drop --dtype");
   TIDAL_CHECK(a.has("prompt-type"), "tidal prepare: --handler-name needs --prompt-type (",
-              "qwen, llama3, chatml, mistral, gemma, deepseek3, alpaca or empty: the model family's chat template)");
+              "qwen, llama3, chatml, mistral, gemma, deepseek3, alpaca or empty: the model family's chat template; ",
+              "or a template of --prompt-type-path FILE)");
   const data::InstructionFormat format = data::parse_handler_name(a.str("handler-name"));
   const data::InstructionKeys keys = data::parse_map_keys(format, a.str("map-keys"));
-  const data::PromptType type = data::parse_prompt_type(a.str("prompt-type"));
-  const bool pack = a.flag_on("pack");
+  // --prompt-type-path: the template comes from that file (MindSpeed's templates.json), not tidal's table.
+  const std::string template_path = a.str("prompt-type-path");
+  std::optional<data::SlotTemplate> from_file;
+  if (!template_path.empty()) from_file = data::load_template_file(template_path, a.str("prompt-type"));
+  std::optional<data::PromptType> builtin;
+  if (!from_file) builtin = data::parse_prompt_type(a.str("prompt-type"));
+  const std::string template_name =
+      from_file ? a.str("prompt-type") + " of " + template_path : std::string(data::prompt_type_name(*builtin));
+  const bool pack = a.flag_on("pack"), neat = a.flag_on("neat-pack");
+  TIDAL_CHECK(!neat || pack, "tidal prepare: --neat-pack needs --pack --seq-length N (it marks the samples of a pack)");
   const int64_t seq_length = a.has("seq-length") ? a.integer("seq-length", 0, 2, int64_t(1) << 30) : 0;
   TIDAL_CHECK(!pack || seq_length > 0, "tidal prepare: --pack needs --seq-length N (the packed sequences' length)");
   const std::string policy = a.str("on-bad-line", "fail");
@@ -70,7 +102,13 @@ int prepare_instruction(const Flags& a, const std::vector<std::string>& files) {
               "'");
   const std::string tokenizer_path = a.str("tokenizer");
   const data::Tokenizer tok = data::Tokenizer::load(tokenizer_path);
-  data::check_template_tokens(tok, type, tokenizer_path);
+  data::SpecialTexts special;
+  if (from_file) {
+    special = special_texts(*from_file, tok);
+    data::check_template_tokens(tok, data::slot_template_tokens(*from_file, special), template_name, tokenizer_path);
+  } else {
+    data::check_template_tokens(tok, *builtin, tokenizer_path);
+  }
   const int64_t eod_id = a.flag_on("append-eod") ? tok.eod_id() : -1;
   // Pad tokens come after every real token of a pack and are never trained: their id changes no loss.
   const int64_t pad_id = tok.token_to_id("<|endoftext|>").value_or(0);
@@ -102,15 +140,21 @@ int prepare_instruction(const Flags& a, const std::vector<std::string>& files) {
     pending.clear();
   };
   std::vector<data::ChatMessage> messages;
+  std::string tools;
   const data::BadLine bad = policy == "skip" ? data::BadLine::skip : data::BadLine::fail;
   PrepareProgress progress("records", log_interval(a), 0);
   int64_t text_bytes = 0;
   for (const std::string& path : files)
     naming_oom("preparing " + input_named(path), [&] {
       data::for_each_json_object(path, bad, jsonl, [&](const nlohmann::json& record) {
-        std::string wrong = data::conversation_of(record, keys, messages);
+        std::string wrong = data::conversation_of(record, keys, messages, &tools);
         if (!wrong.empty()) return wrong;
-        pending.push_back(data::render_chat(type, messages));
+        try {  // what the template cannot render (a tool turn, a tool without parameters) is this record's fault
+          pending.push_back(from_file ? data::render_slots(*from_file, messages, special, tools)
+                                      : data::render_chat(*builtin, messages, "<|endoftext|>", tools));
+        } catch (const Error& e) {
+          return std::string(e.what());
+        }
         for (const data::ChatSegment& segment : pending.back()) text_bytes += int64_t(segment.text.size());
         if (pending.size() >= 4096) {
           flush();
@@ -126,14 +170,16 @@ int prepare_instruction(const Flags& a, const std::vector<std::string>& files) {
     std::vector<int64_t> lengths;
     for (const data::InstructionSample& s : kept) lengths.push_back(int64_t(s.input_ids.size()));
     for (const std::vector<size_t>& members : data::pack_greedy(lengths, seq_length - 1)) {
-      std::vector<int64_t> ids, labels;
+      std::vector<int64_t> ids, labels, samples;
       for (size_t i : members) {
         ids.insert(ids.end(), kept[i].input_ids.begin(), kept[i].input_ids.end());
         labels.insert(labels.end(), kept[i].labels.begin(), kept[i].labels.end());
+        if (neat) samples.resize(ids.size(), int64_t(samples.empty() ? 1 : samples.back() + 1));
       }
       ids.resize(size_t(seq_length), pad_id);
       labels.resize(size_t(seq_length), data::kIgnoreIndex);
-      out.add(ids, labels);
+      if (neat) samples.resize(size_t(seq_length), 0);  // the padding is sample 0
+      out.add(ids, labels, samples);
       ++packs;
     }
   }
@@ -142,7 +188,7 @@ int prepare_instruction(const Flags& a, const std::vector<std::string>& files) {
   for (auto& w : out.writers) w->finish();
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::printf("%zu files -> %lld records (%s, --prompt-type %s)", files.size(), (long long)jsonl.records,
-              data::handler_name(format), data::prompt_type_name(type));
+              data::handler_name(format), template_name.c_str());
   if (jsonl.bad > 0)
     std::printf(", %lld malformed records skipped (the first: %s)", (long long)jsonl.bad, jsonl.first_bad.c_str());
   if (jsonl.blank > 0) std::printf(", %lld blank lines", (long long)jsonl.blank);
@@ -151,16 +197,19 @@ int prepare_instruction(const Flags& a, const std::vector<std::string>& files) {
               (long long)out.writers[0]->num_tokens(), (long long)n.trained_tokens);
   if (n.dropped > 0)
     std::printf("; %lld samples of %lld tokens or more dropped", (long long)n.dropped, (long long)seq_length);
-  if (pack) std::printf("; packed into %lld sequences of %lld tokens", (long long)packs, (long long)seq_length);
+  if (pack)
+    std::printf("; packed into %lld %ssequences of %lld tokens", (long long)packs, neat ? "neat " : "",
+                (long long)seq_length);
   if (n.truncated > 0)
     std::printf("; warning: %lld samples longer than %lld tokens truncated", (long long)n.truncated,
                 (long long)(seq_length - 1));
   std::printf("\n");
   for (const std::string& p : out.prefixes) std::printf("  wrote %s.bin and %s.idx\n", p.c_str(), p.c_str());
-  if (pack && eod_id < 0)  // MindSpeed's rule: the reset flags find the samples by their EOD
+  if (pack && !neat && eod_id < 0)  // MindSpeed's rule: the reset flags find the samples by their EOD
     std::printf(
         "  note: without --append-eod the packed samples are not separated by an EOD token, so "
-        "tidal train --reset-position-ids / --reset-attention-mask see each pack as one sequence\n");
+        "tidal train --reset-position-ids / --reset-attention-mask see each pack as one sequence (--neat-pack "
+        "marks them without one)\n");
   return kOk;
 }
 
