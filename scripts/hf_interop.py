@@ -45,6 +45,9 @@ PRESETS = ["tiny-gpt2", "tiny-llama", "tiny-qwen3", "tiny-qwen3-moe", "tiny-mist
 # The golden table's directories: a family that joins it (scripts/hf_fixtures.py) is checked here too.
 FIXTURES = sorted(os.path.dirname(p) for p in glob.glob(os.path.join(ROOT, "tests", "fixtures", "hf", "*",
                                                                     "golden.safetensors")))
+# Flags a source trains with besides the common ones: the MTP fixture with its two depths (saved as model.layers.3-4,
+# which transformers skips on load).
+EXTRA = {"tiny_deepseek_v3_mtp": ["--mtp-num-layers", "2"]}
 STEPS = 4
 BATCH, SEQ = 2, 16
 
@@ -57,7 +60,7 @@ def train(build, source, bf16, save):
     """source: a preset's name, or a Hugging Face directory to start from (--pretrained)."""
     model = ["--pretrained", source] if os.path.isdir(source) else ["--model", source]
     cmd = [f"{build}/tidal", "train", *model, "--mock-data", "--train-iters", str(STEPS), "--seq-length", "32", "--micro-batch-size", "2", "--seed", "7", "--eval-iters", "1",
-           "--save", save]
+           "--save", save, *EXTRA.get(os.path.basename(source), [])]
     if bf16:
         cmd.append("--bf16")
     r = subprocess.run(cmd, capture_output=True, text=True)

@@ -148,7 +148,7 @@ void dump_checkpoint_logits(const std::string& ckpt, const std::string& tokens_f
   TIDAL_CHECK(checkpoint::latest_iteration(ckpt) >= 0, ckpt,
               " has no checkpoint (give a tidal train --save directory)");
   checkpoint::Checkpoint ck = checkpoint::load_checkpoint(ckpt);
-  const ModelConfig config = config_from_json(ck.config);
+  const ModelConfig config = checkpoint::model_config_of(ck);  // with a --mtp-num-layers run's depths
   nn::Init init;
   init.dtype = config.torch_dtype == "bfloat16" && !widen ? DType::bf16 : DType::f32;
   std::unique_ptr<CausalLM> model = create_model(config, init);

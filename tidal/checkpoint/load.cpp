@@ -85,4 +85,16 @@ std::map<std::string, Tensor> load_optimizer_shard(const Checkpoint& c, int rank
   return std::move(st.tensors);
 }
 
+int64_t mtp_depths_held(const std::map<std::string, Tensor>& model, int64_t layers) {
+  int64_t depths = 0;
+  while (model.count("model.layers." + std::to_string(layers + depths) + ".eh_proj.weight")) ++depths;
+  return depths;
+}
+
+models::ModelConfig model_config_of(const Checkpoint& c) {
+  models::ModelConfig config = models::config_from_json(c.config);
+  config.mtp_num_layers = mtp_depths_held(c.model, config.num_hidden_layers);
+  return config;
+}
+
 }  // namespace tidal::checkpoint

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "tidal/checkpoint/format.h"
+#include "tidal/models/config.h"
 #include "tidal/nn/lora.h"
 #include "tidal/tensor.h"
 
@@ -34,5 +35,12 @@ Checkpoint load_checkpoint(const std::string& dir, const std::function<bool(cons
 // Saved rank `rank`'s optimizer shard of `c` (shards.ranks > 0): its AdamW state_dict, after
 // checking the file's CRC-32 and that it is the shard the layout says.
 std::map<std::string, Tensor> load_optimizer_shard(const Checkpoint& c, int rank);
+
+// The multi-token-prediction depths (models/mtp.h) among a checkpoint's model tensors, of a model of `layers` decoder
+// layers: a --mtp-num-layers run saves depth k as model.layers.<layers + k - 1>.* (its eh_proj tells).
+int64_t mtp_depths_held(const std::map<std::string, Tensor>& model, int64_t layers);
+// The model of a checkpoint: its config.json, building the MTP depths it holds (ModelConfig::mtp_num_layers is not a
+// field of config.json).
+models::ModelConfig model_config_of(const Checkpoint& c);
 
 }  // namespace tidal::checkpoint

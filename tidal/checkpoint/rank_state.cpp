@@ -111,13 +111,8 @@ void RankState::load(const Checkpoint& ck) const {
   TIDAL_CHECK(!lora || ck.lora, "[checkpoint] ", ck.path,
               " was saved without LoRA: to fine-tune it with LoRA, start from it with --pretrained ", ck.path,
               " (a checkpoint directory is a Hugging Face model directory) instead of --load");
-  // Multi-token prediction: a depth's eh_proj says which depths the checkpoint holds.
   const models::ModelConfig& c = model_.config();
-  auto holds_depth = [&](int64_t k) {
-    return ck.model.count("model.layers." + std::to_string(c.num_hidden_layers + k - 1) + ".eh_proj.weight") > 0;
-  };
-  int64_t depths = 0;
-  while (holds_depth(depths + 1)) ++depths;
+  const int64_t depths = mtp_depths_held(ck.model, c.num_hidden_layers);
   TIDAL_CHECK(depths == c.mtp_num_layers || !c.is_deepseek_v3(), "[checkpoint] ", ck.path, " holds ", depths,
               " multi-token-prediction depths and this run builds ", c.mtp_num_layers,
               ": resume it with --mtp-num-layers ", depths,

@@ -15,14 +15,8 @@ SavedModel load_saved_model(const std::string& dir, const std::string& adapter_d
   init.device = device;
   if (latest_iteration(dir) >= 0) {  // a training checkpoint: a LoRA run's adapters are among its model tensors
     Checkpoint ck = load_checkpoint(dir);
-    models::ModelConfig config = models::config_from_json(ck.config);
-    // A run with --mtp-num-layers saved its MTP depths (and said so in num_nextn_predict_layers): keep them, so that
-    // an export holds them too.
-    while (config.mtp_num_layers < config.num_nextn_predict_layers &&
-           ck.model.count("model.layers." + std::to_string(config.num_hidden_layers + config.mtp_num_layers) +
-                          ".eh_proj.weight"))
-      ++config.mtp_num_layers;
-    s.model = models::create_model(config, init);
+    // A --mtp-num-layers run's depths are kept, so that an export holds them too.
+    s.model = models::create_model(model_config_of(ck), init);
     if (ck.lora) {
       TIDAL_CHECK(adapter_dir.empty(), "[lora] ", ck.path,
                   " is a LoRA run's checkpoint with its own adapters: ", "give no other adapter directory");

@@ -11,8 +11,8 @@ Slot eos() { return {Slot::Kind::eos, ""}; }
 
 // StringFormatter.apply: each text slot with its first "{{key}}" replaced, keys in the order given (content
 // first, as MindSpeed passes them).
-void apply_string(const Formatter& f, const std::vector<std::pair<std::string_view, std::string>>& values,
-                  bool trained, const SpecialTexts& special, std::vector<ChatSegment>& out) {
+void apply_string(const Formatter& f, const std::vector<std::pair<std::string_view, std::string>>& values, bool trained,
+                  const SpecialTexts& special, std::vector<ChatSegment>& out) {
   for (const Slot& slot : f) {
     std::string piece;
     switch (slot.kind) {
@@ -77,7 +77,8 @@ std::vector<ChatSegment> render_slots(const SlotTemplate& t, const std::vector<C
   // Template._encode: system = system or default_system; the tools text follows it.
   const std::string system = system_message != nullptr && !system_message->empty() ? *system_message : t.default_system;
   std::string tool_text;
-  if (!tools.empty()) tool_text = t.tools_format == ToolFormat::qwen ? qwen_tools_text(tools) : default_tools_text(tools);
+  if (!tools.empty())
+    tool_text = t.tools_format == ToolFormat::qwen ? qwen_tools_text(tools) : default_tools_text(tools);
   std::vector<ChatSegment> out;
   for (size_t i = 0; i < turns.size(); ++i) {
     const ChatMessage& m = *turns[i];

@@ -26,7 +26,7 @@ struct Slot {
 
 using Formatter = std::vector<Slot>;
 
-enum class ToolFormat { default_, qwen };  // LLaMA-Factory's tool_format names "default" and "qwen"
+enum class ToolFormat { default_, qwen };               // LLaMA-Factory's tool_format names "default" and "qwen"
 enum class TemplateClass { base, lf_default, llama2 };  // MindSpeed's Template, LFDefaultTemplate, Llama2Template
 
 struct SlotTemplate {

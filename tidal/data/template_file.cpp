@@ -1,7 +1,7 @@
 #include "tidal/data/template_file.h"
 
 #include <filesystem>
-#include <regex>
+#include <string_view>
 
 #include "tidal/base/error.h"
 #include "tidal/base/json.h"
@@ -20,10 +20,21 @@ struct Where {
   }
 };
 
+// A "{{name}}" placeholder in `text`: an identifier ([a-zA-Z_][a-zA-Z0-9_]*) between double braces.
+bool has_placeholder(std::string_view text) {
+  auto alpha = [](char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_'; };
+  for (size_t at = text.find("{{"); at != std::string_view::npos; at = text.find("{{", at + 1)) {
+    size_t i = at + 2;
+    if (i >= text.size() || !alpha(text[i])) continue;
+    while (i < text.size() && (alpha(text[i]) || (text[i] >= '0' && text[i] <= '9'))) ++i;
+    if (text.substr(i, 2) == "}}") return true;
+  }
+  return false;
+}
+
 bool has_placeholder(const Formatter& f) {
-  static const std::regex placeholder(R"(\{\{[a-zA-Z_][a-zA-Z0-9_]*\}\})");
   for (const Slot& s : f)
-    if (s.kind == Slot::Kind::text && std::regex_search(s.text, placeholder)) return true;
+    if (s.kind == Slot::Kind::text && has_placeholder(s.text)) return true;
   return false;
 }
 
@@ -172,8 +183,8 @@ SlotTemplate load_template_file(const std::string& path, const std::string& name
                                  {"format_system", &t.system},
                                  {"format_observation", &t.observation}})
     TIDAL_CHECK(has_placeholder(*f), w.at(field), ": a placeholder such as {{content}} is required");
-  for (const auto& [field, f] : {std::pair<const char*, const Formatter*>{"format_separator", &t.separator},
-                                 {"format_prefix", &t.prefix}})
+  for (const auto& [field, f] :
+       {std::pair<const char*, const Formatter*>{"format_separator", &t.separator}, {"format_prefix", &t.prefix}})
     TIDAL_CHECK(!has_placeholder(*f), w.at(field), ": takes no placeholder");
   if (t.function_format == ToolFormat::qwen)
     TIDAL_CHECK(mentions(t.function, "{{content}}"), w.at("format_function"),
