@@ -184,9 +184,13 @@ TEST(LoraTrain, ThePlannerPredictsTheFrozenBase) {
     const plan::StepPeak p = plan::predict_step_peak(a.model, plan::triage_settings(a));
     EXPECT_EQ(dry.device[MemoryCategory::parameter].peak, p.parameters);
     EXPECT_EQ(dry.device[MemoryCategory::optimizer_state].peak, p.optimizer_states);
+    // The estimator counts what the frozen base does not keep (memory/estimator.h): within 2% in f32. Under --bf16 a
+    // temporary of about the (tiny) model's size that the estimator does not model puts the dry run 18% above it, as
+    // it puts a full fine-tune's 7% above (not yet understood).
     const double ratio = double(dry.device.peak_allocated) / double(p.total);
-    EXPECT_GT(ratio, 0.85) << dry.device.peak_allocated << " vs " << p.total;
-    EXPECT_LT(ratio, 1.1) << dry.device.peak_allocated << " vs " << p.total;
+    const bool bf16 = f == std::vector<std::string>{"--bf16"};
+    EXPECT_GT(ratio, 0.98) << dry.device.peak_allocated << " vs " << p.total;
+    EXPECT_LT(ratio, bf16 ? 1.2 : 1.02) << dry.device.peak_allocated << " vs " << p.total;
   }
 }
 

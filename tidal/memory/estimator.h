@@ -46,6 +46,13 @@ struct ActivationInputs {
   // / 2), (2C+1)·L² in all on every rank.
   parallel::ParallelLayout parallel;
   int64_t loss_chunk = 0;  // --loss-compute-mode chunk's tokens per chunk; 0: default mode
+  // LoRA (nn/lora.h): the base is frozen, so a base linear layer keeps no input; an adapted one keeps it for its
+  // adapter, and the adapter keeps its (N, r) down-projection; nothing before the first adapter needs a gradient
+  // (layer 0's input norm keeps nothing), and the LM head keeps no input. Dense layers (attention and MLP); a sparse
+  // MoE layer's experts are counted as without LoRA (an upper bound). `lora_modules`: the adapted modules' names.
+  bool lora = false;
+  std::vector<std::string> lora_modules;
+  int64_t lora_r = 0;
 };
 
 struct ActivationEstimate {

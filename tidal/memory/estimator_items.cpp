@@ -2,6 +2,8 @@
 #include "tidal/memory/estimator_items.h"
 
 #include <algorithm>
+#include <string>
+#include <string_view>
 
 #include "tidal/base/error.h"
 
@@ -241,6 +243,64 @@ std::vector<int64_t> routed_tokens(const ActivationInputs& in, const Dims& d, in
   return routed;
 }
 
+// LoRA (ActivationInputs::lora): the items only frozen linear layers would keep are gone, and each adapter's (N, r)
+// input to lora_B comes after its module's input. `layer`: the module names' prefix ("model.layers.3.").
+struct LinearInput {
+  const char* item;                    // the item of the saved input
+  std::vector<const char*> consumers;  // the linear layers that save it (their names in the layer)
+  bool shared = false;                 // another op saves it too (flash attention its output)
+};
+
+std::vector<LinearInput> linear_inputs(const models::ModelConfig& cfg) {
+  // Under flash attention the output projection's input is the kernel's output, which the kernel keeps too.
+  if (cfg.is_gpt2())
+    return {{"c_attn input", {"attn.c_attn"}},
+            {"c_proj input", {"attn.c_proj"}},
+            {"attention output", {"attn.c_proj"}, true},
+            {"c_fc input", {"mlp.c_fc"}},
+            {"mlp c_proj input", {"mlp.c_proj"}}};
+  std::vector<LinearInput> out = {{"o_proj input", {"self_attn.o_proj"}},
+                                  {"attention output", {"self_attn.o_proj"}, true},
+                                  {"gate/up_proj input", {"mlp.gate_proj", "mlp.up_proj"}},
+                                  {"down_proj input", {"mlp.down_proj"}}};
+  if (cfg.is_mla()) {
+    out.push_back({"q_a/kv_a_proj input",
+                   {cfg.q_lora_rank > 0 ? "self_attn.q_a_proj" : "self_attn.q_proj", "self_attn.kv_a_proj_with_mqa"}});
+    out.push_back({"q_b_proj input", {"self_attn.q_b_proj"}});
+    out.push_back({"kv_b_proj input", {"self_attn.kv_b_proj"}});
+  } else {
+    out.push_back({"q/k/v_proj input", {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"}});
+  }
+  return out;
+}
+
+void apply_lora_items(std::vector<Item>& v, const models::ModelConfig& cfg, const ActivationInputs& in, const Dims& d,
+                      int64_t l, bool first_block_kept) {
+  const std::string layer = (cfg.is_gpt2() ? "transformer.h." : "model.layers.") + std::to_string(l) + ".";
+  auto adapted = [&](const char* module) {
+    return std::find(in.lora_modules.begin(), in.lora_modules.end(), layer + module) != in.lora_modules.end();
+  };
+  std::vector<Item> out;
+  // Layer 0 before its first adapter: nothing needs a gradient (the frozen embedding's output feeds it), so nothing
+  // is saved — but a full-recompute block's checkpoint keeps its input.
+  bool grad = l > 0;
+  const std::vector<LinearInput> inputs = linear_inputs(cfg);
+  for (const Item& it : v) {
+    bool keep = grad;  // saved by its op, which needs it for a gradient
+    int64_t adapters = 0;
+    for (const LinearInput& li : inputs) {
+      if (std::string_view(it.name) != li.item) continue;
+      for (const char* m : li.consumers) adapters += adapted(m) ? 1 : 0;
+      keep = adapters > 0 || (li.shared && grad);  // a frozen layer keeps no input; an adapter keeps its own
+    }
+    grad = grad || adapters > 0;
+    if (keep || (&it == &v.front() && first_block_kept)) out.push_back(it);
+    for (int64_t a = 0; a < adapters; ++a)
+      out.push_back({"lora_B input", d.n * in.lora_r * d.el, it.part, it.region, false, Discard::none, true, false});
+  }
+  v = std::move(out);
+}
+
 }  // namespace
 
 Dims dims_of(const models::ModelConfig& cfg, const ActivationInputs& in) {
@@ -279,6 +339,9 @@ std::vector<std::vector<Item>> layer_items(const models::ModelConfig& cfg, const
     items[size_t(l)] = cfg.is_gemma3() ? gemma3_layer(d, cfg, in.kernel, core_recompute)
                                        : llama_layer(d, cfg, l, in.kernel, core_recompute, routed);
   }
+  if (in.lora)
+    for (int64_t l = 0; l < cfg.num_hidden_layers; ++l)
+      apply_lora_items(items[size_t(l)], cfg, in, d, l, !in.plan.empty() && in.plan[0].full);
   return items;
 }
 
@@ -316,6 +379,10 @@ OutsideLayers outside_layers(const models::ModelConfig& cfg, const ActivationInp
   // head input, the log-sum-exp and the targets (ops/chunked_loss.cpp, Note [Chunked loss memory]).
   // Both in the activations' dtype (bf16: cast from the f32 the loss computes in).
   if (in.loss_chunk > 0) o.after += cfg.vocab_size * d.c * d.el - d.n * d.acc - d.n * 8;
+  if (in.lora) {  // the frozen embeddings keep no ids (nor GPT-2's dropout its mask), the frozen LM head no input
+    o.before = 0;
+    if (in.loss_chunk == 0) o.after -= d.n * d.c * d.el;
+  }
   return o;
 }
 

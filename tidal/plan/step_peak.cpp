@@ -25,13 +25,6 @@ namespace {
 // The tokens of a sequence one rank holds: all of them, or its two chunks of 2C under context parallelism.
 int64_t local_seq(const TriageSettings& s) { return s.seq / s.parallel.context; }
 
-memory::ActivationEstimate estimate(const models::ModelConfig& m, const TriageSettings& s) {
-  memory::ActivationInputs in =
-      memory::activation_inputs(s.memory, s.micro_batch, local_seq(s), s.attention, s.precision.param_dtype());
-  in.parallel = s.parallel;
-  return memory::estimate_activations(m, in);
-}
-
 // What the predictions need of a model's parameters, from a meta-device model built once per
 // configuration (a plan predicts many steps of the same model; a 30B MoE model has 18k parameters).
 // Under expert parallelism E, rank 0's: the dense parameters and the first num_experts / E experts of
@@ -43,6 +36,7 @@ struct ModelShape {
   int64_t outer = 0;                      // elements outside the layers
   std::vector<int64_t> per_layer;         // elements of each layer
   int64_t buffer_bytes = 0;               // buffers (DeepSeek-V3's router biases: f32, on every rank, not sharded)
+  std::vector<std::string> adapted;       // LoRA: the adapted modules' names
 };
 
 // The expert index in a parameter name "….experts.<e>.…", or -1.
@@ -71,7 +65,8 @@ const ModelShape& model_shape(const models::ModelConfig& m, int expert_parallel,
   nn::Init init;
   init.device = Device::meta();
   const std::unique_ptr<models::CausalLM> model = models::create_model(m, init);
-  if (lora.enabled()) nn::apply_lora(*model, lora, init);
+  std::vector<std::string> adapted;
+  if (lora.enabled()) adapted = nn::apply_lora(*model, lora, init).modules;
   ModelShape shape;
   shape.per_layer.assign(size_t(m.num_hidden_layers), 0);
   for (const auto& [name, p] : model->named_parameters()) {
@@ -87,7 +82,20 @@ const ModelShape& model_shape(const models::ModelConfig& m, int expert_parallel,
     (l < 0 ? shape.outer : shape.per_layer[size_t(l)]) += p.numel();
   }
   for (const auto& [name, b] : model->named_buffers()) shape.buffer_bytes += b.nbytes();
+  shape.adapted = std::move(adapted);
   return cache.emplace(key, std::move(shape)).first->second;
+}
+
+memory::ActivationEstimate estimate(const models::ModelConfig& m, const TriageSettings& s) {
+  memory::ActivationInputs in =
+      memory::activation_inputs(s.memory, s.micro_batch, local_seq(s), s.attention, s.precision.param_dtype());
+  in.parallel = s.parallel;
+  if (s.lora.enabled()) {  // the frozen base keeps less (memory/estimator.h)
+    in.lora = true;
+    in.lora_modules = model_shape(m, s.parallel.expert, s.lora).adapted;
+    in.lora_r = s.lora.r;
+  }
+  return memory::estimate_activations(m, in);
 }
 
 }  // namespace
