@@ -148,6 +148,9 @@ TEST(ExpertParallel, LoraAdaptersAgreeWithOneProcess) {
   const int n = dist::world().size();
   if (n < 2 || models::preset("tiny-qwen3-moe").num_experts % n != 0) GTEST_SKIP() << n << " ranks";
   compare_with_one_process(n, {}, {"--lora-target-modules", "all-linear", "--lora-r", "4"});
+  // ZeRO-3: the frozen experts sharded over their expert-data-parallel group, the frozen dense base over every rank.
+  compare_with_one_process(n, {"--data-parallel-sharding-strategy", "optim_grads_params"},
+                           {"--lora-target-modules", "all-linear", "--lora-r", "4"});
 }
 
 // The MoE block recomputed in backward (the routing replayed: --recompute-modules moe, and the whole

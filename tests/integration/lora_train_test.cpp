@@ -173,10 +173,15 @@ TEST(LoraTrain, TheDryRunIsExactAndStatesAreTheAdaptersOnly) {
 // does not keep (measured: 12% above the dry run's peak here, in f32); the planner's candidates are checked
 // by dry runs.
 TEST(LoraTrain, ThePlannerPredictsTheFrozenBase) {
-  for (const std::vector<std::string>& f : std::vector<std::vector<std::string>>{
-           {}, {"--bf16"}, {"--use-distributed-optimizer"}, {"--lora-target-modules", "all-linear"}}) {
+  for (const std::vector<std::string>& f :
+       std::vector<std::vector<std::string>>{{},
+                                             {"--bf16"},
+                                             {"--use-distributed-optimizer"},
+                                             {"--data-parallel-sharding-strategy", "optim_grads_params"},
+                                             {"--lora-target-modules", "all-linear"}}) {
     SCOPED_TRACE(f.empty() ? "plain" : f.back());
-    const bool sharded = f == std::vector<std::string>{"--use-distributed-optimizer"};
+    const bool sharded = f == std::vector<std::string>{"--use-distributed-optimizer"} ||
+                         f == std::vector<std::string>{"--data-parallel-sharding-strategy", "optim_grads_params"};
     TrainArgs a = parse_train_args(lora_run(f, 2));
     if (sharded) a.global_batch_size = 8;  // 4 ranks x 2
     a = a.on(sharded ? 4 : 1);
@@ -186,11 +191,13 @@ TEST(LoraTrain, ThePlannerPredictsTheFrozenBase) {
     EXPECT_EQ(dry.device[MemoryCategory::optimizer_state].peak, p.optimizer_states);
     // The estimator counts what the frozen base does not keep (memory/estimator.h): within 2% in f32. Under --bf16 a
     // temporary of about the (tiny) model's size that the estimator does not model puts the dry run 18% above it, as
-    // it puts a full fine-tune's 7% above (not yet understood).
+    // it puts a full fine-tune's 7% above; under ZeRO-3 a temporary during backward (280 KiB at the peak, about a
+    // layer's gathered parameters and the logits' gradient) puts it 6.5% above. Neither is understood yet.
     const double ratio = double(dry.device.peak_allocated) / double(p.total);
     const bool bf16 = f == std::vector<std::string>{"--bf16"};
+    const bool zero3 = f.size() == 2 && f[1] == "optim_grads_params";
     EXPECT_GT(ratio, 0.98) << dry.device.peak_allocated << " vs " << p.total;
-    EXPECT_LT(ratio, bf16 ? 1.2 : 1.02) << dry.device.peak_allocated << " vs " << p.total;
+    EXPECT_LT(ratio, bf16 ? 1.2 : zero3 ? 1.08 : 1.02) << dry.device.peak_allocated << " vs " << p.total;
   }
 }
 
@@ -198,8 +205,6 @@ TEST(LoraTrain, FlagsAndResumesAUserCanGetWrong) {
   EXPECT_NE(
       message({"--mock-data", "--model", "tiny-llama", "--lora-r", "8"}).find("--lora-r needs --lora-target-modules"),
       std::string::npos);
-  EXPECT_NE(message(lora_run({"--data-parallel-sharding-strategy", "optim_grads_params"})).find("LoRA with ZeRO-3"),
-            std::string::npos);
   const std::string dir = fresh_dir("lora_resume_errors");
   train(lora_run({"--save", dir}, 2));
   EXPECT_NE(testing::error_of([&] { train(tiny_run({"--load", dir})); }).find("is a LoRA run's"), std::string::npos);

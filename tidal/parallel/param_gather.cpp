@@ -9,28 +9,39 @@
 
 namespace tidal::parallel {
 
-ParamGather::ParamGather(models::CausalLM& model, optim::DistributedAdamW& sharded, dist::Communicator& comm,
-                         bool overlap)
+ParamGather::ParamGather(models::CausalLM& model, const std::vector<optim::DistributedAdamW*>& sharded,
+                         dist::Communicator& comm, bool overlap)
     : model_(model), sharded_(sharded) {
-  TIDAL_ASSERT(sharded.shards_parameters(), "[ZeRO-3] the distributed optimizer does not shard the parameters");
   const int64_t layers = model.config().num_hidden_layers;
   units_.resize(size_t(1 + layers));
-  const auto params = model.named_parameters();
-  TIDAL_ASSERT(params.size() == sharded.parameters().size(), "[ZeRO-3] the optimizer holds other parameters");
-  for (size_t i = 0; i < params.size(); ++i) units_[size_t(1 + model.layer_of_parameter(params[i].first))].push_back(i);
+  size_t held = 0;
+  dist::Communicator* expert_data = nullptr;
+  for (optim::DistributedAdamW* s : sharded_) {
+    TIDAL_ASSERT(s->shards_parameters(), "[ZeRO-3] a distributed optimizer does not shard the parameters");
+    std::vector<std::vector<size_t>> by_unit(units_.size());
+    const optim::NamedParameters& params = s->parameters();
+    for (size_t i = 0; i < params.size(); ++i)
+      by_unit[size_t(1 + model.layer_of_parameter(params[i].first))].push_back(i);
+    for (size_t u = 0; u < units_.size(); ++u)
+      if (!by_unit[u].empty()) units_[u].push_back({s, std::move(by_unit[u])});
+    held += params.size();
+    if (s->expert_data()) expert_data = s->expert_data();
+  }
+  TIDAL_ASSERT(held == model.named_parameters().size(), "[ZeRO-3] the shardings hold ", held, " parameters, the model ",
+               model.named_parameters().size());
   state_.assign(units_.size(), State::gathered);  // the model starts whole
   done_.resize(units_.size());
   release_all();
   if (overlap) {
     stream_comm_ = comm.duplicate();
-    if (sharded.expert_data()) stream_expert_comm_ = sharded.expert_data()->duplicate();
+    if (expert_data) stream_expert_comm_ = expert_data->duplicate();
     stream_ = std::make_unique<Stream>("gather");
   }
   model_.set_layer_param_hooks(this);
   // A backward node of a layer whose parameters are not here would read freed bytes: stop instead.
   autograd::set_backward_node_check([this](int layer) {
     TIDAL_CHECK(layer < 0 || size_t(layer) + 1 >= units_.size() || state_[size_t(layer) + 1] == State::gathered ||
-                    units_[size_t(layer) + 1].empty(),
+                    empty(size_t(layer) + 1),
                 "[ZeRO-3] the backward of layer ", layer,
                 " ran while its parameters were not gathered (an unexpected order of the backward); "
                 "use --data-parallel-sharding-strategy optim_grads instead and report this");
@@ -44,7 +55,12 @@ ParamGather::~ParamGather() {
 }
 
 void ParamGather::start(size_t unit) {
-  std::function<void()> exchange = sharded_.start_gather(units_[unit], {stream_comm_.get(), stream_expert_comm_.get()});
+  std::vector<std::function<void()>> parts;
+  for (const Part& p : units_[unit])
+    parts.push_back(p.sharded->start_gather(p.params, {stream_comm_.get(), stream_expert_comm_.get()}));
+  std::function<void()> exchange = [parts = std::move(parts)] {
+    for (const std::function<void()>& f : parts) f();  // the same order on every rank
+  };
   ++stats_.gathers;
   state_[unit] = State::in_flight;
   if (!stream_) {  // on this thread, now
@@ -65,7 +81,7 @@ void ParamGather::start(size_t unit) {
 }
 
 void ParamGather::gather(size_t unit) {
-  if (units_[unit].empty() || state_[unit] == State::gathered) return;
+  if (empty(unit) || state_[unit] == State::gathered) return;
   if (state_[unit] == State::released) start(unit);
   if (stream_) {
     const int64_t t0 = now_ns();
@@ -76,13 +92,13 @@ void ParamGather::gather(size_t unit) {
 }
 
 void ParamGather::prefetch(size_t unit) {
-  if (stream_ && unit < units_.size() && !units_[unit].empty() && state_[unit] == State::released) start(unit);
+  if (stream_ && unit < units_.size() && !empty(unit) && state_[unit] == State::released) start(unit);
 }
 
 void ParamGather::release(size_t unit) {
-  if (units_[unit].empty() || state_[unit] == State::released) return;
+  if (empty(unit) || state_[unit] == State::released) return;
   if (state_[unit] == State::in_flight) gather(unit);  // its bytes are being written: wait first
-  sharded_.release_parameters(units_[unit]);
+  for (const Part& p : units_[unit]) p.sharded->release_parameters(p.params);
   state_[unit] = State::released;
 }
 

@@ -17,6 +17,8 @@
 // are gathered while the current layer computes, in backward the layer below's, so two layers' whole
 // parameters are present at a time. Expert parallel: a layer's experts are gathered from their
 // expert-data-parallel group (the optimizer's expert shards), after its dense parameters from every rank.
+// LoRA: the trained adapters are the optimizer's shards, the frozen base is sharded by a DistributedAdamW of its own
+// that never steps (no gradients, no AdamW states); a layer's gather brings both.
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -31,9 +33,11 @@ namespace tidal::parallel {
 
 class ParamGather final : public models::LayerParamHooks {
  public:
-  // Hooks into the model and frees every parameter's whole bytes (the shard keeps this rank's).
-  // `overlap`: prefetch on a stream, over a duplicate of `comm` (a collective).
-  ParamGather(models::CausalLM& model, optim::DistributedAdamW& sharded, dist::Communicator& comm, bool overlap);
+  // Hooks into the model and frees every parameter's whole bytes (the shard keeps this rank's). `sharded`: the
+  // shardings that together hold every parameter of the model once (the optimizer's; with LoRA also the frozen
+  // base's). `overlap`: prefetch on a stream, over a duplicate of `comm` (a collective).
+  ParamGather(models::CausalLM& model, const std::vector<optim::DistributedAdamW*>& sharded, dist::Communicator& comm,
+              bool overlap);
   ~ParamGather() override;  // unhooks
   ParamGather(const ParamGather&) = delete;
   ParamGather& operator=(const ParamGather&) = delete;
@@ -71,13 +75,20 @@ class ParamGather final : public models::LayerParamHooks {
   void release(size_t unit);
   void release_all();
 
+  // A unit's parameters in one sharding: indexes into its parameters().
+  struct Part {
+    optim::DistributedAdamW* sharded;
+    std::vector<size_t> params;
+  };
+  bool empty(size_t unit) const { return units_[unit].empty(); }
+
   models::CausalLM& model_;
-  optim::DistributedAdamW& sharded_;
-  std::vector<std::vector<size_t>> units_;           // parameter indexes: [0] outside the layers, [1 + l] layer l
-  std::vector<State> state_;                         // per unit
-  std::vector<Event> done_;                          // per unit in flight: its exchange
-  bool pinned_ = false;                              // a whole Scope: layers stay gathered
-  std::unique_ptr<dist::Communicator> stream_comm_;  // with overlap
+  std::vector<optim::DistributedAdamW*> sharded_;
+  std::vector<std::vector<Part>> units_;                    // [0] outside the layers, [1 + l] layer l (non-empty parts)
+  std::vector<State> state_;                                // per unit
+  std::vector<Event> done_;                                 // per unit in flight: its exchange
+  bool pinned_ = false;                                     // a whole Scope: layers stay gathered
+  std::unique_ptr<dist::Communicator> stream_comm_;         // with overlap
   std::unique_ptr<dist::Communicator> stream_expert_comm_;  // with overlap and expert parallelism
   std::unique_ptr<Stream> stream_;
   Stats stats_;

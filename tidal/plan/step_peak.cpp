@@ -32,6 +32,8 @@ int64_t local_seq(const TriageSettings& s) { return s.seq / s.parallel.context; 
 struct ModelShape {
   std::vector<memory::SwapParam> params;  // the trained ones (with LoRA the adapters), in named_parameters order
   int64_t frozen = 0;                     // elements of the frozen ones (LoRA's base)
+  std::vector<int64_t> frozen_numels;     // each frozen one's elements (ZeRO-3 shards them too)
+  std::vector<bool> frozen_expert;        // and whether it is an expert's
   std::vector<bool> expert;               // params[i] is an expert's (models/moe.h is_expert_parameter)
   int64_t outer = 0;                      // elements outside the layers
   std::vector<int64_t> per_layer;         // elements of each layer
@@ -74,6 +76,8 @@ const ModelShape& model_shape(const models::ModelConfig& m, int expert_parallel,
     if (expert && expert_parallel > 1 && expert_index(name) >= local) continue;  // another rank's
     if (!p.requires_grad()) {
       shape.frozen += p.numel();
+      shape.frozen_numels.push_back(p.numel());
+      shape.frozen_expert.push_back(expert);
     } else {
       shape.params.push_back({p.numel(), p.dtype()});
       shape.expert.push_back(expert);
@@ -214,8 +218,15 @@ StepPeak predict_step_peak(const models::ModelConfig& m, const TriageSettings& s
   // Buffers (router biases) count as parameters, as the allocator accounts them.
   const int64_t model_buffers = s.num_parameters > 0 ? 0 : model_shape(m, s.parallel.expert, s.lora).buffer_bytes;
   const int64_t frozen = s.num_parameters > 0 ? 0 : model_shape(m, s.parallel.expert, s.lora).frozen;  // LoRA's base
-  p.parameters = param_size * (zero3 ? shard + outer + layer : n + frozen) + model_buffers;
-  const int64_t parameters_at_end = param_size * (zero3 ? shard + outer : n + frozen) + model_buffers;
+  // ZeRO-3 with LoRA shards the frozen base too (its own sharding, train/setup.h): its largest rank's shard.
+  int64_t frozen_shard = 0;
+  if (zero3 && frozen > 0) {
+    const ModelShape& shape = model_shape(m, s.parallel.expert, s.lora);
+    frozen_shard = optim::largest_shard(shape.frozen_numels, shape.frozen_expert, s.parallel.world, s.parallel.expert,
+                                        optim::kGradNormChunk);
+  }
+  p.parameters = param_size * (zero3 ? shard + frozen_shard + outer + layer : n + frozen) + model_buffers;
+  const int64_t parameters_at_end = param_size * (zero3 ? shard + frozen_shard + outer : n + frozen) + model_buffers;
   const memory::SwapOptimizerConfig& swap = s.memory.swap_optimizer;
   const int64_t swap_k = std::min<int64_t>(swap.requested_times(), int64_t(params.size()));
   // The swap optimizer's windows over a shard: about its share of the whole's windows.

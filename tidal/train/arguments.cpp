@@ -342,10 +342,6 @@ TrainArgs train_args(const Flags& f) {
   a.parallel = parallel::parse_parallel_layout(f);
   a.precision = parse_precision(f);
   a.lora = parse_lora_args(f);
-  TIDAL_CHECK(!a.lora.enabled() || !a.parallel.shards_parameters(),
-              "tidal train: LoRA with ZeRO-3 (--data-parallel-sharding-strategy optim_grads_params) is not supported: ",
-              "the frozen base would not be sharded; use optim_grads or --use-distributed-optimizer (the adapters' ",
-              "optimizer states and gradients are what they shard)");
   TIDAL_CHECK(!a.lora.enabled() || a.lora.config.dropout == 0 || a.parallel.context == 1,
               "tidal train: --lora-dropout with --context-parallel-size ", a.parallel.context,
               " is not supported (each rank would draw its own mask): use --lora-dropout 0");

@@ -239,20 +239,22 @@ Setup setup_training(const TrainArgs& args, models::ModelConfig& config, std::FI
       std::fprintf(out, "%s: its multi-token-prediction layers (%lld tensors) are not loaded (not trained yet)\n",
                    args.pretrained.c_str(), (long long)loaded.mtp_tensors);
   }
-  // Parsing refuses it too; a planner's candidate made as a value comes here.
-  TIDAL_CHECK(!args.lora.enabled() || !layout.shards_parameters(), "tidal train: LoRA with ZeRO-3 is not supported");
   if (args.lora.enabled()) s.adapter_config = attach_lora(args, *s.model, device, out);
   // What trains: every parameter, or with LoRA the adapters alone (no gradients, reductions or
   // optimizer states for the frozen base).
   const optim::NamedParameters trained = s.model->named_trainable_parameters();
-  if (layout.sharded()) {
-    // Expert parallel: the experts' shards over their expert-data-parallel group (optim::ExpertShards).
+  // Expert parallel: the experts' shards over their expert-data-parallel group (optim::ExpertShards).
+  auto expert_shards = [&](const optim::NamedParameters& params) {
     optim::ExpertShards experts;
     if (layout.expert > 1) {
-      for (const auto& [name, p] : trained) experts.is_expert.push_back(models::is_expert_parameter(name));
+      for (const auto& [name, p] : params) experts.is_expert.push_back(models::is_expert_parameter(name));
       experts.data = s.groups->expert_data();
       experts.experts = s.groups->experts().get();
     }
+    return experts;
+  };
+  if (layout.sharded()) {
+    const optim::ExpertShards experts = expert_shards(trained);
     s.sharded = std::make_unique<optim::DistributedAdamW>(trained, comm, layout.shards_parameters(),
                                                           layout.expert > 1 ? &experts : nullptr);
     s.sharded->set_reduce_bucket(layout.bucket_elements());
@@ -282,7 +284,17 @@ Setup setup_training(const TrainArgs& args, models::ModelConfig& config, std::FI
     std::function<void(const Tensor&)> materialize;
     if (deferred) materialize = [&deferred](const Tensor& p) { deferred->materialize(p); };
     s.sharded->copy_shard_from_parameters(materialize);
-    s.param_gather = std::make_unique<parallel::ParamGather>(*s.model, *s.sharded, comm, layout.overlap_param_gather);
+    std::vector<optim::DistributedAdamW*> shardings = {s.sharded.get()};
+    if (args.lora.enabled()) {  // the frozen base, sharded the same way, never stepped
+      optim::NamedParameters frozen;
+      for (const auto& [name, p] : s.model->named_parameters())
+        if (!p.requires_grad()) frozen.emplace_back(name, p);
+      const optim::ExpertShards experts = expert_shards(frozen);
+      s.frozen = std::make_unique<optim::DistributedAdamW>(frozen, comm, true, layout.expert > 1 ? &experts : nullptr);
+      s.frozen->copy_shard_from_parameters(materialize);
+      shardings.push_back(s.frozen.get());
+    }
+    s.param_gather = std::make_unique<parallel::ParamGather>(*s.model, shardings, comm, layout.overlap_param_gather);
     // Building is not training: the peaks count from here, and the log says what building took.
     const MemoryStats built = device_allocator(device).stats();
     std::fprintf(out, "ZeRO-3: the model was built %s (device peak %s), now %s of parameters on this rank\n",

@@ -55,6 +55,9 @@ struct Setup {
   // --use-distributed-optimizer: the gradient buffer, shards and collectives; `optimizer` then
   // updates this rank's shard only. Null without sharding.
   std::unique_ptr<optim::DistributedAdamW> sharded;
+  // ZeRO-3 with LoRA: the frozen base's shards (a DistributedAdamW that never steps: no gradients, no AdamW
+  // states); null otherwise.
+  std::unique_ptr<optim::DistributedAdamW> frozen;
   // Sums the gradients over the ranks (parallel/grad_sync.h); after `sharded`, so it goes first (its
   // hooks and stream refer to the model's parameters and `sharded`).
   std::unique_ptr<parallel::GradSync> grad_sync;
