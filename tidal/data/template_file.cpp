@@ -95,7 +95,10 @@ SlotTemplate load_template_file(const std::string& path, const std::string& name
   TIDAL_CHECK(std::filesystem::is_regular_file(path), "[template] --prompt-type-path ", path,
               " is not a file: give MindSpeed-LLM's templates.json (configs/finetune/templates.json) or a file in "
               "its format");
-  const json doc = parse_json(io::read_file(path), "[template] " + path);
+  return template_of(parse_json(io::read_file(path), "[template] " + path), path, name);
+}
+
+SlotTemplate template_of(const nlohmann::json& doc, const std::string& path, const std::string& name) {
   TIDAL_CHECK(doc.is_array(), "[template] ", path, " holds ", json_kind(doc),
               ": a template file is a list of templates [{\"name\": ..., \"format_user\": ...}, ...]");
   const json* entry = nullptr;

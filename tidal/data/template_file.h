@@ -7,6 +7,7 @@
 // "thought_words"}, as MindSpeed's register_custom_template reads it; a slot is a string, {"token": "..."} or
 // ["bos_token"] / ["eos_token"]. What tidal does not render (efficient_eos, the reasoning and DeepSeek-V4
 // template classes, tool formats other than "default" and "qwen") is refused by name, never dropped.
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "tidal/data/slot_template.h"
@@ -17,5 +18,7 @@ namespace tidal::data {
 // message lists the file's), an unknown or ill-typed field throws tidal::Error naming the file, the template
 // and the field.
 SlotTemplate load_template_file(const std::string& path, const std::string& name);
+// The same from the file's parsed document `doc` (`path` names it in messages).
+SlotTemplate template_of(const nlohmann::json& doc, const std::string& path, const std::string& name);
 
 }  // namespace tidal::data
