@@ -186,6 +186,33 @@ TEST(TrainGuards, ASigtermSavesTheStepAndStopsWithTheExitSignalHandler) {
   EXPECT_FALSE(fs::exists(save + "/.tidal-save.lock"));
 }
 
+// Two real runs on one --save (issue 33): while the first trains, the second stops at once with exit 1 naming
+// the first's pid and host; the first goes on and stops cleanly on SIGTERM (exit 0, its save intact).
+TEST(TrainGuards, ARealSecondRunNamesTheFirstRunsPidAndHost) {
+  const std::string dir = fresh_dir("save_two_runs");
+  const std::string log = dir + "/log", save = dir + "/ck";
+  const std::string first = kTidal + " train --no-progress --model tiny-gpt2 --mock-data --seq-length 32 " +
+                            "--micro-batch-size 2 --train-iters 100000 --log-interval 1 --exit-signal-handler --save " +
+                            save;
+  std::string script = first + " > " + log + " 2>&1 & pid=$!; for i in $(seq 600); do grep -q 'iteration        1/' " +
+                       log + " && break; sleep 0.1; done; echo first=$pid; " +
+                       command("--model tiny-gpt2 --train-iters 2 --save " + save) +
+                       " 2>&1; echo second=$?; kill -TERM $pid; wait $pid; echo first_exit=$?";
+  const testing::CommandResult r = run_command(script);
+  const size_t at = r.output.find("first=");
+  ASSERT_NE(at, std::string::npos) << r.output;
+  const std::string pid = r.output.substr(at + 6, r.output.find('\n', at) - at - 6);
+  char host[256] = {0};
+  ASSERT_EQ(::gethostname(host, sizeof host - 1), 0);
+  EXPECT_TRUE(has(r.output, "--save " + save + " is in use by another tidal train (pid " + pid + " on host " + host +
+                                ", as its lock file " + save + "/.tidal-save.lock says)"))
+      << r.output;
+  EXPECT_TRUE(has(r.output, "second=1")) << r.output;
+  EXPECT_TRUE(has(r.output, "first_exit=0")) << r.output << io::read_file(log);
+  EXPECT_GE(checkpoint::latest_iteration(save), 1);
+  EXPECT_FALSE(fs::exists(save + "/.tidal-save.lock"));
+}
+
 TEST(TrainGuards, LoadOfADirectoryWithoutACheckpointStartsFreshUnlessStrict) {
   const std::string empty = fresh_dir("load_empty");
   const std::string cmd = command("--model tiny-gpt2 --train-iters 1 --load " + empty);
