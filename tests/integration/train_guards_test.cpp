@@ -213,6 +213,40 @@ TEST(TrainGuards, ARealSecondRunNamesTheFirstRunsPidAndHost) {
   EXPECT_FALSE(fs::exists(save + "/.tidal-save.lock"));
 }
 
+// Megatron's --exit-interval N: save and stop with exit 0 after an iteration that is a multiple of N, counted
+// from iteration 0, so a resumed run stops at the next multiple (3, then 6), not N iterations later.
+TEST(TrainGuards, TheExitIntervalSavesAndStopsAtEachMultiple) {
+  const std::string save = fresh_dir("exit_interval") + "/ck";
+  for (const int64_t expected : {3, 6}) {
+    const testing::CommandResult r =
+        run_command(command("--model tiny-gpt2 --train-iters 10 --exit-interval 3 --save " + save + " --load " + save));
+    EXPECT_EQ(r.code, 0) << r.output;
+    const std::string said = "stopped after iteration " + std::to_string(expected) + " of 10 (--exit-interval 3)";
+    EXPECT_TRUE(has(r.output, said)) << r.output;
+    EXPECT_TRUE(has(r.output, "saved checkpoint at iteration " + std::to_string(expected))) << r.output;
+    EXPECT_EQ(checkpoint::latest_iteration(save), expected);
+  }
+}
+
+// Megatron's --exit-duration-in-mins M: the first iteration that ends more than M minutes after the start saves
+// and stops with exit 0 (here 0.0001 minutes, 6 ms: the first iteration); without --save it says nothing was saved.
+TEST(TrainGuards, TheExitDurationSavesAndStopsAfterTheIterationThatPassesIt) {
+  const std::string save = fresh_dir("exit_duration") + "/ck";
+  testing::CommandResult r =
+      run_command(command("--model tiny-gpt2 --train-iters 100000 --exit-duration-in-mins 0.0001 --save " + save));
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_TRUE(has(r.output,
+                  "0.0001 minutes have passed: stopped after iteration 1 of 100000 "
+                  "(--exit-duration-in-mins 0.0001)"))
+      << r.output;
+  EXPECT_EQ(checkpoint::latest_iteration(save), 1);
+  r = run_command(command("--model tiny-gpt2 --train-iters 100000 --exit-duration-in-mins 0.0001"));
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_TRUE(has(r.output, "(--exit-duration-in-mins 0.0001); no --save, so nothing was saved")) << r.output;
+  EXPECT_TRUE(has(message(with(kTiny, {"--exit-duration-in-mins", "-1"})),
+                  "--exit-duration-in-mins must be in [0, 1e+09], got -1"));
+}
+
 TEST(TrainGuards, LoadOfADirectoryWithoutACheckpointStartsFreshUnlessStrict) {
   const std::string empty = fresh_dir("load_empty");
   const std::string cmd = command("--model tiny-gpt2 --train-iters 1 --load " + empty);
