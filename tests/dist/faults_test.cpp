@@ -107,6 +107,17 @@ TEST(DistFaults, GlobalBatchMustDivideOverTheRanks) {
       << r.output;
 }
 
+// Without --global-batch-size, the global batch under mpirun is Megatron's default, micro-batch x data-parallel
+// ranks (here 2 x 2), instead of one process's micro-batch failing on a flag nobody gave (issue 33).
+TEST(DistFaults, TheDefaultGlobalBatchIsMicroBatchTimesTheRanks) {
+  if (!single_process()) GTEST_SKIP() << "launches mpirun itself";
+  const auto r = run_command(kMpirun + "-np 2 " + kTidal +
+                             " train --model tiny-gpt2 --mock-data --seq-length 16 --micro-batch-size 2 "
+                             "--train-iters 2 --log-interval 1 --eval-interval 0");
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("global batch size:     4"), std::string::npos) << r.output;
+}
+
 // --exit-duration-in-mins (Megatron's): the decision is all-reduced, so every rank saves and stops after the
 // same iteration with exit 0 (here 0.0001 minutes: the first), and the checkpoint is complete.
 TEST(DistFaults, TheExitDurationStopsEveryRankAfterTheSameIteration) {

@@ -213,6 +213,28 @@ TEST(TrainGuards, ARealSecondRunNamesTheFirstRunsPidAndHost) {
   EXPECT_FALSE(fs::exists(save + "/.tidal-save.lock"));
 }
 
+// A run killed outright (SIGKILL: no handler runs) in the middle of saving every step loses at most the step it
+// was in: the tracker only ever names a complete checkpoint, the next run clears any partial one and resumes.
+TEST(TrainGuards, AKilledRunResumesFromItsLastCompleteSave) {
+  const std::string dir = fresh_dir("killed_run");
+  const std::string log = dir + "/log", save = dir + "/ck";
+  const std::string script = kTidal +
+                             " train --no-progress --model tiny-gpt2 --mock-data --seq-length 32 --micro-batch-size 2 "
+                             "--train-iters 100000 --log-interval 1 --save-interval 1 --save " +
+                             save + " > " + log +
+                             " 2>&1 & pid=$!; for i in $(seq 600); do grep -q 'iteration        3/' " + log +
+                             " && break; sleep 0.1; done; kill -KILL $pid; wait $pid; echo exit=$?";
+  const testing::CommandResult k = run_command(script);
+  EXPECT_TRUE(has(k.output, "exit=137")) << k.output;
+  const int64_t last = checkpoint::latest_iteration(save);
+  ASSERT_GE(last, 2) << io::read_file(log);
+  const testing::CommandResult r = run_command(
+      command("--model tiny-gpt2 --train-iters " + std::to_string(last + 1) + " --save " + save + " --load " + save));
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_TRUE(has(r.output, "resumed from " + save + "/iter_")) << r.output;
+  EXPECT_EQ(checkpoint::latest_iteration(save), last + 1);
+}
+
 // Megatron's --exit-interval N: save and stop with exit 0 after an iteration that is a multiple of N, counted
 // from iteration 0, so a resumed run stops at the next multiple (3, then 6), not N iterations later.
 TEST(TrainGuards, TheExitIntervalSavesAndStopsAtEachMultiple) {
