@@ -6,6 +6,7 @@
 #include <string>
 
 #include "tests/integration/run_command.h"
+#include "tidal/checkpoint/format.h"
 #include "tidal/dist/communicator.h"
 
 namespace tidal {
@@ -58,6 +59,8 @@ TEST(DistFaults, RanksWithOtherSettingsStopNamingTheSetting) {
       {" --train-iters 5 --num-layers 3", "model/n_layer is 3 on rank 1 and 2 on rank 0"},
       {" --train-iters 5 --seed 7", "seed is 7 on rank 1 and 1234 on rank 0"},
       {" --train-iters 9", "train_iters is 9 on rank 1 and 5 on rank 0"},
+      // one rank would stop after iteration 2 and leave the other waiting in the next step's all-reduce
+      {" --train-iters 5 --exit-interval 2", "exit_interval is 2 on rank 1 and 0 on rank 0"},
   };
   for (const auto& [flag, said] : cases) {
     const auto r = run_command(kMpirun + "-np 1 " + kTrain + " --train-iters 5 : -np 1 " + kTrain + flag);
@@ -102,6 +105,32 @@ TEST(DistFaults, GlobalBatchMustDivideOverTheRanks) {
   EXPECT_NE(r.output.find("--global-batch-size 6 is not a multiple of --micro-batch-size 2 x 2 data-parallel ranks"),
             std::string::npos)
       << r.output;
+}
+
+// Without --global-batch-size, the global batch under mpirun is Megatron's default, micro-batch x data-parallel
+// ranks (here 2 x 2), instead of one process's micro-batch failing on a flag nobody gave (issue 33).
+TEST(DistFaults, TheDefaultGlobalBatchIsMicroBatchTimesTheRanks) {
+  if (!single_process()) GTEST_SKIP() << "launches mpirun itself";
+  const auto r = run_command(kMpirun + "-np 2 " + kTidal +
+                             " train --model tiny-gpt2 --mock-data --seq-length 16 --micro-batch-size 2 "
+                             "--train-iters 2 --log-interval 1 --eval-interval 0");
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("global batch size:     4"), std::string::npos) << r.output;
+}
+
+// --exit-duration-in-mins (Megatron's): the decision is all-reduced, so every rank saves and stops after the
+// same iteration with exit 0 (here 0.0001 minutes: the first), and the checkpoint is complete.
+TEST(DistFaults, TheExitDurationStopsEveryRankAfterTheSameIteration) {
+  if (!single_process()) GTEST_SKIP() << "launches mpirun itself";
+  const std::string save = ::testing::TempDir() + "tidal_faults_exit_duration";
+  ASSERT_EQ(run_command("rm -rf " + save).code, 0);
+  const auto r =
+      run_command(kMpirun + "-np 2 " + kTrain +
+                  " --train-iters 100000 --exit-duration-in-mins 0.0001 --use-distributed-optimizer --save " + save);
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("stopped after iteration 1 of 100000 (--exit-duration-in-mins 0.0001)"), std::string::npos)
+      << r.output;
+  EXPECT_EQ(checkpoint::latest_iteration(save), 1) << r.output;
 }
 
 }  // namespace

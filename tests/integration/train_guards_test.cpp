@@ -186,6 +186,89 @@ TEST(TrainGuards, ASigtermSavesTheStepAndStopsWithTheExitSignalHandler) {
   EXPECT_FALSE(fs::exists(save + "/.tidal-save.lock"));
 }
 
+// Two real runs on one --save (issue 33): while the first trains, the second stops at once with exit 1 naming
+// the first's pid and host; the first goes on and stops cleanly on SIGTERM (exit 0, its save intact).
+TEST(TrainGuards, ARealSecondRunNamesTheFirstRunsPidAndHost) {
+  const std::string dir = fresh_dir("save_two_runs");
+  const std::string log = dir + "/log", save = dir + "/ck";
+  const std::string first = kTidal + " train --no-progress --model tiny-gpt2 --mock-data --seq-length 32 " +
+                            "--micro-batch-size 2 --train-iters 100000 --log-interval 1 --exit-signal-handler --save " +
+                            save;
+  std::string script = first + " > " + log + " 2>&1 & pid=$!; for i in $(seq 600); do grep -q 'iteration        1/' " +
+                       log + " && break; sleep 0.1; done; echo first=$pid; " +
+                       command("--model tiny-gpt2 --train-iters 2 --save " + save) +
+                       " 2>&1; echo second=$?; kill -TERM $pid; wait $pid; echo first_exit=$?";
+  const testing::CommandResult r = run_command(script);
+  const size_t at = r.output.find("first=");
+  ASSERT_NE(at, std::string::npos) << r.output;
+  const std::string pid = r.output.substr(at + 6, r.output.find('\n', at) - at - 6);
+  char host[256] = {0};
+  ASSERT_EQ(::gethostname(host, sizeof host - 1), 0);
+  EXPECT_TRUE(has(r.output, "--save " + save + " is in use by another tidal train (pid " + pid + " on host " + host +
+                                ", as its lock file " + save + "/.tidal-save.lock says)"))
+      << r.output;
+  EXPECT_TRUE(has(r.output, "second=1")) << r.output;
+  EXPECT_TRUE(has(r.output, "first_exit=0")) << r.output << io::read_file(log);
+  EXPECT_GE(checkpoint::latest_iteration(save), 1);
+  EXPECT_FALSE(fs::exists(save + "/.tidal-save.lock"));
+}
+
+// A run killed outright (SIGKILL: no handler runs) in the middle of saving every step loses at most the step it
+// was in: the tracker only ever names a complete checkpoint, the next run clears any partial one and resumes.
+TEST(TrainGuards, AKilledRunResumesFromItsLastCompleteSave) {
+  const std::string dir = fresh_dir("killed_run");
+  const std::string log = dir + "/log", save = dir + "/ck";
+  const std::string script = kTidal +
+                             " train --no-progress --model tiny-gpt2 --mock-data --seq-length 32 --micro-batch-size 2 "
+                             "--train-iters 100000 --log-interval 1 --save-interval 1 --save " +
+                             save + " > " + log +
+                             " 2>&1 & pid=$!; for i in $(seq 600); do grep -q 'iteration        3/' " + log +
+                             " && break; sleep 0.1; done; kill -KILL $pid; wait $pid; echo exit=$?";
+  const testing::CommandResult k = run_command(script);
+  EXPECT_TRUE(has(k.output, "exit=137")) << k.output;
+  const int64_t last = checkpoint::latest_iteration(save);
+  ASSERT_GE(last, 2) << io::read_file(log);
+  const testing::CommandResult r = run_command(
+      command("--model tiny-gpt2 --train-iters " + std::to_string(last + 1) + " --save " + save + " --load " + save));
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_TRUE(has(r.output, "resumed from " + save + "/iter_")) << r.output;
+  EXPECT_EQ(checkpoint::latest_iteration(save), last + 1);
+}
+
+// Megatron's --exit-interval N: save and stop with exit 0 after an iteration that is a multiple of N, counted
+// from iteration 0, so a resumed run stops at the next multiple (3, then 6), not N iterations later.
+TEST(TrainGuards, TheExitIntervalSavesAndStopsAtEachMultiple) {
+  const std::string save = fresh_dir("exit_interval") + "/ck";
+  for (const int64_t expected : {3, 6}) {
+    const testing::CommandResult r =
+        run_command(command("--model tiny-gpt2 --train-iters 10 --exit-interval 3 --save " + save + " --load " + save));
+    EXPECT_EQ(r.code, 0) << r.output;
+    const std::string said = "stopped after iteration " + std::to_string(expected) + " of 10 (--exit-interval 3)";
+    EXPECT_TRUE(has(r.output, said)) << r.output;
+    EXPECT_TRUE(has(r.output, "saved checkpoint at iteration " + std::to_string(expected))) << r.output;
+    EXPECT_EQ(checkpoint::latest_iteration(save), expected);
+  }
+}
+
+// Megatron's --exit-duration-in-mins M: the first iteration that ends more than M minutes after the start saves
+// and stops with exit 0 (here 0.0001 minutes, 6 ms: the first iteration); without --save it says nothing was saved.
+TEST(TrainGuards, TheExitDurationSavesAndStopsAfterTheIterationThatPassesIt) {
+  const std::string save = fresh_dir("exit_duration") + "/ck";
+  testing::CommandResult r =
+      run_command(command("--model tiny-gpt2 --train-iters 100000 --exit-duration-in-mins 0.0001 --save " + save));
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_TRUE(has(r.output,
+                  "0.0001 minutes have passed: stopped after iteration 1 of 100000 "
+                  "(--exit-duration-in-mins 0.0001)"))
+      << r.output;
+  EXPECT_EQ(checkpoint::latest_iteration(save), 1);
+  r = run_command(command("--model tiny-gpt2 --train-iters 100000 --exit-duration-in-mins 0.0001"));
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_TRUE(has(r.output, "(--exit-duration-in-mins 0.0001); no --save, so nothing was saved")) << r.output;
+  EXPECT_TRUE(has(message(with(kTiny, {"--exit-duration-in-mins", "-1"})),
+                  "--exit-duration-in-mins must be in [0, 1e+09], got -1"));
+}
+
 TEST(TrainGuards, LoadOfADirectoryWithoutACheckpointStartsFreshUnlessStrict) {
   const std::string empty = fresh_dir("load_empty");
   const std::string cmd = command("--model tiny-gpt2 --train-iters 1 --load " + empty);

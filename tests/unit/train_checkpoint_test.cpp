@@ -10,6 +10,7 @@
 
 #include "tests/support/error_of.h"
 #include "tests/support/gradcheck.h"
+#include "tidal/checkpoint/format.h"
 #include "tidal/checkpoint/load.h"
 #include "tidal/checkpoint/save.h"
 #include "tidal/ops/random.h"
@@ -190,6 +191,33 @@ TEST(TrainCheckpoint, PrepareSaveDirRemovesOnlyPartialSaves) {
               std::string::npos);
     fs::permissions(dir, fs::perms::owner_write, fs::perm_options::add);
   }
+}
+
+// One run per --save (issue 33; Note [One run per --save]): a second lock on the directory, even from the same
+// process, is refused naming the holder's pid and host, the holder's save in progress and its lock file stay
+// (a refused run used to remove the holder's lock file on its way out, so a third run got a lock of its own),
+// and once the holder ends the next run takes over and clears what it left.
+TEST(TrainCheckpoint, ASecondLockOnASaveDirIsRefusedNamingPidAndHost) {
+  const std::string dir = fresh_dir("lock");
+  char host[256] = {0};
+  ASSERT_EQ(::gethostname(host, sizeof host - 1), 0);
+  const std::string holder = std::to_string(::getpid()) + " on host " + host;
+  {
+    PreparedSave first = prepare_save_dir(dir);
+    fs::create_directories(dir + "/iter_0000003.tmp-" + std::to_string(::getpid()));  // its save in progress
+    for (int run = 2; run <= 3; ++run) {
+      const std::string said = testing::error_of([&] { prepare_save_dir(dir); });
+      EXPECT_NE(said.find("--save " + dir + " is in use by another tidal train (pid " + holder + ", as its lock file " +
+                          dir + "/.tidal-save.lock says)"),
+                std::string::npos)
+          << "run " << run << ": " << said;
+      EXPECT_TRUE(fs::exists(dir + "/.tidal-save.lock")) << "run " << run;
+      EXPECT_TRUE(fs::exists(dir + "/iter_0000003.tmp-" + std::to_string(::getpid()))) << "run " << run;
+    }
+  }
+  EXPECT_FALSE(fs::exists(dir + "/.tidal-save.lock"));  // the holder ended
+  const PreparedSave next = prepare_save_dir(dir);
+  EXPECT_EQ(next.removed, std::vector<std::string>{"iter_0000003.tmp-" + std::to_string(::getpid())});
 }
 
 }  // namespace tidal::checkpoint

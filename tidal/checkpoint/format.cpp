@@ -1,6 +1,7 @@
 #include "tidal/checkpoint/format.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -48,34 +49,64 @@ SaveLock::~SaveLock() {
   fd_ = -1;
 }
 
+void SaveLock::release_without_removing() {
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
+}
+
 namespace {
 
-// An exclusive POSIX lock (fcntl: also on NFS) on DIR/.tidal-save.lock, which then holds this pid.
+// "PID on HOST": who holds a lock, for the message a second run gets.
+std::string holder_of_this_process() {
+  char host[256] = {0};
+  if (::gethostname(host, sizeof host - 1) != 0 || host[0] == 0) std::strcpy(host, "?");
+  return tidal::detail::str_cat(::getpid(), " on host ", host);
+}
+
+// Note [One run per --save]: an exclusive open-file-description lock (fcntl F_OFD_SETLK: released when the
+// file is closed or the process ends however it ends; unlike a classic POSIX lock it also excludes a second
+// open in the same process, and unlike flock it is a byte-range lock, which NFS carries to other hosts) on
+// DIR/.tidal-save.lock, which then holds "PID on HOST". The holder removes the file when it ends, so a run
+// that locked the file just before it was removed holds a lock on a name nobody else sees: after locking, the
+// file must still be the one at that name, else it starts over with the new one.
 SaveLock lock_save_dir(const std::string& dir) {
   const std::string path = dir + "/.tidal-save.lock";
-  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  TIDAL_CHECK(fd >= 0, "--save ", dir, ": cannot write there (", std::strerror(errno), "); give a writable directory");
-  SaveLock lock(fd, path);
-  struct flock l {};
-  l.l_type = F_WRLCK;
-  l.l_whence = SEEK_SET;
-  if (::fcntl(fd, F_SETLK, &l) != 0) {
-    const int err = errno;
-    char pid[32] = {0};
-    const ssize_t n = ::pread(fd, pid, sizeof pid - 1, 0);
-    const std::string holder = n > 0 ? std::string(pid, size_t(n)) : std::string("?");
-    TIDAL_CHECK(err != EACCES && err != EAGAIN, "--save ", dir, " is in use by another tidal train (pid ", holder,
-                ", as its lock file ", path,
-                " says): two runs saving to one directory would destroy each other's "
-                "checkpoints; give this run another --save, or stop the other one");
-    tidal::detail::throw_error(
-        tidal::detail::str_cat("--save ", dir, ": cannot lock ", path, " (", std::strerror(err), ")"));
+  for (int attempt = 0;; ++attempt) {
+    const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    TIDAL_CHECK(fd >= 0, "--save ", dir, ": cannot write there (", std::strerror(errno),
+                "); give a writable directory");
+    SaveLock lock(fd, path);
+    struct flock l {};
+    l.l_type = F_WRLCK;
+    l.l_whence = SEEK_SET;
+    if (::fcntl(fd, F_OFD_SETLK, &l) != 0) {
+      const int err = errno;
+      char text[320] = {0};
+      const ssize_t n = ::pread(fd, text, sizeof text - 1, 0);
+      const std::string holder = n > 0 ? std::string(text, size_t(n)) : std::string("unknown: the file is empty");
+      lock.release_without_removing();  // the file is the holder's
+      TIDAL_CHECK(err != EACCES && err != EAGAIN, "--save ", dir, " is in use by another tidal train (pid ", holder,
+                  ", as its lock file ", path,
+                  " says): two runs saving to one directory would destroy each other's "
+                  "checkpoints; give this run another --save, or stop the other one");
+      tidal::detail::throw_error(
+          tidal::detail::str_cat("--save ", dir, ": cannot lock ", path, " (", std::strerror(err), ")"));
+    }
+    struct stat held {
+    }, named{};
+    const bool same = ::fstat(fd, &held) == 0 && ::stat(path.c_str(), &named) == 0 && held.st_dev == named.st_dev &&
+                      held.st_ino == named.st_ino;
+    if (!same) {
+      lock.release_without_removing();  // a finished run removed it under us: lock the file now there
+      TIDAL_CHECK(attempt < 100, "--save ", dir, ": ", path, " keeps being replaced while this run locks it");
+      continue;
+    }
+    // Who holds it is a courtesy for the message above; the lock is what protects.
+    const std::string me = holder_of_this_process();
+    const bool noted = ::ftruncate(fd, 0) == 0 && ::pwrite(fd, me.data(), me.size(), 0) == ssize_t(me.size());
+    (void)noted;
+    return lock;
   }
-  // The pid is a courtesy for the message above; the lock is what protects.
-  const std::string me = std::to_string(::getpid());
-  const bool noted = ::ftruncate(fd, 0) == 0 && ::pwrite(fd, me.data(), me.size(), 0) == ssize_t(me.size());
-  (void)noted;
-  return lock;
 }
 
 }  // namespace

@@ -57,9 +57,9 @@ inline constexpr int kMaxCheckpointRanks = 99999;
 // "optimizer.rank00001-of-00004.safetensors"
 std::string optimizer_shard_file(int rank, int ranks);
 
-// The run's hold on its --save directory: a POSIX lock on DIR/.tidal-save.lock (holding the pid), released
-// when the object goes (the file removed then) or the process ends, however it ends. Two runs never save to
-// one directory.
+// The run's hold on its --save directory: a lock on DIR/.tidal-save.lock (holding "PID on HOST"; Note [One run
+// per --save] in format.cpp), released when the object goes (the file removed then) or the process ends,
+// however it ends. Two runs never save to one directory.
 class SaveLock {
  public:
   SaveLock() = default;
@@ -69,6 +69,8 @@ class SaveLock {
   SaveLock(const SaveLock&) = delete;
   SaveLock& operator=(const SaveLock&) = delete;
   ~SaveLock();
+  // Closes the file (which releases the lock) and leaves it in place.
+  void release_without_removing();
 
  private:
   int fd_ = -1;
@@ -81,7 +83,7 @@ struct PreparedSave {
 };
 
 // --save DIR before the first step: created if needed, locked for this run (another run saving there is an
-// error naming its pid, and its save in progress is never touched), its writability probed (a file created
+// error naming its pid and host, and its save in progress is never touched), its writability probed (a file created
 // and removed), and what a killed save left removed: partial iter_N.tmp-* directories and tracker
 // temporaries (nothing else is touched). Throws naming --save.
 PreparedSave prepare_save_dir(const std::string& dir);

@@ -132,6 +132,14 @@ Flags& add_run_flags(Flags& f) {
       .flag("exit-signal-handler",
             "on SIGTERM (a scheduler's notice), save a checkpoint at the end of the current step (with --save) and "
             "stop with exit 0")
+      .option("exit-interval",
+              "save a checkpoint (with --save) and stop with exit 0 after an iteration that is a multiple of N "
+              "(Megatron's; 0: off)",
+              "N")
+      .option("exit-duration-in-mins",
+              "save a checkpoint (with --save) and stop with exit 0 after the first iteration that ends more than M "
+              "minutes after the start (Megatron's; every rank agrees; 0: off)",
+              "M")
       .flag("auto-memory",
             "train with tidal plan's choice: the memory flags, micro-batch and sharding that fit the device's memory "
             "and train fastest (they replace the given ones; docs/planning.md)")
@@ -507,6 +515,8 @@ void parse_outputs(const Flags& f, TrainArgs& a) {
     TIDAL_CHECK(!f.has(flag) || !tb.dir.empty(), "tidal train: --", flag, " needs --tensorboard-dir DIR");
   a.report_memory = f.flag_on("report-memory");
   a.exit_signal_handler = f.flag_on("exit-signal-handler");
+  a.exit_interval = f.integer("exit-interval", a.exit_interval, 0, kMaxSize);
+  a.exit_duration_minutes = f.number("exit-duration-in-mins", a.exit_duration_minutes, 0, 1e9);
   a.auto_memory = f.flag_on("auto-memory");
   if (f.has("auto-memory-budget")) {
     TIDAL_CHECK(a.auto_memory, "tidal train: --auto-memory-budget needs --auto-memory");
@@ -602,6 +612,8 @@ nlohmann::json TrainArgs::to_json() const {
   j["eval_interval"] = eval_interval;
   j["eval_iters"] = eval_iters;
   j["exit_signal_handler"] = exit_signal_handler;
+  j["exit_interval"] = exit_interval;
+  j["exit_duration_in_mins"] = exit_duration_minutes;
   const memory::OffloadConfig& offload = memory.offload;
   j["recompute"] = memory.recompute.to_json();
   j["offload"] = {{"enabled", offload.enabled},

@@ -87,6 +87,11 @@ struct TrainArgs {
   bool report_memory = false;  // print the saved-tensor table of the first step
   // --exit-signal-handler (Megatron-LM's): on SIGTERM, save (with --save) at the end of the step and stop.
   bool exit_signal_handler = false;
+  // --exit-interval N and --exit-duration-in-mins M (Megatron-LM's; train/graceful_stop.h): save (with --save)
+  // and stop with exit 0 after an iteration that is a multiple of N, or once M minutes have passed since the
+  // run started (every rank agreeing). 0: off.
+  int64_t exit_interval = 0;
+  double exit_duration_minutes = 0;
   // --auto-memory [--auto-memory-budget BYTES] [--device-profile NAME|FILE]: train with tidal plan's
   // choice (plan/auto_memory.h); the budget 0: the device's limit.
   bool auto_memory = false;

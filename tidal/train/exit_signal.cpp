@@ -2,8 +2,6 @@
 
 #include <atomic>
 
-#include "tidal/dist/collectives.h"
-
 namespace tidal::train {
 namespace {
 
@@ -27,10 +25,6 @@ ExitSignal::~ExitSignal() {
   if (on_) sigaction(SIGTERM, &previous_, nullptr);
 }
 
-bool ExitSignal::received(dist::Communicator& comm) const {
-  if (!on_) return false;
-  const double mine = double(g_received.load(std::memory_order_relaxed));
-  return dist::all_reduce_sum(comm, mine) > 0;
-}
+bool ExitSignal::received() const { return on_ && g_received.load(std::memory_order_relaxed) != 0; }
 
 }  // namespace tidal::train

@@ -2,10 +2,8 @@
 // Megatron-LM's --exit-signal-handler: a SIGTERM (what a scheduler sends before it kills a job) makes
 // training save a checkpoint at the end of the current step and stop with exit 0, instead of dying mid-step
 // and losing the steps since the last save. The handler only sets a flag; the training loop reads it after
-// each step, every rank agreeing (any rank's signal stops them all).
+// each step through GracefulStop (graceful_stop.h), every rank agreeing (any rank's signal stops them all).
 #include <csignal>
-
-#include "tidal/dist/communicator.h"
 
 namespace tidal::train {
 
@@ -17,8 +15,8 @@ class ExitSignal {
   ExitSignal(const ExitSignal&) = delete;
   ExitSignal& operator=(const ExitSignal&) = delete;
 
-  // Whether any rank of `comm` received the signal (a collective when on: every rank calls it each step).
-  bool received(dist::Communicator& comm) const;
+  // Whether this process received the signal (GracefulStop agrees with the other ranks).
+  bool received() const;
 
  private:
   bool on_;

@@ -9,7 +9,7 @@
 #include "tidal/models/generate.h"
 #include "tidal/ops/random.h"
 #include "tidal/seam/runtime.h"
-#include "tidal/train/exit_signal.h"
+#include "tidal/train/graceful_stop.h"
 #include "tidal/train/profiling.h"
 #include "tidal/train/report.h"
 #include "tidal/train/same_settings.h"
@@ -51,7 +51,7 @@ std::string sample(const TrainArgs& args, const Setup& s, Report& report) {
 // Setup (setup.h), then one step (step.h) per iteration with its log line, evaluation and checkpoint,
 // then the summary (report.h).
 TrainResult train_loop(const TrainArgs& args, std::FILE* out, models::ModelConfig& config, dist::Communicator& comm,
-                       const TrainHooks& hooks) {
+                       const TrainHooks& hooks, Clock::time_point started) {
   Setup s = setup_training(args, config, out, comm, args.device);
   Report report(args, config, s, out);
   // An unwritable --save fails now, not after the first interval's steps; a killed save's leftovers go.
@@ -70,7 +70,7 @@ TrainResult train_loop(const TrainArgs& args, std::FILE* out, models::ModelConfi
   result.iterations = s.start;
   result.final_val_loss = std::nan("");
   SavedTensors saved;  // of the first micro-batch
-  const ExitSignal exit_signal(args.exit_signal_handler);
+  const GracefulStop graceful(args.exit_interval, args.exit_duration_minutes, args.exit_signal_handler, started);
   for (int64_t it = s.start + 1; it <= args.train_iters; ++it) {
     const auto t0 = Clock::now();
     profiler.begin_step(it);
@@ -91,15 +91,15 @@ TrainResult train_loop(const TrainArgs& args, std::FILE* out, models::ModelConfi
       result.final_val_loss = validation_loss(args, s);
       report.validation(it, result.final_val_loss, s.loader.position());
     }
-    // --exit-signal-handler: a SIGTERM on any rank saves this step and stops (every rank agrees).
-    const bool stop = it < args.train_iters && exit_signal.received(comm);
+    // --exit-signal-handler, --exit-duration-in-mins, --exit-interval: save this step and stop (every rank agrees).
+    const StopReason why = graceful.after(it, args.train_iters, comm);
+    const bool stop = why != StopReason::none;
     if (!args.checkpoint.save.empty() && (stop || due(it, args.checkpoint.save_interval, args.train_iters))) {
       save(args, config, s, it);
       report.checkpoint_saved(it);
     }
     if (stop) {
-      std::fprintf(out, "received SIGTERM: stopped after iteration %lld of %lld (--exit-signal-handler)%s\n",
-                   (long long)it, (long long)args.train_iters,
+      std::fprintf(out, "%s%s\n", graceful.describe(why, it, args.train_iters).c_str(),
                    args.checkpoint.save.empty() ? "; no --save, so nothing was saved" : "");
       break;
     }
@@ -115,6 +115,7 @@ TrainResult run_training_on(const TrainArgs& given, std::FILE* out, dist::Commun
               "plan::run_training (plan/training.h), as `tidal train` does");
   // --device cuda:N: that GPU is the process's before anything is allocated on it (a machine without
   // one fails here with CUDA's reason).
+  const Clock::time_point started = Clock::now();  // --exit-duration-in-mins counts from here
   select_device(given.device);
   // --distributed-timeout-minutes: from here a collective that does not complete in time ends the job.
   dist::set_collective_timeout(given.parallel.timeout_minutes * 60);
@@ -123,7 +124,7 @@ TrainResult run_training_on(const TrainArgs& given, std::FILE* out, dist::Commun
   const TrainArgs args = given.auto_memory ? hooks.choose(bound, comm, out) : bound;
   models::ModelConfig config = args.model;  // load_data may take the tokenizer's vocabulary
   try {
-    return train_loop(args, out, config, comm, hooks);
+    return train_loop(args, out, config, comm, hooks, started);
   } catch (const OutOfMemory& e) {
     if (!hooks.out_of_memory) throw;
     throw OutOfMemory(hooks.out_of_memory(e, args, config), e.requested(), e.stats());
