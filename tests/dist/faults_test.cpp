@@ -85,6 +85,9 @@ TEST(DistFaults, AStoppedRankEndsTheRunAfterTheTimeout) {
   EXPECT_NE(r.output.find("did not complete within 0.05 minutes (--distributed-timeout-minutes)"), std::string::npos)
       << r.output;
   EXPECT_NE(r.output.find("[rank 0]"), std::string::npos) << r.output;
+  // The progress board (Note [Progress board]) names the rank that never arrived and what its process is doing.
+  EXPECT_NE(r.output.find("where the other ranks of this host are:\n  rank 1: "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("its process is STOPPED"), std::string::npos) << r.output;
 }
 
 TEST(DistFaults, AKilledRankEndsTheRun) {

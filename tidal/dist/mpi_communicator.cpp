@@ -17,6 +17,7 @@
 
 #include "tidal/base/error.h"
 #include "tidal/dist/communicator.h"
+#include "tidal/dist/mpi_progress_board.h"
 
 namespace tidal::dist {
 namespace {
@@ -59,6 +60,10 @@ void wait_for(MPI_Request* requests, int n, const char* what, MPI_Comm comm) {
     return;
   }
   const auto start = std::chrono::steady_clock::now();
+  struct Waiting {  // on the progress board while this rank waits (also when a test throws)
+    explicit Waiting(const char* w) { progress::enter(w); }
+    ~Waiting() { progress::leave(); }
+  } waiting(what);
   for (uint64_t polls = 0;; ++polls) {
     int done = 0;
     check(MPI_Testall(n, requests, &done, MPI_STATUSES_IGNORE), what);
@@ -70,11 +75,18 @@ void wait_for(MPI_Request* requests, int n, const char* what, MPI_Comm comm) {
         MPI_Comm_rank(comm, &rank);
         MPI_Comm_size(comm, &size);
         MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+        // The other ranks of this host, from the progress board (Note [Progress board]).
+        const std::string others = progress::report(world_rank);
         std::fprintf(stderr,
                      "tidal: [rank %d] %s among %d ranks (this rank is %d of them) did not complete within %.3g "
                      "minutes (--distributed-timeout-minutes): another rank is stuck, stopped or gone; ending the "
-                     "job. Raise the timeout if a rank may legitimately pause that long.\n",
-                     world_rank, what, size, rank, timeout / 60);
+                     "job. Raise the timeout if a rank may legitimately pause that long.\n%s",
+                     world_rank, what, size, rank, timeout / 60,
+                     others.empty() ? "  (where the other ranks are is not visible: they run on other hosts, or "
+                                      "this MPI shares no memory)\n"
+                                    : ("where the other ranks of this host are:\n" + others +
+                                       "  (ranks of other hosts, if any, are not visible from here)\n")
+                                          .c_str());
         std::fflush(stderr);
         MPI_Abort(MPI_COMM_WORLD, 1);
         std::_Exit(1);
@@ -120,6 +132,7 @@ MpiCommunicator::MpiCommunicator() : handle_(std::make_unique<Handle>()) {
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
   MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
   MPI_Comm_size(MPI_COMM_WORLD, &size_);
+  progress::open();  // Note [Progress board]
 }
 
 MpiCommunicator::MpiCommunicator(std::unique_ptr<Handle> handle) : handle_(std::move(handle)), world_(false) {
@@ -176,7 +189,9 @@ void MpiCommunicator::finalize() {
   finalized_ = true;
   int done = 0;
   MPI_Finalized(&done);
-  if (!done) MPI_Finalize();
+  if (done) return;
+  progress::close();
+  MPI_Finalize();
 }
 
 void MpiCommunicator::all_to_all(const void* send, void* recv, int64_t bytes_per_rank) {
