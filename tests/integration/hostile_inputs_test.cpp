@@ -137,6 +137,11 @@ TEST_F(HostileInputs, AProfileSummaryOfTheWrongShapeIsExplained) {
   expect_refused(kTidal + " report " + dir_, "summary.json is not a tidal profile summary (a field holds the wrong");
   write("summary.json", std::string(100000, '['));
   expect_refused(kTidal + " report " + dir_, "summary.json is nested more than 512 levels deep");
+  // A count as a float beyond int64 (the profile_summary fuzzer's finding: its conversion was undefined).
+  write("summary.json", R"({"version": 1, "steps": [{"phases_ms": {}, "peak_bytes": 1.7e101}],
+      "out_of_memory": null, "peak": null, "activations_at_peak": null, "saved_tensors": {}, "ops": [],
+      "recompute": {}, "streams": []})");
+  expect_refused(kTidal + " report " + dir_, "summary.json field 'steps[0].peak_bytes' holds 1.7e+101");
 }
 
 }  // namespace
