@@ -13,7 +13,7 @@ root=$PWD
 seconds=${1:-60}
 [[ "$seconds" =~ ^[0-9]+$ ]] || { echo "usage: scripts/fuzz.sh [SECONDS]" >&2; exit 2; }
 
-targets=(${TIDAL_FUZZ_TARGETS:-safetensors config tokenizer indexed_dataset checkpoint flags jsonl instruction peft_adapter template_file device_profile profile_summary})
+targets=(${TIDAL_FUZZ_TARGETS:-safetensors config tokenizer indexed_dataset checkpoint flags jsonl instruction peft_adapter template_file device_profile profile_summary pretrained_index})
 launcher=()
 command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
 # -O1 and line tables: what libFuzzer's documentation suggests, and half the compile time of -O2 -g.

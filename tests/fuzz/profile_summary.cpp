@@ -10,8 +10,7 @@
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string text(reinterpret_cast<const char*>(data), size);
-  tidal::fuzz::expect_clean_errors([&] {
-    (void)tidal::profile::report_of_summary(tidal::parse_json(text, "[fuzz] summary.json"), "summary.json");
-  });
+  tidal::fuzz::expect_clean_errors(
+      [&] { (void)tidal::profile::report_of_summary(tidal::parse_json(text, "[fuzz] summary.json"), "summary.json"); });
   return 0;
 }

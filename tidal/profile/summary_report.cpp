@@ -77,10 +77,11 @@ std::string report_of_summary(const json& summary, const std::string& path) {
   try {
     return format_summary(summary);
   } catch (const json::exception& e) {  // a field of the wrong kind: name the file, not the library's words
-    ::tidal::detail::throw_error(::tidal::detail::str_cat("tidal report: ", path,
-                                        " is not a tidal profile summary (a field holds the wrong kind of value, "
-                                        "JSON error ",
-                                        e.id, ")"));
+    ::tidal::detail::throw_error(
+        ::tidal::detail::str_cat("tidal report: ", path,
+                                 " is not a tidal profile summary (a field holds the wrong kind of value, "
+                                 "JSON error ",
+                                 e.id, ")"));
   }
 }
 
