@@ -11,7 +11,8 @@ namespace tidal::memory {
 
 namespace {
 
-// The mean cross-entropy of hidden (B, T, C) through the LM head against targets (B, T), in the loss mode `c`.
+// The mean cross-entropy of hidden (B, T, C) through the LM head against targets (B, T), in the loss mode `c`: the
+// default's logits are CausalLM::forward's (accounted as logits), its loss causal_lm_loss's.
 Tensor head_loss(const Tensor& hidden, const Tensor& head, const Tensor& targets, const LossComputeConfig& c) {
   if (c.chunked) return chunked_lm_loss(hidden, head, targets, c.chunk_size);  // (B, T, C) -> ()
   Tensor logits;
@@ -29,10 +30,8 @@ Tensor head_loss(const Tensor& hidden, const Tensor& head, const Tensor& targets
 LmLosses lm_losses(const models::CausalLM& model, const Tensor& ids, const Tensor& targets, const LossComputeConfig& c,
                    double aux_coef, const DocumentLayout& docs, const MtpInputs& mtp) {
   LmLosses out;
-  const models::ModelOutput m =
-      c.chunked ? model.forward_hidden(ids, docs, mtp.ids) : model.forward(ids, docs, mtp.ids);
-  out.loss = c.chunked ? chunked_lm_loss(m.hidden, model.lm_head_weight(), targets, c.chunk_size)  // (B, T, C) -> ()
-                       : models::causal_lm_loss(m, targets, 0.0);
+  const models::ModelOutput m = model.forward_hidden(ids, docs, mtp.ids);
+  out.loss = head_loss(m.hidden, model.lm_head_weight(), targets, c);
   if (m.aux_loss.defined() && aux_coef != 0.0) out.loss = add(out.loss, mul(m.aux_loss, aux_coef));
   for (size_t k = 0; k < m.mtp_hidden.size(); ++k) {
     Tensor depth = head_loss(m.mtp_hidden[k], model.lm_head_weight(), mtp.targets[k], c);

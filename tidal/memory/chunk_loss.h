@@ -1,6 +1,6 @@
 #pragma once
 // The loss of a causal LM in Megatron-LM / MindSpeed-LLM's two loss compute modes: `default`
-// materializes the (B, T, V) logits (CausalLM::forward + causal_lm_loss); `chunk` runs
+// materializes the (B, T, V) logits (as CausalLM::forward + causal_lm_loss do); `chunk` runs
 // forward_hidden and the fused chunked_lm_loss (tidal/ops/chunked_loss.h) over lm_head_weight(), so
 // at most one (chunk, V) block of logits exists. Same value, same gradients (docs/memory.md,
 // "Chunked loss"); the trainer and its evaluation call lm_loss.

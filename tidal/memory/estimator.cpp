@@ -279,9 +279,12 @@ void backward_pass(Replay& r, const std::vector<Block>& blocks, const std::vecto
 
 // A multi-token-prediction depth's forward (layer index l): its items around its decoder layer, then its loss's;
 // under full recompute only the checkpoint's inputs (ids, embedding) and output.
+// What a depth's checkpoint keeps under full recompute: its inputs (the rolled ids, the embedding) and its output.
+int64_t checkpoint_kept(const MtpDepth& m) { return m.before[0].bytes + m.before[1].bytes + m.after.back().bytes; }
+
 void mtp_forward(Replay& r, int64_t l, const MtpDepth& m, const LayerRecompute& p) {
   if (p.full) {
-    r.bump(m.before[0].bytes + m.before[1].bytes + m.after.back().bytes, at_layer(l, "MTP checkpoint"));
+    r.bump(checkpoint_kept(m), at_layer(l, "MTP checkpoint"));
   } else {
     for (const Item& it : m.before) r.bump(it.bytes, at_layer(l, it.name));
     forward_layer(r, l, m.layer, p);
@@ -293,7 +296,7 @@ void mtp_forward(Replay& r, int64_t l, const MtpDepth& m, const LayerRecompute& 
 // Its backward: a full recompute's replay brings back the rest of the depth, then all of it goes.
 void mtp_backward(Replay& r, int64_t l, const MtpDepth& m, const LayerRecompute& p) {
   if (p.full) {
-    const int64_t kept = m.before[0].bytes + m.before[1].bytes + m.after.back().bytes;
+    const int64_t kept = checkpoint_kept(m);
     const int64_t all = total_bytes(m.before) + total_bytes(m.layer) + total_bytes(m.after);
     r.bump(all - kept, {"backward: replay of MTP layer ", l, -1});
     r.bump(-all);
