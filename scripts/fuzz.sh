@@ -3,6 +3,8 @@
 # ASan+UBSan in build-fuzz/, replays every regression input (tests/fuzz/regressions/<target>/), then runs
 # each target for its share of SECONDS (default 60, split evenly; 0: the replay only).
 #   scripts/fuzz.sh [SECONDS]              TIDAL_FUZZ_TARGETS="config flags" limits the targets
+#   scripts/fuzz.sh --configure            configures build-fuzz/ only: scripts/test.sh builds the unit, streams
+#                                          and gradcheck tests there too (one clang ASan+UBSan build of the library)
 # (TIDAL_FUZZ_CXX: the compiler, default clang++-16, which scripts/setup.sh installs)
 # The corpus a run grows is kept in build-fuzz/corpus/<target>/ (the next run starts from it and the
 # seeds of tests/fuzz/corpus/<target>/); a crashing input is written to build-fuzz/findings/<target>/.
@@ -11,6 +13,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 seconds=${1:-60}
+configure_only=0
+[ "$seconds" = "--configure" ] && configure_only=1 seconds=0
 [[ "$seconds" =~ ^[0-9]+$ ]] || { echo "usage: scripts/fuzz.sh [SECONDS]" >&2; exit 2; }
 
 targets=(${TIDAL_FUZZ_TARGETS:-safetensors config tokenizer indexed_dataset checkpoint flags jsonl instruction peft_adapter template_file device_profile profile_summary pretrained_index})
@@ -18,7 +22,8 @@ launcher=()
 command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
 # -O1 and line tables: what libFuzzer's documentation suggests, and half the compile time of -O2 -g.
 cmake -S . -B build-fuzz -G Ninja -DCMAKE_CXX_COMPILER="${TIDAL_FUZZ_CXX:-clang++-16}" -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG=-O1 \
-  -DTIDAL_FUZZ=ON -DTIDAL_BUILD_TESTS=OFF -DTIDAL_BUILD_BENCH=OFF "${launcher[@]}" >/dev/null
+  -DTIDAL_FUZZ=ON -DTIDAL_BUILD_BENCH=OFF "${launcher[@]}" >/dev/null
+[ "$configure_only" = 1 ] && exit 0
 cmake --build build-fuzz -j "$(nproc)" --target "${targets[@]/#/tidal_fuzz_}"
 
 # The targets run in a scratch directory removed at the end: their files (inputs written for APIs that read

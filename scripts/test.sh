@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # The test command (README, .ci/run): installs dependencies, checks the C++ style (.clang-format), builds
 # in build/, runs every test (the include and layer checks among them), then
-# the sanitizer builds: ASan+UBSan on the unit, streams and gradcheck tests (build-asan/), TSan on the streams
-# tests (tests/streams: streams, events, offload, the swap optimizer, data-parallel streams; build-tsan/), and
-# last the fuzzers: every regression input of tests/fuzz, then
-# each libFuzzer target for its share of a minute (scripts/fuzz.sh, build-fuzz/). TIDAL_TEST_QUICK=1 skips
-# the sanitizer builds and the fuzzers.
+# the sanitizer builds: ASan+UBSan on the unit, streams and gradcheck tests (clang, in build-fuzz/: the
+# fuzzers' build, so the library is compiled under ASan once), TSan on the streams tests (tests/streams:
+# streams, events, offload, the swap optimizer, data-parallel streams; build-tsan/), and last the fuzzers:
+# every regression input of tests/fuzz, then each libFuzzer target for its share of a minute
+# (scripts/fuzz.sh). TIDAL_TEST_QUICK=1 skips the sanitizer builds and the fuzzers.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -24,18 +24,21 @@ if [ "${TIDAL_TEST_QUICK:-0}" = "1" ]; then
   exit 0
 fi
 
-echo "== ASan + UBSan: unit, streams and gradient-check tests"
-# -O1 and line tables only (CMakeLists.txt adds -g1 under a sanitizer): the builds, not the runs, are
-# what takes the time here (the ASan tests run in ~11 s; -O2 -g builds took twice as long).
-sanitizer_flags=(-DCMAKE_BUILD_TYPE=None -DCMAKE_CXX_FLAGS=-O1 -DTIDAL_BUILD_BENCH=OFF)
-cmake -S . -B build-asan -G Ninja "${sanitizer_flags[@]}" -DTIDAL_SANITIZE=address,undefined >/dev/null
-cmake --build build-asan -j "$jobs" --target tidal_unit_tests tidal_streams_tests tidal_gradcheck_tests
+echo "== ASan + UBSan: unit, streams and gradient-check tests (clang, build-fuzz/: the fuzzers' build)"
+# One ASan+UBSan build of the library serves these tests and the fuzz targets below (a second one, with
+# GCC, took ~1700 CPU-s of CI's time). That build compiles without OpenMP (CMakeLists.txt, TIDAL_FUZZ), so
+# the tests' loops run on one thread here; the streams' threads are TSan's below.
+scripts/fuzz.sh --configure
+cmake --build build-fuzz -j "$jobs" --target tidal_unit_tests tidal_streams_tests tidal_gradcheck_tests
 export ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
-build-asan/tidal_unit_tests
-build-asan/tidal_streams_tests
-build-asan/tidal_gradcheck_tests
+build-fuzz/tidal_unit_tests
+build-fuzz/tidal_streams_tests
+build-fuzz/tidal_gradcheck_tests
 
 echo "== TSan: the streams tests (streams, events, offload, swap optimizer, data-parallel streams)"
+# -O1 and line tables only (CMakeLists.txt adds -g1 under a sanitizer): the build, not the run, is what
+# takes the time here.
+sanitizer_flags=(-DCMAKE_BUILD_TYPE=None -DCMAKE_CXX_FLAGS=-O1 -DTIDAL_BUILD_BENCH=OFF)
 cmake -S . -B build-tsan -G Ninja "${sanitizer_flags[@]}" -DTIDAL_SANITIZE=thread >/dev/null
 cmake --build build-tsan -j "$jobs" --target tidal_streams_tests
 TSAN_OPTIONS=halt_on_error=1 OMP_NUM_THREADS=1 TIDAL_NUM_THREADS=1 build-tsan/tidal_streams_tests
