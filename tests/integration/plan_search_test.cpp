@@ -1,6 +1,7 @@
 // tidal plan's search (tidal/plan/search.h): candidates, the exact fit, the fastest that fits.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <set>
 
 #include "tidal/base/error.h"
@@ -122,6 +123,44 @@ TEST(PlanSearch, ATightBudgetChoosesTheFastestCandidateWhoseDryRunFits) {
   EXPECT_EQ(j["chosen"]["device_peak_bytes"], c.device_peak);
   EXPECT_EQ(j["given"]["fits"], false);
   EXPECT_EQ(j["candidates"].size(), s.candidates.size());
+}
+
+TEST(PlanSearch, ItsProgressGoesThroughThePhasesInOrderAndEndsWithTheResultsCounts) {
+  const train::TrainArgs given = args({});
+  plan::SearchOptions o = options(plan::dry_run(given).device.peak_allocated * 3 / 4);
+  std::vector<plan::SearchProgress> seen;
+  o.progress = [&seen](const plan::SearchProgress& p) { seen.push_back(p); };
+  const plan::PlanSearch s = plan::search_plans(given, o);
+  ASSERT_GE(seen.size(), 4u);
+  using Phase = plan::SearchProgress::Phase;
+  for (size_t i = 1; i < seen.size(); ++i) {  // never back to an earlier phase; counts only grow
+    EXPECT_LE(int(seen[i - 1].phase), int(seen[i].phase)) << i;
+    EXPECT_LE(seen[i - 1].estimated, seen[i].estimated) << i;
+    EXPECT_LE(seen[i - 1].dry_runs, seen[i].dry_runs) << i;
+    EXPECT_LE(seen[i - 1].timed, seen[i].timed) << i;
+  }
+  EXPECT_EQ(seen.front().phase, Phase::estimate);
+  EXPECT_EQ(seen.front().candidates, s.enumerated);
+  const plan::SearchProgress& last = seen.back();
+  EXPECT_EQ(last.phase, Phase::done);
+  EXPECT_EQ(
+      std::count_if(seen.begin(), seen.end(), [](const plan::SearchProgress& p) { return p.phase == Phase::done; }), 1);
+  EXPECT_EQ(last.estimated, s.enumerated);  // every candidate, the given one first
+  EXPECT_EQ(last.dry_runs, s.dry_runs);
+  EXPECT_EQ(last.timed, int64_t(s.candidates.size()));
+  EXPECT_GT(last.checks, 0);
+  EXPECT_LE(last.considered, last.may_fit);
+  EXPECT_GT(last.may_fit, 0);
+  EXPECT_GE(last.estimate_s, 0);
+  EXPECT_GT(last.time_s, 0);
+  // "Fastest so far": a timed candidate's time and flags.
+  ASSERT_GE(s.chosen, 0);
+  EXPECT_GT(last.best_s, 0);
+  EXPECT_FALSE(last.best_flags.empty());
+  bool best_timed = false;
+  for (const plan::PlanCandidate& c : s.candidates)
+    best_timed |= c.time.total_s == last.best_s && (c.flags.empty() ? "as given" : c.flags) == last.best_flags;
+  EXPECT_TRUE(best_timed) << last.best_flags;
 }
 
 TEST(PlanSearch, WithRanksTheLargestRankIsPlannedAndShardingIsACandidate) {

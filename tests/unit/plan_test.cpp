@@ -11,6 +11,7 @@
 #include "tidal/memory_stats.h"
 #include "tidal/models/config.h"
 #include "tidal/plan/triage.h"
+#include "tidal/train/memory_flags.h"
 
 namespace tidal::plan {
 namespace {
@@ -240,6 +241,67 @@ TEST(Plan, Bf16PredictsBf16ParametersAndActivationsAndTwelveBytesOfState) {
       << chunk->note;
   EXPECT_EQ(predict_step_peak(m, chunk->with).logits,
             memory::chunked_loss_logits_bytes(4, 4096, m.vocab_size, 1024, 4));
+}
+
+TEST(Plan, ThePredictionIsTheEstimatorsWhateverWasPredictedBeforeAndInAnyOrder) {
+  // predict_step_peak keeps each model's activation estimates by their inputs (a search predicts 10^5
+  // candidates of one model): what it returns is still the estimator's for the candidate's own inputs —
+  // candidates that differ in each input the estimator reads, and in what it does not (sharding), predicted
+  // twice, the second time in reverse order (every estimate then comes from the memo).
+  const models::ModelConfig m = models::preset("qwen3-30b-a3b");
+  const std::vector<std::vector<std::string>> memory_flags = {
+      {},
+      {"--recompute-activation-function"},
+      {"--recompute-norm"},
+      {"--recompute-modules", "moe"},
+      {"--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", "2"},
+      {"--recompute-granularity", "full", "--recompute-method", "block", "--recompute-num-layers", "5"},
+      {"--activation-offload"},
+      {"--activation-offload", "--offload-policy", "core-attn"},
+      {"--activation-offload", "--offload-policy", "min-bytes=1048576"},
+      {"--activation-offload", "--offload-prefetch-depth", "2"},
+      {"--loss-compute-mode", "chunk", "--loss-chunk-size", "1024"}};
+  std::vector<TriageSettings> all;
+  for (const std::vector<std::string>& flags : memory_flags)
+    for (const int expert : {1, 8})
+      for (const int context : {1, 2})
+        for (const int64_t micro : {1, 2})
+          for (const bool bf16 : {false, true})
+            for (const AttentionKernel kernel : {AttentionKernel::flash, AttentionKernel::eager})
+              for (const parallel::ShardingStrategy sharding :
+                   {parallel::ShardingStrategy::no_shard, parallel::ShardingStrategy::optim_grads}) {
+                TriageSettings s;
+                s.seq = 4096;
+                s.micro_batch = micro;
+                s.global_batch = 8 * micro;
+                s.attention = kernel;
+                s.precision.bf16 = bf16;
+                s.parallel.world = 8;
+                s.parallel.expert = expert;
+                s.parallel.context = context;
+                s.parallel.sharding = sharding;
+                s.memory = train::parse_memory_config(flags, m);
+                all.push_back(s);
+              }
+  const auto estimator = [&](const TriageSettings& s) {
+    memory::ActivationInputs in = memory::activation_inputs(s.memory, s.micro_batch, s.seq / s.parallel.context,
+                                                            s.attention, s.precision.param_dtype());
+    in.parallel = s.parallel;
+    return memory::estimate_activations(m, in).peak;
+  };
+  std::set<int64_t> distinct;
+  for (int pass = 0; pass < 2; ++pass) {
+    for (size_t k = 0; k < all.size(); ++k) {
+      const TriageSettings& s = all[pass == 0 ? k : all.size() - 1 - k];
+      const int64_t expected = estimator(s);
+      ASSERT_EQ(predict_step_peak(m, s).activations, expected)
+          << "pass " << pass << ": " << testing::PrintToString(train::memory_config_flags(s.memory)) << " E "
+          << s.parallel.expert << " C " << s.parallel.context << " micro " << s.micro_batch
+          << (s.precision.bf16 ? " bf16 " : " f32 ") << name(s.attention);
+      distinct.insert(expected);
+    }
+  }
+  EXPECT_GT(distinct.size(), all.size() / 4);  // the inputs do change the estimate
 }
 
 }  // namespace

@@ -44,6 +44,7 @@ struct ActivationInputs {
   // (ops/context_gather_attention.h) instead of the local ones (which a core_attn recompute keeps as its inputs), and
   // the probabilities of each chunk of queries against the keys before it: rank 0's chunks, L x L and L x 2C·L (L = seq
   // / 2), (2C+1)·L² in all on every rank.
+  // Of it, only the expert and context parallel sizes are read (tidal plan's memo of estimates relies on it).
   parallel::ParallelLayout parallel;
   int64_t loss_chunk = 0;  // --loss-compute-mode chunk's tokens per chunk; 0: default mode
   // LoRA (nn/lora.h): the base is frozen, so a base linear layer keeps no input; an adapted one keeps it for its
@@ -53,6 +54,7 @@ struct ActivationInputs {
   bool lora = false;
   std::vector<std::string> lora_modules;
   int64_t lora_r = 0;
+  bool operator==(const ActivationInputs&) const = default;
 };
 
 struct ActivationEstimate {

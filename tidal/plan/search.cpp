@@ -1,6 +1,7 @@
 #include "tidal/plan/search.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <map>
 #include <optional>
@@ -207,10 +208,14 @@ class Search {
   }
 
   PlanSearch run() {
+    phase(SearchProgress::Phase::estimate);
     estimate();
+    phase(SearchProgress::Phase::time);
     time();
+    phase(SearchProgress::Phase::verify);
     choose();
     mark_pareto();
+    phase(SearchProgress::Phase::done);
     for (PlanCandidate& c : r_.candidates) c.why = c.flags.empty() ? "as given" : explain(c, given_);
     r_.given.why = "as given";
     if (r_.chosen < 0) say_why_nothing_fits();
@@ -218,12 +223,33 @@ class Search {
   }
 
  private:
+  // The progress hook's phase: the time spent in the one that ends is added to its total.
+  void phase(SearchProgress::Phase next) {
+    const auto now = std::chrono::steady_clock::now();
+    const double s = std::chrono::duration<double>(now - phase_start_).count();
+    switch (progress_.phase) {
+      case SearchProgress::Phase::estimate: progress_.estimate_s += s; break;
+      case SearchProgress::Phase::time: progress_.time_s += s; break;
+      case SearchProgress::Phase::verify: progress_.verify_s += s; break;
+      case SearchProgress::Phase::done: break;
+    }
+    phase_start_ = now;
+    progress_.phase = next;
+    if (next == SearchProgress::Phase::done) report();
+  }
+  void report() {
+    if (o_.progress) o_.progress(progress_);
+  }
+
   // Every candidate with the estimator's step peak (cheap).
   void estimate() {
     std::vector<CandidateConfig> configs = enumerate_candidates(given_, o_.disk_dir);
     r_.enumerated = int64_t(configs.size());
+    progress_.candidates = r_.enumerated;
+    report();
     all_.reserve(configs.size());
     for (CandidateConfig& c : configs) {
+      if (++progress_.estimated % 8192 == 0) report();
       PlanCandidate p;
       p.args = std::move(c.args);
       p.flags = std::move(c.flags);
@@ -241,12 +267,14 @@ class Search {
     const std::string key = kernel_key(a);
     auto it = runs_.find(key);
     if (it != runs_.end()) return it->second;
+    report();
     std::optional<DryRun> d = try_dry_run(kernel_args(a), false, &dry_run_error_);
     if (d) {
       dry_run_kernels_ += int64_t(d->kernels.size());
       keep_for_timing(*d);
     }
     ++r_.dry_runs;
+    ++progress_.dry_runs;
     return runs_.emplace(key, std::move(d)).first->second;
   }
 
@@ -257,6 +285,12 @@ class Search {
     if (same_kernels(c.args) && (given_.parallel.world == 1 || !c.args.parallel.sharded())) set_exact(c, *d, r_);
     c.time = predict_step_time(*d, c.args, o_.profile);
     c.timed = true;
+    ++progress_.timed;
+    if ((c.checked ? c.fits : c.estimated_peak <= r_.target) &&
+        (progress_.best_s == 0 || c.time.total_s < progress_.best_s)) {
+      progress_.best_s = c.time.total_s;
+      progress_.best_flags = c.flags.empty() ? "as given" : c.flags;
+    }
   }
 
   // The given run as given, exact and timed whatever its size; then those that may fit: per
@@ -264,10 +298,6 @@ class Search {
   // of its ladder, unless a rung below it fits after all), then the others while the dry runs stay
   // within their work. The timed ones, fastest first.
   void time() {
-    r_.given = all_.front();
-    time(r_.given);
-    if (!r_.given.exact)
-      if (std::optional<DryRun> d = try_dry_run(r_.given.args)) set_exact(r_.given, *d, r_);
     std::vector<size_t> may_fit;
     std::map<std::string, int> first_rung;
     for (size_t i = 1; i < all_.size(); ++i) {
@@ -282,11 +312,22 @@ class Search {
       auto it = first_rung.find(outer_key(all_[i].args));
       return it != first_rung.end() && it->second == all_[i].recompute_rung;
     };
-    for (size_t i : may_fit)
-      if (first(i)) time(all_[i]);
-    for (size_t i : may_fit)
-      if (!first(i) && (runs_.count(kernel_key(all_[i].args)) > 0 || dry_run_kernels_ < o_.dry_run_kernels))
-        time(all_[i]);
+    progress_.may_fit = int64_t(may_fit.size());
+    report();
+    r_.given = all_.front();
+    time(r_.given);
+    if (!r_.given.exact)
+      if (std::optional<DryRun> d = try_dry_run(r_.given.args)) set_exact(r_.given, *d, r_);
+    for (size_t i : may_fit) {
+      if (!first(i)) continue;
+      ++progress_.considered;
+      time(all_[i]);
+    }
+    for (size_t i : may_fit) {
+      if (first(i)) continue;
+      ++progress_.considered;
+      if (runs_.count(kernel_key(all_[i].args)) > 0 || dry_run_kernels_ < o_.dry_run_kernels) time(all_[i]);
+    }
     if (r_.given.timed) r_.candidates.push_back(r_.given);  // as given is a candidate too (no flags)
     for (size_t i = 1; i < all_.size(); ++i)
       if (all_[i].timed) r_.candidates.push_back(all_[i]);
@@ -301,6 +342,8 @@ class Search {
   // says the overlap changes, so that only the buckets are estimated (the estimator alone runs low
   // where backward's temporaries dominate, at long sequences with small hidden sizes).
   void verify(PlanCandidate& c) {
+    ++progress_.checks;
+    report();
     if (std::optional<DryRun> d = try_dry_run(c.args)) return set_exact(c, *d, r_);
     if (!c.args.parallel.overlap_grad_reduce) return;
     train::TrainArgs plain = c.args;
@@ -390,6 +433,8 @@ class Search {
   int64_t dry_run_kernels_ = 0;  // recorded by the dry runs so far: their work, counted deterministically
   std::string dry_run_error_;    // the first kernel dry run's refusal, if any
   int verified_ = 0;             // candidates made exact by a dry run of their own
+  SearchProgress progress_;
+  std::chrono::steady_clock::time_point phase_start_ = std::chrono::steady_clock::now();
 };
 
 }  // namespace

@@ -17,6 +17,7 @@
 // their work that every rank counts alike, unlike time, so every rank makes the same choice; a large
 // MoE model's dry run takes seconds).
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -45,6 +46,22 @@ struct PlanCandidate {
   std::string why;      // one line: what its switches cost or save
 };
 
+// Where a search is, for a progress line (tidal plan prints it on stderr: tools/tidal/plan_progress.h).
+struct SearchProgress {
+  enum class Phase { estimate, time, verify, done } phase = Phase::estimate;
+  int64_t candidates = 0;  // enumerated
+  int64_t estimated = 0;   // given the estimator's peak so far
+  int64_t may_fit = 0;     // within the estimator's error of the target: the ones the timing phase considers
+  int64_t considered = 0;  // of those, looked at by the timing phase so far
+  int64_t timed = 0;       // candidates timed so far
+  int64_t dry_runs = 0;    // kernel dry runs so far (the timing phase's)
+  int64_t checks = 0;      // dry runs of candidates' own (their exact peaks) so far
+  double best_s = 0;       // the fastest timed candidate the estimator puts within the target (0: none yet)
+  std::string best_flags;  // its flags
+  // Wall seconds each phase took so far: the estimator, the timing dry runs, the checks.
+  double estimate_s = 0, time_s = 0, verify_s = 0;
+};
+
 struct SearchOptions {
   int64_t budget = 0;      // device bytes
   double headroom = 0.10;  // fraction of the budget kept free
@@ -56,6 +73,9 @@ struct SearchOptions {
   // buffers); 0: no limit. A candidate fits when its exact host peak is within it too.
   int64_t host_budget = 0;
   std::string disk_dir;  // not empty: offload to a spill file in this directory is searched too
+  // Called as the search goes (every few thousand candidates estimated, before each dry run) and once at
+  // the end (phase done); may be empty.
+  std::function<void(const SearchProgress&)> progress;
 };
 
 struct PlanSearch {

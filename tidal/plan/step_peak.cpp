@@ -7,6 +7,8 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <tuple>
+#include <unordered_map>
 
 #include "tidal/memory/estimator.h"
 #include "tidal/memory/savings.h"
@@ -39,7 +41,36 @@ struct ModelShape {
   std::vector<int64_t> per_layer;         // elements of each layer
   int64_t buffer_bytes = 0;               // buffers (DeepSeek-V3's router biases: f32, on every rank, not sharded)
   std::vector<std::string> adapted;       // LoRA: the adapted modules' names
+  int64_t elements = 0;                   // of `params`
+  // What the predictions derive from the shapes alone, by (what, ranks, expert-parallel size or dtype and
+  // swap windows): a search predicts 10^5 candidates of one model (memo below).
+  mutable std::map<std::tuple<int, int64_t, int64_t>, int64_t> derived;
+  // The estimator's activations by its inputs (their hash, then the inputs themselves): candidates that
+  // differ only in sharding, the optimizer or the loss's head have the same.
+  mutable std::unordered_map<uint64_t, std::vector<std::pair<memory::ActivationInputs, memory::ActivationEstimate>>>
+      activations;
+  mutable int64_t activation_entries = 0;
 };
+
+std::mutex& shape_mutex() {
+  static std::mutex mu;
+  return mu;
+}
+
+// `compute()`, once per shape and key.
+template <class F>
+int64_t memo(const ModelShape& shape, int what, int64_t a, int64_t b, F compute) {
+  const std::tuple<int, int64_t, int64_t> key{what, a, b};
+  {
+    std::lock_guard lock(shape_mutex());
+    if (auto it = shape.derived.find(key); it != shape.derived.end()) return it->second;
+  }
+  const int64_t v = compute();
+  std::lock_guard lock(shape_mutex());
+  shape.derived.emplace(key, v);
+  return v;
+}
+enum Derived : int { kLargestShard, kFrozenShard, kDenseShard, kExpertShard, kSwapDeviceBytes };
 
 // The expert index in a parameter name "….experts.<e>.…", or -1.
 int64_t expert_index(const std::string& name) {
@@ -57,11 +88,10 @@ std::string lora_key(const nn::LoraConfig& c) {
 }
 
 const ModelShape& model_shape(const models::ModelConfig& m, int expert_parallel, const nn::LoraConfig& lora) {
-  static std::mutex mu;
   static std::map<std::string, ModelShape> cache;
   const std::string key = models::config_to_json(m).dump() + "|" + std::to_string(expert_parallel) + lora_key(lora);
   const int64_t local = m.num_experts / std::max(1, expert_parallel);
-  std::lock_guard lock(mu);
+  std::lock_guard lock(shape_mutex());
   if (auto it = cache.find(key); it != cache.end()) return it->second;
   if (cache.size() >= 16) cache.clear();  // a bound; the references handed out are used at once
   nn::Init init;
@@ -81,6 +111,7 @@ const ModelShape& model_shape(const models::ModelConfig& m, int expert_parallel,
     } else {
       shape.params.push_back({p.numel(), p.dtype()});
       shape.expert.push_back(expert);
+      shape.elements += p.numel();
     }
     const int64_t l = model->layer_of_parameter(name);
     (l < 0 ? shape.outer : shape.per_layer[size_t(l)]) += p.numel();
@@ -90,16 +121,54 @@ const ModelShape& model_shape(const models::ModelConfig& m, int expert_parallel,
   return cache.emplace(key, std::move(shape)).first->second;
 }
 
-memory::ActivationEstimate estimate(const models::ModelConfig& m, const TriageSettings& s) {
+uint64_t hash_of(const memory::ActivationInputs& in) {
+  uint64_t h = 1469598103934665603ull;  // FNV-1a over the fields' values
+  const auto mix = [&h](int64_t v) {
+    h ^= uint64_t(v);
+    h *= 1099511628211ull;
+  };
+  for (const int64_t v :
+       {in.batch, in.seq, int64_t(in.kernel), int64_t(in.training), int64_t(in.dtype),
+        int64_t(in.offload_policy.has_value()), in.offload_policy ? int64_t(in.offload_policy->kind) : 0,
+        in.offload_policy ? in.offload_policy->min_bytes : 0, in.offload_prefetch_depth, int64_t(in.parallel.expert),
+        int64_t(in.parallel.context), in.loss_chunk, int64_t(in.lora), in.lora_r, int64_t(in.plan.size())})
+    mix(v);
+  for (const models::LayerRecompute& p : in.plan)
+    mix(int64_t(p.full) | int64_t(p.group_start) << 1 | int64_t(p.core_attn) << 2 | int64_t(p.mlp) << 3 |
+        int64_t(p.moe) << 4 | int64_t(p.moe_act) << 5 | int64_t(p.activation) << 6 | int64_t(p.norm) << 7 |
+        int64_t(p.mla_up_proj) << 8 | p.group_size << 9);
+  return h;
+}
+
+memory::ActivationEstimate estimate(const models::ModelConfig& m, const TriageSettings& s, const ModelShape* shape) {
   memory::ActivationInputs in =
       memory::activation_inputs(s.memory, s.micro_batch, local_seq(s), s.attention, s.precision.param_dtype());
-  in.parallel = s.parallel;
+  // The estimator reads the expert and context parallel sizes alone (memory/estimator.h): the rest of the
+  // layout (sharding, buckets) is left out, so that candidates differing only there share an estimate.
+  in.parallel.expert = s.parallel.expert;
+  in.parallel.context = s.parallel.context;
   if (s.lora.enabled()) {  // the frozen base keeps less (memory/estimator.h)
     in.lora = true;
-    in.lora_modules = model_shape(m, s.parallel.expert, s.lora).adapted;
+    in.lora_modules = (shape != nullptr ? *shape : model_shape(m, s.parallel.expert, s.lora)).adapted;
     in.lora_r = s.lora.r;
   }
-  return memory::estimate_activations(m, in);
+  if (shape == nullptr || !in.expert_tokens.empty()) return memory::estimate_activations(m, in);
+  const uint64_t h = hash_of(in);
+  {
+    std::lock_guard lock(shape_mutex());
+    if (auto it = shape->activations.find(h); it != shape->activations.end())
+      for (const auto& [inputs, estimate] : it->second)
+        if (inputs == in) return estimate;
+  }
+  memory::ActivationEstimate a = memory::estimate_activations(m, in);
+  std::lock_guard lock(shape_mutex());
+  if (shape->activation_entries >= 65536) {  // a bound on the memo (a search has far fewer distinct inputs)
+    shape->activations.clear();
+    shape->activation_entries = 0;
+  }
+  shape->activations[h].emplace_back(std::move(in), a);
+  ++shape->activation_entries;
+  return a;
 }
 
 }  // namespace
@@ -129,46 +198,54 @@ namespace {
 
 // ZeRO-3's whole parameters at a time: those outside the layers, and the largest layer's — or two
 // adjacent layers' with --overlap-param-gather (a meta-device model); all of them (and no layer) when
-// only the count is known.
-std::pair<int64_t, int64_t> gathered_elements(const models::ModelConfig& m, const TriageSettings& s) {
-  if (s.num_parameters > 0) return {s.num_parameters, 0};
-  const ModelShape& shape = model_shape(m, s.parallel.expert, s.lora);
-  const std::vector<int64_t>& per_layer = shape.per_layer;
-  const int64_t outer = shape.outer;
+// only the count is known (`shape` null).
+std::pair<int64_t, int64_t> gathered_elements(const ModelShape* shape, const TriageSettings& s, int64_t n) {
+  if (shape == nullptr) return {n, 0};
+  const std::vector<int64_t>& per_layer = shape->per_layer;
   int64_t layers = 0;
   for (size_t l = 0; l < per_layer.size(); ++l)
     layers = std::max(
         layers, per_layer[l] + (s.parallel.overlap_param_gather && l + 1 < per_layer.size() ? per_layer[l + 1] : 0));
-  return {outer, layers};
+  return {shape->outer, layers};
 }
 
-// The largest rank's shard of `params` (optim/shard_layout.h); under expert parallelism Megatron's
-// layout: the dense parameters over all N ranks, the rank's experts over the N / E of its expert-data group.
-int64_t largest_shard(const models::ModelConfig& m, const TriageSettings& s,
-                      const std::vector<memory::SwapParam>& params) {
-  std::vector<int64_t> numels;
-  for (const memory::SwapParam& p : params) numels.push_back(p.numel);
-  std::vector<bool> expert = model_shape(m, s.parallel.expert, s.lora).expert;
-  if (s.num_parameters > 0) expert.assign(numels.size(), false);  // the count alone: one piece
-  return optim::largest_shard(numels, expert, s.parallel.world, s.parallel.expert, optim::kGradNormChunk);
+// The largest rank's shard of the trained parameters (optim/shard_layout.h); under expert parallelism
+// Megatron's layout: the dense parameters over all N ranks, the rank's experts over the N / E of its
+// expert-data group. Only the count known (`shape` null): one piece of `n` elements.
+int64_t largest_shard(const ModelShape* shape, const TriageSettings& s, int64_t n) {
+  if (shape == nullptr)
+    return optim::largest_shard({n}, {false}, s.parallel.world, s.parallel.expert, optim::kGradNormChunk);
+  return memo(*shape, kLargestShard, s.parallel.world, s.parallel.expert, [&] {
+    std::vector<int64_t> numels;
+    for (const memory::SwapParam& p : shape->params) numels.push_back(p.numel);
+    return optim::largest_shard(numels, shape->expert, s.parallel.world, s.parallel.expert, optim::kGradNormChunk);
+  });
 }
 
 // The reduce-scatter's buffer of every rank's pieces (f32, optim/distributed_adamw.cpp), one group at
 // a time: the dense parameters' largest shard times the N ranks, and under expert parallelism the
 // experts' times the N / E of an expert-data group; each shard at most `bucket` elements with overlap, and
 // every exchange round at most optim::reduce_round elements of it.
-int64_t reduce_scatter_pieces(const models::ModelConfig& m, const TriageSettings& s,
-                              const std::vector<memory::SwapParam>& params, int64_t bucket) {
-  std::vector<int64_t> dense, experts;
-  const std::vector<bool>& expert = model_shape(m, s.parallel.expert, s.lora).expert;
-  const bool by_kind = s.num_parameters == 0 && s.parallel.expert > 1;
-  for (size_t i = 0; i < params.size(); ++i) (by_kind && expert[i] ? experts : dense).push_back(params[i].numel);
+int64_t reduce_scatter_pieces(const ModelShape* shape, const TriageSettings& s, int64_t n, int64_t bucket) {
+  const bool by_kind = shape != nullptr && s.parallel.expert > 1;
+  // The largest shard of the dense parameters (or all of them) over `ranks`, or the experts'.
+  const auto shard_of = [&](bool experts, int ranks) -> int64_t {
+    if (shape == nullptr) return optim::largest_shard({n}, {false}, ranks, 1, optim::kGradNormChunk);
+    return memo(*shape, experts ? kExpertShard : kDenseShard, ranks, by_kind, [&] {
+      std::vector<int64_t> numels;
+      for (size_t i = 0; i < shape->params.size(); ++i)
+        if ((by_kind && shape->expert[i]) == experts) numels.push_back(shape->params[i].numel);
+      return numels.empty() ? int64_t(-1)
+                            : optim::largest_shard(numels, std::vector<bool>(numels.size(), false), ranks, 1,
+                                                   optim::kGradNormChunk);
+    });
+  };
   int64_t most = 0;
-  for (const auto& [numels, ranks] :
-       {std::pair{dense, s.parallel.world}, std::pair{experts, std::max(1, s.parallel.world / s.parallel.expert)}}) {
-    if (numels.empty()) continue;
-    const int64_t shard =
-        optim::largest_shard(numels, std::vector<bool>(numels.size(), false), ranks, 1, optim::kGradNormChunk);
+  for (const auto& [experts, ranks] :
+       {std::pair{false, s.parallel.world}, std::pair{true, std::max(1, s.parallel.world / s.parallel.expert)}}) {
+    if (experts && !by_kind) continue;
+    const int64_t shard = shard_of(experts, ranks);
+    if (shard < 0) continue;  // no such parameters
     // The exchange goes in rounds of bucket / ranks elements per rank (Note [Reduce-scatter in rounds]).
     const int64_t round = optim::reduce_round(s.parallel.bucket_elements(), shard, ranks);
     most = std::max(most, int64_t(ranks) * std::min({shard, bucket, round}));
@@ -195,8 +272,9 @@ int64_t exchange_buffer_bytes(const models::ModelConfig& m, const TriageSettings
 
 StepPeak predict_step_peak(const models::ModelConfig& m, const TriageSettings& s) {
   StepPeak p;
-  const std::vector<memory::SwapParam> params = swap_params(m, s);
-  const int64_t n = element_count(params);
+  // The meta-device model's shapes (none when only the parameter count is known).
+  const ModelShape* shape = s.num_parameters > 0 ? nullptr : &model_shape(m, s.parallel.expert, s.lora);
+  const int64_t n = shape != nullptr ? shape->elements : s.num_parameters;
   const DType dtype = s.precision.param_dtype();
   const int64_t param_size = dtype_size(dtype);  // bytes of a parameter element: 4, or 2 under --bf16
   const int64_t whole = 4 * n;                   // the whole gradients (f32: under --bf16 the f32 sums)
@@ -209,28 +287,32 @@ StepPeak predict_step_peak(const models::ModelConfig& m, const TriageSettings& s
   // and 3 alike at the step's last reduce-scatter, where the peak of the step's end is.
   const bool sharded = s.parallel.sharded();
   int64_t shard = n;
-  if (sharded) shard = largest_shard(m, s, params);
+  if (sharded) shard = largest_shard(shape, s, n);
   const int64_t states = memory::swap_state_bytes_per_element(dtype) * shard;  // moments (+ bf16's master)
   // ZeRO-3: the shard, and the whole parameters outside the layers and of one layer at a time while
   // layers compute (none at the step's end).
   const bool zero3 = s.parallel.shards_parameters();
-  const auto [outer, layer] = zero3 ? gathered_elements(m, s) : std::pair<int64_t, int64_t>{n, 0};
+  const auto [outer, layer] = zero3 ? gathered_elements(shape, s, n) : std::pair<int64_t, int64_t>{n, 0};
   // Buffers (router biases) count as parameters, as the allocator accounts them.
-  const int64_t model_buffers = s.num_parameters > 0 ? 0 : model_shape(m, s.parallel.expert, s.lora).buffer_bytes;
-  const int64_t frozen = s.num_parameters > 0 ? 0 : model_shape(m, s.parallel.expert, s.lora).frozen;  // LoRA's base
+  const int64_t model_buffers = shape == nullptr ? 0 : shape->buffer_bytes;
+  const int64_t frozen = shape == nullptr ? 0 : shape->frozen;  // LoRA's base
   // ZeRO-3 with LoRA shards the frozen base too (its own sharding, train/setup.h): its largest rank's shard.
   int64_t frozen_shard = 0;
-  if (zero3 && frozen > 0) {
-    const ModelShape& shape = model_shape(m, s.parallel.expert, s.lora);
-    frozen_shard = optim::largest_shard(shape.frozen_numels, shape.frozen_expert, s.parallel.world, s.parallel.expert,
-                                        optim::kGradNormChunk);
-  }
+  if (zero3 && frozen > 0)
+    frozen_shard = memo(*shape, kFrozenShard, s.parallel.world, s.parallel.expert, [&] {
+      return optim::largest_shard(shape->frozen_numels, shape->frozen_expert, s.parallel.world, s.parallel.expert,
+                                  optim::kGradNormChunk);
+    });
   p.parameters = param_size * (zero3 ? shard + frozen_shard + outer + layer : n + frozen) + model_buffers;
   const int64_t parameters_at_end = param_size * (zero3 ? shard + frozen_shard + outer : n + frozen) + model_buffers;
   const memory::SwapOptimizerConfig& swap = s.memory.swap_optimizer;
-  const int64_t swap_k = std::min<int64_t>(swap.requested_times(), int64_t(params.size()));
+  const int64_t param_count = shape != nullptr ? int64_t(shape->params.size()) : 1;
+  const int64_t swap_k = std::min<int64_t>(swap.requested_times(), param_count);
   // The swap optimizer's windows over a shard: about its share of the whole's windows.
-  const int64_t swapped = swap.on ? memory::swap_optimizer_device_bytes(params, swap_k) : 0;
+  const auto swapped_bytes = [&] { return memory::swap_optimizer_device_bytes(swap_params(m, s), swap_k); };
+  const int64_t swapped = !swap.on           ? 0
+                          : shape == nullptr ? swapped_bytes()
+                                             : memo(*shape, kSwapDeviceBytes, int64_t(dtype), swap_k, swapped_bytes);
   p.optimizer_states = !swap.on  ? states
                        : sharded ? int64_t(double(swapped) * double(shard) / double(std::max<int64_t>(n, 1)))
                                  : swapped;
@@ -238,7 +320,7 @@ StepPeak predict_step_peak(const models::ModelConfig& m, const TriageSettings& s
   const int64_t resident = p.parameters + (swap.on ? 0 : states);
   // The LM head and the optimizer step run with no layer's parameters gathered (ZeRO-3).
   const int64_t resident_outside_layers = parameters_at_end + (swap.on ? 0 : states);
-  const memory::ActivationEstimate a = estimate(m, s);
+  const memory::ActivationEstimate a = estimate(m, s, shape);
   p.activations = a.peak;
   // The LM head and loss: what forward keeps for them is in a.after_forward (the estimator counts
   // the same bytes as `saved`); their own peak on top of the rest.
@@ -264,7 +346,7 @@ StepPeak predict_step_peak(const models::ModelConfig& m, const TriageSettings& s
   const bool bucketed = sharded && s.parallel.overlap_grad_reduce;
   const int64_t bucket = std::min(n, s.parallel.bucket_elements());
   const int64_t live_grads = bucketed ? std::min(whole, 2 * 4 * bucket) : whole;
-  const int64_t pieces = sharded ? reduce_scatter_pieces(m, s, params, bucketed ? bucket : shard) : 0;
+  const int64_t pieces = sharded ? reduce_scatter_pieces(shape, s, n, bucketed ? bucket : shard) : 0;
   // A recompute replay or an offload prefetch later in backward, with gradients already there; the
   // optimizer step.
   // (Summed in place: whole gradients held from earlier micro-batches take the new ones.)

@@ -19,6 +19,7 @@
 #include "tidal/plan/triage.h"
 #include "tidal/train/arguments.h"
 #include "tools/tidal/cli.h"
+#include "tools/tidal/plan_progress.h"
 
 namespace tidal::cli {
 namespace {
@@ -206,6 +207,8 @@ int run_plan(const std::vector<std::string>& argv) {
     TIDAL_CHECK(o.host_budget > 0, "tidal plan: --host-memory must be positive, got '", f.str("host-memory"), "'");
   }
   o.disk_dir = disk_dir;
+  PlanProgress progress;  // on stderr
+  o.progress = [&progress](const plan::SearchProgress& p) { progress.update(p); };
   const plan::PlanSearch search = plan::search_plans(args, o);
   if (json) {
     std::printf("%s\n", plan::plan_search_json(search, o).dump(2).c_str());
