@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <set>
 
+#include "tests/integration/plan_args.h"
 #include "tidal/base/error.h"
 #include "tidal/memory_stats.h"
 #include "tidal/plan/candidates.h"
@@ -16,13 +17,7 @@
 namespace tidal::train {
 namespace {
 
-train::TrainArgs args(std::vector<std::string> extra) {
-  std::vector<std::string> argv = {
-      "--model", "small-gpt2",          "--mock-data", "--seq-length",  "128", "--micro-batch-size",
-      "4",       "--global-batch-size", "8",           "--train-iters", "2"};
-  argv.insert(argv.end(), extra.begin(), extra.end());
-  return train::parse_train_args(argv);
-}
+train::TrainArgs args(std::vector<std::string> extra) { return test::small_gpt2_plan_args(std::move(extra)); }
 
 plan::SearchOptions options(int64_t budget) {
   plan::SearchOptions o;

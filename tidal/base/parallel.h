@@ -20,7 +20,7 @@ void parallel_for(int64_t begin, int64_t end, int64_t grain, F&& f) {
   if (n <= 0) return;
   const int threads =
       int(std::min<int64_t>(num_threads(), (n + std::max<int64_t>(grain, 1) - 1) / std::max<int64_t>(grain, 1)));
-  if (threads <= 1 || omp_in_parallel() || in_stream_worker()) {
+  if (threads <= 1 || omp_in_parallel() || in_stream_worker() || loops_run_serially()) {
     f(begin, end);
     return;
   }

@@ -37,6 +37,13 @@ int& threads() {
 
 int num_threads() { return threads(); }
 
+namespace {
+bool g_serial = false;
+}  // namespace
+
+void run_loops_serially() { g_serial = true; }
+bool loops_run_serially() { return g_serial; }
+
 void set_num_threads(int n) {
   TIDAL_CHECK(n >= 1 && n <= kMaxThreads, "[threads] the number of threads must be in [1, ", kMaxThreads, "], got ", n);
   threads() = n;

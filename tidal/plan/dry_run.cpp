@@ -15,6 +15,7 @@
 #include "tidal/ops/matmul.h"
 #include "tidal/optim/grad_clip.h"
 #include "tidal/optim/shard_layout.h"
+#include "tidal/plan/dry_run_pool.h"
 #include "tidal/seam/planned_device.h"
 #include "tidal/train/profiling.h"
 #include "tidal/train/setup.h"
@@ -107,7 +108,10 @@ DryRun dry_run(const train::TrainArgs& given, int rank) {
       std::optional<KernelRecorder> recorder;  // the last step's kernels, for the cost model
       if (it == steps) recorder.emplace();
       train::train_step(it, args, s, profiler, saved, [](int64_t) {});
-      if (recorder) r.kernels = recorder->finish();
+      if (recorder) {
+        r.kernels = recorder->finish();
+        r.recorded_kernels = int64_t(r.kernels.size());
+      }
       profiler.end_step(it, nullptr);
       ++r.steps;
     }
@@ -129,7 +133,7 @@ DryRun dry_run(const train::TrainArgs& given, int rank) {
   return r;
 }
 
-DryRun dry_run_largest_rank(const train::TrainArgs& args) {
+DryRun dry_run_largest_rank(const train::TrainArgs& args, int workers) {
   const int ranks = args.parallel.world;
   TIDAL_CHECK(ranks >= 1, "tidal plan --dry-run: --data-parallel-size must be >= 1, got ", ranks);
   std::vector<int> run = {0};
@@ -142,9 +146,25 @@ DryRun dry_run_largest_rank(const train::TrainArgs& args) {
     run.resize(size_t(std::min(ranks, kDryRunRanks)));
     std::sort(run.begin(), run.end());
   }
+  std::vector<DryRunJob> jobs;
+  for (int r : run)
+    jobs.push_back([&args, r, in_children = workers > 1 && run.size() > 1] {
+      DryRunOutcome o;
+      try {
+        o.run = dry_run(args, r);
+        if (in_children) o.run->saved = {};  // not sent back
+      } catch (const InternalError&) {
+        throw;
+      } catch (const Error& e) {
+        o.error = e.what();
+      }
+      return o;
+    });
+  std::vector<DryRunOutcome> outcomes = run_dry_runs(jobs, workers);
   DryRun best;
-  for (int r : run) {
-    DryRun d = dry_run(args, r);
+  for (size_t i = 0; i < run.size(); ++i) {
+    if (!outcomes[i].run) throw Error(outcomes[i].error);  // the first rank's refusal, as one after another
+    DryRun& d = *outcomes[i].run;
     const bool higher =
         best.ranks_run.empty() || d.device.peak_allocated > best.device.peak_allocated ||
         (d.device.peak_allocated == best.device.peak_allocated && d.host.peak_allocated > best.host.peak_allocated);
@@ -153,7 +173,7 @@ DryRun dry_run_largest_rank(const train::TrainArgs& args) {
       best = std::move(d);
       best.ranks_run = std::move(so_far);
     }
-    best.ranks_run.push_back(r);
+    best.ranks_run.push_back(run[i]);
   }
   return best;
 }

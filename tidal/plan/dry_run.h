@@ -55,6 +55,7 @@ struct DryRun {
   // The kernels of the last step run (the second: the steady state), as the meta device's cost
   // kernels report them, tagged with phase, layer and module (kernel_records.h): the cost model's input.
   std::vector<StepKernel> kernels;
+  int64_t recorded_kernels = 0;  // kernels.size() as recorded (before the search merges identical ones)
 };
 
 // Dry-runs `args` in this process as rank `rank` of its layout's ranks (args.parallel.world). The data are mock
@@ -69,6 +70,8 @@ DryRun dry_run(const train::TrainArgs& args, int rank = 0);
 // The rank of args.parallel.world with the highest device peak (then host peak, then the lowest rank): without
 // sharding every rank alike (rank 0 is run); sharded, every rank up to kDryRunRanks ranks, beyond
 // that the kDryRunRanks ranks with the largest shards.
-DryRun dry_run_largest_rank(const train::TrainArgs& args);
+// `workers` > 1: the ranks' dry runs in child processes, that many at once (dry_run_pool.h); their
+// saved-tensor tables are not kept.
+DryRun dry_run_largest_rank(const train::TrainArgs& args, int workers = 1);
 
 }  // namespace tidal::plan

@@ -10,6 +10,7 @@
 #include "tidal/memory_stats.h"
 #include "tidal/plan/candidates.h"
 #include "tidal/plan/dry_run.h"
+#include "tidal/plan/dry_run_pool.h"
 #include "tidal/plan/oom_advice.h"
 
 namespace tidal::plan {
@@ -29,11 +30,13 @@ constexpr int kMaxVerifiedAbove = 8;
 // configuration (--overlap-grad-reduce, whose peak depends on timing).
 // `largest` false: rank 0 alone (its kernels time any rank: they differ only in the update's shard).
 // `error` keeps the first refusal's message.
-std::optional<DryRun> try_dry_run(train::TrainArgs a, bool largest = true, std::string* error = nullptr) {
+// `workers`: the largest rank's search runs that many ranks' dry runs at once (dry_run_pool.h).
+std::optional<DryRun> try_dry_run(train::TrainArgs a, bool largest = true, std::string* error = nullptr,
+                                  int workers = 1) {
   a.checkpoint.load.clear();
   a.pretrained.clear();
   try {
-    return a.parallel.world > 1 && largest ? dry_run_largest_rank(a) : dry_run(a, 0);
+    return a.parallel.world > 1 && largest ? dry_run_largest_rank(a, workers) : dry_run(a, 0);
   } catch (const Error& e) {
     if (error != nullptr && error->empty()) *error = e.what();
     return std::nullopt;
@@ -262,21 +265,58 @@ class Search {
     }
   }
 
-  // The kernel dry run of `a` (one per kernel key, cached).
+  // The kernel dry run of `a` and what the search keeps of it.
+  static DryRunOutcome kernel_dry_run(const train::TrainArgs& a) {
+    DryRunOutcome o;
+    o.run = try_dry_run(kernel_args(a), false, &o.error);
+    if (o.run) keep_for_timing(*o.run);
+    return o;
+  }
+
+  // The kernel dry run of `a` (one per kernel key, cached): run ahead (ahead_), or here.
   const std::optional<DryRun>& kernels_of(const train::TrainArgs& a) {
     const std::string key = kernel_key(a);
     auto it = runs_.find(key);
     if (it != runs_.end()) return it->second;
-    report();
-    std::optional<DryRun> d = try_dry_run(kernel_args(a), false, &dry_run_error_);
-    if (d) {
-      dry_run_kernels_ += int64_t(d->kernels.size());
-      keep_for_timing(*d);
+    DryRunOutcome o;
+    if (auto ahead = ahead_.find(key); ahead != ahead_.end()) {
+      o = std::move(ahead->second);
+      ahead_.erase(ahead);
+    } else {
+      report();
+      o = kernel_dry_run(a);
+      ++progress_.dry_runs;
     }
+    if (o.run) dry_run_kernels_ += o.run->recorded_kernels;
+    if (!o.run && dry_run_error_.empty()) dry_run_error_ = o.error;
     ++r_.dry_runs;
-    ++progress_.dry_runs;
-    return runs_.emplace(key, std::move(d)).first->second;
+    return runs_.emplace(key, std::move(o.run)).first->second;
   }
+
+  // With several workers: the kernel dry runs of `candidates`' configurations not run yet, at most `most`
+  // of them, at once (in child processes), kept in ahead_ until kernels_of takes them — as it would have
+  // run them, so the budget of SearchOptions::dry_run_kernels counts only those taken.
+  void run_ahead(const std::vector<size_t>& candidates, size_t most) {
+    if (o_.dry_run_workers <= 1) return;
+    std::vector<std::string> keys;
+    std::vector<DryRunJob> jobs;
+    for (size_t i : candidates) {
+      if (jobs.size() >= most) break;
+      const train::TrainArgs& a = i == kGiven ? r_.given.args : all_[i].args;
+      std::string key = kernel_key(a);
+      if (runs_.count(key) > 0 || ahead_.count(key) > 0 || std::find(keys.begin(), keys.end(), key) != keys.end())
+        continue;
+      keys.push_back(std::move(key));
+      jobs.push_back([&a] { return kernel_dry_run(a); });
+    }
+    if (jobs.size() <= 1) return;  // one: here, when it is needed
+    std::vector<DryRunOutcome> outcomes = run_dry_runs(jobs, o_.dry_run_workers, [this](size_t) {
+      ++progress_.dry_runs;
+      report();
+    });
+    for (size_t k = 0; k < keys.size(); ++k) ahead_.emplace(std::move(keys[k]), std::move(outcomes[k]));
+  }
+  static constexpr size_t kGiven = SIZE_MAX;  // run_ahead's index of the given run
 
   void time(PlanCandidate& c) {
     const std::optional<DryRun>& d = kernels_of(c.args);
@@ -315,19 +355,30 @@ class Search {
     progress_.may_fit = int64_t(may_fit.size());
     report();
     r_.given = all_.front();
+    // Every first rung is timed: their dry runs (and the given run's) all at once.
+    std::vector<size_t> firsts = {kGiven}, others;
+    for (size_t i : may_fit) (first(i) ? firsts : others).push_back(i);
+    run_ahead(firsts, SIZE_MAX);
     time(r_.given);
     if (!r_.given.exact)
-      if (std::optional<DryRun> d = try_dry_run(r_.given.args)) set_exact(r_.given, *d, r_);
-    for (size_t i : may_fit) {
-      if (!first(i)) continue;
+      if (std::optional<DryRun> d = try_dry_run(r_.given.args, true, nullptr, o_.dry_run_workers))
+        set_exact(r_.given, *d, r_);
+    for (size_t i : firsts) {
+      if (i == kGiven) continue;
       ++progress_.considered;
       time(all_[i]);
     }
-    for (size_t i : may_fit) {
-      if (first(i)) continue;
+    // The other rungs while the budget lasts: a worker's share of dry runs ahead at a time.
+    for (size_t k = 0; k < others.size(); ++k) {
+      const size_t i = others[k];
       ++progress_.considered;
-      if (runs_.count(kernel_key(all_[i].args)) > 0 || dry_run_kernels_ < o_.dry_run_kernels) time(all_[i]);
+      const bool known = runs_.count(kernel_key(all_[i].args)) > 0;
+      if (!known && dry_run_kernels_ >= o_.dry_run_kernels) continue;
+      if (!known && ahead_.count(kernel_key(all_[i].args)) == 0)
+        run_ahead(std::vector<size_t>(others.begin() + std::ptrdiff_t(k), others.end()), size_t(o_.dry_run_workers));
+      time(all_[i]);
     }
+    ahead_.clear();
     if (r_.given.timed) r_.candidates.push_back(r_.given);  // as given is a candidate too (no flags)
     for (size_t i = 1; i < all_.size(); ++i)
       if (all_[i].timed) r_.candidates.push_back(all_[i]);
@@ -344,12 +395,12 @@ class Search {
   void verify(PlanCandidate& c) {
     ++progress_.checks;
     report();
-    if (std::optional<DryRun> d = try_dry_run(c.args)) return set_exact(c, *d, r_);
+    if (std::optional<DryRun> d = try_dry_run(c.args, true, nullptr, o_.dry_run_workers)) return set_exact(c, *d, r_);
     if (!c.args.parallel.overlap_grad_reduce) return;
     train::TrainArgs plain = c.args;
     plain.parallel.overlap_grad_reduce = false;
     plain.parallel.bucket_size = 0;
-    const std::optional<DryRun> d = try_dry_run(plain);
+    const std::optional<DryRun> d = try_dry_run(plain, true, nullptr, o_.dry_run_workers);
     if (!d) return;
     // What the overlap changes by the estimator: the buckets in flight without sharding (more), each
     // bucket's whole gradients freed once reduce-scattered under ZeRO-2/3 (less).
@@ -430,6 +481,7 @@ class Search {
   PlanSearch r_;
   std::vector<PlanCandidate> all_;                     // every candidate, the given one first
   std::map<std::string, std::optional<DryRun>> runs_;  // kernel dry runs by kernel key
+  std::map<std::string, DryRunOutcome> ahead_;         // run ahead (run_ahead), not taken yet
   int64_t dry_run_kernels_ = 0;  // recorded by the dry runs so far: their work, counted deterministically
   std::string dry_run_error_;    // the first kernel dry run's refusal, if any
   int verified_ = 0;             // candidates made exact by a dry run of their own

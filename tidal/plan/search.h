@@ -54,7 +54,8 @@ struct SearchProgress {
   int64_t may_fit = 0;     // within the estimator's error of the target: the ones the timing phase considers
   int64_t considered = 0;  // of those, looked at by the timing phase so far
   int64_t timed = 0;       // candidates timed so far
-  int64_t dry_runs = 0;    // kernel dry runs so far (the timing phase's)
+  int64_t dry_runs = 0;    // kernel dry runs done so far (the timing phase's; with several workers some run
+                           // ahead, and the search may not use them all: PlanSearch::dry_runs counts those used)
   int64_t checks = 0;      // dry runs of candidates' own (their exact peaks) so far
   double best_s = 0;       // the fastest timed candidate the estimator puts within the target (0: none yet)
   std::string best_flags;  // its flags
@@ -73,6 +74,9 @@ struct SearchOptions {
   // buffers); 0: no limit. A candidate fits when its exact host peak is within it too.
   int64_t host_budget = 0;
   std::string disk_dir;  // not empty: offload to a spill file in this directory is searched too
+  // Processes the dry runs run on at once (plan/dry_run_pool.h; tidal plan: dry_run_workers()). 1: this
+  // process, one after another (a caller with threads or MPI must keep 1). The choices are the same.
+  int dry_run_workers = 1;
   // Called as the search goes (every few thousand candidates estimated, before each dry run) and once at
   // the end (phase done); may be empty.
   std::function<void(const SearchProgress&)> progress;

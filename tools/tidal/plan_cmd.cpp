@@ -14,6 +14,7 @@
 #include "tidal/plan/auto_memory.h"
 #include "tidal/plan/calibrate.h"
 #include "tidal/plan/device_profile.h"
+#include "tidal/plan/dry_run_pool.h"
 #include "tidal/plan/report.h"
 #include "tidal/plan/search.h"
 #include "tidal/plan/triage.h"
@@ -207,7 +208,8 @@ int run_plan(const std::vector<std::string>& argv) {
     TIDAL_CHECK(o.host_budget > 0, "tidal plan: --host-memory must be positive, got '", f.str("host-memory"), "'");
   }
   o.disk_dir = disk_dir;
-  PlanProgress progress;  // on stderr
+  o.dry_run_workers = plan::dry_run_workers();  // TIDAL_PLAN_JOBS, else every core
+  PlanProgress progress;                        // on stderr
   o.progress = [&progress](const plan::SearchProgress& p) { progress.update(p); };
   const plan::PlanSearch search = plan::search_plans(args, o);
   if (json) {

@@ -1,0 +1,177 @@
+// Dry runs in child processes (tidal/plan/dry_run_pool.h) and a search that runs them on several
+// workers: the same results, in order, and every way a child can fail said.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <set>
+#include <stdexcept>
+
+#include "tests/integration/plan_args.h"
+#include "tidal/base/error.h"
+#include "tidal/plan/device_profile.h"
+#include "tidal/plan/dry_run.h"
+#include "tidal/plan/dry_run_pool.h"
+#include "tidal/plan/kernel_records.h"
+#include "tidal/plan/search.h"
+#include "tidal/train/arguments.h"
+
+namespace tidal::plan {
+namespace {
+
+train::TrainArgs args(std::vector<std::string> extra) { return test::small_gpt2_plan_args(std::move(extra)); }
+
+TEST(DryRunPool, AResultCrossesFromItsProcessIntact) {
+  DryRunOutcome o;
+  o.run = dry_run(args({"--use-distributed-optimizer"}).on(2), 1);
+  o.run->saved = {};
+  o.error = "kept";
+  ASSERT_GT(o.run->kernels.size(), 100u);
+  o.run->kernels[0].module = "model.layers.0.mlp";
+  const DryRunOutcome back = decode_outcome(encode_outcome(o));
+  ASSERT_TRUE(back.run.has_value());
+  const DryRun &a = *o.run, &b = *back.run;
+  EXPECT_EQ(back.error, "kept");
+  EXPECT_EQ(b.device.peak_allocated, a.device.peak_allocated);
+  EXPECT_EQ(b.host.peak_allocated, a.host.peak_allocated);
+  for (size_t c = 0; c < a.device.category.size(); ++c) {
+    EXPECT_EQ(b.device.category[c].peak, a.device.category[c].peak) << c;
+    EXPECT_EQ(b.device.category[c].total_count, a.device.category[c].total_count) << c;
+  }
+  EXPECT_EQ(b.device.at_peak, a.device.at_peak);
+  EXPECT_EQ(b.activation_bytes_per_layer, a.activation_bytes_per_layer);
+  EXPECT_EQ(b.activation_bytes_outside_layers, a.activation_bytes_outside_layers);
+  EXPECT_EQ(b.steps, a.steps);
+  EXPECT_EQ(b.rank, 1);
+  EXPECT_EQ(b.ranks, 2);
+  EXPECT_EQ(b.sharding, a.sharding);
+  EXPECT_EQ(b.parameter_numels, a.parameter_numels);
+  EXPECT_EQ(b.expert_parameter, a.expert_parameter);
+  EXPECT_EQ(b.recorded_kernels, int64_t(a.kernels.size()));
+  ASSERT_EQ(b.kernels.size(), a.kernels.size());
+  for (size_t i = 0; i < a.kernels.size(); ++i) {
+    EXPECT_EQ(b.kernels[i].cost.kernel, a.kernels[i].cost.kernel) << i;  // the same static string
+    EXPECT_EQ(b.kernels[i].cost.flops, a.kernels[i].cost.flops) << i;
+    EXPECT_EQ(b.kernels[i].cost.bytes, a.kernels[i].cost.bytes) << i;
+    EXPECT_EQ(b.kernels[i].phase, a.kernels[i].phase) << i;
+    EXPECT_EQ(b.kernels[i].layer, a.kernels[i].layer) << i;
+    EXPECT_EQ(b.kernels[i].module, a.kernels[i].module) << i;
+    EXPECT_EQ(b.kernels[i].op, a.kernels[i].op) << i;
+  }
+  const DryRunOutcome refused = decode_outcome(encode_outcome(DryRunOutcome{std::nullopt, "no"}));
+  EXPECT_FALSE(refused.run.has_value());
+  EXPECT_EQ(refused.error, "no");
+  // Cut short or with bytes left over: an error, never a half-read result.
+  const std::string bytes = encode_outcome(o);
+  EXPECT_THROW(decode_outcome(bytes.substr(0, bytes.size() - 3)), Error);
+  EXPECT_THROW(decode_outcome(bytes + "x"), Error);
+}
+
+TEST(DryRunPool, JobsRunInProcessesOfTheirOwnSeveralAtOnceAndComeBackInOrder) {
+  std::vector<DryRunJob> jobs;
+  for (int i = 0; i < 7; ++i)
+    jobs.push_back([i] {
+      DryRunOutcome o;
+      o.run = DryRun{};
+      o.run->rank = i;
+      o.run->steps = ::getpid();
+      o.error = std::string(size_t(100000 * i), 'e');  // more than a pipe holds
+      return o;
+    });
+  std::vector<size_t> done;
+  const std::vector<DryRunOutcome> out = run_dry_runs(jobs, 3, [&done](size_t i) { done.push_back(i); });
+  ASSERT_EQ(out.size(), 7u);
+  std::set<int64_t> pids;
+  for (int i = 0; i < 7; ++i) {
+    ASSERT_TRUE(out[size_t(i)].run.has_value());
+    EXPECT_EQ(out[size_t(i)].run->rank, i);
+    EXPECT_EQ(out[size_t(i)].error.size(), size_t(100000 * i));
+    EXPECT_NE(out[size_t(i)].run->steps, int64_t(::getpid()));
+    pids.insert(out[size_t(i)].run->steps);
+  }
+  EXPECT_EQ(pids.size(), 7u);
+  EXPECT_EQ(std::set<size_t>(done.begin(), done.end()).size(), 7u);
+  // One worker: here, in order.
+  const std::vector<DryRunOutcome> here = run_dry_runs(jobs, 1);
+  EXPECT_EQ(here[3].run->steps, int64_t(::getpid()));
+}
+
+TEST(DryRunPool, AChildThatDiesOrThrowsIsAnErrorNamingIt) {
+  const DryRunJob fine = [] { return DryRunOutcome{DryRun{}, ""}; };
+  const DryRunJob dies = []() -> DryRunOutcome { std::abort(); };
+  const DryRunJob throws = []() -> DryRunOutcome { throw std::runtime_error("out of shapes"); };
+  try {
+    run_dry_runs({fine, dies, fine}, 2);
+    FAIL() << "a child killed by a signal was not said";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("the process of dry run 2 ended by signal 6"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("TIDAL_PLAN_JOBS=1"), std::string::npos) << e.what();
+  }
+  try {
+    run_dry_runs({throws, fine}, 2);
+    FAIL() << "an exception in a child was not said";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("dry run 1 failed: out of shapes"), std::string::npos) << e.what();
+  }
+}
+
+TEST(DryRunPool, TheWorkersAreTheCoresOrTIDAL_PLAN_JOBS) {
+  const char* was = std::getenv("TIDAL_PLAN_JOBS");
+  const std::string saved = was != nullptr ? was : "";
+  ::unsetenv("TIDAL_PLAN_JOBS");
+  EXPECT_GE(dry_run_workers(), 1);
+  ::setenv("TIDAL_PLAN_JOBS", "3", 1);
+  EXPECT_EQ(dry_run_workers(), 3);
+  for (const char* bad : {"0", "-2", "two", "3x"}) {
+    ::setenv("TIDAL_PLAN_JOBS", bad, 1);
+    try {
+      dry_run_workers();
+      FAIL() << bad;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("TIDAL_PLAN_JOBS must be a number of processes"), std::string::npos);
+    }
+  }
+  if (was != nullptr) {
+    ::setenv("TIDAL_PLAN_JOBS", saved.c_str(), 1);
+  } else {
+    ::unsetenv("TIDAL_PLAN_JOBS");
+  }
+}
+
+// The whole search on 1 and on 3 workers: every candidate, its time and peaks, the choice and the dry
+// runs used alike — also where the kernels' budget stops the optional rungs midway (the dry runs run
+// ahead past it are not counted).
+TEST(DryRunPool, ASearchOnSeveralWorkersIsTheSearchOnOne) {
+  for (const int64_t kernel_budget : {int64_t(1000000), int64_t(20000)}) {
+    const train::TrainArgs given = args({}).on(2);
+    SearchOptions o;
+    o.budget = dry_run(given).device.peak_allocated * 3 / 4;
+    o.profile = load_device_profile("a100");
+    o.dry_run_kernels = kernel_budget;
+    const PlanSearch one = search_plans(given, o);
+    o.dry_run_workers = 3;
+    const PlanSearch three = search_plans(given, o);
+    EXPECT_EQ(one.dry_runs, three.dry_runs) << kernel_budget;
+    EXPECT_EQ(one.chosen, three.chosen) << kernel_budget;
+    EXPECT_EQ(one.nothing_fits, three.nothing_fits);
+    EXPECT_EQ(one.given.device_peak, three.given.device_peak);
+    ASSERT_EQ(one.candidates.size(), three.candidates.size()) << kernel_budget;
+    for (size_t i = 0; i < one.candidates.size(); ++i) {
+      const PlanCandidate &a = one.candidates[i], &b = three.candidates[i];
+      EXPECT_EQ(a.flags, b.flags) << i;
+      EXPECT_EQ(a.time.total_s, b.time.total_s) << a.flags;
+      EXPECT_EQ(a.device_peak, b.device_peak) << a.flags;
+      EXPECT_EQ(a.host_peak, b.host_peak) << a.flags;
+      EXPECT_EQ(a.exact, b.exact) << a.flags;
+      EXPECT_EQ(a.checked, b.checked) << a.flags;
+      EXPECT_EQ(a.fits, b.fits) << a.flags;
+      EXPECT_EQ(a.pareto, b.pareto) << a.flags;
+    }
+    if (kernel_budget < 1000000) {
+      EXPECT_LT(one.candidates.size(), size_t(one.enumerated) / 2);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace tidal::plan

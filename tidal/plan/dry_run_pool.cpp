@@ -1,0 +1,287 @@
+#include "tidal/plan/dry_run_pool.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sched.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <type_traits>
+
+#include "tidal/base/error.h"
+#include "tidal/base/threads.h"
+
+namespace tidal::plan {
+namespace {
+
+// Note [Dry runs in children]: the bytes a child sends are read by its parent alone, which is the same
+// program image (fork): KernelCost::kernel, a pointer to a static string, is sent as its address.
+static_assert(std::is_trivially_copyable_v<MemoryStats>);
+
+class Writer {
+ public:
+  template <class T>
+  void pod(const T& v) {
+    static_assert(std::is_trivially_copyable_v<T>);
+    out_.append(reinterpret_cast<const char*>(&v), sizeof v);
+  }
+  void str(const std::string& s) {
+    pod(uint64_t(s.size()));
+    out_ += s;
+  }
+  template <class T>
+  void vec(const std::vector<T>& v) {
+    pod(uint64_t(v.size()));
+    for (const T& x : v) pod(x);
+  }
+  std::string take() { return std::move(out_); }
+
+ private:
+  std::string out_;
+};
+
+class Reader {
+ public:
+  explicit Reader(const std::string& in) : in_(in) {}
+  template <class T>
+  T pod() {
+    T v;
+    TIDAL_CHECK(at_ + sizeof v <= in_.size(), "tidal plan: a dry run's result from its process is cut short");
+    std::memcpy(&v, in_.data() + at_, sizeof v);
+    at_ += sizeof v;
+    return v;
+  }
+  std::string str() {
+    const uint64_t n = pod<uint64_t>();
+    TIDAL_CHECK(n <= in_.size() - at_, "tidal plan: a dry run's result from its process is cut short");
+    std::string s = in_.substr(at_, n);
+    at_ += n;
+    return s;
+  }
+  template <class T>
+  std::vector<T> vec() {
+    const uint64_t n = pod<uint64_t>();
+    TIDAL_CHECK(n <= (in_.size() - at_) / std::max<size_t>(1, sizeof(T)),
+                "tidal plan: a dry run's result from its process is cut short");
+    std::vector<T> v;
+    v.reserve(n);
+    for (uint64_t i = 0; i < n; ++i) v.push_back(pod<T>());
+    return v;
+  }
+  bool done() const { return at_ == in_.size(); }
+
+ private:
+  const std::string& in_;
+  size_t at_ = 0;
+};
+
+void write_all(int fd, const std::string& bytes) {
+  size_t at = 0;
+  while (at < bytes.size()) {
+    const ssize_t n = ::write(fd, bytes.data() + at, bytes.size() - at);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;  // the parent is gone: nothing to tell
+    at += size_t(n);
+  }
+}
+
+// A child's first byte: its job's outcome follows, or the message of an exception that ended it.
+constexpr char kOutcome = 'O', kFailure = 'X';
+
+[[noreturn]] void run_child(const DryRunJob& job, int fd) {
+  run_loops_serially();  // the parent's OpenMP threads are not in this process (the thread count stays:
+                         // it sizes the per-thread workspaces a dry run plans)
+  std::string bytes;
+  int code = 0;
+  try {
+    bytes = kOutcome + encode_outcome(job());
+  } catch (const std::exception& e) {
+    bytes = std::string(1, kFailure) + e.what();
+    code = 2;
+  } catch (...) {
+    bytes = std::string(1, kFailure) + "an unknown exception";
+    code = 2;
+  }
+  write_all(fd, bytes);
+  ::close(fd);
+  ::_exit(code);
+}
+
+struct Child {
+  pid_t pid = -1;
+  int fd = -1;
+  size_t job = 0;
+  std::string bytes;
+};
+
+DryRunOutcome finish(Child& c) {
+  ::close(c.fd);
+  int status = 0;
+  while (::waitpid(c.pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  TIDAL_CHECK(!WIFSIGNALED(status), "tidal plan: the process of dry run ", c.job + 1, " ended by signal ",
+              WTERMSIG(status), WTERMSIG(status) == SIGKILL ? " (the out-of-memory killer?)" : "",
+              ": nothing was planned; TIDAL_PLAN_JOBS=1 runs the dry runs in tidal plan's own process");
+  TIDAL_CHECK(!c.bytes.empty(), "tidal plan: the process of dry run ", c.job + 1, " ended (status ",
+              WIFEXITED(status) ? WEXITSTATUS(status) : -1, ") without its result");
+  if (c.bytes[0] == kFailure)
+    throw Error("tidal plan: dry run " + std::to_string(c.job + 1) + " failed: " + c.bytes.substr(1));
+  TIDAL_CHECK(c.bytes[0] == kOutcome, "tidal plan: dry run ", c.job + 1, " sent an unreadable result");
+  return decode_outcome(c.bytes.substr(1));
+}
+
+}  // namespace
+
+std::string encode_outcome(const DryRunOutcome& o) {
+  Writer w;
+  w.str(o.error);
+  w.pod(uint8_t(o.run.has_value()));
+  if (!o.run) return w.take();
+  const DryRun& d = *o.run;
+  w.pod(d.device);
+  w.pod(d.host);
+  w.vec(d.activation_bytes_per_layer);
+  w.pod(d.activation_bytes_outside_layers);
+  w.pod(d.steps);
+  w.pod(d.rank);
+  w.pod(d.ranks);
+  w.vec(d.ranks_run);
+  w.pod(d.sharding);
+  w.vec(d.parameter_numels);
+  w.pod(uint64_t(d.expert_parameter.size()));
+  for (const bool e : d.expert_parameter) w.pod(uint8_t(e));
+  w.pod(d.recorded_kernels);
+  w.pod(uint64_t(d.kernels.size()));
+  for (const StepKernel& k : d.kernels) {
+    w.pod(k.cost);
+    w.pod(k.phase);
+    w.pod(k.layer);
+    w.str(k.module);
+    w.str(k.op);
+    w.pod(k.count);
+  }
+  return w.take();
+}
+
+DryRunOutcome decode_outcome(const std::string& bytes) {
+  Reader r(bytes);
+  DryRunOutcome o;
+  o.error = r.str();
+  if (r.pod<uint8_t>() == 0) return o;
+  DryRun d;
+  d.device = r.pod<MemoryStats>();
+  d.host = r.pod<MemoryStats>();
+  d.activation_bytes_per_layer = r.vec<int64_t>();
+  d.activation_bytes_outside_layers = r.pod<int64_t>();
+  d.steps = r.pod<int64_t>();
+  d.rank = r.pod<int>();
+  d.ranks = r.pod<int>();
+  d.ranks_run = r.vec<int>();
+  d.sharding = r.pod<parallel::ShardingStrategy>();
+  d.parameter_numels = r.vec<int64_t>();
+  for (const uint8_t e : r.vec<uint8_t>()) d.expert_parameter.push_back(e != 0);
+  d.recorded_kernels = r.pod<int64_t>();
+  const uint64_t n = r.pod<uint64_t>();
+  for (uint64_t i = 0; i < n; ++i) {
+    StepKernel k;
+    k.cost = r.pod<KernelCost>();
+    k.phase = r.pod<StepPhase>();
+    k.layer = r.pod<int>();
+    k.module = r.str();
+    k.op = r.str();
+    k.count = r.pod<int64_t>();
+    d.kernels.push_back(std::move(k));
+  }
+  TIDAL_CHECK(r.done(), "tidal plan: a dry run's result from its process has bytes left over");
+  o.run = std::move(d);
+  return o;
+}
+
+int dry_run_workers() {
+  if (const char* v = std::getenv("TIDAL_PLAN_JOBS"); v != nullptr && *v != '\0') {
+    char* end = nullptr;
+    const long n = std::strtol(v, &end, 10);
+    TIDAL_CHECK(end != v && *end == '\0' && n >= 1 && n <= 4096,
+                "TIDAL_PLAN_JOBS must be a number of processes from 1 to 4096, got '", v, "'");
+    return int(n);
+  }
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (::sched_getaffinity(0, sizeof set, &set) == 0) return std::max(1, CPU_COUNT(&set));
+  return int(std::max(1L, ::sysconf(_SC_NPROCESSORS_ONLN)));
+}
+
+std::vector<DryRunOutcome> run_dry_runs(const std::vector<DryRunJob>& jobs, int workers,
+                                        const std::function<void(size_t)>& done) {
+  std::vector<DryRunOutcome> out(jobs.size());
+  if (workers <= 1 || jobs.size() <= 1) {
+    for (size_t i = 0; i < jobs.size(); ++i) {
+      out[i] = jobs[i]();
+      if (done) done(i);
+    }
+    return out;
+  }
+  std::vector<Child> running;
+  // On an error: the children still running are ended and reaped (no zombie, no orphan left planning).
+  struct Reap {
+    std::vector<Child>& running;
+    ~Reap() {
+      for (Child& c : running) {
+        ::kill(c.pid, SIGKILL);
+        ::close(c.fd);
+        int status = 0;
+        ::waitpid(c.pid, &status, 0);
+      }
+    }
+  } reap{running};
+  size_t next = 0;
+  while (next < jobs.size() || !running.empty()) {
+    while (running.size() < size_t(workers) && next < jobs.size()) {
+      int fds[2];
+      TIDAL_CHECK(::pipe2(fds, O_CLOEXEC) == 0, "tidal plan: no pipe for a dry run's process: ", std::strerror(errno));
+      std::fflush(stdout);
+      std::fflush(stderr);
+      const pid_t pid = ::fork();
+      if (pid < 0) {
+        ::close(fds[0]);
+        ::close(fds[1]);
+        throw Error(std::string("tidal plan: could not start a process for a dry run: ") + std::strerror(errno) +
+                    "; TIDAL_PLAN_JOBS=1 runs them in tidal plan's own process");
+      }
+      if (pid == 0) {
+        ::close(fds[0]);
+        run_child(jobs[next], fds[1]);
+      }
+      ::close(fds[1]);
+      running.push_back({pid, fds[0], next, {}});
+      ++next;
+    }
+    std::vector<pollfd> polls;
+    for (const Child& c : running) polls.push_back({c.fd, POLLIN, 0});
+    if (::poll(polls.data(), polls.size(), -1) < 0) {
+      TIDAL_CHECK(errno == EINTR, "tidal plan: waiting for the dry runs' processes failed: ", std::strerror(errno));
+      continue;
+    }
+    for (size_t k = running.size(); k-- > 0;) {
+      if (polls[k].revents == 0) continue;
+      Child& c = running[k];
+      char buffer[1 << 16];
+      const ssize_t n = ::read(c.fd, buffer, sizeof buffer);
+      if (n < 0 && errno == EINTR) continue;
+      if (n > 0) {
+        c.bytes.append(buffer, size_t(n));
+        continue;
+      }
+      Child ended = std::move(c);  // end of its output: it is done
+      running.erase(running.begin() + std::ptrdiff_t(k));
+      out[ended.job] = finish(ended);
+      if (done) done(ended.job);
+    }
+  }
+  return out;
+}
+
+}  // namespace tidal::plan

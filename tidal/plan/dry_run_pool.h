@@ -1,0 +1,44 @@
+#pragma once
+// Dry runs on every core: a dry run takes the process's meta allocators and cost sink for itself
+// (dry_run.h), so two cannot share a process; each runs in a child process of its own (fork: the
+// model's configuration and the search's state are there already), several at once, and sends back
+// what the planner keeps of it (no saved-tensor table). Results come back in the jobs' order, so a
+// search makes the same choices with any number of workers.
+//
+// Only for a process that runs no other threads' work and no MPI (tidal plan): a child has the
+// forking thread alone. The children run their loops on one thread (the OpenMP pool is not theirs;
+// base/threads.h run_loops_serially) and leave with _exit (nothing of the parent's is flushed or
+// destroyed twice).
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tidal/plan/dry_run.h"
+
+namespace tidal::plan {
+
+// One job's result: the dry run, or why it refused (the tidal::Error's message).
+struct DryRunOutcome {
+  std::optional<DryRun> run;
+  std::string error;
+};
+
+// A job: a dry run (or several, keeping one), tidal::Error turned into `error`. Its result must hold no
+// saved-tensor table (DryRun::saved is not sent back).
+using DryRunJob = std::function<DryRunOutcome()>;
+
+// Runs `jobs` on up to `workers` child processes at once (workers <= 1 or one job: here, in order);
+// `done(i)` after job i's result is in (for progress). Throws tidal::Error when a child dies (a signal,
+// the out-of-memory killer) or any other exception than tidal::Error ends a job.
+std::vector<DryRunOutcome> run_dry_runs(const std::vector<DryRunJob>& jobs, int workers,
+                                        const std::function<void(size_t)>& done = {});
+
+// The processes tidal plan runs dry runs on: TIDAL_PLAN_JOBS, else the cores this process may use.
+int dry_run_workers();
+
+// The bytes of a result and back (what crosses from a child; exposed for the tests).
+std::string encode_outcome(const DryRunOutcome& o);
+DryRunOutcome decode_outcome(const std::string& bytes);
+
+}  // namespace tidal::plan
