@@ -57,7 +57,7 @@ TEST(Train, MetricsJsonHasTheDocumentedFields) {
   const nlohmann::json& s = j["summary"];
   for (const char* k : {"median_step_ms", "tokens_per_s", "final_loss", "final_val_loss", "device_peak_bytes",
                         "device_peak_reserved_bytes", "host_peak_bytes", "host_reserved_bytes",
-                        "host_pool_reserved_bytes", "peak_breakdown_bytes", "peak_bytes_by_category"})
+                        "host_pool_reserved_bytes", "peak_breakdown_bytes", "peak_bytes_by_category", "peak_rss_bytes"})
     EXPECT_TRUE(s.contains(k)) << k;
   for (const char* c :
        {"parameter", "gradient", "optimizer_state", "activation", "logits", "temporary", "host_offload"}) {
@@ -67,6 +67,9 @@ TEST(Train, MetricsJsonHasTheDocumentedFields) {
   EXPECT_GT(s["peak_bytes_by_category"]["optimizer_state"].get<int64_t>(), 0);
   EXPECT_GT(s["device_peak_bytes"].get<int64_t>(), s["peak_breakdown_bytes"]["parameter"].get<int64_t>());
   EXPECT_EQ(s["host_pool_reserved_bytes"], 0);  // the CPU's host memory is not pooled (allocator.h)
+  // The process as the system counts it: on the CPU backend the device's peak is inside it.
+  EXPECT_GE(s["peak_rss_bytes"].get<int64_t>(), s["device_peak_bytes"].get<int64_t>());
+  EXPECT_EQ(s["peak_rss_bytes"].get<int64_t>() % 1024, 0);
 }
 
 TEST(Train, FlagErrorsNameTheProblem) {

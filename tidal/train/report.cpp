@@ -8,6 +8,7 @@
 #include "tidal/allocator.h"
 #include "tidal/autograd/checkpoint.h"
 #include "tidal/autograd/saved_tensor_log.h"
+#include "tidal/base/process_memory.h"
 #include "tidal/data/blended_dataset.h"
 #include "tidal/dist/communicator.h"
 #include "tidal/memory/recompute.h"
@@ -256,9 +257,17 @@ void Report::summary(const Setup& s, int64_t last_iteration, double final_loss, 
                  format_bytes(c.bytes_received).c_str(), double(c.busy_ns) / 1e6, double(g.busy_ns) / 1e6,
                  (long long)g.buckets, 100.0 * g.hidden_fraction());
   }
+  // The process as the system sees it: on the CPU backend the device memory is this process's, so its pools
+  // are in it, beside the code, the libraries' buffers and the host allocator's.
+  const int64_t rss = peak_rss_bytes();
+  metrics_.set_summary_field("peak_rss_bytes", rss);
   metrics_.write(/*last=*/true);
   std::fprintf(out_, "\nmemory at the device peak (%s of %s reserved):\n%s", format_bytes(dev.peak_allocated).c_str(),
                format_bytes(dev.peak_reserved).c_str(), format_breakdown(dev).c_str());
+  std::fprintf(out_, "process peak resident memory (RSS, %s): %s\n",
+               args_.device.type == DeviceType::cpu ? "the device's memory included: the CPU backend's device is RAM"
+                                                    : "host memory only",
+               format_bytes(rss).c_str());
 }
 
 void Report::sample(double temperature, int64_t top_k, const std::string& text) {
