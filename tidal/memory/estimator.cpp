@@ -125,17 +125,21 @@ class Replay {
  public:
   void bump(int64_t delta, const Where& where = {}) {
     cur_ += delta;
+    window_peak_ = std::max(window_peak_, cur_);
     if (cur_ > peak_) {
       peak_ = cur_;
       peak_at_ = where;
     }
   }
+  // The highest bytes since open_window(): what one part of backward holds at most.
+  void open_window() { window_peak_ = cur_; }
+  int64_t window_peak() const { return window_peak_; }
   int64_t current() const { return cur_; }
   int64_t peak() const { return peak_; }
   std::string peak_at() const { return peak_at_.str(); }
 
  private:
-  int64_t cur_ = 0, peak_ = 0;
+  int64_t cur_ = 0, peak_ = 0, window_peak_ = 0;
   Where peak_at_{"start"};
 };
 
@@ -261,9 +265,10 @@ void backward_layer(Replay& r, int64_t l, const std::vector<Item>& v, const Laye
 // Backward, block by block from the last. A block's first unpack brings back what it and the
 // `prefetch depth` blocks before it offloaded.
 void backward_pass(Replay& r, const std::vector<Block>& blocks, const std::vector<std::vector<Item>>& items,
-                   const LayerPlans& plan, int64_t prefetch_depth) {
+                   const LayerPlans& plan, int64_t prefetch_depth, ActivationEstimate& est) {
   std::vector<bool> back(blocks.size(), false);
   for (size_t bi = blocks.size(); bi-- > 0;) {
+    r.open_window();
     for (int64_t j = int64_t(bi); j >= std::max<int64_t>(0, int64_t(bi) - prefetch_depth); --j)
       if (!back[size_t(j)]) {
         back[size_t(j)] = true;
@@ -274,6 +279,7 @@ void backward_pass(Replay& r, const std::vector<Block>& blocks, const std::vecto
       backward_group(r, b, items);
     else
       backward_layer(r, b.first, items[size_t(b.first)], plan[b.first]);
+    est.backward_blocks.push_back({b.first, r.window_peak()});
   }
 }
 
@@ -366,10 +372,13 @@ ActivationEstimate estimate_activations(const models::ModelConfig& cfg, const Ac
   est.after_forward = r.current();
   for (const Block& b : blocks) est.offloaded_per_step += b.offloaded;
   // Backward: the losses and the heads first, then the MTP depths from the last, then the blocks.
+  r.open_window();
   for (const MtpDepth& m : mtp) r.bump(-m.loss);
   for (size_t k = mtp.size(); k-- > 0;) mtp_backward(r, layers + int64_t(k), mtp[k], last);
   r.bump(-outside.after);
-  backward_pass(r, blocks, items, plan, in.offload_prefetch_depth);
+  est.backward_before_layers = r.window_peak();
+  est.hidden_gradient = d.n * d.c * d.el;
+  backward_pass(r, blocks, items, plan, in.offload_prefetch_depth, est);
   r.bump(-outside.before);
   est.peak = r.peak();
   est.peak_at = r.peak_at();

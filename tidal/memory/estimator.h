@@ -65,7 +65,20 @@ struct ActivationEstimate {
   int64_t outside_layers = 0;       // embeddings, final norm, LM head input, loss (not logits);
                                     // chunk mode: the loss's stored gradients instead of the last two
   int64_t offloaded_per_step = 0;   // device bytes offload sends away in one micro-batch
-  std::string peak_at;              // where the peak happens, in words
+  // Backward part by part: the highest bytes before the layers' backward (the losses, the heads, the MTP depths),
+  // then per block from the last (its first layer; a block is a layer or a full-recompute group; its prefetches
+  // included). With the gradients each part has made so far, the planner's backward peak (plan/step_peak.h).
+  int64_t backward_before_layers = 0;
+  struct BackwardBlock {
+    int64_t first_layer = 0;
+    int64_t peak = 0;
+  };
+  std::vector<BackwardBlock> backward_blocks;
+  // The gradient of the hidden states between layers (N x hidden, the activations' dtype), alive through each
+  // layer's backward beside what the layer holds. The other gradients of activations, transient inside a layer,
+  // are not counted (docs/memory.md).
+  int64_t hidden_gradient = 0;
+  std::string peak_at;  // where the peak happens, in words
 };
 
 ActivationEstimate estimate_activations(const models::ModelConfig& config, const ActivationInputs& in);

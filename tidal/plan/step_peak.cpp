@@ -350,8 +350,27 @@ StepPeak predict_step_peak(const models::ModelConfig& m, const TriageSettings& s
   // A recompute replay or an offload prefetch later in backward, with gradients already there; the
   // optimizer step.
   // (Summed in place: whole gradients held from earlier micro-batches take the new ones.)
-  const int64_t grads_in_backward = (shard_grads ? held + live_grads : std::max(held, live_grads)) + in_flight;
-  const int64_t backward = a.peak > a.after_forward ? resident + a.peak + grads_in_backward : 0;
+  const auto grads_in_backward = [&](int64_t live) {
+    return (shard_grads ? held + live : std::max(held, live)) + in_flight;
+  };
+  // Gradients appear as backward goes (each at its parameter's first backward: train/main_grads.h, the
+  // accumulation nodes), from the last layer to the first: a part of backward holds at most those of the layers
+  // from its block on and every one outside the layers (the head's; the embedding's, which come last, counted
+  // too: a bound), with the activations that part holds at most. Without the shapes: every gradient at the
+  // activations' peak.
+  int64_t backward = 0;
+  if (a.peak > a.after_forward && shape == nullptr) {
+    backward = resident + a.peak + grads_in_backward(live_grads);
+  } else if (a.peak > a.after_forward) {
+    const std::vector<int64_t>& per_layer = shape->per_layer;
+    std::vector<int64_t> from(per_layer.size() + 1, shape->outer);  // elements of the layers >= l, and outside
+    for (size_t l = per_layer.size(); l-- > 0;) from[l] = from[l + 1] + per_layer[l];
+    const auto made = [&](int64_t elements) { return std::min(live_grads, 4 * elements); };
+    backward = resident + a.backward_before_layers + grads_in_backward(made(shape->outer));
+    for (const memory::ActivationEstimate::BackwardBlock& b : a.backward_blocks)
+      backward = std::max(backward,
+                          resident + b.peak + a.hidden_gradient + grads_in_backward(made(from[size_t(b.first_layer)])));
+  }
   // Sharded, the reduce-scatter holds the whole gradients (the last bucket's with overlap), the
   // shard's sum and every rank's pieces of it.
   const int64_t optimizer =
