@@ -1,0 +1,66 @@
+#!/usr/bin/env python3
+"""Writes the DeepSeek-V4 fixtures of tests/fixtures/hf/ from transformers' own classes (issue 30).
+
+Run from the virtual environment of scripts/hf_fixtures.py (tests never need it: the fixtures are committed):
+
+  /work/venv-hf/bin/python scripts/deepseek_v4_fixtures.py hc   # tests/fixtures/hf/deepseek_v4_hc/
+
+- deepseek_v4_hc/golden.safetensors: transformers' DeepseekV4HyperConnection and DeepseekV4HyperHead (mHC) with
+  random parameters (fn, base, scale; hc_fn, hc_base, hc_scale) on random streams (B, T, hc_mult, C) and a random
+  block output (B, T, C): their mappings (post, comb), the collapsed block input, the expanded streams as
+  DeepseekV4DecoderLayer forms them, the head's output, and the gradients of every input and parameter of
+  loss = sum(expanded * w_expanded) + sum(collapsed * w_collapsed) + sum(head * w_head). The test
+  tests/models/hyper_connection_test.cpp compares tidal's models/hyper_connection.h with them.
+"""
+import os
+import sys
+
+import torch
+import transformers
+from safetensors.torch import save_file
+from transformers.models.deepseek_v4 import modeling_deepseek_v4 as v4
+
+OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "fixtures", "hf")
+META = {"transformers": transformers.__version__, "torch": torch.__version__}
+
+
+def hc():
+    c = transformers.DeepseekV4Config(hidden_size=8, hc_mult=4, hc_sinkhorn_iters=20, hc_eps=1e-6, rms_norm_eps=1e-6,
+                                      num_hidden_layers=1)
+    gen = torch.Generator().manual_seed(0)
+
+    def rnd(*shape, scale=1.0):
+        return (torch.randn(*shape, generator=gen) * scale).requires_grad_(True)
+
+    conn, head = v4.DeepseekV4HyperConnection(c), v4.DeepseekV4HyperHead(c)
+    with torch.no_grad():  # values away from the init (base 0, scale 1) so every term of the mappings matters
+        for p, s in ((conn.fn, 0.5), (conn.base, 0.5), (conn.scale, 0.5), (head.hc_fn, 0.5), (head.hc_base, 0.5),
+                     (head.hc_scale, 0.5)):
+            p.copy_(torch.randn(p.shape, generator=gen) * s + (1.0 if p.dim() == 1 and p.numel() <= 3 else 0.0))
+    b, t, n, d = 2, 3, c.hc_mult, c.hidden_size
+    streams, block = rnd(b, t, n, d), rnd(b, t, d)
+    post, comb, collapsed = conn(streams)
+    expanded = post.unsqueeze(-1) * block.unsqueeze(-2) + torch.matmul(comb.transpose(-1, -2), streams)
+    out = head(streams)
+    w = {k: torch.randn(s, generator=gen) for k, s in
+         (("w_expanded", expanded.shape), ("w_collapsed", collapsed.shape), ("w_head", out.shape))}
+    loss = (expanded * w["w_expanded"]).sum() + (collapsed * w["w_collapsed"]).sum() + (out * w["w_head"]).sum()
+    loss.backward()
+    golden = {"streams": streams, "block": block, "post": post, "comb": comb, "collapsed": collapsed,
+              "expanded": expanded, "head": out, "loss": loss.reshape(1), **w}
+    for name, p in list(conn.named_parameters()) + list(head.named_parameters()):
+        golden[name] = p
+        golden["grad." + name] = p.grad
+    golden["grad.streams"], golden["grad.block"] = streams.grad, block.grad
+    path = os.path.join(OUT, "deepseek_v4_hc")
+    os.makedirs(path, exist_ok=True)
+    save_file({k: v.detach().contiguous() for k, v in golden.items()}, os.path.join(path, "golden.safetensors"),
+              metadata={**META, "hc_sinkhorn_iters": str(c.hc_sinkhorn_iters), "hc_eps": str(c.hc_eps),
+                        "rms_norm_eps": str(c.rms_norm_eps)})
+    print("hc: loss", loss.item())
+
+
+if __name__ == "__main__":
+    parts = {"hc": hc}
+    for part in sys.argv[1:] or list(parts):
+        parts[part]()
