@@ -3,7 +3,8 @@
 
 Run from the virtual environment of scripts/hf_fixtures.py (tests never need it: the fixtures are committed):
 
-  /work/venv-hf/bin/python scripts/deepseek_v4_fixtures.py hc   # tests/fixtures/hf/deepseek_v4_hc/
+  /work/venv-hf/bin/python scripts/deepseek_v4_fixtures.py hc       # tests/fixtures/hf/deepseek_v4_hc/
+  /work/venv-hf/bin/python scripts/deepseek_v4_fixtures.py fields   # tests/fixtures/hf/deepseek_v4_fields.v5.json
 
 - deepseek_v4_hc/golden.safetensors: transformers' DeepseekV4HyperConnection and DeepseekV4HyperHead (mHC) with
   random parameters (fn, base, scale; hc_fn, hc_base, hc_scale) on random streams (B, T, hc_mult, C) and a random
@@ -11,7 +12,13 @@ Run from the virtual environment of scripts/hf_fixtures.py (tests never need it:
   DeepseekV4DecoderLayer forms them, the head's output, and the gradients of every input and parameter of
   loss = sum(expanded * w_expanded) + sum(collapsed * w_collapsed) + sum(head * w_head). The test
   tests/models/hyper_connection_test.cpp compares tidal's models/hyper_connection.h with them.
+- deepseek_v4_fields.v5.json: every field of DeepseekV4Config (its to_dict() keys, __init__ parameters and
+  attribute_map names) and its defaults as to_dict() writes them, as hf_fixtures.py fields writes the other
+  families' (kept apart from config_fields/: the defaults' layer_types are CSA/HCA layers, which tidal refuses,
+  so tests/unit/hf_deepseek_v4_config_test.cpp reads them with sliding layers).
 """
+import inspect
+import json
 import os
 import sys
 
@@ -60,7 +67,19 @@ def hc():
     print("hc: loss", loss.item())
 
 
+def fields():
+    cls = transformers.DeepseekV4Config
+    defaults = cls().to_dict()
+    params = [p for p in inspect.signature(cls.__init__).parameters if p not in ("self", "kwargs")]
+    names = set(defaults) | set(params) | set(getattr(cls, "attribute_map", {}))
+    with open(os.path.join(OUT, "deepseek_v4_fields.v5.json"), "w") as f:
+        json.dump({"transformers": transformers.__version__, "class": cls.__name__, "fields": sorted(names),
+                   "defaults": json.loads(json.dumps(defaults, default=str))}, f, indent=1, sort_keys=True)
+        f.write("\n")
+    print("fields:", len(names))
+
+
 if __name__ == "__main__":
-    parts = {"hc": hc}
+    parts = {"hc": hc, "fields": fields}
     for part in sys.argv[1:] or list(parts):
         parts[part]()

@@ -1,7 +1,7 @@
+#include "tidal/ops/sinkhorn.h"
 #include "tests/support/gradcheck.h"
 #include "tidal/ops/elementwise.h"
 #include "tidal/ops/reduce.h"
-#include "tidal/ops/sinkhorn.h"
 #include "tidal/ops/view.h"
 
 namespace tidal {

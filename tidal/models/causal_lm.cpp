@@ -251,6 +251,9 @@ std::unique_ptr<CausalLM> create_model(const ModelConfig& config, const nn::Init
   std::unique_ptr<CausalLM> model;
   TIDAL_CHECK(experts == nullptr || config.is_moe(), "[model] expert parallelism needs a MoE model, not ",
               config.model_type);
+  TIDAL_CHECK(!config.is_deepseek_v4(),
+              "[model] tidal reads deepseek_v4's config.json but does not build the model "
+              "yet (issue 30)");
   if (config.is_gpt2())
     model = std::make_unique<Gpt2>(config, init);
   else if (config.is_gemma3())

@@ -40,10 +40,10 @@ HyperMappings HyperConnection::collapse(const Tensor& streams) const {
   const int64_t b = streams.size(0), t = streams.size(1), n = c_.streams;
   const std::vector<Tensor> w = split(mixes(streams, fn_, c_.norm_eps), {n, n, n * n}, -1);  // (B, T, n|n|n^2)
   const std::vector<Tensor> base = split(base_, {n, n, n * n}, 0);
-  const std::vector<Tensor> scale = split(scale_, {1, 1, 1}, 0);  // three (1)
-  Tensor pre = add(sigmoid(add(mul(w[0], scale[0]), base[0])), c_.eps);              // (B, T, N)
-  Tensor post = mul(sigmoid(add(mul(w[1], scale[1]), base[1])), 2.0);               // (B, T, N)
-  Tensor logits = add(mul(w[2].view({b, t, n, n}), scale[2]), base[2].view({n, n}));  // (B, T, N, N)
+  const std::vector<Tensor> scale = split(scale_, {1, 1, 1}, 0);                        // three (1)
+  Tensor pre = add(sigmoid(add(mul(w[0], scale[0]), base[0])), c_.eps);                 // (B, T, N)
+  Tensor post = mul(sigmoid(add(mul(w[1], scale[1]), base[1])), 2.0);                   // (B, T, N)
+  Tensor logits = add(mul(w[2].view({b, t, n, n}), scale[2]), base[2].view({n, n}));    // (B, T, N, N)
   Tensor comb = sinkhorn(add(softmax(logits, -1), c_.eps), c_.sinkhorn_iters, c_.eps);  // (B, T, N, N)
   return {post, comb, weighted_sum(pre, streams)};
 }

@@ -18,8 +18,8 @@
 namespace tidal::models {
 
 struct HyperConnectionConfig {
-  int64_t streams = 4;     // hc_mult
-  int64_t hidden = 0;      // C
+  int64_t streams = 4;  // hc_mult
+  int64_t hidden = 0;   // C
   int64_t sinkhorn_iters = 20;
   double eps = 1e-6;       // hc_eps
   double norm_eps = 1e-6;  // rms_norm_eps, of the unweighted input norm

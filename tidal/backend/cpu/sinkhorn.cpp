@@ -53,8 +53,8 @@ void backward(T* dx, const T* g, const T* x, const SinkhornArgs& a) {
   parallel_for(0, a.matrices, std::max<int64_t>(1, kGrainElems / std::max<int64_t>(nn * k_steps, 1)),
                [&](int64_t b, int64_t e) {
                  // outs[k]: the output of step k; divs[k]: its n divisors.
-                 std::vector<A> outs(static_cast<size_t>(nn * k_steps)), divs(static_cast<size_t>(n * k_steps)), grad(static_cast<size_t>(nn)),
-                     dots(static_cast<size_t>(n));
+                 std::vector<A> outs(static_cast<size_t>(nn * k_steps)), divs(static_cast<size_t>(n * k_steps)),
+                     grad(static_cast<size_t>(nn)), dots(static_cast<size_t>(n));
                  for (int64_t m = b; m < e; ++m) {
                    for (int64_t k = 0; k < k_steps; ++k) {
                      A* v = outs.data() + k * nn;
@@ -92,8 +92,7 @@ void CpuKernels::sinkhorn_forward(Stream&, const Tensor& out, const Tensor& x, c
   });
 }
 
-void CpuKernels::sinkhorn_backward(Stream&, const Tensor& dx, const Tensor& g, const Tensor& x,
-                                   const SinkhornArgs& a) {
+void CpuKernels::sinkhorn_backward(Stream&, const Tensor& dx, const Tensor& g, const Tensor& x, const SinkhornArgs& a) {
   dispatch_float(x.dtype(), "sinkhorn_backward", [&](auto tag) {
     using T = typename decltype(tag)::type;
     backward(dx.data<T>(), g.data<T>(), x.data<T>(), a);
