@@ -5,6 +5,7 @@ Run from the virtual environment of scripts/hf_fixtures.py (tests never need it:
 
   /work/venv-hf/bin/python scripts/deepseek_v4_fixtures.py hc       # tests/fixtures/hf/deepseek_v4_hc/
   /work/venv-hf/bin/python scripts/deepseek_v4_fixtures.py fields   # tests/fixtures/hf/deepseek_v4_fields.v5.json
+  /work/venv-hf/bin/python scripts/deepseek_v4_fixtures.py model    # tests/fixtures/hf/tiny_deepseek_v4/
 
 - deepseek_v4_hc/golden.safetensors: transformers' DeepseekV4HyperConnection and DeepseekV4HyperHead (mHC) with
   random parameters (fn, base, scale; hc_fn, hc_base, hc_scale) on random streams (B, T, hc_mult, C) and a random
@@ -16,6 +17,11 @@ Run from the virtual environment of scripts/hf_fixtures.py (tests never need it:
   attribute_map names) and its defaults as to_dict() writes them, as hf_fixtures.py fields writes the other
   families' (kept apart from config_fields/: the defaults' layer_types are CSA/HCA layers, which tidal refuses,
   so tests/unit/hf_deepseek_v4_config_test.cpp reads them with sliding layers).
+- tiny_deepseek_v4/: a tiny random DeepseekV4ForCausalLM (3 sliding-window layers with a window shorter than
+  the input, hash_moe then two top-k moe layers, mHC with 4 streams, partial interleaved RoPE, o_groups 2, a
+  swiglu_limit the experts' pre-activations cross) saved with save_pretrained, its tid2eid tables, correction
+  biases and sinks random, and golden.safetensors: ids, targets, logits, the mean cross-entropy `loss` and
+  grad.<name> of every parameter. tests/models/deepseek_v4_test.cpp compares tidal's model with them.
 """
 import inspect
 import json
@@ -67,6 +73,60 @@ def hc():
     print("hc: loss", loss.item())
 
 
+def model():
+    torch.manual_seed(0)
+    c = transformers.DeepseekV4Config(
+        vocab_size=64, hidden_size=16, num_hidden_layers=3, num_attention_heads=4, head_dim=8, q_lora_rank=12,
+        partial_rotary_factor=0.5, o_groups=2, o_lora_rank=6, sliding_window=5,
+        layer_types=["sliding_attention"] * 3, mlp_layer_types=["hash_moe", "moe", "moe"], n_routed_experts=4,
+        num_experts_per_tok=2, moe_intermediate_size=10, n_shared_experts=1, routed_scaling_factor=1.5,
+        swiglu_limit=0.6, hc_mult=4, hc_sinkhorn_iters=20, hc_eps=1e-6, rms_norm_eps=1e-6, rope_theta=10000.0,
+        max_position_embeddings=64, tie_word_embeddings=False, num_nextn_predict_layers=0)
+    c._experts_implementation = "eager"  # the per-expert loop (grouped_mm needs 16-byte strides)
+    m = v4.DeepseekV4ForCausalLM(c).float()
+    gen = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for name, p in m.named_parameters():
+            if name.endswith("norm.weight") or name.endswith("layernorm.weight"):
+                p.copy_(1.0 + 0.1 * torch.randn(p.shape, generator=gen))
+            elif name.endswith(".scale") or name.endswith("hc_scale"):
+                p.copy_(1.0 + 0.3 * torch.randn(p.shape, generator=gen))
+            else:
+                p.copy_(0.3 * torch.randn(p.shape, generator=gen))
+        for name, b in m.named_buffers():
+            if name.endswith("tid2eid"):
+                b.copy_(torch.stack([torch.randperm(c.n_routed_experts, generator=gen)[:c.num_experts_per_tok]
+                                     for _ in range(c.vocab_size)]))
+            elif name.endswith("e_score_correction_bias"):
+                b.copy_(0.1 * torch.randn(b.shape, generator=gen))
+    m.train()
+    crossed = []  # gate/up pre-activations past swiglu_limit (every expert, every token of the block): clamps matter
+
+    def count(module, args):
+        pre = torch.einsum("nc,efc->enf", args[0], module.gate_up_proj)
+        crossed.append(int((pre.abs() > c.swiglu_limit).sum()))
+
+    hooks = [layer.mlp.experts.register_forward_pre_hook(count) for layer in m.model.layers]
+    b, t = 2, 12
+    tokens = torch.randint(0, c.vocab_size, (b, t + 1), generator=gen)
+    ids, targets = tokens[:, :t].contiguous(), tokens[:, 1:].contiguous()
+    logits = m(input_ids=ids).logits
+    loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), targets.flatten())
+    loss.backward()
+    for h in hooks:
+        h.remove()
+    assert all(n > 0 for n in crossed), crossed
+    path = os.path.join(OUT, "tiny_deepseek_v4")
+    m.save_pretrained(path, safe_serialization=True)
+    golden = {"ids": ids, "targets": targets, "logits": logits, "loss": loss.reshape(1)}
+    for name, p in m.named_parameters():
+        golden["grad." + name] = p.grad
+    save_file({k: v.detach().contiguous() for k, v in golden.items()}, os.path.join(path, "golden.safetensors"),
+              metadata=META)
+    print("model: loss", loss.item(), "params", sum(p.numel() for p in m.parameters()),
+          "pre-activations past swiglu_limit per layer", crossed)
+
+
 def fields():
     cls = transformers.DeepseekV4Config
     defaults = cls().to_dict()
@@ -80,6 +140,6 @@ def fields():
 
 
 if __name__ == "__main__":
-    parts = {"hc": hc, "fields": fields}
+    parts = {"hc": hc, "fields": fields, "model": model}
     for part in sys.argv[1:] or list(parts):
         parts[part]()

@@ -117,11 +117,17 @@ TEST(HfDeepseekV4Config, WhatTidalDoesNotBuildIsRefusedByName) {
   j["compress_ratios"] = ratios;
   j.erase("layer_types");
   EXPECT_HAS(config_error(j), "compressed_sparse_attention");
-  const std::pair<const char*, json> refused[] = {
-      {"scoring_func", "softmax"},   {"num_key_value_heads", 2},     {"n_shared_experts", 2},
-      {"output_router_logits", true}, {"router_jitter_noise", 0.1},  {"hidden_act", "gelu"},
-      {"attention_bias", true},      {"partial_rotary_factor", 0.3}, {"qk_rope_head_dim", 16},
-      {"attention_dropout", 0.1},    {"mlp_bias", true}};
+  const std::pair<const char*, json> refused[] = {{"scoring_func", "softmax"},
+                                                  {"num_key_value_heads", 2},
+                                                  {"n_shared_experts", 2},
+                                                  {"output_router_logits", true},
+                                                  {"router_jitter_noise", 0.1},
+                                                  {"hidden_act", "gelu"},
+                                                  {"attention_bias", true},
+                                                  {"partial_rotary_factor", 0.3},
+                                                  {"qk_rope_head_dim", 16},
+                                                  {"attention_dropout", 0.1},
+                                                  {"mlp_bias", true}};
   for (const auto& [field, value] : refused) {
     j = sliding_defaults();
     j[field] = value;

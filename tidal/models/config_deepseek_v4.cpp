@@ -163,14 +163,15 @@ void read_deepseek_v4(const FieldReader& f, ModelConfig& c) {
   c.routed_scaling_factor = f.get("routed_scaling_factor", kRoutedScaling);
   c.norm_topk_prob = true;  // DeepseekV4's routers always renormalize the chosen weights (harmless field)
   c.router_score = ModelConfig::RouterScore::sigmoid;  // unused by deepseek_v4: its scores are sqrtsoftplus
-  c.router_expert_bias = true;                        // e_score_correction_bias of the top-k routers
+  c.router_expert_bias = true;                         // e_score_correction_bias of the top-k routers
   c.router_aux_loss_coef = 0;  // no auxiliary loss (transformers adds one only with output_router_logits)
   if (f.get("output_router_logits", false))
     f.refuse("output_router_logits", "true",
              "transformers then adds router_aux_loss_coef x its load-balancing loss, which tidal's deepseek_v4 does "
              "not compute (only false)");
   if (const std::string s = f.get("scoring_func", "sqrtsoftplus"); s != "sqrtsoftplus")
-    f.refuse("scoring_func", "'" + s + "'", "tidal's deepseek_v4 scores experts with sqrt(softplus) (only sqrtsoftplus)");
+    f.refuse("scoring_func", "'" + s + "'",
+             "tidal's deepseek_v4 scores experts with sqrt(softplus) (only sqrtsoftplus)");
   if (const double jitter = f.get("router_jitter_noise", 0.0); jitter != 0.0)
     f.refuse("router_jitter_noise", json(jitter).dump(), "router noise is not implemented (only 0)");
   v.hash_moe = hash_layers(f, c.num_hidden_layers);
@@ -256,9 +257,9 @@ int64_t deepseek_v4_parameter_count(const ModelConfig& c) {
   const int64_t attention = sum({mul({d, q}), q, mul({q, h, hd}), mul({d, hd}), hd,  // q_a, q_a_norm, q_b, kv, kv_norm
                                  mul({v.o_groups, v.o_lora_rank, h / v.o_groups, hd}),  // o_a_proj (grouped)
                                  mul({v.o_groups, v.o_lora_rank, d}), h});              // o_b_proj, sinks
-  const int64_t mlp = sum({mul({e, 3, f, d}), mul({e, d}), mul({3, d, f})});  // experts, gate, shared expert
-  const int64_t hc = mul({2, sum({mul({mixes, n, d}), mixes, 3})});          // attn_hc and ffn_hc
-  const int64_t layer = sum({attention, mlp, hc, 2 * d});                    // and its two norms
+  const int64_t mlp = sum({mul({e, 3, f, d}), mul({e, d}), mul({3, d, f})});            // experts, gate, shared expert
+  const int64_t hc = mul({2, sum({mul({mixes, n, d}), mixes, 3})});                     // attn_hc and ffn_hc
+  const int64_t layer = sum({attention, mlp, hc, 2 * d});                               // and its two norms
   return sum({mul({c.vocab_size, d}), c.tie_word_embeddings ? 0 : mul({c.vocab_size, d}),
               mul({c.num_hidden_layers, layer}), d, sum({mul({n, n, d}), n, 1})});  // final norm, hc_head
 }

@@ -1,0 +1,122 @@
+// DeepSeek-V4 (models/deepseek_v4.h) against transformers' DeepseekV4ForCausalLM on a tiny random model
+// (tests/fixtures/hf/tiny_deepseek_v4, scripts/deepseek_v4_fixtures.py model): three sliding-window layers with a
+// window shorter than the input, a hash-routed and two top-k MoE layers with the SwiGLU clamp crossed, mHC on:
+// the logits, the loss and the gradient of every parameter.
+#include <gtest/gtest.h>
+
+// Modes are written as partial aggregates: the fields left out keep their defaults.
+#pragma GCC diagnostic ignored "-Wmissing-field-initializers"
+
+#include <filesystem>
+
+#include "tests/models/hf_golden.h"
+#include "tests/support/error_of.h"
+#include "tests/support/gradcheck.h"
+#include "tests/support/recompute_modes.h"
+#include "tidal/autograd/checkpoint.h"
+#include "tidal/io/safetensors.h"
+#include "tidal/ops/loss.h"
+#include "tidal/ops/random.h"
+
+namespace tidal::models {
+namespace {
+
+const char* kFixture = "tiny_deepseek_v4";
+
+TEST(DeepseekV4, MatchesTransformersLogitsLossAndEveryGradient) {
+  const GoldenFiles g = load_golden(kFixture);
+  std::unique_ptr<CausalLM> model = load_pretrained_model(g.dir);
+  ASSERT_TRUE(model->config().is_deepseek_v4());
+  const Tensor ids = g.at("ids"), targets = g.at("targets");
+  const ModelOutput out = model->forward(ids);
+  const double logits_error = relative_error(out.logits, g.at("logits"));
+  EXPECT_LE(logits_error, 1e-5);
+  Tensor loss = causal_lm_loss(out, targets, 0.0);
+  EXPECT_LE(scalar_error(loss, g.at("loss")), 1e-5);
+  loss.backward();
+  int compared = 0;
+  double worst = 0;
+  for (const auto& [name, p] : model->named_parameters()) {
+    ASSERT_TRUE(g.has("grad." + name)) << name << " has no golden gradient: a name transformers does not use";
+    const double e = relative_error(p.grad(), g.at("grad." + name));
+    EXPECT_LE(e, 1e-4) << name;
+    worst = std::max(worst, e);
+    ++compared;
+  }
+  EXPECT_EQ(compared, g.count_prefix("grad."));  // every transformers parameter is one of tidal's
+  std::printf("logits %.2e, loss %.2e, worst gradient %.2e over %d parameters\n", logits_error,
+              scalar_error(loss, g.at("loss")), worst, compared);
+}
+
+// tidal writes the names transformers writes (DeepSeek's: layers.L.attn.wq_a, ffn.experts.E.w1, hc_attn_fn, ...),
+// each tensor as the fixture holds it, and reads its own directory back to the same logits.
+TEST(DeepseekV4, SavesTransformersNamesAndLoadsThemBack) {
+  const GoldenFiles g = load_golden(kFixture);
+  std::unique_ptr<CausalLM> model = load_pretrained_model(g.dir);
+  const std::string dir = ::testing::TempDir() + "tidal_deepseek_v4_saved";
+  std::filesystem::remove_all(dir);
+  save_pretrained(*model, dir);
+  const auto theirs = io::load_safetensors(g.dir + "/model.safetensors").tensors;
+  const auto ours = io::load_safetensors(dir + "/model.safetensors").tensors;
+  ASSERT_EQ(ours.size(), theirs.size());
+  for (const auto& [name, t] : theirs) {
+    ASSERT_TRUE(ours.count(name)) << name << " is not among the names tidal writes";
+    EXPECT_TRUE(testing::bitwise_equal(ours.at(name), t)) << name;
+  }
+  NoGradGuard no_grad;
+  EXPECT_TRUE(testing::bitwise_equal(load_pretrained_model(dir)->forward(g.at("ids")).logits,
+                                     model->forward(g.at("ids")).logits));
+}
+
+// The dry run's device: forward and backward from shapes alone (the MoE's slots go round the experts).
+TEST(DeepseekV4, RunsOnTheMetaDevice) {
+  const ModelConfig c = load_pretrained_dir(fixture_dir(kFixture)).config;
+  nn::Init init;
+  init.device = Device::meta();
+  std::unique_ptr<CausalLM> model = create_model(c, init);
+  EXPECT_EQ(model->num_parameters(), c.parameter_count());
+  Tensor tokens = empty({2, 13}, DType::i64, Device::meta());
+  Tensor loss = causal_lm_loss(model->forward(tokens.narrow(1, 0, 12)), tokens.narrow(1, 1, 12), 0.0);
+  loss.backward();
+  for (const auto& [name, p] : model->named_parameters()) EXPECT_TRUE(p.grad().defined() && p.grad().is_meta()) << name;
+}
+
+// Full recompute (uniform, block, groups of 2) and the core_attn and moe checkpoints: the loss and every gradient
+// bit for bit the plain run's.
+TEST(DeepseekV4, RecomputeGivesBitwiseIdenticalGradients) {
+  const GoldenFiles g = load_golden(kFixture);
+  std::unique_ptr<CausalLM> model = load_pretrained_model(g.dir);
+  auto run = [&](const std::vector<LayerRecompute>& plan, std::vector<Tensor>* grads) {
+    model->set_recompute(plan);
+    Tensor loss = causal_lm_loss(model->forward(g.at("ids")), g.at("targets"), 0.0);
+    loss.backward();
+    grads->clear();
+    for (const Tensor& p : model->parameters()) grads->push_back(p.grad().clone());
+    model->zero_grad();
+    return loss.item<double>();
+  };
+  std::vector<Tensor> plain, again;
+  const double base = run({}, &plain);
+  using Mode = testing::RecomputeMode;
+  const Mode modes[] = {{"full uniform 1", "full", "uniform", 1},
+                        {"full uniform 2", "full", "uniform", 2},
+                        {"full block 2", "full", "block", 2},
+                        {"core_attn", "selective", "", -1, false, -1, false, -1, "core_attn"},
+                        {"moe", "selective", "", -1, false, -1, false, -1, "moe"},
+                        {"core_attn,moe", "selective", "", -1, false, -1, false, -1, "core_attn,moe"}};
+  for (const Mode& m : modes) {
+    SCOPED_TRACE(m.name);
+    const int64_t replays = autograd::checkpoint_replay_count();
+    const double loss = run(memory::plan_recompute(m.parse(model->config()), model->config()), &again);
+    EXPECT_GT(autograd::checkpoint_replay_count(), replays);  // something was recomputed
+    EXPECT_EQ(loss, base);
+    ASSERT_EQ(again.size(), plain.size());
+    for (size_t i = 0; i < plain.size(); ++i) EXPECT_TRUE(testing::bitwise_equal(again[i], plain[i])) << i;
+  }
+  // What deepseek_v4 does not implement is refused by name, not silently skipped.
+  const std::string e = testing::error_of([&] { Mode{"norm", "", "", -1, false, -1, true}.parse(model->config()); });
+  EXPECT_NE(e.find("--recompute-norm"), std::string::npos) << e;
+}
+
+}  // namespace
+}  // namespace tidal::models
