@@ -6,6 +6,7 @@ Run from the virtual environment of scripts/hf_fixtures.py (tests never need it:
   /work/venv-hf/bin/python scripts/deepseek_v4_fixtures.py hc       # tests/fixtures/hf/deepseek_v4_hc/
   /work/venv-hf/bin/python scripts/deepseek_v4_fixtures.py fields   # tests/fixtures/hf/deepseek_v4_fields.v5.json
   /work/venv-hf/bin/python scripts/deepseek_v4_fixtures.py model    # tests/fixtures/hf/tiny_deepseek_v4/
+  /work/venv-hf/bin/python scripts/deepseek_v4_fixtures.py model_hca   # tests/fixtures/hf/tiny_deepseek_v4_hca/
 
 - deepseek_v4_hc/golden.safetensors: transformers' DeepseekV4HyperConnection and DeepseekV4HyperHead (mHC) with
   random parameters (fn, base, scale; hc_fn, hc_base, hc_scale) on random streams (B, T, hc_mult, C) and a random
@@ -22,6 +23,8 @@ Run from the virtual environment of scripts/hf_fixtures.py (tests never need it:
   swiglu_limit the experts' pre-activations cross) saved with save_pretrained, its tid2eid tables, correction
   biases and sinks random, and golden.safetensors: ids, targets, logits, the mean cross-entropy `loss` and
   grad.<name> of every parameter. tests/models/deepseek_v4_test.cpp compares tidal's model with them.
+- tiny_deepseek_v4_hca/: the same with layers 0 and 2 heavily_compressed_attention (m' = 4, compress_rope_theta 500,
+  random position_bias).
 """
 import inspect
 import json
@@ -73,15 +76,15 @@ def hc():
     print("hc: loss", loss.item())
 
 
-def model():
+def model(fixture="tiny_deepseek_v4", layer_types=("sliding_attention",) * 3, **extra):
     torch.manual_seed(0)
     c = transformers.DeepseekV4Config(
         vocab_size=64, hidden_size=16, num_hidden_layers=3, num_attention_heads=4, head_dim=8, q_lora_rank=12,
         partial_rotary_factor=0.5, o_groups=2, o_lora_rank=6, sliding_window=5,
-        layer_types=["sliding_attention"] * 3, mlp_layer_types=["hash_moe", "moe", "moe"], n_routed_experts=4,
+        layer_types=list(layer_types), mlp_layer_types=["hash_moe", "moe", "moe"], n_routed_experts=4,
         num_experts_per_tok=2, moe_intermediate_size=10, n_shared_experts=1, routed_scaling_factor=1.5,
         swiglu_limit=0.6, hc_mult=4, hc_sinkhorn_iters=20, hc_eps=1e-6, rms_norm_eps=1e-6, rope_theta=10000.0,
-        max_position_embeddings=64, tie_word_embeddings=False, num_nextn_predict_layers=0)
+        max_position_embeddings=64, tie_word_embeddings=False, num_nextn_predict_layers=0, **extra)
     c._experts_implementation = "eager"  # the per-expert loop (grouped_mm needs 16-byte strides)
     m = v4.DeepseekV4ForCausalLM(c).float()
     gen = torch.Generator().manual_seed(1)
@@ -89,6 +92,8 @@ def model():
         for name, p in m.named_parameters():
             if name.endswith("norm.weight") or name.endswith("layernorm.weight"):
                 p.copy_(1.0 + 0.1 * torch.randn(p.shape, generator=gen))
+            elif name.endswith("position_bias"):
+                p.copy_(torch.randn(p.shape, generator=gen))
             elif name.endswith(".scale") or name.endswith("hc_scale"):
                 p.copy_(1.0 + 0.3 * torch.randn(p.shape, generator=gen))
             else:
@@ -116,15 +121,23 @@ def model():
     for h in hooks:
         h.remove()
     assert all(n > 0 for n in crossed), crossed
-    path = os.path.join(OUT, "tiny_deepseek_v4")
+    path = os.path.join(OUT, fixture)
     m.save_pretrained(path, safe_serialization=True)
     golden = {"ids": ids, "targets": targets, "logits": logits, "loss": loss.reshape(1)}
     for name, p in m.named_parameters():
         golden["grad." + name] = p.grad
     save_file({k: v.detach().contiguous() for k, v in golden.items()}, os.path.join(path, "golden.safetensors"),
               metadata=META)
-    print("model: loss", loss.item(), "params", sum(p.numel() for p in m.parameters()),
+    print(fixture, "loss", loss.item(), "params", sum(p.numel() for p in m.parameters()),
           "pre-activations past swiglu_limit per layer", crossed)
+
+
+def model_hca():
+    # Two heavily compressed layers (m' = 4 over 12 tokens: 3 entries, the last token's window complete) around a
+    # sliding one, their RoPE base apart from the sliding layers'.
+    model("tiny_deepseek_v4_hca", ("heavily_compressed_attention", "sliding_attention", "heavily_compressed_attention"),
+          compress_rates={"compressed_sparse_attention": 4, "heavily_compressed_attention": 4},
+          compress_rope_theta=500.0)
 
 
 def fields():
@@ -140,6 +153,6 @@ def fields():
 
 
 if __name__ == "__main__":
-    parts = {"hc": hc, "fields": fields, "model": model}
+    parts = {"hc": hc, "fields": fields, "model": model, "model_hca": model_hca}
     for part in sys.argv[1:] or list(parts):
         parts[part]()

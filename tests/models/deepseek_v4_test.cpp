@@ -1,7 +1,7 @@
-// DeepSeek-V4 (models/deepseek_v4.h) against transformers' DeepseekV4ForCausalLM on a tiny random model
-// (tests/fixtures/hf/tiny_deepseek_v4, scripts/deepseek_v4_fixtures.py model): three sliding-window layers with a
-// window shorter than the input, a hash-routed and two top-k MoE layers with the SwiGLU clamp crossed, mHC on:
-// the logits, the loss and the gradient of every parameter.
+// DeepSeek-V4 (models/deepseek_v4.h) against transformers' DeepseekV4ForCausalLM on tiny random models
+// (tests/fixtures/hf/tiny_deepseek_v4 and tiny_deepseek_v4_hca, scripts/deepseek_v4_fixtures.py): three layers with a
+// window shorter than the input (sliding, or heavily compressed around a sliding one), a hash-routed and two top-k MoE
+// layers with the SwiGLU clamp crossed, mHC on: the logits, the loss and the gradient of every parameter.
 #include <gtest/gtest.h>
 
 // Modes are written as partial aggregates: the fields left out keep their defaults.
@@ -15,16 +15,23 @@
 #include "tests/support/recompute_modes.h"
 #include "tidal/autograd/checkpoint.h"
 #include "tidal/io/safetensors.h"
+#include "tidal/ops/elementwise.h"
 #include "tidal/ops/loss.h"
 #include "tidal/ops/random.h"
+#include "tidal/ops/reduce.h"
 
 namespace tidal::models {
 namespace {
 
-const char* kFixture = "tiny_deepseek_v4";
+// The save, meta and recompute tests run the model with both kinds of layer.
+const char* kFixture = "tiny_deepseek_v4_hca";
 
-TEST(DeepseekV4, MatchesTransformersLogitsLossAndEveryGradient) {
-  const GoldenFiles g = load_golden(kFixture);
+class DeepseekV4Golden : public ::testing::TestWithParam<const char*> {};
+
+// tiny_deepseek_v4: sliding layers; tiny_deepseek_v4_hca: two heavily compressed layers (m' = 4 over 12 tokens,
+// their own RoPE base) around a sliding one.
+TEST_P(DeepseekV4Golden, MatchesTransformersLogitsLossAndEveryGradient) {
+  const GoldenFiles g = load_golden(GetParam());
   std::unique_ptr<CausalLM> model = load_pretrained_model(g.dir);
   ASSERT_TRUE(model->config().is_deepseek_v4());
   const Tensor ids = g.at("ids"), targets = g.at("targets");
@@ -39,14 +46,19 @@ TEST(DeepseekV4, MatchesTransformersLogitsLossAndEveryGradient) {
   for (const auto& [name, p] : model->named_parameters()) {
     ASSERT_TRUE(g.has("grad." + name)) << name << " has no golden gradient: a name transformers does not use";
     const double e = relative_error(p.grad(), g.at("grad." + name));
-    EXPECT_LE(e, 1e-4) << name;
+    // A gradient summed with cancellation to near 0 (hc_head.hc_scale: 4.8e-5 in the HCA fixture) is held to its
+    // absolute error instead: f32 rounding of the terms, 1e-8 here.
+    const double absolute = e * std::sqrt(double(sum(square(g.at("grad." + name))).item<float>()));
+    EXPECT_TRUE(e <= 1e-4 || absolute <= 1e-7) << name << ": relative " << e << ", absolute " << absolute;
     worst = std::max(worst, e);
     ++compared;
   }
   EXPECT_EQ(compared, g.count_prefix("grad."));  // every transformers parameter is one of tidal's
-  std::printf("logits %.2e, loss %.2e, worst gradient %.2e over %d parameters\n", logits_error,
+  std::printf("%s: logits %.2e, loss %.2e, worst gradient %.2e over %d parameters\n", GetParam(), logits_error,
               scalar_error(loss, g.at("loss")), worst, compared);
 }
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, DeepseekV4Golden, ::testing::Values("tiny_deepseek_v4", "tiny_deepseek_v4_hca"));
 
 // tidal writes the names transformers writes (DeepSeek's: layers.L.attn.wq_a, ffn.experts.E.w1, hc_attn_fn, ...),
 // each tensor as the fixture holds it, and reads its own directory back to the same logits.

@@ -100,11 +100,25 @@ TEST(HfDeepseekV4Config, LegacyNamesFoldInAsTransformersFoldsThem) {
   EXPECT_EQ(back.parameter_count(), c.parameter_count());
 }
 
+TEST(HfDeepseekV4Config, HeavilyCompressedLayersAreBuiltWithTheDefaultRope) {
+  json j = sliding_defaults();
+  j["layer_types"][0] = "heavily_compressed_attention";
+  const ModelConfig c = config_from_json(j, "hca");
+  EXPECT_TRUE(c.is_heavily_compressed(0));
+  EXPECT_FALSE(c.is_heavily_compressed(1));
+  // Its compressor: kv_proj and gate_proj (4096 -> 512), position_bias (128, 512), kv_norm (512).
+  EXPECT_EQ(c.parameter_count() - config_from_json(sliding_defaults(), "sliding").parameter_count(),
+            2 * 4096 * 512 + 128 * 512 + 512);
+  j["rope_parameters"]["compress"]["rope_type"] = "yarn";
+  j["rope_parameters"]["compress"]["factor"] = 16;
+  EXPECT_HAS(config_error(j), "YaRN on heavily_compressed_attention layers is not implemented yet");
+}
+
 TEST(HfDeepseekV4Config, WhatTidalDoesNotBuildIsRefusedByName) {
-  // The class defaults themselves: V4-Pro's HCA/CSA schedule.
+  // The class defaults themselves: V4-Pro's HCA/CSA schedule, whose first CSA layer is layer 3.
   std::string e = config_error(fields_file()["defaults"]);
   EXPECT_HAS(e, "'layer_types'");
-  EXPECT_HAS(e, "heavily_compressed_attention");
+  EXPECT_HAS(e, "'compressed_sparse_attention' at layer 3");
   EXPECT_HAS(e, "not implemented yet");
   json j = sliding_defaults();
   j["layer_types"][5] = "compressed_sparse_attention";

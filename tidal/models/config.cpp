@@ -199,8 +199,8 @@ void ModelConfig::validate(std::string_view source) const {
   TIDAL_CHECK(sliding_window >= 0, at, "sliding_window must not be negative, got ", sliding_window);
   TIDAL_CHECK(layer_types.empty() || int64_t(layer_types.size()) == num_hidden_layers, at, "layer_types lists ",
               layer_types.size(), " layers, the model has ", num_hidden_layers);
-  for (const std::string& t : layer_types)
-    TIDAL_CHECK(t == "full_attention" || t == "sliding_attention", at, "layer_types entry '", t,
+  for (const std::string& t : layer_types)  // deepseek_v4's own types: validate_deepseek_v4
+    TIDAL_CHECK(t == "full_attention" || t == "sliding_attention" || is_deepseek_v4(), at, "layer_types entry '", t,
                 "' is not full_attention or sliding_attention");
   TIDAL_CHECK(sliding_window == 0 || !is_gpt2(), at, "gpt2 has no sliding-window attention");
   if (!is_gpt2() && head_size() % 2 == 0) {

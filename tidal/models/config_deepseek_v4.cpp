@@ -1,5 +1,6 @@
 #include "tidal/models/config_deepseek_v4.h"
 
+#include <algorithm>
 #include <cmath>
 #include <nlohmann/json.hpp>
 
@@ -88,13 +89,17 @@ void read_rope_parameters(const FieldReader& f, ModelConfig& c, double partial) 
     c.v4.compress_rope_theta = comp.get("rope_theta", c.v4.compress_rope_theta);
     check_partial(main);
     check_partial(comp);
-    if (const std::string t = comp.get("rope_type", "default"); t != "default" && t != "yarn")
+    const std::string t = comp.get("rope_type", "default");
+    if (t != "default" && t != "yarn")
       comp.refuse("rope_type", "'" + t + "'", "the compressed layers' rope is default or yarn");
+    c.v4.compress_rope_yarn = t == "yarn";
     return;
   }
   const FieldReader r(*rp, f.source(), nullptr, "rope_parameters.");
-  if (const std::string t = r.get("rope_type", "default"); t != "default" && t != "yarn")
+  const std::string t = r.get("rope_type", "default");
+  if (t != "default" && t != "yarn")
     r.refuse("rope_type", "'" + t + "'", "the compressed layers' rope is default or yarn");
+  c.v4.compress_rope_yarn = t == "yarn";
 }
 
 }  // namespace
@@ -140,17 +145,19 @@ void read_deepseek_v4(const FieldReader& f, ModelConfig& c) {
   v.index_topk = f.get("index_topk", kIndexTopK, 1, kMaxPositions);
   for (size_t l = 0; l < c.layer_types.size(); ++l) {
     const std::string& t = c.layer_types[l];
-    if (t == kCsa || t == kHca)
+    if (t == kCsa)
       f.refuse("layer_types", str_cat("'", t, "' at layer ", l),
-               str_cat("tidal builds DeepSeek-V4's sliding_attention layers only so far; ",
-                       t == kCsa ? "compressed sparse attention (its compressor, lightning indexer and top-k sparse "
-                                   "attention)"
-                                 : "heavily compressed attention (its compressor)",
-                       " is not implemented yet (issue 30): use a config whose layer_types are all sliding_attention"));
-    if (t != kSliding)
+               "tidal builds DeepSeek-V4's sliding_attention and heavily_compressed_attention layers so far; "
+               "compressed sparse attention (its overlapping compressor, lightning indexer and top-k sparse attention) "
+               "is not implemented yet (issue 30): use a config without compressed_sparse_attention layers");
+    if (t != kSliding && t != kHca)
       f.refuse("layer_types", str_cat("'", t, "' at layer ", l),
                str_cat("entries are ", kSliding, ", ", kCsa, " or ", kHca));
   }
+  const bool compressed = std::find(c.layer_types.begin(), c.layer_types.end(), kHca) != c.layer_types.end();
+  if (compressed && v.compress_rope_yarn)
+    f.refuse("rope_parameters", "a yarn rope for the compressed layers",
+             "YaRN on heavily_compressed_attention layers is not implemented yet (only the default rope type)");
 
   c.num_experts = f.get(f.alias("n_routed_experts", "num_local_experts"), kRouted, 1, kMaxExperts);
   c.num_experts_per_tok = f.get("num_experts_per_tok", std::min(kTopK, c.num_experts), 1, c.num_experts);
@@ -238,8 +245,9 @@ void validate_deepseek_v4(const ModelConfig& c, const std::string& at) {
               " layers, the model has ", c.num_hidden_layers);
   TIDAL_CHECK(c.sliding_window >= 1, at, "deepseek_v4 needs sliding_window >= 1");
   for (const std::string& t : c.layer_types)
-    TIDAL_CHECK(t == kSliding, at, "deepseek_v4's layer type '", t,
-                "' is not built yet (only sliding_attention: docs/models.md)");
+    TIDAL_CHECK(t == kSliding || t == kHca, at, "deepseek_v4's layer type '", t,
+                "' is not built yet (only sliding_attention and heavily_compressed_attention: docs/models.md)");
+  TIDAL_CHECK(v.compress_rate_hca >= 1, at, "compress_rates heavily_compressed_attention must be >= 1");
   TIDAL_CHECK(c.n_shared_experts == 1, at, "deepseek_v4 has one shared expert (n_shared_experts 1)");
 }
 
@@ -260,8 +268,13 @@ int64_t deepseek_v4_parameter_count(const ModelConfig& c) {
   const int64_t mlp = sum({mul({e, 3, f, d}), mul({e, d}), mul({3, d, f})});            // experts, gate, shared expert
   const int64_t hc = mul({2, sum({mul({mixes, n, d}), mixes, 3})});                     // attn_hc and ffn_hc
   const int64_t layer = sum({attention, mlp, hc, 2 * d});                               // and its two norms
+  // An HCA layer's compressor: kv_proj, gate_proj (C -> hd), position_bias (m', hd), kv_norm.
+  const int64_t compressor = sum({mul({2, d, hd}), mul({v.compress_rate_hca, hd}), hd});
+  int64_t compressed_layers = 0;
+  for (const std::string& t : c.layer_types) compressed_layers += t == kHca ? 1 : 0;
   return sum({mul({c.vocab_size, d}), c.tie_word_embeddings ? 0 : mul({c.vocab_size, d}),
-              mul({c.num_hidden_layers, layer}), d, sum({mul({n, n, d}), n, 1})});  // final norm, hc_head
+              mul({c.num_hidden_layers, layer}), mul({compressed_layers, compressor}), d,
+              sum({mul({n, n, d}), n, 1})});  // final norm, hc_head
 }
 
 }  // namespace tidal::models::detail

@@ -65,13 +65,16 @@ ModelOutput DeepseekV4::hidden_states(const Tensor& ids, const DocumentLayout& d
   const int64_t t = checked_sequence_length(ids, attn);
   const DType dtype = embed_tokens_->weight().dtype();
   const RopeTables rope = rope_tables(t, config_.v4.rope_dim, config_.rope_theta, dtype, ids.device());
+  const RopeTables compress_rope =
+      rope_tables(t, config_.v4.rope_dim, config_.v4.compress_rope_theta, dtype, ids.device());
   const Tensor mask = sliding_window_mask(t, config_.sliding_window, dtype, ids.device());  // (T, T)
   Tensor x = embed_tokens_->forward(ids);                                                   // (B, T, C)
   Tensor streams = x.unsqueeze(2).expand({-1, -1, config_.v4.hc_mult, -1}).contiguous();    // (B, T, N, C)
   streams = run_layers(
       std::move(streams),
-      [this, ids, rope, mask](int64_t l, const std::vector<Tensor>& in) {
-        return std::vector<Tensor>{(*layers_)[size_t(l)].forward(in[0], ids, rope, mask, config_, recompute_of(l))};
+      [this, ids, rope, compress_rope, mask](int64_t l, const std::vector<Tensor>& in) {
+        const RopeTables& r = config_.is_heavily_compressed(l) ? compress_rope : rope;  // the layer's RoPE
+        return std::vector<Tensor>{(*layers_)[size_t(l)].forward(in[0], ids, r, mask, config_, recompute_of(l))};
       },
       nullptr);
   return {norm_->forward(hc_head_->forward(streams)), Tensor(), Tensor(), {}};

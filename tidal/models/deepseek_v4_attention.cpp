@@ -11,28 +11,6 @@
 #include "tidal/ops/view.h"
 
 namespace tidal::models {
-namespace {
-
-// x (..., R) in interleaved pairs (x0, x1, x2, x3, ...) -> (x0, x2, ..., x1, x3, ...), and back.
-// Both views x (..., R) as (..., a, b) and swap the two: (R/2, 2) -> (2, R/2) de-interleaves, the reverse interleaves.
-Tensor swap_split(const Tensor& x, int64_t a, int64_t b) {
-  std::vector<int64_t> split(x.shape().begin(), x.shape().end() - 1);
-  split.push_back(a);
-  split.push_back(b);
-  return x.reshape(Shape(split)).transpose(-1, -2).reshape(x.shape());
-}
-Tensor deinterleave(const Tensor& x) { return swap_split(x, x.size(-1) / 2, 2); }
-Tensor interleave(const Tensor& x) { return swap_split(x, 2, x.size(-1) / 2); }
-
-// x (B, T, N, hd) -> (B, N, T, hd) with its trailing r channels rotated (de-interleaved layout).
-Tensor rotate_tail(const Tensor& x, const RopeTables& rope, int64_t r) {
-  const int64_t hd = x.size(3);
-  Tensor nope = x.narrow(3, 0, hd - r).transpose(1, 2);  // (B, N, T, hd - r)
-  Tensor rot = apply_rope(deinterleave(x.narrow(3, hd - r, r)).transpose(1, 2), rope.cos, rope.sin);  // (B, N, T, r)
-  return cat({nope, rot}, 3);                                                                         // (B, N, T, hd)
-}
-
-}  // namespace
 
 Tensor sliding_window_mask(int64_t seq_len, int64_t window, DType dtype, const Device& device) {
   std::vector<double> m(size_t(seq_len * seq_len), -std::numeric_limits<double>::infinity());
@@ -41,7 +19,7 @@ Tensor sliding_window_mask(int64_t seq_len, int64_t window, DType dtype, const D
   return from_vector(m, {seq_len, seq_len}, dtype).to(device);
 }
 
-DeepseekV4Attention::DeepseekV4Attention(const ModelConfig& c, int64_t, const nn::Init& init) {
+DeepseekV4Attention::DeepseekV4Attention(const ModelConfig& c, int64_t layer, const nn::Init& init) {
   const int64_t d = c.hidden_size, h = c.num_attention_heads, hd = c.head_size(), q = c.q_lora_rank;
   const int64_t g = c.v4.o_groups, r = c.v4.o_lora_rank;
   q_a_proj_ = &register_module("q_a_proj", std::make_unique<nn::Linear>(d, q, false, init));
@@ -52,6 +30,8 @@ DeepseekV4Attention::DeepseekV4Attention(const ModelConfig& c, int64_t, const nn
   o_a_proj_ = &register_module("o_a_proj", std::make_unique<nn::Linear>(h * hd / g, g * r, false, init));
   o_b_proj_ = &register_module("o_b_proj", std::make_unique<nn::Linear>(g * r, d, false, init));
   sinks_ = register_parameter("sinks", nn::constant_parameter({h}, 0.0, init));
+  if (c.is_heavily_compressed(layer))
+    compressor_ = &register_module("compressor", std::make_unique<HcaCompressor>(c, init));
   o_a_proj_->refuse_lora();  // its weight is read per group, not through its forward
 }
 
@@ -62,11 +42,20 @@ Tensor DeepseekV4Attention::forward(const Tensor& h, const RopeTables& rope, con
   Tensor q = q_b_proj_->forward(q_a_norm_->forward(q_a_proj_->forward(h))).view({b, t, heads, hd});  // (B, T, H, hd)
   q = rotate_tail(rms_norm(q, Tensor(), c.norm_eps), rope, r);                                       // (B, H, T, hd)
   Tensor kv = rotate_tail(kv_norm_->forward(kv_proj_->forward(h)).view({b, t, 1, hd}), rope, r);     // (B, 1, T, hd)
+  Tensor keys_mask = mask;                                                                           // (T, T)
+  if (compressor_ != nullptr) {  // HCA: the compressed entries after the window's keys
+    const CompressedEntries e = compressor_->forward(h, rope, c);
+    if (e.kv.defined()) {
+      kv = cat({kv, e.kv}, 2);             // (B, 1, T + W, hd)
+      keys_mask = cat({mask, e.mask}, 1);  // (T, T + W)
+    }
+  }
 
-  auto core = [b, t, heads, hd, mask](const std::vector<Tensor>& in) {  // {q, kv, sinks}
-    Tensor scores = add(mul(matmul(in[0], in[1].transpose(-1, -2)), 1.0 / std::sqrt(double(hd))), mask);  // (B,H,T,T)
+  const int64_t keys = kv.size(2);                                                 // T, or T + W with HCA's entries
+  auto core = [b, t, heads, hd, keys, keys_mask](const std::vector<Tensor>& in) {  // {q, kv, sinks}
+    Tensor scores = add(mul(matmul(in[0], in[1].transpose(-1, -2)), 1.0 / std::sqrt(double(hd))), keys_mask);
     Tensor sink = in[2].to(scores.dtype()).view({1, heads, 1, 1}).expand({b, heads, t, 1});  // (B, H, T, 1)
-    Tensor probs = softmax(cat({scores, sink}, 3), -1).narrow(3, 0, t);                      // (B, H, T, T)
+    Tensor probs = softmax(cat({scores, sink}, 3), -1).narrow(3, 0, keys);                   // (B, H, T, keys)
     return std::vector<Tensor>{matmul(probs, in[1])};                                        // (B, H, T, hd)
   };
   Tensor o = recompute_core ? autograd::checkpoint(core, {q, kv, sinks_})[0] : core({q, kv, sinks_})[0];

@@ -8,10 +8,13 @@
 //   dropped), within the causal window of sliding_window keys; the output's rotary channels rotated back
 //   (by -position), then the grouped output projection: o_a_proj (o_groups x o_lora_rank,
 //   H hd / o_groups) maps each group of heads on its own, o_b_proj mixes the groups to hidden.
+// A heavily_compressed_attention layer adds its compressor's entries (models/deepseek_v4_compressor.h) after the
+// window's keys, and its RoPE is the compressed layers' (compress_rope_theta).
 // The core runs as composed ops (scores (B, H, T, T) kept): tidal's fused kernels have no sink logit.
 // Interleaved pairs are de-interleaved for tidal's rotate_half RoPE and interleaved back after the inverse
 // rotation, so the values' channels reach o_a_proj in transformers' order.
 #include "tidal/models/config.h"
+#include "tidal/models/deepseek_v4_compressor.h"
 #include "tidal/nn/layers.h"
 #include "tidal/ops/rope.h"
 
@@ -20,7 +23,7 @@ namespace tidal::models {
 class DeepseekV4Attention : public nn::Module {
  public:
   DeepseekV4Attention(const ModelConfig& c, int64_t layer, const nn::Init& init);
-  // h (B, T, C) normalized, the RoPE tables (T, rope_dim) and the additive mask (T, T) -> (B, T, C).
+  // h (B, T, C) normalized, the layer's RoPE tables (T, rope_dim) and the window's additive mask (T, T) -> (B, T, C).
   // recompute_core: the core (scores, softmax with the sinks, @ values) under a checkpoint, keeping q and kv only.
   Tensor forward(const Tensor& h, const RopeTables& rope, const Tensor& mask, const ModelConfig& c,
                  bool recompute_core = false) const;
@@ -33,7 +36,8 @@ class DeepseekV4Attention : public nn::Module {
   nn::RMSNorm* kv_norm_;
   nn::Linear* o_a_proj_;  // (G R, H hd / G), applied per group
   nn::Linear* o_b_proj_;
-  Tensor sinks_;  // (H)
+  Tensor sinks_;                         // (H)
+  HcaCompressor* compressor_ = nullptr;  // heavily_compressed_attention layers
 };
 
 // The additive mask (T, T) of DeepSeek-V4's sliding layers: 0 where key j is visible from query i
