@@ -7,6 +7,7 @@ Run from the virtual environment of scripts/hf_fixtures.py (tests never need it:
   /work/venv-hf/bin/python scripts/deepseek_v4_fixtures.py fields   # tests/fixtures/hf/deepseek_v4_fields.v5.json
   /work/venv-hf/bin/python scripts/deepseek_v4_fixtures.py model    # tests/fixtures/hf/tiny_deepseek_v4/
   /work/venv-hf/bin/python scripts/deepseek_v4_fixtures.py model_hca   # tests/fixtures/hf/tiny_deepseek_v4_hca/
+  /work/venv-hf/bin/python scripts/deepseek_v4_fixtures.py model_csa   # tests/fixtures/hf/tiny_deepseek_v4_csa/
 
 - deepseek_v4_hc/golden.safetensors: transformers' DeepseekV4HyperConnection and DeepseekV4HyperHead (mHC) with
   random parameters (fn, base, scale; hc_fn, hc_base, hc_scale) on random streams (B, T, hc_mult, C) and a random
@@ -25,6 +26,9 @@ Run from the virtual environment of scripts/hf_fixtures.py (tests never need it:
   grad.<name> of every parameter. tests/models/deepseek_v4_test.cpp compares tidal's model with them.
 - tiny_deepseek_v4_hca/: the same with layers 0 and 2 heavily_compressed_attention (m' = 4, compress_rope_theta 500,
   random position_bias).
+- tiny_deepseek_v4_csa/: layers CSA, HCA, CSA (m = 2 for CSA: 6 overlapping entries over 12 tokens, the indexer's
+  8 heads of 8 keeping the top 2 for each query; m' = 4 for HCA). The indexer's parameters get no gradient (its
+  top-k choice is an index), so golden.safetensors has none for them.
 """
 import inspect
 import json
@@ -124,8 +128,9 @@ def model(fixture="tiny_deepseek_v4", layer_types=("sliding_attention",) * 3, **
     path = os.path.join(OUT, fixture)
     m.save_pretrained(path, safe_serialization=True)
     golden = {"ids": ids, "targets": targets, "logits": logits, "loss": loss.reshape(1)}
-    for name, p in m.named_parameters():
-        golden["grad." + name] = p.grad
+    for name, p in m.named_parameters():  # the indexer's get none: its top-k indices carry no gradient
+        if p.grad is not None:
+            golden["grad." + name] = p.grad
     save_file({k: v.detach().contiguous() for k, v in golden.items()}, os.path.join(path, "golden.safetensors"),
               metadata=META)
     print(fixture, "loss", loss.item(), "params", sum(p.numel() for p in m.parameters()),
@@ -138,6 +143,15 @@ def model_hca():
     model("tiny_deepseek_v4_hca", ("heavily_compressed_attention", "sliding_attention", "heavily_compressed_attention"),
           compress_rates={"compressed_sparse_attention": 4, "heavily_compressed_attention": 4},
           compress_rope_theta=500.0)
+
+
+def model_csa():
+    # Compressed sparse attention (m = 2 over 12 tokens: 6 overlapping entries, the indexer keeping the top 2 of
+    # them for each query) around a heavily compressed layer.
+    model("tiny_deepseek_v4_csa", ("compressed_sparse_attention", "heavily_compressed_attention",
+                                   "compressed_sparse_attention"),
+          compress_rates={"compressed_sparse_attention": 2, "heavily_compressed_attention": 4},
+          compress_rope_theta=500.0, index_n_heads=8, index_head_dim=8, index_topk=2)
 
 
 def fields():
@@ -153,6 +167,6 @@ def fields():
 
 
 if __name__ == "__main__":
-    parts = {"hc": hc, "fields": fields, "model": model, "model_hca": model_hca}
+    parts = {"hc": hc, "fields": fields, "model": model, "model_hca": model_hca, "model_csa": model_csa}
     for part in sys.argv[1:] or list(parts):
         parts[part]()

@@ -1,7 +1,7 @@
 // DeepSeek-V4's config.json (model_type deepseek_v4) as transformers 5's DeepseekV4Config writes it
 // (tests/fixtures/hf/deepseek_v4_fields.v5.json: its fields and defaults, scripts/deepseek_v4_fixtures.py fields):
 // every field read or listed harmless, the legacy names folded in as the class folds them, and what tidal does not
-// build (CSA / HCA layers, other scoring functions, ...) refused naming the field.
+// build (YaRN on the compressed layers' rope, other scoring functions, ...) refused naming the field.
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -100,6 +100,27 @@ TEST(HfDeepseekV4Config, LegacyNamesFoldInAsTransformersFoldsThem) {
   EXPECT_EQ(back.parameter_count(), c.parameter_count());
 }
 
+TEST(HfDeepseekV4Config, TheClassDefaultScheduleIsBuilt) {
+  // V4-Pro's schedule (transformers' default layer_types): two HCA layers, then CSA and HCA alternating.
+  const ModelConfig c = config_from_json(fields_file()["defaults"], "defaults");
+  EXPECT_TRUE(c.is_heavily_compressed(0) && c.is_heavily_compressed(1) && c.is_heavily_compressed(2));
+  EXPECT_TRUE(c.is_sparse_compressed(3) && c.is_heavily_compressed(4) && c.is_sparse_compressed(5));
+  EXPECT_EQ(c.v4.compress_rate_csa, 4);
+  EXPECT_EQ(c.v4.index_n_heads, 64);
+  EXPECT_EQ(c.v4.index_head_dim, 128);
+  // transformers' DeepseekV4ForCausalLM(DeepseekV4Config()) built on the meta device: sum of its parameters' numel.
+  EXPECT_EQ(c.parameter_count(), int64_t(284325869015));
+  // The legacy per-layer ratios.
+  json j = sliding_defaults();
+  std::vector<int64_t> ratios(43, 0);
+  ratios[0] = 4;
+  ratios[1] = 128;
+  j["compress_ratios"] = ratios;
+  j.erase("layer_types");
+  const ModelConfig legacy = config_from_json(j, "legacy");
+  EXPECT_TRUE(legacy.is_sparse_compressed(0) && legacy.is_heavily_compressed(1) && !legacy.is_compressed(2));
+}
+
 TEST(HfDeepseekV4Config, HeavilyCompressedLayersAreBuiltWithTheDefaultRope) {
   json j = sliding_defaults();
   j["layer_types"][0] = "heavily_compressed_attention";
@@ -111,26 +132,14 @@ TEST(HfDeepseekV4Config, HeavilyCompressedLayersAreBuiltWithTheDefaultRope) {
             2 * 4096 * 512 + 128 * 512 + 512);
   j["rope_parameters"]["compress"]["rope_type"] = "yarn";
   j["rope_parameters"]["compress"]["factor"] = 16;
-  EXPECT_HAS(config_error(j), "YaRN on heavily_compressed_attention layers is not implemented yet");
+  EXPECT_HAS(config_error(j), "YaRN on the compressed (CSA, HCA) layers' rope is not implemented yet");
 }
 
 TEST(HfDeepseekV4Config, WhatTidalDoesNotBuildIsRefusedByName) {
-  // The class defaults themselves: V4-Pro's HCA/CSA schedule, whose first CSA layer is layer 3.
-  std::string e = config_error(fields_file()["defaults"]);
-  EXPECT_HAS(e, "'layer_types'");
-  EXPECT_HAS(e, "'compressed_sparse_attention' at layer 3");
-  EXPECT_HAS(e, "not implemented yet");
   json j = sliding_defaults();
-  j["layer_types"][5] = "compressed_sparse_attention";
-  e = config_error(j);
-  EXPECT_HAS(e, "at layer 5");
-  EXPECT_HAS(e, "lightning indexer");
-  j = sliding_defaults();
-  std::vector<int64_t> ratios(43, 0);
-  ratios[0] = 4;
-  j["compress_ratios"] = ratios;
-  j.erase("layer_types");
-  EXPECT_HAS(config_error(j), "compressed_sparse_attention");
+  j["layer_types"][5] = "sparse_attention";
+  std::string e = config_error(j);
+  EXPECT_HAS(e, "'sparse_attention' at layer 5");
   const std::pair<const char*, json> refused[] = {{"scoring_func", "softmax"},
                                                   {"num_key_value_heads", 2},
                                                   {"n_shared_experts", 2},

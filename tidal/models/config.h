@@ -131,10 +131,9 @@ struct ModelConfig {
     int64_t rope_dim = 0;        // head_dim * partial_rotary_factor: each head's trailing rotary channels
     double swiglu_limit = 0;     // clamp of the experts' gate (max) and up (both sides) projections; 0: none
     std::vector<bool> hash_moe;  // per layer: mlp_layer_types hash_moe (experts from the tid2eid table)
-    // The compressed layers: HCA built (its q/kv RoPE and its compressed entries' take compress_rope_theta),
-    // CSA refused for now (config_deepseek_v4.h).
+    // The compressed layers (HCA, CSA): their q/kv RoPE and their entries' take compress_rope_theta.
     double compress_rope_theta = 160000.0;
-    bool compress_rope_yarn = false;  // rope_parameters.compress is yarn (refused with HCA layers)
+    bool compress_rope_yarn = false;  // rope_parameters.compress is yarn (refused with compressed layers)
     int64_t compress_rate_csa = 4, compress_rate_hca = 128;
     int64_t index_n_heads = 0, index_head_dim = 0, index_topk = 0;
   };
@@ -145,6 +144,10 @@ struct ModelConfig {
   bool is_heavily_compressed(int64_t layer) const {
     return is_deepseek_v4() && layer_types.at(size_t(layer)) == "heavily_compressed_attention";
   }
+  bool is_sparse_compressed(int64_t layer) const {
+    return is_deepseek_v4() && layer_types.at(size_t(layer)) == "compressed_sparse_attention";
+  }
+  bool is_compressed(int64_t layer) const { return is_heavily_compressed(layer) || is_sparse_compressed(layer); }
   bool is_gemma3() const { return model_type == "gemma3_text"; }
   bool is_deepseek_v3() const { return model_type == "deepseek_v3"; }
   bool is_mla() const { return kv_lora_rank > 0; }

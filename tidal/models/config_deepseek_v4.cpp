@@ -143,21 +143,15 @@ void read_deepseek_v4(const FieldReader& f, ModelConfig& c) {
   v.index_n_heads = f.get("index_n_heads", kIndexHeads, 1, kMaxHeads);
   v.index_head_dim = f.get("index_head_dim", kIndexHeadDim, 2, kMaxWidth);
   v.index_topk = f.get("index_topk", kIndexTopK, 1, kMaxPositions);
-  for (size_t l = 0; l < c.layer_types.size(); ++l) {
-    const std::string& t = c.layer_types[l];
-    if (t == kCsa)
-      f.refuse("layer_types", str_cat("'", t, "' at layer ", l),
-               "tidal builds DeepSeek-V4's sliding_attention and heavily_compressed_attention layers so far; "
-               "compressed sparse attention (its overlapping compressor, lightning indexer and top-k sparse attention) "
-               "is not implemented yet (issue 30): use a config without compressed_sparse_attention layers");
-    if (t != kSliding && t != kHca)
+  for (size_t l = 0; l < c.layer_types.size(); ++l)
+    if (const std::string& t = c.layer_types[l]; t != kSliding && t != kHca && t != kCsa)
       f.refuse("layer_types", str_cat("'", t, "' at layer ", l),
                str_cat("entries are ", kSliding, ", ", kCsa, " or ", kHca));
-  }
-  const bool compressed = std::find(c.layer_types.begin(), c.layer_types.end(), kHca) != c.layer_types.end();
+  const bool compressed =
+      std::any_of(c.layer_types.begin(), c.layer_types.end(), [](const std::string& t) { return t != kSliding; });
   if (compressed && v.compress_rope_yarn)
     f.refuse("rope_parameters", "a yarn rope for the compressed layers",
-             "YaRN on heavily_compressed_attention layers is not implemented yet (only the default rope type)");
+             "YaRN on the compressed (CSA, HCA) layers' rope is not implemented yet (only the default rope type)");
 
   c.num_experts = f.get(f.alias("n_routed_experts", "num_local_experts"), kRouted, 1, kMaxExperts);
   c.num_experts_per_tok = f.get("num_experts_per_tok", std::min(kTopK, c.num_experts), 1, c.num_experts);
@@ -245,9 +239,12 @@ void validate_deepseek_v4(const ModelConfig& c, const std::string& at) {
               " layers, the model has ", c.num_hidden_layers);
   TIDAL_CHECK(c.sliding_window >= 1, at, "deepseek_v4 needs sliding_window >= 1");
   for (const std::string& t : c.layer_types)
-    TIDAL_CHECK(t == kSliding || t == kHca, at, "deepseek_v4's layer type '", t,
-                "' is not built yet (only sliding_attention and heavily_compressed_attention: docs/models.md)");
-  TIDAL_CHECK(v.compress_rate_hca >= 1, at, "compress_rates heavily_compressed_attention must be >= 1");
+    TIDAL_CHECK(t == kSliding || t == kHca || t == kCsa, at, "deepseek_v4's layer type '", t, "' is not one of ",
+                kSliding, ", ", kCsa, ", ", kHca);
+  TIDAL_CHECK(v.compress_rate_hca >= 1 && v.compress_rate_csa >= 1, at, "compress_rates must be >= 1");
+  TIDAL_CHECK(v.index_n_heads >= 1 && v.index_topk >= 1 && v.index_head_dim >= v.rope_dim, at,
+              "the indexer needs index_n_heads and index_topk >= 1 and index_head_dim >= the rotary channels (",
+              v.rope_dim, "), got ", v.index_n_heads, ", ", v.index_topk, ", ", v.index_head_dim);
   TIDAL_CHECK(c.n_shared_experts == 1, at, "deepseek_v4 has one shared expert (n_shared_experts 1)");
 }
 
@@ -268,12 +265,20 @@ int64_t deepseek_v4_parameter_count(const ModelConfig& c) {
   const int64_t mlp = sum({mul({e, 3, f, d}), mul({e, d}), mul({3, d, f})});            // experts, gate, shared expert
   const int64_t hc = mul({2, sum({mul({mixes, n, d}), mixes, 3})});                     // attn_hc and ffn_hc
   const int64_t layer = sum({attention, mlp, hc, 2 * d});                               // and its two norms
-  // An HCA layer's compressor: kv_proj, gate_proj (C -> hd), position_bias (m', hd), kv_norm.
-  const int64_t compressor = sum({mul({2, d, hd}), mul({v.compress_rate_hca, hd}), hd});
-  int64_t compressed_layers = 0;
-  for (const std::string& t : c.layer_types) compressed_layers += t == kHca ? 1 : 0;
+  // An HCA layer's compressor: kv_proj, gate_proj (C -> hd), position_bias (m', hd), kv_norm. A CSA layer's: the
+  // same twice as wide (its two halves) with kv_norm (hd), and its indexer's at index_head_dim plus q_b_proj and
+  // the scorer's weights_proj.
+  const int64_t id = v.index_head_dim, ih = v.index_n_heads;
+  const int64_t hca = sum({mul({2, d, hd}), mul({v.compress_rate_hca, hd}), hd});
+  const int64_t csa = sum({mul({4, d, hd}), mul({v.compress_rate_csa, 2, hd}), hd, mul({4, d, id}),
+                           mul({v.compress_rate_csa, 2, id}), id, mul({q, ih, id}), mul({d, ih})});
+  int64_t hca_layers = 0, csa_layers = 0;
+  for (const std::string& t : c.layer_types) {
+    hca_layers += t == kHca ? 1 : 0;
+    csa_layers += t == kCsa ? 1 : 0;
+  }
   return sum({mul({c.vocab_size, d}), c.tie_word_embeddings ? 0 : mul({c.vocab_size, d}),
-              mul({c.num_hidden_layers, layer}), mul({compressed_layers, compressor}), d,
+              mul({c.num_hidden_layers, layer}), mul({hca_layers, hca}), mul({csa_layers, csa}), d,
               sum({mul({n, n, d}), n, 1})});  // final norm, hc_head
 }
 

@@ -73,7 +73,7 @@ ModelOutput DeepseekV4::hidden_states(const Tensor& ids, const DocumentLayout& d
   streams = run_layers(
       std::move(streams),
       [this, ids, rope, compress_rope, mask](int64_t l, const std::vector<Tensor>& in) {
-        const RopeTables& r = config_.is_heavily_compressed(l) ? compress_rope : rope;  // the layer's RoPE
+        const RopeTables& r = config_.is_compressed(l) ? compress_rope : rope;  // the layer's RoPE
         return std::vector<Tensor>{(*layers_)[size_t(l)].forward(in[0], ids, r, mask, config_, recompute_of(l))};
       },
       nullptr);

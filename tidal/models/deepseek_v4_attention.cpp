@@ -32,6 +32,7 @@ DeepseekV4Attention::DeepseekV4Attention(const ModelConfig& c, int64_t layer, co
   sinks_ = register_parameter("sinks", nn::constant_parameter({h}, 0.0, init));
   if (c.is_heavily_compressed(layer))
     compressor_ = &register_module("compressor", std::make_unique<HcaCompressor>(c, init));
+  if (c.is_sparse_compressed(layer)) sparse_ = &register_module("compressor", std::make_unique<CsaCompressor>(c, init));
   o_a_proj_->refuse_lora();  // its weight is read per group, not through its forward
 }
 
@@ -39,15 +40,18 @@ Tensor DeepseekV4Attention::forward(const Tensor& h, const RopeTables& rope, con
                                     bool recompute_core) const {
   const int64_t b = h.size(0), t = h.size(1), heads = c.num_attention_heads, hd = c.head_size(), r = c.v4.rope_dim;
   const int64_t g = c.v4.o_groups;
-  Tensor q = q_b_proj_->forward(q_a_norm_->forward(q_a_proj_->forward(h))).view({b, t, heads, hd});  // (B, T, H, hd)
-  q = rotate_tail(rms_norm(q, Tensor(), c.norm_eps), rope, r);                                       // (B, H, T, hd)
-  Tensor kv = rotate_tail(kv_norm_->forward(kv_proj_->forward(h)).view({b, t, 1, hd}), rope, r);     // (B, 1, T, hd)
-  Tensor keys_mask = mask;                                                                           // (T, T)
-  if (compressor_ != nullptr) {  // HCA: the compressed entries after the window's keys
-    const CompressedEntries e = compressor_->forward(h, rope, c);
+  Tensor q_residual = q_a_norm_->forward(q_a_proj_->forward(h));                                  // (B, T, q_lora_rank)
+  Tensor q = q_b_proj_->forward(q_residual).view({b, t, heads, hd});                              // (B, T, H, hd)
+  q = rotate_tail(rms_norm(q, Tensor(), c.norm_eps), rope, r);                                    // (B, H, T, hd)
+  Tensor kv = rotate_tail(kv_norm_->forward(kv_proj_->forward(h)).view({b, t, 1, hd}), rope, r);  // (B, 1, T, hd)
+  Tensor keys_mask = mask;                                                                        // (T, T)
+  if (compressor_ != nullptr || sparse_ != nullptr) {  // HCA or CSA: the compressed entries after the window's keys
+    const CompressedEntries e =
+        compressor_ != nullptr ? compressor_->forward(h, rope, c) : sparse_->forward(h, q_residual, rope, c);
     if (e.kv.defined()) {
-      kv = cat({kv, e.kv}, 2);             // (B, 1, T + W, hd)
-      keys_mask = cat({mask, e.mask}, 1);  // (T, T + W)
+      kv = cat({kv, e.kv}, 2);  // (B, 1, T + W, hd)
+      // HCA's mask is (T, W); CSA's (B, 1, T, W), each sample's own choice.
+      keys_mask = e.mask.dim() == 2 ? cat({mask, e.mask}, 1) : cat({mask.expand({b, 1, t, t}), e.mask}, 3);
     }
   }
 

@@ -9,12 +9,14 @@
 //   (by -position), then the grouped output projection: o_a_proj (o_groups x o_lora_rank,
 //   H hd / o_groups) maps each group of heads on its own, o_b_proj mixes the groups to hidden.
 // A heavily_compressed_attention layer adds its compressor's entries (models/deepseek_v4_compressor.h) after the
-// window's keys, and its RoPE is the compressed layers' (compress_rope_theta).
+// window's keys, a compressed_sparse_attention layer those its indexer keeps for each query
+// (models/deepseek_v4_sparse.h); their RoPE is the compressed layers' (compress_rope_theta).
 // The core runs as composed ops (scores (B, H, T, T) kept): tidal's fused kernels have no sink logit.
 // Interleaved pairs are de-interleaved for tidal's rotate_half RoPE and interleaved back after the inverse
 // rotation, so the values' channels reach o_a_proj in transformers' order.
 #include "tidal/models/config.h"
 #include "tidal/models/deepseek_v4_compressor.h"
+#include "tidal/models/deepseek_v4_sparse.h"
 #include "tidal/nn/layers.h"
 #include "tidal/ops/rope.h"
 
@@ -38,6 +40,7 @@ class DeepseekV4Attention : public nn::Module {
   nn::Linear* o_b_proj_;
   Tensor sinks_;                         // (H)
   HcaCompressor* compressor_ = nullptr;  // heavily_compressed_attention layers
+  CsaCompressor* sparse_ = nullptr;      // compressed_sparse_attention layers (also named "compressor")
 };
 
 // The additive mask (T, T) of DeepSeek-V4's sliding layers: 0 where key j is visible from query i

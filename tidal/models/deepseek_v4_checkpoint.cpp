@@ -14,6 +14,9 @@ namespace {
 const std::vector<std::pair<std::string, std::string>> kRenames = {
     {".attn.", ".self_attn."},
     {".ffn.", ".mlp."},
+    {".indexer.compressor.", ".compressor.indexer."},
+    {".indexer.weights_proj.", ".compressor.indexer.scorer.weights_proj."},
+    {".indexer.wq_b.", ".compressor.indexer.q_b_proj."},
     {".attn_norm.", ".input_layernorm."},
     {".ffn_norm.", ".post_attention_layernorm."},
     {".hc_attn_fn", ".attn_hc.fn"},
@@ -25,6 +28,7 @@ const std::vector<std::pair<std::string, std::string>> kRenames = {
     {".attn_sink", ".sinks"},
     {".self_attn.norm.", ".self_attn.kv_norm."},
     {".compressor.norm.", ".compressor.kv_norm."},
+    {".indexer.norm.", ".indexer.kv_norm."},
     {".wgate.", ".gate_proj."},
     {".ape", ".position_bias"},
     {".wq_a.", ".q_a_proj."},

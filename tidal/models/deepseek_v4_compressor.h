@@ -33,6 +33,17 @@ class HcaCompressor : public nn::Module {
   int64_t rate_;
 };
 
+// The pieces CSA shares (models/deepseek_v4_sparse.h):
+// kv_norm(sum over the window's slots of softmax(gate) * kv): kv, gate (B, W, L, D) -> (B, W, D).
+Tensor pooled_entries(const Tensor& kv, const Tensor& gate, const nn::RMSNorm& kv_norm);
+// CSA's overlapping windows: x (B, W, m, 2D) -> (B, W, 2m, D), window w's slots the first halves of window w - 1's
+// tokens then the second halves of its own; window 0's first m slots `fill` (0 for values, -inf for gates).
+Tensor overlapped(const Tensor& x, double fill);
+// pooled (B, W, D) -> (B, 1, W, D) with entry w's trailing r channels rotated at position w m (de-interleaved).
+Tensor rotated_entries(const Tensor& pooled, const RopeTables& rope, int64_t m, int64_t r);
+// (T, W) additive: entry w visible from query i once its window is complete, (w + 1) m <= i + 1.
+Tensor complete_windows_mask(int64_t t, int64_t w, int64_t m, DType dtype, const Device& device);
+
 // x (B, T, N, hd) -> (B, N, T, hd) with its trailing r channels (interleaved pairs) de-interleaved and rotated.
 Tensor rotate_tail(const Tensor& x, const RopeTables& rope, int64_t r);
 // The interleaved layout again: (..., R) de-interleaved -> interleaved pairs.
