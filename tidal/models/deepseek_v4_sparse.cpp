@@ -27,8 +27,8 @@ class Holder : public nn::Module {
 Tensor overlapping_pool(const Tensor& h, const nn::Linear& kv_proj, const nn::Linear& gate_proj,
                         const Tensor& position_bias, const nn::RMSNorm& kv_norm, int64_t w, int64_t m) {
   const int64_t b = h.size(0), d2 = position_bias.size(1);
-  Tensor kv = kv_proj.forward(h).view({b, w, m, d2});                              // (B, W, m, 2D)
-  Tensor gate = add(gate_proj.forward(h).view({b, w, m, d2}), position_bias);     // (B, W, m, 2D)
+  Tensor kv = kv_proj.forward(h).view({b, w, m, d2});                          // (B, W, m, 2D)
+  Tensor gate = add(gate_proj.forward(h).view({b, w, m, d2}), position_bias);  // (B, W, m, 2D)
   return pooled_entries(overlapped(kv, 0.0), overlapped(gate, -std::numeric_limits<double>::infinity()), kv_norm);
 }
 
@@ -52,11 +52,11 @@ Tensor CsaIndexer::choose(const Tensor& h, const Tensor& q_residual, const RopeT
   const int64_t heads = c.v4.index_n_heads, id = c.v4.index_head_dim, r = c.v4.rope_dim;
   Tensor keys = rotated_entries(
       overlapping_pool(h.narrow(1, 0, w * m), *kv_proj_, *gate_proj_, position_bias_, *kv_norm_, w, m), rope, m,
-      r);                                                                                        // (B, 1, W, id)
-  Tensor q = rotate_tail(q_b_proj_->forward(q_residual).view({b, t, heads, id}), rope, r);      // (B, I, T, id)
-  Tensor scores = mul(relu(matmul(q, keys.transpose(-1, -2))), 1.0 / std::sqrt(double(id)));   // (B, I, T, W)
-  Tensor weights = mul(weights_proj_->forward(h), 1.0 / std::sqrt(double(heads)));              // (B, T, I)
-  Tensor score = sum(mul(scores, weights.transpose(1, 2).unsqueeze(-1)), {1});                  // (B, T, W)
+      r);                                                                                     // (B, 1, W, id)
+  Tensor q = rotate_tail(q_b_proj_->forward(q_residual).view({b, t, heads, id}), rope, r);    // (B, I, T, id)
+  Tensor scores = mul(relu(matmul(q, keys.transpose(-1, -2))), 1.0 / std::sqrt(double(id)));  // (B, I, T, W)
+  Tensor weights = mul(weights_proj_->forward(h), 1.0 / std::sqrt(double(heads)));            // (B, T, I)
+  Tensor score = sum(mul(scores, weights.transpose(1, 2).unsqueeze(-1)), {1});                // (B, T, W)
 
   std::vector<double> mask(size_t(b * t * w), -std::numeric_limits<double>::infinity());
   const bool values = !score.is_meta();
@@ -92,7 +92,7 @@ CompressedEntries CsaCompressor::forward(const Tensor& h, const Tensor& q_residu
   if (w == 0) return out;
   Tensor pooled = overlapping_pool(h.narrow(1, 0, w * m), *kv_proj_, *gate_proj_, position_bias_, *kv_norm_, w, m);
   out.kv = rotated_entries(pooled, rope, m, c.v4.rope_dim);  // (B, 1, W, hd)
-  out.mask = indexer_->choose(h, q_residual, rope, c);        // (B, 1, T, W)
+  out.mask = indexer_->choose(h, q_residual, rope, c);       // (B, 1, T, W)
   return out;
 }
 
