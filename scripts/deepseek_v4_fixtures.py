@@ -128,6 +128,13 @@ def model(fixture="tiny_deepseek_v4", layer_types=("sliding_attention",) * 3, **
     path = os.path.join(OUT, fixture)
     m.save_pretrained(path, safe_serialization=True)
     golden = {"ids": ids, "targets": targets, "logits": logits, "loss": loss.reshape(1)}
+    # Shorter inputs whose last window is incomplete (7 tokens) or with no complete window at all (1 token).
+    m.eval()
+    with torch.no_grad():
+        for t_short in (7, 1):
+            golden[f"ids_{t_short}"] = ids[:, :t_short].contiguous()
+            golden[f"logits_{t_short}"] = m(input_ids=ids[:, :t_short]).logits
+    m.train()
     for name, p in m.named_parameters():  # the indexer's get none: its top-k indices carry no gradient
         if p.grad is not None:
             golden["grad." + name] = p.grad

@@ -64,6 +64,18 @@ TEST_P(DeepseekV4Golden, MatchesTransformersLogitsLossAndEveryGradient) {
               scalar_error(loss, g.at("loss")), worst, compared);
 }
 
+// Inputs whose last window is incomplete (7 tokens: HCA keeps 1 entry, CSA 3) or that complete none (1 token).
+TEST_P(DeepseekV4Golden, ShortInputsMatchTransformers) {
+  const GoldenFiles g = load_golden(GetParam());
+  std::unique_ptr<CausalLM> model = load_pretrained_model(g.dir);
+  NoGradGuard no_grad;
+  for (const char* t : {"7", "1"}) {
+    const double e =
+        relative_error(model->forward(g.at(std::string("ids_") + t)).logits, g.at(std::string("logits_") + t));
+    EXPECT_LE(e, 1e-5) << t << " tokens";
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Fixtures, DeepseekV4Golden,
                          ::testing::Values("tiny_deepseek_v4", "tiny_deepseek_v4_hca", "tiny_deepseek_v4_csa"));
 
@@ -99,6 +111,23 @@ TEST(DeepseekV4, RunsOnTheMetaDevice) {
   loss.backward();
   for (const auto& [name, p] : model->named_parameters())  // the indexer's: none (its choice is an index)
     EXPECT_TRUE(name.find(".indexer.") != std::string::npos || (p.grad().defined() && p.grad().is_meta())) << name;
+}
+
+// What the model does not support yet is refused naming it, not run wrong.
+TEST(DeepseekV4, RefusesPackedDocumentsAndMultiTokenPrediction) {
+  const GoldenFiles g = load_golden(kFixture);
+  std::unique_ptr<CausalLM> model = load_pretrained_model(g.dir);
+  const Tensor ids = g.at("ids");
+  DocumentLayout docs;
+  docs.positions = zeros(ids.shape(), DType::i32);
+  std::string e = testing::error_of([&] { model->forward(ids, docs); });
+  EXPECT_NE(e.find("packed documents"), std::string::npos) << e;
+  e = testing::error_of([&] { model->forward(ids, {}, MtpIds{ids}); });
+  EXPECT_NE(e.find("multi-token-prediction inputs for a model of 0 MTP depths"), std::string::npos) << e;
+  ModelConfig c = model->config();
+  c.mtp_num_layers = 1;
+  e = testing::error_of([&] { c.validate(); });
+  EXPECT_NE(e.find("--mtp-num-layers"), std::string::npos) << e;
 }
 
 // The activation estimator's formulas do not count V4's tensors: it refuses rather than answering wrong (tidal plan

@@ -61,7 +61,7 @@ ModelOutput DeepseekV4::hidden_states(const Tensor& ids, const DocumentLayout& d
   TIDAL_CHECK(!docs.starts.defined() && !docs.positions.defined(),
               "[deepseek_v4] packed documents (--reset-attention-mask, --reset-position-ids) are not supported for "
               "deepseek_v4 yet");
-  TIDAL_CHECK(mtp.empty(), "[deepseek_v4] multi-token prediction is not built for deepseek_v4");
+  TIDAL_ASSERT(mtp.empty(), "deepseek_v4 has no MTP depths (ModelConfig::validate refuses --mtp-num-layers)");
   const int64_t t = checked_sequence_length(ids, attn);
   const DType dtype = embed_tokens_->weight().dtype();
   const RopeTables rope = rope_tables(t, config_.v4.rope_dim, config_.rope_theta, dtype, ids.device());
