@@ -104,6 +104,13 @@ void validate_recompute(const RecomputeConfig& c, const models::ModelConfig& mod
     TIDAL_CHECK(c.modules.empty(), "--recompute-modules is for --recompute-granularity selective");
   }
 
+  if (model.is_deepseek_v4()) {  // models/deepseek_v4.h: full recompute and the core_attn and moe checkpoints
+    TIDAL_CHECK(!c.activation_function && !c.norm && !has(c.modules, RecomputeModule::moe_act) &&
+                    !has(c.modules, RecomputeModule::norm),
+                "deepseek_v4 recomputes whole layers (--recompute-granularity full) or, selectively, the modules "
+                "core_attn and moe; the output-discarding ones (--recompute-activation-function, --recompute-norm, "
+                "moe_act, norm) are not implemented for it yet");
+  }
   TIDAL_CHECK(c.activation_num_layers < 0 || c.activation_function,
               "--recompute-activation-function-num-layers needs --recompute-activation-function");
   TIDAL_CHECK(c.norm_num_layers < 0 || c.norm, "--recompute-norm-num-layers needs --recompute-norm");

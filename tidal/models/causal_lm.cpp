@@ -4,6 +4,8 @@
 
 #include "tidal/autograd/checkpoint.h"
 #include "tidal/memory_scope.h"
+#include "tidal/models/deepseek_v4.h"
+#include "tidal/models/deepseek_v4_checkpoint.h"
 #include "tidal/models/gemma3.h"
 #include "tidal/models/gpt2.h"
 #include "tidal/models/llama.h"
@@ -56,8 +58,11 @@ const LayerRecompute& CausalLM::recompute_of(int64_t l) const {
 
 Tensor CausalLM::run_layers(Tensor x, const IndexedLayerFn& layer_fn, std::vector<std::vector<Tensor>>* extras) const {
   const int64_t layers = config_.num_hidden_layers;
-  // What a layer returns besides h: a sparse MoE layer its router statistics (prob_sum, counts).
-  auto extras_of = [this](int64_t j) -> int64_t { return config_.is_moe_layer(j) ? 2 : 0; };
+  // What a layer returns besides h: a sparse MoE layer its router statistics (prob_sum, counts); DeepSeek-V4's
+  // layers none (it trains without the auxiliary loss).
+  auto extras_of = [this](int64_t j) -> int64_t {
+    return config_.is_moe_layer(j) && !config_.is_deepseek_v4() ? 2 : 0;
+  };
   LayerParamHooks* hooks = param_hooks_;
   if (hooks != nullptr) hooks->before_layers(x);
   for (int64_t l = 0; l < layers;) {
@@ -192,6 +197,7 @@ std::string language_model_name(const std::string& name) {
 
 CausalLM::LoadReport CausalLM::load_hf_state_dict(std::map<std::string, Tensor> state) {
   LoadReport report;
+  if (config_.is_deepseek_v4()) state = deepseek_v4_from_checkpoint(std::move(state));  // DeepSeek's names
   std::map<std::string, Tensor> mine;
   std::map<std::string, bool> ours;
   for (auto& [name, p] : named_parameters()) ours[name] = true;
@@ -251,10 +257,14 @@ std::unique_ptr<CausalLM> create_model(const ModelConfig& config, const nn::Init
   std::unique_ptr<CausalLM> model;
   TIDAL_CHECK(experts == nullptr || config.is_moe(), "[model] expert parallelism needs a MoE model, not ",
               config.model_type);
+  TIDAL_CHECK(experts == nullptr || !config.is_deepseek_v4(),
+              "[model] expert parallelism is not supported for deepseek_v4 yet");
   if (config.is_gpt2())
     model = std::make_unique<Gpt2>(config, init);
   else if (config.is_gemma3())
     model = std::make_unique<Gemma3>(config, init);
+  else if (config.is_deepseek_v4())
+    model = std::make_unique<DeepseekV4>(config, init);
   else
     model = std::make_unique<Llama>(config, init, std::move(experts));
   model->assign_names();

@@ -10,6 +10,7 @@
 #include "tidal/base/json.h"
 #include "tidal/io/atomic_file.h"
 #include "tidal/models/config_deepseek.h"
+#include "tidal/models/config_deepseek_v4.h"
 #include "tidal/models/config_fields.h"
 #include "tidal/models/config_gemma3.h"
 #include "tidal/models/config_reader.h"
@@ -40,6 +41,7 @@ FamilyDefaults family_defaults(const std::string& type) {
   if (type == "mistral") return {0, 8, 4096 * 32};
   if (type == "gemma3_text") return {256, 4, 131072};
   if (type == "deepseek_v3") return {0, 0, 4096};  // head_dim: qk_rope_head_dim
+  if (type == "deepseek_v4") return {512, 1, 1048576};
   return {0, 0, 2048};
 }
 
@@ -50,6 +52,7 @@ const char* architecture(const std::string& type) {
   if (type == "qwen3") return "Qwen3ForCausalLM";
   if (type == "gemma3_text") return "Gemma3ForCausalLM";
   if (type == "deepseek_v3") return "DeepseekV3ForCausalLM";
+  if (type == "deepseek_v4") return "DeepseekV4ForCausalLM";
   return "Qwen3MoeForCausalLM";
 }
 
@@ -111,6 +114,7 @@ int64_t ModelConfig::parameter_count() const {
   const std::string what = "[config] the parameter count";
   auto mul = [&](std::initializer_list<int64_t> dims) { return checked_product(dims, what); };
   auto add = [&](int64_t a, int64_t b) { return checked_add(a, b, what); };
+  if (is_deepseek_v4()) return detail::deepseek_v4_parameter_count(*this);
   const int64_t d = hidden_size, hd = head_size(), h = num_attention_heads, kv = kv_heads();
   int64_t n = mul({vocab_size, d});  // token embedding
   if (is_gpt2()) {
@@ -195,8 +199,8 @@ void ModelConfig::validate(std::string_view source) const {
   TIDAL_CHECK(sliding_window >= 0, at, "sliding_window must not be negative, got ", sliding_window);
   TIDAL_CHECK(layer_types.empty() || int64_t(layer_types.size()) == num_hidden_layers, at, "layer_types lists ",
               layer_types.size(), " layers, the model has ", num_hidden_layers);
-  for (const std::string& t : layer_types)
-    TIDAL_CHECK(t == "full_attention" || t == "sliding_attention", at, "layer_types entry '", t,
+  for (const std::string& t : layer_types)  // deepseek_v4's own types: validate_deepseek_v4
+    TIDAL_CHECK(t == "full_attention" || t == "sliding_attention" || is_deepseek_v4(), at, "layer_types entry '", t,
                 "' is not full_attention or sliding_attention");
   TIDAL_CHECK(sliding_window == 0 || !is_gpt2(), at, "gpt2 has no sliding-window attention");
   if (!is_gpt2() && head_size() % 2 == 0) {
@@ -210,11 +214,12 @@ void ModelConfig::validate(std::string_view source) const {
   TIDAL_CHECK(std::isfinite(initializer_range) && initializer_range >= 0, at,
               "initializer_range must be a finite number >= 0");
   if (is_deepseek_v3()) detail::validate_deepseek_v3(*this, at);
+  if (is_deepseek_v4()) detail::validate_deepseek_v4(*this, at);
   TIDAL_CHECK(mtp_num_layers >= 0 && mtp_num_layers <= kMaxLayers, at, "the multi-token-prediction depths (",
               "--mtp-num-layers) must be in [0, ", kMaxLayers, "], got ", mtp_num_layers);
   TIDAL_CHECK(mtp_num_layers == 0 || is_deepseek_v3(), at, "multi-token prediction (--mtp-num-layers ", mtp_num_layers,
               ") is built for deepseek_v3 (its MTP modules), not ", model_type);
-  if (model_type == "qwen3_moe" || is_deepseek_v3()) {
+  if (model_type == "qwen3_moe" || is_deepseek_v3() || is_deepseek_v4()) {
     TIDAL_CHECK(num_experts > 0 && num_experts_per_tok > 0 && num_experts_per_tok <= num_experts, at, model_type,
                 " needs 0 < num_experts_per_tok <= num_experts, got ", num_experts_per_tok, " of ", num_experts);
     TIDAL_CHECK(moe_intermediate_size > 0, at, model_type, " needs moe_intermediate_size > 0");
@@ -285,7 +290,8 @@ ModelConfig config_from_json(const json& j, std::string_view source, std::set<st
     TIDAL_CHECK(c.hidden_act == "gelu_new" || c.hidden_act == "gelu", "[config] ", source,
                 " field 'activation_function' is not supported for gpt2 (gelu_new or gelu)");
   } else {
-    c.intermediate_size = f.need("intermediate_size", 1, kMaxWidth);
+    // DeepseekV4Config has no intermediate_size of its own (its attribute_map: moe_intermediate_size).
+    if (!c.is_deepseek_v4()) c.intermediate_size = f.need("intermediate_size", 1, kMaxWidth);
     c.num_key_value_heads =
         f.get("num_key_value_heads", defaults.kv_heads > 0 ? defaults.kv_heads : c.num_attention_heads, 1, kMaxHeads);
     c.head_dim = f.get("head_dim", defaults.head_dim, 0, kMaxWidth);
@@ -301,6 +307,8 @@ ModelConfig config_from_json(const json& j, std::string_view source, std::set<st
       detail::read_gemma3(f, c);  // its RoPE, windows, activation and attention scale
     } else if (c.is_deepseek_v3()) {
       detail::read_deepseek_v3(f, c);  // MLA, its RoPE, its MoE
+    } else if (c.is_deepseek_v4()) {
+      detail::read_deepseek_v4(f, c);  // its attention, RoPE, MoE and mHC
     } else {
       detail::read_rope(f, c);
       detail::read_sliding_window(f, c);
@@ -373,6 +381,10 @@ json config_to_json(const ModelConfig& c) {
   }
   if (c.is_deepseek_v3()) {
     detail::write_deepseek_v3(c, j);
+    return j;
+  }
+  if (c.is_deepseek_v4()) {
+    detail::write_deepseek_v4(c, j);
     return j;
   }
   detail::write_rope(c, j);

@@ -28,8 +28,8 @@ inline constexpr int64_t kMaxExpertsInAll = int64_t(1) << 17;  // experts x spar
 inline constexpr int64_t kMaxParameters = int64_t(1) << 45;    // ~35T; largest: ~1T
 
 // The model types tidal builds, as config.json's model_type names them.
-inline constexpr const char* kModelTypes[] = {"gpt2",  "llama",     "mistral",     "qwen2",
-                                              "qwen3", "qwen3_moe", "gemma3_text", "deepseek_v3"};
+inline constexpr const char* kModelTypes[] = {"gpt2",      "llama",       "mistral",     "qwen2",      "qwen3",
+                                              "qwen3_moe", "gemma3_text", "deepseek_v3", "deepseek_v4"};
 bool is_model_type(std::string_view type);
 // "gpt2, llama, ...": for messages.
 std::string model_type_list();
@@ -121,7 +121,33 @@ struct ModelConfig {
   // A checkpoint written with them says num_nextn_predict_layers = mtp_num_layers. 0: none.
   int64_t mtp_num_layers = 0;
 
+  // DeepSeek-V4 (deepseek_v4; models/config_deepseek_v4.h has the fields, models/deepseek_v4.h the model).
+  struct DeepseekV4 {
+    int64_t hc_mult = 0;  // mHC residual streams (models/hyper_connection.h)
+    int64_t hc_sinkhorn_iters = 20;
+    double hc_eps = 1e-6;
+    int64_t o_groups = 0;        // grouped output projection: o_groups groups of heads,
+    int64_t o_lora_rank = 0;     // each projected to o_lora_rank, then o_b_proj to hidden
+    int64_t rope_dim = 0;        // head_dim * partial_rotary_factor: each head's trailing rotary channels
+    double swiglu_limit = 0;     // clamp of the experts' gate (max) and up (both sides) projections; 0: none
+    std::vector<bool> hash_moe;  // per layer: mlp_layer_types hash_moe (experts from the tid2eid table)
+    // The compressed layers (HCA, CSA): their q/kv RoPE and their entries' take compress_rope_theta.
+    double compress_rope_theta = 160000.0;
+    bool compress_rope_yarn = false;  // rope_parameters.compress is yarn (refused with compressed layers)
+    int64_t compress_rate_csa = 4, compress_rate_hca = 128;
+    int64_t index_n_heads = 0, index_head_dim = 0, index_topk = 0;
+  };
+  DeepseekV4 v4;
+
   bool is_gpt2() const { return model_type == "gpt2"; }
+  bool is_deepseek_v4() const { return model_type == "deepseek_v4"; }
+  bool is_heavily_compressed(int64_t layer) const {
+    return is_deepseek_v4() && layer_types.at(size_t(layer)) == "heavily_compressed_attention";
+  }
+  bool is_sparse_compressed(int64_t layer) const {
+    return is_deepseek_v4() && layer_types.at(size_t(layer)) == "compressed_sparse_attention";
+  }
+  bool is_compressed(int64_t layer) const { return is_heavily_compressed(layer) || is_sparse_compressed(layer); }
   bool is_gemma3() const { return model_type == "gemma3_text"; }
   bool is_deepseek_v3() const { return model_type == "deepseek_v3"; }
   bool is_mla() const { return kv_lora_rank > 0; }

@@ -113,6 +113,13 @@ const std::vector<HarmlessField> kDeepseekV3 = {
     {"ep_size", "the expert-parallel size DeepSeek's own code ran with: a layout, not the model's math"},
 };
 
+const std::vector<HarmlessField> kDeepseekV4 = {
+    {"norm_topk_prob",
+     "transformers' DeepseekV4 routers renormalize the chosen weights whatever it says, as tidal's do"},
+    {"router_aux_loss_coef",
+     "weighs the load-balancing loss transformers adds only with output_router_logits, which tidal refuses"},
+};
+
 bool truthy(const json* v) { return v != nullptr && v->is_boolean() && v->get<bool>(); }
 
 }  // namespace
@@ -125,6 +132,7 @@ std::vector<HarmlessField> harmless_config_fields(const std::string& model_type)
                       : model_type == "llama"       ? kLlama
                       : model_type == "gemma3_text" ? kGemma3
                       : model_type == "deepseek_v3" ? kDeepseekV3
+                      : model_type == "deepseek_v4" ? kDeepseekV4
                                                     : none;
   out.insert(out.end(), extra.begin(), extra.end());
   return out;

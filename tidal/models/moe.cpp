@@ -24,13 +24,21 @@
 
 namespace tidal::models {
 
-SwiGluMlp::SwiGluMlp(int64_t hidden, int64_t ffn, const nn::Init& init, GluActivation act) : act_(act) {
+std::vector<Tensor> clamp_gate_up(const Tensor& gate, const Tensor& up, double limit) {
+  if (limit <= 0) return {gate, up};
+  return {clamp(gate, -std::numeric_limits<double>::infinity(), limit), clamp(up, -limit, limit)};
+}
+
+SwiGluMlp::SwiGluMlp(int64_t hidden, int64_t ffn, const nn::Init& init, GluActivation act, double limit)
+    : act_(act), limit_(limit) {
   gate_proj_ = &register_module("gate_proj", std::make_unique<nn::Linear>(hidden, ffn, false, init));
   up_proj_ = &register_module("up_proj", std::make_unique<nn::Linear>(hidden, ffn, false, init));
   down_proj_ = &register_module("down_proj", std::make_unique<nn::Linear>(ffn, hidden, false, init));
 }
 
-std::vector<Tensor> SwiGluMlp::project(const Tensor& x) const { return {gate_proj_->forward(x), up_proj_->forward(x)}; }
+std::vector<Tensor> SwiGluMlp::project(const Tensor& x) const {
+  return clamp_gate_up(gate_proj_->forward(x), up_proj_->forward(x), limit_);
+}
 
 Tensor SwiGluMlp::finish(const std::vector<Tensor>& gate_up, bool recompute_act) const {
   ModuleScope scope(name());  // the SwiGLU's saved inputs

@@ -24,10 +24,14 @@
 
 namespace tidal::models {
 
+// DeepSeek-V4's clamp of a SwiGLU's inputs (swiglu_limit l > 0): {min(gate, l), clamp(up, -l, l)}; l 0: unchanged.
+std::vector<Tensor> clamp_gate_up(const Tensor& gate, const Tensor& up, double limit);
+
 class SwiGluMlp : public nn::Module {
  public:
-  // act: silu (SwiGLU: Llama, Qwen, Mistral) or gelu_tanh (GeGLU: Gemma 3).
-  SwiGluMlp(int64_t hidden, int64_t ffn, const nn::Init& init, GluActivation act = GluActivation::silu);
+  // act: silu (SwiGLU: Llama, Qwen, Mistral) or gelu_tanh (GeGLU: Gemma 3). limit: clamp_gate_up's (DeepSeek-V4).
+  SwiGluMlp(int64_t hidden, int64_t ffn, const nn::Init& init, GluActivation act = GluActivation::silu,
+            double limit = 0);
   // (..., C) -> (..., C); `recompute_act`: the SwiGLU output is freed once down_proj saved it and
   // recomputed before down_proj's backward (activation-function / moe_act recompute).
   Tensor forward(const Tensor& x, bool recompute_act = false) const;
@@ -41,6 +45,7 @@ class SwiGluMlp : public nn::Module {
   nn::Linear* up_proj_;
   nn::Linear* down_proj_;
   GluActivation act_;
+  double limit_;
 };
 
 // What a sparse block contributes to the load-balancing loss (Switch Transformer / HF

@@ -10,6 +10,7 @@
 #include "tidal/io/atomic_file.h"
 #include "tidal/io/safetensors.h"
 #include "tidal/io/shown_name.h"
+#include "tidal/models/deepseek_v4_checkpoint.h"
 
 namespace tidal::models {
 namespace {
@@ -124,6 +125,11 @@ void save_pretrained(const ModelConfig& config, const std::map<std::string, Tens
       with_copies.emplace(layer + "embed_tokens.weight", embed);
       with_copies.emplace(layer + "shared_head.head.weight", head);
     }
+    saved = &with_copies;
+  }
+  // DeepSeek-V4: the names transformers writes (DeepSeek's), which its loader maps to its modules.
+  if (config.is_deepseek_v4()) {
+    with_copies = deepseek_v4_to_checkpoint(*saved);
     saved = &with_copies;
   }
   io::save_safetensors(dir + "/model.safetensors", *saved, {{"format", "pt"}});

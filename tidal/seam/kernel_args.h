@@ -64,6 +64,16 @@ struct RopeTableArgs {
   int64_t position_offset = 0;
 };
 
+// --- Sinkhorn-Knopp projection (ops/sinkhorn.h) of contiguous (matrices, n, n) positive matrices onto
+// doubly stochastic ones: a column normalization, then iters - 1 rounds of row then column
+// normalization, each dividing by (sum + eps) (DeepSeek-V4's mHC residual mapping).
+struct SinkhornArgs {
+  int64_t matrices = 0;
+  int64_t n = 0;
+  int64_t iters = 1;
+  double eps = 0.0;
+};
+
 // --- packed sequences (Megatron's --reset-attention-mask): several documents share one row of the
 // batch and attention does not cross their boundaries. Query row i of sample b sees only the keys of
 // its document: key j of a call is visible iff key_offset + j >= start[b * stride_b + i * stride_t]

@@ -197,6 +197,15 @@ class Kernels {
   virtual void embedding_backward(Stream& stream, const Tensor& grad_weight, const Tensor& g, const Tensor& ids) {
     missing("embedding_backward");
   }
+  // Sinkhorn-Knopp: out = the projection of x. The backward recomputes the iterations per matrix
+  // from x (n*n values each) and runs them in reverse: dx from g.
+  virtual void sinkhorn_forward(Stream& stream, const Tensor& out, const Tensor& x, const SinkhornArgs& a) {
+    missing("sinkhorn_forward");
+  }
+  virtual void sinkhorn_backward(Stream& stream, const Tensor& dx, const Tensor& g, const Tensor& x,
+                                 const SinkhornArgs& a) {
+    missing("sinkhorn_backward");
+  }
 
   // --- attention
   virtual void scaled_masked_softmax_forward(Stream& stream, const Tensor& probs, const Tensor& scores,

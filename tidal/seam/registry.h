@@ -31,6 +31,7 @@ namespace tidal {
   X(matmul)                                                                                               \
   X(softmax_forward) X(softmax_backward) X(layer_norm_forward) X(layer_norm_backward) X(rms_norm_forward) \
   X(rms_norm_backward) X(rope_tables) X(rope) X(embedding_forward) X(embedding_backward)                  \
+  X(sinkhorn_forward) X(sinkhorn_backward)                                                                \
   X(scaled_masked_softmax_forward) X(scaled_masked_softmax_backward) X(flash_attention_forward)           \
   X(flash_attention_backward)                                                                             \
   X(find_bad_target) X(cross_entropy_forward) X(cross_entropy_backward) X(count_not_ignored)              \

@@ -81,6 +81,10 @@ class CpuKernels final : public Kernels {
   // embedding.cpp
   void embedding_forward(Stream& stream, const Tensor& out, const Tensor& weight, const Tensor& ids) override;
   void embedding_backward(Stream& stream, const Tensor& grad_weight, const Tensor& g, const Tensor& ids) override;
+  // sinkhorn.cpp
+  void sinkhorn_forward(Stream& stream, const Tensor& out, const Tensor& x, const SinkhornArgs& a) override;
+  void sinkhorn_backward(Stream& stream, const Tensor& dx, const Tensor& g, const Tensor& x,
+                         const SinkhornArgs& a) override;
   // attention_eager.cpp
   void scaled_masked_softmax_forward(Stream& stream, const Tensor& probs, const Tensor& scores,
                                      const MaskedSoftmaxArgs& a) override;

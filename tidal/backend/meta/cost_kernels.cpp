@@ -193,6 +193,13 @@ class CostKernels final : public Kernels {
     const int64_t rows = ne(g) * grad_weight.itemsize();
     report("embedding_backward", CostKind::memory, g.dtype(), ne(g), nb(g) + nb(ids) + 2 * rows);
   }
+  // Per step, a sum and a divide per element; the backward recomputes the steps, then two passes each.
+  void sinkhorn_forward(Stream&, const Tensor& out, const Tensor& x, const SinkhornArgs& a) override {
+    elementwise("sinkhorn_forward", out, nb(x), 2 * (2 * a.iters - 1), x.dtype());
+  }
+  void sinkhorn_backward(Stream&, const Tensor& dx, const Tensor& g, const Tensor& x, const SinkhornArgs& a) override {
+    elementwise("sinkhorn_backward", dx, nb(g) + nb(x), 6 * (2 * a.iters - 1), x.dtype());
+  }
 
   void scaled_masked_softmax_forward(Stream&, const Tensor& probs, const Tensor& scores,
                                      const MaskedSoftmaxArgs&) override {

@@ -1,0 +1,83 @@
+#include "tidal/models/deepseek_v4.h"
+
+#include "tidal/autograd/checkpoint.h"
+#include "tidal/ops/view.h"
+
+namespace tidal::models {
+
+HyperConnectionConfig hyper_connection_config(const ModelConfig& c) {
+  HyperConnectionConfig h;
+  h.streams = c.v4.hc_mult;
+  h.hidden = c.hidden_size;
+  h.sinkhorn_iters = c.v4.hc_sinkhorn_iters;
+  h.eps = c.v4.hc_eps;
+  h.norm_eps = c.norm_eps;
+  return h;
+}
+
+DeepseekV4DecoderLayer::DeepseekV4DecoderLayer(const ModelConfig& c, int64_t index, const nn::Init& init) {
+  self_attn_ = &register_module("self_attn", std::make_unique<DeepseekV4Attention>(c, index, init));
+  mlp_ = &register_module("mlp", std::make_unique<DeepseekV4Moe>(c, index, init));
+  input_layernorm_ =
+      &register_module("input_layernorm", std::make_unique<nn::RMSNorm>(c.hidden_size, c.norm_eps, init));
+  post_attention_layernorm_ =
+      &register_module("post_attention_layernorm", std::make_unique<nn::RMSNorm>(c.hidden_size, c.norm_eps, init));
+  attn_hc_ = &register_module("attn_hc", std::make_unique<HyperConnection>(hyper_connection_config(c), init));
+  ffn_hc_ = &register_module("ffn_hc", std::make_unique<HyperConnection>(hyper_connection_config(c), init));
+}
+
+Tensor DeepseekV4DecoderLayer::forward(const Tensor& streams, const Tensor& ids, const RopeTables& rope,
+                                       const Tensor& mask, const ModelConfig& c, const LayerRecompute& rc) const {
+  const HyperMappings a = attn_hc_->collapse(streams);
+  Tensor x = HyperConnection::expand(
+      a, streams, self_attn_->forward(input_layernorm_->forward(a.collapsed), rope, mask, c, rc.core_attn));
+  const HyperMappings m = ffn_hc_->collapse(x);  // x (B, T, N, C)
+  auto moe = [this, ids](const std::vector<Tensor>& in) { return std::vector<Tensor>{mlp_->forward(in[0], ids)}; };
+  const std::vector<Tensor> h = {post_attention_layernorm_->forward(m.collapsed)};  // (B, T, C)
+  return HyperConnection::expand(m, x, rc.moe ? autograd::checkpoint(moe, h)[0] : moe(h)[0]);
+}
+
+DeepseekV4::DeepseekV4(const ModelConfig& c, const nn::Init& init) : CausalLM(c) {
+  nn::ModuleDict& model = register_module("model", std::make_unique<nn::ModuleDict>());
+  embed_tokens_ =
+      model.add("embed_tokens", std::make_unique<nn::Embedding>(c.vocab_size, c.hidden_size, init, c.pad_token_id));
+  layers_ = model.add("layers", std::make_unique<nn::ModuleList<DeepseekV4DecoderLayer>>());
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) layers_->add(std::make_unique<DeepseekV4DecoderLayer>(c, l, init));
+  norm_ = model.add("norm", std::make_unique<nn::RMSNorm>(c.hidden_size, c.norm_eps, init));
+  hc_head_ = model.add("hc_head", std::make_unique<HyperHead>(hyper_connection_config(c), init));
+  if (!c.tie_word_embeddings) {
+    lm_head_ = &register_module("lm_head", std::make_unique<nn::Linear>(c.hidden_size, c.vocab_size, false, init));
+    lm_head_->refuse_lora();  // the loss reads its weight (lm_head_weight())
+  }
+}
+
+const Tensor& DeepseekV4::lm_head_weight() const {
+  return lm_head_ != nullptr ? lm_head_->weight() : embed_tokens_->weight();
+}
+
+ModelOutput DeepseekV4::hidden_states(const Tensor& ids, const DocumentLayout& docs, const MtpIds& mtp) const {
+  const CoreAttention attn = core_attention(docs.starts);
+  TIDAL_CHECK(!attn.context_parallel(), "[deepseek_v4] context parallelism is not supported for deepseek_v4 yet");
+  TIDAL_CHECK(!docs.starts.defined() && !docs.positions.defined(),
+              "[deepseek_v4] packed documents (--reset-attention-mask, --reset-position-ids) are not supported for "
+              "deepseek_v4 yet");
+  TIDAL_ASSERT(mtp.empty(), "deepseek_v4 has no MTP depths (ModelConfig::validate refuses --mtp-num-layers)");
+  const int64_t t = checked_sequence_length(ids, attn);
+  const DType dtype = embed_tokens_->weight().dtype();
+  const RopeTables rope = rope_tables(t, config_.v4.rope_dim, config_.rope_theta, dtype, ids.device());
+  const RopeTables compress_rope =
+      rope_tables(t, config_.v4.rope_dim, config_.v4.compress_rope_theta, dtype, ids.device());
+  const Tensor mask = sliding_window_mask(t, config_.sliding_window, dtype, ids.device());  // (T, T)
+  Tensor x = embed_tokens_->forward(ids);                                                   // (B, T, C)
+  Tensor streams = x.unsqueeze(2).expand({-1, -1, config_.v4.hc_mult, -1}).contiguous();    // (B, T, N, C)
+  streams = run_layers(
+      std::move(streams),
+      [this, ids, rope, compress_rope, mask](int64_t l, const std::vector<Tensor>& in) {
+        const RopeTables& r = config_.is_compressed(l) ? compress_rope : rope;  // the layer's RoPE
+        return std::vector<Tensor>{(*layers_)[size_t(l)].forward(in[0], ids, r, mask, config_, recompute_of(l))};
+      },
+      nullptr);
+  return {norm_->forward(hc_head_->forward(streams)), Tensor(), Tensor(), {}};
+}
+
+}  // namespace tidal::models

@@ -1,0 +1,77 @@
+#include "tidal/models/deepseek_v4_attention.h"
+
+#include <cmath>
+#include <limits>
+
+#include "tidal/autograd/checkpoint.h"
+#include "tidal/ops/elementwise.h"
+#include "tidal/ops/matmul.h"
+#include "tidal/ops/norm.h"
+#include "tidal/ops/softmax.h"
+#include "tidal/ops/view.h"
+
+namespace tidal::models {
+
+Tensor sliding_window_mask(int64_t seq_len, int64_t window, DType dtype, const Device& device) {
+  std::vector<double> m(size_t(seq_len * seq_len), -std::numeric_limits<double>::infinity());
+  for (int64_t i = 0; i < seq_len; ++i)
+    for (int64_t j = std::max<int64_t>(0, i - window + 1); j <= i; ++j) m[size_t(i * seq_len + j)] = 0.0;
+  return from_vector(m, {seq_len, seq_len}, dtype).to(device);
+}
+
+DeepseekV4Attention::DeepseekV4Attention(const ModelConfig& c, int64_t layer, const nn::Init& init) {
+  const int64_t d = c.hidden_size, h = c.num_attention_heads, hd = c.head_size(), q = c.q_lora_rank;
+  const int64_t g = c.v4.o_groups, r = c.v4.o_lora_rank;
+  q_a_proj_ = &register_module("q_a_proj", std::make_unique<nn::Linear>(d, q, false, init));
+  q_a_norm_ = &register_module("q_a_norm", std::make_unique<nn::RMSNorm>(q, c.norm_eps, init));
+  q_b_proj_ = &register_module("q_b_proj", std::make_unique<nn::Linear>(q, h * hd, false, init));
+  kv_proj_ = &register_module("kv_proj", std::make_unique<nn::Linear>(d, hd, false, init));
+  kv_norm_ = &register_module("kv_norm", std::make_unique<nn::RMSNorm>(hd, c.norm_eps, init));
+  o_a_proj_ = &register_module("o_a_proj", std::make_unique<nn::Linear>(h * hd / g, g * r, false, init));
+  o_b_proj_ = &register_module("o_b_proj", std::make_unique<nn::Linear>(g * r, d, false, init));
+  sinks_ = register_parameter("sinks", nn::constant_parameter({h}, 0.0, init));
+  if (c.is_heavily_compressed(layer))
+    compressor_ = &register_module("compressor", std::make_unique<HcaCompressor>(c, init));
+  if (c.is_sparse_compressed(layer)) sparse_ = &register_module("compressor", std::make_unique<CsaCompressor>(c, init));
+  o_a_proj_->refuse_lora();  // its weight is read per group, not through its forward
+}
+
+Tensor DeepseekV4Attention::forward(const Tensor& h, const RopeTables& rope, const Tensor& mask, const ModelConfig& c,
+                                    bool recompute_core) const {
+  const int64_t b = h.size(0), t = h.size(1), heads = c.num_attention_heads, hd = c.head_size(), r = c.v4.rope_dim;
+  const int64_t g = c.v4.o_groups;
+  Tensor q_residual = q_a_norm_->forward(q_a_proj_->forward(h));                                  // (B, T, q_lora_rank)
+  Tensor q = q_b_proj_->forward(q_residual).view({b, t, heads, hd});                              // (B, T, H, hd)
+  q = rotate_tail(rms_norm(q, Tensor(), c.norm_eps), rope, r);                                    // (B, H, T, hd)
+  Tensor kv = rotate_tail(kv_norm_->forward(kv_proj_->forward(h)).view({b, t, 1, hd}), rope, r);  // (B, 1, T, hd)
+  Tensor keys_mask = mask;                                                                        // (T, T)
+  if (compressor_ != nullptr || sparse_ != nullptr) {  // HCA or CSA: the compressed entries after the window's keys
+    const CompressedEntries e =
+        compressor_ != nullptr ? compressor_->forward(h, rope, c) : sparse_->forward(h, q_residual, rope, c);
+    if (e.kv.defined()) {
+      kv = cat({kv, e.kv}, 2);  // (B, 1, T + W, hd)
+      // HCA's mask is (T, W); CSA's (B, 1, T, W), each sample's own choice.
+      keys_mask = e.mask.dim() == 2 ? cat({mask, e.mask}, 1) : cat({mask.expand({b, 1, t, t}), e.mask}, 3);
+    }
+  }
+
+  const int64_t keys = kv.size(2);                                                 // T, or T + W with HCA's entries
+  auto core = [b, t, heads, hd, keys, keys_mask](const std::vector<Tensor>& in) {  // {q, kv, sinks}
+    Tensor scores = add(mul(matmul(in[0], in[1].transpose(-1, -2)), 1.0 / std::sqrt(double(hd))), keys_mask);
+    Tensor sink = in[2].to(scores.dtype()).view({1, heads, 1, 1}).expand({b, heads, t, 1});  // (B, H, T, 1)
+    Tensor probs = softmax(cat({scores, sink}, 3), -1).narrow(3, 0, keys);                   // (B, H, T, keys)
+    return std::vector<Tensor>{matmul(probs, in[1])};                                        // (B, H, T, hd)
+  };
+  Tensor o = recompute_core ? autograd::checkpoint(core, {q, kv, sinks_})[0] : core({q, kv, sinks_})[0];
+
+  // The rotary channels rotated back by their position, in transformers' interleaved order again.
+  Tensor back = apply_rope(o.narrow(3, hd - r, r), rope.cos, neg(rope.sin));  // (B, H, T, r)
+  o = cat({o.narrow(3, 0, hd - r), interleave(back)}, 3).transpose(1, 2);     // (B, T, H, hd)
+  Tensor grouped = o.reshape({b * t, g, heads * hd / g}).transpose(0, 1);     // (G, BT, H hd / G)
+  const Tensor& w = o_a_proj_->weight();                                      // (G R, H hd / G)
+  Tensor wg = w.view({g, w.size(0) / g, w.size(1)}).transpose(1, 2);          // (G, H hd / G, R)
+  Tensor y = matmul(grouped, wg).transpose(0, 1).reshape({b, t, w.size(0)});  // (B, T, G R)
+  return o_b_proj_->forward(y);                                               // (B, T, C)
+}
+
+}  // namespace tidal::models

@@ -1,0 +1,50 @@
+#pragma once
+// DeepSeek-V4's sliding-window attention (transformers' DeepseekV4Attention for layer type sliding_attention),
+// with its names:
+//   q = rms(q_b_proj(q_a_norm(q_a_proj(h))))                 (B, T, H, hd)  rms: per head, without weight
+//   kv = kv_norm(kv_proj(h))                                 (B, T, 1, hd)  one head, the keys and the values
+//   the trailing rope_dim channels of q and kv rotated (interleaved pairs, rope_theta), attention of q over
+//   kv with a learned sink logit per head (`sinks` (H): softmax over [scores, sink], the sink's share
+//   dropped), within the causal window of sliding_window keys; the output's rotary channels rotated back
+//   (by -position), then the grouped output projection: o_a_proj (o_groups x o_lora_rank,
+//   H hd / o_groups) maps each group of heads on its own, o_b_proj mixes the groups to hidden.
+// A heavily_compressed_attention layer adds its compressor's entries (models/deepseek_v4_compressor.h) after the
+// window's keys, a compressed_sparse_attention layer those its indexer keeps for each query
+// (models/deepseek_v4_sparse.h); their RoPE is the compressed layers' (compress_rope_theta).
+// The core runs as composed ops (scores (B, H, T, T) kept): tidal's fused kernels have no sink logit.
+// Interleaved pairs are de-interleaved for tidal's rotate_half RoPE and interleaved back after the inverse
+// rotation, so the values' channels reach o_a_proj in transformers' order.
+#include "tidal/models/config.h"
+#include "tidal/models/deepseek_v4_compressor.h"
+#include "tidal/models/deepseek_v4_sparse.h"
+#include "tidal/nn/layers.h"
+#include "tidal/ops/rope.h"
+
+namespace tidal::models {
+
+class DeepseekV4Attention : public nn::Module {
+ public:
+  DeepseekV4Attention(const ModelConfig& c, int64_t layer, const nn::Init& init);
+  // h (B, T, C) normalized, the layer's RoPE tables (T, rope_dim) and the window's additive mask (T, T) -> (B, T, C).
+  // recompute_core: the core (scores, softmax with the sinks, @ values) under a checkpoint, keeping q and kv only.
+  Tensor forward(const Tensor& h, const RopeTables& rope, const Tensor& mask, const ModelConfig& c,
+                 bool recompute_core = false) const;
+
+ private:
+  nn::Linear* q_a_proj_;
+  nn::RMSNorm* q_a_norm_;
+  nn::Linear* q_b_proj_;
+  nn::Linear* kv_proj_;
+  nn::RMSNorm* kv_norm_;
+  nn::Linear* o_a_proj_;  // (G R, H hd / G), applied per group
+  nn::Linear* o_b_proj_;
+  Tensor sinks_;                         // (H)
+  HcaCompressor* compressor_ = nullptr;  // heavily_compressed_attention layers
+  CsaCompressor* sparse_ = nullptr;      // compressed_sparse_attention layers (also named "compressor")
+};
+
+// The additive mask (T, T) of DeepSeek-V4's sliding layers: 0 where key j is visible from query i
+// (j <= i and i - j < window), -inf elsewhere; on `device`.
+Tensor sliding_window_mask(int64_t seq_len, int64_t window, DType dtype, const Device& device);
+
+}  // namespace tidal::models

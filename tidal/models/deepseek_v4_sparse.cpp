@@ -1,0 +1,99 @@
+#include "tidal/models/deepseek_v4_sparse.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+
+#include "tidal/autograd/grad_mode.h"
+#include "tidal/ops/elementwise.h"
+#include "tidal/ops/matmul.h"
+#include "tidal/ops/reduce.h"
+#include "tidal/ops/view.h"
+
+namespace tidal::models {
+namespace {
+
+// A module holding its parameter under a name of its own (the scorer's weights_proj).
+class Holder : public nn::Module {
+ public:
+  template <typename M>
+  M* add(const std::string& name, std::unique_ptr<M> m) {
+    return &register_module(name, std::move(m));
+  }
+};
+
+// The overlapping windows' entries: h (B, W m, C) through kv_proj / gate_proj (C -> 2D) -> (B, W, D) pooled.
+Tensor overlapping_pool(const Tensor& h, const nn::Linear& kv_proj, const nn::Linear& gate_proj,
+                        const Tensor& position_bias, const nn::RMSNorm& kv_norm, int64_t w, int64_t m) {
+  const int64_t b = h.size(0), d2 = position_bias.size(1);
+  Tensor kv = kv_proj.forward(h).view({b, w, m, d2});                          // (B, W, m, 2D)
+  Tensor gate = add(gate_proj.forward(h).view({b, w, m, d2}), position_bias);  // (B, W, m, 2D)
+  return pooled_entries(overlapped(kv, 0.0), overlapped(gate, -std::numeric_limits<double>::infinity()), kv_norm);
+}
+
+}  // namespace
+
+CsaIndexer::CsaIndexer(const ModelConfig& c, const nn::Init& init) {
+  const int64_t d = c.hidden_size, id = c.v4.index_head_dim, heads = c.v4.index_n_heads, m = c.v4.compress_rate_csa;
+  kv_proj_ = &register_module("kv_proj", std::make_unique<nn::Linear>(d, 2 * id, false, init));
+  gate_proj_ = &register_module("gate_proj", std::make_unique<nn::Linear>(d, 2 * id, false, init));
+  position_bias_ = register_parameter("position_bias", nn::constant_parameter({m, 2 * id}, 0.0, init));
+  kv_norm_ = &register_module("kv_norm", std::make_unique<nn::RMSNorm>(id, c.norm_eps, init));
+  q_b_proj_ = &register_module("q_b_proj", std::make_unique<nn::Linear>(c.q_lora_rank, heads * id, false, init));
+  weights_proj_ = register_module("scorer", std::make_unique<Holder>())
+                      .add("weights_proj", std::make_unique<nn::Linear>(d, heads, false, init));
+}
+
+Tensor CsaIndexer::choose(const Tensor& h, const Tensor& q_residual, const RopeTables& rope,
+                          const ModelConfig& c) const {
+  NoGradGuard no_grad;  // the choice is an index: nothing differentiates through it
+  const int64_t b = h.size(0), t = h.size(1), m = c.v4.compress_rate_csa, w = t / m, k = c.v4.index_topk;
+  const int64_t heads = c.v4.index_n_heads, id = c.v4.index_head_dim, r = c.v4.rope_dim;
+  Tensor keys = rotated_entries(
+      overlapping_pool(h.narrow(1, 0, w * m), *kv_proj_, *gate_proj_, position_bias_, *kv_norm_, w, m), rope, m,
+      r);                                                                                     // (B, 1, W, id)
+  Tensor q = rotate_tail(q_b_proj_->forward(q_residual).view({b, t, heads, id}), rope, r);    // (B, I, T, id)
+  Tensor scores = mul(relu(matmul(q, keys.transpose(-1, -2))), 1.0 / std::sqrt(double(id)));  // (B, I, T, W)
+  Tensor weights = mul(weights_proj_->forward(h), 1.0 / std::sqrt(double(heads)));            // (B, T, I)
+  Tensor score = sum(mul(scores, weights.transpose(1, 2).unsqueeze(-1)), {1});                // (B, T, W)
+
+  std::vector<double> mask(size_t(b * t * w), -std::numeric_limits<double>::infinity());
+  const bool values = !score.is_meta();
+  const Tensor host = values ? score.to(DType::f64).to(Device::cpu()).contiguous() : Tensor();
+  std::vector<int64_t> order(static_cast<size_t>(w));
+  for (int64_t s = 0; s < b; ++s)
+    for (int64_t i = 0; i < t; ++i) {
+      const int64_t complete = std::min(w, (i + 1) / m), keep = std::min(k, complete);
+      std::iota(order.begin(), order.begin() + complete, int64_t(0));
+      if (values) {  // the best `keep` of the complete windows' entries (ties: the earlier entry)
+        const double* row = host.data<double>() + (s * t + i) * w;
+        std::stable_sort(order.begin(), order.begin() + complete,
+                         [row](int64_t x, int64_t y) { return row[x] > row[y]; });
+      }
+      for (int64_t j = 0; j < keep; ++j) mask[size_t((s * t + i) * w + order[size_t(j)])] = 0.0;
+    }
+  return from_vector(mask, {b, 1, t, w}, h.dtype()).to(h.device());  // (B, 1, T, W)
+}
+
+CsaCompressor::CsaCompressor(const ModelConfig& c, const nn::Init& init) {
+  const int64_t d = c.hidden_size, hd = c.head_size(), m = c.v4.compress_rate_csa;
+  kv_proj_ = &register_module("kv_proj", std::make_unique<nn::Linear>(d, 2 * hd, false, init));
+  gate_proj_ = &register_module("gate_proj", std::make_unique<nn::Linear>(d, 2 * hd, false, init));
+  position_bias_ = register_parameter("position_bias", nn::constant_parameter({m, 2 * hd}, 0.0, init));
+  kv_norm_ = &register_module("kv_norm", std::make_unique<nn::RMSNorm>(hd, c.norm_eps, init));
+  indexer_ = &register_module("indexer", std::make_unique<CsaIndexer>(c, init));
+}
+
+CompressedEntries CsaCompressor::forward(const Tensor& h, const Tensor& q_residual, const RopeTables& rope,
+                                         const ModelConfig& c) const {
+  const int64_t m = c.v4.compress_rate_csa, w = h.size(1) / m;
+  CompressedEntries out;
+  if (w == 0) return out;
+  Tensor pooled = overlapping_pool(h.narrow(1, 0, w * m), *kv_proj_, *gate_proj_, position_bias_, *kv_norm_, w, m);
+  out.kv = rotated_entries(pooled, rope, m, c.v4.rope_dim);  // (B, 1, W, hd)
+  out.mask = indexer_->choose(h, q_residual, rope, c);       // (B, 1, T, W)
+  return out;
+}
+
+}  // namespace tidal::models
