@@ -16,7 +16,7 @@ using tidal::detail::str_cat;
 // DeepseekV4Config's defaults (transformers 5.25): DeepSeek-V4-Flash's values.
 constexpr int64_t kHeadDim = 512, kQLoraRank = 1024, kTopK = 6, kRouted = 256, kExpertFfn = 2048, kShared = 1;
 constexpr int64_t kHcMult = 4, kSinkhornIters = 20, kWindow = 128, kOGroups = 8, kOLoraRank = 1024;
-constexpr int64_t kIndexHeads = 64, kIndexHeadDim = 128, kIndexTopK = 512, kHashLayers = 3, kPositions = 1048576;
+constexpr int64_t kIndexHeads = 64, kIndexHeadDim = 128, kIndexTopK = 512, kHashLayers = 3;
 constexpr double kRoutedScaling = 1.5, kSwigluLimit = 10.0, kCompressTheta = 160000.0, kPartialRotary = 64.0 / 512;
 
 constexpr const char* kSliding = "sliding_attention";
