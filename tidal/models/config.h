@@ -1,7 +1,7 @@
 #pragma once
 // Model configuration: the fields of a Hugging Face config.json for the architectures tidal builds
-// (model_type gpt2, llama, mistral, qwen2, qwen3, qwen3_moe, gemma3_text, deepseek_v3), with HF's names and defaults,
-// plus built-in presets.
+// (model_type gpt2, llama, mistral, qwen2, qwen3, qwen3_moe, gemma3_text, deepseek_v3, deepseek_v4), with HF's names
+// and defaults, plus built-in presets.
 #include <cstdint>
 #include <memory>
 #include <nlohmann/json_fwd.hpp>

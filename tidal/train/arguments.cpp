@@ -17,9 +17,11 @@ namespace {
 // The model: a preset, a config or a pretrained directory, and its shape.
 Flags& add_model_flags(Flags& f) {
   return f.option("model", "a built-in model preset (tidal presets lists them)", "NAME")
-      .option("config",
-              "a Hugging Face config.json (model_type gpt2, llama, mistral, qwen2, qwen3, qwen3_moe, gemma3_text)",
-              "FILE")
+      .option(
+          "config",
+          "a Hugging Face config.json (model_type gpt2, llama, mistral, qwen2, qwen3, qwen3_moe, gemma3_text, gemma3, "
+          "deepseek_v3, deepseek_v4)",
+          "FILE")
       .option("pretrained", "start from a Hugging Face model directory (config.json + safetensors weights)", "DIR")
       .option("num-layers", "number of transformer layers", "N")
       .option("hidden-size", "hidden size", "N")
