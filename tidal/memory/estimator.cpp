@@ -346,10 +346,12 @@ void check_step_sizes(const models::ModelConfig& cfg, int64_t batch, int64_t seq
 ActivationEstimate estimate_activations(const models::ModelConfig& cfg, const ActivationInputs& in) {
   // DeepSeek-V4's items (mHC streams, the compressors, the sparse attention's scores) are not counted yet: a formula
   // for the other families would be silently wrong for it (models/deepseek_v4.h).
-  TIDAL_CHECK(!cfg.is_deepseek_v4(),
-              "[estimator] the activation formulas do not model deepseek_v4 yet (its mHC streams, compressed and "
-              "sparse attention): measure a step instead (tidal train --train-iters 1 prints the peak by category, "
-              "--report-memory by tensor)");
+  TIDAL_CHECK(
+      !cfg.is_deepseek_v4(),
+      "[estimator] the activation formulas do not model deepseek_v4 yet (its mHC streams, compressed and "
+      "sparse attention): measure a step instead: tidal plan --dry-run (exact, on the meta device; with --memory it "
+      "says whether the step fits) or tidal train --train-iters 1 (the peak by category, --report-memory by "
+      "tensor)");
   // The whole sequence bounds what a context-parallel rank keeps too (the gathered K/V, its chunks' probabilities).
   check_step_sizes(cfg, in.batch,
                    checked_mul(in.seq, std::max<int64_t>(1, in.parallel.context), "[estimator] seq x context_parallel"),

@@ -98,16 +98,20 @@ std::string format_plan(const Plan& p, const models::ModelConfig& m, const Triag
   return out;
 }
 
-std::string format_dry_run(const DryRun& d, const StepPeak& predicted, bool saved_table) {
+std::string format_dry_run(const DryRun& d, const std::optional<StepPeak>& predicted, bool saved_table) {
   const MemoryStats& st = d.device;
-  const double ratio = predicted.total > 0 ? double(st.peak_allocated) / double(predicted.total) : 0.0;
   char line[160];
-  std::snprintf(line, sizeof line, "%.3f", ratio);
   std::string out = "Dry run (" + std::to_string(d.steps) +
                     " steps on the meta device, counted by the allocator): " + "device peak " +
                     format_bytes(st.peak_allocated) + " (" + std::to_string(st.peak_allocated) + " B; reserved " +
-                    format_bytes(st.peak_reserved) + "), the estimator predicts " + format_bytes(predicted.total) +
-                    " (dry run / estimator " + line + ").\n";
+                    format_bytes(st.peak_reserved) + ")";
+  if (predicted) {
+    const double ratio = predicted->total > 0 ? double(st.peak_allocated) / double(predicted->total) : 0.0;
+    std::snprintf(line, sizeof line, "%.3f", ratio);
+    out += ", the estimator predicts " + format_bytes(predicted->total) + " (dry run / estimator " + line + ").\n";
+  } else {
+    out += "; the estimator does not model this model.\n";
+  }
   if (d.ranks > 1) {
     std::string run;
     for (int r : d.ranks_run) run += (run.empty() ? "" : ", ") + std::to_string(r);

@@ -5,6 +5,7 @@
 // the step peak tidal's estimator predicts after each (the same numbers as the out-of-memory
 // advice, oom_advice.h). Runs on shapes alone: nothing is allocated, any preset size works.
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -51,6 +52,6 @@ std::string format_plan(const Plan& p, const models::ModelConfig& m, const Triag
 // own peak (host_offload: the host's), and the activations saved per layer; with `saved_table` the
 // table of every tensor the first micro-batch saved for backward (--report-memory), else a line
 // saying how to ask for it.
-std::string format_dry_run(const DryRun& d, const StepPeak& predicted, bool saved_table);
+std::string format_dry_run(const DryRun& d, const std::optional<StepPeak>& predicted, bool saved_table);
 
 }  // namespace tidal::plan

@@ -170,7 +170,27 @@ int run_plan(const std::vector<std::string>& argv) {
               " ranks planned for (--data-parallel-size): the ranks are data-parallel size x context-parallel size");
   if (dry) {
     const plan::DryRun d = plan::dry_run_largest_rank(args);
-    std::fputs(plan::format_dry_run(d, plan::predict_step_peak(args.model, s), args.report_memory).c_str(), stdout);
+    // A model the estimator does not model (deepseek_v4) still gets its exact dry run, and against a budget
+    // whether that peak fits; the triage and the search need the estimator.
+    std::optional<plan::StepPeak> predicted;
+    std::string unmodeled;
+    try {
+      predicted = plan::predict_step_peak(args.model, s);
+    } catch (const InternalError&) {
+      throw;
+    } catch (const Error& e) {
+      unmodeled = e.what();
+    }
+    std::fputs(plan::format_dry_run(d, predicted, args.report_memory).c_str(), stdout);
+    if (!predicted) {
+      std::printf("No estimate, so no triage and no search: %s\n", unmodeled.c_str());
+      if (memory.empty()) return kOk;
+      const int64_t target = int64_t(double(parse_bytes(memory)) * (1 - headroom));
+      const bool fits = d.device.peak_allocated <= target;
+      std::printf("The dry run's device peak %s the budget less its headroom, %s.\n", fits ? "fits" : "does not fit",
+                  format_bytes(target).c_str());
+      return fits ? kOk : kOutOfMemory;
+    }
   }
   // --json is the search's document, which needs a budget; the advice without one is text.
   TIDAL_CHECK(!json || !memory.empty(), "tidal plan: --json prints the search for a memory budget: give --memory ",
