@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <limits>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -143,6 +144,19 @@ TEST(DryRun, DeepSeekV4MatchesTheRealRunsStates) {
     SCOPED_TRACE(joined(flags));
     const plan::DryRun dry = dry_run_with_real_states(train::parse_train_args(flags), flags);
     EXPECT_GT(dry.device[MemoryCategory::activation].peak, 0);
+    // --report-memory names every saved tensor's module: the mHC mappings (attn_hc, ffn_hc), the compressors, the
+    // composed attention core (self_attn), the MoE (mlp).
+    std::set<std::string> modules;
+    for (const autograd::SavedTensorRecord& r : dry.saved) {
+      if (r.layer < 0 || r.op == "checkpoint_input") continue;  // a full-recompute checkpoint's input: the layer's
+      EXPECT_FALSE(r.module.empty()) << r.op << " of layer " << r.layer;
+      modules.insert(r.module);
+    }
+    if (!f.empty()) continue;
+    for (const char* m :
+         {"model.layers.0.attn_hc", "model.layers.0.ffn_hc", "model.layers.0.self_attn",
+          "model.layers.0.self_attn.compressor", "model.layers.1.self_attn.compressor", "model.layers.0.mlp"})
+      EXPECT_EQ(modules.count(m), 1u) << m;
   }
 }
 

@@ -1,5 +1,7 @@
 #include "tidal/models/deepseek_v4.h"
 
+#include "tidal/memory_scope.h"
+
 #include "tidal/autograd/checkpoint.h"
 #include "tidal/ops/view.h"
 
@@ -28,6 +30,7 @@ DeepseekV4DecoderLayer::DeepseekV4DecoderLayer(const ModelConfig& c, int64_t ind
 
 Tensor DeepseekV4DecoderLayer::forward(const Tensor& streams, const Tensor& ids, const RopeTables& rope,
                                        const Tensor& mask, const ModelConfig& c, const LayerRecompute& rc) const {
+  ModuleScope scope(name());  // what no submodule names (the streams' expansion) under the layer
   const HyperMappings a = attn_hc_->collapse(streams);
   Tensor x = HyperConnection::expand(
       a, streams, self_attn_->forward(input_layernorm_->forward(a.collapsed), rope, mask, c, rc.core_attn));

@@ -1,5 +1,7 @@
 #include "tidal/models/deepseek_v4_attention.h"
 
+#include "tidal/memory_scope.h"
+
 #include <cmath>
 #include <limits>
 
@@ -38,6 +40,7 @@ DeepseekV4Attention::DeepseekV4Attention(const ModelConfig& c, int64_t layer, co
 
 Tensor DeepseekV4Attention::forward(const Tensor& h, const RopeTables& rope, const Tensor& mask, const ModelConfig& c,
                                     bool recompute_core) const {
+  ModuleScope scope(name());  // --report-memory: the composed core's tensors under self_attn
   const int64_t b = h.size(0), t = h.size(1), heads = c.num_attention_heads, hd = c.head_size(), r = c.v4.rope_dim;
   const int64_t g = c.v4.o_groups;
   Tensor q_residual = q_a_norm_->forward(q_a_proj_->forward(h));                                  // (B, T, q_lora_rank)

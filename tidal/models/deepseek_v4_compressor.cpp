@@ -1,5 +1,7 @@
 #include "tidal/models/deepseek_v4_compressor.h"
 
+#include "tidal/memory_scope.h"
+
 #include <algorithm>
 #include <limits>
 
@@ -69,6 +71,7 @@ HcaCompressor::HcaCompressor(const ModelConfig& c, const nn::Init& init) : rate_
 }
 
 CompressedEntries HcaCompressor::forward(const Tensor& h, const RopeTables& rope, const ModelConfig& c) const {
+  ModuleScope scope(name());  // --report-memory: the compressed entries by module
   const int64_t b = h.size(0), t = h.size(1), m = rate_, w = t / m, hd = c.head_size();
   CompressedEntries out;
   out.mask = complete_windows_mask(t, w, m, h.dtype(), h.device());  // (T, W)

@@ -1,5 +1,7 @@
 #include "tidal/models/deepseek_v4_moe.h"
 
+#include "tidal/memory_scope.h"
+
 #include "tidal/autograd/grad_mode.h"
 #include "tidal/ops/activation.h"
 #include "tidal/ops/elementwise.h"
@@ -73,6 +75,7 @@ std::vector<int64_t> DeepseekV4Moe::choose(const Tensor& scores, const Tensor& i
 }
 
 Tensor DeepseekV4Moe::forward(const Tensor& x, const Tensor& ids) const {
+  ModuleScope scope(name());  // --report-memory: the router's and the experts' tensors by module
   const int64_t b = x.size(0), t = x.size(1), d = x.size(2), n = b * t, k = top_k_, f = down_.size(2);
   Tensor flat = x.reshape({n, d});                                // (N, C)
   Tensor scores = sqrt_softplus(linear(flat, gate_weight_));      // (N, E)

@@ -1,5 +1,7 @@
 #include "tidal/models/deepseek_v4_sparse.h"
 
+#include "tidal/memory_scope.h"
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -48,6 +50,7 @@ CsaIndexer::CsaIndexer(const ModelConfig& c, const nn::Init& init) {
 Tensor CsaIndexer::choose(const Tensor& h, const Tensor& q_residual, const RopeTables& rope,
                           const ModelConfig& c) const {
   NoGradGuard no_grad;  // the choice is an index: nothing differentiates through it
+  ModuleScope scope(name());
   const int64_t b = h.size(0), t = h.size(1), m = c.v4.compress_rate_csa, w = t / m, k = c.v4.index_topk;
   const int64_t heads = c.v4.index_n_heads, id = c.v4.index_head_dim, r = c.v4.rope_dim;
   Tensor keys = rotated_entries(
@@ -87,6 +90,7 @@ CsaCompressor::CsaCompressor(const ModelConfig& c, const nn::Init& init) {
 
 CompressedEntries CsaCompressor::forward(const Tensor& h, const Tensor& q_residual, const RopeTables& rope,
                                          const ModelConfig& c) const {
+  ModuleScope scope(name());  // --report-memory: the compressed entries by module
   const int64_t m = c.v4.compress_rate_csa, w = h.size(1) / m;
   CompressedEntries out;
   if (w == 0) return out;

@@ -1,5 +1,7 @@
 #include "tidal/models/hyper_connection.h"
 
+#include "tidal/memory_scope.h"
+
 #include "tidal/ops/elementwise.h"
 #include "tidal/ops/matmul.h"
 #include "tidal/ops/norm.h"
@@ -36,6 +38,7 @@ HyperConnection::HyperConnection(const HyperConnectionConfig& c, const nn::Init&
 }
 
 HyperMappings HyperConnection::collapse(const Tensor& streams) const {
+  ModuleScope scope(name());  // --report-memory: the mHC mappings by module
   check_streams("hyper_connection", streams, c_);
   const int64_t b = streams.size(0), t = streams.size(1), n = c_.streams;
   const std::vector<Tensor> w = split(mixes(streams, fn_, c_.norm_eps), {n, n, n * n}, -1);  // (B, T, n|n|n^2)
@@ -62,6 +65,7 @@ HyperHead::HyperHead(const HyperConnectionConfig& c, const nn::Init& init) : c_(
 }
 
 Tensor HyperHead::forward(const Tensor& streams) const {
+  ModuleScope scope(name());
   check_streams("hyper_head", streams, c_);
   Tensor pre = add(sigmoid(add(mul(mixes(streams, fn_, c_.norm_eps), scale_), base_)), c_.eps);  // (B, T, N)
   return weighted_sum(pre, streams);                                                             // (B, T, C)
