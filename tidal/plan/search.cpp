@@ -372,9 +372,10 @@ class Search {
     for (size_t k = 0; k < others.size(); ++k) {
       const size_t i = others[k];
       ++progress_.considered;
-      const bool known = runs_.count(kernel_key(all_[i].args)) > 0;
+      const std::string key = kernel_key(all_[i].args);
+      const bool known = runs_.count(key) > 0;
       if (!known && dry_run_kernels_ >= o_.dry_run_kernels) continue;
-      if (!known && ahead_.count(kernel_key(all_[i].args)) == 0)
+      if (!known && ahead_.count(key) == 0)
         run_ahead(std::vector<size_t>(others.begin() + std::ptrdiff_t(k), others.end()), size_t(o_.dry_run_workers));
       time(all_[i]);
     }
