@@ -8,6 +8,7 @@ Run from the virtual environment of scripts/hf_fixtures.py (tests never need it:
   /work/venv-hf/bin/python scripts/deepseek_v4_fixtures.py model    # tests/fixtures/hf/tiny_deepseek_v4/
   /work/venv-hf/bin/python scripts/deepseek_v4_fixtures.py model_hca   # tests/fixtures/hf/tiny_deepseek_v4_hca/
   /work/venv-hf/bin/python scripts/deepseek_v4_fixtures.py model_csa   # tests/fixtures/hf/tiny_deepseek_v4_csa/
+  /work/venv-hf/bin/python scripts/deepseek_v4_fixtures.py model_yarn  # tests/fixtures/hf/tiny_deepseek_v4_yarn/
 
 - deepseek_v4_hc/golden.safetensors: transformers' DeepseekV4HyperConnection and DeepseekV4HyperHead (mHC) with
   random parameters (fn, base, scale; hc_fn, hc_base, hc_scale) on random streams (B, T, hc_mult, C) and a random
@@ -29,6 +30,8 @@ Run from the virtual environment of scripts/hf_fixtures.py (tests never need it:
 - tiny_deepseek_v4_csa/: layers CSA, HCA, CSA (m = 2 for CSA: 6 overlapping entries over 12 tokens, the indexer's
   8 heads of 8 keeping the top 2 for each query; m' = 4 for HCA). The indexer's parameters get no gradient (its
   top-k choice is an index), so golden.safetensors has none for them.
+- tiny_deepseek_v4_yarn/: the CSA fixture's layers with YaRN on the compressed layers' rope, given as a flat
+  rope_parameters as the published V4 checkpoints give it (factor 4 over 6 original positions, beta_fast 4).
 """
 import inspect
 import json
@@ -161,6 +164,18 @@ def model_csa():
           compress_rope_theta=500.0, index_n_heads=8, index_head_dim=8, index_topk=2)
 
 
+def model_yarn():
+    # The CSA fixture's layers with YaRN on the compressed layers' rope, given flat as the published checkpoints give
+    # it (DeepseekV4Config folds it into rope_parameters.compress with attention_factor 1): factor 4 over 6 original
+    # positions, so that over 12 tokens one of the two rotary frequencies is interpolated and one ramped.
+    model("tiny_deepseek_v4_yarn", ("compressed_sparse_attention", "heavily_compressed_attention",
+                                    "compressed_sparse_attention"),
+          compress_rates={"compressed_sparse_attention": 2, "heavily_compressed_attention": 4},
+          compress_rope_theta=500.0, index_n_heads=8, index_head_dim=8, index_topk=2,
+          rope_parameters={"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 6,
+                           "beta_fast": 4.0, "beta_slow": 1.0})
+
+
 def fields():
     cls = transformers.DeepseekV4Config
     defaults = cls().to_dict()
@@ -174,6 +189,7 @@ def fields():
 
 
 if __name__ == "__main__":
-    parts = {"hc": hc, "fields": fields, "model": model, "model_hca": model_hca, "model_csa": model_csa}
+    parts = {"hc": hc, "fields": fields, "model": model, "model_hca": model_hca, "model_csa": model_csa,
+             "model_yarn": model_yarn}
     for part in sys.argv[1:] or list(parts):
         parts[part]()

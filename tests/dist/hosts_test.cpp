@@ -39,7 +39,8 @@ class AcrossHosts : public ::testing::Test {
     }
   }
   static void TearDownTestSuite() {
-    if (skip_reason_.empty() && !dist::launched_by_mpi_launcher()) run_command(kScripts + "netns_hosts.sh down " + name_);
+    if (skip_reason_.empty() && !dist::launched_by_mpi_launcher())
+      run_command(kScripts + "netns_hosts.sh down " + name_);
   }
   void SetUp() override {
     if (dist::launched_by_mpi_launcher()) GTEST_SKIP() << "launches mpirun itself";
@@ -77,9 +78,8 @@ TEST_F(AcrossHosts, ZeRO3OnTwoHostsEqualsOneProcess) {
   const auto one = run_command("OMP_NUM_THREADS=1 TIDAL_NUM_THREADS=1 " + run + dir + "/one");
   ASSERT_EQ(one.code, 0) << one.output;
   const std::string weights = "/iter_0000004/model.safetensors";
-  EXPECT_TRUE(io::read_file(dir + "/two" + weights) == io::read_file(dir + "/one" + weights))
-      << "the weights differ:\n"
-      << two.output;
+  EXPECT_TRUE(io::read_file(dir + "/two" + weights) == io::read_file(dir + "/one" + weights)) << "the weights differ:\n"
+                                                                                              << two.output;
 }
 
 // A host whose cable is pulled mid-run: the rank left waiting ends the job after --distributed-timeout-minutes
@@ -94,8 +94,8 @@ TEST_F(AcrossHosts, AHostWhoseLinkDropsEndsTheJobWithAClearError) {
   const auto r = run_command(
       "(" + mpirun() + kTrain + "--train-iters 1000000 --log-interval 1 --distributed-timeout-minutes 0.05 > " + log +
       " 2>&1; echo \"exit $?\" >> " + log + ") & for i in $(seq 600); do grep -q 'iteration  *2/' " + log +
-      " 2>/dev/null && { echo 'both ranks train'; break; }; sleep 0.1; done; " + kScripts + "netns_hosts.sh link 1 down " + name_ + "; wait; cat " +
-      log);
+      " 2>/dev/null && { echo 'both ranks train'; break; }; sleep 0.1; done; " + kScripts +
+      "netns_hosts.sh link 1 down " + name_ + "; wait; cat " + log);
   run_command(kScripts + "netns_hosts.sh link 1 up " + name_);
   EXPECT_NE(r.output.find("both ranks train"), std::string::npos) << "the run never trained:\n" << r.output;
   EXPECT_NE(r.output.find("did not complete within 0.05 minutes (--distributed-timeout-minutes): another rank is "
@@ -108,7 +108,8 @@ TEST_F(AcrossHosts, AHostWhoseLinkDropsEndsTheJobWithAClearError) {
   // No rank outlives the job; the cut-off host's Open MPI daemon ends too, once TCP gives up on mpirun.
   const std::string pids = "$(ip netns pids " + name_ + "-0) $(ip netns pids " + name_ + "-1)";
   EXPECT_EQ(run_command("for p in " + pids + "; do cat /proc/$p/cmdline; done | tr '\\0' ' ' | grep tidal").output, "");
-  EXPECT_EQ(run_command("for i in $(seq 600); do [ -z \"$(echo " + pids + ")\" ] && exit 0; sleep 0.1; done; exit 1").code, 0)
+  EXPECT_EQ(
+      run_command("for i in $(seq 600); do [ -z \"$(echo " + pids + ")\" ] && exit 0; sleep 0.1; done; exit 1").code, 0)
       << "still running after 60 s: " << run_command("ps -o pid,args -p \"$(echo " + pids + ")\"").output;
 }
 

@@ -30,7 +30,8 @@ const char* kFixture = "tiny_deepseek_v4_csa";
 class DeepseekV4Golden : public ::testing::TestWithParam<const char*> {};
 
 // tiny_deepseek_v4: sliding layers; tiny_deepseek_v4_hca: two heavily compressed layers (m' = 4 over 12 tokens,
-// their own RoPE base) around a sliding one.
+// their own RoPE base) around a sliding one; tiny_deepseek_v4_csa: CSA, HCA, CSA; tiny_deepseek_v4_yarn: the same
+// with YaRN on the compressed layers' rope (as the published checkpoints have it).
 TEST_P(DeepseekV4Golden, MatchesTransformersLogitsLossAndEveryGradient) {
   const GoldenFiles g = load_golden(GetParam());
   std::unique_ptr<CausalLM> model = load_pretrained_model(g.dir);
@@ -77,7 +78,8 @@ TEST_P(DeepseekV4Golden, ShortInputsMatchTransformers) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, DeepseekV4Golden,
-                         ::testing::Values("tiny_deepseek_v4", "tiny_deepseek_v4_hca", "tiny_deepseek_v4_csa"));
+                         ::testing::Values("tiny_deepseek_v4", "tiny_deepseek_v4_hca", "tiny_deepseek_v4_csa",
+                                           "tiny_deepseek_v4_yarn"));
 
 // tidal writes the names transformers writes (DeepSeek's: layers.L.attn.wq_a, ffn.experts.E.w1, hc_attn_fn, ...),
 // each tensor as the fixture holds it, and reads its own directory back to the same logits.

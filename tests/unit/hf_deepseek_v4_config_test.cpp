@@ -1,7 +1,7 @@
 // DeepSeek-V4's config.json (model_type deepseek_v4) as transformers 5's DeepseekV4Config writes it
 // (tests/fixtures/hf/deepseek_v4_fields.v5.json: its fields and defaults, scripts/deepseek_v4_fixtures.py fields):
 // every field read or listed harmless, the legacy names folded in as the class folds them, and what tidal does not
-// build (YaRN on the compressed layers' rope, other scoring functions, ...) refused naming the field.
+// build (other scoring functions, ...) refused naming the field.
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -121,7 +121,7 @@ TEST(HfDeepseekV4Config, TheClassDefaultScheduleIsBuilt) {
   EXPECT_TRUE(legacy.is_sparse_compressed(0) && legacy.is_heavily_compressed(1) && !legacy.is_compressed(2));
 }
 
-TEST(HfDeepseekV4Config, HeavilyCompressedLayersAreBuiltWithTheDefaultRope) {
+TEST(HfDeepseekV4Config, HeavilyCompressedLayersAreBuilt) {
   json j = sliding_defaults();
   j["layer_types"][0] = "heavily_compressed_attention";
   const ModelConfig c = config_from_json(j, "hca");
@@ -130,9 +130,50 @@ TEST(HfDeepseekV4Config, HeavilyCompressedLayersAreBuiltWithTheDefaultRope) {
   // Its compressor: kv_proj and gate_proj (4096 -> 512), position_bias (128, 512), kv_norm (512).
   EXPECT_EQ(c.parameter_count() - config_from_json(sliding_defaults(), "sliding").parameter_count(),
             2 * 4096 * 512 + 128 * 512 + 512);
+}
+
+// The compressed layers' YaRN (the published V4-Flash / V4-Pro configs: compress_rope_theta 160000, yarn factor 16
+// over 65536 positions), in each form DeepseekV4Config reads: a flat rope_parameters or transformers 4.x's
+// rope_scaling (folded into the compressed layers' rope with attention_factor 1: the V4 reference does not scale
+// cos/sin), or the nested form the class saves (what it says; no attention_factor: 0.1 ln(factor) + 1). The main
+// rope stays the default; tidal's written config reads back the same.
+TEST(HfDeepseekV4Config, TheCompressedLayersRopeTakesYarnInEveryForm) {
+  const json yarn = {{"rope_type", "yarn"},
+                     {"factor", 16},
+                     {"original_max_position_embeddings", 65536},
+                     {"beta_fast", 32},
+                     {"beta_slow", 1}};
+  for (const char* key : {"rope_parameters", "rope_scaling"}) {
+    json j = sliding_defaults();
+    j["layer_types"][0] = "compressed_sparse_attention";
+    j.erase("rope_parameters");
+    j[key] = yarn;
+    const ModelConfig c = config_from_json(j, key);
+    const RopeScaling& s = c.v4.compress_rope_scaling;
+    EXPECT_EQ(s.type, RopeType::yarn) << key;
+    EXPECT_EQ(s.factor, 16.0);
+    EXPECT_EQ(s.original_max_position_embeddings, 65536);
+    EXPECT_EQ(s.attention_factor, 1.0) << key;
+    EXPECT_EQ(c.rope_scaling.type, RopeType::standard) << key;  // the sliding layers' rope
+    const ModelConfig back = config_from_json(config_to_json(c), "written");
+    EXPECT_EQ(back.v4.compress_rope_scaling, s);
+    EXPECT_EQ(back.v4.compress_rope_theta, c.v4.compress_rope_theta);
+    EXPECT_EQ(back.rope_theta, c.rope_theta);
+  }
+  json j = sliding_defaults();
+  j["layer_types"][0] = "heavily_compressed_attention";
+  for (const auto& [k, v] : yarn.items()) j["rope_parameters"]["compress"][k] = v;
+  const ModelConfig nested = config_from_json(j, "nested");
+  EXPECT_EQ(nested.v4.compress_rope_scaling.type, RopeType::yarn);
+  EXPECT_EQ(nested.v4.compress_rope_scaling.attention_factor, 0.0);  // derived, as transformers derives it
+  EXPECT_EQ(config_from_json(config_to_json(nested), "written").v4.compress_rope_scaling,
+            nested.v4.compress_rope_scaling);
+  j["rope_parameters"]["compress"]["rope_type"] = "llama3";
+  EXPECT_HAS(config_error(j), "'rope_parameters.compress.rope_type'");
+  EXPECT_HAS(config_error(j), "the compressed layers' rope is default or yarn");
   j["rope_parameters"]["compress"]["rope_type"] = "yarn";
-  j["rope_parameters"]["compress"]["factor"] = 16;
-  EXPECT_HAS(config_error(j), "YaRN on the compressed (CSA, HCA) layers' rope is not implemented yet");
+  j["rope_parameters"]["compress"].erase("factor");
+  EXPECT_HAS(config_error(j), "rope type yarn needs the field 'factor'");
 }
 
 TEST(HfDeepseekV4Config, WhatTidalDoesNotBuildIsRefusedByName) {

@@ -131,9 +131,10 @@ struct ModelConfig {
     int64_t rope_dim = 0;        // head_dim * partial_rotary_factor: each head's trailing rotary channels
     double swiglu_limit = 0;     // clamp of the experts' gate (max) and up (both sides) projections; 0: none
     std::vector<bool> hash_moe;  // per layer: mlp_layer_types hash_moe (experts from the tid2eid table)
-    // The compressed layers (HCA, CSA): their q/kv RoPE and their entries' take compress_rope_theta.
+    // The compressed layers (HCA, CSA): their q/kv RoPE and their entries' take compress_rope_theta, scaled
+    // by rope_parameters.compress (default or yarn; V4-Flash and V4-Pro: yarn, factor 16).
     double compress_rope_theta = 160000.0;
-    bool compress_rope_yarn = false;  // rope_parameters.compress is yarn (refused with compressed layers)
+    RopeScaling compress_rope_scaling;
     int64_t compress_rate_csa = 4, compress_rate_hca = 128;
     int64_t index_n_heads = 0, index_head_dim = 0, index_topk = 0;
   };

@@ -6,6 +6,7 @@
 
 #include "tidal/base/checked_math.h"
 #include "tidal/base/json.h"
+#include "tidal/models/config_rope.h"
 
 namespace tidal::models::detail {
 namespace {
@@ -65,14 +66,32 @@ std::vector<bool> hash_layers(const FieldReader& f, int64_t layers) {
   return hash;
 }
 
-// rope_parameters: {"main": {...}, "compress": {...}} (what the class saves), or a flat dict whose keys
-// (a YaRN scaling) go to the compressed layers' rope, as DeepseekV4Config folds it.
+// The compressed layers' rope dict `r` (`dict` its JSON): the default type, or yarn (the published V4 checkpoints:
+// factor 16 over 65536 positions). `flat`: folded from a flat rope dict, where DeepseekV4Config sets
+// attention_factor 1 unless given (the V4 reference does not scale cos/sin by YaRN's mscale); a nested dict keeps what
+// it says (no attention_factor: transformers' 0.1 ln(factor) + 1).
+void read_compress_rope(const FieldReader& top, const FieldReader& r, const json& dict, bool flat, ModelConfig& c) {
+  const std::string t = r.get(r.alias("rope_type", "type"), "default");
+  if (t == "default") return;
+  if (t != "yarn") r.refuse("rope_type", "'" + t + "'", "the compressed layers' rope is default or yarn");
+  RopeScaling& s = c.v4.compress_rope_scaling;
+  read_yarn(top, r, dict, c.max_position_embeddings, s);
+  if (flat && s.attention_factor == 0) s.attention_factor = 1.0;
+}
+
+// rope_parameters: {"main": {...}, "compress": {...}} (what the class saves), or a flat dict (or transformers 4.x's
+// rope_scaling) whose keys (a YaRN scaling) go to the compressed layers' rope, as DeepseekV4Config folds it.
 void read_rope_parameters(const FieldReader& f, ModelConfig& c, double partial) {
   c.rope_theta = f.get("rope_theta", 10000.0);
   c.v4.compress_rope_theta = f.get("compress_rope_theta", kCompressTheta);
   const json* rp = f.find("rope_parameters");
-  if (rp == nullptr) return;
-  TIDAL_CHECK(rp->is_object(), f.where("rope_parameters"), " must be an object, found ", json_kind(*rp));
+  const char* key = "rope_parameters";
+  if (rp == nullptr || (rp->is_object() && rp->empty())) {  // transformers 5: `rope_scaling or rope_parameters`
+    rp = f.find("rope_scaling");
+    key = "rope_scaling";
+  }
+  if (rp == nullptr || rp->is_null()) return;
+  TIDAL_CHECK(rp->is_object(), f.where(key), " must be an object, found ", json_kind(*rp));
   const bool nested = rp->contains("main") && rp->contains("compress");
   auto check_partial = [&](const FieldReader& r) {
     if (const double p = r.get("partial_rotary_factor", partial); p != partial)
@@ -80,8 +99,8 @@ void read_rope_parameters(const FieldReader& f, ModelConfig& c, double partial) 
                str_cat("it must be the top-level partial_rotary_factor (", partial, ")"));
   };
   if (nested) {
-    const FieldReader main((*rp)["main"], f.source(), nullptr, "rope_parameters.main.");
-    const FieldReader comp((*rp)["compress"], f.source(), nullptr, "rope_parameters.compress.");
+    const FieldReader main((*rp)["main"], f.source(), nullptr, std::string(key) + ".main.");
+    const FieldReader comp((*rp)["compress"], f.source(), nullptr, std::string(key) + ".compress.");
     if (const std::string t = main.get("rope_type", "default"); t != "default")
       main.refuse("rope_type", "'" + t + "'",
                   "DeepSeek-V4's sliding layers use the default rope (transformers applies no scaling to them)");
@@ -89,17 +108,11 @@ void read_rope_parameters(const FieldReader& f, ModelConfig& c, double partial) 
     c.v4.compress_rope_theta = comp.get("rope_theta", c.v4.compress_rope_theta);
     check_partial(main);
     check_partial(comp);
-    const std::string t = comp.get("rope_type", "default");
-    if (t != "default" && t != "yarn")
-      comp.refuse("rope_type", "'" + t + "'", "the compressed layers' rope is default or yarn");
-    c.v4.compress_rope_yarn = t == "yarn";
+    read_compress_rope(f, comp, (*rp)["compress"], false, c);
     return;
   }
-  const FieldReader r(*rp, f.source(), nullptr, "rope_parameters.");
-  const std::string t = r.get("rope_type", "default");
-  if (t != "default" && t != "yarn")
-    r.refuse("rope_type", "'" + t + "'", "the compressed layers' rope is default or yarn");
-  c.v4.compress_rope_yarn = t == "yarn";
+  const FieldReader r(*rp, f.source(), nullptr, std::string(key) + ".");
+  read_compress_rope(f, r, *rp, true, c);
 }
 
 }  // namespace
@@ -132,7 +145,7 @@ void read_deepseek_v4(const FieldReader& f, ModelConfig& c) {
   v.o_groups = f.get("o_groups", kOGroups, 1, kMaxHeads);
   v.o_lora_rank = f.get("o_lora_rank", kOLoraRank, 1, kMaxWidth);
 
-  // The compressed layers' fields, checked though their layers are refused below.
+  // The compressed layers' fields.
   if (const json* rates = f.find("compress_rates")) {
     const FieldReader r(*rates, f.source(), nullptr, "compress_rates.");
     v.compress_rate_csa = r.get(kCsa, v.compress_rate_csa, 1, kMaxPositions);
@@ -147,11 +160,6 @@ void read_deepseek_v4(const FieldReader& f, ModelConfig& c) {
     if (const std::string& t = c.layer_types[l]; t != kSliding && t != kHca && t != kCsa)
       f.refuse("layer_types", str_cat("'", t, "' at layer ", l),
                str_cat("entries are ", kSliding, ", ", kCsa, " or ", kHca));
-  const bool compressed =
-      std::any_of(c.layer_types.begin(), c.layer_types.end(), [](const std::string& t) { return t != kSliding; });
-  if (compressed && v.compress_rope_yarn)
-    f.refuse("rope_parameters", "a yarn rope for the compressed layers",
-             "YaRN on the compressed (CSA, HCA) layers' rope is not implemented yet (only the default rope type)");
 
   c.num_experts = f.get(f.alias("n_routed_experts", "num_local_experts"), kRouted, 1, kMaxExperts);
   c.num_experts_per_tok = f.get("num_experts_per_tok", std::min(kTopK, c.num_experts), 1, c.num_experts);
@@ -196,6 +204,14 @@ void write_deepseek_v4(const ModelConfig& c, json& j) {
   j["partial_rotary_factor"] = double(v.rope_dim) / double(c.head_dim);
   j["rope_theta"] = c.rope_theta;
   j["compress_rope_theta"] = v.compress_rope_theta;
+  // Nested, as DeepseekV4Config saves it: the main rope default, the compressed layers' default or yarn.
+  const double partial = double(v.rope_dim) / double(c.head_dim);
+  json compress = {{"rope_type", "default"}, {"rope_theta", v.compress_rope_theta}};
+  if (v.compress_rope_scaling.type == RopeType::yarn) write_yarn(v.compress_rope_scaling, compress);
+  compress["partial_rotary_factor"] = partial;
+  j["rope_parameters"] = {
+      {"main", {{"rope_type", "default"}, {"rope_theta", c.rope_theta}, {"partial_rotary_factor", partial}}},
+      {"compress", compress}};
   j["sliding_window"] = c.sliding_window;
   j["layer_types"] = c.layer_types;
   std::vector<std::string> mlp;

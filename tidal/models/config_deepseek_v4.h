@@ -6,10 +6,9 @@
 //  - attention: q_lora_rank, one shared key/value head (num_key_value_heads 1) of head_dim, its trailing
 //    head_dim * partial_rotary_factor channels rotated (rope_parameters.main: the default rope type and
 //    rope_theta), sliding_window, o_groups / o_lora_rank, per-head sinks;
-//  - layer_types: sliding_attention is built; compressed_sparse_attention (CSA) and
-//    heavily_compressed_attention (HCA) are refused by name (tidal does not build the compressor, the
-//    indexer or the sparse attention yet), with compress_rates, compress_rope_theta, rope_parameters.compress
-//    and index_* read and checked all the same;
+//  - layer_types: sliding_attention, compressed_sparse_attention (CSA) and heavily_compressed_attention (HCA),
+//    with compress_rates, index_* and the compressed layers' rope: compress_rope_theta and rope_parameters.compress
+//    (default, or yarn as the published checkpoints give it: a flat rope_parameters / rope_scaling is theirs);
 //  - the MoE on every layer: n_routed_experts, num_experts_per_tok, moe_intermediate_size (the experts' and
 //    the shared experts' width), n_shared_experts, routed_scaling_factor, sqrtsoftplus scores (other
 //    scoring_func values refused), mlp_layer_types (hash_moe: experts from a token-id table), swiglu_limit;

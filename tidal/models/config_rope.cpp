@@ -29,6 +29,40 @@ double required_positive(const FieldReader& r, const char* key, const char* type
 
 }  // namespace
 
+void read_yarn(const FieldReader& top, const FieldReader& r, const json& dict, int64_t max_positions, RopeScaling& s) {
+  const char* name = rope_type_name(RopeType::yarn);
+  s.type = RopeType::yarn;
+  const int64_t orig = top.has("original_max_position_embeddings")
+                           ? top.get("original_max_position_embeddings", int64_t(0), 1, kMaxPositions)
+                           : r.get("original_max_position_embeddings", max_positions, int64_t(1), kMaxPositions);
+  s.original_max_position_embeddings = orig;
+  TIDAL_CHECK(dict.contains("factor"), "[config] ", r.source(),
+              ": rope type yarn needs the field 'factor' in rope_parameters (null: max_position_embeddings / "
+              "original_max_position_embeddings)");
+  s.factor = positive(r, "factor", double(max_positions) / double(orig), name);
+  // transformers: `beta_fast or 32`, `beta_slow or 1`: 0 means the default too.
+  s.beta_fast = r.get("beta_fast", 0.0) == 0 ? 32.0 : positive(r, "beta_fast", 32.0, name);
+  s.beta_slow = r.get("beta_slow", 0.0) == 0 ? 1.0 : positive(r, "beta_slow", 1.0, name);
+  s.attention_factor = positive(r, "attention_factor", 0.0, name);
+  s.mscale = r.get("mscale", 0.0);
+  s.mscale_all_dim = r.get("mscale_all_dim", 0.0);
+  TIDAL_CHECK(std::isfinite(s.mscale) && std::isfinite(s.mscale_all_dim), "[config] ", r.source(),
+              ": rope mscale and mscale_all_dim must be finite numbers");
+  s.truncate = r.get("truncate", true);
+}
+
+void write_yarn(const RopeScaling& s, json& d) {
+  d["rope_type"] = rope_type_name(RopeType::yarn);
+  d["factor"] = s.factor;
+  d["original_max_position_embeddings"] = s.original_max_position_embeddings;
+  d["beta_fast"] = s.beta_fast;
+  d["beta_slow"] = s.beta_slow;
+  if (s.attention_factor > 0) d["attention_factor"] = s.attention_factor;
+  if (s.mscale != 0) d["mscale"] = s.mscale;
+  if (s.mscale_all_dim != 0) d["mscale_all_dim"] = s.mscale_all_dim;
+  d["truncate"] = s.truncate;
+}
+
 void read_rope(const FieldReader& f, ModelConfig& c) {
   // transformers 5: `rope_scaling or rope_parameters` (an empty or null rope_scaling falls through).
   const json* scaling = f.find("rope_scaling");
@@ -72,6 +106,10 @@ void read_rope(const FieldReader& f, ModelConfig& c) {
   const char* name = rope_type_name(s.type);
   if (s.type == RopeType::standard) return;  // transformers reads nothing else of the dict here
 
+  if (s.type == RopeType::yarn) {
+    read_yarn(f, r, dict, c.max_position_embeddings, s);
+    return;
+  }
   // original_max_position_embeddings: a top-level field wins (transformers' rule), then the dict's, then
   // max_position_embeddings. The dynamic type measures against max_position_embeddings.
   const int64_t orig =
@@ -79,24 +117,7 @@ void read_rope(const FieldReader& f, ModelConfig& c) {
           ? f.get("original_max_position_embeddings", int64_t(0), 1, kMaxPositions)
           : r.get("original_max_position_embeddings", c.max_position_embeddings, int64_t(1), kMaxPositions);
   s.original_max_position_embeddings = s.type == RopeType::dynamic ? c.max_position_embeddings : orig;
-
-  if (s.type == RopeType::yarn) {
-    TIDAL_CHECK(dict.contains("factor"), "[config] ", f.source(),
-                ": rope type yarn needs the field 'factor' in rope_parameters (null: max_position_embeddings / "
-                "original_max_position_embeddings)");
-    s.factor = positive(r, "factor", double(c.max_position_embeddings) / double(orig), name);
-    // transformers: `beta_fast or 32`, `beta_slow or 1`: 0 means the default too.
-    s.beta_fast = r.get("beta_fast", 0.0) == 0 ? 32.0 : positive(r, "beta_fast", 32.0, name);
-    s.beta_slow = r.get("beta_slow", 0.0) == 0 ? 1.0 : positive(r, "beta_slow", 1.0, name);
-    s.attention_factor = positive(r, "attention_factor", 0.0, name);
-    s.mscale = r.get("mscale", 0.0);
-    s.mscale_all_dim = r.get("mscale_all_dim", 0.0);
-    TIDAL_CHECK(std::isfinite(s.mscale) && std::isfinite(s.mscale_all_dim), "[config] ", f.source(),
-                ": rope mscale and mscale_all_dim must be finite numbers");
-    s.truncate = r.get("truncate", true);
-  } else {
-    s.factor = required_positive(r, "factor", name);
-  }
+  s.factor = required_positive(r, "factor", name);
   if (s.type == RopeType::llama3) {
     s.low_freq_factor = required_positive(r, "low_freq_factor", name);
     s.high_freq_factor = required_positive(r, "high_freq_factor", name);
@@ -111,19 +132,15 @@ void write_rope(const ModelConfig& c, json& j) {
   const RopeScaling& s = c.rope_scaling;
   if (s.type == RopeType::standard) return;
   json d = {{"rope_type", rope_type_name(s.type)}, {"factor", s.factor}};
-  if (s.type == RopeType::llama3 || s.type == RopeType::yarn)
-    d["original_max_position_embeddings"] = s.original_max_position_embeddings;
+  if (s.type == RopeType::yarn) {
+    write_yarn(s, d);
+    j["rope_scaling"] = d;
+    return;
+  }
   if (s.type == RopeType::llama3) {
+    d["original_max_position_embeddings"] = s.original_max_position_embeddings;
     d["low_freq_factor"] = s.low_freq_factor;
     d["high_freq_factor"] = s.high_freq_factor;
-  }
-  if (s.type == RopeType::yarn) {
-    d["beta_fast"] = s.beta_fast;
-    d["beta_slow"] = s.beta_slow;
-    if (s.attention_factor > 0) d["attention_factor"] = s.attention_factor;
-    if (s.mscale != 0) d["mscale"] = s.mscale;
-    if (s.mscale_all_dim != 0) d["mscale_all_dim"] = s.mscale_all_dim;
-    d["truncate"] = s.truncate;
   }
   j["rope_scaling"] = d;
 }

@@ -68,8 +68,10 @@ ModelOutput DeepseekV4::hidden_states(const Tensor& ids, const DocumentLayout& d
   const int64_t t = checked_sequence_length(ids, attn);
   const DType dtype = embed_tokens_->weight().dtype();
   const RopeTables rope = rope_tables(t, config_.v4.rope_dim, config_.rope_theta, dtype, ids.device());
-  const RopeTables compress_rope =
-      rope_tables(t, config_.v4.rope_dim, config_.v4.compress_rope_theta, dtype, ids.device());
+  // The compressed layers': their base and scaling (yarn on the published checkpoints).
+  const RopeTables compress_rope = rope_tables(
+      t, rope_frequencies(config_.v4.rope_dim, config_.v4.compress_rope_theta, config_.v4.compress_rope_scaling, t),
+      dtype, ids.device());
   const Tensor mask = sliding_window_mask(t, config_.sliding_window, dtype, ids.device());  // (T, T)
   Tensor x = embed_tokens_->forward(ids);                                                   // (B, T, C)
   Tensor streams = x.unsqueeze(2).expand({-1, -1, config_.v4.hc_mult, -1}).contiguous();    // (B, T, N, C)
