@@ -23,9 +23,7 @@ struct RecomputeRun {
 inline int64_t activation_bytes() {
   return device_allocator(Device::cpu()).stats()[MemoryCategory::activation].allocated;
 }
-inline int64_t recompute_events() {
-  return autograd::checkpoint_replay_count() + autograd::output_recompute_count();
-}
+inline int64_t recompute_events() { return autograd::checkpoint_replay_count() + autograd::output_recompute_count(); }
 
 // batch (4, T + 1): two micro-batches of 2 x T tokens, each seeded (dropout draws the same masks), the loss halved;
 // `off` (optional) starts each micro-batch's offload.
