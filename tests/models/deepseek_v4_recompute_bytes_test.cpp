@@ -53,9 +53,7 @@ TEST(DeepseekV4RecomputeBytes, CsaFixtureF32) { check_bytes("tiny_deepseek_v4_cs
 TEST(DeepseekV4RecomputeBytes, CsaFixtureBf16) { check_bytes("tiny_deepseek_v4_csa", DType::bf16, 24); }
 TEST(DeepseekV4RecomputeBytes, CsaFixtureIncompleteWindow) { check_bytes("tiny_deepseek_v4_csa", DType::f32, 11); }
 TEST(DeepseekV4RecomputeBytes, HcaFixtureF32) { check_bytes("tiny_deepseek_v4_hca", DType::f32, 24); }
-TEST(DeepseekV4RecomputeBytes, HcaFixtureBf16IncompleteWindow) {
-  check_bytes("tiny_deepseek_v4_hca", DType::bf16, 11);
-}
+TEST(DeepseekV4RecomputeBytes, HcaFixtureBf16IncompleteWindow) { check_bytes("tiny_deepseek_v4_hca", DType::bf16, 11); }
 
 }  // namespace
 }  // namespace tidal::models

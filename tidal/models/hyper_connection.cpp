@@ -39,7 +39,8 @@ HyperConnection::HyperConnection(const HyperConnectionConfig& c, const nn::Init&
 }
 
 HyperMappings HyperConnection::collapse(const Tensor& streams, bool recompute) const {
-  if (recompute) {  // Note [mHC recompute]
+  ModuleScope scope(name());  // --report-memory: the mHC mappings by module
+  if (recompute) {            // Note [mHC recompute]
     const std::vector<Tensor> out = autograd::checkpoint(
         [this](const std::vector<Tensor>& in) {
           const HyperMappings m = collapse(in[0]);
@@ -48,7 +49,6 @@ HyperMappings HyperConnection::collapse(const Tensor& streams, bool recompute) c
         {streams});
     return {out[0], out[1], out[2]};
   }
-  ModuleScope scope(name());  // --report-memory: the mHC mappings by module
   check_streams("hyper_connection", streams, c_);
   const int64_t b = streams.size(0), t = streams.size(1), n = c_.streams;
   const std::vector<Tensor> w = split(mixes(streams, fn_, c_.norm_eps), {n, n, n * n}, -1);  // (B, T, n|n|n^2)
