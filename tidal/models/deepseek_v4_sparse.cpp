@@ -9,6 +9,7 @@
 
 #include "tidal/autograd/checkpoint.h"
 #include "tidal/autograd/grad_mode.h"
+#include "tidal/autograd/saved_tensor_log.h"
 #include "tidal/ops/elementwise.h"
 #include "tidal/ops/matmul.h"
 #include "tidal/ops/reduce.h"
@@ -56,7 +57,11 @@ Tensor CsaIndexer::choose(const Tensor& h, const Tensor& q_residual, const RopeT
   // Under --recompute-csa-attention's checkpoint the replay takes the first run's choice: the indexer does not run
   // again, and the kept indices (B, T, k) i32 stay from forward to backward, as activations.
   Tensor kept = autograd::checkpoint_decision([&] { return top_entries(h, q_residual, rope, c); });  // (B, T, k)
-  if (autograd::recording_decisions()) kept.storage()->set_category(MemoryCategory::activation);
+  if (autograd::recording_decisions()) {  // kept from forward to backward: an activation, in --report-memory's table
+    kept.storage()->set_category(MemoryCategory::activation);
+    OpScope op("checkpoint_decision");
+    autograd::SavedTensorLog::note(kept, nullptr);
+  }
   std::vector<double> mask(size_t(b * t * w), -std::numeric_limits<double>::infinity());
   if (!kept.is_meta()) {  // the meta device's mask has a shape only
     const Tensor host = kept.to(Device::cpu()).contiguous();
