@@ -1,5 +1,5 @@
-// The dry run (plan/dry_run.h) of DeepSeek-V4, which the estimator does not model; and it measures DeepSeek-V4's own
-// recompute flags (--recompute-csa-attention,
+// DeepSeek-V4 through tidal train, and the dry run (plan/dry_run.h) of it, which the estimator does not model; and it
+// measures DeepSeek-V4's own recompute flags (--recompute-csa-attention,
 // --mhc-recompute), alone and stacked with full block recompute, the moe checkpoint, activation offload, bf16,
 // chunked loss and accumulation: each layer keeps what memory/deepseek_v4_savings.h says less, the parameters,
 // gradients and AdamW states peak as the real run's, and the flags take off the activation peak exactly what they
@@ -19,11 +19,13 @@
 namespace tidal::train {
 namespace {
 
-std::vector<std::string> v4(const std::vector<std::string>& more) {
+// The CSA/HCA/CSA fixture's config on mock data: micro-batches of 2 x 32 tokens, one per step unless `more` gives
+// --global-batch-size.
+std::vector<std::string> v4(const std::vector<std::string>& more, int iters = 2) {
   std::vector<std::string> flags =
       with({"--config", TIDAL_SOURCE_DIR "/tests/fixtures/hf/tiny_deepseek_v4_csa/config.json", "--mock-data",
-            "--seq-length", "32", "--micro-batch-size", "2", "--train-iters", "2", "--lr-warmup-iters", "0",
-            "--eval-interval", "0", "--log-interval", "100"},
+            "--seq-length", "32", "--micro-batch-size", "2", "--train-iters", std::to_string(iters),
+            "--lr-warmup-iters", "0", "--eval-interval", "0", "--log-interval", "100"},
            more);
   if (std::find(more.begin(), more.end(), "--global-batch-size") == more.end())
     flags = with(flags, {"--global-batch-size", "2"});
@@ -107,6 +109,22 @@ TEST(DryRun, DeepSeekV4RecomputeFlagsAreMeasured) {
             << "layer " << l;
       }
     }
+  }
+}
+
+// Through tidal train: with the flags every step's loss is the plain run's, bit for bit (each step's update follows
+// from bitwise-equal gradients), over 4 steps, next to bf16, chunked loss with accumulation, offload and full block.
+TEST(DeepSeekV4Train, TheRecomputeFlagsKeepEveryStepsLoss) {
+  for (const std::vector<std::string>& base : std::vector<std::vector<std::string>>{
+           {"--bf16"},
+           {"--loss-compute-mode", "chunk", "--loss-chunk-size", "16", "--global-batch-size", "4"},
+           {"--activation-offload"},
+           {"--recompute-granularity", "full", "--recompute-method", "block", "--recompute-num-layers", "1"}}) {
+    const std::vector<std::string> plain = v4(base, 4);
+    SCOPED_TRACE(joined(plain));
+    const TrainResult a = train(plain), b = train(with(plain, {"--recompute-csa-attention", "--mhc-recompute"}));
+    ASSERT_EQ(a.losses.size(), 4u);
+    EXPECT_EQ(a.losses, b.losses);
   }
 }
 
