@@ -38,20 +38,20 @@ Tensor DeepseekV4DecoderLayer::forward(const Tensor& streams, const Tensor& ids,
   const HyperMappings a = attn_hc_->collapse(streams, rc.mhc);  // streams (B, T, N, C)
   const Tensor attn_out = self_attn_->forward(input_layernorm_->forward(a.collapsed), rope, mask, c, rc.core_attn,
                                               rc.csa_attention);  // (B, T, C)
-  autograd::CheckpointWithoutOutput post;
-  auto expand = [](const std::vector<Tensor>& in) {  // {post, comb, streams, block_out}
+  autograd::CheckpointWithoutOutput expansion;                    // the attention's post mapping
+  auto expand = [](const std::vector<Tensor>& in) {               // {post, comb, streams, block_out}
     return std::vector<Tensor>{HyperConnection::expand({in[0], in[1], Tensor()}, in[2], in[3])};
   };
   const std::vector<Tensor> expand_in = {a.post, a.comb, streams, attn_out};
   const bool discard = rc.mhc && autograd::grad_enabled();
-  const Tensor x = discard ? post.run(expand, expand_in)[0] : expand(expand_in)[0];  // (B, T, N, C)
+  const Tensor x = discard ? expansion.run(expand, expand_in)[0] : expand(expand_in)[0];  // (B, T, N, C)
   const HyperMappings m = ffn_hc_->collapse(x, rc.mhc);
   auto moe = [this, ids](const std::vector<Tensor>& in) { return std::vector<Tensor>{mlp_->forward(in[0], ids)}; };
   const std::vector<Tensor> h = {post_attention_layernorm_->forward(m.collapsed)};                 // (B, T, C)
   Tensor y = HyperConnection::expand(m, x, rc.moe ? autograd::checkpoint(moe, h)[0] : moe(h)[0]);  // (B, T, N, C)
   if (discard) {  // x's consumers (the MLP's mappings and y's mix) saved it
-    post.discard_outputs();
-    post.recompute_before_backward_of(y);
+    expansion.discard_outputs();
+    expansion.recompute_before_backward_of(y);
   }
   return y;
 }

@@ -54,8 +54,8 @@ Tensor CsaIndexer::choose(const Tensor& h, const Tensor& q_residual, const RopeT
   NoGradGuard no_grad;  // the choice is an index: nothing differentiates through it
   ModuleScope scope(name());
   const int64_t b = h.size(0), t = h.size(1), m = c.v4.compress_rate_csa, w = t / m, k = std::min(c.v4.index_topk, w);
-  // Under --recompute-csa-attention's checkpoint the replay takes the first run's choice: the indexer does not run
-  // again, and the kept indices (B, T, k) i32 stay from forward to backward, as activations.
+  // Under a checkpoint (--recompute-csa-attention's, a fully recomputed layer's) the replay takes the first run's
+  // choice: the indexer does not run again, and the kept indices (B, T, k) i32 stay until backward, as activations.
   Tensor kept = autograd::checkpoint_decision([&] { return top_entries(h, q_residual, rope, c); });  // (B, T, k)
   if (autograd::recording_decisions()) {  // kept from forward to backward: an activation, in --report-memory's table
     kept.storage()->set_category(MemoryCategory::activation);
