@@ -54,6 +54,12 @@ TEST(DeepseekV4RecomputeFlags, MindSpeedsRulesAreEnforced) {
   e = error_of({"", "", "", -1, true, -1, false, -1, "", true, true}, csa);
   EXPECT_NE(e.find("--recompute-activation-function"), std::string::npos) << e;
   EXPECT_EQ(error_of({"", "full", "block", 2, false, -1, false, -1, "", true, true}, csa), "no error");
+  // The compressed attention recomputed leaves the core-attn offload policy nothing there (as core_attn and full do).
+  e = testing::error_of([&] {
+    train::parse_memory_config({"--recompute-csa-attention", "--activation-offload", "--offload-policy", "core-attn"},
+                               csa);
+  });
+  EXPECT_NE(e.find("--offload-policy core-attn has nothing to offload"), std::string::npos) << e;
   EXPECT_EQ(error_of({"", "selective", "", -1, false, -1, false, -1, "core_attn,moe", true, true}, csa), "no error");
 }
 

@@ -90,7 +90,8 @@ TEST(MemoryFlags, ParsingTheFlagsOfAConfigGivesItBackForEveryCombination) {
       MemoryConfig base;
       base.set_recompute(rc, model);
       bool attn_recomputed = false;  // --offload-policy core-attn would have nothing to offload
-      for (const memory::LayerRecompute& p : base.recompute_plan) attn_recomputed |= p.full || p.core_attn;
+      for (const memory::LayerRecompute& p : base.recompute_plan)
+        attn_recomputed |= p.full || p.core_attn || p.csa_attention;
       for (const memory::OffloadConfig& offload : offload_choices()) {
         if (attn_recomputed && offload.enabled && offload.policy.kind == OffloadPolicyKind::core_attn) continue;
         for (const memory::LossComputeConfig& loss : losses)

@@ -68,7 +68,7 @@ void check_offload_policy(const memory::OffloadConfig& c, const std::vector<memo
                           const memory::RecomputeConfig& recompute) {
   if (!c.enabled || c.policy.kind != memory::OffloadPolicyKind::core_attn) return;
   for (const memory::LayerRecompute& p : plan)
-    TIDAL_CHECK(!p.full && !p.core_attn,
+    TIDAL_CHECK(!p.full && !p.core_attn && !p.csa_attention,
                 "tidal train: --offload-policy core-attn has nothing to offload where the "
                 "attention core is recomputed (",
                 recompute.describe(), "); use layer-input, or drop the recompute");
