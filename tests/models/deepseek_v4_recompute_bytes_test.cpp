@@ -1,7 +1,7 @@
 // What DeepSeek-V4's own recompute flags take off the activations kept after forward, to the byte: the allocator's
 // figure against the formulas of memory/deepseek_v4_savings.h (docs/memory.md, "DeepSeek-V4 layer"), alone, together
 // and next to full block recompute, in f32 and bf16, on the CSA/HCA/CSA and HCA/sliding/HCA fixtures, with the
-// sequence a multiple of the compression rates and not.
+// sequence a multiple of the compression rates and not, and too short for any entry.
 #include <gtest/gtest.h>
 
 // Modes are written as partial aggregates: the fields left out keep their defaults.
@@ -52,6 +52,7 @@ void check_bytes(const char* fixture, DType dtype, int64_t seq) {
 TEST(DeepseekV4RecomputeBytes, CsaFixtureF32) { check_bytes("tiny_deepseek_v4_csa", DType::f32, 24); }
 TEST(DeepseekV4RecomputeBytes, CsaFixtureBf16) { check_bytes("tiny_deepseek_v4_csa", DType::bf16, 24); }
 TEST(DeepseekV4RecomputeBytes, CsaFixtureIncompleteWindow) { check_bytes("tiny_deepseek_v4_csa", DType::f32, 11); }
+TEST(DeepseekV4RecomputeBytes, CsaFixtureNoCompleteWindow) { check_bytes("tiny_deepseek_v4_csa", DType::f32, 1); }
 TEST(DeepseekV4RecomputeBytes, HcaFixtureF32) { check_bytes("tiny_deepseek_v4_hca", DType::f32, 24); }
 TEST(DeepseekV4RecomputeBytes, HcaFixtureBf16IncompleteWindow) { check_bytes("tiny_deepseek_v4_hca", DType::bf16, 11); }
 
