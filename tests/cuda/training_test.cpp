@@ -34,12 +34,6 @@ std::vector<std::string> tiny(const std::string& model, int iters, const std::ve
   return flags;
 }
 
-std::string joined(const std::vector<std::string>& flags) {
-  std::string s;
-  for (const std::string& f : flags) s += (s.empty() ? "" : " ") + f;
-  return s;
-}
-
 TEST(CudaTraining, TinyPresetsTrainTenStepsLikeTheCpu) {
   TIDAL_REQUIRE_CUDA();
   for (const char* model : {"tiny-gpt2", "tiny-llama", "tiny-qwen3-moe"}) {

@@ -41,6 +41,13 @@ inline std::vector<std::string> with(std::vector<std::string> base, const std::v
   return base;
 }
 
+// The flags as one line, for a trace.
+inline std::string joined(const std::vector<std::string>& flags) {
+  std::string s;
+  for (const std::string& f : flags) s += (s.empty() ? "" : " ") + f;
+  return s;
+}
+
 // `model` on mock data: micro-batches of 2 x 32 tokens, `global` samples a step, `iters` steps at the constant
 // learning rate `lr`, no evaluation.
 inline std::vector<std::string> constant_lr_run(const std::string& model, int64_t global, const std::string& lr,

@@ -9,6 +9,7 @@
 
 #include "tests/support/gradcheck.h"
 #include "tests/support/recompute_modes.h"
+#include "tests/support/recompute_run.h"
 #include "tests/support/test_models.h"
 #include "tidal/autograd/checkpoint.h"
 #include "tidal/autograd/checkpoint_without_output.h"
@@ -50,36 +51,8 @@ std::vector<Mode> modes(bool moe, bool mla) {
   return v;
 }
 
-struct Result {
-  double loss = 0;
-  std::vector<Tensor> grads;
-  int64_t saved_after_forward = 0;  // activation bytes at the end of the first forward
-  int64_t recomputes = 0;           // checkpoint replays + output recomputes
-};
-
-int64_t activation_bytes() { return device_allocator(Device::cpu()).stats()[MemoryCategory::activation].allocated; }
-int64_t recompute_events() { return autograd::checkpoint_replay_count() + autograd::output_recompute_count(); }
-
-// Two micro-batches accumulated, dropout on (GPT-2), eager or flash attention.
-Result run(CausalLM& model, const Tensor& batch) {
-  Result r;
-  const int64_t events = recompute_events();
-  for (int64_t mb = 0; mb < 2; ++mb) {
-    Tensor tokens = batch.narrow(0, mb * 2, 2);
-    const int64_t t = tokens.size(1) - 1;
-    manual_seed(100 + uint64_t(mb));
-    const int64_t base = activation_bytes();
-    Tensor loss = causal_lm_loss(model.forward(tokens.narrow(1, 0, t)), tokens.narrow(1, 1, t),
-                                 model.config().router_aux_loss_coef);
-    if (mb == 0) r.saved_after_forward = activation_bytes() - base;
-    mul(loss, 0.5).backward();
-    r.loss += loss.item<double>();
-  }
-  for (const Tensor& p : model.parameters()) r.grads.push_back(p.grad().defined() ? p.grad().clone() : Tensor());
-  model.zero_grad();
-  r.recomputes = recompute_events() - events;
-  return r;
-}
+using Result = testing::RecomputeRun;
+Result run(CausalLM& model, const Tensor& batch) { return testing::run_two_micro_batches(model, batch); }
 
 void check_all_modes(const char* preset_name, AttentionKernel kernel, DType dtype = DType::f32) {
   auto model = testing::make_test_model(preset_name, 3, kernel, dtype);

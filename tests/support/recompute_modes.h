@@ -17,6 +17,8 @@ struct RecomputeMode {
   bool norm = false;
   int64_t norm_n = -1;
   std::string modules;
+  bool csa = false;  // --recompute-csa-attention (DeepSeek-V4)
+  bool mhc = false;  // --mhc-recompute (DeepSeek-V4)
 
   std::vector<std::string> flags() const {
     std::vector<std::string> f;
@@ -34,6 +36,8 @@ struct RecomputeMode {
     if (norm) f.push_back("--recompute-norm");
     num("--recompute-norm-num-layers", norm_n);
     opt("--recompute-modules", modules);
+    if (csa) f.push_back("--recompute-csa-attention");
+    if (mhc) f.push_back("--mhc-recompute");
     return f;
   }
   memory::RecomputeConfig parse(const models::ModelConfig& c) const {

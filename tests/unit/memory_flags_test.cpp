@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "tests/support/error_of.h"
+#include "tidal/models/pretrained.h"
 #include "tidal/train/memory_flags.h"
 
 namespace tidal::train {
@@ -34,23 +35,26 @@ std::vector<memory::RecomputeConfig> valid_recompute(const models::ModelConfig& 
       for (const int64_t n : {-1, 1, 2, 3})
         for (const std::vector<RecomputeModule>& modules : module_lists)
           for (const auto& [act, act_n] : finer)
-            for (const auto& [norm, norm_n] : finer) {
-              memory::RecomputeConfig c;
-              c.granularity = g;
-              c.method = m;
-              c.num_layers = n;
-              c.modules = modules;
-              c.activation_function = act;
-              c.activation_num_layers = act_n;
-              c.norm = norm;
-              c.norm_num_layers = norm_n;
-              try {
-                memory::validate_recompute(c, model);
-              } catch (const Error&) {
-                continue;
+            for (const auto& [norm, norm_n] : finer)
+              for (const int v4 : {0, 1, 2, 3}) {  // --recompute-csa-attention, --mhc-recompute
+                memory::RecomputeConfig c;
+                c.granularity = g;
+                c.method = m;
+                c.num_layers = n;
+                c.modules = modules;
+                c.activation_function = act;
+                c.activation_num_layers = act_n;
+                c.norm = norm;
+                c.norm_num_layers = norm_n;
+                c.csa_attention = v4 & 1;
+                c.mhc = v4 & 2;
+                try {
+                  memory::validate_recompute(c, model);
+                } catch (const Error&) {
+                  continue;
+                }
+                out.push_back(c);
               }
-              out.push_back(c);
-            }
   return out;
 }
 
@@ -76,14 +80,18 @@ TEST(MemoryFlags, ParsingTheFlagsOfAConfigGivesItBackForEveryCombination) {
   const std::vector<memory::LossComputeConfig> losses = {{}, {true, 1024}, {true, 7}};
   const std::vector<memory::SwapOptimizerConfig> swaps = {{}, {true, -1}, {true, 1}, {true, 16}};
   int64_t checked = 0;
-  for (const models::ModelConfig& model : {llama, models::preset("tiny-qwen3-moe")}) {
+  const models::ModelConfig v4 =
+      models::load_pretrained_dir(TIDAL_SOURCE_DIR "/tests/fixtures/hf/tiny_deepseek_v4_csa").config;
+  for (const models::ModelConfig& model : {llama, models::preset("tiny-qwen3-moe"), v4}) {
     const std::vector<memory::RecomputeConfig> recomputes = valid_recompute(model);
-    EXPECT_GT(recomputes.size(), 40u) << model.model_type;
+    EXPECT_GT(recomputes.size(), model.is_deepseek_v4() ? 20u : 40u)
+        << model.model_type;  // V4 refuses norm, moe_act, ...
     for (const memory::RecomputeConfig& rc : recomputes) {
       MemoryConfig base;
       base.set_recompute(rc, model);
       bool attn_recomputed = false;  // --offload-policy core-attn would have nothing to offload
-      for (const memory::LayerRecompute& p : base.recompute_plan) attn_recomputed |= p.full || p.core_attn;
+      for (const memory::LayerRecompute& p : base.recompute_plan)
+        attn_recomputed |= p.full || p.core_attn || p.csa_attention;
       for (const memory::OffloadConfig& offload : offload_choices()) {
         if (attn_recomputed && offload.enabled && offload.policy.kind == OffloadPolicyKind::core_attn) continue;
         for (const memory::LossComputeConfig& loss : losses)

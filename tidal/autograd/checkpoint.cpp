@@ -179,6 +179,7 @@ Tensor checkpoint_decision(const std::function<Tensor()>& compute) {
 }
 
 bool in_checkpoint_replay() { return t_active.frame != nullptr && t_active.replay; }
+bool recording_decisions() { return t_active.frame != nullptr && !t_active.replay; }
 
 Tensor checkpoint(const std::function<Tensor(const Tensor&)>& fn, const Tensor& input) {
   return checkpoint([fn](const std::vector<Tensor>& in) { return std::vector<Tensor>{fn(in[0])}; }, {input})[0];

@@ -27,6 +27,9 @@ Tensor checkpoint(const std::function<Tensor(const Tensor&)>& fn, const Tensor& 
 Tensor checkpoint_decision(const std::function<Tensor()>& compute);
 // Whether the calling code runs inside a checkpoint replay (backward's recompute).
 bool in_checkpoint_replay();
+// Whether checkpoint_decision would record its result now (a checkpoint's first run): the result then stays
+// until the checkpoint's backward.
+bool recording_decisions();
 
 namespace detail {
 

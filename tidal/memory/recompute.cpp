@@ -24,6 +24,8 @@ std::string RecomputeConfig::describe() const {
   if (activation_function)
     d += (d.empty() ? "" : " + ") + std::string("activation-function (") + range(activation_num_layers) + ")";
   if (norm) d += (d.empty() ? "" : " + ") + std::string("norm (") + range(norm_num_layers) + ")";
+  if (csa_attention) d += (d.empty() ? "" : " + ") + std::string("csa-attention");
+  if (mhc) d += (d.empty() ? "" : " + ") + std::string("mhc");
   return d.empty() ? "none" : d;
 }
 
@@ -65,6 +67,8 @@ nlohmann::json RecomputeConfig::to_json() const {
   j["activation_function_num_layers"] = activation_num_layers;
   j["norm"] = norm;
   j["norm_num_layers"] = norm_num_layers;
+  j["csa_attention"] = csa_attention;
+  j["mhc"] = mhc;
   j["modules"] = nlohmann::json::array();
   for (const RecomputeModule m : modules) j["modules"].push_back(name(m));
   j["description"] = describe();
@@ -107,9 +111,28 @@ void validate_recompute(const RecomputeConfig& c, const models::ModelConfig& mod
   if (model.is_deepseek_v4()) {  // models/deepseek_v4.h: full recompute and the core_attn and moe checkpoints
     TIDAL_CHECK(!c.activation_function && !c.norm && !has(c.modules, RecomputeModule::moe_act) &&
                     !has(c.modules, RecomputeModule::norm),
-                "deepseek_v4 recomputes whole layers (--recompute-granularity full) or, selectively, the modules "
-                "core_attn and moe; the output-discarding ones (--recompute-activation-function, --recompute-norm, "
+                "deepseek_v4 recomputes whole layers (--recompute-granularity full), selectively the modules "
+                "core_attn and moe, and its own parts (--recompute-csa-attention, --mhc-recompute); the "
+                "output-discarding ones (--recompute-activation-function, --recompute-norm, "
                 "moe_act, norm) are not implemented for it yet");
+  }
+  for (auto [on, flag] : {std::pair{c.csa_attention, "--recompute-csa-attention"}, {c.mhc, "--mhc-recompute"}}) {
+    if (!on) continue;
+    TIDAL_CHECK(model.is_deepseek_v4(), flag, ": the model (", model.model_type, ") has no ",
+                std::string(flag) == "--mhc-recompute" ? "manifold-constrained hyper-connections"
+                                                       : "compressed sparse attention",
+                " (deepseek_v4 has)");
+    TIDAL_CHECK(c.granularity != Granularity::full || c.method == RecomputeMethod::block, flag,
+                " with --recompute-granularity full needs --recompute-method block (uniform recomputes every layer "
+                "already)");
+  }
+  if (c.csa_attention) {
+    bool compressed = false;
+    for (int64_t l = 0; l < layers; ++l) compressed = compressed || model.is_compressed(l);
+    TIDAL_CHECK(compressed,
+                "--recompute-csa-attention: the model has no compressed attention layer (its layer_types "
+                "are all sliding_attention; compressed_sparse_attention and heavily_compressed_attention layers have "
+                "one)");
   }
   TIDAL_CHECK(c.activation_num_layers < 0 || c.activation_function,
               "--recompute-activation-function-num-layers needs --recompute-activation-function");
@@ -157,6 +180,11 @@ std::vector<LayerRecompute> plan_recompute(const RecomputeConfig& c, const model
     apply_range(c.activation_num_layers,
                 [](LayerRecompute& p, bool sparse) { (sparse ? p.moe_act : p.activation) = true; });
   if (c.norm) apply_range(c.norm_num_layers, [](LayerRecompute& p, bool) { p.norm = true; });
+  // A fully recomputed layer keeps its input only: the finer DeepSeek-V4 policies go to the others.
+  for (int64_t l = full_end; l < layers; ++l) {
+    plan[size_t(l)].csa_attention = c.csa_attention && model.is_compressed(l);
+    plan[size_t(l)].mhc = c.mhc;
+  }
   if (c.granularity == Granularity::selective) {
     for (int64_t l = 0; l < layers; ++l) {
       LayerRecompute& p = plan[size_t(l)];
@@ -187,6 +215,8 @@ nlohmann::json recompute_stats_json(const RecomputeConfig& c, const std::vector<
                             {p.moe, "moe"},
                             {p.moe_act, "moe_act"},
                             {p.mla_up_proj, "mla_up_proj"},
+                            {p.csa_attention, "csa_attention"},
+                            {p.mhc, "mhc"},
                             {p.activation, "activation"},
                             {p.norm, "norm"}})
       if (on) policies.push_back(name);

@@ -3,7 +3,8 @@
 //   --recompute-granularity full|selective   --recompute-method uniform|block   --recompute-num-layers N
 //   --recompute-activation-function [--recompute-activation-function-num-layers M]
 //   --recompute-norm [--recompute-norm-num-layers M]
-//   --recompute-modules core_attn,mlp,norm,moe_act,moe
+//   --recompute-modules core_attn,mlp,norm,moe_act,moe,mla_up_proj
+//   --recompute-csa-attention   --mhc-recompute   (MindSpeed-LLM's, DeepSeek-V4 only)
 // A RecomputeConfig (parsed from those flags by train/memory_flags.h) is validated against the model
 // and turned into a per-layer plan the models follow.
 #include <array>
@@ -40,9 +41,15 @@ struct RecomputeConfig {
   bool norm = false;
   int64_t norm_num_layers = -1;
   std::vector<RecomputeModule> modules;  // --recompute-modules (selective), in the order given
+  // --recompute-csa-attention: DeepSeek-V4's compressed attention (CSA: compressor, indexer, sparse attention; HCA:
+  // compressor, attention) in one checkpoint per compressed layer (models/deepseek_v4_attention.h).
+  bool csa_attention = false;
+  // --mhc-recompute: DeepSeek-V4's mHC mappings (the attention's pre and post, the MLP's pre) recomputed in
+  // backward (models/deepseek_v4.h).
+  bool mhc = false;
 
   bool operator==(const RecomputeConfig&) const = default;
-  bool any() const { return granularity != Granularity::none || activation_function || norm; }
+  bool any() const { return granularity != Granularity::none || activation_function || norm || csa_attention || mhc; }
   // A short description: "full uniform 1", "selective core_attn", "activation-function (layers 0-3)", ...
   std::string describe() const;
   nlohmann::json to_json() const;
@@ -60,7 +67,8 @@ void validate_recompute(const RecomputeConfig& c, const models::ModelConfig& mod
 std::vector<LayerRecompute> plan_recompute(const RecomputeConfig& c, const models::ModelConfig& model);
 
 // --metrics-json's "recompute" summary: the mode, each recomputed layer with its policies ("full",
-// "core_attn", "mlp", "moe", "moe_act", "activation", "norm") and the time spent recomputing.
+// "core_attn", "mlp", "moe", "moe_act", "mla_up_proj", "csa_attention", "mhc", "activation", "norm") and the time
+// spent recomputing.
 nlohmann::json recompute_stats_json(const RecomputeConfig& c, const std::vector<LayerRecompute>& plan,
                                     double recompute_ms);
 

@@ -3,6 +3,8 @@
 #include "tidal/memory_scope.h"
 
 #include "tidal/autograd/checkpoint.h"
+#include "tidal/autograd/checkpoint_without_output.h"
+#include "tidal/autograd/grad_mode.h"
 #include "tidal/ops/view.h"
 
 namespace tidal::models {
@@ -31,13 +33,27 @@ DeepseekV4DecoderLayer::DeepseekV4DecoderLayer(const ModelConfig& c, int64_t ind
 Tensor DeepseekV4DecoderLayer::forward(const Tensor& streams, const Tensor& ids, const RopeTables& rope,
                                        const Tensor& mask, const ModelConfig& c, const LayerRecompute& rc) const {
   ModuleScope scope(name());  // what no submodule names (the streams' expansion) under the layer
-  const HyperMappings a = attn_hc_->collapse(streams);
-  Tensor x = HyperConnection::expand(
-      a, streams, self_attn_->forward(input_layernorm_->forward(a.collapsed), rope, mask, c, rc.core_attn));
-  const HyperMappings m = ffn_hc_->collapse(x);  // x (B, T, N, C)
+  // --mhc-recompute (Note [mHC recompute] in hyper_connection.h): the two pre mappings in checkpoints, the attention's
+  // post mapping output-discarding (its output x, the mid-layer streams, comes back before the MLP part's backward).
+  const HyperMappings a = attn_hc_->collapse(streams, rc.mhc);  // streams (B, T, N, C)
+  const Tensor attn_out = self_attn_->forward(input_layernorm_->forward(a.collapsed), rope, mask, c, rc.core_attn,
+                                              rc.csa_attention);  // (B, T, C)
+  autograd::CheckpointWithoutOutput expansion;                    // the attention's post mapping
+  auto expand = [](const std::vector<Tensor>& in) {               // {post, comb, streams, block_out}
+    return std::vector<Tensor>{HyperConnection::expand({in[0], in[1], Tensor()}, in[2], in[3])};
+  };
+  const std::vector<Tensor> expand_in = {a.post, a.comb, streams, attn_out};
+  const bool discard = rc.mhc && autograd::grad_enabled();
+  const Tensor x = discard ? expansion.run(expand, expand_in)[0] : expand(expand_in)[0];  // (B, T, N, C)
+  const HyperMappings m = ffn_hc_->collapse(x, rc.mhc);
   auto moe = [this, ids](const std::vector<Tensor>& in) { return std::vector<Tensor>{mlp_->forward(in[0], ids)}; };
-  const std::vector<Tensor> h = {post_attention_layernorm_->forward(m.collapsed)};  // (B, T, C)
-  return HyperConnection::expand(m, x, rc.moe ? autograd::checkpoint(moe, h)[0] : moe(h)[0]);
+  const std::vector<Tensor> h = {post_attention_layernorm_->forward(m.collapsed)};                 // (B, T, C)
+  Tensor y = HyperConnection::expand(m, x, rc.moe ? autograd::checkpoint(moe, h)[0] : moe(h)[0]);  // (B, T, N, C)
+  if (discard) {  // x's consumers (the MLP's mappings and y's mix) saved it
+    expansion.discard_outputs();
+    expansion.recompute_before_backward_of(y);
+  }
+  return y;
 }
 
 DeepseekV4::DeepseekV4(const ModelConfig& c, const nn::Init& init) : CausalLM(c) {

@@ -5,9 +5,10 @@
 //   attn_hc collapses the streams, input_layernorm, self_attn (models/deepseek_v4_attention.h), attn_hc
 //   expands its output back; ffn_hc collapses, post_attention_layernorm, mlp (models/deepseek_v4_moe.h: every
 //   layer a MoE, hash-routed or top-k), ffn_hc expands.
-// Recompute: whole layers, and the core_attn and moe checkpoints (memory/recompute.cpp refuses the rest).
-// Built: sliding_attention layers (the config refuses CSA and HCA, models/config_deepseek_v4.h). Not supported
-// yet, refused at the forward: context parallelism and packed documents (the sliding mask is the whole
+// Recompute: whole layers, the core_attn and moe checkpoints, MindSpeed-LLM's --recompute-csa-attention (the
+// compressed layers' attention in one checkpoint, models/deepseek_v4_attention.h) and --mhc-recompute (Note [mHC
+// recompute], models/hyper_connection.h); memory/recompute.cpp refuses the rest. Built: sliding, HCA and CSA layers.
+// Not supported yet, refused at the forward: context parallelism and packed documents (the sliding mask is the whole
 // sequence's), the MTP module (transformers' causal LM builds none either).
 #include "tidal/models/causal_lm.h"
 #include "tidal/models/deepseek_v4_attention.h"
@@ -21,7 +22,8 @@ class DeepseekV4DecoderLayer : public nn::Module {
  public:
   DeepseekV4DecoderLayer(const ModelConfig& c, int64_t index, const nn::Init& init);
   // streams (B, T, N, C), ids (B, T) -> streams. rc.core_attn checkpoints the attention core (scores, softmax,
-  // @ values), rc.moe the MoE block; full recompute wraps the whole layer (CausalLM::run_layers).
+  // @ values), rc.csa_attention a compressed layer's whole compressed attention, rc.moe the MoE block, rc.mhc the
+  // mHC mappings; full recompute wraps the whole layer (CausalLM::run_layers).
   Tensor forward(const Tensor& streams, const Tensor& ids, const RopeTables& rope, const Tensor& mask,
                  const ModelConfig& c, const LayerRecompute& rc) const;
 

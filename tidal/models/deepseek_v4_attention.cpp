@@ -39,7 +39,7 @@ DeepseekV4Attention::DeepseekV4Attention(const ModelConfig& c, int64_t layer, co
 }
 
 Tensor DeepseekV4Attention::forward(const Tensor& h, const RopeTables& rope, const Tensor& mask, const ModelConfig& c,
-                                    bool recompute_core) const {
+                                    bool recompute_core, bool recompute_compressed) const {
   ModuleScope scope(name());  // --report-memory: the composed core's tensors under self_attn
   const int64_t b = h.size(0), t = h.size(1), heads = c.num_attention_heads, hd = c.head_size(), r = c.v4.rope_dim;
   const int64_t g = c.v4.o_groups;
@@ -47,25 +47,36 @@ Tensor DeepseekV4Attention::forward(const Tensor& h, const RopeTables& rope, con
   Tensor q = q_b_proj_->forward(q_residual).view({b, t, heads, hd});                              // (B, T, H, hd)
   q = rotate_tail(rms_norm(q, Tensor(), c.norm_eps), rope, r);                                    // (B, H, T, hd)
   Tensor kv = rotate_tail(kv_norm_->forward(kv_proj_->forward(h)).view({b, t, 1, hd}), rope, r);  // (B, 1, T, hd)
-  Tensor keys_mask = mask;                                                                        // (T, T)
-  if (compressor_ != nullptr || sparse_ != nullptr) {  // HCA or CSA: the compressed entries after the window's keys
-    const CompressedEntries e =
-        compressor_ != nullptr ? compressor_->forward(h, rope, c) : sparse_->forward(h, q_residual, rope, c);
-    if (e.kv.defined()) {
-      kv = cat({kv, e.kv}, 2);  // (B, 1, T + W, hd)
-      // HCA's mask is (T, W); CSA's (B, 1, T, W), each sample's own choice.
-      keys_mask = e.mask.dim() == 2 ? cat({mask, e.mask}, 1) : cat({mask.expand({b, 1, t, t}), e.mask}, 3);
-    }
-  }
 
-  const int64_t keys = kv.size(2);                                                 // T, or T + W with HCA's entries
-  auto core = [b, t, heads, hd, keys, keys_mask](const std::vector<Tensor>& in) {  // {q, kv, sinks}
-    Tensor scores = add(mul(matmul(in[0], in[1].transpose(-1, -2)), 1.0 / std::sqrt(double(hd))), keys_mask);
-    Tensor sink = in[2].to(scores.dtype()).view({1, heads, 1, 1}).expand({b, heads, t, 1});  // (B, H, T, 1)
-    Tensor probs = softmax(cat({scores, sink}, 3), -1).narrow(3, 0, keys);                   // (B, H, T, keys)
-    return std::vector<Tensor>{matmul(probs, in[1])};                                        // (B, H, T, hd)
+  // {h, q_residual, q, kv, sinks} -> the attention's output (B, H, T, hd): the compressed entries (HCA or CSA) after
+  // the window's keys, then the core (scores, softmax with the sinks, @ values). A compressed layer under
+  // --recompute-csa-attention runs it in one checkpoint: its inputs stay, the rest is recomputed in backward (CSA's
+  // choice replayed, deepseek_v4_sparse.h); otherwise core_attn checkpoints the core alone.
+  const bool region = recompute_compressed && (compressor_ != nullptr || sparse_ != nullptr);
+  auto attend = [this, b, t, heads, hd, mask, rope, &c, region, recompute_core](const std::vector<Tensor>& in) {
+    Tensor kv = in[3];        // (B, 1, T, hd)
+    Tensor keys_mask = mask;  // (T, T)
+    if (compressor_ != nullptr || sparse_ != nullptr) {
+      const CompressedEntries e =
+          compressor_ != nullptr ? compressor_->forward(in[0], rope, c) : sparse_->forward(in[0], in[1], rope, c);
+      if (e.kv.defined()) {
+        kv = cat({kv, e.kv}, 2);  // (B, 1, T + W, hd)
+        // HCA's mask is (T, W); CSA's (B, 1, T, W), each sample's own choice.
+        keys_mask = e.mask.dim() == 2 ? cat({mask, e.mask}, 1) : cat({mask.expand({b, 1, t, t}), e.mask}, 3);
+      }
+    }
+    const int64_t keys = kv.size(2);  // T, or T + W with the compressed entries
+    auto core = [b, t, heads, hd, keys, keys_mask](const std::vector<Tensor>& x) {  // {q, kv, sinks}
+      Tensor scores = add(mul(matmul(x[0], x[1].transpose(-1, -2)), 1.0 / std::sqrt(double(hd))), keys_mask);
+      Tensor sink = x[2].to(scores.dtype()).view({1, heads, 1, 1}).expand({b, heads, t, 1});  // (B, H, T, 1)
+      Tensor probs = softmax(cat({scores, sink}, 3), -1).narrow(3, 0, keys);                  // (B, H, T, keys)
+      return std::vector<Tensor>{matmul(probs, x[1])};                                        // (B, H, T, hd)
+    };
+    const std::vector<Tensor> x = {in[2], kv, in[4]};
+    return recompute_core && !region ? autograd::checkpoint(core, x) : core(x);
   };
-  Tensor o = recompute_core ? autograd::checkpoint(core, {q, kv, sinks_})[0] : core({q, kv, sinks_})[0];
+  const std::vector<Tensor> in = {h, q_residual, q, kv, sinks_};
+  Tensor o = region ? autograd::checkpoint(attend, in)[0] : attend(in)[0];  // (B, H, T, hd)
 
   // The rotary channels rotated back by their position, in transformers' interleaved order again.
   Tensor back = apply_rope(o.narrow(3, hd - r, r), rope.cos, neg(rope.sin));  // (B, H, T, r)

@@ -27,8 +27,10 @@ class DeepseekV4Attention : public nn::Module {
   DeepseekV4Attention(const ModelConfig& c, int64_t layer, const nn::Init& init);
   // h (B, T, C) normalized, the layer's RoPE tables (T, rope_dim) and the window's additive mask (T, T) -> (B, T, C).
   // recompute_core: the core (scores, softmax with the sinks, @ values) under a checkpoint, keeping q and kv only.
+  // recompute_compressed (--recompute-csa-attention), in an HCA or CSA layer: the compressor, CSA's indexer and the
+  // core under one checkpoint, keeping h, q_residual, q and the window's kv only (sliding layers: no effect).
   Tensor forward(const Tensor& h, const RopeTables& rope, const Tensor& mask, const ModelConfig& c,
-                 bool recompute_core = false) const;
+                 bool recompute_core = false, bool recompute_compressed = false) const;
 
  private:
   nn::Linear* q_a_proj_;

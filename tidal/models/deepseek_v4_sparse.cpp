@@ -7,7 +7,9 @@
 #include <limits>
 #include <numeric>
 
+#include "tidal/autograd/checkpoint.h"
 #include "tidal/autograd/grad_mode.h"
+#include "tidal/autograd/saved_tensor_log.h"
 #include "tidal/ops/elementwise.h"
 #include "tidal/ops/matmul.h"
 #include "tidal/ops/reduce.h"
@@ -51,7 +53,29 @@ Tensor CsaIndexer::choose(const Tensor& h, const Tensor& q_residual, const RopeT
                           const ModelConfig& c) const {
   NoGradGuard no_grad;  // the choice is an index: nothing differentiates through it
   ModuleScope scope(name());
-  const int64_t b = h.size(0), t = h.size(1), m = c.v4.compress_rate_csa, w = t / m, k = c.v4.index_topk;
+  const int64_t b = h.size(0), t = h.size(1), m = c.v4.compress_rate_csa, w = t / m, k = std::min(c.v4.index_topk, w);
+  // Under a checkpoint (--recompute-csa-attention's, a fully recomputed layer's) the replay takes the first run's
+  // choice: the indexer does not run again, and the kept indices (B, T, k) i32 stay until backward, as activations.
+  Tensor kept = autograd::checkpoint_decision([&] { return top_entries(h, q_residual, rope, c); });  // (B, T, k)
+  if (autograd::recording_decisions()) {  // kept from forward to backward: an activation, in --report-memory's table
+    kept.storage()->set_category(MemoryCategory::activation);
+    OpScope op("checkpoint_decision");
+    autograd::SavedTensorLog::note(kept, nullptr);
+  }
+  std::vector<double> mask(size_t(b * t * w), -std::numeric_limits<double>::infinity());
+  if (!kept.is_meta()) {  // the meta device's mask has a shape only
+    const Tensor host = kept.to(Device::cpu()).contiguous();
+    const int32_t* idx = host.data<int32_t>();
+    for (int64_t row = 0; row < b * t; ++row)
+      for (int64_t j = 0; j < k; ++j)
+        if (idx[row * k + j] >= 0) mask[size_t(row * w + idx[row * k + j])] = 0.0;
+  }
+  return from_vector(mask, {b, 1, t, w}, h.dtype()).to(h.device());  // (B, 1, T, W)
+}
+
+Tensor CsaIndexer::top_entries(const Tensor& h, const Tensor& q_residual, const RopeTables& rope,
+                               const ModelConfig& c) const {
+  const int64_t b = h.size(0), t = h.size(1), m = c.v4.compress_rate_csa, w = t / m, k = std::min(c.v4.index_topk, w);
   const int64_t heads = c.v4.index_n_heads, id = c.v4.index_head_dim, r = c.v4.rope_dim;
   Tensor keys = rotated_entries(
       overlapping_pool(h.narrow(1, 0, w * m), *kv_proj_, *gate_proj_, position_bias_, *kv_norm_, w, m), rope, m,
@@ -61,7 +85,7 @@ Tensor CsaIndexer::choose(const Tensor& h, const Tensor& q_residual, const RopeT
   Tensor weights = mul(weights_proj_->forward(h), 1.0 / std::sqrt(double(heads)));            // (B, T, I)
   Tensor score = sum(mul(scores, weights.transpose(1, 2).unsqueeze(-1)), {1});                // (B, T, W)
 
-  std::vector<double> mask(size_t(b * t * w), -std::numeric_limits<double>::infinity());
+  std::vector<double> kept(size_t(b * t * k), -1.0);  // -1: a slot left empty (fewer complete windows than k)
   const bool values = !score.is_meta();
   const Tensor host = values ? score.to(DType::f64).to(Device::cpu()).contiguous() : Tensor();
   std::vector<int64_t> order(static_cast<size_t>(w));
@@ -74,9 +98,9 @@ Tensor CsaIndexer::choose(const Tensor& h, const Tensor& q_residual, const RopeT
         std::stable_sort(order.begin(), order.begin() + complete,
                          [row](int64_t x, int64_t y) { return row[x] > row[y]; });
       }
-      for (int64_t j = 0; j < keep; ++j) mask[size_t((s * t + i) * w + order[size_t(j)])] = 0.0;
+      for (int64_t j = 0; j < keep; ++j) kept[size_t((s * t + i) * k + j)] = double(order[size_t(j)]);
     }
-  return from_vector(mask, {b, 1, t, w}, h.dtype()).to(h.device());  // (B, 1, T, W)
+  return from_vector(kept, {b, t, k}, DType::i32).to(h.device());  // (B, T, k)
 }
 
 CsaCompressor::CsaCompressor(const ModelConfig& c, const nn::Init& init) {

@@ -21,9 +21,13 @@ class CsaIndexer : public nn::Module {
   CsaIndexer(const ModelConfig& c, const nn::Init& init);
   // h (B, T, C), q_residual (B, T, q_lora_rank), the compressed layers' RoPE -> the additive mask (B, 1, T, W) of
   // the entries each query keeps.
+  // The choice is a checkpoint decision (autograd/checkpoint.h): a checkpoint's replay takes the first run's.
   Tensor choose(const Tensor& h, const Tensor& q_residual, const RopeTables& rope, const ModelConfig& c) const;
 
  private:
+  // The indices (B, T, min(index_topk, W)) i32 of the entries each query keeps, -1 in the slots left empty.
+  Tensor top_entries(const Tensor& h, const Tensor& q_residual, const RopeTables& rope, const ModelConfig& c) const;
+
   nn::Linear* kv_proj_;
   nn::Linear* gate_proj_;
   Tensor position_bias_;  // (m, 2 index_head_dim)

@@ -2,6 +2,7 @@
 
 #include "tidal/memory_scope.h"
 
+#include "tidal/autograd/checkpoint.h"
 #include "tidal/ops/elementwise.h"
 #include "tidal/ops/matmul.h"
 #include "tidal/ops/norm.h"
@@ -37,8 +38,17 @@ HyperConnection::HyperConnection(const HyperConnectionConfig& c, const nn::Init&
   scale_ = register_parameter("scale", nn::constant_parameter({3}, 1.0, init));
 }
 
-HyperMappings HyperConnection::collapse(const Tensor& streams) const {
+HyperMappings HyperConnection::collapse(const Tensor& streams, bool recompute) const {
   ModuleScope scope(name());  // --report-memory: the mHC mappings by module
+  if (recompute) {            // Note [mHC recompute]
+    const std::vector<Tensor> out = autograd::checkpoint(
+        [this](const std::vector<Tensor>& in) {
+          const HyperMappings m = collapse(in[0]);
+          return std::vector<Tensor>{m.post, m.comb, m.collapsed};
+        },
+        {streams});
+    return {out[0], out[1], out[2]};
+  }
   check_streams("hyper_connection", streams, c_);
   const int64_t b = streams.size(0), t = streams.size(1), n = c_.streams;
   const std::vector<Tensor> w = split(mixes(streams, fn_, c_.norm_eps), {n, n, n * n}, -1);  // (B, T, n|n|n^2)

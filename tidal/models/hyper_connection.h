@@ -11,6 +11,18 @@
 // multiplies). The Sinkhorn-Knopp projection (ops/sinkhorn.h, hc_sinkhorn_iters, hc_eps) keeps comb near
 // the doubly stochastic matrices. The HyperHead collapses the final streams the same way with its own
 // pre mapping (hc_fn (N, N C), hc_base (N), hc_scale (1)).
+//
+// Note [mHC recompute]
+// --mhc-recompute (MindSpeed-LLM's) recomputes, in every layer not under full recompute, the attention's pre and post
+// mappings and the MLP's pre mapping. The pre mappings (collapse) run in an autograd::checkpoint: the flattened,
+// normalized streams (B, T, N C), the projection's output, the sigmoids, the softmax and Sinkhorn's input go; the
+// streams (the region's input, kept anyway) and the outputs post, comb and the block's input stay. The attention's
+// post mapping (expand) is output-discarding (CheckpointWithoutOutput): its output, the mid-layer streams x
+// (B, T, N, C), is freed once the MLP's mappings and the MLP's expansion saved it, and computed again from {post,
+// comb, streams, attention output} (all kept) before the layer's last node's backward. A checkpoint keeps the
+// graph's nodes, so every gradient sums its terms in the plain run's order (bitwise); an output-discarding collapse
+// would sum the streams' two terms inside its own backward first, which is not. The MLP's post mapping is left: its
+// output is the next layer's input, which stays anyway. The hyper head is not recomputed.
 #include <cstdint>
 
 #include "tidal/nn/layers.h"
@@ -35,8 +47,9 @@ struct HyperMappings {
 class HyperConnection : public nn::Module {
  public:
   HyperConnection(const HyperConnectionConfig& c, const nn::Init& init);
-  // streams (B, T, N, C) -> the mappings and the block's input.
-  HyperMappings collapse(const Tensor& streams) const;
+  // streams (B, T, N, C) -> the mappings and the block's input. recompute (--mhc-recompute): under a checkpoint that
+  // keeps the streams only; the outputs stay (their consumers save them), the intermediates are recomputed.
+  HyperMappings collapse(const Tensor& streams, bool recompute = false) const;
   // The new streams (B, T, N, C) from the old ones and the block's output (B, T, C).
   static Tensor expand(const HyperMappings& m, const Tensor& streams, const Tensor& block_out);
 

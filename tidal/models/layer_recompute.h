@@ -19,7 +19,13 @@ struct LayerRecompute {
   bool activation = false;   // output-discarding recompute of the dense MLP's activation
   bool norm = false;         // output-discarding recompute of the layer's two norms
   bool mla_up_proj = false;  // output-discarding recompute of MLA's up-projections and RoPE (models/mla.h)
-  bool any() const { return full || core_attn || mlp || moe || moe_act || activation || norm || mla_up_proj; }
+  // DeepSeek-V4 (models/deepseek_v4.h): the compressed attention of a CSA or HCA layer (compressor, indexer,
+  // attention core) in one checkpoint; the mHC mappings (attention's pre and post, the MLP's pre) recomputed.
+  bool csa_attention = false;
+  bool mhc = false;
+  bool any() const {
+    return full || core_attn || mlp || moe || moe_act || activation || norm || mla_up_proj || csa_attention || mhc;
+  }
   bool operator==(const LayerRecompute&) const = default;
 };
 

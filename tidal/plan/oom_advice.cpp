@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "tidal/memory/deepseek_v4_savings.h"
 #include "tidal/memory/estimator.h"
 #include "tidal/memory/savings.h"
 #include "tidal/memory/swap_optimizer.h"
@@ -317,7 +318,42 @@ std::vector<Suggestion> triage(const models::ModelConfig& m, const TriageSetting
   return out;
 }
 
+std::string deepseek_v4_advice(const models::ModelConfig& m, const TriageSettings& s) {
+  std::string out = "A training step of deepseek_v4 with micro-batch " + std::to_string(s.micro_batch) + " x " +
+                    std::to_string(s.seq) +
+                    " tokens: tidal's estimator does not model deepseek_v4 yet; 'tidal plan --dry-run' with the same "
+                    "flags measures the step.\n";
+  const memory::RecomputeConfig& cur = s.memory.recompute;
+  std::string lines;
+  for (const bool csa : {true, false}) {
+    if (csa ? cur.csa_attention : cur.mhc) continue;
+    memory::RecomputeConfig with = cur;
+    (csa ? with.csa_attention : with.mhc) = true;
+    memory::MemoryConfig c = s.memory;
+    try {
+      c.set_recompute(with, m);
+    } catch (const Error&) {  // no compressed layer, or full uniform recompute (memory/recompute.h)
+      continue;
+    }
+    const int64_t saved =
+        memory::deepseek_v4_recompute_saving(m, c.recompute_plan, s.micro_batch, s.seq, s.precision.param_dtype()) -
+        memory::deepseek_v4_recompute_saving(m, s.memory.recompute_plan, s.micro_batch, s.seq,
+                                             s.precision.param_dtype());
+    if (saved <= 0) continue;
+    lines += std::string("  recompute (selective):  ") + (csa ? "--recompute-csa-attention" : "--mhc-recompute") +
+             " would keep " + format_bytes(saved) + " less after forward (" +
+             (csa ? "the compressed layers' compressor, indexer and attention core recomputed in backward"
+                  : "the mHC mappings' norm, projection and Sinkhorn intermediates and the mid-layer streams "
+                    "recomputed in backward") +
+             ")\n";
+  }
+  if (!lines.empty()) out += "What to try (DeepSeek-V4's own recompute, docs/recompute.md):\n" + lines;
+  if (cur.any()) out += "  already on: recompute " + cur.describe() + "\n";
+  return out;
+}
+
 std::string oom_advice(const models::ModelConfig& m, const TriageSettings& s, int64_t limit) {
+  if (m.is_deepseek_v4()) return deepseek_v4_advice(m, s);
   const StepPeak peak = predict_step_peak(m, s);
   std::string out = "A training step of " + m.model_type + " with micro-batch " + std::to_string(s.micro_batch) +
                     " x " + std::to_string(s.seq) + " tokens needs about " + format_bytes(peak.total) +

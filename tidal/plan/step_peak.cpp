@@ -136,7 +136,7 @@ uint64_t hash_of(const memory::ActivationInputs& in) {
   for (const models::LayerRecompute& p : in.plan)
     mix(int64_t(p.full) | int64_t(p.group_start) << 1 | int64_t(p.core_attn) << 2 | int64_t(p.mlp) << 3 |
         int64_t(p.moe) << 4 | int64_t(p.moe_act) << 5 | int64_t(p.activation) << 6 | int64_t(p.norm) << 7 |
-        int64_t(p.mla_up_proj) << 8 | p.group_size << 9);
+        int64_t(p.mla_up_proj) << 8 | int64_t(p.csa_attention) << 9 | int64_t(p.mhc) << 10 | p.group_size << 11);
   return h;
 }
 

@@ -58,6 +58,8 @@ memory::RecomputeConfig parse_recompute(const Flags& f) {
   c.activation_num_layers = f.integer("recompute-activation-function-num-layers", -1, 0, kBig);
   c.norm = f.flag_on("recompute-norm");
   c.norm_num_layers = f.integer("recompute-norm-num-layers", -1, 0, kBig);
+  c.csa_attention = f.flag_on("recompute-csa-attention");
+  c.mhc = f.flag_on("mhc-recompute");
   return c;
 }
 
@@ -66,7 +68,7 @@ void check_offload_policy(const memory::OffloadConfig& c, const std::vector<memo
                           const memory::RecomputeConfig& recompute) {
   if (!c.enabled || c.policy.kind != memory::OffloadPolicyKind::core_attn) return;
   for (const memory::LayerRecompute& p : plan)
-    TIDAL_CHECK(!p.full && !p.core_attn,
+    TIDAL_CHECK(!p.full && !p.core_attn && !p.csa_attention,
                 "tidal train: --offload-policy core-attn has nothing to offload where the "
                 "attention core is recomputed (",
                 recompute.describe(), "); use layer-input, or drop the recompute");
@@ -134,6 +136,12 @@ Flags& add_memory_flags(Flags& f) {
       .flag("recompute-norm", "free norm outputs, recompute them in backward")
       .option("recompute-norm-num-layers", "how many layers (default: all)", "N")
       .option("recompute-modules", "selective recompute of core_attn,mlp,norm,moe_act,moe,mla_up_proj", "LIST")
+      .flag("recompute-csa-attention",
+            "DeepSeek-V4: recompute each compressed layer's compressor, indexer (its top-k replayed) and attention "
+            "in backward, keeping their inputs only (CSA and HCA layers)")
+      .flag("mhc-recompute",
+            "DeepSeek-V4: recompute the mHC mappings (the attention's pre and post, the MLP's pre) in backward "
+            "instead of keeping their Sinkhorn and norm intermediates and the mid-layer streams")
       .flag("activation-offload", "offload saved activations to host (or disk) during forward (docs/offload.md)")
       .option("offload-policy", "layer-input, core-attn, all (default) or min-bytes=N", "POLICY")
       .option("offload-target", "host (default) or disk", "TARGET")
@@ -191,6 +199,8 @@ std::vector<std::string> memory_config_flags(const memory::MemoryConfig& c) {
     add({"--recompute-activation-function-num-layers", std::to_string(r.activation_num_layers)});
   if (r.norm) add({"--recompute-norm"});
   if (r.norm_num_layers >= 0) add({"--recompute-norm-num-layers", std::to_string(r.norm_num_layers)});
+  if (r.csa_attention) add({"--recompute-csa-attention"});
+  if (r.mhc) add({"--mhc-recompute"});
 
   const memory::OffloadConfig& o = c.offload;
   if (o.enabled) {

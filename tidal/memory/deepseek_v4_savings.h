@@ -1,0 +1,34 @@
+#pragma once
+// What DeepSeek-V4's own recompute flags take off the activations a layer keeps from forward to backward, as
+// formulas (docs/memory.md, "DeepSeek-V4 layer"): --recompute-csa-attention and --mhc-recompute. The out-of-memory
+// advice reads them (the estimator does not model deepseek_v4); tests/models/deepseek_v4_recompute_bytes_test.cpp
+// checks them against the allocator to the byte. Bytes; `dtype` is the activations' (f32, or bf16 under --bf16),
+// the norms' statistics are f32 and CSA's kept choice i32 whatever it is.
+#include <cstdint>
+#include <vector>
+
+#include "tidal/dtype.h"
+#include "tidal/models/config.h"
+#include "tidal/models/layer_recompute.h"
+
+namespace tidal::memory {
+
+// --recompute-csa-attention in compressed layer `layer` (0 for a sliding layer), micro-batch b x s tokens: with W
+// entries of l slots each (CSA: W = s / m, l = 2m; HCA: W = s / m', l = m'), H heads of width d,
+//   p (b W d (2 l + 2) + b H s (s + W + 1)) + 4 b W - [CSA] 4 b s min(index_topk, W)
+// (p = dtype bytes): the compressor's softmax and pooled values, the entries' norm input and statistics, the keys
+// with the entries (less the window's, which stay as the checkpoint's input) and the probabilities with the sink;
+// CSA's kept choice (its indices) stays instead.
+int64_t csa_attention_saving(const models::ModelConfig& c, int64_t layer, int64_t batch, int64_t seq, DType dtype);
+
+// --mhc-recompute in any layer, micro-batch b x s tokens, N = hc_mult streams of width C:
+//   2 (p b s (N C + 3 N^2 + 5 N) + 4 b s) + p b s N C
+// each of the two pre mappings' norm output and statistics, the projection's output (2 + N) N, two sigmoids, the
+// softmax and Sinkhorn's input N^2 each and the pre weights; and the mid-layer streams (B, T, N, C).
+int64_t mhc_saving(const models::ModelConfig& c, int64_t batch, int64_t seq, DType dtype);
+
+// The sum over a recompute plan's layers (their csa_attention and mhc).
+int64_t deepseek_v4_recompute_saving(const models::ModelConfig& c, const std::vector<models::LayerRecompute>& plan,
+                                     int64_t batch, int64_t seq, DType dtype);
+
+}  // namespace tidal::memory
