@@ -123,6 +123,13 @@ FreeBlocks::iterator Allocator::find_cached_locked(int64_t want, const detail::S
   return first;  // the smallest that fits, behind a wait
 }
 
+// Note [Release before growing]: by how much a new block of `want` bytes would take the reserve above 1/16 more
+// than its live blocks' peak, where the backing bounds it (else 0).
+int64_t Allocator::over_bound_locked(int64_t want) const {
+  if (!backing_.release_before_growing) return 0;
+  return std::max<int64_t>(0, stats_.reserved + want - live_block_high_ - live_block_high_ / 16);
+}
+
 void* Allocator::take_new_block_locked(int64_t want, int64_t nbytes, MemoryCategory category) {
   for (int attempt = 0; attempt < 2; ++attempt) {
     for (BlockPool& pool : pools_)
@@ -130,6 +137,10 @@ void* Allocator::take_new_block_locked(int64_t want, int64_t nbytes, MemoryCateg
         ++stats_.pool_allocs;
         return p;
       }
+    // Note [Release before growing]: no cached block fits, and growing would take the reserve more than 1/16
+    // above the most its live blocks ever held: cached blocks go first, as few as keep it there.
+    if (const int64_t over = over_bound_locked(want); attempt == 0 && over > 0 && cached_bytes_ > 0)
+      release_cached_locked(over);
     const bool over_limit = stats_.limit > 0 && stats_.reserved + want > stats_.limit;
     if (void* p = over_limit ? nullptr : backing_.alloc(want)) {
       stats_.reserved += want;
@@ -164,11 +175,13 @@ void* Allocator::allocate_locked(int64_t nbytes, MemoryCategory category, detail
       spare->free.push_back(free_blocks_.extract(it));
     else
       free_blocks_.erase(it);
+    cached_bytes_ -= block;
     ++stats_.cache_hits;
   } else {
     ptr = take_new_block_locked(want, nbytes, category);
     block = want;
   }
+  live_block_high_ = std::max(live_block_high_, stats_.reserved - cached_bytes_);
   SpareNodes* spare = spare_nodes();
   if (spare == nullptr || spare->live.empty()) {
     live_blocks_.emplace(ptr, block);
@@ -213,6 +226,7 @@ void Allocator::deallocate(void* ptr, int64_t nbytes, MemoryCategory category) {
   } else if (spare == nullptr) {
     live_blocks_.erase(it);
     free_blocks_.emplace(block, cached);
+    cached_bytes_ += block;
   } else {
     spare->live.push_back(live_blocks_.extract(it));
     if (spare->free.empty()) {
@@ -224,6 +238,7 @@ void Allocator::deallocate(void* ptr, int64_t nbytes, MemoryCategory category) {
       free_blocks_.insert(std::move(node));  // at the end of the blocks of its size, like emplace
       spare->free.pop_back();
     }
+    cached_bytes_ += block;
   }
   --stats_.num_allocs;
   --stats_.category[size_t(category)].count;
@@ -269,21 +284,39 @@ int64_t Allocator::cross_stream_reuses() const {
   return cross_stream_reuses_;
 }
 
-// Cached blocks go back to their pool or to the system. A device's free (cudaFree) waits for the work
+// Cached blocks go back to their pool or to the system until they hold `bytes` (all of them by default): each
+// time the smallest block that holds what is left, else the largest. A device's free (cudaFree) waits for the work
 // queued on it, so their stream events are done with.
-void Allocator::release_cached_locked() {
-  for (auto& [block, cached] : free_blocks_) {
-    if (!stream_events_.empty()) stream_events_.erase(cached.ptr);
-    auto pool = std::find_if(pools_.begin(), pools_.end(), [&](const BlockPool& p) { return p.owns(cached.ptr); });
+void Allocator::release_cached_locked(int64_t bytes) {
+  int64_t released = 0;
+  while (!free_blocks_.empty() && released < bytes) {
+    auto it = free_blocks_.lower_bound(bytes - released);  // the smallest that holds the rest, else the largest
+    if (it == free_blocks_.end()) it = std::prev(free_blocks_.end());
+    const int64_t block = it->first;
+    void* const ptr = it->second.ptr;
+    free_blocks_.erase(it);
+    cached_bytes_ -= block;
+    released += block;
+    if (!stream_events_.empty()) stream_events_.erase(ptr);
+    auto pool = std::find_if(pools_.begin(), pools_.end(), [&](const BlockPool& p) { return p.owns(ptr); });
     if (pool != pools_.end()) {
-      pool->give(cached.ptr, block);
+      pool->give(ptr, block);
       continue;
     }
-    backing_.free(cached.ptr, block);
+    backing_.free(ptr, block);
     stats_.reserved -= block;
     ++stats_.system_frees;
   }
-  free_blocks_.clear();
+}
+
+void Allocator::set_release_before_growing(bool on) {
+  std::lock_guard<std::mutex> lock(mu_);
+  backing_.release_before_growing = on;
+}
+
+bool Allocator::releases_before_growing() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return backing_.release_before_growing;
 }
 
 void Allocator::reserve_pool(int64_t bytes) {
@@ -413,6 +446,18 @@ void apply_limit_from_env(Allocator& a) {
   a.set_limit(limit);
 }
 
+// TIDAL_DEVICE_CACHE=keep|release: whether the device allocator keeps every cached block (fastest where a step's
+// sizes change) or gives cached blocks back before its reserve grows above its live blocks' peak (the CPU's
+// default: the process's resident memory stays near the device peak). Note [Release before growing].
+void apply_cache_policy_from_env(Allocator& a) {
+  const char* env = std::getenv("TIDAL_DEVICE_CACHE");
+  if (env == nullptr || *env == '\0') return;
+  const std::string v = env;
+  TIDAL_CHECK(v == "keep" || v == "release", "TIDAL_DEVICE_CACHE: expected keep or release, got '", v,
+              "' (keep: the allocator holds its cached blocks; release: it gives them back before growing)");
+  a.set_release_before_growing(v == "release");
+}
+
 detail::StreamImpl* current_stream_impl(Device device) { return &current_stream(device).impl(); }
 
 }  // namespace
@@ -422,7 +467,10 @@ Allocator& device_allocator(Device device) {
   return allocators.get(device, [](Device d) {
     const MemoryBacking backing = device_runtime(d).device_backing();
     auto a = std::make_unique<Allocator>(d.str(), d, backing, backing.stream_ordered ? current_stream_impl : nullptr);
-    if (a->touches_memory()) apply_limit_from_env(*a);  // throws while the variable is bad: made again
+    if (a->touches_memory()) {  // each throws while its variable is bad: made again
+      apply_limit_from_env(*a);
+      apply_cache_policy_from_env(*a);
+    }
     return a;
   });
 }

@@ -35,6 +35,10 @@ TEST(Cli, BadEnvironmentAndArgumentsAreExplained) {
   Result bad_limit = run("TIDAL_DEVICE_MEMORY=lots " + kTidal + " info");
   EXPECT_EQ(bad_limit.code, 1) << bad_limit.output;
   EXPECT_NE(bad_limit.output.find("TIDAL_DEVICE_MEMORY"), std::string::npos) << bad_limit.output;
+  Result bad_cache = run("TIDAL_DEVICE_CACHE=maybe " + kTidal + " info");
+  EXPECT_EQ(bad_cache.code, 1) << bad_cache.output;
+  EXPECT_NE(bad_cache.output.find("TIDAL_DEVICE_CACHE: expected keep or release, got 'maybe'"), std::string::npos)
+      << bad_cache.output;
 
   // The OpenMP runtime crashed creating this many threads; now it is a clear error.
   Result many_threads = run("TIDAL_NUM_THREADS=100000 " + kTidal + " info");
@@ -65,6 +69,9 @@ TEST(Cli, InfoAndHelp) {
   EXPECT_EQ(info.code, 0) << info.output;
   EXPECT_NE(info.output.find("oneDNN"), std::string::npos) << info.output;
   EXPECT_NE(info.output.find("8.00 GiB limit"), std::string::npos) << info.output;
+  EXPECT_NE(info.output.find("cache given back before the reserve grows"), std::string::npos) << info.output;
+  Result keep = run("TIDAL_DEVICE_CACHE=keep " + kTidal + " info");
+  EXPECT_NE(keep.output.find("cache kept"), std::string::npos) << keep.output;
   EXPECT_EQ(run(kTidal + " help").code, 0);
   Result help = run(kTidal + " demo --help");  // every command lists its options
   EXPECT_EQ(help.code, 0) << help.output;

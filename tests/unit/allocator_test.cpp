@@ -2,6 +2,7 @@
 
 #include "tidal/allocator.h"
 #include "tidal/memory_scope.h"
+#include "tidal/seam/runtime.h"
 #include "tidal/storage.h"
 #include "tidal/tensor.h"
 
@@ -76,6 +77,56 @@ TEST(Allocator, ReusesTheSmallestFittingBlockFirstFreedFirst) {
   }
   EXPECT_EQ(a.stats().system_allocs, 4);
   EXPECT_EQ(a.stats().cache_hits, 12);
+}
+
+// Note [Release before growing]: with the backing's policy, a request no cached block fits, which would take the
+// reserve more than 1/16 above its live blocks' peak, gives back the fewest cached blocks that keep it there;
+// without it, the cache stays beside the new block.
+TEST(Allocator, ReleasesItsCacheBeforeGrowingWhereTheBackingSaysSo) {
+  constexpr int64_t MiB = int64_t(1) << 20;
+  for (const bool release : {false, true}) {
+    MemoryBacking backing{sys_alloc, sys_free, true};
+    backing.release_before_growing = release;
+    Allocator a("test", Device::cpu(), backing);
+    const MemoryCategory c = MemoryCategory::temporary;
+    void* x = a.allocate(8 * MiB, c);
+    void* y = a.allocate(2 * MiB, c);
+    void* z = a.allocate(MiB, c);
+    void* w = a.allocate(MiB, c);  // live blocks' peak: 12 MiB
+    a.deallocate(x, 8 * MiB, c);
+    a.deallocate(y, 2 * MiB, c);
+    a.deallocate(z, MiB, c);
+    // 4 MiB fits none of the cached 8, 2 and 1 MiB blocks; growing would reserve 16 MiB, 3.25 MiB above 12 + 3/4:
+    // the smallest block holding 3.25 MiB (the 8 MiB one) goes back, the others stay.
+    void* big = a.allocate(4 * MiB, c);
+    EXPECT_EQ(a.stats().reserved, release ? 8 * MiB : 16 * MiB) << release;
+    EXPECT_EQ(a.stats().system_frees, release ? 1 : 0) << release;
+    void* mid = a.allocate(2 * MiB, c);  // the cached 2 MiB block either way
+    EXPECT_EQ(mid, y);
+    void* half = a.allocate(MiB / 2, c);  // fits no cached block; within 1/16 of the peak: the reserve grows
+    EXPECT_EQ(a.stats().reserved, release ? 8 * MiB + MiB / 2 : 16 * MiB + MiB / 2) << release;
+    EXPECT_EQ(a.stats().system_frees, release ? 1 : 0) << release;
+    for (auto [p, n] : {std::pair{w, MiB}, {big, 4 * MiB}, {mid, 2 * MiB}, {half, MiB / 2}}) a.deallocate(p, n, c);
+    a.empty_cache();
+    EXPECT_EQ(a.stats().reserved, 0);
+  }
+}
+
+// The CPU's device memory: large blocks are their own 2 MiB-aligned mappings (unmapped when freed), small ones
+// 64-byte aligned from malloc; the allocator gives its cache back before growing (Note [Release before growing]).
+TEST(Allocator, TheCpusDeviceMemoryAlignsLargeBlocksToHugePages) {
+  const MemoryBacking backing = device_runtime(Device::cpu()).device_backing();
+  EXPECT_TRUE(backing.release_before_growing);
+  EXPECT_TRUE(backing.touches_memory);
+  for (const int64_t bytes : {int64_t(100), int64_t(4) << 20, (int64_t(5) << 20) + 1, int64_t(64) << 20}) {
+    auto* p = static_cast<unsigned char*>(backing.alloc(bytes));
+    ASSERT_NE(p, nullptr) << bytes;
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % (bytes >= (4 << 20) ? (2 << 20) : 64), 0u) << bytes;
+    p[0] = 1;
+    p[bytes - 1] = 2;  // every byte asked for is there
+    EXPECT_EQ(p[0] + p[bytes - 1], 3);
+    backing.free(p, bytes);
+  }
 }
 
 TEST(Allocator, CapacityLimitThrowsOutOfMemoryWithBreakdown) {

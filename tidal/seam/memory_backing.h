@@ -17,6 +17,11 @@ struct MemoryBacking {
   // Whether each system allocation is costly enough that the bytes a step showed it needs are worth
   // taking as one pool (pinned host memory: cudaHostAlloc pins page by page). Allocator::reserve_pool.
   bool pool_after_first_step = false;
+  // Whether the allocator gives its cached free blocks back to the system before it asks the system for more,
+  // when they hold at least the request's bytes but none fits it (allocator.h, Note [Release before growing]):
+  // where a system allocation is cheap and the memory is the process's own (the CPU's RAM), so that what a step
+  // holds never exceeds its peak of live blocks for lack of a block of the right size.
+  bool release_before_growing = false;
 };
 
 // Host memory for copies to and from a device: pinned (page-locked, what asynchronous device copies
