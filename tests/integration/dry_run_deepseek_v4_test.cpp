@@ -1,5 +1,5 @@
-// DeepSeek-V4 through tidal train, and the dry run (plan/dry_run.h) of it, which the estimator does not model; and it
-// measures DeepSeek-V4's own recompute flags (--recompute-csa-attention,
+// DeepSeek-V4 through tidal train, and the dry run (plan/dry_run.h) of it (the estimator against the dry run:
+// plan_deepseek_v4_test.cpp); and it measures DeepSeek-V4's own recompute flags (--recompute-csa-attention,
 // --mhc-recompute), alone and stacked with full block recompute, the moe checkpoint, activation offload, bf16,
 // chunked loss and accumulation: each layer keeps what memory/deepseek_v4_savings.h says less, the parameters,
 // gradients and AdamW states peak as the real run's, and the flags take off the activation peak exactly what they
@@ -46,9 +46,9 @@ void expect_real_states(const MemoryStats& dry, const MemoryStats& real) {
     EXPECT_EQ(dry[c].peak, real[c].peak) << category_name(c);
 }
 
-// DeepSeek-V4 (every attention type: CSA, HCA; hash-routed and top-k MoE; mHC), which the estimator does not model
-// yet: its dry run holds the real run's parameters, gradients and AdamW states under each feature it supports
-// (the activations differ only by routing: the dry run routes evenly), so tidal plan --dry-run measures it.
+// DeepSeek-V4 (every attention type: CSA, HCA; hash-routed and top-k MoE; mHC): its dry run holds the real run's
+// parameters, gradients and AdamW states under each feature it supports (the activations differ only by routing: the
+// dry run routes evenly), so tidal plan --dry-run measures it.
 TEST(DryRun, DeepSeekV4MatchesTheRealRunsStates) {
   for (const std::vector<std::string>& f : std::vector<std::vector<std::string>>{
            {},

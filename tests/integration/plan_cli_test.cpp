@@ -234,32 +234,28 @@ TEST(PlanCli, ContextParallelIsPlannedPerRank) {
 
 namespace {
 
-// A model the estimator does not model (DeepSeek-V4's mHC streams and compressed attention): --dry-run still
-// measures its step exactly and says whether that fits a budget (exit 3 when not); without --dry-run, the
-// estimator's refusal names what to run instead.
-TEST(PlanCli, ADryRunMeasuresAModelTheEstimatorDoesNotModel) {
+// DeepSeek-V4 (its mHC streams and compressed attention, memory/estimator_deepseek_v4.h): --dry-run measures its step
+// and sets the estimator's prediction beside it, says whether that fits a budget (exit 3 when not); without
+// --dry-run, the triage names its own recompute flags and the search plans it for a budget.
+TEST(PlanCli, DeepSeekV4IsDryRunTriagedAndPlanned) {
   const std::string v4 = " --config " TIDAL_SOURCE_DIR
                          "/tests/fixtures/hf/tiny_deepseek_v4_csa/config.json --mock-data --seq-length 32 "
                          "--micro-batch-size 2 --global-batch-size 2";
   const Result fits = run(kTidal + " plan" + v4 + " --dry-run --memory 1GiB");
   ASSERT_EQ(fits.code, 0) << fits.output;
-  EXPECT_NE(fits.output.find("; the estimator does not model this model.\n"), std::string::npos) << fits.output;
-  EXPECT_NE(fits.output.find("No estimate, so no triage and no search: [estimator] the activation formulas do not "
-                             "model deepseek_v4"),
-            std::string::npos)
-      << fits.output;
-  EXPECT_NE(fits.output.find("The dry run's device peak fits the budget less its headroom, 921.60 MiB."),
+  EXPECT_NE(fits.output.find(", the estimator predicts "), std::string::npos) << fits.output;
+  EXPECT_NE(fits.output.find("It fits the budget, 1.00 GiB, less 102.40 MiB of headroom: 921.60 MiB."),
             std::string::npos)
       << fits.output;
   const Result tight = run(kTidal + " plan" + v4 + " --dry-run --memory 100KiB");
   EXPECT_EQ(tight.code, 3) << tight.output;
-  EXPECT_NE(tight.output.find("The dry run's device peak does not fit the budget less its headroom"), std::string::npos)
-      << tight.output;
-  const Result none = run(kTidal + " plan" + v4 + " --dry-run");
-  EXPECT_EQ(none.code, 0) << none.output;
-  const Result refused = run(kTidal + " plan" + v4 + " --memory 1GiB");
-  EXPECT_NE(refused.code, 0);
-  EXPECT_NE(refused.output.find("tidal plan --dry-run"), std::string::npos) << refused.output;
+  const Result triage = run(kTidal + " plan" + v4);
+  ASSERT_EQ(triage.code, 0) << triage.output;
+  for (const char* flag : {"--recompute-csa-attention would save", "--mhc-recompute would save"})
+    EXPECT_NE(triage.output.find(flag), std::string::npos) << triage.output;
+  const Result plan = run(kTidal + " plan" + v4 + " --device h100 --memory 1MiB");
+  ASSERT_EQ(plan.code, 0) << plan.output;
+  EXPECT_NE(plan.output.find("Chosen, the fastest that fits: "), std::string::npos) << plan.output;
 }
 
 }  // namespace

@@ -132,12 +132,24 @@ TEST(DeepseekV4, RefusesPackedDocumentsAndMultiTokenPrediction) {
   EXPECT_NE(e.find("--mtp-num-layers"), std::string::npos) << e;
 }
 
-// The activation estimator's formulas do not count V4's tensors: it refuses rather than answering wrong (tidal plan
-// reported 2.47 MiB for a step of this fixture's shape that peaks at 5.19 MiB).
-TEST(DeepseekV4, TheEstimatorRefusesWhatItDoesNotModel) {
+// The estimator models V4 (memory/estimator_deepseek_v4.h; exact: estimator_deepseek_v4_test.cpp) and refuses what
+// V4 runs without: expert and context parallelism, LoRA.
+TEST(DeepseekV4, TheEstimatorRefusesWhatV4RunsWithout) {
   const ModelConfig c = load_pretrained_dir(fixture_dir(kFixture)).config;
-  const std::string e = testing::error_of([&] { memory::estimate_activations(c, memory::ActivationInputs{}); });
-  EXPECT_NE(e.find("do not model deepseek_v4 yet"), std::string::npos) << e;
+  memory::ActivationInputs in;
+  EXPECT_GT(memory::estimate_activations(c, in).peak, 0);
+  in.parallel.expert = 2;
+  std::string e = testing::error_of([&] { memory::estimate_activations(c, in); });
+  EXPECT_NE(e.find("deepseek_v4 runs without expert and context parallelism"), std::string::npos) << e;
+  in.parallel.expert = 1;
+  in.parallel.context = 2;
+  in.seq = 4;
+  e = testing::error_of([&] { memory::estimate_activations(c, in); });
+  EXPECT_NE(e.find("--context-parallel-size"), std::string::npos) << e;
+  in.parallel.context = 1;
+  in.lora = true;
+  e = testing::error_of([&] { memory::estimate_activations(c, in); });
+  EXPECT_NE(e.find("LoRA on deepseek_v4"), std::string::npos) << e;
 }
 
 // Full recompute (uniform, block, groups of 2) and the core_attn and moe checkpoints: the loss and every gradient

@@ -306,24 +306,29 @@ TEST(Plan, ThePredictionIsTheEstimatorsWhateverWasPredictedBeforeAndInAnyOrder) 
   EXPECT_GT(distinct.size(), all.size() / 4);  // the inputs do change the estimate
 }
 
-// DeepSeek-V4, which the estimator does not model: the advice names its own recompute flags that are not on, with what
-// they take off the activations kept after forward (memory/deepseek_v4_savings.h), and the dry run.
+// DeepSeek-V4: the advice is the estimator's, and its recompute step names V4's own flags that are not on, with what
+// they take off the peak and off the activations kept after forward (memory/deepseek_v4_savings.h); never expert or
+// context parallelism, which V4 refuses.
 TEST(OomAdvice, DeepSeekV4SuggestsItsOwnRecomputeFlags) {
   const models::ModelConfig m =
       models::load_pretrained_dir(TIDAL_SOURCE_DIR "/tests/fixtures/hf/tiny_deepseek_v4_csa").config;
   TriageSettings s;
   s.micro_batch = 2;
   s.seq = 32;
+  s.parallel.world = 4;
   std::string advice = oom_advice(m, s);
   int64_t csa = 0;
   for (int64_t l = 0; l < 3; ++l) csa += memory::csa_attention_saving(m, l, 2, 32, DType::f32);
-  EXPECT_NE(advice.find("tidal plan --dry-run"), std::string::npos) << advice;
-  EXPECT_NE(advice.find("--recompute-csa-attention would keep " + format_bytes(csa) + " less"), std::string::npos)
+  EXPECT_NE(advice.find("needs about " + format_bytes(predict_step_peak(m, s).total)), std::string::npos) << advice;
+  EXPECT_NE(advice.find("--recompute-csa-attention would save"), std::string::npos) << advice;
+  EXPECT_NE(advice.find("; " + format_bytes(csa) + " less kept after forward"), std::string::npos) << advice;
+  EXPECT_NE(advice.find("--mhc-recompute would save"), std::string::npos) << advice;
+  EXPECT_NE(advice.find("; " + format_bytes(3 * memory::mhc_saving(m, 2, 32, DType::f32)) + " less kept after forward"),
+            std::string::npos)
       << advice;
-  EXPECT_NE(
-      advice.find("--mhc-recompute would keep " + format_bytes(3 * memory::mhc_saving(m, 2, 32, DType::f32)) + " less"),
-      std::string::npos)
-      << advice;
+  EXPECT_EQ(advice.find("--expert-model-parallel-size"), std::string::npos) << advice;
+  EXPECT_EQ(advice.find("--context-parallel-size"), std::string::npos) << advice;
+  EXPECT_EQ(advice.find("--recompute-activation-function"), std::string::npos) << advice;
   // On already: not suggested again; under full block 1 the other layers' bytes.
   memory::RecomputeConfig r;
   r.granularity = memory::Granularity::full;
@@ -333,18 +338,17 @@ TEST(OomAdvice, DeepSeekV4SuggestsItsOwnRecomputeFlags) {
   s.memory.set_recompute(r, m);
   advice = oom_advice(m, s);
   EXPECT_EQ(advice.find("--recompute-csa-attention would"), std::string::npos) << advice;
-  EXPECT_NE(
-      advice.find("--mhc-recompute would keep " + format_bytes(2 * memory::mhc_saving(m, 2, 32, DType::f32)) + " less"),
-      std::string::npos)
+  EXPECT_NE(advice.find("; " + format_bytes(2 * memory::mhc_saving(m, 2, 32, DType::f32)) + " less kept after forward"),
+            std::string::npos)
       << advice;
-  EXPECT_NE(advice.find("already on: recompute full block 1 + csa-attention"), std::string::npos) << advice;
+  EXPECT_NE(advice.find("recompute full block 1 + csa-attention"), std::string::npos) << advice;
   // Full uniform recompute leaves them nothing to do.
   r = {};
   r.granularity = memory::Granularity::full;
   r.method = memory::RecomputeMethod::uniform;
   r.num_layers = 1;
   s.memory.set_recompute(r, m);
-  EXPECT_EQ(oom_advice(m, s).find("would keep"), std::string::npos);
+  EXPECT_EQ(oom_advice(m, s).find("less kept after forward"), std::string::npos);
 }
 
 }  // namespace

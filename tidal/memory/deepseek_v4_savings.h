@@ -1,8 +1,9 @@
 #pragma once
 // What DeepSeek-V4's own recompute flags take off the activations a layer keeps from forward to backward, as
 // formulas (docs/memory.md, "DeepSeek-V4 layer"): --recompute-csa-attention and --mhc-recompute. The out-of-memory
-// advice reads them (the estimator does not model deepseek_v4); tests/models/deepseek_v4_recompute_bytes_test.cpp
-// checks them against the allocator to the byte. Bytes; `dtype` is the activations' (f32, or bf16 under --bf16),
+// advice quotes them beside the estimator's peak; tests/models/deepseek_v4_recompute_bytes_test.cpp checks them
+// against the allocator to the byte, tests/models/estimator_deepseek_v4_test.cpp against the estimator's per-layer
+// items (memory/estimator_deepseek_v4.h). Bytes; `dtype` is the activations' (f32, or bf16 under --bf16),
 // the norms' statistics are f32 and CSA's kept choice i32 whatever it is.
 #include <cstdint>
 #include <vector>

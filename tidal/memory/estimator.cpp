@@ -28,13 +28,14 @@ using estimator::Region;
 
 bool in_region(const Item& it, const LayerRecompute& p) {
   return (it.region == Region::core_attn && p.core_attn) || (it.region == Region::mlp && p.mlp) ||
-         (it.region == Region::moe && p.moe);
+         (it.region == Region::moe && p.moe) || (it.region == Region::csa_attention && p.csa_attention) ||
+         ((it.region == Region::mhc_attn || it.region == Region::mhc_ffn) && p.mhc);
 }
 
 bool discarded(const Item& it, const LayerRecompute& p) {
   return (it.discard == Discard::norm1 && p.norm) || (it.discard == Discard::norm2 && p.norm) ||
          (it.discard == Discard::act && (p.activation || p.moe_act)) ||
-         (it.discard == Discard::up_proj && p.mla_up_proj);
+         (it.discard == Discard::up_proj && p.mla_up_proj) || (it.discard == Discard::mhc_expand && p.mhc);
 }
 
 // The layers' recompute policies: the plan's, or none at all.
@@ -68,7 +69,7 @@ std::vector<Block> blocks_of(int64_t layers, const LayerPlans& plan) {
 
 // Which saves offload sends away (memory/offload.cpp's policies).
 bool offloads(const Item& it, bool block_input, const ActivationInputs& in) {
-  if (!in.offload_policy) return false;
+  if (!in.offload_policy || it.decision) return false;
   switch (in.offload_policy->kind) {
     case OffloadPolicyKind::all: return true;
     case OffloadPolicyKind::layer_input: return block_input;
@@ -84,7 +85,7 @@ void mark_offloaded(std::vector<Block>& blocks, const std::vector<std::vector<It
                     const ActivationInputs& in) {
   for (size_t bi = 0; bi + 1 < blocks.size(); ++bi) {
     Block& b = blocks[bi];
-    if (b.full) {
+    if (b.full) {  // its checkpoint input (a decision kept beside it stays)
       const Item& input = items[size_t(b.first)][0];
       if (offloads(input, true, in) && !input.core) b.offloaded = input.bytes;
       continue;
@@ -95,6 +96,15 @@ void mark_offloaded(std::vector<Block>& blocks, const std::vector<std::vector<It
       if (!(in_region(v[i], p) && !v[i].region_input) && !discarded(v[i], p) && offloads(v[i], i == 0, in))
         b.offloaded += v[i].bytes;
   }
+}
+
+// What a full-recompute checkpoint keeps of layer j: the group's input (its first layer's first item) and the
+// decisions it recorded (DeepSeek-V4 CSA's kept indices).
+int64_t checkpoint_kept(const std::vector<Item>& layer, bool first) {
+  int64_t kept = first ? layer[0].bytes : 0;
+  for (const Item& it : layer)
+    if (it.decision) kept += it.bytes;
+  return kept;
 }
 
 // Where the activation peak is reached: prefix, a layer (and a last layer), then two texts, e.g.
@@ -154,8 +164,9 @@ int64_t forward_layer(Replay& r, int64_t l, const std::vector<Item>& v, const La
       if (!it.in_forward) continue;
       r.bump(it.bytes, at_layer(l, it.name));
       // The router input's consumer is the whole sparse MoE block: it goes when the block is done; MLA's
-      // queries, keys and values go when the attention (core and o_proj) is done.
-      if (it.region == Region::moe && !p.moe)
+      // queries, keys and values go when the attention (core and o_proj) is done; DeepSeek-V4's mid-layer streams
+      // when the layer's forward is (the MoE's expansion saved them).
+      if ((it.region == Region::moe && !p.moe) || it.discard == Discard::mhc_expand)
         pending += it.bytes;
       else if (it.discard == Discard::up_proj)
         pending_up += it.bytes;
@@ -183,10 +194,10 @@ void forward_pass(Replay& r, const std::vector<Block>& blocks, const std::vector
     const Block& b = blocks[bi];
     if (bi > 0) r.bump(-blocks[bi - 1].offloaded);
     if (b.full) {
-      const int64_t input = items[size_t(b.first)][0].bytes;
-      r.bump(input, at_layer(b.first, "checkpoint input"));
       for (int64_t j = b.first; j <= b.last; ++j) {
-        est.layer_kept.push_back(j == b.first ? input : 0);
+        const int64_t kept = checkpoint_kept(items[size_t(j)], j == b.first);
+        r.bump(kept, at_layer(b.first, "checkpoint input"));
+        est.layer_kept.push_back(kept);
         est.layer_full.push_back(total_bytes(items[size_t(j)]));
       }
       continue;
@@ -199,11 +210,26 @@ void forward_pass(Replay& r, const std::vector<Block>& blocks, const std::vector
 // Backward of a full-recompute group: the replay brings back every item of the group's layers (the
 // input is already held), then all of it goes.
 void backward_group(Replay& r, const Block& b, const std::vector<std::vector<Item>>& items) {
-  int64_t group = 0;
-  for (int64_t j = b.first; j <= b.last; ++j) group += total_bytes(items[size_t(j)]);
-  group -= items[size_t(b.first)][0].bytes;
-  r.bump(group, {"backward: replay of layers ", b.first, b.last});
-  r.bump(-(group + items[size_t(b.first)][0].bytes));
+  int64_t group = 0, kept = 0;
+  for (int64_t j = b.first; j <= b.last; ++j) {
+    group += total_bytes(items[size_t(j)]);
+    kept += checkpoint_kept(items[size_t(j)], j == b.first);
+  }
+  r.bump(group - kept, {"backward: replay of layers ", b.first, b.last});
+  r.bump(-group);
+}
+
+const char* region_name(Region r) {
+  switch (r) {
+    case Region::core_attn: return "core attention";
+    case Region::mlp: return "MLP";
+    case Region::moe: return "MoE";
+    case Region::csa_attention: return "compressed attention";
+    case Region::mhc_attn: return "attention pre mapping";
+    case Region::mhc_ffn: return "MLP pre mapping";
+    case Region::none: break;
+  }
+  return "";
 }
 
 // Backward of a layer with the finer policies, item by item from its last save. Items come back
@@ -233,6 +259,11 @@ void backward_layer(Replay& r, int64_t l, const std::vector<Item>& v, const Laye
   size_t last_attn = v.size();
   for (size_t x = 0; x < v.size(); ++x)
     if (v[x].part == Part::attn) last_attn = x;
+  if (p.mhc) {  // DeepSeek-V4's mid-layer streams come back before the layer's last node's backward
+    for (size_t x = 0; x < v.size(); ++x)
+      if (v[x].discard == Discard::mhc_expand) bring(x);
+    if (bytes > 0) came_back(" recomputed mid-layer streams");
+  }
   for (size_t i = v.size(); i-- > 0;) {
     const Item& it = v[i];
     if (i == last_attn && p.mla_up_proj) {
@@ -244,9 +275,7 @@ void backward_layer(Replay& r, int64_t l, const std::vector<Item>& v, const Laye
       replayed = it.region;
       for (size_t x = 0; x < v.size(); ++x)
         if (v[x].region == it.region && (!v[x].region_input || discarded(v[x], p))) bring(x);
-      came_back(" replay of ", it.region == Region::core_attn ? "core attention"
-                               : it.region == Region::mlp     ? "MLP"
-                                                              : "MoE");
+      came_back(" replay of ", region_name(it.region));
     } else if (it.region == Region::moe && !p.moe && !moe_started) {
       // A discarded router input comes back first, before the backward of the block's output.
       moe_started = true;
@@ -332,9 +361,11 @@ void check_step_sizes(const models::ModelConfig& cfg, int64_t batch, int64_t seq
   const int64_t fm = cfg.moe_intermediate_size, vocab = cfg.vocab_size, layers = cfg.num_hidden_layers;
   const int64_t n = mul(batch, checked_add(seq, 1, what));  // tokens, with the targets
   // Bytes per token one layer can save (the items above, each counted generously, 8 bytes an element).
-  const int64_t width =
-      sum({mul(10, c), mul(4, a), mul(4, akv), mul(4, f), kernel == AttentionKernel::eager ? mul(3, mul(h, seq)) : 0, e,
-           mul(4, h), mul(k, sum({8, mul(2, c), mul(3, fm)})), 16});
+  // DeepSeek-V4 keeps its (composed) attention's probabilities whatever the kernel, and hc_mult streams.
+  const bool v4 = cfg.is_deepseek_v4();
+  const int64_t width = sum({mul(10, c), mul(4, a), mul(4, akv), mul(4, f),
+                             kernel == AttentionKernel::eager || v4 ? mul(3, mul(h, seq)) : 0, e, mul(4, h),
+                             mul(k, sum({8, mul(2, c), mul(3, fm)})), 16, v4 ? mul(8, mul(cfg.v4.hc_mult, c)) : 0});
   const int64_t activations = sum(
       {mul(layers, mul(mul(n, width), 8)), mul(n, sum({mul(4, c), 64})), mul(mul(vocab, c), 8), mul(mul(n, vocab), 8)});
   const int64_t per_layer =
@@ -344,14 +375,12 @@ void check_step_sizes(const models::ModelConfig& cfg, int64_t batch, int64_t seq
 }
 
 ActivationEstimate estimate_activations(const models::ModelConfig& cfg, const ActivationInputs& in) {
-  // DeepSeek-V4's items (mHC streams, the compressors, the sparse attention's scores) are not counted yet: a formula
-  // for the other families would be silently wrong for it (models/deepseek_v4.h).
-  TIDAL_CHECK(
-      !cfg.is_deepseek_v4(),
-      "[estimator] the activation formulas do not model deepseek_v4 yet (its mHC streams, compressed and "
-      "sparse attention): measure a step instead: tidal plan --dry-run (exact, on the meta device; with --memory it "
-      "says whether the step fits) or tidal train --train-iters 1 (the peak by category, --report-memory by "
-      "tensor)");
+  // DeepSeek-V4 (memory/estimator_deepseek_v4.h) runs without expert or context parallelism and without LoRA
+  // (models/deepseek_v4.h refuses the first two): no formula counts them for it.
+  TIDAL_CHECK(!cfg.is_deepseek_v4() || (in.parallel.expert <= 1 && in.parallel.context <= 1),
+              "[estimator] deepseek_v4 runs without expert and context parallelism (--expert-model-parallel-size, "
+              "--context-parallel-size 1)");
+  TIDAL_CHECK(!cfg.is_deepseek_v4() || !in.lora, "[estimator] LoRA on deepseek_v4 is not modelled");
   // The whole sequence bounds what a context-parallel rank keeps too (the gathered K/V, its chunks' probabilities).
   check_step_sizes(cfg, in.batch,
                    checked_mul(in.seq, std::max<int64_t>(1, in.parallel.context), "[estimator] seq x context_parallel"),
@@ -385,7 +414,7 @@ ActivationEstimate estimate_activations(const models::ModelConfig& cfg, const Ac
   for (size_t k = mtp.size(); k-- > 0;) mtp_backward(r, layers + int64_t(k), mtp[k], last);
   r.bump(-outside.after);
   est.backward_before_layers = r.window_peak();
-  est.hidden_gradient = d.n * d.c * d.el;
+  est.hidden_gradient = d.n * d.c * d.el * (cfg.is_deepseek_v4() ? cfg.v4.hc_mult : 1);  // V4: (B, T, hc, C)
   backward_pass(r, blocks, items, plan, in.offload_prefetch_depth, est);
   r.bump(-outside.before);
   est.peak = r.peak();

@@ -1,6 +1,8 @@
 // What a training step saves, item by item (memory/estimator_items.h).
 #include "tidal/memory/estimator_items.h"
 
+#include "tidal/memory/estimator_deepseek_v4.h"
+
 #include <algorithm>
 #include <string>
 #include <string_view>
@@ -225,24 +227,6 @@ std::vector<Item> llama_layer(const Dims& d, const models::ModelConfig& cfg, int
   return v;
 }
 
-// Tokens per expert of sparse MoE layer `l`: the counts given, or the even split the planner assumes.
-std::vector<int64_t> routed_tokens(const ActivationInputs& in, const Dims& d, int64_t l) {
-  std::vector<int64_t> routed;
-  const int64_t slots = d.n * d.k;
-  if (size_t(l) < in.expert_tokens.size() && !in.expert_tokens[size_t(l)].empty()) {
-    routed = in.expert_tokens[size_t(l)];
-    int64_t total = 0;
-    for (const int64_t m : routed) total += m;
-    TIDAL_CHECK(int64_t(routed.size()) == d.e && total == slots, "[estimator] layer ", l, ": expert_tokens needs ", d.e,
-                " counts summing to ", slots, " (tokens x top-k)");
-  } else if (d.ep > 1) {  // rank 0's experts, each with its share of every rank's slots
-    for (int64_t e = 0; e < d.e / d.ep; ++e) routed.push_back(d.ep * (slots / d.e + (e < slots % d.e ? 1 : 0)));
-  } else {
-    for (int64_t e = 0; e < d.e; ++e) routed.push_back(slots / d.e + (e < slots % d.e ? 1 : 0));
-  }
-  return routed;
-}
-
 // LoRA (ActivationInputs::lora): the items only frozen linear layers would keep are gone, and each adapter's (N, r)
 // input to lora_B comes after its module's input. `layer`: the module names' prefix ("model.layers.3.").
 struct LinearInput {
@@ -303,6 +287,23 @@ void apply_lora_items(std::vector<Item>& v, const models::ModelConfig& cfg, cons
 
 }  // namespace
 
+std::vector<int64_t> routed_tokens(const ActivationInputs& in, const Dims& d, int64_t l) {
+  std::vector<int64_t> routed;
+  const int64_t slots = d.n * d.k;
+  if (size_t(l) < in.expert_tokens.size() && !in.expert_tokens[size_t(l)].empty()) {
+    routed = in.expert_tokens[size_t(l)];
+    int64_t total = 0;
+    for (const int64_t m : routed) total += m;
+    TIDAL_CHECK(int64_t(routed.size()) == d.e && total == slots, "[estimator] layer ", l, ": expert_tokens needs ", d.e,
+                " counts summing to ", slots, " (tokens x top-k)");
+  } else if (d.ep > 1) {  // rank 0's experts, each with its share of every rank's slots
+    for (int64_t e = 0; e < d.e / d.ep; ++e) routed.push_back(d.ep * (slots / d.e + (e < slots % d.e ? 1 : 0)));
+  } else {
+    for (int64_t e = 0; e < d.e; ++e) routed.push_back(slots / d.e + (e < slots % d.e ? 1 : 0));
+  }
+  return routed;
+}
+
 Dims dims_of(const models::ModelConfig& cfg, const ActivationInputs& in) {
   Dims d{};
   d.b = in.batch;
@@ -332,6 +333,11 @@ std::vector<std::vector<Item>> layer_items(const models::ModelConfig& cfg, const
   for (int64_t l = 0; l < cfg.num_hidden_layers; ++l) {
     if (cfg.is_gpt2()) {
       items[size_t(l)] = gpt2_layer(d, in.kernel);
+      continue;
+    }
+    if (cfg.is_deepseek_v4()) {  // every layer a MoE
+      const LayerRecompute p = size_t(l) < in.plan.size() ? in.plan[size_t(l)] : LayerRecompute{};
+      items[size_t(l)] = deepseek_v4_layer(cfg, d, l, p, routed_tokens(in, d, l));
       continue;
     }
     const std::vector<int64_t> routed = cfg.is_moe_layer(l) ? routed_tokens(in, d, l) : std::vector<int64_t>{};
@@ -369,6 +375,7 @@ std::vector<MtpDepth> mtp_depths(const models::ModelConfig& cfg, const Activatio
 }
 
 OutsideLayers outside_layers(const models::ModelConfig& cfg, const ActivationInputs& in, const Dims& d) {
+  if (cfg.is_deepseek_v4()) return deepseek_v4_outside(cfg, in, d);
   OutsideLayers o{d.n * 8, d.n * d.c * d.el + d.n * d.acc + d.n * d.c * d.el + d.n * d.acc + d.n * 8};
   if (cfg.is_gpt2()) {
     o.before += d.s * 8 + (d.drop_hidden ? d.n * d.c : 0);

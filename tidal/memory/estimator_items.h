@@ -10,10 +10,13 @@
 namespace tidal::memory::estimator {
 
 enum class Part { attn, mlp };
-enum class Region { none, core_attn, mlp, moe };  // inside which selective checkpoint region
+// Inside which checkpoint region: the selective ones, DeepSeek-V4's compressed attention (--recompute-csa-attention)
+// and its two pre mappings (--mhc-recompute: the attention's, the MLP's).
+enum class Region { none, core_attn, mlp, moe, csa_attention, mhc_attn, mhc_ffn };
 // What an output-discarding recompute may free: the norms' outputs, the activation's, MLA's up-projections'
-// outputs (queries, keys, values) with their internals (in_forward false: saved only by the recompute).
-enum class Discard { none, norm1, norm2, act, up_proj };
+// outputs (queries, keys, values) with their internals (in_forward false: saved only by the recompute), and
+// DeepSeek-V4's mid-layer streams (--mhc-recompute's attention post mapping).
+enum class Discard { none, norm1, norm2, act, up_proj, mhc_expand };
 
 struct Item {
   const char* name;
@@ -24,6 +27,9 @@ struct Item {
   Discard discard = Discard::none;
   bool in_forward = true;  // false: only exists when recomputed (a discarded norm's statistics)
   bool core = false;       // saved by the attention core (what offload's core-attn policy takes)
+  // A checkpoint's recorded decision (DeepSeek-V4 CSA's kept indices): kept by every checkpoint around it, never
+  // offloaded (it is no saved tensor).
+  bool decision = false;
 };
 
 struct Dims {
@@ -58,5 +64,7 @@ Dims dims_of(const models::ModelConfig& cfg, const ActivationInputs& in);
 // What each layer saves, in forward order.
 std::vector<std::vector<Item>> layer_items(const models::ModelConfig& cfg, const ActivationInputs& in, const Dims& d);
 OutsideLayers outside_layers(const models::ModelConfig& cfg, const ActivationInputs& in, const Dims& d);
+// Tokens per expert of sparse MoE layer `l`: the counts given, or the even split the planner assumes.
+std::vector<int64_t> routed_tokens(const ActivationInputs& in, const Dims& d, int64_t l);
 
 }  // namespace tidal::memory::estimator

@@ -100,7 +100,8 @@ std::vector<std::pair<parallel::ShardingStrategy, bool>> sharding_options(const 
 // Expert-parallel sizes: the given one when > 1 (kept), else for a MoE model every E dividing its experts
 // and the ranks (1 first).
 std::vector<int> expert_parallel_options(const train::TrainArgs& g, int ranks) {
-  if (g.parallel.expert > 1 || !g.model.is_moe()) return {g.parallel.expert};
+  // deepseek_v4 runs without expert parallelism (models/deepseek_v4.h).
+  if (g.parallel.expert > 1 || !g.model.is_moe() || g.model.is_deepseek_v4()) return {g.parallel.expert};
   std::vector<int> out;
   for (int e = 1; e <= ranks; ++e)
     if (ranks % e == 0 && g.model.num_experts % e == 0) out.push_back(e);
@@ -110,7 +111,8 @@ std::vector<int> expert_parallel_options(const train::TrainArgs& g, int ranks) {
 // Context-parallel sizes: the given one when > 1 (kept), else every C dividing the ranks whose 2C chunks
 // divide the sequence (1 first); check_context_parallel then takes out what does not run yet.
 std::vector<int> context_parallel_options(const train::TrainArgs& g, int ranks) {
-  if (g.parallel.context > 1) return {g.parallel.context};
+  // deepseek_v4 runs without context parallelism (models/deepseek_v4.h).
+  if (g.parallel.context > 1 || g.model.is_deepseek_v4()) return {g.parallel.context};
   std::vector<int> out;
   for (int c = 1; c <= ranks; ++c)
     if (ranks % c == 0 && g.seq_length % (2 * c) == 0) out.push_back(c);
@@ -143,6 +145,7 @@ std::vector<std::pair<int, int>> parallel_options(const train::TrainArgs& g, int
 // Whether `tidal train` runs expert parallel E and context parallel C of `a` on `ranks` ranks.
 bool runs_parallel(const train::TrainArgs& a) {
   if (a.parallel.world % a.parallel.context != 0) return false;
+  if (a.model.is_deepseek_v4()) return a.parallel.expert == 1 && a.parallel.context == 1;
   try {
     parallel::check_expert_parallel(a.parallel, a.model);
     parallel::check_context_parallel(a.parallel, a.seq_length);
@@ -167,7 +170,8 @@ std::vector<RecomputeConfig> recompute_ladder(const models::ModelConfig& m, Atte
   act_norm.norm = true;
   add(act_norm);
   std::vector<std::vector<RecomputeModule>> module_sets;
-  if (attention == AttentionKernel::eager) module_sets.push_back({RecomputeModule::core_attn});
+  // DeepSeek-V4's composed core keeps its (T x T + W) probabilities whatever the kernel.
+  if (attention == AttentionKernel::eager || m.is_deepseek_v4()) module_sets.push_back({RecomputeModule::core_attn});
   if (m.is_moe()) {
     module_sets.push_back({RecomputeModule::mlp, RecomputeModule::moe_act});
     module_sets.push_back({RecomputeModule::mlp, RecomputeModule::moe});
@@ -191,7 +195,31 @@ std::vector<RecomputeConfig> recompute_ladder(const models::ModelConfig& m, Atte
     c.modules.erase(c.modules.begin());  // a model whose every layer is MoE refuses mlp
     add(c);
   }
-  for (int64_t n : block_sizes(m.num_hidden_layers)) add(full(RecomputeMethod::block, n));
+  if (m.is_deepseek_v4()) {  // its own flags, alone and beside its checkpoints (validate refuses them without a
+                             // compressed layer, and under full uniform recompute)
+    for (const std::vector<RecomputeModule>& modules :
+         std::vector<std::vector<RecomputeModule>>{{},
+                                                   {RecomputeModule::core_attn},
+                                                   {RecomputeModule::moe},
+                                                   {RecomputeModule::core_attn, RecomputeModule::moe}})
+      for (const auto& [csa, mhc] : {std::pair{true, false}, std::pair{false, true}, std::pair{true, true}}) {
+        RecomputeConfig c;
+        c.granularity = modules.empty() ? Granularity::none : Granularity::selective;
+        c.modules = modules;
+        c.csa_attention = csa;
+        c.mhc = mhc;
+        add(c);
+      }
+  }
+  for (int64_t n : block_sizes(m.num_hidden_layers)) {
+    add(full(RecomputeMethod::block, n));
+    if (!m.is_deepseek_v4()) continue;
+    RecomputeConfig c = full(RecomputeMethod::block, n);  // the layers after the n: DeepSeek-V4's flags
+    c.csa_attention = c.mhc = true;
+    add(c);
+    c.csa_attention = false;
+    add(c);
+  }
   for (int64_t n : {1, 2, 4})  // groups of n layers: fewer checkpoints, a larger replay
     if (n == 1 || m.num_hidden_layers >= 2 * n) add(full(RecomputeMethod::uniform, n));
   return rungs;

@@ -30,9 +30,11 @@ struct CandidateConfig {
 };
 
 // The recompute ladder for `m`: none, activation function, activation function + norm, selective
-// modules (mlp, or moe_act and moe for MoE models; core_attn with eager attention), full block N for
-// N on a ladder of 1 .. layers-1 (every N up to 16 layers, then about x1.5 apart), full uniform 1, 2
-// and 4 (groups of N layers).
+// modules (mlp, or moe_act and moe for MoE models; core_attn with eager attention, and always for
+// DeepSeek-V4's composed core), DeepSeek-V4's --recompute-csa-attention and --mhc-recompute (alone, together,
+// beside core_attn and moe), full block N for N on a ladder of 1 .. layers-1 (every N up to 16 layers, then
+// about x1.5 apart; DeepSeek-V4: also with its flags on the other layers), full uniform 1, 2 and 4 (groups
+// of N layers).
 // Rungs the model refuses (validate_recompute) are left out.
 std::vector<memory::RecomputeConfig> recompute_ladder(const models::ModelConfig& m, AttentionKernel attention);
 

@@ -148,12 +148,15 @@ std::vector<Suggestion> suggest_recompute(const models::ModelConfig& m, const Tr
   if (cur.granularity != Granularity::full) {
     memory::RecomputeConfig c;
     c.granularity = Granularity::selective;
-    if (s.attention == AttentionKernel::eager) c.modules.push_back(RecomputeModule::core_attn);
+    // DeepSeek-V4's composed core keeps its probabilities whatever the kernel.
+    if (s.attention == AttentionKernel::eager || m.is_deepseek_v4()) c.modules.push_back(RecomputeModule::core_attn);
     c.modules.push_back(moe_only ? RecomputeModule::moe : RecomputeModule::mlp);
     if (m.is_moe() && !moe_only) c.modules.push_back(RecomputeModule::moe);
     if (m.is_mla()) c.modules.push_back(RecomputeModule::mla_up_proj);
-    candidates.push_back({c, "checkpoints the MLP" + std::string(m.is_moe() ? " and MoE blocks" : "") +
-                                 (m.is_mla() ? ", recomputes MLA's up-projections" : "")});
+    candidates.push_back({c, m.is_deepseek_v4()
+                                 ? std::string("checkpoints the attention core and the MoE blocks")
+                                 : "checkpoints the MLP" + std::string(m.is_moe() ? " and MoE blocks" : "") +
+                                       (m.is_mla() ? ", recomputes MLA's up-projections" : "")});
   }
   if (!(cur.granularity == Granularity::full && cur.method == memory::RecomputeMethod::uniform &&
         cur.num_layers == 1)) {
@@ -163,6 +166,17 @@ std::vector<Suggestion> suggest_recompute(const models::ModelConfig& m, const Tr
     c.num_layers = 1;
     candidates.push_back(
         {c, "about one more forward pass per step; --recompute-method block N recomputes only N layers"});
+  }
+  if (m.is_deepseek_v4()) {  // its own flags on top of what is on (docs/recompute.md)
+    for (const bool csa : {true, false}) {
+      if (csa ? cur.csa_attention : cur.mhc) continue;
+      memory::RecomputeConfig c = cur;
+      (csa ? c.csa_attention : c.mhc) = true;
+      candidates.push_back({c, csa ? "the compressed layers' compressor, indexer and attention core recomputed in "
+                                     "backward"
+                                   : "the mHC mappings' norm, projection and Sinkhorn intermediates and the mid-layer "
+                                     "streams recomputed in backward"});
+    }
   }
   std::vector<Suggestion> out;
   for (const auto& [c, note] : candidates) {
@@ -174,9 +188,18 @@ std::vector<Suggestion> suggest_recompute(const models::ModelConfig& m, const Tr
     }
     const int64_t saved = saving(m, s, t);
     if (saved <= 0) continue;
+    // DeepSeek-V4's flags: what they keep less after forward (memory/deepseek_v4_savings.h), beside the peak's saving.
+    const int64_t kept_less = m.is_deepseek_v4()
+                                  ? memory::deepseek_v4_recompute_saving(m, t.memory.recompute_plan, s.micro_batch,
+                                                                         s.seq, s.precision.param_dtype()) -
+                                        memory::deepseek_v4_recompute_saving(m, s.memory.recompute_plan, s.micro_batch,
+                                                                             s.seq, s.precision.param_dtype())
+                                  : 0;
     out.push_back({c.granularity == Granularity::full ? TriageStep::recompute_full : TriageStep::recompute_selective,
                    flags_of(&memory::MemoryConfig::recompute, c), saved,
-                   note + (cur.any() ? "; replaces the current --recompute-* flags" : ""), t});
+                   note + (kept_less > 0 ? "; " + format_bytes(kept_less) + " less kept after forward" : "") +
+                       (cur.any() ? "; replaces the current --recompute-* flags" : ""),
+                   t});
   }
   return out;
 }
@@ -229,6 +252,7 @@ std::vector<Suggestion> suggest_parallel(const models::ModelConfig& m, const Tri
   if (ranks <= 1) return out;
   // What tidal train checks of a layout.
   const auto runs = [&](const parallel::ParallelLayout& l) {
+    if (m.is_deepseek_v4()) return l.expert == 1 && l.context == 1;  // models/deepseek_v4.h refuses both
     try {
       parallel::check_expert_parallel(l, m);
       parallel::check_context_parallel(l, s.seq);
@@ -318,42 +342,7 @@ std::vector<Suggestion> triage(const models::ModelConfig& m, const TriageSetting
   return out;
 }
 
-std::string deepseek_v4_advice(const models::ModelConfig& m, const TriageSettings& s) {
-  std::string out = "A training step of deepseek_v4 with micro-batch " + std::to_string(s.micro_batch) + " x " +
-                    std::to_string(s.seq) +
-                    " tokens: tidal's estimator does not model deepseek_v4 yet; 'tidal plan --dry-run' with the same "
-                    "flags measures the step.\n";
-  const memory::RecomputeConfig& cur = s.memory.recompute;
-  std::string lines;
-  for (const bool csa : {true, false}) {
-    if (csa ? cur.csa_attention : cur.mhc) continue;
-    memory::RecomputeConfig with = cur;
-    (csa ? with.csa_attention : with.mhc) = true;
-    memory::MemoryConfig c = s.memory;
-    try {
-      c.set_recompute(with, m);
-    } catch (const Error&) {  // no compressed layer, or full uniform recompute (memory/recompute.h)
-      continue;
-    }
-    const int64_t saved =
-        memory::deepseek_v4_recompute_saving(m, c.recompute_plan, s.micro_batch, s.seq, s.precision.param_dtype()) -
-        memory::deepseek_v4_recompute_saving(m, s.memory.recompute_plan, s.micro_batch, s.seq,
-                                             s.precision.param_dtype());
-    if (saved <= 0) continue;
-    lines += std::string("  recompute (selective):  ") + (csa ? "--recompute-csa-attention" : "--mhc-recompute") +
-             " would keep " + format_bytes(saved) + " less after forward (" +
-             (csa ? "the compressed layers' compressor, indexer and attention core recomputed in backward"
-                  : "the mHC mappings' norm, projection and Sinkhorn intermediates and the mid-layer streams "
-                    "recomputed in backward") +
-             ")\n";
-  }
-  if (!lines.empty()) out += "What to try (DeepSeek-V4's own recompute, docs/recompute.md):\n" + lines;
-  if (cur.any()) out += "  already on: recompute " + cur.describe() + "\n";
-  return out;
-}
-
 std::string oom_advice(const models::ModelConfig& m, const TriageSettings& s, int64_t limit) {
-  if (m.is_deepseek_v4()) return deepseek_v4_advice(m, s);
   const StepPeak peak = predict_step_peak(m, s);
   std::string out = "A training step of " + m.model_type + " with micro-batch " + std::to_string(s.micro_batch) +
                     " x " + std::to_string(s.seq) + " tokens needs about " + format_bytes(peak.total) +

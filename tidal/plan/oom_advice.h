@@ -67,11 +67,9 @@ int triage_group(TriageStep step);
 std::vector<Suggestion> triage(const models::ModelConfig& m, const TriageSettings& s);
 // The advice as text: "What to try, in the triage order ..."; with a device limit (bytes, 0: none)
 // it marks what would be enough alone.
-// deepseek_v4, which the estimator does not model: deepseek_v4_advice.
+// DeepSeek-V4's recompute step names its own flags (--recompute-csa-attention, --mhc-recompute) that are not on,
+// with what they take off the peak and off the activations kept after forward (memory/deepseek_v4_savings.h).
 std::string oom_advice(const models::ModelConfig& m, const TriageSettings& s, int64_t limit = 0);
-// DeepSeek-V4's: its own recompute flags (--recompute-csa-attention, --mhc-recompute) that are not on, with what they
-// take off the activations kept after forward (memory/deepseek_v4_savings.h), and the dry run that measures the step.
-std::string deepseek_v4_advice(const models::ModelConfig& m, const TriageSettings& s);
 // The allocator's message (what failed, the breakdown at that moment) with its generic hint
 // replaced by the advice; `planner` (the search's choice for the limit, plan/auto_memory.h), when not
 // empty, replaces the line that points to `tidal plan`.

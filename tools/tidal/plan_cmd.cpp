@@ -170,8 +170,8 @@ int run_plan(const std::vector<std::string>& argv) {
               " ranks planned for (--data-parallel-size): the ranks are data-parallel size x context-parallel size");
   if (dry) {
     const plan::DryRun d = plan::dry_run_largest_rank(args);
-    // A model the estimator does not model (deepseek_v4) still gets its exact dry run, and against a budget
-    // whether that peak fits; the triage and the search need the estimator.
+    // A step the estimator refuses still gets its exact dry run, and against a budget whether that peak fits; the
+    // triage and the search need the estimator.
     std::optional<plan::StepPeak> predicted;
     std::string unmodeled;
     try {
