@@ -8,6 +8,7 @@
 #pragma GCC diagnostic ignored "-Wmissing-field-initializers"
 
 #include "tests/models/hf_golden.h"
+#include "tests/support/activation_measure.h"
 #include "tests/support/recompute_modes.h"
 #include "tidal/memory/deepseek_v4_savings.h"
 #include "tidal/memory/estimator.h"
@@ -18,27 +19,7 @@ namespace {
 
 using Mode = testing::RecomputeMode;
 
-struct Measured {
-  int64_t peak = 0, after_forward = 0;
-};
-
-// One forward and backward of (B, T + 1) tokens: the activation peak and the bytes held after the loss.
-Measured measure(CausalLM& model, const Tensor& tokens) {
-  Allocator& dev = device_allocator(Device::cpu());
-  const int64_t t = tokens.size(1) - 1;
-  Tensor ids = tokens.narrow(1, 0, t).contiguous(), targets = tokens.narrow(1, 1, t).contiguous();
-  const int64_t base = dev.stats()[MemoryCategory::activation].allocated;
-  dev.reset_peak_stats();
-  Measured m;
-  {
-    Tensor loss = causal_lm_loss(model.forward(ids), targets, model.config().router_aux_loss_coef);
-    m.after_forward = dev.stats()[MemoryCategory::activation].allocated - base;
-    loss.backward();
-  }
-  m.peak = dev.stats()[MemoryCategory::activation].peak - base;
-  model.zero_grad();
-  return m;
-}
+using Measured = testing::MeasuredActivations;
 
 const std::vector<Mode>& modes() {
   static const std::vector<Mode> all = {
@@ -77,7 +58,7 @@ void check(const char* fixture, DType dtype, int64_t seq) {
     const std::vector<LayerRecompute> plan = memory::plan_recompute(m.parse(c), c);
     model->set_recompute(m.name == "none" ? std::vector<LayerRecompute>{} : plan);
     manual_seed(3);
-    const Measured got = measure(*model, tokens);
+    const Measured got = testing::measure_activations(*model, tokens);
     model->set_recompute({});
     memory::ActivationInputs in;
     in.batch = b;

@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "tests/support/activation_measure.h"
 #include "tests/support/recompute_modes.h"
 #include "tidal/memory/estimator.h"
 #include "tidal/models/causal_lm.h"
@@ -21,26 +22,7 @@ namespace {
 
 using Mode = testing::RecomputeMode;
 
-struct Measured {
-  int64_t peak = 0, after_forward = 0;
-};
-
-Measured measure(CausalLM& model, const Tensor& tokens) {
-  Allocator& dev = device_allocator(Device::cpu());
-  const int64_t t = tokens.size(1) - 1;
-  Tensor ids = tokens.narrow(1, 0, t).contiguous(), targets = tokens.narrow(1, 1, t).contiguous();
-  const int64_t base = dev.stats()[MemoryCategory::activation].allocated;
-  dev.reset_peak_stats();
-  Measured m;
-  {
-    Tensor loss = causal_lm_loss(model.forward(ids), targets, model.config().router_aux_loss_coef);
-    m.after_forward = dev.stats()[MemoryCategory::activation].allocated - base;
-    loss.backward();
-  }
-  m.peak = dev.stats()[MemoryCategory::activation].peak - base;
-  model.zero_grad();
-  return m;
-}
+using Measured = testing::MeasuredActivations;
 
 ::testing::AssertionResult within(int64_t predicted, int64_t measured, double tol) {
   const double rel = std::abs(double(predicted - measured)) / double(std::max<int64_t>(measured, 1));
@@ -95,7 +77,7 @@ void check(const char* preset_name, AttentionKernel kernel, bool dropout, DType 
     std::vector<memory::LayerRecompute> plan = memory::plan_recompute(rc, c);
     model->set_recompute(m.name == "none" ? std::vector<memory::LayerRecompute>{} : plan);
     manual_seed(3);
-    const Measured got = measure(*model, tokens);
+    const Measured got = testing::measure_activations(*model, tokens);
     memory::ActivationInputs in;
     in.batch = b;
     in.seq = s;
@@ -167,7 +149,7 @@ TEST(Estimator, OrderingNoneSelectiveFullAndFullUniformOneKeepsLayerInputs) {
   auto peak_of = [&](const std::string& g, const std::string& method, int64_t n) {
     model->set_recompute(g.empty() ? std::vector<memory::LayerRecompute>{}
                                    : memory::plan_recompute(Mode{"", g, method, n}.parse(c), c));
-    return measure(*model, tokens);
+    return testing::measure_activations(*model, tokens);
   };
   const Measured none = peak_of("", "", -1), selective = peak_of("selective", "", -1),
                  full = peak_of("full", "uniform", 1);
