@@ -14,11 +14,11 @@
 // Where the backing says so (release_before_growing: the CPU, whose device is the process's RAM), a request no
 // cached block fits, which would take the reserve more than 1/16 above the most bytes its live blocks ever held,
 // first gives cached blocks back to the system, as few as keep it there (each time the smallest block that holds
-// what is left, else the largest). The reserve then stays within 1/16 of the live blocks' peak, and a steady
-// state that repeats its sizes is served from its cache (on 124M two large blocks, the logits' and the embedding
-// gradient's, go back and come again each step, at no measurable cost). Releasing every cached block at each miss
-// instead cost 124M 30% of its step time: backward's misses gave back blocks it needed again a layer later. CUDA
-// keeps its cache (cudaMalloc and cudaFree synchronize the device).
+// what is left, else the largest). The reserve then stays within 1/16 of the live blocks' peak; the price is
+// system allocations in a steady state whose sizes alternate (on 124M the logits' and the embedding gradient's
+// blocks go back and come again each step: 4-8% of its step time; TIDAL_DEVICE_CACHE=keep avoids it). Releasing
+// every cached block at each miss instead cost 124M 30% of its step time: backward's misses gave back blocks it
+// needed again a layer later. CUDA keeps its cache (cudaMalloc and cudaFree synchronize the device).
 #include <cstdint>
 #include <limits>
 #include <map>
