@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <map>
+#include <optional>
 #include <unordered_map>
 #include <vector>
 
@@ -56,10 +57,38 @@ SpareNodes* spare_nodes() {
   return &spare;
 }
 
+// Inserts (key, value) into `map` on a spare node where `spares` has one (after the key's other entries, like
+// emplace).
+template <typename Map>
+void insert_on_spare(Map& map, std::vector<typename Map::node_type>* spares, typename Map::key_type key,
+                     typename Map::mapped_type value) {
+  if (spares == nullptr || spares->empty()) {
+    map.emplace(key, value);
+    return;
+  }
+  typename Map::node_type& node = spares->back();
+  node.key() = key;
+  node.mapped() = value;
+  map.insert(std::move(node));
+  spares->pop_back();
+}
+
+// Erases `it` from `map`, keeping its node in `spares` where there are spares.
+template <typename Map>
+void erase_to_spare(Map& map, typename Map::iterator it, std::vector<typename Map::node_type>* spares) {
+  if (spares != nullptr)
+    spares->push_back(map.extract(it));
+  else
+    map.erase(it);
+}
+
 }  // namespace
 
 Allocator::Allocator(std::string name, Device device, MemoryBacking backing, CurrentStreamFn current_stream)
-    : name_(std::move(name)), device_(device), backing_(backing), current_stream_(current_stream) {}
+    : name_(std::move(name)), device_(device), backing_(backing), current_stream_(current_stream) {
+  TIDAL_ASSERT(!backing_.split_large_blocks || current_stream_ == nullptr, "the ", name_,
+               " allocator tracks streams: its blocks cannot be split (Note [Splitting large blocks])");
+}
 
 Allocator::~Allocator() {
   std::lock_guard<std::mutex> lock(mu_);
@@ -110,9 +139,17 @@ void* Allocator::allocate(int64_t nbytes, MemoryCategory category) {
   return ptr;
 }
 
+// Note [Splitting large blocks]: whether a request of `want` bytes may take a larger cached block and split it.
+bool Allocator::splits(int64_t want) const { return backing_.split_large_blocks && want > kSmall; }
+
 FreeBlocks::iterator Allocator::find_cached_locked(int64_t want, const detail::StreamImpl* stream) {
   const auto first = free_blocks_.lower_bound(want);
   const int64_t most = max_reuse(want);
+  if (splits(want)) {  // the smallest that fits: a segment's block of any size (split), another within 1/8
+    for (auto it = first; it != free_blocks_.end(); ++it)
+      if (it->first <= most || segments_.owns(it->second.ptr)) return it;
+    return free_blocks_.end();
+  }
   if (first == free_blocks_.end() || first->first > most) return free_blocks_.end();
   if (stream == nullptr) return first;
   int scanned = 0;
@@ -121,6 +158,40 @@ FreeBlocks::iterator Allocator::find_cached_locked(int64_t want, const detail::S
     if (!needs_wait(it->second, ev == stream_events_.end() ? nullptr : &ev->second, stream)) return it;
   }
   return first;  // the smallest that fits, behind a wait
+}
+
+// Takes the cached block at `it` for a request of `want` bytes: its address; `block` its bytes (a segment's block
+// more than 1 MiB larger keeps `want` of them, and the rest stays cached as a block of its own).
+void* Allocator::take_cached_locked(FreeBlocks::iterator it, int64_t want, int64_t& block) {
+  block = it->first;
+  void* const ptr = it->second.ptr;
+  SpareNodes* spare = spare_nodes();
+  erase_to_spare(free_blocks_, it, spare != nullptr ? &spare->free : nullptr);
+  cached_bytes_ -= block;
+  if (!segments_.owns(ptr)) return ptr;
+  segments_.take(ptr);
+  if (splits(want) && block - want > kSmall) {
+    cache_free_block_locked(segments_.split(ptr, want), block - want, nullptr);
+    block = want;
+  }
+  return ptr;
+}
+
+// A free block of `block` bytes into the cache (a map node from this thread's spares where there is one).
+void Allocator::cache_free_block_locked(void* ptr, int64_t block, detail::StreamImpl* freed_on) {
+  SpareNodes* spare = spare_nodes();
+  insert_on_spare(free_blocks_, spare != nullptr ? &spare->free : nullptr, block, FreeBlock{ptr, freed_on});
+  cached_bytes_ += block;
+}
+
+// Takes the cached block of `block` bytes at `ptr` out of the cache (a free neighbour merged into another).
+void Allocator::uncache_locked(void* ptr, int64_t block) {
+  auto [it, end] = free_blocks_.equal_range(block);
+  while (it != end && it->second.ptr != ptr) ++it;
+  TIDAL_ASSERT(it != end, "a merged block the ", name_, " allocator's cache does not hold");
+  SpareNodes* spare = spare_nodes();
+  erase_to_spare(free_blocks_, it, spare != nullptr ? &spare->free : nullptr);
+  cached_bytes_ -= block;
 }
 
 // Note [Release before growing]: by how much a new block of `want` bytes would take the reserve above 1/16 more
@@ -140,12 +211,13 @@ void* Allocator::take_new_block_locked(int64_t want, int64_t nbytes, MemoryCateg
     // Note [Release before growing]: no cached block fits, and growing would take the reserve more than 1/16
     // above the most its live blocks ever held: cached blocks go first, as few as keep it there.
     if (const int64_t over = over_bound_locked(want); attempt == 0 && over > 0 && cached_bytes_ > 0)
-      release_cached_locked(over);
+      release_cached_locked(over, /*large_only=*/true);
     const bool over_limit = stats_.limit > 0 && stats_.reserved + want > stats_.limit;
     if (void* p = over_limit ? nullptr : backing_.alloc(want)) {
       stats_.reserved += want;
       stats_.peak_reserved = std::max(stats_.peak_reserved, stats_.reserved);
       ++stats_.system_allocs;
+      if (splits(want)) segments_.add(p, want);
       return p;
     }
     if (attempt == 0) release_cached_locked();  // then once more: the cache's blocks went back
@@ -163,19 +235,13 @@ void* Allocator::allocate_locked(int64_t nbytes, MemoryCategory category, detail
   int64_t block = 0;
   auto it = find_cached_locked(want, stream);
   if (it != free_blocks_.end()) {
-    block = it->first;
-    ptr = it->second.ptr;
     if (stream != nullptr) {
-      auto ev = stream_events_.find(ptr);
+      auto ev = stream_events_.find(it->second.ptr);
       waits = reuse_waits(it->second, ev == stream_events_.end() ? nullptr : &ev->second, stream);
       if (!waits.empty()) ++cross_stream_reuses_;
       if (ev != stream_events_.end()) stream_events_.erase(ev);
     }
-    if (SpareNodes* spare = spare_nodes())
-      spare->free.push_back(free_blocks_.extract(it));
-    else
-      free_blocks_.erase(it);
-    cached_bytes_ -= block;
+    ptr = take_cached_locked(it, want, block);
     ++stats_.cache_hits;
   } else {
     ptr = take_new_block_locked(want, nbytes, category);
@@ -183,15 +249,7 @@ void* Allocator::allocate_locked(int64_t nbytes, MemoryCategory category, detail
   }
   live_block_high_ = std::max(live_block_high_, stats_.reserved - cached_bytes_);
   SpareNodes* spare = spare_nodes();
-  if (spare == nullptr || spare->live.empty()) {
-    live_blocks_.emplace(ptr, block);
-  } else {
-    LiveBlocks::node_type& node = spare->live.back();
-    node.key() = ptr;
-    node.mapped() = block;
-    live_blocks_.insert(std::move(node));
-    spare->live.pop_back();
-  }
+  insert_on_spare(live_blocks_, spare != nullptr ? &spare->live : nullptr, ptr, block);
   ++stats_.num_allocs;
   ++stats_.total_allocs;
   CategoryStats& cs = stats_.category[size_t(category)];
@@ -218,27 +276,17 @@ void Allocator::deallocate(void* ptr, int64_t nbytes, MemoryCategory category) {
   TIDAL_ASSERT(it != live_blocks_.end(), "free of a pointer the ", name_, " allocator does not own");
   const int64_t block = it->second;
   if (freed) add_stream_event(stream_events_[ptr], {stream, std::move(freed)});
-  const FreeBlock cached{ptr, stream};
   SpareNodes* spare = spare_nodes();
+  erase_to_spare(live_blocks_, it, spare != nullptr ? &spare->live : nullptr);
   if (withheld) {
-    live_blocks_.erase(it);  // still reserved, in no map
-    stream_events_.erase(ptr);
-  } else if (spare == nullptr) {
-    live_blocks_.erase(it);
-    free_blocks_.emplace(block, cached);
-    cached_bytes_ += block;
-  } else {
-    spare->live.push_back(live_blocks_.extract(it));
-    if (spare->free.empty()) {
-      free_blocks_.emplace(block, cached);
-    } else {
-      FreeBlocks::node_type& node = spare->free.back();
-      node.key() = block;
-      node.mapped() = cached;
-      free_blocks_.insert(std::move(node));  // at the end of the blocks of its size, like emplace
-      spare->free.pop_back();
-    }
-    cached_bytes_ += block;
+    stream_events_.erase(ptr);  // still reserved, in no map
+  } else if (!segments_.owns(ptr)) {
+    cache_free_block_locked(ptr, block, stream);
+  } else {  // Note [Splitting large blocks]: merged with its free neighbours (no stream is tracked here)
+    const BlockSegments::Freed merged = segments_.free(ptr);
+    if (merged.before != nullptr) uncache_locked(merged.before, merged.before_bytes);
+    if (merged.after != nullptr) uncache_locked(merged.after, merged.after_bytes);
+    cache_free_block_locked(merged.ptr, merged.bytes, nullptr);
   }
   --stats_.num_allocs;
   --stats_.category[size_t(category)].count;
@@ -284,20 +332,36 @@ int64_t Allocator::cross_stream_reuses() const {
   return cross_stream_reuses_;
 }
 
+// A cached block that can go back (to its pool or the system): the smallest holding `bytes`, else the largest;
+// end() if none. A segment's block goes back only while it spans its whole segment (Note [Splitting large blocks]);
+// with `large_only`, only blocks above 1 MiB (Note [Release before growing]).
+FreeBlocks::iterator Allocator::releasable_locked(int64_t bytes, bool large_only) {
+  const auto releasable = [&](FreeBlocks::iterator it) {
+    if (large_only && it->first <= kSmall) return false;
+    return !segments_.owns(it->second.ptr) || segments_.whole_free_segment(it->second.ptr);
+  };
+  for (auto it = free_blocks_.lower_bound(bytes); it != free_blocks_.end(); ++it)
+    if (releasable(it)) return it;
+  for (auto it = free_blocks_.end(); it != free_blocks_.begin();)
+    if (releasable(--it)) return it;
+  return free_blocks_.end();
+}
+
 // Cached blocks go back to their pool or to the system until they hold `bytes` (all of them by default): each
-// time the smallest block that holds what is left, else the largest. A device's free (cudaFree) waits for the work
-// queued on it, so their stream events are done with.
-void Allocator::release_cached_locked(int64_t bytes) {
+// time the smallest block that holds what is left, else the largest (with `large_only`, of those above 1 MiB). A
+// device's free (cudaFree) waits for the work queued on it, so their stream events are done with.
+void Allocator::release_cached_locked(int64_t bytes, bool large_only) {
   int64_t released = 0;
-  while (!free_blocks_.empty() && released < bytes) {
-    auto it = free_blocks_.lower_bound(bytes - released);  // the smallest that holds the rest, else the largest
-    if (it == free_blocks_.end()) it = std::prev(free_blocks_.end());
+  while (released < bytes) {
+    const auto it = releasable_locked(bytes - released, large_only);
+    if (it == free_blocks_.end()) break;
     const int64_t block = it->first;
     void* const ptr = it->second.ptr;
     free_blocks_.erase(it);
     cached_bytes_ -= block;
     released += block;
     if (!stream_events_.empty()) stream_events_.erase(ptr);
+    if (segments_.owns(ptr)) segments_.remove(ptr);
     auto pool = std::find_if(pools_.begin(), pools_.end(), [&](const BlockPool& p) { return p.owns(ptr); });
     if (pool != pools_.end()) {
       pool->give(ptr, block);
@@ -312,6 +376,18 @@ void Allocator::release_cached_locked(int64_t bytes) {
 void Allocator::set_release_before_growing(bool on) {
   std::lock_guard<std::mutex> lock(mu_);
   backing_.release_before_growing = on;
+}
+
+void Allocator::set_split_large_blocks(bool on) {
+  std::lock_guard<std::mutex> lock(mu_);
+  TIDAL_CHECK(!on || current_stream_ == nullptr, "[memory] the ", name_,
+              " allocator orders blocks by stream: it cannot split them (TIDAL_DEVICE_CACHE=split is for the CPU)");
+  backing_.split_large_blocks = on;  // blocks split earlier still merge when freed
+}
+
+bool Allocator::splits_large_blocks() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return backing_.split_large_blocks;
 }
 
 bool Allocator::releases_before_growing() const {
@@ -446,16 +522,34 @@ void apply_limit_from_env(Allocator& a) {
   a.set_limit(limit);
 }
 
-// TIDAL_DEVICE_CACHE=keep|release: whether the device allocator keeps every cached block (fastest where a step's
-// sizes change) or gives cached blocks back before its reserve grows above its live blocks' peak (the CPU's
-// default: the process's resident memory stays near the device peak). Note [Release before growing].
+// TIDAL_DEVICE_CACHE: comma-separated words, each optional. keep|release: whether the device allocator keeps every
+// cached block (fastest where a step's sizes change) or gives cached blocks back before its reserve grows above its
+// live blocks' peak (the CPU's default: the process's resident memory stays near the device peak; Note [Release
+// before growing]). split|nosplit: whether a larger cached block serves a large request by splitting (the CPU's
+// default; Note [Splitting large blocks]), only where no stream is tracked.
 void apply_cache_policy_from_env(Allocator& a) {
   const char* env = std::getenv("TIDAL_DEVICE_CACHE");
   if (env == nullptr || *env == '\0') return;
   const std::string v = env;
-  TIDAL_CHECK(v == "keep" || v == "release", "TIDAL_DEVICE_CACHE: expected keep or release, got '", v,
-              "' (keep: the allocator holds its cached blocks; release: it gives them back before growing)");
-  a.set_release_before_growing(v == "release");
+  const auto bad = [&](const std::string& why) {
+    return Error(detail::str_cat("TIDAL_DEVICE_CACHE: ", why, ", got '", v,
+                                 "' (keep: the allocator holds its cached blocks; release: it gives them back before "
+                                 "growing; split: a larger cached block serves a large request; nosplit: blocks are "
+                                 "reused whole; e.g. TIDAL_DEVICE_CACHE=release,split)"));
+  };
+  std::optional<bool> release, split;
+  for (size_t begin = 0; begin <= v.size();) {
+    const size_t end = std::min(v.find(',', begin), v.size());
+    const std::string word = v.substr(begin, end - begin);
+    std::optional<bool>& slot = word == "keep" || word == "release" ? release : split;
+    if (word != "keep" && word != "release" && word != "split" && word != "nosplit")
+      throw bad("expected keep or release, split or nosplit (comma-separated)");
+    if (slot.has_value()) throw bad("'" + word + "' after another word of its kind");
+    slot = word == "release" || word == "split";
+    begin = end + 1;
+  }
+  if (release.has_value()) a.set_release_before_growing(*release);
+  if (split.has_value()) a.set_split_large_blocks(*split);
 }
 
 detail::StreamImpl* current_stream_impl(Device device) { return &current_stream(device).impl(); }

@@ -6,19 +6,31 @@
 // stream may still use it is handed to work on another stream only behind an event (Note
 // [Cross-stream reuse], allocator_streams.h).
 //
+// Note [Splitting large blocks]
+// Where the backing says so (split_large_blocks: the CPU, where no stream is tracked), each system allocation above
+// 1 MiB is a segment (block_segments.h): a request above 1 MiB takes the smallest cached block that holds it, and
+// one more than 1 MiB larger is split (the request's bytes at its start, the rest cached as a block of its own);
+// a freed block merges with the free blocks beside it in its segment, and a segment goes back to the system only
+// when it is one free block again. So the blocks a step frees serve its next requests of other sizes (forward's
+// activations from backward's freed gradients, the logits from the layers' freed blocks) instead of the reserve
+// growing for them. Requests up to 1 MiB keep the rule below (a cached block within 1/8 of their size), apart
+// from the segments: small blocks split large ones into slivers no large request could use again.
+//
 // Note [Release before growing]
-// A cached block serves a request that wastes at most 1/8 of it, so blocks freed in one size do not serve
-// requests of another: a step whose sizes change as it goes (forward's activations, backward's gradients, the
-// optimizer's first states) would keep a cache of the wrong sizes beside new blocks, its reserve well above its
-// peak of live ones (GPT-2 124M, 4 x 512 tokens, fp32: 3.99 GiB reserved for live blocks of at most 3.30 GiB).
-// Where the backing says so (release_before_growing: the CPU, whose device is the process's RAM), a request no
-// cached block fits, which would take the reserve more than 1/16 above the most bytes its live blocks ever held,
-// first gives cached blocks back to the system, as few as keep it there (each time the smallest block that holds
-// what is left, else the largest). The reserve then stays within 1/16 of the live blocks' peak; the price is
-// system allocations in a steady state whose sizes alternate (on 124M the logits' and the embedding gradient's
-// blocks go back and come again each step: 4-8% of its step time; TIDAL_DEVICE_CACHE=keep avoids it). Releasing
-// every cached block at each miss instead cost 124M 30% of its step time: backward's misses gave back blocks it
-// needed again a layer later. CUDA keeps its cache (cudaMalloc and cudaFree synchronize the device).
+// Without splitting, a cached block serves a request that wastes at most 1/8 of it, so blocks freed in one size
+// do not serve requests of another: a step whose sizes change as it goes (forward's activations, backward's
+// gradients, the optimizer's first states) would keep a cache of the wrong sizes beside new blocks, its reserve
+// well above its peak of live ones (GPT-2 124M, 4 x 512 tokens, fp32: 3.95 GiB reserved for live blocks of at most
+// 3.30 GiB). Where the backing says so (release_before_growing: the CPU, whose device is the process's RAM), a
+// request no cached block fits, which would take the reserve more than 1/16 above the most bytes its live blocks
+// ever held, first gives cached blocks above 1 MiB back to the system, as few as keep it there (each time the
+// smallest block that holds what is left, else the largest; a segment's only while it is whole). Small blocks stay:
+// they come from malloc, whose heap keeps them resident anyway, and giving them back made tiny models' steady steps
+// ask the system again. Releasing every cached block at each miss instead cost 124M 30% of its step time
+// (backward's misses gave back blocks it needed again a layer later). With splitting the reserve stays near the
+// live peak by itself (124M: 3.36 GiB, keep or release) and a steady step allocates nothing; without it the
+// release held 124M at 3.51 GiB for two large blocks given back and taken again each step. CUDA keeps its cache
+// (cudaMalloc and cudaFree synchronize the device); TIDAL_DEVICE_CACHE=keep keeps it on the CPU.
 #include <cstdint>
 #include <limits>
 #include <map>
@@ -31,6 +43,7 @@
 #include "tidal/allocator_streams.h"
 #include "tidal/base/error.h"
 #include "tidal/block_pool.h"
+#include "tidal/block_segments.h"
 #include "tidal/device.h"
 #include "tidal/memory_stats.h"
 #include "tidal/seam/memory_backing.h"
@@ -88,6 +101,10 @@ class Allocator {
   // the backing's choice until set (TIDAL_DEVICE_CACHE).
   void set_release_before_growing(bool on);
   bool releases_before_growing() const;
+  // Whether a larger cached block serves a request above 1 MiB by splitting (Note [Splitting large blocks]); the
+  // backing's choice until set (TIDAL_DEVICE_CACHE). Not where streams are tracked.
+  void set_split_large_blocks(bool on);
+  bool splits_large_blocks() const;
   int64_t limit() const;
   void empty_cache();  // returns cached free blocks to the system (a pool's to their pool)
 
@@ -106,9 +123,14 @@ class Allocator {
   void log(int64_t delta, MemoryCategory c, const void* block, MemoryEventKind kind);
   void* allocate_locked(int64_t nbytes, MemoryCategory category, detail::StreamImpl* stream, ReuseWaits& waits);
   FreeBlocks::iterator find_cached_locked(int64_t want, const detail::StreamImpl* stream);
+  bool splits(int64_t want) const;
+  void* take_cached_locked(FreeBlocks::iterator it, int64_t want, int64_t& block);
+  void cache_free_block_locked(void* ptr, int64_t block, detail::StreamImpl* freed_on);
+  void uncache_locked(void* ptr, int64_t block);
+  FreeBlocks::iterator releasable_locked(int64_t bytes, bool large_only);
   void* take_new_block_locked(int64_t want, int64_t nbytes, MemoryCategory category);
   int64_t over_bound_locked(int64_t want) const;
-  void release_cached_locked(int64_t bytes = std::numeric_limits<int64_t>::max());
+  void release_cached_locked(int64_t bytes = std::numeric_limits<int64_t>::max(), bool large_only = false);
   [[noreturn]] void throw_oom(int64_t nbytes, MemoryCategory c);
 
   std::string name_;
@@ -123,6 +145,7 @@ class Allocator {
   BlockStreamEvents stream_events_;                 // what a block's reuse elsewhere waits for
   int64_t cross_stream_reuses_ = 0;
   std::vector<BlockPool> pools_;
+  BlockSegments segments_;  // the large blocks, where the backing splits them (Note [Splitting large blocks])
   MemoryStats stats_;
   bool log_on_ = false;
   std::vector<MemoryEvent> events_;

@@ -37,8 +37,14 @@ TEST(Cli, BadEnvironmentAndArgumentsAreExplained) {
   EXPECT_NE(bad_limit.output.find("TIDAL_DEVICE_MEMORY"), std::string::npos) << bad_limit.output;
   Result bad_cache = run("TIDAL_DEVICE_CACHE=maybe " + kTidal + " info");
   EXPECT_EQ(bad_cache.code, 1) << bad_cache.output;
-  EXPECT_NE(bad_cache.output.find("TIDAL_DEVICE_CACHE: expected keep or release, got 'maybe'"), std::string::npos)
+  EXPECT_NE(bad_cache.output.find("TIDAL_DEVICE_CACHE: expected keep or release, split or nosplit (comma-separated), "
+                                  "got 'maybe'"),
+            std::string::npos)
       << bad_cache.output;
+  Result twice = run("TIDAL_DEVICE_CACHE=keep,release " + kTidal + " info");
+  EXPECT_EQ(twice.code, 1) << twice.output;
+  EXPECT_NE(twice.output.find("'release' after another word of its kind, got 'keep,release'"), std::string::npos)
+      << twice.output;
 
   // The OpenMP runtime crashed creating this many threads; now it is a clear error.
   Result many_threads = run("TIDAL_NUM_THREADS=100000 " + kTidal + " info");
@@ -72,6 +78,10 @@ TEST(Cli, InfoAndHelp) {
   EXPECT_NE(info.output.find("cache given back before the reserve grows"), std::string::npos) << info.output;
   Result keep = run("TIDAL_DEVICE_CACHE=keep " + kTidal + " info");
   EXPECT_NE(keep.output.find("cache kept"), std::string::npos) << keep.output;
+  EXPECT_NE(info.output.find("large cached blocks split"), std::string::npos) << info.output;
+  Result whole = run("TIDAL_DEVICE_CACHE=nosplit,release " + kTidal + " info");
+  EXPECT_NE(whole.output.find("cache given back before the reserve grows"), std::string::npos) << whole.output;
+  EXPECT_NE(whole.output.find("cached blocks reused whole"), std::string::npos) << whole.output;
   EXPECT_EQ(run(kTidal + " help").code, 0);
   Result help = run(kTidal + " demo --help");  // every command lists its options
   EXPECT_EQ(help.code, 0) << help.output;

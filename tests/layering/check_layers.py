@@ -31,7 +31,7 @@ CORE_SUBLAYERS = [
     ("core values", ["device", "dtype", "dtype_dispatch", "shape", "memory_stats", "per_device", "rng"]),
     ("core context", ["memory_context", "range_recorder", "memory_scope"]),
     ("seam", "seam"),
-    ("core objects", ["block_pool", "allocator_streams", "allocator", "storage", "tensor", "event", "stream"]),
+    ("core objects", ["block_pool", "block_segments", "allocator_streams", "allocator", "storage", "tensor", "event", "stream"]),
     ("backends", "backend"),
 ]
 

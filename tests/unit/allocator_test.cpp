@@ -112,11 +112,55 @@ TEST(Allocator, ReleasesItsCacheBeforeGrowingWhereTheBackingSaysSo) {
   }
 }
 
+// Note [Splitting large blocks]: where the backing says so, a cached block above 1 MiB serves a smaller large
+// request at its start, the rest cached on its own; blocks freed beside free ones of their segment merge, and only
+// a segment that is one free block again goes back to the system.
+TEST(Allocator, SplitsLargeCachedBlocksAndMergesThemWhenFreed) {
+  constexpr int64_t MiB = int64_t(1) << 20;
+  MemoryBacking backing{sys_alloc, sys_free, true};
+  backing.split_large_blocks = true;
+  Allocator a("test", Device::cpu(), backing);
+  const MemoryCategory c = MemoryCategory::activation;
+  char* x = static_cast<char*>(a.allocate(64 * MiB, c));
+  a.deallocate(x, 64 * MiB, c);
+  void* p = a.allocate(16 * MiB, c);  // the cached 64 MiB block, split
+  void* q = a.allocate(16 * MiB - 1000, c);
+  EXPECT_EQ(p, x);
+  EXPECT_EQ(q, x + 16 * MiB);
+  EXPECT_EQ(a.stats().reserved, 64 * MiB);
+  EXPECT_EQ(a.stats()[c].blocks, 32 * MiB);  // each holds its own bytes (64 KiB rounding), not the segment's
+  EXPECT_EQ(a.stats().cache_hits, 2);
+  void* r = a.allocate(40 * MiB, c);  // the 32 MiB left do not hold it: a new segment
+  EXPECT_EQ(a.stats().reserved, 104 * MiB);
+  EXPECT_EQ(a.stats().system_allocs, 2);
+  // A segment partly live stays, its free part cached; a whole free one goes back.
+  a.deallocate(r, 40 * MiB, c);
+  a.empty_cache();
+  EXPECT_EQ(a.stats().reserved, 64 * MiB);
+  EXPECT_EQ(a.stats().system_frees, 1);
+  // Freed, p and q merge with the free rest: one 64 MiB block, which a request within 1 MiB of it takes whole.
+  a.deallocate(q, 16 * MiB - 1000, c);
+  a.deallocate(p, 16 * MiB, c);
+  void* whole = a.allocate(63 * MiB + 1, c);
+  EXPECT_EQ(whole, x);
+  EXPECT_EQ(a.stats()[c].blocks, 64 * MiB);
+  a.deallocate(whole, 63 * MiB + 1, c);
+  // Requests up to 1 MiB never split a large block.
+  void* small = a.allocate(MiB / 2, c);
+  EXPECT_NE(small, x);
+  EXPECT_EQ(a.stats().system_allocs, 3);
+  a.deallocate(small, MiB / 2, c);
+  a.empty_cache();
+  EXPECT_EQ(a.stats().reserved, 0);
+  EXPECT_EQ(a.stats().system_frees, 3);
+}
+
 // The CPU's device memory: large blocks are their own 2 MiB-aligned mappings (unmapped when freed), small ones
 // 64-byte aligned from malloc; the allocator gives its cache back before growing (Note [Release before growing]).
 TEST(Allocator, TheCpusDeviceMemoryAlignsLargeBlocksToHugePages) {
   const MemoryBacking backing = device_runtime(Device::cpu()).device_backing();
   EXPECT_TRUE(backing.release_before_growing);
+  EXPECT_TRUE(backing.split_large_blocks);
   EXPECT_TRUE(backing.touches_memory);
   for (const int64_t bytes : {int64_t(100), int64_t(4) << 20, (int64_t(5) << 20) + 1, int64_t(64) << 20}) {
     auto* p = static_cast<unsigned char*>(backing.alloc(bytes));

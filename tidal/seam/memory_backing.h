@@ -22,6 +22,10 @@ struct MemoryBacking {
   // where a system allocation is cheap and the memory is the process's own (the CPU's RAM), so that what a step
   // holds never exceeds its peak of live blocks for lack of a block of the right size.
   bool release_before_growing = false;
+  // Whether a cached block larger than a request serves it by splitting, and freed neighbours merge again
+  // (allocator.h, Note [Splitting large blocks]): blocks above 1 MiB, where no stream is tracked. On the CPU,
+  // so that a step's changing sizes reuse the RAM it already holds instead of asking the system again.
+  bool split_large_blocks = false;
 };
 
 // Host memory for copies to and from a device: pinned (page-locked, what asynchronous device copies

@@ -13,18 +13,21 @@ namespace tidal::cli {
 namespace {
 
 // TIDAL_DEVICE_MEMORY caps every device allocator; a cuda device is also bounded by its GPU (describe()).
-// TIDAL_DEVICE_CACHE says whether its cache goes back before the reserve grows (allocator.h).
+// TIDAL_DEVICE_CACHE says whether its cache goes back before the reserve grows and whether large cached blocks
+// split (allocator.h).
 std::string limit_line(Device device) {
   Allocator& a = device_allocator(device);
   const int64_t limit = a.limit();
   const std::string cache = a.releases_before_growing()
                                 ? "; cache given back before the reserve grows past its peak (TIDAL_DEVICE_CACHE)"
                                 : "; cache kept (TIDAL_DEVICE_CACHE=release gives it back before growing)";
+  const std::string split =
+      a.splits_large_blocks() ? "; large cached blocks split for smaller requests" : "; cached blocks reused whole";
   return (limit > 0
               ? format_bytes(limit) + " limit (TIDAL_DEVICE_MEMORY)"
               : std::string(device.is_cuda() ? "no limit beyond the GPU's memory (TIDAL_DEVICE_MEMORY caps it)"
                                              : "no limit (set TIDAL_DEVICE_MEMORY to emulate a smaller device)")) +
-         cache;
+         cache + split;
 }
 
 }  // namespace

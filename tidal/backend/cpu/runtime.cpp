@@ -41,6 +41,7 @@ void cpu_free(void* ptr, int64_t bytes) {
 MemoryBacking device_backing_of_ram() {
   MemoryBacking b{cpu_alloc, cpu_free, true};
   b.release_before_growing = true;
+  b.split_large_blocks = true;
   return b;
 }
 
