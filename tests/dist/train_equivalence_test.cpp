@@ -63,23 +63,26 @@ TEST(DistributedOptimizer, SeveralMicroBatchesPerRankAgreeToSummationOrder) {
   compare("tiny-gpt2", 2, 1e-5, {"--use-distributed-optimizer"});
 }
 
-// Per rank: the whole parameters and, until the reduce-scatter has summed the shard, the whole
-// gradients beside the shard's sum; AdamW's two f32 moments only for the rank's shard
-// (docs/distributed.md). The same under ZeRO-2 with two micro-batches: between them only the shard's
-// sums stay, and the next backward's whole gradients come on top of them. ZeRO-3 likewise, but for
+// Per rank: the whole parameters and the whole gradients, AdamW's two f32 moments only for the rank's
+// shard (docs/distributed.md). A step that reduces each gradient once (ZeRO-1, and ZeRO-2/3 with one
+// micro-batch per rank) sums the shard in place, in the whole gradients (Note [Reduce-scatter in place]):
+// the gradients peak at no_shard's 4P. ZeRO-2 with two micro-batches: between them only the shard's sums
+// stay, and the next backward's whole gradients come on top of them (4P + 4S_r). ZeRO-3 likewise, but for
 // the parameters: this rank's shard, and the whole ones of the layer computing (and of the next, with
 // --overlap-param-gather).
 //
 // --bf16: the parameters (whole or shard) are bf16, 2 bytes per element; the gradients are the f32
-// sums (a backward's bf16 gradient is added into its sum as soon as it is complete: without
-// accumulation one bf16 gradient is less than the shard's sums, which come after it); the shard's AdamW keeps f32
+// sums (a backward's bf16 gradient is added into its sum as soon as it is complete); the shard's AdamW keeps f32
 // master weights beside its two moments: 12 bytes per shard element (Megatron's 18 bytes per parameter, sharded).
 TEST(DistributedOptimizer, PerRankMemoryIsExactlyTheFormula) {
   dist::Communicator& world = dist::world();
-  for (const std::string run : {"optim", "optim_grads", "optim_grads_params", "optim_grads_params+prefetch",
-                                "optim+bf16", "optim_grads+bf16", "optim_grads_params+prefetch+bf16"}) {
+  // "x1": one micro-batch per rank (ZeRO-1 always reduces once, after its last).
+  for (const std::string run :
+       {"optim", "optim_grads", "optim_grads_params", "optim_grads_params+prefetch", "optim_grads+x1",
+        "optim_grads_params+x1", "optim+bf16", "optim_grads+bf16", "optim_grads_params+prefetch+bf16",
+        "optim_grads+x1+bf16", "optim_grads_params+x1+bf16"}) {
     const std::string strategy = run.substr(0, run.find('+'));
-    const int64_t micro_per_rank = strategy == "optim" ? 1 : 2;
+    const int64_t micro_per_rank = strategy == "optim" || run.find("+x1") != std::string::npos ? 1 : 2;
     const bool prefetch = run.find("+prefetch") != std::string::npos;
     const bool bf16 = run.ends_with("+bf16");
     std::vector<std::string> flags = {"--data-parallel-sharding-strategy", strategy};
@@ -102,12 +105,11 @@ TEST(DistributedOptimizer, PerRankMemoryIsExactlyTheFormula) {
                 param_bytes * zero3_parameter_peak(args, world.size(), world.rank(), prefetch))
           << run;
     }
-    // bf16 under ZeRO-2/3: at the end of a backward after the first, the shard's sums and every f32
-    // sum are there when backward's last gradient, the position embedding's (wpe), is added in bf16.
-    const int64_t last_bf16 =
-        bf16 && strategy != "optim" ? 2 * args.model.max_position_embeddings * args.model.hidden_size : 0;
-    EXPECT_EQ(st[MemoryCategory::gradient].peak, 4 * (layout.total() + layout.shard_size(world.rank())) + last_bf16)
-        << run;
+    // bf16: at the end of a backward, every other f32 sum (and with accumulation the shard's sums) is there
+    // when backward's last gradient, the position embedding's (wpe), is added in bf16.
+    const int64_t last_bf16 = bf16 ? 2 * args.model.max_position_embeddings * args.model.hidden_size : 0;
+    const int64_t shard_sums = micro_per_rank > 1 ? 4 * layout.shard_size(world.rank()) : 0;  // else in place
+    EXPECT_EQ(st[MemoryCategory::gradient].peak, 4 * layout.total() + shard_sums + last_bf16) << run;
     EXPECT_EQ(st[MemoryCategory::optimizer_state].peak, state_bytes * layout.shard_size(world.rank())) << run;
   }
 }

@@ -57,6 +57,7 @@ GradSync::~GradSync() {
 void GradSync::begin_micro_batch(int64_t m, int64_t count) {
   // ZeRO-2/3 keep only the shard's sums between micro-batches; the others sum locally until the last.
   reducing_ = config_.shards_gradients() || m + 1 == count;
+  if (sharded_ != nullptr && reducing_) sharded_->set_in_place(config_.reduces_in_place(count));
   launched_ = 0;
   ready_in_.assign(buckets_.size(), 0);
   seen_.assign(params_.size(), 0);

@@ -50,6 +50,12 @@ struct ParallelLayout {
     return sharding == ShardingStrategy::optim_grads || sharding == ShardingStrategy::optim_grads_params;
   }
   bool shards_parameters() const { return sharding == ShardingStrategy::optim_grads_params; }  // ZeRO-3
+  // Whether a step of `micro_batches` per rank reduce-scatters in place, into the whole gradients (Note
+  // [Reduce-scatter in place], optim/distributed_adamw.cpp): sharded, and each gradient reduced once (ZeRO-1;
+  // ZeRO-2/3 with one micro-batch), unless ZeRO-2/3 free the whole gradients bucket by bucket during backward.
+  bool reduces_in_place(int64_t micro_batches) const {
+    return sharded() && (!shards_gradients() || (micro_batches == 1 && !overlap_grad_reduce));
+  }
   int64_t bucket_elements() const;
   // This layout on `ranks` ranks; throws tidal::Error naming the flag unless C divides them.
   ParallelLayout on(int ranks) const;

@@ -340,13 +340,18 @@ StepPeak predict_step_peak(const models::ModelConfig& m, const TriageSettings& s
   const bool shard_grads = s.parallel.shards_gradients();
   const int64_t held = accumulation > 1 ? (shard_grads ? 4 * shard : whole) : 0;
   const int64_t loss = resident_outside_layers + held + a.after_forward - head.saved + head.peak + other_logits;
-  // Whole gradients alive at once: all of them, or — sharded with --overlap-grad-reduce, each bucket's
+  // A step that reduces each gradient once (ZeRO-1; ZeRO-2/3 with one micro-batch per rank, without
+  // --overlap-grad-reduce) sums the shard in place, in the whole gradients, kept until the update (Note
+  // [Reduce-scatter in place], optim/distributed_adamw.cpp): no shard-sized gradient beside them.
+  const bool in_place = s.parallel.reduces_in_place(accumulation);
+  // Whole gradients alive at once: all of them, or — ZeRO-2/3 with --overlap-grad-reduce, each bucket's
   // freed once reduce-scattered — about the bucket being reduced and the one filling (a bound: when a
   // bucket is done depends on timing), with every rank's pieces of one bucket's share of the shard.
-  const bool bucketed = sharded && s.parallel.overlap_grad_reduce;
+  const bool by_bucket = sharded && s.parallel.overlap_grad_reduce;
+  const bool bucketed = by_bucket && !in_place;
   const int64_t bucket = std::min(n, s.parallel.bucket_elements());
   const int64_t live_grads = bucketed ? std::min(whole, 2 * 4 * bucket) : whole;
-  const int64_t pieces = sharded ? reduce_scatter_pieces(shape, s, n, bucketed ? bucket : shard) : 0;
+  const int64_t pieces = sharded ? reduce_scatter_pieces(shape, s, n, by_bucket ? bucket : shard) : 0;
   // A recompute replay or an offload prefetch later in backward, with gradients already there; the
   // optimizer step.
   // (Summed in place: whole gradients held from earlier micro-batches take the new ones.)
@@ -371,11 +376,11 @@ StepPeak predict_step_peak(const models::ModelConfig& m, const TriageSettings& s
       backward = std::max(backward,
                           resident + b.peak + a.hidden_gradient + grads_in_backward(made(from[size_t(b.first_layer)])));
   }
-  // Sharded, the reduce-scatter holds the whole gradients (the last bucket's with overlap), the
-  // shard's sum and every rank's pieces of it.
-  const int64_t optimizer =
-      sharded ? parameters_at_end + (bucketed ? 4 * bucket : whole) + p.optimizer_states + 4 * shard + pieces
-              : parameters_at_end + whole + p.optimizer_states;
+  // Sharded, the reduce-scatter holds the whole gradients (the last bucket's when the others were freed),
+  // the shard's sum unless it is in them, and every rank's pieces of one round.
+  const int64_t optimizer = sharded ? parameters_at_end + (bucketed ? 4 * bucket : whole) + p.optimizer_states +
+                                          (in_place ? 0 : 4 * shard) + pieces
+                                    : parameters_at_end + whole + p.optimizer_states;
   // Expert and context parallelism's buffers inside a layer, on top of the activations: the rows the
   // all-to-all brings to this rank's experts and those it returns (tokens x top-k each), or the ring's
   // K/V blocks (the one computed on and the next arriving) with, in backward, their f32 dK/dV.
