@@ -204,7 +204,9 @@ DecayRule DistributedAdamW::decay_rule() const {
 }
 
 void DistributedAdamW::set_in_place(bool in_place) {
-  TIDAL_ASSERT(in_place == in_place_ || !shard_grad_.defined(),
+  const bool summing =
+      shard_grad_.defined() || std::any_of(whole_.begin(), whole_.end(), [](const Tensor& t) { return t.defined(); });
+  TIDAL_ASSERT(in_place == in_place_ || !summing,
                "[distributed optimizer] the reduce-scatter changed its mode in the middle of a step");
   in_place_ = in_place;
 }
