@@ -251,6 +251,29 @@ TEST(ContextParallel, TwoRanksOverlapGradReduceTrainLikeOneProcess) {
   compare_cp("tiny-qwen3", 2, {}, 16, kWeightTolerance, kLossTolerance, zero3);
 }
 
+// ZeRO-2/3 with accumulation under CP reduce bucket by bucket during backward, on the compute thread (Note
+// [Synchronous buckets], parallel/grad_sync.cpp), between the ring's exchanges and ZeRO-3's gathers of
+// backward, in the same order on every rank: bit for bit the run that reduces after backward (one bucket).
+TEST(ContextParallel, SynchronousBucketsAreTheReductionAfterBackward) {
+  if (dist::world().size() != 2) GTEST_SKIP() << "runs on two ranks (ctest dist2)";
+  dist::Communicator& world = dist::world();
+  for (const std::string strategy : {"optim_grads", "optim_grads_params"}) {
+    const std::string dir = scratch_dir("cp_buckets_" + strategy, world.size());
+    if (world.rank() == 0) fs::remove_all(dir);
+    world.barrier();
+    std::vector<std::string> flags = sharding(strategy);
+    flags.insert(flags.end(), {"--context-parallel-size", "2", "--recompute-granularity", "full", "--recompute-method",
+                               "uniform", "--recompute-num-layers", "1"});
+    std::vector<std::string> buckets = flags, one = flags;
+    buckets.insert(buckets.end(), {"--ddp-bucket-size", "20000"});
+    one.insert(one.end(), {"--ddp-bucket-size", "1000000000"});
+    // Two micro-batches of 2 on the one data-parallel rank.
+    const train::Run bucketed = train_on(world, world, args_for(2, 4, dir + "/buckets", "tiny-qwen3", buckets));
+    const train::Run after = train_on(world, world, args_for(2, 4, dir + "/one", "tiny-qwen3", one));
+    expect_same(bucketed, after, 0.0, 0.0);
+  }
+}
+
 // A sharded CP run's checkpoint (each rank its shard of N = DP x C): resumed by the same ranks it
 // continues bit for bit; one process resumes from it too (it assembles the whole state).
 TEST(ContextParallel, ShardedCheckpointsResume) {

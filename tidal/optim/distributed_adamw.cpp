@@ -11,8 +11,9 @@
 // order, bit for bit a shard's sum: my own part, which the sum overwrites, is first copied into the round's
 // temporary beside the other ranks' (blocks[me]), whose size is unchanged. Where sums outlive a
 // micro-batch's gradients (ZeRO-2/3 with accumulation: a later backward makes new whole gradients) or where
-// ZeRO-2/3 free each bucket's whole gradients during backward (--overlap-grad-reduce), the sums stay in a
-// shard-sized gradient of their own (4 S_r more bytes, beside whole gradients until they are freed).
+// each bucket's whole gradients are freed during backward (--overlap-grad-reduce, every strategy; ZeRO-2/3's
+// synchronous buckets with accumulation, Note [Synchronous buckets] in parallel/grad_sync.cpp), the sums stay in
+// a shard-sized gradient of their own (4 S_r more bytes, beside a bucket or so of whole gradients).
 
 #include "tidal/range_recorder.h"
 

@@ -76,9 +76,9 @@ class DistributedAdamW {
   // (set_in_place). The parameters keep no gradient either way. A collective: every rank calls it with the
   // same subsets in the same order. Once per step after the last backward (ZeRO-1), after every
   // micro-batch's backward (ZeRO-2: --data-parallel-sharding-strategy optim_grads), or bucket by
-  // bucket during backward (--overlap-grad-reduce). A parameter without a gradient on some ranks
-  // counts zeros there; one without a gradient on every rank takes no part.
-  // `via`: duplicates of the communicators, for a stream's thread.
+  // bucket during backward (--overlap-grad-reduce; ZeRO-2/3 with accumulation: parallel/grad_sync.h). A parameter
+  // without a gradient on some ranks counts zeros there; one without a gradient on every rank takes no part. `via`:
+  // duplicates of the communicators, for a stream's thread.
   void reduce_scatter(const std::vector<size_t>& subset, ShardComms via = {});
   // Before a step's first reduce_scatter: whether it reduces each gradient once (ZeRO-1; ZeRO-2/3 with one
   // micro-batch per rank), so that the sums go in place into this rank's pieces of the whole gradients,
