@@ -114,11 +114,11 @@ TEST(DistributedOptimizer, PerRankMemoryIsExactlyTheFormula) {
     // when backward's last gradient, the position embedding's (wpe), is added in bf16.
     const int64_t last_bf16 = bf16 ? 2 * args.model.max_position_embeddings * args.model.hidden_size : 0;
     const int64_t shard_sums = micro_per_rank > 1 ? 4 * layout.shard_size(world.rank()) : 0;  // else in place
-    if (shard_sums == 0 || one_bucket) {
+    if (shard_sums == 0 || one_bucket || world.size() == 1) {  // one rank reduces after backward
       EXPECT_EQ(st[MemoryCategory::gradient].peak, 4 * layout.total() + shard_sums + last_bf16) << run;
-    } else {  // synchronous buckets: the shard's sums and at most the rest of ZeRO-1's whole gradients
+    } else {  // synchronous buckets: the shard's sums and less than a micro-batch's whole gradients beside them
       EXPECT_GT(st[MemoryCategory::gradient].peak, shard_sums) << run;
-      EXPECT_LE(st[MemoryCategory::gradient].peak, 4 * layout.total() + last_bf16) << run;
+      EXPECT_LE(st[MemoryCategory::gradient].peak, 4 * layout.total() + last_bf16) << run;  // ZeRO-1's at most
     }
     EXPECT_EQ(st[MemoryCategory::optimizer_state].peak, state_bytes * layout.shard_size(world.rank())) << run;
   }

@@ -6,7 +6,7 @@
 // which sums the micro-batches in its whole gradients. So, as DeepSpeed's ZeRO-2 does without overlap_comm,
 // they reduce bucket by bucket during backward, on the compute thread: a bucket as soon as backward has
 // accumulated every gradient in it (the hook runs inside backward), its whole gradients then freed. The buckets
-// are --overlap-grad-reduce's (reverse order), at most a rank's share of the model unless --ddp-bucket-size
+// are --overlap-grad-reduce's (reverse order), at most half a rank's share of the model unless --ddp-bucket-size
 // says otherwise (ParallelLayout::bucket_elements_of). Why it is safe:
 // - A hook runs once per parameter and backward, after its last contribution: the engine runs an accumulation
 //   node when every edge to it has brought its part (autograd/engine.cpp), and a parameter has one such node
@@ -20,7 +20,8 @@
 //   same order. A model with experts is left out: an expert none of a rank's tokens chose has no gradient
 //   there, its bucket would wait for the end of backward on that rank and not on the others, while ZeRO-3's
 //   gathers or expert parallelism's all-to-alls go on in between. Such a model reduces after backward, as do
-//   ZeRO-1 and no_shard (which sum the micro-batches locally) and one micro-batch per rank (in place).
+//   ZeRO-1 and no_shard (which sum the micro-batches locally), one micro-batch per rank (in place) and one
+//   rank (nothing to shard: its "shard" is the whole model).
 // - A rank whose backward is skipped (a non-finite loss) reduces every bucket in order at end_micro_batch.
 
 #include "tidal/base/clock.h"
@@ -48,7 +49,7 @@ GradSync::GradSync(const std::vector<std::pair<std::string, Tensor>>& params, co
     experts_ = experts_ || models::is_expert_parameter(params_[i].first);
   }
   // Buckets (Note [Synchronous buckets]): with --overlap-grad-reduce, or for ZeRO-2/3's synchronous ones.
-  const bool bucketed = config_.overlap_grad_reduce || (config_.shards_gradients() && !experts_);
+  const bool bucketed = config_.overlap_grad_reduce || config_.reduces_by_bucket(2, experts_);
   if (!bucketed) {
     buckets_.push_back(all_);  // one bucket, reduced after backward
   } else {

@@ -59,10 +59,11 @@ struct ParallelLayout {
   }
   // Whether a step's reducing backwards reduce bucket by bucket as backward completes them (parallel/grad_sync.h):
   // with --overlap-grad-reduce on the "comm" stream; without it ZeRO-2/3 with accumulation do too, synchronously
-  // on the compute thread (freeing each bucket's whole gradients, as DeepSpeed's ZeRO-2), for a model without
-  // experts (`experts`: whether it has any; Note [Synchronous buckets], parallel/grad_sync.cpp).
+  // on the compute thread (freeing each bucket's whole gradients, as DeepSpeed's ZeRO-2), on more than one rank
+  // (one has nothing to shard) for a model without experts (`experts`: whether it has any; Note [Synchronous
+  // buckets], parallel/grad_sync.cpp).
   bool reduces_by_bucket(int64_t micro_batches, bool experts) const {
-    return overlap_grad_reduce || (shards_gradients() && !experts && !reduces_in_place(micro_batches));
+    return overlap_grad_reduce || (shards_gradients() && world > 1 && !experts && !reduces_in_place(micro_batches));
   }
   int64_t bucket_elements() const;
   // The elements of a bucket of a model of `elements` trained elements: --ddp-bucket-size's; without
