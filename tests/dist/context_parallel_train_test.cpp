@@ -192,7 +192,8 @@ TEST(ContextParallel, TwoRanksInBf16TrainLikeOneProcessInBf16) {
 
 // The distributed optimizer under CP shards over all N = DP x C ranks (every rank holds the whole
 // parameters and the gradients are summed over all of them), as Megatron's does: per rank the
-// docs/distributed.md "Memory per rank" peaks with N the world's ranks.
+// docs/distributed.md "Memory per rank" peaks with N the world's ranks (one micro-batch per data-parallel
+// rank: every strategy sums the shard in place, in the whole gradients).
 void expect_sharded_peaks(const Peaks& p, const std::string& model, const std::string& strategy) {
   dist::Communicator& world = dist::world();
   std::vector<int64_t> numels;
@@ -201,7 +202,7 @@ void expect_sharded_peaks(const Peaks& p, const std::string& model, const std::s
   const optim::ShardLayout layout = optim::make_shard_layout(numels, world.size(), optim::kGradNormChunk);
   const int64_t shard = layout.shard_size(world.rank());
   EXPECT_EQ(p.optimizer_state, 8 * shard) << strategy;
-  EXPECT_EQ(p.gradient, 4 * (layout.total() + shard)) << strategy;
+  EXPECT_EQ(p.gradient, 4 * layout.total()) << strategy;
   // (ZeRO-3's parameters: these runs save, which gathers the whole model; ZeRO3ParametersPerRank… below.)
   if (strategy != "optim_grads_params") {
     EXPECT_EQ(p.parameter, 4 * layout.total()) << strategy;
@@ -248,6 +249,29 @@ TEST(ContextParallel, TwoRanksOverlapGradReduceTrainLikeOneProcess) {
   std::vector<std::string> zero3 = sharding("optim_grads_params");
   zero3.insert(zero3.end(), {"--overlap-grad-reduce", "--overlap-param-gather"});
   compare_cp("tiny-qwen3", 2, {}, 16, kWeightTolerance, kLossTolerance, zero3);
+}
+
+// ZeRO-2/3 with accumulation under CP reduce bucket by bucket during backward, on the compute thread (Note
+// [Synchronous buckets], parallel/grad_sync.cpp), between the ring's exchanges and ZeRO-3's gathers of
+// backward, in the same order on every rank: bit for bit the run that reduces after backward (one bucket).
+TEST(ContextParallel, SynchronousBucketsAreTheReductionAfterBackward) {
+  if (dist::world().size() != 2) GTEST_SKIP() << "runs on two ranks (ctest dist2)";
+  dist::Communicator& world = dist::world();
+  for (const std::string strategy : {"optim_grads", "optim_grads_params"}) {
+    const std::string dir = scratch_dir("cp_buckets_" + strategy, world.size());
+    if (world.rank() == 0) fs::remove_all(dir);
+    world.barrier();
+    std::vector<std::string> flags = sharding(strategy);
+    flags.insert(flags.end(), {"--context-parallel-size", "2", "--recompute-granularity", "full", "--recompute-method",
+                               "uniform", "--recompute-num-layers", "1"});
+    std::vector<std::string> buckets = flags, one = flags;
+    buckets.insert(buckets.end(), {"--ddp-bucket-size", "20000"});
+    one.insert(one.end(), {"--ddp-bucket-size", "1000000000"});
+    // Two micro-batches of 2 on the one data-parallel rank.
+    const train::Run bucketed = train_on(world, world, args_for(2, 4, dir + "/buckets", "tiny-qwen3", buckets));
+    const train::Run after = train_on(world, world, args_for(2, 4, dir + "/one", "tiny-qwen3", one));
+    expect_same(bucketed, after, 0.0, 0.0);
+  }
 }
 
 // A sharded CP run's checkpoint (each rank its shard of N = DP x C): resumed by the same ranks it

@@ -62,6 +62,25 @@ TEST(OverlapGradReduce, ComposesWithRecomputeAndOffload) {
   compare("tiny-gpt2", 1, 0.0, with(kOverlap, {"--activation-offload"}));
 }
 
+// ZeRO-2/3 with accumulation reduce bucket by bucket during backward without --overlap-grad-reduce, on the
+// compute thread (Note [Synchronous buckets], parallel/grad_sync.cpp): tied embeddings (GPT-2's and Qwen3's
+// token embedding completes last, after the LM head's part waited in backward), recompute and offload
+// replaying forward inside backward, ZeRO-3's gathers between the buckets and --bf16's sums published as they
+// complete: bit for bit one process, as reduced after backward. (Multi-token prediction is DeepSeek-V3's, a
+// model with experts: it reduces after backward.)
+TEST(SynchronousBuckets, AreBitwiseOneProcess) {
+  const std::vector<std::string> small = {"--ddp-bucket-size", "20000"};
+  compare("tiny-gpt2", 2, 0.0, with(kZero2, small), 1e-12);
+  compare("tiny-qwen3", 2, 0.0, with(kZero3, small), 1e-12);
+  compare("tiny-llama", 2, 0.0,
+          with(with(kZero3, small),
+               {"--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", "1"}),
+          1e-12);
+  compare("tiny-llama", 2, 0.0, with(with(kZero2, small), {"--recompute-activation-function", "--activation-offload"}),
+          1e-12);
+  compare("tiny-gpt2", 2, 0.0, with(with(kZero3, small), {"--overlap-param-gather"}), 1e-12, {"--bf16"});
+}
+
 // ZeRO-2 between micro-batches: the whole gradients are gone, only the shard's sums stay (4 bytes
 // per element of this rank's shard), and a second micro-batch adds onto them.
 TEST(ZeRO2, OnlyTheShardsSumsStayBetweenMicroBatches) {

@@ -213,9 +213,12 @@ TEST(CostModel, SwapOptimizerExposesTheFirstWindowInAndTheLastOut) {
 
 // A sharded run's step from another strategy's kernels (what tidal plan's search does): ZeRO-1 from
 // no_shard's, ZeRO-3 from ZeRO-2's. The same kernels but the update's, which the shard's share scales,
-// and a collective's own reduction kernels, which the collectives' time covers in either. Within 1% of
-// the sharded dry run's own kernels on qwen3-0.6b; within 3% on tiny-qwen3-moe, where the kernels'
-// launch overhead dominates (ZeRO-1: a shard's update runs per piece, not per tensor).
+// and a collective's own reduction kernels, which the collectives' time covers in either. Within 1.5% of
+// the sharded dry run's own kernels on qwen3-0.6b (ZeRO-1 from no_shard: 1.1%, the norm's kernels over the
+// whole gradients, scaled to the shard, above ZeRO-1's over the shard; a shard-sized fill of zeros outside
+// the reduction offset that until the reduce-scatter summed in place, starting from zeros inside it: Note
+// [Reduce-scatter in place]); within 3% on tiny-qwen3-moe, where the kernels' launch overhead dominates
+// (ZeRO-1: a shard's update runs per piece, not per tensor).
 TEST(CostModel, AShardedUpdateIsTimedFromAnotherStrategysKernels) {
   struct Case {
     const char* model;
@@ -226,7 +229,7 @@ TEST(CostModel, AShardedUpdateIsTimedFromAnotherStrategysKernels) {
   const std::vector<std::pair<parallel::ShardingStrategy, parallel::ShardingStrategy>> pairs = {
       {parallel::ShardingStrategy::optim, parallel::ShardingStrategy::no_shard},
       {parallel::ShardingStrategy::optim_grads_params, parallel::ShardingStrategy::optim_grads}};
-  for (const Case& k : {Case{"qwen3-0.6b", 1, "256", 0.01}, Case{"tiny-qwen3-moe", 2, "32", 0.03}}) {
+  for (const Case& k : {Case{"qwen3-0.6b", 1, "256", 0.015}, Case{"tiny-qwen3-moe", 2, "32", 0.03}}) {
     for (const auto& [sharding, from_sharding] : pairs) {
       train::TrainArgs a = train::parse_train_args(with({"--model",
                                                          k.model,

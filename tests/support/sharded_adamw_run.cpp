@@ -66,6 +66,7 @@ AdamWRun sharded_adamw_run(dist::Communicator& comm, const ShardedRunOptions& o)
   AdamWRun run;
   for (int s = 0; s < o.steps; ++s) {
     for (size_t k = 0; k < params.size(); ++k) params[k].second.set_grad(gradient(k, s, comm.rank(), o));
+    sharded.set_in_place(o.in_place);
     sharded.reduce_scatter(first);
     sharded.reduce_scatter(second);
     run.norms.push_back(sharded.finish_reduction());

@@ -17,6 +17,7 @@ struct ShardedRunOptions {
   Device device = Device::cpu();
   DType dtype = DType::f32;       // f32, or bf16 (f32 gradient sums and master weights)
   bool shard_parameters = false;  // ZeRO-3: the parameters sharded too, gathered after each step
+  bool in_place = false;          // the sums in the whole gradients (DistributedAdamW::set_in_place)
   int steps = 3;
 };
 

@@ -118,6 +118,36 @@ TEST(Plan, ShardingIsTakenWithSeveralRanksAndExplainedWithOne) {
   EXPECT_NE(one.note.find("under mpirun -np 8 with --use-distributed-optimizer"), std::string::npos) << one.note;
 }
 
+// With one micro-batch per rank every strategy reduce-scatters in place, in the whole gradients (Note
+// [Reduce-scatter in place], optim/distributed_adamw.cpp): ZeRO-2's step is ZeRO-1's to the byte. With
+// --overlap-grad-reduce every strategy frees each bucket's whole gradients instead, beside the shard's own
+// sums; without it ZeRO-2/3 with accumulation do too, synchronously (Note [Synchronous buckets],
+// parallel/grad_sync.cpp), unless the model has experts.
+TEST(Plan, WithOneMicroBatchPerRankZeRO2IsZeRO1) {
+  const models::ModelConfig m = models::preset("qwen3-8b");
+  TriageSettings s = qwen3_8b_batch(1);
+  s.parallel.world = 8;  // global batch 8: one micro-batch per rank
+  s.parallel.sharding = parallel::ShardingStrategy::optim;
+  EXPECT_TRUE(s.parallel.reduces_in_place(1));
+  const StepPeak zero1 = predict_step_peak(m, s);
+  s.parallel.sharding = parallel::ShardingStrategy::optim_grads;
+  EXPECT_TRUE(s.parallel.reduces_in_place(1));
+  EXPECT_FALSE(s.parallel.reduces_in_place(2));
+  EXPECT_EQ(predict_step_peak(m, s).total, zero1.total);
+  EXPECT_FALSE(s.parallel.reduces_by_bucket(1, false));
+  EXPECT_TRUE(s.parallel.reduces_by_bucket(2, false));
+  EXPECT_FALSE(s.parallel.reduces_by_bucket(2, true));  // experts: after backward
+  s.parallel.overlap_grad_reduce = true;
+  EXPECT_FALSE(s.parallel.reduces_in_place(1));
+  EXPECT_TRUE(s.parallel.reduces_by_bucket(1, true));
+  s.parallel.sharding = parallel::ShardingStrategy::optim;
+  EXPECT_FALSE(s.parallel.reduces_in_place(1));  // ZeRO-1 with overlap frees each bucket too
+  EXPECT_FALSE(s.parallel.reduces_in_place(2));
+  s.parallel.overlap_grad_reduce = false;
+  EXPECT_TRUE(s.parallel.reduces_in_place(2));  // ZeRO-1 reduces once, after its last micro-batch
+  EXPECT_FALSE(s.parallel.reduces_by_bucket(2, false));
+}
+
 // A model too large for ZeRO-1 on its ranks (Qwen3-30B-A3B, 16 ranks of 80 GB, sequence 4096): the
 // plan shards the parameters too, with the gradients freed bucket by bucket, then takes chunked loss
 // and selective recompute — and fits (docs/distributed.md, issue 17's worked example in part).

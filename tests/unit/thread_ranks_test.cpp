@@ -42,19 +42,22 @@ TEST(ThreadRanks, AFailingRankFailsTheOthersWaits) {
 TEST(ThreadRanks, DistributedAdamWIsOneAdamWBitForBit) {
   for (int ranks : {1, 2, 3})
     for (DType dtype : {DType::f32, DType::bf16})
-      for (bool shard_parameters : {false, true}) {
-        testing::ShardedRunOptions o;
-        o.dtype = dtype;
-        o.shard_parameters = shard_parameters;
-        const testing::AdamWRun want = testing::plain_adamw_run(ranks, o);
-        std::vector<testing::AdamWRun> got(static_cast<size_t>(ranks));
-        testing::run_on_thread_ranks(
-            ranks, [&](dist::Communicator& comm) { got[size_t(comm.rank())] = testing::sharded_adamw_run(comm, o); });
-        for (int r = 0; r < ranks; ++r)
-          testing::expect_same_run(got[size_t(r)], want,
-                                   std::to_string(ranks) + " ranks, " + std::string(dtype_name(dtype)) +
-                                       (shard_parameters ? ", ZeRO-3" : ", ZeRO-1") + ", rank " + std::to_string(r));
-      }
+      for (bool shard_parameters : {false, true})
+        for (bool in_place : {false, true}) {  // Note [Reduce-scatter in place]: the sums alike either way
+          testing::ShardedRunOptions o;
+          o.dtype = dtype;
+          o.shard_parameters = shard_parameters;
+          o.in_place = in_place;
+          const testing::AdamWRun want = testing::plain_adamw_run(ranks, o);
+          std::vector<testing::AdamWRun> got(static_cast<size_t>(ranks));
+          testing::run_on_thread_ranks(
+              ranks, [&](dist::Communicator& comm) { got[size_t(comm.rank())] = testing::sharded_adamw_run(comm, o); });
+          for (int r = 0; r < ranks; ++r)
+            testing::expect_same_run(got[size_t(r)], want,
+                                     std::to_string(ranks) + " ranks, " + std::string(dtype_name(dtype)) +
+                                         (shard_parameters ? ", ZeRO-3" : ", ZeRO-1") + (in_place ? ", in place" : "") +
+                                         ", rank " + std::to_string(r));
+        }
 }
 
 }  // namespace

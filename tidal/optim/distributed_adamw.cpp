@@ -1,5 +1,20 @@
 #include "tidal/optim/distributed_adamw.h"
 
+// Note [Reduce-scatter in place]
+// Megatron's distributed optimizer reduce-scatters in its gradient buffer: each rank's shard of the sums
+// is its own part of the whole gradients, so sharding never holds more gradient bytes than no_shard
+// does (4 P, f32). tidal does the same when a step reduces each gradient once (set_in_place: ZeRO-1, whose
+// one reduction follows the last micro-batch, and ZeRO-2/3 with one micro-batch per rank): the sums are
+// written into this rank's pieces of the whole gradients, the shard parameters' gradients are views of
+// them, and no shard-sized gradient is made; the whole gradients (every other rank's pieces of them now
+// stale) are kept until finish_step. Each element is still zeros + rank 0's part + rank 1's + ... in rank
+// order, bit for bit a shard's sum: my own part, which the sum overwrites, is first copied into the round's
+// temporary beside the other ranks' (blocks[me]), whose size is unchanged. Where sums outlive a
+// micro-batch's gradients (ZeRO-2/3 with accumulation: a later backward makes new whole gradients) or where
+// each bucket's whole gradients are freed during backward (--overlap-grad-reduce, every strategy; ZeRO-2/3's
+// synchronous buckets with accumulation, Note [Synchronous buckets] in parallel/grad_sync.cpp), the sums stay in
+// a shard-sized gradient of their own (4 S_r more bytes, beside a bucket or so of whole gradients).
+
 #include "tidal/range_recorder.h"
 
 #include <algorithm>
@@ -65,6 +80,7 @@ DistributedAdamW::DistributedAdamW(const NamedParameters& params, dist::Communic
       at += f.length;
     }
   }
+  whole_.resize(params.size());
 }
 
 std::vector<ShardLayout::Fragment> DistributedAdamW::fragments(size_t g, int rank) const {
@@ -94,6 +110,9 @@ void copy_elements(const Tensor& dst, int64_t dst_at, const Tensor& src, int64_t
   std::memcpy(static_cast<char*>(dst.raw_data()) + dst_at * e, static_cast<const char*>(src.raw_data()) + src_at * e,
               size_t(n * e));
 }
+
+// Gradients are summed in f32 for bf16 parameters (--bf16's main gradients), else in their dtype.
+DType sum_dtype(const Tensor& param) { return param.dtype() == DType::bf16 ? DType::f32 : param.dtype(); }
 
 // Elements [begin, begin + length) of `t` (contiguous), flat: a message of an exchange.
 Tensor flat_piece(const Tensor& t, int64_t begin, int64_t length) {
@@ -185,23 +204,37 @@ DecayRule DistributedAdamW::decay_rule() const {
   return [decays](const std::string& name, const Tensor&) { return decays.at(name); };
 }
 
+void DistributedAdamW::set_in_place(bool in_place) {
+  const bool summing =
+      shard_grad_.defined() || std::any_of(whole_.begin(), whole_.end(), [](const Tensor& t) { return t.defined(); });
+  TIDAL_ASSERT(in_place == in_place_ || !summing,
+               "[distributed optimizer] the reduce-scatter changed its mode in the middle of a step");
+  in_place_ = in_place;
+}
+
 void DistributedAdamW::reduce_scatter(const std::vector<size_t>& subset, ShardComms via) {
   NoGradGuard no_grad;
   const Tensor& first = params_.front().second;
-  // Gradients are summed in f32 for bf16 parameters (--bf16's main gradients), else in their dtype.
-  const DType grad_dtype = first.dtype() == DType::bf16 ? DType::f32 : first.dtype();
+  const DType grad_dtype = sum_dtype(first);
   if (has_grad_.size() != params_.size()) has_grad_.assign(params_.size(), 0);
   std::vector<Tensor> grads(params_.size());  // (numel) each; defined for this call's parameters only
   const std::vector<char> any = whole_gradients(subset, via, grad_dtype, grads);
-  if (!shard_grad_.defined()) {
+  if (!in_place_ && !shard_grad_.defined()) {
     int64_t shard = 0;
     for (const Group& g : groups_) shard += g.layout.shard_size(g.comm->rank());
     MemoryScope scope(MemoryCategory::gradient);
     shard_grad_ = zeros({shard}, grad_dtype, first.device());  // (shard): summed gradients
   }
+  for (size_t i : subset)
+    TIDAL_ASSERT(!in_place_ || !whole_[i].defined(), "[distributed optimizer] parameter '", params_[i].first,
+                 "' reduced twice in a step that reduces in place");
   for (size_t g = 0; g < groups_.size(); ++g)
     if (any[g]) reduce_group(g, comm_of(g, via), grads);
-  // The whole gradients are not needed any more: free them now.
+  // In place, the whole gradients hold the shard's sums: kept (this rank's pieces are the shard
+  // parameters' gradients) until finish_step. Else they are not needed any more: freed now. Either way
+  // the parameters give theirs up: only this rank's pieces of them are sums.
+  if (in_place_)
+    for (size_t i : subset) whole_[i] = std::move(grads[i]);
   grads.clear();
   for (size_t i : subset) params_[i].second.zero_grad();
 }
@@ -246,8 +279,9 @@ int64_t reduce_round(int64_t bucket, int64_t shard, int ranks) {
 }
 
 void DistributedAdamW::reduce_group(size_t g, dist::Communicator& comm, const std::vector<Tensor>& grads) {
-  const DType grad_dtype = shard_grad_.dtype();
-  const bool meta = shard_grad_.is_meta();
+  const Tensor& param = params_.front().second;
+  const DType grad_dtype = sum_dtype(param);
+  const bool meta = param.is_meta();
   const int ranks = comm.size(), me = comm.rank();
   // Each rank's pieces of this call, packed in its shard's order: (parameter, begin, length, where in the
   // packing) — alike on every rank (which parameters reduce is agreed: whole_gradients).
@@ -303,7 +337,7 @@ void DistributedAdamW::reduce_group(size_t g, dist::Communicator& comm, const st
     };
     const int64_t mine = std::max<int64_t>(0, std::min(hi, packed[size_t(me)]) - lo);
     MemoryScope scope(MemoryCategory::temporary);
-    Tensor blocks = empty({ranks, mine}, grad_dtype, shard_grad_.device());  // every rank's pieces of my round
+    Tensor blocks = empty({ranks, mine}, grad_dtype, param.device());  // every rank's pieces of my round
     // Views of the gradients and of `blocks`: dist::exchange stages device memory through the host for MPI.
     std::vector<dist::TensorTransfer> sends, receives;
     for (int r = 0; r < ranks; ++r) {
@@ -325,13 +359,23 @@ void DistributedAdamW::reduce_group(size_t g, dist::Communicator& comm, const st
     }
     if (ranks > 1) dist::exchange(comm, sends, receives);
     const auto [mine_from, mine_to] = in_round(me);
+    // Where piece k's part of this round is summed: the shard's sums, or in place my own part of the whole
+    // gradient, already copied into blocks[me] (Note [Reduce-scatter in place]).
+    const auto sums = [&](size_t k, int64_t offset, int64_t length) {
+      const Piece& p = pieces[size_t(me)][k];
+      return in_place_ ? grads[p.param].narrow(0, p.begin + offset, length)
+                       : shard_grad_.narrow(0, shard_at[k] + offset, length);  // (length)
+    };
+    for (size_t k = mine_from; k < mine_to && in_place_; ++k) {  // the sums start from zeros, as a shard's
+      const auto [offset, length] = overlap(pieces[size_t(me)][k]);
+      if (length > 0) sums(k, offset, length).zero_();
+    }
     for (int r = 0; r < ranks; ++r)  // in rank order, each element on its own: any grouping adds alike
       for (size_t k = mine_from; k < mine_to; ++k) {
         const Piece& p = pieces[size_t(me)][k];
         const auto [offset, length] = overlap(p);
         if (length == 0) continue;
-        shard_grad_.narrow(0, shard_at[k] + offset, length)
-            .add_(blocks.select(0, r).narrow(0, p.packed_at + offset - lo, length));
+        sums(k, offset, length).add_(blocks.select(0, r).narrow(0, p.packed_at + offset - lo, length));
       }
   }
 }
@@ -355,7 +399,10 @@ double DistributedAdamW::finish_reduction() {
         piece.zero_grad();
         continue;
       }
-      Tensor grad = shard_grad_.narrow(0, here, f.length);
+      TIDAL_ASSERT(!in_place_ || whole_[f.param].defined(), "[distributed optimizer] parameter '",
+                   params_[f.param].first, "' was not reduced this step");
+      Tensor grad = in_place_ ? whole_[f.param].narrow(0, f.begin, f.length)  // (length): a view of the sums
+                              : shard_grad_.narrow(0, here, f.length);
       piece.set_grad(grad);
       const std::vector<double> c = sum_of_squares_chunks(grad);
       const int64_t header[2] = {int64_t(f.param), int64_t(c.size())};
@@ -392,7 +439,9 @@ double DistributedAdamW::finish_reduction() {
 void DistributedAdamW::update(double lr, double max_norm, double norm, AdamW& local) {
   NoGradGuard no_grad;
   const double coef = clip_coefficient(norm, max_norm);
-  if (coef != 1.0) shard_grad_.mul_(coef);
+  if (coef != 1.0)  // the shard's sums, wherever they are: elementwise, alike in one piece or many
+    for (auto& [name, piece] : shard_params_)
+      if (piece.grad().defined()) piece.grad().mul_(coef);
   local.step(lr);
   if (!shard_parameters_) {  // every rank's updated pieces into every rank's parameters
     std::vector<size_t> all(params_.size());
@@ -404,6 +453,8 @@ void DistributedAdamW::update(double lr, double max_norm, double norm, AdamW& lo
 void DistributedAdamW::finish_step() {
   for (auto& [name, piece] : shard_params_) piece.zero_grad();
   shard_grad_ = Tensor();
+  whole_.assign(params_.size(), Tensor());
+  in_place_ = false;
   has_grad_.assign(params_.size(), 0);
 }
 

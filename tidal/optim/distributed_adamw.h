@@ -4,7 +4,9 @@
 // (optim/shard_layout.h). Per step:
 //   1. backward leaves every parameter's gradient as in one process;
 //   2. the gradients are reduce-scattered: each rank receives every rank's pieces of its shard and
-//      adds them in rank order into a shard-sized gradient; the whole gradients are then freed;
+//      adds them in rank order (Note [Reduce-scatter in place]): into its own pieces of the whole
+//      gradients when the step reduces each gradient once, kept until finish_step; else into a
+//      shard-sized gradient, the whole gradients then freed;
 //   3. the gradient norm is assembled from every shard's chunk sums (bit for bit the unsharded norm)
 //      and the shard clipped;
 //   4. the local AdamW updates the shard's pieces of the parameters (views of the parameters);
@@ -70,13 +72,19 @@ class DistributedAdamW {
 
   // Reduce-scatters the gradients of parameters `subset` (indexes into the constructor's list) into
   // this rank's shard: every rank's pieces added in rank order onto what earlier calls of the step
-  // summed there; their whole gradients are then freed. A collective: every rank calls it with the
+  // summed there; their whole gradients are then freed, or kept to finish_step when the sums are in them
+  // (set_in_place). The parameters keep no gradient either way. A collective: every rank calls it with the
   // same subsets in the same order. Once per step after the last backward (ZeRO-1), after every
   // micro-batch's backward (ZeRO-2: --data-parallel-sharding-strategy optim_grads), or bucket by
-  // bucket during backward (--overlap-grad-reduce). A parameter without a gradient on some ranks
-  // counts zeros there; one without a gradient on every rank takes no part.
-  // `via`: duplicates of the communicators, for a stream's thread.
+  // bucket during backward (--overlap-grad-reduce; ZeRO-2/3 with accumulation: parallel/grad_sync.h). A parameter
+  // without a gradient on some ranks counts zeros there; one without a gradient on every rank takes no part. `via`:
+  // duplicates of the communicators, for a stream's thread.
   void reduce_scatter(const std::vector<size_t>& subset, ShardComms via = {});
+  // Before a step's first reduce_scatter: whether it reduces each gradient once (ZeRO-1; ZeRO-2/3 with one
+  // micro-batch per rank), so that the sums go in place into this rank's pieces of the whole gradients,
+  // which stay until finish_step, and no shard-sized gradient is made (Note [Reduce-scatter in place]).
+  // Off unless set; finish_step turns it off.
+  void set_in_place(bool in_place);
   // The reduce-scatter's exchange goes in rounds of at most min(`elements`, kReduceRoundElements) / ranks
   // elements of each rank's shard (Note [Reduce-scatter in rounds]): its temporary stays within that many.
   void set_reduce_bucket(int64_t elements) { reduce_bucket_ = std::max<int64_t>(1, elements); }
@@ -88,7 +96,7 @@ class DistributedAdamW {
   // `local.step(lr)` on the shard, and (without sharded parameters) all-gathers the updated pieces
   // into the parameters.
   void update(double lr, double max_norm, double norm, AdamW& local);
-  // Frees the shard's gradient (after update, or when the step is skipped).
+  // Frees the shard's gradient, or in place the whole gradients (after update, or when the step is skipped).
   void finish_step();
 
   // Every rank's pieces of parameters `subset` into the parameters (a collective; with sharded
@@ -140,7 +148,8 @@ class DistributedAdamW {
   // whether it reduces anything (alike on its ranks).
   std::vector<char> whole_gradients(const std::vector<size_t>& subset, ShardComms via, DType grad_dtype,
                                     std::vector<Tensor>& grads);
-  // Sums group g's pieces of `grads` over its ranks into this rank's shard of shard_grad_.
+  // Sums group g's pieces of `grads` over its ranks into this rank's shard of shard_grad_ (in place: into
+  // this rank's pieces of `grads`).
   void reduce_group(size_t g, dist::Communicator& comm, const std::vector<Tensor>& grads);
 
   dist::Communicator& comm_;
@@ -151,8 +160,10 @@ class DistributedAdamW {
   std::vector<size_t> group_of_;  // per parameter: its group
   dist::Communicator* expert_parallel_ = nullptr;  // with experts: their norm's squares summed over it
   Tensor shard_grad_;                              // (shard elements): this rank's summed gradients, during a step
-  std::vector<char> has_grad_;                     // per parameter: whether it had a gradient on some rank this step
-  int64_t reduce_bucket_ = int64_t(1) << 62;       // set_reduce_bucket: one round unless set
+  bool in_place_ = false;                          // set_in_place: sums in whole_ instead of shard_grad_
+  std::vector<Tensor> whole_;   // in place, per parameter: its whole gradient (numel), the shard's sums in it
+  std::vector<char> has_grad_;  // per parameter: whether it had a gradient on some rank this step
+  int64_t reduce_bucket_ = int64_t(1) << 62;  // set_reduce_bucket: one round unless set
   NamedParameters shard_params_;
   std::vector<std::string> shard_names_of_;  // the whole parameter's name of each shard parameter
 };

@@ -6,11 +6,14 @@
 // micro-batches). With --overlap-grad-reduce the parameters are grouped into buckets, in reverse
 // order (the order backward finishes them), and a bucket is reduced on the "comm" stream as soon as
 // backward has accumulated every gradient in it (post-accumulate-grad hooks), while backward goes on.
+// ZeRO-2/3 with accumulation reduce by bucket without it too, synchronously on the compute thread, so
+// that only a bucket or so of whole gradients lives beside the shard's sums (DeepSpeed's ZeRO-2; a model
+// without experts: Note [Synchronous buckets] in grad_sync.cpp).
 // Buckets start in bucket order on every rank (a collective must be called in the same order
 // everywhere); a bucket whose gradients some rank lacks (an expert none of its tokens chose) starts
 // when backward ends. Expert parallel: a bucket's experts are summed over their expert-data-parallel
 // group after its dense parameters over every rank. Each element's sum is added in rank order either way, so
-// overlapping changes no bit of the result.
+// bucketing changes no bit of the result.
 #include <algorithm>
 #include <cstdint>
 #include <memory>
@@ -53,9 +56,9 @@ class GradSync {
   // reductions are collectives. It returns when this micro-batch's reductions are done.
   void begin_micro_batch(int64_t m, int64_t count);
   void end_micro_batch();
-  // Between the two: whether this backward's buckets are reduced while it runs (--overlap-grad-reduce
-  // on a micro-batch that reduces), so that --bf16's f32 sums must be gradients as they complete.
-  bool overlapping() const { return reducing_ && stream_ != nullptr; }
+  // Between the two: whether this backward's buckets are reduced while it runs (on the comm stream with
+  // --overlap-grad-reduce, or synchronously), so that --bf16's f32 sums must be gradients as they complete.
+  bool overlapping() const { return reducing_ && (stream_ != nullptr || inline_); }
   // Between the two: whether this micro-batch's backward is reduced at its end (the step's last, or
   // every one under ZeRO-2/3, which keep only the shard's sums between micro-batches).
   bool reducing() const { return reducing_; }
@@ -65,8 +68,8 @@ class GradSync {
  private:
   void on_gradient(size_t param);
   void launch_ready();
-  void launch(size_t bucket);  // on the comm stream
-  void reduce(size_t bucket);
+  void launch(size_t bucket);  // on the comm stream, or now (synchronous buckets)
+  void reduce(const std::vector<size_t>& idx);
 
   std::vector<std::pair<std::string, Tensor>> params_;
   dist::Communicator& comm_;
@@ -77,12 +80,15 @@ class GradSync {
   std::unique_ptr<dist::Communicator> stream_comm_;         // the stream's own duplicate of comm_
   std::unique_ptr<dist::Communicator> stream_expert_comm_;  // and of expert_data_ (expert parallel)
   std::vector<std::vector<size_t>> buckets_;                // parameter indexes, reverse order
+  std::vector<size_t> all_;                                 // every parameter: a reduction after backward
   std::vector<size_t> bucket_of_;                           // per parameter
   std::vector<size_t> ready_in_;                            // per bucket: gradients accumulated this backward
   std::vector<char> seen_;                                  // per parameter, this backward
   std::vector<uint64_t> hooks_;                             // the keys of the hooks, per parameter
   size_t launched_ = 0;                                     // buckets started this backward
   bool reducing_ = false;                                   // whether this micro-batch's backward reduces
+  bool experts_ = false;                                    // the model has experts' parameters
+  bool inline_ = false;  // this backward reduces its buckets synchronously, as backward completes them
   GradSyncStats stats_;
 };
 

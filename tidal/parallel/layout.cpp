@@ -22,6 +22,11 @@ int64_t ParallelLayout::bucket_elements() const {
   return bucket_size > 0 ? bucket_size : std::max<int64_t>(40000000, int64_t(1000000) * world);
 }
 
+int64_t ParallelLayout::bucket_elements_of(int64_t elements) const {
+  if (overlap_grad_reduce || bucket_size > 0) return bucket_elements();
+  return std::max<int64_t>(1, std::min(bucket_elements(), (elements + 2 * world - 1) / (2 * world)));
+}
+
 ParallelLayout ParallelLayout::on(int ranks) const {
   TIDAL_CHECK(context <= ranks && ranks % context == 0, "tidal train: --context-parallel-size ", context,
               " does not divide the ", ranks, " ranks: the ranks are data-parallel size x context-parallel size");
@@ -47,8 +52,9 @@ Flags& add_parallel_flags(Flags& f) {
       .flag("overlap-grad-reduce",
             "reduce the gradients in buckets on a communication stream while backward runs (default: after it)")
       .option("ddp-bucket-size",
-              "parameters per bucket of --overlap-grad-reduce, and per exchange round of the distributed optimizer's "
-              "reduce-scatter (default max(40000000, 1000000 x ranks), Megatron's)",
+              "parameters per bucket of --overlap-grad-reduce (and of ZeRO-2/3's buckets reduced during backward with "
+              "accumulation, by default at most half a rank's share of the model), and per exchange round of the "
+              "distributed optimizer's reduce-scatter (default max(40000000, 1000000 x ranks), Megatron's)",
               "N")
       .option("distributed-timeout-minutes",
               "end the job when a collective has waited this long for another rank (stuck, stopped or gone; "

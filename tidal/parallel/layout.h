@@ -50,7 +50,27 @@ struct ParallelLayout {
     return sharding == ShardingStrategy::optim_grads || sharding == ShardingStrategy::optim_grads_params;
   }
   bool shards_parameters() const { return sharding == ShardingStrategy::optim_grads_params; }  // ZeRO-3
+  // Whether a step of `micro_batches` per rank reduce-scatters in place, into the whole gradients (Note
+  // [Reduce-scatter in place], optim/distributed_adamw.cpp): sharded, each gradient reduced once (ZeRO-1;
+  // ZeRO-2/3 with one micro-batch), and not bucket by bucket during backward (--overlap-grad-reduce frees each
+  // bucket's whole gradients once reduced, beside the shard's own sums, under every strategy).
+  bool reduces_in_place(int64_t micro_batches) const {
+    return sharded() && !overlap_grad_reduce && (!shards_gradients() || micro_batches == 1);
+  }
+  // Whether a step's reducing backwards reduce bucket by bucket as backward completes them (parallel/grad_sync.h):
+  // with --overlap-grad-reduce on the "comm" stream; without it ZeRO-2/3 with accumulation do too, synchronously
+  // on the compute thread (freeing each bucket's whole gradients, as DeepSpeed's ZeRO-2), on more than one rank
+  // (one has nothing to shard) for a model without experts (`experts`: whether it has any; Note [Synchronous
+  // buckets], parallel/grad_sync.cpp).
+  bool reduces_by_bucket(int64_t micro_batches, bool experts) const {
+    return overlap_grad_reduce || (shards_gradients() && world > 1 && !experts && !reduces_in_place(micro_batches));
+  }
   int64_t bucket_elements() const;
+  // The elements of a bucket of a model of `elements` trained elements: --ddp-bucket-size's; without
+  // --overlap-grad-reduce and without the flag (ZeRO-2/3's synchronous buckets), at most half a rank's share of
+  // the model, so that a bucket's whole gradients and its exchange's temporary together stay within a shard's
+  // bytes beside the shard's sums (the peak then never above ZeRO-1's whole gradients).
+  int64_t bucket_elements_of(int64_t elements) const;
   // This layout on `ranks` ranks; throws tidal::Error naming the flag unless C divides them.
   ParallelLayout on(int ranks) const;
   bool operator==(const ParallelLayout&) const = default;

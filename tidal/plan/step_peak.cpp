@@ -246,9 +246,11 @@ int64_t reduce_scatter_pieces(const ModelShape* shape, const TriageSettings& s, 
     if (experts && !by_kind) continue;
     const int64_t shard = shard_of(experts, ranks);
     if (shard < 0) continue;  // no such parameters
-    // The exchange goes in rounds of bucket / ranks elements per rank (Note [Reduce-scatter in rounds]).
-    const int64_t round = optim::reduce_round(s.parallel.bucket_elements(), shard, ranks);
-    most = std::max(most, int64_t(ranks) * std::min({shard, bucket, round}));
+    // A call's pieces on this rank: its shard, or at most a bucket of it; the exchange goes in rounds of
+    // bucket / ranks elements of them per rank (Note [Reduce-scatter in rounds]).
+    const int64_t mine = std::min(shard, bucket);
+    const int64_t round = optim::reduce_round(s.parallel.bucket_elements(), mine, ranks);
+    most = std::max(most, int64_t(ranks) * std::min(mine, round));
   }
   return 4 * most;
 }
@@ -340,13 +342,20 @@ StepPeak predict_step_peak(const models::ModelConfig& m, const TriageSettings& s
   const bool shard_grads = s.parallel.shards_gradients();
   const int64_t held = accumulation > 1 ? (shard_grads ? 4 * shard : whole) : 0;
   const int64_t loss = resident_outside_layers + held + a.after_forward - head.saved + head.peak + other_logits;
-  // Whole gradients alive at once: all of them, or — sharded with --overlap-grad-reduce, each bucket's
-  // freed once reduce-scattered — about the bucket being reduced and the one filling (a bound: when a
-  // bucket is done depends on timing), with every rank's pieces of one bucket's share of the shard.
-  const bool bucketed = sharded && s.parallel.overlap_grad_reduce;
-  const int64_t bucket = std::min(n, s.parallel.bucket_elements());
+  // A step that reduces each gradient once (ZeRO-1; ZeRO-2/3 with one micro-batch per rank), without
+  // --overlap-grad-reduce, sums the shard in place, in the whole gradients, kept until the update (Note
+  // [Reduce-scatter in place], optim/distributed_adamw.cpp): no shard-sized gradient beside them.
+  const bool in_place = s.parallel.reduces_in_place(accumulation);
+  // Whole gradients alive at once: all of them, or — sharded and reduced bucket by bucket during backward
+  // (--overlap-grad-reduce; ZeRO-2/3 with accumulation without it too: Note [Synchronous buckets],
+  // parallel/grad_sync.cpp), each bucket's freed once reduce-scattered — about the bucket being reduced and the
+  // one filling (a bound: when a bucket is done depends on timing and on the order gradients complete), with
+  // every rank's pieces of one bucket's share of the shard.
+  const bool bucketed = sharded && s.parallel.reduces_by_bucket(accumulation, m.is_moe());
+  const int64_t bucket = std::min(n, s.parallel.bucket_elements_of(n));
   const int64_t live_grads = bucketed ? std::min(whole, 2 * 4 * bucket) : whole;
   const int64_t pieces = sharded ? reduce_scatter_pieces(shape, s, n, bucketed ? bucket : shard) : 0;
+  const bool synchronous = bucketed && !s.parallel.overlap_grad_reduce;  // during backward, on the compute thread
   // A recompute replay or an offload prefetch later in backward, with gradients already there; the
   // optimizer step.
   // (Summed in place: whole gradients held from earlier micro-batches take the new ones.)
@@ -359,23 +368,30 @@ StepPeak predict_step_peak(const models::ModelConfig& m, const TriageSettings& s
   // too: a bound), with the activations that part holds at most. Without the shapes: every gradient at the
   // activations' peak.
   int64_t backward = 0;
-  if (a.peak > a.after_forward && shape == nullptr) {
-    backward = resident + a.peak + grads_in_backward(live_grads);
-  } else if (a.peak > a.after_forward) {
+  if ((a.peak > a.after_forward || synchronous) && shape == nullptr) {
+    backward = resident + a.peak + grads_in_backward(synchronous ? 4 * bucket + pieces : live_grads);
+  } else if (a.peak > a.after_forward || synchronous) {
     const std::vector<int64_t>& per_layer = shape->per_layer;
     std::vector<int64_t> from(per_layer.size() + 1, shape->outer);  // elements of the layers >= l, and outside
     for (size_t l = per_layer.size(); l-- > 0;) from[l] = from[l + 1] + per_layer[l];
-    const auto made = [&](int64_t elements) { return std::min(live_grads, 4 * elements); };
+    // Synchronous buckets reduce on the compute thread: from the first bucket done on, the one being reduced
+    // (its whole gradients, every rank's pieces of a round of it) is all backward holds of this micro-batch's.
+    const auto made = [&](int64_t elements) {
+      if (synchronous) return std::min(4 * bucket, 4 * elements) + (elements >= bucket ? pieces : 0);
+      return std::min(live_grads, 4 * elements);
+    };
     backward = resident + a.backward_before_layers + grads_in_backward(made(shape->outer));
     for (const memory::ActivationEstimate::BackwardBlock& b : a.backward_blocks)
       backward = std::max(backward,
                           resident + b.peak + a.hidden_gradient + grads_in_backward(made(from[size_t(b.first_layer)])));
   }
-  // Sharded, the reduce-scatter holds the whole gradients (the last bucket's with overlap), the
-  // shard's sum and every rank's pieces of it.
-  const int64_t optimizer =
-      sharded ? parameters_at_end + (bucketed ? 4 * bucket : whole) + p.optimizer_states + 4 * shard + pieces
-              : parameters_at_end + whole + p.optimizer_states;
+  // Sharded, the reduce-scatter holds the whole gradients (the last bucket's when the others were freed),
+  // the shard's sum unless it is in them, and every rank's pieces of one round.
+  // Synchronous buckets were all reduced in backward: the shard's sums alone are left.
+  const int64_t optimizer = synchronous ? parameters_at_end + p.optimizer_states + 4 * shard
+                            : sharded   ? parameters_at_end + (bucketed ? 4 * bucket : whole) + p.optimizer_states +
+                                            (in_place ? 0 : 4 * shard) + pieces
+                                      : parameters_at_end + whole + p.optimizer_states;
   // Expert and context parallelism's buffers inside a layer, on top of the activations: the rows the
   // all-to-all brings to this rank's experts and those it returns (tokens x top-k each), or the ring's
   // K/V blocks (the one computed on and the next arriving) with, in backward, their f32 dK/dV.
