@@ -57,6 +57,16 @@ SpareNodes* spare_nodes() {
   return &spare;
 }
 
+// This thread's spare nodes of each map (nullptr once they are gone).
+std::vector<FreeBlocks::node_type>* spare_free_nodes() {
+  SpareNodes* spare = spare_nodes();
+  return spare != nullptr ? &spare->free : nullptr;
+}
+std::vector<LiveBlocks::node_type>* spare_live_nodes() {
+  SpareNodes* spare = spare_nodes();
+  return spare != nullptr ? &spare->live : nullptr;
+}
+
 // Inserts (key, value) into `map` on a spare node where `spares` has one (after the key's other entries, like
 // emplace).
 template <typename Map>
@@ -165,8 +175,7 @@ FreeBlocks::iterator Allocator::find_cached_locked(int64_t want, const detail::S
 void* Allocator::take_cached_locked(FreeBlocks::iterator it, int64_t want, int64_t& block) {
   block = it->first;
   void* const ptr = it->second.ptr;
-  SpareNodes* spare = spare_nodes();
-  erase_to_spare(free_blocks_, it, spare != nullptr ? &spare->free : nullptr);
+  erase_to_spare(free_blocks_, it, spare_free_nodes());
   cached_bytes_ -= block;
   if (!segments_.owns(ptr)) return ptr;
   segments_.take(ptr);
@@ -179,8 +188,7 @@ void* Allocator::take_cached_locked(FreeBlocks::iterator it, int64_t want, int64
 
 // A free block of `block` bytes into the cache (a map node from this thread's spares where there is one).
 void Allocator::cache_free_block_locked(void* ptr, int64_t block, detail::StreamImpl* freed_on) {
-  SpareNodes* spare = spare_nodes();
-  insert_on_spare(free_blocks_, spare != nullptr ? &spare->free : nullptr, block, FreeBlock{ptr, freed_on});
+  insert_on_spare(free_blocks_, spare_free_nodes(), block, FreeBlock{ptr, freed_on});
   cached_bytes_ += block;
 }
 
@@ -189,8 +197,7 @@ void Allocator::uncache_locked(void* ptr, int64_t block) {
   auto [it, end] = free_blocks_.equal_range(block);
   while (it != end && it->second.ptr != ptr) ++it;
   TIDAL_ASSERT(it != end, "a merged block the ", name_, " allocator's cache does not hold");
-  SpareNodes* spare = spare_nodes();
-  erase_to_spare(free_blocks_, it, spare != nullptr ? &spare->free : nullptr);
+  erase_to_spare(free_blocks_, it, spare_free_nodes());
   cached_bytes_ -= block;
 }
 
@@ -248,8 +255,7 @@ void* Allocator::allocate_locked(int64_t nbytes, MemoryCategory category, detail
     block = want;
   }
   live_block_high_ = std::max(live_block_high_, stats_.reserved - cached_bytes_);
-  SpareNodes* spare = spare_nodes();
-  insert_on_spare(live_blocks_, spare != nullptr ? &spare->live : nullptr, ptr, block);
+  insert_on_spare(live_blocks_, spare_live_nodes(), ptr, block);
   ++stats_.num_allocs;
   ++stats_.total_allocs;
   CategoryStats& cs = stats_.category[size_t(category)];
@@ -276,8 +282,7 @@ void Allocator::deallocate(void* ptr, int64_t nbytes, MemoryCategory category) {
   TIDAL_ASSERT(it != live_blocks_.end(), "free of a pointer the ", name_, " allocator does not own");
   const int64_t block = it->second;
   if (freed) add_stream_event(stream_events_[ptr], {stream, std::move(freed)});
-  SpareNodes* spare = spare_nodes();
-  erase_to_spare(live_blocks_, it, spare != nullptr ? &spare->live : nullptr);
+  erase_to_spare(live_blocks_, it, spare_live_nodes());
   if (withheld) {
     stream_events_.erase(ptr);  // still reserved, in no map
   } else if (!segments_.owns(ptr)) {

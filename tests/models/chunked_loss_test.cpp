@@ -17,6 +17,7 @@
 
 #include "tests/support/gradcheck.h"
 #include "tests/support/recompute_modes.h"
+#include "tests/support/test_models.h"
 #include "tidal/memory/chunk_loss.h"
 #include "tidal/memory/estimator.h"
 #include "tidal/memory/savings.h"
@@ -202,10 +203,7 @@ TEST(ChunkedLossModels, ActivationEstimateInChunkMode) {
     for (const char* name : {"tiny-llama", "tiny-gpt2"}) {
       ModelConfig c = preset(name);
       c.set_num_layers(2);
-      manual_seed(1);
-      nn::Init init;
-      init.dtype = dtype;
-      auto model = create_model(c, init);
+      auto model = testing::seeded_model(c, dtype, 1);
       model->set_attention_kernel(AttentionKernel::flash);
       manual_seed(2);
       Tensor tokens = randint(0, c.vocab_size, {2, 33});

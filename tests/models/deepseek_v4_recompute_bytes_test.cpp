@@ -10,6 +10,7 @@
 #include "tests/models/hf_golden.h"
 #include "tests/support/recompute_modes.h"
 #include "tests/support/recompute_run.h"
+#include "tests/support/test_models.h"
 #include "tidal/memory/deepseek_v4_savings.h"
 
 namespace tidal::models {
@@ -19,10 +20,7 @@ using Mode = testing::RecomputeMode;
 
 void check_bytes(const char* fixture, DType dtype, int64_t seq) {
   const ModelConfig c = load_pretrained_dir(fixture_dir(fixture)).config;
-  manual_seed(3);
-  nn::Init init;
-  init.dtype = dtype;
-  std::unique_ptr<CausalLM> model = create_model(c, init);
+  std::unique_ptr<CausalLM> model = testing::seeded_model(c, dtype, 3);
   manual_seed(4);
   const Tensor batch = randint(0, c.vocab_size, {4, seq + 1});
   // {the mode, the same without DeepSeek-V4's flags}

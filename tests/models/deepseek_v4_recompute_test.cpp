@@ -12,6 +12,7 @@
 #include "tests/support/gradcheck.h"
 #include "tests/support/recompute_modes.h"
 #include "tests/support/recompute_run.h"
+#include "tests/support/test_models.h"
 #include "tidal/memory/offload.h"
 #include "tidal/memory/offload_runner.h"
 #include "tidal/ops/random.h"
@@ -28,12 +29,8 @@ Result run(CausalLM& model, const Tensor& batch, memory::Offloader* off = nullpt
 
 // The fixture's config with parameters of `dtype` drawn at random (bf16: --bf16's model).
 std::unique_ptr<CausalLM> model_of(const char* fixture, DType dtype) {
-  const ModelConfig c = load_pretrained_dir(fixture_dir(fixture)).config;
-  manual_seed(3);
-  nn::Init init;
-  init.dtype = dtype;
-  init.std = 0.2;  // large enough that the indexer's scores differ and the SwiGLU clamp is crossed
-  return create_model(c, init);
+  // std 0.2: large enough that the indexer's scores differ and the SwiGLU clamp is crossed
+  return testing::seeded_model(load_pretrained_dir(fixture_dir(fixture)).config, dtype, 3, 0.2);
 }
 
 void check_bitwise(const char* fixture, DType dtype, bool offload) {

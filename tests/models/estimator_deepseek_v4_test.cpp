@@ -10,6 +10,7 @@
 #include "tests/models/hf_golden.h"
 #include "tests/support/activation_measure.h"
 #include "tests/support/recompute_modes.h"
+#include "tests/support/test_models.h"
 #include "tidal/memory/deepseek_v4_savings.h"
 #include "tidal/memory/estimator.h"
 #include "tidal/ops/random.h"
@@ -42,10 +43,7 @@ const std::vector<Mode>& modes() {
 
 void check(const char* fixture, DType dtype, int64_t seq) {
   const ModelConfig c = load_pretrained_dir(fixture_dir(fixture)).config;
-  manual_seed(1);
-  nn::Init init;
-  init.dtype = dtype;
-  std::unique_ptr<CausalLM> model = create_model(c, init);
+  std::unique_ptr<CausalLM> model = testing::seeded_model(c, dtype, 1);
   manual_seed(2);
   const int64_t b = 2;
   const Tensor tokens = randint(0, c.vocab_size, {b, seq + 1});
