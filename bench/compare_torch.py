@@ -24,6 +24,12 @@ CONFIGS = {
     "small": ("small-gpt2", 8192, 256, 4, 4, 1024, 256, 8),
     "124m": ("gpt2-124m", 50257, 768, 12, 12, 1024, 512, 4),
 }
+# MoE configs: a Hugging Face config.json (under bench/), trained by tidal (--config) and by transformers 5.x
+# (bench/torch_moe.py, PyTorch 2.x only: Debian's torch 1.13 has no transformers), without recompute.
+MOE_CONFIGS = {
+    # name: (config.json, seq, batch)
+    "moe": ("configs/qwen3_moe_512.json", 256, 4),
+}
 TIDAL_MODES = {
     "none": [],
     "selective": ["--recompute-granularity", "selective"],
@@ -33,7 +39,31 @@ TIDAL_MODES = {
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
+def shape_of(config):
+    """(seq, batch) of a config."""
+    if config in MOE_CONFIGS:
+        return MOE_CONFIGS[config][1], MOE_CONFIGS[config][2]
+    return CONFIGS[config][6], CONFIGS[config][7]
+
+
+def moe_flops(config):
+    """6 x the parameters a token meets (attention, router, its top-k experts, the LM head) x tokens, plus
+    causal attention's 6 L T (heads x head_dim) tokens; the second value: every parameter."""
+    path, seq, batch = MOE_CONFIGS[config]
+    with open(os.path.join(HERE, path)) as f:
+        c = json.load(f)
+    d, hd, layers = c["hidden_size"], c["head_dim"], c["num_hidden_layers"]
+    q, kv, e, f_ = c["num_attention_heads"] * hd, c["num_key_value_heads"] * hd, c["num_experts"], c["moe_intermediate_size"]
+    attn = d * (2 * q + 2 * kv)
+    active = layers * (attn + d * e + c["num_experts_per_tok"] * 3 * d * f_) + c["vocab_size"] * d
+    params = layers * (attn + d * e + e * 3 * d * f_) + 2 * c["vocab_size"] * d
+    tokens = seq * batch
+    return 6 * active * tokens + 6 * layers * seq * q * tokens, params
+
+
 def model_flops(config):
+    if config in MOE_CONFIGS:
+        return moe_flops(config)
     _, vocab, d, layers, _, positions, seq, batch = CONFIGS[config]
     params = vocab * d + positions * d + layers * (12 * d * d + 13 * d) + 2 * d
     tokens = batch * seq
@@ -49,10 +79,12 @@ def timed(cmd, env):
 
 
 def run_tidal(tidal, config, mode, bf16, steps, warmup, env):
-    preset, _, _, _, _, _, seq, batch = CONFIGS[config]
+    seq, batch = shape_of(config)
+    model = (["--config", os.path.join(HERE, MOE_CONFIGS[config][0])] if config in MOE_CONFIGS else
+             ["--model", CONFIGS[config][0]])
     with tempfile.TemporaryDirectory() as tmp:
         metrics = os.path.join(tmp, "m.json")
-        cmd = [tidal, "train", "--model", preset, "--mock-data", "--seq-length", str(seq), "--micro-batch-size",
+        cmd = [tidal, "train"] + model + ["--mock-data", "--seq-length", str(seq), "--micro-batch-size",
                str(batch), "--global-batch-size", str(batch), "--train-iters", str(steps), "--hidden-dropout", "0",
                "--attention-dropout", "0", "--eval-interval", "0", "--metrics-json", metrics] + TIDAL_MODES[mode]
         if bf16:
@@ -64,6 +96,12 @@ def run_tidal(tidal, config, mode, bf16, steps, warmup, env):
 
 
 def run_torch(python, config, mode, bf16, steps, warmup, env):
+    if config in MOE_CONFIGS:
+        path, seq, batch = MOE_CONFIGS[config]
+        cmd = [python, os.path.join(HERE, "torch_moe.py"), "--config", os.path.join(HERE, path), "--seq", str(seq),
+               "--batch", str(batch), "--steps", str(steps), "--warmup", str(warmup)] + (["--bf16"] if bf16 else [])
+        out, rss = timed(cmd, env)
+        return json.loads(out.strip().splitlines()[-1])["median_step_ms"], rss
     _, vocab, d, layers, heads, positions, seq, batch = CONFIGS[config]
     cmd = [python, os.path.join(HERE, "torch_gpt2.py"), "--vocab", str(vocab), "--hidden", str(d), "--layers",
            str(layers), "--heads", str(heads), "--positions", str(positions), "--seq", str(seq), "--batch", str(batch),
@@ -109,7 +147,7 @@ def main():
     ap.add_argument("--tidal-bench", required=True, help="build/tidal_bench (tidal's GEMM rate)")
     ap.add_argument("--torch2", required=True, help="python of the PyTorch 2.x virtual environment")
     ap.add_argument("--torch1", default="", help="Debian's python3 with torch 1.13 (empty: left out)")
-    ap.add_argument("--configs", default="small,124m")
+    ap.add_argument("--configs", default="small,124m,moe")
     ap.add_argument("--modes", default="none,selective,full,act")
     ap.add_argument("--dtypes", default="fp32,bf16")
     ap.add_argument("--steps", type=int, default=6)
@@ -138,17 +176,22 @@ def main():
     started = time.time()
     for config in a.configs.split(","):
         flops, _ = model_flops(config)
-        tokens = CONFIGS[config][6] * CONFIGS[config][7]
+        seq, batch = shape_of(config)
+        tokens = seq * batch
         for dtype in a.dtypes.split(","):
             for mode in a.modes.split(","):
-                results = {name: ([], []) for name, _ in sides}
+                if config in MOE_CONFIGS and mode != "none":
+                    continue  # bench/torch_moe.py recomputes nothing
+                # Debian's torch 1.13 has no transformers: the MoE rows compare with PyTorch 2.x only.
+                here = [(n, r) for n, r in sides if not (config in MOE_CONFIGS and n == "torch 1.13")]
+                results = {name: ([], []) for name, _ in here}
                 for _ in range(a.rounds):
-                    for name, run in sides:
+                    for name, run in here:
                         ms, rss = run(config, mode, dtype == "bf16")
                         results[name][0].append(ms)
                         results[name][1].append(rss)
                 tidal_ms = statistics.median(results["tidal"][0])
-                for name, _ in sides:
+                for name, _ in here:
                     ms = statistics.median(results[name][0])
                     gflops = flops / ms / 1e6
                     print(f"| {config} | {dtype} | {mode} | {name} | {ms:.0f} | {tokens / ms * 1e3:.0f} | {gflops:.0f} |"

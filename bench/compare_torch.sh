@@ -4,6 +4,8 @@
 # dropout 0, the same AdamW) trained by tidal, by PyTorch 2.x from PyPI and by Debian's PyTorch 1.13,
 # alternating in fresh processes, for no recompute, selective, full and activation-function recompute,
 # in fp32 and bf16 (PyTorch: torch.autocast("cpu", dtype=torch.bfloat16)). 2 threads each.
+# The "moe" config: a Qwen3-MoE of bench/configs/qwen3_moe_512.json (hidden 512, 4 layers, 32 experts
+# top-4, 4 x 256 tokens) trained by tidal and by transformers 5.x's Qwen3MoeForCausalLM (bench/torch_moe.py).
 #
 # Usage: bench/compare_torch.sh [options of bench/compare_torch.py], e.g.
 #   bench/compare_torch.sh --configs small --modes none,full --rounds 3
@@ -17,10 +19,10 @@ cd "$(dirname "$0")/.."
 cmake --build build --target tidal tidal_bench >/dev/null
 
 venv=${TIDAL_BENCH_VENV:-$HOME/.cache/tidal-bench-venv}
-if ! "$venv/bin/python" -c "import torch" 2>/dev/null; then
-  echo "installing PyTorch 2.x from PyPI into $venv (once)" >&2
+if ! "$venv/bin/python" -c "import torch, transformers" 2>/dev/null; then
+  echo "installing PyTorch 2.x and transformers 5.x from PyPI into $venv (once)" >&2
   python3 -m venv "$venv"
-  "$venv/bin/pip" install -q torch numpy
+  "$venv/bin/pip" install -q torch numpy transformers
 fi
 
 torch1=()

@@ -101,6 +101,16 @@ BENCHMARK(BM_GemmBf16F32Out)->GPT2_124M_GEMMS->Unit(benchmark::kMillisecond)->Us
 BENCHMARK(BM_GemmBf16Beta1)->GPT2_124M_GEMMS->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_GemmBf16F32OutBeta1)->GPT2_124M_GEMMS->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_GemmBf16Beta1Separate)->GPT2_124M_GEMMS->Unit(benchmark::kMillisecond)->UseRealTime();
+// One expert of a 32-expert top-4 MoE layer at 1024 tokens (hidden 512, expert FFN 256): ~128 rows each.
+#define EXPERT_GEMMS                        \
+  Args({128, 256, 512, 0}) /* gate or up */ \
+      ->Args({128, 512, 256, 1})            \
+      ->Args({256, 512, 128, 2})            \
+      ->Args({128, 512, 256, 0}) /* down */ \
+      ->Args({128, 256, 512, 1})            \
+      ->Args({512, 256, 128, 2})
+BENCHMARK(BM_GemmF32)->Name("BM_ExpertGemmF32")->EXPERT_GEMMS->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(BM_GemmBf16)->Name("BM_ExpertGemmBf16")->EXPERT_GEMMS->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(BM_BatchedMatmul)->Args({12, 1024, 64})->Args({48, 256, 64})->Unit(benchmark::kMillisecond)->UseRealTime();
 
 }  // namespace

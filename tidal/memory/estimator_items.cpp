@@ -172,7 +172,7 @@ std::vector<Item> gemma3_layer(const Dims& d, const models::ModelConfig& cfg, At
 std::vector<Item> llama_layer(const Dims& d, const models::ModelConfig& cfg, int64_t l, AttentionKernel kernel,
                               bool core_recompute, const std::vector<int64_t>& expert_tokens) {
   const int64_t el = d.el, n = d.n, c = d.c;
-  const size_t reserve = 28 + 5 * expert_tokens.size();
+  const size_t reserve = 33;
   std::vector<Item> v = cfg.is_mla() ? mla_attention(d, cfg, kernel, core_recompute, reserve)
                                      : llama_attention(d, cfg, kernel, core_recompute, reserve);
   v.push_back({"post_attention_layernorm input", n * c * el, Part::mlp});
@@ -181,8 +181,8 @@ std::vector<Item> llama_layer(const Dims& d, const models::ModelConfig& cfg, int
     push_gated_mlp(v, d);
     return v;
   }
-  // Sparse MoE block (moe.cpp): router, top-k bookkeeping, then each expert on its tokens (N*k
-  // (token, expert) slots in all); each expert's tensors are storages of their own.
+  // Sparse MoE block (moe.cpp): router, top-k bookkeeping, then the experts on their tokens (N*k
+  // (token, expert) slots in all).
   const int64_t slots = n * d.k;
   v.push_back({"router input", n * c * el, Part::mlp, Region::moe, true, Discard::norm2});
   if (cfg.router_score == models::ModelConfig::RouterScore::sigmoid && el != 4) {
@@ -201,15 +201,15 @@ std::vector<Item> llama_layer(const Dims& d, const models::ModelConfig& cfg, int
   v.push_back({"slot tokens", slots * 8, Part::mlp, Region::moe});
   v.push_back({"slot weights", slots * el, Part::mlp, Region::moe});
   const bool dispatched = d.ep > 1;  // expert parallel: the rows go to their experts' ranks and come back
+  // The experts run as grouped products (moe.cpp run_experts): each tensor one storage over all their rows.
   int64_t received = 0;
-  for (const int64_t m : expert_tokens) {
-    if (m == 0) continue;
-    received += m;
-    v.push_back({"expert input", m * c * el, Part::mlp, Region::moe});
-    v.push_back({"expert gate_proj output", m * d.fm * el, Part::mlp, Region::moe});
-    v.push_back({"expert up_proj output", m * d.fm * el, Part::mlp, Region::moe});
-    v.push_back({"expert down_proj input", m * d.fm * el, Part::mlp, Region::moe, false, Discard::act});
-    if (!dispatched) v.push_back({"expert output", m * c * el, Part::mlp, Region::moe});
+  for (const int64_t m : expert_tokens) received += m;
+  if (received > 0) {
+    v.push_back({"expert input", received * c * el, Part::mlp, Region::moe});
+    v.push_back({"expert gate_proj output", received * d.fm * el, Part::mlp, Region::moe});
+    v.push_back({"expert up_proj output", received * d.fm * el, Part::mlp, Region::moe});
+    v.push_back({"expert down_proj input", received * d.fm * el, Part::mlp, Region::moe, false, Discard::act});
+    if (!dispatched) v.push_back({"expert output", received * c * el, Part::mlp, Region::moe});
   }
   if (dispatched) {
     if (received > 0) {

@@ -15,6 +15,7 @@
 #include "tidal/ops/activation.h"
 #include "tidal/ops/all_to_all.h"
 #include "tidal/ops/elementwise.h"
+#include "tidal/ops/grouped_linear.h"
 #include "tidal/ops/index.h"
 #include "tidal/ops/matmul.h"
 #include "tidal/ops/reduce.h"
@@ -51,6 +52,42 @@ Tensor SwiGluMlp::finish(const std::vector<Tensor>& gate_up, bool recompute_act)
 }
 
 Tensor SwiGluMlp::forward(const Tensor& x, bool recompute_act) const { return finish(project(x), recompute_act); }
+
+Tensor run_experts(const std::vector<SwiGluMlp*>& experts, const Tensor& rows, const std::vector<int64_t>& counts,
+                   bool recompute_act, const char* module) {
+  TIDAL_ASSERT(experts.size() == counts.size() && !experts.empty(), "run_experts: ", counts.size(), " counts for ",
+               experts.size(), " experts");
+  const bool lora = std::any_of(experts.begin(), experts.end(), [](const SwiGluMlp* e) {
+    return e->gate_proj().has_lora() || e->up_proj().has_lora() || e->down_proj().has_lora();
+  });
+  if (lora) {  // each expert's forward: its adapters run with it
+    std::vector<Tensor> outs;
+    int64_t start = 0;
+    for (size_t e = 0; e < experts.size(); ++e) {
+      if (counts[e] > 0) outs.push_back(experts[e]->forward(rows.narrow(0, start, counts[e]), recompute_act));
+      start += counts[e];
+    }
+    return outs.empty()       ? zeros({0, rows.size(1)}, rows.dtype(), rows.device())
+           : outs.size() == 1 ? outs[0]
+                              : cat(outs, 0);
+  }
+  std::vector<Tensor> gate_w, up_w, down_w;
+  for (const SwiGluMlp* e : experts) {
+    gate_w.push_back(e->gate_proj().weight());
+    up_w.push_back(e->up_proj().weight());
+    down_w.push_back(e->down_proj().weight());
+  }
+  ModuleScope scope(module);
+  const std::vector<Tensor> gate_up =
+      clamp_gate_up(grouped_linear(rows, counts, gate_w), grouped_linear(rows, counts, up_w), experts[0]->limit());
+  return autograd::with_discarded_outputs(
+      recompute_act,
+      [act = experts[0]->activation()](const std::vector<Tensor>& in) {
+        return std::vector<Tensor>{act == GluActivation::silu ? swiglu(in[0], in[1]) : geglu(in[0], in[1])};
+      },
+      gate_up,
+      [&](const std::vector<Tensor>& a) { return std::vector<Tensor>{grouped_linear(a[0], counts, down_w)}; })[0];
+}
 
 Router::Router(const ModelConfig& c, const nn::Init& init)
     : nn::Linear(c.hidden_size, c.num_experts, false, init),
@@ -128,6 +165,7 @@ SparseMoeBlock::SparseMoeBlock(const ModelConfig& c, const nn::Init& init,
       group_(std::move(expert_group)) {
   gate_ = &register_module("gate", std::make_unique<Router>(c, init));
   auto& experts = register_module("experts", std::make_unique<nn::ModuleDict>());
+  experts_module_ = &experts;
   const int64_t ranks = group_ ? group_->size() : 1, rank = group_ ? group_->rank() : 0;
   TIDAL_CHECK(c.num_experts % ranks == 0, "[moe] ", ranks, " expert-parallel ranks do not divide the model's ",
               c.num_experts, " experts (num_experts)");
@@ -306,17 +344,8 @@ Tensor SparseMoeBlock::forward(const Tensor& x, RouterStats& stats, bool recompu
   if (group_) {
     combined = run_on_owners(flat, slot_token, slot_weight, counts, recompute_act);
   } else {
-    std::vector<Tensor> outs;
-    int64_t start = 0;
-    for (int64_t e = 0; e < experts_; ++e) {
-      const int64_t m = counts[size_t(e)];
-      if (m == 0) continue;
-      Tensor tokens = slot_token.narrow(0, start, m);                                       // (m)
-      Tensor y = local_[size_t(e)]->forward(index_select(flat, 0, tokens), recompute_act);  // (m, C)
-      outs.push_back(mul(y, slot_weight.narrow(0, start, m).unsqueeze(1)));
-      start += m;
-    }
-    combined = outs.empty() ? zeros({0, c}, x.dtype(), x.device()) : outs.size() == 1 ? outs[0] : cat(outs, 0);
+    Tensor rows = index_select(flat, 0, slot_token);  // (M, C) grouped by expert
+    combined = mul(run_experts(local_, rows, counts, recompute_act, experts_module_->name()), slot_weight.unsqueeze(1));
   }
   Tensor out = index_add(zeros({n, c}, x.dtype(), x.device()), 0, slot_token, combined);  // (N, C)
   if (shared_ != nullptr) out = add(out, shared_->forward(flat, recompute_act));          // every token, unweighted
@@ -363,16 +392,10 @@ Tensor SparseMoeBlock::run_on_owners(const Tensor& flat, const Tensor& slot_toke
     for (size_t i = 0; i < order.size(); ++i) inverse[size_t(order[i])] = int64_t(i);
     const Shape rows{got.size(0)};
     Tensor grouped = index_select(got, 0, from_vector_i64(order, rows, got.device()));
-    std::vector<Tensor> outs;
-    int64_t first = 0;
-    for (size_t l = 0; l < local; ++l) {
-      int64_t m = 0;
-      for (size_t s = 0; s < ranks; ++s) m += from[s * local + l];
-      if (m == 0) continue;
-      outs.push_back(local_[l]->forward(grouped.narrow(0, first, m), recompute_act));
-      first += m;
-    }
-    Tensor y = outs.size() == 1 ? outs[0] : cat(outs, 0);
+    std::vector<int64_t> mine(local, 0);  // rows per local expert
+    for (size_t l = 0; l < local; ++l)
+      for (size_t s = 0; s < ranks; ++s) mine[l] += from[s * local + l];
+    Tensor y = run_experts(local_, grouped, mine, recompute_act, experts_module_->name());
     back = index_select(y, 0, from_vector_i64(inverse, rows, got.device()));
   }
   Tensor returned = all_to_all_rows(group, back, recv, send);  // (N*k, C) in slot order

@@ -40,6 +40,12 @@ class SwiGluMlp : public nn::Module {
   std::vector<Tensor> project(const Tensor& x) const;
   Tensor finish(const std::vector<Tensor>& gate_up, bool recompute_act) const;
 
+  const nn::Linear& gate_proj() const { return *gate_proj_; }
+  const nn::Linear& up_proj() const { return *up_proj_; }
+  const nn::Linear& down_proj() const { return *down_proj_; }
+  GluActivation activation() const { return act_; }
+  double limit() const { return limit_; }
+
  private:
   nn::Linear* gate_proj_;
   nn::Linear* up_proj_;
@@ -47,6 +53,14 @@ class SwiGluMlp : public nn::Module {
   GluActivation act_;
   double limit_;
 };
+
+// Experts' MLPs on their rows: rows (M, C) grouped by expert, counts[i] of them for experts[i] (all alike) ->
+// (M, C), each row through its expert. One grouped product per projection (ops/grouped_linear.h) and the
+// activation on all rows at once: row for row what each expert's forward computes, with the same recompute
+// (`recompute_act`) and the same tensors kept, as one storage each. An expert with a LoRA adapter makes it
+// each expert's forward in turn. `module`: the name the memory report gives the tensors (the experts' dict).
+Tensor run_experts(const std::vector<SwiGluMlp*>& experts, const Tensor& rows, const std::vector<int64_t>& counts,
+                   bool recompute_act, const char* module);
 
 // What a sparse block contributes to the load-balancing loss (Switch Transformer / HF
 // load_balancing_loss_func): summed over the layer's tokens.
@@ -139,6 +153,7 @@ class SparseMoeBlock : public nn::Module {
   SwiGluMlp* shared_ = nullptr;                // DeepSeek-V3's shared experts
   std::shared_ptr<dist::Communicator> group_;  // expert parallel; null: every expert is here
   std::vector<SwiGluMlp*> local_;              // this rank's experts, in global order
+  nn::Module* experts_module_ = nullptr;       // their dict ("experts")
 };
 
 // Whether a parameter of the model (by its name) belongs to an expert: under expert parallelism its

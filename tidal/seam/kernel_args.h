@@ -238,6 +238,14 @@ struct AdamWTensors {
   AdamWArgs args;
 };
 
+// One product of Kernels::matmul_many: out = alpha * a @ b + beta * out, under matmul's contract.
+struct MatmulTask {
+  const Tensor* out = nullptr;
+  const Tensor* a = nullptr;
+  const Tensor* b = nullptr;
+  double alpha = 1.0, beta = 0.0;
+};
+
 // --- random draws at Philox stream positions start + i (ops/random.h)
 enum class Distribution : uint8_t { uniform, normal };
 

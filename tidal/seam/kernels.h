@@ -287,6 +287,13 @@ class Kernels {
     copy(stream, out, bias);
     matmul(stream, out, a, b, 1.0, 1.0);
   }
+  // Independent products (no task's out is another's operand or out): a grouped GEMM, as an MoE layer's
+  // experts run on their rows. Default: each task's matmul in order. The CPU runs small tasks concurrently,
+  // one thread each (Note [Grouped products] in backend/cpu/matmul.cpp): the same bits on every call, equal to
+  // matmul's within rounding.
+  virtual void matmul_many(Stream& stream, std::span<const MatmulTask> tasks) {
+    for (const MatmulTask& t : tasks) matmul(stream, *t.out, *t.a, *t.b, t.alpha, t.beta);
+  }
   // partials[i] = sum_of_squares(xs[i], chunk) for every i (the gradient norm's partial sums of every
   // gradient). Default: one call each, in order; a device backend reads all of them back at once.
   virtual void sum_of_squares_many(Stream& stream, std::span<const Tensor* const> xs, int64_t chunk,

@@ -58,6 +58,7 @@ class CpuKernels final : public Kernels {
   bool matmul_operand_ok(int64_t rows, int64_t cols, int64_t stride_r, int64_t stride_c) const override;
   int64_t matmul_kept_workspace() const override { return 0; }  // oneDNN's scratchpads are not tidal's
   void matmul(Stream& stream, const Tensor& out, const Tensor& a, const Tensor& b, double alpha, double beta) override;
+  void matmul_many(Stream& stream, std::span<const MatmulTask> tasks) override;
   // softmax.cpp
   void softmax_forward(Stream& stream, const Tensor& out, const Tensor& x, const SoftmaxArgs& a) override;
   void softmax_backward(Stream& stream, const Tensor& dx, const Tensor& g, const Tensor& y,

@@ -20,6 +20,8 @@ namespace {
 
 using dnnl::memory;
 
+constexpr int64_t kAnyRows = -1;  // Key::m (and k) of a primitive made for any m and k
+
 struct Key {
   bool trans_a, trans_b;
   int64_t m, n, k, lda, ldb, ldc;
@@ -70,12 +72,17 @@ memory::desc matrix_desc(int64_t rows, int64_t cols, bool trans, int64_t ld, mem
   return memory::desc({rows, cols}, dt, trans ? memory::dims{1, ld} : memory::dims{ld, 1});
 }
 
+memory::data_type out_type(DType out) { return out == DType::f32 ? memory::data_type::f32 : memory::data_type::bf16; }
+
+// key.m == kAnyRows: a primitive for any m and k (oneDNN's runtime dims; the leading dims stay fixed).
 std::shared_ptr<const Entry> create(const Key& key) {
   auto e = std::make_shared<Entry>();
   const auto bf16 = memory::data_type::bf16;
-  e->a = matrix_desc(key.m, key.k, key.trans_a, key.lda, bf16);
-  e->b = matrix_desc(key.k, key.n, key.trans_b, key.ldb, bf16);
-  e->c = matrix_desc(key.m, key.n, false, key.ldc, key.out == DType::f32 ? memory::data_type::f32 : bf16);
+  const int64_t m = key.m == kAnyRows ? DNNL_RUNTIME_DIM_VAL : key.m;
+  const int64_t k = key.m == kAnyRows ? DNNL_RUNTIME_DIM_VAL : key.k;
+  e->a = matrix_desc(m, k, key.trans_a, key.lda, bf16);
+  e->b = matrix_desc(k, key.n, key.trans_b, key.ldb, bf16);
+  e->c = matrix_desc(m, key.n, false, key.ldc, out_type(key.out));
   dnnl::primitive_attr attr;
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
   if (key.alpha != 1.f) attr.set_output_scales(0, {key.alpha});
@@ -153,19 +160,25 @@ Key make_key(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float 
 }
 
 template <typename C>
-void gemm_impl(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const BFloat16* a, int64_t lda,
-               const BFloat16* b, int64_t ldb, float beta, C* c, int64_t ldc) {
+void gemm_impl(bool any_rows, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+               const BFloat16* a, int64_t lda, const BFloat16* b, int64_t ldb, float beta, C* c, int64_t ldc) {
   if (m == 0 || n == 0) return;
   if (k == 0) {  // oneDNN rejects empty reductions; the product is zero
     for (int64_t i = 0; i < m; ++i)
       for (int64_t j = 0; j < n; ++j) c[i * ldc + j] = C(beta == 0.f ? 0.f : beta * float(c[i * ldc + j]));
     return;
   }
-  std::shared_ptr<const Entry> e =
-      cache().get(make_key(trans_a, trans_b, m, n, k, alpha, lda, ldb, beta, ldc, dtype_v<C>));
+  Key key = make_key(trans_a, trans_b, m, n, k, alpha, lda, ldb, beta, ldc, dtype_v<C>);
+  if (any_rows) key.m = key.k = kAnyRows;
+  std::shared_ptr<const Entry> e = cache().get(key);
   thread_local dnnl::stream stream(cpu_engine());
-  memory ma(e->a, cpu_engine(), const_cast<BFloat16*>(a)), mb(e->b, cpu_engine(), const_cast<BFloat16*>(b)),
-      mc(e->c, cpu_engine(), c);
+  const auto bf16 = memory::data_type::bf16;
+  // A runtime-dims primitive executes on memories of this call's shapes.
+  const memory::desc da = any_rows ? matrix_desc(m, k, trans_a, lda, bf16) : e->a;
+  const memory::desc db = any_rows ? matrix_desc(k, n, trans_b, ldb, bf16) : e->b;
+  const memory::desc dc = any_rows ? matrix_desc(m, n, false, ldc, out_type(dtype_v<C>)) : e->c;
+  memory ma(da, cpu_engine(), const_cast<BFloat16*>(a)), mb(db, cpu_engine(), const_cast<BFloat16*>(b)),
+      mc(dc, cpu_engine(), c);
   std::unordered_map<int, memory> args{{DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc}};
   if (e->scratch_bytes > 0) {
     args.emplace(DNNL_ARG_SCRATCHPAD, memory(e->scratch, cpu_engine(), scratchpad(e->scratch_bytes)));
@@ -181,13 +194,13 @@ void gemm_impl(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, floa
 }  // namespace
 
 void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const BFloat16* a, int64_t lda,
-          const BFloat16* b, int64_t ldb, float beta, BFloat16* c, int64_t ldc) {
-  gemm_impl(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+          const BFloat16* b, int64_t ldb, float beta, BFloat16* c, int64_t ldc, Rows rows) {
+  gemm_impl(rows == Rows::any, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
 void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const BFloat16* a, int64_t lda,
-          const BFloat16* b, int64_t ldb, float beta, float* c, int64_t ldc) {
-  gemm_impl(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+          const BFloat16* b, int64_t ldb, float beta, float* c, int64_t ldc, Rows rows) {
+  gemm_impl(rows == Rows::any, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
 const char* isa_name() {

@@ -18,10 +18,16 @@ namespace tidal::cpu::onednn {
 
 inline constexpr int64_t kMaxPrimitives = 256;
 
+// Rows::exact: the primitive made for this m and k (oneDNN's fastest, brgemm where the ISA has it; 0.2-10 ms
+// to create). Rows::any: one made for any m and k (runtime dims: its jit gemm, ~5-15% slower on one thread,
+// created once), for products whose rows change from call to call: an MoE layer's experts, whose token
+// counts differ every step, created ~600 exact primitives a step (Note [Grouped products], cpu/matmul.cpp).
+enum class Rows : uint8_t { exact, any };
+
 void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const BFloat16* a, int64_t lda,
-          const BFloat16* b, int64_t ldb, float beta, BFloat16* c, int64_t ldc);
+          const BFloat16* b, int64_t ldb, float beta, BFloat16* c, int64_t ldc, Rows rows = Rows::exact);
 void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const BFloat16* a, int64_t lda,
-          const BFloat16* b, int64_t ldb, float beta, float* c, int64_t ldc);
+          const BFloat16* b, int64_t ldb, float beta, float* c, int64_t ldc, Rows rows = Rows::exact);
 
 // The ISA oneDNN dispatches to on this CPU, e.g. "avx512_core_bf16" (dnnl_get_effective_cpu_isa).
 const char* isa_name();

@@ -158,6 +158,37 @@ TEST(OnednnMatmul, OpsRouteBf16ToTheKernelAndReusePrimitives) {
                           w.detach().t().unsqueeze(0), 1.0, 1.0);
 }
 
+// matmul_many (an MoE layer's experts): bf16 products whose rows change from call to call run on the primitive
+// made for any m and k, within the same bound, and a call with new row counts creates no primitive.
+TEST(OnednnMatmul, GroupedProductsOfAnyRowsShareOnePrimitive) {
+  manual_seed(14);
+  Kernels& kernels = device_kernels(Device::cpu());
+  auto round_of = [&](const std::vector<int64_t>& rows) {
+    // Per group: forward y (m, 48) = x (m, 40) @ W^T, and the weight gradient (48, 40) = dy^T (48 x m) @ x.
+    std::vector<Tensor> keep;
+    keep.reserve(8 * rows.size());
+    std::vector<MatmulTask> tasks;
+    for (int64_t m : rows) {
+      keep.push_back(randn({m, 40}).to(DType::bf16));       // x
+      keep.push_back(randn({48, 40}).to(DType::bf16).t());  // W^T (40, 48) view
+      keep.push_back(zeros({m, 48}, DType::bf16));          // y
+      tasks.push_back({&keep[keep.size() - 1], &keep[keep.size() - 3], &keep[keep.size() - 2]});
+      keep.push_back(randn({m, 48}).to(DType::bf16).t());  // dy^T (48, m) view
+      keep.push_back(zeros({48, 40}, DType::f32));         // dW, f32 out
+      tasks.push_back({&keep[keep.size() - 1], &keep[keep.size() - 2], &keep[keep.size() - 5], 0.5, 0.0});
+    }
+    kernels.matmul_many(current_stream(Device::cpu()), tasks);
+    for (const MatmulTask& t : tasks) {
+      const Tensor c0 = zeros(t.out->shape(), t.out->dtype());
+      check_against_reference(t.out->unsqueeze(0), c0.unsqueeze(0), t.a->unsqueeze(0), t.b->unsqueeze(0), t.alpha, 0.0);
+    }
+  };
+  round_of({33, 7, 129, 1, 64});
+  const int64_t created = cpu::onednn::cache_stats().created;
+  round_of({35, 130, 2, 65, 8, 40});  // new rows: the same primitives
+  EXPECT_EQ(cpu::onednn::cache_stats().created, created);
+}
+
 TEST(OnednnMatmul, NamesTheIsaAndAJitImplementation) {
   const std::string isa = cpu::onednn::isa_name();
   EXPECT_FALSE(isa.empty());
