@@ -1,6 +1,7 @@
-// The composite kernels' defaults (seam/kernels.h): on the CPU backend, which does not replace them,
-// adamw_multi_step is bit for bit each tensor's adamw_step (and, for an f32 master with a bf16 copy,
-// the copy after it), and matmul_bias is the bias copied into out, then the product with beta 1.
+// The composite kernels (seam/kernels.h) on the CPU backend: adamw_multi_step (the CPU's: every tensor's blocks in
+// one parallel loop, the bf16 copy in the same pass) is bit for bit each tensor's adamw_step (and, for an f32 master
+// with a bf16 copy, the copy after it); sum_of_squares_many (the CPU's: every chunk of every tensor in one loop) is
+// each tensor's sum_of_squares; matmul_bias (the default) is the bias copied into out, then the product with beta 1.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -82,7 +83,7 @@ void expect_same_bits(const std::vector<Operands>& a, const std::vector<Operands
   }
 }
 
-TEST(CompositeKernels, DefaultAdamWMultiStepIsEachTensorsAdamWStep) {
+TEST(CompositeKernels, AdamWMultiStepIsEachTensorsAdamWStep) {
   Kernels& cpu = device_kernels(Device::cpu());
   Stream& stream = current_stream(Device::cpu());
   const Form forms[] = {
@@ -90,7 +91,7 @@ TEST(CompositeKernels, DefaultAdamWMultiStepIsEachTensorsAdamWStep) {
   std::vector<Operands> multi, single;
   uint32_t seed = 1;
   for (const Form& form : forms)
-    for (int64_t n : {1, 7, 1000, 4097}) {
+    for (int64_t n : {1, 7, 1000, 4097, 70000}) {  // 70000: three of the CPU's blocks
       const int64_t step = 1 + int64_t(seed % 4);  // the step counts differ between tensors
       const double decay = seed % 2 ? 0.1 : 0.0;   // and so does the weight decay
       multi.push_back(make_operands(form, n, step, decay, seed));
@@ -114,6 +115,33 @@ TEST(CompositeKernels, DefaultAdamWMultiStepIsEachTensorsAdamWStep) {
   for (size_t i = 0; i < single.size(); ++i)
     EXPECT_NE(std::memcmp(before[i].param.raw_data(), single[i].param.raw_data(), size_t(single[i].param.nbytes())), 0)
         << "tensor " << i << " was not updated";
+}
+
+TEST(CompositeKernels, SumOfSquaresManyIsEachTensorsSumOfSquares) {
+  Kernels& cpu = device_kernels(Device::cpu());
+  Stream& stream = current_stream(Device::cpu());
+  const int64_t chunk = 1 << 14;
+  std::vector<Tensor> xs;
+  uint32_t seed = 5;
+  for (DType dt : {DType::f32, DType::bf16, DType::f64})
+    for (int64_t n : {int64_t(1), chunk, chunk + 1, int64_t(100000)})
+      xs.push_back(from_vector(normal_values(n, 1.0, seed++), {n}, dt));
+  std::vector<std::vector<double>> many(xs.size()), one(xs.size());
+  std::vector<const Tensor*> ptrs;
+  std::vector<double*> outs;
+  for (size_t i = 0; i < xs.size(); ++i) {
+    many[i].assign(size_t((xs[i].numel() + chunk - 1) / chunk), -1.0);
+    one[i].assign(many[i].size(), -2.0);
+    ptrs.push_back(&xs[i]);
+    outs.push_back(many[i].data());
+  }
+  cpu.sum_of_squares_many(stream, ptrs, chunk, outs);
+  for (size_t i = 0; i < xs.size(); ++i) {
+    cpu.sum_of_squares(stream, xs[i], chunk, one[i].data());
+    EXPECT_EQ(std::memcmp(many[i].data(), one[i].data(), one[i].size() * sizeof(double)), 0)
+        << xs[i].dtype() << " " << xs[i].numel();
+    EXPECT_GT(many[i][0], 0.0);  // written
+  }
 }
 
 TEST(CompositeKernels, DefaultMatmulBiasIsCopyThenMatmul) {

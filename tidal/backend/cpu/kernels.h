@@ -54,6 +54,9 @@ class CpuKernels final : public Kernels {
   void sum_of_squares(Stream& stream, const Tensor& x, int64_t chunk, double* partials) override;
   void adamw_step(Stream& stream, const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
                   const Tensor& exp_avg_sq, const Tensor& master, const AdamWArgs& a) override;
+  void adamw_multi_step(Stream& stream, std::span<const AdamWTensors> tensors) override;
+  void sum_of_squares_many(Stream& stream, std::span<const Tensor* const> xs, int64_t chunk,
+                           std::span<double* const> partials) override;
   // matmul.cpp
   bool matmul_operand_ok(int64_t rows, int64_t cols, int64_t stride_r, int64_t stride_c) const override;
   int64_t matmul_kept_workspace() const override { return 0; }  // oneDNN's scratchpads are not tidal's

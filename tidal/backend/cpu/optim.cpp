@@ -2,7 +2,10 @@
 // gradient clipping measures. Contiguous tensors only (parameters and gradients are).
 #include "tidal/backend/cpu/kernels.h"
 
+#include <algorithm>
+#include <array>
 #include <cmath>
+#include <functional>
 #include <type_traits>
 #include <vector>
 
@@ -16,30 +19,54 @@ namespace {
 
 constexpr int64_t kGrain = 1 << 15;  // elements per thread at least: the update is memory-bound
 
+// One tensor's AdamW update (torch.optim.AdamW's arithmetic, see tidal/optim/adamw.h) over any range of its
+// elements; `copy`, when set, gets the updated f32 param rounded to bf16 in the same pass (--bf16's weights
+// written from their f32 masters: what Kernels::copy writes).
 template <typename P>
-void adamw_typed(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
-                 const Tensor& master, const AdamWArgs& a) {
+struct AdamWPass {
   using S = acc_t<P>;
-  constexpr bool kMaster = std::is_same_v<P, BFloat16>;
-  const int64_t n = param.numel();
-  P* p = param.data<P>();
-  const P* g = grad.data<P>();
-  S* m = exp_avg.data<S>();
-  S* v = exp_avg_sq.data<S>();
-  S* w = kMaster ? master.data<S>() : nullptr;
-  // torch.optim.AdamW's scalars: Python doubles, rounded to the tensor's type when applied.
-  const S decay = S(1.0 - a.lr * a.weight_decay);
-  const S b1 = S(a.beta1), c1 = S(1.0 - a.beta1), b2 = S(a.beta2), c2 = S(1.0 - a.beta2);
-  const double bc1 = 1.0 - std::pow(a.beta1, double(a.step));
-  const double bc2 = 1.0 - std::pow(a.beta2, double(a.step));
-  const S step_size = S(a.lr / bc1), bc2_sqrt = S(std::sqrt(bc2)), eps = S(a.eps);
-  parallel_for(0, n, kGrain, [&](int64_t begin, int64_t end) {
-    // Locals, not captured members, so GCC vectorizes (Note [Vectorizable math]).
+  static constexpr bool kMaster = std::is_same_v<P, BFloat16>;
+  P* p;
+  const P* g;
+  S* m;
+  S* v;
+  S* w;
+  BFloat16* copy;
+  S decay, b1, c1, b2, c2, step_size, bc2_sqrt, eps;
+
+  AdamWPass(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
+            const Tensor& master, const AdamWArgs& a, const Tensor* bf16_copy)
+      : p(param.data<P>()),
+        g(grad.data<P>()),
+        m(exp_avg.data<S>()),
+        v(exp_avg_sq.data<S>()),
+        w(kMaster ? master.data<S>() : nullptr),
+        copy(bf16_copy != nullptr ? bf16_copy->data<BFloat16>() : nullptr) {
+    // torch.optim.AdamW's scalars: Python doubles, rounded to the tensor's type when applied.
+    decay = S(1.0 - a.lr * a.weight_decay);
+    b1 = S(a.beta1), c1 = S(1.0 - a.beta1), b2 = S(a.beta2), c2 = S(1.0 - a.beta2);
+    const double bc1 = 1.0 - std::pow(a.beta1, double(a.step));
+    const double bc2 = 1.0 - std::pow(a.beta2, double(a.step));
+    step_size = S(a.lr / bc1), bc2_sqrt = S(std::sqrt(bc2)), eps = S(a.eps);
+  }
+
+  void run(int64_t begin, int64_t end) const {
+    if (copy != nullptr)
+      loop<true>(begin, end);
+    else
+      loop<false>(begin, end);
+  }
+
+  template <bool kCopy>
+  void loop(int64_t begin, int64_t end) const {
+    // Locals, not members, so GCC vectorizes (Note [Vectorizable math]).
     P* pp = p;
     const P* gp = g;
     S* mp = m;
     S* vp = v;
     S* wp = w;
+    BFloat16* cp = copy;
+    const S dec = decay, beta1 = b1, one1 = c1, beta2 = b2, one2 = c2, step = step_size, bc2s = bc2_sqrt, e = eps;
 #pragma omp simd
     for (int64_t i = begin; i < end; ++i) {
       const S gi = S(gp[i]);
@@ -49,11 +76,11 @@ void adamw_typed(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
       } else {
         x = pp[i];
       }
-      x = x * decay;                                   // param.mul_(1 - lr * wd)
-      const S mi = mp[i] * b1 + c1 * gi;               // exp_avg.mul_(b1).add_(g, alpha=1-b1)
-      const S vi = vp[i] * b2 + c2 * gi * gi;          // exp_avg_sq.mul_(b2).addcmul_(g, g, value=1-b2)
-      const S denom = std::sqrt(vi) / bc2_sqrt + eps;  // (exp_avg_sq.sqrt() / bc2_sqrt).add_(eps)
-      x = x - step_size * mi / denom;                  // param.addcdiv_(exp_avg, denom, value=-step_size)
+      x = x * dec;                                  // param.mul_(1 - lr * wd)
+      const S mi = mp[i] * beta1 + one1 * gi;       // exp_avg.mul_(b1).add_(g, alpha=1-b1)
+      const S vi = vp[i] * beta2 + one2 * gi * gi;  // exp_avg_sq.mul_(b2).addcmul_(g, g, value=1-b2)
+      const S denom = std::sqrt(vi) / bc2s + e;     // (exp_avg_sq.sqrt() / bc2_sqrt).add_(eps)
+      x = x - step * mi / denom;                    // param.addcdiv_(exp_avg, denom, value=-step_size)
       mp[i] = mi;
       vp[i] = vi;
       if constexpr (kMaster) {
@@ -62,9 +89,10 @@ void adamw_typed(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
       } else {
         pp[i] = x;
       }
+      if constexpr (kCopy) cp[i] = store_as<BFloat16>(x);
     }
-  });
-}
+  }
+};
 
 // 32 independent f64 accumulators (four 8-wide vectors): enough to hide the FMA latency.
 template <typename T>
@@ -95,7 +123,30 @@ void CpuKernels::adamw_step(Stream&, const Tensor& param, const Tensor& grad, co
                             const Tensor& exp_avg_sq, const Tensor& master, const AdamWArgs& a) {
   dispatch_float(param.dtype(), "adamw", [&](auto tag) {
     using P = typename decltype(tag)::type;
-    adamw_typed<P>(param, grad, exp_avg, exp_avg_sq, master, a);
+    const AdamWPass<P> pass(param, grad, exp_avg, exp_avg_sq, master, a, nullptr);
+    parallel_for(0, param.numel(), kGrain, [&](int64_t b, int64_t e) { pass.run(b, e); });
+  });
+}
+
+// Every tensor's update in one parallel loop over blocks of all of them (an MoE model's hundreds of small
+// experts each took a parallel region of their own), a bf16 copy written in its tensor's pass: the same bits
+// as the default (each element's arithmetic is adamw_step's; the copy rounds as Kernels::copy does).
+void CpuKernels::adamw_multi_step(Stream&, std::span<const AdamWTensors> tensors) {
+  std::vector<std::function<void(int64_t, int64_t)>> passes;
+  std::vector<std::array<int64_t, 3>> blocks;  // {tensor, begin, end}
+  for (const AdamWTensors& t : tensors) {
+    TIDAL_ASSERT(t.bf16_param == nullptr || (t.param->dtype() == DType::f32 && t.bf16_param->dtype() == DType::bf16),
+                 "adamw_multi_step: a bf16 copy of a ", t.param->dtype(), " param");
+    dispatch_float(t.param->dtype(), "adamw", [&](auto tag) {
+      using P = typename decltype(tag)::type;
+      passes.push_back([pass = AdamWPass<P>(*t.param, *t.grad, *t.exp_avg, *t.exp_avg_sq, *t.master, t.args,
+                                            t.bf16_param)](int64_t b, int64_t e) { pass.run(b, e); });
+    });
+    const int64_t n = t.param->numel();
+    for (int64_t b = 0; b < n; b += kGrain) blocks.push_back({int64_t(passes.size() - 1), b, std::min(n, b + kGrain)});
+  }
+  parallel_for(0, int64_t(blocks.size()), 1, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) passes[size_t(blocks[size_t(i)][0])](blocks[size_t(i)][1], blocks[size_t(i)][2]);
   });
 }
 
@@ -109,6 +160,26 @@ void CpuKernels::sum_of_squares(Stream&, const Tensor& x, int64_t chunk, double*
     parallel_for(0, chunks, 4, [&](int64_t b, int64_t e) {
       for (int64_t c = b; c < e; ++c) partials[c] = chunk_sum_of_squares(p + c * chunk, std::min(chunk, n - c * chunk));
     });
+  });
+}
+
+// Every chunk of every tensor in one parallel loop (the default runs a parallel region per tensor); each
+// chunk's partial as sum_of_squares computes it.
+void CpuKernels::sum_of_squares_many(Stream&, std::span<const Tensor* const> xs, int64_t chunk,
+                                     std::span<double* const> partials) {
+  TIDAL_ASSERT(chunk > 0 && xs.size() == partials.size());
+  std::vector<std::array<int64_t, 2>> work;  // {tensor, chunk}
+  for (size_t t = 0; t < xs.size(); ++t)
+    for (int64_t c = 0; c * chunk < xs[t]->numel(); ++c) work.push_back({int64_t(t), c});
+  parallel_for(0, int64_t(work.size()), 4, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) {
+      const Tensor& x = *xs[size_t(work[size_t(i)][0])];
+      const int64_t c = work[size_t(i)][1], n = std::min(chunk, x.numel() - c * chunk);
+      dispatch_float(x.dtype(), "sum_of_squares", [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        partials[size_t(work[size_t(i)][0])][c] = chunk_sum_of_squares(x.data<T>() + c * chunk, n);
+      });
+    }
   });
 }
 
