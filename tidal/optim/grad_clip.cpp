@@ -76,9 +76,28 @@ void scale_gradients(const std::vector<Tensor>& params, double coef) {
   if (coef == 1.0) return;
   OpScope op("clip_grad_norm");
   NoGradGuard no_grad;
+  // The contiguous gradients by device, in order: each device's in one call (Kernels::scale_many); any other
+  // through mul_.
+  std::vector<Tensor> grads;
   for (const Tensor& p : params) {
     Tensor g = p.grad();
-    if (g.defined()) g.mul_(coef);
+    if (!g.defined()) continue;
+    if (g.is_contiguous()) {
+      g.storage()->bump_version();  // an in-place change, as mul_ records it
+      grads.push_back(g);
+    } else {
+      g.mul_(coef);
+    }
+  }
+  for (size_t begin = 0; begin < grads.size();) {
+    size_t end = begin;
+    while (end < grads.size() && grads[end].device() == grads[begin].device()) ++end;
+    if (Kernels* kern = kernels_for(grads[begin])) {
+      std::vector<const Tensor*> xs;
+      for (size_t i = begin; i < end; ++i) xs.push_back(&grads[i]);
+      kern->scale_many(current_stream(grads[begin].device()), xs, coef);
+    }
+    begin = end;
   }
 }
 

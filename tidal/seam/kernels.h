@@ -300,6 +300,10 @@ class Kernels {
                                    std::span<double* const> partials) {
     for (size_t i = 0; i < xs.size(); ++i) sum_of_squares(stream, *xs[i], chunk, partials[i]);
   }
+  // x *= value for every x: clipping's scaling of every gradient. Default: each one's unary mul_scalar, in order.
+  virtual void scale_many(Stream& stream, std::span<const Tensor* const> xs, double value) {
+    for (const Tensor* x : xs) unary(stream, Unary::mul_scalar, *x, *x, value);
+  }
   // Every tensor's AdamW update of one optimizer step. Default: in order, each one's adamw_step, then
   // its bf16 copy when it has one (AdamWTensors).
   virtual void adamw_multi_step(Stream& stream, std::span<const AdamWTensors> tensors) {

@@ -1,7 +1,8 @@
 // The composite kernels (seam/kernels.h) on the CPU backend: adamw_multi_step (the CPU's: every tensor's blocks in
 // one parallel loop, the bf16 copy in the same pass) is bit for bit each tensor's adamw_step (and, for an f32 master
 // with a bf16 copy, the copy after it); sum_of_squares_many (the CPU's: every chunk of every tensor in one loop) is
-// each tensor's sum_of_squares; matmul_bias (the default) is the bias copied into out, then the product with beta 1.
+// each tensor's sum_of_squares; scale_many (the CPU's, one loop) each tensor's unary mul_scalar; matmul_bias (the
+// default) is the bias copied into out, then the product with beta 1.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -141,6 +142,29 @@ TEST(CompositeKernels, SumOfSquaresManyIsEachTensorsSumOfSquares) {
     EXPECT_EQ(std::memcmp(many[i].data(), one[i].data(), one[i].size() * sizeof(double)), 0)
         << xs[i].dtype() << " " << xs[i].numel();
     EXPECT_GT(many[i][0], 0.0);  // written
+  }
+}
+
+TEST(CompositeKernels, ScaleManyIsEachTensorsMulScalar) {
+  Kernels& cpu = device_kernels(Device::cpu());
+  Stream& stream = current_stream(Device::cpu());
+  std::vector<Tensor> many, one;
+  uint32_t seed = 40;
+  for (DType dt : {DType::f32, DType::bf16, DType::f64})
+    for (int64_t n : {int64_t(1), int64_t(33), int64_t(70000)}) {
+      many.push_back(from_vector(normal_values(n, 1.0, seed), {n}, dt));
+      one.push_back(from_vector(normal_values(n, 1.0, seed++), {n}, dt));
+    }
+  std::vector<const Tensor*> ptrs;
+  for (const Tensor& t : many) ptrs.push_back(&t);
+  const double coef = 0.37123456789;
+  cpu.scale_many(stream, ptrs, coef);
+  for (size_t i = 0; i < one.size(); ++i) {
+    const Tensor before = one[i].clone();
+    cpu.unary(stream, Unary::mul_scalar, one[i], one[i], coef);
+    EXPECT_EQ(std::memcmp(many[i].raw_data(), one[i].raw_data(), size_t(one[i].nbytes())), 0)
+        << one[i].dtype() << " " << one[i].numel();
+    EXPECT_NE(std::memcmp(before.raw_data(), one[i].raw_data(), size_t(one[i].nbytes())), 0);  // scaled
   }
 }
 

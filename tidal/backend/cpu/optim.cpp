@@ -183,4 +183,28 @@ void CpuKernels::sum_of_squares_many(Stream&, std::span<const Tensor* const> xs,
   });
 }
 
+// Every tensor's blocks in one parallel loop, each element as unary mul_scalar computes it (in acc_t, the scalar
+// rounded to it). Contiguous tensors (gradients are).
+void CpuKernels::scale_many(Stream&, std::span<const Tensor* const> xs, double value) {
+  std::vector<std::array<int64_t, 3>> blocks;  // {tensor, begin, end}
+  for (size_t t = 0; t < xs.size(); ++t) {
+    TIDAL_ASSERT(xs[t]->is_contiguous(), "scale_many: a non-contiguous tensor");
+    const int64_t n = xs[t]->numel();
+    for (int64_t b = 0; b < n; b += kGrain) blocks.push_back({int64_t(t), b, std::min(n, b + kGrain)});
+  }
+  parallel_for(0, int64_t(blocks.size()), 1, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) {
+      const Tensor& x = *xs[size_t(blocks[size_t(i)][0])];
+      dispatch_float(x.dtype(), "scale_many", [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        using A = acc_t<T>;
+        const A s = A(value);
+        T* p = x.data<T>();
+#pragma omp simd
+        for (int64_t j = blocks[size_t(i)][1]; j < blocks[size_t(i)][2]; ++j) p[j] = store_as<T>(A(acc_t<T>(p[j]) * s));
+      });
+    }
+  });
+}
+
 }  // namespace tidal::cpu
