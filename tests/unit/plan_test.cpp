@@ -210,6 +210,39 @@ TEST(Plan, ExpertAndContextParallelismComeAfterShardingAndBeforeRecompute) {
   for (size_t i = 0; i < at; ++i) EXPECT_LE(triage_group(p.steps[i].suggestion.step), 2) << p.steps[i].suggestion.flags;
 }
 
+// Offered at their largest size (the OOM advice's, the search's candidates), expert and context parallelism go
+// into the greedy plan at the smallest size that is enough: fewer ranks in each exchange. Qwen3-30B-A3B on 16
+// ranks of 80 GB (docs/distributed.md): context parallel 2 is enough after ZeRO-3 and the chunked loss.
+TEST(Plan, TheGreedyTakesTheSmallestParallelSizeThatIsEnough) {
+  const models::ModelConfig moe = models::preset("qwen3-30b-a3b");
+  TriageSettings s = qwen3_8b_batch(1);
+  s.global_batch = 16;
+  s.parallel.world = 16;
+  s.parallel.sharding = parallel::ShardingStrategy::optim;
+  const Plan p = make_plan(moe, s, 80 * GiB);
+  ASSERT_TRUE(p.fits) << format_plan(p, moe, s);
+  const PlanStep& last = p.steps.back();
+  ASSERT_EQ(last.suggestion.step, TriageStep::context_parallel) << format_plan(p, moe, s);
+  const int n = last.suggestion.with.parallel.context;
+  EXPECT_EQ(last.suggestion.flags, "--context-parallel-size " + std::to_string(n));
+  EXPECT_LT(n, 16) << "the widest size was taken where a smaller one is enough";
+  // Every smaller size would not be enough (or does not run).
+  TriageSettings before = last.suggestion.with;
+  before.parallel.context = 1;
+  const int64_t peak = predict_step_peak(moe, before).total;
+  for (int k = 2; k < n; ++k) {
+    const std::optional<Suggestion> x = suggest_parallel_size(moe, before, TriageStep::context_parallel, k);
+    if (x) {
+      EXPECT_GT(peak - x->saving, p.target) << k;
+    }
+  }
+  EXPECT_LE(last.peak, p.target);
+  // The triage still offers the widest.
+  const std::vector<Suggestion> offered = suggest_parallel(moe, before);
+  ASSERT_FALSE(offered.empty());
+  EXPECT_EQ(offered.back().flags, "--context-parallel-size 16");
+}
+
 // --bf16 (Megatron's 18 bytes per parameter): 2-byte parameters, the same f32 gradients, 12 bytes of
 // AdamW state (an f32 master weight beside the two moments), bf16 activations and logits — whole,
 // sharded over ranks, ZeRO-3's gathered layers and the swap optimizer's windows alike.

@@ -246,51 +246,52 @@ std::optional<Suggestion> suggest_smaller_micro_batch(const models::ModelConfig&
       saving(m, s, t), "the same global batch by gradient accumulation", t};
 }
 
+std::optional<Suggestion> suggest_parallel_size(const models::ModelConfig& m, const TriageSettings& s, TriageStep step,
+                                                int n) {
+  TIDAL_ASSERT(step == TriageStep::expert_parallel || step == TriageStep::context_parallel,
+               "suggest_parallel_size: not a parallel step");
+  const int ranks = s.parallel.world;
+  if (n < 2 || n > ranks) return std::nullopt;
+  TriageSettings w = s;
+  (step == TriageStep::expert_parallel ? w.parallel.expert : w.parallel.context) = n;
+  // What tidal train checks of a layout.
+  if (m.is_deepseek_v4()) return std::nullopt;  // models/deepseek_v4.h refuses both
+  try {
+    parallel::check_expert_parallel(w.parallel, m);
+    parallel::check_context_parallel(w.parallel, s.seq);
+  } catch (const Error&) {
+    return std::nullopt;
+  }
+  if (ranks % w.parallel.context != 0) return std::nullopt;  // E x C need not divide the ranks (docs/distributed.md)
+  const int64_t saved = saving(m, s, w);
+  if (saved <= 0) return std::nullopt;
+  if (step == TriageStep::expert_parallel)
+    return Suggestion{step, "--expert-model-parallel-size " + std::to_string(n), saved,
+                      std::to_string(m.num_experts / n) + " of the " + std::to_string(m.num_experts) +
+                          " experts of each MoE layer a rank, with their gradients and states; tokens go to their "
+                          "experts' ranks and back (all-to-all)",
+                      w};
+  return Suggestion{step, "--context-parallel-size " + std::to_string(n), saved,
+                    std::to_string(s.seq / n) + " of each sequence's " + std::to_string(s.seq) +
+                        " tokens a rank: activations and logits / " + std::to_string(n) +
+                        (s.attention == AttentionKernel::eager ? "; K/V all-gathered over the ranks"
+                                                               : "; K/V blocks go around the ring"),
+                    w};
+}
+
 std::vector<Suggestion> suggest_parallel(const models::ModelConfig& m, const TriageSettings& s) {
   std::vector<Suggestion> out;
-  const int ranks = s.parallel.world;
-  if (ranks <= 1) return out;
-  // What tidal train checks of a layout.
-  const auto runs = [&](const parallel::ParallelLayout& l) {
-    if (m.is_deepseek_v4()) return l.expert == 1 && l.context == 1;  // models/deepseek_v4.h refuses both
-    try {
-      parallel::check_expert_parallel(l, m);
-      parallel::check_context_parallel(l, s.seq);
-      return ranks % l.context == 0;  // E x C need not divide the ranks (docs/distributed.md)
-    } catch (const Error&) {
-      return false;
-    }
-  };
+  if (s.parallel.world <= 1) return out;
   // The largest size that runs: the most it saves (the search weighs the collectives).
-  const auto largest = [&](TriageStep step, const char* flag, auto set, auto note) {
-    for (int n = ranks; n > 1; --n) {
-      TriageSettings w = s;
-      set(w.parallel, n);
-      if (!runs(w.parallel)) continue;
-      const int64_t saved = saving(m, s, w);
-      if (saved > 0) out.push_back({step, std::string(flag) + " " + std::to_string(n), saved, note(n), w});
-      return;
-    }
+  const auto largest = [&](TriageStep step) {
+    for (int n = s.parallel.world; n > 1; --n)
+      if (std::optional<Suggestion> x = suggest_parallel_size(m, s, step, n)) {
+        out.push_back(std::move(*x));
+        return;
+      }
   };
-  if (m.is_moe() && s.parallel.expert == 1)
-    largest(
-        TriageStep::expert_parallel, "--expert-model-parallel-size",
-        [](parallel::ParallelLayout& l, int n) { l.expert = n; },
-        [&](int n) {
-          return std::to_string(m.num_experts / n) + " of the " + std::to_string(m.num_experts) +
-                 " experts of each MoE layer a rank, with their gradients and states; tokens go to their experts' "
-                 "ranks and back (all-to-all)";
-        });
-  if (s.parallel.context == 1)
-    largest(
-        TriageStep::context_parallel, "--context-parallel-size",
-        [](parallel::ParallelLayout& l, int n) { l.context = n; },
-        [&](int n) {
-          return std::to_string(s.seq / n) + " of each sequence's " + std::to_string(s.seq) +
-                 " tokens a rank: activations and logits / " + std::to_string(n) +
-                 (s.attention == AttentionKernel::eager ? "; K/V all-gathered over the ranks"
-                                                        : "; K/V blocks go around the ring");
-        });
+  if (m.is_moe() && s.parallel.expert == 1) largest(TriageStep::expert_parallel);
+  if (s.parallel.context == 1) largest(TriageStep::context_parallel);
   return out;
 }
 

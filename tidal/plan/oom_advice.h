@@ -51,6 +51,10 @@ Suggestion suggest_sharding(const models::ModelConfig& m, const TriageSettings& 
 // tidal train runs on them (check_expert_parallel, check_context_parallel): the ranks' layout, in the
 // sharding group of the triage order (after sharding, before recompute).
 std::vector<Suggestion> suggest_parallel(const models::ModelConfig& m, const TriageSettings& s);
+// That step (expert_parallel or context_parallel) at size n: nullopt where tidal train would not run it or it saves
+// nothing.
+std::optional<Suggestion> suggest_parallel_size(const models::ModelConfig& m, const TriageSettings& s, TriageStep step,
+                                                int n);
 std::vector<Suggestion> suggest_recompute(const models::ModelConfig& m, const TriageSettings& s);
 std::optional<Suggestion> suggest_offload(const models::ModelConfig& m, const TriageSettings& s);
 std::optional<Suggestion> suggest_swap_optimizer(const models::ModelConfig& m, const TriageSettings& s);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <optional>
 
 #include "tidal/base/error.h"
 #include "tidal/memory_stats.h"
@@ -65,10 +66,23 @@ Plan make_plan(const models::ModelConfig& m, const TriageSettings& s, int64_t bu
       if (peak - x.saving <= budget && (enough == nullptr || x.saving < enough->saving)) enough = &x;
       if (largest == nullptr || x.saving > largest->saving) largest = &x;
     }
-    const Suggestion* pick = enough != nullptr ? enough : largest;
-    cur = pick->with;
+    Suggestion pick = enough != nullptr ? *enough : *largest;
+    // Expert and context parallelism are offered at their largest size; where that is enough, the smallest
+    // size that is enough instead (fewer ranks in each exchange).
+    if (enough != nullptr && (pick.step == TriageStep::expert_parallel || pick.step == TriageStep::context_parallel)) {
+      const int widest =
+          pick.step == TriageStep::expert_parallel ? pick.with.parallel.expert : pick.with.parallel.context;
+      for (int n = 2; n < widest; ++n) {
+        std::optional<Suggestion> x = suggest_parallel_size(m, cur, pick.step, n);
+        if (x && peak - x->saving <= budget) {
+          pick = std::move(*x);
+          break;
+        }
+      }
+    }
+    cur = pick.with;
     peak = predict_step_peak(m, cur).total;
-    plan.steps.push_back({*pick, peak});
+    plan.steps.push_back({pick, peak});
   }
   plan.fits = peak <= budget;
   return plan;
