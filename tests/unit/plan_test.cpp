@@ -243,6 +243,29 @@ TEST(Plan, TheGreedyTakesTheSmallestParallelSizeThatIsEnough) {
   EXPECT_EQ(offered.back().flags, "--context-parallel-size 16");
 }
 
+// DeepSeek-V4 at its real size: transformers 5.25's default DeepseekV4Config (V4-Flash's sizes, 284,325,869,015
+// parameters; tests/fixtures/hf/published/v5/deepseek-v4-default.json, saved by transformers) planned for 64 ranks of
+// 80 GB at 4096 tokens in bf16: ZeRO-3, full recompute, offload and the swap optimizer make it fit (without expert
+// or context parallelism, which tidal does not run for V4 yet).
+TEST(Plan, DeepSeekV4AtItsRealSizePlansOnSixtyFourRanks) {
+  const models::ModelConfig v4 =
+      models::load_config(std::string(TIDAL_SOURCE_DIR) + "/tests/fixtures/hf/published/v5/deepseek-v4-default.json");
+  ASSERT_TRUE(v4.is_deepseek_v4());
+  TriageSettings s = qwen3_8b_batch(1);
+  s.global_batch = 64;
+  s.parallel.world = 64;
+  s.precision.bf16 = true;
+  // bf16 parameters, every rank whole, plus the buffers counted with them: the 3 hash-routed layers' tid2eid tables
+  // (vocabulary x top-6, i64) and the other 40 layers' f32 correction biases (256 experts).
+  EXPECT_EQ(predict_step_peak(v4, s).parameters, 2 * int64_t(284325869015) + 3 * 129280 * 6 * 8 + 40 * 256 * 4);
+  const Plan p = make_plan(v4, s, 80 * GiB);
+  EXPECT_TRUE(p.fits) << format_plan(p, v4, s);
+  std::set<TriageStep> taken;
+  for (const PlanStep& st : p.steps) taken.insert(st.suggestion.step);
+  EXPECT_TRUE(taken.count(TriageStep::sharding)) << format_plan(p, v4, s);
+  EXPECT_FALSE(taken.count(TriageStep::expert_parallel) || taken.count(TriageStep::context_parallel));
+}
+
 // --bf16 (Megatron's 18 bytes per parameter): 2-byte parameters, the same f32 gradients, 12 bytes of
 // AdamW state (an f32 master weight beside the two moments), bf16 activations and logits — whole,
 // sharded over ranks, ZeRO-3's gathered layers and the swap optimizer's windows alike.
