@@ -37,6 +37,31 @@ TEST(GradcheckGroupedLinear, RowsWeightsAndAnEmptyGroup) {
   EXPECT_TRUE(gradcheck([&](auto& t) { return grouped_linear(t[0].t(), std::vector<int64_t>{6}, {t[1]}); }, {xt, w0}));
 }
 
+TEST(GradcheckGroupedLinear, StackedWeights) {
+  // Weights stacked (4, 5, 4); group 1 has no rows: its slice of the gradient is zeros.
+  const Tensor x0 = uniform({6, 4}, 7), w0 = uniform({4, 5, 4}, 8);
+  const std::vector<int64_t> counts = {2, 0, 3, 1};
+  EXPECT_TRUE(gradcheck([&](auto& t) { return grouped_linear_stacked(t[0], counts, t[1]); }, {x0, w0}));
+  // The same rows and gradients as the list of the stacked slices.
+  auto fresh = [](const Tensor& t) {
+    Tensor c = t.detach().clone();
+    c.set_requires_grad(true);
+    return c;
+  };
+  Tensor x = fresh(x0), w = fresh(w0), x2 = fresh(x0), w2 = fresh(w0);
+  Tensor y = grouped_linear_stacked(x, counts, w);
+  sum(y).backward();
+  EXPECT_EQ(max(abs(w.grad().select(0, 1))).item<double>(), 0.0);
+  std::vector<Tensor> slices;
+  for (int64_t g = 0; g < 4; ++g) slices.push_back(w2.select(0, g));
+  Tensor y2 = grouped_linear(x2, counts, slices);
+  EXPECT_TRUE(testing::bitwise_equal(y.detach(), y2.detach()));
+  sum(y2).backward();
+  EXPECT_TRUE(testing::bitwise_equal(x.grad(), x2.grad()));
+  EXPECT_TRUE(testing::bitwise_equal(w.grad(), w2.grad()));
+  EXPECT_THROW(grouped_linear_stacked(x0, counts, uniform({3, 5, 4}, 9)), Error);  // 3 stacked for 4 groups
+}
+
 // Each group's rows, and every gradient, as one linear layer per group computes them.
 void expect_as_linear_per_group(DType dtype, double rtol, double atol) {
   SCOPED_TRACE(std::string(dtype_name(dtype)));

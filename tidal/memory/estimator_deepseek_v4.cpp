@@ -89,8 +89,9 @@ void push_moe(std::vector<Item>& v, const Dims& d, const std::vector<int64_t>& r
   v.push_back({"chosen experts", n * k * 8, Part::mlp, moe});  // (N, k) i64
   v.push_back({"top-k weight sums", n * el, Part::mlp, moe});  // (N, 1)
   v.push_back({"top-k weights", n * k * el, Part::mlp, moe});  // (N, k)
-  for (const int64_t rows : routed) {                          // each expert on its rows (none: skipped)
-    if (rows == 0) continue;
+  int64_t rows = 0;  // the experts run as grouped products over all their rows: one storage each
+  for (const int64_t m : routed) rows += m;
+  if (rows > 0) {
     v.push_back({"expert rows", rows * 8, Part::mlp, moe});                          // (m) i64
     v.push_back({"expert input", rows * c * el, Part::mlp, moe});                    // (m, C)
     v.push_back({"expert gate_up_proj output", rows * 2 * f * el, Part::mlp, moe});  // (m, 2F)

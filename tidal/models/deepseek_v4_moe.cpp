@@ -5,6 +5,7 @@
 #include "tidal/autograd/grad_mode.h"
 #include "tidal/ops/activation.h"
 #include "tidal/ops/elementwise.h"
+#include "tidal/ops/grouped_linear.h"
 #include "tidal/ops/index.h"
 #include "tidal/ops/matmul.h"
 #include "tidal/ops/reduce.h"
@@ -85,26 +86,30 @@ Tensor DeepseekV4Moe::forward(const Tensor& x, const Tensor& ids) const {
   w = mul(div(w, add(sum(w, {-1}, true), 1e-20)), scaling_);      // (N, k)
   Tensor w_flat = w.reshape({n * k});                             // (N k)
 
-  // Each expert's (token, slot) rows, in token order.
-  std::vector<std::vector<int64_t>> tokens(static_cast<size_t>(experts_)), slot_of(static_cast<size_t>(experts_));
+  // Every (token, slot) row grouped by expert, each expert's in token order; the experts as grouped products
+  // over all rows (ops/grouped_linear.h): row for row each expert's linear layers on its tokens.
+  std::vector<int64_t> tokens, slot_of, counts(static_cast<size_t>(experts_), 0);
+  tokens.reserve(size_t(n * k));
+  slot_of.reserve(size_t(n * k));
+  for (int64_t i = 0; i < n * k; ++i) ++counts[size_t(chosen[size_t(i)])];
+  std::vector<int64_t> next(static_cast<size_t>(experts_), 0);  // where each expert's rows start
+  for (int64_t e = 1; e < experts_; ++e) next[size_t(e)] = next[size_t(e - 1)] + counts[size_t(e - 1)];
+  tokens.resize(size_t(n * k));
+  slot_of.resize(size_t(n * k));
   for (int64_t i = 0; i < n * k; ++i) {
-    tokens[size_t(chosen[size_t(i)])].push_back(i / k);
-    slot_of[size_t(chosen[size_t(i)])].push_back(i);
+    const int64_t at = next[size_t(chosen[size_t(i)])]++;
+    tokens[size_t(at)] = i / k;
+    slot_of[size_t(at)] = i;
   }
-  Tensor routed = zeros({n, d}, x.dtype(), x.device());  // (N, C)
-  for (int64_t e = 0; e < experts_; ++e) {
-    const auto& rows = tokens[size_t(e)];
-    if (rows.empty()) continue;
-    const int64_t m = int64_t(rows.size());
-    Tensor tok = from_vector_i64(rows, {m}).to(x.device());
-    Tensor slot = from_vector_i64(slot_of[size_t(e)], {m}).to(x.device());
-    Tensor gate_up = linear(index_select(flat, 0, tok), select(gate_up_, 0, e));  // (m, 2F)
-    const std::vector<Tensor> gu = clamp_gate_up(gate_up.narrow(1, 0, f), gate_up.narrow(1, f, f), limit_);
-    Tensor h = swiglu(gu[0], gu[1]);                                                             // (m, F)
-    Tensor y = mul(linear(h, select(down_, 0, e)), index_select(w_flat, 0, slot).unsqueeze(1));  // (m, C)
-    routed = index_add(routed, 0, tok, y);
-  }
-  return add(routed.view({b, t, d}), shared_->forward(x));  // (B, T, C)
+  const int64_t m = n * k;
+  Tensor tok = from_vector_i64(tokens, {m}).to(x.device());                               // (M) i64
+  Tensor slot = from_vector_i64(slot_of, {m}).to(x.device());                             // (M) i64
+  Tensor gate_up = grouped_linear_stacked(index_select(flat, 0, tok), counts, gate_up_);  // (M, 2F)
+  const std::vector<Tensor> gu = clamp_gate_up(gate_up.narrow(1, 0, f), gate_up.narrow(1, f, f), limit_);
+  Tensor h = swiglu(gu[0], gu[1]);                                                                       // (M, F)
+  Tensor y = mul(grouped_linear_stacked(h, counts, down_), index_select(w_flat, 0, slot).unsqueeze(1));  // (M, C)
+  Tensor routed = index_add(zeros({n, d}, x.dtype(), x.device()), 0, tok, y);                            // (N, C)
+  return add(routed.view({b, t, d}), shared_->forward(x));                                               // (B, T, C)
 }
 
 }  // namespace tidal::models
