@@ -275,6 +275,32 @@ TEST(CostModel, AShardedUpdateIsTimedFromAnotherStrategysKernels) {
             "[cost model] a dry run of a rank under optim_grads does not time optim");
 }
 
+// ZeRO-2 with accumulation reduces bucket by bucket during backward (Note [Synchronous buckets]): a collective
+// per bucket of at most half a rank's share, each micro-batch, exposed; ZeRO-1 one reduction after the last.
+TEST(CostModel, SynchronousBucketsAreACollectiveEach) {
+  train::TrainArgs a = train::parse_train_args(tiny({"--data-parallel-sharding-strategy", "optim_grads"}));
+  a.global_batch_size = 8;  // 2 ranks x 2 micro-batches of 2
+  const plan::DeviceProfile p = profile();
+  const plan::DryRun d = plan::dry_run(a.on(2), 0);
+  int64_t elements = 0;
+  for (int64_t n : d.parameter_numels) elements += n;
+  ASSERT_TRUE(a.on(2).parallel.reduces_by_bucket(2, false));
+  const int64_t bucket = a.on(2).parallel.bucket_elements_of(elements);
+  const int64_t buckets = (elements + bucket - 1) / bucket;
+  ASSERT_GE(buckets, 2);
+  const plan::StepTime t = plan::predict_step_time(d, a.on(2), p);
+  train::TrainArgs z1 = a;
+  z1.parallel.sharding = parallel::ShardingStrategy::optim;
+  const plan::StepTime one = plan::predict_step_time(plan::dry_run(z1.on(2), 0), z1.on(2), p);
+  // Two reductions of the same bytes instead of one, each with a latency per bucket (the parameters' gathers
+  // after the update and the scalars alike).
+  const double bytes = double(elements) * 4 / 2;  // f32 gradients, (n-1)/n of them
+  const double one_reduction = bytes / p.collective_bandwidth + p.collective_latency_s;
+  const double bucketed = bytes / p.collective_bandwidth + double(buckets) * p.collective_latency_s;
+  EXPECT_NEAR(t.comm_s - one.comm_s, 2 * bucketed - one_reduction, 1e-12);
+  EXPECT_NEAR(t.exposed_comm_s - one.exposed_comm_s, 2 * bucketed - one_reduction, 1e-12);
+}
+
 // Expert parallelism: the experts' gradients reduce over the N / E ranks of their expert-data group,
 // the dense ones over all N; a recompute that replays the MoE block runs its forward's all-to-alls again
 // (the counts, dispatch and combine). tiny-qwen3-moe: 2 layers, the second MoE (8 experts, top-2, hidden

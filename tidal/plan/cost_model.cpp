@@ -154,13 +154,16 @@ void add_collectives(const DryRun& run, const train::TrainArgs& args, const Comp
   const int64_t item = dtype_size(args.precision.param_dtype());
   const double grads = elements * 4, weights = elements * double(item);  // f32 gradients (or f32 sums)
   const parallel::ParallelLayout& dp = args.parallel;
-  // With overlap, the last bucket's share is the least that stays exposed.
-  const int64_t per_bucket = dp.bucket_elements();
+  // With overlap, the last bucket's share is the least that stays exposed. ZeRO-2/3 with accumulation reduce
+  // bucket by bucket without overlap too (Note [Synchronous buckets], parallel/grad_sync.cpp): a collective per
+  // bucket, exposed.
+  const bool by_bucket = dp.reduces_by_bucket(accum, rp.experts > 0);
+  const int64_t per_bucket = dp.overlap_grad_reduce ? dp.bucket_elements() : dp.bucket_elements_of(rp.elements);
   const int64_t buckets = std::max<int64_t>(1, (rp.elements + per_bucket - 1) / per_bucket);
   auto seconds = [&](double bytes, int64_t count) {
     return bytes / p.collective_bandwidth + double(count) * p.collective_latency_s;
   };
-  const int64_t sharded_reductions = groups * (dp.overlap_grad_reduce ? buckets : 1);
+  const int64_t sharded_reductions = groups * (by_bucket ? buckets : 1);
   double reduce = 0, gather = 0;  // one reduction; one pass of parameter gathers
   int64_t reductions = 1, gathers = 0, gathered_per_pass = groups;
   switch (dp.sharding) {
