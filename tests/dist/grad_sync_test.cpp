@@ -18,8 +18,12 @@
 #include "tidal/dist/collectives.h"
 #include "tidal/memory_scope.h"
 #include "tidal/models/causal_lm.h"
+#include "tidal/ops/elementwise.h"
+#include "tidal/ops/reduce.h"
 #include "tidal/optim/distributed_adamw.h"
 #include "tidal/optim/grad_clip.h"
+#include "tidal/parallel/grad_sync.h"
+#include "tidal/parallel/groups.h"
 #include "tidal/train/nan_guard.h"
 
 namespace tidal::train {
@@ -79,6 +83,46 @@ TEST(SynchronousBuckets, AreBitwiseOneProcess) {
   compare("tiny-llama", 2, 0.0, with(with(kZero2, small), {"--recompute-activation-function", "--activation-offload"}),
           1e-12);
   compare("tiny-gpt2", 2, 0.0, with(with(kZero3, small), {"--overlap-param-gather"}), 1e-12, {"--bf16"});
+}
+
+// A rank whose backward is skipped (a non-finite loss under --skip-nonfinite-steps) while the others reduce bucket
+// by bucket inside theirs: at the micro-batch's end it reduces every bucket, in the same order, so the collectives
+// match (no hang), and its gradients count as zeros. Every rank's gradient of micro-batch m is the constant
+// 0.25 (m + 1) + r (the loss sum(p) x that); rank 1 skips micro-batch 0.
+TEST(SynchronousBuckets, ARankThatSkipsItsBackwardStillMatchesTheOthers) {
+  dist::Communicator& world = dist::world();
+  if (world.size() < 2) GTEST_SKIP() << "needs 2 ranks";
+  parallel::ParallelLayout layout;
+  layout.sharding = parallel::ShardingStrategy::optim_grads;
+  layout.bucket_size = 20000;  // several buckets
+  layout = layout.on(world.size());
+  ASSERT_TRUE(layout.reduces_by_bucket(2, false));
+  const parallel::ParallelGroups groups(world, layout);
+  auto model = models::create_model(models::preset("tiny-gpt2"));
+  const optim::NamedParameters params = model->named_parameters();
+  optim::DistributedAdamW sharded(params, world);
+  {
+    parallel::GradSync sync(params, groups, &sharded);
+    for (int64_t m = 0; m < 2; ++m) {
+      sync.begin_micro_batch(m, 2);
+      if (!(m == 0 && world.rank() == 1)) {
+        Tensor loss = zeros({});
+        for (const auto& [name, p] : params) loss = add(loss, sum(p));
+        mul(loss, 0.25 * double(m + 1) + world.rank()).backward();
+      }
+      sync.end_micro_batch();
+    }
+  }
+  sharded.finish_reduction();
+  double per_element = 0;
+  for (int64_t m = 0; m < 2; ++m)
+    for (int r = 0; r < world.size(); ++r)
+      if (!(m == 0 && r == 1)) per_element += 0.25 * double(m + 1) + r;
+  for (const auto& [name, piece] : sharded.shard_parameters()) {
+    ASSERT_TRUE(piece.grad().defined()) << name;
+    for (float v : piece.grad().to_vector<float>()) ASSERT_EQ(v, float(per_element)) << name;
+  }
+  sharded.finish_step();
 }
 
 // ZeRO-2 between micro-batches: the whole gradients are gone, only the shard's sums stay (4 bytes
