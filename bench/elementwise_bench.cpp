@@ -65,6 +65,15 @@ void BM_SumLastDim(benchmark::State& state) {
   bench::set_gbps(state, 4.0 * double(rows * 768));
 }
 
+// bf16 -> f32 (Tensor::to), as --bf16's gradient sums take each bf16 gradient: an MoE expert's 128K elements
+// and a large tensor's 16M.
+void BM_Bf16ToF32(benchmark::State& state) {
+  const Tensor x = randn({state.range(0)}).to(DType::bf16);
+  for (auto _ : state) benchmark::DoNotOptimize(x.to(DType::f32));
+  bench::set_gbps(state, double(x.numel()) * 6);
+}
+
+BENCHMARK(BM_Bf16ToF32)->Arg(1 << 17)->Arg(1 << 24)->UseRealTime();
 BENCHMARK(BM_Add)->ArgsProduct({{1 << 16, 1 << 22, 1 << 24}, {0, 1}})->UseRealTime();
 BENCHMARK(BM_AddBiasBroadcast)->ArgsProduct({{8192}, {0, 1}})->UseRealTime();
 BENCHMARK(BM_Exp)->Arg(1 << 22)->UseRealTime();
