@@ -95,7 +95,7 @@ def run_tidal(tidal, config, mode, bf16, steps, warmup, env):
     return statistics.median(step_ms[warmup:]), rss
 
 
-def run_torch(python, config, mode, bf16, steps, warmup, env):
+def run_torch(python, config, mode, bf16, steps, warmup, env, compile_model=False):
     if config in MOE_CONFIGS:
         path, seq, batch = MOE_CONFIGS[config]
         cmd = [python, os.path.join(HERE, "torch_moe.py"), "--config", os.path.join(HERE, path), "--seq", str(seq),
@@ -108,6 +108,8 @@ def run_torch(python, config, mode, bf16, steps, warmup, env):
            "--steps", str(steps), "--warmup", str(warmup), "--mode", mode]
     if bf16:
         cmd.append("--bf16")
+    if compile_model:
+        cmd.append("--compile")
     out, rss = timed(cmd, env)
     return json.loads(out.strip().splitlines()[-1])["median_step_ms"], rss
 
@@ -154,6 +156,8 @@ def main():
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=2, help="A B C rounds per row")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--compile", action="store_true",
+                    help="a 'torch 2.x compile' side too: torch.compile'd GPT-2 (its compilation in the warm-up steps)")
     a = ap.parse_args()
 
     env = dict(os.environ, OMP_NUM_THREADS=str(a.threads), MKL_NUM_THREADS=str(a.threads),
@@ -168,6 +172,8 @@ def main():
     run_tidal(a.tidal, a.configs.split(",")[0], "none", False, 2, 0, env)
     sides = [("tidal", lambda *r: run_tidal(a.tidal, *r, a.steps, a.warmup, env)),
              ("torch 2.x", lambda *r: run_torch(a.torch2, *r, a.steps, a.warmup, env))]
+    if a.compile:
+        sides.append(("torch 2.x compile", lambda *r: run_torch(a.torch2, *r, a.steps, a.warmup, env, True)))
     if a.torch1:
         sides.append(("torch 1.13", lambda *r: run_torch(a.torch1, *r, a.steps, a.warmup, env)))
     header = ("| config | dtype | recompute | side | step ms | tokens/s | GFLOP/s | of GEMM rate | peak RSS MiB |"
@@ -182,8 +188,9 @@ def main():
             for mode in a.modes.split(","):
                 if config in MOE_CONFIGS and mode != "none":
                     continue  # bench/torch_moe.py recomputes nothing
-                # Debian's torch 1.13 has no transformers: the MoE rows compare with PyTorch 2.x only.
-                here = [(n, r) for n, r in sides if not (config in MOE_CONFIGS and n == "torch 1.13")]
+                # The MoE rows compare with transformers on PyTorch 2.x only (Debian's torch 1.13 has no
+                # transformers; bench/torch_moe.py does not compile).
+                here = [(n, r) for n, r in sides if not (config in MOE_CONFIGS and n != "tidal" and n != "torch 2.x")]
                 results = {name: ([], []) for name, _ in here}
                 for _ in range(a.rounds):
                     for name, run in here:

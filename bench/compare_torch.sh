@@ -9,6 +9,7 @@
 #
 # Usage: bench/compare_torch.sh [options of bench/compare_torch.py], e.g.
 #   bench/compare_torch.sh --configs small --modes none,full --rounds 3
+#   bench/compare_torch.sh --configs 124m --modes none --compile   (a torch.compile side too)
 # PyTorch 2.x is installed from PyPI into a virtual environment outside the repository
 # ($TIDAL_BENCH_VENV, default ~/.cache/tidal-bench-venv) on the first run: a benchmark, never a test
 # dependency. Debian's torch (python3-torch) runs with OpenBLAS's OpenMP build when

@@ -106,6 +106,8 @@ def main():
     ap.add_argument("--bf16", action="store_true", help="torch.autocast(device, dtype=torch.bfloat16)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--device", default="cpu", help="cpu (default) or cuda (scripts/gpu_check.sh)")
+    ap.add_argument("--compile", action="store_true",
+                    help="torch.compile the model (PyTorch 2.x; its compilation falls in the first, warm-up steps)")
     a = ap.parse_args()
     dev = torch.device(a.device)
     cuda = dev.type == "cuda"
@@ -113,6 +115,7 @@ def main():
     torch.set_num_threads(a.threads)
     torch.manual_seed(1234)
     model = GPT2(a.vocab, a.hidden, a.layers, a.heads, a.positions, a.mode).to(dev)
+    step_model = torch.compile(model) if a.compile else model
     decay = [p for n, p in model.named_parameters() if p.dim() > 1]
     rest = [p for n, p in model.named_parameters() if p.dim() <= 1]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": rest, "weight_decay": 0.0}],
@@ -125,7 +128,7 @@ def main():
             torch.cuda.synchronize()
         start = time.perf_counter()
         with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=a.bf16):
-            loss = model(tokens[:, :-1], tokens[:, 1:])
+            loss = step_model(tokens[:, :-1], tokens[:, 1:])
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
