@@ -10,6 +10,7 @@
 # Usage: bench/compare_torch.sh [options of bench/compare_torch.py], e.g.
 #   bench/compare_torch.sh --configs small --modes none,full --rounds 3
 #   bench/compare_torch.sh --configs 124m --modes none --compile   (a torch.compile side too)
+# TIDAL_BENCH_TORCH1=0 leaves Debian's torch 1.13 out (without libopenblas0-openmp its 124M rows take many minutes).
 # PyTorch 2.x is installed from PyPI into a virtual environment outside the repository
 # ($TIDAL_BENCH_VENV, default ~/.cache/tidal-bench-venv) on the first run: a benchmark, never a test
 # dependency. Debian's torch (python3-torch) runs with OpenBLAS's OpenMP build when
@@ -28,7 +29,9 @@ fi
 
 torch1=()
 openblas=/usr/lib/x86_64-linux-gnu/openblas-openmp
-if /usr/bin/python3 -c "import torch" 2>/dev/null; then
+if [ "${TIDAL_BENCH_TORCH1:-1}" = 0 ]; then
+  echo "Debian's torch 1.13 left out (TIDAL_BENCH_TORCH1=0)" >&2
+elif /usr/bin/python3 -c "import torch" 2>/dev/null; then
   torch1=(--torch1 /usr/bin/python3)
   if [ -e "$openblas/libblas.so.3" ]; then
     # Debian's torch links libblas.so.3: point it at OpenBLAS (OpenMP) whatever the alternative says.
