@@ -118,7 +118,7 @@ std::vector<Item> deepseek_v4_layer(const models::ModelConfig& cfg, const Dims& 
                                     const std::vector<int64_t>& routed) {
   const int64_t n = d.n, el = d.el, hc = cfg.v4.hc_mult, streams = n * hc * d.c * el;  // (B, T, hc, C)
   std::vector<Item> v;
-  v.reserve(64 + 11 * routed.size());
+  v.reserve(75);  // the grouped experts: 11 items whatever the routing
   // attn_hc's pre mapping in --mhc-recompute's checkpoint, which keeps the layer's input streams.
   v.push_back({"streams (the layer input)", streams, Part::attn, Region::mhc_attn, true});
   push_pre_mapping(v, d, hc, Part::attn, Region::mhc_attn);

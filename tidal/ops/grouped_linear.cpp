@@ -4,6 +4,7 @@
 #include <deque>
 
 #include "tidal/ops/common.h"
+#include "tidal/ops/matmul.h"
 #include "tidal/seam/kernels.h"
 #include "tidal/stream.h"
 
@@ -14,24 +15,19 @@ using autograd::Node;
 using autograd::SavedTensor;
 using autograd::TensorList;
 
-// A view the device's matmul can read without a copy, else a contiguous copy (matmul.cpp's rule).
-Tensor operand(const Tensor& t) {
-  if (device_kernels(t.device()).matmul_operand_ok(t.size(-2), t.size(-1), t.stride(-2), t.stride(-1))) return t;
-  return t.detach().contiguous();
-}
-
 // The products of one call: out = a @ b each, operands read without a copy where the device can (matmul's
 // rule), all run by one Kernels::matmul_many. The deque keeps every tensor at its address.
 class Products {
  public:
   void add(const Tensor& out, const Tensor& a, const Tensor& b) {
     keep_.push_back(out);
-    keep_.push_back(operand(a));
-    keep_.push_back(operand(b));
+    keep_.push_back(matmul_operand(a));
+    keep_.push_back(matmul_operand(b));
     tasks_.push_back({&keep_[keep_.size() - 3], &keep_[keep_.size() - 2], &keep_.back()});
   }
   void run(const Tensor& out) {
     if (tasks_.empty()) return;
+    hold_planned_matmul_workspace(out);
     if (Kernels* kern = kernels_for(out)) kern->matmul_many(current_stream(out.device()), tasks_);
   }
 

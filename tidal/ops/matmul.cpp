@@ -25,39 +25,20 @@ PlannedWorkspace& planned_workspace() {
   return *w;
 }
 
-// On meta tensors: from the first product on, the bytes the planned device's products keep (allocated where
-// the CUDA backend allocates cuBLASLt's workspace: inside the first product, category temporary).
-void hold_planned_workspace(const Tensor& out) {
-  if (!out.is_meta()) return;
-  const int64_t bytes = device_kernels(out.device()).matmul_kept_workspace();
-  if (bytes == 0) return;
-  PlannedWorkspace& w = planned_workspace();
-  std::lock_guard<std::mutex> lock(w.mutex);
-  if (w.held.defined()) return;
-  MemoryScope scope(MemoryCategory::temporary);
-  w.held = empty({bytes}, DType::u8, out.device());
-}
-
-// A view the device's matmul can read without a copy, else a contiguous copy.
-Tensor blas_operand(const Tensor& t) {
-  if (device_kernels(t.device()).matmul_operand_ok(t.size(-2), t.size(-1), t.stride(-2), t.stride(-1))) return t;
-  return t.detach().contiguous();
-}
-
 // out = alpha * a @ b + beta * out, for any floating dtype (bf16 with f32 accumulation in the
 // kernel). Operand copies are made on meta tensors too, so meta accounting matches a real run byte
 // for byte.
 void matmul_into(const Tensor& out, const Tensor& a, const Tensor& b, double alpha, double beta) {
-  Tensor ac = blas_operand(a), bc = blas_operand(b);
-  hold_planned_workspace(out);
+  Tensor ac = matmul_operand(a), bc = matmul_operand(b);
+  hold_planned_matmul_workspace(out);
   if (Kernels* kern = kernels_for(out)) kern->matmul(current_stream(out.device()), out, ac, bc, alpha, beta);
 }
 
 // out = a @ b + bias (bias (n) over out's rows): the device's product with its bias (Kernels::matmul_bias:
 // one fused product on CUDA; elsewhere the bias copied into out, then the product added).
 void matmul_bias_into(const Tensor& out, const Tensor& a, const Tensor& b, const Tensor& bias) {
-  Tensor ac = blas_operand(a), bc = blas_operand(b);
-  hold_planned_workspace(out);
+  Tensor ac = matmul_operand(a), bc = matmul_operand(b);
+  hold_planned_matmul_workspace(out);
   if (Kernels* kern = kernels_for(out)) kern->matmul_bias(current_stream(out.device()), out, ac, bc, bias);
 }
 
@@ -182,6 +163,25 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias) {
     matmul_into(out2, x2, w.detach().t(), 1.0, 0.0);
   if (node) autograd::set_history(out, node);
   return out;
+}
+
+// On meta tensors: from the first product on, the bytes the planned device's products keep (allocated where
+// the CUDA backend allocates cuBLASLt's workspace: inside the first product, category temporary).
+void hold_planned_matmul_workspace(const Tensor& out) {
+  if (!out.is_meta()) return;
+  const int64_t bytes = device_kernels(out.device()).matmul_kept_workspace();
+  if (bytes == 0) return;
+  PlannedWorkspace& w = planned_workspace();
+  std::lock_guard<std::mutex> lock(w.mutex);
+  if (w.held.defined()) return;
+  MemoryScope scope(MemoryCategory::temporary);
+  w.held = empty({bytes}, DType::u8, out.device());
+}
+
+// A view the device's matmul can read without a copy, else a contiguous copy.
+Tensor matmul_operand(const Tensor& t) {
+  if (device_kernels(t.device()).matmul_operand_ok(t.size(-2), t.size(-1), t.stride(-2), t.stride(-1))) return t;
+  return t.detach().contiguous();
 }
 
 void release_planned_matmul_workspace() {

@@ -11,6 +11,12 @@ Tensor matmul(const Tensor& a, const Tensor& b);
 // x (..., in) @ w^T + bias: w is (out, in), bias (out) or undefined.
 Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias = Tensor());
 
+// For ops that hand products to the device's kernels themselves (ops/grouped_linear.cpp): `t` (..., rows, cols) as a
+// view the device's matmul reads without a copy, else a contiguous copy (on meta tensors too, so a dry run counts
+// the copy); and, on meta tensors, the planned device's kept workspace held from the first product on (below).
+Tensor matmul_operand(const Tensor& t);
+void hold_planned_matmul_workspace(const Tensor& out);
+
 // A dry run (meta tensors) holds what the planned device's products keep from their first one on
 // (Kernels::matmul_kept_workspace: cuBLASLt's 32 MiB on CUDA) from its first product until this is
 // called (plan/dry_run.cpp, when the dry run ends).

@@ -36,6 +36,18 @@ double sum_of_chunks(const std::vector<std::vector<double>>& per_gradient) {
   return sum;
 }
 
+// f(kernels, stream, begin, end) for each run [begin, end) of `grads` on one device, in order (one call of a
+// many-tensor kernel per device: one read-back on a GPU); nothing on the meta device.
+template <typename F>
+void for_each_device_run(const std::vector<Tensor>& grads, F f) {
+  for (size_t begin = 0; begin < grads.size();) {
+    size_t end = begin;
+    while (end < grads.size() && grads[end].device() == grads[begin].device()) ++end;
+    if (Kernels* kern = kernels_for(grads[begin])) f(*kern, current_stream(grads[begin].device()), begin, end);
+    begin = end;
+  }
+}
+
 }  // namespace
 
 double sum_of_squares_from_chunks(const std::vector<std::vector<double>>& per_gradient) {
@@ -52,21 +64,16 @@ double grad_sum_of_squares(const std::vector<Tensor>& params) {
     if (g.defined()) grads.push_back(g.contiguous());
   }
   std::vector<std::vector<double>> chunks(grads.size());
-  for (size_t begin = 0; begin < grads.size();) {
-    size_t end = begin;
-    while (end < grads.size() && grads[end].device() == grads[begin].device()) ++end;
-    if (Kernels* kern = kernels_for(grads[begin])) {
-      std::vector<const Tensor*> xs;
-      std::vector<double*> out;
-      for (size_t i = begin; i < end; ++i) {
-        xs.push_back(&grads[i]);
-        chunks[i].resize(chunk_count(grads[i]));
-        out.push_back(chunks[i].data());
-      }
-      kern->sum_of_squares_many(current_stream(grads[begin].device()), xs, kGradNormChunk, out);
+  for_each_device_run(grads, [&](Kernels& kern, Stream& stream, size_t begin, size_t end) {
+    std::vector<const Tensor*> xs;
+    std::vector<double*> out;
+    for (size_t i = begin; i < end; ++i) {
+      xs.push_back(&grads[i]);
+      chunks[i].resize(chunk_count(grads[i]));
+      out.push_back(chunks[i].data());
     }
-    begin = end;
-  }
+    kern.sum_of_squares_many(stream, xs, kGradNormChunk, out);
+  });
   return sum_of_chunks(chunks);
 }
 
@@ -89,16 +96,11 @@ void scale_gradients(const std::vector<Tensor>& params, double coef) {
       g.mul_(coef);
     }
   }
-  for (size_t begin = 0; begin < grads.size();) {
-    size_t end = begin;
-    while (end < grads.size() && grads[end].device() == grads[begin].device()) ++end;
-    if (Kernels* kern = kernels_for(grads[begin])) {
-      std::vector<const Tensor*> xs;
-      for (size_t i = begin; i < end; ++i) xs.push_back(&grads[i]);
-      kern->scale_many(current_stream(grads[begin].device()), xs, coef);
-    }
-    begin = end;
-  }
+  for_each_device_run(grads, [&](Kernels& kern, Stream& stream, size_t begin, size_t end) {
+    std::vector<const Tensor*> xs;
+    for (size_t i = begin; i < end; ++i) xs.push_back(&grads[i]);
+    kern.scale_many(stream, xs, coef);
+  });
 }
 
 double clip_coefficient(double norm, double max_norm) {

@@ -140,8 +140,9 @@ void CpuKernels::matmul(Stream&, const Tensor& out, const Tensor& a, const Tenso
 // each on every thread, bf16 ones through the primitive for any rows too.
 void CpuKernels::matmul_many(Stream&, std::span<const MatmulTask> tasks) {
   const int threads = num_threads();
-  double largest = 0;
-  for (const MatmulTask& t : tasks) largest = std::max(largest, flops_of(t));
+  std::vector<double> flops(tasks.size());
+  for (size_t i = 0; i < tasks.size(); ++i) flops[i] = flops_of(tasks[i]);
+  const double largest = flops.empty() ? 0.0 : *std::max_element(flops.begin(), flops.end());
   const bool concurrent = tasks.size() >= 2 && threads > 1 && !omp_in_parallel() && !in_stream_worker() &&
                           !loops_run_serially() && (int64_t(tasks.size()) >= 2 * threads || largest < 32e6);
   if (!concurrent) {
@@ -150,8 +151,7 @@ void CpuKernels::matmul_many(Stream&, std::span<const MatmulTask> tasks) {
   }
   std::vector<size_t> order(tasks.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-  std::stable_sort(order.begin(), order.end(),
-                   [&](size_t x, size_t y) { return flops_of(tasks[x]) > flops_of(tasks[y]); });
+  std::stable_sort(order.begin(), order.end(), [&](size_t x, size_t y) { return flops[x] > flops[y]; });
   std::exception_ptr error;
 #pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
   for (int64_t i = 0; i < int64_t(order.size()); ++i) {

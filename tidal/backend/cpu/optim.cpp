@@ -19,6 +19,16 @@ namespace {
 
 constexpr int64_t kGrain = 1 << 15;  // elements per thread at least: the update is memory-bound
 
+// Blocks of at most kGrain elements of every tensor of `numels`, in order: {tensor, begin, end}. The many-tensor
+// kernels run all of them in one parallel loop (an MoE model's hundreds of small experts each took a parallel
+// region of their own).
+std::vector<std::array<int64_t, 3>> blocks_of(const std::vector<int64_t>& numels) {
+  std::vector<std::array<int64_t, 3>> blocks;
+  for (size_t t = 0; t < numels.size(); ++t)
+    for (int64_t b = 0; b < numels[t]; b += kGrain) blocks.push_back({int64_t(t), b, std::min(numels[t], b + kGrain)});
+  return blocks;
+}
+
 // One tensor's AdamW update (torch.optim.AdamW's arithmetic, see tidal/optim/adamw.h) over any range of its
 // elements; `copy`, when set, gets the updated f32 param rounded to bf16 in the same pass (--bf16's weights
 // written from their f32 masters: what Kernels::copy writes).
@@ -128,12 +138,12 @@ void CpuKernels::adamw_step(Stream&, const Tensor& param, const Tensor& grad, co
   });
 }
 
-// Every tensor's update in one parallel loop over blocks of all of them (an MoE model's hundreds of small
-// experts each took a parallel region of their own), a bf16 copy written in its tensor's pass: the same bits
-// as the default (each element's arithmetic is adamw_step's; the copy rounds as Kernels::copy does).
+// Every tensor's update in one parallel loop over blocks of all of them (blocks_of), a bf16 copy written in its
+// tensor's pass: the same bits as the default (each element's arithmetic is adamw_step's; the copy rounds as
+// Kernels::copy does).
 void CpuKernels::adamw_multi_step(Stream&, std::span<const AdamWTensors> tensors) {
   std::vector<std::function<void(int64_t, int64_t)>> passes;
-  std::vector<std::array<int64_t, 3>> blocks;  // {tensor, begin, end}
+  std::vector<int64_t> numels;
   for (const AdamWTensors& t : tensors) {
     TIDAL_ASSERT(t.bf16_param == nullptr || (t.param->dtype() == DType::f32 && t.bf16_param->dtype() == DType::bf16),
                  "adamw_multi_step: a bf16 copy of a ", t.param->dtype(), " param");
@@ -142,9 +152,9 @@ void CpuKernels::adamw_multi_step(Stream&, std::span<const AdamWTensors> tensors
       passes.push_back([pass = AdamWPass<P>(*t.param, *t.grad, *t.exp_avg, *t.exp_avg_sq, *t.master, t.args,
                                             t.bf16_param)](int64_t b, int64_t e) { pass.run(b, e); });
     });
-    const int64_t n = t.param->numel();
-    for (int64_t b = 0; b < n; b += kGrain) blocks.push_back({int64_t(passes.size() - 1), b, std::min(n, b + kGrain)});
+    numels.push_back(t.param->numel());
   }
+  const std::vector<std::array<int64_t, 3>> blocks = blocks_of(numels);
   parallel_for(0, int64_t(blocks.size()), 1, [&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) passes[size_t(blocks[size_t(i)][0])](blocks[size_t(i)][1], blocks[size_t(i)][2]);
   });
@@ -183,15 +193,15 @@ void CpuKernels::sum_of_squares_many(Stream&, std::span<const Tensor* const> xs,
   });
 }
 
-// Every tensor's blocks in one parallel loop, each element as unary mul_scalar computes it (in acc_t, the scalar
-// rounded to it). Contiguous tensors (gradients are).
+// Every tensor's blocks (blocks_of) in one parallel loop, each element as unary mul_scalar computes it (in acc_t,
+// the scalar rounded to it). Contiguous tensors (gradients are).
 void CpuKernels::scale_many(Stream&, std::span<const Tensor* const> xs, double value) {
-  std::vector<std::array<int64_t, 3>> blocks;  // {tensor, begin, end}
-  for (size_t t = 0; t < xs.size(); ++t) {
-    TIDAL_ASSERT(xs[t]->is_contiguous(), "scale_many: a non-contiguous tensor");
-    const int64_t n = xs[t]->numel();
-    for (int64_t b = 0; b < n; b += kGrain) blocks.push_back({int64_t(t), b, std::min(n, b + kGrain)});
+  std::vector<int64_t> numels;
+  for (const Tensor* x : xs) {
+    TIDAL_ASSERT(x->is_contiguous(), "scale_many: a non-contiguous tensor");
+    numels.push_back(x->numel());
   }
+  const std::vector<std::array<int64_t, 3>> blocks = blocks_of(numels);
   parallel_for(0, int64_t(blocks.size()), 1, [&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) {
       const Tensor& x = *xs[size_t(blocks[size_t(i)][0])];
