@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <string>
 #include <vector>
@@ -372,6 +373,65 @@ TEST(CostModel, EagerContextParallelGathersKeysAndValues) {
   a.memory.recompute.granularity = memory::Granularity::selective;
   a.memory.recompute.modules = {memory::RecomputeModule::core_attn};
   EXPECT_DOUBLE_EQ(plan::predict_step_time(plan::dry_run(a.on(2), 0), a.on(2), p).ring_s, 2 * 3 * pass);
+}
+
+}  // namespace
+}  // namespace tidal::train
+
+namespace tidal::train {
+namespace {
+
+// Note [A loss mode from another's run] (plan/search.cpp): a configuration's kept records in one loss mode are its
+// run's in another with the head's replaced by any run's in the first mode on as many tokens, record by record.
+// `world` ranks: rank 0's runs, as the search's.
+void expect_made_from_parts(const std::vector<std::string>& base, const std::vector<std::string>& body_flags,
+                            const std::vector<std::string>& other_body, int world = 1) {
+  const std::vector<std::string> chunk = {"--loss-compute-mode", "chunk", "--loss-chunk-size", "16"};
+  auto kept = [&](const std::vector<std::string>& more) {
+    train::TrainArgs a = train::parse_train_args(with(base, more));
+    a.parallel.world = world;
+    return plan::kept_for_timing(plan::dry_run(a).kernels);
+  };
+  for (const bool to_chunk : {true, false}) {
+    SCOPED_TRACE(to_chunk ? "default -> chunk" : "chunk -> default");
+    const std::vector<plan::StepKernel> real = kept(to_chunk ? with(body_flags, chunk) : body_flags);
+    const std::vector<plan::StepKernel> body = kept(to_chunk ? body_flags : with(body_flags, chunk));
+    const std::vector<plan::StepKernel> head = kept(to_chunk ? with(other_body, chunk) : other_body);
+    const std::vector<plan::StepKernel> made = plan::with_head_of(body, head);
+    ASSERT_EQ(made.size(), real.size());
+    int heads = 0;
+    for (size_t i = 0; i < real.size(); ++i) {
+      SCOPED_TRACE(i);
+      EXPECT_STREQ(made[i].cost.kernel, real[i].cost.kernel);
+      EXPECT_EQ(made[i].cost.flops, real[i].cost.flops);
+      EXPECT_EQ(made[i].cost.bytes, real[i].cost.bytes);
+      EXPECT_EQ(made[i].phase, real[i].phase);
+      EXPECT_EQ(made[i].layer, real[i].layer);
+      EXPECT_EQ(made[i].count, real[i].count);
+      EXPECT_EQ(made[i].head, real[i].head);
+      heads += real[i].head;
+    }
+    EXPECT_GT(heads, 2);
+  }
+}
+
+TEST(CostModel, ALossModesKernelsAreAnotherRunsWithTheHeadReplaced) {
+  const std::vector<std::string> base = {
+      "--mock-data", "--seq-length",      "32", "--micro-batch-size", "2", "--global-batch-size", "2", "--train-iters",
+      "2",           "--lr-warmup-iters", "0",  "--eval-interval",    "0"};
+  expect_made_from_parts(
+      with(base, {"--model", "tiny-llama"}), {},
+      {"--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", "1"});
+  expect_made_from_parts(with(base, {"--model", "tiny-gpt2", "--bf16"}), {"--recompute-modules", "mlp"}, {});
+  expect_made_from_parts(
+      with(base, {"--model", "tiny-qwen3-moe", "--bf16"}), {"--recompute-modules", "moe"},
+      {"--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", "1"});
+  // 8 ranks: context parallel 2, expert parallel 2 (the other body 4) and ZeRO-2 (the other without sharding).
+  std::vector<std::string> ranks = base;
+  *(std::find(ranks.begin(), ranks.end(), "--global-batch-size") + 1) = "8";  // micro-batch 2 x 4 data-parallel ranks
+  expect_made_from_parts(with(ranks, {"--model", "tiny-qwen3-moe", "--bf16", "--context-parallel-size", "2"}),
+                         {"--expert-model-parallel-size", "2", "--data-parallel-sharding-strategy", "optim_grads"},
+                         {"--expert-model-parallel-size", "4", "--recompute-modules", "moe"}, 8);
 }
 
 }  // namespace

@@ -19,7 +19,7 @@ Tensor head_loss(const Tensor& hidden, const Tensor& head, const Tensor& targets
   {
     OpScope op("lm_head");
     MemoryScope scope(MemoryCategory::logits);
-    logits = linear(hidden, head);  // (B, T, V)
+    logits = lm_head(hidden, head);  // (B, T, V)
   }
   OpScope op("loss");
   return cross_entropy(logits.reshape({-1, logits.size(-1)}), targets.reshape({-1}));

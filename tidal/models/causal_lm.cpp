@@ -36,7 +36,7 @@ ModelOutput CausalLM::forward(const Tensor& ids, const DocumentLayout& docs, con
   ModelOutput out = forward_hidden(ids, docs, mtp);
   OpScope op("lm_head");
   MemoryScope scope(MemoryCategory::logits);
-  out.logits = linear(out.hidden, lm_head_weight());  // (B, T, V)
+  out.logits = lm_head(out.hidden, lm_head_weight());  // (B, T, V)
   return out;
 }
 

@@ -86,7 +86,8 @@ struct MatmulBackward : Node {
 struct LinearBackward : Node {
   SavedTensor x, w;
   bool has_bias = false;
-  const char* name() const override { return "LinearBackward"; }
+  const char* node_name = "LinearBackward";
+  const char* name() const override { return node_name; }
   TensorList apply(TensorList&& grads) override {
     const Tensor& g = grads[0];  // (..., out)
     Tensor gx, gw, gb;
@@ -133,7 +134,9 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
   return out;
 }
 
-Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias) {
+namespace {
+
+Tensor linear_node(const Tensor& x, const Tensor& w, const Tensor& bias, const char* backward_name) {
   OpScope scope("linear");
   check_matmul_dtype("linear", x, w);
   TIDAL_CHECK(w.dim() == 2, "[linear] the weight must be (out, in), got ", w.shape());
@@ -148,6 +151,7 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias) {
   std::shared_ptr<LinearBackward> node;
   if (autograd::needs_grad(x, w, bias)) {
     node = autograd::make_node<LinearBackward>({&x, &w, &bias});
+    node->node_name = backward_name;
     if (w.requires_grad()) node->x = SavedTensor(x);
     if (x.requires_grad()) node->w = SavedTensor(w);
     node->has_bias = bias.defined();
@@ -164,6 +168,14 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias) {
   if (node) autograd::set_history(out, node);
   return out;
 }
+
+}  // namespace
+
+Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias) {
+  return linear_node(x, w, bias, "LinearBackward");
+}
+
+Tensor lm_head(const Tensor& x, const Tensor& w) { return linear_node(x, w, Tensor(), kLmHeadBackward); }
 
 // On meta tensors: from the first product on, the bytes the planned device's products keep (allocated where
 // the CUDA backend allocates cuBLASLt's workspace: inside the first product, category temporary).

@@ -10,6 +10,10 @@ namespace tidal {
 Tensor matmul(const Tensor& a, const Tensor& b);
 // x (..., in) @ w^T + bias: w is (out, in), bias (out) or undefined.
 Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias = Tensor());
+// The LM head: linear(x, w) whose backward node is named kLmHeadBackward, so that profiles and the planner's
+// kernel records (plan/kernel_records.h) tell the head's backward products from the layers'.
+Tensor lm_head(const Tensor& x, const Tensor& w);
+inline constexpr const char* kLmHeadBackward = "LmHeadBackward";
 
 // For ops that hand products to the device's kernels themselves (ops/grouped_linear.cpp): `t` (..., rows, cols) as a
 // view the device's matmul reads without a copy, else a contiguous copy (on meta tensors too, so a dry run counts

@@ -76,7 +76,7 @@ DistributedAdamW::DistributedAdamW(const NamedParameters& params, dist::Communic
       const bool whole = f.begin == 0 && f.length == p.numel();
       shard_params_.emplace_back(
           whole ? name : name + "[" + std::to_string(f.begin) + ":" + std::to_string(f.begin + f.length) + "]", piece);
-      shard_names_of_.push_back(name);
+      shard_whole_of_.push_back(f.param);
       at += f.length;
     }
   }
@@ -197,9 +197,8 @@ void DistributedAdamW::release_parameters(const std::vector<size_t>& subset) {
 DecayRule DistributedAdamW::decay_rule() const {
   std::map<std::string, bool> decays;
   for (size_t i = 0; i < shard_params_.size(); ++i) {
-    const std::string& whole = shard_names_of_[i];
-    for (const auto& [name, p] : params_)
-      if (name == whole) decays[shard_params_[i].first] = default_weight_decay(name, p);
+    const auto& [name, p] = params_[shard_whole_of_[i]];
+    decays[shard_params_[i].first] = default_weight_decay(name, p);
   }
   return [decays](const std::string& name, const Tensor&) { return decays.at(name); };
 }

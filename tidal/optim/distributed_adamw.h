@@ -165,7 +165,7 @@ class DistributedAdamW {
   std::vector<char> has_grad_;  // per parameter: whether it had a gradient on some rank this step
   int64_t reduce_bucket_ = int64_t(1) << 62;  // set_reduce_bucket: one round unless set
   NamedParameters shard_params_;
-  std::vector<std::string> shard_names_of_;  // the whole parameter's name of each shard parameter
+  std::vector<size_t> shard_whole_of_;  // the whole parameter (an index into params_) of each shard parameter
 };
 
 }  // namespace tidal::optim

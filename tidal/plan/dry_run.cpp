@@ -70,7 +70,19 @@ std::vector<int64_t> shard_sizes(const train::TrainArgs& args, int ranks) {
   return sizes;
 }
 
+bool& standing() {
+  static bool leave = false;
+  return leave;
+}
+// The last dry run's build, when left standing: torn down by the next dry run in this process, if any.
+std::unique_ptr<train::Setup>& left_standing() {
+  static std::unique_ptr<train::Setup> left;
+  return left;
+}
+
 }  // namespace
+
+void leave_dry_runs_standing() { standing() = true; }
 
 DryRun dry_run(const train::TrainArgs& given, int rank) {
   const int ranks = given.parallel.world;
@@ -83,6 +95,7 @@ DryRun dry_run(const train::TrainArgs& given, int rank) {
   } release_workspace;
   Allocator& meta = device_allocator(Device::meta());
   Allocator& host = host_allocator(Device::meta());
+  left_standing().reset();
   start_fresh(meta);
   start_fresh(host);
   dist::MetaCommunicator comm(rank, ranks);
@@ -94,7 +107,9 @@ DryRun dry_run(const train::TrainArgs& given, int rank) {
   {
     std::FILE* quiet = std::fopen("/dev/null", "w");  // setup's log lines (ZeRO-3's build) are the real run's
     std::unique_ptr<std::FILE, int (*)(std::FILE*)> closer(quiet, std::fclose);
-    train::Setup s = train::setup_training(args, config, quiet != nullptr ? quiet : stderr, comm, Device::meta());
+    auto built = std::make_unique<train::Setup>(
+        train::setup_training(args, config, quiet != nullptr ? quiet : stderr, comm, Device::meta()));
+    train::Setup& s = *built;
     for (const auto& [name, p] : s.model->named_trainable_parameters()) {  // reduced and updated (LoRA: adapters)
       r.parameter_numels.push_back(p.numel());
       r.expert_parameter.push_back(models::is_expert_parameter(name));
@@ -127,6 +142,7 @@ DryRun dry_run(const train::TrainArgs& given, int rank) {
       }
     }
     r.saved = std::move(saved);
+    if (standing()) left_standing() = std::move(built);  // the process ends next: nothing to give back
   }
   meta.empty_cache();
   host.empty_cache();

@@ -92,8 +92,9 @@ void write_all(int fd, const std::string& bytes) {
 constexpr char kOutcome = 'O', kFailure = 'X';
 
 [[noreturn]] void run_child(const DryRunJob& job, int fd) {
-  run_loops_serially();  // the parent's OpenMP threads are not in this process (the thread count stays:
-                         // it sizes the per-thread workspaces a dry run plans)
+  run_loops_serially();       // the parent's OpenMP threads are not in this process (the thread count stays:
+                              // it sizes the per-thread workspaces a dry run plans)
+  leave_dry_runs_standing();  // this process ends with _exit below
   std::string bytes;
   int code = 0;
   try {
@@ -162,6 +163,7 @@ std::string encode_outcome(const DryRunOutcome& o) {
     w.str(k.module);
     w.str(k.op);
     w.pod(k.count);
+    w.pod(uint8_t(k.head));
   }
   return w.take();
 }
@@ -193,6 +195,7 @@ DryRunOutcome decode_outcome(const std::string& bytes) {
     k.module = r.str();
     k.op = r.str();
     k.count = r.pod<int64_t>();
+    k.head = r.pod<uint8_t>() != 0;
     d.kernels.push_back(std::move(k));
   }
   TIDAL_CHECK(r.done(), "tidal plan: a dry run's result from its process has bytes left over");

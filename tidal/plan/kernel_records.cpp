@@ -10,6 +10,7 @@
 #include "tidal/base/error.h"
 #include "tidal/dist/collectives.h"
 #include "tidal/memory_scope.h"
+#include "tidal/ops/matmul.h"
 #include "tidal/range_recorder.h"
 
 namespace tidal::plan {
@@ -67,11 +68,11 @@ const char* step_phase_name(StepPhase p) {
 }
 
 std::vector<StepKernel> merge_identical(std::vector<StepKernel> kernels) {
-  using Key = std::tuple<std::string_view, CostKind, DType, int64_t, int64_t, StepPhase, int>;
+  using Key = std::tuple<std::string_view, CostKind, DType, int64_t, int64_t, StepPhase, int, bool>;
   std::map<Key, size_t> at;
   std::vector<StepKernel> merged;
   for (StepKernel& k : kernels) {
-    const Key key{k.cost.kernel, k.cost.kind, k.cost.dtype, k.cost.flops, k.cost.bytes, k.phase, k.layer};
+    const Key key{k.cost.kernel, k.cost.kind, k.cost.dtype, k.cost.flops, k.cost.bytes, k.phase, k.layer, k.head};
     const auto [it, fresh] = at.emplace(key, merged.size());
     if (!fresh) {
       merged[it->second].count += k.count;
@@ -81,10 +82,28 @@ std::vector<StepKernel> merge_identical(std::vector<StepKernel> kernels) {
     m.cost = k.cost;
     m.phase = k.phase;
     m.layer = k.layer;
+    m.head = k.head;
     m.count = k.count;
     merged.push_back(m);
   }
   return merged;
+}
+
+std::vector<StepKernel> kept_for_timing(std::vector<StepKernel> kernels) {
+  std::vector<StepKernel> body, head;
+  for (StepKernel& k : kernels) (k.head ? head : body).push_back(std::move(k));
+  std::vector<StepKernel> out = merge_identical(std::move(body));
+  for (StepKernel& k : merge_identical(std::move(head))) out.push_back(std::move(k));
+  return out;
+}
+
+std::vector<StepKernel> with_head_of(const std::vector<StepKernel>& body, const std::vector<StepKernel>& head) {
+  std::vector<StepKernel> out;
+  for (const StepKernel& k : body)
+    if (!k.head) out.push_back(k);
+  for (const StepKernel& k : head)
+    if (k.head) out.push_back(k);
+  return out;
 }
 
 KernelRecorder::KernelRecorder() {
@@ -117,7 +136,7 @@ std::vector<StepKernel> KernelRecorder::finish() {
   set_cost_sink(nullptr);
   profile::stop_recording();
   active_ = false;
-  std::vector<Span> phases, recompute, loss, collective;
+  std::vector<Span> phases, recompute, loss, collective, head;
   for (const profile::RangeEvent& r : profile::take_ranges()) {
     if (r.thread != 0) continue;
     const Span s{r.start_ns, r.end_ns, StepPhase::other};
@@ -132,12 +151,17 @@ std::vector<StepKernel> KernelRecorder::finish() {
     } else if (named(r.name, {"cross_entropy", "chunked_lm_loss", "CrossEntropyBackward", "ChunkedLmLossBackward"})) {
       loss.push_back(s);
     }
+    if (r.kind != nullptr && std::strcmp(r.kind, profile::kPhase) != 0 &&
+        named(r.name, {"lm_head", "loss", kLmHeadBackward, "cross_entropy", "chunked_lm_loss", "CrossEntropyBackward",
+                       "ChunkedLmLossBackward"}))
+      head.push_back(s);
   }
   profile::take_stream_tasks();
   std::sort(phases.begin(), phases.end(), [](const Span& a, const Span& b) { return a.start < b.start; });
   recompute = merged(std::move(recompute));
   loss = merged(std::move(loss));
   collective = merged(std::move(collective));
+  head = merged(std::move(head));
   std::vector<StepKernel> out;
   out.reserve(raw_.size());
   for (Raw& r : raw_) {
@@ -150,6 +174,7 @@ std::vector<StepKernel> KernelRecorder::finish() {
     } else if (const Span* p = holding(phases, r.time_ns)) {
       r.kernel.phase = p->phase;
     }
+    r.kernel.head = holding(head, r.time_ns) != nullptr;
     out.push_back(std::move(r.kernel));
   }
   raw_.clear();

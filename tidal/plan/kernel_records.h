@@ -28,12 +28,23 @@ struct StepKernel {
   std::string module;  // the dotted module name ("" outside modules)
   std::string op;      // the innermost op or backward node ("linear", "FlashAttentionBackward", ...)
   int64_t count = 1;   // identical records this one stands for (tidal plan's search merges them)
+  // The LM head's and the loss's (memory/chunk_loss.h head_loss: the head's product and its backward
+  // LmHeadBackward, the loss and its backward, in either loss mode): all a loss mode changes in a step, so the
+  // search times one loss mode from another's run (plan/search.cpp). Their phases are as above.
+  bool head = false;
 };
 
-// The records with identical costs, phases and layers merged into one each, with their counts summed
+// The records with identical costs, phases, layers and `head` merged into one each, with their counts summed
 // (a MoE layer's experts run the same kernels under a dry run's even routing), in the order each first
 // ran; module and op names dropped. The cost model's prediction is the same (up to the sums' order).
 std::vector<StepKernel> merge_identical(std::vector<StepKernel> kernels);
+
+// A step's records as tidal plan's search keeps them: merged, the head's (StepKernel::head) after the others.
+std::vector<StepKernel> kept_for_timing(std::vector<StepKernel> kernels);
+// `body`'s kept records with the head's replaced by `head`'s (both kept_for_timing's, of runs in two loss modes on
+// as many tokens a rank): what a run of body's configuration in head's loss mode keeps, record by record (search.cpp
+// Note [A loss mode from another's run]).
+std::vector<StepKernel> with_head_of(const std::vector<StepKernel>& body, const std::vector<StepKernel>& head);
 
 // Records the kernels run on the meta device between construction and finish(): installs the cost
 // sink and turns the range recorder on (range_recorder.h; the phases and replays are its ranges).

@@ -83,8 +83,9 @@ std::string format_plan_search(const PlanSearch& s, const train::TrainArgs& g, c
   const size_t first = at - std::min<size_t>(at, kFasterShown);
   const size_t last = std::min(front.size(), at + 1 + kSmallerShown);
   out += "Searched " + std::to_string(s.enumerated) + " candidates (the estimator), timed " +
-         std::to_string(s.candidates.size()) + " with " + std::to_string(s.dry_runs) + " dry runs. The Pareto front " +
-         "of device peak against step time has " + std::to_string(front.size()) + " members" +
+         std::to_string(s.candidates.size()) + " with " + std::to_string(s.dry_runs) + " dry runs" +
+         (s.made_runs > 0 ? " (and " + std::to_string(s.made_runs) + " runs' kernels made from two runs' parts)" : "") +
+         ". The Pareto front " + "of device peak against step time has " + std::to_string(front.size()) + " members" +
          (last - first < front.size() ? "; around the chosen one (--json lists every candidate)" : "") +
          " (~: not its own dry run's peak: the estimator's, or for --overlap-grad-reduce the dry run's without it "
          "plus the overlap's change by the estimator; host peak unknown: -; * chosen):\n";
@@ -124,6 +125,7 @@ nlohmann::json plan_search_json(const PlanSearch& s, const SearchOptions& o) {
   for (const PlanCandidate& c : s.candidates) j["candidates"].push_back(candidate_json(c));
   j["enumerated"] = s.enumerated;
   j["dry_runs"] = s.dry_runs;
+  j["made_runs"] = s.made_runs;
   if (s.chosen < 0) j["nothing_fits"] = s.nothing_fits;
   return j;
 }

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <map>
 #include <optional>
+#include <set>
 
 #include "tidal/base/error.h"
 #include "tidal/memory_stats.h"
@@ -78,6 +79,19 @@ std::string kernel_key(const train::TrainArgs& a) {
          std::to_string(a.micro_batch_size) + "|" + parallel::sharding_name(kernel_sharding(a.parallel.sharding)) +
          parallel_key(a);
 }
+// Note [A loss mode from another's run]: a loss mode changes only the LM head's and the loss's kernels
+// (StepKernel::head), and those depend only on the mode and the tokens a rank holds (micro-batch, context
+// parallelism). So the kernels of a configuration in loss mode L are its run's in another mode with the head's
+// replaced by those of any run in mode L on as many tokens (with_head_of; tests/integration/cost_model_test.cpp
+// compares them with the real run's, record by record). The search dry-runs each body (body_key) and each head
+// (head_key) once. Candidates whose peak comes from their timing run (exact) still get their own run.
+std::string body_key(const train::TrainArgs& a) {
+  return a.memory.recompute.describe() + "|" + name(a.attention) + "|" + std::to_string(a.micro_batch_size) + "|" +
+         parallel::sharding_name(kernel_sharding(a.parallel.sharding)) + parallel_key(a);
+}
+std::string head_key(const train::TrainArgs& a) {
+  return a.memory.loss.describe() + "|" + std::to_string(a.micro_batch_size) + "|" + std::to_string(a.parallel.context);
+}
 // Everything but the recompute: the candidates that differ only in their recompute rung share it.
 std::string outer_key(const train::TrainArgs& a) {
   return a.memory.loss.describe() + "|" + a.memory.offload.describe() + "|" +
@@ -92,7 +106,7 @@ std::string outer_key(const train::TrainArgs& a) {
 // kernels, and the search keeps hundreds of runs.
 void keep_for_timing(DryRun& d) {
   d.saved = {};
-  d.kernels = merge_identical(std::move(d.kernels));
+  d.kernels = kept_for_timing(std::move(d.kernels));
 }
 
 void set_exact(PlanCandidate& c, const DryRun& d, const PlanSearch& r) {
@@ -273,11 +287,41 @@ class Search {
     return o;
   }
 
-  // The kernel dry run of `a` (one per kernel key, cached): run ahead (ahead_), or here.
-  const std::optional<DryRun>& kernels_of(const train::TrainArgs& a) {
+  // Whether `a`'s peak comes from its timing run (time(c) below): then that run must be its own, not made.
+  bool exact_from_timing(const train::TrainArgs& a) const {
+    return same_kernels(a) && (given_.parallel.world == 1 || !a.parallel.sharded());
+  }
+
+  // `a`'s kernels from a run of its body and one of its head, when both were run (Note [A loss mode from another's
+  // run]): the kernels its own run would record, in keep_for_timing's order. Its peaks and activations are the
+  // body run's (only its kernels are read).
+  std::optional<DryRun> made_from_parts(const train::TrainArgs& a) const {
+    const auto body = bodies_.find(body_key(a));
+    const auto head = heads_.find(head_key(a));
+    if (body == bodies_.end() || head == heads_.end()) return std::nullopt;
+    const DryRun& b = *runs_.at(body->second);
+    const DryRun& h = *runs_.at(head->second);
+    DryRun d = b;
+    d.kernels = with_head_of(b.kernels, h.kernels);
+    for (const StepKernel& k : b.kernels) d.recorded_kernels -= k.head ? k.count : 0;
+    for (const StepKernel& k : h.kernels) d.recorded_kernels += k.head ? k.count : 0;
+    return d;
+  }
+
+  // The kernel dry run of `a` (one per kernel key, cached): made from the runs of its parts, run ahead (ahead_),
+  // or here. `exact`: the run must be its own.
+  const std::optional<DryRun>& kernels_of(const train::TrainArgs& a, bool exact) {
     const std::string key = kernel_key(a);
     auto it = runs_.find(key);
-    if (it != runs_.end()) return it->second;
+    const bool made = made_.count(key) > 0;
+    if (it != runs_.end() && !(exact && made)) return it->second;
+    if (it == runs_.end() && !exact)
+      if (std::optional<DryRun> d = made_from_parts(a)) {
+        dry_run_kernels_ += d->recorded_kernels;  // the work it stands for: the same candidates are timed
+        ++r_.made_runs;
+        made_.insert(key);
+        return runs_.emplace(key, std::move(d)).first->second;
+      }
     DryRunOutcome o;
     if (auto ahead = ahead_.find(key); ahead != ahead_.end()) {
       o = std::move(ahead->second);
@@ -287,10 +331,15 @@ class Search {
       o = kernel_dry_run(a);
       ++progress_.dry_runs;
     }
-    if (o.run) dry_run_kernels_ += o.run->recorded_kernels;
+    if (o.run && !made) dry_run_kernels_ += o.run->recorded_kernels;
     if (!o.run && dry_run_error_.empty()) dry_run_error_ = o.error;
     ++r_.dry_runs;
-    return runs_.emplace(key, std::move(o.run)).first->second;
+    if (o.run) {
+      bodies_.emplace(body_key(a), key);
+      heads_.emplace(head_key(a), key);
+    }
+    made_.erase(key);
+    return runs_.insert_or_assign(key, std::move(o.run)).first->second;
   }
 
   // With several workers: the kernel dry runs of `candidates`' configurations not run yet, at most `most`
@@ -298,14 +347,29 @@ class Search {
   // run them, so the budget of SearchOptions::dry_run_kernels counts only those taken.
   void run_ahead(const std::vector<size_t>& candidates, size_t most) {
     if (o_.dry_run_workers <= 1) return;
+    // As kernels_of will take them, in order: a candidate whose body and head are run by then is made from them.
     std::vector<std::string> keys;
     std::vector<DryRunJob> jobs;
+    std::set<std::string> bodies, heads, made;  // run (or made) by then, besides bodies_, heads_ and runs_
     for (size_t i : candidates) {
       if (jobs.size() >= most) break;
       const train::TrainArgs& a = i == kGiven ? r_.given.args : all_[i].args;
       std::string key = kernel_key(a);
-      if (runs_.count(key) > 0 || ahead_.count(key) > 0 || std::find(keys.begin(), keys.end(), key) != keys.end())
+      const bool exact = exact_from_timing(a);
+      const bool run = (runs_.count(key) > 0 && made_.count(key) == 0) || ahead_.count(key) > 0 ||
+                       std::find(keys.begin(), keys.end(), key) != keys.end();
+      const bool known = run || ((runs_.count(key) > 0 || made.count(key) > 0) && !exact);
+      const bool parts = (bodies_.count(body_key(a)) > 0 || bodies.count(body_key(a)) > 0) &&
+                         (heads_.count(head_key(a)) > 0 || heads.count(head_key(a)) > 0);
+      if (run || (!known && !exact && parts)) {
+        bodies.insert(body_key(a));
+        heads.insert(head_key(a));
+        if (!run) made.insert(key);
         continue;
+      }
+      if (known) continue;
+      bodies.insert(body_key(a));
+      heads.insert(head_key(a));
       keys.push_back(std::move(key));
       jobs.push_back([&a] { return kernel_dry_run(a); });
     }
@@ -319,10 +383,11 @@ class Search {
   static constexpr size_t kGiven = SIZE_MAX;  // run_ahead's index of the given run
 
   void time(PlanCandidate& c) {
-    const std::optional<DryRun>& d = kernels_of(c.args);
+    const bool exact = exact_from_timing(c.args);
+    const std::optional<DryRun>& d = kernels_of(c.args, exact);
     if (!d) return;
     // Rank 0's peak is every rank's without sharding; sharded, the largest rank's is verified below.
-    if (same_kernels(c.args) && (given_.parallel.world == 1 || !c.args.parallel.sharded())) set_exact(c, *d, r_);
+    if (exact) set_exact(c, *d, r_);
     c.time = predict_step_time(*d, c.args, o_.profile);
     c.timed = true;
     ++progress_.timed;
@@ -483,6 +548,8 @@ class Search {
   std::vector<PlanCandidate> all_;                     // every candidate, the given one first
   std::map<std::string, std::optional<DryRun>> runs_;  // kernel dry runs by kernel key
   std::map<std::string, DryRunOutcome> ahead_;         // run ahead (run_ahead), not taken yet
+  std::set<std::string> made_;                         // keys of runs_ made from parts (made_from_parts)
+  std::map<std::string, std::string> bodies_, heads_;  // body_key / head_key -> the key of a run of it
   int64_t dry_run_kernels_ = 0;  // recorded by the dry runs so far: their work, counted deterministically
   std::string dry_run_error_;    // the first kernel dry run's refusal, if any
   int verified_ = 0;             // candidates made exact by a dry run of their own

@@ -90,6 +90,7 @@ struct PlanSearch {
   int chosen = -1;                        // index into candidates of the fastest that fits; -1: none
   int64_t enumerated = 0;                 // candidates considered (estimated)
   int64_t dry_runs = 0;                   // dry runs made
+  int64_t made_runs = 0;  // timing runs made from two runs' parts instead of run (search.cpp, a loss mode's kernels)
   // Nothing fits: the smallest candidate (by the estimator) and what dominates its peak, in words.
   PlanCandidate smallest;
   std::string nothing_fits;
