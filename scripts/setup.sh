@@ -8,6 +8,7 @@ packages=(
   nlohmann-json3-dev     # config.json, tokenizer.json, metrics
   libpcre2-dev           # the tokenizers' Unicode pre-tokenization regexes
   zlib1g-dev             # CRC-32 of checkpoint files
+  libmimalloc-dev        # the tidal command's malloc (tidal plan's dry runs: CMakeLists.txt)
   openmpi-bin libopenmpi-dev   # distributed training over MPI (docs/distributed.md)
   fortunes               # the built-in training corpus of the main job
   libgtest-dev libgmock-dev libbenchmark-dev

@@ -115,6 +115,54 @@ TEST(DryRunPool, AChildThatDiesOrThrowsIsAnErrorNamingIt) {
   }
 }
 
+TEST(DryRunPool, WorkersRunJobsByIndexOneAfterAnotherInTheirOwnProcesses) {
+  DryRunWorkers workers(2, [](size_t i) {
+    DryRunOutcome o;
+    o.run = DryRun{};
+    o.run->rank = int(i);
+    o.run->steps = ::getpid();
+    o.error = std::string(100000 * i, 'e');  // more than a pipe holds
+    return o;
+  });
+  std::set<int64_t> pids;
+  for (int round = 0; round < 2; ++round) {
+    std::vector<size_t> done;
+    const std::vector<DryRunOutcome> out = workers.run({5, 1, 4, 0, 3}, [&done](size_t k) { done.push_back(k); });
+    ASSERT_EQ(out.size(), 5u);
+    const std::vector<int> index = {5, 1, 4, 0, 3};
+    for (size_t k = 0; k < out.size(); ++k) {
+      ASSERT_TRUE(out[k].run.has_value());
+      EXPECT_EQ(out[k].run->rank, index[k]);
+      EXPECT_EQ(out[k].error.size(), size_t(100000 * index[k]));
+      EXPECT_NE(out[k].run->steps, int64_t(::getpid()));
+      pids.insert(out[k].run->steps);
+    }
+    EXPECT_EQ(std::set<size_t>(done.begin(), done.end()).size(), 5u);
+  }
+  EXPECT_EQ(pids.size(), 2u);  // the same two processes in both rounds
+}
+
+TEST(DryRunPool, AWorkerThatDiesOrThrowsIsAnErrorNamingIt) {
+  const auto job = [](size_t i) -> DryRunOutcome {
+    if (i == 7) std::abort();
+    if (i == 8) throw std::runtime_error("out of shapes");
+    return DryRunOutcome{DryRun{}, ""};
+  };
+  try {
+    DryRunWorkers(2, job).run({0, 7, 1});
+    FAIL() << "a worker killed by a signal was not said";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("the process of dry run 2 ended"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("TIDAL_PLAN_JOBS=1"), std::string::npos) << e.what();
+  }
+  try {
+    DryRunWorkers(2, job).run({8, 0});
+    FAIL() << "an exception in a worker was not said";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("dry run 1 failed: out of shapes"), std::string::npos) << e.what();
+  }
+}
+
 TEST(DryRunPool, TheWorkersAreTheCoresOrTIDAL_PLAN_JOBS) {
   const char* was = std::getenv("TIDAL_PLAN_JOBS");
   const std::string saved = was != nullptr ? was : "";

@@ -287,4 +287,145 @@ std::vector<DryRunOutcome> run_dry_runs(const std::vector<DryRunJob>& jobs, int 
   return out;
 }
 
+namespace {
+
+bool read_exact(int fd, void* into, size_t n) {
+  char* p = static_cast<char*>(into);
+  while (n > 0) {
+    const ssize_t r = ::read(fd, p, n);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) return false;
+    p += r;
+    n -= size_t(r);
+  }
+  return true;
+}
+
+// A worker's life: a job index in, its result out (length first), until the parent closes the pipe.
+[[noreturn]] void run_worker(const std::function<DryRunOutcome(size_t)>& job, int in, int out) {
+  run_loops_serially();  // as run_child
+  uint64_t i = 0;
+  while (read_exact(in, &i, sizeof i)) {
+    std::string bytes;
+    try {
+      bytes = kOutcome + encode_outcome(job(size_t(i)));
+    } catch (const std::exception& e) {
+      bytes = std::string(1, kFailure) + e.what();
+    } catch (...) {
+      bytes = std::string(1, kFailure) + "an unknown exception";
+    }
+    const uint64_t n = bytes.size();
+    write_all(out, std::string(reinterpret_cast<const char*>(&n), sizeof n) + bytes);
+  }
+  ::_exit(0);
+}
+
+}  // namespace
+
+DryRunWorkers::DryRunWorkers(int workers, std::function<DryRunOutcome(size_t)> job) {
+  for (int w = 0; w < workers; ++w) {
+    int jobs[2], results[2];
+    TIDAL_CHECK(::pipe2(jobs, O_CLOEXEC) == 0, "tidal plan: no pipe for a dry run's process: ", std::strerror(errno));
+    if (::pipe2(results, O_CLOEXEC) != 0) {
+      ::close(jobs[0]);
+      ::close(jobs[1]);
+      throw Error(std::string("tidal plan: no pipe for a dry run's process: ") + std::strerror(errno));
+    }
+    std::fflush(stdout);
+    std::fflush(stderr);
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      for (const Worker& other : workers_) {  // the earlier workers' pipes are not this one's
+        ::close(other.to);
+        ::close(other.from);
+      }
+      ::close(jobs[1]);
+      ::close(results[0]);
+      run_worker(job, jobs[0], results[1]);
+    }
+    ::close(jobs[0]);
+    ::close(results[1]);
+    if (pid < 0) {
+      ::close(jobs[1]);
+      ::close(results[0]);
+      throw Error(std::string("tidal plan: could not start a process for dry runs: ") + std::strerror(errno) +
+                  "; TIDAL_PLAN_JOBS=1 runs them in tidal plan's own process");
+    }
+    workers_.push_back({pid, jobs[1], results[0]});
+  }
+}
+
+DryRunWorkers::~DryRunWorkers() {
+  for (Worker& w : workers_) {
+    ::close(w.to);
+    ::kill(w.pid, SIGKILL);  // idle (its jobs' end read), or in a job whose result nobody waits for
+    ::close(w.from);
+    int status = 0;
+    while (::waitpid(w.pid, &status, 0) < 0 && errno == EINTR) {
+    }
+  }
+}
+
+std::vector<DryRunOutcome> DryRunWorkers::run(const std::vector<size_t>& jobs,
+                                              const std::function<void(size_t)>& done) {
+  std::vector<DryRunOutcome> out(jobs.size());
+  constexpr size_t kIdle = SIZE_MAX;
+  std::vector<size_t> on(workers_.size(), kIdle);  // the job each worker runs
+  std::vector<std::string> bytes(workers_.size());
+  size_t next = 0, finished = 0;
+  while (finished < jobs.size()) {
+    for (size_t w = 0; w < workers_.size() && next < jobs.size(); ++w) {
+      if (on[w] != kIdle) continue;
+      const uint64_t i = jobs[next];
+      write_all(workers_[w].to, std::string(reinterpret_cast<const char*>(&i), sizeof i));
+      on[w] = next++;
+      bytes[w].clear();
+    }
+    std::vector<pollfd> polls;
+    std::vector<size_t> busy;
+    for (size_t w = 0; w < workers_.size(); ++w)
+      if (on[w] != kIdle) {
+        polls.push_back({workers_[w].from, POLLIN, 0});
+        busy.push_back(w);
+      }
+    if (::poll(polls.data(), polls.size(), -1) < 0) {
+      TIDAL_CHECK(errno == EINTR, "tidal plan: waiting for the dry runs' processes failed: ", std::strerror(errno));
+      continue;
+    }
+    for (size_t k = 0; k < busy.size(); ++k) {
+      if (polls[k].revents == 0) continue;
+      const size_t w = busy[k];
+      char buffer[1 << 16];
+      const ssize_t n = ::read(workers_[w].from, buffer, sizeof buffer);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) {
+        int status = 0;
+        ::waitpid(workers_[w].pid, &status, WNOHANG);
+        throw Error("tidal plan: the process of dry run " + std::to_string(on[w] + 1) + " ended" +
+                    (WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL ? " (the out-of-memory killer?)" : "") +
+                    " without its result: nothing was planned; TIDAL_PLAN_JOBS=1 runs the dry runs in tidal plan's "
+                    "own process");
+      }
+      bytes[w].append(buffer, size_t(n));
+      uint64_t length = 0;
+      if (bytes[w].size() < sizeof length) continue;
+      std::memcpy(&length, bytes[w].data(), sizeof length);
+      if (bytes[w].size() < sizeof length + length) continue;
+      TIDAL_CHECK(bytes[w].size() == sizeof length + length,
+                  "tidal plan: a dry run's process sent more than its result");
+      const std::string result = bytes[w].substr(sizeof length);
+      const size_t job = on[w];
+      on[w] = kIdle;
+      ++finished;
+      TIDAL_CHECK(!result.empty() && (result[0] == kOutcome || result[0] == kFailure), "tidal plan: dry run ", job + 1,
+                  " sent an unreadable result");
+      if (result[0] == kFailure)
+        throw Error("tidal plan: dry run " + std::to_string(job + 1) + " failed: " + result.substr(1));
+      out[job] = decode_outcome(result.substr(1));
+      if (done) done(job);
+    }
+  }
+  return out;
+}
+
 }  // namespace tidal::plan

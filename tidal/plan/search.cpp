@@ -349,7 +349,7 @@ class Search {
     if (o_.dry_run_workers <= 1) return;
     // As kernels_of will take them, in order: a candidate whose body and head are run by then is made from them.
     std::vector<std::string> keys;
-    std::vector<DryRunJob> jobs;
+    std::vector<size_t> jobs;                   // indexes into all_
     std::set<std::string> bodies, heads, made;  // run (or made) by then, besides bodies_, heads_ and runs_
     for (size_t i : candidates) {
       if (jobs.size() >= most) break;
@@ -371,10 +371,11 @@ class Search {
       bodies.insert(body_key(a));
       heads.insert(head_key(a));
       keys.push_back(std::move(key));
-      jobs.push_back([&a] { return kernel_dry_run(a); });
+      jobs.push_back(i == kGiven ? 0 : i);  // all_[0] is the given run
     }
     if (jobs.size() <= 1) return;  // one: here, when it is needed
-    std::vector<DryRunOutcome> outcomes = run_dry_runs(jobs, o_.dry_run_workers, [this](size_t) {
+    if (!workers_) workers_.emplace(o_.dry_run_workers, [this](size_t i) { return kernel_dry_run(all_[i].args); });
+    std::vector<DryRunOutcome> outcomes = workers_->run(jobs, [this](size_t) {
       ++progress_.dry_runs;
       report();
     });
@@ -445,6 +446,7 @@ class Search {
       time(all_[i]);
     }
     ahead_.clear();
+    workers_.reset();
     if (r_.given.timed) r_.candidates.push_back(r_.given);  // as given is a candidate too (no flags)
     for (size_t i = 1; i < all_.size(); ++i)
       if (all_[i].timed) r_.candidates.push_back(all_[i]);
@@ -548,6 +550,9 @@ class Search {
   std::vector<PlanCandidate> all_;                     // every candidate, the given one first
   std::map<std::string, std::optional<DryRun>> runs_;  // kernel dry runs by kernel key
   std::map<std::string, DryRunOutcome> ahead_;         // run ahead (run_ahead), not taken yet
+  // The processes run_ahead's dry runs run on, made at its first call (every candidate enumerated by then) and
+  // ended with the timing phase.
+  std::optional<DryRunWorkers> workers_;
   std::set<std::string> made_;                         // keys of runs_ made from parts (made_from_parts)
   std::map<std::string, std::string> bodies_, heads_;  // body_key / head_key -> the key of a run of it
   int64_t dry_run_kernels_ = 0;  // recorded by the dry runs so far: their work, counted deterministically
