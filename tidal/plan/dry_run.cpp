@@ -149,7 +149,7 @@ DryRun dry_run(const train::TrainArgs& given, int rank) {
   return r;
 }
 
-DryRun dry_run_largest_rank(const train::TrainArgs& args, int workers) {
+std::vector<int> largest_rank_candidates(const train::TrainArgs& args) {
   const int ranks = args.parallel.world;
   TIDAL_CHECK(ranks >= 1, "tidal plan --dry-run: --data-parallel-size must be >= 1, got ", ranks);
   std::vector<int> run = {0};
@@ -162,23 +162,27 @@ DryRun dry_run_largest_rank(const train::TrainArgs& args, int workers) {
     run.resize(size_t(std::min(ranks, kDryRunRanks)));
     std::sort(run.begin(), run.end());
   }
-  std::vector<DryRunJob> jobs;
-  for (int r : run)
-    jobs.push_back([&args, r, in_children = workers > 1 && run.size() > 1] {
-      DryRunOutcome o;
-      try {
-        o.run = dry_run(args, r);
-        if (in_children) o.run->saved = {};  // not sent back
-      } catch (const InternalError&) {
-        throw;
-      } catch (const Error& e) {
-        o.error = e.what();
-      }
-      return o;
-    });
-  std::vector<DryRunOutcome> outcomes = run_dry_runs(jobs, workers);
+  return run;
+}
+
+DryRunOutcome rank_dry_run(const train::TrainArgs& args, int rank, bool keep_saved) {
+  DryRunOutcome o;
+  try {
+    o.run = dry_run(args, rank);
+    if (!keep_saved) o.run->saved = {};
+  } catch (const InternalError&) {
+    throw;
+  } catch (const Error& e) {
+    o.error = e.what();
+  }
+  return o;
+}
+
+DryRun largest_of(const std::vector<int>& ranks, std::vector<DryRunOutcome> outcomes) {
+  TIDAL_ASSERT(ranks.size() == outcomes.size() && !ranks.empty(), "largest_of: ", outcomes.size(), " dry runs for ",
+               ranks.size(), " ranks");
   DryRun best;
-  for (size_t i = 0; i < run.size(); ++i) {
+  for (size_t i = 0; i < ranks.size(); ++i) {
     if (!outcomes[i].run) throw Error(outcomes[i].error);  // the first rank's refusal, as one after another
     DryRun& d = *outcomes[i].run;
     const bool higher =
@@ -189,9 +193,18 @@ DryRun dry_run_largest_rank(const train::TrainArgs& args, int workers) {
       best = std::move(d);
       best.ranks_run = std::move(so_far);
     }
-    best.ranks_run.push_back(run[i]);
+    best.ranks_run.push_back(ranks[i]);
   }
   return best;
+}
+
+DryRun dry_run_largest_rank(const train::TrainArgs& args, int workers) {
+  const std::vector<int> run = largest_rank_candidates(args);
+  std::vector<DryRunJob> jobs;
+  for (int r : run)
+    jobs.push_back(
+        [&args, r, in_children = workers > 1 && run.size() > 1] { return rank_dry_run(args, r, !in_children); });
+  return largest_of(run, run_dry_runs(jobs, workers));
 }
 
 }  // namespace tidal::plan

@@ -10,6 +10,8 @@
 // are 0, an MoE router sends the tokens to the experts evenly (models/moe.cpp), and every rank has
 // the gradients this one has (dist/meta_communicator.h).
 #include <cstdint>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "tidal/autograd/saved_tensor_log.h"
@@ -78,5 +80,16 @@ void leave_dry_runs_standing();
 // `workers` > 1: the ranks' dry runs in child processes, that many at once (dry_run_pool.h); their
 // saved-tensor tables are not kept.
 DryRun dry_run_largest_rank(const train::TrainArgs& args, int workers = 1);
+// Its parts, for a caller with processes of its own (plan/search.cpp): the ranks it runs (refuses as dry_run does
+// what cannot be accounted); one rank's dry run with tidal::Error as the outcome's error (the saved-tensor table
+// kept or not); and of the ranks' outcomes, in their order, the one it returns (throws the first refusal).
+// One dry run's result: the run, or why it refused (the tidal::Error's message).
+struct DryRunOutcome {
+  std::optional<DryRun> run;
+  std::string error;
+};
+std::vector<int> largest_rank_candidates(const train::TrainArgs& args);
+DryRunOutcome rank_dry_run(const train::TrainArgs& args, int rank, bool keep_saved);
+DryRun largest_of(const std::vector<int>& ranks, std::vector<DryRunOutcome> outcomes);
 
 }  // namespace tidal::plan

@@ -19,12 +19,6 @@
 
 namespace tidal::plan {
 
-// One job's result: the dry run, or why it refused (the tidal::Error's message).
-struct DryRunOutcome {
-  std::optional<DryRun> run;
-  std::string error;
-};
-
 // A job: a dry run (or several, keeping one), tidal::Error turned into `error`. Its result must hold no
 // saved-tensor table (DryRun::saved is not sent back).
 using DryRunJob = std::function<DryRunOutcome()>;

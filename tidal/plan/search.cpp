@@ -31,13 +31,11 @@ constexpr int kMaxVerifiedAbove = 8;
 // configuration (--overlap-grad-reduce, whose peak depends on timing).
 // `largest` false: rank 0 alone (its kernels time any rank: they differ only in the update's shard).
 // `error` keeps the first refusal's message.
-// `workers`: the largest rank's search runs that many ranks' dry runs at once (dry_run_pool.h).
-std::optional<DryRun> try_dry_run(train::TrainArgs a, bool largest = true, std::string* error = nullptr,
-                                  int workers = 1) {
+std::optional<DryRun> try_dry_run(train::TrainArgs a, bool largest = true, std::string* error = nullptr) {
   a.checkpoint.load.clear();
   a.pretrained.clear();
   try {
-    return a.parallel.world > 1 && largest ? dry_run_largest_rank(a, workers) : dry_run(a, 0);
+    return a.parallel.world > 1 && largest ? dry_run_largest_rank(a) : dry_run(a, 0);
   } catch (const Error& e) {
     if (error != nullptr && error->empty()) *error = e.what();
     return std::nullopt;
@@ -232,6 +230,7 @@ class Search {
     phase(SearchProgress::Phase::verify);
     choose();
     mark_pareto();
+    workers_.reset();
     phase(SearchProgress::Phase::done);
     for (PlanCandidate& c : r_.candidates) c.why = c.flags.empty() ? "as given" : explain(c, given_);
     r_.given.why = "as given";
@@ -268,6 +267,7 @@ class Search {
     for (CandidateConfig& c : configs) {
       if (++progress_.estimated % 8192 == 0) report();
       PlanCandidate p;
+      p.index = all_.size();
       p.args = std::move(c.args);
       p.flags = std::move(c.flags);
       p.recompute = std::move(c.recompute);
@@ -374,14 +374,51 @@ class Search {
       jobs.push_back(i == kGiven ? 0 : i);  // all_[0] is the given run
     }
     if (jobs.size() <= 1) return;  // one: here, when it is needed
-    if (!workers_) workers_.emplace(o_.dry_run_workers, [this](size_t i) { return kernel_dry_run(all_[i].args); });
-    std::vector<DryRunOutcome> outcomes = workers_->run(jobs, [this](size_t) {
+    std::vector<DryRunOutcome> outcomes = workers().run(jobs, [this](size_t) {
       ++progress_.dry_runs;
       report();
     });
     for (size_t k = 0; k < keys.size(); ++k) ahead_.emplace(std::move(keys[k]), std::move(outcomes[k]));
   }
   static constexpr size_t kGiven = SIZE_MAX;  // run_ahead's index of the given run
+
+  // The worker processes (dry_run_pool.h), made once every candidate is enumerated: their job `id` is candidate id's
+  // kernel dry run, or past all_.size() one rank's dry run of a candidate's own configuration (check_run).
+  DryRunWorkers& workers() {
+    if (!workers_) workers_.emplace(o_.dry_run_workers, [this](size_t id) { return worker_job(id); });
+    return *workers_;
+  }
+  DryRunOutcome worker_job(size_t id) const {
+    if (id < all_.size()) return kernel_dry_run(all_[id].args);
+    id -= all_.size();
+    const size_t ranks = size_t(std::max(1, given_.parallel.world));
+    const size_t check = id / ranks;
+    return rank_dry_run(check_args(all_[check / 2].args, check % 2 == 1), int(id % ranks), false);
+  }
+  // A candidate's own configuration as a check runs it; `plain`: without --overlap-grad-reduce (verify).
+  static train::TrainArgs check_args(train::TrainArgs a, bool plain) {
+    a.checkpoint.load.clear();
+    a.pretrained.clear();
+    if (plain) {
+      a.parallel.overlap_grad_reduce = false;
+      a.parallel.bucket_size = 0;
+    }
+    return a;
+  }
+  // all_[index]'s own dry run (its largest rank: dry_run_largest_rank), on the workers when there are several.
+  std::optional<DryRun> check_run(size_t index, bool plain) {
+    const train::TrainArgs a = check_args(all_[index].args, plain);
+    if (o_.dry_run_workers <= 1) return try_dry_run(a, true);
+    try {
+      const std::vector<int> ranks = largest_rank_candidates(a);
+      const size_t world = size_t(std::max(1, given_.parallel.world));
+      std::vector<size_t> jobs;
+      for (const int r : ranks) jobs.push_back(all_.size() + (index * 2 + (plain ? 1 : 0)) * world + size_t(r));
+      return largest_of(ranks, workers().run(jobs));
+    } catch (const Error&) {  // a refusal, as try_dry_run's
+      return std::nullopt;
+    }
+  }
 
   void time(PlanCandidate& c) {
     const bool exact = exact_from_timing(c.args);
@@ -427,8 +464,7 @@ class Search {
     run_ahead(firsts, SIZE_MAX);
     time(r_.given);
     if (!r_.given.exact)
-      if (std::optional<DryRun> d = try_dry_run(r_.given.args, true, nullptr, o_.dry_run_workers))
-        set_exact(r_.given, *d, r_);
+      if (std::optional<DryRun> d = check_run(0, false)) set_exact(r_.given, *d, r_);
     for (size_t i : firsts) {
       if (i == kGiven) continue;
       ++progress_.considered;
@@ -446,7 +482,6 @@ class Search {
       time(all_[i]);
     }
     ahead_.clear();
-    workers_.reset();
     if (r_.given.timed) r_.candidates.push_back(r_.given);  // as given is a candidate too (no flags)
     for (size_t i = 1; i < all_.size(); ++i)
       if (all_[i].timed) r_.candidates.push_back(all_[i]);
@@ -463,12 +498,10 @@ class Search {
   void verify(PlanCandidate& c) {
     ++progress_.checks;
     report();
-    if (std::optional<DryRun> d = try_dry_run(c.args, true, nullptr, o_.dry_run_workers)) return set_exact(c, *d, r_);
+    if (std::optional<DryRun> d = check_run(c.index, false)) return set_exact(c, *d, r_);
     if (!c.args.parallel.overlap_grad_reduce) return;
-    train::TrainArgs plain = c.args;
-    plain.parallel.overlap_grad_reduce = false;
-    plain.parallel.bucket_size = 0;
-    const std::optional<DryRun> d = try_dry_run(plain, true, nullptr, o_.dry_run_workers);
+    const train::TrainArgs plain = check_args(c.args, true);
+    const std::optional<DryRun> d = check_run(c.index, true);
     if (!d) return;
     // What the overlap changes by the estimator: the buckets in flight without sharding (more), each
     // bucket's whole gradients freed once reduce-scattered under ZeRO-2/3 (less).
@@ -550,9 +583,7 @@ class Search {
   std::vector<PlanCandidate> all_;                     // every candidate, the given one first
   std::map<std::string, std::optional<DryRun>> runs_;  // kernel dry runs by kernel key
   std::map<std::string, DryRunOutcome> ahead_;         // run ahead (run_ahead), not taken yet
-  // The processes run_ahead's dry runs run on, made at its first call (every candidate enumerated by then) and
-  // ended with the timing phase.
-  std::optional<DryRunWorkers> workers_;
+  std::optional<DryRunWorkers> workers_;               // workers(): ended with the checks
   std::set<std::string> made_;                         // keys of runs_ made from parts (made_from_parts)
   std::map<std::string, std::string> bodies_, heads_;  // body_key / head_key -> the key of a run of it
   int64_t dry_run_kernels_ = 0;  // recorded by the dry runs so far: their work, counted deterministically

@@ -28,6 +28,7 @@
 namespace tidal::plan {
 
 struct PlanCandidate {
+  size_t index = 0;  // its place among the enumerated candidates (the given one 0)
   train::TrainArgs args;
   std::string flags;      // what differs from the given run (plan_candidates.h)
   std::string recompute;  // its recompute rung, in words
