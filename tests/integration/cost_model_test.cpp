@@ -436,3 +436,37 @@ TEST(CostModel, ALossModesKernelsAreAnotherRunsWithTheHeadReplaced) {
 
 }  // namespace
 }  // namespace tidal::train
+
+namespace tidal::train {
+namespace {
+
+// What the search records of a dry run (kept_kernels: merged as they come) is what it would keep of the whole list.
+TEST(CostModel, KeptRecordsAreTheWholeListKept) {
+  train::TrainArgs a = train::parse_train_args(
+      with({"--model", "tiny-qwen3-moe", "--bf16", "--mock-data", "--seq-length", "32", "--micro-batch-size", "2",
+            "--global-batch-size", "8", "--train-iters", "2", "--lr-warmup-iters", "0", "--eval-interval", "0"},
+           {"--recompute-modules", "moe", "--loss-compute-mode", "chunk", "--loss-chunk-size", "16",
+            "--context-parallel-size", "2", "--expert-model-parallel-size", "2"}));
+  a.parallel.world = 8;
+  const plan::DryRun whole = plan::dry_run(a);
+  const plan::DryRun kept = plan::dry_run(a, 0, true);
+  const std::vector<plan::StepKernel> expected = plan::kept_for_timing(whole.kernels);
+  EXPECT_EQ(kept.recorded_kernels, whole.recorded_kernels);
+  EXPECT_EQ(int64_t(whole.kernels.size()), whole.recorded_kernels);
+  ASSERT_EQ(kept.kernels.size(), expected.size());
+  for (size_t i = 0; i < expected.size(); ++i) {
+    SCOPED_TRACE(i);
+    EXPECT_STREQ(kept.kernels[i].cost.kernel, expected[i].cost.kernel);
+    EXPECT_EQ(kept.kernels[i].cost.flops, expected[i].cost.flops);
+    EXPECT_EQ(kept.kernels[i].cost.bytes, expected[i].cost.bytes);
+    EXPECT_EQ(kept.kernels[i].phase, expected[i].phase);
+    EXPECT_EQ(kept.kernels[i].layer, expected[i].layer);
+    EXPECT_EQ(kept.kernels[i].count, expected[i].count);
+    EXPECT_EQ(kept.kernels[i].head, expected[i].head);
+    EXPECT_TRUE(kept.kernels[i].module.empty());
+  }
+  EXPECT_EQ(kept.device.peak_allocated, whole.device.peak_allocated);
+}
+
+}  // namespace
+}  // namespace tidal::train

@@ -84,7 +84,7 @@ std::unique_ptr<train::Setup>& left_standing() {
 
 void leave_dry_runs_standing() { standing() = true; }
 
-DryRun dry_run(const train::TrainArgs& given, int rank) {
+DryRun dry_run(const train::TrainArgs& given, int rank, bool kept_kernels) {
   const int ranks = given.parallel.world;
   check_supported(given);
   const train::TrainArgs args = dry_args(given);
@@ -124,8 +124,8 @@ DryRun dry_run(const train::TrainArgs& given, int rank) {
       if (it == steps) recorder.emplace();
       train::train_step(it, args, s, profiler, saved, [](int64_t) {});
       if (recorder) {
-        r.kernels = recorder->finish();
-        r.recorded_kernels = int64_t(r.kernels.size());
+        r.kernels = kept_kernels ? recorder->finish_kept() : recorder->finish();
+        for (const StepKernel& k : r.kernels) r.recorded_kernels += k.count;
       }
       profiler.end_step(it, nullptr);
       ++r.steps;

@@ -67,7 +67,9 @@ struct DryRun {
 // backward, so its peak depends on timing, in a real run too). The kernels' workspaces are sized as
 // args.device's backend sizes them (seam/planned_device.h): `--device cuda` plans cuDNN's attention
 // workspace; a build without that backend refuses to plan for it.
-DryRun dry_run(const train::TrainArgs& args, int rank = 0);
+// `kept_kernels`: the kernels as tidal plan's search keeps them (kernel_records.h kept_for_timing: merged, without
+// names), recorded without the whole list.
+DryRun dry_run(const train::TrainArgs& args, int rank = 0, bool kept_kernels = false);
 
 // For a process that ends (_exit) right after its dry runs, a dry-run pool's child (dry_run_pool.h): from
 // now on a dry run leaves what it built standing (a large MoE model's modules, optimizer and their meta

@@ -67,34 +67,49 @@ const char* step_phase_name(StepPhase p) {
   return "?";
 }
 
-std::vector<StepKernel> merge_identical(std::vector<StepKernel> kernels) {
-  using Key = std::tuple<std::string_view, CostKind, DType, int64_t, int64_t, StepPhase, int, bool>;
-  std::map<Key, size_t> at;
-  std::vector<StepKernel> merged;
-  for (StepKernel& k : kernels) {
-    const Key key{k.cost.kernel, k.cost.kind, k.cost.dtype, k.cost.flops, k.cost.bytes, k.phase, k.layer, k.head};
-    const auto [it, fresh] = at.emplace(key, merged.size());
+// merge_identical's records, one added at a time (names dropped).
+class Merger {
+ public:
+  void add(const KernelCost& cost, StepPhase phase, int layer, bool head, int64_t count) {
+    const Key key{cost.kernel, cost.kind, cost.dtype, cost.flops, cost.bytes, phase, layer, head};
+    const auto [it, fresh] = at_.emplace(key, merged_.size());
     if (!fresh) {
-      merged[it->second].count += k.count;
-      continue;
+      merged_[it->second].count += count;
+      return;
     }
     StepKernel m;
-    m.cost = k.cost;
-    m.phase = k.phase;
-    m.layer = k.layer;
-    m.head = k.head;
-    m.count = k.count;
-    merged.push_back(m);
+    m.cost = cost;
+    m.phase = phase;
+    m.layer = layer;
+    m.head = head;
+    m.count = count;
+    merged_.push_back(m);
   }
-  return merged;
+  std::vector<StepKernel> take() { return std::move(merged_); }
+
+ private:
+  using Key = std::tuple<std::string_view, CostKind, DType, int64_t, int64_t, StepPhase, int, bool>;
+  std::map<Key, size_t> at_;
+  std::vector<StepKernel> merged_;
+};
+
+// kept_for_timing's order: the head's records after the others'.
+std::vector<StepKernel> body_then_head(Merger& body, Merger& head) {
+  std::vector<StepKernel> out = body.take();
+  for (StepKernel& k : head.take()) out.push_back(std::move(k));
+  return out;
+}
+
+std::vector<StepKernel> merge_identical(std::vector<StepKernel> kernels) {
+  Merger m;
+  for (const StepKernel& k : kernels) m.add(k.cost, k.phase, k.layer, k.head, k.count);
+  return m.take();
 }
 
 std::vector<StepKernel> kept_for_timing(std::vector<StepKernel> kernels) {
-  std::vector<StepKernel> body, head;
-  for (StepKernel& k : kernels) (k.head ? head : body).push_back(std::move(k));
-  std::vector<StepKernel> out = merge_identical(std::move(body));
-  for (StepKernel& k : merge_identical(std::move(head))) out.push_back(std::move(k));
-  return out;
+  Merger body, head;
+  for (const StepKernel& k : kernels) (k.head ? head : body).add(k.cost, k.phase, k.layer, k.head, k.count);
+  return body_then_head(body, head);
 }
 
 std::vector<StepKernel> with_head_of(const std::vector<StepKernel>& body, const std::vector<StepKernel>& head) {
@@ -111,14 +126,9 @@ KernelRecorder::KernelRecorder() {
                "a kernel recorder needs the cost sink and the range recorder to itself");
   set_cost_sink([this](const KernelCost& c) {
     const MemoryContext& ctx = memory_context();
-    Raw r;
-    r.kernel.cost = c;
-    r.kernel.layer = ctx.layer;
-    if (ctx.module != nullptr) r.kernel.module = ctx.module;
-    if (ctx.op != nullptr) r.kernel.op = ctx.op;
-    r.time_ns = now_ns();
-    raw_.push_back(std::move(r));
+    raw_.push_back({c, ctx.module, ctx.op, now_ns(), ctx.layer});
   });
+  raw_.reserve(recorded_hint());
   profile::start_recording();
   active_ = true;
 }
@@ -132,6 +142,36 @@ KernelRecorder::~KernelRecorder() {
 }
 
 std::vector<StepKernel> KernelRecorder::finish() {
+  std::vector<StepKernel> out;
+  out.reserve(raw_.size());
+  tag([&out](const Raw& r, StepPhase phase, bool head) {
+    StepKernel k;
+    k.cost = r.cost;
+    k.phase = phase;
+    k.layer = r.layer;
+    if (r.module != nullptr) k.module = r.module;
+    if (r.op != nullptr) k.op = r.op;
+    k.head = head;
+    out.push_back(std::move(k));
+  });
+  return out;
+}
+
+std::vector<StepKernel> KernelRecorder::finish_kept() {
+  Merger body, head;
+  tag([&](const Raw& r, StepPhase phase, bool in_head) {
+    (in_head ? head : body).add(r.cost, phase, r.layer, in_head, 1);
+  });
+  return body_then_head(body, head);
+}
+
+size_t& KernelRecorder::recorded_hint() {
+  static size_t hint = 0;  // the last recording's size: the next one's reserve (a dry run after another)
+  return hint;
+}
+
+template <class F>
+void KernelRecorder::tag(F&& each) {
   TIDAL_ASSERT(active_, "KernelRecorder::finish called twice");
   set_cost_sink(nullptr);
   profile::stop_recording();
@@ -162,23 +202,21 @@ std::vector<StepKernel> KernelRecorder::finish() {
   loss = merged(std::move(loss));
   collective = merged(std::move(collective));
   head = merged(std::move(head));
-  std::vector<StepKernel> out;
-  out.reserve(raw_.size());
-  for (Raw& r : raw_) {
+  for (const Raw& r : raw_) {
+    StepPhase phase = StepPhase::other;
     if (holding(collective, r.time_ns)) {
-      r.kernel.phase = StepPhase::collective;
+      phase = StepPhase::collective;
     } else if (holding(recompute, r.time_ns)) {
-      r.kernel.phase = StepPhase::recompute;
+      phase = StepPhase::recompute;
     } else if (holding(loss, r.time_ns)) {
-      r.kernel.phase = StepPhase::loss;
+      phase = StepPhase::loss;
     } else if (const Span* p = holding(phases, r.time_ns)) {
-      r.kernel.phase = p->phase;
+      phase = p->phase;
     }
-    r.kernel.head = holding(head, r.time_ns) != nullptr;
-    out.push_back(std::move(r.kernel));
+    each(r, phase, holding(head, r.time_ns) != nullptr);
   }
-  raw_.clear();
-  return out;
+  recorded_hint() = std::max(recorded_hint(), raw_.size());
+  raw_ = {};
 }
 
 }  // namespace tidal::plan

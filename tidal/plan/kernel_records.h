@@ -58,12 +58,24 @@ class KernelRecorder {
 
   // The records so far, each tagged with its phase; stops recording.
   std::vector<StepKernel> finish();
+  // The same as kept_for_timing(finish()) (merged, without names), without the whole list in between: what tidal
+  // plan's search keeps of a dry run of a million kernels. finish() or this, once.
+  std::vector<StepKernel> finish_kept();
 
  private:
+  // A kernel as recorded: the module's and op's names by address (they outlive the step recorded, whose model
+  // is alive until finish()), so that recording allocates nothing but the list.
   struct Raw {
-    StepKernel kernel;
+    KernelCost cost;
+    const char* module = nullptr;
+    const char* op = nullptr;
     int64_t time_ns = 0;
+    int layer = -1;
   };
+  // Stops recording and hands each record with its phase and whether it is the head's to `each`, in order.
+  template <class F>
+  void tag(F&& each);
+  static size_t& recorded_hint();
   std::vector<Raw> raw_;
   bool active_ = false;
 };

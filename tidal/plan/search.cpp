@@ -31,11 +31,13 @@ constexpr int kMaxVerifiedAbove = 8;
 // configuration (--overlap-grad-reduce, whose peak depends on timing).
 // `largest` false: rank 0 alone (its kernels time any rank: they differ only in the update's shard).
 // `error` keeps the first refusal's message.
-std::optional<DryRun> try_dry_run(train::TrainArgs a, bool largest = true, std::string* error = nullptr) {
+// `kept`: rank 0's kernels as kept_for_timing leaves them.
+std::optional<DryRun> try_dry_run(train::TrainArgs a, bool largest = true, std::string* error = nullptr,
+                                  bool kept = false) {
   a.checkpoint.load.clear();
   a.pretrained.clear();
   try {
-    return a.parallel.world > 1 && largest ? dry_run_largest_rank(a) : dry_run(a, 0);
+    return a.parallel.world > 1 && largest ? dry_run_largest_rank(a) : dry_run(a, 0, kept);
   } catch (const Error& e) {
     if (error != nullptr && error->empty()) *error = e.what();
     return std::nullopt;
@@ -97,14 +99,6 @@ std::string outer_key(const train::TrainArgs& a) {
          name(a.attention) + "|" + std::to_string(a.micro_batch_size) + "|" +
          parallel::sharding_name(a.parallel.sharding) + "|" + std::to_string(int(a.parallel.overlap_grad_reduce)) +
          parallel_key(a);
-}
-
-// What the search keeps of a kernel dry run: its statistics and its kernels merged (what the cost
-// model reads), not the saved-tensor table. A 30B MoE model's dry run records hundreds of thousands of
-// kernels, and the search keeps hundreds of runs.
-void keep_for_timing(DryRun& d) {
-  d.saved = {};
-  d.kernels = kept_for_timing(std::move(d.kernels));
 }
 
 void set_exact(PlanCandidate& c, const DryRun& d, const PlanSearch& r) {
@@ -282,8 +276,8 @@ class Search {
   // The kernel dry run of `a` and what the search keeps of it.
   static DryRunOutcome kernel_dry_run(const train::TrainArgs& a) {
     DryRunOutcome o;
-    o.run = try_dry_run(kernel_args(a), false, &o.error);
-    if (o.run) keep_for_timing(*o.run);
+    o.run = try_dry_run(kernel_args(a), false, &o.error, true);
+    if (o.run) o.run->saved = {};
     return o;
   }
 
@@ -293,7 +287,7 @@ class Search {
   }
 
   // `a`'s kernels from a run of its body and one of its head, when both were run (Note [A loss mode from another's
-  // run]): the kernels its own run would record, in keep_for_timing's order. Its peaks and activations are the
+  // run]): the kernels its own run would record, in kept_for_timing's order. Its peaks and activations are the
   // body run's (only its kernels are read).
   std::optional<DryRun> made_from_parts(const train::TrainArgs& a) const {
     const auto body = bodies_.find(body_key(a));
