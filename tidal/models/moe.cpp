@@ -383,13 +383,16 @@ Tensor SparseMoeBlock::run_on_owners(const Tensor& flat, const Tensor& slot_toke
   if (got.size(0) > 0) {
     // Grouped by local expert (each expert's rows from every source, in source order), one matrix
     // product per expert, then back in the order they came.
-    std::vector<int64_t> start(ranks * local), order, inverse(size_t(got.size(0)));
-    int64_t at = 0;
-    for (size_t i = 0; i < start.size(); ++i) start[i] = std::exchange(at, at + from[i]);
-    for (size_t l = 0; l < local; ++l)
-      for (size_t s = 0; s < ranks; ++s)
-        for (int64_t i = 0; i < from[s * local + l]; ++i) order.push_back(start[s * local + l] + i);
-    for (size_t i = 0; i < order.size(); ++i) inverse[size_t(order[i])] = int64_t(i);
+    std::vector<int64_t> start(ranks * local), order(size_t(got.size(0))), inverse(size_t(got.size(0)));
+    if (!got.is_meta()) {  // the meta device reads only the indices' shapes (a dry run's MoE layer: 10^5 rows)
+      int64_t at = 0;
+      for (size_t i = 0; i < start.size(); ++i) start[i] = std::exchange(at, at + from[i]);
+      size_t next = 0;
+      for (size_t l = 0; l < local; ++l)
+        for (size_t s = 0; s < ranks; ++s)
+          for (int64_t i = 0; i < from[s * local + l]; ++i) order[next++] = start[s * local + l] + i;
+      for (size_t i = 0; i < order.size(); ++i) inverse[size_t(order[i])] = int64_t(i);
+    }
     const Shape rows{got.size(0)};
     Tensor grouped = index_select(got, 0, from_vector_i64(order, rows, got.device()));
     std::vector<int64_t> mine(local, 0);  // rows per local expert

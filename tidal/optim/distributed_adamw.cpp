@@ -345,13 +345,14 @@ void DistributedAdamW::reduce_group(size_t g, dist::Communicator& comm, const st
         const Piece& p = pieces[size_t(r)][k];
         const auto [offset, length] = overlap(p);
         if (length == 0) continue;
+        if (r != me && meta) continue;  // nothing crosses on the meta device: no view of it either
         Tensor part = grads[p.param].narrow(0, p.begin + offset, length);  // (length)
         if (r == me) {
           const int64_t at = p.packed_at + offset - lo;  // in my round's blocks
           blocks.select(0, me).narrow(0, at, length).copy_(part);
           for (int q = 0; q < ranks && !meta; ++q)  // every other rank's part of this piece
             if (q != me) receives.push_back({q, blocks.select(0, q).narrow(0, at, length)});
-        } else if (!meta) {
+        } else {
           sends.push_back({r, part});
         }
       }
@@ -369,13 +370,37 @@ void DistributedAdamW::reduce_group(size_t g, dist::Communicator& comm, const st
       const auto [offset, length] = overlap(pieces[size_t(me)][k]);
       if (length > 0) sums(k, offset, length).zero_();
     }
-    for (int r = 0; r < ranks; ++r)  // in rank order, each element on its own: any grouping adds alike
-      for (size_t k = mine_from; k < mine_to; ++k) {
-        const Piece& p = pieces[size_t(me)][k];
-        const auto [offset, length] = overlap(p);
-        if (length == 0) continue;
-        sums(k, offset, length).add_(blocks.select(0, r).narrow(0, p.packed_at + offset - lo, length));
+    // Where each run of my round's blocks is summed: a piece's sums, or in the shard's sums a run of pieces end to
+    // end there (all of them, unless a parameter without a gradient this call sits between): one add per rank and
+    // run, element by element the same sums.
+    struct Run {
+      int64_t block_at, length, shard_at;
+      Tensor into;  // (length)
+    };
+    std::vector<Run> runs;
+    for (size_t k = mine_from; k < mine_to; ++k) {
+      const Piece& p = pieces[size_t(me)][k];
+      const auto [offset, length] = overlap(p);
+      if (length == 0) continue;
+      const int64_t block_at = p.packed_at + offset - lo;
+      if (in_place_) {
+        runs.push_back({block_at, length, 0, sums(k, offset, length)});
+        continue;
       }
+      const int64_t at = shard_at[k] + offset;
+      Run* last = runs.empty() ? nullptr : &runs.back();
+      if (last != nullptr && last->shard_at + last->length == at && last->block_at + last->length == block_at) {
+        last->length += length;
+      } else {
+        runs.push_back({block_at, length, at, Tensor()});
+      }
+    }
+    for (Run& run : runs)
+      if (!run.into.defined()) run.into = shard_grad_.narrow(0, run.shard_at, run.length);
+    for (int r = 0; r < ranks; ++r) {          // in rank order, each element on its own: any grouping adds alike
+      const Tensor row = blocks.select(0, r);  // (mine)
+      for (Run& run : runs) run.into.add_(row.narrow(0, run.block_at, run.length));
+    }
   }
 }
 
