@@ -295,7 +295,8 @@ void DistributedAdamW::reduce_group(size_t g, dist::Communicator& comm, const st
     int64_t at = groups_[g].at;
     for (const ShardLayout::Fragment& f : fragments(g, r)) {
       if (grads[f.param].defined()) {
-        pieces[size_t(r)].push_back({f.param, f.begin, f.length, packed[size_t(r)]});
+        if (r == me || !meta)  // the meta device exchanges nothing: the others' packed lengths are enough
+          pieces[size_t(r)].push_back({f.param, f.begin, f.length, packed[size_t(r)]});
         packed[size_t(r)] += f.length;
         if (r == me) shard_at.push_back(at);
       }
