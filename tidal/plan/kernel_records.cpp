@@ -5,6 +5,7 @@
 #include <map>
 #include <string_view>
 #include <tuple>
+#include <unordered_map>
 
 #include "tidal/base/clock.h"
 #include "tidal/base/error.h"
@@ -71,7 +72,7 @@ const char* step_phase_name(StepPhase p) {
 class Merger {
  public:
   void add(const KernelCost& cost, StepPhase phase, int layer, bool head, int64_t count) {
-    const Key key{cost.kernel, cost.kind, cost.dtype, cost.flops, cost.bytes, phase, layer, head};
+    const Key key{name_id(cost.kernel), cost.kind, cost.dtype, cost.flops, cost.bytes, phase, layer, head};
     const auto [it, fresh] = at_.emplace(key, merged_.size());
     if (!fresh) {
       merged_[it->second].count += count;
@@ -88,8 +89,17 @@ class Merger {
   std::vector<StepKernel> take() { return std::move(merged_); }
 
  private:
-  using Key = std::tuple<std::string_view, CostKind, DType, int64_t, int64_t, StepPhase, int, bool>;
+  // A kernel's name by content (the same name may sit at two addresses, one per translation unit), looked up by
+  // its address once: a step's million records compare numbers, not strings.
+  int name_id(const char* name) {
+    const auto [it, fresh] = by_address_.emplace(name, 0);
+    if (fresh) it->second = by_content_.emplace(std::string_view(name), int(by_content_.size())).first->second;
+    return it->second;
+  }
+  using Key = std::tuple<int, CostKind, DType, int64_t, int64_t, StepPhase, int, bool>;
   std::map<Key, size_t> at_;
+  std::unordered_map<const char*, int> by_address_;
+  std::unordered_map<std::string_view, int> by_content_;
   std::vector<StepKernel> merged_;
 };
 
