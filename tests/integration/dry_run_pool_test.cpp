@@ -1,5 +1,5 @@
-// Dry runs in child processes (tidal/plan/dry_run_pool.h) and a search that runs them on several
-// workers: the same results, in order, and every way a child can fail said.
+// Dry runs on worker processes (tidal/plan/dry_run_pool.h) and a search that runs them on several
+// workers: the same results, in order, and every way a worker can fail said.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -65,54 +65,6 @@ TEST(DryRunPool, AResultCrossesFromItsProcessIntact) {
   const std::string bytes = encode_outcome(o);
   EXPECT_THROW(decode_outcome(bytes.substr(0, bytes.size() - 3)), Error);
   EXPECT_THROW(decode_outcome(bytes + "x"), Error);
-}
-
-TEST(DryRunPool, JobsRunInProcessesOfTheirOwnSeveralAtOnceAndComeBackInOrder) {
-  std::vector<DryRunJob> jobs;
-  for (int i = 0; i < 7; ++i)
-    jobs.push_back([i] {
-      DryRunOutcome o;
-      o.run = DryRun{};
-      o.run->rank = i;
-      o.run->steps = ::getpid();
-      o.error = std::string(size_t(100000 * i), 'e');  // more than a pipe holds
-      return o;
-    });
-  std::vector<size_t> done;
-  const std::vector<DryRunOutcome> out = run_dry_runs(jobs, 3, [&done](size_t i) { done.push_back(i); });
-  ASSERT_EQ(out.size(), 7u);
-  std::set<int64_t> pids;
-  for (int i = 0; i < 7; ++i) {
-    ASSERT_TRUE(out[size_t(i)].run.has_value());
-    EXPECT_EQ(out[size_t(i)].run->rank, i);
-    EXPECT_EQ(out[size_t(i)].error.size(), size_t(100000 * i));
-    EXPECT_NE(out[size_t(i)].run->steps, int64_t(::getpid()));
-    pids.insert(out[size_t(i)].run->steps);
-  }
-  EXPECT_EQ(pids.size(), 7u);
-  EXPECT_EQ(std::set<size_t>(done.begin(), done.end()).size(), 7u);
-  // One worker: here, in order.
-  const std::vector<DryRunOutcome> here = run_dry_runs(jobs, 1);
-  EXPECT_EQ(here[3].run->steps, int64_t(::getpid()));
-}
-
-TEST(DryRunPool, AChildThatDiesOrThrowsIsAnErrorNamingIt) {
-  const DryRunJob fine = [] { return DryRunOutcome{DryRun{}, ""}; };
-  const DryRunJob dies = []() -> DryRunOutcome { std::abort(); };
-  const DryRunJob throws = []() -> DryRunOutcome { throw std::runtime_error("out of shapes"); };
-  try {
-    run_dry_runs({fine, dies, fine}, 2);
-    FAIL() << "a child killed by a signal was not said";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("the process of dry run 2 ended by signal 6"), std::string::npos) << e.what();
-    EXPECT_NE(std::string(e.what()).find("TIDAL_PLAN_JOBS=1"), std::string::npos) << e.what();
-  }
-  try {
-    run_dry_runs({throws, fine}, 2);
-    FAIL() << "an exception in a child was not said";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("dry run 1 failed: out of shapes"), std::string::npos) << e.what();
-  }
 }
 
 TEST(DryRunPool, WorkersRunJobsByIndexOneAfterAnotherInTheirOwnProcesses) {

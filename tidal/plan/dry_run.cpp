@@ -15,7 +15,6 @@
 #include "tidal/ops/matmul.h"
 #include "tidal/optim/grad_clip.h"
 #include "tidal/optim/shard_layout.h"
-#include "tidal/plan/dry_run_pool.h"
 #include "tidal/seam/planned_device.h"
 #include "tidal/train/profiling.h"
 #include "tidal/train/setup.h"
@@ -70,19 +69,7 @@ std::vector<int64_t> shard_sizes(const train::TrainArgs& args, int ranks) {
   return sizes;
 }
 
-bool& standing() {
-  static bool leave = false;
-  return leave;
-}
-// The last dry run's build, when left standing: torn down by the next dry run in this process, if any.
-std::unique_ptr<train::Setup>& left_standing() {
-  static std::unique_ptr<train::Setup> left;
-  return left;
-}
-
 }  // namespace
-
-void leave_dry_runs_standing() { standing() = true; }
 
 DryRun dry_run(const train::TrainArgs& given, int rank, bool kept_kernels) {
   const int ranks = given.parallel.world;
@@ -95,7 +82,6 @@ DryRun dry_run(const train::TrainArgs& given, int rank, bool kept_kernels) {
   } release_workspace;
   Allocator& meta = device_allocator(Device::meta());
   Allocator& host = host_allocator(Device::meta());
-  left_standing().reset();
   start_fresh(meta);
   start_fresh(host);
   dist::MetaCommunicator comm(rank, ranks);
@@ -107,9 +93,7 @@ DryRun dry_run(const train::TrainArgs& given, int rank, bool kept_kernels) {
   {
     std::FILE* quiet = std::fopen("/dev/null", "w");  // setup's log lines (ZeRO-3's build) are the real run's
     std::unique_ptr<std::FILE, int (*)(std::FILE*)> closer(quiet, std::fclose);
-    auto built = std::make_unique<train::Setup>(
-        train::setup_training(args, config, quiet != nullptr ? quiet : stderr, comm, Device::meta()));
-    train::Setup& s = *built;
+    train::Setup s = train::setup_training(args, config, quiet != nullptr ? quiet : stderr, comm, Device::meta());
     for (const auto& [name, p] : s.model->named_trainable_parameters()) {  // reduced and updated (LoRA: adapters)
       r.parameter_numels.push_back(p.numel());
       r.expert_parameter.push_back(models::is_expert_parameter(name));
@@ -142,7 +126,6 @@ DryRun dry_run(const train::TrainArgs& given, int rank, bool kept_kernels) {
       }
     }
     r.saved = std::move(saved);
-    if (standing()) left_standing() = std::move(built);  // the process ends next: nothing to give back
   }
   meta.empty_cache();
   host.empty_cache();
@@ -198,13 +181,15 @@ DryRun largest_of(const std::vector<int>& ranks, std::vector<DryRunOutcome> outc
   return best;
 }
 
-DryRun dry_run_largest_rank(const train::TrainArgs& args, int workers) {
+DryRun dry_run_largest_rank(const train::TrainArgs& args) {
   const std::vector<int> run = largest_rank_candidates(args);
-  std::vector<DryRunJob> jobs;
-  for (int r : run)
-    jobs.push_back(
-        [&args, r, in_children = workers > 1 && run.size() > 1] { return rank_dry_run(args, r, !in_children); });
-  return largest_of(run, run_dry_runs(jobs, workers));
+  std::vector<DryRunOutcome> outcomes;
+  for (const int r : run) {
+    outcomes.push_back(rank_dry_run(args, r, true));
+    if (!outcomes.back().run) break;  // the first refusal is the answer
+  }
+  outcomes.resize(run.size());
+  return largest_of(run, std::move(outcomes));
 }
 
 }  // namespace tidal::plan

@@ -71,17 +71,10 @@ struct DryRun {
 // names), recorded without the whole list.
 DryRun dry_run(const train::TrainArgs& args, int rank = 0, bool kept_kernels = false);
 
-// For a process that ends (_exit) right after its dry runs, a dry-run pool's child (dry_run_pool.h): from
-// now on a dry run leaves what it built standing (a large MoE model's modules, optimizer and their meta
-// tensors: tearing them down is a tenth of its time) until the next dry run starts. Its results are the same.
-void leave_dry_runs_standing();
-
 // The rank of args.parallel.world with the highest device peak (then host peak, then the lowest rank): without
 // sharding every rank alike (rank 0 is run); sharded, every rank up to kDryRunRanks ranks, beyond
 // that the kDryRunRanks ranks with the largest shards.
-// `workers` > 1: the ranks' dry runs in child processes, that many at once (dry_run_pool.h); their
-// saved-tensor tables are not kept.
-DryRun dry_run_largest_rank(const train::TrainArgs& args, int workers = 1);
+DryRun dry_run_largest_rank(const train::TrainArgs& args);
 // Its parts, for a caller with processes of its own (plan/search.cpp): the ranks it runs (refuses as dry_run does
 // what cannot be accounted); one rank's dry run with tidal::Error as the outcome's error (the saved-tensor table
 // kept or not); and of the ranks' outcomes, in their order, the one it returns (throws the first refusal).

@@ -17,7 +17,7 @@
 namespace tidal::plan {
 namespace {
 
-// Note [Dry runs in children]: the bytes a child sends are read by its parent alone, which is the same
+// Note [Dry runs in children]: the bytes a worker sends are read by its parent alone, which is the same
 // program image (fork): KernelCost::kernel, a pointer to a static string, is sent as its address.
 static_assert(std::is_trivially_copyable_v<MemoryStats>);
 
@@ -90,49 +90,6 @@ void write_all(int fd, const std::string& bytes) {
 
 // A child's first byte: its job's outcome follows, or the message of an exception that ended it.
 constexpr char kOutcome = 'O', kFailure = 'X';
-
-[[noreturn]] void run_child(const DryRunJob& job, int fd) {
-  run_loops_serially();       // the parent's OpenMP threads are not in this process (the thread count stays:
-                              // it sizes the per-thread workspaces a dry run plans)
-  leave_dry_runs_standing();  // this process ends with _exit below
-  std::string bytes;
-  int code = 0;
-  try {
-    bytes = kOutcome + encode_outcome(job());
-  } catch (const std::exception& e) {
-    bytes = std::string(1, kFailure) + e.what();
-    code = 2;
-  } catch (...) {
-    bytes = std::string(1, kFailure) + "an unknown exception";
-    code = 2;
-  }
-  write_all(fd, bytes);
-  ::close(fd);
-  ::_exit(code);
-}
-
-struct Child {
-  pid_t pid = -1;
-  int fd = -1;
-  size_t job = 0;
-  std::string bytes;
-};
-
-DryRunOutcome finish(Child& c) {
-  ::close(c.fd);
-  int status = 0;
-  while (::waitpid(c.pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  TIDAL_CHECK(!WIFSIGNALED(status), "tidal plan: the process of dry run ", c.job + 1, " ended by signal ",
-              WTERMSIG(status), WTERMSIG(status) == SIGKILL ? " (the out-of-memory killer?)" : "",
-              ": nothing was planned; TIDAL_PLAN_JOBS=1 runs the dry runs in tidal plan's own process");
-  TIDAL_CHECK(!c.bytes.empty(), "tidal plan: the process of dry run ", c.job + 1, " ended (status ",
-              WIFEXITED(status) ? WEXITSTATUS(status) : -1, ") without its result");
-  if (c.bytes[0] == kFailure)
-    throw Error("tidal plan: dry run " + std::to_string(c.job + 1) + " failed: " + c.bytes.substr(1));
-  TIDAL_CHECK(c.bytes[0] == kOutcome, "tidal plan: dry run ", c.job + 1, " sent an unreadable result");
-  return decode_outcome(c.bytes.substr(1));
-}
 
 }  // namespace
 
@@ -217,76 +174,6 @@ int dry_run_workers() {
   return int(std::max(1L, ::sysconf(_SC_NPROCESSORS_ONLN)));
 }
 
-std::vector<DryRunOutcome> run_dry_runs(const std::vector<DryRunJob>& jobs, int workers,
-                                        const std::function<void(size_t)>& done) {
-  std::vector<DryRunOutcome> out(jobs.size());
-  if (workers <= 1 || jobs.size() <= 1) {
-    for (size_t i = 0; i < jobs.size(); ++i) {
-      out[i] = jobs[i]();
-      if (done) done(i);
-    }
-    return out;
-  }
-  std::vector<Child> running;
-  // On an error: the children still running are ended and reaped (no zombie, no orphan left planning).
-  struct Reap {
-    std::vector<Child>& running;
-    ~Reap() {
-      for (Child& c : running) {
-        ::kill(c.pid, SIGKILL);
-        ::close(c.fd);
-        int status = 0;
-        ::waitpid(c.pid, &status, 0);
-      }
-    }
-  } reap{running};
-  size_t next = 0;
-  while (next < jobs.size() || !running.empty()) {
-    while (running.size() < size_t(workers) && next < jobs.size()) {
-      int fds[2];
-      TIDAL_CHECK(::pipe2(fds, O_CLOEXEC) == 0, "tidal plan: no pipe for a dry run's process: ", std::strerror(errno));
-      std::fflush(stdout);
-      std::fflush(stderr);
-      const pid_t pid = ::fork();
-      if (pid < 0) {
-        ::close(fds[0]);
-        ::close(fds[1]);
-        throw Error(std::string("tidal plan: could not start a process for a dry run: ") + std::strerror(errno) +
-                    "; TIDAL_PLAN_JOBS=1 runs them in tidal plan's own process");
-      }
-      if (pid == 0) {
-        ::close(fds[0]);
-        run_child(jobs[next], fds[1]);
-      }
-      ::close(fds[1]);
-      running.push_back({pid, fds[0], next, {}});
-      ++next;
-    }
-    std::vector<pollfd> polls;
-    for (const Child& c : running) polls.push_back({c.fd, POLLIN, 0});
-    if (::poll(polls.data(), polls.size(), -1) < 0) {
-      TIDAL_CHECK(errno == EINTR, "tidal plan: waiting for the dry runs' processes failed: ", std::strerror(errno));
-      continue;
-    }
-    for (size_t k = running.size(); k-- > 0;) {
-      if (polls[k].revents == 0) continue;
-      Child& c = running[k];
-      char buffer[1 << 16];
-      const ssize_t n = ::read(c.fd, buffer, sizeof buffer);
-      if (n < 0 && errno == EINTR) continue;
-      if (n > 0) {
-        c.bytes.append(buffer, size_t(n));
-        continue;
-      }
-      Child ended = std::move(c);  // end of its output: it is done
-      running.erase(running.begin() + std::ptrdiff_t(k));
-      out[ended.job] = finish(ended);
-      if (done) done(ended.job);
-    }
-  }
-  return out;
-}
-
 namespace {
 
 bool read_exact(int fd, void* into, size_t n) {
@@ -303,7 +190,8 @@ bool read_exact(int fd, void* into, size_t n) {
 
 // A worker's life: a job index in, its result out (length first), until the parent closes the pipe.
 [[noreturn]] void run_worker(const std::function<DryRunOutcome(size_t)>& job, int in, int out) {
-  run_loops_serially();  // as run_child
+  run_loops_serially();  // the parent's OpenMP threads are not in this process (the thread count stays:
+                         // it sizes the per-thread workspaces a dry run plans)
   uint64_t i = 0;
   while (read_exact(in, &i, sizeof i)) {
     std::string bytes;

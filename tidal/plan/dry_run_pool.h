@@ -1,12 +1,12 @@
 #pragma once
 // Dry runs on every core: a dry run takes the process's meta allocators and cost sink for itself
-// (dry_run.h), so two cannot share a process; each runs in a child process of its own (fork: the
-// model's configuration and the search's state are there already), several at once, and sends back
-// what the planner keeps of it (no saved-tensor table). Results come back in the jobs' order, so a
-// search makes the same choices with any number of workers.
+// (dry_run.h), so two cannot share a process; they run in worker processes (fork: the model's
+// configuration and the search's state are there already), several at once, each sending back what the
+// planner keeps of a dry run (no saved-tensor table). Results come back in the jobs' order, so a search
+// makes the same choices with any number of workers.
 //
-// Only for a process that runs no other threads' work and no MPI (tidal plan): a child has the
-// forking thread alone. The children run their loops on one thread (the OpenMP pool is not theirs;
+// Only for a process that runs no other threads' work and no MPI (tidal plan): a worker has the
+// forking thread alone. The workers run their loops on one thread (the OpenMP pool is not theirs;
 // base/threads.h run_loops_serially) and leave with _exit (nothing of the parent's is flushed or
 // destroyed twice).
 #include <sys/types.h>
@@ -19,21 +19,10 @@
 
 namespace tidal::plan {
 
-// A job: a dry run (or several, keeping one), tidal::Error turned into `error`. Its result must hold no
-// saved-tensor table (DryRun::saved is not sent back).
-using DryRunJob = std::function<DryRunOutcome()>;
-
-// Runs `jobs` on up to `workers` child processes at once (workers <= 1 or one job: here, in order);
-// `done(i)` after job i's result is in (for progress). Throws tidal::Error when a child dies (a signal,
-// the out-of-memory killer) or any other exception than tidal::Error ends a job.
-std::vector<DryRunOutcome> run_dry_runs(const std::vector<DryRunJob>& jobs, int workers,
-                                        const std::function<void(size_t)>& done = {});
-
 // Worker processes forked once that run jobs named by an index, one after another: each keeps its heap between
 // them (a fresh process per dry run faults in every page it touches: on a 2-core machine that doubled a MoE
 // model's dry runs). The workers see this process as it was when they were made: `job(i)` must be resolvable
-// from that state (tidal plan's search makes them once every candidate is enumerated). Only where run_dry_runs may
-// be used.
+// from that state (tidal plan's search makes them once every candidate is enumerated).
 class DryRunWorkers {
  public:
   DryRunWorkers(int workers, std::function<DryRunOutcome(size_t)> job);

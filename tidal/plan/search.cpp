@@ -337,7 +337,7 @@ class Search {
   }
 
   // With several workers: the kernel dry runs of `candidates`' configurations not run yet, at most `most`
-  // of them, at once (in child processes), kept in ahead_ until kernels_of takes them — as it would have
+  // of them, at once (on the worker processes), kept in ahead_ until kernels_of takes them — as it would have
   // run them, so the budget of SearchOptions::dry_run_kernels counts only those taken.
   void run_ahead(const std::vector<size_t>& candidates, size_t most) {
     if (o_.dry_run_workers <= 1) return;
