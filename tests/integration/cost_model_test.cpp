@@ -383,6 +383,21 @@ namespace {
 
 // Note [A loss mode from another's run] (plan/search.cpp): a configuration's kept records in one loss mode are its
 // run's in another with the head's replaced by any run's in the first mode on as many tokens, record by record.
+// Two lists of kept records alike, record by record (names aside).
+void expect_same_records(const std::vector<plan::StepKernel>& got, const std::vector<plan::StepKernel>& want) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    SCOPED_TRACE(i);
+    EXPECT_STREQ(got[i].cost.kernel, want[i].cost.kernel);
+    EXPECT_EQ(got[i].cost.flops, want[i].cost.flops);
+    EXPECT_EQ(got[i].cost.bytes, want[i].cost.bytes);
+    EXPECT_EQ(got[i].phase, want[i].phase);
+    EXPECT_EQ(got[i].layer, want[i].layer);
+    EXPECT_EQ(got[i].count, want[i].count);
+    EXPECT_EQ(got[i].head, want[i].head);
+  }
+}
+
 // `world` ranks: rank 0's runs, as the search's.
 void expect_made_from_parts(const std::vector<std::string>& base, const std::vector<std::string>& body_flags,
                             const std::vector<std::string>& other_body, int world = 1) {
@@ -397,21 +412,8 @@ void expect_made_from_parts(const std::vector<std::string>& base, const std::vec
     const std::vector<plan::StepKernel> real = kept(to_chunk ? with(body_flags, chunk) : body_flags);
     const std::vector<plan::StepKernel> body = kept(to_chunk ? body_flags : with(body_flags, chunk));
     const std::vector<plan::StepKernel> head = kept(to_chunk ? with(other_body, chunk) : other_body);
-    const std::vector<plan::StepKernel> made = plan::with_head_of(body, head);
-    ASSERT_EQ(made.size(), real.size());
-    int heads = 0;
-    for (size_t i = 0; i < real.size(); ++i) {
-      SCOPED_TRACE(i);
-      EXPECT_STREQ(made[i].cost.kernel, real[i].cost.kernel);
-      EXPECT_EQ(made[i].cost.flops, real[i].cost.flops);
-      EXPECT_EQ(made[i].cost.bytes, real[i].cost.bytes);
-      EXPECT_EQ(made[i].phase, real[i].phase);
-      EXPECT_EQ(made[i].layer, real[i].layer);
-      EXPECT_EQ(made[i].count, real[i].count);
-      EXPECT_EQ(made[i].head, real[i].head);
-      heads += real[i].head;
-    }
-    EXPECT_GT(heads, 2);
+    expect_same_records(plan::with_head_of(body, head), real);
+    EXPECT_GT(std::count_if(real.begin(), real.end(), [](const plan::StepKernel& k) { return k.head; }), 2);
   }
 }
 
@@ -453,18 +455,8 @@ TEST(CostModel, KeptRecordsAreTheWholeListKept) {
   const std::vector<plan::StepKernel> expected = plan::kept_for_timing(whole.kernels);
   EXPECT_EQ(kept.recorded_kernels, whole.recorded_kernels);
   EXPECT_EQ(int64_t(whole.kernels.size()), whole.recorded_kernels);
-  ASSERT_EQ(kept.kernels.size(), expected.size());
-  for (size_t i = 0; i < expected.size(); ++i) {
-    SCOPED_TRACE(i);
-    EXPECT_STREQ(kept.kernels[i].cost.kernel, expected[i].cost.kernel);
-    EXPECT_EQ(kept.kernels[i].cost.flops, expected[i].cost.flops);
-    EXPECT_EQ(kept.kernels[i].cost.bytes, expected[i].cost.bytes);
-    EXPECT_EQ(kept.kernels[i].phase, expected[i].phase);
-    EXPECT_EQ(kept.kernels[i].layer, expected[i].layer);
-    EXPECT_EQ(kept.kernels[i].count, expected[i].count);
-    EXPECT_EQ(kept.kernels[i].head, expected[i].head);
-    EXPECT_TRUE(kept.kernels[i].module.empty());
-  }
+  expect_same_records(kept.kernels, expected);
+  for (const plan::StepKernel& k : kept.kernels) EXPECT_TRUE(k.module.empty());
   EXPECT_EQ(kept.device.peak_allocated, whole.device.peak_allocated);
 }
 

@@ -383,8 +383,9 @@ Tensor SparseMoeBlock::run_on_owners(const Tensor& flat, const Tensor& slot_toke
   if (got.size(0) > 0) {
     // Grouped by local expert (each expert's rows from every source, in source order), one matrix
     // product per expert, then back in the order they came.
-    std::vector<int64_t> start(ranks * local), order(size_t(got.size(0))), inverse(size_t(got.size(0)));
+    std::vector<int64_t> order(size_t(got.size(0))), inverse(size_t(got.size(0)));
     if (!got.is_meta()) {  // the meta device reads only the indices' shapes (a dry run's MoE layer: 10^5 rows)
+      std::vector<int64_t> start(ranks * local);
       int64_t at = 0;
       for (size_t i = 0; i < start.size(); ++i) start[i] = std::exchange(at, at + from[i]);
       size_t next = 0;

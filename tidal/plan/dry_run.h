@@ -75,14 +75,16 @@ DryRun dry_run(const train::TrainArgs& args, int rank = 0, bool kept_kernels = f
 // sharding every rank alike (rank 0 is run); sharded, every rank up to kDryRunRanks ranks, beyond
 // that the kDryRunRanks ranks with the largest shards.
 DryRun dry_run_largest_rank(const train::TrainArgs& args);
-// Its parts, for a caller with processes of its own (plan/search.cpp): the ranks it runs (refuses as dry_run does
-// what cannot be accounted); one rank's dry run with tidal::Error as the outcome's error (the saved-tensor table
-// kept or not); and of the ranks' outcomes, in their order, the one it returns (throws the first refusal).
+
 // One dry run's result: the run, or why it refused (the tidal::Error's message).
 struct DryRunOutcome {
   std::optional<DryRun> run;
   std::string error;
 };
+// dry_run_largest_rank's parts, for a caller with processes of its own (plan/search.cpp): the ranks it runs
+// (refuses as dry_run does what cannot be accounted); one rank's dry run with tidal::Error as the outcome's error
+// (the saved-tensor table kept or not); and of the ranks' outcomes, in their order, the one it returns (throws the
+// first refusal).
 std::vector<int> largest_rank_candidates(const train::TrainArgs& args);
 DryRunOutcome rank_dry_run(const train::TrainArgs& args, int rank, bool keep_saved);
 DryRun largest_of(const std::vector<int>& ranks, std::vector<DryRunOutcome> outcomes);

@@ -88,8 +88,42 @@ void write_all(int fd, const std::string& bytes) {
   }
 }
 
-// A child's first byte: its job's outcome follows, or the message of an exception that ended it.
+// The 8 bytes of `v` (a job index to a worker, a result's length back).
+std::string u64_bytes(uint64_t v) { return std::string(reinterpret_cast<const char*>(&v), sizeof v); }
+
+// A result's first byte: the job's outcome follows, or the message of an exception that ended it.
 constexpr char kOutcome = 'O', kFailure = 'X';
+
+bool read_exact(int fd, void* into, size_t n) {
+  char* p = static_cast<char*>(into);
+  while (n > 0) {
+    const ssize_t r = ::read(fd, p, n);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) return false;
+    p += r;
+    n -= size_t(r);
+  }
+  return true;
+}
+
+// A worker's life: a job index in, its result out (length first), until the parent closes the pipe.
+[[noreturn]] void run_worker(const std::function<DryRunOutcome(size_t)>& job, int in, int out) {
+  run_loops_serially();  // the parent's OpenMP threads are not in this process (the thread count stays:
+                         // it sizes the per-thread workspaces a dry run plans)
+  uint64_t i = 0;
+  while (read_exact(in, &i, sizeof i)) {
+    std::string bytes;
+    try {
+      bytes = kOutcome + encode_outcome(job(size_t(i)));
+    } catch (const std::exception& e) {
+      bytes = std::string(1, kFailure) + e.what();
+    } catch (...) {
+      bytes = std::string(1, kFailure) + "an unknown exception";
+    }
+    write_all(out, u64_bytes(bytes.size()) + bytes);
+  }
+  ::_exit(0);
+}
 
 }  // namespace
 
@@ -174,42 +208,6 @@ int dry_run_workers() {
   return int(std::max(1L, ::sysconf(_SC_NPROCESSORS_ONLN)));
 }
 
-namespace {
-
-bool read_exact(int fd, void* into, size_t n) {
-  char* p = static_cast<char*>(into);
-  while (n > 0) {
-    const ssize_t r = ::read(fd, p, n);
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) return false;
-    p += r;
-    n -= size_t(r);
-  }
-  return true;
-}
-
-// A worker's life: a job index in, its result out (length first), until the parent closes the pipe.
-[[noreturn]] void run_worker(const std::function<DryRunOutcome(size_t)>& job, int in, int out) {
-  run_loops_serially();  // the parent's OpenMP threads are not in this process (the thread count stays:
-                         // it sizes the per-thread workspaces a dry run plans)
-  uint64_t i = 0;
-  while (read_exact(in, &i, sizeof i)) {
-    std::string bytes;
-    try {
-      bytes = kOutcome + encode_outcome(job(size_t(i)));
-    } catch (const std::exception& e) {
-      bytes = std::string(1, kFailure) + e.what();
-    } catch (...) {
-      bytes = std::string(1, kFailure) + "an unknown exception";
-    }
-    const uint64_t n = bytes.size();
-    write_all(out, std::string(reinterpret_cast<const char*>(&n), sizeof n) + bytes);
-  }
-  ::_exit(0);
-}
-
-}  // namespace
-
 DryRunWorkers::DryRunWorkers(int workers, std::function<DryRunOutcome(size_t)> job) {
   for (int w = 0; w < workers; ++w) {
     int jobs[2], results[2];
@@ -246,8 +244,9 @@ DryRunWorkers::DryRunWorkers(int workers, std::function<DryRunOutcome(size_t)> j
 DryRunWorkers::~DryRunWorkers() {
   for (Worker& w : workers_) {
     ::close(w.to);
-    ::kill(w.pid, SIGKILL);  // idle (its jobs' end read), or in a job whose result nobody waits for
     ::close(w.from);
+    if (w.pid < 0) continue;
+    ::kill(w.pid, SIGKILL);  // idle (its jobs' end read), or in a job whose result nobody waits for
     int status = 0;
     while (::waitpid(w.pid, &status, 0) < 0 && errno == EINTR) {
     }
@@ -264,8 +263,7 @@ std::vector<DryRunOutcome> DryRunWorkers::run(const std::vector<size_t>& jobs,
   while (finished < jobs.size()) {
     for (size_t w = 0; w < workers_.size() && next < jobs.size(); ++w) {
       if (on[w] != kIdle) continue;
-      const uint64_t i = jobs[next];
-      write_all(workers_[w].to, std::string(reinterpret_cast<const char*>(&i), sizeof i));
+      write_all(workers_[w].to, u64_bytes(jobs[next]));
       on[w] = next++;
       bytes[w].clear();
     }
@@ -286,10 +284,13 @@ std::vector<DryRunOutcome> DryRunWorkers::run(const std::vector<size_t>& jobs,
       char buffer[1 << 16];
       const ssize_t n = ::read(workers_[w].from, buffer, sizeof buffer);
       if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) {
+      if (n <= 0) {  // the end of its results: it ended (reaped here, so its signal can be named)
         int status = 0;
-        ::waitpid(workers_[w].pid, &status, WNOHANG);
-        throw Error("tidal plan: the process of dry run " + std::to_string(on[w] + 1) + " ended" +
+        while (::waitpid(workers_[w].pid, &status, 0) < 0 && errno == EINTR) {
+        }
+        workers_[w].pid = -1;  // reaped: the destructor leaves it
+        const std::string signal = WIFSIGNALED(status) ? " by signal " + std::to_string(WTERMSIG(status)) : "";
+        throw Error("tidal plan: the process of dry run " + std::to_string(on[w] + 1) + " ended" + signal +
                     (WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL ? " (the out-of-memory killer?)" : "") +
                     " without its result: nothing was planned; TIDAL_PLAN_JOBS=1 runs the dry runs in tidal plan's "
                     "own process");

@@ -190,7 +190,10 @@ void KernelRecorder::tag(F&& each) {
   for (const profile::RangeEvent& r : profile::take_ranges()) {
     if (r.thread != 0) continue;
     const Span s{r.start_ns, r.end_ns, StepPhase::other};
-    if (r.kind != nullptr && std::strcmp(r.kind, profile::kPhase) == 0) {
+    const bool phase = r.kind != nullptr && std::strcmp(r.kind, profile::kPhase) == 0;
+    const bool loss_op =
+        !phase && named(r.name, {"cross_entropy", "chunked_lm_loss", "CrossEntropyBackward", "ChunkedLmLossBackward"});
+    if (phase) {
       if (named(r.name, {"forward"})) phases.push_back({s.start, s.end, StepPhase::forward});
       if (named(r.name, {"backward"})) phases.push_back({s.start, s.end, StepPhase::backward});
       if (named(r.name, {"optimizer"})) phases.push_back({s.start, s.end, StepPhase::optimizer});
@@ -198,13 +201,10 @@ void KernelRecorder::tag(F&& each) {
       collective.push_back(s);
     } else if (named(r.name, {"checkpoint_replay", "recompute_output"})) {
       recompute.push_back(s);
-    } else if (named(r.name, {"cross_entropy", "chunked_lm_loss", "CrossEntropyBackward", "ChunkedLmLossBackward"})) {
+    } else if (loss_op) {
       loss.push_back(s);
     }
-    if (r.kind != nullptr && std::strcmp(r.kind, profile::kPhase) != 0 &&
-        named(r.name, {"lm_head", "loss", kLmHeadBackward, "cross_entropy", "chunked_lm_loss", "CrossEntropyBackward",
-                       "ChunkedLmLossBackward"}))
-      head.push_back(s);
+    if (loss_op || (!phase && named(r.name, {"lm_head", "loss", kLmHeadBackward}))) head.push_back(s);
   }
   profile::take_stream_tasks();
   std::sort(phases.begin(), phases.end(), [](const Span& a, const Span& b) { return a.start < b.start; });

@@ -26,16 +26,26 @@ constexpr int kMaxVerified = 16;
 // And of those the estimator puts above the budget, within its error: the fastest, until one fits.
 constexpr int kMaxVerifiedAbove = 8;
 
-// A dry run of `a` as planned, on the rank of its ranks with the highest peak: --load and --pretrained
-// only give values (the model config has the shapes). nullopt when the dry run refuses the
-// configuration (--overlap-grad-reduce, whose peak depends on timing).
+// `a` as its dry run runs it: --load and --pretrained only give values (the model config has the shapes);
+// `plain`: without --overlap-grad-reduce (the search's check of an overlapped candidate: its own dry run refuses).
+train::TrainArgs check_args(train::TrainArgs a, bool plain = false) {
+  a.checkpoint.load.clear();
+  a.pretrained.clear();
+  if (plain) {
+    a.parallel.overlap_grad_reduce = false;
+    a.parallel.bucket_size = 0;
+  }
+  return a;
+}
+
+// A dry run of `a` as planned (check_args), on the rank of its ranks with the highest peak. nullopt when the dry
+// run refuses the configuration (--overlap-grad-reduce, whose peak depends on timing).
 // `largest` false: rank 0 alone (its kernels time any rank: they differ only in the update's shard).
 // `error` keeps the first refusal's message.
 // `kept`: rank 0's kernels as kept_for_timing leaves them.
-std::optional<DryRun> try_dry_run(train::TrainArgs a, bool largest = true, std::string* error = nullptr,
+std::optional<DryRun> try_dry_run(train::TrainArgs given, bool largest = true, std::string* error = nullptr,
                                   bool kept = false) {
-  a.checkpoint.load.clear();
-  a.pretrained.clear();
+  const train::TrainArgs a = check_args(std::move(given));
   try {
     return a.parallel.world > 1 && largest ? dry_run_largest_rank(a) : dry_run(a, 0, kept);
   } catch (const Error& e) {
@@ -54,11 +64,9 @@ parallel::ShardingStrategy kernel_sharding(parallel::ShardingStrategy s) {
                                                                : s;
 }
 train::TrainArgs kernel_args(const train::TrainArgs& a) {
-  train::TrainArgs k = a;
+  train::TrainArgs k = check_args(a, true);
   k.memory.offload = memory::OffloadConfig{};
   k.memory.swap_optimizer = memory::SwapOptimizerConfig{};
-  k.parallel.overlap_grad_reduce = false;
-  k.parallel.bucket_size = 0;
   k.parallel.overlap_param_gather = false;
   k.parallel.sharding = kernel_sharding(a.parallel.sharding);
   return k;
@@ -74,11 +82,6 @@ std::string parallel_key(const train::TrainArgs& a) {
   return "|" + std::to_string(a.parallel.expert) + "|" + std::to_string(a.parallel.context);
 }
 
-std::string kernel_key(const train::TrainArgs& a) {
-  return a.memory.recompute.describe() + "|" + a.memory.loss.describe() + "|" + name(a.attention) + "|" +
-         std::to_string(a.micro_batch_size) + "|" + parallel::sharding_name(kernel_sharding(a.parallel.sharding)) +
-         parallel_key(a);
-}
 // Note [A loss mode from another's run]: a loss mode changes only the LM head's and the loss's kernels
 // (StepKernel::head), and those depend only on the mode and the tokens a rank holds (micro-batch, context
 // parallelism). So the kernels of a configuration in loss mode L are its run's in another mode with the head's
@@ -92,6 +95,8 @@ std::string body_key(const train::TrainArgs& a) {
 std::string head_key(const train::TrainArgs& a) {
   return a.memory.loss.describe() + "|" + std::to_string(a.micro_batch_size) + "|" + std::to_string(a.parallel.context);
 }
+// The configuration whose kernels time `a` (kernel_args): its body in its loss mode.
+std::string kernel_key(const train::TrainArgs& a) { return body_key(a) + "|" + a.memory.loss.describe(); }
 // Everything but the recompute: the candidates that differ only in their recompute rung share it.
 std::string outer_key(const train::TrainArgs& a) {
   return a.memory.loss.describe() + "|" + a.memory.offload.describe() + "|" +
@@ -388,16 +393,6 @@ class Search {
     const size_t ranks = size_t(std::max(1, given_.parallel.world));
     const size_t check = id / ranks;
     return rank_dry_run(check_args(all_[check / 2].args, check % 2 == 1), int(id % ranks), false);
-  }
-  // A candidate's own configuration as a check runs it; `plain`: without --overlap-grad-reduce (verify).
-  static train::TrainArgs check_args(train::TrainArgs a, bool plain) {
-    a.checkpoint.load.clear();
-    a.pretrained.clear();
-    if (plain) {
-      a.parallel.overlap_grad_reduce = false;
-      a.parallel.bucket_size = 0;
-    }
-    return a;
   }
   // all_[index]'s own dry run (its largest rank: dry_run_largest_rank), on the workers when there are several.
   std::optional<DryRun> check_run(size_t index, bool plain) {

@@ -9,24 +9,25 @@
 
 namespace {
 
-void* allocate(std::size_t n) {
+// `get()` until it gives memory, running the new-handler between tries; std::bad_alloc when there is none.
+template <class F>
+void* until_allocated(F get) {
   for (;;) {
-    if (void* p = std::malloc(n == 0 ? 1 : n)) return p;
+    if (void* p = get()) return p;
     std::new_handler handler = std::get_new_handler();
     if (handler == nullptr) throw std::bad_alloc();
     handler();
   }
 }
 
+void* allocate(std::size_t n) {
+  return until_allocated([n] { return std::malloc(n == 0 ? 1 : n); });
+}
+
 void* allocate_aligned(std::size_t n, std::align_val_t align) {
   const std::size_t a = static_cast<std::size_t>(align);
   const std::size_t size = ((n == 0 ? 1 : n) + a - 1) / a * a;  // aligned_alloc wants a multiple of the alignment
-  for (;;) {
-    if (void* p = std::aligned_alloc(a, size)) return p;
-    std::new_handler handler = std::get_new_handler();
-    if (handler == nullptr) throw std::bad_alloc();
-    handler();
-  }
+  return until_allocated([a, size] { return std::aligned_alloc(a, size); });
 }
 
 }  // namespace
