@@ -104,7 +104,7 @@ TEST(DryRun, DeepSeekV4RecomputeFlagsAreMeasured) {
       for (size_t l = 0; l < 3; ++l) {
         const models::LayerRecompute& p = a.memory.recompute_plan[l];
         EXPECT_EQ(dry_plain.activation_bytes_per_layer[l] - dry.activation_bytes_per_layer[l],
-                  (p.csa_attention ? memory::csa_attention_saving(a.model, int64_t(l), 2, 32, dtype) : 0) +
+                  (p.csa_attention ? memory::csa_attention_saving(a.model, int64_t(l), 2, 32, dtype, a.attention) : 0) +
                       (p.mhc ? memory::mhc_saving(a.model, 2, 32, dtype) : 0))
             << "layer " << l;
       }

@@ -50,6 +50,9 @@ const std::vector<std::vector<std::string>>& features() {
        "--recompute-method", "uniform", "--recompute-num-layers", "1"},
       {"--activation-offload", "--offload-policy", "min-bytes=1024", "--mhc-recompute"},
       {"--loss-compute-mode", "chunk", "--loss-chunk-size", "8"},
+      {"--attention", "eager"},  // the composed core (the default is flash)
+      {"--attention", "eager", "--recompute-csa-attention", "--recompute-granularity", "selective",
+       "--recompute-modules", "core_attn"},
   };
   return all;
 }

@@ -1,7 +1,8 @@
 // What DeepSeek-V4's own recompute flags take off the activations kept after forward, to the byte: the allocator's
 // figure against the formulas of memory/deepseek_v4_savings.h (docs/memory.md, "DeepSeek-V4 layer"), alone, together
 // and next to full block recompute, in f32 and bf16, on the CSA/HCA/CSA and HCA/sliding/HCA fixtures, with the
-// sequence a multiple of the compression rates and not, and too short for any entry.
+// sequence a multiple of the compression rates and not, and too short for any entry; with the flash core and the
+// eager (composed) one.
 #include <gtest/gtest.h>
 
 // Modes are written as partial aggregates: the fields left out keep their defaults.
@@ -31,20 +32,22 @@ void check_bytes(const char* fixture, DType dtype, int64_t seq) {
       {{"full block 1 + csa + mhc", "full", "block", 1, false, -1, false, -1, "", true, true},
        {"full block 1", "full", "block", 1}},
   };
-  for (const auto& [mode, base] : modes) {
-    SCOPED_TRACE(std::string(fixture) + " " + std::string(dtype_name(dtype)) + " seq " + std::to_string(seq) + " " +
-                 mode.name);
-    const std::vector<LayerRecompute> plan = memory::plan_recompute(mode.parse(c), c);
-    model->set_recompute(base.name == "none" ? std::vector<LayerRecompute>{}
-                                             : memory::plan_recompute(base.parse(c), c));
-    const int64_t before = testing::run_two_micro_batches(*model, batch).saved_after_forward;
-    model->set_recompute(plan);
-    const int64_t after = testing::run_two_micro_batches(*model, batch).saved_after_forward;
-    model->set_recompute({});
-    const int64_t formula = memory::deepseek_v4_recompute_saving(c, plan, 2, seq, dtype);
-    EXPECT_GT(formula, 0);
-    EXPECT_EQ(before - after, formula) << "kept " << before << " -> " << after;
-  }
+  for (const AttentionKernel kernel : {AttentionKernel::flash, AttentionKernel::eager})
+    for (const auto& [mode, base] : modes) {
+      SCOPED_TRACE(std::string(fixture) + " " + std::string(dtype_name(dtype)) + " seq " + std::to_string(seq) + " " +
+                   mode.name + " " + name(kernel));
+      model->set_attention_kernel(kernel);
+      const std::vector<LayerRecompute> plan = memory::plan_recompute(mode.parse(c), c);
+      model->set_recompute(base.name == "none" ? std::vector<LayerRecompute>{}
+                                               : memory::plan_recompute(base.parse(c), c));
+      const int64_t before = testing::run_two_micro_batches(*model, batch).saved_after_forward;
+      model->set_recompute(plan);
+      const int64_t after = testing::run_two_micro_batches(*model, batch).saved_after_forward;
+      model->set_recompute({});
+      const int64_t formula = memory::deepseek_v4_recompute_saving(c, plan, 2, seq, dtype, kernel);
+      EXPECT_GT(formula, 0);
+      EXPECT_EQ(before - after, formula) << "kept " << before << " -> " << after;
+    }
 }
 
 TEST(DeepseekV4RecomputeBytes, CsaFixtureF32) { check_bytes("tiny_deepseek_v4_csa", DType::f32, 24); }

@@ -32,37 +32,45 @@ class DeepseekV4Golden : public ::testing::TestWithParam<const char*> {};
 // tiny_deepseek_v4: sliding layers; tiny_deepseek_v4_hca: two heavily compressed layers (m' = 4 over 12 tokens,
 // their own RoPE base) around a sliding one; tiny_deepseek_v4_csa: CSA, HCA, CSA; tiny_deepseek_v4_yarn: the same
 // with YaRN on the compressed layers' rope (as the published checkpoints have it).
+// Both attention cores: flash (the default: the window's and HCA's keys through the flash kernel, CSA's gathered)
+// and eager (composed ops over every key, as transformers computes it).
+constexpr AttentionKernel kKernels[] = {AttentionKernel::flash, AttentionKernel::eager};
+
 TEST_P(DeepseekV4Golden, MatchesTransformersLogitsLossAndEveryGradient) {
-  const GoldenFiles g = load_golden(GetParam());
-  std::unique_ptr<CausalLM> model = load_pretrained_model(g.dir);
-  ASSERT_TRUE(model->config().is_deepseek_v4());
-  const Tensor ids = g.at("ids"), targets = g.at("targets");
-  const ModelOutput out = model->forward(ids);
-  const double logits_error = relative_error(out.logits, g.at("logits"));
-  EXPECT_LE(logits_error, 1e-5);
-  Tensor loss = causal_lm_loss(out, targets, 0.0);
-  EXPECT_LE(scalar_error(loss, g.at("loss")), 1e-5);
-  loss.backward();
-  int compared = 0;
-  double worst = 0;
-  for (const auto& [name, p] : model->named_parameters()) {
-    if (name.find(".indexer.") != std::string::npos) {  // the top-k choice carries no gradient, in either
-      EXPECT_FALSE(g.has("grad." + name)) << name;
-      EXPECT_FALSE(p.grad().defined()) << name;
-      continue;
+  for (const AttentionKernel kernel : kKernels) {
+    SCOPED_TRACE(name(kernel));
+    const GoldenFiles g = load_golden(GetParam());
+    std::unique_ptr<CausalLM> model = load_pretrained_model(g.dir);
+    model->set_attention_kernel(kernel);
+    ASSERT_TRUE(model->config().is_deepseek_v4());
+    const Tensor ids = g.at("ids"), targets = g.at("targets");
+    const ModelOutput out = model->forward(ids);
+    const double logits_error = relative_error(out.logits, g.at("logits"));
+    EXPECT_LE(logits_error, 1e-5);
+    Tensor loss = causal_lm_loss(out, targets, 0.0);
+    EXPECT_LE(scalar_error(loss, g.at("loss")), 1e-5);
+    loss.backward();
+    int compared = 0;
+    double worst = 0;
+    for (const auto& [name, p] : model->named_parameters()) {
+      if (name.find(".indexer.") != std::string::npos) {  // the top-k choice carries no gradient, in either
+        EXPECT_FALSE(g.has("grad." + name)) << name;
+        EXPECT_FALSE(p.grad().defined()) << name;
+        continue;
+      }
+      ASSERT_TRUE(g.has("grad." + name)) << name << " has no golden gradient: a name transformers does not use";
+      const double e = relative_error(p.grad(), g.at("grad." + name));
+      // A gradient summed with cancellation to near 0 (hc_head.hc_scale: 4.8e-5 in the HCA fixture) is held to its
+      // absolute error instead: f32 rounding of the terms, 1e-8 here.
+      const double absolute = e * std::sqrt(double(sum(square(g.at("grad." + name))).item<float>()));
+      EXPECT_TRUE(e <= 1e-4 || absolute <= 1e-7) << name << ": relative " << e << ", absolute " << absolute;
+      worst = std::max(worst, e);
+      ++compared;
     }
-    ASSERT_TRUE(g.has("grad." + name)) << name << " has no golden gradient: a name transformers does not use";
-    const double e = relative_error(p.grad(), g.at("grad." + name));
-    // A gradient summed with cancellation to near 0 (hc_head.hc_scale: 4.8e-5 in the HCA fixture) is held to its
-    // absolute error instead: f32 rounding of the terms, 1e-8 here.
-    const double absolute = e * std::sqrt(double(sum(square(g.at("grad." + name))).item<float>()));
-    EXPECT_TRUE(e <= 1e-4 || absolute <= 1e-7) << name << ": relative " << e << ", absolute " << absolute;
-    worst = std::max(worst, e);
-    ++compared;
+    EXPECT_EQ(compared, g.count_prefix("grad."));  // every transformers parameter is one of tidal's
+    std::printf("%s (%s): logits %.2e, loss %.2e, worst gradient %.2e over %d parameters\n", GetParam(), name(kernel),
+                logits_error, scalar_error(loss, g.at("loss")), worst, compared);
   }
-  EXPECT_EQ(compared, g.count_prefix("grad."));  // every transformers parameter is one of tidal's
-  std::printf("%s: logits %.2e, loss %.2e, worst gradient %.2e over %d parameters\n", GetParam(), logits_error,
-              scalar_error(loss, g.at("loss")), worst, compared);
 }
 
 // Inputs whose last window is incomplete (7 tokens: HCA keeps 1 entry, CSA 3) or that complete none (1 token).
@@ -70,11 +78,13 @@ TEST_P(DeepseekV4Golden, ShortInputsMatchTransformers) {
   const GoldenFiles g = load_golden(GetParam());
   std::unique_ptr<CausalLM> model = load_pretrained_model(g.dir);
   NoGradGuard no_grad;
-  for (const char* t : {"7", "1"}) {
-    const double e =
-        relative_error(model->forward(g.at(std::string("ids_") + t)).logits, g.at(std::string("logits_") + t));
-    EXPECT_LE(e, 1e-5) << t << " tokens";
-  }
+  for (const AttentionKernel kernel : kKernels)
+    for (const char* t : {"7", "1"}) {
+      model->set_attention_kernel(kernel);
+      const double e =
+          relative_error(model->forward(g.at(std::string("ids_") + t)).logits, g.at(std::string("logits_") + t));
+      EXPECT_LE(e, 1e-5) << t << " tokens, " << name(kernel);
+    }
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, DeepseekV4Golden,
@@ -155,43 +165,47 @@ TEST(DeepseekV4, TheEstimatorRefusesWhatV4RunsWithout) {
 // Full recompute (uniform, block, groups of 2) and the core_attn and moe checkpoints: the loss and every gradient
 // bit for bit the plain run's.
 TEST(DeepseekV4, RecomputeGivesBitwiseIdenticalGradients) {
-  const GoldenFiles g = load_golden(kFixture);
-  std::unique_ptr<CausalLM> model = load_pretrained_model(g.dir);
-  auto run = [&](const std::vector<LayerRecompute>& plan, std::vector<Tensor>* grads) {
-    model->set_recompute(plan);
-    Tensor loss = causal_lm_loss(model->forward(g.at("ids")), g.at("targets"), 0.0);
-    loss.backward();
-    grads->clear();
-    for (const Tensor& p : model->parameters()) grads->push_back(p.grad().defined() ? p.grad().clone() : Tensor());
-    model->zero_grad();
-    return loss.item<double>();
-  };
-  std::vector<Tensor> plain, again;
-  const double base = run({}, &plain);
-  using Mode = testing::RecomputeMode;
-  const Mode modes[] = {{"full uniform 1", "full", "uniform", 1},
-                        {"full uniform 2", "full", "uniform", 2},
-                        {"full block 2", "full", "block", 2},
-                        {"core_attn", "selective", "", -1, false, -1, false, -1, "core_attn"},
-                        {"moe", "selective", "", -1, false, -1, false, -1, "moe"},
-                        {"core_attn,moe", "selective", "", -1, false, -1, false, -1, "core_attn,moe"}};
-  for (const Mode& m : modes) {
-    SCOPED_TRACE(m.name);
-    const int64_t replays = autograd::checkpoint_replay_count();
-    const double loss = run(memory::plan_recompute(m.parse(model->config()), model->config()), &again);
-    EXPECT_GT(autograd::checkpoint_replay_count(), replays);  // something was recomputed
-    EXPECT_EQ(loss, base);
-    ASSERT_EQ(again.size(), plain.size());
-    for (size_t i = 0; i < plain.size(); ++i) {
-      ASSERT_EQ(again[i].defined(), plain[i].defined()) << i;
-      if (plain[i].defined()) {
-        EXPECT_TRUE(testing::bitwise_equal(again[i], plain[i])) << i;
+  for (const AttentionKernel kernel : kKernels) {
+    SCOPED_TRACE(name(kernel));
+    const GoldenFiles g = load_golden(kFixture);
+    std::unique_ptr<CausalLM> model = load_pretrained_model(g.dir);
+    model->set_attention_kernel(kernel);
+    auto run = [&](const std::vector<LayerRecompute>& plan, std::vector<Tensor>* grads) {
+      model->set_recompute(plan);
+      Tensor loss = causal_lm_loss(model->forward(g.at("ids")), g.at("targets"), 0.0);
+      loss.backward();
+      grads->clear();
+      for (const Tensor& p : model->parameters()) grads->push_back(p.grad().defined() ? p.grad().clone() : Tensor());
+      model->zero_grad();
+      return loss.item<double>();
+    };
+    std::vector<Tensor> plain, again;
+    const double base = run({}, &plain);
+    using Mode = testing::RecomputeMode;
+    const Mode modes[] = {{"full uniform 1", "full", "uniform", 1},
+                          {"full uniform 2", "full", "uniform", 2},
+                          {"full block 2", "full", "block", 2},
+                          {"core_attn", "selective", "", -1, false, -1, false, -1, "core_attn"},
+                          {"moe", "selective", "", -1, false, -1, false, -1, "moe"},
+                          {"core_attn,moe", "selective", "", -1, false, -1, false, -1, "core_attn,moe"}};
+    for (const Mode& m : modes) {
+      SCOPED_TRACE(m.name);
+      const int64_t replays = autograd::checkpoint_replay_count();
+      const double loss = run(memory::plan_recompute(m.parse(model->config()), model->config()), &again);
+      EXPECT_GT(autograd::checkpoint_replay_count(), replays);  // something was recomputed
+      EXPECT_EQ(loss, base);
+      ASSERT_EQ(again.size(), plain.size());
+      for (size_t i = 0; i < plain.size(); ++i) {
+        ASSERT_EQ(again[i].defined(), plain[i].defined()) << i;
+        if (plain[i].defined()) {
+          EXPECT_TRUE(testing::bitwise_equal(again[i], plain[i])) << i;
+        }
       }
     }
+    // What deepseek_v4 does not implement is refused by name, not silently skipped.
+    const std::string e = testing::error_of([&] { Mode{"norm", "", "", -1, false, -1, true}.parse(model->config()); });
+    EXPECT_NE(e.find("--recompute-norm"), std::string::npos) << e;
   }
-  // What deepseek_v4 does not implement is refused by name, not silently skipped.
-  const std::string e = testing::error_of([&] { Mode{"norm", "", "", -1, false, -1, true}.parse(model->config()); });
-  EXPECT_NE(e.find("--recompute-norm"), std::string::npos) << e;
 }
 
 }  // namespace

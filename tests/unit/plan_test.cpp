@@ -404,7 +404,7 @@ TEST(OomAdvice, DeepSeekV4SuggestsItsOwnRecomputeFlags) {
   s.parallel.world = 4;
   std::string advice = oom_advice(m, s);
   int64_t csa = 0;
-  for (int64_t l = 0; l < 3; ++l) csa += memory::csa_attention_saving(m, l, 2, 32, DType::f32);
+  for (int64_t l = 0; l < 3; ++l) csa += memory::csa_attention_saving(m, l, 2, 32, DType::f32, s.attention);
   EXPECT_NE(advice.find("needs about " + format_bytes(predict_step_peak(m, s).total)), std::string::npos) << advice;
   EXPECT_NE(advice.find("--recompute-csa-attention would save"), std::string::npos) << advice;
   EXPECT_NE(advice.find("; " + format_bytes(csa) + " less kept after forward"), std::string::npos) << advice;

@@ -4,13 +4,22 @@
 
 namespace tidal::memory {
 
-int64_t csa_attention_saving(const models::ModelConfig& c, int64_t layer, int64_t batch, int64_t seq, DType dtype) {
+int64_t csa_attention_saving(const models::ModelConfig& c, int64_t layer, int64_t batch, int64_t seq, DType dtype,
+                             AttentionKernel kernel) {
   if (!c.is_compressed(layer)) return 0;
   const bool csa = c.is_sparse_compressed(layer);
   const int64_t m = csa ? c.v4.compress_rate_csa : c.v4.compress_rate_hca, w = seq / m, slots = csa ? 2 * m : m;
-  const int64_t p = dtype_size(dtype), b = batch, d = c.head_size(), h = c.num_attention_heads;
-  const int64_t kept_choice = csa ? 4 * b * seq * std::min(c.v4.index_topk, w) : 0;
-  return p * (b * w * d * (2 * slots + 2) + b * h * seq * (seq + w + 1)) + 4 * b * w - kept_choice;
+  const int64_t p = dtype_size(dtype), a = dtype == DType::f64 ? 8 : 4, b = batch, d = c.head_size();
+  const int64_t h = c.num_attention_heads, k = std::min(c.v4.index_topk, w), rows = b * seq * h;
+  const int64_t compressor = p * b * w * d * (2 * slots + 1) + 4 * b * w;
+  const int64_t kept_choice = csa ? 4 * b * seq * k : 0;
+  if (kernel == AttentionKernel::eager) return compressor + p * (b * w * d + b * h * seq * (seq + w + 1)) - kept_choice;
+  int64_t core = p * rows * d + a * rows;  // the window's output and log-sum-exp
+  if (w > 0 && !csa) core += p * b * w * d + p * rows * d + a * rows + rows;
+  if (w > 0 && csa) core += 8 * b * seq * k + p * b * seq * k * d;
+  const int64_t parts = 2 + (w > 0 ? (csa ? k : 1) : 0);
+  core += a * rows * parts + (p != a ? p * rows * parts : 0);
+  return compressor + core - kept_choice;
 }
 
 int64_t mhc_saving(const models::ModelConfig& c, int64_t batch, int64_t seq, DType dtype) {
@@ -19,10 +28,10 @@ int64_t mhc_saving(const models::ModelConfig& c, int64_t batch, int64_t seq, DTy
 }
 
 int64_t deepseek_v4_recompute_saving(const models::ModelConfig& c, const std::vector<models::LayerRecompute>& plan,
-                                     int64_t batch, int64_t seq, DType dtype) {
+                                     int64_t batch, int64_t seq, DType dtype, AttentionKernel kernel) {
   int64_t saved = 0;
   for (size_t l = 0; l < plan.size(); ++l) {
-    if (plan[l].csa_attention) saved += csa_attention_saving(c, int64_t(l), batch, seq, dtype);
+    if (plan[l].csa_attention) saved += csa_attention_saving(c, int64_t(l), batch, seq, dtype, kernel);
     if (plan[l].mhc) saved += mhc_saving(c, batch, seq, dtype);
   }
   return saved;

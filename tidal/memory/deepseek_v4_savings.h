@@ -11,16 +11,23 @@
 #include "tidal/dtype.h"
 #include "tidal/models/config.h"
 #include "tidal/models/layer_recompute.h"
+#include "tidal/ops/attention.h"
 
 namespace tidal::memory {
 
 // --recompute-csa-attention in compressed layer `layer` (0 for a sliding layer), micro-batch b x s tokens: with W
-// entries of l slots each (CSA: W = s / m, l = 2m; HCA: W = s / m', l = m'), H heads of width d,
-//   p (b W d (2 l + 2) + b H s (s + W + 1)) + 4 b W - [CSA] 4 b s min(index_topk, W)
-// (p = dtype bytes): the compressor's softmax and pooled values, the entries' norm input and statistics, the keys
-// with the entries (less the window's, which stay as the checkpoint's input) and the probabilities with the sink;
-// CSA's kept choice (its indices) stays instead.
-int64_t csa_attention_saving(const models::ModelConfig& c, int64_t layer, int64_t batch, int64_t seq, DType dtype);
+// entries of l slots each (CSA: W = s / m, l = 2m; HCA: W = s / m', l = m'), H heads of width d, k =
+// min(index_topk, W) and p = dtype bytes, a = the statistics' (4; 8 for f64), the compressor's softmax and pooled
+// values, the entries' norm input and statistics, p b W d (2 l + 1) + 4 b W, and the core's:
+//   eager: p (b W d + b H s (s + W + 1)): the keys with the entries (less the window's, which stay as the
+//     checkpoint's input) and the probabilities with the sink;
+//   flash: the window's output and log-sum-exp, p b s H d + a b s H; HCA (W > 0): its entries, output, log-sum-exp
+//     and rows without entries (u8), p b W d + p b s H d + a b s H + b s H; CSA (W > 0): the gather index and the
+//     gathered entries, 8 b s k + p b s k d; the merge weights over P = 2 (+ 1 HCA, + k CSA) parts, a b s H P
+//     (+ p b s H P under bf16, their cast);
+// less, for CSA, its kept choice (its indices) staying instead: - 4 b s k.
+int64_t csa_attention_saving(const models::ModelConfig& c, int64_t layer, int64_t batch, int64_t seq, DType dtype,
+                             AttentionKernel kernel);
 
 // --mhc-recompute in any layer, micro-batch b x s tokens, N = hc_mult streams of width C:
 //   2 (p b s (N C + 3 N^2 + 5 N) + 4 b s) + p b s N C
@@ -30,6 +37,6 @@ int64_t mhc_saving(const models::ModelConfig& c, int64_t batch, int64_t seq, DTy
 
 // The sum over a recompute plan's layers (their csa_attention and mhc).
 int64_t deepseek_v4_recompute_saving(const models::ModelConfig& c, const std::vector<models::LayerRecompute>& plan,
-                                     int64_t batch, int64_t seq, DType dtype);
+                                     int64_t batch, int64_t seq, DType dtype, AttentionKernel kernel);
 
 }  // namespace tidal::memory

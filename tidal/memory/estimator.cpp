@@ -361,11 +361,12 @@ void check_step_sizes(const models::ModelConfig& cfg, int64_t batch, int64_t seq
   const int64_t fm = cfg.moe_intermediate_size, vocab = cfg.vocab_size, layers = cfg.num_hidden_layers;
   const int64_t n = mul(batch, checked_add(seq, 1, what));  // tokens, with the targets
   // Bytes per token one layer can save (the items above, each counted generously, 8 bytes an element).
-  // DeepSeek-V4 keeps its (composed) attention's probabilities whatever the kernel, and hc_mult streams.
+  // DeepSeek-V4 keeps hc_mult streams and, with the flash core, CSA's gathered entries.
   const bool v4 = cfg.is_deepseek_v4();
-  const int64_t width = sum({mul(10, c), mul(4, a), mul(4, akv), mul(4, f),
-                             kernel == AttentionKernel::eager || v4 ? mul(3, mul(h, seq)) : 0, e, mul(4, h),
-                             mul(k, sum({8, mul(2, c), mul(3, fm)})), 16, v4 ? mul(8, mul(cfg.v4.hc_mult, c)) : 0});
+  const int64_t width =
+      sum({mul(10, c), mul(4, a), mul(4, akv), mul(4, f), kernel == AttentionKernel::eager ? mul(3, mul(h, seq)) : 0, e,
+           mul(4, h), v4 ? mul(cfg.v4.index_topk + 4, hd + h) : 0, mul(k, sum({8, mul(2, c), mul(3, fm)})), 16,
+           v4 ? mul(8, mul(cfg.v4.hc_mult, c)) : 0});
   const int64_t activations = sum(
       {mul(layers, mul(mul(n, width), 8)), mul(n, sum({mul(4, c), 64})), mul(mul(vocab, c), 8), mul(mul(n, vocab), 8)});
   const int64_t per_layer =

@@ -32,9 +32,39 @@ void push_expansion(std::vector<Item>& v, const Dims& d, int64_t hc, Part part, 
   v.push_back({"hc comb", d.n * hc * hc * d.el, part});  // (B, T, hc, hc)
 }
 
+// The flash core (DeepseekV4Attention::flash_core) after q and the window's keys: the window's output and
+// log-sum-exp; HCA's entries (its flash call's keys), output, log-sum-exp and the mask of its rows without entries;
+// CSA's gather index and kept entries (B, T, k, hd); the merging softmax's weights (B, T, H, parts) in f32, with
+// their copy in the activations' dtype under bf16. `core_input`: the core runs in its own checkpoint, whose inputs
+// include the entries.
+void push_flash_core(std::vector<Item>& v, const models::ModelConfig& cfg, const Dims& d, int64_t w, bool csa,
+                     Region core, bool core_input) {
+  const int64_t n = d.n, el = d.el, hd = d.hd, heads = d.h, k = csa ? std::min(cfg.v4.index_topk, w) : 0;
+  v.push_back({"window output", n * heads * hd * el, Part::attn, core, false, Discard::none, true, true});
+  v.push_back({"window log-sum-exp", n * heads * d.acc, Part::attn, core, false, Discard::none, true, true});
+  if (w > 0 && !csa) {
+    v.push_back({"entries", d.b * w * hd * el, Part::attn, core, core_input, Discard::none, true, true});
+    v.push_back({"entries output", n * heads * hd * el, Part::attn, core, false, Discard::none, true, true});
+    v.push_back({"entries log-sum-exp", n * heads * d.acc, Part::attn, core, false, Discard::none, true, true});
+    v.push_back({"rows without entries", n * heads, Part::attn, core, false, Discard::none, true, true});  // u8
+  }
+  if (w > 0 && csa) {
+    if (core_input) {  // the entries and the kept indices (B, T, k) i32, the core checkpoint's inputs
+      v.push_back({"entries", d.b * w * hd * el, Part::attn, core, true, Discard::none, true, true});
+      v.push_back({"kept entries (the core's input)", n * k * 4, Part::attn, core, true, Discard::none, true, true});
+    }
+    v.push_back({"gather index", n * k * 8, Part::attn, core, false, Discard::none, true, true});  // (B T k) i64
+    v.push_back({"kept entries (gathered)", n * k * hd * el, Part::attn, core, false, Discard::none, true, true});
+  }
+  const int64_t parts = 2 + (w > 0 ? (csa ? k : 1) : 0);  // the window, HCA's or CSA's, the sink
+  v.push_back({"merge weights", n * heads * parts * d.acc, Part::attn, core, false, Discard::none, true, true});
+  if (el != d.acc)
+    v.push_back({"merge weights (cast)", n * heads * parts * el, Part::attn, core, false, Discard::none, true, true});
+}
+
 // The attention (models/deepseek_v4_attention.cpp) after input_layernorm.
 void push_attention(std::vector<Item>& v, const models::ModelConfig& cfg, const Dims& d, int64_t l,
-                    const LayerRecompute& p) {
+                    const LayerRecompute& p, AttentionKernel kernel) {
   const int64_t n = d.n, el = d.el, hd = d.hd, heads = d.h;
   const bool compressed = cfg.is_compressed(l), csa = cfg.is_sparse_compressed(l);
   const int64_t m = csa ? cfg.v4.compress_rate_csa : cfg.v4.compress_rate_hca;
@@ -52,7 +82,7 @@ void push_attention(std::vector<Item>& v, const models::ModelConfig& cfg, const 
   v.push_back({"kv_norm rstd", n * d.acc, Part::attn});            // (B, T)
   // The window's keys (B, 1, T, hd): the core's keys, or with entries a checkpoint input beside them.
   const Item window = {"window keys", n * hd * el, Part::attn, core, true, Discard::none, true, true};
-  if (region && w > 0) v.push_back(window);
+  if (region && w > 0) v.push_back(window);  // the region's input (the flash core's keys as well)
   if (w > 0) {  // the compressor's entries (models/deepseek_v4_compressor.cpp pooled_entries)
     const Region r = region ? Region::csa_attention : Region::none;
     v.push_back({"compressor softmax", d.b * w * slots * hd * el, Part::attn, r});  // (B, W, l, hd)
@@ -65,15 +95,20 @@ void push_attention(std::vector<Item>& v, const models::ModelConfig& cfg, const 
       v.push_back(kept);
     }
   }
-  // The composed core: q (B, H, T, hd), the keys (B, 1, T + W, hd), the probabilities with the sink column
-  // (B, H, T, T + W + 1).
   v.push_back({"q (rotated)", n * heads * hd * el, Part::attn, core, true, Discard::none, true, true});
-  if (w > 0)
-    v.push_back(
-        {"keys with the entries", d.b * (d.s + w) * hd * el, Part::attn, core, !region, Discard::none, true, true});
-  else
-    v.push_back(window);
-  v.push_back({"probabilities", d.b * heads * d.s * (d.s + w + 1) * el, Part::attn, core});
+  if (kernel == AttentionKernel::eager) {
+    // The composed core: q (B, H, T, hd), the keys (B, 1, T + W, hd), the probabilities with the sink column
+    // (B, H, T, T + W + 1).
+    if (w > 0)
+      v.push_back(
+          {"keys with the entries", d.b * (d.s + w) * hd * el, Part::attn, core, !region, Discard::none, true, true});
+    else
+      v.push_back(window);
+    v.push_back({"probabilities", d.b * heads * d.s * (d.s + w + 1) * el, Part::attn, core});
+  } else {
+    push_flash_core(v, cfg, d, w, csa, region ? Region::csa_attention : Region::core_attn, !region && p.core_attn);
+    if (!region || w == 0) v.push_back(window);
+  }
   v.push_back({"grouped output", n * heads * hd * el, Part::attn, Region::none, false, Discard::none, true, true});
   v.push_back({"o_b_proj input", n * cfg.v4.o_groups * cfg.v4.o_lora_rank * el, Part::attn});  // (B, T, G R)
 }
@@ -115,7 +150,7 @@ void push_moe(std::vector<Item>& v, const Dims& d, const std::vector<int64_t>& r
 }  // namespace
 
 std::vector<Item> deepseek_v4_layer(const models::ModelConfig& cfg, const Dims& d, int64_t l, const LayerRecompute& p,
-                                    const std::vector<int64_t>& routed) {
+                                    const std::vector<int64_t>& routed, AttentionKernel kernel) {
   const int64_t n = d.n, el = d.el, hc = cfg.v4.hc_mult, streams = n * hc * d.c * el;  // (B, T, hc, C)
   std::vector<Item> v;
   v.reserve(75);  // the grouped experts: 11 items whatever the routing
@@ -124,7 +159,7 @@ std::vector<Item> deepseek_v4_layer(const models::ModelConfig& cfg, const Dims& 
   push_pre_mapping(v, d, hc, Part::attn, Region::mhc_attn);
   v.push_back({"input_layernorm input", n * d.c * el, Part::attn});  // (B, T, C): the collapsed streams
   v.push_back({"input_layernorm rstd", n * d.acc, Part::attn});
-  push_attention(v, cfg, d, l, p);
+  push_attention(v, cfg, d, l, p, kernel);
   push_expansion(v, d, hc, Part::attn, "attention output");
   // The mid-layer streams: ffn_hc's checkpoint input; --mhc-recompute discards them (the attention's post mapping is
   // output-discarding) until the layer's backward starts.

@@ -13,7 +13,7 @@ namespace tidal::memory::estimator {
 
 // Layer `l` under policy `p`; `routed`: the (token, expert) slots each expert gets.
 std::vector<Item> deepseek_v4_layer(const models::ModelConfig& cfg, const Dims& d, int64_t l, const LayerRecompute& p,
-                                    const std::vector<int64_t>& routed);
+                                    const std::vector<int64_t>& routed, AttentionKernel kernel);
 // Outside the layers: the ids before; the hyper head, the final norm, the LM head's input and the loss after.
 OutsideLayers deepseek_v4_outside(const models::ModelConfig& cfg, const ActivationInputs& in, const Dims& d);
 

@@ -337,7 +337,7 @@ std::vector<std::vector<Item>> layer_items(const models::ModelConfig& cfg, const
     }
     if (cfg.is_deepseek_v4()) {  // every layer a MoE
       const LayerRecompute p = size_t(l) < in.plan.size() ? in.plan[size_t(l)] : LayerRecompute{};
-      items[size_t(l)] = deepseek_v4_layer(cfg, d, l, p, routed_tokens(in, d, l));
+      items[size_t(l)] = deepseek_v4_layer(cfg, d, l, p, routed_tokens(in, d, l), in.kernel);
       continue;
     }
     const std::vector<int64_t> routed = cfg.is_moe_layer(l) ? routed_tokens(in, d, l) : std::vector<int64_t>{};

@@ -31,15 +31,16 @@ DeepseekV4DecoderLayer::DeepseekV4DecoderLayer(const ModelConfig& c, int64_t ind
 }
 
 Tensor DeepseekV4DecoderLayer::forward(const Tensor& streams, const Tensor& ids, const RopeTables& rope,
-                                       const Tensor& mask, const ModelConfig& c, const LayerRecompute& rc) const {
+                                       const Tensor& mask, AttentionKernel kernel, const ModelConfig& c,
+                                       const LayerRecompute& rc) const {
   ModuleScope scope(name());  // what no submodule names (the streams' expansion) under the layer
   // --mhc-recompute (Note [mHC recompute] in hyper_connection.h): the two pre mappings in checkpoints, the attention's
   // post mapping output-discarding (its output x, the mid-layer streams, comes back before the MLP part's backward).
   const HyperMappings a = attn_hc_->collapse(streams, rc.mhc);  // streams (B, T, N, C)
-  const Tensor attn_out = self_attn_->forward(input_layernorm_->forward(a.collapsed), rope, mask, c, rc.core_attn,
-                                              rc.csa_attention);  // (B, T, C)
-  autograd::CheckpointWithoutOutput expansion;                    // the attention's post mapping
-  auto expand = [](const std::vector<Tensor>& in) {               // {post, comb, streams, block_out}
+  const Tensor attn_out = self_attn_->forward(input_layernorm_->forward(a.collapsed), rope, mask, kernel, c,
+                                              rc.core_attn, rc.csa_attention);  // (B, T, C)
+  autograd::CheckpointWithoutOutput expansion;                                  // the attention's post mapping
+  auto expand = [](const std::vector<Tensor>& in) {                             // {post, comb, streams, block_out}
     return std::vector<Tensor>{HyperConnection::expand({in[0], in[1], Tensor()}, in[2], in[3])};
   };
   const std::vector<Tensor> expand_in = {a.post, a.comb, streams, attn_out};
@@ -88,14 +89,18 @@ ModelOutput DeepseekV4::hidden_states(const Tensor& ids, const DocumentLayout& d
   const RopeTables compress_rope = rope_tables(
       t, rope_frequencies(config_.v4.rope_dim, config_.v4.compress_rope_theta, config_.v4.compress_rope_scaling, t),
       dtype, ids.device());
-  const Tensor mask = sliding_window_mask(t, config_.sliding_window, dtype, ids.device());  // (T, T)
-  Tensor x = embed_tokens_->forward(ids);                                                   // (B, T, C)
-  Tensor streams = x.unsqueeze(2).expand({-1, -1, config_.v4.hc_mult, -1}).contiguous();    // (B, T, N, C)
+  const AttentionKernel kernel = attn.kernel;
+  const Tensor mask = kernel == AttentionKernel::eager
+                          ? sliding_window_mask(t, config_.sliding_window, dtype, ids.device())
+                          : Tensor();                                                     // (T, T) for the eager core
+  Tensor x = embed_tokens_->forward(ids);                                                 // (B, T, C)
+  Tensor streams = x.unsqueeze(2).expand({-1, -1, config_.v4.hc_mult, -1}).contiguous();  // (B, T, N, C)
   streams = run_layers(
       std::move(streams),
-      [this, ids, rope, compress_rope, mask](int64_t l, const std::vector<Tensor>& in) {
+      [this, ids, rope, compress_rope, mask, kernel](int64_t l, const std::vector<Tensor>& in) {
         const RopeTables& r = config_.is_compressed(l) ? compress_rope : rope;  // the layer's RoPE
-        return std::vector<Tensor>{(*layers_)[size_t(l)].forward(in[0], ids, r, mask, config_, recompute_of(l))};
+        return std::vector<Tensor>{
+            (*layers_)[size_t(l)].forward(in[0], ids, r, mask, kernel, config_, recompute_of(l))};
       },
       nullptr);
   return {norm_->forward(hc_head_->forward(streams)), Tensor(), Tensor(), {}};

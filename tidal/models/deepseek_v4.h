@@ -24,8 +24,9 @@ class DeepseekV4DecoderLayer : public nn::Module {
   // streams (B, T, N, C), ids (B, T) -> streams. rc.core_attn checkpoints the attention core (scores, softmax,
   // @ values), rc.csa_attention a compressed layer's whole compressed attention, rc.moe the MoE block, rc.mhc the
   // mHC mappings; full recompute wraps the whole layer (CausalLM::run_layers).
+  // mask: the eager attention core's (T, T); undefined for the flash core (DeepseekV4Attention).
   Tensor forward(const Tensor& streams, const Tensor& ids, const RopeTables& rope, const Tensor& mask,
-                 const ModelConfig& c, const LayerRecompute& rc) const;
+                 AttentionKernel kernel, const ModelConfig& c, const LayerRecompute& rc) const;
 
  private:
   HyperConnection* attn_hc_;

@@ -6,7 +6,9 @@
 #include <limits>
 
 #include "tidal/autograd/checkpoint.h"
+#include "tidal/ops/attention.h"
 #include "tidal/ops/elementwise.h"
+#include "tidal/ops/index.h"
 #include "tidal/ops/matmul.h"
 #include "tidal/ops/norm.h"
 #include "tidal/ops/softmax.h"
@@ -38,8 +40,62 @@ DeepseekV4Attention::DeepseekV4Attention(const ModelConfig& c, int64_t layer, co
   o_a_proj_->refuse_lora();  // its weight is read per group, not through its forward
 }
 
-Tensor DeepseekV4Attention::forward(const Tensor& h, const RopeTables& rope, const Tensor& mask, const ModelConfig& c,
-                                    bool recompute_core, bool recompute_compressed) const {
+Tensor DeepseekV4Attention::composed_core(const std::vector<Tensor>& x, const Tensor& mask,
+                                          const Tensor& entries_mask) const {
+  const Tensor& q = x[0];  // (B, H, T, hd)
+  const int64_t b = q.size(0), heads = q.size(1), t = q.size(2), hd = q.size(3);
+  Tensor kv = x[1], keys_mask = mask;  // (B, 1, T, hd), (T, T)
+  if (x.size() > 3) {
+    kv = cat({kv, x[3]}, 2);  // (B, 1, T + W, hd)
+    // HCA's mask is (T, W); CSA's (B, 1, T, W), each sample's own choice.
+    keys_mask =
+        entries_mask.dim() == 2 ? cat({mask, entries_mask}, 1) : cat({mask.expand({b, 1, t, t}), entries_mask}, 3);
+  }
+  const int64_t keys = kv.size(2);  // T, or T + W with the compressed entries
+  Tensor scores = add(mul(matmul(q, kv.transpose(-1, -2)), 1.0 / std::sqrt(double(hd))), keys_mask);
+  Tensor sink = x[2].to(scores.dtype()).view({1, heads, 1, 1}).expand({b, heads, t, 1});  // (B, H, T, 1)
+  Tensor probs = softmax(cat({scores, sink}, 3), -1).narrow(3, 0, keys);                  // (B, H, T, keys)
+  return matmul(probs, kv);                                                               // (B, H, T, hd)
+}
+
+Tensor DeepseekV4Attention::flash_core(const std::vector<Tensor>& x, const ModelConfig& c) const {
+  const Tensor& q = x[0];  // (B, H, T, hd)
+  const int64_t b = q.size(0), heads = q.size(1), t = q.size(2);
+  AttentionOptions window;
+  window.window = c.sliding_window;
+  const AttentionWithLse a = attention_with_lse(q, x[1], x[1], window);  // the window's keys
+  const Tensor a_out = a.out.transpose(1, 2);                            // (B, T, H, hd)
+  // The logits of the softmax that merges the parts, (B, T, H, parts) in f32 (f64 for f64): the window's
+  // log-sum-exp, then HCA's or CSA's part, then the sink.
+  std::vector<Tensor> logits = {a.lse.transpose(1, 2).unsqueeze(-1)};
+  Tensor entries_out, gathered;  // HCA: (B, T, H, hd); CSA: the kept entries (B, T, k, hd)
+  if (x.size() == 4) {           // HCA: every complete entry, through the flash kernel's compressed keys
+    AttentionOptions compressed;
+    compressed.key_rate = c.v4.compress_rate_hca;
+    const AttentionWithLse e = attention_with_lse(q, x[3], x[3], compressed);
+    entries_out = e.out.transpose(1, 2);
+    const Tensor lse = masked_fill(e.lse, eq(e.lse, std::numeric_limits<double>::infinity()),
+                                   -std::numeric_limits<double>::infinity());  // no entry yet: weighs 0
+    logits.push_back(lse.transpose(1, 2).unsqueeze(-1));
+  } else if (x.size() == 5) {      // CSA: each query's kept entries, gathered
+    const Tensor& entries = x[3];  // (B, 1, W, hd)
+    const Tensor& kept = x[4];     // (B, T, k) i32, -1: empty
+    const int64_t w = entries.size(2), k = kept.size(2), hd = entries.size(3);
+    const GatheredEntries g = gather_plan(kept, w, a.lse.dtype());
+    gathered = index_select(entries.reshape({b * w, hd}), 0, g.rows).view({b, t, k, hd});  // (B, T, k, hd)
+    Tensor scores = mul(matmul(q.transpose(1, 2), gathered.transpose(-1, -2)), 1.0 / std::sqrt(double(hd)));
+    logits.push_back(add(scores.to(a.lse.dtype()), g.mask));  // (B, T, H, k) + (B, T, 1, k)
+  }
+  logits.push_back(x[2].to(a.lse.dtype()).view({1, 1, heads, 1}).expand({b, t, heads, 1}));  // the sink
+  const Tensor weights = softmax(cat(logits, 3), -1).to(q.dtype());                          // (B, T, H, parts)
+  Tensor o = mul(a_out, weights.narrow(3, 0, 1));                                            // (B, T, H, hd)
+  if (entries_out.defined()) o = add(o, mul(entries_out, weights.narrow(3, 1, 1)));
+  if (gathered.defined()) o = add(o, matmul(weights.narrow(3, 1, gathered.size(2)), gathered));
+  return o.transpose(1, 2);  // (B, H, T, hd)
+}
+
+Tensor DeepseekV4Attention::forward(const Tensor& h, const RopeTables& rope, const Tensor& mask, AttentionKernel kernel,
+                                    const ModelConfig& c, bool recompute_core, bool recompute_compressed) const {
   ModuleScope scope(name());  // --report-memory: the composed core's tensors under self_attn
   const int64_t b = h.size(0), t = h.size(1), heads = c.num_attention_heads, hd = c.head_size(), r = c.v4.rope_dim;
   const int64_t g = c.v4.o_groups;
@@ -49,30 +105,21 @@ Tensor DeepseekV4Attention::forward(const Tensor& h, const RopeTables& rope, con
   Tensor kv = rotate_tail(kv_norm_->forward(kv_proj_->forward(h)).view({b, t, 1, hd}), rope, r);  // (B, 1, T, hd)
 
   // {h, q_residual, q, kv, sinks} -> the attention's output (B, H, T, hd): the compressed entries (HCA or CSA) after
-  // the window's keys, then the core (scores, softmax with the sinks, @ values). A compressed layer under
-  // --recompute-csa-attention runs it in one checkpoint: its inputs stay, the rest is recomputed in backward (CSA's
-  // choice replayed, deepseek_v4_sparse.h); otherwise core_attn checkpoints the core alone.
+  // the window's keys, then the core. A compressed layer under --recompute-csa-attention runs it in one checkpoint:
+  // its inputs stay, the rest is recomputed in backward (CSA's choice replayed, deepseek_v4_sparse.h); otherwise
+  // core_attn checkpoints the core alone.
   const bool region = recompute_compressed && (compressor_ != nullptr || sparse_ != nullptr);
-  auto attend = [this, b, t, heads, hd, mask, rope, &c, region, recompute_core](const std::vector<Tensor>& in) {
-    Tensor kv = in[3];        // (B, 1, T, hd)
-    Tensor keys_mask = mask;  // (T, T)
-    if (compressor_ != nullptr || sparse_ != nullptr) {
-      const CompressedEntries e =
-          compressor_ != nullptr ? compressor_->forward(in[0], rope, c) : sparse_->forward(in[0], in[1], rope, c);
-      if (e.kv.defined()) {
-        kv = cat({kv, e.kv}, 2);  // (B, 1, T + W, hd)
-        // HCA's mask is (T, W); CSA's (B, 1, T, W), each sample's own choice.
-        keys_mask = e.mask.dim() == 2 ? cat({mask, e.mask}, 1) : cat({mask.expand({b, 1, t, t}), e.mask}, 3);
-      }
-    }
-    const int64_t keys = kv.size(2);  // T, or T + W with the compressed entries
-    auto core = [b, t, heads, hd, keys, keys_mask](const std::vector<Tensor>& x) {  // {q, kv, sinks}
-      Tensor scores = add(mul(matmul(x[0], x[1].transpose(-1, -2)), 1.0 / std::sqrt(double(hd))), keys_mask);
-      Tensor sink = x[2].to(scores.dtype()).view({1, heads, 1, 1}).expand({b, heads, t, 1});  // (B, H, T, 1)
-      Tensor probs = softmax(cat({scores, sink}, 3), -1).narrow(3, 0, keys);                  // (B, H, T, keys)
-      return std::vector<Tensor>{matmul(probs, x[1])};                                        // (B, H, T, hd)
+  const bool composed = kernel == AttentionKernel::eager;
+  auto attend = [this, mask, rope, &c, region, recompute_core, composed](const std::vector<Tensor>& in) {
+    CompressedEntries e;
+    if (compressor_ != nullptr) e = compressor_->forward(in[0], rope, c, composed);
+    if (sparse_ != nullptr) e = sparse_->forward(in[0], in[1], rope, c, composed);
+    std::vector<Tensor> x = {in[2], in[3], in[4]};  // {q, kv, sinks, [entries, [kept: the flash core's gather]]}
+    if (e.kv.defined()) x.push_back(e.kv);
+    if (e.kv.defined() && e.kept.defined() && !composed) x.push_back(e.kept);
+    auto core = [this, &c, composed, mask, e](const std::vector<Tensor>& x) {
+      return std::vector<Tensor>{composed ? composed_core(x, mask, e.mask) : flash_core(x, c)};
     };
-    const std::vector<Tensor> x = {in[2], kv, in[4]};
     return recompute_core && !region ? autograd::checkpoint(core, x) : core(x);
   };
   const std::vector<Tensor> in = {h, q_residual, q, kv, sinks_};

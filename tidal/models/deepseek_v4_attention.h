@@ -11,13 +11,19 @@
 // A heavily_compressed_attention layer adds its compressor's entries (models/deepseek_v4_compressor.h) after the
 // window's keys, a compressed_sparse_attention layer those its indexer keeps for each query
 // (models/deepseek_v4_sparse.h); their RoPE is the compressed layers' (compress_rope_theta).
-// The core runs as composed ops (scores (B, H, T, T) kept): tidal's fused kernels have no sink logit.
+// The core, two ways (--attention-kernel):
+//  - flash (the default): the window's keys through the flash kernel (attention_with_lse: its output and its
+//    log-sum-exp), HCA's entries through it too (compressed keys: AttentionOptions::key_rate), CSA's kept entries
+//    gathered per query ((B, T, k, hd), scores (B, T, H, k)); one softmax over the parts' log-sum-exps, CSA's
+//    scores and the sink weighs the parts' outputs. Memory O(T) per head, whatever the length.
+//  - eager: composed ops over every key, scores (B, H, T, T + W) kept, as transformers computes it.
 // Interleaved pairs are de-interleaved for tidal's rotate_half RoPE and interleaved back after the inverse
 // rotation, so the values' channels reach o_a_proj in transformers' order.
 #include "tidal/models/config.h"
 #include "tidal/models/deepseek_v4_compressor.h"
 #include "tidal/models/deepseek_v4_sparse.h"
 #include "tidal/nn/layers.h"
+#include "tidal/ops/attention.h"
 #include "tidal/ops/rope.h"
 
 namespace tidal::models {
@@ -29,10 +35,16 @@ class DeepseekV4Attention : public nn::Module {
   // recompute_core: the core (scores, softmax with the sinks, @ values) under a checkpoint, keeping q and kv only.
   // recompute_compressed (--recompute-csa-attention), in an HCA or CSA layer: the compressor, CSA's indexer and the
   // core under one checkpoint, keeping h, q_residual, q and the window's kv only (sliding layers: no effect).
-  Tensor forward(const Tensor& h, const RopeTables& rope, const Tensor& mask, const ModelConfig& c,
-                 bool recompute_core = false, bool recompute_compressed = false) const;
+  // mask: the eager core's; undefined for flash.
+  Tensor forward(const Tensor& h, const RopeTables& rope, const Tensor& mask, AttentionKernel kernel,
+                 const ModelConfig& c, bool recompute_core = false, bool recompute_compressed = false) const;
 
  private:
+  // x = {q (B, H, T, hd), the window's kv (B, 1, T, hd), sinks (H), [entries (B, 1, W, hd), [kept (B, T, k) i32]]}
+  // -> (B, H, T, hd). composed: the window's mask (T, T) and the entries' (HCA (T, W), CSA (B, 1, T, W)).
+  Tensor composed_core(const std::vector<Tensor>& x, const Tensor& mask, const Tensor& entries_mask) const;
+  Tensor flash_core(const std::vector<Tensor>& x, const ModelConfig& c) const;
+
   nn::Linear* q_a_proj_;
   nn::RMSNorm* q_a_norm_;
   nn::Linear* q_b_proj_;

@@ -70,11 +70,12 @@ HcaCompressor::HcaCompressor(const ModelConfig& c, const nn::Init& init) : rate_
   kv_norm_ = &register_module("kv_norm", std::make_unique<nn::RMSNorm>(hd, c.norm_eps, init));
 }
 
-CompressedEntries HcaCompressor::forward(const Tensor& h, const RopeTables& rope, const ModelConfig& c) const {
+CompressedEntries HcaCompressor::forward(const Tensor& h, const RopeTables& rope, const ModelConfig& c,
+                                         bool mask) const {
   ModuleScope scope(name());  // --report-memory: the compressed entries by module
   const int64_t b = h.size(0), t = h.size(1), m = rate_, w = t / m, hd = c.head_size();
   CompressedEntries out;
-  out.mask = complete_windows_mask(t, w, m, h.dtype(), h.device());  // (T, W)
+  if (mask) out.mask = complete_windows_mask(t, w, m, h.dtype(), h.device());  // (T, W)
   if (w == 0) return out;
   Tensor win = h.narrow(1, 0, w * m);                                                     // (B, W m, C)
   Tensor kv = kv_proj_->forward(win).view({b, w, m, hd});                                 // (B, W, m', hd)

@@ -15,15 +15,16 @@ namespace tidal::models {
 
 struct CompressedEntries {
   Tensor kv;    // (B, 1, W, hd): the rotary channels de-interleaved, as the attention's keys are
-  Tensor mask;  // (T, W) additive: 0 where entry w is visible from query i, -inf elsewhere
+  Tensor mask;  // the composed core's additive mask: HCA (T, W), CSA (B, 1, T, W); undefined for the flash core
+  Tensor kept;  // CSA: (B, T, min(index_topk, W)) i32, the entries each query keeps, -1 in slots left empty
 };
 
 class HcaCompressor : public nn::Module {
  public:
   HcaCompressor(const ModelConfig& c, const nn::Init& init);
   // h (B, T, C) normalized, the compressed layers' RoPE tables (T, rope_dim) -> the entries (W = T / m' windows;
-  // W 0: kv undefined).
-  CompressedEntries forward(const Tensor& h, const RopeTables& rope, const ModelConfig& c) const;
+  // W 0: kv undefined) and, with `mask` (the composed core), their mask.
+  CompressedEntries forward(const Tensor& h, const RopeTables& rope, const ModelConfig& c, bool mask) const;
 
  private:
   nn::Linear* kv_proj_;

@@ -53,7 +53,6 @@ Tensor CsaIndexer::choose(const Tensor& h, const Tensor& q_residual, const RopeT
                           const ModelConfig& c) const {
   NoGradGuard no_grad;  // the choice is an index: nothing differentiates through it
   ModuleScope scope(name());
-  const int64_t b = h.size(0), t = h.size(1), m = c.v4.compress_rate_csa, w = t / m, k = std::min(c.v4.index_topk, w);
   // Under a checkpoint (--recompute-csa-attention's, a fully recomputed layer's) the replay takes the first run's
   // choice: the indexer does not run again, and the kept indices (B, T, k) i32 stay until backward, as activations.
   Tensor kept = autograd::checkpoint_decision([&] { return top_entries(h, q_residual, rope, c); });  // (B, T, k)
@@ -62,6 +61,11 @@ Tensor CsaIndexer::choose(const Tensor& h, const Tensor& q_residual, const RopeT
     OpScope op("checkpoint_decision");
     autograd::SavedTensorLog::note(kept, nullptr);
   }
+  return kept;
+}
+
+Tensor kept_entries_mask(const Tensor& kept, int64_t w, DType dtype, const Device& device) {
+  const int64_t b = kept.size(0), t = kept.size(1), k = kept.size(2);
   std::vector<double> mask(size_t(b * t * w), -std::numeric_limits<double>::infinity());
   if (!kept.is_meta()) {  // the meta device's mask has a shape only
     const Tensor host = kept.to(Device::cpu()).contiguous();
@@ -70,7 +74,23 @@ Tensor CsaIndexer::choose(const Tensor& h, const Tensor& q_residual, const RopeT
       for (int64_t j = 0; j < k; ++j)
         if (idx[row * k + j] >= 0) mask[size_t(row * w + idx[row * k + j])] = 0.0;
   }
-  return from_vector(mask, {b, 1, t, w}, h.dtype()).to(h.device());  // (B, 1, T, W)
+  return from_vector(mask, {b, 1, t, w}, dtype).to(device);  // (B, 1, T, W)
+}
+
+GatheredEntries gather_plan(const Tensor& kept, int64_t w, DType dtype) {
+  const int64_t b = kept.size(0), t = kept.size(1), k = kept.size(2);
+  std::vector<int64_t> rows(size_t(b * t * k));
+  std::vector<double> mask(size_t(b * t * k), 0.0);
+  if (!kept.is_meta()) {
+    const Tensor host = kept.to(Device::cpu()).contiguous();
+    const int32_t* idx = host.data<int32_t>();
+    for (int64_t i = 0; i < b * t * k; ++i) {
+      rows[size_t(i)] = i / (t * k) * w + std::max<int32_t>(idx[i], 0);
+      if (idx[i] < 0) mask[size_t(i)] = -std::numeric_limits<double>::infinity();
+    }
+  }
+  return {from_vector_i64(rows, {b * t * k}).to(kept.device()),
+          from_vector(mask, {b, t, 1, k}, dtype).to(kept.device())};
 }
 
 Tensor CsaIndexer::top_entries(const Tensor& h, const Tensor& q_residual, const RopeTables& rope,
@@ -79,27 +99,39 @@ Tensor CsaIndexer::top_entries(const Tensor& h, const Tensor& q_residual, const 
   const int64_t heads = c.v4.index_n_heads, id = c.v4.index_head_dim, r = c.v4.rope_dim;
   Tensor keys = rotated_entries(
       overlapping_pool(h.narrow(1, 0, w * m), *kv_proj_, *gate_proj_, position_bias_, *kv_norm_, w, m), rope, m,
-      r);                                                                                     // (B, 1, W, id)
-  Tensor q = rotate_tail(q_b_proj_->forward(q_residual).view({b, t, heads, id}), rope, r);    // (B, I, T, id)
-  Tensor scores = mul(relu(matmul(q, keys.transpose(-1, -2))), 1.0 / std::sqrt(double(id)));  // (B, I, T, W)
-  Tensor weights = mul(weights_proj_->forward(h), 1.0 / std::sqrt(double(heads)));            // (B, T, I)
-  Tensor score = sum(mul(scores, weights.transpose(1, 2).unsqueeze(-1)), {1});                // (B, T, W)
+      r);                                                                                   // (B, 1, W, id)
+  Tensor q = rotate_tail(q_b_proj_->forward(q_residual).view({b, t, heads, id}), rope, r);  // (B, I, T, id)
+  Tensor weights = mul(weights_proj_->forward(h), 1.0 / std::sqrt(double(heads)));          // (B, T, I)
 
   std::vector<double> kept(size_t(b * t * k), -1.0);  // -1: a slot left empty (fewer complete windows than k)
-  const bool values = !score.is_meta();
-  const Tensor host = values ? score.to(DType::f64).to(Device::cpu()).contiguous() : Tensor();
   std::vector<int64_t> order(static_cast<size_t>(w));
-  for (int64_t s = 0; s < b; ++s)
-    for (int64_t i = 0; i < t; ++i) {
-      const int64_t complete = std::min(w, (i + 1) / m), keep = std::min(k, complete);
-      std::iota(order.begin(), order.begin() + complete, int64_t(0));
-      if (values) {  // the best `keep` of the complete windows' entries (ties: the earlier entry)
-        const double* row = host.data<double>() + (s * t + i) * w;
-        std::stable_sort(order.begin(), order.begin() + complete,
-                         [row](int64_t x, int64_t y) { return row[x] > row[y]; });
+  // Rows at a time: the chunk's scores (B, I, rows, W) hold at most ~16M elements.
+  const int64_t rows = std::clamp<int64_t>((int64_t(1) << 24) / std::max<int64_t>(1, b * heads * w), 1, t);
+  for (int64_t i0 = 0; i0 < t; i0 += rows) {
+    const int64_t n = std::min(rows, t - i0);
+    Tensor scores =
+        mul(relu(matmul(q.narrow(2, i0, n), keys.transpose(-1, -2))), 1.0 / std::sqrt(double(id)));  // (B, I, n, W)
+    Tensor score = sum(mul(scores, weights.narrow(1, i0, n).transpose(1, 2).unsqueeze(-1)), {1});    // (B, n, W)
+    if (score.is_meta()) continue;  // no values: the slots stay empty
+    const Tensor host = score.to(DType::f64).to(Device::cpu()).contiguous();
+    for (int64_t s = 0; s < b; ++s)
+      for (int64_t i = i0; i < i0 + n; ++i) {
+        const int64_t complete = std::min(w, (i + 1) / m), keep = std::min(k, complete);
+        if (keep == 0) continue;
+        // The best `keep` of the complete windows' entries, best first (ties: the earlier entry).
+        const double* row = host.data<double>() + (s * n + i - i0) * w;
+        const auto better = [row](int64_t x, int64_t y) { return row[x] > row[y] || (row[x] == row[y] && x < y); };
+        std::iota(order.begin(), order.begin() + complete, int64_t(0));
+        std::nth_element(order.begin(), order.begin() + (keep - 1), order.begin() + complete, better);
+        std::sort(order.begin(), order.begin() + keep, better);
+        for (int64_t j = 0; j < keep; ++j) kept[size_t((s * t + i) * k + j)] = double(order[size_t(j)]);
       }
-      for (int64_t j = 0; j < keep; ++j) kept[size_t((s * t + i) * k + j)] = double(order[size_t(j)]);
-    }
+  }
+  if (h.is_meta())  // the meta device's choice: the first complete entries, as a stand-in shape
+    for (int64_t s = 0; s < b; ++s)
+      for (int64_t i = 0; i < t; ++i)
+        for (int64_t j = 0; j < std::min(k, std::min(w, (i + 1) / m)); ++j)
+          kept[size_t((s * t + i) * k + j)] = double(j);
   return from_vector(kept, {b, t, k}, DType::i32).to(h.device());  // (B, T, k)
 }
 
@@ -113,14 +145,15 @@ CsaCompressor::CsaCompressor(const ModelConfig& c, const nn::Init& init) {
 }
 
 CompressedEntries CsaCompressor::forward(const Tensor& h, const Tensor& q_residual, const RopeTables& rope,
-                                         const ModelConfig& c) const {
+                                         const ModelConfig& c, bool mask) const {
   ModuleScope scope(name());  // --report-memory: the compressed entries by module
   const int64_t m = c.v4.compress_rate_csa, w = h.size(1) / m;
   CompressedEntries out;
   if (w == 0) return out;
   Tensor pooled = overlapping_pool(h.narrow(1, 0, w * m), *kv_proj_, *gate_proj_, position_bias_, *kv_norm_, w, m);
-  out.kv = rotated_entries(pooled, rope, m, c.v4.rope_dim);  // (B, 1, W, hd)
-  out.mask = indexer_->choose(h, q_residual, rope, c);       // (B, 1, T, W)
+  out.kv = rotated_entries(pooled, rope, m, c.v4.rope_dim);                    // (B, 1, W, hd)
+  out.kept = indexer_->choose(h, q_residual, rope, c);                         // (B, T, k)
+  if (mask) out.mask = kept_entries_mask(out.kept, w, h.dtype(), h.device());  // (B, 1, T, W)
   return out;
 }
 

@@ -19,13 +19,13 @@ namespace tidal::models {
 class CsaIndexer : public nn::Module {
  public:
   CsaIndexer(const ModelConfig& c, const nn::Init& init);
-  // h (B, T, C), q_residual (B, T, q_lora_rank), the compressed layers' RoPE -> the additive mask (B, 1, T, W) of
-  // the entries each query keeps.
+  // h (B, T, C), q_residual (B, T, q_lora_rank), the compressed layers' RoPE -> the indices (B, T, min(index_topk,
+  // W)) i32 of the entries each query keeps, best first, -1 in the slots left empty.
   // The choice is a checkpoint decision (autograd/checkpoint.h): a checkpoint's replay takes the first run's.
   Tensor choose(const Tensor& h, const Tensor& q_residual, const RopeTables& rope, const ModelConfig& c) const;
 
  private:
-  // The indices (B, T, min(index_topk, W)) i32 of the entries each query keeps, -1 in the slots left empty.
+  // The choice itself: queries scored in chunks of rows, so the (B, I, rows, W) scores stay small at any length.
   Tensor top_entries(const Tensor& h, const Tensor& q_residual, const RopeTables& rope, const ModelConfig& c) const;
 
   nn::Linear* kv_proj_;
@@ -36,13 +36,24 @@ class CsaIndexer : public nn::Module {
   nn::Linear* weights_proj_;  // scorer.weights_proj
 };
 
+// The composed core's additive mask (B, 1, T, W) of the entries kept (B, T, k) i32 (-1: none), on `device`.
+Tensor kept_entries_mask(const Tensor& kept, int64_t w, DType dtype, const Device& device);
+
+// The flash core's gather of the kept entries (B, T, k) i32 out of W per sample: rows (B T k) i64 into the
+// entries flattened to (B W, hd) (an empty slot reads its sample's entry 0), and the additive mask (B, T, 1, k) in
+// `dtype`, -inf on the empty slots.
+struct GatheredEntries {
+  Tensor rows, mask;
+};
+GatheredEntries gather_plan(const Tensor& kept, int64_t w, DType dtype);
+
 class CsaCompressor : public nn::Module {
  public:
   CsaCompressor(const ModelConfig& c, const nn::Init& init);
-  // h (B, T, C) normalized, q_residual (B, T, q_lora_rank), the compressed layers' RoPE -> the entries (B, 1, W, hd)
-  // and the mask (B, 1, T, W) of those each query keeps (W 0: kv undefined).
-  CompressedEntries forward(const Tensor& h, const Tensor& q_residual, const RopeTables& rope,
-                            const ModelConfig& c) const;
+  // h (B, T, C) normalized, q_residual (B, T, q_lora_rank), the compressed layers' RoPE -> the entries (B, 1, W, hd),
+  // those each query keeps and, with `mask` (the composed core), their mask (B, 1, T, W) (W 0: kv undefined).
+  CompressedEntries forward(const Tensor& h, const Tensor& q_residual, const RopeTables& rope, const ModelConfig& c,
+                            bool mask) const;
 
  private:
   nn::Linear* kv_proj_;

@@ -42,19 +42,24 @@ struct FlashAttentionBackward : Node {
   Tensor documents;  // what cfg.documents points into, kept alive (a small constant, not a saved activation)
   const char* name() const override { return "FlashAttentionBackward"; }
   TensorList apply(TensorList&& grads) override {
-    const Tensor& g = grads[0];
-    if (!g.defined()) return {Tensor(), Tensor(), Tensor()};
+    // attention_with_lse's second output: its gradient enters the softmax backward's delta (FlashArgs::lse_grad).
+    const Tensor dlse = grads.size() > 1 && grads[1].defined() ? grads[1].detach().contiguous() : Tensor();
+    if (!grads[0].defined() && !dlse.defined()) return {Tensor(), Tensor(), Tensor()};
     Tensor qv = q.unpack(name()), kv = k.unpack(name()), vv = v.unpack(name());
+    const Tensor ov = out.unpack(name()), lv = lse.unpack(name());
+    const Tensor g = grads[0].defined() ? grads[0].detach() : zeros(ov.shape(), ov.dtype(), ov.device());
     // Gradients in their inputs' memory order: the transposes back to (B, T, H, D) stay free.
     Tensor dq = needs_input_grad(0) ? empty_like_layout(qv, qv.dtype()) : Tensor();
     Tensor dk = needs_input_grad(1) ? empty_like_layout(kv, kv.dtype()) : Tensor();
     Tensor dv = needs_input_grad(2) ? empty_like_layout(vv, vv.dtype()) : Tensor();
     const DType acc = qv.dtype() == DType::f64 ? DType::f64 : DType::f32;
     Tensor ws = empty({device_kernels(qv.device()).flash_backward_workspace(cfg, dq, qv, kv, vv)}, acc, qv.device());
-    // Unpacked on meta too: a recompute's replayed output and statistics are freed as a real run frees them.
-    const Tensor ov = out.unpack(name()), lv = lse.unpack(name());
+    // out and lse are unpacked above on meta too: a recompute's replayed output and statistics are freed as a real
+    // run frees them.
+    FlashArgs args = cfg;
+    if (dlse.defined() && !dlse.is_meta()) args.lse_grad = dlse.raw_data();
     if (Kernels* kern = kernels_for(ws))
-      kern->flash_attention_backward(current_stream(ws.device()), cfg, dq, dk, dv, g.detach(), qv, kv, vv, ov, lv, ws);
+      kern->flash_attention_backward(current_stream(ws.device()), args, dq, dk, dv, g, qv, kv, vv, ov, lv, ws);
     return {dq, dk, dv};
   }
   void release_saved() override {
@@ -90,6 +95,11 @@ void check_inputs(const Tensor& q, const Tensor& k, const Tensor& v, const Atten
   TIDAL_CHECK(std::isfinite(opt.scale), "[", op, "] scale must be finite, got ", opt.scale);
   check_window(op, opt.causal, opt.window);
   check_documents(op, opt.documents, opt.key_offset, q.size(0), q.size(2), q);
+  TIDAL_CHECK(opt.key_rate >= 0, "[", op, "] key_rate must be >= 0 (0: none), got ", opt.key_rate);
+  TIDAL_CHECK(opt.key_rate == 0 || (opt.kernel == AttentionKernel::flash && opt.causal && opt.window == 0 &&
+                                    !opt.documents.defined() && opt.dropout_p == 0),
+              "[", op, "] compressed keys (key_rate ", opt.key_rate,
+              ") need the flash kernel and causal attention without window, documents or dropout");
 }
 
 // The dropout frame resolved: T_g, S_g and the count the whole matrix needs; refuses a frame that
@@ -160,14 +170,16 @@ Tensor eager_attention(const Tensor& q, const Tensor& k, const Tensor& v, double
   return matmul(dropped.view({b, hkv, g * t, s}), v).view({b, hq, t, dv});  // (B, Hq, T, Dv)
 }
 
-Tensor flash_attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale, const AttentionOptions& opt,
-                       const DropoutFrame& frame) {
+// lse_output: the log-sum-exp is an output too (attention_with_lse), kept and differentiable.
+AttentionWithLse flash_attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale,
+                                 const AttentionOptions& opt, const DropoutFrame& frame, bool lse_output) {
   const int64_t b = q.size(0), hq = q.size(1), t = q.size(2), dv = v.size(3);
   FlashArgs cfg;
   cfg.scale = scale;
   cfg.causal = opt.causal;
   cfg.window = opt.window;
   cfg.documents = document_mask(opt.documents, opt.key_offset);
+  cfg.key_rate = opt.key_rate;
   cfg.dropout_p = opt.dropout_p;
   if (opt.dropout_p > 0) {
     const RandomRange range = frame_range(opt.dropout_frame, frame);  // B*Hq*T*S by default
@@ -183,7 +195,7 @@ Tensor flash_attention(const Tensor& q, const Tensor& k, const Tensor& v, double
   Tensor out = empty({b, t, hq, dv}, q.dtype(), q.device()).transpose(1, 2);  // (B, Hq, T, Dv) view
   const bool grad = autograd::needs_grad(q, k, v);
   const DType acc = q.dtype() == DType::f64 ? DType::f64 : DType::f32;
-  Tensor lse = grad ? empty({b, hq, t}, acc, q.device()) : Tensor();  // (B, Hq, T)
+  Tensor lse = grad || lse_output ? empty({b, hq, t}, acc, q.device()) : Tensor();  // (B, Hq, T)
   Tensor ws =
       empty({device_kernels(q.device()).flash_forward_workspace(cfg, q, k, v)}, acc, q.device());  // per-thread tiles
   if (Kernels* kern = kernels_for(out))
@@ -198,8 +210,9 @@ Tensor flash_attention(const Tensor& q, const Tensor& k, const Tensor& v, double
     node->cfg = cfg;
     node->documents = opt.documents;
     autograd::set_history(out, node);
+    if (lse_output) autograd::set_history(lse, node, 1);
   }
-  return out;
+  return {out, lse};
 }
 
 }  // namespace
@@ -246,7 +259,17 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
   const double scale = opt.scale != 0 ? opt.scale : 1.0 / std::sqrt(double(q.size(3)));
   const DropoutFrame frame = resolve_frame(q, k, opt.dropout_frame);
   return opt.kernel == AttentionKernel::eager ? eager_attention(q, k, v, scale, opt, frame)
-                                              : flash_attention(q, k, v, scale, opt, frame);
+                                              : flash_attention(q, k, v, scale, opt, frame, false).out;
+}
+
+AttentionWithLse attention_with_lse(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& opt) {
+  OpScope scope("attention_with_lse");
+  TIDAL_CHECK(
+      opt.kernel == AttentionKernel::flash,
+      "[attention_with_lse] the log-sum-exp comes from the flash kernel: set AttentionOptions::kernel to flash");
+  check_inputs(q, k, v, opt);
+  const double scale = opt.scale != 0 ? opt.scale : 1.0 / std::sqrt(double(q.size(3)));
+  return flash_attention(q, k, v, scale, opt, resolve_frame(q, k, opt.dropout_frame), true);
 }
 
 }  // namespace tidal

@@ -55,6 +55,10 @@ struct AttentionOptions {
   // window rules. Starts never decrease along a row (documents are contiguous). Undefined: no mask.
   Tensor documents;
   int64_t key_offset = 0;
+  // Compressed keys (DeepSeek-V4's heavily compressed entries, FlashArgs::key_rate): key j stands for the
+  // key_rate positions [j R, (j + 1) R) and query i sees keys j < (i + 1) / R, those whose positions are all
+  // past. Flash only, causal, without window, documents or dropout. 0: none.
+  int64_t key_rate = 0;
 };
 
 // Reserves the dropout range of a whole (B, Hq, T_g, S_g) attention matrix computed as blocks
@@ -68,6 +72,21 @@ RandomRange reserve_attention_dropout(int64_t batch, int64_t q_heads, int64_t ro
 // no key (causal with T > S) get zeros. f32 and f64 natively; bf16 computes in f32 (eager through
 // the ops' bf16 paths, flash by converting tiles as it loads them).
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
+                                    const AttentionOptions& opt = {});
+
+// Flash attention that also returns each row's log-sum-exp, differentiable:
+//   lse[b, h, i] = log sum_j exp(scale q_i . k_j) over the keys row i sees, (B, Hq, T) in f32 (f64 for f64),
+//   +inf for rows that see no key (their out is 0).
+// With it a caller merges this attention with keys it scores itself (a sink logit, entries gathered per query):
+// a softmax over [lse, other logits] weighs out against the other values exactly as one softmax over all the keys
+// would (DeepSeek-V4's attention, models/deepseek_v4_attention.cpp). Backward takes both gradients; the
+// probabilities are recomputed tile by tile as scaled_dot_product_attention's flash kernel does. opt.kernel must be
+// flash.
+struct AttentionWithLse {
+  Tensor out;  // (B, Hq, T, Dv) in (B, T, Hq, Dv) memory order
+  Tensor lse;  // (B, Hq, T)
+};
+AttentionWithLse attention_with_lse(const Tensor& q, const Tensor& k, const Tensor& v,
                                     const AttentionOptions& opt = {});
 
 // The eager path's fused scale + causal mask + softmax over the last dim of scores (..., T, S):

@@ -170,7 +170,7 @@ std::vector<RecomputeConfig> recompute_ladder(const models::ModelConfig& m, Atte
   act_norm.norm = true;
   add(act_norm);
   std::vector<std::vector<RecomputeModule>> module_sets;
-  // DeepSeek-V4's composed core keeps its (T x T + W) probabilities whatever the kernel.
+  // DeepSeek-V4's core keeps its parts' outputs and merge weights with the flash kernel too.
   if (attention == AttentionKernel::eager || m.is_deepseek_v4()) module_sets.push_back({RecomputeModule::core_attn});
   if (m.is_moe()) {
     module_sets.push_back({RecomputeModule::mlp, RecomputeModule::moe_act});

@@ -148,7 +148,7 @@ std::vector<Suggestion> suggest_recompute(const models::ModelConfig& m, const Tr
   if (cur.granularity != Granularity::full) {
     memory::RecomputeConfig c;
     c.granularity = Granularity::selective;
-    // DeepSeek-V4's composed core keeps its probabilities whatever the kernel.
+    // DeepSeek-V4's core keeps its parts' outputs and merge weights with the flash kernel too.
     if (s.attention == AttentionKernel::eager || m.is_deepseek_v4()) c.modules.push_back(RecomputeModule::core_attn);
     c.modules.push_back(moe_only ? RecomputeModule::moe : RecomputeModule::mlp);
     if (m.is_moe() && !moe_only) c.modules.push_back(RecomputeModule::moe);
@@ -189,12 +189,12 @@ std::vector<Suggestion> suggest_recompute(const models::ModelConfig& m, const Tr
     const int64_t saved = saving(m, s, t);
     if (saved <= 0) continue;
     // DeepSeek-V4's flags: what they keep less after forward (memory/deepseek_v4_savings.h), beside the peak's saving.
-    const int64_t kept_less = m.is_deepseek_v4()
-                                  ? memory::deepseek_v4_recompute_saving(m, t.memory.recompute_plan, s.micro_batch,
-                                                                         s.seq, s.precision.param_dtype()) -
-                                        memory::deepseek_v4_recompute_saving(m, s.memory.recompute_plan, s.micro_batch,
-                                                                             s.seq, s.precision.param_dtype())
-                                  : 0;
+    const int64_t kept_less =
+        m.is_deepseek_v4() ? memory::deepseek_v4_recompute_saving(m, t.memory.recompute_plan, s.micro_batch, s.seq,
+                                                                  s.precision.param_dtype(), s.attention) -
+                                 memory::deepseek_v4_recompute_saving(m, s.memory.recompute_plan, s.micro_batch, s.seq,
+                                                                      s.precision.param_dtype(), s.attention)
+                           : 0;
     out.push_back({c.granularity == Granularity::full ? TriageStep::recompute_full : TriageStep::recompute_selective,
                    flags_of(&memory::MemoryConfig::recompute, c), saved,
                    note + (kept_less > 0 ? "; " + format_bytes(kept_less) + " less kept after forward" : "") +

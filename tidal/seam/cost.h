@@ -45,10 +45,10 @@ void report_cost(const KernelCost& cost);
 // FLOPs of the cpu flash kernels' tiles (the masked entries of a causal tile are computed too; the
 // tiles a sliding window or the causal mask hides entirely are skipped, as the kernels skip them).
 // q (B, Hq, T, D), k (B, Hkv, S, D), v (B, Hkv, S, Dv) as shapes; mask: FlashArgs' causal, window
-// and diagonal.
+// diagonal and key_rate.
 int64_t flash_forward_flops(int64_t B, int64_t Hq, int64_t T, int64_t S, int64_t D, int64_t Dv, bool causal,
-                            int64_t window = 0, int64_t diagonal = 0);
+                            int64_t window = 0, int64_t diagonal = 0, int64_t key_rate = 0);
 int64_t flash_backward_flops(int64_t B, int64_t Hq, int64_t T, int64_t S, int64_t D, int64_t Dv, bool causal,
-                             bool with_dq, int64_t window = 0, int64_t diagonal = 0);
+                             bool with_dq, int64_t window = 0, int64_t diagonal = 0, int64_t key_rate = 0);
 
 }  // namespace tidal

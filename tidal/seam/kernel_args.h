@@ -122,6 +122,14 @@ struct FlashArgs {
   // positions than the bottom-right frame puts them (0 for one call on the whole matrix).
   int64_t diagonal = 0;
   DocumentMask documents;  // packed sequences: none by default
+  // Compressed keys (DeepSeek-V4's heavily compressed entries): key j stands for the key_rate positions
+  // [j R, (j + 1) R) and query i sees it once they are all past, (j + 1) R <= i + 1: keys [0, (i + 1) / R).
+  // Causal only, without window, diagonal or documents. 0: keys are positions (the rules above).
+  int64_t key_rate = 0;
+  // Backward only: the gradient of the forward's log-sum-exp (B, Hq, T), contiguous in the accumulate type on
+  // the kernel's device, when the caller used it (ops/attention.h attention_with_lse); null: none. Row i's
+  // softmax backward then takes delta_i = rowsum(dO * O)_i - dlse_i, as d lse_i / d s_ij = P_ij.
+  const void* lse_grad = nullptr;
 };
 
 // The keys [first, end) that query row i of a (T, S) attention sees (first == end: none); the rule
@@ -148,6 +156,10 @@ inline KeyRange visible_key_range(bool causal, int64_t window, int64_t diagonal,
   return r;
 }
 inline KeyRange visible_key_range(const FlashArgs& a, int64_t b, int64_t i, int64_t t, int64_t s) {
+  if (a.key_rate > 0) {
+    const int64_t end = (i + 1) / a.key_rate;
+    return {0, end < s ? end : s};
+  }
   return visible_key_range(a.causal, a.window, a.diagonal, a.documents, b, i, t, s);
 }
 
@@ -158,6 +170,7 @@ struct RowRange {
 inline RowRange rows_seeing_keys(const FlashArgs& a, int64_t j0, int64_t j1, int64_t t, int64_t s) {
   if (!a.causal) return {0, t};
   const auto clamp = [t](int64_t x) { return x < 0 ? 0 : (x > t ? t : x); };
+  if (a.key_rate > 0) return {clamp((j0 + 1) * a.key_rate - 1), t};  // row i sees key j0 once (j0 + 1) R <= i + 1
   // Row i sees key j iff diag(i) - window < j <= diag(i), diag(i) = i + s - t + diagonal.
   const int64_t shift = s - t + a.diagonal, first = clamp(j0 - shift);
   const int64_t end = a.window > 0 ? clamp(j1 - 1 - shift + a.window) : t;

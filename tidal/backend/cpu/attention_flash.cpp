@@ -220,8 +220,10 @@ void backward_typed(const FlashArgs& cfg, const Tensor& dq, const Tensor& dk, co
   const bool dropout = cfg.dropout_p > 0;
   const RngFrame rng(cfg, n);
 
-  // delta[b, h, i] = rowsum(dO * O): the softmax backward's rowsum(P * dP), dropout included.
+  // delta[b, h, i] = rowsum(dO * O): the softmax backward's rowsum(P * dP), dropout included; minus the
+  // log-sum-exp's gradient when the caller used it (FlashArgs::lse_grad).
   using G = gemm_t<T>;
+  const A* dlse = static_cast<const A*>(cfg.lse_grad);
   const BackwardLayout lay = backward_layout(n, dq, std::is_same_v<T, A>);
   TIDAL_ASSERT(workspace.numel() >= lay.total() && workspace.dtype() == dtype_v<A>, "flash workspace too small");
   A* dp = workspace.data<A>();  // (B, Hq, T) first, then the per-slot tile buffers
@@ -238,7 +240,7 @@ void backward_typed(const FlashArgs& cfg, const Tensor& dq, const Tensor& dk, co
       } else {
         for (int64_t c = 0; c < n.dv; ++c) acc += A(g[c * dov.s3]) * A(o[c * ov.s3]);
       }
-      dp[r] = acc;
+      dp[r] = dlse != nullptr ? acc - dlse[r] : acc;
     }
   });
 

@@ -341,6 +341,14 @@ Tensor workspace_of(const Tensor& workspace, int64_t need, DType acc, Device dev
   return empty({need}, acc, device);
 }
 
+// FlashArgs' compressed keys and log-sum-exp gradient (DeepSeek-V4's attention, ops/attention.h attention_with_lse)
+// have CPU kernels only: refused by name rather than computed without them.
+void refuse_cpu_only(const FlashArgs& cfg) {
+  TIDAL_CHECK(cfg.key_rate == 0 && cfg.lse_grad == nullptr,
+              "[flash_attention] compressed keys and a differentiated log-sum-exp (attention_with_lse, DeepSeek-V4's "
+              "attention) have no CUDA kernel yet: run this model on the CPU");
+}
+
 }  // namespace
 
 int64_t CudaKernels::flash_forward_workspace(const FlashArgs& cfg, const Tensor& q, const Tensor& k,
@@ -355,6 +363,7 @@ int64_t CudaKernels::flash_backward_workspace(const FlashArgs& cfg, const Tensor
 
 void CudaKernels::flash_attention_forward(Stream& stream, const FlashArgs& cfg, const Tensor& out, const Tensor& lse,
                                           const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& workspace) {
+  refuse_cpu_only(cfg);
   if (sdpa_refusal(cfg, q, k, v).empty() && sdpa_forward(stream_handle(stream), cfg, out, lse, q, k, v, workspace))
     return;
   eager_attention_forward(stream, cfg, out, lse, q, k, v,
@@ -365,6 +374,7 @@ void CudaKernels::flash_attention_backward(Stream& stream, const FlashArgs& cfg,
                                            const Tensor& dv, const Tensor& dout, const Tensor& q, const Tensor& k,
                                            const Tensor& v, const Tensor& out, const Tensor& lse,
                                            const Tensor& workspace) {
+  refuse_cpu_only(cfg);
   if (sdpa_refusal(cfg, q, k, v).empty() &&
       sdpa_backward(stream_handle(stream), cfg, dq, dk, dv, dout, q, k, v, out, lse, workspace))
     return;

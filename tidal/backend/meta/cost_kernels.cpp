@@ -212,14 +212,14 @@ class CostKernels final : public Kernels {
   void flash_attention_forward(Stream&, const FlashArgs& a, const Tensor& out, const Tensor& lse, const Tensor& q,
                                const Tensor& k, const Tensor& v, const Tensor&) override {
     const int64_t flops = flash_forward_flops(q.size(0), q.size(1), q.size(2), k.size(2), q.size(3), v.size(3),
-                                              a.causal, a.window, a.diagonal);
+                                              a.causal, a.window, a.diagonal, a.key_rate);
     report("flash_attention_forward", CostKind::attention, q.dtype(), flops, nb(q) + nb(k) + nb(v) + nb(out) + nb(lse));
   }
   void flash_attention_backward(Stream&, const FlashArgs& a, const Tensor& dq, const Tensor& dk, const Tensor& dv,
                                 const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
                                 const Tensor& out, const Tensor& lse, const Tensor&) override {
     const int64_t flops = flash_backward_flops(q.size(0), q.size(1), q.size(2), k.size(2), q.size(3), v.size(3),
-                                               a.causal, dq.defined(), a.window, a.diagonal);
+                                               a.causal, dq.defined(), a.window, a.diagonal, a.key_rate);
     report("flash_attention_backward", CostKind::attention, q.dtype(), flops,
            nb(dout) + nb(q) + nb(k) + nb(v) + nb(out) + nb(lse) + nb(dq) + nb(dk) + nb(dv));
   }
@@ -304,19 +304,20 @@ int64_t over_blocks(int64_t T, int64_t block, int64_t first, F f) {
 }  // namespace
 
 namespace {
-FlashArgs mask_of(bool causal, int64_t window, int64_t diagonal) {
+FlashArgs mask_of(bool causal, int64_t window, int64_t diagonal, int64_t key_rate) {
   FlashArgs a;
   a.causal = causal;
   a.window = window;
   a.diagonal = diagonal;
+  a.key_rate = key_rate;
   return a;
 }
 }  // namespace
 
 int64_t flash_forward_flops(int64_t B, int64_t Hq, int64_t T, int64_t S, int64_t D, int64_t Dv, bool causal,
-                            int64_t window, int64_t diagonal) {
+                            int64_t window, int64_t diagonal, int64_t key_rate) {
   const cpu::FlashTiles tiles = cpu::flash_tiles();
-  const FlashArgs mask = mask_of(causal, window, diagonal);
+  const FlashArgs mask = mask_of(causal, window, diagonal, key_rate);
   // Each query block multiplies Q K^T and P V over the keys its rows see (its first row's first key
   // to its last row's diagonal), in key tiles that sum to them.
   const int64_t per_head = over_blocks(T, tiles.fwd_q, 0, [&](int64_t i0, int64_t nq) {
@@ -328,9 +329,9 @@ int64_t flash_forward_flops(int64_t B, int64_t Hq, int64_t T, int64_t S, int64_t
 }
 
 int64_t flash_backward_flops(int64_t B, int64_t Hq, int64_t T, int64_t S, int64_t D, int64_t Dv, bool causal,
-                             bool with_dq, int64_t window, int64_t diagonal) {
+                             bool with_dq, int64_t window, int64_t diagonal, int64_t key_rate) {
   const cpu::FlashTiles tiles = cpu::flash_tiles();
-  const FlashArgs mask = mask_of(causal, window, diagonal);
+  const FlashArgs mask = mask_of(causal, window, diagonal, key_rate);
   // Per key tile: S = Q K^T, dP = dO V^T, dV += P^T dO, dK += dS^T Q (and dQ += dS K) over the query
   // blocks that see the tile; then rowsum(dO * O), the backward's delta.
   int64_t per_head = 0;

@@ -1,0 +1,142 @@
+// attention_with_lse (ops/attention.h): the flash kernel's output and log-sum-exp, both differentiable, with GQA,
+// a sliding window and compressed keys (AttentionOptions::key_rate); merging two calls by a softmax over their
+// log-sum-exps and a sink logit is one attention over all their keys.
+#include <cmath>
+#include <limits>
+
+#include "tests/support/gradcheck.h"
+#include "tidal/ops/attention.h"
+#include "tidal/ops/elementwise.h"
+#include "tidal/ops/matmul.h"
+#include "tidal/ops/reduce.h"
+#include "tidal/ops/softmax.h"
+#include "tidal/ops/view.h"
+
+namespace tidal {
+using testing::all_close;
+using testing::gradcheck;
+using testing::uniform;
+
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// Whether query i of T sees key j of S: the window's bottom-right causal rule, or compressed keys (j + 1) R <= i + 1.
+bool visible(int64_t i, int64_t j, int64_t t, int64_t s, int64_t window, int64_t rate) {
+  if (rate > 0) return (j + 1) * rate <= i + 1;
+  const int64_t diag = i + s - t;
+  return j <= diag && (window == 0 || j > diag - window);
+}
+
+// The additive mask (T, S): 0 where visible, -inf elsewhere.
+Tensor additive_mask(int64_t t, int64_t s, int64_t window, int64_t rate) {
+  std::vector<double> m(size_t(t * s), -kInf);
+  for (int64_t i = 0; i < t; ++i)
+    for (int64_t j = 0; j < s; ++j)
+      if (visible(i, j, t, s, window, rate)) m[size_t(i * s + j)] = 0.0;
+  return from_vector(m, {t, s}, DType::f64);
+}
+
+// Scores scale q k^T + mask (B, Hq, T, S) from basic ops, k heads repeated for GQA.
+Tensor reference_scores(const Tensor& q, const Tensor& k, const Tensor& mask) {
+  const int64_t b = q.size(0), hq = q.size(1), hkv = k.size(1), s = k.size(2), d = q.size(3), g = hq / hkv;
+  Tensor kr = k.unsqueeze(2).expand({b, hkv, g, s, d}).reshape({b, hq, s, d});  // (B, Hq, S, D)
+  return add(mul(matmul(q, kr.mT()), 1.0 / std::sqrt(double(d))), mask);
+}
+
+// Rows that see no key get lse +inf: finite stand-ins for the checks (their gradient is 0).
+Tensor finite_lse(const Tensor& lse) { return masked_fill(lse, eq(lse, kInf), 0.0); }
+
+AttentionOptions options(int64_t window, int64_t rate) {
+  AttentionOptions o;
+  o.window = window;
+  o.key_rate = rate;
+  return o;
+}
+
+}  // namespace
+
+TEST(GradcheckAttentionWithLse, OutputAndLogSumExpWithGqaWindowAndCompressedKeys) {
+  struct Case {
+    int64_t t, s, window, rate;
+  };
+  // Plain causal, a window of 3, and compressed keys of rate 3 over 12 queries (4 keys; rows 0 and 1 see none).
+  for (Case c : {Case{9, 9, 0, 0}, Case{9, 9, 3, 0}, Case{12, 4, 0, 3}}) {
+    SCOPED_TRACE(::testing::Message() << "T " << c.t << " S " << c.s << " W " << c.window << " R " << c.rate);
+    const Tensor q = uniform({1, 4, c.t, 3}, 300, -1, 1, true, DType::f64);
+    const Tensor k = uniform({1, 2, c.s, 3}, 301, -1, 1, true, DType::f64);
+    const Tensor v = uniform({1, 2, c.s, 5}, 302, -1, 1, true, DType::f64);
+    const AttentionOptions opt = options(c.window, c.rate);
+    EXPECT_TRUE(gradcheck(
+        [&](auto& a) {
+          const AttentionWithLse r = attention_with_lse(a[0], a[1], a[2], opt);
+          return add(r.out, mul(finite_lse(r.lse).unsqueeze(-1), 0.7));  // both outputs reach the loss
+        },
+        {q, k, v}));
+    const AttentionWithLse r = attention_with_lse(q, k, v, opt);
+    const Tensor scores = reference_scores(q, k, additive_mask(c.t, c.s, c.window, c.rate));  // (B, Hq, T, S)
+    const Tensor m = max(scores, -1, true).values;
+    const Tensor lse = add(log(sum(exp(sub(scores, m)), {-1}, true)), m).squeeze(-1);  // (B, Hq, T)
+    std::vector<double> got = r.lse.to_vector<double>(), want = lse.to_vector<double>();
+    for (size_t i = 0; i < got.size(); ++i) {
+      if (std::isinf(want[i]) || std::isnan(want[i])) {  // no key: +inf (the reference's -inf - -inf is nan)
+        EXPECT_EQ(got[i], kInf) << "row " << i;
+        continue;
+      }
+      EXPECT_NEAR(got[i], want[i], 1e-12) << "row " << i;
+    }
+    EXPECT_TRUE(all_close(r.out, scaled_dot_product_attention(q, k, v, opt), 0, 0));  // the same output
+  }
+}
+
+TEST(AttentionWithLse, MergingTwoCallsAndASinkIsOneSoftmaxOverAllKeys) {
+  // A window's keys (rows 0..T-1) and compressed entries (rate 4) merged by a softmax over [lse_a, lse_b, sink]:
+  // softmax over the scores of both key sets and the sink column, the sink's share dropped; gradients too.
+  const int64_t t = 16, w = 3, rate = 4, e = t / rate;
+  const Tensor q = uniform({2, 2, t, 4}, 310, -1, 1, true, DType::f64);
+  const Tensor kv = uniform({2, 1, t, 4}, 311, -1, 1, true, DType::f64);
+  const Tensor entries = uniform({2, 1, e, 4}, 312, -1, 1, true, DType::f64);
+  const Tensor sink = uniform({2}, 313, -1, 1, true, DType::f64);
+  const auto merged = [&](const std::vector<Tensor>& x) {
+    const AttentionWithLse a = attention_with_lse(x[0], x[1], x[1], options(w, 0));
+    const AttentionWithLse b = attention_with_lse(x[0], x[2], x[2], options(0, rate));
+    const Tensor lse_b = masked_fill(b.lse, eq(b.lse, kInf), -kInf);  // no entry yet: weighs 0
+    const Tensor s = x[3].view({1, 2, 1}).expand({2, 2, t});
+    const Tensor weights = softmax(stack({a.lse, lse_b, s}, -1), -1);  // (B, H, T, 3)
+    return add(mul(a.out, weights.narrow(3, 0, 1)), mul(b.out, weights.narrow(3, 1, 1)));
+  };
+  const auto reference = [&](const std::vector<Tensor>& x) {
+    const Tensor mask = cat({additive_mask(t, t, w, 0), additive_mask(t, e, 0, rate)}, 1);  // (T, T + E)
+    const Tensor keys = cat({x[1], x[2]}, 2);                                                 // (B, 1, T + E, D)
+    const Tensor scores = reference_scores(x[0], keys, mask);                                 // (B, H, T, T + E)
+    const Tensor s = x[3].view({1, 2, 1, 1}).expand({2, 2, t, 1});
+    const Tensor p = softmax(cat({scores, s}, 3), -1).narrow(3, 0, t + e);
+    return matmul(p, keys);  // (B, H, T, D)
+  };
+  const std::vector<Tensor> x = {q, kv, entries, sink};
+  const Tensor got = merged(x), want = reference(x);
+  EXPECT_TRUE(all_close(got, want, 1e-12, 1e-13));
+  const Tensor g = uniform(got.shape(), 314, -1, 1, false, DType::f64);
+  const auto grads_of = [&](const Tensor& out) {
+    for (const Tensor& t : x) t.zero_grad();
+    out.backward(g);
+    std::vector<Tensor> d;
+    for (const Tensor& t : x) d.push_back(t.grad());
+    return d;
+  };
+  const std::vector<Tensor> dm = grads_of(got), dr = grads_of(want);
+  for (size_t i = 0; i < x.size(); ++i) EXPECT_TRUE(all_close(dm[i], dr[i], 1e-11, 1e-12)) << "input " << i;
+  EXPECT_TRUE(gradcheck([&](auto& a) { return merged(a); }, x));
+}
+
+TEST(AttentionWithLse, RefusesWhatItCannotCompute) {
+  const Tensor q = uniform({1, 2, 8, 4}, 320), k = uniform({1, 2, 8, 4}, 321);
+  AttentionOptions eager;
+  eager.kernel = AttentionKernel::eager;
+  EXPECT_THROW(attention_with_lse(q, k, k, eager), Error);
+  AttentionOptions windowed = options(2, 4);  // compressed keys with a window
+  EXPECT_THROW(attention_with_lse(q, k, k, windowed), Error);
+  EXPECT_THROW(attention_with_lse(q, k, k, options(0, -1)), Error);
+}
+
+}  // namespace tidal
