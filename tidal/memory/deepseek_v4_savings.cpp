@@ -14,12 +14,12 @@ int64_t csa_attention_saving(const models::ModelConfig& c, int64_t layer, int64_
   const int64_t compressor = p * b * w * d * (2 * slots + 1) + 4 * b * w;
   const int64_t kept_choice = csa ? 4 * b * seq * k : 0;
   if (kernel == AttentionKernel::eager) return compressor + p * (b * w * d + b * h * seq * (seq + w + 1)) - kept_choice;
-  int64_t core = p * rows * d + a * rows;  // the window's output and log-sum-exp
-  if (w > 0 && !csa) core += p * b * w * d + p * rows * d + a * rows + rows;
-  if (w > 0 && csa) core += 8 * b * seq * k + p * b * seq * k * d;
-  const int64_t parts = 2 + (w > 0 ? (csa ? k : 1) : 0);
-  core += a * rows * parts + (p != a ? p * rows * parts : 0);
-  return compressor + core - kept_choice;
+  // The window's output and log-sum-exp; the entries, their output and log-sum-exp (HCA: and its u8 mask of rows
+  // without entries; CSA's kept indices stay, as the checkpoint's decision); the merge weights.
+  int64_t core = p * rows * d + a * rows;
+  if (w > 0) core += p * b * w * d + p * rows * d + a * rows + (csa ? 0 : rows);
+  const int64_t parts = w > 0 ? 3 : 2;
+  return compressor + core + a * rows * parts + (p != a ? p * rows * parts : 0);
 }
 
 int64_t mhc_saving(const models::ModelConfig& c, int64_t batch, int64_t seq, DType dtype) {

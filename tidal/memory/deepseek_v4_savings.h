@@ -21,11 +21,11 @@ namespace tidal::memory {
 // values, the entries' norm input and statistics, p b W d (2 l + 1) + 4 b W, and the core's:
 //   eager: p (b W d + b H s (s + W + 1)): the keys with the entries (less the window's, which stay as the
 //     checkpoint's input) and the probabilities with the sink;
-//   flash: the window's output and log-sum-exp, p b s H d + a b s H; HCA (W > 0): its entries, output, log-sum-exp
-//     and rows without entries (u8), p b W d + p b s H d + a b s H + b s H; CSA (W > 0): the gather index and the
-//     gathered entries, 8 b s k + p b s k d; the merge weights over P = 2 (+ 1 HCA, + k CSA) parts, a b s H P
-//     (+ p b s H P under bf16, their cast);
-// less, for CSA, its kept choice (its indices) staying instead: - 4 b s k.
+//   flash: the window's output and log-sum-exp, p b s H d + a b s H; with entries (W > 0) their keys, output and
+//     log-sum-exp, p b W d + p b s H d + a b s H, and for HCA its u8 mask of rows without entries, b s H; the merge
+//     weights over P = 2 parts (the window, the sink; 3 with entries), a b s H P (+ p b s H P under bf16, their
+//     cast) (CSA's kept indices stay: the sparse attention saves them without the flag, the checkpoint with it);
+//   eager, for CSA, less its kept choice (its indices) staying instead: - 4 b s k.
 int64_t csa_attention_saving(const models::ModelConfig& c, int64_t layer, int64_t batch, int64_t seq, DType dtype,
                              AttentionKernel kernel);
 

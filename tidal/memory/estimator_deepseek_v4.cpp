@@ -33,30 +33,24 @@ void push_expansion(std::vector<Item>& v, const Dims& d, int64_t hc, Part part, 
 }
 
 // The flash core (DeepseekV4Attention::flash_core) after q and the window's keys: the window's output and
-// log-sum-exp; HCA's entries (its flash call's keys), output, log-sum-exp and the mask of its rows without entries;
-// CSA's gather index and kept entries (B, T, k, hd); the merging softmax's weights (B, T, H, parts) in f32, with
-// their copy in the activations' dtype under bf16. `core_input`: the core runs in its own checkpoint, whose inputs
-// include the entries.
+// log-sum-exp; the entries' (HCA's flash call, CSA's sparse attention: their keys, output and log-sum-exp; HCA's mask
+// of rows without entries, CSA's kept indices unless a checkpoint keeps them as its decision); the merging softmax's
+// weights (B, T, H, parts) in f32, with their copy in the activations' dtype under bf16. `core_input`: the core runs
+// in its own checkpoint, whose inputs include the entries (and CSA's kept indices).
 void push_flash_core(std::vector<Item>& v, const models::ModelConfig& cfg, const Dims& d, int64_t w, bool csa,
-                     Region core, bool core_input) {
+                     Region core, bool core_input, bool kept_decision) {
   const int64_t n = d.n, el = d.el, hd = d.hd, heads = d.h, k = csa ? std::min(cfg.v4.index_topk, w) : 0;
   v.push_back({"window output", n * heads * hd * el, Part::attn, core, false, Discard::none, true, true});
   v.push_back({"window log-sum-exp", n * heads * d.acc, Part::attn, core, false, Discard::none, true, true});
-  if (w > 0 && !csa) {
+  if (w > 0) {
     v.push_back({"entries", d.b * w * hd * el, Part::attn, core, core_input, Discard::none, true, true});
+    if (csa && !kept_decision)  // (B, T, k) i32, saved by the sparse attention
+      v.push_back({"kept entries", n * k * 4, Part::attn, core, core_input, Discard::none, true, true});
     v.push_back({"entries output", n * heads * hd * el, Part::attn, core, false, Discard::none, true, true});
     v.push_back({"entries log-sum-exp", n * heads * d.acc, Part::attn, core, false, Discard::none, true, true});
-    v.push_back({"rows without entries", n * heads, Part::attn, core, false, Discard::none, true, true});  // u8
+    if (!csa) v.push_back({"rows without entries", n * heads, Part::attn, core, false, Discard::none, true, true});
   }
-  if (w > 0 && csa) {
-    if (core_input) {  // the entries and the kept indices (B, T, k) i32, the core checkpoint's inputs
-      v.push_back({"entries", d.b * w * hd * el, Part::attn, core, true, Discard::none, true, true});
-      v.push_back({"kept entries (the core's input)", n * k * 4, Part::attn, core, true, Discard::none, true, true});
-    }
-    v.push_back({"gather index", n * k * 8, Part::attn, core, false, Discard::none, true, true});  // (B T k) i64
-    v.push_back({"kept entries (gathered)", n * k * hd * el, Part::attn, core, false, Discard::none, true, true});
-  }
-  const int64_t parts = 2 + (w > 0 ? (csa ? k : 1) : 0);  // the window, HCA's or CSA's, the sink
+  const int64_t parts = w > 0 ? 3 : 2;  // the window, the entries, the sink
   v.push_back({"merge weights", n * heads * parts * d.acc, Part::attn, core, false, Discard::none, true, true});
   if (el != d.acc)
     v.push_back({"merge weights (cast)", n * heads * parts * el, Part::attn, core, false, Discard::none, true, true});
@@ -106,7 +100,8 @@ void push_attention(std::vector<Item>& v, const models::ModelConfig& cfg, const 
       v.push_back(window);
     v.push_back({"probabilities", d.b * heads * d.s * (d.s + w + 1) * el, Part::attn, core});
   } else {
-    push_flash_core(v, cfg, d, w, csa, region ? Region::csa_attention : Region::core_attn, !region && p.core_attn);
+    push_flash_core(v, cfg, d, w, csa, region ? Region::csa_attention : Region::core_attn, !region && p.core_attn,
+                    p.full || region);
     if (!region || w == 0) v.push_back(window);
   }
   v.push_back({"grouped output", n * heads * hd * el, Part::attn, Region::none, false, Discard::none, true, true});

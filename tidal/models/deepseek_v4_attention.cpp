@@ -8,10 +8,10 @@
 #include "tidal/autograd/checkpoint.h"
 #include "tidal/ops/attention.h"
 #include "tidal/ops/elementwise.h"
-#include "tidal/ops/index.h"
 #include "tidal/ops/matmul.h"
 #include "tidal/ops/norm.h"
 #include "tidal/ops/softmax.h"
+#include "tidal/ops/sparse_attention.h"
 #include "tidal/ops/view.h"
 
 namespace tidal::models {
@@ -66,31 +66,27 @@ Tensor DeepseekV4Attention::flash_core(const std::vector<Tensor>& x, const Model
   const AttentionWithLse a = attention_with_lse(q, x[1], x[1], window);  // the window's keys
   const Tensor a_out = a.out.transpose(1, 2);                            // (B, T, H, hd)
   // The logits of the softmax that merges the parts, (B, T, H, parts) in f32 (f64 for f64): the window's
-  // log-sum-exp, then HCA's or CSA's part, then the sink.
+  // log-sum-exp, HCA's or CSA's, then the sink. A row that sees no entry yet has an entries' log-sum-exp of -inf:
+  // weight 0.
   std::vector<Tensor> logits = {a.lse.transpose(1, 2).unsqueeze(-1)};
-  Tensor entries_out, gathered;  // HCA: (B, T, H, hd); CSA: the kept entries (B, T, k, hd)
-  if (x.size() == 4) {           // HCA: every complete entry, through the flash kernel's compressed keys
+  Tensor entries_out;   // (B, T, H, hd)
+  if (x.size() == 4) {  // HCA: every complete entry, through the flash kernel's compressed keys
     AttentionOptions compressed;
     compressed.key_rate = c.v4.compress_rate_hca;
     const AttentionWithLse e = attention_with_lse(q, x[3], x[3], compressed);
     entries_out = e.out.transpose(1, 2);
     const Tensor lse = masked_fill(e.lse, eq(e.lse, std::numeric_limits<double>::infinity()),
-                                   -std::numeric_limits<double>::infinity());  // no entry yet: weighs 0
+                                   -std::numeric_limits<double>::infinity());  // the flash kernel's +inf
     logits.push_back(lse.transpose(1, 2).unsqueeze(-1));
-  } else if (x.size() == 5) {      // CSA: each query's kept entries, gathered
-    const Tensor& entries = x[3];  // (B, 1, W, hd)
-    const Tensor& kept = x[4];     // (B, T, k) i32, -1: empty
-    const int64_t w = entries.size(2), k = kept.size(2), hd = entries.size(3);
-    const GatheredEntries g = gather_plan(kept, w, a.lse.dtype());
-    gathered = index_select(entries.reshape({b * w, hd}), 0, g.rows).view({b, t, k, hd});  // (B, T, k, hd)
-    Tensor scores = mul(matmul(q.transpose(1, 2), gathered.transpose(-1, -2)), 1.0 / std::sqrt(double(hd)));
-    logits.push_back(add(scores.to(a.lse.dtype()), g.mask));  // (B, T, H, k) + (B, T, 1, k)
+  } else if (x.size() == 5) {  // CSA: each query's kept entries (x[4] (B, T, k) i32), read by index
+    const AttentionWithLse e = sparse_attention_with_lse(q, x[3], x[3], x[4]);
+    entries_out = e.out.transpose(1, 2);
+    logits.push_back(e.lse.transpose(1, 2).unsqueeze(-1));
   }
   logits.push_back(x[2].to(a.lse.dtype()).view({1, 1, heads, 1}).expand({b, t, heads, 1}));  // the sink
   const Tensor weights = softmax(cat(logits, 3), -1).to(q.dtype());                          // (B, T, H, parts)
   Tensor o = mul(a_out, weights.narrow(3, 0, 1));                                            // (B, T, H, hd)
   if (entries_out.defined()) o = add(o, mul(entries_out, weights.narrow(3, 1, 1)));
-  if (gathered.defined()) o = add(o, matmul(weights.narrow(3, 1, gathered.size(2)), gathered));
   return o.transpose(1, 2);  // (B, H, T, hd)
 }
 

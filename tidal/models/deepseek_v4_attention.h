@@ -14,8 +14,8 @@
 // The core, two ways (--attention-kernel):
 //  - flash (the default): the window's keys through the flash kernel (attention_with_lse: its output and its
 //    log-sum-exp), HCA's entries through it too (compressed keys: AttentionOptions::key_rate), CSA's kept entries
-//    gathered per query ((B, T, k, hd), scores (B, T, H, k)); one softmax over the parts' log-sum-exps, CSA's
-//    scores and the sink weighs the parts' outputs. Memory O(T) per head, whatever the length.
+//    read by index (ops/sparse_attention.h: no (B, T, k, hd) gather); one softmax over the two parts' log-sum-exps
+//    and the sink weighs their outputs. Memory O(T) per head, whatever the length.
 //  - eager: composed ops over every key, scores (B, H, T, T + W) kept, as transformers computes it.
 // Interleaved pairs are de-interleaved for tidal's rotate_half RoPE and interleaved back after the inverse
 // rotation, so the values' channels reach o_a_proj in transformers' order.

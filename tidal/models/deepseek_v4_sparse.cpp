@@ -77,22 +77,6 @@ Tensor kept_entries_mask(const Tensor& kept, int64_t w, DType dtype, const Devic
   return from_vector(mask, {b, 1, t, w}, dtype).to(device);  // (B, 1, T, W)
 }
 
-GatheredEntries gather_plan(const Tensor& kept, int64_t w, DType dtype) {
-  const int64_t b = kept.size(0), t = kept.size(1), k = kept.size(2);
-  std::vector<int64_t> rows(size_t(b * t * k));
-  std::vector<double> mask(size_t(b * t * k), 0.0);
-  if (!kept.is_meta()) {
-    const Tensor host = kept.to(Device::cpu()).contiguous();
-    const int32_t* idx = host.data<int32_t>();
-    for (int64_t i = 0; i < b * t * k; ++i) {
-      rows[size_t(i)] = i / (t * k) * w + std::max<int32_t>(idx[i], 0);
-      if (idx[i] < 0) mask[size_t(i)] = -std::numeric_limits<double>::infinity();
-    }
-  }
-  return {from_vector_i64(rows, {b * t * k}).to(kept.device()),
-          from_vector(mask, {b, t, 1, k}, dtype).to(kept.device())};
-}
-
 Tensor CsaIndexer::top_entries(const Tensor& h, const Tensor& q_residual, const RopeTables& rope,
                                const ModelConfig& c) const {
   const int64_t b = h.size(0), t = h.size(1), m = c.v4.compress_rate_csa, w = t / m, k = std::min(c.v4.index_topk, w);

@@ -39,14 +39,6 @@ class CsaIndexer : public nn::Module {
 // The composed core's additive mask (B, 1, T, W) of the entries kept (B, T, k) i32 (-1: none), on `device`.
 Tensor kept_entries_mask(const Tensor& kept, int64_t w, DType dtype, const Device& device);
 
-// The flash core's gather of the kept entries (B, T, k) i32 out of W per sample: rows (B T k) i64 into the
-// entries flattened to (B W, hd) (an empty slot reads its sample's entry 0), and the additive mask (B, T, 1, k) in
-// `dtype`, -inf on the empty slots.
-struct GatheredEntries {
-  Tensor rows, mask;
-};
-GatheredEntries gather_plan(const Tensor& kept, int64_t w, DType dtype);
-
 class CsaCompressor : public nn::Module {
  public:
   CsaCompressor(const ModelConfig& c, const nn::Init& init);

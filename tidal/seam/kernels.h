@@ -220,6 +220,23 @@ class Kernels {
                                        const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& workspace) {
     missing("flash_attention_forward");
   }
+  // --- attention over per-query kept keys (ops/attention.h sparse_attention_with_lse): q (B, Hq, T, D), keys
+  // (B, Hkv, W, D), values (B, Hkv, W, Dv), out (B, Hq, T, Dv) any strides; kept (B, T, k) i32 contiguous (-1: an
+  // empty slot); lse (B, Hq, T) contiguous in the accumulate type, -inf for a row with no key kept (out 0). The
+  // backward writes dq, dk, dv whole (an undefined one is not computed); dlse (like lse) may be undefined (0).
+  virtual int64_t sparse_attention_backward_workspace(const Tensor& q, const Tensor& kept) const {
+    missing("sparse_attention_backward_workspace");
+  }
+  virtual void sparse_attention_forward(Stream& stream, double scale, const Tensor& out, const Tensor& lse,
+                                        const Tensor& q, const Tensor& keys, const Tensor& values, const Tensor& kept) {
+    missing("sparse_attention_forward");
+  }
+  virtual void sparse_attention_backward(Stream& stream, double scale, const Tensor& dq, const Tensor& dk,
+                                         const Tensor& dv, const Tensor& dout, const Tensor& dlse, const Tensor& q,
+                                         const Tensor& keys, const Tensor& values, const Tensor& kept,
+                                         const Tensor& out, const Tensor& lse, const Tensor& workspace) {
+    missing("sparse_attention_backward");
+  }
   virtual void flash_attention_backward(Stream& stream, const FlashArgs& a, const Tensor& dq, const Tensor& dk,
                                         const Tensor& dv, const Tensor& dout, const Tensor& q, const Tensor& k,
                                         const Tensor& v, const Tensor& out, const Tensor& lse,

@@ -86,6 +86,14 @@ class CpuKernels final : public Kernels {
   // embedding.cpp
   void embedding_forward(Stream& stream, const Tensor& out, const Tensor& weight, const Tensor& ids) override;
   void embedding_backward(Stream& stream, const Tensor& grad_weight, const Tensor& g, const Tensor& ids) override;
+  // sparse_attention.cpp
+  int64_t sparse_attention_backward_workspace(const Tensor& q, const Tensor& kept) const override;
+  void sparse_attention_forward(Stream& stream, double scale, const Tensor& out, const Tensor& lse, const Tensor& q,
+                                const Tensor& keys, const Tensor& values, const Tensor& kept) override;
+  void sparse_attention_backward(Stream& stream, double scale, const Tensor& dq, const Tensor& dk, const Tensor& dv,
+                                 const Tensor& dout, const Tensor& dlse, const Tensor& q, const Tensor& keys,
+                                 const Tensor& values, const Tensor& kept, const Tensor& out, const Tensor& lse,
+                                 const Tensor& workspace) override;
   // sinkhorn.cpp
   void sinkhorn_forward(Stream& stream, const Tensor& out, const Tensor& x, const SinkhornArgs& a) override;
   void sinkhorn_backward(Stream& stream, const Tensor& dx, const Tensor& g, const Tensor& x,

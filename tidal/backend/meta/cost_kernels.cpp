@@ -193,6 +193,27 @@ class CostKernels final : public Kernels {
     const int64_t rows = ne(g) * grad_weight.itemsize();
     report("embedding_backward", CostKind::memory, g.dtype(), ne(g), nb(g) + nb(ids) + 2 * rows);
   }
+  // Attention over kept keys: each row reads its k keys and values (gathered, so memory-bound), 2 (D + Dv) flops a
+  // key and head; the backward reads them again with dout and writes dq, dk, dv (2.5x the forward's products).
+  int64_t sparse_attention_backward_workspace(const Tensor& q, const Tensor& kept) const override {
+    return planned_kernels().sparse_attention_backward_workspace(q, kept);
+  }
+  void sparse_attention_forward(Stream&, double, const Tensor& out, const Tensor& lse, const Tensor& q,
+                                const Tensor& keys, const Tensor& values, const Tensor& kept) override {
+    const int64_t rows = q.size(0) * q.size(2) * kept.size(2) * keys.size(1);  // (b, i, slot, kv head) gathers
+    const int64_t gathered = rows * (keys.size(3) + values.size(3)) * keys.itemsize();
+    report("sparse_attention_forward", CostKind::memory, q.dtype(), 2 * ne(q) * kept.size(2) * 2,
+           nb(q) + nb(out) + nb(lse) + nb(kept) + gathered);
+  }
+  void sparse_attention_backward(Stream&, double, const Tensor& dq, const Tensor& dk, const Tensor& dv,
+                                 const Tensor& dout, const Tensor&, const Tensor& q, const Tensor& keys,
+                                 const Tensor& values, const Tensor& kept, const Tensor& out, const Tensor& lse,
+                                 const Tensor&) override {
+    const int64_t rows = q.size(0) * q.size(2) * kept.size(2) * keys.size(1);
+    const int64_t gathered = rows * (keys.size(3) + values.size(3)) * keys.itemsize();
+    report("sparse_attention_backward", CostKind::memory, q.dtype(), 5 * ne(q) * kept.size(2) * 2,
+           nb(q) + nb(dout) + nb(out) + nb(lse) + 2 * nb(kept) + 2 * gathered + nb(dq) + nb(dk) + nb(dv));
+  }
   // Per step, a sum and a divide per element; the backward recomputes the steps, then two passes each.
   void sinkhorn_forward(Stream&, const Tensor& out, const Tensor& x, const SinkhornArgs& a) override {
     elementwise("sinkhorn_forward", out, nb(x), 2 * (2 * a.iters - 1), x.dtype());
