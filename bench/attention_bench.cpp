@@ -75,6 +75,39 @@ void attention_args(benchmark::internal::Benchmark* b) {
 }
 BENCHMARK(BM_Attention)->Apply(attention_args)->Unit(benchmark::kMillisecond)->UseRealTime();
 
+// DeepSeek-V4's window and HCA calls at long context (models/deepseek_v4_attention.cpp flash_core): one sample, 4 query
+// heads sharing one key/value head of width 32, attention_with_lse forward (+ backward with both gradients). args: T,
+// window (0: HCA's compressed keys, T / 128 of them at key_rate 128), bwd. GFLOP/s counts the visible pairs' 4 D
+// flops (x 3.5 with backward).
+void BM_V4Core(benchmark::State& state) {
+  const int64_t t = state.range(0), window = state.range(1), hq = 4, d = 32, rate = 128;
+  const bool backward = state.range(2) != 0;
+  const int64_t s = window > 0 ? t : t / rate;
+  manual_seed(3);
+  Tensor q = randn({1, t, hq, d}).transpose(1, 2), kv = randn({1, s, 1, d}).transpose(1, 2);
+  q.set_requires_grad(backward);
+  kv.set_requires_grad(backward);
+  AttentionOptions opt;
+  opt.window = window;
+  opt.key_rate = window > 0 ? 0 : rate;
+  const Tensor g = randn({1, t, hq, d}).transpose(1, 2);
+  for (auto _ : state) {
+    const AttentionWithLse r = attention_with_lse(q, kv, kv, opt);
+    if (backward) r.out.backward(g);
+  }
+  const double pairs = window > 0 ? double(t) * double(window) : 0.5 * double(t) * double(s);
+  state.counters["GFLOP/s"] = benchmark::Counter(
+      (backward ? 3.5 : 1.0) * 4.0 * hq * pairs * d * double(state.iterations()) / 1e9, benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_V4Core)
+    ->ArgNames({"T", "window", "bwd"})
+    ->Args({32768, 128, 0})
+    ->Args({32768, 128, 1})
+    ->Args({32768, 0, 0})
+    ->Args({32768, 0, 1})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
 // apply_rope on a (B, T, H, D) projection seen as (B, H, T, D); GB/s counts reading x and writing out.
 void BM_Rope(benchmark::State& state) {
   const int64_t t = state.range(0), h = state.range(1), d = state.range(2);

@@ -10,6 +10,7 @@
 #include "tidal/autograd/checkpoint.h"
 #include "tidal/autograd/grad_mode.h"
 #include "tidal/autograd/saved_tensor_log.h"
+#include "tidal/base/parallel.h"
 #include "tidal/ops/elementwise.h"
 #include "tidal/ops/matmul.h"
 #include "tidal/ops/reduce.h"
@@ -34,6 +35,27 @@ Tensor overlapping_pool(const Tensor& h, const nn::Linear& kv_proj, const nn::Li
   Tensor kv = kv_proj.forward(h).view({b, w, m, d2});                          // (B, W, m, 2D)
   Tensor gate = add(gate_proj.forward(h).view({b, w, m, d2}), position_bias);  // (B, W, m, 2D)
   return pooled_entries(overlapped(kv, 0.0), overlapped(gate, -std::numeric_limits<double>::infinity()), kv_norm);
+}
+
+// Each row of a chunk of query rows [i0, i0 + n) keeps the best `keep` of its complete windows' entries, best first
+// (ties: the earlier entry): score (B, n, W) on the host -> kept (B, T, k) i32. Rows run in parallel, each on its own.
+template <typename T>
+void keep_best(const T* score, int64_t b, int64_t n, int64_t i0, int64_t t, int64_t w, int64_t m, int64_t k,
+               int32_t* kept) {
+  parallel_for(0, b * n, 16, [&](int64_t r0, int64_t r1) {
+    std::vector<int32_t> order(static_cast<size_t>(w));
+    for (int64_t r = r0; r < r1; ++r) {
+      const int64_t s = r / n, i = i0 + r % n;
+      const int64_t complete = std::min(w, (i + 1) / m), keep = std::min(k, complete);
+      if (keep == 0) continue;
+      const T* row = score + r * w;
+      const auto better = [row](int32_t x, int32_t y) { return row[x] > row[y] || (row[x] == row[y] && x < y); };
+      std::iota(order.begin(), order.begin() + complete, int32_t(0));
+      std::nth_element(order.begin(), order.begin() + (keep - 1), order.begin() + complete, better);
+      std::sort(order.begin(), order.begin() + keep, better);
+      std::copy_n(order.begin(), keep, kept + (s * t + i) * k);
+    }
+  });
 }
 
 }  // namespace
@@ -87,8 +109,8 @@ Tensor CsaIndexer::top_entries(const Tensor& h, const Tensor& q_residual, const 
   Tensor q = rotate_tail(q_b_proj_->forward(q_residual).view({b, t, heads, id}), rope, r);  // (B, I, T, id)
   Tensor weights = mul(weights_proj_->forward(h), 1.0 / std::sqrt(double(heads)));          // (B, T, I)
 
-  std::vector<double> kept(size_t(b * t * k), -1.0);  // -1: a slot left empty (fewer complete windows than k)
-  std::vector<int64_t> order(static_cast<size_t>(w));
+  Tensor kept = full({b, t, k}, -1.0, DType::i32);  // (B, T, k) on the host; -1: a slot left empty
+  int32_t* out = kept.data<int32_t>();
   // Rows at a time: the chunk's scores (B, I, rows, W) hold at most ~16M elements.
   const int64_t rows = std::clamp<int64_t>((int64_t(1) << 24) / std::max<int64_t>(1, b * heads * w), 1, t);
   for (int64_t i0 = 0; i0 < t; i0 += rows) {
@@ -96,27 +118,19 @@ Tensor CsaIndexer::top_entries(const Tensor& h, const Tensor& q_residual, const 
     Tensor scores =
         mul(relu(matmul(q.narrow(2, i0, n), keys.transpose(-1, -2))), 1.0 / std::sqrt(double(id)));  // (B, I, n, W)
     Tensor score = sum(mul(scores, weights.narrow(1, i0, n).transpose(1, 2).unsqueeze(-1)), {1});    // (B, n, W)
-    if (score.is_meta()) continue;  // no values: the slots stay empty
-    const Tensor host = score.to(DType::f64).to(Device::cpu()).contiguous();
-    for (int64_t s = 0; s < b; ++s)
-      for (int64_t i = i0; i < i0 + n; ++i) {
-        const int64_t complete = std::min(w, (i + 1) / m), keep = std::min(k, complete);
-        if (keep == 0) continue;
-        // The best `keep` of the complete windows' entries, best first (ties: the earlier entry).
-        const double* row = host.data<double>() + (s * n + i - i0) * w;
-        const auto better = [row](int64_t x, int64_t y) { return row[x] > row[y] || (row[x] == row[y] && x < y); };
-        std::iota(order.begin(), order.begin() + complete, int64_t(0));
-        std::nth_element(order.begin(), order.begin() + (keep - 1), order.begin() + complete, better);
-        std::sort(order.begin(), order.begin() + keep, better);
-        for (int64_t j = 0; j < keep; ++j) kept[size_t((s * t + i) * k + j)] = double(order[size_t(j)]);
-      }
+    if (score.is_meta()) continue;  // no values: filled below
+    // bf16 scores compare as f32 (exactly the same order); f32 and f64 as they are.
+    const Tensor host = (score.dtype() == DType::bf16 ? score.to(DType::f32) : score).to(Device::cpu()).contiguous();
+    if (host.dtype() == DType::f64)
+      keep_best(host.data<double>(), b, n, i0, t, w, m, k, out);
+    else
+      keep_best(host.data<float>(), b, n, i0, t, w, m, k, out);
   }
   if (h.is_meta())  // the meta device's choice: the first complete entries, as a stand-in shape
     for (int64_t s = 0; s < b; ++s)
       for (int64_t i = 0; i < t; ++i)
-        for (int64_t j = 0; j < std::min(k, std::min(w, (i + 1) / m)); ++j)
-          kept[size_t((s * t + i) * k + j)] = double(j);
-  return from_vector(kept, {b, t, k}, DType::i32).to(h.device());  // (B, T, k)
+        for (int64_t j = 0; j < std::min(k, std::min(w, (i + 1) / m)); ++j) out[(s * t + i) * k + j] = int32_t(j);
+  return kept.to(h.device());  // (B, T, k)
 }
 
 CsaCompressor::CsaCompressor(const ModelConfig& c, const nn::Init& init) {

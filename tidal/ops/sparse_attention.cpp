@@ -79,7 +79,7 @@ AttentionWithLse sparse_attention_with_lse(const Tensor& q, const Tensor& keys, 
   const int64_t b = q.size(0), hq = q.size(1), t = q.size(2), dv = values.size(3);
   const DType acc = q.dtype() == DType::f64 ? DType::f64 : DType::f32;
   Tensor out = empty({b, t, hq, dv}, q.dtype(), q.device()).transpose(1, 2);  // (B, Hq, T, Dv) view
-  Tensor lse = empty({b, hq, t}, acc, q.device());                              // (B, Hq, T)
+  Tensor lse = empty({b, hq, t}, acc, q.device());                            // (B, Hq, T)
   const Tensor idx = kept.contiguous();
   if (Kernels* kern = kernels_for(out))
     kern->sparse_attention_forward(current_stream(out.device()), scale, out, lse, q.detach(), keys.detach(),

@@ -61,6 +61,10 @@ class Kernels {
                                            const Tensor& v) const {
     missing("flash_backward_workspace");
   }
+  // Elements (of the accumulate type) sparse_attention_backward's workspace holds (below).
+  virtual int64_t sparse_attention_backward_workspace(const Tensor& q, const Tensor& kept) const {
+    missing("sparse_attention_backward_workspace");
+  }
 
   // --- host transfers (contiguous device tensors; bytes in the tensor's dtype)
   virtual void copy_from_host(Stream& stream, const Tensor& dst, const void* src) { missing("copy_from_host"); }
@@ -220,13 +224,16 @@ class Kernels {
                                        const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& workspace) {
     missing("flash_attention_forward");
   }
-  // --- attention over per-query kept keys (ops/attention.h sparse_attention_with_lse): q (B, Hq, T, D), keys
+  virtual void flash_attention_backward(Stream& stream, const FlashArgs& a, const Tensor& dq, const Tensor& dk,
+                                        const Tensor& dv, const Tensor& dout, const Tensor& q, const Tensor& k,
+                                        const Tensor& v, const Tensor& out, const Tensor& lse,
+                                        const Tensor& workspace) {
+    missing("flash_attention_backward");
+  }
+  // --- attention over per-query kept keys (ops/sparse_attention.h): q (B, Hq, T, D), keys
   // (B, Hkv, W, D), values (B, Hkv, W, Dv), out (B, Hq, T, Dv) any strides; kept (B, T, k) i32 contiguous (-1: an
   // empty slot); lse (B, Hq, T) contiguous in the accumulate type, -inf for a row with no key kept (out 0). The
   // backward writes dq, dk, dv whole (an undefined one is not computed); dlse (like lse) may be undefined (0).
-  virtual int64_t sparse_attention_backward_workspace(const Tensor& q, const Tensor& kept) const {
-    missing("sparse_attention_backward_workspace");
-  }
   virtual void sparse_attention_forward(Stream& stream, double scale, const Tensor& out, const Tensor& lse,
                                         const Tensor& q, const Tensor& keys, const Tensor& values, const Tensor& kept) {
     missing("sparse_attention_forward");
@@ -236,12 +243,6 @@ class Kernels {
                                          const Tensor& keys, const Tensor& values, const Tensor& kept,
                                          const Tensor& out, const Tensor& lse, const Tensor& workspace) {
     missing("sparse_attention_backward");
-  }
-  virtual void flash_attention_backward(Stream& stream, const FlashArgs& a, const Tensor& dq, const Tensor& dk,
-                                        const Tensor& dv, const Tensor& dout, const Tensor& q, const Tensor& k,
-                                        const Tensor& v, const Tensor& out, const Tensor& lse,
-                                        const Tensor& workspace) {
-    missing("flash_attention_backward");
   }
 
   // --- losses. find_bad_target: the first row whose target is outside [0, vocab) and not ignored, or -1.

@@ -22,7 +22,7 @@ namespace tidal {
 // clang-format off
 #define TIDAL_KERNEL_NAMES(X)                                                                               \
   X(matmul_operand_ok) X(matmul_kept_workspace) X(norm_row_chunks) X(flash_forward_workspace)            \
-  X(flash_backward_workspace)                                                                             \
+  X(flash_backward_workspace) X(sparse_attention_backward_workspace)                                     \
   X(copy_from_host) X(copy_to_host)                                                                       \
   X(unary) X(binary) X(compare) X(compare_scalar) X(where) X(masked_fill) X(copy) X(fill) X(add_inplace)  \
   X(random_fill) X(randint_fill) X(dropout_forward) X(dropout_backward) X(dropout_rows_forward)           \
@@ -33,7 +33,7 @@ namespace tidal {
   X(rms_norm_backward) X(rope_tables) X(rope) X(embedding_forward) X(embedding_backward)                  \
   X(sinkhorn_forward) X(sinkhorn_backward)                                                                \
   X(scaled_masked_softmax_forward) X(scaled_masked_softmax_backward) X(flash_attention_forward)           \
-  X(flash_attention_backward)                                                                             \
+  X(flash_attention_backward) X(sparse_attention_forward) X(sparse_attention_backward)                   \
   X(find_bad_target) X(cross_entropy_forward) X(cross_entropy_backward) X(count_not_ignored)              \
   X(chunked_lm_loss_forward)                                                                              \
   X(gather) X(scatter_add) X(first_out_of_range) X(index_max) X(topk) X(argsort) X(bincount)              \

@@ -145,8 +145,23 @@ inline int64_t slots_for(int64_t tasks, double flops) {
 
 // Runs f(task, slot) for tasks [0, n) split statically over `slots` slots; slot s owns workspace
 // row s. The split never changes a result: tasks share no accumulator.
+// One slot runs on the calling thread with OpenMP's team size set to 1 meanwhile: its tile products (oneDNN's sgemm
+// sizes its team from omp_get_max_threads()) stay single-threaded, as inside a parallel region, instead of starting
+// a team for every tile (a 32k-token MQA backward spent ~5x its compute waking threads).
 template <typename F>
 void for_tasks(int64_t n, int64_t slots, F&& f) {
+  if (slots == 1 && !omp_in_parallel()) {
+    const int team = omp_get_max_threads();
+    omp_set_num_threads(1);
+    try {
+      for (int64_t task = 0; task < n; ++task) f(task, int64_t(0));
+    } catch (...) {
+      omp_set_num_threads(team);
+      throw;
+    }
+    omp_set_num_threads(team);
+    return;
+  }
   parallel_for(0, slots, 1, [&](int64_t s0, int64_t s1) {
     for (int64_t s = s0; s < s1; ++s)
       for (int64_t task = s * n / slots; task < (s + 1) * n / slots; ++task) f(task, s);

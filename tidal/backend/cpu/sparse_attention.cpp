@@ -36,11 +36,28 @@ struct SparseDims {
         g(q.size(1) / keys.size(1)) {}
 };
 
+// The vector loops, with a unit-stride path the compiler vectorizes (heads are contiguous in practice).
 template <typename T, typename A = acc_t<T>>
 A dot(const T* x, int64_t sx, const T* y, int64_t sy, int64_t n) {
   A acc = 0;
+  if (sx == 1 && sy == 1) {
+#pragma omp simd reduction(+ : acc)
+    for (int64_t c = 0; c < n; ++c) acc += A(x[c]) * A(y[c]);
+    return acc;
+  }
   for (int64_t c = 0; c < n; ++c) acc += A(x[c * sx]) * A(y[c * sy]);
   return acc;
+}
+
+// y += a x.
+template <typename T, typename A>
+void axpy(A* y, A a, const T* x, int64_t sx, int64_t n) {
+  if (sx == 1) {
+#pragma omp simd
+    for (int64_t c = 0; c < n; ++c) y[c] += a * A(x[c]);
+    return;
+  }
+  for (int64_t c = 0; c < n; ++c) y[c] += a * A(x[c * sx]);
 }
 
 // Row (b, h, i)'s scores over its kept keys into s (-inf on empty slots); returns their maximum.
@@ -88,8 +105,7 @@ void forward_typed(double scale_d, const Tensor& out, const Tensor& lse, const T
           if (slots[j] < 0) continue;
           const A p = fast_exp(s[size_t(j)] - m);
           sum += p;
-          const T* vr = vv.row(b, h / n.g, slots[j]);
-          for (int64_t c = 0; c < n.dv; ++c) acc[size_t(c)] += p * A(vr[c * vv.s3]);
+          axpy(acc.data(), p, vv.row(b, h / n.g, slots[j]), vv.s3, n.dv);
         }
         for (int64_t c = 0; c < n.dv; ++c) o[c * ov.s3] = T(acc[size_t(c)] / sum);
         *l = m + std::log(sum);
@@ -136,8 +152,7 @@ void backward_typed(double scale_d, const Tensor& dq, const Tensor& dk, const Te
           }
           p[j] = fast_exp(s[size_t(j)] - lp[row]);
           ds[j] = p[j] * (dot<T>(g, dov.s3, vv.row(b, h / n.g, slots[j]), vv.s3, n.dv) - delta);
-          const T* kr = kv.row(b, h / n.g, slots[j]);
-          for (int64_t c = 0; c < n.d; ++c) acc[size_t(c)] += ds[j] * A(kr[c * kv.s3]);
+          axpy(acc.data(), ds[j], kv.row(b, h / n.g, slots[j]), kv.s3, n.d);
         }
         if (dq.defined()) {
           T* o = dqv.row(b, h, i);
@@ -168,10 +183,8 @@ void backward_typed(double scale_d, const Tensor& dq, const Tensor& dk, const Te
         const int64_t r = pairs[size_t(at)] / n.k, j = pairs[size_t(at)] % n.k, i = r % n.t;
         for (int64_t h = kh * n.g; h < (kh + 1) * n.g; ++h) {
           const A p = prob[(r * n.hq + h) * n.k + j], ds = dscore[(r * n.hq + h) * n.k + j];
-          const T* qr = qv.row(b, h, i);
-          const T* g = dov.row(b, h, i);
-          for (int64_t c = 0; c < n.d; ++c) gk[size_t(c)] += ds * A(qr[c * qv.s3]);
-          for (int64_t c = 0; c < n.dv; ++c) gv[size_t(c)] += p * A(g[c * dov.s3]);
+          axpy(gk.data(), ds, qv.row(b, h, i), qv.s3, n.d);
+          axpy(gv.data(), p, dov.row(b, h, i), dov.s3, n.dv);
         }
       }
       if (dk.defined()) {
