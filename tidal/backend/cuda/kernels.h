@@ -78,6 +78,10 @@ class CudaKernels final : public Kernels {
             bool transpose) override;
   void embedding_forward(Stream& stream, const Tensor& out, const Tensor& weight, const Tensor& ids) override;
   void embedding_backward(Stream& stream, const Tensor& grad_weight, const Tensor& g, const Tensor& ids) override;
+  // DeepSeek-V4's Sinkhorn-Knopp projection (sinkhorn.cpp)
+  void sinkhorn_forward(Stream& stream, const Tensor& out, const Tensor& x, const SinkhornArgs& a) override;
+  void sinkhorn_backward(Stream& stream, const Tensor& dx, const Tensor& g, const Tensor& x,
+                         const SinkhornArgs& a) override;
 
   // --- matrix products (cuBLASLt) and attention (cuDNN SDPA, eager fallback): matmul.cpp, attention.cpp
   bool matmul_operand_ok(int64_t rows, int64_t cols, int64_t stride_r, int64_t stride_c) const override;
