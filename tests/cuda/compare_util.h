@@ -3,6 +3,7 @@
 // tolerance from the dtype.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <vector>
@@ -44,6 +45,24 @@ inline void expect_close(const Tensor& gpu, const Tensor& cpu, double tol, const
 }
 
 inline void expect_equal(const Tensor& gpu, const Tensor& cpu, const char* what) { expect_close(gpu, cpu, 0.0, what); }
+
+// |gpu - cpu| <= tol * max(1, max |cpu|) elementwise, infinities equal (attention's log-sum-exps of rows that see no
+// key): for sums over many terms, whose rounding scales with the largest of them rather than with each result.
+inline void expect_close_to_scale(const Tensor& gpu, const Tensor& cpu, double tol, const char* what) {
+  ASSERT_EQ(gpu.shape(), cpu.shape()) << what;
+  const std::vector<double> a = gpu.to_vector<double>(), b = cpu.to_vector<double>();
+  double scale = 1;
+  for (double x : b)
+    if (std::isfinite(x)) scale = std::max(scale, std::fabs(x));
+  int bad = 0;
+  for (size_t i = 0; i < a.size() && bad < 5; ++i) {
+    const bool ok = std::isinf(b[i]) ? a[i] == b[i] : std::fabs(a[i] - b[i]) <= tol * scale;
+    if (!ok) {
+      ADD_FAILURE() << what << ": element " << i << " gpu " << a[i] << " cpu " << b[i] << " (scale " << scale << ")";
+      ++bad;
+    }
+  }
+}
 
 inline bool same_bits(const Tensor& a, const Tensor& b) {
   const std::vector<double> x = a.to_vector<double>(), y = b.to_vector<double>();

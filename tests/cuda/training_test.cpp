@@ -53,6 +53,38 @@ TEST(CudaTraining, TinyPresetsTrainTenStepsLikeTheCpu) {
   }
 }
 
+// A DeepSeek-V4 fixture's config (tests/fixtures/hf) on mock data: micro-batches of 2 x 24 tokens, one per step.
+std::vector<std::string> tiny_v4(const char* name, int iters, const std::vector<std::string>& more = {}) {
+  return with({"--config", std::string(TIDAL_SOURCE_DIR "/tests/fixtures/hf/") + name + "/config.json", "--mock-data",
+               "--seq-length", "24", "--micro-batch-size", "2", "--global-batch-size", "2", "--train-iters",
+               std::to_string(iters), "--lr-warmup-iters", "0", "--eval-interval", "0", "--log-interval", "100"},
+              more);
+}
+
+// DeepSeek-V4's layers on the GPU: sliding windows and heavily compressed entries (attention_with_lse: compressed
+// keys, the log-sum-exps merged with a sink, so their gradient enters the backward), compressed sparse attention over
+// each query's kept entries (sparse_attention_with_lse) and mHC's Sinkhorn-Knopp projection, in f32 and bf16.
+TEST(CudaTraining, DeepSeekV4TrainsLikeTheCpu) {
+  TIDAL_REQUIRE_CUDA();
+  for (const char* name : {"tiny_deepseek_v4", "tiny_deepseek_v4_csa", "tiny_deepseek_v4_hca"})
+    for (const std::vector<std::string>& extra : std::vector<std::vector<std::string>>{{}, {"--bf16"}}) {
+      const std::vector<std::string> flags = tiny_v4(name, 5, extra);
+      SCOPED_TRACE(joined(flags));
+      const TrainResult cpu = train(flags);
+      const TrainResult gpu = train(with(flags, kOnCuda));
+      ASSERT_EQ(gpu.losses.size(), 5u);
+      ASSERT_EQ(cpu.losses.size(), 5u);
+      const double tol = extra.empty() ? 1e-2 : 2e-2;
+      if (extra.empty()) {
+        EXPECT_NEAR(gpu.losses[0], cpu.losses[0], 1e-4 * cpu.losses[0]);
+      }
+      for (size_t i = 0; i < cpu.losses.size(); ++i) {
+        EXPECT_TRUE(std::isfinite(gpu.losses[i])) << "iteration " << i + 1;
+        EXPECT_NEAR(gpu.losses[i], cpu.losses[i], tol * cpu.losses[i]) << "iteration " << i + 1;
+      }
+    }
+}
+
 TEST(CudaTraining, Bf16TrainsLikeTheCpu) {
   TIDAL_REQUIRE_CUDA();
   const std::vector<std::string> flags = tiny("tiny-llama", 10, {"--bf16"});
@@ -151,6 +183,20 @@ TEST(CudaDryRun, PlansTheCudaAttentionWorkspaceWithoutAGpu) {
   EXPECT_LT(cpu.device.category[temporary].peak, kept);
   EXPECT_NE(gpu.device.category[temporary].peak, cpu.device.category[temporary].peak);
   EXPECT_EQ(gpu.parameter_numels, cpu.parameter_numels);
+}
+
+// A dry run of DeepSeek-V4 planned for cuda sizes what the CUDA backend sizes for it (flash attention's workspaces
+// with compressed keys, the sparse attention's backward workspace), on a machine without a GPU too. Runs in CI.
+TEST(CudaDryRun, PlansDeepSeekV4WithoutAGpu) {
+  for (const char* name : {"tiny_deepseek_v4_csa", "tiny_deepseek_v4_hca"})
+    for (const std::vector<std::string>& extra : std::vector<std::vector<std::string>>{{}, {"--bf16"}}) {
+      const std::vector<std::string> flags = tiny_v4(name, 2, extra);
+      SCOPED_TRACE(joined(flags));
+      const plan::DryRun cpu = plan::dry_run(parse_train_args(flags));
+      const plan::DryRun gpu = plan::dry_run(parse_train_args(with(flags, kOnCuda)));
+      EXPECT_EQ(gpu.parameter_numels, cpu.parameter_numels);
+      EXPECT_GT(gpu.device.peak_allocated, 0);
+    }
 }
 
 }  // namespace

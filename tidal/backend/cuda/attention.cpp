@@ -1,16 +1,18 @@
 // Flash attention's outputs on the GPU, computed eagerly (Note [Eager flash attention on CUDA]).
 //
 // Note [Eager flash attention on CUDA]: what cuDNN's fused attention does not take (cudnn_sdpa.h
-// sdpa_refusal: f32, f64, dropout, head dims above 128, causal with T != S, a sliding window, ...) runs here. For each
-// (batch, kv head) group of g = Hq/Hkv query heads the kernels materialize the group's (g, rows, S) scores in the
-// workspace, query rows by chunks of at most 2^26 scores: scale * q k^T as one strided-batched cuBLASLt product (k
-// shared by the group), a row softmax kernel (causal bottom-right mask and sliding window, lse, tidal's Philox
-// dropout as the CPU draws it), then probs @ v straight into `out`. The products cover all S keys: a window masks
-// the scores here but does not shorten the work (the CPU kernel skips the tiles outside it). bf16 multiplies in bf16
-// with f32 accumulation and rounds P and dS to bf16 for the products they enter, as the CPU kernel does. The backward
-// recomputes P from lse, forms dS = P * (dP - rowsum(dout * out)) and accumulates dK and dV over the chunks and the
-// group's heads in f32 (f64) scratch with beta = 1, in (chunk, head) order, then converts them into dq/dk/dv of any
-// strides. Groups run one after another on the stream, reusing one scratch region.
+// sdpa_refusal: f32, f64, dropout, head dims above 128, causal with T != S, a sliding window, compressed keys, a
+// differentiated log-sum-exp, ...) runs here. For each (batch, kv head) group of g = Hq/Hkv query heads the kernels
+// materialize the group's (g, rows, S) scores in the workspace, query rows by chunks of at most 2^26 scores: scale *
+// q k^T as one strided-batched cuBLASLt product (k shared by the group), a row softmax kernel (causal bottom-right
+// mask, sliding window, FlashArgs' compressed keys, lse, tidal's Philox dropout as the CPU draws it), then probs @ v
+// straight into `out`. The products cover all S keys: a window masks the scores here but does not shorten the work
+// (the CPU kernel skips the tiles outside it). bf16 multiplies in bf16 with f32 accumulation and rounds P and dS to
+// bf16 for the products they enter, as the CPU kernel does. The backward recomputes P from lse, forms dS = P * (dP -
+// delta) with delta = rowsum(dout * out) less the log-sum-exp's gradient (FlashArgs::lse_grad, attention_with_lse),
+// and accumulates dK and dV over the chunks and the group's heads in f32 (f64) scratch with beta = 1, in (chunk,
+// head) order, then converts them into dq/dk/dv of any strides. Groups run one after another on the stream, reusing
+// one scratch region.
 #include <algorithm>
 
 #include "tidal/backend/cuda/attention_eager.h"
@@ -128,6 +130,7 @@ FlashRows rows_args(const FlashArgs& cfg, const Dims& n, DType dtype, int64_t b,
   r.causal = cfg.causal;
   r.window = cfg.window;
   r.diagonal = cfg.diagonal;
+  r.key_rate = cfg.key_rate;
   r.docs = {cfg.documents.start, cfg.documents.stride_b, cfg.documents.stride_t, cfg.documents.key_offset};
   r.dropout_p = cfg.dropout_p;
   r.seed = cfg.seed;
@@ -301,7 +304,7 @@ void eager_attention_backward(Stream& stream, const FlashArgs& cfg, const Tensor
   char* delta = take(lay.delta);
   const View4 dov{device_data(dout), {dout.stride(0), dout.stride(1), dout.stride(2), dout.stride(3)}};
   const View4 ov{device_data(out), {out.stride(0), out.stride(1), out.stride(2), out.stride(3)}};
-  launch_flash_row_dot(s, dt, dov, ov, delta, n.b * n.hq * n.t, n.hq, n.t, n.dv);
+  launch_flash_row_dot(s, dt, dov, ov, cfg.lse_grad, delta, n.b * n.hq * n.t, n.hq, n.t, n.dv);
   char *p = take(lay.p), *ds = take(lay.ds), *p16 = take(lay.p16), *ds16 = take(lay.ds16);
   char *dqa = take(lay.dq), *dka = take(lay.dk), *dva = take(lay.dv);
   const Tensor qr = gemm_ready(s, q), kr = gemm_ready(s, k), vr = gemm_ready(s, v), dor = gemm_ready(s, dout);
@@ -334,19 +337,12 @@ void eager_attention_backward(Stream& stream, const FlashArgs& cfg, const Tensor
 namespace {
 
 // `workspace` when it holds `need` elements, else a temporary that does (a fused call cuDNN refused
-// after its workspace was sized for it).
+// after its workspace was sized for it; or a backward with a log-sum-exp gradient: the op sizes the workspace
+// before it sets FlashArgs::lse_grad, so a bf16 call cuDNN would take got cuDNN's size).
 Tensor workspace_of(const Tensor& workspace, int64_t need, DType acc, Device device) {
   if (workspace.defined() && workspace.numel() >= need) return workspace;
   MemoryScope scope(MemoryCategory::temporary);
   return empty({need}, acc, device);
-}
-
-// FlashArgs' compressed keys and log-sum-exp gradient (DeepSeek-V4's attention, ops/attention.h attention_with_lse)
-// have CPU kernels only: refused by name rather than computed without them.
-void refuse_cpu_only(const FlashArgs& cfg) {
-  TIDAL_CHECK(cfg.key_rate == 0 && cfg.lse_grad == nullptr,
-              "[flash_attention] compressed keys and a differentiated log-sum-exp (attention_with_lse, DeepSeek-V4's "
-              "attention) have no CUDA kernel yet: run this model on the CPU");
 }
 
 }  // namespace
@@ -363,7 +359,6 @@ int64_t CudaKernels::flash_backward_workspace(const FlashArgs& cfg, const Tensor
 
 void CudaKernels::flash_attention_forward(Stream& stream, const FlashArgs& cfg, const Tensor& out, const Tensor& lse,
                                           const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& workspace) {
-  refuse_cpu_only(cfg);
   if (sdpa_refusal(cfg, q, k, v).empty() && sdpa_forward(stream_handle(stream), cfg, out, lse, q, k, v, workspace))
     return;
   eager_attention_forward(stream, cfg, out, lse, q, k, v,
@@ -374,7 +369,6 @@ void CudaKernels::flash_attention_backward(Stream& stream, const FlashArgs& cfg,
                                            const Tensor& dv, const Tensor& dout, const Tensor& q, const Tensor& k,
                                            const Tensor& v, const Tensor& out, const Tensor& lse,
                                            const Tensor& workspace) {
-  refuse_cpu_only(cfg);
   if (sdpa_refusal(cfg, q, k, v).empty() &&
       sdpa_backward(stream_handle(stream), cfg, dq, dk, dv, dout, q, k, v, out, lse, workspace))
     return;

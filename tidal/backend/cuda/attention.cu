@@ -1,6 +1,7 @@
 // The attention family's kernels: the row softmax of the eager flash attention (forward and
-// backward, causal and sliding-window masks, with tidal's Philox dropout), rowsum(dout * out), and the strided copy and
-// scale the attention and matmul kernels use. Reductions run a fixed tree per block: no atomics.
+// backward, causal, sliding-window and compressed-key masks, with tidal's Philox dropout), rowsum(dout * out) less the
+// log-sum-exp's gradient, and the strided copy and scale the attention and matmul kernels use. Reductions run a fixed
+// tree per block: no atomics.
 #include <cmath>
 
 #include "tidal/backend/cuda/attention_launch.h"
@@ -50,7 +51,8 @@ template <class A>
 __global__ void softmax_forward_kernel(FlashRows a) {
   __shared__ A shared[33];
   const int64_t row = blockIdx.x, gi = row / a.rows, i = a.row0 + row % a.rows, n = a.s_len;
-  const KeySpan keys = visible_span(a.causal, a.window, a.diagonal, a.docs, a.b, i, a.t, n);  // keys [j0, nv) visible
+  const KeySpan keys =
+      visible_span(a.key_rate, a.causal, a.window, a.diagonal, a.docs, a.b, i, a.t, n);  // keys [j0, nv) visible
   const int64_t j0 = keys.first, nv = keys.end;
   A* s = static_cast<A*>(a.s) + row * n;
   bf16* p16 = a.p16 ? static_cast<bf16*>(a.p16) + row * n : nullptr;
@@ -84,7 +86,8 @@ __global__ void softmax_forward_kernel(FlashRows a) {
 template <class A>
 __global__ void softmax_backward_kernel(FlashRows a) {
   const int64_t row = blockIdx.x, gi = row / a.rows, i = a.row0 + row % a.rows, n = a.s_len;
-  const KeySpan keys = visible_span(a.causal, a.window, a.diagonal, a.docs, a.b, i, a.t, n);  // keys [j0, nv) visible
+  const KeySpan keys =
+      visible_span(a.key_rate, a.causal, a.window, a.diagonal, a.docs, a.b, i, a.t, n);  // keys [j0, nv) visible
   const int64_t j0 = keys.first, nv = keys.end;
   A* s = static_cast<A*>(a.s) + row * n;
   A* dp = static_cast<A*>(a.dp) + row * n;
@@ -111,8 +114,8 @@ __global__ void softmax_backward_kernel(FlashRows a) {
 
 // One warp per row.
 template <class T>
-__global__ void row_dot_kernel(View4 dout, View4 out, acc_t<T>* delta, int64_t rows, int64_t hq, int64_t t,
-                               int64_t dv) {
+__global__ void row_dot_kernel(View4 dout, View4 out, const acc_t<T>* dlse, acc_t<T>* delta, int64_t rows, int64_t hq,
+                               int64_t t, int64_t dv) {
   using A = acc_t<T>;
   const int64_t r = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
   const int lane = int(threadIdx.x) % 32;
@@ -124,7 +127,7 @@ __global__ void row_dot_kernel(View4 dout, View4 out, acc_t<T>* delta, int64_t r
   for (int64_t c = lane; c < dv; c += 32) acc += to_acc(g[c * dout.s[3]]) * to_acc(o[c * out.s[3]]);
 #pragma unroll
   for (int off = 16; off > 0; off /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, off);
-  if (lane == 0) delta[r] = acc;
+  if (lane == 0) delta[r] = dlse != nullptr ? acc - dlse[r] : acc;
 }
 
 template <class T>
@@ -145,13 +148,14 @@ void launch_scale(cudaStream_t stream, const Strided& x, int64_t n, double facto
   TIDAL_CUDA_CHECK_LAUNCH();
 }
 
-void launch_flash_row_dot(cudaStream_t stream, DType dtype, const View4& dout, const View4& out, void* delta,
-                          int64_t rows, int64_t hq, int64_t t, int64_t dv) {
+void launch_flash_row_dot(cudaStream_t stream, DType dtype, const View4& dout, const View4& out, const void* dlse,
+                          void* delta, int64_t rows, int64_t hq, int64_t t, int64_t dv) {
   if (rows == 0) return;
   const unsigned blocks = unsigned((rows + kThreads / 32 - 1) / (kThreads / 32));
   TIDAL_CUDA_FLOATING(dtype, "flash_row_dot", T,
                       row_dot_kernel<T>
-                      <<<blocks, kThreads, 0, stream>>>(dout, out, static_cast<acc_t<T>*>(delta), rows, hq, t, dv));
+                      <<<blocks, kThreads, 0, stream>>>(dout, out, static_cast<const acc_t<T>*>(dlse),
+                                                        static_cast<acc_t<T>*>(delta), rows, hq, t, dv));
   TIDAL_CUDA_CHECK_LAUNCH();
 }
 

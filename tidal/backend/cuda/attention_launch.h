@@ -18,10 +18,11 @@ struct View4 {
   int64_t s[4] = {};
 };
 
-// delta[r] = sum_c dout[b, h, i, c] * out[b, h, i, c] for r = (b*hq + h)*t + i < rows, in the
-// accumulate type (f32 for bf16; f64 for f64). `dtype`: dout's and out's.
-void launch_flash_row_dot(cudaStream_t stream, DType dtype, const View4& dout, const View4& out, void* delta,
-                          int64_t rows, int64_t hq, int64_t t, int64_t dv);
+// delta[r] = sum_c dout[b, h, i, c] * out[b, h, i, c] - dlse[r] for r = (b*hq + h)*t + i < rows, in the
+// accumulate type (f32 for bf16; f64 for f64). dlse (FlashArgs::lse_grad, the accumulate type) null: 0. `dtype`:
+// dout's and out's.
+void launch_flash_row_dot(cudaStream_t stream, DType dtype, const View4& dout, const View4& out, const void* dlse,
+                          void* delta, int64_t rows, int64_t hq, int64_t t, int64_t dv);
 
 // One (batch b, kv head) group of g query heads h0 .. h0+g-1, query rows row0 .. row0+rows-1: (g, rows,
 // S) row-major buffers in the accumulate type (f32 for bf16 and f32, f64 for f64).
@@ -37,6 +38,7 @@ struct FlashRows {
   int64_t row0 = 0, rows = 0;       // this chunk's query rows
   bool causal = false;
   int64_t window = 0, diagonal = 0;  // FlashArgs' sliding window and diagonal shift (attention_mask.cuh)
+  int64_t key_rate = 0;              // FlashArgs' compressed keys (attention_mask.cuh)
   DocSpan docs;                      // FlashArgs' packed documents (sample b's rows)
   double dropout_p = 0;
   uint64_t seed = 0;

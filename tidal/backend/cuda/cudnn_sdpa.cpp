@@ -269,6 +269,9 @@ std::string sdpa_refusal(const FlashArgs& cfg, const Tensor& q, const Tensor& k,
     return detail::str_cat("a sliding window of ", cfg.window,
                            " keys (not in the cuDNN graph: the eager path masks it)");
   if (cfg.documents.any()) return "packed documents (--reset-attention-mask)";
+  // DeepSeek-V4's attention (attention_with_lse): not in the graph, the eager path's row kernels take both.
+  if (cfg.key_rate > 0) return detail::str_cat("compressed keys (key_rate ", cfg.key_rate, ")");
+  if (cfg.lse_grad != nullptr) return "a differentiated log-sum-exp (the backward's delta takes its gradient)";
   if (cfg.causal && cfg.diagonal != 0) return "a shifted diagonal (a context-parallel block under a sliding window)";
   for (const auto& [name, t] : {std::pair<const char*, const Tensor*>{"q", &q}, {"k", &k}, {"v", &v}}) {
     std::string why = layout_refusal(name, *t);

@@ -19,8 +19,8 @@ namespace tidal::cuda {
 // head dims, mask, strides and alignment; no GPU needed). bf16 only (cuDNN's fused attention has no f32
 // or f64), no dropout (tidal's Philox mask, the CPU's bit for bit, is the eager path's: cuDNN draws its
 // own), d == dv, a multiple of 8 up to 128, causal only for T == S (cuDNN's top-left diagonal is then
-// tidal's bottom-right one), every tensor's last dim contiguous, other strides multiples of 8, 16-byte
-// aligned.
+// tidal's bottom-right one), no compressed keys or log-sum-exp gradient (FlashArgs::key_rate, lse_grad:
+// DeepSeek-V4's attention), every tensor's last dim contiguous, other strides multiples of 8, 16-byte aligned.
 std::string sdpa_refusal(const FlashArgs& cfg, const Tensor& q, const Tensor& k, const Tensor& v);
 
 // The workspace, in f32 elements, the fused backward is planned with: its row sums and the engine's dP

@@ -78,8 +78,13 @@ class CudaKernels final : public Kernels {
             bool transpose) override;
   void embedding_forward(Stream& stream, const Tensor& out, const Tensor& weight, const Tensor& ids) override;
   void embedding_backward(Stream& stream, const Tensor& grad_weight, const Tensor& g, const Tensor& ids) override;
+  // DeepSeek-V4's Sinkhorn-Knopp projection (sinkhorn.cpp)
+  void sinkhorn_forward(Stream& stream, const Tensor& out, const Tensor& x, const SinkhornArgs& a) override;
+  void sinkhorn_backward(Stream& stream, const Tensor& dx, const Tensor& g, const Tensor& x,
+                         const SinkhornArgs& a) override;
 
-  // --- matrix products (cuBLASLt) and attention (cuDNN SDPA, eager fallback): matmul.cpp, attention.cpp
+  // --- matrix products (cuBLASLt) and attention (cuDNN SDPA, eager fallback): matmul.cpp, attention.cpp,
+  // sparse_attention.cpp
   bool matmul_operand_ok(int64_t rows, int64_t cols, int64_t stride_r, int64_t stride_c) const override;
   int64_t matmul_kept_workspace() const override;  // cuBLASLt's workspace (matmul.cpp)
   void matmul(Stream& stream, const Tensor& out, const Tensor& a, const Tensor& b, double alpha, double beta) override;
@@ -92,6 +97,14 @@ class CudaKernels final : public Kernels {
   void flash_attention_backward(Stream& stream, const FlashArgs& a, const Tensor& dq, const Tensor& dk,
                                 const Tensor& dv, const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
                                 const Tensor& out, const Tensor& lse, const Tensor& workspace) override;
+  // attention over per-query kept keys (sparse_attention.cpp)
+  int64_t sparse_attention_backward_workspace(const Tensor& q, const Tensor& kept) const override;
+  void sparse_attention_forward(Stream& stream, double scale, const Tensor& out, const Tensor& lse, const Tensor& q,
+                                const Tensor& keys, const Tensor& values, const Tensor& kept) override;
+  void sparse_attention_backward(Stream& stream, double scale, const Tensor& dq, const Tensor& dk, const Tensor& dv,
+                                 const Tensor& dout, const Tensor& dlse, const Tensor& q, const Tensor& keys,
+                                 const Tensor& values, const Tensor& kept, const Tensor& out, const Tensor& lse,
+                                 const Tensor& workspace) override;
 
   // --- indexing and MoE routing, the optimizer: index.cpp, optim.cpp
   // losses (loss.cpp, chunked_loss.cpp)

@@ -2,7 +2,8 @@
 // kernels where they apply (bf16; every such case also checks that cuDNN is what ran), the eager path
 // (cuBLASLt products and a row softmax) everywhere else and, forced, on the fused path's cases too:
 // causal (bottom-right) and not, GQA, odd T, S != T, rows that see no key, Dv != D, odd strides, tidal's
-// Philox dropout, f32 / bf16 / f64; forward (out, lse) and backward (dq, dk, dv). Skipped without a GPU.
+// Philox dropout, sliding windows, DeepSeek-V4's compressed keys and log-sum-exp gradient, f32 / bf16 / f64; forward
+// (out, lse) and backward (dq, dk, dv). Skipped without a GPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -33,6 +34,8 @@ struct Case {
   bool eager = false;        // the GPU side runs the eager path even where cuDNN's would
   int64_t window = 0;        // FlashArgs' sliding window
   int64_t diagonal = 0;      // and diagonal shift (a context-parallel block)
+  int64_t key_rate = 0;      // FlashArgs' compressed keys (DeepSeek-V4's heavily compressed entries)
+  bool lse_grad = false;     // the backward takes a log-sum-exp gradient (FlashArgs::lse_grad)
 };
 
 // A (B, H, L, D) view of a fresh tensor with the same values on the CPU and on the GPU. `base` is
@@ -82,7 +85,8 @@ void expect_close(const Tensor& gpu, const Tensor& cpu, double tol, const char* 
 void check(const Case& c) {
   SCOPED_TRACE(::testing::Message() << "B " << c.b << " Hq " << c.hq << " Hkv " << c.hkv << " T " << c.t << " S " << c.s
                                     << " D " << c.d << " Dv " << c.dv << " causal " << c.causal << " " << c.dtype
-                                    << " p " << c.dropout << " window " << c.window << " diagonal " << c.diagonal);
+                                    << " p " << c.dropout << " window " << c.window << " diagonal " << c.diagonal
+                                    << " key_rate " << c.key_rate << " lse_grad " << c.lse_grad);
   FlashArgs cfg;
   cfg.scale = 1.0 / std::sqrt(double(std::max<int64_t>(c.d, 1)));
   cfg.causal = c.causal;
@@ -91,7 +95,21 @@ void check(const Case& c) {
   cfg.dropout_p = c.dropout;
   cfg.seed = 1234;
   cfg.rng_start = 77;
+  cfg.key_rate = c.key_rate;
   const DType acc = acc_of(c.dtype);
+  // The log-sum-exp's gradient (B, Hq, T), the same values on both sides: the backward's FlashArgs point at its
+  // side's copy (the forward's do not, as in ops/attention.cpp).
+  Tensor dlse[2];
+  FlashArgs bwd[2] = {cfg, cfg};
+  if (c.lse_grad) {
+    std::mt19937 gen(9);
+    std::uniform_real_distribution<double> u(-1.0, 1.0);
+    std::vector<double> values(static_cast<size_t>(c.b * c.hq * c.t));
+    for (double& x : values) x = u(gen);
+    dlse[0] = from_vector(values, {c.b, c.hq, c.t}, acc);
+    dlse[1] = from_vector(values, {c.b, c.hq, c.t}, acc, kGpu);
+    for (int side = 0; side < 2; ++side) bwd[side].lse_grad = dlse[side].raw_data();
+  }
   const Operand q = make(c.b, c.hq, c.t, c.d, c.dtype, 1, c.odd_strides ? 1 : 0);
   const Operand k = make(c.b, c.hkv, c.s, c.d, c.dtype, 2, 0), v = make(c.b, c.hkv, c.s, c.dv, c.dtype, 3, 0);
   const Operand dout = make(c.b, c.hq, c.t, c.dv, c.dtype, 4, 0);
@@ -102,6 +120,7 @@ void check(const Case& c) {
   Operand dv = make(c.b, c.hkv, c.s, c.dv, c.dtype, 8, 0);
   Tensor lse[2];
   const bool fused = !c.eager && cuda::sdpa_refusal(cfg, q.gpu, k.gpu, v.gpu).empty();
+  const bool fused_backward = !c.eager && cuda::sdpa_refusal(bwd[1], q.gpu, k.gpu, v.gpu).empty();
   for (int side = 0; side < 2; ++side) {
     const Device dev = side == 0 ? Device::cpu() : kGpu;
     Kernels& kern = device_kernels(dev);
@@ -111,7 +130,7 @@ void check(const Case& c) {
       Tensor ws = empty({cuda::eager_forward_workspace(q.gpu, k.gpu, v.gpu)}, acc, dev);
       cuda::eager_attention_forward(current_stream(dev), cfg, out.gpu, lse[1], q.gpu, k.gpu, v.gpu, ws);
       Tensor wsb = empty({cuda::eager_backward_workspace(q.gpu, k.gpu, v.gpu)}, acc, dev);
-      cuda::eager_attention_backward(current_stream(dev), cfg, dq.gpu, dk.gpu, dv.gpu, dout.gpu, q.gpu, k.gpu, v.gpu,
+      cuda::eager_attention_backward(current_stream(dev), bwd[1], dq.gpu, dk.gpu, dv.gpu, dout.gpu, q.gpu, k.gpu, v.gpu,
                                      out.gpu, lse[1], wsb);
       continue;
     }
@@ -120,10 +139,12 @@ void check(const Case& c) {
     if (side == 1 && fused) {
       EXPECT_EQ(cuda::sdpa_last_path(), "cudnn") << "forward";
     }
+    // Sized as the op sizes it: before the log-sum-exp's gradient is known (a bf16 call cuDNN would take then runs
+    // the eager path in a temporary workspace).
     Tensor wsb = empty({kern.flash_backward_workspace(cfg, pick(dq), pick(q), pick(k), pick(v))}, acc, dev);
-    kern.flash_attention_backward(current_stream(dev), cfg, pick(dq), pick(dk), pick(dv), pick(dout), pick(q), pick(k),
-                                  pick(v), pick(out), lse[side], wsb);
-    if (side == 1 && fused) {
+    kern.flash_attention_backward(current_stream(dev), bwd[side], pick(dq), pick(dk), pick(dv), pick(dout), pick(q),
+                                  pick(k), pick(v), pick(out), lse[side], wsb);
+    if (side == 1 && fused_backward) {
       EXPECT_EQ(cuda::sdpa_last_path(), "cudnn") << "backward";
     }
   }
@@ -197,6 +218,45 @@ TEST(CudaFlashAttention, SlidingWindowMatchesTheCpu) {
   EXPECT_NE(cuda::sdpa_refusal(cfg, q.gpu, k.gpu, k.gpu).find("sliding window"), std::string::npos);
   cfg.window = 300;
   EXPECT_EQ(cuda::sdpa_refusal(cfg, q.gpu, k.gpu, k.gpu), "");
+}
+
+// DeepSeek-V4's attention (ops/attention.h attention_with_lse): compressed keys (row i sees keys [0, (i + 1) / R):
+// the first R - 1 rows none, lse +inf) and a log-sum-exp gradient in the backward's delta, on the eager path, with
+// GQA, T not a multiple of R, more keys than any row sees, a window, f32 / bf16 / f64; cuDNN refuses both, also
+// where it takes the same call without them.
+TEST(CudaFlashAttention, CompressedKeysAndALogSumExpGradientMatchTheCpu) {
+  TIDAL_REQUIRE_CUDA();
+  auto with = [](Case c, int64_t key_rate, bool lse_grad) {
+    c.key_rate = key_rate;
+    c.lse_grad = lse_grad;
+    return c;
+  };
+  for (DType dt : {DType::f32, DType::bf16, DType::f64}) {
+    check(with({2, 4, 1, 24, 6, 16, 16, true, dt}, 4, false));
+    check(with({2, 4, 1, 24, 6, 16, 16, true, dt}, 4, true));
+    check(with({1, 4, 2, 21, 9, 32, 24, true, dt}, 3, true));
+    check(with({1, 2, 1, 16, 10, 16, 16, true, dt}, 4, true));
+    check(with({2, 4, 2, 37, 37, 32, 32, true, dt}, 0, true));
+    Case window = with({2, 4, 1, 33, 33, 16, 16, true, dt}, 0, true);
+    window.window = 5;
+    check(window);
+    check(with({2, 2, 2, 20, 30, 16, 16, false, dt}, 0, true));  // not causal
+  }
+  const Case fused_shape{1, 4, 4, 128, 128, 64, 64, true, DType::bf16};
+  check(with(fused_shape, 1, false));  // key_rate 1 is causal attention, through the eager path
+  check(with(fused_shape, 0, true));   // cuDNN's forward, the eager backward
+  Case eager = with(fused_shape, 2, true);
+  eager.eager = true;
+  check(eager);
+  const Operand q = make(1, 4, 64, 64, DType::bf16, 1, 0), k = make(1, 4, 64, 64, DType::bf16, 2, 0);
+  FlashArgs cfg;
+  ASSERT_EQ(cuda::sdpa_refusal(cfg, q.gpu, k.gpu, k.gpu), "");
+  cfg.key_rate = 2;
+  EXPECT_NE(cuda::sdpa_refusal(cfg, q.gpu, k.gpu, k.gpu).find("compressed keys"), std::string::npos);
+  cfg.key_rate = 0;
+  const Tensor dlse = empty({1, 4, 64}, DType::f32, kGpu);
+  cfg.lse_grad = dlse.raw_data();
+  EXPECT_NE(cuda::sdpa_refusal(cfg, q.gpu, k.gpu, k.gpu).find("log-sum-exp"), std::string::npos);
 }
 
 // cuDNN's fused kernels: bf16, T == S, head dims 64 and 128, MHA and GQA, causal and not, T not a
