@@ -53,11 +53,15 @@ struct FlashAttentionBackward : Node {
     Tensor dk = needs_input_grad(1) ? empty_like_layout(kv, kv.dtype()) : Tensor();
     Tensor dv = needs_input_grad(2) ? empty_like_layout(vv, vv.dtype()) : Tensor();
     const DType acc = qv.dtype() == DType::f64 ? DType::f64 : DType::f32;
-    Tensor ws = empty({device_kernels(qv.device()).flash_backward_workspace(cfg, dq, qv, kv, vv)}, acc, qv.device());
+    // The log-sum-exp's gradient is set before the workspace is sized: a backend may take another path with it
+    // (CUDA: its own kernels, not cuDNN's). On meta, whose tensors have no bytes, a stand-in address the cost
+    // kernels never read says that there is one.
+    FlashArgs args = cfg;
+    static const char meta_lse_grad = 0;
+    if (dlse.defined()) args.lse_grad = dlse.is_meta() ? static_cast<const void*>(&meta_lse_grad) : dlse.raw_data();
+    Tensor ws = empty({device_kernels(qv.device()).flash_backward_workspace(args, dq, qv, kv, vv)}, acc, qv.device());
     // out and lse are unpacked above on meta too: a recompute's replayed output and statistics are freed as a real
     // run frees them.
-    FlashArgs args = cfg;
-    if (dlse.defined() && !dlse.is_meta()) args.lse_grad = dlse.raw_data();
     if (Kernels* kern = kernels_for(ws))
       kern->flash_attention_backward(current_stream(ws.device()), args, dq, dk, dv, g, qv, kv, vv, ov, lv, ws);
     return {dq, dk, dv};

@@ -337,8 +337,7 @@ void eager_attention_backward(Stream& stream, const FlashArgs& cfg, const Tensor
 namespace {
 
 // `workspace` when it holds `need` elements, else a temporary that does (a fused call cuDNN refused
-// after its workspace was sized for it; or a backward with a log-sum-exp gradient: the op sizes the workspace
-// before it sets FlashArgs::lse_grad, so a bf16 call cuDNN would take got cuDNN's size).
+// after its workspace was sized for it).
 Tensor workspace_of(const Tensor& workspace, int64_t need, DType acc, Device device) {
   if (workspace.defined() && workspace.numel() >= need) return workspace;
   MemoryScope scope(MemoryCategory::temporary);
