@@ -38,22 +38,31 @@ Tensor overlapping_pool(const Tensor& h, const nn::Linear& kv_proj, const nn::Li
 }
 
 // Each row of a chunk of query rows [i0, i0 + n) keeps the best `keep` of its complete windows' entries, best first
-// (ties: the earlier entry): score (B, n, W) on the host -> kept (B, T, k) i32. Rows run in parallel, each on its own.
+// (ties: the earlier entry): score (B, n, W) on the host -> kept (B, T, k) i32. One pass over the row with a heap of
+// the `keep` best so far, whose top is the worst of them (the lowest score; among equal ones the latest entry): an
+// entry enters only when strictly better than the top, since every entry seen later loses a tie. Rows run in
+// parallel, each on its own.
 template <typename T>
 void keep_best(const T* score, int64_t b, int64_t n, int64_t i0, int64_t t, int64_t w, int64_t m, int64_t k,
                int32_t* kept) {
   parallel_for(0, b * n, 16, [&](int64_t r0, int64_t r1) {
-    std::vector<int32_t> order(static_cast<size_t>(w));
+    std::vector<int32_t> heap(static_cast<size_t>(k));
     for (int64_t r = r0; r < r1; ++r) {
       const int64_t s = r / n, i = i0 + r % n;
       const int64_t complete = std::min(w, (i + 1) / m), keep = std::min(k, complete);
       if (keep == 0) continue;
       const T* row = score + r * w;
       const auto better = [row](int32_t x, int32_t y) { return row[x] > row[y] || (row[x] == row[y] && x < y); };
-      std::iota(order.begin(), order.begin() + complete, int32_t(0));
-      std::nth_element(order.begin(), order.begin() + (keep - 1), order.begin() + complete, better);
-      std::sort(order.begin(), order.begin() + keep, better);
-      std::copy_n(order.begin(), keep, kept + (s * t + i) * k);
+      std::iota(heap.begin(), heap.begin() + keep, int32_t(0));
+      std::make_heap(heap.begin(), heap.begin() + keep, better);  // the top: the worst kept
+      for (int32_t e = int32_t(keep); e < complete; ++e) {
+        if (!(row[e] > row[heap[0]])) continue;
+        std::pop_heap(heap.begin(), heap.begin() + keep, better);
+        heap[size_t(keep - 1)] = e;
+        std::push_heap(heap.begin(), heap.begin() + keep, better);
+      }
+      std::sort(heap.begin(), heap.begin() + keep, better);
+      std::copy_n(heap.begin(), keep, kept + (s * t + i) * k);
     }
   });
 }
