@@ -209,6 +209,27 @@ TEST(Attention, FlashLayoutAndDeterminism) {
   for (size_t i = 0; i < 4; ++i) EXPECT_TRUE(bitwise_equal(runs[0][i], runs[1][i]));
 }
 
+TEST(Attention, SplitBackwardIsDeterministicAndAgreesWithEager) {
+  // One sample, one kv head, 600 keys: the backward cuts the 5 key tiles into 4 tasks (kMinBackwardTasks) whose dq
+  // partials are summed in split order: the same bits on 1 and 2 threads, and the eager kernel's gradients.
+  Qkv x = make_qkv(1, 4, 1, 600, 600, 16, 8, DType::f32, 86);
+  Tensor g = uniform({1, 4, 600, 8}, 87, -1, 1, false, DType::f32);
+  const int saved = num_threads();
+  std::vector<Tensor> runs[2];
+  for (int r = 0; r < 2; ++r) {
+    set_num_threads(r == 0 ? 1 : std::max(2, saved));
+    for (const Tensor* t : {&x.q, &x.k, &x.v}) t->zero_grad();
+    scaled_dot_product_attention(x.qh(), x.kh(), x.vh(), options(AttentionKernel::flash, true, 0.0)).backward(g);
+    runs[r] = {x.q.grad(), x.k.grad(), x.v.grad()};
+  }
+  set_num_threads(saved);
+  for (size_t i = 0; i < 3; ++i) EXPECT_TRUE(bitwise_equal(runs[0][i], runs[1][i])) << i;
+  for (const Tensor* t : {&x.q, &x.k, &x.v}) t->zero_grad();
+  scaled_dot_product_attention(x.qh(), x.kh(), x.vh(), options(AttentionKernel::eager, true, 0.0)).backward(g);
+  const Tensor eager[] = {x.q.grad(), x.k.grad(), x.v.grad()};
+  for (size_t i = 0; i < 3; ++i) EXPECT_TRUE(all_close(runs[0][i], eager[i], 1e-4, 1e-5)) << i;
+}
+
 TEST(Attention, BroadcastOutputGradient) {
   // sum(out).backward() hands the backward a stride-0 gradient.
   Qkv x = make_qkv(1, 4, 2, 20, 20, 8, 8, DType::f64, 85);

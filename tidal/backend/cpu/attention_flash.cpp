@@ -13,11 +13,14 @@
 // last row's diagonal), and the backward's key tile only the query blocks that see it
 // (rows_seeing_keys), so a window W costs O(T·W), not O(T·S); packed documents (FlashArgs::documents)
 // narrow both the same way. Forward tasks are (b, h, query block);
-// backward tasks are (b, kv head), each owning every row it writes. Tasks never share an
-// accumulator, so results do not depend on the thread count.
+// backward tasks are (b, kv head), each owning every row it writes; with fewer than four such pairs
+// (an MQA sample) each pair's key tiles are cut into ranges, one task each, whose dq partials are
+// summed in range order afterwards (BackwardLayout). Tasks never share an accumulator and the cut
+// depends on the shapes alone, so results do not depend on the thread count.
 #include <algorithm>
 #include <limits>
 #include <type_traits>
+#include <vector>
 
 #include "tidal/backend/cpu/attention_flash_tiles.h"
 #include "tidal/backend/cpu/kernels.h"
@@ -83,19 +86,38 @@ ForwardLayout forward_layout(const Dims& n, bool rounded) {
                       kFwdBlockQ, kFwdBlockQ, kFwdBlockK, kFwdBlockK + 8, rounded ? kFwdBlockQ * kFwdBlockK / 2 : 0})};
 }
 
+// Backward tasks own a (batch, kv head) and its key tiles. With fewer than kMinBackwardTasks such pairs (an MQA
+// sample: one) each pair's key tiles are cut into `splits` contiguous ranges, one task each, so the cores share
+// the work; their dq contributions go to per-task partial buffers summed in split order afterwards. The split count
+// depends on the shapes only, never on the thread count, so neither do the results.
+constexpr int64_t kMinBackwardTasks = 4;
+
 struct BackwardLayout {
   int64_t delta;  // rowsum(dO * O), (B, Hq, T), rounded up to a 64-byte multiple
   bool dq_buffered;
+  int64_t splits;    // key-tile ranges per (batch, kv head)
+  int64_t partials;  // splits > 1 with dq: every task's dq (G, T, D), summed afterwards
   int64_t tasks, slots, per_slot;
-  int64_t total() const { return delta + slots * per_slot; }
+  int64_t total() const { return delta + partials + slots * per_slot; }
 };
 // dq is accumulated in place when it is a plain accumulate-type tensor with unit inner stride,
 // else in a per-task buffer.
 BackwardLayout backward_layout(const Dims& n, const Tensor& dq, bool acc_dtype) {
-  const bool dq_in_place = dq.defined() && acc_dtype && dq.stride(3) == 1 && (dq.stride(2) >= n.d || n.t == 1);
-  const bool dq_buffered = dq.defined() && !dq_in_place;
-  const int64_t tasks = n.b * n.hkv;
-  return {(n.b * n.hq * n.t + 15) / 16 * 16, dq_buffered, tasks, slots_for(tasks, 2.5 * n.flops()),
+  const int64_t pairs = n.b * n.hkv, key_tiles = (n.s + kBwdBlockK - 1) / kBwdBlockK;
+  const int64_t splits = pairs >= kMinBackwardTasks
+                             ? 1
+                             : std::max<int64_t>(1, std::min(key_tiles, (kMinBackwardTasks + pairs - 1) / pairs));
+  const bool dq_in_place =
+      dq.defined() && splits == 1 && acc_dtype && dq.stride(3) == 1 && (dq.stride(2) >= n.d || n.t == 1);
+  const bool dq_buffered = dq.defined() && splits == 1 && !dq_in_place;
+  const int64_t tasks = pairs * splits;
+  const int64_t partials = dq.defined() && splits > 1 ? tasks * n.g * n.t * n.d : 0;
+  return {(n.b * n.hq * n.t + 15) / 16 * 16,
+          dq_buffered,
+          splits,
+          partials,
+          tasks,
+          slots_for(tasks, 2.5 * n.flops()),
           arena_size({kBwdBlockQ * n.d, kBwdBlockQ * n.dv, kBwdBlockK * n.d, kBwdBlockK * n.dv, kBwdBlockQ * kBwdBlockK,
                       kBwdBlockQ * kBwdBlockK, kBwdBlockK * n.d, kBwdBlockK * n.dv, kBwdBlockK, kBwdBlockK + 8,
                       dq_buffered ? n.g * n.t * n.d : 0, acc_dtype ? 0 : kBwdBlockQ * kBwdBlockK / 2,
@@ -246,8 +268,10 @@ void backward_typed(const FlashArgs& cfg, const Tensor& dq, const Tensor& dk, co
 
   View4<T> dqv = dq.defined() ? view4<T>(dq) : View4<T>{};
   const bool dq_buffered = lay.dq_buffered;
-  const int64_t tasks = lay.tasks, slots = lay.slots, per_slot = lay.per_slot;
-  A* ws_base = dp + lay.delta;
+  const int64_t tasks = lay.tasks, slots = lay.slots, per_slot = lay.per_slot, splits = lay.splits;
+  const int64_t key_tiles = (n.s + kBwdBlockK - 1) / kBwdBlockK;
+  A* partials = dp + lay.delta;  // splits > 1: task t's dq at t * (G T D)
+  A* ws_base = partials + lay.partials;
   for_tasks(tasks, slots, [&](int64_t task, int64_t slot) {
     Arena<A> arena{ws_base + slot * per_slot};
     A *qbuf = arena.take(kBwdBlockQ * n.d), *dobuf = arena.take(kBwdBlockQ * n.dv);
@@ -258,9 +282,13 @@ void backward_typed(const FlashArgs& cfg, const Tensor& dq, const Tensor& dk, co
     A* dq_buf = arena.take(dq_buffered ? n.g * n.t * n.d : 0);
     G* p16 = std::is_same_v<G, A> ? nullptr : arena.template take_as<G>(kBwdBlockQ * kBwdBlockK);
     G* ds16 = std::is_same_v<G, A> ? nullptr : arena.template take_as<G>(kBwdBlockQ * kBwdBlockK);
-    const int64_t b = task / n.hkv, kh = task % n.hkv;
+    const int64_t pair = task / splits, split = task % splits, b = pair / n.hkv, kh = pair % n.hkv;
+    const int64_t j_begin = split * key_tiles / splits * kBwdBlockK;
+    const int64_t j_end = std::min(n.s, (split + 1) * key_tiles / splits * kBwdBlockK);
+    A* partial = splits > 1 ? partials + task * n.g * n.t * n.d : nullptr;
     // The dq rows of query head g of this group, as (pointer, row stride).
     auto dq_rows = [&](int64_t g, int64_t i0) -> std::pair<A*, int64_t> {
+      if (partial != nullptr) return {partial + (g * n.t + i0) * n.d, n.d};
       if (dq_buffered) return {dq_buf + (g * n.t + i0) * n.d, n.d};
       if constexpr (std::is_same_v<T, A>) return {dqv.row(b, kh * n.g + g, i0), std::max(dqv.s2, n.d)};
       return {nullptr, 0};
@@ -268,7 +296,7 @@ void backward_typed(const FlashArgs& cfg, const Tensor& dq, const Tensor& dk, co
     if (dq.defined())
       for (int64_t g = 0; g < n.g; ++g)
         for (int64_t i = 0; i < n.t; ++i) std::fill_n(dq_rows(g, i).first, n.d, A(0));
-    for (int64_t j0 = 0; j0 < n.s; j0 += kBwdBlockK) {
+    for (int64_t j0 = j_begin; j0 < j_end; j0 += kBwdBlockK) {
       const int64_t nk = std::min(kBwdBlockK, n.s - j0);
       const Mat<G> kt = tile<G>(kv.row(b, kh, j0), kv.s2, kv.s3, nk, n.d, reinterpret_cast<G*>(kbuf));
       const Mat<G> vt = tile<G>(vv.row(b, kh, j0), vv.s2, vv.s3, nk, n.dv, reinterpret_cast<G*>(vbuf));
@@ -318,6 +346,20 @@ void backward_typed(const FlashArgs& cfg, const Tensor& dq, const Tensor& dk, co
     if (dq_buffered)
       for (int64_t g = 0; g < n.g; ++g)
         store(dqv.row(b, kh * n.g + g, 0), dqv.s2, dqv.s3, dq_buf + g * n.t * n.d, n.t, n.d);
+  });
+  if (!dq.defined() || splits == 1) return;
+  // dq row by row: the pair's splits' partials summed in split order.
+  parallel_for(0, n.b * n.hq * n.t, 256, [&](int64_t r0, int64_t r1) {
+    std::vector<A> row(static_cast<size_t>(n.d));
+    for (int64_t r = r0; r < r1; ++r) {
+      const int64_t b = r / (n.hq * n.t), h = (r / n.t) % n.hq, i = r % n.t, kh = h / n.g, g = h % n.g;
+      std::fill(row.begin(), row.end(), A(0));
+      for (int64_t split = 0; split < splits; ++split) {
+        const A* src = partials + ((b * n.hkv + kh) * splits + split) * n.g * n.t * n.d + (g * n.t + i) * n.d;
+        for (int64_t c = 0; c < n.d; ++c) row[size_t(c)] += src[c];
+      }
+      store(dqv.row(b, h, i), dqv.s2, dqv.s3, row.data(), 1, n.d);
+    }
   });
 }
 
