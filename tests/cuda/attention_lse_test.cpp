@@ -17,7 +17,9 @@ namespace tidal {
 namespace {
 
 using testing::expect_close_to_scale;
+using testing::heads_leaf;
 using testing::kFloatTypes;
+using testing::LeafView;
 using testing::random_values;
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
@@ -29,22 +31,13 @@ struct Case {
   int64_t window = 0, key_rate = 0;
 };
 
-// A leaf of (B, L, H, D) memory order and its (B, H, L, D) view.
-struct Input {
-  Tensor leaf, view;
-};
-Input make(int64_t b, int64_t h, int64_t l, int64_t d, DType dtype, uint64_t seed, Device device) {
-  Tensor leaf = from_vector(random_values(b * l * h * d, seed, -1.0, 1.0), {b, l, h, d}, dtype, device);
-  leaf.set_requires_grad(true);
-  return {leaf, leaf.transpose(1, 2)};
-}
-
 struct Side {
   Tensor out, lse, dq, dk, dv;
 };
 Side run(const Case& c, DType dtype, Device device) {
-  const Input q = make(c.b, c.hq, c.t, c.d, dtype, 1, device), k = make(c.b, c.hkv, c.s, c.d, dtype, 2, device);
-  const Input v = make(c.b, c.hkv, c.s, c.d, dtype, 3, device);
+  const LeafView q = heads_leaf(c.b, c.hq, c.t, c.d, dtype, 1, device),
+                 k = heads_leaf(c.b, c.hkv, c.s, c.d, dtype, 2, device);
+  const LeafView v = heads_leaf(c.b, c.hkv, c.s, c.d, dtype, 3, device);
   AttentionOptions opt;
   opt.window = c.window;
   opt.key_rate = c.key_rate;

@@ -24,6 +24,17 @@ inline Tensor on_cuda(const Tensor& t) {
   return from_vector(t.to_vector<double>(), t.shape(), t.dtype(), Device::cuda(0));
 }
 
+// A leaf of (B, L, H, D) memory order on `device` with values in [-1, 1), and its (B, H, L, D) view: tidal's usual
+// attention inputs, transposed projections.
+struct LeafView {
+  Tensor leaf, view;
+};
+inline LeafView heads_leaf(int64_t b, int64_t h, int64_t l, int64_t d, DType dtype, uint64_t seed, Device device) {
+  Tensor leaf = from_vector(random_values(b * l * h * d, seed, -1.0, 1.0), {b, l, h, d}, dtype, device);
+  leaf.set_requires_grad(true);
+  return {leaf, leaf.transpose(1, 2)};
+}
+
 inline Tensor random_cpu(const Shape& shape, DType dtype, uint64_t seed) {
   return from_vector(random_values(shape.numel(), seed), shape, dtype, Device::cpu());
 }

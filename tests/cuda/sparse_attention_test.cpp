@@ -21,7 +21,9 @@ namespace tidal {
 namespace {
 
 using testing::expect_close_to_scale;
+using testing::heads_leaf;
 using testing::kFloatTypes;
+using testing::LeafView;
 using testing::on_cuda;
 using testing::random_values;
 using testing::same_bits;
@@ -50,23 +52,14 @@ Tensor make_kept(const Case& c, uint64_t seed) {
   return kept;
 }
 
-// A leaf of (B, L, H, D) memory order on `device`, and its (B, H, L, D) view (tidal's usual projections).
-struct Input {
-  Tensor leaf, view;
-};
-Input make(int64_t b, int64_t h, int64_t l, int64_t d, DType dtype, uint64_t seed, Device device) {
-  Tensor leaf = from_vector(random_values(b * l * h * d, seed, -1.0, 1.0), {b, l, h, d}, dtype, device);
-  leaf.set_requires_grad(true);
-  return {leaf, leaf.transpose(1, 2)};
-}
-
 // The outputs of one side: out, lse and the three gradients (dv undefined when keys and values are one tensor).
 struct Side {
   Tensor out, lse, dq, dk, dv;
 };
 Side run(const Case& c, DType dtype, Device device, const Tensor& kept_cpu) {
-  const Input q = make(c.b, c.hq, c.t, c.d, dtype, 1, device), keys = make(c.b, c.hkv, c.w, c.d, dtype, 2, device);
-  const Input values = c.shared_kv ? keys : make(c.b, c.hkv, c.w, c.dv, dtype, 3, device);
+  const LeafView q = heads_leaf(c.b, c.hq, c.t, c.d, dtype, 1, device),
+                 keys = heads_leaf(c.b, c.hkv, c.w, c.d, dtype, 2, device);
+  const LeafView values = c.shared_kv ? keys : heads_leaf(c.b, c.hkv, c.w, c.dv, dtype, 3, device);
   const Tensor kept = device.is_cuda() ? on_cuda(kept_cpu) : kept_cpu;
   const AttentionWithLse r = sparse_attention_with_lse(q.view, keys.view, values.view, kept);
   // Both outputs reach the loss: the lse's gradient enters the backward's delta (finite stand-ins for -inf rows).

@@ -361,7 +361,7 @@ void check_step_sizes(const models::ModelConfig& cfg, int64_t batch, int64_t seq
   const int64_t fm = cfg.moe_intermediate_size, vocab = cfg.vocab_size, layers = cfg.num_hidden_layers;
   const int64_t n = mul(batch, checked_add(seq, 1, what));  // tokens, with the targets
   // Bytes per token one layer can save (the items above, each counted generously, 8 bytes an element).
-  // DeepSeek-V4 keeps hc_mult streams and, with the flash core, CSA's gathered entries.
+  // DeepSeek-V4 keeps hc_mult streams and, with the flash core, CSA's kept indices and its parts' merge weights.
   const bool v4 = cfg.is_deepseek_v4();
   const int64_t width =
       sum({mul(10, c), mul(4, a), mul(4, akv), mul(4, f), kernel == AttentionKernel::eager ? mul(3, mul(h, seq)) : 0, e,

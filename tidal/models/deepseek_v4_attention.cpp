@@ -113,8 +113,8 @@ Tensor DeepseekV4Attention::forward(const Tensor& h, const RopeTables& rope, con
     std::vector<Tensor> x = {in[2], in[3], in[4]};  // {q, kv, sinks, [entries, [kept: the flash core's gather]]}
     if (e.kv.defined()) x.push_back(e.kv);
     if (e.kv.defined() && e.kept.defined() && !composed) x.push_back(e.kept);
-    auto core = [this, &c, composed, mask, e](const std::vector<Tensor>& x) {
-      return std::vector<Tensor>{composed ? composed_core(x, mask, e.mask) : flash_core(x, c)};
+    auto core = [this, &c, composed, mask, entries_mask = e.mask](const std::vector<Tensor>& x) {
+      return std::vector<Tensor>{composed ? composed_core(x, mask, entries_mask) : flash_core(x, c)};
     };
     return recompute_core && !region ? autograd::checkpoint(core, x) : core(x);
   };

@@ -67,6 +67,20 @@ void keep_best(const T* score, int64_t b, int64_t n, int64_t i0, int64_t t, int6
   });
 }
 
+// The composed core's additive mask (B, 1, T, W) of the entries kept (B, T, k) i32 (-1: none), on `device`.
+Tensor kept_entries_mask(const Tensor& kept, int64_t w, DType dtype, const Device& device) {
+  const int64_t b = kept.size(0), t = kept.size(1), k = kept.size(2);
+  std::vector<double> mask(size_t(b * t * w), -std::numeric_limits<double>::infinity());
+  if (!kept.is_meta()) {  // the meta device's mask has a shape only
+    const Tensor host = kept.to(Device::cpu()).contiguous();
+    const int32_t* idx = host.data<int32_t>();
+    for (int64_t row = 0; row < b * t; ++row)
+      for (int64_t j = 0; j < k; ++j)
+        if (idx[row * k + j] >= 0) mask[size_t(row * w + idx[row * k + j])] = 0.0;
+  }
+  return from_vector(mask, {b, 1, t, w}, dtype).to(device);  // (B, 1, T, W)
+}
+
 }  // namespace
 
 CsaIndexer::CsaIndexer(const ModelConfig& c, const nn::Init& init) {
@@ -93,19 +107,6 @@ Tensor CsaIndexer::choose(const Tensor& h, const Tensor& q_residual, const RopeT
     autograd::SavedTensorLog::note(kept, nullptr);
   }
   return kept;
-}
-
-Tensor kept_entries_mask(const Tensor& kept, int64_t w, DType dtype, const Device& device) {
-  const int64_t b = kept.size(0), t = kept.size(1), k = kept.size(2);
-  std::vector<double> mask(size_t(b * t * w), -std::numeric_limits<double>::infinity());
-  if (!kept.is_meta()) {  // the meta device's mask has a shape only
-    const Tensor host = kept.to(Device::cpu()).contiguous();
-    const int32_t* idx = host.data<int32_t>();
-    for (int64_t row = 0; row < b * t; ++row)
-      for (int64_t j = 0; j < k; ++j)
-        if (idx[row * k + j] >= 0) mask[size_t(row * w + idx[row * k + j])] = 0.0;
-  }
-  return from_vector(mask, {b, 1, t, w}, dtype).to(device);  // (B, 1, T, W)
 }
 
 Tensor CsaIndexer::top_entries(const Tensor& h, const Tensor& q_residual, const RopeTables& rope,

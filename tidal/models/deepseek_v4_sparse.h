@@ -36,9 +36,6 @@ class CsaIndexer : public nn::Module {
   nn::Linear* weights_proj_;  // scorer.weights_proj
 };
 
-// The composed core's additive mask (B, 1, T, W) of the entries kept (B, T, k) i32 (-1: none), on `device`.
-Tensor kept_entries_mask(const Tensor& kept, int64_t w, DType dtype, const Device& device);
-
 class CsaCompressor : public nn::Module {
  public:
   CsaCompressor(const ModelConfig& c, const nn::Init& init);

@@ -106,6 +106,11 @@ void check_inputs(const Tensor& q, const Tensor& k, const Tensor& v, const Atten
               ") need the flash kernel and causal attention without window, documents or dropout");
 }
 
+// AttentionOptions::scale, 0 meaning 1/sqrt(D).
+double resolved_scale(const Tensor& q, const AttentionOptions& opt) {
+  return opt.scale != 0 ? opt.scale : 1.0 / std::sqrt(double(q.size(3)));
+}
+
 // The dropout frame resolved: T_g, S_g and the count the whole matrix needs; refuses a frame that
 // does not contain the call's block.
 struct DropoutFrame {
@@ -260,7 +265,7 @@ Tensor scaled_masked_softmax(const Tensor& scores, double scale, bool causal, in
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& opt) {
   OpScope scope("scaled_dot_product_attention");
   check_inputs(q, k, v, opt);
-  const double scale = opt.scale != 0 ? opt.scale : 1.0 / std::sqrt(double(q.size(3)));
+  const double scale = resolved_scale(q, opt);
   const DropoutFrame frame = resolve_frame(q, k, opt.dropout_frame);
   return opt.kernel == AttentionKernel::eager ? eager_attention(q, k, v, scale, opt, frame)
                                               : flash_attention(q, k, v, scale, opt, frame, false).out;
@@ -272,8 +277,7 @@ AttentionWithLse attention_with_lse(const Tensor& q, const Tensor& k, const Tens
       opt.kernel == AttentionKernel::flash,
       "[attention_with_lse] the log-sum-exp comes from the flash kernel: set AttentionOptions::kernel to flash");
   check_inputs(q, k, v, opt);
-  const double scale = opt.scale != 0 ? opt.scale : 1.0 / std::sqrt(double(q.size(3)));
-  return flash_attention(q, k, v, scale, opt, resolve_frame(q, k, opt.dropout_frame), true);
+  return flash_attention(q, k, v, resolved_scale(q, opt), opt, resolve_frame(q, k, opt.dropout_frame), true);
 }
 
 }  // namespace tidal

@@ -34,6 +34,8 @@ struct SparseDims {
         dv(values.size(3)),
         k(kept.size(2)),
         g(q.size(1) / keys.size(1)) {}
+  // Query rows per parallel chunk: ~4096 multiply-adds' worth.
+  int64_t row_grain() const { return std::max<int64_t>(1, 4096 / std::max<int64_t>(1, hq * k * (d + dv))); }
 };
 
 // The vector loops, with a unit-stride path the compiler vectorizes (heads are contiguous in practice).
@@ -84,8 +86,7 @@ void forward_typed(double scale_d, const Tensor& out, const Tensor& lse, const T
   A* lp = lse.data<A>();
   const int32_t* idx = kept.data<int32_t>();
   const A scale = A(scale_d);
-  const int64_t grain = std::max<int64_t>(1, 4096 / std::max<int64_t>(1, n.hq * n.k * (n.d + n.dv)));
-  parallel_for(0, n.b * n.t, grain, [&](int64_t r0, int64_t r1) {
+  parallel_for(0, n.b * n.t, n.row_grain(), [&](int64_t r0, int64_t r1) {
     std::vector<A> s(size_t(n.k)), acc(size_t(n.dv));
     for (int64_t r = r0; r < r1; ++r) {
       const int64_t b = r / n.t, i = r % n.t;
@@ -130,8 +131,7 @@ void backward_typed(double scale_d, const Tensor& dq, const Tensor& dk, const Te
   A* prob = workspace.data<A>();
   A* dscore = prob + n.b * n.t * n.hq * n.k;
   const View4<T> dqv = dq.defined() ? view4<T>(dq) : View4<T>{};
-  const int64_t grain = std::max<int64_t>(1, 4096 / std::max<int64_t>(1, n.hq * n.k * (n.d + n.dv)));
-  parallel_for(0, n.b * n.t, grain, [&](int64_t r0, int64_t r1) {
+  parallel_for(0, n.b * n.t, n.row_grain(), [&](int64_t r0, int64_t r1) {
     std::vector<A> s(size_t(n.k)), acc(size_t(n.d));
     for (int64_t r = r0; r < r1; ++r) {
       const int64_t b = r / n.t, i = r % n.t;
