@@ -41,6 +41,7 @@ Trained train(dist::Communicator& comm, const TrainArgs& args) {
     t.memory = device_allocator(Device::cpu()).stats();
     parallel::ParamGather::Scope whole(s.param_gather.get(), /*whole=*/true);  // ZeRO-3: the parameters' values
     int64_t expert_adapters = 0;  // --lora-target-modules on experts: each rank holds its experts' adapters
+    t.slabs = s.model->named_slabs();
     for (const auto& [name, p] : s.model->named_parameters()) {
       t.weights[name] = p.detach().clone().to(DType::f32);
       if (!models::is_expert_parameter(name)) continue;
@@ -50,6 +51,10 @@ Trained train(dist::Communicator& comm, const TrainArgs& args) {
   }
   std::fclose(quiet);
   return t;
+}
+
+std::string tiny_deepseek_v4() {
+  return std::string(TIDAL_SOURCE_DIR) + "/tests/fixtures/hf/tiny_deepseek_v4_csa/config.json";
 }
 
 TrainArgs expert_args(int64_t micro_per_rank, const std::vector<std::string>& flags, const std::string& model) {
@@ -87,22 +92,29 @@ void expect_agrees(const Trained& ep, const Trained& one, int e, int64_t element
     EXPECT_NEAR(ep.losses[i], one.losses[i], tol.loss) << "step " << i;
     loss_diff = std::max(loss_diff, std::abs(ep.losses[i] - one.losses[i]));
   }
-  // Every parameter of this rank, the experts by their global names, is one process's.
-  size_t experts = 0;
+  // Every parameter of this rank, the experts by their global names (stacked ones by their rows), is one process's.
+  int64_t expert_elements = 0;
   for (const auto& [name, w] : ep.weights) {
     EXPECT_TRUE(one.weights.count(name)) << name;
     if (!one.weights.count(name)) continue;
-    const double d = max_excess(w, one.weights.at(name), tol.relative);
+    Tensor want = one.weights.at(name);
+    if (auto slab = ep.slabs.find(name); slab != ep.slabs.end()) {
+      EXPECT_EQ(want.shape(), slab->second.whole) << name;
+      want = want.narrow(0, slab->second.row, w.size(0));
+    }
+    EXPECT_EQ(w.shape(), want.shape()) << name;
+    if (w.shape() != want.shape()) continue;
+    const double d = max_excess(w, want, tol.relative);
     EXPECT_LE(d, tol.weight) << name;
     weight_diff = std::max(weight_diff, d);
-    experts += models::is_expert_parameter(name) && !nn::is_lora_parameter(name);
+    if (models::is_expert_parameter(name) && !nn::is_lora_parameter(name)) expert_elements += w.numel();
   }
   if (std::getenv("TIDAL_PRINT_DIFFERENCES"))  // to measure the tolerances
     std::fprintf(stderr, "[rank %d] E=%d: losses within %.3g, weights within %.3g (beyond the relative part)\n",
                  dist::world().rank(), e, loss_diff, weight_diff);
   const models::ModelConfig& m = ep.model;
   // Per rank and MoE layer: num_experts / E experts × 3 weights of hidden × moe_ffn elements.
-  EXPECT_EQ(int64_t(experts) * m.hidden_size * m.moe_intermediate_size * element, expert_bytes(m, e, element));
+  EXPECT_EQ(expert_elements * element, expert_bytes(m, e, element));
   EXPECT_EQ(ep.expert_bytes, expert_bytes(m, e, element));
 }
 

@@ -9,6 +9,7 @@
 
 #include "tidal/allocator.h"
 #include "tidal/dist/communicator.h"
+#include "tidal/nn/slab.h"
 #include "tidal/tensor.h"
 #include "tidal/train/arguments.h"
 
@@ -18,6 +19,7 @@ struct Trained {
   std::vector<double> losses;
   std::vector<double> norms;              // the gradient norm of each step (before clipping)
   std::map<std::string, Tensor> weights;  // this rank's parameters
+  std::map<std::string, nn::Slab> slabs;  // those that are rows of a whole tensor (stacked experts: nn/slab.h)
   int64_t expert_bytes = 0;               // of this rank's expert parameters (not their LoRA adapters)
   int64_t parameter_bytes = 0;            // the allocator's parameter category, after training, less the
                                           // experts' LoRA adapters
@@ -62,8 +64,8 @@ TrainArgs expert_args(int64_t micro_per_rank, const std::vector<std::string>& fl
 
 // `ep` (this run's ranks with --expert-model-parallel-size `e`) against `one` (one process
 // accumulating the same micro-batches): losses and every parameter of this rank (the experts by
-// their global names) within `tol`; this rank holds num_experts / E experts of each sparse layer of `ep`'s model
-// (its MTP depths' included; `element` bytes each).
+// their global names, stacked experts by their rows of the whole tensor) within `tol`; this rank holds num_experts / E
+// experts of each sparse layer of `ep`'s model (its MTP depths' included; `element` bytes each).
 void expect_agrees(const Trained& ep, const Trained& one, int e, int64_t element, Tolerances tol);
 
 // This run's ranks with --expert-model-parallel-size `e` (and `extra`) against one process
@@ -71,6 +73,10 @@ void expect_agrees(const Trained& ep, const Trained& one, int e, int64_t element
 Trained compare_with_one_process(int e, const std::vector<std::string>& extra = {},
                                  const std::vector<std::string>& both = {}, Tolerances tol = {},
                                  const std::string& model = "tiny-qwen3-moe");
+
+// A tiny DeepSeek-V4 (tests/fixtures/hf/tiny_deepseek_v4_csa: CSA and HCA layers, hash-routed and top-k MoE layers,
+// 4 stacked experts each), as a config path for expert_args / compare_with_one_process.
+std::string tiny_deepseek_v4();
 
 // The same names, dtypes and shapes, and values within `tolerance` (0: bitwise); with
 // TIDAL_PRINT_DIFFERENCES set, prints the largest difference (to measure the tolerances).

@@ -23,7 +23,8 @@ std::string scratch_dir(const std::string& name, int ranks) {
 
 TrainArgs args_for(int64_t micro, int64_t global, const std::string& save, const std::string& model,
                    const std::vector<std::string>& extra, int64_t iters, int64_t seq) {
-  std::vector<std::string> argv = {"--model",
+  // A preset's name, or a config.json (a test fixture).
+  std::vector<std::string> argv = {model.ends_with(".json") ? "--config" : "--model",
                                    model,
                                    "--train-iters",
                                    std::to_string(iters),

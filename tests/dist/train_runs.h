@@ -16,9 +16,9 @@ namespace tidal::train {
 // A directory of this test run's, per number of ranks.
 std::string scratch_dir(const std::string& name, int ranks);
 
-// `tidal train` on mock data (unless `extra` gives --data-path), sequences of `seq` tokens, no evaluation and no
-// dropout unless `extra` sets --attention-dropout / --hidden-dropout; saving every 2 steps to `save` when it is not
-// empty.
+// `tidal train` of `model` (a preset, or a config.json path) on mock data (unless `extra` gives --data-path), sequences
+// of `seq` tokens, no evaluation and no dropout unless `extra` sets --attention-dropout / --hidden-dropout; saving
+// every 2 steps to `save` when it is not empty.
 TrainArgs args_for(int64_t micro, int64_t global, const std::string& save, const std::string& model = "tiny-gpt2",
                    const std::vector<std::string>& extra = {}, int64_t iters = 4, int64_t seq = 16);
 

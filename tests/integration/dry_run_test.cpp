@@ -15,6 +15,7 @@
 #include "tests/support/peaks_since.h"
 #include "tidal/allocator.h"
 #include "tidal/memory/estimator.h"
+#include "tidal/models/causal_lm.h"
 #include "tidal/optim/grad_clip.h"
 #include "tidal/optim/shard_layout.h"
 #include "tidal/plan/oom_advice.h"
@@ -23,12 +24,15 @@
 namespace tidal::train {
 namespace {
 
+const std::string kDeepseekV4 = TIDAL_SOURCE_DIR "/tests/fixtures/hf/tiny_deepseek_v4_csa/config.json";
+
 // Micro-batches of 2 x 32 tokens, one per step unless `more` gives --global-batch-size.
+// A preset's name, or a config.json.
 std::vector<std::string> tiny(const std::string& model, const std::vector<std::string>& more) {
-  std::vector<std::string> flags =
-      with({"--model", model, "--mock-data", "--seq-length", "32", "--micro-batch-size", "2", "--train-iters", "2",
-            "--lr-warmup-iters", "0", "--eval-interval", "0", "--log-interval", "100"},
-           more);
+  std::vector<std::string> flags = with({model.ends_with(".json") ? "--config" : "--model", model, "--mock-data",
+                                         "--seq-length", "32", "--micro-batch-size", "2", "--train-iters", "2",
+                                         "--lr-warmup-iters", "0", "--eval-interval", "0", "--log-interval", "100"},
+                                        more);
   if (std::find(more.begin(), more.end(), "--global-batch-size") == more.end())
     flags = with(flags, {"--global-batch-size", "2"});
   return flags;
@@ -321,6 +325,39 @@ TEST(DryRun, TheEstimatorPredictsEachRankUnderExpertAndContextParallelism) {
     const double ratio = double(dry.device.peak_allocated) / double(p.total);
     EXPECT_GT(ratio, 0.95) << dry.device.peak_allocated << " vs " << p.total;
     EXPECT_LT(ratio, 1.10) << dry.device.peak_allocated << " vs " << p.total;
+  }
+}
+
+// DeepSeek-V4 under expert parallelism (its stacked experts' rows, nn/slab.h; hash-routed and top-k layers, CSA and
+// HCA): the activations each layer keeps (the experts' received rows, the returned rows, the two row orders) are the
+// dry run's to the byte, f32 and bf16 under ZeRO-3, and without sharding the parameters (buffers with them) too.
+// The predictor gives every trained parameter AdamW states, where V4's CSA indexers get no gradient (as in
+// transformers) and so none: the states' prediction is the dry run's plus exactly the indexers' 2 f32 moments.
+TEST(DryRun, DeepSeekV4UnderExpertParallelismKeepsTheEstimatorsActivations) {
+  const std::vector<std::vector<std::string>> runs = {
+      tiny(kDeepseekV4, {"--expert-model-parallel-size", "2", "--global-batch-size", "8"}),
+      tiny(kDeepseekV4, {"--expert-model-parallel-size", "4", "--global-batch-size", "8", "--bf16",
+                         "--data-parallel-sharding-strategy", "optim_grads_params", "--mhc-recompute"}),
+  };
+  for (const std::vector<std::string>& flags : runs) {
+    SCOPED_TRACE(joined(flags));
+    const train::TrainArgs a = train::parse_train_args(flags);
+    const plan::DryRun dry = plan::dry_run_largest_rank(a.on(4));
+    const plan::TriageSettings s = plan::triage_settings(a.on(4));
+    memory::ActivationInputs in =
+        memory::activation_inputs(a.memory, a.micro_batch_size, a.seq_length, s.attention, s.precision.param_dtype());
+    in.parallel = a.on(4).parallel;
+    EXPECT_EQ(dry.activation_bytes_per_layer, memory::estimate_activations(a.model, in).layer_kept);
+    if (a.on(4).parallel.sharded()) continue;
+    const plan::StepPeak p = plan::predict_step_peak(a.model, s);
+    EXPECT_EQ(dry.device[MemoryCategory::parameter].peak, p.parameters);
+    nn::Init meta;
+    meta.device = Device::meta();
+    int64_t indexers = 0;
+    for (const auto& [name, t] : models::create_model(a.model, meta)->named_parameters())
+      if (name.find(".indexer.") != std::string::npos) indexers += t.numel();
+    EXPECT_GT(indexers, 0);
+    EXPECT_EQ(p.optimizer_states - dry.device[MemoryCategory::optimizer_state].peak, 8 * indexers);
   }
 }
 

@@ -6,6 +6,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -103,7 +104,8 @@ TEST(DryRun, DeepSeekV4EstimatorIsTheDryRunsActivationsHcaSlidingYarn) {
 }
 
 // The ladder has DeepSeek-V4's flags where the model has their layers (mHC always, --recompute-csa-attention with a
-// compressed layer) and nothing the model refuses; the candidates keep to one expert and one context rank.
+// compressed layer) and nothing the model refuses; the candidates keep to one context rank and offer expert
+// parallelism (every E dividing the experts and the ranks).
 TEST(PlanCandidates, DeepSeekV4LadderHasItsFlagsAndNothingItRefuses) {
   for (const char* name : {"tiny_deepseek_v4_csa", "tiny_deepseek_v4_hca", "tiny_deepseek_v4"}) {
     SCOPED_TRACE(name);
@@ -121,10 +123,12 @@ TEST(PlanCandidates, DeepSeekV4LadderHasItsFlagsAndNothingItRefuses) {
     TrainArgs ranks = given;
     ranks.parallel.world = 2;
     ranks.global_batch_size = 4;
+    std::set<int> experts;
     for (const plan::CandidateConfig& c : plan::enumerate_candidates(ranks)) {
-      EXPECT_EQ(c.args.parallel.expert, 1) << c.flags;
+      experts.insert(c.args.parallel.expert);
       EXPECT_EQ(c.args.parallel.context, 1) << c.flags;
     }
+    EXPECT_EQ(experts, (std::set<int>{1, 2}));
   }
 }
 

@@ -142,15 +142,15 @@ TEST(DeepseekV4, RefusesPackedDocumentsAndMultiTokenPrediction) {
   EXPECT_NE(e.find("--mtp-num-layers"), std::string::npos) << e;
 }
 
-// The estimator models V4 (memory/estimator_deepseek_v4.h; exact: estimator_deepseek_v4_test.cpp) and refuses what
-// V4 runs without: expert and context parallelism, LoRA.
+// The estimator models V4 (memory/estimator_deepseek_v4.h; exact: estimator_deepseek_v4_test.cpp), expert parallel
+// too, and refuses what V4 runs without: context parallelism, LoRA.
 TEST(DeepseekV4, TheEstimatorRefusesWhatV4RunsWithout) {
   const ModelConfig c = load_pretrained_dir(fixture_dir(kFixture)).config;
   memory::ActivationInputs in;
   EXPECT_GT(memory::estimate_activations(c, in).peak, 0);
   in.parallel.expert = 2;
-  std::string e = testing::error_of([&] { memory::estimate_activations(c, in); });
-  EXPECT_NE(e.find("deepseek_v4 runs without expert and context parallelism"), std::string::npos) << e;
+  EXPECT_GT(memory::estimate_activations(c, in).peak, 0);
+  std::string e;
   in.parallel.expert = 1;
   in.parallel.context = 2;
   in.seq = 4;

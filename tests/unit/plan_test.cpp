@@ -1,6 +1,7 @@
 // tidal plan's greedy choice in the triage order (tidal/plan/triage.h), on the estimator alone.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <optional>
 #include <set>
 
@@ -245,8 +246,8 @@ TEST(Plan, TheGreedyTakesTheSmallestParallelSizeThatIsEnough) {
 
 // DeepSeek-V4 at its real size: transformers 5.25's default DeepseekV4Config (V4-Flash's sizes, 284,325,869,015
 // parameters; tests/fixtures/hf/published/v5/deepseek-v4-default.json, saved by transformers) planned for 64 ranks of
-// 80 GB at 4096 tokens in bf16: ZeRO-3, full recompute, offload and the swap optimizer make it fit (without expert
-// or context parallelism, which tidal does not run for V4 yet).
+// 80 GB at 4096 tokens in bf16: ZeRO-3, full recompute, offload and the swap optimizer make it fit (expert
+// parallelism is offered after sharding, the triage's order; context parallelism tidal does not run for V4 yet).
 TEST(Plan, DeepSeekV4AtItsRealSizePlansOnSixtyFourRanks) {
   const models::ModelConfig v4 =
       models::load_config(std::string(TIDAL_SOURCE_DIR) + "/tests/fixtures/hf/published/v5/deepseek-v4-default.json");
@@ -263,7 +264,36 @@ TEST(Plan, DeepSeekV4AtItsRealSizePlansOnSixtyFourRanks) {
   std::set<TriageStep> taken;
   for (const PlanStep& st : p.steps) taken.insert(st.suggestion.step);
   EXPECT_TRUE(taken.count(TriageStep::sharding)) << format_plan(p, v4, s);
-  EXPECT_FALSE(taken.count(TriageStep::expert_parallel) || taken.count(TriageStep::context_parallel));
+  EXPECT_FALSE(taken.count(TriageStep::context_parallel)) << format_plan(p, v4, s);
+}
+
+// DeepSeek-V4-Pro at its real size (tests/fixtures/hf/published/v5/deepseek-v4-pro.json: the published model card's
+// values, docs/models.md): 1.6T parameters of which 49B active (6 of 384 experts a token), planned for 512 ranks of
+// 80 GB at 4096 tokens in bf16. Expert parallelism takes the experts off each rank (every rank holding them whole
+// would need 3 TiB of bf16 weights alone), and the plan fits.
+TEST(Plan, DeepSeekV4ProAtItsRealSizePlansWithExpertParallelism) {
+  const models::ModelConfig v4 =
+      models::load_config(std::string(TIDAL_SOURCE_DIR) + "/tests/fixtures/hf/published/v5/deepseek-v4-pro.json");
+  ASSERT_TRUE(v4.is_deepseek_v4());
+  EXPECT_EQ(v4.num_experts, 384);
+  const int64_t total = v4.parameter_count();
+  const int64_t routed_idle = v4.num_hidden_layers * (v4.num_experts - v4.num_experts_per_tok) * 3 * v4.hidden_size *
+                              v4.moe_intermediate_size;  // the routed experts a token does not use
+  EXPECT_NEAR(double(total) / 1e12, 1.6, 0.05) << total;
+  EXPECT_NEAR(double(total - routed_idle) / 1e9, 49, 2) << total - routed_idle;
+  TriageSettings s = qwen3_8b_batch(1);
+  s.global_batch = 512;
+  s.parallel.world = 512;
+  s.precision.bf16 = true;
+  const Plan p = make_plan(v4, s, 80 * GiB);
+  EXPECT_TRUE(p.fits) << format_plan(p, v4, s);
+  std::set<TriageStep> taken;
+  for (const PlanStep& st : p.steps) taken.insert(st.suggestion.step);
+  EXPECT_TRUE(taken.count(TriageStep::sharding)) << format_plan(p, v4, s);
+  EXPECT_TRUE(taken.count(TriageStep::expert_parallel)) << format_plan(p, v4, s);
+  if (std::getenv("TIDAL_PRINT_PLAN"))
+    std::printf("%lld parameters, %lld active\n%s\n", (long long)total, (long long)(total - routed_idle),
+                format_plan(p, v4, s).c_str());
 }
 
 // --bf16 (Megatron's 18 bytes per parameter): 2-byte parameters, the same f32 gradients, 12 bytes of
@@ -393,8 +423,8 @@ TEST(Plan, ThePredictionIsTheEstimatorsWhateverWasPredictedBeforeAndInAnyOrder) 
 }
 
 // DeepSeek-V4: the advice is the estimator's, and its recompute step names V4's own flags that are not on, with what
-// they take off the peak and off the activations kept after forward (memory/deepseek_v4_savings.h); never expert or
-// context parallelism, which V4 refuses.
+// they take off the peak and off the activations kept after forward (memory/deepseek_v4_savings.h); expert
+// parallelism too, never context parallelism, which V4 refuses.
 TEST(OomAdvice, DeepSeekV4SuggestsItsOwnRecomputeFlags) {
   const models::ModelConfig m =
       models::load_pretrained_dir(TIDAL_SOURCE_DIR "/tests/fixtures/hf/tiny_deepseek_v4_csa").config;
@@ -412,7 +442,7 @@ TEST(OomAdvice, DeepSeekV4SuggestsItsOwnRecomputeFlags) {
   EXPECT_NE(advice.find("; " + format_bytes(3 * memory::mhc_saving(m, 2, 32, DType::f32)) + " less kept after forward"),
             std::string::npos)
       << advice;
-  EXPECT_EQ(advice.find("--expert-model-parallel-size"), std::string::npos) << advice;
+  EXPECT_NE(advice.find("--expert-model-parallel-size 4 would save"), std::string::npos) << advice;  // 1 expert a rank
   EXPECT_EQ(advice.find("--context-parallel-size"), std::string::npos) << advice;
   EXPECT_EQ(advice.find("--recompute-activation-function"), std::string::npos) << advice;
   // On already: not suggested again; under full block 1 the other layers' bytes.

@@ -13,35 +13,51 @@
 namespace tidal::checkpoint {
 namespace {
 
+// This rank's pieces of `all` (the model's tensors, or one process's AdamW state_dict), those `mine` says it saves:
+// whole tensors, or a slab's rows (expert parallelism's stacked experts, nn/slab.h) as a piece of the whole tensor,
+// whose step count the slab at row 0 saves.
 std::vector<optim::TensorPiece> pieces_of(const std::map<std::string, Tensor>& all,
-                                          const std::function<bool(const std::string&)>& mine) {
+                                          const std::function<bool(const std::string&)>& mine,
+                                          const std::map<std::string, nn::Slab>& slabs) {
   std::vector<optim::TensorPiece> out;
-  for (const auto& [name, t] : all)
-    if (mine(name)) out.push_back({name, t.shape(), 0, t});
+  for (const auto& [name, t] : all) {
+    if (!mine(name)) continue;
+    const nn::Slab* slab = nn::slab_of(slabs, name);
+    if (slab == nullptr || name.ends_with(".step")) {
+      if (slab == nullptr || slab->row == 0) out.push_back({name, t.shape(), 0, t});
+    } else {
+      out.push_back({name, slab->whole, slab->begin(), t});
+    }
+  }
   return out;
 }
 
 // A sharded checkpoint's record of the parameters against this rank's (in order; under expert
 // parallelism this rank's are the dense ones and its experts, among the record's).
-void check_saved_parameters(const Checkpoint& ck, const optim::NamedParameters& params) {
+void check_saved_parameters(const Checkpoint& ck, const optim::NamedParameters& params,
+                            const std::map<std::string, nn::Slab>& slabs) {
   const std::string where = "[checkpoint] " + ck.path + "/state.json field 'optimizer_shards.parameters'";
   const auto& saved = ck.shards.parameters;
+  auto numel = [&](const std::string& name, const Tensor& p) {  // a slab's: its whole tensor's
+    const nn::Slab* slab = nn::slab_of(slabs, name);
+    return slab != nullptr ? slab->whole.numel() : p.numel();
+  };
   TIDAL_CHECK(saved.size() >= params.size(), where, " lists ", saved.size(), " parameters, this model has ",
               params.size(), ": use the same model flags as the run that saved it");
   if (saved.size() == params.size()) {
     for (size_t i = 0; i < saved.size(); ++i)
-      TIDAL_CHECK(saved[i].first == params[i].first && saved[i].second == params[i].second.numel(), where, " names ",
-                  io::shown_name(saved[i].first), " of ", saved[i].second, " elements as parameter ", i,
-                  ", this model has '", params[i].first, "' of ", params[i].second.numel(),
+      TIDAL_CHECK(saved[i].first == params[i].first && saved[i].second == numel(params[i].first, params[i].second),
+                  where, " names ", io::shown_name(saved[i].first), " of ", saved[i].second, " elements as parameter ",
+                  i, ", this model has '", params[i].first, "' of ", numel(params[i].first, params[i].second),
                   ": use the same model flags as the run that saved it");
     return;
   }
-  std::map<std::string, int64_t> numel;
-  for (const auto& [name, n] : saved) numel.emplace(name, n);
+  std::map<std::string, int64_t> numels;
+  for (const auto& [name, n] : saved) numels.emplace(name, n);
   for (const auto& [name, p] : params) {
-    auto it = numel.find(name);
-    TIDAL_CHECK(it != numel.end() && it->second == p.numel(), where, " has no parameter '", name, "' of ", p.numel(),
-                " elements (this model's): use the same model flags as the run that saved it");
+    auto it = numels.find(name);
+    TIDAL_CHECK(it != numels.end() && it->second == numel(name, p), where, " has no parameter '", name, "' of ",
+                numel(name, p), " elements (this model's): use the same model flags as the run that saved it");
   }
 }
 
@@ -72,11 +88,12 @@ CheckpointFiles RankState::files() const {
       base.emplace(name, t);
   }
   TIDAL_ASSERT(adapters.empty() == adapter_config_.is_null(), "adapters without their config, or the reverse");
-  std::vector<optim::TensorPiece> model = pieces_of(base, mine);
+  const std::map<std::string, nn::Slab> slabs = model_.named_slabs();
+  std::vector<optim::TensorPiece> model = pieces_of(base, mine, slabs);
   const int rank = groups_.world().rank();
   CheckpointFiles c;
   if (sharded_ == nullptr) {
-    c = one_process_files(std::move(model), pieces_of(optimizer_.state_dict(), mine));
+    c = one_process_files(std::move(model), pieces_of(optimizer_.state_dict(), mine, slabs));
   } else if (groups_.experts()) {  // two shard layouts: one process's file, assembled from every rank's pieces
     c = one_process_files(std::move(model), sharded_->state_pieces(optimizer_.state_dict(), rank == 0));
   } else {
@@ -88,7 +105,7 @@ CheckpointFiles RankState::files() const {
   if (!adapters.empty()) {
     const auto mine_peft = [&](const std::string& peft) { return saves(models::name_from_peft(peft)); };
     c.files.insert(c.files.begin() + 1,
-                   FilePieces{models::kAdapterWeightsFile, 0, {{"format", "pt"}}, pieces_of(adapters, mine_peft)});
+                   FilePieces{models::kAdapterWeightsFile, 0, {{"format", "pt"}}, pieces_of(adapters, mine_peft, {})});
     c.texts[models::kAdapterConfigFile] = adapter_config_.dump(2) + "\n";
   }
   return c;
@@ -120,18 +137,20 @@ void RankState::load(const Checkpoint& ck) const {
   model_.load_state_dict(ck.model);
   // The optimizer's: the trained parameters (with LoRA, the adapters).
   const optim::NamedParameters params = model_.named_trainable_parameters();
+  const std::map<std::string, nn::Slab> slabs = model_.named_slabs();  // expert parallel: pieces of whole tensors
   optim::SavedState saved;
   if (ck.shards.ranks == 0) {  // one process's file: its entries are this rank's parameters' (holds())
     std::vector<int64_t> numels;
     for (const auto& [name, p] : params) {
-      saved.parameters.emplace_back(name, p.numel());
-      numels.push_back(p.numel());
+      const nn::Slab* slab = nn::slab_of(slabs, name);
+      numels.push_back(slab != nullptr ? slab->whole.numel() : p.numel());
+      saved.parameters.emplace_back(name, numels.back());
     }
     saved.layout = optim::make_shard_layout(numels, 1, 1);
     saved.read = [&](int) { return ck.optimizer; };
     saved.source = [&](int) { return "[checkpoint] " + ck.path + "/optimizer.safetensors"; };
   } else {
-    check_saved_parameters(ck, params);
+    check_saved_parameters(ck, params, slabs);
     saved.parameters = ck.shards.parameters;
     saved.layout = ck.shards.layout();
     saved.read = [&](int r) { return load_optimizer_shard(ck, r); };
@@ -141,7 +160,10 @@ void RankState::load(const Checkpoint& ck) const {
   if (sharded_ != nullptr) {
     targets = sharded_->state_targets();
   } else {
-    for (const auto& [name, p] : params) targets.push_back({name, 0, p.numel(), name, p.shape()});
+    for (const auto& [name, p] : params) {
+      const nn::Slab* slab = nn::slab_of(slabs, name);
+      targets.push_back({name, slab != nullptr ? slab->begin() : 0, p.numel(), name, p.shape()});
+    }
   }
   // One process's file into one process's optimizer: the saved tensors as they are (no copy).
   optimizer_.load_state_dict(optim::assemble_state(saved, targets, ck.shards.ranks == 0 && sharded_ == nullptr));

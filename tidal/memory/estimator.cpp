@@ -376,11 +376,10 @@ void check_step_sizes(const models::ModelConfig& cfg, int64_t batch, int64_t seq
 }
 
 ActivationEstimate estimate_activations(const models::ModelConfig& cfg, const ActivationInputs& in) {
-  // DeepSeek-V4 (memory/estimator_deepseek_v4.h) runs without expert or context parallelism and without LoRA
-  // (models/deepseek_v4.h refuses the first two): no formula counts them for it.
-  TIDAL_CHECK(!cfg.is_deepseek_v4() || (in.parallel.expert <= 1 && in.parallel.context <= 1),
-              "[estimator] deepseek_v4 runs without expert and context parallelism (--expert-model-parallel-size, "
-              "--context-parallel-size 1)");
+  // DeepSeek-V4 (memory/estimator_deepseek_v4.h) runs without context parallelism and without LoRA
+  // (models/deepseek_v4.h refuses the first): no formula counts them for it.
+  TIDAL_CHECK(!cfg.is_deepseek_v4() || in.parallel.context <= 1,
+              "[estimator] deepseek_v4 runs without context parallelism (--context-parallel-size 1)");
   TIDAL_CHECK(!cfg.is_deepseek_v4() || !in.lora, "[estimator] LoRA on deepseek_v4 is not modelled");
   // The whole sequence bounds what a context-parallel rank keeps too (the gathered K/V, its chunks' probabilities).
   check_step_sizes(cfg, in.batch,

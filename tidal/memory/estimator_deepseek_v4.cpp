@@ -119,20 +119,31 @@ void push_moe(std::vector<Item>& v, const Dims& d, const std::vector<int64_t>& r
   v.push_back({"chosen experts", n * k * 8, Part::mlp, moe});  // (N, k) i64
   v.push_back({"top-k weight sums", n * el, Part::mlp, moe});  // (N, 1)
   v.push_back({"top-k weights", n * k * el, Part::mlp, moe});  // (N, k)
-  int64_t rows = 0;  // the experts run as grouped products over all their rows: one storage each
+  // The experts run as grouped products over all their rows: one storage each. Without expert parallelism they run
+  // the M = N k slots here; with it (models/expert_dispatch.h) this rank's experts run the R rows every rank routed
+  // to them (`routed`: rank 0's experts), and the M rows come back.
+  const int64_t slots = n * k;
+  int64_t rows = 0;
   for (const int64_t m : routed) rows += m;
-  if (rows > 0) {
-    v.push_back({"expert rows", rows * 8, Part::mlp, moe});                          // (m) i64
-    v.push_back({"expert input", rows * c * el, Part::mlp, moe});                    // (m, C)
-    v.push_back({"expert gate_up_proj output", rows * 2 * f * el, Part::mlp, moe});  // (m, 2F)
-    v.push_back({"expert clamped gate", rows * f * el, Part::mlp, moe});             // (m, F)
-    v.push_back({"expert clamped up (max)", rows * f * el, Part::mlp, moe});         // (m, F)
-    v.push_back({"expert swiglu gate", rows * f * el, Part::mlp, moe});              // (m, F)
-    v.push_back({"expert swiglu up", rows * f * el, Part::mlp, moe});                // (m, F)
-    v.push_back({"expert slots", rows * 8, Part::mlp, moe});                         // (m) i64
-    v.push_back({"expert down_proj input", rows * f * el, Part::mlp, moe});          // (m, F)
-    v.push_back({"expert slot weights", rows * el, Part::mlp, moe});                 // (m, 1)
-    v.push_back({"expert output", rows * c * el, Part::mlp, moe});                   // (m, C)
+  const bool dispatched = d.ep > 1;
+  if (rows > 0 || dispatched) {
+    v.push_back({"expert rows", slots * 8, Part::mlp, moe});  // (M) i64
+    if (rows > 0) {
+      v.push_back({"expert input", rows * c * el, Part::mlp, moe});                    // (R, C)
+      v.push_back({"expert gate_up_proj output", rows * 2 * f * el, Part::mlp, moe});  // (R, 2F)
+      v.push_back({"expert clamped gate", rows * f * el, Part::mlp, moe});             // (R, F)
+      v.push_back({"expert clamped up (max)", rows * f * el, Part::mlp, moe});         // (R, F)
+      v.push_back({"expert swiglu gate", rows * f * el, Part::mlp, moe});              // (R, F)
+      v.push_back({"expert swiglu up", rows * f * el, Part::mlp, moe});                // (R, F)
+    }
+    v.push_back({"expert slots", slots * 8, Part::mlp, moe});                              // (M) i64
+    if (rows > 0) v.push_back({"expert down_proj input", rows * f * el, Part::mlp, moe});  // (R, F)
+    v.push_back({"expert slot weights", slots * el, Part::mlp, moe});                      // (M, 1)
+    v.push_back({"expert output", slots * c * el, Part::mlp, moe});                        // (M, C): returned
+    if (dispatched && rows > 0) {
+      v.push_back({"received rows' order", rows * 8, Part::mlp, moe});  // (R) i64
+      v.push_back({"returned rows' order", rows * 8, Part::mlp, moe});  // (R) i64
+    }
   }
   // The shared expert, clamped as the routed ones: gate_proj and up_proj outputs, the clamps' outputs, SwiGLU's
   // inputs, down_proj's input, (N, F) each.

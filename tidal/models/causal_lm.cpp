@@ -257,14 +257,12 @@ std::unique_ptr<CausalLM> create_model(const ModelConfig& config, const nn::Init
   std::unique_ptr<CausalLM> model;
   TIDAL_CHECK(experts == nullptr || config.is_moe(), "[model] expert parallelism needs a MoE model, not ",
               config.model_type);
-  TIDAL_CHECK(experts == nullptr || !config.is_deepseek_v4(),
-              "[model] expert parallelism is not supported for deepseek_v4 yet");
   if (config.is_gpt2())
     model = std::make_unique<Gpt2>(config, init);
   else if (config.is_gemma3())
     model = std::make_unique<Gemma3>(config, init);
   else if (config.is_deepseek_v4())
-    model = std::make_unique<DeepseekV4>(config, init);
+    model = std::make_unique<DeepseekV4>(config, init, std::move(experts));
   else
     model = std::make_unique<Llama>(config, init, std::move(experts));
   model->assign_names();

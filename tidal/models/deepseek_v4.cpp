@@ -19,9 +19,10 @@ HyperConnectionConfig hyper_connection_config(const ModelConfig& c) {
   return h;
 }
 
-DeepseekV4DecoderLayer::DeepseekV4DecoderLayer(const ModelConfig& c, int64_t index, const nn::Init& init) {
+DeepseekV4DecoderLayer::DeepseekV4DecoderLayer(const ModelConfig& c, int64_t index, const nn::Init& init,
+                                               std::shared_ptr<dist::Communicator> experts) {
   self_attn_ = &register_module("self_attn", std::make_unique<DeepseekV4Attention>(c, index, init));
-  mlp_ = &register_module("mlp", std::make_unique<DeepseekV4Moe>(c, index, init));
+  mlp_ = &register_module("mlp", std::make_unique<DeepseekV4Moe>(c, index, init, std::move(experts)));
   input_layernorm_ =
       &register_module("input_layernorm", std::make_unique<nn::RMSNorm>(c.hidden_size, c.norm_eps, init));
   post_attention_layernorm_ =
@@ -57,12 +58,14 @@ Tensor DeepseekV4DecoderLayer::forward(const Tensor& streams, const Tensor& ids,
   return y;
 }
 
-DeepseekV4::DeepseekV4(const ModelConfig& c, const nn::Init& init) : CausalLM(c) {
+DeepseekV4::DeepseekV4(const ModelConfig& c, const nn::Init& init, std::shared_ptr<dist::Communicator> experts)
+    : CausalLM(c) {
   nn::ModuleDict& model = register_module("model", std::make_unique<nn::ModuleDict>());
   embed_tokens_ =
       model.add("embed_tokens", std::make_unique<nn::Embedding>(c.vocab_size, c.hidden_size, init, c.pad_token_id));
   layers_ = model.add("layers", std::make_unique<nn::ModuleList<DeepseekV4DecoderLayer>>());
-  for (int64_t l = 0; l < c.num_hidden_layers; ++l) layers_->add(std::make_unique<DeepseekV4DecoderLayer>(c, l, init));
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l)
+    layers_->add(std::make_unique<DeepseekV4DecoderLayer>(c, l, init, experts));
   norm_ = model.add("norm", std::make_unique<nn::RMSNorm>(c.hidden_size, c.norm_eps, init));
   hc_head_ = model.add("hc_head", std::make_unique<HyperHead>(hyper_connection_config(c), init));
   if (!c.tie_word_embeddings) {

@@ -8,6 +8,7 @@
 // Recompute: whole layers, the core_attn and moe checkpoints, MindSpeed-LLM's --recompute-csa-attention (the
 // compressed layers' attention in one checkpoint, models/deepseek_v4_attention.h) and --mhc-recompute (Note [mHC
 // recompute], models/hyper_connection.h); memory/recompute.cpp refuses the rest. Built: sliding, HCA and CSA layers.
+// Expert parallel: each layer's experts divided among the group (models/deepseek_v4_moe.h).
 // Not supported yet, refused at the forward: context parallelism and packed documents (the sliding mask is the whole
 // sequence's), the MTP module (transformers' causal LM builds none either).
 #include "tidal/models/causal_lm.h"
@@ -20,7 +21,9 @@ namespace tidal::models {
 
 class DeepseekV4DecoderLayer : public nn::Module {
  public:
-  DeepseekV4DecoderLayer(const ModelConfig& c, int64_t index, const nn::Init& init);
+  // `experts`: expert parallelism's group (models/deepseek_v4_moe.h); null: every expert here.
+  DeepseekV4DecoderLayer(const ModelConfig& c, int64_t index, const nn::Init& init,
+                         std::shared_ptr<dist::Communicator> experts = nullptr);
   // streams (B, T, N, C), ids (B, T) -> streams. rc.core_attn checkpoints the attention core (scores, softmax,
   // @ values), rc.csa_attention a compressed layer's whole compressed attention, rc.moe the MoE block, rc.mhc the
   // mHC mappings; full recompute wraps the whole layer (CausalLM::run_layers).
@@ -39,7 +42,7 @@ class DeepseekV4DecoderLayer : public nn::Module {
 
 class DeepseekV4 : public CausalLM {
  public:
-  DeepseekV4(const ModelConfig& c, const nn::Init& init);
+  DeepseekV4(const ModelConfig& c, const nn::Init& init, std::shared_ptr<dist::Communicator> experts = nullptr);
   const Tensor& lm_head_weight() const override;
 
  protected:

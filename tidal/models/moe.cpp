@@ -12,6 +12,7 @@
 #include "tidal/dist/collectives.h"
 #include "tidal/memory_scope.h"
 #include "tidal/models/causal_lm.h"
+#include "tidal/models/expert_dispatch.h"
 #include "tidal/ops/activation.h"
 #include "tidal/ops/all_to_all.h"
 #include "tidal/ops/elementwise.h"
@@ -369,40 +370,10 @@ Tensor SparseMoeBlock::forward(const Tensor& x, RouterStats& stats, bool recompu
 
 Tensor SparseMoeBlock::run_on_owners(const Tensor& flat, const Tensor& slot_token, const Tensor& slot_weight,
                                      const std::vector<int64_t>& counts, bool recompute_act) const {
-  dist::Communicator& group = *group_;
-  const size_t ranks = size_t(group.size()), local = local_.size();
-  // Rows to each rank (its block of experts: the slots are sorted by expert, so by owner), and the rows
-  // of this rank's experts from each rank ([source][local expert]: every rank sends its counts).
-  std::vector<int64_t> send(ranks, 0), from(ranks * local, 0), recv(ranks, 0);
-  for (size_t e = 0; e < counts.size(); ++e) send[e / local] += counts[e];
-  group.all_to_all(counts.data(), from.data(), int64_t(local * sizeof(int64_t)));
-  for (size_t s = 0; s < ranks; ++s)
-    for (size_t l = 0; l < local; ++l) recv[s] += from[s * local + l];
-  Tensor got = all_to_all_rows(group, index_select(flat, 0, slot_token), send, recv);  // (R, C) by source
-  Tensor back = got;  // no rows for this rank's experts: nothing to run, the return still exchanges
-  if (got.size(0) > 0) {
-    // Grouped by local expert (each expert's rows from every source, in source order), one matrix
-    // product per expert, then back in the order they came.
-    std::vector<int64_t> order(size_t(got.size(0))), inverse(size_t(got.size(0)));
-    if (!got.is_meta()) {  // the meta device reads only the indices' shapes (a dry run's MoE layer: 10^5 rows)
-      std::vector<int64_t> start(ranks * local);
-      int64_t at = 0;
-      for (size_t i = 0; i < start.size(); ++i) start[i] = std::exchange(at, at + from[i]);
-      size_t next = 0;
-      for (size_t l = 0; l < local; ++l)
-        for (size_t s = 0; s < ranks; ++s)
-          for (int64_t i = 0; i < from[s * local + l]; ++i) order[next++] = start[s * local + l] + i;
-      for (size_t i = 0; i < order.size(); ++i) inverse[size_t(order[i])] = int64_t(i);
-    }
-    const Shape rows{got.size(0)};
-    Tensor grouped = index_select(got, 0, from_vector_i64(order, rows, got.device()));
-    std::vector<int64_t> mine(local, 0);  // rows per local expert
-    for (size_t l = 0; l < local; ++l)
-      for (size_t s = 0; s < ranks; ++s) mine[l] += from[s * local + l];
-    Tensor y = run_experts(local_, grouped, mine, recompute_act, experts_module_->name());
-    back = index_select(y, 0, from_vector_i64(inverse, rows, got.device()));
-  }
-  Tensor returned = all_to_all_rows(group, back, recv, send);  // (N*k, C) in slot order
+  const RunLocalExperts run = [&](const Tensor& grouped, const std::vector<int64_t>& mine) {
+    return run_experts(local_, grouped, mine, recompute_act, experts_module_->name());
+  };
+  Tensor returned = models::run_on_owners(*group_, index_select(flat, 0, slot_token), counts, run);  // (N*k, C)
   return mul(returned, slot_weight.unsqueeze(1));
 }
 

@@ -14,6 +14,24 @@ Tensor& Module::register_parameter(const std::string& name, Tensor t) {
   return params_.back().second;
 }
 
+Tensor& Module::register_slab(const std::string& name, Tensor t, const Shape& whole, int64_t row) {
+  TIDAL_ASSERT(t.dim() == whole.size() && t.dim() > 0 && row >= 0 && row + t.size(0) <= whole[0], "slab ", name,
+               " of shape ", t.shape(), " at row ", row, " is not rows of ", whole);
+  for (int64_t d = 1; d < t.dim(); ++d) TIDAL_ASSERT(t.size(d) == whole[d], "slab ", name, " is not rows of ", whole);
+  slabs_[name] = Slab{whole, row};
+  return register_parameter(name, std::move(t));
+}
+
+std::map<std::string, Slab> Module::named_slabs() const {
+  std::map<std::string, Slab> out;
+  std::function<void(const Module&, const std::string&)> walk = [&](const Module& m, const std::string& prefix) {
+    for (const auto& [name, s] : m.slabs_) out.emplace(prefix + name, s);
+    for (const auto& [n, child] : m.children_) walk(*child, prefix + n + ".");
+  };
+  walk(*this, "");
+  return out;
+}
+
 Tensor& Module::register_buffer(const std::string& name, Tensor t, bool persistent) {
   TIDAL_ASSERT(t.defined() && t.is_leaf() && !t.requires_grad(), "buffer ", name, " must be a leaf without gradient");
   for (const Named* list : {&params_, &buffers_, &transient_buffers_})
@@ -94,15 +112,20 @@ void Module::load_state_dict(const std::map<std::string, Tensor>& state, bool st
   std::string missing;
   Named targets = named_parameters();
   collect("", &Module::buffers_, targets);
+  const std::map<std::string, Slab> slabs = named_slabs();
   for (auto& [name, p] : targets) {
     auto it = state.find(name);
     if (it == state.end()) {
       missing += (missing.empty() ? "" : ", ") + name;
       continue;
     }
-    TIDAL_CHECK(it->second.shape() == p.shape(), "[load_state_dict] ", name, " has shape ", it->second.shape(),
+    Tensor from = it->second;
+    auto slab = slabs.find(name);
+    if (slab != slabs.end() && from.shape() == slab->second.whole && from.shape() != p.shape())
+      from = from.narrow(0, slab->second.row, p.size(0));  // this slab's rows of the whole tensor
+    TIDAL_CHECK(from.shape() == p.shape(), "[load_state_dict] ", name, " has shape ", from.shape(),
                 " in the checkpoint but ", p.shape(), " in the model (is the config the same?)");
-    p.copy_(it->second.to(p.dtype()).to(p.device()));  // a file's host tensor onto the model's device
+    p.copy_(from.to(p.dtype()).to(p.device()));  // a file's host tensor onto the model's device
     used.insert(name);
   }
   TIDAL_CHECK(missing.empty(), "[load_state_dict] the checkpoint lacks parameters of the model: ", missing);

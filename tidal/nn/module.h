@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "tidal/nn/slab.h"
 #include "tidal/tensor.h"
 
 namespace tidal::nn {
@@ -23,6 +24,8 @@ class Module {
   std::vector<std::pair<std::string, Tensor>> named_parameters() const;
   // Those of them that train (requires_grad): all but the frozen ones (LoRA freezes the base, nn/lora.h).
   std::vector<std::pair<std::string, Tensor>> named_trainable_parameters() const;
+  // The parameters that are slabs of a whole tensor (register_slab), by their dotted names; empty for most models.
+  std::map<std::string, Slab> named_slabs() const;
   std::vector<Tensor> parameters() const;
   int64_t num_parameters() const;
   void zero_grad() const;
@@ -36,7 +39,8 @@ class Module {
   std::vector<std::pair<std::string, Tensor>> named_buffers() const;
 
   // Copies values from `state` into the parameters and buffers (by name). Every one must be present with
-  // its shape; dtypes convert. Extra entries are an error when `strict`. Throws naming what is wrong.
+  // its shape (a slab: its own, or the whole tensor's, of which it takes its rows); dtypes convert. Extra entries are
+  // an error when `strict`. Throws naming what is wrong.
   void load_state_dict(const std::map<std::string, Tensor>& state, bool strict = true);
   // The parameters and buffers.
   std::map<std::string, Tensor> state_dict() const;
@@ -52,6 +56,8 @@ class Module {
   // Registers a parameter (requires_grad is set; accounted as MemoryCategory::parameter when
   // created under MemoryScope(parameter)) and returns it.
   Tensor& register_parameter(const std::string& name, Tensor t);
+  // Registers parameter `t` as rows [row, row + t.size(0)) of a whole tensor of shape `whole` (a Slab).
+  Tensor& register_slab(const std::string& name, Tensor t, const Shape& whole, int64_t row);
   // Registers a buffer (no gradient) and returns it. A persistent one is part of the state dict (saved and
   // loaded, as PyTorch's register_buffer), a non-persistent one only of named_buffers().
   Tensor& register_buffer(const std::string& name, Tensor t, bool persistent = true);
@@ -70,6 +76,7 @@ class Module {
   Named buffers_;            // persistent
   Named transient_buffers_;  // not persistent
   std::vector<std::pair<std::string, std::unique_ptr<Module>>> children_;
+  std::map<std::string, Slab> slabs_;  // by parameter name
   bool training_ = true;
   std::string name_;
 };

@@ -49,6 +49,7 @@ DistributedAdamW::DistributedAdamW(const NamedParameters& params, dist::Communic
                  "[distributed optimizer] expert shards without their groups");
     groups_[1].comm = experts->data;
     expert_parallel_ = experts->experts;
+    slabs_ = experts->slabs;
   }
   group_of_.assign(params.size(), 0);
   for (size_t i = 0; i < params.size(); ++i) {

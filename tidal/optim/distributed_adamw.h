@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "tidal/dist/communicator.h"
+#include "tidal/nn/slab.h"
 #include "tidal/optim/adamw.h"
 #include "tidal/optim/shard_layout.h"
 #include "tidal/optim/shard_state.h"
@@ -46,6 +47,7 @@ int64_t reduce_round(int64_t bucket, int64_t shard, int ranks);
 // Expert parallelism: which parameters are experts', and the groups that shard and count them.
 struct ExpertShards {
   std::vector<char> is_expert;            // per parameter
+  std::map<std::string, nn::Slab> slabs;  // the parameters that are rows of a whole tensor (nn/slab.h), by name
   dist::Communicator* data = nullptr;     // the expert-data-parallel group: shards and sums them
   dist::Communicator* experts = nullptr;  // the expert-parallel group: the norm sums over it
 };
@@ -159,6 +161,7 @@ class DistributedAdamW {
   std::vector<Group> groups_;     // [0] dense (or all), [1] the experts'
   std::vector<size_t> group_of_;  // per parameter: its group
   dist::Communicator* expert_parallel_ = nullptr;  // with experts: their norm's squares summed over it
+  std::map<std::string, nn::Slab> slabs_;          // with experts: ExpertShards::slabs (checkpoint pieces)
   Tensor shard_grad_;                              // (shard elements): this rank's summed gradients, during a step
   bool in_place_ = false;                          // set_in_place: sums in whole_ instead of shard_grad_
   std::vector<Tensor> whole_;   // in place, per parameter: its whole gradient (numel), the shard's sums in it

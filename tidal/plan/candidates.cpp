@@ -100,8 +100,7 @@ std::vector<std::pair<parallel::ShardingStrategy, bool>> sharding_options(const 
 // Expert-parallel sizes: the given one when > 1 (kept), else for a MoE model every E dividing its experts
 // and the ranks (1 first).
 std::vector<int> expert_parallel_options(const train::TrainArgs& g, int ranks) {
-  // deepseek_v4 runs without expert parallelism (models/deepseek_v4.h).
-  if (g.parallel.expert > 1 || !g.model.is_moe() || g.model.is_deepseek_v4()) return {g.parallel.expert};
+  if (g.parallel.expert > 1 || !g.model.is_moe()) return {g.parallel.expert};
   std::vector<int> out;
   for (int e = 1; e <= ranks; ++e)
     if (ranks % e == 0 && g.model.num_experts % e == 0) out.push_back(e);
@@ -145,7 +144,7 @@ std::vector<std::pair<int, int>> parallel_options(const train::TrainArgs& g, int
 // Whether `tidal train` runs expert parallel E and context parallel C of `a` on `ranks` ranks.
 bool runs_parallel(const train::TrainArgs& a) {
   if (a.parallel.world % a.parallel.context != 0) return false;
-  if (a.model.is_deepseek_v4()) return a.parallel.expert == 1 && a.parallel.context == 1;
+  if (a.model.is_deepseek_v4() && a.parallel.context != 1) return false;  // models/deepseek_v4.h
   try {
     parallel::check_expert_parallel(a.parallel, a.model);
     parallel::check_context_parallel(a.parallel, a.seq_length);

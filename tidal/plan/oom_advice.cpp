@@ -255,7 +255,7 @@ std::optional<Suggestion> suggest_parallel_size(const models::ModelConfig& m, co
   TriageSettings w = s;
   (step == TriageStep::expert_parallel ? w.parallel.expert : w.parallel.context) = n;
   // What tidal train checks of a layout.
-  if (m.is_deepseek_v4()) return std::nullopt;  // models/deepseek_v4.h refuses both
+  if (m.is_deepseek_v4() && step == TriageStep::context_parallel) return std::nullopt;  // models/deepseek_v4.h
   try {
     parallel::check_expert_parallel(w.parallel, m);
     parallel::check_context_parallel(w.parallel, s.seq);

@@ -10,6 +10,7 @@
 #include <tuple>
 #include <unordered_map>
 
+#include "tidal/dist/meta_communicator.h"
 #include "tidal/memory/estimator.h"
 #include "tidal/memory/savings.h"
 #include "tidal/memory/swap_optimizer.h"
@@ -72,14 +73,6 @@ int64_t memo(const ModelShape& shape, int what, int64_t a, int64_t b, F compute)
 }
 enum Derived : int { kLargestShard, kFrozenShard, kDenseShard, kExpertShard, kSwapDeviceBytes };
 
-// The expert index in a parameter name "….experts.<e>.…", or -1.
-int64_t expert_index(const std::string& name) {
-  const std::string key = "experts.";
-  const size_t at = name.find(key);
-  if (at == std::string::npos) return -1;
-  return std::strtoll(name.c_str() + at + key.size(), nullptr, 10);
-}
-
 std::string lora_key(const nn::LoraConfig& c) {
   if (!c.enabled()) return "";
   std::string key = "|lora " + std::to_string(c.r);
@@ -90,20 +83,20 @@ std::string lora_key(const nn::LoraConfig& c) {
 const ModelShape& model_shape(const models::ModelConfig& m, int expert_parallel, const nn::LoraConfig& lora) {
   static std::map<std::string, ModelShape> cache;
   const std::string key = models::config_to_json(m).dump() + "|" + std::to_string(expert_parallel) + lora_key(lora);
-  const int64_t local = m.num_experts / std::max(1, expert_parallel);
   std::lock_guard lock(shape_mutex());
   if (auto it = cache.find(key); it != cache.end()) return it->second;
   if (cache.size() >= 16) cache.clear();  // a bound; the references handed out are used at once
   nn::Init init;
   init.device = Device::meta();
-  const std::unique_ptr<models::CausalLM> model = models::create_model(m, init);
+  // Under expert parallelism rank 0's model: its experts only (per-expert modules, or rows of stacked ones).
+  const std::unique_ptr<models::CausalLM> model = models::create_model(
+      m, init, expert_parallel > 1 ? std::make_shared<dist::MetaCommunicator>(0, expert_parallel) : nullptr);
   std::vector<std::string> adapted;
   if (lora.enabled()) adapted = nn::apply_lora(*model, lora, init).modules;
   ModelShape shape;
   shape.per_layer.assign(size_t(m.num_hidden_layers), 0);
   for (const auto& [name, p] : model->named_parameters()) {
     const bool expert = models::is_expert_parameter(name);
-    if (expert && expert_parallel > 1 && expert_index(name) >= local) continue;  // another rank's
     if (!p.requires_grad()) {
       shape.frozen += p.numel();
       shape.frozen_numels.push_back(p.numel());

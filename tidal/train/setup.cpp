@@ -133,8 +133,10 @@ TrainingData load_data(const TrainArgs& a, models::ModelConfig& config, std::FIL
   return d;
 }
 
-// Expert parallel: which tensors of a whole model's files this rank's model takes (models/moe.h).
+// Expert parallel: which tensors of a whole model's files this rank's model takes (models/moe.h). A model whose
+// experts are rows of stacked tensors (nn/slab.h: DeepSeek-V4) reads them all, then keeps its rows.
 std::function<bool(const std::string&)> held_here(const models::CausalLM& model) {
+  if (!model.named_slabs().empty()) return nullptr;
   std::vector<std::string> names;
   for (const auto& [name, p] : model.named_parameters()) names.push_back(name);
   return models::held_here(names);
@@ -248,6 +250,7 @@ Setup setup_training(const TrainArgs& args, models::ModelConfig& config, std::FI
     optim::ExpertShards experts;
     if (layout.expert > 1) {
       for (const auto& [name, p] : params) experts.is_expert.push_back(models::is_expert_parameter(name));
+      experts.slabs = s.model->named_slabs();
       experts.data = s.groups->expert_data();
       experts.experts = s.groups->experts().get();
     }
