@@ -399,9 +399,17 @@ void DistributedAdamW::reduce_group(size_t g, dist::Communicator& comm, const st
     }
     for (Run& run : runs)
       if (!run.into.defined()) run.into = shard_grad_.narrow(0, run.shard_at, run.length);
-    for (int r = 0; r < ranks; ++r) {          // in rank order, each element on its own: any grouping adds alike
-      const Tensor row = blocks.select(0, r);  // (mine)
-      for (Run& run : runs) run.into.add_(row.narrow(0, run.block_at, run.length));
+    // In rank order, each element on its own (any grouping adds alike): one call per run for all the ranks' parts.
+    if (Kernels* kern = kernels_for(param.device())) {
+      std::vector<Tensor> parts(static_cast<size_t>(ranks));
+      std::vector<const Tensor*> rows(static_cast<size_t>(ranks));
+      for (Run& run : runs) {
+        for (int r = 0; r < ranks; ++r) {
+          parts[size_t(r)] = blocks.select(0, r).narrow(0, run.block_at, run.length);  // (length)
+          rows[size_t(r)] = &parts[size_t(r)];
+        }
+        kern->add_rows_inplace(current_stream(param.device()), run.into, rows);
+      }
     }
   }
 }

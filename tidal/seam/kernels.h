@@ -322,6 +322,13 @@ class Kernels {
   virtual void scale_many(Stream& stream, std::span<const Tensor* const> xs, double value) {
     for (const Tensor* x : xs) unary(stream, Unary::mul_scalar, *x, *x, value);
   }
+  // dst += *rows[0], then += *rows[1], ... in order, each element on its own: a reduce-scatter's sum of every rank's
+  // pieces in rank order (optim/distributed_adamw.cpp), bit for bit add_inplace of each row in turn, in one call
+  // (a dry run records one kernel, not one per rank). dst and every row contiguous, of dst's shape and dtype.
+  // Default: add_inplace of each row, in order.
+  virtual void add_rows_inplace(Stream& stream, const Tensor& dst, std::span<const Tensor* const> rows) {
+    for (const Tensor* row : rows) add_inplace(stream, dst, *row, 1.0);
+  }
   // Every tensor's AdamW update of one optimizer step. Default: in order, each one's adamw_step, then
   // its bf16 copy when it has one (AdamWTensors).
   virtual void adamw_multi_step(Stream& stream, std::span<const AdamWTensors> tensors) {

@@ -41,7 +41,7 @@ namespace tidal {
 // The composite kernels, in kernels.h's order: they have defaults built from the kernels above, so a
 // backend never lacks them; it may replace them with fused ones.
 #define TIDAL_COMPOSITE_KERNEL_NAMES(X) \
-  X(matmul_bias) X(matmul_many) X(sum_of_squares_many) X(scale_many) X(adamw_multi_step)
+  X(matmul_bias) X(matmul_many) X(sum_of_squares_many) X(scale_many) X(add_rows_inplace) X(adamw_multi_step)
 // clang-format on
 
 // The kernels the backend class K does not define, by name: those it inherits from Kernels, which

@@ -1,8 +1,9 @@
 // The composite kernels (seam/kernels.h) on the CPU backend: adamw_multi_step (the CPU's: every tensor's blocks in
 // one parallel loop, the bf16 copy in the same pass) is bit for bit each tensor's adamw_step (and, for an f32 master
 // with a bf16 copy, the copy after it); sum_of_squares_many (the CPU's: every chunk of every tensor in one loop) is
-// each tensor's sum_of_squares; scale_many (the CPU's, one loop) each tensor's unary mul_scalar; matmul_bias (the
-// default) is the bias copied into out, then the product with beta 1.
+// each tensor's sum_of_squares; scale_many (the CPU's, one loop) each tensor's unary mul_scalar; add_rows_inplace
+// (the CPU's) each row's add_inplace in turn; matmul_bias (the default) is the bias copied into out, then the
+// product with beta 1.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -166,6 +167,34 @@ TEST(CompositeKernels, ScaleManyIsEachTensorsMulScalar) {
         << one[i].dtype() << " " << one[i].numel();
     EXPECT_NE(std::memcmp(before.raw_data(), one[i].raw_data(), size_t(one[i].nbytes())), 0);  // scaled
   }
+}
+
+// add_rows_inplace (the CPU's: column blocks in parallel, the rows in order) is each row's add_inplace in turn, bit
+// for bit, in f32, bf16 (rounded after every add) and f64, on sizes within one block and across several.
+TEST(CompositeKernels, AddRowsInplaceIsEachRowsAddInTurn) {
+  Kernels& cpu = device_kernels(Device::cpu());
+  Stream& stream = current_stream(Device::cpu());
+  uint32_t seed = 70;
+  for (DType dt : {DType::f32, DType::bf16, DType::f64})
+    for (int64_t n : {int64_t(1), int64_t(33), int64_t(70000)}) {
+      Tensor dst = from_vector(normal_values(n, 1.0, seed++), {n}, dt);
+      Tensor want = dst.clone();
+      // 5 rows of very different sizes: the order of the adds shows in the rounding.
+      Tensor block = from_vector(normal_values(5 * (n + 3), 1e3, seed++), {5, n + 3}, dt);
+      std::vector<Tensor> rows;
+      std::vector<const Tensor*> ptrs;
+      for (int64_t r = 0; r < 5; ++r) rows.push_back(block.select(0, r).narrow(0, 2, n));
+      for (const Tensor& r : rows) ptrs.push_back(&r);
+      cpu.add_rows_inplace(stream, dst, ptrs);
+      for (const Tensor& r : rows) cpu.add_inplace(stream, want, r, 1.0);
+      EXPECT_EQ(std::memcmp(dst.raw_data(), want.raw_data(), size_t(want.nbytes())), 0) << dt << " " << n;
+      // Another order gives other bits somewhere (so the comparison above sees the order).
+      Tensor reversed = from_vector(normal_values(n, 1.0, seed - 2), {n}, dt);
+      for (size_t r = rows.size(); r-- > 0;) cpu.add_inplace(stream, reversed, rows[r], 1.0);
+      if (n == 70000) {
+        EXPECT_NE(std::memcmp(reversed.raw_data(), want.raw_data(), size_t(want.nbytes())), 0) << dt;
+      }
+    }
 }
 
 TEST(CompositeKernels, DefaultMatmulBiasIsCopyThenMatmul) {

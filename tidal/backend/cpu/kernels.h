@@ -58,6 +58,7 @@ class CpuKernels final : public Kernels {
   void sum_of_squares_many(Stream& stream, std::span<const Tensor* const> xs, int64_t chunk,
                            std::span<double* const> partials) override;
   void scale_many(Stream& stream, std::span<const Tensor* const> xs, double value) override;
+  void add_rows_inplace(Stream& stream, const Tensor& dst, std::span<const Tensor* const> rows) override;
   // matmul.cpp
   bool matmul_operand_ok(int64_t rows, int64_t cols, int64_t stride_r, int64_t stride_c) const override;
   int64_t matmul_kept_workspace() const override { return 0; }  // oneDNN's scratchpads are not tidal's

@@ -217,4 +217,26 @@ void CpuKernels::scale_many(Stream&, std::span<const Tensor* const> xs, double v
   });
 }
 
+// Column blocks in parallel, each element through the rows in order, rounded to T after each add as add_inplace
+// (binary add in acc_t) rounds it: the same bits as one add_inplace per row.
+void CpuKernels::add_rows_inplace(Stream&, const Tensor& dst, std::span<const Tensor* const> rows) {
+  TIDAL_ASSERT(dst.is_contiguous(), "add_rows_inplace: a non-contiguous dst");
+  for (const Tensor* row : rows)
+    TIDAL_ASSERT(row->is_contiguous() && row->numel() == dst.numel() && row->dtype() == dst.dtype(),
+                 "add_rows_inplace: a row unlike dst");
+  const int64_t n = dst.numel();
+  dispatch_float(dst.dtype(), "add_rows_inplace", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using A = acc_t<T>;
+    T* out = dst.data<T>();
+    parallel_for(0, n, 1 << 14, [&](int64_t b, int64_t e) {
+      for (const Tensor* r : rows) {
+        const T* row = r->data<T>();
+#pragma omp simd
+        for (int64_t j = b; j < e; ++j) out[j] = store_as<T>(A(A(out[j]) + A(row[j])));
+      }
+    });
+  });
+}
+
 }  // namespace tidal::cpu

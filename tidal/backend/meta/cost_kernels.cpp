@@ -90,6 +90,9 @@ class CostKernels final : public Kernels {
   void add_inplace(Stream&, const Tensor& dst, const Tensor& src, double) override {
     elementwise("add_inplace", dst, nb(src) + nb(dst), 2, dst.dtype());
   }
+  void add_rows_inplace(Stream&, const Tensor& dst, std::span<const Tensor* const> rows) override {  // one record
+    elementwise("add_rows_inplace", dst, int64_t(rows.size() + 1) * nb(dst), int64_t(rows.size()), dst.dtype());
+  }
 
   void random_fill(Stream&, const Tensor& out, Distribution, uint64_t, uint64_t) override {
     elementwise("random_fill", out, 0, 10, out.dtype());
