@@ -49,9 +49,9 @@ TEST(ExpertParallelDeepseekV4, AgreesWithOneProcess) {
   // The MoE block recomputed (its exchanges replayed), the mHC mappings recomputed, whole layers recomputed.
   compare_with_one_process(n, {"--recompute-modules", "moe"}, {}, {}, tiny_deepseek_v4());
   compare_with_one_process(n, {}, {"--mhc-recompute", "--recompute-csa-attention"}, {}, tiny_deepseek_v4());
-  compare_with_one_process(n, {"--recompute-granularity", "full", "--recompute-method", "uniform",
-                               "--recompute-num-layers", "1"},
-                           {}, {}, tiny_deepseek_v4());
+  compare_with_one_process(
+      n, {"--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", "1"}, {}, {},
+      tiny_deepseek_v4());
 }
 
 TEST(ExpertParallelDeepseekV4, Bf16AgreesWithOneProcess) {
@@ -73,8 +73,8 @@ TEST(ExpertParallelDeepseekV4, EveryShardingStrategyAgreesWithOneProcess) {
 void save_and_resume(const std::string& strategy) {
   dist::Communicator& world = dist::world();
   const std::string dir = scratch_dir("ep_deepseek_v4_" + strategy, world.size());
-  const std::vector<std::string> layout = {"--expert-model-parallel-size", "2", "--data-parallel-sharding-strategy",
-                                           strategy, "--lr-decay-iters", "4"};
+  const std::vector<std::string> layout = {
+      "--expert-model-parallel-size", "2", "--data-parallel-sharding-strategy", strategy, "--lr-decay-iters", "4"};
   const ResumedRuns runs =
       resume_runs(world, dir, [&](const std::string& save, int64_t iters, const std::string& load, bool sharded) {
         std::vector<std::string> extra = {"--lr-decay-iters", "4"};

@@ -16,6 +16,7 @@
 #include "tidal/autograd/checkpoint.h"
 #include "tidal/io/safetensors.h"
 #include "tidal/memory/estimator.h"
+#include "tidal/models/deepseek_v4_checkpoint.h"
 #include "tidal/ops/elementwise.h"
 #include "tidal/ops/loss.h"
 #include "tidal/ops/random.h"
@@ -109,6 +110,36 @@ TEST(DeepseekV4, SavesTransformersNamesAndLoadsThemBack) {
   NoGradGuard no_grad;
   EXPECT_TRUE(testing::bitwise_equal(load_pretrained_model(dir)->forward(g.at("ids")).logits,
                                      model->forward(g.at("ids")).logits));
+}
+
+// Expert parallel's read of a Hugging Face file (DeepSeek's per-expert w1/w2/w3): a rank holding experts [2, 4) reads
+// only theirs (deepseek_v4_holds) and stacks them into its rows of gate_up_proj / down_proj, equal to the whole
+// tensors' rows; without its range the file's first expert missing is an error naming it.
+TEST(DeepseekV4, ExpertParallelReadsOnlyItsExperts) {
+  const GoldenFiles g = load_golden(kFixture);
+  const std::map<std::string, Tensor> file = io::load_safetensors(g.dir + "/model.safetensors").tensors;
+  const std::map<std::string, Tensor> whole = deepseek_v4_from_checkpoint(file);
+  const ExpertRows rows{2, 2};
+  std::map<std::string, Tensor> read;
+  size_t skipped = 0;
+  for (const auto& [name, t] : file) {
+    if (deepseek_v4_holds(rows)(name)) {
+      read.emplace(name, t);
+    } else {
+      ++skipped;
+      EXPECT_NE(name.find(".experts."), std::string::npos) << name;
+    }
+  }
+  EXPECT_EQ(skipped, size_t(3 /*layers*/ * 2 /*experts*/ * 3 /*w1 w2 w3*/));
+  const std::map<std::string, Tensor> mine = deepseek_v4_from_checkpoint(read, rows);
+  ASSERT_EQ(mine.size(), whole.size());
+  for (const auto& [name, t] : whole) {
+    ASSERT_TRUE(mine.count(name)) << name;
+    const bool stacked = name.ends_with(".gate_up_proj") || name.ends_with(".down_proj");
+    EXPECT_TRUE(testing::bitwise_equal(mine.at(name), stacked ? t.narrow(0, 2, 2).contiguous() : t)) << name;
+  }
+  const std::string e = testing::error_of([&] { deepseek_v4_from_checkpoint(read); });
+  EXPECT_NE(e.find("the checkpoint has no weights of model.layers.0.mlp.experts.0"), std::string::npos) << e;
 }
 
 // The dry run's device: forward and backward from shapes alone (the MoE's slots go round the experts).

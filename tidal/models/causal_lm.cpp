@@ -197,7 +197,8 @@ std::string language_model_name(const std::string& name) {
 
 CausalLM::LoadReport CausalLM::load_hf_state_dict(std::map<std::string, Tensor> state) {
   LoadReport report;
-  if (config_.is_deepseek_v4()) state = deepseek_v4_from_checkpoint(std::move(state));  // DeepSeek's names
+  // DeepSeek's names; under expert parallelism this rank's experts stacked.
+  if (config_.is_deepseek_v4()) state = deepseek_v4_from_checkpoint(std::move(state), expert_rows(*this));
   std::map<std::string, Tensor> mine;
   std::map<std::string, bool> ours;
   for (auto& [name, p] : named_parameters()) ours[name] = true;

@@ -73,7 +73,7 @@ bool expert_piece(const std::string& name, std::string& prefix, int64_t& expert,
 
 }  // namespace
 
-std::map<std::string, Tensor> deepseek_v4_from_checkpoint(std::map<std::string, Tensor> state) {
+std::map<std::string, Tensor> deepseek_v4_from_checkpoint(std::map<std::string, Tensor> state, ExpertRows rows) {
   std::map<std::string, Tensor> out;
   // Per expert block: expert -> {w1, w2, w3}.
   std::map<std::string, std::map<int64_t, std::map<std::string, Tensor>>> experts;
@@ -89,14 +89,14 @@ std::map<std::string, Tensor> deepseek_v4_from_checkpoint(std::map<std::string, 
     for (const auto& [from, to] : kRenames) replace_all(key, from, to);
     std::string prefix, which;
     int64_t e = 0;
-    if (expert_piece(key, prefix, e, which))
-      experts[prefix][e][which] = std::move(t);
-    else
+    if (expert_piece(key, prefix, e, which)) {
+      if (rows.holds(e)) experts[prefix][e][which] = std::move(t);  // another rank's expert: not this rank's rows
+    } else
       out[key] = std::move(t);
   }
   for (auto& [prefix, by_expert] : experts) {
     std::vector<Tensor> gate_up, down;
-    int64_t next = 0;
+    int64_t next = rows.all() ? 0 : rows.first;
     for (auto& [e, w] : by_expert) {
       TIDAL_CHECK(e == next, "[deepseek_v4] the checkpoint has no weights of ", prefix, ".", next,
                   " (its experts must be numbered 0, 1, ... without gaps)");
@@ -106,10 +106,31 @@ std::map<std::string, Tensor> deepseek_v4_from_checkpoint(std::map<std::string, 
       down.push_back(w["w2"].unsqueeze(0));                        // (1, C, F)
       ++next;
     }
-    out[prefix + ".gate_up_proj"] = cat(gate_up, 0);  // (E, 2F, C)
+    TIDAL_CHECK(rows.all() || next == rows.first + rows.count, "[deepseek_v4] the checkpoint has no weights of ",
+                prefix, ".", next, " (its experts must be numbered 0, 1, ... without gaps)");
+    out[prefix + ".gate_up_proj"] = cat(gate_up, 0);  // (E, 2F, C), or this rank's (count, 2F, C)
     out[prefix + ".down_proj"] = cat(down, 0);        // (E, C, F)
   }
   return out;
+}
+
+ExpertRows expert_rows(const nn::Module& model) {
+  const std::map<std::string, nn::Slab> slabs = model.named_slabs();
+  if (slabs.empty()) return {};
+  for (const auto& [name, p] : model.named_parameters())
+    if (auto it = slabs.find(name); it != slabs.end()) return {it->second.row, p.size(0)};
+  return {};
+}
+
+std::function<bool(const std::string&)> deepseek_v4_holds(ExpertRows rows) {
+  return [rows](const std::string& name) {
+    std::string key = name;
+    replace_all(key, ".ffn.experts.", ".mlp.experts.");  // DeepSeek's name of the block
+    if (!key.starts_with("model.")) key = "model." + key;
+    std::string prefix, which;
+    int64_t e = 0;
+    return !expert_piece(key, prefix, e, which) || rows.holds(e);
+  };
 }
 
 std::map<std::string, Tensor> deepseek_v4_to_checkpoint(const std::map<std::string, Tensor>& state) {

@@ -14,6 +14,7 @@
 #include "tidal/memory/offload_runner.h"
 #include "tidal/memory/savings.h"
 #include "tidal/memory/swap_optimizer.h"
+#include "tidal/models/deepseek_v4_checkpoint.h"
 #include "tidal/models/moe.h"
 #include "tidal/models/peft_adapter.h"
 #include "tidal/models/pretrained.h"
@@ -133,10 +134,11 @@ TrainingData load_data(const TrainArgs& a, models::ModelConfig& config, std::FIL
   return d;
 }
 
-// Expert parallel: which tensors of a whole model's files this rank's model takes (models/moe.h). A model whose
-// experts are rows of stacked tensors (nn/slab.h: DeepSeek-V4) reads them all, then keeps its rows.
+// Expert parallel: which tensors of a whole model's files this rank's model takes (models/moe.h). DeepSeek-V4, whose
+// experts are rows of stacked tensors (nn/slab.h): its experts' w1/w2/w3, stacked on load (a file of stacked tensors
+// is read whole, then each rank keeps its rows).
 std::function<bool(const std::string&)> held_here(const models::CausalLM& model) {
-  if (!model.named_slabs().empty()) return nullptr;
+  if (model.config().is_deepseek_v4()) return models::deepseek_v4_holds(models::expert_rows(model));
   std::vector<std::string> names;
   for (const auto& [name, p] : model.named_parameters()) names.push_back(name);
   return models::held_here(names);
