@@ -14,9 +14,11 @@
 #include "tests/support/gradcheck.h"
 #include "tests/support/recompute_modes.h"
 #include "tidal/autograd/checkpoint.h"
+#include "tidal/dist/single_communicator.h"
 #include "tidal/io/safetensors.h"
 #include "tidal/memory/estimator.h"
 #include "tidal/models/deepseek_v4_checkpoint.h"
+#include "tidal/models/moe.h"
 #include "tidal/ops/elementwise.h"
 #include "tidal/ops/loss.h"
 #include "tidal/ops/random.h"
@@ -140,6 +142,47 @@ TEST(DeepseekV4, ExpertParallelReadsOnlyItsExperts) {
   }
   const std::string e = testing::error_of([&] { deepseek_v4_from_checkpoint(read); });
   EXPECT_NE(e.find("the checkpoint has no weights of model.layers.0.mlp.experts.0"), std::string::npos) << e;
+}
+
+// --moe-router-enable-expert-bias on V4 (DeepSeek's auxiliary-loss-free balancing): each top-k layer counts the
+// tokens its experts got in training forwards (not in a recompute's replay: the moe checkpoint here), and the update
+// moves its correction bias by +-rate toward the mean load (Megatron-LM's rule, update_bias_from_load); the hash
+// layer has no bias and counts nothing.
+TEST(DeepseekV4, ExpertBiasUpdateMovesTheTopKLayersBiasesTowardTheMeanLoad) {
+  ModelConfig c = load_pretrained_dir(fixture_dir(kFixture)).config;
+  c.moe_router_bias_update_rate = 0.05;
+  manual_seed(5);
+  std::unique_ptr<CausalLM> model = create_model(c);
+  std::vector<LayerRecompute> plan(size_t(c.num_hidden_layers));
+  for (LayerRecompute& l : plan) l.moe = true;  // the MoE block replayed in backward
+  model->set_recompute(plan);
+  Tensor ids = randint(0, c.vocab_size, {2, 12}, DType::i64);
+  Tensor loss = causal_lm_loss(model->forward(ids.narrow(1, 0, 11)), ids.narrow(1, 1, 11), 0.0);
+  loss.backward();
+  std::map<std::string, std::vector<float>> loads;
+  for (const auto& [name, b] : model->named_buffers())
+    if (name.ends_with(".tokens_per_expert")) loads[name.substr(0, name.rfind('.'))] = b.to_vector<float>();
+  ASSERT_EQ(loads.size(), size_t(2));  // layers 1 and 2 (layer 0 is hash-routed)
+  for (const auto& [gate, load] : loads) {
+    float total = 0;
+    for (float x : load) total += x;
+    EXPECT_EQ(total, float(2 * 11 * c.num_experts_per_tok)) << gate;  // once, not again in the replay
+  }
+  dist::SingleCommunicator one;
+  update_expert_biases(*model, one);
+  for (const auto& [name, b] : model->named_buffers()) {
+    if (!name.ends_with(".e_score_correction_bias")) continue;
+    const std::vector<float>& load = loads.at(name.substr(0, name.rfind('.')));
+    const std::vector<float> bias = b.to_vector<float>();
+    const float mean = float(2 * 11 * c.num_experts_per_tok) / float(c.num_experts);
+    for (size_t e = 0; e < bias.size(); ++e)
+      EXPECT_EQ(bias[e], load[e] < mean ? 0.05f : load[e] > mean ? -0.05f : 0.0f) << name << " " << e;
+  }
+  for (const auto& [name, b] : model->named_buffers()) {  // the loads start again
+    if (name.ends_with(".tokens_per_expert")) {
+      EXPECT_EQ(sum(b).item<float>(), 0.0f) << name;
+    }
+  }
 }
 
 // The dry run's device: forward and backward from shapes alone (the MoE's slots go round the experts).

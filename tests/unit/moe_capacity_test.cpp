@@ -178,6 +178,11 @@ TEST(MoeCapacity, FlagsAreCheckedOnce) {
             std::string::npos);
   EXPECT_NE(error({"--model", "tiny-llama", "--moe-expert-capacity-factor", "1"}).find("is for MoE models"),
             std::string::npos);
+  // DeepSeek-V4's MoE runs every routed slot: refused, never silently ignored.
+  EXPECT_NE(error({"--config", TIDAL_SOURCE_DIR "/tests/fixtures/hf/tiny_deepseek_v4_csa/config.json",
+                   "--moe-expert-capacity-factor", "1"})
+                .find("not supported for deepseek_v4 yet"),
+            std::string::npos);
   EXPECT_NE(error({"--model", "tiny-qwen3-moe", "--moe-expert-capacity-factor", "1", "--moe-token-drop-policy", "x"})
                 .find("--moe-token-drop-policy must be probs or position"),
             std::string::npos);

@@ -270,6 +270,10 @@ std::unique_ptr<CausalLM> create_model(const ModelConfig& config, const nn::Init
   return model;
 }
 
+void CausalLM::update_expert_biases(dist::Communicator& group) const {
+  for (Router* r : routers()) r->update_expert_bias(group);
+}
+
 Tensor causal_lm_loss(const ModelOutput& out, const Tensor& targets, double aux_coef) {
   OpScope op("loss");
   const int64_t v = out.logits.size(-1);

@@ -68,6 +68,9 @@ class CausalLM : public nn::Module {
   virtual const Tensor& lm_head_weight() const = 0;
   // The routers of the MoE layers, in layer order (none for a dense model).
   virtual std::vector<Router*> routers() const { return {}; }
+  // The expert-bias update (--moe-router-enable-expert-bias) of every MoE layer's correction bias from the loads
+  // its forwards counted, summed over `group` (models/moe.h update_expert_biases). Default: the routers'.
+  virtual void update_expert_biases(dist::Communicator& group) const;
   // forward_hidden + the LM head: logits (B, T, V), accounted as MemoryCategory::logits (the MTP depths'
   // hidden states are left to the loss).
   ModelOutput forward(const Tensor& ids, const DocumentLayout& docs = {}, const MtpIds& mtp = {}) const;

@@ -59,7 +59,7 @@ Tensor DeepseekV4DecoderLayer::forward(const Tensor& streams, const Tensor& ids,
 }
 
 DeepseekV4::DeepseekV4(const ModelConfig& c, const nn::Init& init, std::shared_ptr<dist::Communicator> experts)
-    : CausalLM(c) {
+    : CausalLM(c, experts) {
   nn::ModuleDict& model = register_module("model", std::make_unique<nn::ModuleDict>());
   embed_tokens_ =
       model.add("embed_tokens", std::make_unique<nn::Embedding>(c.vocab_size, c.hidden_size, init, c.pad_token_id));
@@ -72,6 +72,10 @@ DeepseekV4::DeepseekV4(const ModelConfig& c, const nn::Init& init, std::shared_p
     lm_head_ = &register_module("lm_head", std::make_unique<nn::Linear>(c.hidden_size, c.vocab_size, false, init));
     lm_head_->refuse_lora();  // the loss reads its weight (lm_head_weight())
   }
+}
+
+void DeepseekV4::update_expert_biases(dist::Communicator& group) const {
+  for (size_t l = 0; l < layers_->size(); ++l) (*layers_)[l].mlp().update_expert_bias(group);
 }
 
 const Tensor& DeepseekV4::lm_head_weight() const {

@@ -30,6 +30,7 @@ class DeepseekV4DecoderLayer : public nn::Module {
   // mask: the eager attention core's (T, T); undefined for the flash core (DeepseekV4Attention).
   Tensor forward(const Tensor& streams, const Tensor& ids, const RopeTables& rope, const Tensor& mask,
                  AttentionKernel kernel, const ModelConfig& c, const LayerRecompute& rc) const;
+  const DeepseekV4Moe& mlp() const { return *mlp_; }
 
  private:
   HyperConnection* attn_hc_;
@@ -44,6 +45,7 @@ class DeepseekV4 : public CausalLM {
  public:
   DeepseekV4(const ModelConfig& c, const nn::Init& init, std::shared_ptr<dist::Communicator> experts = nullptr);
   const Tensor& lm_head_weight() const override;
+  void update_expert_biases(dist::Communicator& group) const override;  // the top-k layers' (not the hash layers)
 
  protected:
   ModelOutput hidden_states(const Tensor& ids, const DocumentLayout& docs, const MtpIds& mtp) const override;

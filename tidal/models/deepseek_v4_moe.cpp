@@ -2,6 +2,7 @@
 
 #include "tidal/memory_scope.h"
 
+#include "tidal/autograd/checkpoint.h"
 #include "tidal/autograd/grad_mode.h"
 #include "tidal/models/expert_dispatch.h"
 #include "tidal/ops/activation.h"
@@ -20,7 +21,9 @@ namespace {
 class Gate : public nn::Module {
  public:
   Tensor& parameter(const std::string& name, Tensor t) { return register_parameter(name, std::move(t)); }
-  Tensor& buffer(const std::string& name, Tensor t) { return register_buffer(name, std::move(t)); }
+  Tensor& buffer(const std::string& name, Tensor t, bool persistent = true) {
+    return register_buffer(name, std::move(t), persistent);
+  }
   // Rows [row, ...) of a whole tensor of shape `whole` (all of it when the shapes agree).
   Tensor& slab(const std::string& name, Tensor t, const Shape& whole, int64_t row) {
     if (t.shape() == whole) return register_parameter(name, std::move(t));
@@ -81,6 +84,8 @@ DeepseekV4Moe::DeepseekV4Moe(const ModelConfig& c, int64_t layer, const nn::Init
       tid2eid_ = gate.buffer("tid2eid", hash_table(c.vocab_size, top_k_, e, init.device));
     else
       bias_ = gate.buffer("e_score_correction_bias", zeros({e}, DType::f32, init.device));
+    rate_ = hash_ ? 0.0 : c.moe_router_bias_update_rate;
+    if (rate_ > 0) load_ = gate.buffer("tokens_per_expert", zeros({e}, DType::f32, init.device), false);
   }
   const int64_t ranks = group_ ? group_->size() : 1, rank = group_ ? group_->rank() : 0;
   TIDAL_CHECK(e % ranks == 0, "[deepseek_v4] ", ranks, " expert-parallel ranks do not divide the model's ", e,
@@ -113,6 +118,10 @@ std::vector<int64_t> DeepseekV4Moe::choose(const Tensor& scores, const Tensor& i
   return chosen;
 }
 
+void DeepseekV4Moe::update_expert_bias(dist::Communicator& group) const {
+  if (load_.defined()) update_bias_from_load(bias_, load_, rate_, group);
+}
+
 Tensor DeepseekV4Moe::run_local(const Tensor& rows, const std::vector<int64_t>& counts) const {
   const int64_t f = down_.size(2);
   Tensor gate_up = grouped_linear_stacked(rows, counts, gate_up_);  // (R, 2F)
@@ -137,6 +146,13 @@ Tensor DeepseekV4Moe::forward(const Tensor& x, const Tensor& ids) const {
   tokens.reserve(size_t(n * k));
   slot_of.reserve(size_t(n * k));
   for (int64_t i = 0; i < n * k; ++i) ++counts[size_t(chosen[size_t(i)])];
+  // The expert-bias update's loads: training forwards only, not a recompute's replay of this one.
+  if (load_.defined() && !x.is_meta() && is_training() && autograd::grad_enabled() &&
+      !autograd::in_checkpoint_replay()) {
+    NoGradGuard no_grad;
+    Tensor(load_).add_(
+        from_vector(std::vector<double>(counts.begin(), counts.end()), {experts_}, DType::f32).to(load_.device()));
+  }
   std::vector<int64_t> next(static_cast<size_t>(experts_), 0);  // where each expert's rows start
   for (int64_t e = 1; e < experts_; ++e) next[size_t(e)] = next[size_t(e - 1)] + counts[size_t(e - 1)];
   tokens.resize(size_t(n * k));

@@ -34,6 +34,9 @@ class DeepseekV4Moe : public nn::Module {
   // x (B, T, C), ids (B, T) i64 (read by hash layers) -> (B, T, C).
   Tensor forward(const Tensor& x, const Tensor& ids) const;
   bool hash() const { return hash_; }
+  // --moe-router-enable-expert-bias (a top-k layer; hash layers have no bias): Megatron-LM's update of
+  // gate.e_score_correction_bias from the tokens each expert got since the last (update_bias_from_load, models/moe.h).
+  void update_expert_bias(dist::Communicator& group) const;
 
  private:
   // (N, k) i64 on the host: the experts of each token.
@@ -45,11 +48,13 @@ class DeepseekV4Moe : public nn::Module {
   double scaling_, limit_;
   bool hash_;
   nn::Module* gate_;
-  Tensor gate_weight_;                         // (E, C)
-  Tensor bias_;                                // (E) f32, top-k routers
-  Tensor tid2eid_;                             // (V, k) i64, hash routers
-  Tensor gate_up_;                             // (L, 2F, C): this rank's L experts (all E without expert parallelism)
-  Tensor down_;                                // (L, C, F)
+  Tensor gate_weight_;  // (E, C)
+  Tensor bias_;         // (E) f32, top-k routers
+  Tensor tid2eid_;      // (V, k) i64, hash routers
+  Tensor load_;         // (E) f32: tokens per expert since the last bias update (top-k routers with an update rate)
+  double rate_ = 0;     // the bias update rate
+  Tensor gate_up_;      // (L, 2F, C): this rank's L experts (all E without expert parallelism)
+  Tensor down_;         // (L, C, F)
   std::shared_ptr<dist::Communicator> group_;  // expert parallel; null: every expert is here
   SwiGluMlp* shared_;                          // with the clamp
 };

@@ -111,28 +111,31 @@ void Router::add_load(const Tensor& counts) const {
   Tensor(load_).add_(counts);
 }
 
-void Router::update_expert_bias(dist::Communicator& group) {
-  if (!tracks_load() || load_.is_meta()) return;  // a dry run's routers have no counts
+void update_bias_from_load(const Tensor& bias_t, const Tensor& load_t, double rate_d, dist::Communicator& group) {
+  if (load_t.is_meta()) return;  // a dry run's routers have no counts
   NoGradGuard no_grad;
-  Tensor total = load_.clone();  // (E)
+  Tensor total = load_t.clone();  // (E)
   dist::all_reduce_sum(group, total);
   const std::vector<float> load = total.to(Device::cpu()).to_vector<float>();
-  const std::vector<float> before = bias_.to(Device::cpu()).to_vector<float>();
+  const std::vector<float> before = bias_t.to(Device::cpu()).to_vector<float>();
   std::vector<double> bias(before.size());
   double sum = 0;
   for (float x : load) sum += x;
-  const float mean = float(sum / double(experts_)), rate = float(rate_);
+  const float mean = float(sum / double(load.size())), rate = float(rate_d);
   for (size_t e = 0; e < bias.size(); ++e) {
     const float offset = mean - load[e];
     bias[e] = double(before[e] + (offset > 0 ? rate : offset < 0 ? -rate : 0.0f));  // in f32, as Megatron
   }
-  bias_.copy_(from_vector(bias, Shape{experts_}, DType::f32, bias_.device()));
-  load_.zero_();
+  Tensor(bias_t).copy_(from_vector(bias, Shape{int64_t(bias.size())}, DType::f32, bias_t.device()));
+  Tensor(load_t).zero_();
 }
 
-void update_expert_biases(const CausalLM& model, dist::Communicator& group) {
-  for (Router* r : model.routers()) r->update_expert_bias(group);
+void Router::update_expert_bias(dist::Communicator& group) {
+  if (!tracks_load()) return;
+  update_bias_from_load(bias_, load_, rate_, group);
 }
+
+void update_expert_biases(const CausalLM& model, dist::Communicator& group) { model.update_expert_biases(group); }
 
 Tensor Router::logits(const Tensor& x) const {
   if (!f32_logits_ || x.dtype() == DType::f32) return forward(x).to(DType::f32);

@@ -121,9 +121,14 @@ class Router : public nn::Linear {
   Tensor load_;  // (E) f32
 };
 
-// Every router's update_expert_bias (a model without router biases, or a frozen one: nothing).
+// Every router's update_expert_bias (a model without router biases, or a frozen one: nothing): the model's
+// CausalLM::update_expert_biases.
 class CausalLM;
 void update_expert_biases(const CausalLM& model, dist::Communicator& group);
+// Megatron-LM's expert-bias update of `bias` (E) f32 from `load` (E) f32, the tokens each expert got since the last
+// update, summed over `group`: bias_e += rate x sign(mean_e' load - load_e), in f32; the load reset to zeros. A meta
+// load (a dry run: no counts) changes nothing. Every rank of `group` calls it.
+void update_bias_from_load(const Tensor& bias, const Tensor& load, double rate, dist::Communicator& group);
 
 struct RouterStats {
   Tensor prob_sum;     // (E) sum over tokens of the router probabilities (differentiable)

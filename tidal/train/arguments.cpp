@@ -222,6 +222,8 @@ void parse_moe_capacity(const Flags& f, models::ModelConfig& m) {
   }
   TIDAL_CHECK(m.is_moe(), "tidal train: --moe-expert-capacity-factor is for MoE models (e.g. --model tiny-qwen3-moe); ",
               "the model (", m.model_type, ") has no experts");
+  TIDAL_CHECK(!m.is_deepseek_v4(), "tidal train: --moe-expert-capacity-factor is not supported for deepseek_v4 yet ",
+              "(its MoE runs every routed slot, as transformers' does): leave it out");
   m.moe_expert_capacity_factor = f.number("moe-expert-capacity-factor", 0, 0, 1e6);
   TIDAL_CHECK(m.moe_expert_capacity_factor > 0, "tidal train: --moe-expert-capacity-factor must be > 0, got ",
               m.moe_expert_capacity_factor, " (leave it out for no capacity)");
@@ -234,7 +236,7 @@ void parse_moe_capacity(const Flags& f, models::ModelConfig& m) {
 }
 
 // --moe-router-enable-expert-bias [--moe-router-bias-update-rate R] (Megatron-LM's): for models whose routers
-// have a correction bias (deepseek_v3); R > 0 and finite, default 1e-3.
+// have a correction bias (deepseek_v3; deepseek_v4's top-k layers); R > 0 and finite, default 1e-3.
 void parse_expert_bias(const Flags& f, models::ModelConfig& m) {
   if (!f.flag_on("moe-router-enable-expert-bias")) {
     TIDAL_CHECK(!f.has("moe-router-bias-update-rate"),
@@ -242,7 +244,8 @@ void parse_expert_bias(const Flags& f, models::ModelConfig& m) {
     return;
   }
   TIDAL_CHECK(m.router_expert_bias, "tidal train: --moe-router-enable-expert-bias is for models whose routers have ",
-              "a correction bias (deepseek_v3, e.g. --model tiny-deepseek-v3); ", m.model_type, "'s have none");
+              "a correction bias (deepseek_v3 and deepseek_v4, e.g. --model tiny-deepseek-v3); ", m.model_type,
+              "'s have none");
   m.moe_router_bias_update_rate = f.number("moe-router-bias-update-rate", 1e-3, 0, 1e6);
   TIDAL_CHECK(m.moe_router_bias_update_rate > 0, "tidal train: --moe-router-bias-update-rate must be > 0, got ",
               m.moe_router_bias_update_rate, " (leave out --moe-router-enable-expert-bias to keep the bias)");
