@@ -7,8 +7,10 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "tests/support/error_of.h"
 #include "tests/support/hf_fixture_config.h"
 #include "tidal/models/config_fields.h"
+#include "tidal/train/arguments.h"
 
 namespace tidal::models {
 namespace {
@@ -206,6 +208,20 @@ TEST(HfDeepseekV4Config, WhatTidalDoesNotBuildIsRefusedByName) {
   j = sliding_defaults();
   j["rope_parameters"]["main"]["rope_type"] = "yarn";
   EXPECT_HAS(config_error(j), "'rope_parameters.main.rope_type'");
+}
+
+// Megatron's dropout flags on a V4 model: refused naming the flags (V4's layers build no dropout), never ignored.
+TEST(HfDeepseekV4Config, DropoutFlagsAreRefused) {
+  const std::string config = TIDAL_SOURCE_DIR "/tests/fixtures/hf/tiny_deepseek_v4_csa/config.json";
+  for (const char* flag : {"--attention-dropout", "--hidden-dropout"}) {
+    const std::string e = testing::error_of([&] {
+      train::parse_train_args({"--config", config, "--mock-data", "--seq-length", "16", flag, "0.1"}).model.validate();
+    });
+    EXPECT_HAS(e, "dropout is not supported for deepseek_v4 yet");
+    EXPECT_HAS(e, "give --attention-dropout 0 --hidden-dropout 0");
+  }
+  EXPECT_NO_THROW(
+      train::parse_train_args({"--config", config, "--mock-data", "--seq-length", "16", "--attention-dropout", "0"}));
 }
 
 }  // namespace

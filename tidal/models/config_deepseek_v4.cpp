@@ -262,6 +262,11 @@ void validate_deepseek_v4(const ModelConfig& c, const std::string& at) {
               "the indexer needs index_n_heads and index_topk >= 1 and index_head_dim >= the rotary channels (",
               v.rope_dim, "), got ", v.index_n_heads, ", ", v.index_topk, ", ", v.index_head_dim);
   TIDAL_CHECK(c.n_shared_experts == 1, at, "deepseek_v4 has one shared expert (n_shared_experts 1)");
+  // Dropout is not built into V4's layers (transformers' DeepSeek-V4 configs set attention_dropout 0): refused, never
+  // silently left out.
+  TIDAL_CHECK(c.attention_dropout == 0 && c.hidden_dropout == 0, at,
+              "dropout is not supported for deepseek_v4 yet (attention_dropout ", c.attention_dropout,
+              ", hidden dropout ", c.hidden_dropout, "): give --attention-dropout 0 --hidden-dropout 0");
 }
 
 int64_t deepseek_v4_parameter_count(const ModelConfig& c) {
