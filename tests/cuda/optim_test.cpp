@@ -1,7 +1,7 @@
 // The CUDA optimizer kernels against the CPU backend: the gradient norm's f64 partial sums (the CPU's
 // chunks and order: equal to 1e-12 relative) and AdamW over several steps (f32 rounding), f32, bf16
 // with its f32 master copy, and f64; the multi-tensor AdamW bit for bit each tensor's own update, and
-// near the CPU's. Skipped without a GPU.
+// near the CPU's; add_rows_inplace bit for bit the CPU's. Skipped without a GPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -39,6 +39,32 @@ TEST(CudaOptim, SumOfSquaresPartialsMatchCpu) {
       for (size_t c = 0; c < a.size(); ++c) EXPECT_NEAR(a[c], b[c], 1e-12 * std::abs(a[c])) << n << " chunk " << c;
     }
   }
+}
+
+// add_rows_inplace (one launch a table of rows; 70 rows take two) against the CPU's: both are each row's add in
+// turn, rounded after every add, so the sums are equal bit for bit, in f32, bf16 and f64.
+TEST(CudaOptim, AddRowsInplaceMatchesCpuBitForBit) {
+  TIDAL_REQUIRE_CUDA();
+  for (DType dt : {DType::f32, DType::bf16, DType::f64})
+    for (int64_t rows : {1, 5, 70}) {
+      const int64_t n = 4099;
+      Tensor dst = from_vector(normal_values(n, 1.0, 3), {n}, dt);
+      std::vector<Tensor> cpu_rows, cuda_rows;
+      for (int64_t r = 0; r < rows; ++r) {
+        cpu_rows.push_back(from_vector(normal_values(n, 1e3 / double(r + 1), uint32_t(10 + r)), {n}, dt));
+        cuda_rows.push_back(to_cuda(cpu_rows.back()));
+      }
+      Tensor dst_cuda = to_cuda(dst);
+      std::vector<const Tensor*> a, b;
+      for (int64_t r = 0; r < rows; ++r) {
+        a.push_back(&cpu_rows[size_t(r)]);
+        b.push_back(&cuda_rows[size_t(r)]);
+      }
+      device_kernels(Device::cpu()).add_rows_inplace(current_stream(Device::cpu()), dst, a);
+      device_kernels(Device::cuda(0)).add_rows_inplace(current_stream(Device::cuda(0)), dst_cuda, b);
+      const Tensor back = dst_cuda.to(Device::cpu());
+      EXPECT_EQ(std::memcmp(back.raw_data(), dst.raw_data(), size_t(dst.nbytes())), 0) << dt << " " << rows;
+    }
 }
 
 // |cpu - cuda| <= rel * max(floor, |cpu|). The floor is the size of the terms a value is the sum of: the

@@ -135,6 +135,8 @@ class CudaKernels final : public Kernels {
   // adamw_multi_step as the multi-tensor AdamW (optim.cpp),
   void matmul_bias(Stream& stream, const Tensor& out, const Tensor& a, const Tensor& b, const Tensor& bias) override;
   void adamw_multi_step(Stream& stream, std::span<const AdamWTensors> tensors) override;
+  // add_rows_inplace: every row in one launch (64 a launch), each element through the rows in order (optim.cpp)
+  void add_rows_inplace(Stream& stream, const Tensor& dst, std::span<const Tensor* const> rows) override;
   // sum_of_squares_many: every tensor's partial sums into one device buffer, one read-back (optim.cpp)
   void sum_of_squares_many(Stream& stream, std::span<const Tensor* const> xs, int64_t chunk,
                            std::span<double* const> partials) override;

@@ -44,6 +44,19 @@ void CudaKernels::sum_of_squares_many(Stream& stream, std::span<const Tensor* co
   for (size_t i = 0; i < xs.size(); ++i) std::copy(host.begin() + first[i], host.begin() + first[i + 1], partials[i]);
 }
 
+void CudaKernels::add_rows_inplace(Stream& stream, const Tensor& dst, std::span<const Tensor* const> rows) {
+  TIDAL_ASSERT(dst.is_contiguous(), "add_rows_inplace: a non-contiguous dst");
+  std::vector<const void*> ptrs;
+  for (const Tensor* r : rows) {
+    TIDAL_ASSERT(
+        r->is_contiguous() && r->numel() == dst.numel() && r->dtype() == dst.dtype() && r->device() == dst.device(),
+        "add_rows_inplace: a row unlike dst");
+    ptrs.push_back(device_data(*r));
+  }
+  if (ptrs.empty()) return;
+  launch_add_rows(stream_handle(stream), dst.dtype(), device_data(dst), ptrs, dst.numel());
+}
+
 namespace {
 
 // torch.optim.AdamW's scalars, computed in double as the CPU backend does (optim.cpp adamw_typed).

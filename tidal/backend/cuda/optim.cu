@@ -1,6 +1,7 @@
 // The optimizer family's kernels: the f64 sum of squares of gradient clipping, in the CPU backend's
 // order (one warp per chunk: lane k is the CPU's accumulator k), and the fused AdamW update, per
 // tensor and over many tensors per launch.
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -190,7 +191,35 @@ void run_multi(cudaStream_t stream, const std::vector<AdamWTensorJob>& jobs) {
   flush();
 }
 
+// The row pointers of one add_rows launch (kernel parameter: 512 bytes).
+struct RowTable {
+  const void* row[kAddRowsPerLaunch];
+  int count;
+};
+
+template <class T>
+__global__ void add_rows_kernel(T* dst, RowTable tab, int64_t n) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    T acc = dst[i];
+    for (int r = 0; r < tab.count; ++r)  // rounded after every add, as one add kernel per row rounds
+      acc = from_acc<T>(to_acc<T>(acc) + to_acc<T>(static_cast<const T*>(tab.row[r])[i]));
+    dst[i] = acc;
+  }
+}
+
 }  // namespace
+
+void launch_add_rows(cudaStream_t stream, DType dtype, void* dst, const std::vector<const void*>& rows, int64_t n) {
+  if (n == 0) return;
+  for (size_t first = 0; first < rows.size(); first += kAddRowsPerLaunch) {
+    RowTable tab{};
+    tab.count = int(std::min<size_t>(kAddRowsPerLaunch, rows.size() - first));
+    for (int r = 0; r < tab.count; ++r) tab.row[r] = rows[first + size_t(r)];
+    TIDAL_CUDA_FLOATING(dtype, "add_rows_inplace", T,
+                        add_rows_kernel<T><<<grid_for(n), kThreads, 0, stream>>>(static_cast<T*>(dst), tab, n);
+                        TIDAL_CUDA_CHECK_LAUNCH());
+  }
+}
 
 void launch_sum_of_squares(cudaStream_t stream, const void* x, DType dtype, int64_t n, int64_t chunk,
                            double* device_partials) {

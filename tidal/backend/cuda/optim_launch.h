@@ -54,4 +54,11 @@ struct AdamWTensorJob {
 // per-element code (optim.cu adamw_element), each element independent of the others.
 void launch_adamw_multi(cudaStream_t stream, AdamWForm form, const std::vector<AdamWTensorJob>& jobs);
 
+// dst[i] += rows[0][i], then += rows[1][i], ... in order, each add rounded to the storage type (bf16: the binary
+// add kernel's float add then round), bit for bit one add kernel per row (Kernels::add_rows_inplace; a
+// reduce-scatter's sum of every rank's parts). Rows travel in tables of kAddRowsPerLaunch pointers (the kernel's
+// parameter); more rows take more launches, in order. n elements each, contiguous, floating `dtype`.
+inline constexpr int kAddRowsPerLaunch = 64;
+void launch_add_rows(cudaStream_t stream, DType dtype, void* dst, const std::vector<const void*>& rows, int64_t n);
+
 }  // namespace tidal::cuda
