@@ -3,7 +3,7 @@
 // dense shard and its experts' states (optim::assemble_state) as one process's files do. Two runs
 // without expert parallelism reach the same state (ZeRO-1 and no_shard are bit for bit one process's),
 // one saving shard files, the other one process's files; resumed under E = 2, with and without
-// sharding, they train bit for bit alike.
+// sharding, they train bit for bit alike (tiny-qwen3-moe, and DeepSeek-V4's stacked experts).
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -21,17 +21,16 @@ namespace {
 
 namespace fs = std::filesystem;
 
-TEST(ExpertParallelResume, ShardFilesSavedWithoutExpertParallelResumeUnderIt) {
+void resume_shard_files_under_expert_parallel(const std::string& model, const std::string& tag) {
   dist::Communicator& world = dist::world();
   const int n = world.size();
-  if (n != 2) GTEST_SKIP() << "runs on two ranks";
-  const std::string dir = scratch_dir("ep_resume_shards", n);
+  const std::string dir = scratch_dir("ep_resume_shards" + tag, n);
   if (world.rank() == 0) fs::remove_all(dir);
   world.barrier();
   auto args = [&](const std::string& save, const std::string& load, std::vector<std::string> flags, int64_t iters) {
     flags.insert(flags.end(), {"--save", save, "--save-interval", "2"});
     if (!load.empty()) flags.insert(flags.end(), {"--load", load});
-    TrainArgs a = args_for(2, 2 * n, "", "tiny-qwen3-moe", flags, iters);
+    TrainArgs a = args_for(2, 2 * n, "", model, flags, iters);
     return a;
   };
   std::FILE* quiet = std::fopen("/dev/null", "w");
@@ -57,6 +56,18 @@ TEST(ExpertParallelResume, ShardFilesSavedWithoutExpertParallelResumeUnderIt) {
                           name + " " + file);
   }
   std::fclose(quiet);
+}
+
+TEST(ExpertParallelResume, ShardFilesSavedWithoutExpertParallelResumeUnderIt) {
+  if (dist::world().size() != 2) GTEST_SKIP() << "runs on two ranks";
+  resume_shard_files_under_expert_parallel("tiny-qwen3-moe", "");
+}
+
+// DeepSeek-V4's stacked experts (nn/slab.h): from the shard files each rank takes its rows' elements at their place in
+// the whole tensors' flat moments; from one process's files it reads only its rows (nn::slab_rows). Both alike.
+TEST(ExpertParallelResume, DeepseekV4ShardFilesAndOneProcessFilesResumeAlike) {
+  if (dist::world().size() != 2) GTEST_SKIP() << "runs on two ranks";
+  resume_shard_files_under_expert_parallel(tiny_deepseek_v4(), "_v4");
 }
 
 }  // namespace

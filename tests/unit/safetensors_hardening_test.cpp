@@ -6,7 +6,9 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "tests/support/error_of.h"
 #include "tidal/io/safetensors.h"
@@ -55,6 +57,33 @@ TEST(SafetensorsHardening, AValidFileLoads) {
   EXPECT_EQ(st.tensors.size(), 3u);
   EXPECT_EQ(st.tensors.at("e").numel(), 0);
   EXPECT_EQ(st.metadata.at("format"), "pt");
+}
+
+// Rows of a tensor (expert parallelism's slabs): only those rows are read, equal to the whole tensor's rows, in
+// every dtype (F16 widened to f32 as whole); a range outside the tensor is refused naming it.
+TEST(SafetensorsHardening, RowsOfATensorAreReadAlone) {
+  const std::string path = ::testing::TempDir() + "tidal_st_rows.safetensors";
+  std::vector<double> v(4 * 3 * 2);
+  for (size_t i = 0; i < v.size(); ++i) v[i] = double(i) - 7.5;
+  save_safetensors(path, {{"w", from_vector(v, {4, 3, 2})},
+                          {"h", from_vector(v, {4, 3, 2}, DType::bf16)},
+                          {"n", from_vector(std::vector<double>{1, 2}, {2})}});
+  const Safetensors whole = load_safetensors(path);
+  const SelectRows rows = [](const std::string& name) -> std::optional<RowRange> {
+    if (name == "n") return std::nullopt;
+    return RowRange{1, 2};
+  };
+  const Safetensors part = load_safetensors(path, {}, rows);
+  for (const char* name : {"w", "h"}) {
+    const Tensor& t = part.tensors.at(name);
+    EXPECT_EQ(t.shape(), Shape({2, 3, 2})) << name;
+    EXPECT_EQ(t.to_vector<double>(), whole.tensors.at(name).narrow(0, 1, 2).to_vector<double>()) << name;
+  }
+  EXPECT_EQ(part.tensors.at("n").shape(), Shape({2}));
+  const std::string e = error_of([&] {
+    load_safetensors(path, {}, [](const std::string&) { return std::optional<RowRange>(RowRange{3, 2}); });
+  });
+  EXPECT_TRUE(has(e, "has no rows [3, 5)")) << e;
 }
 
 TEST(SafetensorsHardening, TheHeaderLengthIsCheckedBeforeAnythingIsRead) {

@@ -15,7 +15,8 @@ namespace tidal::checkpoint {
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
-Checkpoint load_checkpoint(const std::string& dir, const std::function<bool(const std::string&)>& keep) {
+Checkpoint load_checkpoint(const std::string& dir, const std::function<bool(const std::string&)>& keep,
+                           const io::SelectRows& rows) {
   TIDAL_CHECK(fs::is_directory(dir), "[checkpoint] --load ", dir, " is not a directory");
   const int64_t it = latest_iteration(dir);
   TIDAL_CHECK(it >= 0, "[checkpoint] ", dir, " has no ", kTracker, ": no complete checkpoint was saved there");
@@ -58,8 +59,8 @@ Checkpoint load_checkpoint(const std::string& dir, const std::function<bool(cons
     verify_file(c.path + "/" + name, info, where + " field 'files." + name, !shard);
   }
   c.files = files;
-  c.model = io::load_safetensors(c.path + "/model.safetensors", keep).tensors;
-  if (c.shards.ranks == 0) c.optimizer = io::load_safetensors(c.path + "/optimizer.safetensors", keep).tensors;
+  c.model = io::load_safetensors(c.path + "/model.safetensors", keep, rows).tensors;
+  if (c.shards.ranks == 0) c.optimizer = io::load_safetensors(c.path + "/optimizer.safetensors", keep, rows).tensors;
   c.config = parse_json(io::read_file(c.path + "/config.json"), "[checkpoint] " + c.path + "/config.json");
   if (lora) {
     models::AdapterFiles a = models::read_adapter_dir(c.path);

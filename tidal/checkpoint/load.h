@@ -9,6 +9,7 @@
 #include <string>
 
 #include "tidal/checkpoint/format.h"
+#include "tidal/io/safetensors.h"
 #include "tidal/models/config.h"
 #include "tidal/nn/lora.h"
 #include "tidal/tensor.h"
@@ -30,8 +31,10 @@ struct Checkpoint {
 // Reads the latest complete checkpoint under `dir`, verifying every file's size and CRC-32 (a
 // sharded optimizer's files: their presence and sizes; load_optimizer_shard checks the CRC-32 of
 // those it reads); throws tidal::Error naming the file and what is wrong. `keep`, when given: only
-// the model's and the optimizer's tensors it accepts are read (expert parallel: models::held_here).
-Checkpoint load_checkpoint(const std::string& dir, const std::function<bool(const std::string&)>& keep = {});
+// the model's and the optimizer's tensors it accepts are read (expert parallel: models::held_here); `rows`, when
+// given: of the tensors it names, only those rows (io::load_safetensors; a slab's, nn/slab.h).
+Checkpoint load_checkpoint(const std::string& dir, const std::function<bool(const std::string&)>& keep = {},
+                           const io::SelectRows& rows = {});
 // Saved rank `rank`'s optimizer shard of `c` (shards.ranks > 0): its AdamW state_dict, after
 // checking the file's CRC-32 and that it is the shard the layout says.
 std::map<std::string, Tensor> load_optimizer_shard(const Checkpoint& c, int rank);

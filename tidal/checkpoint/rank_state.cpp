@@ -118,6 +118,8 @@ std::function<bool(const std::string&)> RankState::holds() const {
   return models::held_here(names);
 }
 
+io::SelectRows RankState::rows() const { return nn::slab_rows(model_); }
+
 void RankState::load(const Checkpoint& ck) const {
   // A ZeRO-3 model built without its values (nn/deferred_init.h) gets its bytes to load into.
   for (const auto& [name, p] : model_.named_parameters()) p.storage()->rematerialize();
@@ -137,13 +139,15 @@ void RankState::load(const Checkpoint& ck) const {
   model_.load_state_dict(ck.model);
   // The optimizer's: the trained parameters (with LoRA, the adapters).
   const optim::NamedParameters params = model_.named_trainable_parameters();
-  const std::map<std::string, nn::Slab> slabs = model_.named_slabs();  // expert parallel: pieces of whole tensors
+  // Expert parallel's slabs: one process's file was read at this rank's rows (rows()), so its entries are this rank's
+  // parameters' as they are; the distributed optimizer's shard files hold flat pieces of the whole tensors.
+  const std::map<std::string, nn::Slab> slabs = model_.named_slabs();
+  const bool one_process = ck.shards.ranks == 0;
   optim::SavedState saved;
-  if (ck.shards.ranks == 0) {  // one process's file: its entries are this rank's parameters' (holds())
+  if (one_process) {  // one process's file: its entries are this rank's parameters' (holds(), rows())
     std::vector<int64_t> numels;
     for (const auto& [name, p] : params) {
-      const nn::Slab* slab = nn::slab_of(slabs, name);
-      numels.push_back(slab != nullptr ? slab->whole.numel() : p.numel());
+      numels.push_back(p.numel());
       saved.parameters.emplace_back(name, numels.back());
     }
     saved.layout = optim::make_shard_layout(numels, 1, 1);
@@ -156,13 +160,18 @@ void RankState::load(const Checkpoint& ck) const {
     saved.read = [&](int r) { return load_optimizer_shard(ck, r); };
     saved.source = [&](int r) { return "[checkpoint] " + ck.path + "/" + optimizer_shard_file(r, ck.shards.ranks); };
   }
+  // The targets in the saved tensors' coordinates: a slab's at its first element in the whole tensor, or within
+  // the rows read.
   std::vector<optim::StateTarget> targets;
   if (sharded_ != nullptr) {
     targets = sharded_->state_targets();
+    if (one_process)
+      for (optim::StateTarget& t : targets)
+        if (const nn::Slab* slab = nn::slab_of(slabs, t.param)) t.begin -= slab->begin();
   } else {
     for (const auto& [name, p] : params) {
       const nn::Slab* slab = nn::slab_of(slabs, name);
-      targets.push_back({name, slab != nullptr ? slab->begin() : 0, p.numel(), name, p.shape()});
+      targets.push_back({name, slab != nullptr && !one_process ? slab->begin() : 0, p.numel(), name, p.shape()});
     }
   }
   // One process's file into one process's optimizer: the saved tensors as they are (no copy).

@@ -38,7 +38,10 @@ class RankState {
   CheckpointFiles files() const;
   // Which tensors of a whole file's this rank reads (expert parallel: its experts and the dense ones).
   std::function<bool(const std::string&)> holds() const;
-  // This rank's parameters and optimizer states from `ck` (read with holds()), whatever layout saved it.
+  // Of the stacked tensors a slab of this rank's is rows of (nn/slab.h: its parameter and its AdamW moments), the
+  // rows it reads; none without slabs.
+  io::SelectRows rows() const;
+  // This rank's parameters and optimizer states from `ck` (read with holds() and rows()), whatever layout saved it.
   // Throws tidal::Error naming the file when the checkpoint's parameters are not this model's.
   void load(const Checkpoint& ck) const;
 

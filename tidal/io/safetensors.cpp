@@ -137,7 +137,8 @@ void read_at(std::ifstream& f, uint64_t offset, void* dst, uint64_t n, const std
 
 }  // namespace
 
-Safetensors load_safetensors(const std::string& path, const std::function<bool(const std::string&)>& keep) {
+Safetensors load_safetensors(const std::string& path, const std::function<bool(const std::string&)>& keep,
+                             const SelectRows& rows) {
   TIDAL_CHECK(fs::is_regular_file(path), "[safetensors] ", path, " is not a regular file");
   std::ifstream f(path, std::ios::binary);
   TIDAL_CHECK(f.good(), "[safetensors] cannot open ", path);
@@ -173,17 +174,27 @@ Safetensors load_safetensors(const std::string& path, const std::function<bool(c
   MemoryScope scope(MemoryCategory::parameter);
   for (const Entry& e : entries) {
     if (keep && !keep(e.name)) continue;
-    const uint64_t n = e.end - e.begin;
+    uint64_t n = e.end - e.begin, at = e.begin;
+    Shape shape = e.shape;
+    if (const std::optional<RowRange> r = rows ? rows(e.name) : std::nullopt) {
+      TIDAL_CHECK(!shape.empty() && r->first >= 0 && r->count >= 0 && r->first + r->count <= shape[0], where,
+                  ": tensor ", shown_name(e.name), " of shape ", shape, " has no rows [", r->first, ", ",
+                  r->first + r->count, ")");
+      const uint64_t row_bytes = shape[0] == 0 ? 0 : n / uint64_t(shape[0]);
+      at += uint64_t(r->first) * row_bytes;
+      n = uint64_t(r->count) * row_bytes;
+      shape[0] = r->count;
+    }
     Tensor t;
     if (e.f16) {
       std::vector<uint16_t> half(size_t(n / 2));
-      if (n > 0) read_at(f, data_start + e.begin, half.data(), n, path);
-      t = empty(e.shape, DType::f32);
+      if (n > 0) read_at(f, data_start + at, half.data(), n, path);
+      t = empty(shape, DType::f32);
       float* p = t.data<float>();
       for (size_t i = 0; i < half.size(); ++i) p[i] = half_to_float(half[i]);
     } else {
-      t = empty(e.shape, e.type);
-      if (n > 0) read_at(f, data_start + e.begin, t.raw_data(), n, path);
+      t = empty(shape, e.type);
+      if (n > 0) read_at(f, data_start + at, t.raw_data(), n, path);
     }
     out.tensors.emplace(e.name, std::move(t));
   }

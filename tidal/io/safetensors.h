@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -28,8 +29,15 @@ inline constexpr uint64_t kMaxHeaderBytes = 100'000'000;
 // tidal::Error naming the file and the field; messages never echo the file's contents (tensor names
 // are shown cut to 64 characters).
 // `keep`, when given: only the tensors it accepts (by name) are read, the others' bytes are skipped
-// (the whole header is checked all the same).
-Safetensors load_safetensors(const std::string& path, const std::function<bool(const std::string&)>& keep = {});
+// (the whole header is checked all the same). `rows`, when given and it names a range for a tensor: only rows
+// [first, first + count) of its first dimension are read, a (count, ...) tensor (expert parallelism's slabs of
+// stacked tensors, nn/slab.h); a range outside the tensor throws naming it.
+struct RowRange {
+  int64_t first = 0, count = 0;
+};
+using SelectRows = std::function<std::optional<RowRange>(const std::string&)>;
+Safetensors load_safetensors(const std::string& path, const std::function<bool(const std::string&)>& keep = {},
+                             const SelectRows& rows = {});
 // Writes atomically (io/atomic_file.h). Tensors are written contiguous, in name order.
 void save_safetensors(const std::string& path, const std::map<std::string, Tensor>& tensors,
                       const std::map<std::string, std::string>& metadata = {});

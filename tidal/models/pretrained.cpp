@@ -72,7 +72,8 @@ std::vector<std::string> index_shards(const std::string& dir, const std::string&
 }
 }  // namespace
 
-PretrainedFiles load_pretrained_dir(const std::string& dir, const std::function<bool(const std::string&)>& keep) {
+PretrainedFiles load_pretrained_dir(const std::string& dir, const std::function<bool(const std::string&)>& keep,
+                                    const io::SelectRows& rows) {
   TIDAL_CHECK(fs::is_directory(dir), "[pretrained] ", dir, " is not a directory");
   PretrainedFiles f;
   TIDAL_CHECK(fs::exists(dir + "/config.json"), "[pretrained] ", dir, " has no config.json");
@@ -80,12 +81,12 @@ PretrainedFiles load_pretrained_dir(const std::string& dir, const std::function<
   const std::string single = dir + "/model.safetensors", index = dir + "/model.safetensors.index.json";
   if (fs::exists(fs::symlink_status(single))) {
     f.weights =
-        io::load_safetensors(resolve_inside(dir, "model.safetensors", single, "model.safetensors"), keep).tensors;
+        io::load_safetensors(resolve_inside(dir, "model.safetensors", single, "model.safetensors"), keep, rows).tensors;
   } else {
     TIDAL_CHECK(fs::exists(index), "[pretrained] ", dir, " has neither model.safetensors nor ",
                 "model.safetensors.index.json (PyTorch .bin weights are not read: convert them to safetensors)");
     for (const std::string& shard : index_shards(dir, index))
-      for (auto& [name, t] : io::load_safetensors(shard, keep).tensors) f.weights[name] = t;
+      for (auto& [name, t] : io::load_safetensors(shard, keep, rows).tensors) f.weights[name] = t;
   }
   if (fs::exists(dir + "/tokenizer.json")) f.tokenizer_path = dir + "/tokenizer.json";
   return f;

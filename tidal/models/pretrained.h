@@ -6,6 +6,7 @@
 #include <map>
 #include <string>
 
+#include "tidal/io/safetensors.h"
 #include "tidal/models/causal_lm.h"
 
 namespace tidal::models {
@@ -18,8 +19,9 @@ struct PretrainedFiles {
 
 // Reads config.json, the weights (single file or shards) and finds tokenizer.json. Throws naming the
 // file that is missing or malformed. `keep`, when given: only the weights it accepts (by name) are
-// read (expert parallel: models::held_here).
-PretrainedFiles load_pretrained_dir(const std::string& dir, const std::function<bool(const std::string&)>& keep = {});
+// read (expert parallel: models::held_here); `rows`: of the tensors it names, only those rows (nn::slab_rows).
+PretrainedFiles load_pretrained_dir(const std::string& dir, const std::function<bool(const std::string&)>& keep = {},
+                                    const io::SelectRows& rows = {});
 // Builds the model of the directory and loads its weights.
 // The model is built on `device` (the files' host tensors are copied onto it).
 std::unique_ptr<CausalLM> load_pretrained_model(const std::string& dir, PretrainedFiles* files = nullptr,

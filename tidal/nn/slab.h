@@ -3,6 +3,7 @@
 #include <map>
 #include <string>
 
+#include "tidal/io/safetensors.h"
 #include "tidal/shape.h"
 
 namespace tidal::nn {
@@ -21,5 +22,10 @@ struct Slab {
 // The slab whose parameter `name` is, or whose parameter a state is named after ("<name>.exp_avg", ".exp_avg_sq",
 // ".master", ".step": optim::AdamW's state_dict); null for the rest.
 const Slab* slab_of(const std::map<std::string, Slab>& slabs, const std::string& name);
+
+class Module;
+// Of the stacked tensors a slab of `model` is rows of (its parameter, and its AdamW moments ".exp_avg", ".exp_avg_sq",
+// ".master"), the rows to read from a file (io::load_safetensors); none without slabs.
+io::SelectRows slab_rows(const Module& model);
 
 }  // namespace tidal::nn

@@ -57,8 +57,9 @@ void resume(const TrainArgs& args, const models::ModelConfig& config, Setup& s, 
   }
   std::string path;
   dist::on_every_rank(s.comm(), what, [&] {
-    // Expert parallel: this rank's experts (and their moments) out of the whole model's files.
-    const checkpoint::Checkpoint ck = checkpoint::load_checkpoint(dir, s.checkpoint->holds());
+    // Expert parallel: this rank's experts (and their moments) out of the whole model's files; of stacked experts
+    // (DeepSeek-V4) only this rank's rows.
+    const checkpoint::Checkpoint ck = checkpoint::load_checkpoint(dir, s.checkpoint->holds(), s.checkpoint->rows());
     check_same_model(ck.config, config, ck.path);
     check_same_precision(ck.config, config, ck.path);
     s.checkpoint->load(ck);  // this rank's pieces, whatever layout saved them

@@ -135,8 +135,8 @@ TrainingData load_data(const TrainArgs& a, models::ModelConfig& config, std::FIL
 }
 
 // Expert parallel: which tensors of a whole model's files this rank's model takes (models/moe.h). DeepSeek-V4, whose
-// experts are rows of stacked tensors (nn/slab.h): its experts' w1/w2/w3, stacked on load (a file of stacked tensors
-// is read whole, then each rank keeps its rows).
+// experts are rows of stacked tensors (nn/slab.h): its experts' w1/w2/w3, stacked on load (of a file of stacked
+// tensors each rank reads its rows: nn::slab_rows).
 std::function<bool(const std::string&)> held_here(const models::CausalLM& model) {
   if (model.config().is_deepseek_v4()) return models::deepseek_v4_holds(models::expert_rows(model));
   std::vector<std::string> names;
@@ -233,7 +233,9 @@ Setup setup_training(const TrainArgs& args, models::ModelConfig& config, std::FI
   s.offloader = attach_offloader(args.memory, config, *s.model, device);
   if (!args.pretrained.empty()) {  // expert parallel: this rank's experts out of the whole model's
     const models::CausalLM::LoadReport loaded = s.model->load_hf_state_dict(
-        models::load_pretrained_dir(args.pretrained, layout.expert > 1 ? held_here(*s.model) : nullptr).weights);
+        models::load_pretrained_dir(args.pretrained, layout.expert > 1 ? held_here(*s.model) : nullptr,
+                                    nn::slab_rows(*s.model))
+            .weights);
     if (loaded.vision_tensors > 0)
       std::fprintf(out,
                    "%s is a multimodal Gemma 3: training its language model; its vision tower and projector (%lld "
