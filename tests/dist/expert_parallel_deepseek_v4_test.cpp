@@ -118,6 +118,16 @@ TEST(ExpertParallelDeepseekV4, CheckpointsResumeUnderAnyE) {
   save_and_resume("optim_grads");
 }
 
+// DP 2 x EP 2 (ctest dist4): two expert-parallel groups hold the same rows, their gradients summed over the
+// expert-data-parallel pairs; only rank 0's group saves the stacked tensors' pieces, and the checkpoint resumes on
+// the 4 ranks bit for bit and in one process.
+TEST(ExpertParallelDeepseekV4, DataAndExpertParallelOnFourRanks) {
+  if (dist::world().size() != 4) GTEST_SKIP() << "needs 4 ranks";
+  compare_with_one_process(2, {}, {}, {}, tiny_deepseek_v4());
+  compare_with_one_process(2, {"--data-parallel-sharding-strategy", "optim_grads_params"}, {}, {}, tiny_deepseek_v4());
+  save_and_resume("optim_grads");
+}
+
 // --pretrained from a Hugging Face directory (DeepSeek's names, every expert's w1/w2/w3): each rank keeps its rows
 // and trains as one process loading the whole model does.
 TEST(ExpertParallelDeepseekV4, PretrainedGivesEachRankItsRows) {
