@@ -24,8 +24,6 @@ using testing::random_values;
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
-double tolerance(DType t) { return t == DType::f64 ? 1e-10 : t == DType::bf16 ? 2e-2 : 1e-4; }
-
 struct Case {
   int64_t b, hq, hkv, t, s, d;
   int64_t window = 0, key_rate = 0;
@@ -53,7 +51,7 @@ void check(const Case& c, DType dtype) {
                                     << " D " << c.d << " window " << c.window << " key_rate " << c.key_rate << " "
                                     << dtype);
   const Side cpu = run(c, dtype, Device::cpu()), gpu = run(c, dtype, Device::cuda(0));
-  const double tol = tolerance(dtype);
+  const double tol = testing::attention_tolerance(dtype);
   expect_close_to_scale(gpu.out, cpu.out, tol, "out");
   expect_close_to_scale(gpu.lse, cpu.lse, tol, "lse");
   expect_close_to_scale(gpu.dq, cpu.dq, tol, "dq");

@@ -40,6 +40,8 @@ inline Tensor random_cpu(const Shape& shape, DType dtype, uint64_t seed) {
 }
 
 inline double tolerance(DType t) { return t == DType::bf16 ? 2e-2 : t == DType::f64 ? 1e-12 : 2e-5; }
+// The attention kernels' (flash with log-sum-exp, sparse): sums over a row's keys in another order than the CPU's.
+inline double attention_tolerance(DType t) { return t == DType::f64 ? 1e-10 : t == DType::bf16 ? 2e-2 : 1e-4; }
 
 // |gpu - cpu| <= tol * (1 + |cpu|) elementwise (the GPU tensor read back contiguous).
 inline void expect_close(const Tensor& gpu, const Tensor& cpu, double tol, const char* what) {

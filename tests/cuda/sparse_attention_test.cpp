@@ -30,8 +30,6 @@ using testing::same_bits;
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
-double tolerance(DType t) { return t == DType::f64 ? 1e-10 : t == DType::bf16 ? 2e-2 : 1e-4; }
-
 struct Case {
   int64_t b, hq, hkv, t, w, k, d, dv;
   bool shared_kv = false;  // keys and values one tensor (then dv == d)
@@ -76,7 +74,7 @@ void check(const Case& c, DType dtype) {
                                     << " " << dtype);
   const Tensor kept = make_kept(c, 77 + uint64_t(c.k));
   const Side cpu = run(c, dtype, Device::cpu(), kept), gpu = run(c, dtype, Device::cuda(0), kept);
-  const double tol = tolerance(dtype);
+  const double tol = testing::attention_tolerance(dtype);
   expect_close_to_scale(gpu.out, cpu.out, tol, "out");
   expect_close_to_scale(gpu.lse, cpu.lse, tol, "lse");
   EXPECT_EQ(gpu.lse.to_vector<double>()[0], -kInf) << "row 0 keeps no key";

@@ -175,7 +175,7 @@ void RankState::load(const Checkpoint& ck) const {
     }
   }
   // One process's file into one process's optimizer: the saved tensors as they are (no copy).
-  optimizer_.load_state_dict(optim::assemble_state(saved, targets, ck.shards.ranks == 0 && sharded_ == nullptr));
+  optimizer_.load_state_dict(optim::assemble_state(saved, targets, one_process && sharded_ == nullptr));
 }
 
 }  // namespace tidal::checkpoint

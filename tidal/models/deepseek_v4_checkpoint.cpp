@@ -115,11 +115,9 @@ std::map<std::string, Tensor> deepseek_v4_from_checkpoint(std::map<std::string, 
 }
 
 ExpertRows expert_rows(const nn::Module& model) {
-  const std::map<std::string, nn::Slab> slabs = model.named_slabs();
+  const std::map<std::string, nn::Slab> slabs = model.named_slabs();  // every layer's experts alike
   if (slabs.empty()) return {};
-  for (const auto& [name, p] : model.named_parameters())
-    if (auto it = slabs.find(name); it != slabs.end()) return {it->second.row, p.size(0)};
-  return {};
+  return {slabs.begin()->second.row, slabs.begin()->second.rows};
 }
 
 std::function<bool(const std::string&)> deepseek_v4_holds(ExpertRows rows) {

@@ -18,7 +18,7 @@ Tensor& Module::register_slab(const std::string& name, Tensor t, const Shape& wh
   TIDAL_ASSERT(t.dim() == whole.size() && t.dim() > 0 && row >= 0 && row + t.size(0) <= whole[0], "slab ", name,
                " of shape ", t.shape(), " at row ", row, " is not rows of ", whole);
   for (int64_t d = 1; d < t.dim(); ++d) TIDAL_ASSERT(t.size(d) == whole[d], "slab ", name, " is not rows of ", whole);
-  slabs_[name] = Slab{whole, row};
+  slabs_[name] = Slab{whole, row, t.size(0)};
   return register_parameter(name, std::move(t));
 }
 
@@ -122,7 +122,7 @@ void Module::load_state_dict(const std::map<std::string, Tensor>& state, bool st
     Tensor from = it->second;
     auto slab = slabs.find(name);
     if (slab != slabs.end() && from.shape() == slab->second.whole && from.shape() != p.shape())
-      from = from.narrow(0, slab->second.row, p.size(0));  // this slab's rows of the whole tensor
+      from = from.narrow(0, slab->second.row, slab->second.rows);  // this slab's rows of the whole tensor
     TIDAL_CHECK(from.shape() == p.shape(), "[load_state_dict] ", name, " has shape ", from.shape(),
                 " in the checkpoint but ", p.shape(), " in the model (is the config the same?)");
     p.copy_(from.to(p.dtype()).to(p.device()));  // a file's host tensor onto the model's device

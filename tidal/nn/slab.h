@@ -15,6 +15,7 @@ namespace tidal::nn {
 struct Slab {
   Shape whole;
   int64_t row = 0;
+  int64_t rows = 0;  // the parameter's first dimension
   // The first element's index in the flat whole tensor.
   int64_t begin() const { return whole.empty() || whole[0] == 0 ? 0 : row * (whole.numel() / whole[0]); }
 };

@@ -49,6 +49,20 @@ __device__ __forceinline__ A warp_dot(const T* x, int64_t sx, const T* y, int64_
   return acc;
 }
 
+// sum_j w[j] rows[slots[j]][c] over the kept slots in slot order (the CPU's order), in the accumulate type: a row's
+// output column from P and the values, or its dq column from dS and the keys.
+template <class T, class A>
+__device__ __forceinline__ A slot_sum(const A* w, const int32_t* slots, int64_t k, const SparseView& rows, int64_t b,
+                                      int64_t kh, int64_t c) {
+  A acc = 0;
+  for (int64_t j = 0; j < k; ++j) {
+    const int32_t key = slots[j];
+    if (key < 0) continue;
+    acc += w[j] * to_acc(row_of<T>(rows, b, kh, key)[c * rows.s[3]]);
+  }
+  return acc;
+}
+
 // Block row = (b*T + i)*Hq + h: the heads of one query row are neighbours (they read the same keys).
 struct Row {
   int64_t h, r, b, i, kh;
@@ -94,15 +108,8 @@ __global__ void forward_kernel(SparseDims n, acc_t<T> scale, SparseView out, acc
   A sum = 0;  // every thread adds the kept slots in order: the CPU's sum
   for (int64_t j = 0; j < n.k; ++j)
     if (slots[j] >= 0) sum += s[j];
-  for (int64_t c = threadIdx.x; c < n.dv; c += blockDim.x) {
-    A acc = 0;
-    for (int64_t j = 0; j < n.k; ++j) {
-      const int32_t key = slots[j];
-      if (key < 0) continue;
-      acc += s[j] * to_acc(row_of<T>(values, at.b, at.kh, key)[c * values.s[3]]);
-    }
-    o[c * out.s[3]] = from_acc<T>(acc / sum);
-  }
+  for (int64_t c = threadIdx.x; c < n.dv; c += blockDim.x)
+    o[c * out.s[3]] = from_acc<T>(slot_sum<T>(s, slots, n.k, values, at.b, at.kh, c) / sum);
   if (threadIdx.x == 0) *l = m + log_acc(sum);
 }
 
@@ -144,15 +151,8 @@ __global__ void backward_rows_kernel(SparseDims n, acc_t<T> scale, SparseView dq
   if (dq.p == nullptr) return;
   __syncthreads();  // the block's dS writes are visible to all its threads
   T* o = out_row<T>(dq, at.b, at.h, at.i);
-  for (int64_t c = threadIdx.x; c < n.d; c += blockDim.x) {
-    A acc = 0;
-    for (int64_t j = 0; j < n.k; ++j) {
-      const int32_t key = slots[j];
-      if (key < 0) continue;
-      acc += ds[j] * to_acc(row_of<T>(keys, at.b, at.kh, key)[c * keys.s[3]]);
-    }
-    o[c * dq.s[3]] = from_acc<T>(scale * acc);
-  }
+  for (int64_t c = threadIdx.x; c < n.d; c += blockDim.x)
+    o[c * dq.s[3]] = from_acc<T>(scale * slot_sum<T>(ds, slots, n.k, keys, at.b, at.kh, c));
 }
 
 // (b, key) of the inverted index's entry `at`: the slot r * k + j = pairs[at] is of sample r / T and reads kept[slot].
